@@ -1,0 +1,22 @@
+// Causal multi-head softmax attention (layers-ssm-attn.md section 3.3), CPU reference.
+// q, k, v, o: [batch, seq_len, heads, head_dim] (the layout the projections produce).
+// lse: [batch, heads, seq_len], the per-row log-sum-exp of the scaled, masked scores.
+#pragma once
+#include <cstdint>
+
+namespace llmt::cpu {
+
+/// o[b,t,h,:] = sum_{s<=t} softmax_s(scale * q[b,t,h,:].k[b,s,h,:]) v[b,s,h,:]; writes o and lse.
+/// Softmax statistics in double for any T.
+template <typename T>
+void attention_fwd(const T* q, const T* k, const T* v, int64_t batch, int64_t seq_len, int64_t heads,
+                   int64_t head_dim, double scale, T* o, T* lse);
+
+/// Flash-attention-style backward (section 3.3): P recomputed from lse,
+/// dV = P^T dO, dP = dO V^T, Delta = rowsum(dO o O), dS = P o (dP - Delta),
+/// dQ = scale dS K, dK = scale dS^T Q. Overwrites dq, dk, dv (same shapes as q, k, v).
+template <typename T>
+void attention_bwd(const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout, int64_t batch,
+                   int64_t seq_len, int64_t heads, int64_t head_dim, double scale, T* dq, T* dk, T* dv);
+
+}  // namespace llmt::cpu

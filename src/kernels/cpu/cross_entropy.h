@@ -1,0 +1,16 @@
+// Softmax cross-entropy over the vocabulary, forward and backward in one pass.
+#pragma once
+#include <cstdint>
+
+namespace llmt::cpu {
+
+/// logits: [rows, vocab]; targets: [rows], a negative target means "no label" (loss 0,
+/// gradient 0). Writes losses[r] = logsumexp(logits[r]) - logits[r, target[r]] and, in place
+/// over logits, the gradient grad_scale * (softmax(logits[r]) - onehot(target[r])).
+/// Returns the sum of the losses (double). Statistics in double for any T.
+/// A target >= vocab throws llmt::Error naming the row and the id.
+template <typename T>
+double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
+                             T* losses);
+
+}  // namespace llmt::cpu

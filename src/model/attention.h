@@ -1,0 +1,28 @@
+// LLaMA-style multi-head causal softmax attention with RoPE (layers-ssm-attn.md section 3.3):
+// q = x Wq^T, k = x Wk^T, v = x Wv^T (no biases), rotary on q and k, causal softmax with
+// scale 1/sqrt(head_dim), y = o Wo^T. Parameters (FLA names): q_proj, k_proj, v_proj
+// [H*Dh, D], o_proj [D, H*Dh], all N(0, init_std^2) (section 3.4).
+#pragma once
+#include "kernels/backend.h"
+#include "model/mixer.h"
+
+namespace llmt {
+
+class AttentionMixer final : public Mixer {
+ public:
+  AttentionMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
+  void plan(int64_t batch, int64_t seq_len) override;
+  void forward(const Tensor& x, const Tensor& y) override;
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+
+ private:
+  ParamStore& store_;
+  int64_t d_model_, heads_, head_dim_;
+  double theta_;
+  int wq_, wk_, wv_, wo_;
+  int64_t batch_ = 0, seq_len_ = 0;
+  OwnedTensor q_, k_, v_, o_, lse_;    // saved: [B, T, H, Dh] (q, k after rotary), lse [B, H, T]
+  OwnedTensor dq_, dk_, dv_, do_;      // scratch of the backward
+};
+
+}  // namespace llmt

@@ -1,0 +1,34 @@
+// One pre-norm block (runs.md section 2; layers-ssm-attn.md section 3.2):
+//   h = x + Mixer(RMSNorm_attn(x));   x' = h + MLP(RMSNorm_mlp(h)).
+// Parameter names follow flash-linear-attention: <prefix>attn_norm.weight, <prefix>attn.*,
+// <prefix>mlp_norm.weight, <prefix>mlp.*.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "model/mixer.h"
+#include "model/mlp.h"
+
+namespace llmt {
+
+class Block {
+ public:
+  Block(const std::string& mixer_type, const ModelConfig& config, ParamStore& store, const std::string& prefix);
+  void plan(int64_t batch, int64_t seq_len);
+  /// x_out = block(x_in); both [rows, D]; x_in must stay unchanged until backward.
+  void forward(const Tensor& x_in, const Tensor& x_out);
+  /// In: dx = dL/dx_out. Out: dx = dL/dx_in (the same buffer, updated in place).
+  void backward(const Tensor& x_in, const Tensor& dx);
+
+ private:
+  ParamStore& store_;
+  double eps_;
+  int attn_norm_ = -1, mlp_norm_ = -1;
+  std::unique_ptr<Mixer> mixer_;
+  std::unique_ptr<SwiGluMlp> mlp_;
+  OwnedTensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
+  OwnedTensor branch_, dxn_, dh_;             // scratch: sublayer output, normed-input grad, residual grad
+};
+
+}  // namespace llmt

@@ -1,0 +1,311 @@
+// Strict parsing of the run configuration (docs/CONFIG.md lists every key).
+#include "model/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace llmt {
+namespace {
+
+using nlohmann::json;
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& it : items) s += (s.empty() ? "" : ", ") + it;
+  return s;
+}
+
+std::string type_of(const json& v) {
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  return v.type_name();
+}
+
+/// Walks one JSON object: every read records the key (unknown keys are reported by finish())
+/// and writes the value, or its default, into `out` (the resolved config).
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path, json& out) : j_(j), path_(std::move(path)), out_(out) {
+    check(j.is_object(), "config: {} must be an object, got {}", display(), type_of(j));
+    out_ = json::object();
+  }
+
+  int64_t integer(const std::string& key, const int64_t* fallback = nullptr) {
+    const json* v = find(key, fallback != nullptr);
+    if (!v) return record(key, *fallback);
+    check(v->is_number_integer(), "config: {} must be an integer, got {} {}", at(key), type_of(*v), v->dump());
+    return record(key, v->get<int64_t>());
+  }
+  int64_t positive(const std::string& key, const int64_t* fallback = nullptr) {
+    const int64_t x = integer(key, fallback);
+    check(x > 0, "config: {} must be > 0, got {}", at(key), x);
+    return x;
+  }
+  double number(const std::string& key, const double* fallback = nullptr) {
+    const json* v = find(key, fallback != nullptr);
+    if (!v) return record(key, *fallback);
+    check(v->is_number(), "config: {} must be a number, got {} {}", at(key), type_of(*v), v->dump());
+    return record(key, v->get<double>());
+  }
+  bool boolean(const std::string& key, bool fallback) {
+    const json* v = find(key, true);
+    if (!v) return record(key, fallback);
+    check(v->is_boolean(), "config: {} must be true or false, got {} {}", at(key), type_of(*v), v->dump());
+    return record(key, v->get<bool>());
+  }
+  std::string string(const std::string& key, const std::string* fallback = nullptr) {
+    const json* v = find(key, fallback != nullptr);
+    if (!v) return record(key, *fallback);
+    check(v->is_string(), "config: {} must be a string, got {} {}", at(key), type_of(*v), v->dump());
+    return record(key, v->get<std::string>());
+  }
+  std::string choice(const std::string& key, const std::vector<std::string>& allowed, const std::string* fallback) {
+    const std::string s = string(key, fallback);
+    check(std::find(allowed.begin(), allowed.end(), s) != allowed.end(), "config: {} = \"{}\" is not allowed; allowed: {}",
+          at(key), s, join(allowed));
+    return s;
+  }
+  std::vector<std::string> choices(const std::string& key, const std::vector<std::string>& allowed) {
+    const json* v = find(key, true);
+    std::vector<std::string> result;
+    if (v) {
+      check(v->is_array(), "config: {} must be a list, got {}", at(key), type_of(*v));
+      for (const json& e : *v) {
+        check(e.is_string() && std::find(allowed.begin(), allowed.end(), e.get<std::string>()) != allowed.end(),
+              "config: {} contains {}; allowed: {}", at(key), e.dump(), join(allowed));
+        result.push_back(e.get<std::string>());
+      }
+    }
+    out_[key] = result;
+    return result;
+  }
+  std::vector<double> numbers(const std::string& key, size_t count, const std::vector<double>& fallback) {
+    const json* v = find(key, true);
+    std::vector<double> result = fallback;
+    if (v) {
+      check(v->is_array() && v->size() == count && std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_number(); }),
+            "config: {} must be a list of {} numbers, got {}", at(key), count, v->dump());
+      result = v->get<std::vector<double>>();
+    }
+    out_[key] = result;
+    return result;
+  }
+  /// A nested object (an absent one reads as {} so its keys take their defaults).
+  ObjectReader object(const std::string& key) {
+    seen_.insert(key);
+    static const json empty = json::object();
+    const json* v = j_.contains(key) ? &j_.at(key) : &empty;
+    return ObjectReader(*v, at(key), out_[key]);
+  }
+  /// Throws for the first key that was never read, listing the allowed keys.
+  void finish() const {
+    for (const auto& [key, value] : j_.items()) {
+      if (seen_.count(key)) continue;
+      std::vector<std::string> allowed(seen_.begin(), seen_.end());
+      throw Error(fmt::format("config: unknown key {}; allowed keys here: {}", at(key), join(allowed)));
+    }
+  }
+  std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+ private:
+  std::string display() const { return path_.empty() ? "the top level" : path_; }
+  const json* find(const std::string& key, bool optional) {
+    seen_.insert(key);
+    if (j_.contains(key) && !j_.at(key).is_null()) return &j_.at(key);
+    check(optional, "config: missing required key {}", at(key));
+    return nullptr;
+  }
+  template <typename V> V record(const std::string& key, V value) {
+    out_[key] = value;
+    return value;
+  }
+
+  const json& j_;
+  std::string path_;
+  json& out_;
+  std::set<std::string> seen_;
+};
+
+template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
+
+void parse_model(ObjectReader r, ModelConfig& m) {
+  m.type = r.choice("type", {"transformer"}, nullptr);
+  m.d_model = r.positive("d_model");
+  m.n_layers = r.positive("n_layers");
+  m.vocab_size = r.positive("vocab_size");
+  m.tie_embeddings = r.boolean("tie_embeddings", false);
+  {
+    ObjectReader n = r.object("norm");
+    n.choice("type", {"rmsnorm"}, dflt(std::string("rmsnorm")));
+    m.norm_eps = n.number("eps", dflt(1e-6));
+    check(m.norm_eps > 0, "config: model.norm.eps must be > 0");
+    n.finish();
+  }
+  {
+    ObjectReader mlp = r.object("mlp");
+    mlp.choice("type", {"swiglu"}, dflt(std::string("swiglu")));
+    m.mlp.intermediate_size = mlp.positive("intermediate_size");
+    mlp.finish();
+  }
+  {
+    ObjectReader init = r.object("init");
+    m.init_std = init.number("std", dflt(0.02));
+    check(m.init_std > 0, "config: model.init.std must be > 0");
+    init.finish();
+  }
+  {
+    ObjectReader a = r.object("attn");
+    m.attn.num_heads = a.positive("num_heads");
+    m.attn.head_dim = a.positive("head_dim");
+    m.attn.rope_theta = a.number("rope_theta", dflt(10000.0));
+    check(m.attn.head_dim % 2 == 0, "config: model.attn.head_dim must be even (rotary), got {}", m.attn.head_dim);
+    check(m.attn.rope_theta > 0, "config: model.attn.rope_theta must be > 0");
+    a.finish();
+  }
+  r.finish();
+}
+
+void parse_train(ObjectReader r, TrainConfig& t) {
+  t.tokens = r.positive("tokens");
+  t.batch_tokens = r.positive("batch_tokens");
+  t.seq_len = r.positive("seq_len");
+  t.micro_batch = r.positive("micro_batch");
+  t.lr = r.number("lr");
+  t.min_lr = r.number("min_lr", dflt(0.0));
+  t.lr_schedule = r.choice("lr_schedule", {"cosine"}, dflt(std::string("cosine")));
+  t.lr_formula = r.choice("lr_formula", {"flame", "standard"}, dflt(std::string("flame")));
+  t.warmup_tokens = r.integer("warmup_tokens", dflt(int64_t{0}));
+  t.weight_decay = r.number("weight_decay", dflt(0.1));
+  t.weight_decay_exclude = r.choices("weight_decay_exclude", {"bias", "norm", "embedding", "ssm_param"});
+  const auto betas = r.numbers("betas", 2, {0.9, 0.95});
+  t.beta1 = betas[0];
+  t.beta2 = betas[1];
+  t.eps = r.number("eps", dflt(1e-8));
+  t.grad_clip = r.number("grad_clip", dflt(1.0));
+  t.skip_nonfinite = r.boolean("skip_nonfinite", true);
+  t.seed = static_cast<uint64_t>(r.integer("seed", dflt(int64_t{42})));
+  t.backend = r.choice("backend", {"cpu"}, dflt(std::string("cpu")));
+  r.finish();
+
+  check(t.lr > 0, "config: train.lr must be > 0, got {}", t.lr);
+  check(t.min_lr >= 0 && t.min_lr <= t.lr, "config: train.min_lr must be in [0, train.lr], got {}", t.min_lr);
+  check(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "config: train.betas must lie in [0, 1)");
+  check(t.eps > 0, "config: train.eps must be > 0");
+  check(t.weight_decay >= 0, "config: train.weight_decay must be >= 0");
+  check(t.grad_clip >= 0, "config: train.grad_clip must be >= 0 (0 disables clipping)");
+  check(t.tokens % t.batch_tokens == 0,
+        "config: train.tokens ({}) must be a whole number of steps of train.batch_tokens ({})", t.tokens,
+        t.batch_tokens);
+  check(t.batch_tokens % (t.micro_batch * t.seq_len) == 0,
+        "config: inconsistent batch: train.batch_tokens ({}) must be a multiple of train.micro_batch * "
+        "train.seq_len ({} * {} = {}); grad_accum = batch_tokens / (micro_batch * seq_len)",
+        t.batch_tokens, t.micro_batch, t.seq_len, t.micro_batch * t.seq_len);
+  check(t.warmup_tokens >= 0 && t.warmup_tokens % t.batch_tokens == 0,
+        "config: train.warmup_tokens ({}) must be a whole number of steps of train.batch_tokens ({})",
+        t.warmup_tokens, t.batch_tokens);
+  check(t.warmup_steps() < t.steps(), "config: train.warmup_tokens ({} steps) must be fewer than the {} steps",
+        t.warmup_steps(), t.steps());
+}
+
+void parse_data(ObjectReader r, DataConfig& d) {
+  d.tokenizer = r.choice("tokenizer", {"gpt2"}, dflt(std::string("gpt2")));
+  d.tokenizer_dir = r.string("tokenizer_dir", dflt(std::string("data/tokenizers/gpt2")));
+  d.text = r.string("text", dflt(std::string()));
+  d.val_fraction = r.number("val_fraction", dflt(0.1));
+  d.cache_dir = r.string("cache_dir", dflt(std::string("data/cache")));
+  d.train_shard = r.string("train_shard", dflt(std::string()));
+  d.val_shard = r.string("val_shard", dflt(std::string()));
+  d.shuffle = r.boolean("shuffle", true);
+  d.shuffle_seed = static_cast<uint64_t>(r.integer("shuffle_seed", dflt(int64_t{42})));
+  r.finish();
+  check(d.val_fraction > 0 && d.val_fraction < 1, "config: data.val_fraction must be in (0, 1), got {}",
+        d.val_fraction);
+  check(!d.text.empty() || (!d.train_shard.empty() && !d.val_shard.empty()),
+        "config: data needs either data.text (a UTF-8 file tokenized once) or both data.train_shard and "
+        "data.val_shard");
+  check(d.text.empty() || (d.train_shard.empty() && d.val_shard.empty()),
+        "config: data.text and data.train_shard/data.val_shard are exclusive; give one or the other");
+}
+
+}  // namespace
+
+Config parse_config(const json& j) {
+  Config c;
+  json resolved;
+  ObjectReader r(j, "", resolved);
+  c.run_name = r.string("run_name", dflt(std::string("run")));
+  parse_model(r.object("model"), c.model);
+  parse_train(r.object("train"), c.train);
+  parse_data(r.object("data"), c.data);
+  {
+    ObjectReader e = r.object("eval");
+    c.eval.interval_steps = e.integer("interval_steps", dflt(int64_t{0}));
+    c.eval.tokens = e.integer("tokens", dflt(c.train.batch_tokens));
+    c.eval.at_start = e.boolean("at_start", true);
+    e.finish();
+    check(c.eval.interval_steps >= 0, "config: eval.interval_steps must be >= 0");
+    check(c.eval.tokens >= c.train.seq_len, "config: eval.tokens ({}) must be at least train.seq_len ({})",
+          c.eval.tokens, c.train.seq_len);
+  }
+  {
+    ObjectReader k = r.object("checkpoint");
+    c.checkpoint.interval_steps = k.integer("interval_steps", dflt(int64_t{0}));
+    c.checkpoint.keep = k.positive("keep", dflt(int64_t{2}));
+    k.finish();
+    check(c.checkpoint.interval_steps >= 0, "config: checkpoint.interval_steps must be >= 0");
+  }
+  {
+    ObjectReader l = r.object("log");
+    c.log.interval_steps = l.positive("interval_steps", dflt(int64_t{1}));
+    l.finish();
+  }
+  r.finish();
+  check(c.model.attn.num_heads * c.model.attn.head_dim > 0, "config: model.attn is incomplete");
+  c.resolved = resolved;
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  check(in.good(), "config: cannot open {}", path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("config: {} is not valid JSON: {}", path, e.what()));
+  }
+  for (const std::string& o : overrides) {
+    const auto eq = o.find('=');
+    check(eq != std::string::npos && eq > 0, "--set {}: expected key.path=value", o);
+    const std::string key = o.substr(0, eq), text = o.substr(eq + 1);
+    json value;
+    try {
+      value = json::parse(text);
+    } catch (const json::parse_error&) {
+      value = text;  // a bare word is a string
+    }
+    json* node = &j;
+    std::stringstream parts(key);
+    std::string part;
+    std::vector<std::string> names;
+    while (std::getline(parts, part, '.')) names.push_back(part);
+    for (size_t i = 0; i + 1 < names.size(); ++i) {
+      json& child = (*node)[names[i]];
+      if (child.is_null()) child = json::object();
+      check(child.is_object(), "--set {}: {} is not an object", o, names[i]);
+      node = &child;
+    }
+    (*node)[names.back()] = value;
+  }
+  try {
+    return parse_config(j);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (in {})", e.what(), path));
+  }
+}
+
+}  // namespace llmt

@@ -1,0 +1,105 @@
+// The run configuration: one JSON file = one run (runs.md section 4, adapted; every key is
+// documented in docs/CONFIG.md). Parsing is strict: an unknown key, a wrong type or a bad
+// value throws llmt::Error naming the key path (e.g. "train.lr") and what is allowed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace llmt {
+
+struct AttnConfig {
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;
+  double rope_theta = 10000.0;
+};
+
+struct MlpConfig {
+  int64_t intermediate_size = 0;  ///< SwiGLU hidden width F
+};
+
+struct ModelConfig {
+  std::string type = "transformer";  ///< default mixer of every layer
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t vocab_size = 0;
+  bool tie_embeddings = false;
+  double norm_eps = 1e-6;  ///< RMSNorm eps (model.norm.eps)
+  MlpConfig mlp;
+  double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
+  AttnConfig attn;
+};
+
+struct TrainConfig {
+  int64_t tokens = 0;        ///< total training tokens
+  int64_t batch_tokens = 0;  ///< tokens per optimizer step
+  int64_t seq_len = 0;
+  int64_t micro_batch = 0;   ///< sequences per forward/backward pass
+  double lr = 0, min_lr = 0;
+  std::string lr_schedule = "cosine";
+  std::string lr_formula = "flame";  ///< "flame" (runs.md section 1) or "standard"
+  int64_t warmup_tokens = 0;
+  double weight_decay = 0.1;
+  std::vector<std::string> weight_decay_exclude;  ///< subset of {bias, norm, embedding, ssm_param}
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  ///< global L2 norm; 0 disables clipping
+  bool skip_nonfinite = true;
+  uint64_t seed = 42;
+  std::string backend = "cpu";
+
+  // Derived (validated) quantities.
+  int64_t steps() const { return tokens / batch_tokens; }
+  int64_t warmup_steps() const { return warmup_tokens / batch_tokens; }
+  int64_t grad_accum() const { return batch_tokens / (micro_batch * seq_len); }
+};
+
+struct DataConfig {
+  std::string tokenizer = "gpt2";
+  std::string tokenizer_dir = "data/tokenizers/gpt2";
+  std::string text;          ///< raw UTF-8 text tokenized once into cache_dir (optional)
+  double val_fraction = 0.1;
+  std::string cache_dir = "data/cache";
+  std::string train_shard;   ///< pre-tokenized shards (used when text is empty)
+  std::string val_shard;
+  bool shuffle = true;
+  uint64_t shuffle_seed = 42;
+};
+
+struct EvalConfig {
+  int64_t interval_steps = 0;  ///< 0 = only at start and end
+  int64_t tokens = 0;          ///< validation tokens per evaluation (whole windows)
+  bool at_start = true;
+};
+
+struct CheckpointConfig {
+  int64_t interval_steps = 0;  ///< 0 = only at the end
+  int64_t keep = 2;            ///< newest checkpoints kept
+};
+
+struct LogConfig {
+  int64_t interval_steps = 1;
+};
+
+struct Config {
+  std::string run_name;
+  ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  nlohmann::json resolved;  ///< the full config with defaults filled in (saved in checkpoints)
+};
+
+/// Parses and validates a config object. Throws llmt::Error naming the key path.
+Config parse_config(const nlohmann::json& j);
+
+/// Reads a JSON file (error names the file, line and column of a syntax error), applies
+/// `overrides` of the form "a.b.c=value" (value parsed as JSON, else taken as a string;
+/// the key must exist in the schema), then parse_config.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+}  // namespace llmt

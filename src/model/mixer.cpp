@@ -1,0 +1,14 @@
+#include "model/mixer.h"
+
+#include "core/error.h"
+#include "model/attention.h"
+
+namespace llmt {
+
+std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& config, ParamStore& store,
+                                  const std::string& prefix) {
+  if (type == "transformer" || type == "attn") return std::make_unique<AttentionMixer>(config, store, prefix);
+  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer", type));
+}
+
+}  // namespace llmt

@@ -1,0 +1,30 @@
+// SwiGLU MLP (layers-ssm-attn.md section 1.3): y = down(silu(gate(x)) * up(x)); gate_proj,
+// up_proj [F, D], down_proj [D, F], no biases, N(0, init_std^2).
+#pragma once
+#include <string>
+
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace llmt {
+
+class SwiGluMlp {
+ public:
+  SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::string& prefix);
+  /// Allocates saved activations for [batch * seq_len, d_model] inputs.
+  void plan(int64_t rows);
+  /// y = mlp(x), x and y [rows, D].
+  void forward(const Tensor& x, const Tensor& y);
+  /// dx = dL/dx (overwritten); parameter gradients accumulate.
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+ private:
+  ParamStore& store_;
+  int64_t d_model_, hidden_;
+  int w_gate_, w_up_, w_down_;
+  OwnedTensor gate_, up_, h_;       // saved [rows, F]
+  OwnedTensor dh_, dgate_, dup_;    // backward scratch [rows, F]
+};
+
+}  // namespace llmt

@@ -1,0 +1,65 @@
+// The language model (runs.md section 2; DESIGN.md data flow): token embedding -> n_layers
+// pre-norm blocks -> final RMSNorm -> LM head (untied, or tied to the embedding) -> softmax
+// cross-entropy. The LM head and the loss run over row chunks, so the full
+// [tokens x vocab] logits are never stored.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/block.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace llmt {
+
+/// Parameter counts as `llmtrain info` reports them.
+struct ParamCounts {
+  int64_t total = 0;
+  int64_t embedding = 0;      ///< input embedding + untied LM head
+  int64_t non_embedding = 0;  ///< total - embedding
+};
+
+class Model {
+ public:
+  /// Registers all parameters (names as flash-linear-attention's HF layout); allocates
+  /// nothing, so counts() works for any size.
+  explicit Model(const ModelConfig& config);
+
+  /// Allocates the flat parameter/gradient buffers in `dtype` (f32 for training, f64 for
+  /// gradient checks) on `backend`. Parameters are zero until params().initialize(seed).
+  void allocate(Backend& backend, DType dtype) { store_.allocate(backend, dtype); }
+
+  /// Allocates the activations for micro-batches of [batch, seq_len] (once per shape).
+  void plan(int64_t batch, int64_t seq_len);
+
+  /// Forward pass and loss. inputs, targets: host int32 [batch, seq_len] (a negative target
+  /// has no label). Returns the SUM of the per-target losses (nats). When with_grad, also
+  /// prepares the backward with dL/dlogits scaled by grad_scale (1 / targets of the whole
+  /// optimizer step gives the mean loss of the step).
+  double forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale);
+
+  /// Backward of the last forward(with_grad = true): ACCUMULATES into params().flat_grads().
+  void backward();
+
+  ParamStore& params() { return store_; }
+  const ModelConfig& config() const { return config_; }
+  ParamCounts counts() const;
+
+  /// Rows of the LM head / loss processed at once.
+  static constexpr int64_t kHeadChunkRows = 256;
+
+ private:
+  ModelConfig config_;
+  ParamStore store_;
+  int embedding_ = -1, final_norm_ = -1, lm_head_ = -1;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  int64_t batch_ = 0, seq_len_ = 0;
+  OwnedTensor ids_, targets_;               // i32 [rows]
+  std::vector<OwnedTensor> resid_;          // residual stream at each block input, plus the output
+  OwnedTensor xf_, rstdf_, dxf_, dresid_;   // final norm output / its rstd / grads
+  OwnedTensor logits_, losses_;             // one head chunk: [kHeadChunkRows, V], [kHeadChunkRows]
+};
+
+}  // namespace llmt

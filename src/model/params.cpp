@@ -1,0 +1,70 @@
+#include "model/params.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace llmt {
+
+const char* param_kind_name(ParamKind k) {
+  switch (k) {
+    case ParamKind::weight: return "weight";
+    case ParamKind::bias: return "bias";
+    case ParamKind::norm: return "norm";
+    case ParamKind::embedding: return "embedding";
+    case ParamKind::ssm_param: return "ssm_param";
+  }
+  return "?";
+}
+
+int ParamStore::add(const std::string& name, std::vector<int64_t> shape, ParamKind kind, Init init) {
+  check(!backend_, "ParamStore::add({}) after allocate()", name);
+  for (const auto& p : infos_) check(p.name != name, "ParamStore: duplicate parameter name {}", name);
+  check(!shape.empty() && shape.size() <= 4, "ParamStore: {} needs 1 to 4 dimensions", name);
+  ParamInfo info{name, shape, total_, 1, kind, init};
+  for (int64_t d : shape) info.numel *= d;
+  total_ += info.numel;
+  infos_.push_back(info);
+  return static_cast<int>(infos_.size()) - 1;
+}
+
+void ParamStore::allocate(Backend& backend, DType dtype) {
+  check(dtype == DType::f32 || dtype == DType::f64, "ParamStore: parameters are f32 or f64");
+  backend_ = &backend;
+  dtype_ = dtype;
+  params_ = Buffer(backend, static_cast<size_t>(total_) * dtype_size(dtype));
+  grads_ = Buffer(backend, static_cast<size_t>(total_) * dtype_size(dtype));
+  backend.fill_zero(flat_params());
+  backend.fill_zero(flat_grads());
+}
+
+void ParamStore::initialize(uint64_t seed) {
+  check(backend_ != nullptr, "ParamStore::initialize before allocate");
+  std::vector<double> host64;
+  std::vector<float> host32;
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    const ParamInfo& p = infos_[i];
+    host64.assign(p.numel, 0.0);
+    if (p.init.kind == Init::ones) host64.assign(p.numel, 1.0);
+    if (p.init.kind == Init::normal) {
+      Philox rng(seed, i);
+      for (double& x : host64) x = p.init.std * rng.normal();
+    }
+    if (dtype_ == DType::f64) {
+      backend_->upload(host64.data(), param(static_cast<int>(i)));
+    } else {
+      host32.assign(host64.begin(), host64.end());
+      backend_->upload(host32.data(), param(static_cast<int>(i)));
+    }
+  }
+}
+
+Tensor ParamStore::view(const Buffer& b, int i) const {
+  const ParamInfo& p = infos_.at(i);
+  Tensor t(static_cast<char*>(b.data()) + p.offset * dtype_size(dtype_), dtype_, {});
+  for (int64_t d : p.shape) t.shape[t.ndim++] = d;
+  return t;
+}
+
+}  // namespace llmt

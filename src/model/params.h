@@ -1,0 +1,65 @@
+// The parameter registry: every parameter of a model is a named slice of one flat buffer,
+// and its gradient the same slice of a second flat buffer (DESIGN.md, llm.c style). Layers
+// register their parameters at construction and read views after allocate().
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/backend.h"
+
+namespace llmt {
+
+/// What a parameter is, for weight-decay exclusion (train.weight_decay_exclude).
+enum class ParamKind { weight, bias, norm, embedding, ssm_param };
+const char* param_kind_name(ParamKind k);
+
+/// How a parameter is initialised.
+struct Init {
+  enum Kind { normal, ones, zeros } kind = normal;
+  double std = 0.02;  ///< for normal: N(0, std^2)
+};
+
+struct ParamInfo {
+  std::string name;             ///< flash-linear-attention HF name, e.g. model.layers.0.attn.q_proj.weight
+  std::vector<int64_t> shape;
+  int64_t offset = 0;           ///< in elements, into the flat buffers
+  int64_t numel = 0;
+  ParamKind kind = ParamKind::weight;
+  Init init;
+};
+
+class ParamStore {
+ public:
+  /// Registers a parameter; returns its index. Must precede allocate(). Names are unique.
+  int add(const std::string& name, std::vector<int64_t> shape, ParamKind kind, Init init);
+
+  /// Allocates the flat parameter and gradient buffers (dtype f32 or f64) on `backend`.
+  void allocate(Backend& backend, DType dtype);
+
+  /// Fills every parameter by its Init; parameter i draws from Philox(seed, i), so a
+  /// parameter's values depend only on the seed and its registration index.
+  void initialize(uint64_t seed);
+
+  Tensor param(int i) const { return view(params_, i); }
+  Tensor grad(int i) const { return view(grads_, i); }
+  /// All parameters / gradients as one 1-D tensor.
+  Tensor flat_params() const { return Tensor(params_.data(), dtype_, {total_}); }
+  Tensor flat_grads() const { return Tensor(grads_.data(), dtype_, {total_}); }
+
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+  int64_t total() const { return total_; }
+  DType dtype() const { return dtype_; }
+  Backend& backend() const { return *backend_; }
+
+ private:
+  Tensor view(const Buffer& b, int i) const;
+  std::vector<ParamInfo> infos_;
+  int64_t total_ = 0;
+  DType dtype_ = DType::f32;
+  Backend* backend_ = nullptr;
+  Buffer params_, grads_;
+};
+
+}  // namespace llmt

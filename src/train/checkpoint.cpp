@@ -1,0 +1,138 @@
+#include "train/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace llmt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPrefix = "step_";
+
+/// The flat buffer `t` copied to host memory.
+std::vector<uint8_t> to_host(Backend& be, const Tensor& t) {
+  std::vector<uint8_t> host(t.bytes());
+  be.download(t, host.data());
+  return host;
+}
+
+std::vector<SafetensorsEntry> entries(const ParamStore& p, const std::vector<uint8_t>& host, const std::string& prefix) {
+  std::vector<SafetensorsEntry> out;
+  for (const ParamInfo& info : p.infos())
+    out.push_back({prefix + info.name, p.dtype(), info.shape, host.data() + info.offset * dtype_size(p.dtype())});
+  return out;
+}
+
+void read_all(const SafetensorsFile& f, const ParamStore& p, std::vector<uint8_t>& host, const std::string& prefix) {
+  for (const ParamInfo& info : p.infos())
+    f.read(prefix + info.name, p.dtype(), info.shape, host.data() + info.offset * dtype_size(p.dtype()));
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const TrainState& state, const ParamStore& params,
+                            const AdamW& optimizer, const nlohmann::json& resolved_config, uint64_t seed,
+                            int64_t keep) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  fs::create_directories(root);
+  const std::string name = fmt::format("{}{:08d}", kPrefix, state.step);
+  const fs::path tmp = root / (".tmp-" + name), final_dir = root / name;
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  Backend& be = params.backend();
+  const auto weights = to_host(be, params.flat_params());
+  write_safetensors((tmp / "model.safetensors").string(), entries(params, weights, ""),
+                    {{"format", "pt"}, {"step", std::to_string(state.step)}});
+  const auto m = to_host(be, optimizer.m()), v = to_host(be, optimizer.v());
+  auto moments = entries(params, m, "exp_avg.");
+  for (auto& e : entries(params, v, "exp_avg_sq.")) moments.push_back(e);
+  write_safetensors((tmp / "optimizer.safetensors").string(), moments);
+
+  const nlohmann::json st = {
+      {"step", state.step},
+      {"tokens", state.tokens},
+      {"skipped_steps", state.skipped_steps},
+      {"optimizer_steps", optimizer.steps_taken()},
+      {"loader", {{"epoch", state.loader.epoch}, {"index", state.loader.index}}},
+      {"seed", seed},
+      {"source_revision", LLMT_GIT_REVISION},
+      {"config", resolved_config},
+  };
+  write_file_synced((tmp / "state.json").string(), st.dump(2) + "\n");
+  fsync_directory(tmp.string());
+
+  fs::remove_all(final_dir);  // a checkpoint of the same step from an interrupted earlier run
+  fs::rename(tmp, final_dir);
+  fsync_directory(root.string());
+
+  std::vector<fs::path> all;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string().rfind(kPrefix, 0) == 0) all.push_back(e.path());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i]);
+  return final_dir.string();
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(root)) return "";
+  std::string best;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind(kPrefix, 0) == 0 && fs::exists(e.path() / "state.json") &&
+        (best.empty() || n > fs::path(best).filename().string()))
+      best = e.path().string();
+  }
+  return best;
+}
+
+TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
+                           const nlohmann::json& resolved_config) {
+  const fs::path d(dir);
+  const std::string state_path = (d / "state.json").string();
+  std::ifstream in(state_path);
+  check(in.good(), "cannot open {}", state_path);
+  nlohmann::json st;
+  try {
+    st = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
+  }
+  const nlohmann::json& saved_model = st.at("config").at("model");
+  for (const auto& [key, value] : resolved_config.at("model").items())
+    check(saved_model.contains(key) && saved_model.at(key) == value,
+          "resume: model.{} is {} in the config but {} in the checkpoint {}", key, value.dump(),
+          saved_model.contains(key) ? saved_model.at(key).dump() : "absent", dir);
+
+  Backend& be = params.backend();
+  std::vector<uint8_t> host(params.flat_params().bytes());
+  read_all(SafetensorsFile((d / "model.safetensors").string()), params, host, "");
+  be.upload(host.data(), params.flat_params());
+  const SafetensorsFile opt((d / "optimizer.safetensors").string());
+  read_all(opt, params, host, "exp_avg.");
+  be.upload(host.data(), optimizer.m());
+  read_all(opt, params, host, "exp_avg_sq.");
+  be.upload(host.data(), optimizer.v());
+
+  TrainState s;
+  try {
+    s.step = st.at("step").get<int64_t>();
+    s.tokens = st.at("tokens").get<int64_t>();
+    s.skipped_steps = st.at("skipped_steps").get<int64_t>();
+    s.loader.epoch = st.at("loader").at("epoch").get<uint64_t>();
+    s.loader.index = st.at("loader").at("index").get<uint64_t>();
+    optimizer.set_steps_taken(st.at("optimizer_steps").get<int64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: {}", state_path, e.what()));
+  }
+  return s;
+}
+
+}  // namespace llmt

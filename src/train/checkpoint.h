@@ -1,0 +1,45 @@
+// Checkpoints (DESIGN.md "Checkpoints"): a directory <run>/checkpoints/step_XXXXXXXX holding
+//   model.safetensors      master weights, names as flash-linear-attention's HF layout
+//   optimizer.safetensors  AdamW moments: "exp_avg.<name>", "exp_avg_sq.<name>"
+//   state.json             step, optimizer updates, tokens, loader position, seed, resolved
+//                          config, source revision
+// It is written under a temporary name (.tmp-step_XXXXXXXX), every file fsynced, then renamed
+// and the parent directory fsynced: a crash at any moment leaves the previous checkpoint
+// intact and never a half one under a final name.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "data/loader.h"
+#include "model/params.h"
+#include "train/optimizer.h"
+
+namespace llmt {
+
+/// Training progress saved in state.json.
+struct TrainState {
+  int64_t step = 0;           ///< optimizer steps completed (the LR schedule position)
+  int64_t tokens = 0;         ///< training tokens consumed
+  int64_t skipped_steps = 0;  ///< steps whose update was skipped (non-finite gradient norm)
+  LoaderState loader;
+};
+
+/// Writes the checkpoint of `state` into run_dir/checkpoints and removes the oldest ones so
+/// that at most `keep` remain. Returns the checkpoint directory.
+std::string save_checkpoint(const std::string& run_dir, const TrainState& state, const ParamStore& params,
+                            const AdamW& optimizer, const nlohmann::json& resolved_config, uint64_t seed,
+                            int64_t keep);
+
+/// The newest complete checkpoint directory of run_dir, or "" when there is none.
+std::string latest_checkpoint(const std::string& run_dir);
+
+/// Restores weights and moments into `params` / `optimizer` from `dir` and returns the
+/// saved state. Throws llmt::Error naming the file (and offset) for a missing, truncated or
+/// mismatching file, and naming the key when the saved model config differs from
+/// `resolved_config`'s.
+TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
+                           const nlohmann::json& resolved_config);
+
+}  // namespace llmt

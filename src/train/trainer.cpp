@@ -1,0 +1,186 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "data/text_dataset.h"
+#include "train/lr_schedule.h"
+
+namespace llmt {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+/// Splits windows [batch, seq_len + 1] into inputs [:, :-1] and targets [:, 1:].
+void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
+                   std::vector<int32_t>& targets) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq_len; ++t) {
+      inputs[b * seq_len + t] = windows[b * (seq_len + 1) + t];
+      targets[b * seq_len + t] = windows[b * (seq_len + 1) + t + 1];
+    }
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
+    : config_(config), run_dir_(run_dir) {
+  const TrainConfig& tc = config_.train;
+  const DataConfig& dc = config_.data;
+  backend_ = make_cpu_backend();
+
+  std::string train_path = dc.train_shard, val_path = dc.val_shard;
+  if (!dc.text.empty()) {
+    const std::string out = (fs::path(dc.cache_dir) / (fs::path(dc.text).stem().string() + "-" + dc.tokenizer)).string();
+    const TextShards shards = prepare_text_shards(dc.text, dc.tokenizer_dir, out, dc.val_fraction);
+    train_path = shards.train_path;
+    val_path = shards.val_path;
+  }
+  train_shard_ = std::make_unique<ShardReader>(train_path);
+  val_shard_ = std::make_unique<ShardReader>(val_path);
+  loader_ = std::make_unique<WindowLoader>(*train_shard_, tc.seq_len, dc.shuffle_seed, dc.shuffle);
+  val_loader_ = std::make_unique<WindowLoader>(*val_shard_, tc.seq_len, 0, false);
+
+  model_ = std::make_unique<Model>(config_.model);
+  model_->allocate(*backend_, DType::f32);
+  model_->plan(tc.micro_batch, tc.seq_len);
+  optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
+  windows_.resize(tc.micro_batch * (tc.seq_len + 1));
+  inputs_.resize(tc.micro_batch * tc.seq_len);
+  targets_.resize(tc.micro_batch * tc.seq_len);
+
+  fs::create_directories(run_dir_);
+  const std::string latest = latest_checkpoint(run_dir_);
+  check(resume || latest.empty(),
+        "{} already holds checkpoints (newest: {}); pass --resume to continue it or --out to start elsewhere",
+        run_dir_, latest);
+  if (!latest.empty()) {
+    state_ = load_checkpoint(latest, model_->params(), *optimizer_, config_.resolved);
+    loader_->set_state(state_.loader);
+    spdlog::info("resumed from {} at step {}", latest, state_.step);
+  } else {
+    if (resume) spdlog::warn("--resume: no checkpoint in {}; starting from step 0", run_dir_);
+    model_->params().initialize(tc.seed);
+  }
+  metrics_ = std::make_unique<MetricsLog>((fs::path(run_dir_) / "metrics.jsonl").string(),
+                                          latest.empty() ? -1 : state_.step);
+  std::ofstream((fs::path(run_dir_) / "config.json").string()) << config_.resolved.dump(2) << '\n';
+
+  const ParamCounts pc = model_->counts();
+  spdlog::info("model: {} layers of {}, d_model {}, {} parameters ({} non-embedding); backend {}",
+               config_.model.n_layers, config_.model.type, config_.model.d_model, pc.total, pc.non_embedding,
+               backend_->name());
+  spdlog::info("data: {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens "
+               "(micro_batch {} x grad_accum {})",
+               train_shard_->size(), loader_->num_windows(), tc.seq_len, val_shard_->size(), tc.steps(),
+               tc.batch_tokens, tc.micro_batch, tc.grad_accum());
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::evaluate() {
+  const int64_t B = config_.train.micro_batch, T = config_.train.seq_len;
+  const int64_t n = std::min(config_.eval.tokens / T, val_loader_->num_windows());
+  double loss_sum = 0;
+  for (int64_t w0 = 0; w0 < n; w0 += B) {
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t* win = windows_.data() + b * (T + 1);
+      if (w0 + b < n) {
+        val_loader_->window(w0 + b, win);
+      } else {
+        std::fill(win, win + T + 1, -1);  // padding rows: no labels
+        std::fill(win, win + T, 0);
+      }
+    }
+    split_windows(windows_, B, T, inputs_, targets_);
+    loss_sum += model_->forward(inputs_.data(), targets_.data(), false, 0.0);
+  }
+  return loss_sum / static_cast<double>(n * T);
+}
+
+double Trainer::train_step(double lr) {
+  const TrainConfig& tc = config_.train;
+  Backend& be = *backend_;
+  ParamStore& params = model_->params();
+  be.fill_zero(params.flat_grads());
+  const double targets_per_step = static_cast<double>(tc.batch_tokens);
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < tc.grad_accum(); ++micro) {
+    loader_->next(tc.micro_batch, windows_.data());
+    split_windows(windows_, tc.micro_batch, tc.seq_len, inputs_, targets_);
+    loss_sum += model_->forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
+    model_->backward();
+  }
+  last_grad_norm_ = std::sqrt(be.sum_squares(params.flat_grads()));
+  last_skipped_ = tc.skip_nonfinite && !std::isfinite(last_grad_norm_);
+  if (last_skipped_) {
+    ++state_.skipped_steps;
+    spdlog::warn("step {}: gradient norm is {}; update skipped (the LR schedule advances)", state_.step + 1,
+                 last_grad_norm_);
+  } else {
+    const double scale =
+        tc.grad_clip > 0 && last_grad_norm_ > tc.grad_clip ? tc.grad_clip / (last_grad_norm_ + 1e-6) : 1.0;
+    optimizer_->step(lr, scale);
+  }
+  return loss_sum / targets_per_step;
+}
+
+void Trainer::run() {
+  const TrainConfig& tc = config_.train;
+  const int64_t N = tc.steps();
+  if (state_.step == 0 && config_.eval.at_start) {
+    const double val = evaluate();
+    metrics_->write({{"step", 0}, {"tokens", 0}, {"val_loss", val}});
+    spdlog::info("step 0/{} | val_loss {:.4f}", N, val);
+  }
+  using clock = std::chrono::steady_clock;
+  const auto session_start = clock::now();
+  const int64_t first_step = state_.step;
+  while (state_.step < N) {
+    const auto t0 = clock::now();
+    const double lr = learning_rate(tc, state_.step);
+    const double loss = train_step(lr);
+    ++state_.step;
+    state_.tokens += tc.batch_tokens;
+    state_.loader = loader_->state();
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    const double tokens_per_s = static_cast<double>(tc.batch_tokens) / dt;
+
+    nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
+                          {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}};
+    if (last_skipped_) rec["skipped"] = true;
+    const bool last = state_.step == N;
+    const auto every = [&](int64_t interval) { return interval > 0 && state_.step % interval == 0; };
+    if (every(config_.eval.interval_steps) || last) rec["val_loss"] = evaluate();
+    metrics_->write(rec);
+
+    if (every(config_.log.interval_steps) || last || state_.step == first_step + 1) {
+      const double elapsed = std::chrono::duration<double>(clock::now() - session_start).count();
+      const double per_step = elapsed / static_cast<double>(state_.step - first_step);
+      std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
+                                     state_.step, N, loss, lr, last_grad_norm_, tokens_per_s,
+                                     format_duration(per_step * static_cast<double>(N - state_.step)));
+      if (rec.contains("val_loss")) line += fmt::format(" | val_loss {:.4f}", rec["val_loss"].get<double>());
+      spdlog::info("{}", line);
+    }
+    if (every(config_.checkpoint.interval_steps) || last) {
+      const std::string dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved,
+                                              tc.seed, config_.checkpoint.keep);
+      spdlog::debug("checkpoint {}", dir);
+    }
+  }
+}
+
+}  // namespace llmt

@@ -1,0 +1,54 @@
+// The training loop (runs.md section 1; DESIGN.md data flow): per optimizer step,
+// grad_accum micro-batches of forward + backward, the global gradient norm, skip on a
+// non-finite norm, clipping, AdamW with the scheduled LR, metrics, evaluation and
+// checkpoints at their intervals.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/shard.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+
+namespace llmt {
+
+class Trainer {
+ public:
+  /// Prepares data (tokenizing data.text once), builds the model and optimizer, and either
+  /// initialises from config.train.seed or, when `resume` is set and run_dir has a
+  /// checkpoint, restores the newest one. Writes run_dir/config.json.
+  Trainer(const Config& config, const std::string& run_dir, bool resume);
+  ~Trainer();
+
+  /// Trains to the configured number of steps.
+  void run();
+
+  /// Mean loss over the first eval.tokens / seq_len windows of the validation shard.
+  double evaluate();
+
+  const TrainState& state() const { return state_; }
+
+ private:
+  double train_step(double lr);
+
+  Config config_;
+  std::string run_dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ShardReader> train_shard_, val_shard_;
+  std::unique_ptr<WindowLoader> loader_, val_loader_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<MetricsLog> metrics_;
+  TrainState state_;
+  double last_grad_norm_ = 0;   // of the latest train_step
+  bool last_skipped_ = false;
+  std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one micro-batch
+};
+
+}  // namespace llmt

@@ -1,0 +1,33 @@
+// The subcommands of the llmtrain binary. Each returns the process exit code.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace llmt::cli {
+
+struct TrainArgs {
+  std::string config;
+  std::string out;  ///< run directory; default runs/<run_name>
+  bool resume = false;
+  std::vector<std::string> set;  ///< "a.b=value" overrides
+};
+int train(const TrainArgs& args);
+
+struct InfoArgs {
+  std::string config;
+  std::vector<std::string> set;
+};
+int info(const InfoArgs& args);
+
+struct ProbeArgs {
+  std::string mixer;
+  std::string config;   ///< optional: take the mixer's dimensions from this config's model
+  std::string inputs;   ///< optional safetensors with x, dy and parameters
+  std::string out;      ///< optional safetensors for y, dx, grad.<param>
+  std::string dtype = "f64";
+  bool selftest = false;
+  int64_t batch = 2, seq_len = 8;
+};
+int probe(const ProbeArgs& args);
+
+}  // namespace llmt::cli

@@ -1,0 +1,49 @@
+// llmtrain: the one binary of the project. Subcommands: train, info, probe.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"llmtrain: pretraining of Transformer / linear-attention / SSM language models from JSON configs"};
+  app.require_subcommand(1);
+
+  llmt::cli::TrainArgs train;
+  CLI::App* t = app.add_subcommand("train", "train a model from a JSON config");
+  t->add_option("--config,-c", train.config, "run config (JSON)")->required()->check(CLI::ExistingFile);
+  t->add_option("--out,-o", train.out, "run directory (default runs/<run_name>)");
+  t->add_flag("--resume", train.resume, "continue from the newest checkpoint in the run directory");
+  t->add_option("--set", train.set, "override a config key: --set train.lr=1e-3 (repeatable)");
+
+  llmt::cli::InfoArgs info;
+  CLI::App* i = app.add_subcommand("info", "print parameter counts and FLOPs per token of a config");
+  i->add_option("--config,-c", info.config, "run config (JSON)")->required()->check(CLI::ExistingFile);
+  i->add_option("--set", info.set, "override a config key (repeatable)");
+
+  llmt::cli::ProbeArgs probe;
+  CLI::App* p = app.add_subcommand("probe", "run one mixer layer forward and backward on the CPU");
+  p->add_option("--mixer", probe.mixer, "mixer type")->required()->check(CLI::IsMember({"transformer"}));
+  p->add_option("--config,-c", probe.config, "take the layer's dimensions from this config")->check(CLI::ExistingFile);
+  p->add_option("--inputs", probe.inputs, "safetensors with x [B,T,D], optional dy and parameters")
+      ->check(CLI::ExistingFile);
+  p->add_option("--out", probe.out, "write y, dx and grad.<param> to this safetensors file");
+  p->add_option("--dtype", probe.dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
+  p->add_flag("--selftest", probe.selftest, "float64 finite-difference check of every gradient; non-zero exit on failure");
+  p->add_option("--batch", probe.batch, "B when x is random")->check(CLI::PositiveNumber);
+  p->add_option("--seq-len", probe.seq_len, "T when x is random")->check(CLI::PositiveNumber);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (t->parsed()) return llmt::cli::train(train);
+    if (i->parsed()) return llmt::cli::info(info);
+    if (p->parsed()) return llmt::cli::probe(probe);
+  } catch (const llmt::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected error: {}", e.what());
+    return 3;
+  }
+  return 1;
+}
