@@ -77,7 +77,7 @@ int selftest(const std::string& type) {
   std::vector<GradCheckInput> inputs{{"x", *x, values_of(*dx)}};
   for (size_t i = 0; i < store.infos().size(); ++i)
     inputs.push_back({store.infos()[i].name, store.param(static_cast<int>(i)), values_of(store.grad(static_cast<int>(i)))});
-  const auto reports = finite_difference_check(loss, inputs, 1e-5, 1e-6, 1e-4, 1 << 20);
+  const auto reports = finite_difference_check(loss, inputs, 1e-5, 1e-6, 1e-8, 1 << 20);
   bool ok = true;
   for (const auto& rep : reports) {
     fmt::print("{:<24} {:>5} elements  max abs err {:.3e}  max rel err {:.3e}  {}\n", rep.name, rep.checked,

@@ -8,8 +8,10 @@
 namespace llmt {
 
 MetricsLog::MetricsLog(const std::string& path, int64_t keep_up_to_step) : path_(path) {
+  // Keep only the lines with step <= keep_up_to_step: on a fresh start (-1) none, so stale
+  // lines of an earlier run in the same directory never mix with the new ones.
+  std::vector<std::string> kept;
   if (keep_up_to_step >= 0) {
-    std::vector<std::string> kept;
     std::ifstream in(path);
     for (std::string line; std::getline(in, line);) {
       if (line.empty()) continue;
@@ -19,7 +21,8 @@ MetricsLog::MetricsLog(const std::string& path, int64_t keep_up_to_step) : path_
         // a line cut short by a crash: dropped
       }
     }
-    in.close();
+  }
+  {
     std::ofstream rewrite(path, std::ios::trunc);
     for (const auto& l : kept) rewrite << l << '\n';
   }

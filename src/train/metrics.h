@@ -11,8 +11,9 @@ namespace llmt {
 
 class MetricsLog {
  public:
-  /// Opens `path` for appending. When `keep_up_to_step` >= 0 (a resume), first drops every
-  /// line whose "step" is greater, so the file continues exactly where the checkpoint was.
+  /// Opens `path` for appending after dropping every line whose "step" is greater than
+  /// `keep_up_to_step` (and any partial line), so a resumed run continues exactly where the
+  /// checkpoint was; -1 (a fresh start) drops every line.
   MetricsLog(const std::string& path, int64_t keep_up_to_step);
   /// Appends one object as one line and flushes.
   void write(const nlohmann::json& record);

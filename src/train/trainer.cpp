@@ -137,9 +137,10 @@ double Trainer::train_step(double lr) {
   return loss_sum / targets_per_step;
 }
 
-void Trainer::run() {
+void Trainer::run(int64_t stop_at_step) {
   const TrainConfig& tc = config_.train;
   const int64_t N = tc.steps();
+  const int64_t stop = stop_at_step > 0 ? std::min(stop_at_step, N) : N;
   if (state_.step == 0 && config_.eval.at_start) {
     const double val = evaluate();
     metrics_->write({{"step", 0}, {"tokens", 0}, {"val_loss", val}});
@@ -148,7 +149,7 @@ void Trainer::run() {
   using clock = std::chrono::steady_clock;
   const auto session_start = clock::now();
   const int64_t first_step = state_.step;
-  while (state_.step < N) {
+  while (state_.step < stop) {
     const auto t0 = clock::now();
     const double lr = learning_rate(tc, state_.step);
     const double loss = train_step(lr);
@@ -175,7 +176,7 @@ void Trainer::run() {
       if (rec.contains("val_loss")) line += fmt::format(" | val_loss {:.4f}", rec["val_loss"].get<double>());
       spdlog::info("{}", line);
     }
-    if (every(config_.checkpoint.interval_steps) || last) {
+    if (every(config_.checkpoint.interval_steps) || state_.step == stop) {
       const std::string dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved,
                                               tc.seed, config_.checkpoint.keep);
       spdlog::debug("checkpoint {}", dir);

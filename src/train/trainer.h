@@ -26,8 +26,9 @@ class Trainer {
   Trainer(const Config& config, const std::string& run_dir, bool resume);
   ~Trainer();
 
-  /// Trains to the configured number of steps.
-  void run();
+  /// Trains to the configured number of steps or, when stop_at_step > 0, until that step
+  /// (then writes a checkpoint there, as a clean stop that a resume continues from).
+  void run(int64_t stop_at_step = -1);
 
   /// Mean loss over the first eval.tokens / seq_len windows of the validation shard.
   double evaluate();

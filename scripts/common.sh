@@ -1,0 +1,29 @@
+# Shared by quickstart.sh and test.sh: install the Debian packages that are missing, then
+# configure and build into build/ (Release). Sourced, not run.
+
+# Debian packages the build needs (DESIGN.md "Dependencies").
+LLMT_PACKAGES=(cmake g++ ninja-build git nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
+               libopenblas-dev libpcre2-dev)
+
+llmt_install_missing() {
+  local missing=()
+  for p in "${LLMT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing missing Debian packages: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "error: need root or sudo to install: ${missing[*]}" >&2; return 1; }
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+llmt_build() {
+  local jobs
+  jobs=$(nproc)
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build -j "$jobs"
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Kill a training run with SIGKILL at random moments, resume it each time, and check that
+# its per-step losses, gradient norms and validation losses are bit-identical to those of
+# an uninterrupted run (DEVELOPERS.md: "a crash never corrupts the latest checkpoint").
+# Usage: kill_resume.sh path/to/llmtrain   (run from the repository root)
+set -euo pipefail
+llmtrain=$1
+config=tests/configs/kill_resume.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+common=(--config "$config" --set "data.cache_dir=$tmp/cache")
+
+"$llmtrain" train "${common[@]}" --out "$tmp/straight" > "$tmp/straight.log" 2>&1
+
+kills=0
+for attempt in $(seq 1 60); do
+  "$llmtrain" train "${common[@]}" --out "$tmp/killed" --resume >> "$tmp/killed.log" 2>&1 &
+  pid=$!
+  if [ $kills -lt 8 ]; then
+    # a random moment between 0.2 and 1.7 s after the start
+    sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep 0.2; sleep "$((RANDOM % 2))"
+    if kill -9 "$pid" 2>/dev/null; then
+      wait "$pid" 2>/dev/null || true
+      kills=$((kills + 1))
+      continue
+    fi
+  fi
+  wait "$pid"  # the run finished by itself (status 0) or failed (set -e stops the test)
+  break
+done
+
+# Everything except the wall-clock throughput must match byte for byte.
+strip() { sed -E 's/,"tokens_per_s":[^,}]*//' "$1"; }
+if ! diff <(strip "$tmp/straight/metrics.jsonl") <(strip "$tmp/killed/metrics.jsonl") > "$tmp/diff.txt"; then
+  echo "FAIL: metrics differ after $kills kills:"; head -20 "$tmp/diff.txt"; exit 1
+fi
+steps=$(grep -c '"loss"' "$tmp/killed/metrics.jsonl")
+resumes=$(grep -c 'resumed from' "$tmp/killed.log" || true)
+echo "kill_resume: $kills SIGKILLs, $resumes resumes from a checkpoint, $steps steps identical to the uninterrupted run"
+[ "$steps" -eq 300 ] || { echo "FAIL: expected 300 steps, got $steps"; exit 1; }
+[ "$kills" -ge 1 ] && [ "$resumes" -ge 1 ] || { echo "FAIL: the run was never killed and resumed"; exit 1; }

@@ -1,0 +1,412 @@
+// The run configuration (src/model/config.{h,cpp}): strict parsing, defaults, derived
+// quantities, error messages naming the key path, and load_config with --set overrides.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+// A valid config modelled on configs/tiny/transformer.json, with some optional sections left
+// out so that their defaults must be filled in. micro_batch 4 * seq_len 128 = 512 tokens per
+// micro-batch, so batch_tokens 2048 is grad_accum 4; tokens 245760 / 2048 = 120 steps;
+// warmup 20480 / 2048 = 10 steps.
+json valid_config() {
+  return json::parse(R"({
+    "run_name": "tiny-transformer",
+    "model": {
+      "type": "transformer", "d_model": 128, "n_layers": 2, "vocab_size": 50257, "tie_embeddings": false,
+      "mlp": {"type": "swiglu", "intermediate_size": 512},
+      "attn": {"num_heads": 4, "head_dim": 32}
+    },
+    "train": {
+      "tokens": 245760, "batch_tokens": 2048, "seq_len": 128, "micro_batch": 4,
+      "lr": 3e-3, "min_lr": 3e-4, "warmup_tokens": 20480, "weight_decay_exclude": ["norm"]
+    },
+    "data": {"text": "data/some-text.txt"}
+  })");
+}
+
+// The message of the llmt::Error that f() throws; fails the test when it throws nothing.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const llmt::Error& e) {
+    return e.what();
+  }
+  FAIL("expected an llmt::Error, nothing was thrown");
+  return {};
+}
+
+std::string parse_error(const json& j) {
+  return error_of([&] { llmt::parse_config(j); });
+}
+
+// A fresh directory under the system temp dir, removed with its contents at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("llmt_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = (path / name).string();
+    std::ofstream out(p, std::ios::trunc);
+    out << text;
+    out.close();
+    REQUIRE(out);
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("config: a valid config parses and its fields are read", "[config]") {
+  const llmt::Config c = llmt::parse_config(valid_config());
+  CHECK(c.run_name == "tiny-transformer");
+  CHECK(c.model.type == "transformer");
+  CHECK(c.model.d_model == 128);
+  CHECK(c.model.n_layers == 2);
+  CHECK(c.model.vocab_size == 50257);
+  CHECK_FALSE(c.model.tie_embeddings);
+  CHECK(c.model.mlp.intermediate_size == 512);
+  CHECK(c.model.attn.num_heads == 4);
+  CHECK(c.model.attn.head_dim == 32);
+  CHECK(c.train.tokens == 245760);
+  CHECK(c.train.batch_tokens == 2048);
+  CHECK(c.train.seq_len == 128);
+  CHECK(c.train.micro_batch == 4);
+  CHECK(c.train.lr == 3e-3);
+  CHECK(c.train.min_lr == 3e-4);
+  CHECK(c.train.warmup_tokens == 20480);
+  CHECK(c.train.weight_decay_exclude == std::vector<std::string>{"norm"});
+  CHECK(c.data.text == "data/some-text.txt");
+}
+
+TEST_CASE("config: defaults are applied and written into resolved", "[config]") {
+  const llmt::Config c = llmt::parse_config(valid_config());
+  // The struct fields take the documented defaults.
+  CHECK(c.model.norm_eps == 1e-6);
+  CHECK(c.model.init_std == 0.02);
+  CHECK(c.model.attn.rope_theta == 10000.0);
+  CHECK(c.train.lr_schedule == "cosine");
+  CHECK(c.train.lr_formula == "flame");
+  CHECK(c.train.weight_decay == 0.1);
+  CHECK(c.train.beta1 == 0.9);
+  CHECK(c.train.beta2 == 0.95);
+  CHECK(c.train.eps == 1e-8);
+  CHECK(c.train.grad_clip == 1.0);
+  CHECK(c.train.skip_nonfinite);
+  CHECK(c.train.seed == 42u);
+  CHECK(c.train.backend == "cpu");
+  CHECK(c.data.tokenizer == "gpt2");
+  CHECK(c.data.val_fraction == 0.1);
+  CHECK(c.data.shuffle_seed == 42u);
+  CHECK(c.eval.interval_steps == 0);
+  CHECK(c.eval.tokens == 2048);  // defaults to train.batch_tokens
+  CHECK(c.eval.at_start);
+  CHECK(c.checkpoint.interval_steps == 0);
+  CHECK(c.checkpoint.keep == 2);
+  CHECK(c.log.interval_steps == 1);
+
+  // resolved holds every key, including the defaulted ones and the absent sections.
+  const json& r = c.resolved;
+  CHECK(r.at("run_name") == "tiny-transformer");
+  CHECK(r.at("model").at("d_model") == 128);
+  CHECK(r.at("model").at("norm").at("type") == "rmsnorm");
+  CHECK(r.at("model").at("norm").at("eps") == 1e-6);
+  CHECK(r.at("model").at("init").at("std") == 0.02);
+  CHECK(r.at("model").at("attn").at("rope_theta") == 10000.0);
+  CHECK(r.at("train").at("lr_formula") == "flame");
+  CHECK(r.at("train").at("lr_schedule") == "cosine");
+  CHECK(r.at("train").at("weight_decay") == 0.1);
+  CHECK(r.at("train").at("betas") == json::array({0.9, 0.95}));
+  CHECK(r.at("train").at("eps") == 1e-8);
+  CHECK(r.at("train").at("seed") == 42);
+  CHECK(r.at("train").at("weight_decay_exclude") == json::array({"norm"}));
+  CHECK(r.at("data").at("tokenizer_dir") == "data/tokenizers/gpt2");
+  CHECK(r.at("data").at("cache_dir") == "data/cache");
+  CHECK(r.at("data").at("train_shard") == "");
+  CHECK(r.at("eval").at("tokens") == 2048);
+  CHECK(r.at("eval").at("at_start") == true);
+  CHECK(r.at("checkpoint").at("keep") == 2);
+  CHECK(r.at("log").at("interval_steps") == 1);
+
+  // resolved is itself a valid config that parses to the same values.
+  const llmt::Config again = llmt::parse_config(r);
+  CHECK(again.resolved == r);
+}
+
+TEST_CASE("config: derived steps, warmup_steps and grad_accum", "[config]") {
+  const llmt::Config c = llmt::parse_config(valid_config());
+  CHECK(c.train.steps() == 120);        // 245760 / 2048
+  CHECK(c.train.warmup_steps() == 10);  // 20480 / 2048
+  CHECK(c.train.grad_accum() == 4);     // 2048 / (4 * 128)
+
+  json j = valid_config();
+  j["train"]["micro_batch"] = 16;       // 2048 / (16 * 128) = 1
+  j["train"]["warmup_tokens"] = 0;
+  j["train"]["tokens"] = 4096;          // 2 steps
+  const llmt::Config d = llmt::parse_config(j);
+  CHECK(d.train.grad_accum() == 1);
+  CHECK(d.train.warmup_steps() == 0);
+  CHECK(d.train.steps() == 2);
+}
+
+TEST_CASE("config: explicit values override the defaults", "[config]") {
+  json j = valid_config();
+  j["model"]["norm"] = {{"type", "rmsnorm"}, {"eps", 1e-5}};
+  j["train"]["betas"] = {0.8, 0.99};
+  j["train"]["lr_formula"] = "standard";
+  j["train"]["seed"] = 7;
+  j["eval"] = {{"interval_steps", 20}, {"tokens", 16384}, {"at_start", false}};
+  const llmt::Config c = llmt::parse_config(j);
+  CHECK(c.model.norm_eps == 1e-5);
+  CHECK(c.train.beta1 == 0.8);
+  CHECK(c.train.beta2 == 0.99);
+  CHECK(c.train.lr_formula == "standard");
+  CHECK(c.train.seed == 7u);
+  CHECK(c.eval.interval_steps == 20);
+  CHECK(c.eval.tokens == 16384);
+  CHECK_FALSE(c.eval.at_start);
+}
+
+TEST_CASE("config: data may be given as a pair of shards instead of text", "[config]") {
+  json j = valid_config();
+  j["data"] = {{"train_shard", "a.bin"}, {"val_shard", "b.bin"}};
+  const llmt::Config c = llmt::parse_config(j);
+  CHECK(c.data.text.empty());
+  CHECK(c.data.train_shard == "a.bin");
+  CHECK(c.data.val_shard == "b.bin");
+}
+
+TEST_CASE("config: unknown keys are rejected naming the key path and the allowed keys", "[config][errors]") {
+  SECTION("top level") {
+    json j = valid_config();
+    j["modle"] = json::object();
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("unknown key modle"));
+    CHECK_THAT(msg, Contains("model") && Contains("train") && Contains("data") && Contains("run_name"));
+  }
+  SECTION("nested: model.attn.foo") {
+    json j = valid_config();
+    j["model"]["attn"]["foo"] = 1;
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("model.attn.foo"));
+    CHECK_THAT(msg, Contains("num_heads") && Contains("head_dim") && Contains("rope_theta"));
+  }
+  SECTION("nested: train.lrr") {
+    json j = valid_config();
+    j["train"]["lrr"] = 0.1;
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("train.lrr"));
+    CHECK_THAT(msg, Contains("lr_formula") && Contains("min_lr") && Contains("warmup_tokens"));
+  }
+  SECTION("in a section that is entirely defaulted: log.foo") {
+    json j = valid_config();
+    j["log"] = {{"foo", 1}};
+    CHECK_THAT(parse_error(j), Contains("log.foo") && Contains("interval_steps"));
+  }
+}
+
+TEST_CASE("config: wrong types are rejected naming the key path", "[config][errors]") {
+  SECTION("model.d_model as a string") {
+    json j = valid_config();
+    j["model"]["d_model"] = "128";
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("model.d_model") && Contains("integer"));
+  }
+  SECTION("model.d_model as a fraction") {
+    json j = valid_config();
+    j["model"]["d_model"] = 128.5;
+    CHECK_THAT(parse_error(j), Contains("model.d_model") && Contains("integer"));
+  }
+  SECTION("train.lr as a string") {
+    json j = valid_config();
+    j["train"]["lr"] = "3e-3";
+    CHECK_THAT(parse_error(j), Contains("train.lr") && Contains("number"));
+  }
+  SECTION("model.tie_embeddings as a number") {
+    json j = valid_config();
+    j["model"]["tie_embeddings"] = 1;
+    CHECK_THAT(parse_error(j), Contains("model.tie_embeddings") && Contains("true or false"));
+  }
+  SECTION("model.attn not an object") {
+    json j = valid_config();
+    j["model"]["attn"] = 4;
+    CHECK_THAT(parse_error(j), Contains("model.attn") && Contains("object"));
+  }
+  SECTION("train.betas of the wrong length") {
+    json j = valid_config();
+    j["train"]["betas"] = {0.9};
+    CHECK_THAT(parse_error(j), Contains("train.betas"));
+  }
+}
+
+TEST_CASE("config: enum values outside the allowed set list the allowed ones", "[config][errors]") {
+  SECTION("train.lr_formula") {
+    json j = valid_config();
+    j["train"]["lr_formula"] = "bogus";
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("train.lr_formula") && Contains("bogus") && Contains("flame, standard"));
+  }
+  SECTION("train.weight_decay_exclude") {
+    json j = valid_config();
+    j["train"]["weight_decay_exclude"] = {"norm", "biases"};
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("train.weight_decay_exclude") && Contains("biases") &&
+                        Contains("bias, norm, embedding, ssm_param"));
+  }
+}
+
+TEST_CASE("config: batch, token and warmup arithmetic is validated", "[config][errors]") {
+  SECTION("batch_tokens not a multiple of micro_batch * seq_len") {
+    json j = valid_config();
+    j["train"]["micro_batch"] = 3;  // 3 * 128 = 384 does not divide 2048
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("inconsistent batch"));
+    CHECK_THAT(msg, Contains("train.batch_tokens") && Contains("384"));
+  }
+  SECTION("tokens not a multiple of batch_tokens") {
+    json j = valid_config();
+    j["train"]["tokens"] = 245760 + 1000;
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("train.tokens") && Contains("246760") && Contains("2048"));
+  }
+  SECTION("warmup not whole steps") {
+    json j = valid_config();
+    j["train"]["warmup_tokens"] = 20480 + 1;
+    CHECK_THAT(parse_error(j), Contains("train.warmup_tokens") && Contains("20481"));
+  }
+  SECTION("warmup as long as the run") {
+    json j = valid_config();
+    j["train"]["warmup_tokens"] = 245760;
+    CHECK_THAT(parse_error(j), Contains("train.warmup_tokens"));
+  }
+  SECTION("min_lr above lr") {
+    json j = valid_config();
+    j["train"]["min_lr"] = 1.0;
+    CHECK_THAT(parse_error(j), Contains("train.min_lr"));
+  }
+  SECTION("non-positive batch_tokens") {
+    json j = valid_config();
+    j["train"]["batch_tokens"] = 0;
+    CHECK_THAT(parse_error(j), Contains("train.batch_tokens") && Contains("> 0"));
+  }
+}
+
+TEST_CASE("config: missing keys, data sources and head_dim", "[config][errors]") {
+  SECTION("missing required model.d_model") {
+    json j = valid_config();
+    j["model"].erase("d_model");
+    CHECK_THAT(parse_error(j), Contains("missing required key model.d_model"));
+  }
+  SECTION("missing required model.attn.num_heads (attn section absent)") {
+    json j = valid_config();
+    j["model"].erase("attn");
+    CHECK_THAT(parse_error(j), Contains("model.attn.num_heads"));
+  }
+  SECTION("data with neither text nor shards") {
+    json j = valid_config();
+    j["data"] = json::object();
+    const std::string msg = parse_error(j);
+    CHECK_THAT(msg, Contains("data.text") && Contains("data.train_shard") && Contains("data.val_shard"));
+  }
+  SECTION("data with only a train shard") {
+    json j = valid_config();
+    j["data"] = {{"train_shard", "a.bin"}};
+    CHECK_THAT(parse_error(j), Contains("data.val_shard"));
+  }
+  SECTION("data with both text and shards") {
+    json j = valid_config();
+    j["data"]["train_shard"] = "a.bin";
+    j["data"]["val_shard"] = "b.bin";
+    CHECK_THAT(parse_error(j), Contains("exclusive"));
+  }
+  SECTION("odd head_dim") {
+    json j = valid_config();
+    j["model"]["attn"]["head_dim"] = 33;
+    CHECK_THAT(parse_error(j), Contains("model.attn.head_dim") && Contains("even") && Contains("33"));
+  }
+}
+
+TEST_CASE("load_config: files, syntax errors and --set overrides", "[config][load]") {
+  TempDir dir;
+  const std::string good = dir.write("good.json", valid_config().dump(2));
+
+  SECTION("a valid file loads") {
+    const llmt::Config c = llmt::load_config(good);
+    CHECK(c.model.d_model == 128);
+    CHECK(c.train.steps() == 120);
+  }
+  SECTION("a missing file names the file") {
+    const std::string missing = (dir.path / "nope.json").string();
+    CHECK_THAT(error_of([&] { llmt::load_config(missing); }), Contains(missing));
+  }
+  SECTION("a JSON syntax error names the file and the line") {
+    const std::string bad = dir.write("bad.json", "{\n  \"run_name\": \"x\",\n  ,\n}\n");
+    const std::string msg = error_of([&] { llmt::load_config(bad); });
+    CHECK_THAT(msg, Contains(bad));
+    CHECK_THAT(msg, Contains("line 3"));
+  }
+  SECTION("a validation error names the file too") {
+    json j = valid_config();
+    j["model"]["attn"]["foo"] = 1;
+    const std::string path = dir.write("unknown.json", j.dump());
+    const std::string msg = error_of([&] { llmt::load_config(path); });
+    CHECK_THAT(msg, Contains("model.attn.foo") && Contains(path));
+  }
+  SECTION("--set overrides: numbers, nested keys, bare-word strings") {
+    const llmt::Config c =
+        llmt::load_config(good, {"train.lr=0.001", "model.attn.num_heads=8", "run_name=abc",
+                                 "train.lr_formula=standard", "model.tie_embeddings=true"});
+    CHECK(c.train.lr == 0.001);
+    CHECK(c.model.attn.num_heads == 8);
+    CHECK(c.run_name == "abc");
+    CHECK(c.train.lr_formula == "standard");
+    CHECK(c.model.tie_embeddings);
+    CHECK(c.resolved.at("train").at("lr") == 0.001);
+    CHECK(c.resolved.at("run_name") == "abc");
+    // untouched keys keep the file's values
+    CHECK(c.model.attn.head_dim == 32);
+    CHECK(c.train.min_lr == 3e-4);
+  }
+  SECTION("--set may fill a key of a section absent from the file") {
+    const llmt::Config c = llmt::load_config(good, {"model.norm.eps=1e-5", "log.interval_steps=5"});
+    CHECK(c.model.norm_eps == 1e-5);
+    CHECK(c.log.interval_steps == 5);
+  }
+  SECTION("a later --set wins") {
+    const llmt::Config c = llmt::load_config(good, {"train.lr=0.001", "train.lr=0.002"});
+    CHECK(c.train.lr == 0.002);
+  }
+  SECTION("--set of a nonexistent key names it") {
+    const std::string msg = error_of([&] { llmt::load_config(good, {"train.lrr=1"}); });
+    CHECK_THAT(msg, Contains("train.lrr"));
+  }
+  SECTION("--set with a wrong type names the key") {
+    const std::string msg = error_of([&] { llmt::load_config(good, {"model.d_model=big"}); });
+    CHECK_THAT(msg, Contains("model.d_model"));
+  }
+  SECTION("--set without '=' is rejected") {
+    CHECK_THAT(error_of([&] { llmt::load_config(good, {"train.lr"}); }), Contains("train.lr"));
+  }
+}

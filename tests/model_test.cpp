@@ -1,0 +1,131 @@
+// Whole-model checks on the CPU backend in float64: finite-difference gradients of every
+// parameter, gradient accumulation, ignored targets, and the parameter registry.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/backend.h"
+#include "model/gradcheck.h"
+#include "model/model.h"
+
+using namespace llmt;
+
+namespace {
+
+ModelConfig tiny(bool tie) {
+  ModelConfig m;
+  m.d_model = 8;
+  m.n_layers = 2;
+  m.vocab_size = 11;
+  m.tie_embeddings = tie;
+  m.mlp.intermediate_size = 12;
+  m.attn.num_heads = 2;
+  m.attn.head_dim = 4;
+  m.init_std = 0.3;  // large enough that attention and every residual branch matter
+  return m;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint64_t stream) {
+  Philox rng(99, stream);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = static_cast<int32_t>(rng.below(vocab));
+  return ids;
+}
+
+std::vector<double> grad_values(const ParamStore& store, int i) {
+  const Tensor g = store.grad(i);
+  return std::vector<double>(g.as<double>(), g.as<double>() + g.numel());
+}
+
+}  // namespace
+
+TEST_CASE("model: float64 finite-difference gradients of every parameter", "[model]") {
+  for (bool tie : {false, true}) {
+    DYNAMIC_SECTION("tie_embeddings = " << tie) {
+      auto be = make_cpu_backend();
+      Model model(tiny(tie));
+      model.allocate(*be, DType::f64);
+      model.params().initialize(3);
+      const int64_t B = 2, T = 5;
+      model.plan(B, T);
+      const auto inputs = random_ids(B * T, 11, 1);
+      auto targets = random_ids(B * T, 11, 2);
+      targets[3] = -1;  // a position without label
+      const auto loss = [&]() { return model.forward(inputs.data(), targets.data(), false, 0.0); };
+
+      be->fill_zero(model.params().flat_grads());
+      model.forward(inputs.data(), targets.data(), true, 1.0);
+      model.backward();
+      std::vector<GradCheckInput> checks;
+      for (size_t i = 0; i < model.params().infos().size(); ++i)
+        checks.push_back({model.params().infos()[i].name, model.params().param(static_cast<int>(i)),
+                          grad_values(model.params(), static_cast<int>(i))});
+      const auto reports = finite_difference_check(loss, checks, 1e-5, 1e-6, 1e-8, 48);
+      REQUIRE(reports.size() == (tie ? 20u : 21u));
+      for (const auto& r : reports) {
+        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        CHECK(r.ok);
+        CHECK(r.checked > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("model: gradients accumulate over micro-batches; grad_scale scales them", "[model]") {
+  auto be = make_cpu_backend();
+  Model model(tiny(false));
+  model.allocate(*be, DType::f64);
+  model.params().initialize(5);
+  model.plan(1, 4);
+  const auto inputs = random_ids(4, 11, 3), targets = random_ids(4, 11, 4);
+  const Tensor g = model.params().flat_grads();
+
+  be->fill_zero(g);
+  const double l1 = model.forward(inputs.data(), targets.data(), true, 1.0);
+  model.backward();
+  const std::vector<double> once(g.as<double>(), g.as<double>() + g.numel());
+
+  be->fill_zero(g);
+  const double l2 = model.forward(inputs.data(), targets.data(), true, 0.5);
+  model.backward();
+  model.forward(inputs.data(), targets.data(), true, 0.5);
+  model.backward();
+  CHECK(l1 == l2);  // the loss sum does not depend on grad_scale
+  double max_diff = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) max_diff = std::max(max_diff, std::fabs(g.as<double>()[i] - once[i]));
+  CHECK(max_diff < 1e-13);
+}
+
+TEST_CASE("model: initial loss of a N(0, 0.02^2) model is close to log(vocab)", "[model]") {
+  auto be = make_cpu_backend();
+  ModelConfig m = tiny(false);
+  m.vocab_size = 1000;
+  m.init_std = 0.02;
+  Model model(m);
+  model.allocate(*be, DType::f64);
+  model.params().initialize(1);
+  model.plan(2, 8);
+  const auto inputs = random_ids(16, 1000, 5), targets = random_ids(16, 1000, 6);
+  const double mean = model.forward(inputs.data(), targets.data(), false, 0.0) / 16;
+  CHECK(std::fabs(mean - std::log(1000.0)) < 0.01);
+}
+
+TEST_CASE("model: parameter names follow the flash-linear-attention layout", "[model]") {
+  Model model(tiny(false));
+  const auto& infos = model.params().infos();
+  REQUIRE(infos.size() == 21);
+  CHECK(infos.front().name == "model.embeddings.weight");
+  CHECK(infos[1].name == "model.layers.0.attn_norm.weight");
+  CHECK(infos[2].name == "model.layers.0.attn.q_proj.weight");
+  CHECK(infos[5].name == "model.layers.0.attn.o_proj.weight");
+  CHECK(infos[6].name == "model.layers.0.mlp_norm.weight");
+  CHECK(infos[7].name == "model.layers.0.mlp.gate_proj.weight");
+  CHECK(infos[9].name == "model.layers.0.mlp.down_proj.weight");
+  CHECK(infos[19].name == "model.norm.weight");
+  CHECK(infos[20].name == "lm_head.weight");
+  // 11*8 embedding + 2 * (2*8 + 4*8*8 + 3*8*12) + 8 + 11*8 head
+  CHECK(model.counts().total == 88 + 2 * (16 + 256 + 288) + 8 + 88);
+  CHECK(model.counts().non_embedding == 2 * (16 + 256 + 288) + 8);
+}

@@ -1,0 +1,128 @@
+// The trainer end to end on a tiny model and the bundled text: resuming from a checkpoint
+// reproduces the uninterrupted run bit for bit; run directories and checkpoints fail loudly.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace llmt;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / "llmt_trainer_test" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+/// 10 steps of 2 x 2 windows of 16 tokens, a checkpoint every 5 steps.
+Config tiny_config(const fs::path& cache) {
+  nlohmann::json j = {
+      {"run_name", "trainer-test"},
+      {"model",
+       {{"type", "transformer"}, {"d_model", 16}, {"n_layers", 1}, {"vocab_size", 50257},
+        {"mlp", {{"intermediate_size", 32}}}, {"attn", {{"num_heads", 2}, {"head_dim", 8}}}}},
+      {"train",
+       {{"tokens", 640}, {"batch_tokens", 64}, {"seq_len", 16}, {"micro_batch", 2}, {"lr", 1e-2},
+        {"min_lr", 1e-3}, {"warmup_tokens", 128}}},
+      {"data", {{"text", "data/fineweb-edu-sample10BT-head.part1.txt"}, {"cache_dir", cache.string()}}},
+      {"eval", {{"interval_steps", 5}, {"tokens", 64}}},
+      {"checkpoint", {{"interval_steps", 5}, {"keep", 3}}},
+      {"log", {{"interval_steps", 100}}},
+  };
+  return parse_config(j);
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& run) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("trainer: stop at k and resume reproduces the uninterrupted run bit for bit", "[trainer]") {
+  const fs::path root = fresh_dir("resume");
+  const Config config = tiny_config(root / "cache");
+
+  Trainer(config, (root / "straight").string(), false).run();
+  Trainer(config, (root / "resumed").string(), false).run(5);
+  {
+    Trainer resumed(config, (root / "resumed").string(), true);
+    CHECK(resumed.state().step == 5);
+    resumed.run();
+  }
+
+  const auto a = read_metrics(root / "straight"), b = read_metrics(root / "resumed");
+  REQUIRE(a.size() == 11);  // the evaluation at step 0, then steps 1..10
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("line " << i);
+    CHECK(a[i]["step"] == b[i]["step"]);
+    if (a[i].contains("loss")) {
+      CHECK(a[i]["loss"].get<double>() == b[i]["loss"].get<double>());
+      CHECK(a[i]["grad_norm"].get<double>() == b[i]["grad_norm"].get<double>());
+      CHECK(a[i]["lr"].get<double>() == b[i]["lr"].get<double>());
+    }
+    CHECK(a[i].contains("val_loss") == b[i].contains("val_loss"));
+    if (a[i].contains("val_loss")) CHECK(a[i]["val_loss"].get<double>() == b[i]["val_loss"].get<double>());
+  }
+  // Training did something: the loss fell from the first to the last step.
+  CHECK(a.back()["loss"].get<double>() < a[1]["loss"].get<double>() - 0.05);
+  // Final weights and moments are byte-identical.
+  const fs::path ca = latest_checkpoint((root / "straight").string()), cb = latest_checkpoint((root / "resumed").string());
+  CHECK(ca.filename() == "step_00000010");
+  CHECK(read_bytes(ca / "model.safetensors") == read_bytes(cb / "model.safetensors"));
+  CHECK(read_bytes(ca / "optimizer.safetensors") == read_bytes(cb / "optimizer.safetensors"));
+}
+
+TEST_CASE("trainer: run directories and checkpoints fail loudly and lose nothing", "[trainer]") {
+  const fs::path root = fresh_dir("errors");
+  const Config config = tiny_config(root / "cache");
+  const fs::path run = root / "run";
+  Trainer(config, run.string(), false).run(5);
+  const fs::path ckpt = latest_checkpoint(run.string());
+  REQUIRE(ckpt.filename() == "step_00000005");
+
+  SECTION("a second fresh start into the same directory is refused") {
+    CHECK_THROWS_WITH(Trainer(config, run.string(), false), Contains("--resume"));
+  }
+  SECTION("a half-written checkpoint (temporary name) is ignored") {
+    fs::create_directories(run / "checkpoints" / ".tmp-step_00000009");
+    CHECK(latest_checkpoint(run.string()) == ckpt.string());
+  }
+  SECTION("a truncated model.safetensors names the file and says truncated") {
+    const fs::path f = ckpt / "model.safetensors";
+    fs::resize_file(f, fs::file_size(f) - 100);
+    CHECK_THROWS_WITH(Trainer(config, run.string(), true),
+                      Contains("model.safetensors") && Contains("truncated"));
+  }
+  SECTION("a different model config is refused on resume, naming the key") {
+    Config other = config;
+    other.model.d_model = 32;
+    other.resolved["model"]["d_model"] = 32;
+    CHECK_THROWS_WITH(Trainer(other, run.string(), true), Contains("model.d_model"));
+  }
+  SECTION("--resume in an empty directory starts from step 0") {
+    Trainer t(config, (root / "empty").string(), true);
+    CHECK(t.state().step == 0);
+  }
+}
