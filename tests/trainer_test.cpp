@@ -126,3 +126,26 @@ TEST_CASE("trainer: run directories and checkpoints fail loudly and lose nothing
     CHECK(t.state().step == 0);
   }
 }
+
+TEST_CASE("trainer: a non-finite gradient norm skips the update, the schedule advances", "[trainer]") {
+  const fs::path root = fresh_dir("nonfinite");
+  Config config = tiny_config(root / "cache");
+  config.train.lr = 1e30;  // the first update blows the weights up; later gradients are not finite
+  config.train.min_lr = 1e29;
+  Trainer trainer(config, (root / "run").string(), false);
+  trainer.run();
+  const auto m = read_metrics(root / "run");
+  REQUIRE(m.size() == 11);
+  CHECK_FALSE(m[1].contains("skipped"));  // step 1 itself was finite
+  int64_t skipped = 0;
+  for (size_t i = 2; i < m.size(); ++i) {
+    INFO("step " << m[i]["step"]);
+    // nlohmann writes NaN/Inf as null
+    CHECK(m[i]["grad_norm"].is_null());
+    CHECK(m[i].value("skipped", false));
+    skipped += m[i].value("skipped", false) ? 1 : 0;
+  }
+  CHECK(trainer.state().skipped_steps == skipped);
+  CHECK(trainer.state().step == 10);
+  CHECK(m[10]["lr"].get<double>() < m[3]["lr"].get<double>());  // the cosine went on
+}

@@ -105,11 +105,13 @@ int probe(const ProbeArgs& a) {
   std::vector<double> x = random_values(B * T * D, 1), dy;
   if (!a.inputs.empty()) {
     const SafetensorsFile in(a.inputs);
-    std::set<std::string> known{"x", "dy"};
+    // Inputs are x, dy and parameters; the outputs of an earlier --out (y, dx, grad.*) are
+    // ignored, so such a file can be fed back to reproduce it.
+    std::set<std::string> known{"x", "dy", "y", "dx"};
     for (const auto& info : store.infos()) known.insert(info.name);
     for (const auto& [name, info] : in.tensors())
-      check(known.count(name) != 0, "{}: unexpected tensor {}; expected x, dy or a parameter of {}", a.inputs, name,
-            a.mixer);
+      check(known.count(name) != 0 || name.rfind("grad.", 0) == 0,
+            "{}: unexpected tensor {}; expected x, dy or a parameter of {}", a.inputs, name, a.mixer);
     if (in.contains("x")) {
       const auto& shape = in.info("x").shape;
       check(shape.size() == 3 && shape[2] == D, "{}: x must be [B, T, {}]", a.inputs, D);
@@ -140,11 +142,17 @@ int probe(const ProbeArgs& a) {
 
   fmt::print("probe --mixer {}: x [{}, {}, {}] {}, {} parameters\n", a.mixer, B, T, D, a.dtype, store.total());
   if (!a.out.empty()) {
+    // The outputs, then the inputs that produced them (so the file can be fed back with --inputs).
     std::vector<SafetensorsEntry> out{{"y", dt, {B, T, D}, ty->data}, {"dx", dt, {B, T, D}, tdx->data}};
     for (size_t i = 0; i < store.infos().size(); ++i)
       out.push_back({"grad." + store.infos()[i].name, dt, store.infos()[i].shape, store.grad(static_cast<int>(i)).data});
+    out.push_back({"x", dt, {B, T, D}, tx->data});
+    out.push_back({"dy", dt, {B, T, D}, tdy->data});
+    for (size_t i = 0; i < store.infos().size(); ++i)
+      out.push_back({store.infos()[i].name, dt, store.infos()[i].shape, store.param(static_cast<int>(i)).data});
     write_safetensors(a.out, out);
-    fmt::print("wrote y, dx and {} parameter gradients to {}\n", store.infos().size(), a.out);
+    fmt::print("wrote y, dx, {} parameter gradients and the inputs (x, dy, parameters) to {}\n",
+               store.infos().size(), a.out);
   }
   return 0;
 }

@@ -25,9 +25,9 @@ int main(int argc, char** argv) {
   CLI::App* p = app.add_subcommand("probe", "run one mixer layer forward and backward on the CPU");
   p->add_option("--mixer", probe.mixer, "mixer type")->required()->check(CLI::IsMember({"transformer"}));
   p->add_option("--config,-c", probe.config, "take the layer's dimensions from this config")->check(CLI::ExistingFile);
-  p->add_option("--inputs", probe.inputs, "safetensors with x [B,T,D], optional dy and parameters")
+  p->add_option("--inputs", probe.inputs, "safetensors with x [B,T,D], optional dy and parameters (an earlier --out file works)")
       ->check(CLI::ExistingFile);
-  p->add_option("--out", probe.out, "write y, dx and grad.<param> to this safetensors file");
+  p->add_option("--out", probe.out, "write y, dx, grad.<param> and the inputs used to this safetensors file");
   p->add_option("--dtype", probe.dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   p->add_flag("--selftest", probe.selftest, "float64 finite-difference check of every gradient; non-zero exit on failure");
   p->add_option("--batch", probe.batch, "B when x is random")->check(CLI::PositiveNumber);
