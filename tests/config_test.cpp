@@ -13,9 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "model/config.h"
 
 namespace fs = std::filesystem;
+using llmt::test::TempDir;
+using llmt::test::error_of;
 using Catch::Matchers::Contains;
 using nlohmann::json;
 
@@ -41,41 +44,10 @@ json valid_config() {
   })");
 }
 
-// The message of the llmt::Error that f() throws; fails the test when it throws nothing.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const llmt::Error& e) {
-    return e.what();
-  }
-  FAIL("expected an llmt::Error, nothing was thrown");
-  return {};
-}
-
 std::string parse_error(const json& j) {
   return error_of([&] { llmt::parse_config(j); });
 }
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("llmt_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = (path / name).string();
-    std::ofstream out(p, std::ios::trunc);
-    out << text;
-    out.close();
-    REQUIRE(out);
-    return p;
-  }
-};
 
 }  // namespace
 

@@ -18,11 +18,16 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "train/metrics.h"
 
 namespace fs = std::filesystem;
+using llmt::test::TempDir;
+using llmt::test::error_of;
+using llmt::test::read_bytes;
+using llmt::test::write_bytes;
 using Catch::Matchers::Contains;
 using llmt::DType;
 using llmt::Philox;
@@ -31,50 +36,11 @@ namespace {
 
 using Block = std::array<uint32_t, 4>;
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("llmt_core_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  out.close();
-  REQUIRE(out);
-}
-
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   return lines;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const llmt::Error& e) {
-    return e.what();
-  }
-  FAIL("expected an llmt::Error, nothing was thrown");
-  return {};
 }
 
 }  // namespace

@@ -17,46 +17,22 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/text_dataset.h"
 
 namespace fs = std::filesystem;
+using llmt::test::TempDir;
+using llmt::test::read_bytes;
+using llmt::test::write_bytes;
 using llmt::LoaderState;
 using llmt::ShardReader;
 using llmt::WindowLoader;
 using llmt::write_shard;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("llmt_data_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  REQUIRE(out.flush());
-}
 
 int32_t le_i32(const std::string& bytes, size_t offset) {
   int32_t v;

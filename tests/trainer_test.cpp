@@ -13,19 +13,15 @@
 #include "model/config.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "test_util.h"
 
 using namespace llmt;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using llmt::test::read_bytes;
+using llmt::test::TempDir;
 
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / "llmt_trainer_test" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 /// 10 steps of 2 x 2 windows of 16 tokens, a checkpoint every 5 steps.
 Config tiny_config(const fs::path& cache) {
@@ -52,15 +48,11 @@ std::vector<nlohmann::json> read_metrics(const fs::path& run) {
   return out;
 }
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 TEST_CASE("trainer: stop at k and resume reproduces the uninterrupted run bit for bit", "[trainer]") {
-  const fs::path root = fresh_dir("resume");
+  const TempDir tmp;
+  const fs::path root = tmp.path;
   const Config config = tiny_config(root / "cache");
 
   Trainer(config, (root / "straight").string(), false).run();
@@ -90,12 +82,13 @@ TEST_CASE("trainer: stop at k and resume reproduces the uninterrupted run bit fo
   // Final weights and moments are byte-identical.
   const fs::path ca = latest_checkpoint((root / "straight").string()), cb = latest_checkpoint((root / "resumed").string());
   CHECK(ca.filename() == "step_00000010");
-  CHECK(read_bytes(ca / "model.safetensors") == read_bytes(cb / "model.safetensors"));
-  CHECK(read_bytes(ca / "optimizer.safetensors") == read_bytes(cb / "optimizer.safetensors"));
+  CHECK(read_bytes((ca / "model.safetensors").string()) == read_bytes((cb / "model.safetensors").string()));
+  CHECK(read_bytes((ca / "optimizer.safetensors").string()) == read_bytes((cb / "optimizer.safetensors").string()));
 }
 
 TEST_CASE("trainer: run directories and checkpoints fail loudly and lose nothing", "[trainer]") {
-  const fs::path root = fresh_dir("errors");
+  const TempDir tmp;
+  const fs::path root = tmp.path;
   const Config config = tiny_config(root / "cache");
   const fs::path run = root / "run";
   Trainer(config, run.string(), false).run(5);
@@ -128,7 +121,8 @@ TEST_CASE("trainer: run directories and checkpoints fail loudly and lose nothing
 }
 
 TEST_CASE("trainer: a non-finite gradient norm skips the update, the schedule advances", "[trainer]") {
-  const fs::path root = fresh_dir("nonfinite");
+  const TempDir tmp;
+  const fs::path root = tmp.path;
   Config config = tiny_config(root / "cache");
   config.train.lr = 1e30;  // the first update blows the weights up; later gradients are not finite
   config.train.min_lr = 1e29;
