@@ -1,7 +1,7 @@
 # Shared by quickstart.sh and test.sh: install the Debian packages that are missing, then
 # configure and build into build/ (Release). Sourced, not run.
 
-# Debian packages the build needs (DESIGN.md "Dependencies").
+# Debian packages the build needs (listed in README.md).
 LLMT_PACKAGES=(cmake g++ ninja-build git nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
                libopenblas-dev libpcre2-dev)
 

@@ -88,7 +88,7 @@ TEST_CASE("config: defaults are applied and written into resolved", "[config]") 
   CHECK(c.train.grad_clip == 1.0);
   CHECK(c.train.skip_nonfinite);
   CHECK(c.train.seed == 42u);
-  CHECK(c.train.backend == "cpu");
+  CHECK(c.train.backend == "auto");
   CHECK(c.data.tokenizer == "gpt2");
   CHECK(c.data.val_fraction == 0.1);
   CHECK(c.data.shuffle_seed == 42u);
@@ -380,5 +380,30 @@ TEST_CASE("load_config: files, syntax errors and --set overrides", "[config][loa
   }
   SECTION("--set without '=' is rejected") {
     CHECK_THAT(error_of([&] { llmt::load_config(good, {"train.lr"}); }), Contains("train.lr"));
+  }
+}
+
+TEST_CASE("config: messages point at the fix", "[config][errors]") {
+  SECTION("a misspelt required key: the keys that were given are listed") {
+    json j = valid_config();
+    j["model"]["dmodel"] = j["model"]["d_model"];
+    j["model"].erase("d_model");
+    CHECK_THAT(parse_error(j), Contains("missing required key model.d_model") && Contains("dmodel"));
+  }
+  SECTION("warmup as long as the run: the key to lower is named") {
+    json j = valid_config();
+    j["train"]["warmup_tokens"] = j["train"]["tokens"];
+    CHECK_THAT(parse_error(j), Contains("--set train.warmup_tokens="));
+  }
+  SECTION("a vocabulary smaller than the tokenizer's") {
+    json j = valid_config();
+    j["model"]["vocab_size"] = 1000;
+    CHECK_THAT(parse_error(j), Contains("model.vocab_size (1000)") && Contains("50257"));
+  }
+  SECTION("an error caused by --set names the override, not only the file") {
+    TempDir dir;
+    const std::string path = dir.write("c.json", valid_config().dump());
+    const std::string msg = error_of([&] { llmt::load_config(path, {"train.lr=-1"}); });
+    CHECK_THAT(msg, Contains("train.lr") && Contains("--set train.lr=-1"));
   }
 }

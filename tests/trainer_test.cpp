@@ -32,7 +32,7 @@ Config tiny_config(const fs::path& cache) {
         {"mlp", {{"intermediate_size", 32}}}, {"attn", {{"num_heads", 2}, {"head_dim", 8}}}}},
       {"train",
        {{"tokens", 640}, {"batch_tokens", 64}, {"seq_len", 16}, {"micro_batch", 2}, {"lr", 1e-2},
-        {"min_lr", 1e-3}, {"warmup_tokens", 128}}},
+        {"min_lr", 1e-3}, {"warmup_tokens", 128}, {"backend", "cpu"}}},
       {"data", {{"text", "data/fineweb-edu-sample10BT-head.part1.txt"}, {"cache_dir", cache.string()}}},
       {"eval", {{"interval_steps", 5}, {"tokens", 64}}},
       {"checkpoint", {{"interval_steps", 5}, {"keep", 3}}},
@@ -142,4 +142,20 @@ TEST_CASE("trainer: a non-finite gradient norm skips the update, the schedule ad
   CHECK(trainer.state().skipped_steps == skipped);
   CHECK(trainer.state().step == 10);
   CHECK(m[10]["lr"].get<double>() < m[3]["lr"].get<double>());  // the cosine went on
+}
+
+TEST_CASE("trainer: resume refuses a changed schedule but accepts another log cadence", "[trainer]") {
+  const TempDir tmp;
+  const Config config = tiny_config(tmp.path / "cache");
+  const fs::path run = tmp.path / "run";
+  Trainer(config, run.string(), false).run(5);
+
+  Config longer = config;
+  longer.resolved["train"]["tokens"] = 1280;
+  CHECK_THROWS_WITH(Trainer(longer, run.string(), true),
+                    Contains("train.tokens is 1280 in the config but 640 in the checkpoint"));
+  Config chatty = config;
+  chatty.resolved["log"]["interval_steps"] = 1;
+  Trainer resumed(chatty, run.string(), true);
+  CHECK(resumed.state().step == 5);
 }

@@ -30,4 +30,13 @@ struct ProbeArgs {
 };
 int probe(const ProbeArgs& args);
 
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> set;
+  int steps = 10;
+  int warmup = 2;
+  double peak_tflops = 0;  ///< the device's peak for MFU; 0 = not reported
+};
+int bench(const BenchArgs& args);
+
 }  // namespace llmt::cli

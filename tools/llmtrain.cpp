@@ -1,4 +1,4 @@
-// llmtrain: the one binary of the project. Subcommands: train, info, probe.
+// llmtrain: the one binary of the project. Subcommands: train, info, probe, bench.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -33,11 +33,21 @@ int main(int argc, char** argv) {
   p->add_option("--batch", probe.batch, "B when x is random")->check(CLI::PositiveNumber);
   p->add_option("--seq-len", probe.seq_len, "T when x is random")->check(CLI::PositiveNumber);
 
+  llmt::cli::BenchArgs bench;
+  CLI::App* b = app.add_subcommand("bench", "time training steps of a config on random tokens");
+  b->add_option("--config,-c", bench.config, "run config (JSON)")->required()->check(CLI::ExistingFile);
+  b->add_option("--set", bench.set, "override a config key (repeatable)");
+  b->add_option("--steps", bench.steps, "timed steps")->check(CLI::PositiveNumber);
+  b->add_option("--warmup", bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  b->add_option("--peak-tflops", bench.peak_tflops,
+                "device peak for MFU, e.g. 989.4 (H100/H200 SXM dense bf16)")->check(CLI::NonNegativeNumber);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (t->parsed()) return llmt::cli::train(train);
     if (i->parsed()) return llmt::cli::info(info);
     if (p->parsed()) return llmt::cli::probe(probe);
+    if (b->parsed()) return llmt::cli::bench(bench);
   } catch (const llmt::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

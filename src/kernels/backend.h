@@ -35,6 +35,8 @@ class Backend {
   /// Uninitialised device memory of `bytes` bytes (64-byte aligned); released by release().
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
+  /// The most bytes held through allocate() at any one time since the backend was made.
+  virtual size_t peak_allocated_bytes() const = 0;
   virtual void fill_zero(const Tensor& t) = 0;
   /// dst = src (same element count and dtype).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
@@ -89,6 +91,14 @@ class Backend {
 
 /// The CPU reference backend (OpenBLAS for matmul).
 std::unique_ptr<Backend> make_cpu_backend();
+
+/// The backend named by train.backend: "cpu", "cuda", or "auto" (cuda when this build has
+/// the CUDA backend and a GPU is visible, else cpu). Throws llmt::Error for "cuda" when the
+/// build has no CUDA backend or no GPU is visible, and for an unknown name.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+/// Number of visible CUDA devices; 0 in a build without the CUDA backend.
+int cuda_device_count();
 
 /// Backend memory owned by one object (RAII), viewed through Tensors.
 class Buffer {

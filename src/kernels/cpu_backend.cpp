@@ -1,7 +1,9 @@
 // The CPU backend: shape/dtype checks, then the templated kernels of src/kernels/cpu/.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/adamw.h"
@@ -40,9 +42,20 @@ class CpuBackend final : public Backend {
   void* allocate(size_t bytes) override {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     check(p != nullptr, "cpu backend: out of memory allocating {} bytes", bytes);
+    sizes_[p] = bytes;
+    held_ += bytes;
+    peak_ = std::max(peak_, held_);
     return p;
   }
-  void release(void* ptr) override { std::free(ptr); }
+  void release(void* ptr) override {
+    auto it = sizes_.find(ptr);
+    if (it != sizes_.end()) {
+      held_ -= it->second;
+      sizes_.erase(it);
+    }
+    std::free(ptr);
+  }
+  size_t peak_allocated_bytes() const override { return peak_; }
   void fill_zero(const Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
   void copy(const Tensor& src, const Tensor& dst) override {
     check_same(src, dst, "copy");
@@ -192,6 +205,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  std::unordered_map<void*, size_t> sizes_;
+  size_t held_ = 0, peak_ = 0;
+
   void rope(const Tensor& x, double theta, bool backward) {
     check(x.ndim == 4 && x.shape[3] % 2 == 0, "rope: x must be [B, T, H, Dh] with even Dh, got {}", x.shape_str());
     dispatch(x, "rope", [&](auto zero) {

@@ -116,7 +116,12 @@ class ObjectReader {
   const json* find(const std::string& key, bool optional) {
     seen_.insert(key);
     if (j_.contains(key) && !j_.at(key).is_null()) return &j_.at(key);
-    check(optional, "config: missing required key {}", at(key));
+    if (!optional) {
+      std::vector<std::string> given;
+      for (const auto& [k, v] : j_.items()) given.push_back(k);
+      throw Error(fmt::format("config: missing required key {}; keys given in {}: {}", at(key), display(),
+                              given.empty() ? std::string("none") : join(given)));
+    }
     return nullptr;
   }
   template <typename V> V record(const std::string& key, V value) {
@@ -188,7 +193,7 @@ void parse_train(ObjectReader r, TrainConfig& t) {
   t.grad_clip = r.number("grad_clip", dflt(1.0));
   t.skip_nonfinite = r.boolean("skip_nonfinite", true);
   t.seed = static_cast<uint64_t>(r.integer("seed", dflt(int64_t{42})));
-  t.backend = r.choice("backend", {"cpu"}, dflt(std::string("cpu")));
+  t.backend = r.choice("backend", {"auto", "cpu", "cuda"}, dflt(std::string("auto")));
   r.finish();
 
   check(t.lr > 0, "config: train.lr must be > 0, got {}", t.lr);
@@ -207,8 +212,10 @@ void parse_train(ObjectReader r, TrainConfig& t) {
   check(t.warmup_tokens >= 0 && t.warmup_tokens % t.batch_tokens == 0,
         "config: train.warmup_tokens ({}) must be a whole number of steps of train.batch_tokens ({})",
         t.warmup_tokens, t.batch_tokens);
-  check(t.warmup_steps() < t.steps(), "config: train.warmup_tokens ({} steps) must be fewer than the {} steps",
-        t.warmup_steps(), t.steps());
+  check(t.warmup_steps() < t.steps(),
+        "config: train.warmup_tokens ({} steps) must be fewer than the {} steps of train.tokens; lower "
+        "train.warmup_tokens (e.g. --set train.warmup_tokens={})",
+        t.warmup_steps(), t.steps(), (t.steps() / 10) * t.batch_tokens);
 }
 
 void parse_data(ObjectReader r, DataConfig& d) {
@@ -238,6 +245,7 @@ Config parse_config(const json& j) {
   json resolved;
   ObjectReader r(j, "", resolved);
   c.run_name = r.string("run_name", dflt(std::string("run")));
+  r.string("notes", dflt(std::string()));  // free text: provenance, assumptions
   parse_model(r.object("model"), c.model);
   parse_train(r.object("train"), c.train);
   parse_data(r.object("data"), c.data);
@@ -264,7 +272,9 @@ Config parse_config(const json& j) {
     l.finish();
   }
   r.finish();
-  check(c.model.attn.num_heads * c.model.attn.head_dim > 0, "config: model.attn is incomplete");
+  check(c.data.tokenizer != "gpt2" || c.model.vocab_size >= 50257,
+        "config: model.vocab_size ({}) is smaller than the vocabulary of data.tokenizer \"gpt2\" (50257)",
+        c.model.vocab_size);
   c.resolved = resolved;
   return c;
 }
@@ -304,7 +314,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   try {
     return parse_config(j);
   } catch (const Error& e) {
-    throw Error(fmt::format("{} (in {})", e.what(), path));
+    std::string where = path;
+    for (size_t i = 0; i < overrides.size(); ++i) where += (i ? " " : " with --set ") + overrides[i];
+    throw Error(fmt::format("{} (in {})", e.what(), where));
   }
 }
 

@@ -48,7 +48,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  ///< global L2 norm; 0 disables clipping
   bool skip_nonfinite = true;
   uint64_t seed = 42;
-  std::string backend = "cpu";
+  std::string backend = "auto";  ///< auto (cuda when built with it and a GPU is visible), cpu, cuda
 
   // Derived (validated) quantities.
   int64_t steps() const { return tokens / batch_tokens; }

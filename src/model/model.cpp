@@ -24,6 +24,13 @@ ParamCounts Model::counts() const {
   return c;
 }
 
+int64_t Model::training_flops_per_token(int64_t seq_len) const {
+  const ModelConfig& m = config_;
+  const int64_t head = m.vocab_size * m.d_model;
+  const int64_t attn = 12 * m.n_layers * m.attn.num_heads * m.attn.head_dim * seq_len;
+  return 6 * (counts().non_embedding + head) + attn;
+}
+
 void Model::plan(int64_t batch, int64_t seq_len) {
   if (batch == batch_ && seq_len == seq_len_) return;
   batch_ = batch;
@@ -47,6 +54,11 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
   check(batch_ > 0, "Model::forward before plan()");
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, D = config_.d_model, V = config_.vocab_size;
+  for (int64_t i = 0; i < rows; ++i) {
+    check(inputs[i] >= 0 && inputs[i] < V, "token id {} at input position {} is outside the vocabulary of {}",
+          inputs[i], i, V);
+    check(targets[i] < V, "token id {} at target position {} is outside the vocabulary of {}", targets[i], i, V);
+  }
   be.upload(inputs, *ids_);
   be.upload(targets, *targets_);
   be.embedding_fwd(*ids_, store_.param(embedding_), *resid_[0]);

@@ -35,7 +35,7 @@ class Model {
   void plan(int64_t batch, int64_t seq_len);
 
   /// Forward pass and loss. inputs, targets: host int32 [batch, seq_len] (a negative target
-  /// has no label). Returns the SUM of the per-target losses (nats). When with_grad, also
+  /// has no label); an id outside [0, vocab_size) throws llmt::Error naming it and its position. Returns the SUM of the per-target losses (nats). When with_grad, also
   /// prepares the backward with dL/dlogits scaled by grad_scale (1 / targets of the whole
   /// optimizer step gives the mean loss of the step).
   double forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale);
@@ -46,6 +46,12 @@ class Model {
   ParamStore& params() { return store_; }
   const ModelConfig& config() const { return config_; }
   ParamCounts counts() const;
+
+  /// Training FLOPs per token, PaLM convention (Chowdhery et al. 2022, App. B):
+  /// 6 * (parameters used in matrix products: non-embedding + the LM head)
+  /// + 12 * n_layers * (heads * head_dim) * seq_len for the attention scores and values
+  /// (causal masking not discounted).
+  int64_t training_flops_per_token(int64_t seq_len) const;
 
   /// Rows of the LM head / loss processed at once.
   static constexpr int64_t kHeadChunkRows = 256;

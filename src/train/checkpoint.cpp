@@ -105,11 +105,23 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
   }
-  const nlohmann::json& saved_model = st.at("config").at("model");
-  for (const auto& [key, value] : resolved_config.at("model").items())
-    check(saved_model.contains(key) && saved_model.at(key) == value,
-          "resume: model.{} is {} in the config but {} in the checkpoint {}", key, value.dump(),
-          saved_model.contains(key) ? saved_model.at(key).dump() : "absent", dir);
+  // What defines the run must not change under a resume: the model, the optimisation and the
+  // data. Eval, checkpoint and log cadences may, and so may the backend (checkpoints are
+  // interchangeable) and the shard cache location. Compare the flattened key paths.
+  const nlohmann::json saved = st.at("config");
+  for (const char* section : {"model", "train", "data"}) {
+    const nlohmann::json now = resolved_config.at(section).flatten(), then = saved.at(section).flatten();
+    for (const auto& [key, value] : now.items()) {
+      const std::string name = section + key;  // flatten() gives "/a/b"
+      std::string dotted = name;
+      for (char& ch : dotted) ch = ch == '/' ? '.' : ch;
+      if (dotted == "train.backend" || dotted == "data.cache_dir") continue;  // may change: same run
+      check(then.contains(key) && then.at(key) == value,
+            "resume: {} is {} in the config but {} in the checkpoint {}; resume with the run's own config "
+            "(saved as config.json in the run directory) or start a new run with --out",
+            dotted, value.dump(), then.contains(key) ? then.at(key).dump() : "absent", dir);
+    }
+  }
 
   Backend& be = params.backend();
   std::vector<uint8_t> host(params.flat_params().bytes());

@@ -37,8 +37,8 @@ std::string latest_checkpoint(const std::string& run_dir);
 
 /// Restores weights and moments into `params` / `optimizer` from `dir` and returns the
 /// saved state. Throws llmt::Error naming the file (and offset) for a missing, truncated or
-/// mismatching file, and naming the key when the saved model config differs from
-/// `resolved_config`'s.
+/// mismatching file, and naming the key when the saved model, train or data config differs
+/// from `resolved_config`'s (except train.backend and data.cache_dir).
 TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
                            const nlohmann::json& resolved_config);
 

@@ -23,25 +23,26 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-/// Splits windows [batch, seq_len + 1] into inputs [:, :-1] and targets [:, 1:].
-void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
-                   std::vector<int32_t>& targets) {
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t t = 0; t < seq_len; ++t) {
-      inputs[b * seq_len + t] = windows[b * (seq_len + 1) + t];
-      targets[b * seq_len + t] = windows[b * (seq_len + 1) + t + 1];
-    }
-}
-
 }  // namespace
 
 Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
     : config_(config), run_dir_(run_dir) {
   const TrainConfig& tc = config_.train;
   const DataConfig& dc = config_.data;
-  backend_ = make_cpu_backend();
+  backend_ = make_backend(tc.backend);
 
+  const auto require_path = [](const std::string& key, const std::string& path) {
+    check(fs::exists(path), "{} = {}: not found (relative paths are resolved from the current directory {}; run "
+          "from the repository root or give an absolute path)", key, path, fs::current_path().string());
+  };
   std::string train_path = dc.train_shard, val_path = dc.val_shard;
+  if (dc.text.empty()) {
+    require_path("data.train_shard", train_path);
+    require_path("data.val_shard", val_path);
+  } else {
+    require_path("data.text", dc.text);
+    require_path("data.tokenizer_dir", dc.tokenizer_dir);
+  }
   if (!dc.text.empty()) {
     const std::string out = (fs::path(dc.cache_dir) / (fs::path(dc.text).stem().string() + "-" + dc.tokenizer)).string();
     const TextShards shards = prepare_text_shards(dc.text, dc.tokenizer_dir, out, dc.val_fraction);
@@ -57,6 +58,7 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
   model_->allocate(*backend_, DType::f32);
   model_->plan(tc.micro_batch, tc.seq_len);
   optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
+  step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train);
   windows_.resize(tc.micro_batch * (tc.seq_len + 1));
   inputs_.resize(tc.micro_batch * tc.seq_len);
   targets_.resize(tc.micro_batch * tc.seq_len);
@@ -110,33 +112,6 @@ double Trainer::evaluate() {
   return loss_sum / static_cast<double>(n * T);
 }
 
-double Trainer::train_step(double lr) {
-  const TrainConfig& tc = config_.train;
-  Backend& be = *backend_;
-  ParamStore& params = model_->params();
-  be.fill_zero(params.flat_grads());
-  const double targets_per_step = static_cast<double>(tc.batch_tokens);
-  double loss_sum = 0;
-  for (int64_t micro = 0; micro < tc.grad_accum(); ++micro) {
-    loader_->next(tc.micro_batch, windows_.data());
-    split_windows(windows_, tc.micro_batch, tc.seq_len, inputs_, targets_);
-    loss_sum += model_->forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
-    model_->backward();
-  }
-  last_grad_norm_ = std::sqrt(be.sum_squares(params.flat_grads()));
-  last_skipped_ = tc.skip_nonfinite && !std::isfinite(last_grad_norm_);
-  if (last_skipped_) {
-    ++state_.skipped_steps;
-    spdlog::warn("step {}: gradient norm is {}; update skipped (the LR schedule advances)", state_.step + 1,
-                 last_grad_norm_);
-  } else {
-    const double scale =
-        tc.grad_clip > 0 && last_grad_norm_ > tc.grad_clip ? tc.grad_clip / (last_grad_norm_ + 1e-6) : 1.0;
-    optimizer_->step(lr, scale);
-  }
-  return loss_sum / targets_per_step;
-}
-
 void Trainer::run(int64_t stop_at_step) {
   const TrainConfig& tc = config_.train;
   const int64_t N = tc.steps();
@@ -152,26 +127,31 @@ void Trainer::run(int64_t stop_at_step) {
   while (state_.step < stop) {
     const auto t0 = clock::now();
     const double lr = learning_rate(tc, state_.step);
-    const double loss = train_step(lr);
+    const StepResult r = step_->run(lr, [&](int32_t* out) { loader_->next(tc.micro_batch, out); });
+    if (r.skipped) {
+      ++state_.skipped_steps;
+      spdlog::warn("step {}: gradient norm is {}; update skipped (the LR schedule advances)", state_.step + 1,
+                   r.grad_norm);
+    }
     ++state_.step;
     state_.tokens += tc.batch_tokens;
     state_.loader = loader_->state();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const double tokens_per_s = static_cast<double>(tc.batch_tokens) / dt;
 
-    nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
+    nlohmann::json rec = {{"step", state_.step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                           {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}};
-    if (last_skipped_) rec["skipped"] = true;
+    if (r.skipped) rec["skipped"] = true;
     const bool last = state_.step == N;
     const auto every = [&](int64_t interval) { return interval > 0 && state_.step % interval == 0; };
     if (every(config_.eval.interval_steps) || last) rec["val_loss"] = evaluate();
     metrics_->write(rec);
 
-    if (every(config_.log.interval_steps) || last || state_.step == first_step + 1) {
+    if (every(config_.log.interval_steps) || last || state_.step == first_step + 1 || rec.contains("val_loss")) {
       const double elapsed = std::chrono::duration<double>(clock::now() - session_start).count();
       const double per_step = elapsed / static_cast<double>(state_.step - first_step);
       std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
-                                     state_.step, N, loss, lr, last_grad_norm_, tokens_per_s,
+                                     state_.step, N, r.loss, lr, r.grad_norm, tokens_per_s,
                                      format_duration(per_step * static_cast<double>(N - state_.step)));
       if (rec.contains("val_loss")) line += fmt::format(" | val_loss {:.4f}", rec["val_loss"].get<double>());
       spdlog::info("{}", line);

@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/step.h"
 
 namespace llmt {
 
@@ -36,7 +37,6 @@ class Trainer {
   const TrainState& state() const { return state_; }
 
  private:
-  double train_step(double lr);
 
   Config config_;
   std::string run_dir_;
@@ -45,11 +45,10 @@ class Trainer {
   std::unique_ptr<WindowLoader> loader_, val_loader_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<StepRunner> step_;
   std::unique_ptr<MetricsLog> metrics_;
   TrainState state_;
-  double last_grad_norm_ = 0;   // of the latest train_step
-  bool last_skipped_ = false;
-  std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one micro-batch
+  std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one evaluation micro-batch
 };
 
 }  // namespace llmt

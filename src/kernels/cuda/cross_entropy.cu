@@ -1,0 +1,90 @@
+// Softmax cross-entropy, forward and backward together (one block per row), the CPU
+// reference's arithmetic up to rounding: exponentials in fp32 summed in double, the gradient
+// scaled in fp32. The loss sum is a fixed-order single-block reduction.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace llmt::cuda {
+namespace {
+
+constexpr int kRowThreads = 512;
+
+// Calls f(j, z[j]) for this thread's j = threadIdx.x + k blockDim.x < n in increasing k,
+// loading four values ahead so that several loads are in flight per thread.
+template <typename F>
+__device__ void for_each_strided(const float* z, int64_t n, F f) {
+  const int64_t step = blockDim.x;
+  int64_t j = threadIdx.x;
+  for (; j + 3 * step < n; j += 4 * step) {
+    const float a = z[j], b = z[j + step], c = z[j + 2 * step], d = z[j + 3 * step];
+    f(j, a);
+    f(j + step, b);
+    f(j + 2 * step, c);
+    f(j + 3 * step, d);
+  }
+  for (; j < n; j += step) f(j, z[j]);
+}
+
+// loss_r = logsumexp(z_r) - z_r[t_r];  dz_r = grad_scale (softmax(z_r) - onehot(t_r));
+// t_r < 0: loss 0, gradient 0; t_r >= vocab: loss and gradient NaN (a kernel cannot throw).
+// Two passes over the row: the max and the sum of exponentials together (each thread keeps
+// a running max m_t and Σ exp(z - m_t), rescaled when m_t grows, then the block combines
+// Σ_t exp(m_t - max) sum_t), then the gradient.
+__global__ void cross_entropy_kernel(float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                     double grad_scale, float* losses) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* z = logits + r * vocab;
+    const int32_t target = targets[r];
+    if (target < 0 || target >= vocab) {
+      const float fill = target < 0 ? 0.0f : NAN;
+      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) z[j] = fill;
+      if (threadIdx.x == 0) losses[r] = fill;
+      continue;
+    }
+    const double z_target = z[target];
+    float m = -INFINITY;
+    double sum = 0.0;
+    for_each_strided(z, vocab, [&](int64_t, float zj) {
+      if (zj == -INFINITY) return;  // adds exp(-inf) = 0; -inf - -inf would be NaN
+      if (zj > m) {
+        sum *= exp(static_cast<double>(m) - zj);
+        m = zj;
+      }
+      sum += expf(zj - m);
+    });
+    const float mx = block_reduce(m, MaxOp{}, -INFINITY);
+    sum = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - mx);
+    sum = block_reduce(sum, SumOp{}, 0.0);
+    const float scale = static_cast<float>(grad_scale / sum), gs = static_cast<float>(grad_scale);
+    for_each_strided(z, vocab, [&](int64_t j, float zj) {
+      const float g = expf(zj - mx) * scale;
+      z[j] = j == target ? g - gs : g;
+    });
+    if (threadIdx.x == 0) losses[r] = static_cast<float>(static_cast<double>(mx) + log(sum) - z_target);
+  }
+}
+
+// *loss_sum = Σ_r losses[r]   (one block, fixed order)
+__global__ void sum_losses_kernel(const float* losses, int64_t rows, double* loss_sum) {
+  double s = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += losses[r];
+  s = block_reduce(s, SumOp{}, 0.0);
+  if (threadIdx.x == 0) *loss_sum = s;
+}
+
+}  // namespace
+
+void cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
+                   float* losses, double* loss_sum_device, cudaStream_t stream) {
+  if (rows > 0) {
+    cross_entropy_kernel<<<static_cast<unsigned>(std::min<int64_t>(rows, 65536)), kRowThreads, 0, stream>>>(
+        logits, targets, rows, vocab, grad_scale, losses);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
+  sum_losses_kernel<<<1, 1024, 0, stream>>>(losses, rows, loss_sum_device);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace llmt::cuda

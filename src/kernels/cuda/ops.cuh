@@ -1,0 +1,65 @@
+// CUDA launchers of the ops, one .cu file per family, mirroring src/kernels/cpu/*.h: the
+// same shapes, layouts and accumulate-vs-overwrite semantics (those headers are the spec).
+// All pointers are device pointers; every launcher enqueues on `stream` and returns without
+// synchronising. Reductions accumulate in fp32 or wider. Every kernel is deterministic: the
+// same inputs give bit-identical outputs on every run (no floating-point atomics), so a
+// resumed GPU run reproduces the uninterrupted one.
+// This increment: T = float. bf16 operands arrive with mixed precision.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace llmt::cuda {
+
+// elementwise.cu
+void add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+void swiglu_fwd(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
+void swiglu_bwd(const float* gate, const float* up, const float* dh, int64_t n, float* dgate, float* dup,
+                cudaStream_t stream);
+
+// reduce.cu: sum of squares into *result_device (one double), deterministic two-pass.
+void sum_squares(const float* x, int64_t n, double* result_device, cudaStream_t stream);
+
+// embedding.cu
+void embedding_fwd(const int32_t* ids, int64_t n, const float* table, int64_t vocab, int64_t dim, float* out,
+                   cudaStream_t stream);
+/// dtable[ids[i]] += dout[i] in a fixed order per row (no atomics). `scratch` must hold
+/// embedding_bwd_scratch_bytes(n) bytes.
+void embedding_bwd(const int32_t* ids, int64_t n, const float* dout, int64_t dim, float* dtable, void* scratch,
+                   cudaStream_t stream);
+size_t embedding_bwd_scratch_bytes(int64_t n);
+
+// rmsnorm.cu. rmsnorm_bwd needs scratch of rmsnorm_bwd_scratch_bytes(rows, dim) bytes for
+// the per-block partial sums of dw (reduced in a fixed order).
+void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, double eps, float* y, float* rstd,
+                 cudaStream_t stream);
+void rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t dim,
+                 float* dx, float* dw, void* scratch, cudaStream_t stream);
+size_t rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
+
+// rope.cu (in place; backward = transpose rotation)
+void rope_fwd(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+              cudaStream_t stream);
+void rope_bwd(float* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+              cudaStream_t stream);
+
+// attention.cu: flash-attention-style, never materialising [T, T] scores in device memory.
+void attention_fwd(const float* q, const float* k, const float* v, int64_t batch, int64_t seq_len, int64_t heads,
+                   int64_t head_dim, double scale, float* o, float* lse, cudaStream_t stream);
+/// Overwrites dq, dk, dv. `scratch` must hold attention_bwd_scratch_bytes(...) bytes.
+void attention_bwd(const float* q, const float* k, const float* v, const float* o, const float* lse,
+                   const float* dout, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double scale,
+                   float* dq, float* dk, float* dv, void* scratch, cudaStream_t stream);
+size_t attention_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim);
+
+// cross_entropy.cu: losses and, in place, grad_scale * (softmax - onehot); the sum of the
+// losses is written to *loss_sum_device (one double). Negative targets: loss 0, gradient 0.
+void cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
+                   float* losses, double* loss_sum_device, cudaStream_t stream);
+
+// adamw.cu (semantics: src/kernels/cpu/adamw.h)
+void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
+                double beta2, double eps, double weight_decay, double grad_scale, int64_t step, cudaStream_t stream);
+
+}  // namespace llmt::cuda

@@ -1,0 +1,52 @@
+// Rotary position embedding, GPT-NeoX rotate-half convention (layers-ssm-attn.md §3.3),
+// in place on [batch, seq_len, heads, head_dim]. Angles and the rotation in double, like
+// the CPU reference; one thread per (row, position, frequency) applies it to every head.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace llmt::cuda {
+namespace {
+
+// phi = pos theta^(-2i/Dh);  x0' = x0 cos(phi) - sign x1 sin(phi),  x1' = sign x0 sin(phi) + x1 cos(phi)
+// (sign = +1 forward, -1 its transpose, the backward)
+__global__ void rope_kernel(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                            double theta, double sign) {
+  const int64_t half = head_dim / 2, total = batch * seq_len * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = idx % half, bt = idx / half, pos = bt % seq_len;
+    const double phi = static_cast<double>(pos) * pow(theta, -2.0 * static_cast<double>(i) / head_dim);
+    double s, c;
+    sincos(phi, &s, &c);
+    s *= sign;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* xh = x + (bt * heads + h) * head_dim;
+      const double x0 = xh[i], x1 = xh[half + i];
+      xh[i] = static_cast<float>(x0 * c - x1 * s);
+      xh[half + i] = static_cast<float>(x0 * s + x1 * c);
+    }
+  }
+}
+
+void rope(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta, double sign,
+          cudaStream_t stream) {
+  check(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even and positive, got {}", head_dim);
+  const int64_t total = batch * seq_len * (head_dim / 2);
+  if (total == 0 || heads == 0) return;
+  rope_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, batch, seq_len, heads, head_dim, theta, sign);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rope_fwd(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+              cudaStream_t stream) {
+  rope(x, batch, seq_len, heads, head_dim, theta, 1.0, stream);
+}
+
+void rope_bwd(float* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+              cudaStream_t stream) {
+  rope(dx, batch, seq_len, heads, head_dim, theta, -1.0, stream);
+}
+
+}  // namespace llmt::cuda

@@ -1,0 +1,146 @@
+// The whole model on the CUDA backend against the CPU backend (fp32 both): loss and every
+// parameter gradient at small dims; 50 training steps track the CPU loss curve; a resumed
+// GPU run reproduces the uninterrupted one bit for bit. Label "gpu".
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/rng.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+using namespace llmt;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelConfig small_model() {
+  ModelConfig m;
+  m.d_model = 64;
+  m.n_layers = 2;
+  m.vocab_size = 1000;
+  m.mlp.intermediate_size = 96;
+  m.attn.num_heads = 2;
+  m.attn.head_dim = 32;
+  m.init_std = 0.1;
+  return m;
+}
+
+std::vector<float> download(Backend& be, const Tensor& t) {
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  be.download(t, host.data());
+  return host;
+}
+
+/// sqrt(sum (a-b)^2) / sqrt(sum b^2)
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(std::isfinite(a[i]));
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+Config train_config(const fs::path& cache, const std::string& backend) {
+  nlohmann::json j = {
+      {"run_name", "cuda-model-test"},
+      {"model",
+       {{"type", "transformer"}, {"d_model", 64}, {"n_layers", 2}, {"vocab_size", 50257},
+        {"mlp", {{"intermediate_size", 128}}}, {"attn", {{"num_heads", 2}, {"head_dim", 32}}}}},
+      {"train",
+       {{"tokens", 50 * 512}, {"batch_tokens", 512}, {"seq_len", 64}, {"micro_batch", 4}, {"lr", 3e-3},
+        {"min_lr", 3e-4}, {"warmup_tokens", 5 * 512}, {"backend", backend}}},
+      {"data", {{"text", "data/fineweb-edu-sample10BT-head.part1.txt"}, {"cache_dir", cache.string()}}},
+      {"eval", {{"interval_steps", 25}, {"tokens", 1024}}},
+      {"checkpoint", {{"interval_steps", 25}, {"keep", 4}}},
+      {"log", {{"interval_steps", 10}}},
+  };
+  return parse_config(j);
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& run) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend", "[gpu][model]") {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_backend("cuda");
+  Model mc(small_model()), mg(small_model());
+  mc.allocate(*cpu, DType::f32);
+  mg.allocate(*gpu, DType::f32);
+  mc.params().initialize(11);
+  mg.params().initialize(11);
+  const int64_t B = 3, T = 67;  // 201 rows: the LM head's last chunk is partial
+  mc.plan(B, T);
+  mg.plan(B, T);
+  Philox rng(5, 0);
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (auto& id : inputs) id = static_cast<int32_t>(rng.below(1000));
+  for (auto& id : targets) id = static_cast<int32_t>(rng.below(1000));
+  targets[7] = -1;
+
+  cpu->fill_zero(mc.params().flat_grads());
+  gpu->fill_zero(mg.params().flat_grads());
+  const double lc = mc.forward(inputs.data(), targets.data(), true, 1.0 / (B * T));
+  const double lg = mg.forward(inputs.data(), targets.data(), true, 1.0 / (B * T));
+  mc.backward();
+  mg.backward();
+  INFO("loss sum cpu " << lc << " gpu " << lg);
+  CHECK(std::fabs(lg - lc) / std::fabs(lc) < 1e-5);
+  for (size_t i = 0; i < mc.params().infos().size(); ++i) {
+    const auto gc = download(*cpu, mc.params().grad(static_cast<int>(i)));
+    const auto gg = download(*gpu, mg.params().grad(static_cast<int>(i)));
+    const double err = rel_l2(gg, gc);
+    INFO(mc.params().infos()[i].name << ": relative L2 error " << err);
+    CHECK(err < 1e-5);
+  }
+}
+
+TEST_CASE("cuda model: 50 training steps track the CPU loss curve; resume is bit-identical", "[gpu][trainer]") {
+  const test::TempDir tmp;
+  const fs::path cache = tmp.path / "cache";
+  Trainer(train_config(cache, "cpu"), (tmp.path / "cpu").string(), false).run();
+  Trainer(train_config(cache, "cuda"), (tmp.path / "gpu").string(), false).run();
+  const auto c = read_metrics(tmp.path / "cpu"), g = read_metrics(tmp.path / "gpu");
+  REQUIRE(c.size() == 51);
+  REQUIRE(g.size() == 51);
+  // Each step's gradients agree to ~1e-5 (the test above), but the curves drift apart slowly:
+  // Adam turns rounding differences in near-zero gradients into updates of size ~lr, and
+  // training amplifies them (measured on the H200: at most 0.3% of the loss over these 50
+  // steps). "Tracks" is therefore 1% of the loss at every step; a wrong backward is off by
+  // much more within a few steps.
+  double max_rel = 0;
+  for (size_t i = 1; i < c.size(); ++i) {
+    const double lc = c[i]["loss"].get<double>(), lg = g[i]["loss"].get<double>();
+    max_rel = std::max(max_rel, std::fabs(lg - lc) / lc);
+    INFO("step " << i << ": cpu " << lc << " gpu " << lg);
+    CHECK(std::fabs(lg - lc) < 0.01 * lc);
+  }
+  WARN("largest |loss_gpu - loss_cpu| / loss_cpu over 50 steps: " << max_rel);
+  CHECK(g.back()["loss"].get<double>() < g[1]["loss"].get<double>() - 1.0);  // it learned
+
+  // Stop at 25, resume, finish: identical to the straight GPU run.
+  Trainer(train_config(cache, "cuda"), (tmp.path / "gpu2").string(), false).run(25);
+  Trainer(train_config(cache, "cuda"), (tmp.path / "gpu2").string(), true).run();
+  const auto r = read_metrics(tmp.path / "gpu2");
+  REQUIRE(r.size() == g.size());
+  for (size_t i = 1; i < g.size(); ++i) {
+    INFO("step " << i);
+    CHECK(r[i]["loss"].get<double>() == g[i]["loss"].get<double>());
+  }
+}
