@@ -19,6 +19,7 @@
 
 using namespace llmt;
 namespace fs = std::filesystem;
+using llmt::test::read_metrics;
 
 namespace {
 
@@ -66,13 +67,6 @@ Config train_config(const fs::path& cache, const std::string& backend) {
       {"log", {{"interval_steps", 10}}},
   };
   return parse_config(j);
-}
-
-std::vector<nlohmann::json> read_metrics(const fs::path& run) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -55,6 +58,14 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   out << bytes;
   out.close();
   REQUIRE(out);
+}
+
+/// The objects of <run>/metrics.jsonl, one per line.
+inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 /// The message of the llmt::Error that f() throws; fails the test when it throws nothing.

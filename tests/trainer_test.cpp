@@ -19,6 +19,7 @@ using namespace llmt;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using llmt::test::read_bytes;
+using llmt::test::read_metrics;
 using llmt::test::TempDir;
 
 namespace {
@@ -39,13 +40,6 @@ Config tiny_config(const fs::path& cache) {
       {"log", {{"interval_steps", 100}}},
   };
   return parse_config(j);
-}
-
-std::vector<nlohmann::json> read_metrics(const fs::path& run) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
 }
 
 }  // namespace

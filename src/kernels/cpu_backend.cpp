@@ -3,9 +3,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <unordered_map>
 
 #include "kernels/backend.h"
+#include "kernels/backend_util.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -17,11 +17,6 @@
 
 namespace llmt {
 namespace {
-
-void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  check(a.dtype == b.dtype, "{}: dtype mismatch ({} vs {})", op, dtype_name(a.dtype), dtype_name(b.dtype));
-  check(a.numel() == b.numel(), "{}: size mismatch ({} vs {})", op, a.shape_str(), b.shape_str());
-}
 
 void check_float(const Tensor& t, const char* op) {
   check(t.dtype == DType::f32 || t.dtype == DType::f64, "{}: needs f32 or f64, got {}", op, dtype_name(t.dtype));
@@ -42,20 +37,14 @@ class CpuBackend final : public Backend {
   void* allocate(size_t bytes) override {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     check(p != nullptr, "cpu backend: out of memory allocating {} bytes", bytes);
-    sizes_[p] = bytes;
-    held_ += bytes;
-    peak_ = std::max(peak_, held_);
+    allocations_.allocated(p, bytes);
     return p;
   }
   void release(void* ptr) override {
-    auto it = sizes_.find(ptr);
-    if (it != sizes_.end()) {
-      held_ -= it->second;
-      sizes_.erase(it);
-    }
+    allocations_.released(ptr);
     std::free(ptr);
   }
-  size_t peak_allocated_bytes() const override { return peak_; }
+  size_t peak_allocated_bytes() const override { return allocations_.peak(); }
   void fill_zero(const Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
   void copy(const Tensor& src, const Tensor& dst) override {
     check_same(src, dst, "copy");
@@ -84,16 +73,10 @@ class CpuBackend final : public Backend {
 
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
               bool accumulate) override {
-    check(a.ndim == 2 && b.ndim == 2 && c.ndim == 2, "matmul: needs 2-D tensors, got {} {} {}", a.shape_str(),
-          b.shape_str(), c.shape_str());
-    const int64_t M = trans_a ? a.shape[1] : a.shape[0], K = trans_a ? a.shape[0] : a.shape[1];
-    const int64_t Kb = trans_b ? b.shape[1] : b.shape[0], N = trans_b ? b.shape[0] : b.shape[1];
-    check(K == Kb && c.shape[0] == M && c.shape[1] == N, "matmul: shapes {}{} x {}{} -> {} do not agree",
-          a.shape_str(), trans_a ? "^T" : "", b.shape_str(), trans_b ? "^T" : "", c.shape_str());
-    check(a.dtype == b.dtype && a.dtype == c.dtype, "matmul: dtype mismatch");
+    const GemmDims d = matmul_dims(a, trans_a, b, trans_b, c);
     dispatch(a, "matmul", [&](auto zero) {
       using T = decltype(zero);
-      cpu::gemm<T>(trans_a, trans_b, M, N, K, T(1), a.as<T>(), b.as<T>(), accumulate ? T(1) : T(0), c.as<T>());
+      cpu::gemm<T>(trans_a, trans_b, d.M, d.N, d.K, T(1), a.as<T>(), b.as<T>(), accumulate ? T(1) : T(0), c.as<T>());
     });
   }
 
@@ -205,8 +188,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  std::unordered_map<void*, size_t> sizes_;
-  size_t held_ = 0, peak_ = 0;
+  AllocationLog allocations_;
 
   void rope(const Tensor& x, double theta, bool backward) {
     check(x.ndim == 4 && x.shape[3] % 2 == 0, "rope: x must be [B, T, H, Dh] with even Dh, got {}", x.shape_str());

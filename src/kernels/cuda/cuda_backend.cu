@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <unordered_map>
 
+#include "kernels/backend_util.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -21,11 +21,6 @@ namespace {
       throw ::llmt::Error(fmt::format("cuBLAS error {} in {} at {}:{}",                                 \
                                       cublasGetStatusString(llmt_cublas_status_), #expr, __FILE__, __LINE__)); \
   } while (0)
-
-void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  check(a.dtype == b.dtype, "{}: dtype mismatch ({} vs {})", op, dtype_name(a.dtype), dtype_name(b.dtype));
-  check(a.numel() == b.numel(), "{}: size mismatch ({} vs {})", op, a.shape_str(), b.shape_str());
-}
 
 /// The tensor's f32 data; throws naming the op for any other dtype.
 float* f32(const Tensor& t, const char* op) {
@@ -67,22 +62,16 @@ class CudaBackend final : public Backend {
       throw Error(fmt::format("cuda backend: out of memory allocating {} bytes ({})", bytes,
                               cudaGetErrorString(err)));
     }
-    sizes_[p] = bytes;
-    held_ += bytes;
-    peak_ = std::max(peak_, held_);
+    allocations_.allocated(p, bytes);
     return p;
   }
   // Runs from destructors (Buffer), so it must not throw: a failed free means an earlier
   // fault, which is sticky and reported by the next checked call.
   void release(void* ptr) override {
-    auto it = sizes_.find(ptr);
-    if (it != sizes_.end()) {
-      held_ -= it->second;
-      sizes_.erase(it);
-    }
+    allocations_.released(ptr);
     cudaFree(ptr);
   }
-  size_t peak_allocated_bytes() const override { return peak_; }
+  size_t peak_allocated_bytes() const override { return allocations_.peak(); }
   void fill_zero(const Tensor& t) override {
     if (t.bytes()) LLMT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
@@ -116,13 +105,7 @@ class CudaBackend final : public Backend {
   // first, with the row-major storage read as the transposed column-major matrix.
   void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
               bool accumulate) override {
-    check(a.ndim == 2 && b.ndim == 2 && c.ndim == 2, "matmul: needs 2-D tensors, got {} {} {}", a.shape_str(),
-          b.shape_str(), c.shape_str());
-    const int64_t M = trans_a ? a.shape[1] : a.shape[0], K = trans_a ? a.shape[0] : a.shape[1];
-    const int64_t Kb = trans_b ? b.shape[1] : b.shape[0], N = trans_b ? b.shape[0] : b.shape[1];
-    check(K == Kb && c.shape[0] == M && c.shape[1] == N, "matmul: shapes {}{} x {}{} -> {} do not agree",
-          a.shape_str(), trans_a ? "^T" : "", b.shape_str(), trans_b ? "^T" : "", c.shape_str());
-    check(a.dtype == b.dtype && a.dtype == c.dtype, "matmul: dtype mismatch");
+    const auto [M, N, K] = matmul_dims(a, trans_a, b, trans_b, c);
     check(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, "gemm: M={} N={} K={} must each lie in [0, {}]", M, N, K,
           INT_MAX);
     const float* pa = f32(a, "matmul");
@@ -281,8 +264,7 @@ class CudaBackend final : public Backend {
   double* result_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  std::unordered_map<void*, size_t> sizes_;  // allocate()'s blocks, for peak_allocated_bytes
-  size_t held_ = 0, peak_ = 0;
+  AllocationLog allocations_;
 };
 
 }  // namespace
