@@ -51,6 +51,15 @@ std::vector<double> values_of(const Tensor& t) {
   return v;
 }
 
+/// The mixer's temporaries (model/scratch.h), bound after plan().
+Buffer bind_mixer_scratch(Backend& be, Mixer& mixer) {
+  return bind_scratch(be, [&](void* base) {
+    ScratchCarver carver(base);
+    mixer.bind_scratch(carver);
+    return carver.used();
+  });
+}
+
 int selftest(const std::string& type) {
   auto be = make_cpu_backend();
   const ModelConfig mc = tiny_model();
@@ -60,6 +69,7 @@ int selftest(const std::string& type) {
   store.allocate(*be, DType::f64);
   store.initialize(7);
   mixer->plan(B, T);
+  const Buffer scratch = bind_mixer_scratch(*be, *mixer);
   OwnedTensor x(*be, DType::f64, {rows, D}), y(*be, DType::f64, {rows, D}), dx(*be, DType::f64, {rows, D}),
       r(*be, DType::f64, {rows, D});
   store_values(random_values(rows * D, 1), *x);
@@ -134,6 +144,7 @@ int probe(const ProbeArgs& a) {
 
   const int64_t rows = B * T;
   mixer->plan(B, T);
+  const Buffer scratch = bind_mixer_scratch(*be, *mixer);
   OwnedTensor tx(*be, dt, {rows, D}), ty(*be, dt, {rows, D}), tdx(*be, dt, {rows, D}), tdy(*be, dt, {rows, D});
   store_values(x, *tx);
   store_values(dy, *tdy);

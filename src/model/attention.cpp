@@ -23,9 +23,12 @@ void AttentionMixer::plan(int64_t batch, int64_t seq_len) {
   seq_len_ = seq_len;
   Backend& be = store_.backend();
   const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&q_, &k_, &v_, &o_, &dq_, &dk_, &dv_, &do_})
-    *t = OwnedTensor(be, dt, {batch, seq_len, heads_, head_dim_});
+  for (OwnedTensor* t : {&q_, &k_, &v_, &o_}) *t = OwnedTensor(be, dt, {batch, seq_len, heads_, head_dim_});
   lse_ = OwnedTensor(be, dt, {batch, heads_, seq_len});
+}
+
+void AttentionMixer::bind_scratch(ScratchCarver& scratch) {
+  for (Tensor* t : {&dq_, &dk_, &dv_, &do_}) *t = scratch.take(store_.dtype(), {batch_, seq_len_, heads_, head_dim_});
 }
 
 void AttentionMixer::forward(const Tensor& x, const Tensor& y) {
@@ -43,14 +46,13 @@ void AttentionMixer::forward(const Tensor& x, const Tensor& y) {
 void AttentionMixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, inner = heads_ * head_dim_;
-  const Tensor o2 = o_->reshape({rows, inner}), do2 = do_->reshape({rows, inner});
-  const Tensor dq2 = dq_->reshape({rows, inner}), dk2 = dk_->reshape({rows, inner}), dv2 = dv_->reshape({rows, inner});
+  const Tensor o2 = o_->reshape({rows, inner}), do2 = do_.reshape({rows, inner});
+  const Tensor dq2 = dq_.reshape({rows, inner}), dk2 = dk_.reshape({rows, inner}), dv2 = dv_.reshape({rows, inner});
   be.matmul(dy, false, store_.param(wo_), false, do2, false);        // dO = dy Wo
   be.matmul(dy, true, o2, false, store_.grad(wo_), true);            // dWo += dy^T O
-  be.attention_bwd(*q_, *k_, *v_, *o_, *lse_, *do_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), *dq_, *dk_,
-                   *dv_);
-  be.rope_bwd(*dq_, theta_);
-  be.rope_bwd(*dk_, theta_);
+  be.attention_bwd(*q_, *k_, *v_, *o_, *lse_, do_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), dq_, dk_, dv_);
+  be.rope_bwd(dq_, theta_);
+  be.rope_bwd(dk_, theta_);
   be.matmul(dq2, true, x, false, store_.grad(wq_), true);            // dWq += dq^T x
   be.matmul(dk2, true, x, false, store_.grad(wk_), true);
   be.matmul(dv2, true, x, false, store_.grad(wv_), true);

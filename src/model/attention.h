@@ -12,6 +12,7 @@ class AttentionMixer final : public Mixer {
  public:
   AttentionMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
   void plan(int64_t batch, int64_t seq_len) override;
+  void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
 
@@ -22,7 +23,7 @@ class AttentionMixer final : public Mixer {
   int wq_, wk_, wv_, wo_;
   int64_t batch_ = 0, seq_len_ = 0;
   OwnedTensor q_, k_, v_, o_, lse_;    // saved: [B, T, H, Dh] (q, k after rotary), lse [B, H, T]
-  OwnedTensor dq_, dk_, dv_, do_;      // scratch of the backward
+  Tensor dq_, dk_, dv_, do_;           // backward temporaries (shared scratch)
 };
 
 }  // namespace llmt

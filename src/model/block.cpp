@@ -13,33 +13,41 @@ Block::Block(const std::string& mixer_type, const ModelConfig& config, ParamStor
 
 void Block::plan(int64_t batch, int64_t seq_len) {
   const int64_t rows = batch * seq_len, d = store_.param(attn_norm_).numel();
+  rows_ = rows;
+  d_model_ = d;
   Backend& be = store_.backend();
   const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&xn1_, &h_, &xn2_, &branch_, &dxn_, &dh_}) *t = OwnedTensor(be, dt, {rows, d});
+  for (OwnedTensor* t : {&xn1_, &h_, &xn2_}) *t = OwnedTensor(be, dt, {rows, d});
   rstd1_ = OwnedTensor(be, dt, {rows});
   rstd2_ = OwnedTensor(be, dt, {rows});
   mixer_->plan(batch, seq_len);
   mlp_->plan(rows);
 }
 
+void Block::bind_scratch(ScratchCarver& scratch) {
+  for (Tensor* t : {&branch_, &dxn_, &dh_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
+  mixer_->bind_scratch(scratch);
+  mlp_->bind_scratch(scratch);
+}
+
 void Block::forward(const Tensor& x_in, const Tensor& x_out) {
   Backend& be = store_.backend();
   be.rmsnorm_fwd(x_in, store_.param(attn_norm_), eps_, *xn1_, *rstd1_);
-  mixer_->forward(*xn1_, *branch_);
-  be.add(x_in, *branch_, *h_);
+  mixer_->forward(*xn1_, branch_);
+  be.add(x_in, branch_, *h_);
   be.rmsnorm_fwd(*h_, store_.param(mlp_norm_), eps_, *xn2_, *rstd2_);
-  mlp_->forward(*xn2_, *branch_);
-  be.add(*h_, *branch_, x_out);
+  mlp_->forward(*xn2_, branch_);
+  be.add(*h_, branch_, x_out);
 }
 
 void Block::backward(const Tensor& x_in, const Tensor& dx) {
   Backend& be = store_.backend();
-  mlp_->backward(*xn2_, dx, *dxn_);
-  be.copy(dx, *dh_);                                                        // dh = dx' (residual path)
-  be.rmsnorm_bwd(*dxn_, *h_, store_.param(mlp_norm_), *rstd2_, *dh_, store_.grad(mlp_norm_));
-  mixer_->backward(*xn1_, *dh_, *dxn_);
-  be.copy(*dh_, dx);                                                        // dx = dh (residual path)
-  be.rmsnorm_bwd(*dxn_, x_in, store_.param(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
+  mlp_->backward(*xn2_, dx, dxn_);
+  be.copy(dx, dh_);                                                        // dh = dx' (residual path)
+  be.rmsnorm_bwd(dxn_, *h_, store_.param(mlp_norm_), *rstd2_, dh_, store_.grad(mlp_norm_));
+  mixer_->backward(*xn1_, dh_, dxn_);
+  be.copy(dh_, dx);                                                        // dx = dh (residual path)
+  be.rmsnorm_bwd(dxn_, x_in, store_.param(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
 }
 
 }  // namespace llmt

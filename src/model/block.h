@@ -16,6 +16,8 @@ class Block {
  public:
   Block(const std::string& mixer_type, const ModelConfig& config, ParamStore& store, const std::string& prefix);
   void plan(int64_t batch, int64_t seq_len);
+  /// Takes the temporaries of the block, its mixer and its MLP from the shared scratch.
+  void bind_scratch(ScratchCarver& scratch);
   /// x_out = block(x_in); both [rows, D]; x_in must stay unchanged until backward.
   void forward(const Tensor& x_in, const Tensor& x_out);
   /// In: dx = dL/dx_out. Out: dx = dL/dx_in (the same buffer, updated in place).
@@ -28,7 +30,8 @@ class Block {
   std::unique_ptr<Mixer> mixer_;
   std::unique_ptr<SwiGluMlp> mlp_;
   OwnedTensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
-  OwnedTensor branch_, dxn_, dh_;             // scratch: sublayer output, normed-input grad, residual grad
+  int64_t rows_ = 0, d_model_ = 0;
+  Tensor branch_, dxn_, dh_;  // temporaries (shared scratch): sublayer output, normed-input grad, residual grad
 };
 
 }  // namespace llmt

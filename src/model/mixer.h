@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/scratch.h"
 
 namespace llmt {
 
@@ -17,6 +18,9 @@ class Mixer {
   virtual ~Mixer() = default;
   /// Allocates the activations saved for the backward, for inputs [batch * seq_len, d_model].
   virtual void plan(int64_t batch, int64_t seq_len) = 0;
+  /// Takes the views of its temporaries (used only within one forward or backward call) from
+  /// `scratch`, after plan(); the memory is shared with the other layers (model/scratch.h).
+  virtual void bind_scratch(ScratchCarver& scratch) = 0;
   /// y = mixer(x); x, y: [batch * seq_len, d_model] in the parameter dtype. Saves what
   /// backward needs.
   virtual void forward(const Tensor& x, const Tensor& y) = 0;

@@ -11,8 +11,12 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::st
 }
 
 void SwiGluMlp::plan(int64_t rows) {
-  for (OwnedTensor* t : {&gate_, &up_, &h_, &dh_, &dgate_, &dup_})
-    *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, hidden_});
+  rows_ = rows;
+  for (OwnedTensor* t : {&gate_, &up_, &h_}) *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, hidden_});
+}
+
+void SwiGluMlp::bind_scratch(ScratchCarver& scratch) {
+  for (Tensor* t : {&dh_, &dgate_, &dup_}) *t = scratch.take(store_.dtype(), {rows_, hidden_});
 }
 
 void SwiGluMlp::forward(const Tensor& x, const Tensor& y) {
@@ -25,13 +29,13 @@ void SwiGluMlp::forward(const Tensor& x, const Tensor& y) {
 
 void SwiGluMlp::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
-  be.matmul(dy, false, store_.param(w_down_), false, *dh_, false);   // dh = dy Wdown
+  be.matmul(dy, false, store_.param(w_down_), false, dh_, false);    // dh = dy Wdown
   be.matmul(dy, true, *h_, false, store_.grad(w_down_), true);       // dWdown += dy^T h
-  be.swiglu_bwd(*gate_, *up_, *dh_, *dgate_, *dup_);
-  be.matmul(*dgate_, true, x, false, store_.grad(w_gate_), true);    // dWgate += dgate^T x
-  be.matmul(*dup_, true, x, false, store_.grad(w_up_), true);
-  be.matmul(*dgate_, false, store_.param(w_gate_), false, dx, false);  // dx = dgate Wgate + dup Wup
-  be.matmul(*dup_, false, store_.param(w_up_), false, dx, true);
+  be.swiglu_bwd(*gate_, *up_, dh_, dgate_, dup_);
+  be.matmul(dgate_, true, x, false, store_.grad(w_gate_), true);     // dWgate += dgate^T x
+  be.matmul(dup_, true, x, false, store_.grad(w_up_), true);
+  be.matmul(dgate_, false, store_.param(w_gate_), false, dx, false);  // dx = dgate Wgate + dup Wup
+  be.matmul(dup_, false, store_.param(w_up_), false, dx, true);
 }
 
 }  // namespace llmt

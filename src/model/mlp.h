@@ -6,6 +6,7 @@
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/scratch.h"
 
 namespace llmt {
 
@@ -14,6 +15,8 @@ class SwiGluMlp {
   SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::string& prefix);
   /// Allocates saved activations for [batch * seq_len, d_model] inputs.
   void plan(int64_t rows);
+  /// Takes its backward temporaries from the shared scratch (model/scratch.h).
+  void bind_scratch(ScratchCarver& scratch);
   /// y = mlp(x), x and y [rows, D].
   void forward(const Tensor& x, const Tensor& y);
   /// dx = dL/dx (overwritten); parameter gradients accumulate.
@@ -24,7 +27,8 @@ class SwiGluMlp {
   int64_t d_model_, hidden_;
   int w_gate_, w_up_, w_down_;
   OwnedTensor gate_, up_, h_;       // saved [rows, F]
-  OwnedTensor dh_, dgate_, dup_;    // backward scratch [rows, F]
+  int64_t rows_ = 0;
+  Tensor dh_, dgate_, dup_;         // backward temporaries [rows, F] (shared scratch)
 };
 
 }  // namespace llmt

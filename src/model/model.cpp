@@ -48,6 +48,16 @@ void Model::plan(int64_t batch, int64_t seq_len) {
   logits_ = OwnedTensor(be, dt, {chunk, config_.vocab_size});
   losses_ = OwnedTensor(be, dt, {chunk});
   for (auto& b : blocks_) b->plan(batch, seq_len);
+  scratch_.reset();
+  scratch_ = bind_scratch(be, [&](void* base) {
+    size_t most = 0;
+    for (auto& b : blocks_) {
+      ScratchCarver carver(base);  // every block starts at the same base: blocks run one at a time
+      b->bind_scratch(carver);
+      most = std::max(most, carver.used());
+    }
+    return most;
+  });
 }
 
 double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale) {

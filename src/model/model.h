@@ -66,6 +66,7 @@ class Model {
   std::vector<OwnedTensor> resid_;          // residual stream at each block input, plus the output
   OwnedTensor xf_, rstdf_, dxf_, dresid_;   // final norm output / its rstd / grads
   OwnedTensor logits_, losses_;             // one head chunk: [kHeadChunkRows, V], [kHeadChunkRows]
+  Buffer scratch_;                          // the blocks' temporaries, shared (model/scratch.h)
 };
 
 }  // namespace llmt
