@@ -407,3 +407,31 @@ TEST_CASE("config: messages point at the fix", "[config][errors]") {
     CHECK_THAT(msg, Contains("train.lr") && Contains("--set train.lr=-1"));
   }
 }
+
+TEST_CASE("config: mixer blocks", "[config]") {
+  SECTION("a gdn model reads model.gdn with its defaults") {
+    json j = valid_config();
+    j["model"]["type"] = "gdn";
+    j["model"].erase("attn");
+    j["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}};
+    const llmt::Config c = llmt::parse_config(j);
+    CHECK(c.model.gdn.expand_v == 2);
+    CHECK(c.model.gdn.value_dim() == 256);
+    CHECK(c.model.gdn.conv_size == 4);
+    CHECK(c.model.gdn.chunk_size == 64);
+    CHECK(c.model.gdn.output_gate == "swish");
+    CHECK(c.model.gdn.A_max == 16.0);
+    CHECK(c.resolved["model"]["gdn"]["init"]["dt_floor"] == 1e-4);
+  }
+  SECTION("a block for a mixer the model does not use is refused") {
+    json j = valid_config();
+    j["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}};
+    CHECK_THAT(parse_error(j), Contains("model.gdn is given but model.type is \"transformer\""));
+  }
+  SECTION("the used mixer's block is required") {
+    json j = valid_config();
+    j["model"]["type"] = "gdn";
+    j["model"].erase("attn");
+    CHECK_THAT(parse_error(j), Contains("model.gdn"));
+  }
+}

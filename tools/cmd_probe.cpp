@@ -24,6 +24,9 @@ ModelConfig tiny_model() {
   m.d_model = 8;
   m.attn.num_heads = 2;
   m.attn.head_dim = 4;
+  m.gdn.num_heads = 2;
+  m.gdn.head_dim = 4;
+  m.gdn.chunk_size = 4;  // T = 5 below: one full and one partial chunk
   m.init_std = 0.5;  // large enough that every path of the layer matters in the check
   return m;
 }

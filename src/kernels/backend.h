@@ -87,6 +87,39 @@ class Backend {
   /// 1-based count of updates taken.
   virtual void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                           const AdamWParams& hp, double grad_scale, int64_t step) = 0;
+
+  // ---- delta-rule layers (GDN, Comba, KDA, MDN) ----
+  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn}.h. A backend
+  // that does not implement one yet throws llmt::Error naming the op and itself.
+
+  /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated.
+  virtual void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y);
+  virtual void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
+                                   const Tensor& dx, const Tensor& dw);
+  /// y = scale * x / sqrt(sum x^2 + eps) over rows of `dim`; rinv [rows]. dx overwritten.
+  virtual void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y, const Tensor& rinv);
+  virtual void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
+                          const Tensor& dx);
+  /// y = rmsnorm(o) * w * phi(z) per row of w.numel() (phi = sigmoid or silu); rstd [rows].
+  /// d_o, dz overwritten; dw accumulated.
+  virtual void gated_rmsnorm_fwd(const Tensor& o, const Tensor& z, const Tensor& w, double eps, bool sigmoid_gate,
+                                 const Tensor& y, const Tensor& rstd);
+  virtual void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& o, const Tensor& z, const Tensor& w,
+                                 const Tensor& rstd, bool sigmoid_gate, const Tensor& d_o, const Tensor& dz,
+                                 const Tensor& dw);
+  /// GDN gates: a, b, g, beta [rows, H]; A_log, dt_bias [H]. da, db overwritten; dA_log, ddt_bias accumulated.
+  virtual void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                             const Tensor& g, const Tensor& beta);
+  virtual void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                             const Tensor& A_log, const Tensor& dt_bias, const Tensor& da, const Tensor& db,
+                             const Tensor& dA_log, const Tensor& ddt_bias);
+  /// GDN core, chunked (zero initial state): q, k [B, T, H, K]; v, o [B, T, H, V]; g, beta [B, T, H].
+  /// Gradients overwritten.
+  virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             int64_t chunk_size, const Tensor& o);
+  virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
 };
 
 /// The CPU reference backend (OpenBLAS for matmul).

@@ -9,6 +9,11 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/delta_gates.h"
+#include "kernels/cpu/gated_rmsnorm.h"
+#include "kernels/cpu/gdn.h"
+#include "kernels/cpu/l2norm.h"
+#include "kernels/cpu/short_conv.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -187,8 +192,143 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // ---- delta-rule layers ----
+  void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
+          "short_conv_silu_fwd: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
+    check_same(x, pre, "short_conv_silu_fwd");
+    check_same(x, y, "short_conv_silu_fwd");
+    dispatch(x, "short_conv_silu_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::short_conv_silu_fwd<T>(x.as<T>(), w.as<T>(), x.shape[0], x.shape[1], x.shape[2], w.shape[2], pre.as<T>(),
+                                  y.as<T>());
+    });
+  }
+  void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
+                           const Tensor& dw) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2], "short_conv_silu_bwd: x {} w {}", x.shape_str(),
+          w.shape_str());
+    for (const Tensor* t : {&dy, &pre, &dx}) check_same(x, *t, "short_conv_silu_bwd");
+    check_same(w, dw, "short_conv_silu_bwd");
+    dispatch(x, "short_conv_silu_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::short_conv_silu_bwd<T>(dy.as<T>(), x.as<T>(), w.as<T>(), pre.as<T>(), x.shape[0], x.shape[1], x.shape[2],
+                                  w.shape[2], dx.as<T>(), dw.as<T>());
+    });
+  }
+  void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
+                  const Tensor& rinv) override {
+    const int64_t rows = x.numel() / dim;
+    check(rows * dim == x.numel() && rinv.numel() == rows, "l2norm_fwd: x {} dim {} rinv {}", x.shape_str(), dim,
+          rinv.shape_str());
+    check_same(x, y, "l2norm_fwd");
+    dispatch(x, "l2norm_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::l2norm_fwd<T>(x.as<T>(), rows, dim, eps, scale, y.as<T>(), rinv.as<T>());
+    });
+  }
+  void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
+                  const Tensor& dx) override {
+    const int64_t rows = y.numel() / dim;
+    check(rows * dim == y.numel() && rinv.numel() == rows, "l2norm_bwd: y {} dim {} rinv {}", y.shape_str(), dim,
+          rinv.shape_str());
+    check_same(y, dy, "l2norm_bwd");
+    check_same(y, dx, "l2norm_bwd");
+    dispatch(y, "l2norm_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::l2norm_bwd<T>(dy.as<T>(), y.as<T>(), rinv.as<T>(), rows, dim, scale, dx.as<T>());
+    });
+  }
+  void gated_rmsnorm_fwd(const Tensor& o, const Tensor& z, const Tensor& w, double eps, bool sigmoid_gate,
+                         const Tensor& y, const Tensor& rstd) override {
+    const int64_t dim = w.numel(), rows = o.numel() / dim;
+    check(rows * dim == o.numel() && rstd.numel() == rows, "gated_rmsnorm_fwd: o {} w {} rstd {}", o.shape_str(),
+          w.shape_str(), rstd.shape_str());
+    check_same(o, z, "gated_rmsnorm_fwd");
+    check_same(o, y, "gated_rmsnorm_fwd");
+    dispatch(o, "gated_rmsnorm_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::gated_rmsnorm_fwd<T>(o.as<T>(), z.as<T>(), w.as<T>(), rows, dim, eps, sigmoid_gate, y.as<T>(),
+                                rstd.as<T>());
+    });
+  }
+  void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& rstd,
+                         bool sigmoid_gate, const Tensor& d_o, const Tensor& dz, const Tensor& dw) override {
+    const int64_t dim = w.numel(), rows = o.numel() / dim;
+    check(rows * dim == o.numel() && rstd.numel() == rows, "gated_rmsnorm_bwd: o {} w {}", o.shape_str(),
+          w.shape_str());
+    for (const Tensor* t : {&dy, &z, &d_o, &dz}) check_same(o, *t, "gated_rmsnorm_bwd");
+    check_same(w, dw, "gated_rmsnorm_bwd");
+    dispatch(o, "gated_rmsnorm_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::gated_rmsnorm_bwd<T>(dy.as<T>(), o.as<T>(), z.as<T>(), w.as<T>(), rstd.as<T>(), rows, dim, sigmoid_gate,
+                                d_o.as<T>(), dz.as<T>(), dw.as<T>());
+    });
+  }
+  void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                     const Tensor& beta) override {
+    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
+    check(rows * heads == a.numel() && dt_bias.numel() == heads, "gdn_gates_fwd: a {} A_log {} dt_bias {}",
+          a.shape_str(), A_log.shape_str(), dt_bias.shape_str());
+    for (const Tensor* t : {&b, &g, &beta}) check_same(a, *t, "gdn_gates_fwd");
+    dispatch(a, "gdn_gates_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::gdn_gates_fwd<T>(a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(), rows, heads, g.as<T>(),
+                            beta.as<T>());
+    });
+  }
+  void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                     const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
+                     const Tensor& ddt_bias) override {
+    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
+    for (const Tensor* t : {&dg, &dbeta, &b, &da, &db}) check_same(a, *t, "gdn_gates_bwd");
+    check_same(A_log, dA_log, "gdn_gates_bwd");
+    check_same(dt_bias, ddt_bias, "gdn_gates_bwd");
+    dispatch(a, "gdn_gates_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::gdn_gates_bwd<T>(dg.as<T>(), dbeta.as<T>(), a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(), rows,
+                            heads, da.as<T>(), db.as<T>(), dA_log.as<T>(), ddt_bias.as<T>());
+    });
+  }
+  void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     int64_t chunk_size, const Tensor& o) override {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "gdn_chunk_fwd");
+    check_same(v, o, "gdn_chunk_fwd");
+    check_same(q, k, "gdn_chunk_fwd");
+    dispatch(q, "gdn_chunk_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
+      cpu::gdn_chunk_fwd<T>(in, d, o.as<T>(), nullptr, chunk_size);
+    });
+  }
+  void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dg, const Tensor& dbeta) override {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "gdn_chunk_bwd");
+    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
+    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
+    dispatch(q, "gdn_chunk_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
+      const cpu::GdnGrads<T> grads{dq.as<T>(), dk.as<T>(), dv.as<T>(), dg.as<T>(), dbeta.as<T>(), nullptr};
+      cpu::gdn_chunk_bwd<T>(in, d_o.as<T>(), nullptr, d, grads, chunk_size);
+    });
+  }
+
  private:
   AllocationLog allocations_;
+
+  /// Sizes of a delta-rule core call: q [B, T, H, K], v [B, T, H, V], g and beta [B, T, H].
+  static cpu::DeltaDims delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                   const char* op) {
+    check(q.ndim == 4 && v.ndim == 4 && q.shape[0] == v.shape[0] && q.shape[1] == v.shape[1] &&
+              q.shape[2] == v.shape[2] && g.numel() == q.shape[0] * q.shape[1] * q.shape[2],
+          "{}: q must be [B, T, H, K], v [B, T, H, V], g [B, T, H]; got {} {} {}", op, q.shape_str(), v.shape_str(),
+          g.shape_str());
+    check_same(g, beta, op);
+    return {q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3]};
+  }
 
   void rope(const Tensor& x, double theta, bool backward) {
     check(x.ndim == 4 && x.shape[3] % 2 == 0, "rope: x must be [B, T, H, Dh] with even Dh, got {}", x.shape_str());

@@ -101,6 +101,8 @@ class ObjectReader {
     const json* v = j_.contains(key) ? &j_.at(key) : &empty;
     return ObjectReader(*v, at(key), out_[key]);
   }
+  /// Whether the object has `key` (without reading it).
+  bool has(const std::string& key) const { return j_.contains(key); }
   /// Throws for the first key that was never read, listing the allowed keys.
   void finish() const {
     for (const auto& [key, value] : j_.items()) {
@@ -138,7 +140,7 @@ class ObjectReader {
 template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
 
 void parse_model(ObjectReader r, ModelConfig& m) {
-  m.type = r.choice("type", {"transformer"}, nullptr);
+  m.type = r.choice("type", {"transformer", "gdn"}, nullptr);
   m.d_model = r.positive("d_model");
   m.n_layers = r.positive("n_layers");
   m.vocab_size = r.positive("vocab_size");
@@ -162,7 +164,13 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(m.init_std > 0, "config: model.init.std must be > 0");
     init.finish();
   }
-  {
+  // Each mixer's block is read only when that mixer is used; a block for an unused mixer is
+  // an error rather than silently ignored.
+  const auto mixer_block = [&](const std::string& key, const std::string& user) {
+    check(m.type == user || !r.has(key), "config: model.{} is given but model.type is \"{}\"", key, m.type);
+    return m.type == user;
+  };
+  if (mixer_block("attn", "transformer")) {
     ObjectReader a = r.object("attn");
     m.attn.num_heads = a.positive("num_heads");
     m.attn.head_dim = a.positive("head_dim");
@@ -170,6 +178,30 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(m.attn.head_dim % 2 == 0, "config: model.attn.head_dim must be even (rotary), got {}", m.attn.head_dim);
     check(m.attn.rope_theta > 0, "config: model.attn.rope_theta must be > 0");
     a.finish();
+  }
+  if (mixer_block("gdn", "gdn")) {
+    ObjectReader g = r.object("gdn");
+    GdnConfig& c = m.gdn;
+    c.num_heads = g.positive("num_heads");
+    c.head_dim = g.positive("head_dim");
+    c.expand_v = g.positive("expand_v", dflt(int64_t{2}));
+    c.conv_size = g.positive("conv_size", dflt(int64_t{4}));
+    c.chunk_size = g.positive("chunk_size", dflt(int64_t{64}));
+    c.output_gate = g.choice("output_gate", {"swish", "sigmoid"}, dflt(std::string("swish")));
+    {
+      ObjectReader init = g.object("init");
+      const auto range = init.numbers("A_range", 2, {0.0, 16.0});
+      c.A_min = range[0];
+      c.A_max = range[1];
+      c.dt_min = init.number("dt_min", dflt(1e-3));
+      c.dt_max = init.number("dt_max", dflt(0.1));
+      c.dt_floor = init.number("dt_floor", dflt(1e-4));
+      init.finish();
+      check(c.A_min >= 0 && c.A_max > c.A_min, "config: model.gdn.init.A_range must be [lo, hi] with 0 <= lo < hi");
+      check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
+            "config: model.gdn.init needs 0 < dt_min < dt_max and dt_floor > 0");
+    }
+    g.finish();
   }
   r.finish();
 }

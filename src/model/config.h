@@ -16,6 +16,19 @@ struct AttnConfig {
   double rope_theta = 10000.0;
 };
 
+/// Gated DeltaNet mixer (layers-delta.md section 4.1; runs.md section 4.1 `model.gdn`).
+struct GdnConfig {
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;     ///< d_k
+  int64_t expand_v = 2;     ///< d_v = head_dim * expand_v
+  int64_t conv_size = 4;    ///< short convolution width
+  int64_t chunk_size = 64;  ///< chunk length of the training algorithm
+  std::string output_gate = "swish";  ///< "swish" (GDN) or "sigmoid"
+  double A_min = 0, A_max = 16;                        ///< A_log = log U(A_min, A_max)
+  double dt_min = 1e-3, dt_max = 0.1, dt_floor = 1e-4;  ///< dt_bias = softplus^-1(dt)
+  int64_t value_dim() const { return head_dim * expand_v; }
+};
+
 struct MlpConfig {
   int64_t intermediate_size = 0;  ///< SwiGLU hidden width F
 };
@@ -29,7 +42,8 @@ struct ModelConfig {
   double norm_eps = 1e-6;  ///< RMSNorm eps (model.norm.eps)
   MlpConfig mlp;
   double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
-  AttnConfig attn;
+  AttnConfig attn;  ///< used by type "transformer"
+  GdnConfig gdn;    ///< used by type "gdn"
 };
 
 struct TrainConfig {

@@ -2,13 +2,15 @@
 
 #include "core/error.h"
 #include "model/attention.h"
+#include "model/gdn.h"
 
 namespace llmt {
 
 std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& config, ParamStore& store,
                                   const std::string& prefix) {
   if (type == "transformer" || type == "attn") return std::make_unique<AttentionMixer>(config, store, prefix);
-  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer", type));
+  if (type == "gdn") return std::make_unique<GdnMixer>(config, store, prefix);
+  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn", type));
 }
 
 }  // namespace llmt

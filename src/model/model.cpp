@@ -27,7 +27,7 @@ ParamCounts Model::counts() const {
 int64_t Model::training_flops_per_token(int64_t seq_len) const {
   const ModelConfig& m = config_;
   const int64_t head = m.vocab_size * m.d_model;
-  const int64_t attn = 12 * m.n_layers * m.attn.num_heads * m.attn.head_dim * seq_len;
+  const int64_t attn = m.type == "transformer" ? 12 * m.n_layers * m.attn.num_heads * m.attn.head_dim * seq_len : 0;
   return 6 * (counts().non_embedding + head) + attn;
 }
 

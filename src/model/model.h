@@ -50,7 +50,8 @@ class Model {
   /// Training FLOPs per token, PaLM convention (Chowdhery et al. 2022, App. B):
   /// 6 * (parameters used in matrix products: non-embedding + the LM head)
   /// + 12 * n_layers * (heads * head_dim) * seq_len for the attention scores and values
-  /// (causal masking not discounted).
+  /// (causal masking not discounted; transformer layers only: the recurrent cores of the
+  /// other mixers are not counted yet).
   int64_t training_flops_per_token(int64_t seq_len) const;
 
   /// Rows of the LM head / loss processed at once.

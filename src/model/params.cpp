@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -47,9 +49,24 @@ void ParamStore::initialize(uint64_t seed) {
     const ParamInfo& p = infos_[i];
     host64.assign(p.numel, 0.0);
     if (p.init.kind == Init::ones) host64.assign(p.numel, 1.0);
-    if (p.init.kind == Init::normal) {
-      Philox rng(seed, i);
-      for (double& x : host64) x = p.init.std * rng.normal();
+    Philox rng(seed, i);
+    switch (p.init.kind) {
+      case Init::normal:
+        for (double& x : host64) x = p.init.std * rng.normal();
+        break;
+      case Init::log_uniform:
+        for (double& x : host64) x = std::log(p.init.lo + (p.init.hi - p.init.lo) * (1.0 - rng.uniform()));
+        break;
+      case Init::dt_bias:
+        for (double& x : host64) {
+          const double dt = std::max(
+              p.init.floor, std::exp(std::log(p.init.lo) + (std::log(p.init.hi) - std::log(p.init.lo)) * rng.uniform()));
+          x = dt + std::log(-std::expm1(-dt));  // softplus^-1(dt) = dt + log(1 - exp(-dt))
+        }
+        break;
+      case Init::ones:
+      case Init::zeros:
+        break;
     }
     if (dtype_ == DType::f64) {
       backend_->upload(host64.data(), param(static_cast<int>(i)));

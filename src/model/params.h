@@ -16,9 +16,15 @@ enum class ParamKind { weight, bias, norm, embedding, ssm_param };
 const char* param_kind_name(ParamKind k);
 
 /// How a parameter is initialised.
+///   normal:          N(0, std^2)
+///   ones, zeros
+///   log_uniform:     log(U(lo, hi))  (GDN/Comba A_log: layers-delta.md section 3.3)
+///   dt_bias:         softplus^-1(dt), dt = exp(U(log lo, log hi)) clamped to >= floor
+///                    (GDN/Comba dt_bias: layers-delta.md section 3.3; mamba2 dt init)
 struct Init {
-  enum Kind { normal, ones, zeros } kind = normal;
-  double std = 0.02;  ///< for normal: N(0, std^2)
+  enum Kind { normal, ones, zeros, log_uniform, dt_bias } kind = normal;
+  double std = 0.02;
+  double lo = 0, hi = 0, floor = 0;
 };
 
 struct ParamInfo {

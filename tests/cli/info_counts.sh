@@ -15,3 +15,8 @@ expect() {  # config total non_embedding
 expect configs/mdn-paper/400m/transformer.json 411257856 308331520
 # 1.3B: 24 * (4*2048^2 + 3*2048*5632 + 2*2048) + 2048 = 1,233,225,728; + 2 * 50257 * 2048
 expect configs/mdn-paper/1.3b/transformer.json 1439078400 1233225728
+# GDN 400M (runs.md 2.1: 417.3M, 314.4M): per layer q,k 2*768*1024 + v,g 2*1536*1024 + o 1024*1536
+# + a,b 2*6*1024 + A_log,dt_bias 12 + convs (768+768+1536)*4 + o_norm 256 + MLP 3*1024*2816 + norms 2*1024
+expect configs/mdn-paper/400m/gdn.json 417278460 314352124
+# GDN 1.3B (runs.md 2.2: 1462.1M, 1256.3M): the same with D 2048, 6 heads x 256, d_v 512, MLP 5632
+expect configs/mdn-paper/1.3b/gdn.json 1462129404 1256276732

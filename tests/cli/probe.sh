@@ -7,12 +7,16 @@ llmtrain=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$llmtrain" probe --mixer transformer --selftest --dtype f64 | tee "$tmp/selftest.txt"
-grep -q "selftest: passed" "$tmp/selftest.txt"
+for mixer in transformer gdn; do
+  "$llmtrain" probe --mixer $mixer --selftest --dtype f64 | tee "$tmp/selftest.txt"
+  grep -q "probe --mixer $mixer --selftest: passed" "$tmp/selftest.txt"
+done
 
-"$llmtrain" probe --mixer transformer --batch 2 --seq-len 6 --out "$tmp/a.safetensors"
-"$llmtrain" probe --mixer transformer --inputs "$tmp/a.safetensors" --out "$tmp/b.safetensors"
-cmp "$tmp/a.safetensors" "$tmp/b.safetensors"
+for mixer in transformer gdn; do
+  "$llmtrain" probe --mixer $mixer --batch 2 --seq-len 6 --out "$tmp/a.safetensors"
+  "$llmtrain" probe --mixer $mixer --inputs "$tmp/a.safetensors" --out "$tmp/b.safetensors"
+  cmp "$tmp/a.safetensors" "$tmp/b.safetensors"
+done
 
 # An unknown mixer is an error that names it.
 if "$llmtrain" probe --mixer mamba9 --selftest 2> "$tmp/err.txt"; then echo "FAIL: unknown mixer accepted"; exit 1; fi

@@ -1,0 +1,54 @@
+// Default implementations of the Backend ops that a backend may not provide yet: each throws
+// llmt::Error naming the op and the backend, so a missing kernel is a clear error, never a
+// silent wrong result.
+#include "kernels/backend.h"
+
+#include "core/error.h"
+
+namespace llmt {
+namespace {
+[[noreturn]] void missing(const Backend& b, const char* op) {
+  throw Error(fmt::format("{}: not implemented by the {} backend yet", op, b.name()));
+}
+}  // namespace
+
+void Backend::short_conv_silu_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "short_conv_silu_fwd");
+}
+void Backend::short_conv_silu_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  const Tensor&) {
+  missing(*this, "short_conv_silu_bwd");
+}
+void Backend::l2norm_fwd(const Tensor&, int64_t, double, double, const Tensor&, const Tensor&) {
+  missing(*this, "l2norm_fwd");
+}
+void Backend::l2norm_bwd(const Tensor&, const Tensor&, const Tensor&, int64_t, double, const Tensor&) {
+  missing(*this, "l2norm_bwd");
+}
+void Backend::gated_rmsnorm_fwd(const Tensor&, const Tensor&, const Tensor&, double, bool, const Tensor&,
+                                const Tensor&) {
+  missing(*this, "gated_rmsnorm_fwd");
+}
+void Backend::gated_rmsnorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,
+                                const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "gated_rmsnorm_bwd");
+}
+void Backend::gdn_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) {
+  missing(*this, "gdn_gates_fwd");
+}
+void Backend::gdn_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "gdn_gates_bwd");
+}
+void Backend::gdn_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                            const Tensor&) {
+  missing(*this, "gdn_chunk_fwd");
+}
+void Backend::gdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) {
+  missing(*this, "gdn_chunk_bwd");
+}
+
+}  // namespace llmt
