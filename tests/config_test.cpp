@@ -423,15 +423,71 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(c.model.gdn.A_max == 16.0);
     CHECK(c.resolved["model"]["gdn"]["init"]["dt_floor"] == 1e-4);
   }
+  SECTION("a comba model reads model.comba with its defaults (runs.md 4.1, layers-delta.md 3.2-3.3)") {
+    json j = valid_config();
+    j["model"]["type"] = "comba";
+    j["model"].erase("attn");
+    j["model"]["comba"] = {{"num_heads", 6}, {"head_dim", 128}};
+    const llmt::Config c = llmt::parse_config(j);
+    const llmt::CombaConfig& cc = c.model.comba;
+    CHECK(cc.expand_v == 2);
+    CHECK(cc.value_dim() == 256);
+    CHECK(cc.conv_size == 4);
+    CHECK(cc.chunk_size == 64);
+    CHECK(cc.output_gate == "sigmoid");
+    CHECK(cc.output_correction);
+    CHECK(cc.correction_factor == 1.0);
+    CHECK(cc.inner_decay);
+    CHECK(cc.decay_init == 1.0);
+    CHECK(cc.A_min == 0.0);
+    CHECK(cc.A_max == 16.0);
+    CHECK(c.resolved["model"]["comba"]["output_gate"] == "sigmoid");
+    CHECK(c.resolved["model"]["comba"]["correction_factor"] == 1.0);
+    CHECK(c.resolved["model"]["comba"]["init"]["decay"] == 1.0);
+    CHECK(c.resolved["model"]["comba"]["init"]["dt_floor"] == 1e-4);
+  }
+  SECTION("model.comba switches and init values are read") {
+    json j = valid_config();
+    j["model"]["type"] = "comba";
+    j["model"].erase("attn");
+    j["model"]["comba"] = {{"num_heads", 2},
+                           {"head_dim", 16},
+                           {"output_correction", false},
+                           {"correction_factor", 0.02},
+                           {"inner_decay", false},
+                           {"output_gate", "swish"},
+                           {"init", {{"decay", 0.5}}}};
+    const llmt::CombaConfig cc = llmt::parse_config(j).model.comba;
+    CHECK_FALSE(cc.output_correction);
+    CHECK(cc.correction_factor == 0.02);
+    CHECK_FALSE(cc.inner_decay);
+    CHECK(cc.output_gate == "swish");
+    CHECK(cc.decay_init == 0.5);
+  }
+  SECTION("Comba-only keys are not GDN keys") {
+    json j = valid_config();
+    j["model"]["type"] = "gdn";
+    j["model"].erase("attn");
+    j["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}, {"inner_decay", true}};
+    CHECK_THAT(parse_error(j), Contains("model.gdn.inner_decay"));
+  }
   SECTION("a block for a mixer the model does not use is refused") {
     json j = valid_config();
     j["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}};
     CHECK_THAT(parse_error(j), Contains("model.gdn is given but model.type is \"transformer\""));
+    json k = valid_config();
+    k["model"]["type"] = "gdn";
+    k["model"].erase("attn");
+    k["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}};
+    k["model"]["comba"] = {{"num_heads", 6}, {"head_dim", 128}};
+    CHECK_THAT(parse_error(k), Contains("model.comba is given but model.type is \"gdn\""));
   }
   SECTION("the used mixer's block is required") {
     json j = valid_config();
     j["model"]["type"] = "gdn";
     j["model"].erase("attn");
     CHECK_THAT(parse_error(j), Contains("model.gdn"));
+    j["model"]["type"] = "comba";
+    CHECK_THAT(parse_error(j), Contains("model.comba"));
   }
 }

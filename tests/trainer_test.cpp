@@ -167,3 +167,17 @@ TEST_CASE("trainer: a Gated DeltaNet model trains on the bundled text", "[traine
   CHECK(m.back()["loss"].get<double>() < m[1]["loss"].get<double>() - 0.05);
   CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>());
 }
+
+TEST_CASE("trainer: a Comba model trains on the bundled text", "[trainer][comba]") {
+  const TempDir tmp;
+  nlohmann::json j = tiny_config(tmp.path / "cache").resolved;
+  j["model"].erase("attn");
+  j["model"]["type"] = "comba";
+  j["model"]["comba"] = {{"num_heads", 2}, {"head_dim", 8}, {"chunk_size", 8}};
+  Trainer trainer(parse_config(j), (tmp.path / "run").string(), false);
+  trainer.run();
+  const auto m = read_metrics(tmp.path / "run");
+  REQUIRE(m.size() == 11);
+  CHECK(m.back()["loss"].get<double>() < m[1]["loss"].get<double>() - 0.05);
+  CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>());
+}

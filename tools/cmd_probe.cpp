@@ -27,6 +27,9 @@ ModelConfig tiny_model() {
   m.gdn.num_heads = 2;
   m.gdn.head_dim = 4;
   m.gdn.chunk_size = 4;  // T = 5 below: one full and one partial chunk
+  m.comba.num_heads = 2;
+  m.comba.head_dim = 4;
+  m.comba.chunk_size = 4;
   m.init_std = 0.5;  // large enough that every path of the layer matters in the check
   return m;
 }
@@ -65,7 +68,9 @@ Buffer bind_mixer_scratch(Backend& be, Mixer& mixer) {
 
 int selftest(const std::string& type) {
   auto be = make_cpu_backend();
-  const ModelConfig mc = tiny_model();
+  ModelConfig mc = tiny_model();
+  mc.comba.decay_init = 0.3;         // away from the defaults (1.0): sigma(decay) and D enter distinguishably
+  mc.comba.correction_factor = 0.7;
   const int64_t B = 2, T = 5, D = mc.d_model, rows = B * T;
   ParamStore store;
   auto mixer = make_mixer(type, mc, store, "");

@@ -89,7 +89,7 @@ class Backend {
                           const AdamWParams& hp, double grad_scale, int64_t step) = 0;
 
   // ---- delta-rule layers (GDN, Comba, KDA, MDN) ----
-  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn}.h. A backend
+  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba}.h. A backend
   // that does not implement one yet throws llmt::Error naming the op and itself.
 
   /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated.
@@ -120,6 +120,25 @@ class Backend {
   virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                              const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
+  /// Comba inner decay + output correction before the L2 norm (layers-delta.md §4.2 steps 2-3), per head h:
+  /// s = sigmoid(decay_h), p = s k, q_out = q - D_h s k. q, k, q_out, p [rows, H * K]; decay, D [H], or a
+  /// default-constructed Tensor (data == nullptr) when the inner decay (s = 1) / output correction (q_out = q)
+  /// is off. Backward (§5): dq_out is dq' (also the gradient of q, so none is written); dk, ddecay, dD are
+  /// ACCUMULATED: dk += s dp - D s dq', ddecay += s(1-s) sum(k dp - D k dq'), dD += -s sum(k dq').
+  virtual void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D,
+                               const Tensor& q_out, const Tensor& p);
+  virtual void comba_gates_bwd(const Tensor& dq_out, const Tensor& dp, const Tensor& k, const Tensor& decay,
+                               const Tensor& D, const Tensor& dk, const Tensor& ddecay, const Tensor& dD);
+  /// Comba core, chunked (zero initial state; layers-delta.md §4.2, §6.2): q = q̂ (corrected, normalised,
+  /// scaled), k = k̂, p = p̂ [B, T, H, K]; v, o [B, T, H, V]; g (log-decay), beta [B, T, H]. Recurrence
+  /// r_t = v_t - S_{t-1}^T p̂_t, S_t = alpha_t S_{t-1} + beta_t k̂_t r_t^T, o_t = S_t^T q̂_t.
+  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten.
+  virtual void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                               const Tensor& beta, int64_t chunk_size, const Tensor& o);
+  virtual void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                               const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
+                               const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
+                               const Tensor& dbeta);
 };
 
 /// The CPU reference backend (OpenBLAS for matmul).

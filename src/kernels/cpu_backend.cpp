@@ -9,6 +9,8 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/comba.h"
+#include "kernels/cpu/comba_gates.h"
 #include "kernels/cpu/delta_gates.h"
 #include "kernels/cpu/gated_rmsnorm.h"
 #include "kernels/cpu/gdn.h"
@@ -315,9 +317,78 @@ class CpuBackend final : public Backend {
       cpu::gdn_chunk_bwd<T>(in, d_o.as<T>(), nullptr, d, grads, chunk_size);
     });
   }
+  void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,
+                       const Tensor& p) override {
+    const int64_t heads = comba_gate_heads(q, decay, D, "comba_gates_fwd");
+    for (const Tensor* t : {&k, &q_out, &p}) check_same(q, *t, "comba_gates_fwd");
+    const int64_t rows = q.shape[0], dim = q.shape[1] / heads;
+    dispatch(q, "comba_gates_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::comba_gates_fwd<T>(q.as<T>(), k.as<T>(), optional<T>(decay), optional<T>(D), rows, heads, dim,
+                              q_out.as<T>(), p.as<T>());
+    });
+  }
+  void comba_gates_bwd(const Tensor& dq_out, const Tensor& dp, const Tensor& k, const Tensor& decay, const Tensor& D,
+                       const Tensor& dk, const Tensor& ddecay, const Tensor& dD) override {
+    const int64_t heads = comba_gate_heads(k, decay, D, "comba_gates_bwd");
+    for (const Tensor* t : {&dq_out, &dp, &dk}) check_same(k, *t, "comba_gates_bwd");
+    if (decay.data != nullptr) check_same(decay, ddecay, "comba_gates_bwd");
+    if (D.data != nullptr) check_same(D, dD, "comba_gates_bwd");
+    const int64_t rows = k.shape[0], dim = k.shape[1] / heads;
+    dispatch(k, "comba_gates_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::comba_gates_bwd<T>(dq_out.as<T>(), dp.as<T>(), k.as<T>(), optional<T>(decay), optional<T>(D), rows, heads,
+                              dim, dk.as<T>(), decay.data != nullptr ? ddecay.as<T>() : nullptr,
+                              D.data != nullptr ? dD.as<T>() : nullptr);
+    });
+  }
+  void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                       const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "comba_chunk_fwd");
+    check_same(v, o, "comba_chunk_fwd");
+    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
+    dispatch(q, "comba_chunk_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
+      cpu::comba_chunk_fwd<T>(in, d, o.as<T>(), nullptr, chunk_size);
+    });
+  }
+  void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                       const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                       const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "comba_chunk_bwd");
+    for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
+    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
+    dispatch(q, "comba_chunk_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
+      const cpu::CombaGrads<T> grads{dq.as<T>(), dk.as<T>(), dv.as<T>(), dp.as<T>(), dg.as<T>(), dbeta.as<T>(),
+                                     nullptr};
+      cpu::comba_chunk_bwd<T>(in, d_o.as<T>(), nullptr, d, grads, chunk_size);
+    });
+  }
 
  private:
   AllocationLog allocations_;
+
+  /// A typed pointer to an optional tensor (nullptr for a default-constructed one).
+  template <typename T>
+  static const T* optional(const Tensor& t) {
+    return t.data != nullptr ? t.as<T>() : nullptr;
+  }
+
+  /// Heads of a comba_gates call: x [rows, H * K]; decay and D [H] when given (at least one sets H).
+  static int64_t comba_gate_heads(const Tensor& x, const Tensor& decay, const Tensor& D, const char* op) {
+    check(x.ndim == 2, "{}: q/k must be [rows, H * K], got {}", op, x.shape_str());
+    check(decay.data != nullptr || D.data != nullptr, "{}: neither decay nor D given (nothing to do)", op);
+    const int64_t heads = decay.data != nullptr ? decay.numel() : D.numel();
+    check(heads > 0 && x.shape[1] % heads == 0, "{}: q/k {} not divisible into {} heads", op, x.shape_str(), heads);
+    if (decay.data != nullptr) check(decay.dtype == x.dtype, "{}: decay dtype mismatch", op);
+    if (D.data != nullptr)
+      check(D.dtype == x.dtype && D.numel() == heads, "{}: D {} must be [H] of the dtype of q", op, D.shape_str());
+    return heads;
+  }
 
   /// Sizes of a delta-rule core call: q [B, T, H, K], v [B, T, H, V], g and beta [B, T, H].
   static cpu::DeltaDims delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,

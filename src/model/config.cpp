@@ -140,7 +140,7 @@ class ObjectReader {
 template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
 
 void parse_model(ObjectReader r, ModelConfig& m) {
-  m.type = r.choice("type", {"transformer", "gdn"}, nullptr);
+  m.type = r.choice("type", {"transformer", "gdn", "comba"}, nullptr);
   m.d_model = r.positive("d_model");
   m.n_layers = r.positive("n_layers");
   m.vocab_size = r.positive("vocab_size");
@@ -179,28 +179,42 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(m.attn.rope_theta > 0, "config: model.attn.rope_theta must be > 0");
     a.finish();
   }
-  if (mixer_block("gdn", "gdn")) {
-    ObjectReader g = r.object("gdn");
-    GdnConfig& c = m.gdn;
+  // The keys shared by the delta-rule mixers (model.gdn, model.comba); `g` is the mixer's block.
+  const auto delta_keys = [](ObjectReader& g, const std::string& key, GdnConfig& c, bool comba) {
     c.num_heads = g.positive("num_heads");
     c.head_dim = g.positive("head_dim");
     c.expand_v = g.positive("expand_v", dflt(int64_t{2}));
     c.conv_size = g.positive("conv_size", dflt(int64_t{4}));
     c.chunk_size = g.positive("chunk_size", dflt(int64_t{64}));
-    c.output_gate = g.choice("output_gate", {"swish", "sigmoid"}, dflt(std::string("swish")));
-    {
-      ObjectReader init = g.object("init");
-      const auto range = init.numbers("A_range", 2, {0.0, 16.0});
-      c.A_min = range[0];
-      c.A_max = range[1];
-      c.dt_min = init.number("dt_min", dflt(1e-3));
-      c.dt_max = init.number("dt_max", dflt(0.1));
-      c.dt_floor = init.number("dt_floor", dflt(1e-4));
-      init.finish();
-      check(c.A_min >= 0 && c.A_max > c.A_min, "config: model.gdn.init.A_range must be [lo, hi] with 0 <= lo < hi");
-      check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
-            "config: model.gdn.init needs 0 < dt_min < dt_max and dt_floor > 0");
+    c.output_gate = g.choice("output_gate", {"swish", "sigmoid"}, dflt(std::string(comba ? "sigmoid" : "swish")));
+    if (comba) {
+      auto& cc = static_cast<CombaConfig&>(c);
+      cc.output_correction = g.boolean("output_correction", true);
+      cc.correction_factor = g.number("correction_factor", dflt(1.0));
+      cc.inner_decay = g.boolean("inner_decay", true);
     }
+    ObjectReader init = g.object("init");
+    const auto range = init.numbers("A_range", 2, {0.0, 16.0});
+    c.A_min = range[0];
+    c.A_max = range[1];
+    c.dt_min = init.number("dt_min", dflt(1e-3));
+    c.dt_max = init.number("dt_max", dflt(0.1));
+    c.dt_floor = init.number("dt_floor", dflt(1e-4));
+    if (comba) static_cast<CombaConfig&>(c).decay_init = init.number("decay", dflt(1.0));
+    init.finish();
+    check(c.A_min >= 0 && c.A_max > c.A_min, "config: model.{}.init.A_range must be [lo, hi] with 0 <= lo < hi",
+          key);
+    check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
+          "config: model.{}.init needs 0 < dt_min < dt_max and dt_floor > 0", key);
+  };
+  if (mixer_block("gdn", "gdn")) {
+    ObjectReader g = r.object("gdn");
+    delta_keys(g, "gdn", m.gdn, false);
+    g.finish();
+  }
+  if (mixer_block("comba", "comba")) {
+    ObjectReader g = r.object("comba");
+    delta_keys(g, "comba", m.comba, true);
     g.finish();
   }
   r.finish();

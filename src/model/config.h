@@ -29,6 +29,16 @@ struct GdnConfig {
   int64_t value_dim() const { return head_dim * expand_v; }
 };
 
+/// Comba mixer (layers-delta.md section 4.2; runs.md section 4.1 `model.comba`): the GDN keys (output gate
+/// sigmoid by default) plus the inner decay p = sigma(decay) k and the output correction q' = q - D p.
+struct CombaConfig : GdnConfig {
+  CombaConfig() { output_gate = "sigmoid"; }
+  bool output_correction = true;   ///< FLA use_output_correction: parameter D, q' = q - D p
+  double correction_factor = 1.0;  ///< initial value of D
+  bool inner_decay = true;         ///< FLA use_inner_decay: parameter decay, p = sigma(decay) k (else p = k)
+  double decay_init = 1.0;         ///< initial value of decay (model.comba.init.decay)
+};
+
 struct MlpConfig {
   int64_t intermediate_size = 0;  ///< SwiGLU hidden width F
 };
@@ -44,6 +54,7 @@ struct ModelConfig {
   double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
   AttnConfig attn;  ///< used by type "transformer"
   GdnConfig gdn;    ///< used by type "gdn"
+  CombaConfig comba;  ///< used by type "comba"
 };
 
 struct TrainConfig {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/attention.h"
+#include "model/comba.h"
 #include "model/gdn.h"
 
 namespace llmt {
@@ -10,7 +11,8 @@ std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& co
                                   const std::string& prefix) {
   if (type == "transformer" || type == "attn") return std::make_unique<AttentionMixer>(config, store, prefix);
   if (type == "gdn") return std::make_unique<GdnMixer>(config, store, prefix);
-  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn", type));
+  if (type == "comba") return std::make_unique<CombaMixer>(config, store, prefix);
+  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba", type));
 }
 
 }  // namespace llmt

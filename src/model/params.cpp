@@ -64,6 +64,9 @@ void ParamStore::initialize(uint64_t seed) {
           x = dt + std::log(-std::expm1(-dt));  // softplus^-1(dt) = dt + log(1 - exp(-dt))
         }
         break;
+      case Init::constant:
+        host64.assign(p.numel, p.init.value);
+        break;
       case Init::ones:
       case Init::zeros:
         break;

@@ -21,9 +21,11 @@ const char* param_kind_name(ParamKind k);
 ///   log_uniform:     log(U(lo, hi))  (GDN/Comba A_log: layers-delta.md section 3.3)
 ///   dt_bias:         softplus^-1(dt), dt = exp(U(log lo, log hi)) clamped to >= floor
 ///                    (GDN/Comba dt_bias: layers-delta.md section 3.3; mamba2 dt init)
+///   constant:        every element = value (Comba decay, D: layers-delta.md section 3.3)
 struct Init {
-  enum Kind { normal, ones, zeros, log_uniform, dt_bias } kind = normal;
+  enum Kind { normal, ones, zeros, log_uniform, dt_bias, constant } kind = normal;
   double std = 0.02;
+  double value = 0;  ///< the value of a constant init
   double lo = 0, hi = 0, floor = 0;
 };
 

@@ -20,3 +20,11 @@ expect configs/mdn-paper/1.3b/transformer.json 1439078400 1233225728
 expect configs/mdn-paper/400m/gdn.json 417278460 314352124
 # GDN 1.3B (runs.md 2.2: 1462.1M, 1256.3M): the same with D 2048, 6 heads x 256, d_v 512, MLP 5632
 expect configs/mdn-paper/1.3b/gdn.json 1462129404 1256276732
+# Comba 400M (runs.md 2.1: 417.3M, 314.4M): GDN's per layer (14,969,100 = 786,432*2 q,k + 1,572,864*2 v,g
+# + 1,572,864 o + 12,288 a,b + 12 A_log,dt_bias + 12,288 convs + 256 o_norm + 8,650,752 MLP + 2,048 norms)
+# + decay, D 2*6 = 14,969,112; * 21 + final norm 1024 = 314,352,376; + 2 * 50257 * 1024 = 417,278,712
+expect configs/mdn-paper/400m/comba.json 417278712 314352376
+# Comba 1.3B (runs.md 2.2: 1462.1M, 1256.3M): GDN's per layer (59,822,604 = 3,145,728*2 q,k + 6,291,456*2 v,g
+# + 6,291,456 o + 24,576 a,b + 12 + 24,576 convs + 512 o_norm + 34,603,008 MLP + 4,096 norms) + decay, D 12
+# = 59,822,616; * 21 + final norm 2048 = 1,256,276,984; + 2 * 50257 * 2048 = 1,462,129,656
+expect configs/mdn-paper/1.3b/comba.json 1462129656 1256276984

@@ -225,7 +225,141 @@ class CudaBackend final : public Backend {
                      hp.beta2, hp.eps, hp.weight_decay, grad_scale, step, stream_);
   }
 
+  // ---- delta-rule layers (checks as the CPU backend's) ----
+  void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
+          "short_conv_silu_fwd: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
+    check_same(x, pre, "short_conv_silu_fwd");
+    check_same(x, y, "short_conv_silu_fwd");
+    check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
+    const char* op = "short_conv_silu_fwd";
+    cuda::short_conv_silu_fwd(f32(x, op), f32(w, op), x.shape[0], x.shape[1], x.shape[2], w.shape[2], f32(pre, op),
+                              f32(y, op), stream_);
+  }
+  void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
+                           const Tensor& dw) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2], "short_conv_silu_bwd: x {} w {}", x.shape_str(),
+          w.shape_str());
+    for (const Tensor* t : {&dy, &pre, &dx}) check_same(x, *t, "short_conv_silu_bwd");
+    check_same(w, dw, "short_conv_silu_bwd");
+    check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
+    const char* op = "short_conv_silu_bwd";
+    const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], W = w.shape[2];
+    const float *pdy = f32(dy, op), *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
+    float *pdx = f32(dx, op), *pdw = f32(dw, op);
+    cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw,
+                              scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+  }
+  void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
+                  const Tensor& rinv) override {
+    const int64_t rows = x.numel() / dim;
+    check(rows * dim == x.numel() && rinv.numel() == rows, "l2norm_fwd: x {} dim {} rinv {}", x.shape_str(), dim,
+          rinv.shape_str());
+    check_same(x, y, "l2norm_fwd");
+    const char* op = "l2norm_fwd";
+    cuda::l2norm_fwd(f32(x, op), rows, dim, eps, scale, f32(y, op), f32(rinv, op), stream_);
+  }
+  void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
+                  const Tensor& dx) override {
+    const int64_t rows = y.numel() / dim;
+    check(rows * dim == y.numel() && rinv.numel() == rows, "l2norm_bwd: y {} dim {} rinv {}", y.shape_str(), dim,
+          rinv.shape_str());
+    check_same(y, dy, "l2norm_bwd");
+    check_same(y, dx, "l2norm_bwd");
+    check(scale != 0.0, "l2norm_bwd: scale must be nonzero (x̃ is recovered as y / scale)");
+    const char* op = "l2norm_bwd";
+    cuda::l2norm_bwd(f32(dy, op), f32(y, op), f32(rinv, op), rows, dim, scale, f32(dx, op), stream_);
+  }
+  void gated_rmsnorm_fwd(const Tensor& o, const Tensor& z, const Tensor& w, double eps, bool sigmoid_gate,
+                         const Tensor& y, const Tensor& rstd) override {
+    const int64_t dim = w.numel(), rows = o.numel() / dim;
+    check(rows * dim == o.numel() && rstd.numel() == rows, "gated_rmsnorm_fwd: o {} w {} rstd {}", o.shape_str(),
+          w.shape_str(), rstd.shape_str());
+    check_same(o, z, "gated_rmsnorm_fwd");
+    check_same(o, y, "gated_rmsnorm_fwd");
+    const char* op = "gated_rmsnorm_fwd";
+    cuda::gated_rmsnorm_fwd(f32(o, op), f32(z, op), f32(w, op), rows, dim, eps, sigmoid_gate, f32(y, op),
+                            f32(rstd, op), stream_);
+  }
+  void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& rstd,
+                         bool sigmoid_gate, const Tensor& d_o, const Tensor& dz, const Tensor& dw) override {
+    const int64_t dim = w.numel(), rows = o.numel() / dim;
+    check(rows * dim == o.numel() && rstd.numel() == rows, "gated_rmsnorm_bwd: o {} w {}", o.shape_str(),
+          w.shape_str());
+    for (const Tensor* t : {&dy, &z, &d_o, &dz}) check_same(o, *t, "gated_rmsnorm_bwd");
+    check_same(w, dw, "gated_rmsnorm_bwd");
+    const char* op = "gated_rmsnorm_bwd";
+    const float *pdy = f32(dy, op), *po = f32(o, op), *pz = f32(z, op), *pw = f32(w, op), *prstd = f32(rstd, op);
+    float *pdo = f32(d_o, op), *pdz = f32(dz, op), *pdw = f32(dw, op);
+    cuda::gated_rmsnorm_bwd(pdy, po, pz, pw, prstd, rows, dim, sigmoid_gate, pdo, pdz, pdw,
+                            scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+  }
+  void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                     const Tensor& beta) override {
+    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
+    check(rows * heads == a.numel() && dt_bias.numel() == heads, "gdn_gates_fwd: a {} A_log {} dt_bias {}",
+          a.shape_str(), A_log.shape_str(), dt_bias.shape_str());
+    for (const Tensor* t : {&b, &g, &beta}) check_same(a, *t, "gdn_gates_fwd");
+    const char* op = "gdn_gates_fwd";
+    cuda::gdn_gates_fwd(f32(a, op), f32(b, op), f32(A_log, op), f32(dt_bias, op), rows, heads, f32(g, op),
+                        f32(beta, op), stream_);
+  }
+  void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                     const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
+                     const Tensor& ddt_bias) override {
+    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
+    for (const Tensor* t : {&dg, &dbeta, &b, &da, &db}) check_same(a, *t, "gdn_gates_bwd");
+    check_same(A_log, dA_log, "gdn_gates_bwd");
+    check_same(dt_bias, ddt_bias, "gdn_gates_bwd");
+    const char* op = "gdn_gates_bwd";
+    const float *pdg = f32(dg, op), *pdbeta = f32(dbeta, op), *pa = f32(a, op), *pb = f32(b, op),
+                *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
+    float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
+    cuda::gdn_gates_bwd(pdg, pdbeta, pa, pb, pA, pdt, rows, heads, pda, pdb, pdA, pddt, stream_);
+  }
+  void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     int64_t chunk_size, const Tensor& o) override {
+    check_delta_dims(q, v, g, beta, "gdn_chunk_fwd");
+    check_same(v, o, "gdn_chunk_fwd");
+    check_same(q, k, "gdn_chunk_fwd");
+    const char* op = "gdn_chunk_fwd";
+    const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
+    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
+    float* po = f32(o, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
+          "gdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
+    cuda::gdn_chunk_fwd(pq, pk, pv, pg, pbeta, B, T, H, K, V, chunk_size, po,
+                        scratch(gdn_chunk_fwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+  }
+  void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dg, const Tensor& dbeta) override {
+    check_delta_dims(q, v, g, beta, "gdn_chunk_bwd");
+    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
+    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
+    const char* op = "gdn_chunk_bwd";
+    const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
+    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
+                *pdo = f32(d_o, op);
+    float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
+          "gdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
+    cuda::gdn_chunk_bwd(pq, pk, pv, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+                        scratch(gdn_chunk_bwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+  }
+
  private:
+  /// Sizes of a delta-rule core call: q [B, T, H, K], v [B, T, H, V], g and beta [B, T, H] (the CPU backend's check).
+  static void check_delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                               const char* op) {
+    check(q.ndim == 4 && v.ndim == 4 && q.shape[0] == v.shape[0] && q.shape[1] == v.shape[1] &&
+              q.shape[2] == v.shape[2] && g.numel() == q.shape[0] * q.shape[1] * q.shape[2],
+          "{}: q must be [B, T, H, K], v [B, T, H, V], g [B, T, H]; got {} {} {}", op, q.shape_str(), v.shape_str(),
+          g.shape_str());
+    check_same(g, beta, op);
+  }
+
   static void check_rope(const Tensor& x) {
     check(x.ndim == 4 && x.shape[3] % 2 == 0, "rope: x must be [B, T, H, Dh] with even Dh, got {}", x.shape_str());
   }

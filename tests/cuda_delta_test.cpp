@@ -1,0 +1,284 @@
+// The CUDA backend's delta-rule ops (short conv + SiLU, L2 norm, gated RMSNorm, GDN gates, the
+// chunked GDN core) against the CPU reference backend: each op runs through make_backend("cuda")
+// and make_cpu_backend() on the same fresh Philox inputs (never zeros; outputs that are overwritten
+// start from random garbage, accumulated ones from random values), and the results must agree to
+// max|gpu - cpu| / max|cpu| <= kTol with every output finite. The ops that reduce (dw, dA_log,
+// ddt_bias, and the GDN backward) must give bit-identical results when run twice.
+// main() (catch_main_gpu.cpp) skips without a GPU.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/backend.h"
+
+namespace {
+
+using llmt::Backend;
+using llmt::DType;
+using llmt::OwnedTensor;
+using llmt::Tensor;
+
+// fp32 GPU against the CPU reference in double, on the scale of the largest |reference value|:
+// a float rounding is 6e-8 relative, and the accumulations here (a few hundred terms; in the GDN
+// core a chain of per-chunk products over contractive states) stay well below 1e-5 of it.
+constexpr double kTol = 1e-5;
+
+Backend& gpu() {
+  static const std::unique_ptr<Backend> b = llmt::make_backend("cuda");
+  return *b;
+}
+Backend& cpu() {
+  static const std::unique_ptr<Backend> b = llmt::make_cpu_backend();
+  return *b;
+}
+
+std::vector<float> randn(size_t n, uint64_t stream, double scale = 1.0) {
+  llmt::Philox rng(20240917, stream);
+  std::vector<float> x(n);
+  for (float& e : x) e = static_cast<float>(scale * rng.normal());
+  return x;
+}
+
+// n values uniform in [lo, hi) from Philox stream `stream`.
+std::vector<float> uniform(size_t n, uint64_t stream, double lo, double hi) {
+  llmt::Philox rng(20240917, stream);
+  std::vector<float> x(n);
+  for (float& e : x) {
+    e = static_cast<float>(lo + (hi - lo) * rng.uniform());
+    if (e >= static_cast<float>(hi)) e = std::nextafter(static_cast<float>(hi), -1.0f);  // keep g < 0
+  }
+  return x;
+}
+
+// Rows of `dim` normalised to length `scale` (the L2-normalised q̂, k̂ the GDN core receives).
+std::vector<float> unit_rows(size_t n, int64_t dim, uint64_t stream, double scale) {
+  std::vector<float> x = randn(n, stream);
+  for (size_t r = 0; r < n / static_cast<size_t>(dim); ++r) {
+    double ss = 0.0;
+    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(x[r * dim + j]) * x[r * dim + j];
+    const double f = scale / std::sqrt(ss);
+    for (int64_t j = 0; j < dim; ++j) x[r * dim + j] = static_cast<float>(x[r * dim + j] * f);
+  }
+  return x;
+}
+
+std::vector<float> sigmoid_of(std::vector<float> x) {
+  for (float& e : x) e = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(e))));
+  return x;
+}
+
+/// One host array uploaded to a tensor of each backend.
+struct Pair {
+  OwnedTensor g, c;
+};
+Pair both(const std::vector<float>& host, std::initializer_list<int64_t> dims) {
+  Pair p{OwnedTensor(gpu(), DType::f32, dims), OwnedTensor(cpu(), DType::f32, dims)};
+  REQUIRE(static_cast<size_t>(p.g->numel()) == host.size());
+  gpu().upload(host.data(), *p.g);
+  cpu().upload(host.data(), *p.c);
+  return p;
+}
+
+std::vector<float> get(Backend& b, const Tensor& t) {
+  std::vector<float> h(static_cast<size_t>(t.numel()));
+  b.download(t, h.data());
+  return h;
+}
+
+/// gpu agrees with cpu: all finite, max|g - c| / max(max|c|, floor) <= tol.
+void require_close(const std::vector<float>& g, const std::vector<float>& c, const std::string& what,
+                   double tol = kTol, double floor = 1e-30) {
+  INFO(what);
+  REQUIRE(g.size() == c.size());
+  size_t non_finite = 0;
+  double err = 0.0, mag = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i]) || !std::isfinite(c[i])) ++non_finite;
+    err = std::max(err, std::abs(static_cast<double>(g[i]) - c[i]));
+    mag = std::max(mag, std::abs(static_cast<double>(c[i])));
+  }
+  REQUIRE(non_finite == 0);
+  INFO("max abs err " << err << ", max |ref| " << mag);
+  CHECK(err / std::max(mag, floor) <= tol);
+}
+void require_close(const Pair& p, const std::string& what, double tol = kTol, double floor = 1e-30) {
+  require_close(get(gpu(), *p.g), get(cpu(), *p.c), what, tol, floor);
+}
+
+void require_bit_identical(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  INFO(what << ": two GPU runs differ");
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic", "[cuda][delta]") {
+  for (const int64_t W : {1, 4}) {
+    const int64_t B = 2, T = 37, C = 48;
+    const std::string tag = "W=" + std::to_string(W);
+    Pair x = both(randn(B * T * C, 1), {B, T, C}), w = both(randn(C * W, 2, 0.5), {C, 1, W});
+    Pair pre = both(randn(B * T * C, 3), {B, T, C}), y = both(randn(B * T * C, 4), {B, T, C});
+    gpu().short_conv_silu_fwd(*x.g, *w.g, *pre.g, *y.g);
+    cpu().short_conv_silu_fwd(*x.c, *w.c, *pre.c, *y.c);
+    require_close(pre, "conv pre " + tag);
+    require_close(y, "conv y " + tag);
+
+    Pair dy = both(randn(B * T * C, 5), {B, T, C}), dx = both(randn(B * T * C, 6), {B, T, C});
+    const auto dw0 = randn(C * W, 7);
+    Pair dw = both(dw0, {C, 1, W});
+    gpu().short_conv_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g);
+    cpu().short_conv_silu_bwd(*dy.c, *x.c, *w.c, *pre.c, *dx.c, *dw.c);
+    require_close(dx, "conv dx " + tag);
+    require_close(dw, "conv dw " + tag);
+    const auto first = get(gpu(), *dw.g);
+    gpu().upload(dw0.data(), *dw.g);
+    gpu().short_conv_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g);
+    require_bit_identical(first, get(gpu(), *dw.g), "conv dw " + tag);
+  }
+}
+
+TEST_CASE("cuda delta: l2norm forward and backward with query scale", "[cuda][delta]") {
+  const int64_t rows = 2 * 37 * 3, dim = 64;
+  const double eps = 1e-6, scale = 0.125;
+  Pair x = both(randn(rows * dim, 11), {rows, dim}), y = both(randn(rows * dim, 12), {rows, dim});
+  Pair rinv = both(randn(rows, 13), {rows});
+  gpu().l2norm_fwd(*x.g, dim, eps, scale, *y.g, *rinv.g);
+  cpu().l2norm_fwd(*x.c, dim, eps, scale, *y.c, *rinv.c);
+  require_close(y, "l2norm y");
+  require_close(rinv, "l2norm rinv");
+  Pair dy = both(randn(rows * dim, 14), {rows, dim}), dx = both(randn(rows * dim, 15), {rows, dim});
+  gpu().l2norm_bwd(*dy.g, *y.g, *rinv.g, dim, scale, *dx.g);
+  cpu().l2norm_bwd(*dy.c, *y.c, *rinv.c, dim, scale, *dx.c);
+  require_close(dx, "l2norm dx");
+}
+
+TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, deterministic dw", "[cuda][delta]") {
+  for (const bool sig : {false, true}) {
+    const std::string tag = sig ? "sigmoid" : "silu";
+    const int64_t rows = 2 * 300 * 3, dim = 128;  // many 32-row dw chunks
+    Pair o = both(randn(rows * dim, 21), {rows, dim}), z = both(randn(rows * dim, 22, 2.0), {rows, dim});
+    Pair w = both(randn(dim, 23), {dim}), y = both(randn(rows * dim, 24), {rows, dim});
+    Pair rstd = both(randn(rows, 25), {rows});
+    gpu().gated_rmsnorm_fwd(*o.g, *z.g, *w.g, 1e-5, sig, *y.g, *rstd.g);
+    cpu().gated_rmsnorm_fwd(*o.c, *z.c, *w.c, 1e-5, sig, *y.c, *rstd.c);
+    require_close(y, "gated rmsnorm y " + tag);
+    require_close(rstd, "gated rmsnorm rstd " + tag);
+    Pair dy = both(randn(rows * dim, 26), {rows, dim}), d_o = both(randn(rows * dim, 27), {rows, dim});
+    Pair dz = both(randn(rows * dim, 28), {rows, dim});
+    const auto dw0 = randn(dim, 29);
+    Pair dw = both(dw0, {dim});
+    gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dz.g, *dw.g);
+    cpu().gated_rmsnorm_bwd(*dy.c, *o.c, *z.c, *w.c, *rstd.c, sig, *d_o.c, *dz.c, *dw.c);
+    require_close(d_o, "gated rmsnorm d_o " + tag);
+    require_close(dz, "gated rmsnorm dz " + tag);
+    require_close(dw, "gated rmsnorm dw " + tag);
+    const auto first = get(gpu(), *dw.g);
+    gpu().upload(dw0.data(), *dw.g);
+    gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dz.g, *dw.g);
+    require_bit_identical(first, get(gpu(), *dw.g), "gated rmsnorm dw " + tag);
+  }
+}
+
+TEST_CASE("cuda delta: GDN gates forward and backward, deterministic dA_log and ddt_bias", "[cuda][delta]") {
+  const int64_t rows = 2 * 300, H = 3;
+  Pair a = both(randn(rows * H, 31, 3.0), {rows, H}), b = both(randn(rows * H, 32, 2.0), {rows, H});
+  Pair A_log = both(randn(H, 33, 0.5), {H}), dt_bias = both(randn(H, 34), {H});
+  Pair g = both(randn(rows * H, 35), {rows, H}), beta = both(randn(rows * H, 36), {rows, H});
+  gpu().gdn_gates_fwd(*a.g, *b.g, *A_log.g, *dt_bias.g, *g.g, *beta.g);
+  cpu().gdn_gates_fwd(*a.c, *b.c, *A_log.c, *dt_bias.c, *g.c, *beta.c);
+  require_close(g, "gates g");
+  require_close(beta, "gates beta");
+  Pair dg = both(randn(rows * H, 37), {rows, H}), dbeta = both(randn(rows * H, 38), {rows, H});
+  Pair da = both(randn(rows * H, 39), {rows, H}), db = both(randn(rows * H, 40), {rows, H});
+  const auto dA0 = randn(H, 41), ddt0 = randn(H, 42);
+  Pair dA_log = both(dA0, {H}), ddt_bias = both(ddt0, {H});
+  gpu().gdn_gates_bwd(*dg.g, *dbeta.g, *a.g, *b.g, *A_log.g, *dt_bias.g, *da.g, *db.g, *dA_log.g, *ddt_bias.g);
+  cpu().gdn_gates_bwd(*dg.c, *dbeta.c, *a.c, *b.c, *A_log.c, *dt_bias.c, *da.c, *db.c, *dA_log.c, *ddt_bias.c);
+  require_close(da, "gates da");
+  require_close(db, "gates db");
+  require_close(dA_log, "gates dA_log");
+  require_close(ddt_bias, "gates ddt_bias");
+  const auto first_A = get(gpu(), *dA_log.g), first_dt = get(gpu(), *ddt_bias.g);
+  gpu().upload(dA0.data(), *dA_log.g);
+  gpu().upload(ddt0.data(), *ddt_bias.g);
+  gpu().gdn_gates_bwd(*dg.g, *dbeta.g, *a.g, *b.g, *A_log.g, *dt_bias.g, *da.g, *db.g, *dA_log.g, *ddt_bias.g);
+  require_bit_identical(first_A, get(gpu(), *dA_log.g), "gates dA_log");
+  require_bit_identical(first_dt, get(gpu(), *ddt_bias.g), "gates ddt_bias");
+}
+
+namespace {
+
+// One GDN core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then
+// the backward once more on the GPU, bit-identical.
+void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed) {
+  const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+                          " K=" + std::to_string(K) + " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) +
+                          " g in [" + std::to_string(g_lo) + ", 0)";
+  INFO(tag);
+  const int64_t nk = B * T * H * K, nv = B * T * H * V, ng = B * T * H;
+  Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
+  Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
+  Pair v = both(randn(nv, seed + 3), {B, T, H, V});
+  Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
+  Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
+  Pair o = both(randn(nv, seed + 6), {B, T, H, V});
+  gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *g.g, *beta.g, chunk, *o.g);
+  cpu().gdn_chunk_fwd(*q.c, *k.c, *v.c, *g.c, *beta.c, chunk, *o.c);
+  require_close(o, "gdn o " + tag);
+
+  Pair d_o = both(randn(nv, seed + 7), {B, T, H, V});
+  Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
+  Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
+  Pair dg = both(randn(ng, seed + 11), {B, T, H}), dbeta = both(randn(ng, seed + 12), {B, T, H});
+  gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
+  cpu().gdn_chunk_bwd(*q.c, *k.c, *v.c, *g.c, *beta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dg.c, *dbeta.c);
+  require_close(dq, "gdn dq " + tag);
+  require_close(dk, "gdn dk " + tag);
+  require_close(dv, "gdn dv " + tag);
+  require_close(dg, "gdn dg " + tag);
+  require_close(dbeta, "gdn dbeta " + tag);
+
+  std::vector<std::vector<float>> first;
+  for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) first.push_back(get(gpu(), *p->g));
+  gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
+  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta"};
+  size_t i = 0;
+  for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) {
+    require_bit_identical(first[i], get(gpu(), *p->g), std::string("gdn ") + names[i] + " " + tag);
+    ++i;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda delta: GDN chunked core forward and backward, deterministic", "[cuda][delta][gdn]") {
+  uint64_t seed = 100;
+  for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
+    for (const int64_t T : {1, 63, 64, 65, 200})
+      for (const int64_t chunk : {16, 64})
+        for (const double g_lo : {-5.0, -0.05}) {
+          check_gdn(2, T, 3, kv.first, kv.second, chunk, g_lo, seed);
+          seed += 20;
+        }
+}
+
+TEST_CASE("cuda delta: GDN chunked core, long sequence T = 4096", "[cuda][delta][gdn]") {
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 1000);
+}
+
+TEST_CASE("cuda delta: GDN core refuses chunk_size above the kernel's limit", "[cuda][delta][gdn]") {
+  Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
+  Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
+  Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
+  REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, *o.g),
+                      Catch::Contains("chunk_size"));
+}
