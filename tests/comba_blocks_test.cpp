@@ -4,6 +4,8 @@
 // float-vs-double agreement, and the CPU backend ops (comba_gates_*, comba_chunk_*) against the kernels.
 #include <catch2/catch.hpp>
 
+#include "vec_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,66 +20,11 @@
 
 namespace {
 
-using Vec = std::vector<double>;
+using namespace llmt::test;
 
-// Central differences, h = 1e-5 on O(1) inputs: error ~1e-10 against O(1) gradients (as delta_blocks_test).
-constexpr double kFdStep = 1e-5;
+// Central differences (fd_grad, h = 1e-5) on O(1) inputs: error ~1e-10 against O(1) gradients (as delta_blocks_test).
 constexpr double kFdTol = 1e-8;
 constexpr double kF32Tol = 1e-5;
-
-Vec randn(size_t n, uint64_t stream) {
-  llmt::Philox rng(20250611, stream);
-  Vec x(n);
-  for (double& e : x) e = rng.normal();
-  return x;
-}
-
-template <typename T>
-std::vector<T> cast(const Vec& x) {
-  return std::vector<T>(x.begin(), x.end());
-}
-
-template <typename T>
-Vec widen(const std::vector<T>& x) {
-  return Vec(x.begin(), x.end());
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-Vec minus(const Vec& a, const Vec& b) {
-  Vec d(a.size());
-  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
-double rel_err(const Vec& a, const Vec& ref) {
-  REQUIRE(a.size() == ref.size());
-  double err = 0.0, mag = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    mag = std::max(mag, std::abs(ref[i]));
-  }
-  REQUIRE(mag > 0.0);
-  return err / mag;
-}
-
-Vec fd_grad(const std::function<double(const Vec&)>& loss, Vec x) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double xi = x[i];
-    x[i] = xi + kFdStep;
-    const double up = loss(x);
-    x[i] = xi - kFdStep;
-    const double down = loss(x);
-    x[i] = xi;
-    g[i] = (up - down) / (2.0 * kFdStep);
-  }
-  return g;
-}
 
 struct In {
   Vec q, k, decay, D;

@@ -244,7 +244,12 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   require_close(dq, "gdn dq " + tag);
   require_close(dk, "gdn dk " + tag);
   require_close(dv, "gdn dv " + tag);
-  require_close(dg, "gdn dg " + tag);
+  // With T = 1 and no initial state dg is exactly 0 (the decay acts on a zero state), while
+  // the GPU's chunk formula leaves fp32 cancellation residue of ~1e-9. Measure dg's error
+  // against the size of its sibling per-token gradient dbeta instead of against zero.
+  double dbeta_scale = 0;
+  for (float x : get(cpu(), *dbeta.c)) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
+  require_close(dg, "gdn dg " + tag, kTol, dbeta_scale);
   require_close(dbeta, "gdn dbeta " + tag);
 
   std::vector<std::vector<float>> first;

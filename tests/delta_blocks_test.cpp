@@ -4,6 +4,8 @@
 // softplus at large |a|, and float-vs-double agreement.
 #include <catch2/catch.hpp>
 
+#include "vec_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,72 +21,14 @@
 
 namespace {
 
-using Vec = std::vector<double>;
+using namespace llmt::test;
 
-// Central differences with h = 1e-5 on O(1) inputs: truncation error ~ h^2 |L'''| / 6 ~ 1e-11,
+// Central differences (fd_grad, h = 1e-5) on O(1) inputs: truncation error ~ h^2 |L'''| / 6 ~ 1e-11,
 // rounding error ~ 1e-16 |L| / h ~ 1e-10, against O(1) gradients. 1e-8 leaves a wide margin
 // while any wrong term in an analytic gradient gives an error of order 1.
-constexpr double kFdStep = 1e-5;
 constexpr double kFdTol = 1e-8;
 // float (24-bit mantissa, ~6e-8 per rounding) against double after a few dozen operations.
 constexpr double kF32Tol = 1e-5;
-
-// n standard-normal values from Philox stream `stream`.
-Vec randn(size_t n, uint64_t stream) {
-  llmt::Philox rng(20250512, stream);
-  Vec x(n);
-  for (double& e : x) e = rng.normal();
-  return x;
-}
-
-template <typename T>
-std::vector<T> cast(const Vec& x) {
-  return std::vector<T>(x.begin(), x.end());
-}
-
-template <typename T>
-Vec widen(const std::vector<T>& x) {
-  return Vec(x.begin(), x.end());
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-Vec minus(const Vec& a, const Vec& b) {
-  Vec d(a.size());
-  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
-// max_i |a_i - ref_i| / max_i |ref_i|: the error relative to the size of the reference.
-double rel_err(const Vec& a, const Vec& ref) {
-  REQUIRE(a.size() == ref.size());
-  double err = 0.0, mag = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    mag = std::max(mag, std::abs(ref[i]));
-  }
-  REQUIRE(mag > 0.0);
-  return err / mag;
-}
-
-// (L(x + h e_i) - L(x - h e_i)) / 2h for every i.
-Vec fd_grad(const std::function<double(const Vec&)>& loss, Vec x) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double xi = x[i];
-    x[i] = xi + kFdStep;
-    const double up = loss(x);
-    x[i] = xi - kFdStep;
-    const double down = loss(x);
-    x[i] = xi;
-    g[i] = (up - down) / (2.0 * kFdStep);
-  }
-  return g;
-}
 
 // ---------------------------------------------------------------- typed wrappers
 

