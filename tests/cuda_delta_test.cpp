@@ -18,6 +18,9 @@
 
 #include "core/rng.h"
 #include "kernels/backend.h"
+#include "cuda_test_util.h"
+
+using namespace llmt::test;
 
 namespace {
 
@@ -25,27 +28,6 @@ using llmt::Backend;
 using llmt::DType;
 using llmt::OwnedTensor;
 using llmt::Tensor;
-
-// fp32 GPU against the CPU reference in double, on the scale of the largest |reference value|:
-// a float rounding is 6e-8 relative, and the accumulations here (a few hundred terms; in the GDN
-// core a chain of per-chunk products over contractive states) stay well below 1e-5 of it.
-constexpr double kTol = 1e-5;
-
-Backend& gpu() {
-  static const std::unique_ptr<Backend> b = llmt::make_backend("cuda");
-  return *b;
-}
-Backend& cpu() {
-  static const std::unique_ptr<Backend> b = llmt::make_cpu_backend();
-  return *b;
-}
-
-std::vector<float> randn(size_t n, uint64_t stream, double scale = 1.0) {
-  llmt::Philox rng(20240917, stream);
-  std::vector<float> x(n);
-  for (float& e : x) e = static_cast<float>(scale * rng.normal());
-  return x;
-}
 
 // n values uniform in [lo, hi) from Philox stream `stream`.
 std::vector<float> uniform(size_t n, uint64_t stream, double lo, double hi) {
@@ -73,50 +55,6 @@ std::vector<float> unit_rows(size_t n, int64_t dim, uint64_t stream, double scal
 std::vector<float> sigmoid_of(std::vector<float> x) {
   for (float& e : x) e = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(e))));
   return x;
-}
-
-/// One host array uploaded to a tensor of each backend.
-struct Pair {
-  OwnedTensor g, c;
-};
-Pair both(const std::vector<float>& host, std::initializer_list<int64_t> dims) {
-  Pair p{OwnedTensor(gpu(), DType::f32, dims), OwnedTensor(cpu(), DType::f32, dims)};
-  REQUIRE(static_cast<size_t>(p.g->numel()) == host.size());
-  gpu().upload(host.data(), *p.g);
-  cpu().upload(host.data(), *p.c);
-  return p;
-}
-
-std::vector<float> get(Backend& b, const Tensor& t) {
-  std::vector<float> h(static_cast<size_t>(t.numel()));
-  b.download(t, h.data());
-  return h;
-}
-
-/// gpu agrees with cpu: all finite, max|g - c| / max(max|c|, floor) <= tol.
-void require_close(const std::vector<float>& g, const std::vector<float>& c, const std::string& what,
-                   double tol = kTol, double floor = 1e-30) {
-  INFO(what);
-  REQUIRE(g.size() == c.size());
-  size_t non_finite = 0;
-  double err = 0.0, mag = 0.0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (!std::isfinite(g[i]) || !std::isfinite(c[i])) ++non_finite;
-    err = std::max(err, std::abs(static_cast<double>(g[i]) - c[i]));
-    mag = std::max(mag, std::abs(static_cast<double>(c[i])));
-  }
-  REQUIRE(non_finite == 0);
-  INFO("max abs err " << err << ", max |ref| " << mag);
-  CHECK(err / std::max(mag, floor) <= tol);
-}
-void require_close(const Pair& p, const std::string& what, double tol = kTol, double floor = 1e-30) {
-  require_close(get(gpu(), *p.g), get(cpu(), *p.c), what, tol, floor);
-}
-
-void require_bit_identical(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
-  INFO(what << ": two GPU runs differ");
-  REQUIRE(a.size() == b.size());
-  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace

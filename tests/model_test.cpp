@@ -39,6 +39,29 @@ std::vector<double> grad_values(const ParamStore& store, int i) {
   return std::vector<double>(g.as<double>(), g.as<double>() + g.numel());
 }
 
+/// Float64 finite-difference check of every parameter of a model of config `m` at B = 2, T = 6,
+/// with a position without label; step h (see gradcheck.h for the tolerances).
+std::vector<GradCheckReport> model_gradient_check(const ModelConfig& m, double h = 1e-5) {
+  auto be = make_cpu_backend();
+  Model model(m);
+  model.allocate(*be, DType::f64);
+  model.params().initialize(4);
+  const int64_t B = 2, T = 6;
+  model.plan(B, T);
+  const auto inputs = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 7);
+  auto targets = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 8);
+  targets[3] = -1;
+  const auto loss = [&]() { return model.forward(inputs.data(), targets.data(), false, 0.0); };
+  be->fill_zero(model.params().flat_grads());
+  model.forward(inputs.data(), targets.data(), true, 1.0);
+  model.backward();
+  std::vector<GradCheckInput> checks;
+  for (size_t i = 0; i < model.params().infos().size(); ++i)
+    checks.push_back({model.params().infos()[i].name, model.params().param(static_cast<int>(i)),
+                      grad_values(model.params(), static_cast<int>(i))});
+  return finite_difference_check(loss, checks, h, 1e-6, 1e-8, 48);
+}
+
 }  // namespace
 
 TEST_CASE("model: float64 finite-difference gradients of every parameter", "[model]") {
@@ -79,22 +102,7 @@ TEST_CASE("model: float64 finite-difference gradients of a Gated DeltaNet model"
   m.gdn.num_heads = 2;
   m.gdn.head_dim = 4;
   m.gdn.chunk_size = 4;  // T = 6: a full and a partial chunk
-  auto be = make_cpu_backend();
-  Model model(m);
-  model.allocate(*be, DType::f64);
-  model.params().initialize(4);
-  const int64_t B = 2, T = 6;
-  model.plan(B, T);
-  const auto inputs = random_ids(B * T, 11, 7), targets = random_ids(B * T, 11, 8);
-  const auto loss = [&]() { return model.forward(inputs.data(), targets.data(), false, 0.0); };
-  be->fill_zero(model.params().flat_grads());
-  model.forward(inputs.data(), targets.data(), true, 1.0);
-  model.backward();
-  std::vector<GradCheckInput> checks;
-  for (size_t i = 0; i < model.params().infos().size(); ++i)
-    checks.push_back({model.params().infos()[i].name, model.params().param(static_cast<int>(i)),
-                      grad_values(model.params(), static_cast<int>(i))});
-  const auto reports = finite_difference_check(loss, checks, 1e-5, 1e-6, 1e-8, 48);
+  const auto reports = model_gradient_check(m);
   REQUIRE(reports.size() == 3 + 2 * (2 + 13 + 3));  // embedding, head, final norm; per layer 2 norms, 13 mixer, 3 MLP
   for (const auto& r : reports) {
     INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
@@ -110,26 +118,11 @@ TEST_CASE("model: float64 finite-difference gradients of a Comba model", "[model
   m.comba.chunk_size = 4;           // T = 6: a full and a partial chunk
   m.comba.decay_init = 0.3;         // not the default 1.0, and decay != D, so a swapped term would show
   m.comba.correction_factor = 0.7;
-  auto be = make_cpu_backend();
-  Model model(m);
-  model.allocate(*be, DType::f64);
-  model.params().initialize(4);
-  const int64_t B = 2, T = 6;
-  model.plan(B, T);
-  const auto inputs = random_ids(B * T, 11, 7), targets = random_ids(B * T, 11, 8);
-  const auto loss = [&]() { return model.forward(inputs.data(), targets.data(), false, 0.0); };
-  be->fill_zero(model.params().flat_grads());
-  model.forward(inputs.data(), targets.data(), true, 1.0);
-  model.backward();
-  std::vector<GradCheckInput> checks;
-  for (size_t i = 0; i < model.params().infos().size(); ++i)
-    checks.push_back({model.params().infos()[i].name, model.params().param(static_cast<int>(i)),
-                      grad_values(model.params(), static_cast<int>(i))});
   // h = 3e-6, not 1e-5: q' = q - D sigma(decay) k can be short, and the L2 norm of a short vector is strongly
   // curved, so the O(h^2) truncation error at h = 1e-5 reaches 3e-6 relative on q_conv1d (it scales exactly
   // with h^2: 3e-4 at h = 1e-4, i.e. truncation, not a wrong gradient). The rounding noise eps |L| / h stays
   // ~1e-9, below abs_tol.
-  const auto reports = finite_difference_check(loss, checks, 3e-6, 1e-6, 1e-8, 48);
+  const auto reports = model_gradient_check(m, 3e-6);
   // embedding, head, final norm; per layer 2 norms, 15 mixer (GDN's 13 + decay, D), 3 MLP
   REQUIRE(reports.size() == 3 + 2 * (2 + 15 + 3));
   int seen_comba = 0;

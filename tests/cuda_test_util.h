@@ -1,0 +1,105 @@
+// Helpers shared by the GPU tests: the two backends, Philox inputs, host arrays uploaded to
+// both, and the comparison of the CUDA result against the CPU reference.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/backend.h"
+
+namespace llmt::test {
+
+// fp32 on both sides against a reference whose scale is the largest |value|: a float
+// rounding is 6e-8 relative, and the longest accumulations here (a few hundred terms,
+// summed in different orders) stay well below 1e-5 of the largest output.
+constexpr double kTol = 1e-5;
+
+Backend& gpu() {
+  static const std::unique_ptr<Backend> b = make_backend("cuda");
+  return *b;
+}
+Backend& cpu() {
+  static const std::unique_ptr<Backend> b = make_cpu_backend();
+  return *b;
+}
+
+// n normal values times `scale` from Philox stream `stream`.
+std::vector<float> randn(size_t n, uint64_t stream, double scale = 1.0) {
+  Philox rng(20240611, stream);
+  std::vector<float> x(n);
+  for (float& e : x) e = static_cast<float>(scale * rng.normal());
+  return x;
+}
+
+// n ids in [0, vocab) from Philox stream `stream`.
+std::vector<int32_t> rand_ids(size_t n, int64_t vocab, uint64_t stream) {
+  Philox rng(20240611, stream);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+  return ids;
+}
+
+/// One host array uploaded to a tensor of each backend.
+struct Pair {
+  OwnedTensor g, c;
+};
+template <typename T>
+Pair both(const std::vector<T>& host, std::initializer_list<int64_t> dims) {
+  Pair p{OwnedTensor(gpu(), dtype_of<T>(), dims), OwnedTensor(cpu(), dtype_of<T>(), dims)};
+  REQUIRE(static_cast<size_t>(p.g->numel()) == host.size());
+  gpu().upload(host.data(), *p.g);
+  cpu().upload(host.data(), *p.c);
+  return p;
+}
+template <typename T>
+OwnedTensor on(Backend& b, const std::vector<T>& host, std::initializer_list<int64_t> dims) {
+  OwnedTensor t(b, dtype_of<T>(), dims);
+  REQUIRE(static_cast<size_t>(t->numel()) == host.size());
+  b.upload(host.data(), *t);
+  return t;
+}
+
+template <typename T = float>
+std::vector<T> get(Backend& b, const Tensor& t) {
+  std::vector<T> h(static_cast<size_t>(t.numel()));
+  b.download(t, h.data());
+  return h;
+}
+
+/// gpu agrees with cpu: all finite, max|g - c| / max(max|c|, floor) <= tol. `floor` is the
+/// scale of the terms that make up the output where the output itself may vanish.
+void require_close(const std::vector<float>& g, const std::vector<float>& c, const std::string& what,
+                   double tol = kTol, double floor = 1e-30) {
+  INFO(what);
+  REQUIRE(g.size() == c.size());
+  size_t non_finite = 0;
+  double err = 0.0, mag = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i]) || !std::isfinite(c[i])) ++non_finite;
+    err = std::max(err, std::abs(static_cast<double>(g[i]) - c[i]));
+    mag = std::max(mag, std::abs(static_cast<double>(c[i])));
+  }
+  REQUIRE(non_finite == 0);
+  INFO("max abs err " << err << ", max |ref| " << mag);
+  CHECK(err / std::max(mag, floor) <= tol);
+}
+void require_close(const Pair& p, const std::string& what, double tol = kTol, double floor = 1e-30) {
+  require_close(get(gpu(), *p.g), get(cpu(), *p.c), what, tol, floor);
+}
+
+template <typename T>
+void require_bit_identical(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  INFO(what << ": two GPU runs differ");
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+}  // namespace llmt::test
