@@ -474,13 +474,13 @@ TEST_CASE("config: mixer blocks", "[config]") {
   SECTION("a block for a mixer the model does not use is refused") {
     json j = valid_config();
     j["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}};
-    CHECK_THAT(parse_error(j), Contains("model.gdn is given but model.type is \"transformer\""));
+    CHECK_THAT(parse_error(j), Contains("model.gdn is given but no layer uses it (model.type is \"transformer\""));
     json k = valid_config();
     k["model"]["type"] = "gdn";
     k["model"].erase("attn");
     k["model"]["gdn"] = {{"num_heads", 6}, {"head_dim", 128}};
     k["model"]["comba"] = {{"num_heads", 6}, {"head_dim", 128}};
-    CHECK_THAT(parse_error(k), Contains("model.comba is given but model.type is \"gdn\""));
+    CHECK_THAT(parse_error(k), Contains("model.comba is given but no layer uses it (model.type is \"gdn\""));
   }
   SECTION("the used mixer's block is required") {
     json j = valid_config();
@@ -489,5 +489,31 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK_THAT(parse_error(j), Contains("model.gdn"));
     j["model"]["type"] = "comba";
     CHECK_THAT(parse_error(j), Contains("model.comba"));
+  }
+}
+
+TEST_CASE("config: hybrid attention layers", "[config][hybrid]") {
+  json j = valid_config();
+  j["model"]["type"] = "gdn";
+  j["model"]["gdn"] = {{"num_heads", 2}, {"head_dim", 64}};
+  j["model"]["n_layers"] = 4;
+  SECTION("attn_layers select the attention layers, model.attn gives their shape") {
+    j["model"]["attn_layers"] = {1, 3};
+    const llmt::Config c = llmt::parse_config(j);
+    CHECK(c.model.mixer_of(0) == "gdn");
+    CHECK(c.model.mixer_of(1) == "transformer");
+    CHECK(c.model.mixer_of(3) == "transformer");
+    CHECK(c.model.attn.num_heads == 4);
+  }
+  SECTION("without attention layers model.attn is refused") {
+    CHECK_THAT(parse_error(j), Contains("model.attn is given but no layer uses it"));
+  }
+  SECTION("an index outside the model is refused") {
+    j["model"]["attn_layers"] = {1, 4};
+    CHECK_THAT(parse_error(j), Contains("model.attn_layers") && Contains("[0, 4)"));
+  }
+  SECTION("a repeated index is refused") {
+    j["model"]["attn_layers"] = {2, 2};
+    CHECK_THAT(parse_error(j), Contains("distinct"));
   }
 }

@@ -110,6 +110,25 @@ TEST_CASE("model: float64 finite-difference gradients of a Gated DeltaNet model"
   }
 }
 
+TEST_CASE("model: float64 finite-difference gradients of a GDN / attention hybrid", "[model][gdn][hybrid]") {
+  ModelConfig m = tiny(false);
+  m.type = "gdn";
+  m.gdn.num_heads = 2;
+  m.gdn.head_dim = 4;
+  m.gdn.chunk_size = 4;
+  m.attn_layers = {1};  // layer 0 GDN, layer 1 softmax attention (model.attn of tiny())
+  const auto reports = model_gradient_check(m);
+  // embedding, head, final norm; layer 0: 2 norms + 13 GDN + 3 MLP; layer 1: 2 norms + 4 attention + 3 MLP
+  REQUIRE(reports.size() == 3 + (2 + 13 + 3) + (2 + 4 + 3));
+  bool attention_seen = false;
+  for (const auto& r : reports) {
+    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    CHECK(r.ok);
+    attention_seen = attention_seen || r.name == "model.layers.1.attn.q_proj.weight";
+  }
+  CHECK(attention_seen);
+}
+
 TEST_CASE("model: float64 finite-difference gradients of a Comba model", "[model][comba]") {
   ModelConfig m = tiny(false);
   m.type = "comba";

@@ -14,7 +14,11 @@ int info(const InfoArgs& args) {
   const ParamCounts c = model.counts();
   const int64_t flops = model.training_flops_per_token(config.train.seq_len);
   fmt::print("config: {} ({})\n", args.config, config.run_name);
-  fmt::print("model: {} x {}, d_model {}, vocab {}, {} embeddings\n", m.n_layers, m.type, m.d_model, m.vocab_size,
+  const int64_t n_attn = static_cast<int64_t>(m.attn_layers.size());
+  const std::string layers = n_attn == 0 ? fmt::format("{} x {}", m.n_layers, m.type)
+                                         : fmt::format("{} layers: {} x {} + {} x attention (hybrid)", m.n_layers,
+                                                       m.n_layers - n_attn, m.type, n_attn);
+  fmt::print("model: {}, d_model {}, vocab {}, {} embeddings\n", layers, m.d_model, m.vocab_size,
              m.tie_embeddings ? "tied" : "untied");
   fmt::print("total params: {}\n", c.total);
   fmt::print("non-embedding params: {}\n", c.non_embedding);

@@ -101,6 +101,19 @@ class ObjectReader {
     const json* v = j_.contains(key) ? &j_.at(key) : &empty;
     return ObjectReader(*v, at(key), out_[key]);
   }
+  std::vector<int64_t> integers(const std::string& key) {
+    const json* v = find(key, true);
+    std::vector<int64_t> result;
+    if (v) {
+      check(v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_number_integer(); }),
+            "config: {} must be a list of integers, got {}", at(key), v->dump());
+      result = v->get<std::vector<int64_t>>();
+    }
+    out_[key] = result;
+    return result;
+  }
+  /// The raw JSON value of `key` (null when absent), for messages.
+  json raw(const std::string& key) const { return j_.contains(key) ? j_.at(key) : json(); }
   /// Whether the object has `key` (without reading it).
   bool has(const std::string& key) const { return j_.contains(key); }
   /// Throws for the first key that was never read, listing the allowed keys.
@@ -164,13 +177,23 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(m.init_std > 0, "config: model.init.std must be > 0");
     init.finish();
   }
+  m.attn_layers = r.integers("attn_layers");
+  std::vector<int64_t> sorted = m.attn_layers;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    check(sorted[i] >= 0 && sorted[i] < m.n_layers && (i == 0 || sorted[i] != sorted[i - 1]),
+          "config: model.attn_layers must hold distinct layer indices in [0, {}), got {}", m.n_layers,
+          r.raw("attn_layers").dump());
+  check(m.attn_layers.empty() || m.type != "transformer",
+        "config: model.attn_layers is for hybrids; with model.type \"transformer\" every layer is attention already");
   // Each mixer's block is read only when that mixer is used; a block for an unused mixer is
   // an error rather than silently ignored.
-  const auto mixer_block = [&](const std::string& key, const std::string& user) {
-    check(m.type == user || !r.has(key), "config: model.{} is given but model.type is \"{}\"", key, m.type);
-    return m.type == user;
+  const auto mixer_block = [&](const std::string& key, bool used) {
+    check(used || !r.has(key), "config: model.{} is given but no layer uses it (model.type is \"{}\"{})", key,
+          m.type, key == "attn" ? ", model.attn_layers is empty" : "");
+    return used;
   };
-  if (mixer_block("attn", "transformer")) {
+  if (mixer_block("attn", m.has_attention())) {
     ObjectReader a = r.object("attn");
     m.attn.num_heads = a.positive("num_heads");
     m.attn.head_dim = a.positive("head_dim");
@@ -207,12 +230,12 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
           "config: model.{}.init needs 0 < dt_min < dt_max and dt_floor > 0", key);
   };
-  if (mixer_block("gdn", "gdn")) {
+  if (mixer_block("gdn", m.type == "gdn")) {
     ObjectReader g = r.object("gdn");
     delta_keys(g, "gdn", m.gdn, false);
     g.finish();
   }
-  if (mixer_block("comba", "comba")) {
+  if (mixer_block("comba", m.type == "comba")) {
     ObjectReader g = r.object("comba");
     delta_keys(g, "comba", m.comba, true);
     g.finish();

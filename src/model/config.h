@@ -52,9 +52,19 @@ struct ModelConfig {
   double norm_eps = 1e-6;  ///< RMSNorm eps (model.norm.eps)
   MlpConfig mlp;
   double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
-  AttnConfig attn;  ///< used by type "transformer"
+  std::vector<int64_t> attn_layers;  ///< hybrids: 0-based layers whose mixer is softmax attention (model.attn)
+  AttnConfig attn;  ///< used by type "transformer" and by attn_layers
   GdnConfig gdn;    ///< used by type "gdn"
   CombaConfig comba;  ///< used by type "comba"
+
+  /// The mixer type of layer `layer`: "transformer" for the attention layers of a hybrid, else `type`.
+  std::string mixer_of(int64_t layer) const {
+    for (int64_t a : attn_layers)
+      if (a == layer) return "transformer";
+    return type;
+  }
+  /// Whether any layer uses softmax attention.
+  bool has_attention() const { return type == "transformer" || !attn_layers.empty(); }
 };
 
 struct TrainConfig {

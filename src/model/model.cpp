@@ -11,7 +11,7 @@ Model::Model(const ModelConfig& config) : config_(config) {
   const Init normal{Init::normal, config.init_std};
   embedding_ = store_.add("model.embeddings.weight", {V, D}, ParamKind::embedding, normal);
   for (int64_t l = 0; l < config.n_layers; ++l)
-    blocks_.push_back(std::make_unique<Block>(config.type, config, store_, fmt::format("model.layers.{}.", l)));
+    blocks_.push_back(std::make_unique<Block>(config.mixer_of(l), config, store_, fmt::format("model.layers.{}.", l)));
   final_norm_ = store_.add("model.norm.weight", {D}, ParamKind::norm, Init{Init::ones, 0});
   if (!config.tie_embeddings) lm_head_ = store_.add("lm_head.weight", {V, D}, ParamKind::weight, normal);
 }
@@ -27,7 +27,9 @@ ParamCounts Model::counts() const {
 int64_t Model::training_flops_per_token(int64_t seq_len) const {
   const ModelConfig& m = config_;
   const int64_t head = m.vocab_size * m.d_model;
-  const int64_t attn = m.type == "transformer" ? 12 * m.n_layers * m.attn.num_heads * m.attn.head_dim * seq_len : 0;
+  int64_t attn_layers = 0;
+  for (int64_t l = 0; l < m.n_layers; ++l) attn_layers += m.mixer_of(l) == "transformer" ? 1 : 0;
+  const int64_t attn = 12 * attn_layers * m.attn.num_heads * m.attn.head_dim * seq_len;
   return 6 * (counts().non_embedding + head) + attn;
 }
 

@@ -28,3 +28,9 @@ expect configs/mdn-paper/400m/comba.json 417278712 314352376
 # + 6,291,456 o + 24,576 a,b + 12 + 24,576 convs + 512 o_norm + 34,603,008 MLP + 4,096 norms) + decay, D 12
 # = 59,822,616; * 21 + final norm 2048 = 1,256,276,984; + 2 * 50257 * 2048 = 1,462,129,656
 expect configs/mdn-paper/1.3b/comba.json 1462129656 1256276984
+# GDN-H 3:1 400M (runs.md 2.3: 430.7M): 18 GDN layers (8 x 128, expand_v 1: q,k,v,g,o 5*1024^2 + a,b 2*8*1024
+# + A_log,dt_bias 16 + convs 3*1024*4 + o_norm 128 = 5,271,696) + 6 attention layers (4*1024^2) + 24 * (MLP
+# 3*1024*2816 + norms 2*1024) + final norm 1024 = 327,724,576; + 2 * 50257 * 1024 = 430,650,912
+expect configs/mdn-paper/400m/gdn-h-3to1.json 430650912 327724576
+# Comba-H 3:1 400M (runs.md 2.3: 430.7M): GDN-H 3:1 plus decay and D (2 * 8) in each of the 18 Comba layers
+expect configs/mdn-paper/400m/comba-h-3to1.json 430651200 327724864
