@@ -1,9 +1,10 @@
 // The CUDA backend's delta-rule ops (short conv + SiLU, L2 norm, gated RMSNorm, GDN gates, the
-// chunked GDN core) against the CPU reference backend: each op runs through make_backend("cuda")
-// and make_cpu_backend() on the same fresh Philox inputs (never zeros; outputs that are overwritten
-// start from random garbage, accumulated ones from random values), and the results must agree to
-// max|gpu - cpu| / max|cpu| <= kTol with every output finite. The ops that reduce (dw, dA_log,
-// ddt_bias, and the GDN backward) must give bit-identical results when run twice.
+// chunked GDN core, the Comba gates and the chunked Comba core) against the CPU reference
+// backend: each op runs through make_backend("cuda") and make_cpu_backend() on the same fresh
+// Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
+// ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with
+// every output finite. The ops that reduce (dw, dA_log, ddt_bias, ddecay, dD, and the GDN and
+// Comba backwards) must give bit-identical results when run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -223,5 +224,129 @@ TEST_CASE("cuda delta: GDN core refuses chunk_size above the kernel's limit", "[
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
   REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, *o.g),
+                      Catch::Contains("chunk_size"));
+}
+
+TEST_CASE("cuda delta: Comba gates forward and backward with both, one or none of decay / D", "[cuda][delta][comba]") {
+  const int64_t rows = 2 * 300, H = 3, K = 32;
+  for (const int variant : {0, 1, 2}) {  // 0: decay and D, 1: decay only, 2: D only
+    const bool has_decay = variant != 2, has_D = variant != 1;
+    const std::string tag = std::string(has_decay ? "decay" : "") + (has_D ? " D" : "");
+    INFO(tag);
+    Pair q = both(randn(rows * H * K, 51), {rows, H * K}), k = both(randn(rows * H * K, 52), {rows, H * K});
+    Pair decay = both(randn(H, 53, 2.0), {H}), D = both(randn(H, 54), {H});
+    const Tensor none;
+    const Tensor& dec_g = has_decay ? *decay.g : none;
+    const Tensor& dec_c = has_decay ? *decay.c : none;
+    const Tensor& D_g = has_D ? *D.g : none;
+    const Tensor& D_c = has_D ? *D.c : none;
+    Pair q_out = both(randn(rows * H * K, 55), {rows, H * K}), p = both(randn(rows * H * K, 56), {rows, H * K});
+    gpu().comba_gates_fwd(*q.g, *k.g, dec_g, D_g, *q_out.g, *p.g);
+    cpu().comba_gates_fwd(*q.c, *k.c, dec_c, D_c, *q_out.c, *p.c);
+    require_close(q_out, "comba gates q_out " + tag);
+    require_close(p, "comba gates p " + tag);
+
+    Pair dq_out = both(randn(rows * H * K, 57), {rows, H * K}), dp = both(randn(rows * H * K, 58), {rows, H * K});
+    const auto dk0 = randn(rows * H * K, 59), ddecay0 = randn(H, 60), dD0 = randn(H, 61);
+    Pair dk = both(dk0, {rows, H * K}), ddecay = both(ddecay0, {H}), dD = both(dD0, {H});
+    gpu().comba_gates_bwd(*dq_out.g, *dp.g, *k.g, dec_g, D_g, *dk.g, *ddecay.g, *dD.g);
+    cpu().comba_gates_bwd(*dq_out.c, *dp.c, *k.c, dec_c, D_c, *dk.c, *ddecay.c, *dD.c);
+    require_close(dk, "comba gates dk " + tag);
+    require_close(ddecay, "comba gates ddecay " + tag);  // untouched (still ddecay0) without decay
+    require_close(dD, "comba gates dD " + tag);          // untouched (still dD0) without D
+    const auto first_dk = get(gpu(), *dk.g), first_decay = get(gpu(), *ddecay.g), first_D = get(gpu(), *dD.g);
+    gpu().upload(dk0.data(), *dk.g);
+    gpu().upload(ddecay0.data(), *ddecay.g);
+    gpu().upload(dD0.data(), *dD.g);
+    gpu().comba_gates_bwd(*dq_out.g, *dp.g, *k.g, dec_g, D_g, *dk.g, *ddecay.g, *dD.g);
+    require_bit_identical(first_dk, get(gpu(), *dk.g), "comba gates dk " + tag);
+    require_bit_identical(first_decay, get(gpu(), *ddecay.g), "comba gates ddecay " + tag);
+    require_bit_identical(first_D, get(gpu(), *dD.g), "comba gates dD " + tag);
+  }
+  // Neither decay nor D: refused, as on the CPU.
+  Pair q = both(randn(4 * 6, 62), {4, 6}), out = both(randn(4 * 6, 63), {4, 6});
+  const Tensor none;
+  REQUIRE_THROWS_WITH(gpu().comba_gates_fwd(*q.g, *q.g, none, none, *out.g, *out.g),
+                      Catch::Contains("neither decay nor D"));
+  REQUIRE_THROWS_WITH(cpu().comba_gates_fwd(*q.c, *q.c, none, none, *out.c, *out.c),
+                      Catch::Contains("neither decay nor D"));
+  REQUIRE_THROWS_WITH(gpu().comba_gates_bwd(*q.g, *q.g, *q.g, none, none, *out.g, none, none),
+                      Catch::Contains("neither decay nor D"));
+}
+
+namespace {
+
+// One Comba core case: forward o and backward dq, dk, dv, dp, dg, dbeta against the CPU reference, then
+// the backward once more on the GPU, bit-identical. p̂ is drawn as unit rows independent of k̂.
+void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed) {
+  const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+                          " K=" + std::to_string(K) + " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) +
+                          " g in [" + std::to_string(g_lo) + ", 0)";
+  INFO(tag);
+  const int64_t nk = B * T * H * K, nv = B * T * H * V, ng = B * T * H;
+  Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
+  Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
+  Pair p = both(unit_rows(nk, K, seed + 13, 1.0), {B, T, H, K});
+  Pair v = both(randn(nv, seed + 3), {B, T, H, V});
+  Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
+  Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
+  Pair o = both(randn(nv, seed + 6), {B, T, H, V});
+  gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, *o.g);
+  cpu().comba_chunk_fwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, chunk, *o.c);
+  require_close(o, "comba o " + tag);
+
+  Pair d_o = both(randn(nv, seed + 7), {B, T, H, V});
+  Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
+  Pair dv = both(randn(nv, seed + 10), {B, T, H, V}), dp = both(randn(nk, seed + 14), {B, T, H, K});
+  Pair dg = both(randn(ng, seed + 11), {B, T, H}), dbeta = both(randn(ng, seed + 12), {B, T, H});
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dp.g, *dg.g,
+                        *dbeta.g);
+  cpu().comba_chunk_bwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dp.c, *dg.c,
+                        *dbeta.c);
+  require_close(dq, "comba dq " + tag);
+  require_close(dk, "comba dk " + tag);
+  require_close(dv, "comba dv " + tag);
+  require_close(dp, "comba dp " + tag);
+  // As for GDN: with T = 1 and no initial state dg is exactly 0 on the CPU, while the GPU's chunk
+  // formula leaves fp32 cancellation residue; measure dg against the size of dbeta.
+  double dbeta_scale = 0;
+  for (float x : get(cpu(), *dbeta.c)) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
+  require_close(dg, "comba dg " + tag, kTol, dbeta_scale);
+  require_close(dbeta, "comba dbeta " + tag);
+
+  std::vector<std::vector<float>> first;
+  for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) first.push_back(get(gpu(), *x->g));
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dp.g, *dg.g,
+                        *dbeta.g);
+  const char* names[] = {"dq", "dk", "dv", "dp", "dg", "dbeta"};
+  size_t i = 0;
+  for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) {
+    require_bit_identical(first[i], get(gpu(), *x->g), std::string("comba ") + names[i] + " " + tag);
+    ++i;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda delta: Comba chunked core forward and backward, deterministic", "[cuda][delta][comba]") {
+  uint64_t seed = 2000;
+  for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
+    for (const int64_t T : {1, 63, 64, 65, 200})
+      for (const int64_t chunk : {16, 64})
+        for (const double g_lo : {-5.0, -0.05}) {
+          check_comba(2, T, 3, kv.first, kv.second, chunk, g_lo, seed);
+          seed += 20;
+        }
+}
+
+TEST_CASE("cuda delta: Comba chunked core, long sequence T = 4096", "[cuda][delta][comba]") {
+  check_comba(1, 4096, 2, 64, 64, 64, -0.05, 3000);
+}
+
+TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {
+  Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
+  Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
+  Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
+  REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*q.g, *q.g, *v.g, *q.g, *g.g, *beta.g, 128, *o.g),
                       Catch::Contains("chunk_size"));
 }

@@ -348,8 +348,83 @@ class CudaBackend final : public Backend {
     cuda::gdn_chunk_bwd(pq, pk, pv, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
                         scratch(gdn_chunk_bwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
   }
+  void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,
+                       const Tensor& p) override {
+    const int64_t heads = comba_gate_heads(q, decay, D, "comba_gates_fwd");
+    for (const Tensor* t : {&k, &q_out, &p}) check_same(q, *t, "comba_gates_fwd");
+    const int64_t rows = q.shape[0], dim = q.shape[1] / heads;
+    const char* op = "comba_gates_fwd";
+    const float *pq = f32(q, op), *pk = f32(k, op), *pdecay = optional_f32(decay, op), *pD = optional_f32(D, op);
+    float *pq_out = f32(q_out, op), *pp = f32(p, op);
+    cuda::comba_gates_fwd(pq, pk, pdecay, pD, rows, heads, dim, pq_out, pp, stream_);
+  }
+  void comba_gates_bwd(const Tensor& dq_out, const Tensor& dp, const Tensor& k, const Tensor& decay, const Tensor& D,
+                       const Tensor& dk, const Tensor& ddecay, const Tensor& dD) override {
+    const int64_t heads = comba_gate_heads(k, decay, D, "comba_gates_bwd");
+    for (const Tensor* t : {&dq_out, &dp, &dk}) check_same(k, *t, "comba_gates_bwd");
+    if (decay.data != nullptr) check_same(decay, ddecay, "comba_gates_bwd");
+    if (D.data != nullptr) check_same(D, dD, "comba_gates_bwd");
+    const int64_t rows = k.shape[0], dim = k.shape[1] / heads;
+    const char* op = "comba_gates_bwd";
+    const float *pdq = f32(dq_out, op), *pdp = f32(dp, op), *pk = f32(k, op), *pdecay = optional_f32(decay, op),
+                *pD = optional_f32(D, op);
+    float* pdk = f32(dk, op);
+    float* pddecay = decay.data != nullptr ? f32(ddecay, op) : nullptr;
+    float* pdD = D.data != nullptr ? f32(dD, op) : nullptr;
+    cuda::comba_gates_bwd(pdq, pdp, pk, pdecay, pD, rows, heads, dim, pdk, pddecay, pdD, stream_);
+  }
+  void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                       const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
+    check_delta_dims(q, v, g, beta, "comba_chunk_fwd");
+    check_same(v, o, "comba_chunk_fwd");
+    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
+    const char* op = "comba_chunk_fwd";
+    const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
+    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
+                *pbeta = f32(beta, op);
+    float* po = f32(o, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
+          "comba_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
+    cuda::comba_chunk_fwd(pq, pk, pv, pp, pg, pbeta, B, T, H, K, V, chunk_size, po,
+                          scratch(comba_chunk_fwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+  }
+  void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                       const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                       const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
+    check_delta_dims(q, v, g, beta, "comba_chunk_bwd");
+    for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
+    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
+    const char* op = "comba_chunk_bwd";
+    const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
+    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
+                *pbeta = f32(beta, op), *pdo = f32(d_o, op);
+    float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdp = f32(dp, op), *pdg = f32(dg, op),
+          *pdbeta = f32(dbeta, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
+          "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
+    cuda::comba_chunk_bwd(pq, pk, pv, pp, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
+                          scratch(comba_chunk_bwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+  }
 
  private:
+  /// The f32 data of an optional tensor (nullptr for a default-constructed one).
+  static const float* optional_f32(const Tensor& t, const char* op) {
+    return t.data != nullptr ? f32(t, op) : nullptr;
+  }
+
+  /// Heads of a Comba gates call (the CPU backend's check): x [rows, H * K]; decay, D [H] or absent, not both.
+  static int64_t comba_gate_heads(const Tensor& x, const Tensor& decay, const Tensor& D, const char* op) {
+    check(x.ndim == 2, "{}: q/k must be [rows, H * K], got {}", op, x.shape_str());
+    check(decay.data != nullptr || D.data != nullptr, "{}: neither decay nor D given (nothing to do)", op);
+    const int64_t heads = decay.data != nullptr ? decay.numel() : D.numel();
+    check(heads > 0 && x.shape[1] % heads == 0, "{}: q/k {} not divisible into {} heads", op, x.shape_str(), heads);
+    if (decay.data != nullptr) check(decay.dtype == x.dtype, "{}: decay dtype mismatch", op);
+    if (D.data != nullptr)
+      check(D.dtype == x.dtype && D.numel() == heads, "{}: D {} must be [H] of the dtype of q", op, D.shape_str());
+    return heads;
+  }
+
   /// Sizes of a delta-rule core call: q [B, T, H, K], v [B, T, H, V], g and beta [B, T, H] (the CPU backend's check).
   static void check_delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
                                const char* op) {

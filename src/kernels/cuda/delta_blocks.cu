@@ -1,7 +1,8 @@
 // The small blocks of the delta-rule layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3, §5):
-// short convolution + SiLU, L2 norm, gated RMSNorm and the GDN gates, forward and backward.
-// Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates}.h; arithmetic in
-// double like the CPU reference. Parameter gradients (dw, dA_log, ddt_bias) are reduced
+// short convolution + SiLU, L2 norm, gated RMSNorm, the GDN gates and the Comba gates (§4.2
+// steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,
+// delta_gates,comba_gates}.h; arithmetic in double like the CPU reference. Parameter gradients
+// (dw, dA_log, ddt_bias, ddecay, dD) are reduced
 // deterministically: fixed-order partial sums, never atomics.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -247,6 +248,49 @@ __global__ void gdn_gates_bwd_kernel(const float* dg, const float* dbeta, const 
   }
 }
 
+// ---- Comba gates (§4.2 steps 2-3, §5) ----
+
+// s = σ(decay_h) (1 without inner decay);  p = s k;  q' = q - D_h s k (q without output correction).
+// (one thread per element of [rows, heads * dim])
+__global__ void comba_gates_fwd_kernel(const float* q, const float* k, const float* decay, const float* D,
+                                       int64_t rows, int64_t heads, int64_t dim, float* q_out, float* p) {
+  const int64_t n = rows * heads * dim;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t h = (idx / dim) % heads;
+    const double s = decay != nullptr ? sigmoid_d(static_cast<double>(decay[h])) : 1.0;
+    const double c = D != nullptr ? static_cast<double>(D[h]) * s : 0.0;
+    const double kv = k[idx];
+    p[idx] = static_cast<float>(s * kv);
+    q_out[idx] = static_cast<float>(static_cast<double>(q[idx]) - c * kv);
+  }
+}
+
+// One block per head h: dk += s dp - D s dq' (elementwise); Σ k·dp and Σ k·dq' over the head's rows and
+// dim by a fixed thread stride and a fixed-tree block reduction; then ddecay += s(1-s)(Σ k·dp - D Σ k·dq'),
+// dD += -s Σ k·dq' (thread 0).
+__global__ void comba_gates_bwd_kernel(const float* dq_out, const float* dp, const float* k, const float* decay,
+                                       const float* D, int64_t rows, int64_t heads, int64_t dim, float* dk,
+                                       float* ddecay, float* dD) {
+  const int64_t h = blockIdx.x;
+  const double s = decay != nullptr ? sigmoid_d(static_cast<double>(decay[h])) : 1.0;
+  const double Dh = D != nullptr ? static_cast<double>(D[h]) : 0.0;
+  double k_dp = 0.0, k_dq = 0.0;
+  for (int64_t e = threadIdx.x; e < rows * dim; e += blockDim.x) {
+    const int64_t r = e / dim, i = e % dim, j = (r * heads + h) * dim + i;
+    const double kv = k[j], dpv = dp[j], dqv = dq_out[j];
+    k_dp += kv * dpv;
+    k_dq += kv * dqv;
+    dk[j] = static_cast<float>(static_cast<double>(dk[j]) + s * dpv - Dh * s * dqv);
+  }
+  k_dp = block_reduce(k_dp, SumOp{}, 0.0);
+  k_dq = block_reduce(k_dq, SumOp{}, 0.0);
+  if (threadIdx.x == 0) {
+    if (ddecay != nullptr)
+      ddecay[h] = static_cast<float>(static_cast<double>(ddecay[h]) + s * (1.0 - s) * (k_dp - Dh * k_dq));
+    if (dD != nullptr) dD[h] = static_cast<float>(static_cast<double>(dD[h]) - s * k_dq);
+  }
+}
+
 }  // namespace
 
 void short_conv_silu_fwd(const float* x, const float* w, int64_t batch, int64_t seq_len, int64_t channels,
@@ -336,6 +380,23 @@ void gdn_gates_bwd(const float* dg, const float* dbeta, const float* a, const fl
   if (heads == 0) return;
   gdn_gates_bwd_kernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(dg, dbeta, a, b, A_log, dt_bias, rows,
                                                                               heads, da, db, dA_log, ddt_bias);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+void comba_gates_fwd(const float* q, const float* k, const float* decay, const float* D, int64_t rows,
+                     int64_t heads, int64_t dim, float* q_out, float* p, cudaStream_t stream) {
+  const int64_t n = rows * heads * dim;
+  if (n == 0) return;
+  comba_gates_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(q, k, decay, D, rows, heads, dim, q_out, p);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const float* decay, const float* D,
+                     int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD,
+                     cudaStream_t stream) {
+  if (heads == 0) return;
+  comba_gates_bwd_kernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(dq_out, dp, k, decay, D, rows, heads,
+                                                                                dim, dk, ddecay, dD);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

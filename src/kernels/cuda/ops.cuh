@@ -62,9 +62,10 @@ void cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t 
 void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
                 double beta2, double eps, double weight_decay, double grad_scale, int64_t step, cudaStream_t stream);
 
-// delta_blocks.cu (semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates}.h).
-// Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db. Accumulated (fixed-order
-// reductions, no atomics): dw, dA_log, ddt_bias. The *_scratch_bytes functions size `scratch`.
+// delta_blocks.cu (semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,comba_gates}.h).
+// Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order
+// reductions, no atomics): dw, dA_log, ddt_bias, and the Comba gates' dk, ddecay, dD. The
+// *_scratch_bytes functions size `scratch`.
 void short_conv_silu_fwd(const float* x, const float* w, int64_t batch, int64_t seq_len, int64_t channels,
                          int64_t width, float* pre, float* y, cudaStream_t stream);
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
@@ -86,6 +87,13 @@ void gdn_gates_fwd(const float* a, const float* b, const float* A_log, const flo
 void gdn_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
                    const float* dt_bias, int64_t rows, int64_t heads, float* da, float* db, float* dA_log,
                    float* ddt_bias, cudaStream_t stream);
+/// Comba gates: q, k, q_out, p, dq_out, dp, dk [rows, heads * dim]; decay, D, ddecay, dD [heads] or nullptr
+/// (inner decay / output correction off; ddecay / dD are only touched when decay / D are given).
+void comba_gates_fwd(const float* q, const float* k, const float* decay, const float* D, int64_t rows,
+                     int64_t heads, int64_t dim, float* q_out, float* p, cudaStream_t stream);
+void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const float* decay, const float* D,
+                     int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD,
+                     cudaStream_t stream);
 
 // gdn.cu: the chunked GDN core (semantics: src/kernels/cpu/gdn.h, zero initial state), fp32.
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
@@ -102,5 +110,21 @@ void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream);
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
+
+// comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), fp32.
+// q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
+// overwritten. 1 <= chunk_size <= kCombaMaxChunk. `scratch` must hold comba_chunk_{fwd,bwd}_scratch_bytes.
+constexpr int64_t kCombaMaxChunk = 64;
+void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+                     const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                     int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream);
+size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                     int64_t value_dim, int64_t chunk_size);
+void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+                     const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
+                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
+                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
+size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                     int64_t value_dim, int64_t chunk_size);
 
 }  // namespace llmt::cuda

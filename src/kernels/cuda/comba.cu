@@ -1,0 +1,461 @@
+// Comba core, chunked, fp32 (layers-delta.md §6.2 F1'/F3' with F2, F4–F7 as GDN; §6.5 B1–B9 with the
+// Comba changes), zero initial state. Mirrors src/kernels/cpu/comba.cpp step by step (same labels) and
+// cuda/gdn.cu's structure: one thread block (kCombaThreads threads) per (batch, head) walks the chunks in
+// order; the K x V state and the per-chunk [C, K] / [C, V] factors live in global scratch (per block), the
+// C x C matrices (A, 𝒯, P, ...) in dynamic shared memory. Every output and scratch element is computed by
+// one thread with a fixed summation order, and block reductions use a fixed tree: deterministic, no atomics.
+// The backward first recomputes the chunk-start states h[n] by a forward scan into scratch
+// ([n_chunks, K, V] per block), then processes the chunks in reverse, carrying dS_C.
+// Differences from GDN (cpu/comba.cpp): the prediction reads the undecayed previous state, so A and W use
+// the exclusive cumsum γ^ex = γ - g and p̂ in place of k̂ on the "row" side (A_rj = β_r e^{γ^ex_r-γ_j}
+// p̂_r·k̂_j, W = 𝒯 diag(β e^{γ^ex}) P̂); the backward splits the log-decay gradient into dγ (inclusive) and
+// dγ^ex (exclusive), and the B5/B7 row terms go to dp instead of dk.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace llmt::cuda {
+namespace {
+
+constexpr int kCombaThreads = 256;
+
+struct CombaArgs {
+  const float *q, *k, *v, *p, *g, *beta, *d_o;
+  int64_t B, T, H, K, V, C, chunks;
+  float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
+  float* scratch;
+};
+
+// Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
+struct HeadView {
+  const CombaArgs& a;
+  int64_t b, h;
+  __device__ int64_t tok(int64_t t) const { return (b * a.T + t) * a.H + h; }  // index into [B, T, H]
+  __device__ const float* q(int64_t t) const { return a.q + tok(t) * a.K; }
+  __device__ const float* k(int64_t t) const { return a.k + tok(t) * a.K; }
+  __device__ const float* p(int64_t t) const { return a.p + tok(t) * a.K; }
+  __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
+  __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
+};
+
+// e^x in fp32 of a log-decay difference formed in double (γ, γ^ex are double cumsums); x <= 0 throughout.
+__device__ float expd(double x) { return expf(static_cast<float>(x)); }
+
+__device__ float dotf(const float* x, const float* y, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
+  return s;
+}
+
+// Chunk scalars (thread 0, in order): γ_r, the inclusive cumsum of g inside the chunk, and γ^ex_r = γ_r - g_r,
+// the exclusive one; β_r.
+__device__ void chunk_scalars(const HeadView& hv, int64_t c0, int n, double* gam, double* gex, float* beta) {
+  if (threadIdx.x == 0) {
+    double acc = 0.0;
+    for (int r = 0; r < n; ++r) {
+      gex[r] = acc;
+      gam[r] = acc += hv.a.g[hv.tok(c0 + r)];
+    }
+  }
+  for (int r = threadIdx.x; r < n; r += blockDim.x) beta[r] = hv.a.beta[hv.tok(c0 + r)];
+  __syncthreads();
+}
+
+// F1', F2, F3' of §6.2 and F4 for tokens [c0, c0 + n): A (kept in sA), 𝒯 (sT), p_r·k_j (sPK when non-null),
+// W [n, K], and D [n, V] = U - W S0 (Δ). S0 [K, V] is the state entering the chunk.
+__device__ void chunk_factors(const HeadView& hv, int64_t c0, int n, const double* gam, const double* gex,
+                              const float* beta, float* sA, float* sT, float* sPK, const float* S0, float* W,
+                              float* D) {
+  const int64_t K = hv.a.K, V = hv.a.V;
+  // F1': A_rj = β_r e^{γ^ex_r-γ_j} p_r·k_j (j < r), else 0; the exponent Σ_{j<i<r} g_i is never positive.
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int r = idx / n, j = idx % n;
+    float pk = 0.0f, A = 0.0f;
+    if (j < r) {
+      pk = dotf(hv.p(c0 + r), hv.k(c0 + j), K);
+      A = beta[r] * expd(gex[r] - gam[j]) * pk;
+    }
+    if (sPK != nullptr) sPK[idx] = pk;
+    sA[idx] = A;
+    sT[idx] = r == j ? 1.0f : 0.0f;
+  }
+  __syncthreads();
+  // F2: (I + A) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} A_rj 𝒯_jm (m < r).
+  for (int r = 1; r < n; ++r) {
+    for (int m = threadIdx.x; m < r; m += blockDim.x) {
+      float s = 0.0f;
+      for (int j = m; j < r; ++j) s -= sA[r * n + j] * sT[j * n + m];
+      sT[r * n + m] = s;
+    }
+    __syncthreads();
+  }
+  // F3': U = 𝒯 diag(β) V (into D), W = 𝒯 diag(β e^{γ^ex}) P.
+  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+    const int r = static_cast<int>(idx / V);
+    const int64_t j = idx % V;
+    float s = 0.0f;
+    for (int i = 0; i <= r; ++i) s += sT[r * n + i] * beta[i] * hv.v(c0 + i)[j];
+    D[idx] = s;
+  }
+  for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int r = static_cast<int>(idx / K);
+    const int64_t m = idx % K;
+    float s = 0.0f;
+    for (int i = 0; i <= r; ++i) s += sT[r * n + i] * beta[i] * expd(gex[i]) * hv.p(c0 + i)[m];
+    W[idx] = s;
+  }
+  __syncthreads();
+  // F4: Δ = U - W S_0, in place (element (r, j) is read and written by one thread).
+  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+    const int r = static_cast<int>(idx / V);
+    const int64_t j = idx % V;
+    float s = D[idx];
+    for (int64_t m = 0; m < K; ++m) s -= W[r * K + m] * S0[m * V + j];
+    D[idx] = s;
+  }
+  __syncthreads();
+}
+
+// F5: P_rj = e^{γ_r-γ_j} q_r·k_j for j <= r, else 0 (into sP).
+__device__ void chunk_p(const HeadView& hv, int64_t c0, int n, const double* gam, float* sP) {
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int r = idx / n, j = idx % n;
+    sP[idx] = j <= r ? expd(gam[r] - gam[j]) * dotf(hv.q(c0 + r), hv.k(c0 + j), hv.a.K) : 0.0f;
+  }
+  __syncthreads();
+}
+
+// F7: S_out = e^{γ_C} S_in + (K ⊙ e^{γ_C-γ})^T Δ (S_out may alias S_in: each element is owned by one thread).
+__device__ void advance_state(const HeadView& hv, int64_t c0, int n, const double* gam, const float* D,
+                              const float* S_in, float* S_out) {
+  const int64_t K = hv.a.K, V = hv.a.V;
+  const double gC = gam[n - 1];
+  const float aC = expd(gC);
+  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
+    const int64_t m = idx / V, j = idx % V;
+    float s = aC * S_in[idx];
+    for (int r = 0; r < n; ++r) s += expd(gC - gam[r]) * hv.k(c0 + r)[m] * D[r * V + j];
+    S_out[idx] = s;
+  }
+  __syncthreads();
+}
+
+// Forward: per chunk F1'–F4 (chunk_factors), F5 P, F6 O = (Q ⊙ e^γ) S_0 + P Δ, F7 state update.
+// Scratch per block: S [K, V], D [C, V], W [C, K]. Shared: γ, γ^ex [C] (double); β [C]; A/P, 𝒯 [C, C].
+__global__ void __launch_bounds__(kCombaThreads) comba_chunk_fwd_kernel(CombaArgs a) {
+  extern __shared__ double smem[];
+  const int64_t C = a.C, K = a.K, V = a.V;
+  double* gam = smem;
+  double* gex = gam + C;
+  float* beta = reinterpret_cast<float*>(gex + C);
+  float* sA = beta + C;
+  float* sT = sA + C * C;
+  const int64_t bh = blockIdx.x;
+  const HeadView hv{a, bh / a.H, bh % a.H};
+  float* S = a.scratch + bh * (K * V + C * V + C * K);
+  float* D = S + K * V;
+  float* W = D + C * V;
+  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) S[idx] = 0.0f;
+  __syncthreads();
+  for (int64_t c0 = 0; c0 < a.T; c0 += C) {
+    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
+    chunk_scalars(hv, c0, n, gam, gex, beta);
+    chunk_factors(hv, c0, n, gam, gex, beta, sA, sT, nullptr, S, W, D);
+    chunk_p(hv, c0, n, gam, sA);  // A is no longer needed: P takes its place
+    // F6: o_r = e^{γ_r} S_0^T q_r + Σ_{i<=r} P_ri Δ_i
+    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+      const int r = static_cast<int>(idx / V);
+      const int64_t j = idx % V;
+      const float* qr = hv.q(c0 + r);
+      float s = 0.0f;
+      for (int64_t m = 0; m < K; ++m) s += S[m * V + j] * qr[m];
+      s *= expd(gam[r]);
+      for (int i = 0; i <= r; ++i) s += sA[r * n + i] * D[i * V + j];
+      a.o[hv.tok(c0 + r) * V + j] = s;
+    }
+    __syncthreads();
+    advance_state(hv, c0, n, gam, D, S, S);
+  }
+}
+
+__host__ __device__ size_t bwd_block_floats(int64_t K, int64_t V, int64_t C, int64_t chunks) {
+  return static_cast<size_t>(chunks * K * V + 2 * K * V + 3 * C * V + 5 * C * K);
+}
+
+// Backward: a forward scan stores the chunk-start states h[n]; then B1–B9 (Comba) per chunk in reverse.
+// Scratch per block: h [chunks, K, V], dS and dS0 [K, V] (ping-pong), D (Δ), dD (dΔ), XU [C, V],
+// W, dW, XW, QS, Z [C, K]. Shared: γ, γ^ex [C] (double); β, dγ, dγ^ex, kz [C]; A/d𝒯/dA, 𝒯, p·k, P, dP, M1 [C, C].
+__global__ void __launch_bounds__(kCombaThreads) comba_chunk_bwd_kernel(CombaArgs a) {
+  extern __shared__ double smem[];
+  const int64_t C = a.C, K = a.K, V = a.V;
+  double* gam = smem;
+  double* gex = gam + C;
+  float* beta = reinterpret_cast<float*>(gex + C);
+  float* dgam = beta + C;
+  float* dgex = dgam + C;
+  float* kz = dgex + C;
+  float* sA = kz + C;
+  float* sT = sA + C * C;
+  float* sPK = sT + C * C;
+  float* sP = sPK + C * C;
+  float* sDP = sP + C * C;
+  float* sM1 = sDP + C * C;
+  const int64_t bh = blockIdx.x;
+  const HeadView hv{a, bh / a.H, bh % a.H};
+  float* hs = a.scratch + bh * bwd_block_floats(K, V, C, a.chunks);
+  float* dS = hs + a.chunks * K * V;
+  float* dS0 = dS + K * V;
+  float* D = dS0 + K * V;
+  float* dD = D + C * V;
+  float* XU = dD + C * V;
+  float* W = XU + C * V;
+  float* dW = W + C * K;
+  float* XW = dW + C * K;
+  float* QS = XW + C * K;
+  float* Z = QS + C * K;
+
+  // Forward scan (FLA fwd_h): h[0] = 0, h[n+1] = F7(h[n]).
+  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
+    hs[idx] = 0.0f;
+    dS[idx] = 0.0f;  // dS_C of the last chunk: no final-state gradient
+  }
+  __syncthreads();
+  for (int64_t c = 0; c + 1 < a.chunks; ++c) {
+    const int64_t c0 = c * C;
+    const int n = static_cast<int>(C);  // every chunk but the last is full
+    const float* S0 = hs + c * K * V;
+    chunk_scalars(hv, c0, n, gam, gex, beta);
+    chunk_factors(hv, c0, n, gam, gex, beta, sA, sT, nullptr, S0, W, D);
+    advance_state(hv, c0, n, gam, D, S0, hs + (c + 1) * K * V);
+  }
+
+  for (int64_t c = a.chunks - 1; c >= 0; --c) {
+    const int64_t c0 = c * C;
+    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
+    const float* S0 = hs + c * K * V;
+    chunk_scalars(hv, c0, n, gam, gex, beta);
+    chunk_factors(hv, c0, n, gam, gex, beta, sA, sT, sPK, S0, W, D);
+    chunk_p(hv, c0, n, gam, sP);
+    const double gC = gam[n - 1];
+    const float aC = expd(gC);
+
+    // B1: dΔ_r = Σ_{i>=r} P_ir dO_i + e^{γ_C-γ_r} dS_C^T k_r.   B3 (dP): dP_rj = dO_r·Δ_j (j <= r).
+    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+      const int r = static_cast<int>(idx / V);
+      const int64_t j = idx % V;
+      float s = 0.0f;
+      for (int i = r; i < n; ++i) s += sP[i * n + r] * hv.dO(c0 + i)[j];
+      const float* kr = hv.k(c0 + r);
+      float t = 0.0f;
+      for (int64_t m = 0; m < K; ++m) t += kr[m] * dS[m * V + j];
+      dD[idx] = s + expd(gC - gam[r]) * t;
+    }
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+      const int r = idx / n, j = idx % n;
+      sDP[idx] = j <= r ? dotf(hv.dO(c0 + r), D + j * V, V) : 0.0f;
+    }
+    __syncthreads();
+
+    // B2: dS_0 = e^{γ_C} dS_C + (Q ⊙ e^γ)^T dO - W^T dΔ.
+    for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
+      const int64_t m = idx / V, j = idx % V;
+      float s = aC * dS[idx];
+      for (int r = 0; r < n; ++r)
+        s += expd(gam[r]) * hv.q(c0 + r)[m] * hv.dO(c0 + r)[j] - W[r * K + m] * dD[r * V + j];
+      dS0[idx] = s;
+    }
+    // B5 (dW): dW = -dΔ S_0^T.
+    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+      const int r = static_cast<int>(idx / K);
+      const int64_t m = idx % K;
+      dW[idx] = -dotf(dD + r * V, S0 + m * V, V);
+    }
+    __syncthreads();
+
+    // B5: X_U = 𝒯^T dΔ, X_W = 𝒯^T dW; dv = diag(β) X_U.
+    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+      const int r = static_cast<int>(idx / V);
+      const int64_t j = idx % V;
+      float s = 0.0f;
+      for (int i = r; i < n; ++i) s += sT[i * n + r] * dD[i * V + j];
+      XU[idx] = s;
+      a.dv[hv.tok(c0 + r) * V + j] = beta[r] * s;
+    }
+    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+      const int r = static_cast<int>(idx / K);
+      const int64_t m = idx % K;
+      float s = 0.0f;
+      for (int i = r; i < n; ++i) s += sT[i * n + r] * dW[i * K + m];
+      XW[idx] = s;
+    }
+    // B6 (d𝒯, into sA: A is no longer needed): d𝒯_ir = β_r (dΔ_i·v_r + e^{γ^ex_r} dW_i·p_r) for r <= i.
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+      const int i = idx / n, r = idx % n;
+      float s = 0.0f;
+      if (r <= i)
+        s = beta[r] * (dotf(dD + i * V, hv.v(c0 + r), V) + expd(gex[r]) * dotf(dW + i * K, hv.p(c0 + r), K));
+      sA[idx] = s;
+    }
+    __syncthreads();
+    // B6: M1 = 𝒯^T d𝒯 (both factors vanish unless i >= a and i >= b).
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+      const int ra = idx / n, cb = idx % n;
+      float s = 0.0f;
+      for (int i = ra > cb ? ra : cb; i < n; ++i) s += sT[i * n + ra] * sA[i * n + cb];
+      sM1[idx] = s;
+    }
+    __syncthreads();
+    // B6: dA = -tril_{j<r}(M1 𝒯^T), into sA (d𝒯 is no longer needed).
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+      const int r = idx / n, j = idx % n;
+      float s = 0.0f;
+      if (j < r)
+        for (int m = 0; m <= j; ++m) s -= sM1[r * n + m] * sT[j * n + m];
+      sA[idx] = s;
+    }
+    __syncthreads();
+
+    // B3 and B8 (i), (ii) (dq): dq_r = e^{γ_r} S_0 dO_r (kept as QS) + Σ_{j<=r} dP_rj e^{γ_r-γ_j} k_j.
+    // B5 + B7 (dp): dp_r = β_r e^{γ^ex_r} X_W,r + β_r Σ_{j<r} dA_rj e^{γ^ex_r-γ_j} k_j.
+    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+      const int r = static_cast<int>(idx / K);
+      const int64_t m = idx % K;
+      const float qs = expd(gam[r]) * dotf(S0 + m * V, hv.dO(c0 + r), V);
+      QS[idx] = qs;
+      float s = qs;
+      for (int j = 0; j <= r; ++j) s += sDP[r * n + j] * expd(gam[r] - gam[j]) * hv.k(c0 + j)[m];
+      a.dq[hv.tok(c0 + r) * K + m] = s;
+      float t = 0.0f;
+      for (int j = 0; j < r; ++j) t += sA[r * n + j] * expd(gex[r] - gam[j]) * hv.k(c0 + j)[m];
+      a.dp[hv.tok(c0 + r) * K + m] = beta[r] * expd(gex[r]) * XW[idx] + beta[r] * t;
+    }
+    // dk_j = B4 intra Σ_{r>=j} dP_rj e^{γ_r-γ_j} q_r + B4 state z_j (z_j = e^{γ_C-γ_j} dS_C Δ_j, kept as Z)
+    //      + B7 Σ_{r>j} dA_rj β_r e^{γ^ex_r-γ_j} p_r.
+    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+      const int j = static_cast<int>(idx / K);
+      const int64_t m = idx % K;
+      float s = 0.0f;
+      for (int r = j; r < n; ++r) s += sDP[r * n + j] * expd(gam[r] - gam[j]) * hv.q(c0 + r)[m];
+      const float z = expd(gC - gam[j]) * dotf(dS + m * V, D + j * V, V);
+      Z[idx] = z;
+      s += z;
+      for (int r = j + 1; r < n; ++r) s += sA[r * n + j] * beta[r] * expd(gex[r] - gam[j]) * hv.p(c0 + r)[m];
+      a.dk[hv.tok(c0 + j) * K + m] = s;
+    }
+    __syncthreads();
+
+    // B8 (iv): Σ S_0 ⊙ dS_C (fixed-order block reduction).
+    float sd = 0.0f;
+    for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) sd += S0[idx] * dS[idx];
+    sd = block_reduce(sd, SumOp{}, 0.0f);
+
+    // Per row r: dβ_r (B5 + B7), dγ_r (B3/B8 (i)-(iii), B7 column) and dγ^ex_r (B8 (v), B7 row).
+    for (int r = threadIdx.x; r < n; r += blockDim.x) {
+      const float* qr = hv.q(c0 + r);
+      const float* kr = hv.k(c0 + r);
+      float d = dotf(qr, QS + r * K, K);  // B3: e^{γ_r} q_r·(S_0 dO_r)
+      for (int j = 0; j <= r; ++j) d += sDP[r * n + j] * sP[r * n + j];
+      for (int i = r; i < n; ++i) d -= sDP[i * n + r] * sP[i * n + r];
+      kz[r] = dotf(kr, Z + r * K, K);  // B8 (iii)
+      d -= kz[r];
+      const float xp = expd(gex[r]) * dotf(XW + r * K, hv.p(c0 + r), K);  // B5
+      float db = dotf(XU + r * V, hv.v(c0 + r), V) + xp;
+      float dx = beta[r] * xp;
+      for (int j = 0; j < r; ++j) {  // B7, row r
+        const float e = expd(gex[r] - gam[j]), pk = sPK[r * n + j], dA = sA[r * n + j];
+        db += dA * e * pk;
+        dx += dA * beta[r] * e * pk;
+      }
+      for (int i = r + 1; i < n; ++i) {  // B7, column r
+        const float e = expd(gex[i] - gam[r]);
+        d -= sA[i * n + r] * beta[i] * e * sPK[i * n + r];
+      }
+      a.dbeta[hv.tok(c0 + r)] = db;
+      dgam[r] = d;
+      dgex[r] = dx;
+    }
+    __syncthreads();
+    // B8 (iii), (iv) at γ_C, then B9: dg_t = Σ_{r>=t} dγ_r + Σ_{r>t} dγ^ex_r (inside the chunk).
+    if (threadIdx.x == 0) {
+      float zsum = 0.0f;
+      for (int j = 0; j < n; ++j) zsum += kz[j];
+      dgam[n - 1] += zsum + aC * sd;
+      float acc = 0.0f;
+      for (int r = n - 1; r >= 0; --r) {
+        acc += dgam[r];
+        a.dg[hv.tok(c0 + r)] = acc;
+        acc += dgex[r];
+      }
+    }
+    // dS <- dS_0 for the previous chunk.
+    float* tmp = dS;
+    dS = dS0;
+    dS0 = tmp;
+    __syncthreads();
+  }
+}
+
+size_t fwd_smem_bytes(int64_t C) {
+  return sizeof(double) * static_cast<size_t>(2 * C) + sizeof(float) * static_cast<size_t>(C + 2 * C * C);
+}
+size_t bwd_smem_bytes(int64_t C) {
+  return sizeof(double) * static_cast<size_t>(2 * C) + sizeof(float) * static_cast<size_t>(4 * C + 6 * C * C);
+}
+
+template <typename Kernel>
+void launch(Kernel kernel, const CombaArgs& args, size_t smem, cudaStream_t stream) {
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(args.B * args.H), kCombaThreads, smem, stream>>>(args);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+void check_chunk(int64_t chunk_size) {
+  check(chunk_size >= 1 && chunk_size <= kCombaMaxChunk, "comba chunk (cuda): chunk_size must be in [1, {}], got {}",
+        kCombaMaxChunk, chunk_size);
+}
+
+}  // namespace
+
+size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                     int64_t value_dim, int64_t chunk_size) {
+  (void)seq_len;
+  return sizeof(float) *
+         static_cast<size_t>(batch * heads * (key_dim * value_dim + chunk_size * (value_dim + key_dim)));
+}
+
+size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                     int64_t value_dim, int64_t chunk_size) {
+  const int64_t chunks = ceil_div(seq_len, chunk_size);
+  return sizeof(float) * static_cast<size_t>(batch * heads) *
+         bwd_block_floats(key_dim, value_dim, chunk_size, chunks);
+}
+
+void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+                     const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                     int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream) {
+  check_chunk(chunk_size);
+  if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
+  CombaArgs args{};
+  args.q = q, args.k = k, args.v = v, args.p = p, args.g = g, args.beta = beta;
+  args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
+  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
+  args.o = o;
+  args.scratch = static_cast<float*>(scratch);
+  launch(comba_chunk_fwd_kernel, args, fwd_smem_bytes(chunk_size), stream);
+}
+
+void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+                     const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
+                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
+                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+  check_chunk(chunk_size);
+  if (batch * heads == 0 || seq_len == 0) return;
+  CombaArgs args{};
+  args.q = q, args.k = k, args.v = v, args.p = p, args.g = g, args.beta = beta, args.d_o = d_o;
+  args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
+  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
+  args.dq = dq, args.dk = dk, args.dv = dv, args.dp = dp, args.dg = dg, args.dbeta = dbeta;
+  args.scratch = static_cast<float*>(scratch);
+  launch(comba_chunk_bwd_kernel, args, bwd_smem_bytes(chunk_size), stream);
+}
+
+}  // namespace llmt::cuda
