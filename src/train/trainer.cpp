@@ -42,8 +42,6 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
   } else {
     require_path("data.text", dc.text);
     require_path("data.tokenizer_dir", dc.tokenizer_dir);
-  }
-  if (!dc.text.empty()) {
     const std::string out = (fs::path(dc.cache_dir) / (fs::path(dc.text).stem().string() + "-" + dc.tokenizer)).string();
     const TextShards shards = prepare_text_shards(dc.text, dc.tokenizer_dir, out, dc.val_fraction);
     train_path = shards.train_path;
