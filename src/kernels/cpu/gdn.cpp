@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/delta_common.h"
 
 namespace llmt::cpu {
 namespace {
 
-using Vec = std::vector<double>;
+using namespace delta;
 
 // One (batch, head) slice: q, k [T, K], v [T, V], g, beta [T], s0 [K, V] (zeros when absent).
 struct Head {
@@ -24,22 +25,7 @@ struct HeadGrads {
   Vec dq, dk, dv, dg, dbeta, ds0;
 };
 
-// Copies the rows [b, t, h, 0:width) of a [B, T, H, width] tensor into out [T, width].
-template <typename T>
-Vec gather(const T* x, const DeltaDims& d, int64_t b, int64_t h, int64_t width) {
-  Vec out(static_cast<size_t>(d.seq_len * width));
-  for (int64_t t = 0; t < d.seq_len; ++t)
-    for (int64_t c = 0; c < width; ++c) out[t * width + c] = x[((b * d.seq_len + t) * d.heads + h) * width + c];
-  return out;
-}
 
-// Inverse of gather: writes in [T, width] to the rows [b, t, h, 0:width) of x.
-template <typename T>
-void scatter(const Vec& in, const DeltaDims& d, int64_t b, int64_t h, int64_t width, T* x) {
-  for (int64_t t = 0; t < d.seq_len; ++t)
-    for (int64_t c = 0; c < width; ++c)
-      x[((b * d.seq_len + t) * d.heads + h) * width + c] = static_cast<T>(in[t * width + c]);
-}
 
 template <typename T>
 Head load(const GdnInputs<T>& in, const DeltaDims& d, int64_t b, int64_t h) {
@@ -52,13 +38,6 @@ Head load(const GdnInputs<T>& in, const DeltaDims& d, int64_t b, int64_t h) {
   return hd;
 }
 
-// Writes a [K, V] state of head (b, h) into a [B, H, K, V] tensor (nothing when dst is null).
-template <typename T>
-void store_state(const Vec& s, const DeltaDims& d, int64_t b, int64_t h, T* dst) {
-  if (dst == nullptr) return;
-  T* out = dst + (b * d.heads + h) * d.key_dim * d.value_dim;
-  for (size_t i = 0; i < s.size(); ++i) out[i] = static_cast<T>(s[i]);
-}
 
 template <typename T>
 void store_grads(const HeadGrads& g, const DeltaDims& d, int64_t b, int64_t h, const GdnGrads<T>& out) {
@@ -70,11 +49,6 @@ void store_grads(const HeadGrads& g, const DeltaDims& d, int64_t b, int64_t h, c
   store_state(g.ds0, d, b, h, out.d_initial_state);
 }
 
-double dot(const double* a, const double* b, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // One token of the recurrence, S_{t-1} -> S_t in place (layers-delta.md §4.1):
 // S̄ = alpha_t S;  delta = beta_t (v_t - S̄^T k_t);  S = S̄ + k_t delta^T.
@@ -91,14 +65,6 @@ void step(const Head& hd, int64_t t, int64_t K, int64_t V, double* S, Vec& delta
     for (int64_t j = 0; j < V; ++j) S[c * V + j] += k[c] * delta[j];
 }
 
-// o_t = S_t^T q_t, written to o [V].
-void read_out(const Vec& S, const double* q, int64_t K, int64_t V, double* o) {
-  for (int64_t j = 0; j < V; ++j) {
-    double s = 0.0;
-    for (int64_t c = 0; c < K; ++c) s += S[c * V + j] * q[c];
-    o[j] = s;
-  }
-}
 
 // Chunk-local quantities of §6.1 for tokens [c0, c0 + n) of one head; rows r, j index the chunk.
 struct Chunk {
