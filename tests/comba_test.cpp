@@ -3,7 +3,7 @@
 // backward for every input, and float vs. double. Loss for gradients: L = sum(o * R) + sum(S_T * R_S).
 #include <catch2/catch.hpp>
 
-#include "vec_util.h"
+#include "delta_test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,18 +20,6 @@ namespace {
 using namespace llmt::test;
 using llmt::cpu::DeltaDims;
 
-// Chunked and recurrent forms are algebraically equal; in float64 they differ by rounding only.
-constexpr double kChunkTol = 1e-10;
-// Central differences with h = 1e-6: truncation ~ h^2 |L'''| ~ 1e-12, rounding ~ 1e-16 |L| / h ~ 1e-9
-// against O(1) gradients; a wrong term gives an error of order 1.
-constexpr double kFdStep = 1e-6;
-constexpr double kFdTol = 1e-7;
-constexpr double kF32Tol = 1e-5;
-
-size_t qk_size(const DeltaDims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.key_dim); }
-size_t v_size(const DeltaDims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.value_dim); }
-size_t tok_size(const DeltaDims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads); }
-size_t state_size(const DeltaDims& d) { return static_cast<size_t>(d.batch * d.heads * d.key_dim * d.value_dim); }
 
 // Core inputs as the layer produces them: q̂ = l2norm(q') / sqrt(K), k̂ = l2norm(k), g uniform in
 // [g_min, g_max] (<= 0), beta = sigmoid(normal). p̂ = l2norm(p) is drawn independently of k̂ (in the
@@ -47,25 +35,12 @@ Problem make_problem(DeltaDims d, double g_min, double g_max, bool with_state, u
             randn(qk_size(d), seed + 1),
             randn(v_size(d), seed + 2),
             randn(qk_size(d), seed + 6),
-            Vec(tok_size(d)),
-            randn(tok_size(d), seed + 3),
+            uniform_values(tok_size(d), g_min, g_max, 20250301, seed + 5),
+            sigmoid_of(randn(tok_size(d), seed + 3)),
             with_state ? randn(state_size(d), seed + 4) : Vec()};
-  for (size_t row = 0; row < tok_size(d); ++row) {
-    double nq = 0.0, nk = 0.0, np = 0.0;
-    for (int64_t c = 0; c < d.key_dim; ++c) {
-      nq += p.q[row * d.key_dim + c] * p.q[row * d.key_dim + c];
-      nk += p.k[row * d.key_dim + c] * p.k[row * d.key_dim + c];
-      np += p.p[row * d.key_dim + c] * p.p[row * d.key_dim + c];
-    }
-    for (int64_t c = 0; c < d.key_dim; ++c) {
-      p.q[row * d.key_dim + c] /= std::sqrt(nq * d.key_dim);
-      p.k[row * d.key_dim + c] /= std::sqrt(nk);
-      p.p[row * d.key_dim + c] /= std::sqrt(np);
-    }
-  }
-  llmt::Philox rng(20250301, seed + 5);
-  for (double& g : p.g) g = g_min + (g_max - g_min) * rng.uniform();
-  for (double& b : p.beta) b = 1.0 / (1.0 + std::exp(-b));
+  set_row_lengths(p.q, d.key_dim, 1.0 / std::sqrt(static_cast<double>(d.key_dim)));
+  set_row_lengths(p.k, d.key_dim, 1.0);
+  set_row_lengths(p.p, d.key_dim, 1.0);
   return p;
 }
 
