@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "test_util.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 
 namespace fs = std::filesystem;
@@ -516,4 +517,13 @@ TEST_CASE("config: hybrid attention layers", "[config][hybrid]") {
     j["model"]["attn_layers"] = {2, 2};
     CHECK_THAT(parse_error(j), Contains("distinct"));
   }
+}
+
+TEST_CASE("config: train.precision resolves per backend; bf16 on the CPU names the key", "[config]") {
+  const auto be = llmt::make_cpu_backend();
+  CHECK(llmt::compute_dtype_for("auto", *be) == llmt::DType::f32);
+  CHECK(llmt::compute_dtype_for("fp32", *be) == llmt::DType::f32);
+  CHECK_THROWS_WITH(llmt::compute_dtype_for("bf16", *be),
+                    Catch::Contains("train.precision") && Catch::Contains("cuda") && Catch::Contains("fp32"));
+  CHECK_THROWS_WITH(llmt::compute_dtype_for("fp16", *be), Catch::Contains("auto, fp32, bf16"));
 }

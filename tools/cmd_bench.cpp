@@ -22,7 +22,7 @@ int bench(const BenchArgs& args) {
   const TrainConfig& tc = config.train;
   auto backend = make_backend(tc.backend);
   Model model(config.model);
-  model.allocate(*backend, DType::f32);
+  model.allocate(*backend, DType::f32, compute_dtype_for(tc.precision, *backend));
   model.params().initialize(tc.seed);
   model.plan(tc.micro_batch, tc.seq_len);
   AdamW optimizer(model.params(), tc);

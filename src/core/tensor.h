@@ -14,15 +14,25 @@
 namespace llmt {
 
 /// Element types of tensors. f64 is used by the CPU reference in tests; f32 is the CPU
-/// training type and the master-weight type; i32 holds token ids.
-enum class DType : uint8_t { f32, f64, i32 };
+/// training type, the master-weight and gradient type, and the residual stream's type;
+/// bf16 (bfloat16: 8 exponent, 7 mantissa bits) is the CUDA backend's compute type for
+/// matrix-product operands and most activations (DESIGN.md "mixed precision"); i32 holds
+/// token ids.
+enum class DType : uint8_t { f32, f64, i32, bf16 };
 
-inline size_t dtype_size(DType t) { return t == DType::f64 ? 8 : 4; }
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    default: return 4;
+  }
+}
 inline const char* dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "f32";
     case DType::f64: return "f64";
     case DType::i32: return "i32";
+    case DType::bf16: return "bf16";
   }
   return "?";
 }

@@ -40,6 +40,9 @@ class Backend {
   virtual void fill_zero(const Tensor& t) = 0;
   /// dst = src (same element count and dtype).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  /// dst = src rounded to dst's dtype (same element count; bf16 rounds to nearest even). With
+  /// equal dtypes it is copy(). Throws llmt::Error for a pair of dtypes the backend lacks.
+  virtual void convert(const Tensor& src, const Tensor& dst) = 0;
   /// Host memory -> tensor and tensor -> host memory (t.bytes() bytes).
   virtual void upload(const void* host, const Tensor& t) = 0;
   virtual void download(const Tensor& t, void* host) = 0;
@@ -49,9 +52,13 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   /// sum of squares of all elements, accumulated in double.
   virtual double sum_squares(const Tensor& x) = 0;
+  /// sum of all elements, accumulated in double.
+  virtual double sum(const Tensor& x) = 0;
 
   // ---- dense ----
-  /// c = op(a) op(b) (+ c when accumulate); a, b, c 2-D; op transposes when asked.
+  /// c = op(a) op(b) (+ c when accumulate); a, b, c 2-D; op transposes when asked. a and b
+  /// share one dtype; c has it too, or is f32 when a and b are bf16 (fp32 accumulation
+  /// always; an f32 c keeps the product unrounded, e.g. weight gradients, residual branches).
   virtual void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                       bool accumulate) = 0;
 
@@ -78,15 +85,23 @@ class Backend {
   virtual void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& h) = 0;
   virtual void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                           const Tensor& dup) = 0;
-  /// Softmax cross-entropy of logits [rows, V] against targets i32 [rows] (negative = no
-  /// label); logits are overwritten by grad_scale * dloss/dlogits; losses [rows].
-  /// Returns the sum of the losses.
-  virtual double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                               const Tensor& losses) = 0;
+  /// Softmax cross-entropy of logits [rows, V] (f32, f64 or bf16; statistics in fp32/double)
+  /// against targets i32 [rows] (negative = no label); logits are overwritten by
+  /// grad_scale * dloss/dlogits; losses [rows] (f32 or f64) receive the per-row losses.
+  /// Does not synchronise: sum() the losses afterwards.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                             const Tensor& losses) = 0;
   /// One AdamW update of params from grads * grad_scale; m, v are the moments; step is the
-  /// 1-based count of updates taken.
+  /// 1-based count of updates taken. params, grads, m, v share one dtype. When `working` has
+  /// data (same element count, another dtype, e.g. the bf16 copy of fp32 master weights), it
+  /// receives the updated params rounded to its dtype in the same pass.
   virtual void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
-                          const AdamWParams& hp, double grad_scale, int64_t step) = 0;
+                          const AdamWParams& hp, double grad_scale, int64_t step, const Tensor& working) = 0;
+
+  /// Rows of the LM head and loss that the model processes at once: the [rows x vocab]
+  /// logits of one chunk are the only ones held (CPU: small, cache-sized; CUDA: large enough
+  /// to keep the tensor cores busy).
+  virtual int64_t head_chunk_rows() const { return 256; }
 
   // ---- delta-rule layers (GDN, Comba, KDA, MDN) ----
   // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba}.h. A backend
@@ -148,6 +163,11 @@ std::unique_ptr<Backend> make_cpu_backend();
 /// the CUDA backend and a GPU is visible, else cpu). Throws llmt::Error for "cuda" when the
 /// build has no CUDA backend or no GPU is visible, and for an unknown name.
 std::unique_ptr<Backend> make_backend(const std::string& name);
+
+/// The compute dtype that train.precision names on `backend`: "auto" = bf16 on cuda and f32
+/// on cpu; "fp32" = f32; "bf16" = bf16, which only the cuda backend has (llmt::Error on cpu,
+/// naming the key and what to use instead). Throws for an unknown name.
+DType compute_dtype_for(const std::string& precision, const Backend& backend);
 
 /// Number of visible CUDA devices; 0 in a build without the CUDA backend.
 int cuda_device_count();

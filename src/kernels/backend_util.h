@@ -28,8 +28,10 @@ inline GemmDims matmul_dims(const Tensor& a, bool trans_a, const Tensor& b, bool
   const int64_t Kb = trans_b ? b.shape[1] : b.shape[0], N = trans_b ? b.shape[0] : b.shape[1];
   check(K == Kb && c.shape[0] == M && c.shape[1] == N, "matmul: shapes {}{} x {}{} -> {} do not agree",
         a.shape_str(), trans_a ? "^T" : "", b.shape_str(), trans_b ? "^T" : "", c.shape_str());
-  check(a.dtype == b.dtype && a.dtype == c.dtype, "matmul: dtype mismatch ({}, {}, {})", dtype_name(a.dtype),
-        dtype_name(b.dtype), dtype_name(c.dtype));
+  check(a.dtype == b.dtype && (c.dtype == a.dtype || (a.dtype == DType::bf16 && c.dtype == DType::f32)),
+        "matmul: dtypes ({}, {}) -> {} are not supported: a and b share one dtype, c has it too or is f32 "
+        "for bf16 a and b",
+        dtype_name(a.dtype), dtype_name(b.dtype), dtype_name(c.dtype));
   return {M, N, K};
 }
 

@@ -57,6 +57,19 @@ class CpuBackend final : public Backend {
     check_same(src, dst, "copy");
     if (src.data != dst.data) std::memcpy(dst.data, src.data, src.bytes());
   }
+  void convert(const Tensor& src, const Tensor& dst) override {
+    check(src.numel() == dst.numel(), "convert: size mismatch ({} vs {})", src.shape_str(), dst.shape_str());
+    if (src.dtype == dst.dtype) return copy(src, dst);
+    dispatch(src, "convert", [&](auto zero_src) {
+      dispatch(dst, "convert", [&](auto zero_dst) {
+        using S = decltype(zero_src);
+        using D = decltype(zero_dst);
+        const S* ps = src.as<S>();
+        D* pd = dst.as<D>();
+        for (int64_t i = 0, n = src.numel(); i < n; ++i) pd[i] = static_cast<D>(ps[i]);
+      });
+    });
+  }
   void upload(const void* host, const Tensor& t) override { std::memcpy(t.data, host, t.bytes()); }
   void download(const Tensor& t, void* host) override { std::memcpy(host, t.data, t.bytes()); }
 
@@ -75,6 +88,16 @@ class CpuBackend final : public Backend {
     return dispatch(x, "sum_squares", [&](auto zero) {
       using T = decltype(zero);
       return cpu::sum_squares(x.as<T>(), x.numel());
+    });
+  }
+
+  double sum(const Tensor& x) override {
+    return dispatch(x, "sum", [&](auto zero) {
+      using T = decltype(zero);
+      const T* p = x.as<T>();
+      double s = 0.0;
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) s += static_cast<double>(p[i]);
+      return s;
     });
   }
 
@@ -172,26 +195,29 @@ class CpuBackend final : public Backend {
     });
   }
 
-  double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                       const Tensor& losses) override {
+  void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                     const Tensor& losses) override {
     check(logits.ndim == 2 && targets.numel() == logits.shape[0] && losses.numel() == logits.shape[0],
           "cross_entropy: logits {} targets {} losses {}", logits.shape_str(), targets.shape_str(),
           losses.shape_str());
-    return dispatch(logits, "cross_entropy", [&](auto zero) {
+    check(losses.dtype == logits.dtype, "cross_entropy: losses {} for logits {}", dtype_name(losses.dtype),
+          dtype_name(logits.dtype));
+    dispatch(logits, "cross_entropy", [&](auto zero) {
       using T = decltype(zero);
-      return cpu::cross_entropy_fwd_bwd<T>(logits.as<T>(), targets.as<int32_t>(), logits.shape[0], logits.shape[1],
-                                           grad_scale, losses.as<T>());
+      cpu::cross_entropy_fwd_bwd<T>(logits.as<T>(), targets.as<int32_t>(), logits.shape[0], logits.shape[1],
+                                    grad_scale, losses.as<T>());
     });
   }
 
   void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
-                  const AdamWParams& hp, double grad_scale, int64_t step) override {
+                  const AdamWParams& hp, double grad_scale, int64_t step, const Tensor& working) override {
     for (const Tensor* t : {&grads, &m, &v}) check_same(params, *t, "adamw_step");
     dispatch(params, "adamw_step", [&](auto zero) {
       using T = decltype(zero);
       cpu::adamw_step<T>(params.as<T>(), grads.as<T>(), m.as<T>(), v.as<T>(), params.numel(), hp.lr, hp.beta1,
                          hp.beta2, hp.eps, hp.weight_decay, grad_scale, step);
     });
+    if (working.data != nullptr) convert(params, working);
   }
 
   // ---- delta-rule layers ----

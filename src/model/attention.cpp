@@ -22,13 +22,14 @@ void AttentionMixer::plan(int64_t batch, int64_t seq_len) {
   batch_ = batch;
   seq_len_ = seq_len;
   Backend& be = store_.backend();
-  const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&q_, &k_, &v_, &o_}) *t = OwnedTensor(be, dt, {batch, seq_len, heads_, head_dim_});
-  lse_ = OwnedTensor(be, dt, {batch, heads_, seq_len});
+  const DType ct = store_.compute_dtype();
+  for (OwnedTensor* t : {&q_, &k_, &v_, &o_}) *t = OwnedTensor(be, ct, {batch, seq_len, heads_, head_dim_});
+  lse_ = OwnedTensor(be, store_.dtype(), {batch, heads_, seq_len});
 }
 
 void AttentionMixer::bind_scratch(ScratchCarver& scratch) {
-  for (Tensor* t : {&dq_, &dk_, &dv_, &do_}) *t = scratch.take(store_.dtype(), {batch_, seq_len_, heads_, head_dim_});
+  for (Tensor* t : {&dq_, &dk_, &dv_, &do_})
+    *t = scratch.take(store_.compute_dtype(), {batch_, seq_len_, heads_, head_dim_});
 }
 
 void AttentionMixer::forward(const Tensor& x, const Tensor& y) {

@@ -12,12 +12,15 @@ Block::Block(const std::string& mixer_type, const ModelConfig& config, ParamStor
 }
 
 void Block::plan(int64_t batch, int64_t seq_len) {
-  const int64_t rows = batch * seq_len, d = store_.param(attn_norm_).numel();
+  const int64_t rows = batch * seq_len, d = store_.master(attn_norm_).numel();
   rows_ = rows;
   d_model_ = d;
   Backend& be = store_.backend();
-  const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&xn1_, &h_, &xn2_}) *t = OwnedTensor(be, dt, {rows, d});
+  // The residual stream (h) and the norm statistics in the master dtype; the normed inputs of
+  // the sublayers in the compute dtype (they feed matrix products).
+  const DType dt = store_.dtype(), ct = store_.compute_dtype();
+  for (OwnedTensor* t : {&xn1_, &xn2_}) *t = OwnedTensor(be, ct, {rows, d});
+  h_ = OwnedTensor(be, dt, {rows, d});
   rstd1_ = OwnedTensor(be, dt, {rows});
   rstd2_ = OwnedTensor(be, dt, {rows});
   mixer_->plan(batch, seq_len);
@@ -26,28 +29,35 @@ void Block::plan(int64_t batch, int64_t seq_len) {
 
 void Block::bind_scratch(ScratchCarver& scratch) {
   for (Tensor* t : {&branch_, &dxn_, &dh_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
+  if (store_.compute_dtype() != store_.dtype()) dy_ = scratch.take(store_.compute_dtype(), {rows_, d_model_});
   mixer_->bind_scratch(scratch);
   mlp_->bind_scratch(scratch);
 }
 
 void Block::forward(const Tensor& x_in, const Tensor& x_out) {
   Backend& be = store_.backend();
-  be.rmsnorm_fwd(x_in, store_.param(attn_norm_), eps_, *xn1_, *rstd1_);
+  be.rmsnorm_fwd(x_in, store_.master(attn_norm_), eps_, *xn1_, *rstd1_);
   mixer_->forward(*xn1_, branch_);
   be.add(x_in, branch_, *h_);
-  be.rmsnorm_fwd(*h_, store_.param(mlp_norm_), eps_, *xn2_, *rstd2_);
+  be.rmsnorm_fwd(*h_, store_.master(mlp_norm_), eps_, *xn2_, *rstd2_);
   mlp_->forward(*xn2_, branch_);
   be.add(*h_, branch_, x_out);
 }
 
+const Tensor& Block::in_compute_dtype(const Tensor& grad) {
+  if (dy_.data == nullptr) return grad;
+  store_.backend().convert(grad, dy_);
+  return dy_;
+}
+
 void Block::backward(const Tensor& x_in, const Tensor& dx) {
   Backend& be = store_.backend();
-  mlp_->backward(*xn2_, dx, dxn_);
+  mlp_->backward(*xn2_, in_compute_dtype(dx), dxn_);
   be.copy(dx, dh_);                                                        // dh = dx' (residual path)
-  be.rmsnorm_bwd(dxn_, *h_, store_.param(mlp_norm_), *rstd2_, dh_, store_.grad(mlp_norm_));
-  mixer_->backward(*xn1_, dh_, dxn_);
+  be.rmsnorm_bwd(dxn_, *h_, store_.master(mlp_norm_), *rstd2_, dh_, store_.grad(mlp_norm_));
+  mixer_->backward(*xn1_, in_compute_dtype(dh_), dxn_);
   be.copy(dh_, dx);                                                        // dx = dh (residual path)
-  be.rmsnorm_bwd(dxn_, x_in, store_.param(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
+  be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
 }
 
 }  // namespace llmt

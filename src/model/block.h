@@ -18,7 +18,8 @@ class Block {
   void plan(int64_t batch, int64_t seq_len);
   /// Takes the temporaries of the block, its mixer and its MLP from the shared scratch.
   void bind_scratch(ScratchCarver& scratch);
-  /// x_out = block(x_in); both [rows, D]; x_in must stay unchanged until backward.
+  /// x_out = block(x_in); both [rows, D] in the master dtype (the residual stream); x_in must
+  /// stay unchanged until backward.
   void forward(const Tensor& x_in, const Tensor& x_out);
   /// In: dx = dL/dx_out. Out: dx = dL/dx_in (the same buffer, updated in place).
   void backward(const Tensor& x_in, const Tensor& dx);
@@ -29,9 +30,13 @@ class Block {
   int attn_norm_ = -1, mlp_norm_ = -1;
   std::unique_ptr<Mixer> mixer_;
   std::unique_ptr<SwiGluMlp> mlp_;
+  /// `grad` in the compute dtype: itself when that is the master dtype, else rounded into dy_.
+  const Tensor& in_compute_dtype(const Tensor& grad);
+
   OwnedTensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
   int64_t rows_ = 0, d_model_ = 0;
   Tensor branch_, dxn_, dh_;  // temporaries (shared scratch): sublayer output, normed-input grad, residual grad
+  Tensor dy_;                 // the residual grad in the compute dtype (shared scratch; = dx/dh_ when that is f32)
 };
 
 }  // namespace llmt

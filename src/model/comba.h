@@ -24,7 +24,7 @@ class CombaMixer final : public DeltaLayer {
   void core_backward() override;
 
   bool has_gates() const { return decay_ >= 0 || D_ >= 0; }
-  Tensor param_or_none(int i) const { return i >= 0 ? store_.param(i) : Tensor(); }
+  Tensor param_or_none(int i) const { return i >= 0 ? store_.master(i) : Tensor(); }
   Tensor grad_or_none(int i) const { return i >= 0 ? store_.grad(i) : Tensor(); }
 
   int decay_ = -1, D_ = -1;

@@ -1,5 +1,6 @@
 #include "model/delta_layer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace llmt {
@@ -44,6 +45,10 @@ void DeltaLayer::plan(int64_t batch, int64_t seq_len) {
   for (OwnedTensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = OwnedTensor(be, dt, {rows, key_dim_});
   for (OwnedTensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = OwnedTensor(be, dt, {rows, value_dim_});
   for (OwnedTensor* t : {&a_, &b_, &g_, &beta_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
+  // With a compute dtype (bf16) the layer's own activations stay in the master dtype (its
+  // kernels are fp32); what meets a matrix product is rounded: the gated-norm output, saved for
+  // dW_o, and in the backward the projections' gradients (cvt_).
+  yn_c_ = store_.compute_dtype() != dt ? OwnedTensor(be, store_.compute_dtype(), {rows, value_dim_}) : OwnedTensor();
   plan_core(rows);
 }
 
@@ -53,6 +58,7 @@ void DeltaLayer::bind_scratch(ScratchCarver& s) {
   for (Tensor* t : {&dyn_, &do_, &dz_, &dvc_, &dvp_}) *t = s.take(dt, {rows, value_dim_});
   for (Tensor* t : {&dqc_, &dkc_, &dqp_, &dkp_}) *t = s.take(dt, {rows, key_dim_});
   for (Tensor* t : {&dg_, &dbeta_, &da_, &db_}) *t = s.take(dt, {rows, H});
+  if (store_.compute_dtype() != dt) cvt_ = s.take(store_.compute_dtype(), {rows * std::max(key_dim_, value_dim_)});
   bind_core_scratch(s, rows);
 }
 
@@ -63,19 +69,26 @@ void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
   be.matmul(x, false, store_.param(wq_), true, *qp_, false);
   be.matmul(x, false, store_.param(wk_), true, *kp_, false);
   be.matmul(x, false, store_.param(wv_), true, *vp_, false);
-  be.short_conv_silu_fwd(seq3(*qp_, key_dim_), store_.param(conv_q_), seq3(*q_pre_, key_dim_), seq3(*qc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(*kp_, key_dim_), store_.param(conv_k_), seq3(*k_pre_, key_dim_), seq3(*kc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(*vp_, value_dim_), store_.param(conv_v_), seq3(*v_pre_, value_dim_),
+  be.short_conv_silu_fwd(seq3(*qp_, key_dim_), store_.master(conv_q_), seq3(*q_pre_, key_dim_), seq3(*qc_, key_dim_));
+  be.short_conv_silu_fwd(seq3(*kp_, key_dim_), store_.master(conv_k_), seq3(*k_pre_, key_dim_), seq3(*kc_, key_dim_));
+  be.short_conv_silu_fwd(seq3(*vp_, value_dim_), store_.master(conv_v_), seq3(*v_pre_, value_dim_),
                          seq3(*vc_, value_dim_));
   // Gates (4.1 steps 2-3).
   be.matmul(x, false, store_.param(wa_), true, *a_, false);
   be.matmul(x, false, store_.param(wb_), true, *b_, false);
-  be.gdn_gates_fwd(*a_, *b_, store_.param(A_log_), store_.param(dt_bias_), *g_, *beta_);
+  be.gdn_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
   core_forward();
   // Output gate, per-head gated RMSNorm (2.3), output projection.
   be.matmul(x, false, store_.param(wg_), true, *z_, false);
-  be.gated_rmsnorm_fwd(*o_, *z_, store_.param(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
-  be.matmul(*yn_, false, store_.param(wo_), true, y, false);
+  be.gated_rmsnorm_fwd(*o_, *z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
+  be.matmul(in_compute_dtype(*yn_, yn_c_->data ? *yn_c_ : Tensor()), false, store_.param(wo_), true, y, false);
+}
+
+Tensor DeltaLayer::in_compute_dtype(const Tensor& t, const Tensor& dst) const {
+  if (t.dtype == store_.compute_dtype()) return t;
+  const Tensor out = Tensor(dst.data ? dst.data : cvt_.data, store_.compute_dtype(), {t.shape[0], t.shape[1]});
+  store_.backend().convert(t, out);
+  return out;
 }
 
 void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -83,29 +96,32 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({batch_, seq_len_, c}); };
   // Output projection and gated norm.
   be.matmul(dy, false, store_.param(wo_), false, dyn_, false);        // dyn = dy Wo
-  be.matmul(dy, true, *yn_, false, store_.grad(wo_), true);           // dWo += dy^T yn
-  be.gated_rmsnorm_bwd(dyn_, *o_, *z_, store_.param(o_norm_), *rstd_, c_.output_gate == "sigmoid", do_, dz_,
+  be.matmul(dy, true, yn_c_->data ? *yn_c_ : *yn_, false, store_.grad(wo_), true);  // dWo += dy^T yn
+  be.gated_rmsnorm_bwd(dyn_, *o_, *z_, store_.master(o_norm_), *rstd_, c_.output_gate == "sigmoid", do_, dz_,
                        store_.grad(o_norm_));
-  be.matmul(dz_, true, x, false, store_.grad(wg_), true);             // dWg += dz^T x
-  be.matmul(dz_, false, store_.param(wg_), false, dx, false);         // dx = dz Wg (first term)
+  const Tensor dz = in_compute_dtype(dz_);
+  be.matmul(dz, true, x, false, store_.grad(wg_), true);              // dWg += dz^T x
+  be.matmul(dz, false, store_.param(wg_), false, dx, false);          // dx = dz Wg (first term)
   core_backward();
   // Gates.
-  be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.param(A_log_), store_.param(dt_bias_), da_, db_,
+  be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
                    store_.grad(A_log_), store_.grad(dt_bias_));
-  be.matmul(da_, true, x, false, store_.grad(wa_), true);
-  be.matmul(da_, false, store_.param(wa_), false, dx, true);
-  be.matmul(db_, true, x, false, store_.grad(wb_), true);
-  be.matmul(db_, false, store_.param(wb_), false, dx, true);
+  for (auto [dgate, w] : {std::pair<const Tensor*, int>{&da_, wa_}, {&db_, wb_}}) {
+    const Tensor d = in_compute_dtype(*dgate);
+    be.matmul(d, true, x, false, store_.grad(w), true);               // dW += dgate^T x
+    be.matmul(d, false, store_.param(w), false, dx, true);            // dx += dgate W
+  }
   // Convolutions and projections.
-  be.short_conv_silu_bwd(seq3(dqc_, key_dim_), seq3(*qp_, key_dim_), store_.param(conv_q_), seq3(*q_pre_, key_dim_),
+  be.short_conv_silu_bwd(seq3(dqc_, key_dim_), seq3(*qp_, key_dim_), store_.master(conv_q_), seq3(*q_pre_, key_dim_),
                          seq3(dqp_, key_dim_), store_.grad(conv_q_));
-  be.short_conv_silu_bwd(seq3(dkc_, key_dim_), seq3(*kp_, key_dim_), store_.param(conv_k_), seq3(*k_pre_, key_dim_),
+  be.short_conv_silu_bwd(seq3(dkc_, key_dim_), seq3(*kp_, key_dim_), store_.master(conv_k_), seq3(*k_pre_, key_dim_),
                          seq3(dkp_, key_dim_), store_.grad(conv_k_));
-  be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(*vp_, value_dim_), store_.param(conv_v_),
+  be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(*vp_, value_dim_), store_.master(conv_v_),
                          seq3(*v_pre_, value_dim_), seq3(dvp_, value_dim_), store_.grad(conv_v_));
   for (auto [dproj, w] : {std::pair<const Tensor*, int>{&dqp_, wq_}, {&dkp_, wk_}, {&dvp_, wv_}}) {
-    be.matmul(*dproj, true, x, false, store_.grad(w), true);          // dW += dproj^T x
-    be.matmul(*dproj, false, store_.param(w), false, dx, true);       // dx += dproj W
+    const Tensor d = in_compute_dtype(*dproj);
+    be.matmul(d, true, x, false, store_.grad(w), true);               // dW += dproj^T x
+    be.matmul(d, false, store_.param(w), false, dx, true);            // dx += dproj W
   }
 }
 

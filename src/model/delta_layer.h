@@ -60,6 +60,12 @@ class DeltaLayer : public Mixer {
   OwnedTensor q_pre_, k_pre_, v_pre_;  // convolution pre-activations
   OwnedTensor a_, b_;                  // gate pre-activations [rows, H]
   OwnedTensor z_, rstd_, yn_;          // output gate, norm rstd [rows * H], gated-norm output
+  OwnedTensor yn_c_;                   // yn_ in the compute dtype (only when that differs)
+  Tensor cvt_;                         // shared scratch for gradients rounded to the compute dtype
+
+  /// The [rows, channels] tensor t in the compute dtype: t itself when it has it, else t rounded
+  /// into dst (or into cvt_ when dst is empty; valid until the next call).
+  Tensor in_compute_dtype(const Tensor& t, const Tensor& dst = Tensor()) const;
   Tensor dyn_, dz_, da_, db_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch)
 };
 

@@ -21,11 +21,11 @@ class Mixer {
   /// Takes the views of its temporaries (used only within one forward or backward call) from
   /// `scratch`, after plan(); the memory is shared with the other layers (model/scratch.h).
   virtual void bind_scratch(ScratchCarver& scratch) = 0;
-  /// y = mixer(x); x, y: [batch * seq_len, d_model] in the parameter dtype. Saves what
-  /// backward needs.
+  /// y = mixer(x); x, y: [batch * seq_len, d_model], x in the compute dtype, y in the
+  /// master dtype (ParamStore::compute_dtype / dtype). Saves what backward needs.
   virtual void forward(const Tensor& x, const Tensor& y) = 0;
-  /// Given dL/dy, overwrites dx = dL/dx and accumulates the parameter gradients. x is the
-  /// input of the preceding forward.
+  /// Given dL/dy (compute dtype), overwrites dx = dL/dx (master dtype) and accumulates the
+  /// parameter gradients. x is the input of the preceding forward.
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
 };
 

@@ -12,11 +12,11 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::st
 
 void SwiGluMlp::plan(int64_t rows) {
   rows_ = rows;
-  for (OwnedTensor* t : {&gate_, &up_, &h_}) *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, hidden_});
+  for (OwnedTensor* t : {&gate_, &up_, &h_}) *t = OwnedTensor(store_.backend(), store_.compute_dtype(), {rows, hidden_});
 }
 
 void SwiGluMlp::bind_scratch(ScratchCarver& scratch) {
-  for (Tensor* t : {&dh_, &dgate_, &dup_}) *t = scratch.take(store_.dtype(), {rows_, hidden_});
+  for (Tensor* t : {&dh_, &dgate_, &dup_}) *t = scratch.take(store_.compute_dtype(), {rows_, hidden_});
 }
 
 void SwiGluMlp::forward(const Tensor& x, const Tensor& y) {

@@ -39,16 +39,17 @@ void Model::plan(int64_t batch, int64_t seq_len) {
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len, D = config_.d_model;
   Backend& be = store_.backend();
-  const DType dt = store_.dtype();
+  const DType dt = store_.dtype(), ct = store_.compute_dtype();
   ids_ = OwnedTensor(be, DType::i32, {rows});
   targets_ = OwnedTensor(be, DType::i32, {rows});
   resid_.clear();
   for (int64_t l = 0; l <= config_.n_layers; ++l) resid_.emplace_back(be, dt, std::initializer_list<int64_t>{rows, D});
-  for (OwnedTensor* t : {&xf_, &dxf_, &dresid_}) *t = OwnedTensor(be, dt, {rows, D});
+  for (OwnedTensor* t : {&dxf_, &dresid_}) *t = OwnedTensor(be, dt, {rows, D});
+  xf_ = OwnedTensor(be, ct, {rows, D});
   rstdf_ = OwnedTensor(be, dt, {rows});
-  const int64_t chunk = std::min(rows, kHeadChunkRows);
-  logits_ = OwnedTensor(be, dt, {chunk, config_.vocab_size});
-  losses_ = OwnedTensor(be, dt, {chunk});
+  head_rows_ = std::min(rows, be.head_chunk_rows());
+  logits_ = OwnedTensor(be, ct, {head_rows_, config_.vocab_size});
+  losses_ = OwnedTensor(be, dt, {rows});
   for (auto& b : blocks_) b->plan(batch, seq_len);
   scratch_.reset();
   scratch_ = bind_scratch(be, [&](void* base) {
@@ -73,38 +74,37 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
   }
   be.upload(inputs, *ids_);
   be.upload(targets, *targets_);
-  be.embedding_fwd(*ids_, store_.param(embedding_), *resid_[0]);
+  be.embedding_fwd(*ids_, store_.master(embedding_), *resid_[0]);
   for (size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->forward(*resid_[l], *resid_[l + 1]);
-  be.rmsnorm_fwd(*resid_.back(), store_.param(final_norm_), config_.norm_eps, *xf_, *rstdf_);
+  be.rmsnorm_fwd(*resid_.back(), store_.master(final_norm_), config_.norm_eps, *xf_, *rstdf_);
 
   // LM head + cross-entropy over row chunks: logits_c = xf_c W^T; the loss kernel turns
   // logits_c into grad_scale * dL/dlogits_c, from which dxf_c and dW follow at once.
   const int head = lm_head_ >= 0 ? lm_head_ : embedding_;
   const Tensor W = store_.param(head), dW = store_.grad(head);
-  double loss_sum = 0;
-  for (int64_t r0 = 0; r0 < rows; r0 += kHeadChunkRows) {
-    const int64_t n = std::min(kHeadChunkRows, rows - r0);
+  for (int64_t r0 = 0; r0 < rows; r0 += head_rows_) {
+    const int64_t n = std::min(head_rows_, rows - r0);
     const auto row_view = [&](const Tensor& t, int64_t width) {
       return Tensor(static_cast<char*>(t.data) + r0 * width * dtype_size(t.dtype), t.dtype, {n, width});
     };
     const Tensor xf_c = row_view(*xf_, D);
     const Tensor logits_c(logits_->data, logits_->dtype, {n, V});
-    const Tensor losses_c(losses_->data, losses_->dtype, {n});
+    const Tensor losses_c = row_view(*losses_, 1).reshape({n});
     const Tensor targets_c(static_cast<int32_t*>(targets_->data) + r0, DType::i32, {n});
     be.matmul(xf_c, false, W, true, logits_c, false);
-    loss_sum += be.cross_entropy(logits_c, targets_c, with_grad ? grad_scale : 0.0, losses_c);
+    be.cross_entropy(logits_c, targets_c, with_grad ? grad_scale : 0.0, losses_c);
     if (with_grad) {
       be.matmul(logits_c, false, W, false, row_view(*dxf_, D), false);  // dxf_c = dlogits W
       be.matmul(logits_c, true, xf_c, false, dW, true);                // dW += dlogits^T xf_c
     }
   }
-  return loss_sum;
+  return be.sum(*losses_);
 }
 
 void Model::backward() {
   Backend& be = store_.backend();
   be.fill_zero(*dresid_);
-  be.rmsnorm_bwd(*dxf_, *resid_.back(), store_.param(final_norm_), *rstdf_, *dresid_, store_.grad(final_norm_));
+  be.rmsnorm_bwd(*dxf_, *resid_.back(), store_.master(final_norm_), *rstdf_, *dresid_, store_.grad(final_norm_));
   for (size_t l = blocks_.size(); l-- > 0;) blocks_[l]->backward(*resid_[l], *dresid_);
   be.embedding_bwd(*ids_, *dresid_, store_.grad(embedding_));
 }

@@ -28,8 +28,11 @@ class Model {
   explicit Model(const ModelConfig& config);
 
   /// Allocates the flat parameter/gradient buffers in `dtype` (f32 for training, f64 for
-  /// gradient checks) on `backend`. Parameters are zero until params().initialize(seed).
-  void allocate(Backend& backend, DType dtype) { store_.allocate(backend, dtype); }
+  /// gradient checks) on `backend`, computing in compute_dtype (bf16 on CUDA: matrix
+  /// products and most activations; ParamStore::allocate). Parameters are zero until
+  /// params().initialize(seed).
+  void allocate(Backend& backend, DType dtype, DType compute_dtype) { store_.allocate(backend, dtype, compute_dtype); }
+  void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
   /// Allocates the activations for micro-batches of [batch, seq_len] (once per shape).
   void plan(int64_t batch, int64_t seq_len);
@@ -54,9 +57,6 @@ class Model {
   /// other mixers are not counted yet).
   int64_t training_flops_per_token(int64_t seq_len) const;
 
-  /// Rows of the LM head / loss processed at once.
-  static constexpr int64_t kHeadChunkRows = 256;
-
  private:
   ModelConfig config_;
   ParamStore store_;
@@ -66,7 +66,8 @@ class Model {
   OwnedTensor ids_, targets_;               // i32 [rows]
   std::vector<OwnedTensor> resid_;          // residual stream at each block input, plus the output
   OwnedTensor xf_, rstdf_, dxf_, dresid_;   // final norm output / its rstd / grads
-  OwnedTensor logits_, losses_;             // one head chunk: [kHeadChunkRows, V], [kHeadChunkRows]
+  int64_t head_rows_ = 0;                   // rows of the LM head per chunk (Backend::head_chunk_rows)
+  OwnedTensor logits_, losses_;             // one head chunk's logits [head_rows_, V]; losses [rows]
   Buffer scratch_;                          // the blocks' temporaries, shared (model/scratch.h)
 };
 

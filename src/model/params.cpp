@@ -31,14 +31,24 @@ int ParamStore::add(const std::string& name, std::vector<int64_t> shape, ParamKi
   return static_cast<int>(infos_.size()) - 1;
 }
 
-void ParamStore::allocate(Backend& backend, DType dtype) {
+void ParamStore::allocate(Backend& backend, DType dtype, DType compute_dtype) {
   check(dtype == DType::f32 || dtype == DType::f64, "ParamStore: parameters are f32 or f64");
+  check(compute_dtype == dtype || (dtype == DType::f32 && compute_dtype == DType::bf16),
+        "ParamStore: compute dtype {} with parameters in {} (supported: the same, or bf16 with f32)",
+        dtype_name(compute_dtype), dtype_name(dtype));
   backend_ = &backend;
   dtype_ = dtype;
+  compute_dtype_ = compute_dtype;
   params_ = Buffer(backend, static_cast<size_t>(total_) * dtype_size(dtype));
   grads_ = Buffer(backend, static_cast<size_t>(total_) * dtype_size(dtype));
+  working_ = has_working() ? Buffer(backend, static_cast<size_t>(total_) * dtype_size(compute_dtype)) : Buffer();
   backend.fill_zero(flat_params());
   backend.fill_zero(flat_grads());
+  refresh_working();
+}
+
+void ParamStore::refresh_working() {
+  if (has_working()) backend_->convert(flat_params(), flat_working());
 }
 
 void ParamStore::initialize(uint64_t seed) {
@@ -72,17 +82,18 @@ void ParamStore::initialize(uint64_t seed) {
         break;
     }
     if (dtype_ == DType::f64) {
-      backend_->upload(host64.data(), param(static_cast<int>(i)));
+      backend_->upload(host64.data(), master(static_cast<int>(i)));
     } else {
       host32.assign(host64.begin(), host64.end());
-      backend_->upload(host32.data(), param(static_cast<int>(i)));
+      backend_->upload(host32.data(), master(static_cast<int>(i)));
     }
   }
+  refresh_working();
 }
 
-Tensor ParamStore::view(const Buffer& b, int i) const {
+Tensor ParamStore::view(const Buffer& b, int i, DType dtype) const {
   const ParamInfo& p = infos_.at(i);
-  Tensor t(static_cast<char*>(b.data()) + p.offset * dtype_size(dtype_), dtype_, {});
+  Tensor t(static_cast<char*>(b.data()) + p.offset * dtype_size(dtype), dtype, {});
   for (int64_t d : p.shape) t.shape[t.ndim++] = d;
   return t;
 }

@@ -43,31 +43,50 @@ class ParamStore {
   /// Registers a parameter; returns its index. Must precede allocate(). Names are unique.
   int add(const std::string& name, std::vector<int64_t> shape, ParamKind kind, Init init);
 
-  /// Allocates the flat parameter and gradient buffers (dtype f32 or f64) on `backend`.
-  void allocate(Backend& backend, DType dtype);
+  /// Allocates the flat master-parameter and gradient buffers (dtype f32 or f64) on
+  /// `backend`. With compute_dtype bf16 (dtype must then be f32) it also allocates the
+  /// working copy: every parameter rounded to bf16, what matrix products read (DESIGN.md
+  /// mixed precision); compute_dtype == dtype means no copy.
+  void allocate(Backend& backend, DType dtype, DType compute_dtype);
+  void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
   /// Fills every parameter by its Init; parameter i draws from Philox(seed, i), so a
-  /// parameter's values depend only on the seed and its registration index.
+  /// parameter's values depend only on the seed and its registration index. Refreshes the
+  /// working copy.
   void initialize(uint64_t seed);
+  /// Re-rounds the working copy from the master parameters (after they were written other
+  /// than by the optimizer, e.g. a checkpoint load); nothing without a working copy.
+  void refresh_working();
 
-  Tensor param(int i) const { return view(params_, i); }
-  Tensor grad(int i) const { return view(grads_, i); }
-  /// All parameters / gradients as one 1-D tensor.
+  /// The parameter as matrix products read it: the working copy in compute_dtype().
+  Tensor param(int i) const { return view(has_working() ? working_ : params_, i, compute_dtype_); }
+  /// The master parameter (dtype()): what norms, embeddings, gates and the optimizer use.
+  Tensor master(int i) const { return view(params_, i, dtype_); }
+  Tensor grad(int i) const { return view(grads_, i, dtype_); }
+  /// All master parameters / gradients as one 1-D tensor.
   Tensor flat_params() const { return Tensor(params_.data(), dtype_, {total_}); }
   Tensor flat_grads() const { return Tensor(grads_.data(), dtype_, {total_}); }
+  /// The working copy as one 1-D tensor, or an empty Tensor (data == nullptr) without one.
+  Tensor flat_working() const {
+    return has_working() ? Tensor(working_.data(), compute_dtype_, {total_}) : Tensor();
+  }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int64_t total() const { return total_; }
+  /// Master parameter, gradient and optimizer-state dtype (f32, or f64 in gradient checks).
   DType dtype() const { return dtype_; }
+  /// The dtype of matrix-product operands and of most activations (bf16 or dtype()).
+  DType compute_dtype() const { return compute_dtype_; }
   Backend& backend() const { return *backend_; }
 
  private:
-  Tensor view(const Buffer& b, int i) const;
+  bool has_working() const { return compute_dtype_ != dtype_; }
+  Tensor view(const Buffer& b, int i, DType dtype) const;
   std::vector<ParamInfo> infos_;
   int64_t total_ = 0;
-  DType dtype_ = DType::f32;
+  DType dtype_ = DType::f32, compute_dtype_ = DType::f32;
   Backend* backend_ = nullptr;
-  Buffer params_, grads_;
+  Buffer params_, grads_, working_;
 };
 
 }  // namespace llmt

@@ -106,8 +106,9 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
     throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
   }
   // What defines the run must not change under a resume: the model, the optimisation and the
-  // data. Eval, checkpoint and log cadences may, and so may the backend (checkpoints are
-  // interchangeable) and the shard cache location. Compare the flattened key paths.
+  // data. Eval, checkpoint and log cadences may, and so may the backend and the precision
+  // (checkpoints hold the fp32 master weights either way) and the shard cache location.
+  // Compare the flattened key paths.
   const nlohmann::json saved = st.at("config");
   for (const char* section : {"model", "train", "data"}) {
     const nlohmann::json now = resolved_config.at(section).flatten(), then = saved.at(section).flatten();
@@ -115,7 +116,8 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
       const std::string name = section + key;  // flatten() gives "/a/b"
       std::string dotted = name;
       for (char& ch : dotted) ch = ch == '/' ? '.' : ch;
-      if (dotted == "train.backend" || dotted == "data.cache_dir") continue;  // may change: same run
+      if (dotted == "train.backend" || dotted == "train.precision" || dotted == "data.cache_dir")
+        continue;  // may change: same run
       check(then.contains(key) && then.at(key) == value,
             "resume: {} is {} in the config but {} in the checkpoint {}; resume with the run's own config "
             "(saved as config.json in the run directory) or start a new run with --out",
@@ -127,6 +129,7 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   std::vector<uint8_t> host(params.flat_params().bytes());
   read_all(SafetensorsFile((d / "model.safetensors").string()), params, host, "");
   be.upload(host.data(), params.flat_params());
+  params.refresh_working();
   const SafetensorsFile opt((d / "optimizer.safetensors").string());
   read_all(opt, params, host, "exp_avg.");
   be.upload(host.data(), optimizer.m());

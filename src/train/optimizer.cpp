@@ -31,12 +31,17 @@ void AdamW::step(double lr, double grad_scale) {
   const auto slice = [&](const Tensor& t, const Run& r) {
     return Tensor(static_cast<char*>(t.data) + r.offset * es, t.dtype, {r.numel});
   };
+  const Tensor working = store_.flat_working();
   for (const Run& r : runs_) {
     AdamWParams hp = hp_;
     hp.lr = lr;
     if (!r.decay) hp.weight_decay = 0;
+    const Tensor working_r =
+        working.data ? Tensor(static_cast<char*>(working.data) + r.offset * dtype_size(working.dtype), working.dtype,
+                              {r.numel})
+                     : Tensor();
     store_.backend().adamw_step(slice(store_.flat_params(), r), slice(store_.flat_grads(), r), slice(*m_, r),
-                                slice(*v_, r), hp, grad_scale, steps_taken_);
+                                slice(*v_, r), hp, grad_scale, steps_taken_, working_r);
   }
 }
 

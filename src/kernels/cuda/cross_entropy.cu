@@ -1,6 +1,6 @@
 // Softmax cross-entropy, forward and backward together (one block per row), the CPU
 // reference's arithmetic up to rounding: exponentials in fp32 summed in double, the gradient
-// scaled in fp32. The loss sum is a fixed-order single-block reduction.
+// scaled in fp32 and stored in the logits' type (float or bf16).
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -13,18 +13,18 @@ constexpr int kRowThreads = 512;
 
 // Calls f(j, z[j]) for this thread's j = threadIdx.x + k blockDim.x < n in increasing k,
 // loading four values ahead so that several loads are in flight per thread.
-template <typename F>
-__device__ void for_each_strided(const float* z, int64_t n, F f) {
+template <typename T, typename F>
+__device__ void for_each_strided(const T* z, int64_t n, F f) {
   const int64_t step = blockDim.x;
   int64_t j = threadIdx.x;
   for (; j + 3 * step < n; j += 4 * step) {
-    const float a = z[j], b = z[j + step], c = z[j + 2 * step], d = z[j + 3 * step];
+    const float a = to_f32(z[j]), b = to_f32(z[j + step]), c = to_f32(z[j + 2 * step]), d = to_f32(z[j + 3 * step]);
     f(j, a);
     f(j + step, b);
     f(j + 2 * step, c);
     f(j + 3 * step, d);
   }
-  for (; j < n; j += step) f(j, z[j]);
+  for (; j < n; j += step) f(j, to_f32(z[j]));
 }
 
 // loss_r = logsumexp(z_r) - z_r[t_r];  dz_r = grad_scale (softmax(z_r) - onehot(t_r));
@@ -32,18 +32,19 @@ __device__ void for_each_strided(const float* z, int64_t n, F f) {
 // Two passes over the row: the max and the sum of exponentials together (each thread keeps
 // a running max m_t and Σ exp(z - m_t), rescaled when m_t grows, then the block combines
 // Σ_t exp(m_t - max) sum_t), then the gradient.
-__global__ void cross_entropy_kernel(float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+template <typename T>
+__global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                                      double grad_scale, float* losses) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    float* z = logits + r * vocab;
+    T* z = logits + r * vocab;
     const int32_t target = targets[r];
     if (target < 0 || target >= vocab) {
       const float fill = target < 0 ? 0.0f : NAN;
-      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) z[j] = fill;
+      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) z[j] = from_f32<T>(fill);
       if (threadIdx.x == 0) losses[r] = fill;
       continue;
     }
-    const double z_target = z[target];
+    const double z_target = to_f32(z[target]);
     float m = -INFINITY;
     double sum = 0.0;
     for_each_strided(z, vocab, [&](int64_t, float zj) {
@@ -60,31 +61,23 @@ __global__ void cross_entropy_kernel(float* logits, const int32_t* targets, int6
     const float scale = static_cast<float>(grad_scale / sum), gs = static_cast<float>(grad_scale);
     for_each_strided(z, vocab, [&](int64_t j, float zj) {
       const float g = expf(zj - mx) * scale;
-      z[j] = j == target ? g - gs : g;
+      z[j] = from_f32<T>(j == target ? g - gs : g);
     });
     if (threadIdx.x == 0) losses[r] = static_cast<float>(static_cast<double>(mx) + log(sum) - z_target);
   }
 }
 
-// *loss_sum = Σ_r losses[r]   (one block, fixed order)
-__global__ void sum_losses_kernel(const float* losses, int64_t rows, double* loss_sum) {
-  double s = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += losses[r];
-  s = block_reduce(s, SumOp{}, 0.0);
-  if (threadIdx.x == 0) *loss_sum = s;
-}
-
 }  // namespace
 
-void cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
-                   float* losses, double* loss_sum_device, cudaStream_t stream) {
-  if (rows > 0) {
-    cross_entropy_kernel<<<static_cast<unsigned>(std::min<int64_t>(rows, 65536)), kRowThreads, 0, stream>>>(
-        logits, targets, rows, vocab, grad_scale, losses);
-    LLMT_CUDA_CHECK_LAUNCH();
-  }
-  sum_losses_kernel<<<1, 1024, 0, stream>>>(losses, rows, loss_sum_device);
+template <typename T>
+void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  cross_entropy_kernel<<<static_cast<unsigned>(std::min<int64_t>(rows, 65536)), kRowThreads, 0, stream>>>(
+      logits, targets, rows, vocab, grad_scale, losses);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void cross_entropy(float*, const int32_t*, int64_t, int64_t, double, float*, cudaStream_t);
+template void cross_entropy(__nv_bfloat16*, const int32_t*, int64_t, int64_t, double, float*, cudaStream_t);
 
 }  // namespace llmt::cuda

@@ -1,5 +1,7 @@
 // The CUDA backend: the CPU backend's shape/dtype checks, then the launchers of ops.cuh on
-// one stream, and cuBLAS (fp32 compute, no TF32) for matmul. This increment runs f32 only.
+// one stream, and cuBLAS for matmul (fp32 accumulation; fp32 operands without TF32, or bf16
+// operands on the tensor cores). Activations of the Transformer's ops are f32 or bf16; the
+// delta-rule ops, the residual stream, gradients and optimizer state are f32.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -27,6 +29,22 @@ float* f32(const Tensor& t, const char* op) {
   check(t.dtype == DType::f32, "{}: the cuda backend supports f32 only, got {}", op, dtype_name(t.dtype));
   return static_cast<float*>(t.data);
 }
+
+/// Calls f(T{}) with T = float or __nv_bfloat16 according to the tensor's dtype; throws
+/// naming the op for any other dtype.
+template <typename F>
+void dispatch(const Tensor& t, const char* op, F&& f) {
+  if (t.dtype == DType::bf16) return f(__nv_bfloat16{});
+  check(t.dtype == DType::f32, "{}: the cuda backend supports f32 and bf16, got {}", op, dtype_name(t.dtype));
+  f(float{});
+}
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data);
+}
+
+cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 const int32_t* i32(const Tensor& t, const char* op) {
   check(t.dtype == DType::i32, "{}: ids/targets must be i32, got {}", op, dtype_name(t.dtype));
@@ -80,6 +98,15 @@ class CudaBackend final : public Backend {
     if (src.data != dst.data && src.bytes())
       LLMT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
   }
+  void convert(const Tensor& src, const Tensor& dst) override {
+    check(src.numel() == dst.numel(), "convert: size mismatch ({} vs {})", src.shape_str(), dst.shape_str());
+    if (src.dtype == dst.dtype) return copy(src, dst);
+    if (src.dtype == DType::f32 && dst.dtype == DType::bf16)
+      return cuda::convert(ptr<float>(src), src.numel(), ptr<__nv_bfloat16>(dst), stream_);
+    check(src.dtype == DType::bf16 && dst.dtype == DType::f32, "convert: {} -> {} is not supported (f32 <-> bf16)",
+          dtype_name(src.dtype), dtype_name(dst.dtype));
+    cuda::convert(ptr<__nv_bfloat16>(src), src.numel(), ptr<float>(dst), stream_);
+  }
   void upload(const void* host, const Tensor& t) override {
     if (!t.bytes()) return;
     LLMT_CUDA_CHECK(cudaMemcpyAsync(t.data, host, t.bytes(), cudaMemcpyHostToDevice, stream_));
@@ -100,6 +127,10 @@ class CudaBackend final : public Backend {
     cuda::sum_squares(f32(x, "sum_squares"), x.numel(), result_, stream_);
     return result_to_host();
   }
+  double sum(const Tensor& x) override {
+    cuda::sum(f32(x, "sum"), x.numel(), result_, stream_);
+    return result_to_host();
+  }
 
   // Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B
   // first, with the row-major storage read as the transposed column-major matrix.
@@ -108,17 +139,17 @@ class CudaBackend final : public Backend {
     const auto [M, N, K] = matmul_dims(a, trans_a, b, trans_b, c);
     check(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, "gemm: M={} N={} K={} must each lie in [0, {}]", M, N, K,
           INT_MAX);
-    const float* pa = f32(a, "matmul");
-    const float* pb = f32(b, "matmul");
-    float* pc = f32(c, "matmul");
+    for (const Tensor* t : {&a, &c})
+      check(t->dtype == DType::f32 || t->dtype == DType::bf16, "matmul: the cuda backend supports f32 and bf16, got {}",
+            dtype_name(t->dtype));
     if (M == 0 || N == 0) return;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
     const int ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
     LLMT_CUBLAS_CHECK(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, pb,
-                                   CUDA_R_32F, ldb, pa, CUDA_R_32F, lda, &beta, pc, CUDA_R_32F, static_cast<int>(N),
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                   static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b.data,
+                                   cuda_type(b.dtype), ldb, a.data, cuda_type(a.dtype), lda, &beta, c.data,
+                                   cuda_type(c.dtype), static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   void embedding_fwd(const Tensor& ids, const Tensor& table, const Tensor& out) override {
@@ -140,11 +171,15 @@ class CudaBackend final : public Backend {
 
   void rmsnorm_fwd(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) override {
     const int64_t dim = w.numel(), rows = x.numel() / dim;
-    check(x.numel() == rows * dim && rstd.numel() == rows, "rmsnorm_fwd: x {} w {} rstd {}", x.shape_str(),
-          w.shape_str(), rstd.shape_str());
-    check_same(x, y, "rmsnorm_fwd");
-    cuda::rmsnorm_fwd(f32(x, "rmsnorm_fwd"), f32(w, "rmsnorm_fwd"), rows, dim, eps, f32(y, "rmsnorm_fwd"),
-                      f32(rstd, "rmsnorm_fwd"), stream_);
+    check(x.numel() == rows * dim && rstd.numel() == rows && y.numel() == x.numel(),
+          "rmsnorm_fwd: x {} w {} y {} rstd {}", x.shape_str(), w.shape_str(), y.shape_str(), rstd.shape_str());
+    const char* op = "rmsnorm_fwd";
+    const float *px = f32(x, op), *pw = f32(w, op);
+    float* prstd = f32(rstd, op);
+    dispatch(y, op, [&](auto zero) {
+      using T = decltype(zero);
+      cuda::rmsnorm_fwd(px, pw, rows, dim, eps, ptr<T>(y), prstd, stream_);
+    });
   }
   void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                    const Tensor& dw) override {
@@ -161,11 +196,15 @@ class CudaBackend final : public Backend {
 
   void rope_fwd(const Tensor& x, double theta) override {
     check_rope(x);
-    cuda::rope_fwd(f32(x, "rope"), x.shape[0], x.shape[1], x.shape[2], x.shape[3], theta, stream_);
+    dispatch(x, "rope", [&](auto zero) {
+      cuda::rope_fwd(ptr<decltype(zero)>(x), x.shape[0], x.shape[1], x.shape[2], x.shape[3], theta, stream_);
+    });
   }
   void rope_bwd(const Tensor& dx, double theta) override {
     check_rope(dx);
-    cuda::rope_bwd(f32(dx, "rope"), dx.shape[0], dx.shape[1], dx.shape[2], dx.shape[3], theta, stream_);
+    dispatch(dx, "rope", [&](auto zero) {
+      cuda::rope_bwd(ptr<decltype(zero)>(dx), dx.shape[0], dx.shape[1], dx.shape[2], dx.shape[3], theta, stream_);
+    });
   }
 
   void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& o,
@@ -176,8 +215,19 @@ class CudaBackend final : public Backend {
     check_same(q, o, "attention_fwd");
     check(lse.numel() == q.shape[0] * q.shape[1] * q.shape[2], "attention_fwd: lse {}", lse.shape_str());
     const char* op = "attention_fwd";
-    cuda::attention_fwd(f32(q, op), f32(k, op), f32(v, op), q.shape[0], q.shape[1], q.shape[2], q.shape[3], scale,
-                        f32(o, op), f32(lse, op), stream_);
+    const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], Dh = q.shape[3];
+    if (q.dtype == DType::bf16) {
+      // bf16 operands through the fp32 kernel: widened copies in scratch.
+      const int64_t n = q.numel();
+      float* f = static_cast<float*>(scratch(4 * n * sizeof(float)));
+      cuda::convert(ptr<__nv_bfloat16>(q), n, f, stream_);
+      cuda::convert(ptr<__nv_bfloat16>(k), n, f + n, stream_);
+      cuda::convert(ptr<__nv_bfloat16>(v), n, f + 2 * n, stream_);
+      cuda::attention_fwd(f, f + n, f + 2 * n, B, T, H, Dh, scale, f + 3 * n, f32(lse, op), stream_);
+      cuda::convert(f + 3 * n, n, ptr<__nv_bfloat16>(o), stream_);
+      return;
+    }
+    cuda::attention_fwd(f32(q, op), f32(k, op), f32(v, op), B, T, H, Dh, scale, f32(o, op), f32(lse, op), stream_);
   }
   void attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& lse,
                      const Tensor& dout, double scale, const Tensor& dq, const Tensor& dk,
@@ -186,6 +236,18 @@ class CudaBackend final : public Backend {
     for (const Tensor* t : {&k, &v, &o, &dout, &dq, &dk, &dv}) check_same(q, *t, "attention_bwd");
     const char* op = "attention_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], Dh = q.shape[3];
+    if (q.dtype == DType::bf16) {
+      // bf16 operands through the fp32 kernel: widened copies in scratch, then its own scratch.
+      const int64_t n = q.numel();
+      float* f = static_cast<float*>(scratch(8 * n * sizeof(float) + attention_bwd_scratch_bytes(B, T, H, Dh)));
+      const Tensor* in[] = {&q, &k, &v, &o, &dout};
+      for (int i = 0; i < 5; ++i) cuda::convert(ptr<__nv_bfloat16>(*in[i]), n, f + i * n, stream_);
+      cuda::attention_bwd(f, f + n, f + 2 * n, f + 3 * n, f32(lse, op), f + 4 * n, B, T, H, Dh, scale, f + 5 * n,
+                          f + 6 * n, f + 7 * n, f + 8 * n, stream_);
+      const Tensor* out[] = {&dq, &dk, &dv};
+      for (int i = 0; i < 3; ++i) cuda::convert(f + (5 + i) * n, n, ptr<__nv_bfloat16>(*out[i]), stream_);
+      return;
+    }
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *po = f32(o, op), *plse = f32(lse, op),
                 *pdout = f32(dout, op);
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op);
@@ -196,34 +258,46 @@ class CudaBackend final : public Backend {
   void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& h) override {
     check_same(gate, up, "swiglu_fwd");
     check_same(gate, h, "swiglu_fwd");
-    const char* op = "swiglu_fwd";
-    cuda::swiglu_fwd(f32(gate, op), f32(up, op), gate.numel(), f32(h, op), stream_);
+    dispatch(gate, "swiglu_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cuda::swiglu_fwd(ptr<T>(gate), ptr<T>(up), gate.numel(), ptr<T>(h), stream_);
+    });
   }
   void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                   const Tensor& dup) override {
     for (const Tensor* t : {&up, &dh, &dgate, &dup}) check_same(gate, *t, "swiglu_bwd");
-    const char* op = "swiglu_bwd";
-    cuda::swiglu_bwd(f32(gate, op), f32(up, op), f32(dh, op), gate.numel(), f32(dgate, op), f32(dup, op), stream_);
+    dispatch(gate, "swiglu_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cuda::swiglu_bwd(ptr<T>(gate), ptr<T>(up), ptr<T>(dh), gate.numel(), ptr<T>(dgate), ptr<T>(dup), stream_);
+    });
   }
 
-  double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                       const Tensor& losses) override {
+  void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                     const Tensor& losses) override {
     check(logits.ndim == 2 && targets.numel() == logits.shape[0] && losses.numel() == logits.shape[0],
           "cross_entropy: logits {} targets {} losses {}", logits.shape_str(), targets.shape_str(),
           losses.shape_str());
     const char* op = "cross_entropy";
-    cuda::cross_entropy(f32(logits, op), i32(targets, op), logits.shape[0], logits.shape[1], grad_scale,
-                        f32(losses, op), result_, stream_);
-    return result_to_host();
+    const int32_t* pt = i32(targets, op);
+    float* pl = f32(losses, op);
+    dispatch(logits, op, [&](auto zero) {
+      cuda::cross_entropy(ptr<decltype(zero)>(logits), pt, logits.shape[0], logits.shape[1], grad_scale, pl, stream_);
+    });
   }
 
   void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
-                  const AdamWParams& hp, double grad_scale, int64_t step) override {
+                  const AdamWParams& hp, double grad_scale, int64_t step, const Tensor& working) override {
     for (const Tensor* t : {&grads, &m, &v}) check_same(params, *t, "adamw_step");
     const char* op = "adamw_step";
+    if (working.data != nullptr)
+      check(working.dtype == DType::bf16 && working.numel() == params.numel(),
+            "adamw_step: the working copy must be bf16 of {} elements, got {} {}", params.numel(),
+            dtype_name(working.dtype), working.shape_str());
     cuda::adamw_step(f32(params, op), f32(grads, op), f32(m, op), f32(v, op), params.numel(), hp.lr, hp.beta1,
-                     hp.beta2, hp.eps, hp.weight_decay, grad_scale, step, stream_);
+                     hp.beta2, hp.eps, hp.weight_decay, grad_scale, step, ptr<__nv_bfloat16>(working), stream_);
   }
+
+  int64_t head_chunk_rows() const override { return 2048; }
 
   // ---- delta-rule layers (checks as the CPU backend's) ----
   void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y) override {

@@ -4,8 +4,10 @@
 // synchronising. Reductions accumulate in fp32 or wider. Every kernel is deterministic: the
 // same inputs give bit-identical outputs on every run (no floating-point atomics), so a
 // resumed GPU run reproduces the uninterrupted one.
-// This increment: T = float. bf16 operands arrive with mixed precision.
+// Activations are float or __nv_bfloat16 where a launcher is a template (explicitly
+// instantiated for both in its .cu file); arithmetic is fp32 or wider either way.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,12 +16,17 @@ namespace llmt::cuda {
 
 // elementwise.cu
 void add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
-void swiglu_fwd(const float* gate, const float* up, int64_t n, float* h, cudaStream_t stream);
-void swiglu_bwd(const float* gate, const float* up, const float* dh, int64_t n, float* dgate, float* dup,
-                cudaStream_t stream);
+/// dst = src rounded to D (float <-> bf16, round to nearest even).
+template <typename S, typename D>
+void convert(const S* src, int64_t n, D* dst, cudaStream_t stream);
+template <typename T>
+void swiglu_fwd(const T* gate, const T* up, int64_t n, T* h, cudaStream_t stream);
+template <typename T>
+void swiglu_bwd(const T* gate, const T* up, const T* dh, int64_t n, T* dgate, T* dup, cudaStream_t stream);
 
-// reduce.cu: sum of squares into *result_device (one double), deterministic two-pass.
+// reduce.cu: sum of squares / sum into *result_device (one double), deterministic two-pass.
 void sum_squares(const float* x, int64_t n, double* result_device, cudaStream_t stream);
+void sum(const float* x, int64_t n, double* result_device, cudaStream_t stream);
 
 // embedding.cu
 void embedding_fwd(const int32_t* ids, int64_t n, const float* table, int64_t vocab, int64_t dim, float* out,
@@ -31,17 +38,20 @@ void embedding_bwd(const int32_t* ids, int64_t n, const float* dout, int64_t dim
 size_t embedding_bwd_scratch_bytes(int64_t n);
 
 // rmsnorm.cu. rmsnorm_bwd needs scratch of rmsnorm_bwd_scratch_bytes(rows, dim) bytes for
-// the per-block partial sums of dw (reduced in a fixed order).
-void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, double eps, float* y, float* rstd,
+// the per-block partial sums of dw (reduced in a fixed order). The output y is float or bf16.
+template <typename Ty>
+void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, double eps, Ty* y, float* rstd,
                  cudaStream_t stream);
 void rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t dim,
                  float* dx, float* dw, void* scratch, cudaStream_t stream);
 size_t rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
 
 // rope.cu (in place; backward = transpose rotation)
-void rope_fwd(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+template <typename T>
+void rope_fwd(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
               cudaStream_t stream);
-void rope_bwd(float* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+template <typename T>
+void rope_bwd(T* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
               cudaStream_t stream);
 
 // attention.cu: flash-attention-style, never materialising [T, T] scores in device memory.
@@ -53,14 +63,17 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
                    float* dq, float* dk, float* dv, void* scratch, cudaStream_t stream);
 size_t attention_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim);
 
-// cross_entropy.cu: losses and, in place, grad_scale * (softmax - onehot); the sum of the
-// losses is written to *loss_sum_device (one double). Negative targets: loss 0, gradient 0.
-void cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
-                   float* losses, double* loss_sum_device, cudaStream_t stream);
+// cross_entropy.cu: losses (fp32) and, in place over the float or bf16 logits,
+// grad_scale * (softmax - onehot). Negative targets: loss 0, gradient 0.
+template <typename T>
+void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
+                   cudaStream_t stream);
 
-// adamw.cu (semantics: src/kernels/cpu/adamw.h)
+// adamw.cu (semantics: src/kernels/cpu/adamw.h). working: nullptr, or n bf16 values that
+// receive the updated params rounded to bf16 (the working copy of mixed precision).
 void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
-                double beta2, double eps, double weight_decay, double grad_scale, int64_t step, cudaStream_t stream);
+                double beta2, double eps, double weight_decay, double grad_scale, int64_t step,
+                __nv_bfloat16* working, cudaStream_t stream);
 
 // delta_blocks.cu (semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,comba_gates}.h).
 // Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order

@@ -8,11 +8,12 @@ namespace llmt::cuda {
 namespace {
 
 // r = 1 / sqrt(mean_j(x_j^2) + eps);  y = x r w   (one block per row)
-__global__ void rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t dim, double eps, float* y,
+template <typename Ty>
+__global__ void rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t dim, double eps, Ty* y,
                                    float* rstd) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * dim;
-    float* yr = y + r * dim;
+    Ty* yr = y + r * dim;
     double ss = 0.0;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       const double v = xr[j];
@@ -21,7 +22,7 @@ __global__ void rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows,
     ss = block_reduce(ss, SumOp{}, 0.0);
     const double rs = 1.0 / sqrt(ss / static_cast<double>(dim) + eps);
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      yr[j] = static_cast<float>(static_cast<double>(xr[j]) * rs * w[j]);
+      yr[j] = from_f32<Ty>(static_cast<float>(static_cast<double>(xr[j]) * rs * w[j]));
     if (threadIdx.x == 0) rstd[r] = static_cast<float>(rs);
   }
 }
@@ -83,12 +84,16 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_
 
 }  // namespace
 
-void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, double eps, float* y, float* rstd,
+template <typename Ty>
+void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, double eps, Ty* y, float* rstd,
                  cudaStream_t stream) {
   if (rows == 0) return;
   rmsnorm_fwd_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, w, rows, dim, eps, y, rstd);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void rmsnorm_fwd(const float*, const float*, int64_t, int64_t, double, float*, float*, cudaStream_t);
+template void rmsnorm_fwd(const float*, const float*, int64_t, int64_t, double, __nv_bfloat16*, float*,
+                          cudaStream_t);
 
 size_t rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim) {
   return sizeof(double) * static_cast<size_t>(dw_chunks(rows) * dim);

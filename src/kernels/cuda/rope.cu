@@ -9,7 +9,8 @@ namespace {
 
 // phi = pos theta^(-2i/Dh);  x0' = x0 cos(phi) - sign x1 sin(phi),  x1' = sign x0 sin(phi) + x1 cos(phi)
 // (sign = +1 forward, -1 its transpose, the backward)
-__global__ void rope_kernel(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+template <typename T>
+__global__ void rope_kernel(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                             double theta, double sign) {
   const int64_t half = head_dim / 2, total = batch * seq_len * half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
@@ -20,15 +21,16 @@ __global__ void rope_kernel(float* x, int64_t batch, int64_t seq_len, int64_t he
     sincos(phi, &s, &c);
     s *= sign;
     for (int64_t h = 0; h < heads; ++h) {
-      float* xh = x + (bt * heads + h) * head_dim;
-      const double x0 = xh[i], x1 = xh[half + i];
-      xh[i] = static_cast<float>(x0 * c - x1 * s);
-      xh[half + i] = static_cast<float>(x0 * s + x1 * c);
+      T* xh = x + (bt * heads + h) * head_dim;
+      const double x0 = to_f32(xh[i]), x1 = to_f32(xh[half + i]);
+      xh[i] = from_f32<T>(static_cast<float>(x0 * c - x1 * s));
+      xh[half + i] = from_f32<T>(static_cast<float>(x0 * s + x1 * c));
     }
   }
 }
 
-void rope(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta, double sign,
+template <typename T>
+void rope(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta, double sign,
           cudaStream_t stream) {
   check(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even and positive, got {}", head_dim);
   const int64_t total = batch * seq_len * (head_dim / 2);
@@ -39,14 +41,22 @@ void rope(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_
 
 }  // namespace
 
-void rope_fwd(float* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+template <typename T>
+void rope_fwd(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
               cudaStream_t stream) {
   rope(x, batch, seq_len, heads, head_dim, theta, 1.0, stream);
 }
 
-void rope_bwd(float* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+template <typename T>
+void rope_bwd(T* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
               cudaStream_t stream) {
   rope(dx, batch, seq_len, heads, head_dim, theta, -1.0, stream);
 }
+
+#define LLMT_INSTANTIATE_ROPE(T)                                                              \
+  template void rope_fwd(T*, int64_t, int64_t, int64_t, int64_t, double, cudaStream_t);      \
+  template void rope_bwd(T*, int64_t, int64_t, int64_t, int64_t, double, cudaStream_t);
+LLMT_INSTANTIATE_ROPE(float)
+LLMT_INSTANTIATE_ROPE(__nv_bfloat16)
 
 }  // namespace llmt::cuda
