@@ -33,14 +33,18 @@
 // the 8 row addresses of each 8 x 8 matrix hit 8 distinct 16-byte bank groups (no conflicts),
 // and the 16-byte cp.async stores of 8 consecutive threads (consecutive chunks of a row) too.
 //
-// Kernels (each warp owns 16 rows of the block's tile; 8 warps, 256 threads):
-//   forward:  128 query rows per block, key/value tiles of 64 rows double-buffered with cp.async.
-//   dK, dV:   128 key rows per block, query/dO tiles of 64 rows (+ their lse, Delta) double-buffered.
-//   dQ:       128 query rows per block, key/value tiles of 64 rows double-buffered.
+// Kernels (all tiles double-buffered in shared memory with cp.async):
+//   forward:  128 query rows per block, 4 warps of 32 rows (two m-tiles sharing every K and V
+//             fragment), key/value tiles of 32 rows at D = 128 (registers: 128 output and 32 score
+//             accumulators per thread) and 64 rows at D = 64; 2 blocks per SM.
+//   dK, dV:   128 key rows per block, 8 warps of 16 rows, query/dO tiles of 64 rows (+ their lse2
+//             and Delta).
+//   dQ:       128 query rows per block, 8 warps of 16 rows, key/value tiles of 64 rows.
 // Causal block skipping: a block visits only the tiles that hold an unmasked pair; inside a tile,
-// a warp skips the products when its 16 rows see no unmasked pair, and applies the element mask
-// only on tiles that straddle the diagonal. Tiles are 16-row aligned, so every row of a warp
-// that computes a forward tile has at least one unmasked key in it (its softmax max is finite).
+// a warp skips the products when its rows see no unmasked pair, and applies the element mask
+// only on tiles that straddle the diagonal. A warp's rows and the streamed tiles are aligned to
+// 32 (16 in the backward), so every row of a warp that computes a forward tile has at least one
+// unmasked key in it (its softmax max is finite).
 #include "kernels/cuda/flash_attention.cuh"
 
 #include <cmath>
@@ -55,10 +59,13 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBig = 16 * kWarps;  // rows of the block-owned tile (query or key rows): 128
-constexpr int kSmall = 64;         // rows of the streamed tile
+constexpr int kBig = 128;   // rows of the block-owned tile (query rows; key rows in dK/dV)
+constexpr int kSmall = 64;  // rows of the streamed tile
+// Forward: 4 warps of 32 query rows (two m-tiles of 16 sharing every K and V fragment).
+constexpr int kFwdMT = 2;
+constexpr int kFwdThreads = 32 * kBig / (16 * kFwdMT);
+// Backward: 8 warps of 16 rows (the dK/dV and dQ accumulators leave no registers for a second m-tile).
+constexpr int kBwdThreads = 32 * kBig / 16;
 
 template <int D>
 constexpr int ld() {
@@ -122,17 +129,17 @@ __device__ __forceinline__ int bt_lane_offset(int lane) {  // B fragments with B
   return (((lane >> 4) << 3) + (lane & 7)) * ld<D>() + (((lane >> 3) & 1) << 3);
 }
 
-// Issues cp.async copies of rows row0 .. row0 + R - 1 of one (batch, head) slice into dst [R][D + 8];
-// rows >= T are zero-filled. src points at element [b, 0, h, 0]; rows are row_stride apart.
-// Consecutive threads copy consecutive 16-byte chunks of a row (coalesced).
-template <int R, int D>
+// Issues cp.async copies of rows row0 .. row0 + R - 1 of one (batch, head) slice into dst [R][D + 8]
+// by the NT threads of a block; rows >= T are zero-filled. src points at element [b, 0, h, 0]; rows
+// are row_stride apart. Consecutive threads copy consecutive 16-byte chunks of a row (coalesced).
+template <int R, int D, int NT>
 __device__ __forceinline__ void load_tile(bf16* dst, const bf16* __restrict__ src, int64_t row_stride, int row0,
                                           int T, int tid) {
   constexpr int kChunks = D / 8;
-  static_assert(R * kChunks % kThreads == 0, "tile chunks must divide evenly among the threads");
+  static_assert(R * kChunks % NT == 0, "tile chunks must divide evenly among the threads");
 #pragma unroll
-  for (int it = 0; it < R * kChunks / kThreads; ++it) {
-    const int idx = it * kThreads + tid;
+  for (int it = 0; it < R * kChunks / NT; ++it) {
+    const int idx = it * NT + tid;
     const int r = idx / kChunks;
     const int c = idx % kChunks;
     const int t = row0 + r;
@@ -142,72 +149,96 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* __restrict__ sr
   }
 }
 
-// acc[16 rows][8 n-tiles of 8 columns] = X[16 rows][0 .. D) Y[64 rows][0 .. D)^T: a warp's scores
-// against 64 streamed rows. x: the warp's 16 rows of a shared tile; y: the streamed shared tile.
-template <int D>
-__device__ __forceinline__ void warp_scores(const bf16* x, const bf16* y, int lane, float (&acc)[8][4]) {
+// acc[m][j] = X[16 m .. 16 m + 15][0 .. D) Y[8 j .. 8 j + 7][0 .. D)^T (m < MT, j < NJ): a warp's
+// scores of 16 MT rows against 8 NJ streamed rows. x: the warp's first row in a shared tile; y: the
+// streamed shared tile. Each B fragment pair loaded serves all MT m-tiles.
+template <int D, int MT, int NJ>
+__device__ __forceinline__ void warp_scores(const bf16* x, const bf16* y, int lane, float (&acc)[MT][NJ][4]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
   const uint32_t xa = smem_addr(x + a_lane_offset<D>(lane));
   const uint32_t ya = smem_addr(y + bt_lane_offset<D>(lane));
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    uint32_t a[4];
-    ldsm_x4(xa + kk * 32, a);
+    uint32_t a[MT][4];
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int m = 0; m < MT; ++m) ldsm_x4(xa + (m * 16 * ld<D>() + kk * 16) * 2, a[m]);
+#pragma unroll
+    for (int np = 0; np < NJ / 2; ++np) {
       uint32_t b[4];
       ldsm_x4(ya + (np * 16 * ld<D>() + kk * 16) * 2, b);
-      mma16816(acc[2 * np], a, b[0], b[1]);
-      mma16816(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma16816(acc[m][2 * np], a[m], b[0], b[1]);
+        mma16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[16 rows][D / 8 n-tiles] += P[16 rows][64] Z[64][0 .. D): p holds P as score accumulators
-// (fp32, rounded to bf16 here); z is a shared tile whose rows are the summed index.
-template <int D>
-__device__ __forceinline__ void warp_pz(const float (&p)[8][4], const bf16* z, int lane, float (&acc)[D / 8][4]) {
+// acc[m] += P[m] Z[0 .. 8 NJ)[0 .. D) for each m-tile m < MT: p holds P (16 MT rows x 8 NJ) as
+// score accumulators (fp32, rounded to bf16 here); z is a shared tile whose rows are the summed index.
+template <int D, int MT, int NJ>
+__device__ __forceinline__ void warp_pz(const float (&p)[MT][NJ][4], const bf16* z, int lane,
+                                        float (&acc)[MT][D / 8][4]) {
   const uint32_t za = smem_addr(z + a_lane_offset<D>(lane));
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+  for (int kk = 0; kk < NJ / 2; ++kk) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      a[m][0] = pack_bf16(p[m][2 * kk][0], p[m][2 * kk][1]);
+      a[m][1] = pack_bf16(p[m][2 * kk][2], p[m][2 * kk][3]);
+      a[m][2] = pack_bf16(p[m][2 * kk + 1][0], p[m][2 * kk + 1][1]);
+      a[m][3] = pack_bf16(p[m][2 * kk + 1][2], p[m][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
       ldsm_x4_trans(za + (kk * 16 * ld<D>() + dp * 16) * 2, b);
-      mma16816(acc[2 * dp], a, b[0], b[1]);
-      mma16816(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma16816(acc[m][2 * dp], a[m], b[0], b[1]);
+        mma16816(acc[m][2 * dp + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
 
-// Writes rows row_lo + g and row_lo + g + 8 (those < T) of a warp's [16, D] accumulator tile,
-// times mul, as bf16. dst points at element [b, 0, h, 0].
-template <int D>
+// Writes the rows row_lo + 16 m + g + 8 r (those < T) of a warp's [16 MT, D] accumulator tile,
+// times mul[m][r], as bf16. dst points at element [b, 0, h, 0].
+template <int D, int MT>
 __device__ __forceinline__ void store_rows(bf16* __restrict__ dst, int64_t row_stride, int row_lo, int T, int lane,
-                                           const float (&acc)[D / 8][4], float mul0, float mul1) {
+                                           const float (&acc)[MT][D / 8][4], const float (&mul)[MT][2]) {
   const int g = lane >> 2;
   const int t = lane & 3;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_lo + g + 8 * r;
-    if (row >= T) continue;
-    const float mul = r == 0 ? mul0 : mul1;
-    bf16* out = dst + static_cast<int64_t>(row) * row_stride + 2 * t;
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(out + 8 * n) = pack_bf16(acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul);
-  }
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_lo + 16 * m + g + 8 * r;
+      if (row >= T) continue;
+      bf16* out = dst + static_cast<int64_t>(row) * row_stride + 2 * t;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<uint32_t*>(out + 8 * n) =
+            pack_bf16(acc[m][n][2 * r] * mul[m][r], acc[m][n][2 * r + 1] * mul[m][r]);
+    }
 }
 
+// Key rows per forward tile: 32 at D = 128 keeps the two m-tiles' score and output accumulators
+// within the 255 registers of a thread.
+template <int D>
+constexpr int fwd_key_rows() {
+  return D == 128 ? 32 : 64;
+}
 template <int D>
 constexpr int fwd_smem_bytes() {
-  return (kBig + 4 * kSmall) * ld<D>() * 2;  // Q; K and V, two stages each
+  return (kBig + 4 * fwd_key_rows<D>()) * ld<D>() * 2;  // Q; K and V, two stages each
 }
 template <int D>
 constexpr int bwd_smem_bytes() {
@@ -218,21 +249,26 @@ constexpr int bwd_smem_bytes() {
 
 // ---------------------------------------------------------------------------------------------
 // Forward (FlashAttention-2, Algorithm 1). Block (bh, 128-row query tile), heaviest tiles first.
-// For each key tile j (64 keys) up to the diagonal, per warp (16 query rows):
+// For each key tile j (kN keys) up to the diagonal, per warp (32 query rows):
 //   S = Q K_j^T (raw scores); masked entries (key > query) = -inf
 //   m_new = max(m, rowmax S);  alpha = 2^((m - m_new) c);  P = 2^(S c - m_new c), c = scale log2(e)
 //   l = alpha l + rowsum P;    O = alpha O + P V_j           (P rounded to bf16 for the product)
 // and at the end O /= l, lse = m scale + ln l. Each thread keeps partial row sums of l over its
 // columns and reduces them across the 4 lanes of a row once at the end (alpha is row-uniform).
+// A thread's rows are row_lo + 16 m + g + 8 r (m-tile m < 2, half r < 2): statistics [m][r].
 // ---------------------------------------------------------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kFwdThreads, 2)
     fa_fwd_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H,
                   float scale, float scale_log2, bf16* __restrict__ o, float* __restrict__ lse) {
+  constexpr int MT = kFwdMT;
+  constexpr int NT = kFwdThreads;
+  constexpr int kN = fwd_key_rows<D>();
+  constexpr int NJ = kN / 8;
   extern __shared__ __align__(16) unsigned char fa_smem[];
   bf16* q_s = reinterpret_cast<bf16*>(fa_smem);  // [128][ld]
-  bf16* k_s = q_s + kBig * ld<D>();               // [2][64][ld]
-  bf16* v_s = k_s + 2 * kSmall * ld<D>();         // [2][64][ld]
+  bf16* k_s = q_s + kBig * ld<D>();               // [2][kN][ld]
+  bf16* v_s = k_s + 2 * kN * ld<D>();             // [2][kN][ld]
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -243,89 +279,104 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int b = bh / H;
   const int h = bh % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBig;
-  const int row_lo = q0 + 16 * warp;  // the warp's first query row
+  const int row_lo = q0 + 16 * MT * warp;  // the warp's first query row
   const int64_t row_stride = static_cast<int64_t>(H) * D;
   const int64_t base = (static_cast<int64_t>(b) * T * H + h) * D;  // element [b, 0, h, 0]
-  const int n_kt = (min(q0 + kBig, T) - 1) / kSmall + 1;          // key tiles with an unmasked pair
+  const int n_kt = (min(q0 + kBig, T) - 1) / kN + 1;               // key tiles with an unmasked pair
 
-  load_tile<kBig, D>(q_s, q + base, row_stride, q0, T, tid);
-  load_tile<kSmall, D>(k_s, k + base, row_stride, 0, T, tid);
-  load_tile<kSmall, D>(v_s, v + base, row_stride, 0, T, tid);
+  load_tile<kBig, D, NT>(q_s, q + base, row_stride, q0, T, tid);
+  load_tile<kN, D, NT>(k_s, k + base, row_stride, 0, T, tid);
+  load_tile<kN, D, NT>(v_s, v + base, row_stride, 0, T, tid);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();
 
-  float acc[D / 8][4];
+  float acc[MT][D / 8][4];
+  float m_raw[MT][2];  // raw (unscaled) running row maxima
+  float l[MT][2];      // this thread's partial row sums
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n)
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY};  // raw (unscaled) running row maxima of rows g, g + 8
-  float l[2] = {0.f, 0.f};              // this thread's partial row sums
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_raw[m][r] = -INFINITY;
+      l[m][r] = 0.f;
+    }
+  }
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int stage = kt & 1;
     if (kt + 1 < n_kt) {  // prefetch the next tile into the other stage (last read in kt - 1)
-      load_tile<kSmall, D>(k_s + (stage ^ 1) * kSmall * ld<D>(), k + base, row_stride, (kt + 1) * kSmall, T, tid);
-      load_tile<kSmall, D>(v_s + (stage ^ 1) * kSmall * ld<D>(), v + base, row_stride, (kt + 1) * kSmall, T, tid);
+      load_tile<kN, D, NT>(k_s + (stage ^ 1) * kN * ld<D>(), k + base, row_stride, (kt + 1) * kN, T, tid);
+      load_tile<kN, D, NT>(v_s + (stage ^ 1) * kN * ld<D>(), v + base, row_stride, (kt + 1) * kN, T, tid);
     }
     cp_async_commit();
-    const int k0 = kt * kSmall;
-    if (k0 <= row_lo + 15) {  // the warp's rows see at least one key of this tile
-      float s[8][4];
-      warp_scores<D>(q_s + 16 * warp * ld<D>(), k_s + stage * kSmall * ld<D>(), lane, s);
-      if (k0 + kSmall - 1 > row_lo) {  // the tile straddles the diagonal of the warp's rows
+    const int k0 = kt * kN;
+    if (k0 <= row_lo + 16 * MT - 1) {  // the warp's rows see at least one key of this tile
+      float s[MT][NJ][4];
+      warp_scores<D, MT, NJ>(q_s + (row_lo - q0) * ld<D>(), k_s + stage * kN * ld<D>(), lane, s);
+      if (k0 + kN - 1 > row_lo) {  // the tile straddles the diagonal of the warp's rows
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row_lo + g + 8 * (e >> 1);
-            const int col = k0 + 8 * j + 2 * t + (e & 1);
-            if (col > row) s[j][e] = -INFINITY;
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = row_lo + 16 * m + g + 8 * (e >> 1);
+              const int col = k0 + 8 * j + 2 * t + (e & 1);
+              if (col > row) s[m][j][e] = -INFINITY;
+            }
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = m_raw[m][r];
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) mx = fmaxf(mx, fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          // A row with no unmasked key so far keeps max -inf: use 0 so that no (-inf) - (-inf)
+          // appears; its P and alpha are then 0.
+          const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+          const float alpha = exp2_approx(m_raw[m][r] * scale_log2 - m_scaled);
+          m_raw[m][r] = mx;
+          float rowsum = 0.f;
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            s[m][j][2 * r] = exp2_approx(fmaf(s[m][j][2 * r], scale_log2, -m_scaled));
+            s[m][j][2 * r + 1] = exp2_approx(fmaf(s[m][j][2 * r + 1], scale_log2, -m_scaled));
+            rowsum += s[m][j][2 * r] + s[m][j][2 * r + 1];
           }
-      }
+          l[m][r] = l[m][r] * alpha + rowsum;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = m[r];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row with no unmasked key so far keeps max -inf: use 0 so that no (-inf) - (-inf)
-        // appears; its P and alpha are then 0.
-        const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-        const float alpha = exp2_approx(m[r] * scale_log2 - m_scaled);
-        m[r] = mx;
-        float rowsum = 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          s[j][2 * r] = exp2_approx(fmaf(s[j][2 * r], scale_log2, -m_scaled));
-          s[j][2 * r + 1] = exp2_approx(fmaf(s[j][2 * r + 1], scale_log2, -m_scaled));
-          rowsum += s[j][2 * r] + s[j][2 * r + 1];
+          for (int n = 0; n < D / 8; ++n) {
+            acc[m][n][2 * r] *= alpha;
+            acc[m][n][2 * r + 1] *= alpha;
+          }
         }
-        l[r] = l[r] * alpha + rowsum;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          acc[n][2 * r] *= alpha;
-          acc[n][2 * r + 1] *= alpha;
-        }
-      }
-      warp_pz<D>(s, v_s + stage * kSmall * ld<D>(), lane, acc);
+      warp_pz<D, MT, NJ>(s, v_s + stage * kN * ld<D>(), lane, acc);
     }
     cp_async_wait_all();
     __syncthreads();  // the next tile has landed; everyone is done with this stage
   }
 
-  float inv[2];
+  float inv[MT][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    const int row = row_lo + g + 8 * r;
-    if (t == 0 && row < T) lse[static_cast<int64_t>(bh) * T + row] = m[r] * scale + logf(l[r]);
-  }
-  store_rows<D>(o + base, row_stride, row_lo, T, lane, acc, inv[0], inv[1]);
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = l[m][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[m][r] = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = row_lo + 16 * m + g + 8 * r;
+      if (t == 0 && row < T) lse[static_cast<int64_t>(bh) * T + row] = m_raw[m][r] * scale + logf(sum);
+    }
+  store_rows<D, MT>(o + base, row_stride, row_lo, T, lane, acc, inv);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,7 +424,7 @@ __global__ void fa_bwd_preprocess_kernel(const bf16* __restrict__ o, const bf16*
 // Query rows >= T have zero Q and dO (zero-filled), lse2 = +inf and Delta = 0, so P = 0 there.
 // ---------------------------------------------------------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kBwdThreads, 1)
     fa_bwd_dkdv_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                        const bf16* __restrict__ dout, const float* __restrict__ lse2,
                        const float* __restrict__ delta, int T, int H, float scale, float scale_log2,
@@ -406,8 +457,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Issues the copies of query tile qt (Q, dO, lse2, Delta) into `stage`.
   auto load_query_tile = [&](int qt, int stage) {
     const int q0 = qt * kSmall;
-    load_tile<kSmall, D>(q_s + stage * kSmall * ld<D>(), q + base, row_stride, q0, T, tid);
-    load_tile<kSmall, D>(do_s + stage * kSmall * ld<D>(), dout + base, row_stride, q0, T, tid);
+    load_tile<kSmall, D, kBwdThreads>(q_s + stage * kSmall * ld<D>(), q + base, row_stride, q0, T, tid);
+    load_tile<kSmall, D, kBwdThreads>(do_s + stage * kSmall * ld<D>(), dout + base, row_stride, q0, T, tid);
     if (tid < 2 * kSmall) {
       const int i = tid % kSmall;
       const bool is_lse = tid < kSmall;
@@ -420,20 +471,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  load_tile<kBig, D>(k_s, k + base, row_stride, k0, T, tid);
-  load_tile<kBig, D>(v_s, v + base, row_stride, k0, T, tid);
+  load_tile<kBig, D, kBwdThreads>(k_s, k + base, row_stride, k0, T, tid);
+  load_tile<kBig, D, kBwdThreads>(v_s, v + base, row_stride, k0, T, tid);
   load_query_tile(qt0, 0);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();
 
-  float dk_acc[D / 8][4], dv_acc[D / 8][4];
+  float dk_acc[1][D / 8][4], dv_acc[1][D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      dk_acc[n][e] = 0.f;
-      dv_acc[n][e] = 0.f;
+      dk_acc[0][n][e] = 0.f;
+      dv_acc[0][n][e] = 0.f;
     }
 
   for (int qt = qt0; qt < n_qt; ++qt) {
@@ -448,31 +499,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* delta_st = delta_s + stage * kSmall;
       const bool straddles = key_lo + 15 > q0;  // some key of the warp is after some query
 
-      float p[8][4];  // S^T, then P^T
-      warp_scores<D>(k_s + 16 * warp * ld<D>(), q_st, lane, p);
+      float p[1][8][4];  // S^T, then P^T
+      warp_scores<D, 1, 8>(k_s + 16 * warp * ld<D>(), q_st, lane, p);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qc = 8 * j + 2 * t + (e & 1);  // query column within the tile
-          const float pe = exp2_approx(fmaf(p[j][e], scale_log2, -lse2_st[qc]));
-          p[j][e] = (straddles && key_lo + g + 8 * (e >> 1) > q0 + qc) ? 0.f : pe;
+          const float pe = exp2_approx(fmaf(p[0][j][e], scale_log2, -lse2_st[qc]));
+          p[0][j][e] = (straddles && key_lo + g + 8 * (e >> 1) > q0 + qc) ? 0.f : pe;
         }
-      float ds[8][4];  // dP^T, then dS^T
-      warp_scores<D>(v_s + 16 * warp * ld<D>(), do_st, lane, ds);
+      float ds[1][8][4];  // dP^T, then dS^T
+      warp_scores<D, 1, 8>(v_s + 16 * warp * ld<D>(), do_st, lane, ds);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[j][e] = p[j][e] * (ds[j][e] - delta_st[8 * j + 2 * t + (e & 1)]);
-      warp_pz<D>(p, do_st, lane, dv_acc);
-      warp_pz<D>(ds, q_st, lane, dk_acc);
+        for (int e = 0; e < 4; ++e) ds[0][j][e] = p[0][j][e] * (ds[0][j][e] - delta_st[8 * j + 2 * t + (e & 1)]);
+      warp_pz<D, 1, 8>(p, do_st, lane, dv_acc);
+      warp_pz<D, 1, 8>(ds, q_st, lane, dk_acc);
     }
     cp_async_wait_all();
     __syncthreads();
   }
 
-  store_rows<D>(dv + base, row_stride, key_lo, T, lane, dv_acc, 1.f, 1.f);
-  store_rows<D>(dk + base, row_stride, key_lo, T, lane, dk_acc, scale, scale);
+  const float one[1][2] = {{1.f, 1.f}};
+  const float scaled[1][2] = {{scale, scale}};
+  store_rows<D, 1>(dv + base, row_stride, key_lo, T, lane, dv_acc, one);
+  store_rows<D, 1>(dk + base, row_stride, key_lo, T, lane, dk_acc, scaled);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -483,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 //   dQ_i += dS K_j     (times scale once at the end)
 // ---------------------------------------------------------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kBwdThreads, 1)
     fa_bwd_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                      const bf16* __restrict__ dout, const float* __restrict__ lse2, const float* __restrict__ delta,
                      int T, int H, float scale, float scale_log2, bf16* __restrict__ dq) {
@@ -515,54 +568,56 @@ __global__ void __launch_bounds__(kThreads, 1)
     delta_r[r] = row < T ? delta[static_cast<int64_t>(bh) * T + row] : 0.f;
   }
 
-  load_tile<kBig, D>(q_s, q + base, row_stride, q0, T, tid);
-  load_tile<kBig, D>(do_s, dout + base, row_stride, q0, T, tid);
-  load_tile<kSmall, D>(k_s, k + base, row_stride, 0, T, tid);
-  load_tile<kSmall, D>(v_s, v + base, row_stride, 0, T, tid);
+  load_tile<kBig, D, kBwdThreads>(q_s, q + base, row_stride, q0, T, tid);
+  load_tile<kBig, D, kBwdThreads>(do_s, dout + base, row_stride, q0, T, tid);
+  load_tile<kSmall, D, kBwdThreads>(k_s, k + base, row_stride, 0, T, tid);
+  load_tile<kSmall, D, kBwdThreads>(v_s, v + base, row_stride, 0, T, tid);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();
 
-  float acc[D / 8][4];
+  float acc[1][D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+    for (int e = 0; e < 4; ++e) acc[0][n][e] = 0.f;
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int stage = kt & 1;
     if (kt + 1 < n_kt) {
-      load_tile<kSmall, D>(k_s + (stage ^ 1) * kSmall * ld<D>(), k + base, row_stride, (kt + 1) * kSmall, T, tid);
-      load_tile<kSmall, D>(v_s + (stage ^ 1) * kSmall * ld<D>(), v + base, row_stride, (kt + 1) * kSmall, T, tid);
+      const int next = (kt + 1) * kSmall;
+      load_tile<kSmall, D, kBwdThreads>(k_s + (stage ^ 1) * kSmall * ld<D>(), k + base, row_stride, next, T, tid);
+      load_tile<kSmall, D, kBwdThreads>(v_s + (stage ^ 1) * kSmall * ld<D>(), v + base, row_stride, next, T, tid);
     }
     cp_async_commit();
     const int k0 = kt * kSmall;
     if (k0 <= row_lo + 15) {
       const bf16* k_st = k_s + stage * kSmall * ld<D>();
       const bool straddles = k0 + kSmall - 1 > row_lo;
-      float p[8][4];  // S, then P
-      warp_scores<D>(q_s + 16 * warp * ld<D>(), k_st, lane, p);
+      float p[1][8][4];  // S, then P
+      warp_scores<D, 1, 8>(q_s + 16 * warp * ld<D>(), k_st, lane, p);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          const float pe = exp2_approx(fmaf(p[j][e], scale_log2, -lse2_r[r]));
-          p[j][e] = (straddles && k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * r) ? 0.f : pe;
+          const float pe = exp2_approx(fmaf(p[0][j][e], scale_log2, -lse2_r[r]));
+          p[0][j][e] = (straddles && k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * r) ? 0.f : pe;
         }
-      float ds[8][4];  // dP, then dS
-      warp_scores<D>(do_s + 16 * warp * ld<D>(), v_s + stage * kSmall * ld<D>(), lane, ds);
+      float ds[1][8][4];  // dP, then dS
+      warp_scores<D, 1, 8>(do_s + 16 * warp * ld<D>(), v_s + stage * kSmall * ld<D>(), lane, ds);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[j][e] = p[j][e] * (ds[j][e] - delta_r[e >> 1]);
-      warp_pz<D>(ds, k_st, lane, acc);
+        for (int e = 0; e < 4; ++e) ds[0][j][e] = p[0][j][e] * (ds[0][j][e] - delta_r[e >> 1]);
+      warp_pz<D, 1, 8>(ds, k_st, lane, acc);
     }
     cp_async_wait_all();
     __syncthreads();
   }
 
-  store_rows<D>(dq + base, row_stride, row_lo, T, lane, acc, scale, scale);
+  const float scaled[1][2] = {{scale, scale}};
+  store_rows<D, 1>(dq + base, row_stride, row_lo, T, lane, acc, scaled);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -604,7 +659,7 @@ void launch_fwd(const bf16* q, const bf16* k, const bf16* v, int64_t batch, int6
                 float scale, bf16* o, float* lse, cudaStream_t stream) {
   constexpr int smem = fwd_smem_bytes<D>();
   set_smem(fa_fwd_kernel<D>, smem, "flash_attention_fwd: cudaFuncSetAttribute(max dynamic shared memory)");
-  fa_fwd_kernel<D><<<grid_for(batch, heads, seq_len), kThreads, smem, stream>>>(
+  fa_fwd_kernel<D><<<grid_for(batch, heads, seq_len), kFwdThreads, smem, stream>>>(
       q, k, v, static_cast<int>(seq_len), static_cast<int>(heads), scale, scale * kLog2e, o, lse);
   check_cuda(cudaGetLastError(), "flash_attention_fwd: kernel launch");
 }
@@ -616,20 +671,20 @@ void launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, cons
   const int T = static_cast<int>(seq_len);
   const int H = static_cast<int>(heads);
   const int64_t rows = batch * seq_len * heads;
-  constexpr int kRowsPerBlock = kThreads / 32;
-  fa_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0,
+  constexpr int kRowsPerBlock = kBwdThreads / 32;
+  fa_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBwdThreads, 0,
                                 stream>>>(o, dout, lse, rows, T, H, delta, lse2);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: preprocess kernel launch");
 
   constexpr int smem = bwd_smem_bytes<D>();
   const dim3 grid = grid_for(batch, heads, seq_len);
   set_smem(fa_bwd_dkdv_kernel<D>, smem, "flash_attention_bwd: cudaFuncSetAttribute(max dynamic shared memory)");
-  fa_bwd_dkdv_kernel<D><<<grid, kThreads, smem, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale * kLog2e,
+  fa_bwd_dkdv_kernel<D><<<grid, kBwdThreads, smem, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale * kLog2e,
                                                           dk, dv);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: dK/dV kernel launch");
 
   set_smem(fa_bwd_dq_kernel<D>, smem, "flash_attention_bwd: cudaFuncSetAttribute(max dynamic shared memory)");
-  fa_bwd_dq_kernel<D><<<grid, kThreads, smem, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale * kLog2e,
+  fa_bwd_dq_kernel<D><<<grid, kBwdThreads, smem, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale * kLog2e,
                                                         dq);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: dQ kernel launch");
 }
