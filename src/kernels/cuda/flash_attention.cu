@@ -21,7 +21,7 @@
 //
 // ldmatrix.x4 loads four 8 x 8 bf16 matrices; lanes 8 i .. 8 i + 7 give the row addresses of
 // matrix i and every lane receives, in register i, row g, columns 2t, 2t+1 of matrix i (of its
-// transpose with .trans). With a row-major shared tile X (leading dimension kLd elements):
+// transpose with .trans). With a row-major shared tile X (leading dimension ld = D + 8 elements):
 //   A fragment of X[r0 .. r0+15][c0 .. c0+15]:          lane address X[r0 + lane % 16][c0 + 8 (lane / 16)]
 //   B fragments of two n-tiles when B[k][n] = Y[n][k] (Y rows are the n index, e.g. K in Q K^T):
 //     lane address Y[n0 + 8 (lane / 16) + lane % 8][c0 + 8 ((lane / 8) % 2)]
@@ -60,7 +60,7 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kBig = 128;   // rows of the block-owned tile (query rows; key rows in dK/dV)
-constexpr int kSmall = 64;  // rows of the streamed tile
+constexpr int kSmall = 64;  // rows of the streamed tile (backward; forward: fwd_key_rows)
 // Forward: 4 warps of 32 query rows (two m-tiles of 16 sharing every K and V fragment).
 constexpr int kFwdMT = 2;
 constexpr int kFwdThreads = 32 * kBig / (16 * kFwdMT);
