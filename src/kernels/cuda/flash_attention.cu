@@ -248,7 +248,7 @@ constexpr int bwd_smem_bytes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward (FlashAttention-2, Algorithm 1). Block (bh, 128-row query tile), heaviest tiles first.
+// Forward (FlashAttention-2, Algorithm 1). Block (128-row query tile, bh), heaviest tiles first.
 // For each key tile j (kN keys) up to the diagonal, per warp (32 query rows):
 //   S = Q K_j^T (raw scores); masked entries (key > query) = -inf
 //   m_new = max(m, rowmax S);  alpha = 2^((m - m_new) c);  P = 2^(S c - m_new c), c = scale log2(e)
@@ -275,10 +275,10 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int bh = blockIdx.x;
+  const int bh = blockIdx.y;
   const int b = bh / H;
   const int h = bh % H;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBig;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBig;
   const int row_lo = q0 + 16 * MT * warp;  // the warp's first query row
   const int64_t row_stride = static_cast<int64_t>(H) * D;
   const int64_t base = (static_cast<int64_t>(b) * T * H + h) * D;  // element [b, 0, h, 0]
@@ -415,7 +415,7 @@ __global__ void fa_bwd_preprocess_kernel(const bf16* __restrict__ o, const bf16*
 
 // ---------------------------------------------------------------------------------------------
 // Backward, dK and dV (FlashAttention-2, Algorithm 2, the loop over query tiles i for a fixed key
-// tile j). Block (bh, 128-row key tile); each warp owns 16 key rows and works on transposed
+// tile j). Block (128-row key tile, bh); each warp owns 16 key rows and works on transposed
 // scores (keys are the M dimension), so P^T and dS^T are A operands straight from registers:
 //   S^T  = K_j Q_i^T;   P^T = 2^(S^T c - lse2_i), 0 where key > query (c = scale log2(e))
 //   dV_j += P^T dO_i
@@ -442,10 +442,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int bh = blockIdx.x;
+  const int bh = blockIdx.y;
   const int b = bh / H;
   const int h = bh % H;
-  const int k0 = blockIdx.y * kBig;   // low key tiles see the most query tiles: launched first
+  const int k0 = blockIdx.x * kBig;   // low key tiles see the most query tiles: launched first
   const int key_lo = k0 + 16 * warp;  // the warp's first key row
   const int64_t row_stride = static_cast<int64_t>(H) * D;
   const int64_t base = (static_cast<int64_t>(b) * T * H + h) * D;
@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward, dQ. Block (bh, 128-row query tile), heaviest first; P is recomputed for each key tile
+// Backward, dQ. Block (128-row query tile, bh), heaviest first; P is recomputed for each key tile
 // j up to the diagonal and dQ_i accumulates in registers (no atomics, no partial buffers):
 //   P  = 2^(Q_i K_j^T c - lse2_i), 0 where key > query
 //   dP = dO_i V_j^T;   dS = P o (dP - Delta_i)
@@ -551,10 +551,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int bh = blockIdx.x;
+  const int bh = blockIdx.y;
   const int b = bh / H;
   const int h = bh % H;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBig;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBig;
   const int row_lo = q0 + 16 * warp;
   const int64_t row_stride = static_cast<int64_t>(H) * D;
   const int64_t base = (static_cast<int64_t>(b) * T * H + h) * D;
@@ -638,9 +638,8 @@ bool check_shape(const char* op, int64_t batch, int64_t seq_len, int64_t heads, 
         seq_len, heads);
   check(std::isfinite(scale) && scale > 0.f, "{}: scale must be finite and positive, got {}", op, scale);
   if (batch == 0 || seq_len == 0 || heads == 0) return false;
-  constexpr int64_t kMaxT = int64_t{65535} * kBig;  // grid y dimension: one block per 128 rows
-  check(seq_len <= kMaxT, "{}: seq_len {} exceeds the limit of {}", op, seq_len, kMaxT);
-  check(batch * heads <= std::numeric_limits<int>::max(), "{}: batch * heads = {} is too large", op,
+  check(seq_len <= std::numeric_limits<int>::max() - kBig, "{}: seq_len {} is too large", op, seq_len);
+  check(batch * heads <= 65535, "{}: batch * heads = {} exceeds the limit of 65535 (grid y dimension)", op,
         batch * heads);
   return true;
 }
@@ -650,8 +649,10 @@ void set_smem(Kernel kernel, int bytes, const char* op) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), op);
 }
 
+// x: the 128-row tiles of one head, y: batch * heads. Blocks launch in x-major order, so the blocks
+// resident at a time cover few heads and their K/V (or Q/dO) reads hit L2.
 dim3 grid_for(int64_t batch, int64_t heads, int64_t seq_len) {
-  return dim3(static_cast<unsigned>(batch * heads), static_cast<unsigned>((seq_len + kBig - 1) / kBig));
+  return dim3(static_cast<unsigned>((seq_len + kBig - 1) / kBig), static_cast<unsigned>(batch * heads));
 }
 
 template <int D>
@@ -672,6 +673,8 @@ void launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, cons
   const int H = static_cast<int>(heads);
   const int64_t rows = batch * seq_len * heads;
   constexpr int kRowsPerBlock = kBwdThreads / 32;
+  check((rows + kRowsPerBlock - 1) / kRowsPerBlock <= std::numeric_limits<int>::max(),
+        "flash_attention_bwd: {} rows are too many", rows);
   fa_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBwdThreads, 0,
                                 stream>>>(o, dout, lse, rows, T, H, delta, lse2);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: preprocess kernel launch");
