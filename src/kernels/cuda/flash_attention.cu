@@ -39,11 +39,12 @@
 //             accumulators per thread) and 64 rows at D = 64; 2 blocks per SM.
 //   dK, dV:   128 key rows per block, 8 warps of 16 rows, query/dO tiles of 64 rows (+ their lse2
 //             and Delta).
-//   dQ:       128 query rows per block, 8 warps of 16 rows, key/value tiles of 64 rows.
+//   dQ:       128 query rows per block, 4 warps of 32 rows (two m-tiles), key/value tiles of 32
+//             rows; 2 blocks per SM.
 // Causal block skipping: a block visits only the tiles that hold an unmasked pair; inside a tile,
 // a warp skips the products when its rows see no unmasked pair, and applies the element mask
 // only on tiles that straddle the diagonal. A warp's rows and the streamed tiles are aligned to
-// 32 (16 in the backward), so every row of a warp that computes a forward tile has at least one
+// 32 (16 in dK/dV), so every row of a warp that computes a forward tile has at least one
 // unmasked key in it (its softmax max is finite).
 #include "kernels/cuda/flash_attention.cuh"
 
@@ -60,12 +61,12 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kBig = 128;   // rows of the block-owned tile (query rows; key rows in dK/dV)
-constexpr int kSmall = 64;  // rows of the streamed tile (backward; forward: fwd_key_rows)
-// Forward: 4 warps of 32 query rows (two m-tiles of 16 sharing every K and V fragment).
-constexpr int kFwdMT = 2;
-constexpr int kFwdThreads = 32 * kBig / (16 * kFwdMT);
-// Backward: 8 warps of 16 rows (the dK/dV and dQ accumulators leave no registers for a second m-tile).
-constexpr int kBwdThreads = 32 * kBig / 16;
+constexpr int kSmall = 64;  // rows of the streamed tile (backward; forward: q_key_rows)
+// Forward and dQ: 4 warps of 32 query rows (two m-tiles of 16 sharing every K and V fragment).
+constexpr int kQMT = 2;
+constexpr int kQThreads = 32 * kBig / (16 * kQMT);
+// dK/dV: 8 warps of 16 key rows (the dK and dV accumulators leave no registers for a second m-tile).
+constexpr int kKVThreads = 32 * kBig / 16;
 
 template <int D>
 constexpr int ld() {
@@ -230,20 +231,27 @@ __device__ __forceinline__ void store_rows(bf16* __restrict__ dst, int64_t row_s
     }
 }
 
-// Key rows per forward tile: 32 at D = 128 keeps the two m-tiles' score and output accumulators
-// within the 255 registers of a thread.
+// Key rows per streamed tile of the forward and dQ kernels: 32 at D = 128 keeps the two m-tiles'
+// score and output accumulators within the 255 registers of a thread.
 template <int D>
-constexpr int fwd_key_rows() {
+constexpr int q_key_rows() {
   return D == 128 ? 32 : 64;
 }
 template <int D>
 constexpr int fwd_smem_bytes() {
-  return (kBig + 4 * fwd_key_rows<D>()) * ld<D>() * 2;  // Q; K and V, two stages each
+  return (kBig + 4 * q_key_rows<D>()) * ld<D>() * 2;  // Q; K and V, two stages each
+}
+// Key rows per streamed tile of the dQ kernel: 32 keeps its score, dP and dQ accumulators within
+// the 255 registers of a thread at both head dims.
+constexpr int kDqKeyRows = 32;
+template <int D>
+constexpr int dq_smem_bytes() {
+  // Q, dO (128 rows each); K and V (two stages each); lse2 and Delta of the 128 query rows.
+  return (2 * kBig + 4 * kDqKeyRows) * ld<D>() * 2 + 2 * kBig * 4;
 }
 template <int D>
-constexpr int bwd_smem_bytes() {
-  // dK/dV: K, V (128 rows each), Q and dO (two stages of 64 rows each), lse2 and Delta (two stages).
-  // dQ:    Q, dO (128 rows each), K and V (two stages of 64 rows each); no statistics in shared memory.
+constexpr int dkdv_smem_bytes() {
+  // K, V (128 rows each); Q and dO (two stages of 64 rows each); lse2 and Delta (two stages).
   return (2 * kBig + 4 * kSmall) * ld<D>() * 2 + 4 * kSmall * 4;
 }
 
@@ -258,12 +266,12 @@ constexpr int bwd_smem_bytes() {
 // A thread's rows are row_lo + 16 m + g + 8 r (m-tile m < 2, half r < 2): statistics [m][r].
 // ---------------------------------------------------------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kFwdThreads, 2)
+__global__ void __launch_bounds__(kQThreads, 2)
     fa_fwd_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H,
                   float scale, float scale_log2, bf16* __restrict__ o, float* __restrict__ lse) {
-  constexpr int MT = kFwdMT;
-  constexpr int NT = kFwdThreads;
-  constexpr int kN = fwd_key_rows<D>();
+  constexpr int MT = kQMT;
+  constexpr int NT = kQThreads;
+  constexpr int kN = q_key_rows<D>();
   constexpr int NJ = kN / 8;
   extern __shared__ __align__(16) unsigned char fa_smem[];
   bf16* q_s = reinterpret_cast<bf16*>(fa_smem);  // [128][ld]
@@ -424,7 +432,7 @@ __global__ void fa_bwd_preprocess_kernel(const bf16* __restrict__ o, const bf16*
 // Query rows >= T have zero Q and dO (zero-filled), lse2 = +inf and Delta = 0, so P = 0 there.
 // ---------------------------------------------------------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kBwdThreads, 1)
+__global__ void __launch_bounds__(kKVThreads, 1)
     fa_bwd_dkdv_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                        const bf16* __restrict__ dout, const float* __restrict__ lse2,
                        const float* __restrict__ delta, int T, int H, float scale, float scale_log2,
@@ -457,8 +465,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   // Issues the copies of query tile qt (Q, dO, lse2, Delta) into `stage`.
   auto load_query_tile = [&](int qt, int stage) {
     const int q0 = qt * kSmall;
-    load_tile<kSmall, D, kBwdThreads>(q_s + stage * kSmall * ld<D>(), q + base, row_stride, q0, T, tid);
-    load_tile<kSmall, D, kBwdThreads>(do_s + stage * kSmall * ld<D>(), dout + base, row_stride, q0, T, tid);
+    load_tile<kSmall, D, kKVThreads>(q_s + stage * kSmall * ld<D>(), q + base, row_stride, q0, T, tid);
+    load_tile<kSmall, D, kKVThreads>(do_s + stage * kSmall * ld<D>(), dout + base, row_stride, q0, T, tid);
     if (tid < 2 * kSmall) {
       const int i = tid % kSmall;
       const bool is_lse = tid < kSmall;
@@ -471,8 +479,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   };
 
-  load_tile<kBig, D, kBwdThreads>(k_s, k + base, row_stride, k0, T, tid);
-  load_tile<kBig, D, kBwdThreads>(v_s, v + base, row_stride, k0, T, tid);
+  load_tile<kBig, D, kKVThreads>(k_s, k + base, row_stride, k0, T, tid);
+  load_tile<kBig, D, kKVThreads>(v_s, v + base, row_stride, k0, T, tid);
   load_query_tile(qt0, 0);
   cp_async_commit();
   cp_async_wait_all();
@@ -536,15 +544,21 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
 //   dQ_i += dS K_j     (times scale once at the end)
 // ---------------------------------------------------------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kBwdThreads, 1)
+__global__ void __launch_bounds__(kQThreads, 2)
     fa_bwd_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                      const bf16* __restrict__ dout, const float* __restrict__ lse2, const float* __restrict__ delta,
                      int T, int H, float scale, float scale_log2, bf16* __restrict__ dq) {
+  constexpr int MT = kQMT;
+  constexpr int NT = kQThreads;
+  constexpr int kN = kDqKeyRows;
+  constexpr int NJ = kN / 8;
   extern __shared__ __align__(16) unsigned char fa_smem[];
   bf16* q_s = reinterpret_cast<bf16*>(fa_smem);  // [128][ld]
   bf16* do_s = q_s + kBig * ld<D>();              // [128][ld]
-  bf16* k_s = do_s + kBig * ld<D>();              // [2][64][ld]
-  bf16* v_s = k_s + 2 * kSmall * ld<D>();         // [2][64][ld]
+  bf16* k_s = do_s + kBig * ld<D>();              // [2][kN][ld]
+  bf16* v_s = k_s + 2 * kN * ld<D>();             // [2][kN][ld]
+  float* lse2_s = reinterpret_cast<float*>(v_s + 2 * kN * ld<D>());  // [128]
+  float* delta_s = lse2_s + kBig;                                     // [128]
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -555,69 +569,75 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   const int b = bh / H;
   const int h = bh % H;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBig;
-  const int row_lo = q0 + 16 * warp;
+  const int row_lo = q0 + 16 * MT * warp;  // the warp's first query row
   const int64_t row_stride = static_cast<int64_t>(H) * D;
   const int64_t base = (static_cast<int64_t>(b) * T * H + h) * D;
-  const int n_kt = (min(q0 + kBig, T) - 1) / kSmall + 1;
+  const int n_kt = (min(q0 + kBig, T) - 1) / kN + 1;
 
-  float lse2_r[2], delta_r[2];  // rows g, g + 8 of the warp; rows >= T get P = 0
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_lo + g + 8 * r;
-    lse2_r[r] = row < T ? lse2[static_cast<int64_t>(bh) * T + row] : INFINITY;
-    delta_r[r] = row < T ? delta[static_cast<int64_t>(bh) * T + row] : 0.f;
+  for (int i = tid; i < kBig; i += NT) {  // rows >= T get lse2 = +inf (so P = 0) and Delta = 0
+    lse2_s[i] = q0 + i < T ? lse2[static_cast<int64_t>(bh) * T + q0 + i] : INFINITY;
+    delta_s[i] = q0 + i < T ? delta[static_cast<int64_t>(bh) * T + q0 + i] : 0.f;
   }
 
-  load_tile<kBig, D, kBwdThreads>(q_s, q + base, row_stride, q0, T, tid);
-  load_tile<kBig, D, kBwdThreads>(do_s, dout + base, row_stride, q0, T, tid);
-  load_tile<kSmall, D, kBwdThreads>(k_s, k + base, row_stride, 0, T, tid);
-  load_tile<kSmall, D, kBwdThreads>(v_s, v + base, row_stride, 0, T, tid);
+  load_tile<kBig, D, NT>(q_s, q + base, row_stride, q0, T, tid);
+  load_tile<kBig, D, NT>(do_s, dout + base, row_stride, q0, T, tid);
+  load_tile<kN, D, NT>(k_s, k + base, row_stride, 0, T, tid);
+  load_tile<kN, D, NT>(v_s, v + base, row_stride, 0, T, tid);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();
 
-  float acc[1][D / 8][4];
+  float acc[MT][D / 8][4];
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n)
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][n][e] = 0.f;
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int stage = kt & 1;
     if (kt + 1 < n_kt) {
-      const int next = (kt + 1) * kSmall;
-      load_tile<kSmall, D, kBwdThreads>(k_s + (stage ^ 1) * kSmall * ld<D>(), k + base, row_stride, next, T, tid);
-      load_tile<kSmall, D, kBwdThreads>(v_s + (stage ^ 1) * kSmall * ld<D>(), v + base, row_stride, next, T, tid);
+      load_tile<kN, D, NT>(k_s + (stage ^ 1) * kN * ld<D>(), k + base, row_stride, (kt + 1) * kN, T, tid);
+      load_tile<kN, D, NT>(v_s + (stage ^ 1) * kN * ld<D>(), v + base, row_stride, (kt + 1) * kN, T, tid);
     }
     cp_async_commit();
-    const int k0 = kt * kSmall;
-    if (k0 <= row_lo + 15) {
-      const bf16* k_st = k_s + stage * kSmall * ld<D>();
-      const bool straddles = k0 + kSmall - 1 > row_lo;
-      float p[1][8][4];  // S, then P
-      warp_scores<D, 1, 8>(q_s + 16 * warp * ld<D>(), k_st, lane, p);
+    const int k0 = kt * kN;
+    if (k0 <= row_lo + 16 * MT - 1) {
+      const bf16* k_st = k_s + stage * kN * ld<D>();
+      const bool straddles = k0 + kN - 1 > row_lo;
+      float p[MT][NJ][4];  // S, then P
+      warp_scores<D, MT, NJ>(q_s + (row_lo - q0) * ld<D>(), k_st, lane, p);
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const float pe = exp2_approx(fmaf(p[0][j][e], scale_log2, -lse2_r[r]));
-          p[0][j][e] = (straddles && k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * r) ? 0.f : pe;
-        }
-      float ds[1][8][4];  // dP, then dS
-      warp_scores<D, 1, 8>(do_s + 16 * warp * ld<D>(), v_s + stage * kSmall * ld<D>(), lane, ds);
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            const float pe = exp2_approx(fmaf(p[m][j][e], scale_log2, -lse2_s[row_lo - q0 + 16 * m + g + 8 * r]));
+            const bool masked = k0 + 8 * j + 2 * t + (e & 1) > row_lo + 16 * m + g + 8 * r;
+            p[m][j][e] = (straddles && masked) ? 0.f : pe;
+          }
+      float ds[MT][NJ][4];  // dP, then dS
+      warp_scores<D, MT, NJ>(do_s + (row_lo - q0) * ld<D>(), v_s + stage * kN * ld<D>(), lane, ds);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[0][j][e] = p[0][j][e] * (ds[0][j][e] - delta_r[e >> 1]);
-      warp_pz<D, 1, 8>(ds, k_st, lane, acc);
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[m][j][e] = p[m][j][e] * (ds[m][j][e] - delta_s[row_lo - q0 + 16 * m + g + 8 * (e >> 1)]);
+      warp_pz<D, MT, NJ>(ds, k_st, lane, acc);
     }
     cp_async_wait_all();
     __syncthreads();
   }
 
-  const float scaled[1][2] = {{scale, scale}};
-  store_rows<D, 1>(dq + base, row_stride, row_lo, T, lane, acc, scaled);
+  float scaled[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) scaled[m][0] = scaled[m][1] = scale;
+  store_rows<D, MT>(dq + base, row_stride, row_lo, T, lane, acc, scaled);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -660,7 +680,7 @@ void launch_fwd(const bf16* q, const bf16* k, const bf16* v, int64_t batch, int6
                 float scale, bf16* o, float* lse, cudaStream_t stream) {
   constexpr int smem = fwd_smem_bytes<D>();
   set_smem(fa_fwd_kernel<D>, smem, "flash_attention_fwd: cudaFuncSetAttribute(max dynamic shared memory)");
-  fa_fwd_kernel<D><<<grid_for(batch, heads, seq_len), kFwdThreads, smem, stream>>>(
+  fa_fwd_kernel<D><<<grid_for(batch, heads, seq_len), kQThreads, smem, stream>>>(
       q, k, v, static_cast<int>(seq_len), static_cast<int>(heads), scale, scale * kLog2e, o, lse);
   check_cuda(cudaGetLastError(), "flash_attention_fwd: kernel launch");
 }
@@ -672,23 +692,24 @@ void launch_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* o, cons
   const int T = static_cast<int>(seq_len);
   const int H = static_cast<int>(heads);
   const int64_t rows = batch * seq_len * heads;
-  constexpr int kRowsPerBlock = kBwdThreads / 32;
+  constexpr int kRowsPerBlock = kKVThreads / 32;
   check((rows + kRowsPerBlock - 1) / kRowsPerBlock <= std::numeric_limits<int>::max(),
         "flash_attention_bwd: {} rows are too many", rows);
-  fa_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBwdThreads, 0,
+  fa_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kKVThreads, 0,
                                 stream>>>(o, dout, lse, rows, T, H, delta, lse2);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: preprocess kernel launch");
 
-  constexpr int smem = bwd_smem_bytes<D>();
   const dim3 grid = grid_for(batch, heads, seq_len);
-  set_smem(fa_bwd_dkdv_kernel<D>, smem, "flash_attention_bwd: cudaFuncSetAttribute(max dynamic shared memory)");
-  fa_bwd_dkdv_kernel<D><<<grid, kBwdThreads, smem, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale * kLog2e,
-                                                          dk, dv);
+  const float scale_log2 = scale * kLog2e;
+  constexpr int smem_dkdv = dkdv_smem_bytes<D>();
+  set_smem(fa_bwd_dkdv_kernel<D>, smem_dkdv, "flash_attention_bwd: cudaFuncSetAttribute(max dynamic shared memory)");
+  fa_bwd_dkdv_kernel<D><<<grid, kKVThreads, smem_dkdv, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale_log2,
+                                                                  dk, dv);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: dK/dV kernel launch");
 
-  set_smem(fa_bwd_dq_kernel<D>, smem, "flash_attention_bwd: cudaFuncSetAttribute(max dynamic shared memory)");
-  fa_bwd_dq_kernel<D><<<grid, kBwdThreads, smem, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale * kLog2e,
-                                                        dq);
+  constexpr int smem_dq = dq_smem_bytes<D>();
+  set_smem(fa_bwd_dq_kernel<D>, smem_dq, "flash_attention_bwd: cudaFuncSetAttribute(max dynamic shared memory)");
+  fa_bwd_dq_kernel<D><<<grid, kQThreads, smem_dq, stream>>>(q, k, v, dout, lse2, delta, T, H, scale, scale_log2, dq);
   check_cuda(cudaGetLastError(), "flash_attention_bwd: dQ kernel launch");
 }
 
