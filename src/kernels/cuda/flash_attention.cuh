@@ -16,7 +16,8 @@ namespace llmt::cuda {
 /// q, k, v, o: bf16 [batch, seq_len, heads, head_dim] contiguous, 16-byte aligned device pointers.
 /// lse: fp32 [batch, heads, seq_len], the natural-log log-sum-exp of the scaled, causally masked
 /// scores of each query row (the statistic the backward recomputes the probabilities from).
-/// head_dim must be 64 or 128; any seq_len >= 0 (partial tiles are handled); scale > 0.
+/// head_dim must be 64 or 128; any seq_len >= 0 (partial tiles are handled); batch * heads <= 65535;
+/// scale > 0.
 /// Throws llmt::Error on an unsupported shape, a misaligned pointer or a failed launch.
 void flash_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t batch,
                          int64_t seq_len, int64_t heads, int64_t head_dim, float scale, __nv_bfloat16* o, float* lse,
