@@ -11,6 +11,7 @@
 
 #include "kernels/backend_util.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
@@ -216,8 +217,13 @@ class CudaBackend final : public Backend {
     check(lse.numel() == q.shape[0] * q.shape[1] * q.shape[2], "attention_fwd: lse {}", lse.shape_str());
     const char* op = "attention_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], Dh = q.shape[3];
+    if (q.dtype == DType::bf16 && flash_head_dim(Dh)) {
+      cuda::flash_attention_fwd(ptr<__nv_bfloat16>(q), ptr<__nv_bfloat16>(k), ptr<__nv_bfloat16>(v), B, T, H, Dh,
+                                static_cast<float>(scale), ptr<__nv_bfloat16>(o), f32(lse, op), stream_);
+      return;
+    }
     if (q.dtype == DType::bf16) {
-      // bf16 operands through the fp32 kernel: widened copies in scratch.
+      // Other head sizes: bf16 operands through the fp32 kernel, widened copies in scratch.
       const int64_t n = q.numel();
       float* f = static_cast<float*>(scratch(4 * n * sizeof(float)));
       cuda::convert(ptr<__nv_bfloat16>(q), n, f, stream_);
@@ -236,8 +242,16 @@ class CudaBackend final : public Backend {
     for (const Tensor* t : {&k, &v, &o, &dout, &dq, &dk, &dv}) check_same(q, *t, "attention_bwd");
     const char* op = "attention_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], Dh = q.shape[3];
+    if (q.dtype == DType::bf16 && flash_head_dim(Dh)) {
+      cuda::flash_attention_bwd(ptr<__nv_bfloat16>(q), ptr<__nv_bfloat16>(k), ptr<__nv_bfloat16>(v),
+                                ptr<__nv_bfloat16>(o), f32(lse, op), ptr<__nv_bfloat16>(dout), B, T, H, Dh,
+                                static_cast<float>(scale), ptr<__nv_bfloat16>(dq), ptr<__nv_bfloat16>(dk),
+                                ptr<__nv_bfloat16>(dv), scratch(flash_attention_bwd_scratch_bytes(B, T, H, Dh)),
+                                stream_);
+      return;
+    }
     if (q.dtype == DType::bf16) {
-      // bf16 operands through the fp32 kernel: widened copies in scratch, then its own scratch.
+      // Other head sizes: bf16 operands through the fp32 kernel, widened copies in scratch.
       const int64_t n = q.numel();
       float* f = static_cast<float*>(scratch(8 * n * sizeof(float) + attention_bwd_scratch_bytes(B, T, H, Dh)));
       const Tensor* in[] = {&q, &k, &v, &o, &dout};
@@ -508,6 +522,9 @@ class CudaBackend final : public Backend {
           g.shape_str());
     check_same(g, beta, op);
   }
+
+  /// Head sizes of the bf16 tensor-core attention (flash_attention.cuh); others take the fp32 kernel.
+  static bool flash_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
   static void check_rope(const Tensor& x) {
     check(x.ndim == 4 && x.shape[3] % 2 == 0, "rope: x must be [B, T, H, Dh] with even Dh, got {}", x.shape_str());
