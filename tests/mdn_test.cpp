@@ -39,7 +39,10 @@ const Regime kMuLarge{"mu > alpha", -2.0, -1.0, -0.05, -0.001, 0.05, 0.95, 0.1, 
 const Regime kMuZero{"mu near 0 (log mu in [-40, -30])", -0.5, -0.01, -40.0, -30.0, 0.05, 0.95, 0.1, 1.9};
 const Regime kStrong{"strong decay", -6.0, -3.0, -6.0, -3.0, 0.05, 0.95, 0.1, 1.9};
 const Regime kBetaOne{"beta near 1", -0.2, -0.01, -1.0, -0.1, 0.95, 0.999, 0.5, 1.5};
-const Regime kAllRegimes[] = {kRandom, kMuSmall, kAuthorsFail, kMuLarge, kMuZero, kStrong, kBetaOne};
+// α = μ (constant): the closed form of mdn.md §6.4 changes to γ_ij = β (i-j+1) α^{i-j} (its α ≠ μ form divides by 0).
+const Regime kEqual{"alpha == mu (constant 0.75)", std::log(0.75), std::log(0.75), std::log(0.75), std::log(0.75), 0.05,
+                    0.95, 0.1, 1.9};
+const Regime kAllRegimes[] = {kRandom, kMuSmall, kAuthorsFail, kMuLarge, kMuZero, kStrong, kBetaOne, kEqual};
 
 // Core inputs as the layer produces them: q = l2norm(q) / sqrt(K), k = l2norm(k) (k_n), gates from the
 // regime. s0/m0 empty means no initial state / momentum.
@@ -291,7 +294,7 @@ TEST_CASE("mdn: chunked backward equals the recurrent backward in every gate reg
 TEST_CASE("mdn: both backwards match central finite differences for every input", "[kernels][mdn]") {
   // T = 9 with chunk 4 puts a partial last chunk in the chunked backward. "mu near 0" is left out here:
   // its d log μ ~ μ ~ 1e-13 is below the finite-difference noise; the GDN-oracle test covers μ = 0.
-  for (const Regime& g : {kRandom, kMuSmall, kMuLarge, kStrong, kBetaOne}) {
+  for (const Regime& g : {kRandom, kMuSmall, kMuLarge, kStrong, kBetaOne, kEqual}) {
     double worst_rec = 0.0, worst_chk = 0.0;
     Problem p = make_problem({2, 9, 2, 3, 2}, g, true, 400);
     const Vec R = randn(v_size(p.d), 401), RS = randn(state_size(p.d), 402), RM = randn(state_size(p.d), 403);
