@@ -215,3 +215,34 @@ TEST_CASE("model: parameter names follow the flash-linear-attention layout", "[m
   CHECK(model.counts().total == 88 + 2 * (16 + 256 + 288) + 8 + 88);
   CHECK(model.counts().non_embedding == 2 * (16 + 256 + 288) + 8);
 }
+
+TEST_CASE("model: float64 finite-difference gradients of a KDA model and a KDA / attention hybrid", "[model][kda]") {
+  ModelConfig m = tiny(false);
+  m.type = "kda";
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 4;
+  m.kda.expand_v = 2;   // d_v = 8: the low-rank width (d_v) differs from d_k, so a swapped shape would show
+  m.kda.chunk_size = 4;  // T = 6: a full and a partial chunk
+  for (bool hybrid : {false, true}) {
+    DYNAMIC_SECTION("hybrid = " << hybrid) {
+      if (hybrid) m.attn_layers = {1};
+      // h = 3e-6, not 1e-5 (as for Comba): the L2 norm of a short q is strongly curved, and in the hybrid the
+      // O(h^2) truncation error on q_conv1d reaches 5e-8 absolute at h = 1e-5. Measured there: 5.1e-6, 4.6e-7,
+      // 5.0e-8, 3.1e-9 at h = 1e-4, 3e-5, 1e-5, 3e-6 (the h^2 law down to a rounding floor of ~4e-9).
+      const auto reports = model_gradient_check(m, 3e-6);
+      // embedding, head, final norm; per KDA layer 2 norms, 16 mixer (q, k, v, f_proj.0, f_proj.1, b, A_log,
+      // dt_bias, 3 convs, g_proj.0, g_proj.1, g_proj.1.bias, o_norm, o), 3 MLP; attention layer 2 + 4 + 3.
+      REQUIRE(reports.size() == 3 + (2 + 16 + 3) + (hybrid ? 2 + 4 + 3 : 2 + 16 + 3));
+      int seen_kda = 0;
+      for (const auto& r : reports) {
+        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        CHECK(r.ok);
+        CHECK(r.checked > 0);
+        for (const char* name : {"model.layers.0.attn.f_proj.0.weight", "model.layers.0.attn.f_proj.1.weight",
+                                 "model.layers.0.attn.g_proj.1.bias", "model.layers.0.attn.dt_bias"})
+          if (r.name == name) ++seen_kda;
+      }
+      CHECK(seen_kda == 4);
+    }
+  }
+}

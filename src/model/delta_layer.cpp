@@ -4,19 +4,24 @@
 
 namespace llmt {
 
-DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, ParamStore& store, const std::string& prefix)
+DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, Gates gates, ParamStore& store,
+                       const std::string& prefix)
     : store_(store),
       c_(c),
+      gates_(gates),
       key_dim_(c.num_heads * c.head_dim),
       value_dim_(c.num_heads * c.value_dim()),
       norm_eps_(config.norm_eps),
       d_model_(config.d_model) {
   const int64_t H = c_.num_heads, D = d_model_, W = c_.conv_size;
+  // The low-rank projections of KDA have rank d_v (FLA head_v_dim, layers-delta.md 4.3); 0 = full rank.
+  const int64_t rank = gates_ == Gates::scalar ? 0 : c_.value_dim();
   const Init normal{Init::normal, config.init_std};
   wq_ = store.add(prefix + "q_proj.weight", {key_dim_, D}, ParamKind::weight, normal);
   wk_ = store.add(prefix + "k_proj.weight", {key_dim_, D}, ParamKind::weight, normal);
   wv_ = store.add(prefix + "v_proj.weight", {value_dim_, D}, ParamKind::weight, normal);
-  wa_ = store.add(prefix + "a_proj.weight", {H, D}, ParamKind::weight, normal);
+  decay_proj_.emplace(store, prefix + (gates_ == Gates::scalar ? "a_proj" : "f_proj"), D, decay_width(), rank, false,
+                      config.init_std);
   wb_ = store.add(prefix + "b_proj.weight", {H, D}, ParamKind::weight, normal);
   Init a_log{Init::log_uniform};
   a_log.lo = c_.A_min;
@@ -26,11 +31,11 @@ DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, ParamStore
   dt.lo = c_.dt_min;
   dt.hi = c_.dt_max;
   dt.floor = c_.dt_floor;
-  dt_bias_ = store.add(prefix + "dt_bias", {H}, ParamKind::ssm_param, dt);
+  dt_bias_ = store.add(prefix + "dt_bias", {decay_width()}, ParamKind::ssm_param, dt);
   conv_q_ = store.add(prefix + "q_conv1d.weight", {key_dim_, 1, W}, ParamKind::weight, normal);
   conv_k_ = store.add(prefix + "k_conv1d.weight", {key_dim_, 1, W}, ParamKind::weight, normal);
   conv_v_ = store.add(prefix + "v_conv1d.weight", {value_dim_, 1, W}, ParamKind::weight, normal);
-  wg_ = store.add(prefix + "g_proj.weight", {value_dim_, D}, ParamKind::weight, normal);
+  gate_proj_.emplace(store, prefix + "g_proj", D, value_dim_, rank, rank > 0, config.init_std);
   o_norm_ = store.add(prefix + "o_norm.weight", {c_.value_dim()}, ParamKind::norm, Init{Init::ones});
   wo_ = store.add(prefix + "o_proj.weight", {D, value_dim_}, ParamKind::weight, normal);
 }
@@ -43,7 +48,10 @@ void DeltaLayer::plan(int64_t batch, int64_t seq_len) {
   const DType dt = store_.dtype();
   for (OwnedTensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = OwnedTensor(be, dt, {rows, key_dim_});
   for (OwnedTensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = OwnedTensor(be, dt, {rows, value_dim_});
-  for (OwnedTensor* t : {&a_, &b_, &g_, &beta_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
+  for (OwnedTensor* t : {&a_, &g_}) *t = OwnedTensor(be, dt, {rows, decay_width()});
+  for (OwnedTensor* t : {&b_, &beta_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
+  decay_proj_->plan(rows);
+  gate_proj_->plan(rows);
   plan_core(rows);
 }
 
@@ -52,7 +60,10 @@ void DeltaLayer::bind_scratch(ScratchCarver& s) {
   const DType dt = store_.dtype();
   for (Tensor* t : {&dyn_, &do_, &dz_, &dvc_, &dvp_}) *t = s.take(dt, {rows, value_dim_});
   for (Tensor* t : {&dqc_, &dkc_, &dqp_, &dkp_}) *t = s.take(dt, {rows, key_dim_});
-  for (Tensor* t : {&dg_, &dbeta_, &da_, &db_}) *t = s.take(dt, {rows, H});
+  for (Tensor* t : {&dg_, &da_}) *t = s.take(dt, {rows, decay_width()});
+  for (Tensor* t : {&dbeta_, &db_}) *t = s.take(dt, {rows, H});
+  decay_proj_->bind_scratch(s, rows);
+  gate_proj_->bind_scratch(s, rows);
   bind_core_scratch(s, rows);
 }
 
@@ -67,13 +78,16 @@ void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
   be.short_conv_silu_fwd(seq3(*kp_, key_dim_), store_.param(conv_k_), seq3(*k_pre_, key_dim_), seq3(*kc_, key_dim_));
   be.short_conv_silu_fwd(seq3(*vp_, value_dim_), store_.param(conv_v_), seq3(*v_pre_, value_dim_),
                          seq3(*vc_, value_dim_));
-  // Gates (4.1 steps 2-3).
-  be.matmul(x, false, store_.param(wa_), true, *a_, false);
+  // Gates (4.1 steps 2-3; 4.3 steps 2-3).
+  decay_proj_->forward(x, *a_);
   be.matmul(x, false, store_.param(wb_), true, *b_, false);
-  be.gdn_gates_fwd(*a_, *b_, store_.param(A_log_), store_.param(dt_bias_), *g_, *beta_);
+  if (gates_ == Gates::scalar)
+    be.gdn_gates_fwd(*a_, *b_, store_.param(A_log_), store_.param(dt_bias_), *g_, *beta_);
+  else
+    be.kda_gates_fwd(*a_, *b_, store_.param(A_log_), store_.param(dt_bias_), *g_, *beta_);
   core_forward();
   // Output gate, per-head gated RMSNorm (2.3), output projection.
-  be.matmul(x, false, store_.param(wg_), true, *z_, false);
+  gate_proj_->forward(x, *z_);
   be.gated_rmsnorm_fwd(*o_, *z_, store_.param(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
   be.matmul(*yn_, false, store_.param(wo_), true, y, false);
 }
@@ -86,14 +100,16 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   be.matmul(dy, true, *yn_, false, store_.grad(wo_), true);           // dWo += dy^T yn
   be.gated_rmsnorm_bwd(dyn_, *o_, *z_, store_.param(o_norm_), *rstd_, c_.output_gate == "sigmoid", do_, dz_,
                        store_.grad(o_norm_));
-  be.matmul(dz_, true, x, false, store_.grad(wg_), true);             // dWg += dz^T x
-  be.matmul(dz_, false, store_.param(wg_), false, dx, false);         // dx = dz Wg (first term)
+  gate_proj_->backward(x, dz_, dx, false);                            // dx = dz Wg_eff (first term)
   core_backward();
   // Gates.
-  be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.param(A_log_), store_.param(dt_bias_), da_, db_,
-                   store_.grad(A_log_), store_.grad(dt_bias_));
-  be.matmul(da_, true, x, false, store_.grad(wa_), true);
-  be.matmul(da_, false, store_.param(wa_), false, dx, true);
+  if (gates_ == Gates::scalar)
+    be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.param(A_log_), store_.param(dt_bias_), da_, db_,
+                     store_.grad(A_log_), store_.grad(dt_bias_));
+  else
+    be.kda_gates_bwd(dg_, dbeta_, *a_, *b_, store_.param(A_log_), store_.param(dt_bias_), da_, db_,
+                     store_.grad(A_log_), store_.grad(dt_bias_));
+  decay_proj_->backward(x, da_, dx, true);
   be.matmul(db_, true, x, false, store_.grad(wb_), true);
   be.matmul(db_, false, store_.param(wb_), false, dx, true);
   // Convolutions and projections.
