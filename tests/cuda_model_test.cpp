@@ -1,5 +1,5 @@
 // The whole model on the CUDA backend against the CPU backend (fp32 both): loss and every
-// parameter gradient at small dims; 50 training steps track the CPU loss curve; a resumed
+// parameter gradient at small dims (a Transformer and a KDA / attention hybrid); 50 training steps track the CPU loss curve; a resumed
 // GPU run reproduces the uninterrupted one bit for bit. Label "gpu".
 #include <catch2/catch.hpp>
 
@@ -69,12 +69,11 @@ Config train_config(const fs::path& cache, const std::string& backend) {
   return parse_config(j);
 }
 
-}  // namespace
-
-TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend", "[gpu][model]") {
+/// Loss and every parameter gradient of a model of config `m` on the CUDA backend against the CPU backend.
+void check_model_matches_cpu(const ModelConfig& m) {
   auto cpu = make_cpu_backend();
   auto gpu = make_backend("cuda");
-  Model mc(small_model()), mg(small_model());
+  Model mc(m), mg(m);
   mc.allocate(*cpu, DType::f32);
   mg.allocate(*gpu, DType::f32);
   mc.params().initialize(11);
@@ -103,6 +102,23 @@ TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend",
     INFO(mc.params().infos()[i].name << ": relative L2 error " << err);
     CHECK(err < 1e-5);
   }
+}
+
+}  // namespace
+
+TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend", "[gpu][model]") {
+  check_model_matches_cpu(small_model());
+}
+
+TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradient match the CPU backend",
+          "[gpu][model][kda]") {
+  ModelConfig m = small_model();
+  m.type = "kda";
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 32;
+  m.kda.chunk_size = 64;  // T = 67: a full and a partial chunk
+  m.attn_layers = {1};    // layer 0 KDA, layer 1 softmax attention
+  check_model_matches_cpu(m);
 }
 
 TEST_CASE("cuda model: 50 training steps track the CPU loss curve; resume is bit-identical", "[gpu][trainer]") {
