@@ -1,6 +1,7 @@
 // Device helpers shared by the chunked delta-rule cores (gdn.cu, comba.cu, kda.cu; layers-delta.md §6):
 // fp32 exponentials of log-decay differences, dot products, the unit-lower-triangular inverse
-// 𝒯 = (I + A)^{-1} (§6.1 F2) and its backward (§6.5 B6), and the one-block-per-(batch, head) launch.
+// 𝒯 = (I + A)^{-1} (§6.1 F2) and its backward (§6.5 B6), the WY backward's X_U, X_W, dv (§6.5 B5), the
+// GDN/KDA kernel arguments and the one-block-per-(batch, head) launch.
 // Every element is computed by one thread in a fixed order: deterministic. Must be reached by all threads
 // of the block (they synchronise).
 #pragma once
@@ -52,6 +53,28 @@ __device__ inline void tril_inverse_bwd(const float* sT, float* sdT, float* sM1,
     sdT[idx] = s;
   }
   __syncthreads();
+}
+
+/// B5: X_U = 𝒯^T dΔ [n, V], X_W = 𝒯^T dW [n, K], and dv_r = β_r X_U,r written to dv0 + r * dv_stride (row r of
+/// the chunk in the [B, T, H, V] gradient). Ends without synchronising: the caller's next phase may read only
+/// what it does not write here.
+__device__ inline void wy_bwd_x(const float* sT, const float* dD, const float* dW, const float* beta, int n,
+                                int64_t K, int64_t V, float* XU, float* XW, float* dv0, int64_t dv_stride) {
+  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+    const int r = static_cast<int>(idx / V);
+    const int64_t j = idx % V;
+    float s = 0.0f;
+    for (int i = r; i < n; ++i) s += sT[i * n + r] * dD[i * V + j];
+    XU[idx] = s;
+    dv0[r * dv_stride + j] = beta[r] * s;
+  }
+  for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int r = static_cast<int>(idx / K);
+    const int64_t m = idx % K;
+    float s = 0.0f;
+    for (int i = r; i < n; ++i) s += sT[i * n + r] * dW[i * K + m];
+    XW[idx] = s;
+  }
 }
 
 /// Arguments of a GDN or KDA chunked-core kernel: q, k [B, T, H, K]; v, o, d_o [B, T, H, V]; g [B, T, H] (GDN)

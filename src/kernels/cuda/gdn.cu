@@ -242,21 +242,7 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_chunk_bwd_kernel(GdnArgs a) {
     __syncthreads();
 
     // B5: X_U = 𝒯^T dΔ, X_W = 𝒯^T dW; dv = diag(β) X_U.
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sT[i * n + r] * dD[i * V + j];
-      XU[idx] = s;
-      a.dv[hv.tok(c0 + r) * V + j] = beta[r] * s;
-    }
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sT[i * n + r] * dW[i * K + m];
-      XW[idx] = s;
-    }
+    delta::wy_bwd_x(sT, dD, dW, beta, n, K, V, XU, XW, a.dv + hv.tok(c0) * V, a.H * V);
     // B6 (d𝒯, into sA: A is no longer needed): d𝒯_ir = β_r (dΔ_i·v_r + e^{Γ_r} dW_i·k_r) for r <= i.
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
       const int i = idx / n, r = idx % n;
