@@ -447,6 +447,33 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(c.resolved["model"]["comba"]["init"]["decay"] == 1.0);
     CHECK(c.resolved["model"]["comba"]["init"]["dt_floor"] == 1e-4);
   }
+  SECTION("a kda model reads model.kda with KDA's defaults (layers-delta.md 3.2-3.3, 4.3)") {
+    json j = valid_config();
+    j["model"]["type"] = "kda";
+    j["model"].erase("attn");
+    j["model"]["kda"] = {{"num_heads", 8}, {"head_dim", 128}};
+    const llmt::Config c = llmt::parse_config(j);
+    const llmt::KdaConfig& kc = c.model.kda;
+    CHECK(kc.expand_v == 1);
+    CHECK(kc.value_dim() == 128);
+    CHECK(kc.conv_size == 4);
+    CHECK(kc.chunk_size == 64);
+    CHECK(kc.output_gate == "sigmoid");
+    CHECK(kc.A_min == 1.0);
+    CHECK(kc.A_max == 16.0);
+    CHECK(kc.dt_min == 1e-3);
+    CHECK(kc.dt_max == 0.1);
+    CHECK(c.resolved["model"]["kda"]["init"]["A_range"] == json::array({1.0, 16.0}));
+    CHECK(c.resolved["model"]["kda"]["expand_v"] == 1);
+    CHECK(c.model.mixer_of(0) == "kda");
+  }
+  SECTION("Comba-only keys are not KDA keys") {
+    json j = valid_config();
+    j["model"]["type"] = "kda";
+    j["model"].erase("attn");
+    j["model"]["kda"] = {{"num_heads", 8}, {"head_dim", 128}, {"correction_factor", 1.0}};
+    CHECK_THAT(parse_error(j), Contains("model.kda.correction_factor"));
+  }
   SECTION("model.comba switches and init values are read") {
     json j = valid_config();
     j["model"]["type"] = "comba";
@@ -490,6 +517,8 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK_THAT(parse_error(j), Contains("model.gdn"));
     j["model"]["type"] = "comba";
     CHECK_THAT(parse_error(j), Contains("model.comba"));
+    j["model"]["type"] = "kda";
+    CHECK_THAT(parse_error(j), Contains("model.kda"));
   }
 }
 

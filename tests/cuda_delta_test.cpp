@@ -1,10 +1,10 @@
-// The CUDA backend's delta-rule ops (short conv + SiLU, L2 norm, gated RMSNorm, GDN gates, the
-// chunked GDN core, the Comba gates and the chunked Comba core) against the CPU reference
+// The CUDA backend's delta-rule ops (short conv + SiLU, L2 norm, gated RMSNorm, GDN and KDA gates, the
+// chunked GDN core, the Comba gates, the chunked Comba core and the chunked KDA core) against the CPU reference
 // backend: each op runs through make_backend("cuda") and make_cpu_backend() on the same fresh
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
 // ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with
-// every output finite. The ops that reduce (dw, dA_log, ddt_bias, ddecay, dD, and the GDN and
-// Comba backwards) must give bit-identical results when run twice.
+// every output finite. The ops that reduce (dw, dA_log, ddt_bias, ddecay, dD, and the GDN, Comba
+// and KDA backwards) must give bit-identical results when run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -127,77 +127,100 @@ TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, determini
   }
 }
 
-TEST_CASE("cuda delta: GDN gates forward and backward, deterministic dA_log and ddt_bias", "[cuda][delta]") {
-  const int64_t rows = 2 * 300, H = 3;
-  Pair a = both(randn(rows * H, 31, 3.0), {rows, H}), b = both(randn(rows * H, 32, 2.0), {rows, H});
-  Pair A_log = both(randn(H, 33, 0.5), {H}), dt_bias = both(randn(H, 34), {H});
-  Pair g = both(randn(rows * H, 35), {rows, H}), beta = both(randn(rows * H, 36), {rows, H});
-  gpu().gdn_gates_fwd(*a.g, *b.g, *A_log.g, *dt_bias.g, *g.g, *beta.g);
-  cpu().gdn_gates_fwd(*a.c, *b.c, *A_log.c, *dt_bias.c, *g.c, *beta.c);
-  require_close(g, "gates g");
-  require_close(beta, "gates beta");
-  Pair dg = both(randn(rows * H, 37), {rows, H}), dbeta = both(randn(rows * H, 38), {rows, H});
-  Pair da = both(randn(rows * H, 39), {rows, H}), db = both(randn(rows * H, 40), {rows, H});
-  const auto dA0 = randn(H, 41), ddt0 = randn(H, 42);
-  Pair dA_log = both(dA0, {H}), ddt_bias = both(ddt0, {H});
-  gpu().gdn_gates_bwd(*dg.g, *dbeta.g, *a.g, *b.g, *A_log.g, *dt_bias.g, *da.g, *db.g, *dA_log.g, *ddt_bias.g);
-  cpu().gdn_gates_bwd(*dg.c, *dbeta.c, *a.c, *b.c, *A_log.c, *dt_bias.c, *da.c, *db.c, *dA_log.c, *ddt_bias.c);
-  require_close(da, "gates da");
-  require_close(db, "gates db");
-  require_close(dA_log, "gates dA_log");
-  require_close(ddt_bias, "gates ddt_bias");
+namespace {
+
+// One decay-gates case: dim = 1 through gdn_gates_*, dim = d_k through kda_gates_* (per-channel a and dt_bias,
+// A_log per head), forward and backward against the CPU, then the backward once more, bit-identical.
+void check_gates(int64_t dim, bool kda) {
+  const int64_t rows = 2 * 300, H = 3, n = rows * H * dim;
+  const std::string tag = std::string(kda ? "kda" : "gdn") + " gates dim=" + std::to_string(dim);
+  INFO(tag);
+  const auto fwd = kda ? &Backend::kda_gates_fwd : &Backend::gdn_gates_fwd;
+  const auto bwd = kda ? &Backend::kda_gates_bwd : &Backend::gdn_gates_bwd;
+  Pair a = both(randn(n, 31, 3.0), {rows, H * dim}), b = both(randn(rows * H, 32, 2.0), {rows, H});
+  Pair A_log = both(randn(H, 33, 0.5), {H}), dt_bias = both(randn(H * dim, 34), {H * dim});
+  Pair g = both(randn(n, 35), {rows, H * dim}), beta = both(randn(rows * H, 36), {rows, H});
+  (gpu().*fwd)(*a.g, *b.g, *A_log.g, *dt_bias.g, *g.g, *beta.g);
+  (cpu().*fwd)(*a.c, *b.c, *A_log.c, *dt_bias.c, *g.c, *beta.c);
+  require_close(g, tag + " g");
+  require_close(beta, tag + " beta");
+  Pair dg = both(randn(n, 37), {rows, H * dim}), dbeta = both(randn(rows * H, 38), {rows, H});
+  Pair da = both(randn(n, 39), {rows, H * dim}), db = both(randn(rows * H, 40), {rows, H});
+  const auto dA0 = randn(H, 41), ddt0 = randn(H * dim, 42);
+  Pair dA_log = both(dA0, {H}), ddt_bias = both(ddt0, {H * dim});
+  (gpu().*bwd)(*dg.g, *dbeta.g, *a.g, *b.g, *A_log.g, *dt_bias.g, *da.g, *db.g, *dA_log.g, *ddt_bias.g);
+  (cpu().*bwd)(*dg.c, *dbeta.c, *a.c, *b.c, *A_log.c, *dt_bias.c, *da.c, *db.c, *dA_log.c, *ddt_bias.c);
+  require_close(da, tag + " da");
+  require_close(db, tag + " db");
+  require_close(dA_log, tag + " dA_log");
+  require_close(ddt_bias, tag + " ddt_bias");
   const auto first_A = get(gpu(), *dA_log.g), first_dt = get(gpu(), *ddt_bias.g);
   gpu().upload(dA0.data(), *dA_log.g);
   gpu().upload(ddt0.data(), *ddt_bias.g);
-  gpu().gdn_gates_bwd(*dg.g, *dbeta.g, *a.g, *b.g, *A_log.g, *dt_bias.g, *da.g, *db.g, *dA_log.g, *ddt_bias.g);
-  require_bit_identical(first_A, get(gpu(), *dA_log.g), "gates dA_log");
-  require_bit_identical(first_dt, get(gpu(), *ddt_bias.g), "gates ddt_bias");
+  (gpu().*bwd)(*dg.g, *dbeta.g, *a.g, *b.g, *A_log.g, *dt_bias.g, *da.g, *db.g, *dA_log.g, *ddt_bias.g);
+  require_bit_identical(first_A, get(gpu(), *dA_log.g), tag + " dA_log");
+  require_bit_identical(first_dt, get(gpu(), *ddt_bias.g), tag + " ddt_bias");
+}
+
+}  // namespace
+
+TEST_CASE("cuda delta: GDN gates forward and backward, deterministic dA_log and ddt_bias", "[cuda][delta]") {
+  check_gates(1, false);
+}
+
+TEST_CASE("cuda delta: KDA channel-wise gates forward and backward, deterministic dA_log and ddt_bias",
+          "[cuda][delta][kda]") {
+  for (const int64_t dim : {1, 16, 128}) check_gates(dim, true);
 }
 
 namespace {
 
-// One GDN core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then
-// the backward once more on the GPU, bit-identical.
-void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed) {
-  const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+// One GDN core case (kda: the KDA core, g per key channel [B, T, H, K], through kda_chunk_*): forward o and
+// backward dq, dk, dv, dg, dbeta against the CPU reference, then the backward once more on the GPU, bit-identical.
+void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
+               bool kda = false) {
+  const std::string tag = std::string(kda ? "kda" : "gdn") + " B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                           " K=" + std::to_string(K) + " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) +
                           " g in [" + std::to_string(g_lo) + ", 0)";
   INFO(tag);
-  const int64_t nk = B * T * H * K, nv = B * T * H * V, ng = B * T * H;
+  const int64_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = nb * (kda ? K : 1);
+  const auto gate_pair = [&](const std::vector<float>& x) { return kda ? both(x, {B, T, H, K}) : both(x, {B, T, H}); };
+  const auto fwd = kda ? &Backend::kda_chunk_fwd : &Backend::gdn_chunk_fwd;
+  const auto bwd = kda ? &Backend::kda_chunk_bwd : &Backend::gdn_chunk_bwd;
   Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
   Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
   Pair v = both(randn(nv, seed + 3), {B, T, H, V});
-  Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
-  Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
+  Pair g = gate_pair(uniform(ng, seed + 4, g_lo, 0.0));
+  Pair beta = both(sigmoid_of(randn(nb, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
-  gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *g.g, *beta.g, chunk, *o.g);
-  cpu().gdn_chunk_fwd(*q.c, *k.c, *v.c, *g.c, *beta.c, chunk, *o.c);
-  require_close(o, "gdn o " + tag);
+  (gpu().*fwd)(*q.g, *k.g, *v.g, *g.g, *beta.g, chunk, *o.g);
+  (cpu().*fwd)(*q.c, *k.c, *v.c, *g.c, *beta.c, chunk, *o.c);
+  require_close(o, "o " + tag);
 
   Pair d_o = both(randn(nv, seed + 7), {B, T, H, V});
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
-  Pair dg = both(randn(ng, seed + 11), {B, T, H}), dbeta = both(randn(ng, seed + 12), {B, T, H});
-  gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
-  cpu().gdn_chunk_bwd(*q.c, *k.c, *v.c, *g.c, *beta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dg.c, *dbeta.c);
-  require_close(dq, "gdn dq " + tag);
-  require_close(dk, "gdn dk " + tag);
-  require_close(dv, "gdn dv " + tag);
+  Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
+  (gpu().*bwd)(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
+  (cpu().*bwd)(*q.c, *k.c, *v.c, *g.c, *beta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dg.c, *dbeta.c);
+  require_close(dq, "dq " + tag);
+  require_close(dk, "dk " + tag);
+  require_close(dv, "dv " + tag);
   // With T = 1 and no initial state dg is exactly 0 (the decay acts on a zero state), while
   // the GPU's chunk formula leaves fp32 cancellation residue of ~1e-9. Measure dg's error
   // against the size of its sibling per-token gradient dbeta instead of against zero.
   double dbeta_scale = 0;
   for (float x : get(cpu(), *dbeta.c)) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
-  require_close(dg, "gdn dg " + tag, kTol, dbeta_scale);
-  require_close(dbeta, "gdn dbeta " + tag);
+  require_close(dg, "dg " + tag, kTol, dbeta_scale);
+  require_close(dbeta, "dbeta " + tag);
 
   std::vector<std::vector<float>> first;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) first.push_back(get(gpu(), *p->g));
-  gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
+  (gpu().*bwd)(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
   const char* names[] = {"dq", "dk", "dv", "dg", "dbeta"};
   size_t i = 0;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) {
-    require_bit_identical(first[i], get(gpu(), *p->g), std::string("gdn ") + names[i] + " " + tag);
+    require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + " " + tag);
     ++i;
   }
 }
@@ -349,4 +372,33 @@ TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", 
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
   REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*q.g, *q.g, *v.g, *q.g, *g.g, *beta.g, 128, *o.g),
                       Catch::Contains("chunk_size"));
+}
+
+TEST_CASE("cuda delta: KDA chunked core forward and backward, deterministic", "[cuda][delta][kda]") {
+  uint64_t seed = 5000;
+  for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
+    for (const int64_t T : {1, 63, 64, 65, 200})
+      for (const int64_t chunk : {16, 64})
+        for (const double g_lo : {-5.0, -0.05}) {
+          check_gdn(2, T, 3, kv.first, kv.second, chunk, g_lo, seed, true);
+          seed += 20;
+        }
+}
+
+TEST_CASE("cuda delta: KDA chunked core at the model's head size, K = V = 128, with strong decay", "[cuda][delta][kda]") {
+  // g down to -20 per channel (layers-delta.md 11.2): e^{Γ} underflows inside a chunk; the kernel must form
+  // e^{Γ_r - Γ_j} directly (never e^{Γ_r} e^{-Γ_j}, which overflows) to match the CPU.
+  check_gdn(1, 130, 2, 128, 128, 64, -20.0, 6000, true);
+  check_gdn(1, 130, 2, 128, 128, 64, -0.01, 6100, true);
+}
+
+TEST_CASE("cuda delta: KDA chunked core, long sequence T = 4096", "[cuda][delta][kda]") {
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, true);
+}
+
+TEST_CASE("cuda delta: KDA core refuses chunk_size above the kernel's limit", "[cuda][delta][kda]") {
+  Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
+  Pair g = both(uniform(2 * 8 * 4, 3, -1.0, 0.0), {1, 8, 2, 4}), beta = both(randn(16, 4), {1, 8, 2});
+  Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
+  REQUIRE_THROWS_WITH(gpu().kda_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, *o.g), Catch::Contains("chunk_size"));
 }

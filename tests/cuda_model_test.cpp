@@ -1,7 +1,7 @@
 // The whole model on the CUDA backend against the CPU backend (fp32): loss and every parameter
-// gradient at small dims, with the GPU in fp32 and in bf16 (train.precision); 50 training
-// steps in either precision track the CPU loss curve; a resumed bf16 GPU run reproduces the
-// uninterrupted one bit for bit. Label "gpu".
+// gradient at small dims (a Transformer and a KDA / attention hybrid), with the GPU in fp32 and
+// in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
+// resumed bf16 GPU run reproduces the uninterrupted one bit for bit. Label "gpu".
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -70,19 +70,18 @@ Config train_config(const fs::path& cache, const std::string& backend, const std
   return parse_config(j);
 }
 
-}  // namespace
-
-// fp32: every op agrees to ~1e-5 (cuda_ops_test), so the loss and gradients do too. bf16:
-// activations and weights are rounded to 8 significant bits (2^-9 = 2e-3 relative per
-// rounding) at every matrix-product input; the loss, a mean over 201 rows, is expected within
-// 1e-2 relative and each gradient within 5e-2 relative L2 (tolerances fixed before measuring).
-TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend, fp32 and bf16", "[gpu][model]") {
-  const bool bf16 = GENERATE(false, true);
+/// Loss and every parameter gradient of a model of config `m` on the CUDA backend (computing in
+/// fp32 or bf16) against the CPU backend. fp32: every op agrees to ~1e-5 (cuda_ops_test), so the
+/// loss and gradients do too. bf16: activations and weights are rounded to 8 significant bits
+/// (2^-9 = 2e-3 relative per rounding) at every matrix-product input; the loss, a mean over 201
+/// rows, is expected within 1e-2 relative and each gradient within 5e-2 relative L2 (tolerances
+/// fixed before measuring).
+void check_model_matches_cpu(const ModelConfig& m, bool bf16) {
   const double loss_tol = bf16 ? 1e-2 : 1e-5, grad_tol = bf16 ? 5e-2 : 1e-5;
   INFO("precision " << (bf16 ? "bf16" : "fp32"));
   auto cpu = make_cpu_backend();
   auto gpu = make_backend("cuda");
-  Model mc(small_model()), mg(small_model());
+  Model mc(m), mg(m);
   mc.allocate(*cpu, DType::f32);
   mg.allocate(*gpu, DType::f32, bf16 ? DType::bf16 : DType::f32);
   mc.params().initialize(11);
@@ -111,6 +110,23 @@ TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend, 
     INFO(mc.params().infos()[i].name << ": relative L2 error " << err);
     CHECK(err < grad_tol);
   }
+}
+
+}  // namespace
+
+TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend, fp32 and bf16", "[gpu][model]") {
+  check_model_matches_cpu(small_model(), GENERATE(false, true));
+}
+
+TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradient match the CPU backend",
+          "[gpu][model][kda]") {
+  ModelConfig m = small_model();
+  m.type = "kda";
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 32;
+  m.kda.chunk_size = 64;  // T = 67: a full and a partial chunk
+  m.attn_layers = {1};    // layer 0 KDA, layer 1 softmax attention
+  check_model_matches_cpu(m, GENERATE(false, true));
 }
 
 TEST_CASE("cuda model: 50 training steps track the CPU loss curve; resume is bit-identical", "[gpu][trainer]") {

@@ -1,4 +1,4 @@
-// Building blocks of the Gated DeltaNet / Comba / KDA / MDN layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3):
+// Building blocks of the Gated DeltaNet / Comba / KDA / MDN layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3, §4.3 step 2):
 // hand-computed forwards, float64 central finite-difference checks of every gradient (scalar loss
 // L = sum(out * R) with a fixed random R), overwrite / accumulate semantics, short-conv causality,
 // softplus at large |a|, and float-vs-double agreement.
@@ -103,6 +103,7 @@ GatedGrads gated_bwd(const Vec& dy, const Vec& o, const Vec& z, const Vec& w, co
 struct GatesIn {
   Vec a, b, A_log, dt_bias;
   int64_t rows, heads;
+  int64_t dim = 1;  // decay channels per head: 1 for GDN, d_k for KDA
 };
 struct GatesOut {
   Vec g, beta;
@@ -110,8 +111,9 @@ struct GatesOut {
 template <typename T>
 GatesOut gates_fwd(const GatesIn& in) {
   auto at = cast<T>(in.a), bt = cast<T>(in.b), At = cast<T>(in.A_log), dt = cast<T>(in.dt_bias);
-  std::vector<T> g(in.a.size()), beta(in.a.size());
-  llmt::cpu::gdn_gates_fwd(at.data(), bt.data(), At.data(), dt.data(), in.rows, in.heads, g.data(), beta.data());
+  std::vector<T> g(in.a.size()), beta(in.b.size());
+  llmt::cpu::delta_gates_fwd(at.data(), bt.data(), At.data(), dt.data(), in.rows, in.heads, in.dim, g.data(),
+                             beta.data());
   return {widen(g), widen(beta)};
 }
 struct GatesGrads {
@@ -122,10 +124,10 @@ template <typename T>
 GatesGrads gates_bwd(const Vec& dg, const Vec& dbeta, const GatesIn& in, const Vec& dA_in, const Vec& ddt_in) {
   auto dgt = cast<T>(dg), dbt = cast<T>(dbeta), at = cast<T>(in.a), bt = cast<T>(in.b), At = cast<T>(in.A_log),
        dt = cast<T>(in.dt_bias);
-  auto da = cast<T>(randn(in.a.size(), 904)), db = cast<T>(randn(in.a.size(), 905));
+  auto da = cast<T>(randn(in.a.size(), 904)), db = cast<T>(randn(in.b.size(), 905));
   auto dA = cast<T>(dA_in), ddt = cast<T>(ddt_in);
-  llmt::cpu::gdn_gates_bwd(dgt.data(), dbt.data(), at.data(), bt.data(), At.data(), dt.data(), in.rows, in.heads,
-                           da.data(), db.data(), dA.data(), ddt.data());
+  llmt::cpu::delta_gates_bwd(dgt.data(), dbt.data(), at.data(), bt.data(), At.data(), dt.data(), in.rows, in.heads,
+                             in.dim, da.data(), db.data(), dA.data(), ddt.data());
   return {widen(da), widen(db), widen(dA), widen(ddt)};
 }
 
@@ -322,12 +324,14 @@ TEST_CASE("gdn_gates: softplus at large |a| does not overflow, float and double"
   CHECK(ff.g[1] == Approx(-std::exp(-50.0)).epsilon(1e-6));
 }
 
-TEST_CASE("gdn_gates: finite-difference gradients; da, db overwritten, dA_log, ddt_bias accumulated; float",
-          "[delta_blocks][gdn_gates]") {
-  const int64_t rows = 5, heads = 3;
-  const size_t n = static_cast<size_t>(rows * heads), nh = static_cast<size_t>(heads);
-  const GatesIn in{randn(n, 60), randn(n, 61), randn(nh, 62), randn(nh, 63), rows, heads};
-  const Vec Rg = randn(n, 64), Rb = randn(n, 65), dA0 = randn(nh, 66), ddt0 = randn(nh, 67);
+namespace {
+
+// Finite-difference check of the decay gates with `dim` channels per head (1: GDN, > 1: KDA): da, db
+// overwritten, dA_log, ddt_bias accumulated; float agrees with double.
+void check_gates_fd(int64_t rows, int64_t heads, int64_t dim, const char* name) {
+  const size_t n = static_cast<size_t>(rows * heads), nh = static_cast<size_t>(heads), nc = n * dim;
+  const GatesIn in{randn(nc, 60), randn(n, 61), randn(nh, 62), randn(nh * dim, 63), rows, heads, dim};
+  const Vec Rg = randn(nc, 64), Rb = randn(n, 65), dA0 = randn(nh, 66), ddt0 = randn(nh * dim, 67);
   const GatesGrads g = gates_bwd<double>(Rg, Rb, in, dA0, ddt0);
   auto loss = [&](const GatesIn& p) {
     const GatesOut f = gates_fwd<double>(p);
@@ -345,7 +349,7 @@ TEST_CASE("gdn_gates: finite-difference gradients; da, db overwritten, dA_log, d
   const double ea = rel_err(g.da, fd(&GatesIn::a)), eb = rel_err(g.db, fd(&GatesIn::b)),
                eA = rel_err(minus(g.dA_log, dA0), fd(&GatesIn::A_log)),
                edt = rel_err(minus(g.ddt_bias, ddt0), fd(&GatesIn::dt_bias));
-  std::printf("gdn_gates fd: da %.3g db %.3g dA_log %.3g ddt_bias %.3g\n", ea, eb, eA, edt);
+  std::printf("%s fd: da %.3g db %.3g dA_log %.3g ddt_bias %.3g\n", name, ea, eb, eA, edt);
   CHECK(ea < kFdTol);
   CHECK(eb < kFdTol);
   CHECK(eA < kFdTol);
@@ -359,4 +363,40 @@ TEST_CASE("gdn_gates: finite-difference gradients; da, db overwritten, dA_log, d
   CHECK(rel_err(gf.db, g.db) < kF32Tol);
   CHECK(rel_err(gf.dA_log, g.dA_log) < kF32Tol);
   CHECK(rel_err(gf.ddt_bias, g.ddt_bias) < kF32Tol);
+}
+
+}  // namespace
+
+TEST_CASE("gdn_gates: finite-difference gradients; da, db overwritten, dA_log, ddt_bias accumulated; float",
+          "[delta_blocks][gdn_gates]") {
+  check_gates_fd(5, 3, 1, "gdn_gates");
+}
+
+// ---------------------------------------------------------------- KDA gates (per key channel)
+
+TEST_CASE("kda_gates: hand-computed channel-wise gates and gradients", "[delta_blocks][kda_gates]") {
+  // One token, one head, d_k = 2: A_log = ln 2 (shared by the channels), dt_bias = (0.5, -1) (per channel),
+  // f = (ln 3 - 0.5, 1): u = (ln 3, 0), softplus(u) = (ln 4, ln 2), g = -2 (ln 4, ln 2); b = ln 3: beta = 3/4.
+  // Backward with dg = (1, 2), dbeta = 4: df = dg (-2 sigma(u)) = (-2 * 3/4, 2 * -2 * 1/2) = (-1.5, -2);
+  // dA_log = Σ_c dg_c g_c = -4 ln 2 - 4 ln 2 = -8 ln 2; ddt_bias = df = (-1.5, -2); db = 4 * 3/4 * 1/4 = 0.75.
+  const double ln2 = std::log(2.0), ln3 = std::log(3.0);
+  const GatesIn in{{ln3 - 0.5, 1.0}, {ln3}, {ln2}, {0.5, -1.0}, 1, 1, 2};
+  const GatesOut f = gates_fwd<double>(in);
+  REQUIRE(f.g.size() == 2);
+  REQUIRE(f.beta.size() == 1);
+  CHECK(f.g[0] == Approx(-4.0 * ln2).epsilon(1e-15));
+  CHECK(f.g[1] == Approx(-2.0 * ln2).epsilon(1e-15));
+  CHECK(f.beta[0] == Approx(0.75).epsilon(1e-15));
+  const GatesGrads g = gates_bwd<double>({1.0, 2.0}, {4.0}, in, {0.0}, {0.0, 0.0});
+  CHECK(g.da[0] == Approx(-1.5).epsilon(1e-15));
+  CHECK(g.da[1] == Approx(-2.0).epsilon(1e-15));
+  CHECK(g.dA_log[0] == Approx(-8.0 * ln2).epsilon(1e-15));
+  CHECK(g.ddt_bias[0] == Approx(-1.5).epsilon(1e-15));
+  CHECK(g.ddt_bias[1] == Approx(-2.0).epsilon(1e-15));
+  CHECK(g.db[0] == Approx(0.75).epsilon(1e-15));
+}
+
+TEST_CASE("kda_gates: finite-difference gradients; df, db overwritten, dA_log, ddt_bias accumulated; float",
+          "[delta_blocks][kda_gates]") {
+  check_gates_fd(5, 3, 4, "kda_gates");
 }

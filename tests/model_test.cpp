@@ -2,6 +2,7 @@
 // parameter, gradient accumulation, ignored targets, and the parameter registry.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -214,4 +215,75 @@ TEST_CASE("model: parameter names follow the flash-linear-attention layout", "[m
   // 11*8 embedding + 2 * (2*8 + 4*8*8 + 3*8*12) + 8 + 11*8 head
   CHECK(model.counts().total == 88 + 2 * (16 + 256 + 288) + 8 + 88);
   CHECK(model.counts().non_embedding == 2 * (16 + 256 + 288) + 8);
+}
+
+TEST_CASE("model: float64 finite-difference gradients of a KDA model and a KDA / attention hybrid", "[model][kda]") {
+  ModelConfig m = tiny(false);
+  m.type = "kda";
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 4;
+  m.kda.expand_v = 2;   // d_v = 8: the low-rank width (d_v) differs from d_k, so a swapped shape would show
+  m.kda.chunk_size = 4;  // T = 6: a full and a partial chunk
+  for (bool hybrid : {false, true}) {
+    DYNAMIC_SECTION("hybrid = " << hybrid) {
+      if (hybrid) m.attn_layers = {1};
+      // h = 3e-6, not 1e-5 (as for Comba): the L2 norm of a short q is strongly curved, and in the hybrid the
+      // O(h^2) truncation error on q_conv1d reaches 5e-8 absolute at h = 1e-5. Measured there: 5.1e-6, 4.6e-7,
+      // 5.0e-8, 3.1e-9 at h = 1e-4, 3e-5, 1e-5, 3e-6 (the h^2 law down to a rounding floor of ~4e-9).
+      const auto reports = model_gradient_check(m, 3e-6);
+      // embedding, head, final norm; per KDA layer 2 norms, 16 mixer (q, k, v, f_proj.0, f_proj.1, b, A_log,
+      // dt_bias, 3 convs, g_proj.0, g_proj.1, g_proj.1.bias, o_norm, o), 3 MLP; attention layer 2 + 4 + 3.
+      REQUIRE(reports.size() == 3 + (2 + 16 + 3) + (hybrid ? 2 + 4 + 3 : 2 + 16 + 3));
+      int seen_kda = 0;
+      for (const auto& r : reports) {
+        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        CHECK(r.ok);
+        CHECK(r.checked > 0);
+        for (const char* name : {"model.layers.0.attn.f_proj.0.weight", "model.layers.0.attn.f_proj.1.weight",
+                                 "model.layers.0.attn.g_proj.1.bias", "model.layers.0.attn.dt_bias"})
+          if (r.name == name) ++seen_kda;
+      }
+      CHECK(seen_kda == 4);
+    }
+  }
+}
+
+TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk size (chunked = recurrent)",
+          "[model][kda]") {
+  // chunk_size 1 is the token-by-token recurrence (each chunk: 𝒯 = I, Δ = β (v - S̄^T k)); 3 leaves a partial
+  // last chunk at T = 7; 64 puts the whole sequence in one chunk. Float64: equal up to rounding.
+  ModelConfig m = tiny(false);
+  m.type = "kda";
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 4;
+  m.kda.expand_v = 2;
+  auto be = make_cpu_backend();
+  const int64_t B = 2, T = 7;
+  const auto inputs = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 11);
+  const auto targets = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 12);
+  std::vector<double> losses;
+  std::vector<std::vector<double>> grads;
+  for (const int64_t chunk : {1, 3, 64}) {
+    m.kda.chunk_size = chunk;
+    Model model(m);
+    model.allocate(*be, DType::f64);
+    model.params().initialize(5);
+    model.plan(B, T);
+    be->fill_zero(model.params().flat_grads());
+    losses.push_back(model.forward(inputs.data(), targets.data(), true, 1.0));
+    model.backward();
+    const Tensor g = model.params().flat_grads();
+    grads.emplace_back(g.as<double>(), g.as<double>() + g.numel());
+  }
+  for (size_t i = 1; i < losses.size(); ++i) {
+    CHECK(std::abs(losses[i] - losses[0]) < 1e-12 * std::abs(losses[0]));
+    double err = 0, scale = 0;
+    for (size_t j = 0; j < grads[0].size(); ++j) {
+      err = std::max(err, std::abs(grads[i][j] - grads[0][j]));
+      scale = std::max(scale, std::abs(grads[0][j]));
+    }
+    INFO("chunk variant " << i << ": max |dgrad| " << err << " of max |grad| " << scale);
+    CHECK(scale > 0);
+    CHECK(err < 1e-10 * scale);
+  }
 }

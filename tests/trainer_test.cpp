@@ -183,3 +183,18 @@ TEST_CASE("trainer: a Comba model trains on the bundled text", "[trainer][comba]
   // so their loss measures learning without sampling noise.
   CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>() - 0.02);
 }
+
+TEST_CASE("trainer: a KDA model trains on the bundled text", "[trainer][kda]") {
+  const TempDir tmp;
+  nlohmann::json j = tiny_config(tmp.path / "cache").resolved;
+  j["model"].erase("attn");
+  j["model"]["type"] = "kda";
+  j["model"]["kda"] = {{"num_heads", 2}, {"head_dim", 8}, {"chunk_size", 8}};
+  Trainer trainer(parse_config(j), (tmp.path / "run").string(), false);
+  trainer.run();
+  const auto m = read_metrics(tmp.path / "run");
+  REQUIRE(m.size() == 11);
+  // 64-token batches make single-step training losses noisy; the validation windows are fixed,
+  // so their loss measures learning without sampling noise.
+  CHECK(m.back()["val_loss"].get<double>() < m[0]["val_loss"].get<double>() - 0.02);
+}

@@ -30,6 +30,10 @@ ModelConfig tiny_model() {
   m.comba.num_heads = 2;
   m.comba.head_dim = 4;
   m.comba.chunk_size = 4;
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 4;
+  m.kda.expand_v = 2;  // d_v = 8 != d_k: the low-rank width d_v and the key channels are told apart
+  m.kda.chunk_size = 4;
   m.init_std = 0.5;  // large enough that every path of the layer matters in the check
   return m;
 }

@@ -50,6 +50,23 @@ void Backend::gdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const T
                             const Tensor&) {
   missing(*this, "gdn_chunk_bwd");
 }
+void Backend::kda_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) {
+  missing(*this, "kda_gates_fwd");
+}
+void Backend::kda_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "kda_gates_bwd");
+}
+void Backend::kda_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                            const Tensor&) {
+  missing(*this, "kda_chunk_fwd");
+}
+void Backend::kda_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) {
+  missing(*this, "kda_chunk_bwd");
+}
 void Backend::comba_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const Tensor&) {
   missing(*this, "comba_gates_fwd");

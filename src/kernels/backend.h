@@ -104,7 +104,7 @@ class Backend {
   virtual int64_t head_chunk_rows() const { return 256; }
 
   // ---- delta-rule layers (GDN, Comba, KDA, MDN) ----
-  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba}.h. A backend
+  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba,kda}.h. A backend
   // that does not implement one yet throws llmt::Error naming the op and itself.
 
   /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated.
@@ -133,6 +133,22 @@ class Backend {
   virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              int64_t chunk_size, const Tensor& o);
   virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
+  /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):
+  /// f, g [rows, H * K]; b, beta [rows, H]; A_log [H]; dt_bias [H * K]; g = -exp(A_log_h) softplus(f + dt_bias),
+  /// beta = sigmoid(b). df, db overwritten; dA_log, ddt_bias accumulated.
+  virtual void kda_gates_fwd(const Tensor& f, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                             const Tensor& g, const Tensor& beta);
+  virtual void kda_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& f, const Tensor& b,
+                             const Tensor& A_log, const Tensor& dt_bias, const Tensor& df, const Tensor& db,
+                             const Tensor& dA_log, const Tensor& ddt_bias);
+  /// KDA core, chunked (zero initial state; layers-delta.md §4.3, §6.1, §6.5): q = q̂, k = k̂, g (per-channel
+  /// log-decay) [B, T, H, K]; v, o [B, T, H, V]; beta [B, T, H]. Recurrence S̄_t = Diag(e^{g_t}) S_{t-1},
+  /// δ_t = β_t (v_t - S̄_t^T k̂_t), S_t = S̄_t + k̂_t δ_t^T, o_t = S_t^T q̂_t. Gradients dq, dk, dv, dg, dbeta overwritten.
+  virtual void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             int64_t chunk_size, const Tensor& o);
+  virtual void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                              const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
   /// Comba inner decay + output correction before the L2 norm (layers-delta.md §4.2 steps 2-3), per head h:

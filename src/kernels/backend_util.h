@@ -35,6 +35,43 @@ inline GemmDims matmul_dims(const Tensor& a, bool trans_a, const Tensor& b, bool
   return {M, N, K};
 }
 
+/// The sizes of a decay-gate call (gdn_gates_*, kda_gates_*; cpu/delta_gates.h): a [rows, H * dim],
+/// b [rows, H], A_log [H], dt_bias [H * dim], one dtype; g must match a and beta must match b.
+/// Throws llmt::Error naming `op` and the shapes otherwise.
+struct GateDims {
+  int64_t rows, heads, dim;
+};
+inline GateDims gate_dims(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                          const Tensor& g, const Tensor& beta, const char* op) {
+  const int64_t heads = A_log.numel(), dim = heads > 0 ? dt_bias.numel() / heads : 0;
+  const int64_t rows = heads > 0 ? b.numel() / heads : 0;
+  check(heads > 0 && dim > 0 && dt_bias.numel() == heads * dim && b.numel() == rows * heads &&
+            a.numel() == rows * heads * dim,
+        "{}: a must be [rows, H * dim], b [rows, H], A_log [H], dt_bias [H * dim]; got a {} b {} A_log {} dt_bias {}",
+        op, a.shape_str(), b.shape_str(), A_log.shape_str(), dt_bias.shape_str());
+  for (const Tensor* t : {&A_log, &dt_bias, &b}) check(t->dtype == a.dtype, "{}: dtype mismatch", op);
+  check_same(a, g, op);
+  check_same(b, beta, op);
+  return {rows, heads, dim};
+}
+
+/// The sizes of a delta-rule core call (gdn_*, comba_*, kda_chunk_*): q [B, T, H, K], v [B, T, H, V],
+/// beta [B, T, H], g [B, T, H] (per_channel false: GDN, Comba) or [B, T, H, K] (per_channel true: KDA).
+/// Returns {B, T, H, K, V}; throws llmt::Error naming `op` and the shapes otherwise.
+struct DeltaCoreDims {
+  int64_t batch, seq_len, heads, key_dim, value_dim;
+};
+inline DeltaCoreDims delta_core_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                     bool per_channel, const char* op) {
+  check(q.ndim == 4 && v.ndim == 4 && q.shape[0] == v.shape[0] && q.shape[1] == v.shape[1] &&
+            q.shape[2] == v.shape[2] && beta.numel() == q.shape[0] * q.shape[1] * q.shape[2] &&
+            g.numel() == beta.numel() * (per_channel ? q.shape[3] : 1),
+        "{}: q must be [B, T, H, K], v [B, T, H, V], g {}, beta [B, T, H]; got {} {} {} {}", op,
+        per_channel ? "[B, T, H, K]" : "[B, T, H]", q.shape_str(), v.shape_str(), g.shape_str(), beta.shape_str());
+  for (const Tensor* t : {&v, &g, &beta}) check(t->dtype == q.dtype, "{}: dtype mismatch", op);
+  return {q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3]};
+}
+
 /// Bytes currently held through a backend's allocate(), and the most ever held.
 class AllocationLog {
  public:

@@ -14,6 +14,7 @@
 #include "kernels/cpu/delta_gates.h"
 #include "kernels/cpu/gated_rmsnorm.h"
 #include "kernels/cpu/gdn.h"
+#include "kernels/cpu/kda.h"
 #include "kernels/cpu/l2norm.h"
 #include "kernels/cpu/short_conv.h"
 #include "kernels/cpu/embedding.h"
@@ -295,32 +296,25 @@ class CpuBackend final : public Backend {
   }
   void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
                      const Tensor& beta) override {
-    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
-    check(rows * heads == a.numel() && dt_bias.numel() == heads, "gdn_gates_fwd: a {} A_log {} dt_bias {}",
-          a.shape_str(), A_log.shape_str(), dt_bias.shape_str());
-    for (const Tensor* t : {&b, &g, &beta}) check_same(a, *t, "gdn_gates_fwd");
-    dispatch(a, "gdn_gates_fwd", [&](auto zero) {
-      using T = decltype(zero);
-      cpu::gdn_gates_fwd<T>(a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(), rows, heads, g.as<T>(),
-                            beta.as<T>());
-    });
+    gates_fwd(a, b, A_log, dt_bias, g, beta, "gdn_gates_fwd");
   }
   void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                      const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                      const Tensor& ddt_bias) override {
-    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
-    for (const Tensor* t : {&dg, &dbeta, &b, &da, &db}) check_same(a, *t, "gdn_gates_bwd");
-    check_same(A_log, dA_log, "gdn_gates_bwd");
-    check_same(dt_bias, ddt_bias, "gdn_gates_bwd");
-    dispatch(a, "gdn_gates_bwd", [&](auto zero) {
-      using T = decltype(zero);
-      cpu::gdn_gates_bwd<T>(dg.as<T>(), dbeta.as<T>(), a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(), rows,
-                            heads, da.as<T>(), db.as<T>(), dA_log.as<T>(), ddt_bias.as<T>());
-    });
+    gates_bwd(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, "gdn_gates_bwd");
+  }
+  void kda_gates_fwd(const Tensor& f, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                     const Tensor& beta) override {
+    gates_fwd(f, b, A_log, dt_bias, g, beta, "kda_gates_fwd");
+  }
+  void kda_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& f, const Tensor& b, const Tensor& A_log,
+                     const Tensor& dt_bias, const Tensor& df, const Tensor& db, const Tensor& dA_log,
+                     const Tensor& ddt_bias) override {
+    gates_bwd(dg, dbeta, f, b, A_log, dt_bias, df, db, dA_log, ddt_bias, "kda_gates_bwd");
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "gdn_chunk_fwd");
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "gdn_chunk_fwd");
     check_same(v, o, "gdn_chunk_fwd");
     check_same(q, k, "gdn_chunk_fwd");
     dispatch(q, "gdn_chunk_fwd", [&](auto zero) {
@@ -332,7 +326,7 @@ class CpuBackend final : public Backend {
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "gdn_chunk_bwd");
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "gdn_chunk_bwd");
     for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
     for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
     for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
@@ -370,7 +364,7 @@ class CpuBackend final : public Backend {
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "comba_chunk_fwd");
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "comba_chunk_fwd");
     check_same(v, o, "comba_chunk_fwd");
     for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
     dispatch(q, "comba_chunk_fwd", [&](auto zero) {
@@ -382,7 +376,7 @@ class CpuBackend final : public Backend {
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, "comba_chunk_bwd");
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "comba_chunk_bwd");
     for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
     for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
     for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
@@ -392,6 +386,32 @@ class CpuBackend final : public Backend {
       const cpu::CombaGrads<T> grads{dq.as<T>(), dk.as<T>(), dv.as<T>(), dp.as<T>(), dg.as<T>(), dbeta.as<T>(),
                                      nullptr};
       cpu::comba_chunk_bwd<T>(in, d_o.as<T>(), nullptr, d, grads, chunk_size);
+    });
+  }
+
+  void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     int64_t chunk_size, const Tensor& o) override {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, true, "kda_chunk_fwd");
+    check_same(v, o, "kda_chunk_fwd");
+    check_same(q, k, "kda_chunk_fwd");
+    dispatch(q, "kda_chunk_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
+      cpu::kda_chunk_fwd<T>(in, d, o.as<T>(), nullptr, chunk_size);
+    });
+  }
+  void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dg, const Tensor& dbeta) override {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, true, "kda_chunk_bwd");
+    for (const Tensor* t : {&k, &dq, &dk, &dg}) check_same(q, *t, "kda_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "kda_chunk_bwd");
+    check_same(beta, dbeta, "kda_chunk_bwd");
+    dispatch(q, "kda_chunk_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
+      const cpu::KdaGrads<T> grads{dq.as<T>(), dk.as<T>(), dv.as<T>(), dg.as<T>(), dbeta.as<T>(), nullptr};
+      cpu::kda_chunk_bwd<T>(in, d_o.as<T>(), nullptr, d, grads, chunk_size);
     });
   }
 
@@ -416,15 +436,36 @@ class CpuBackend final : public Backend {
     return heads;
   }
 
-  /// Sizes of a delta-rule core call: q [B, T, H, K], v [B, T, H, V], g and beta [B, T, H].
+  /// Sizes of a delta-rule core call (backend_util.h delta_core_dims) as the CPU kernels take them.
   static cpu::DeltaDims delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
-                                   const char* op) {
-    check(q.ndim == 4 && v.ndim == 4 && q.shape[0] == v.shape[0] && q.shape[1] == v.shape[1] &&
-              q.shape[2] == v.shape[2] && g.numel() == q.shape[0] * q.shape[1] * q.shape[2],
-          "{}: q must be [B, T, H, K], v [B, T, H, V], g [B, T, H]; got {} {} {}", op, q.shape_str(), v.shape_str(),
-          g.shape_str());
-    check_same(g, beta, op);
-    return {q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3]};
+                                   bool per_channel, const char* op) {
+    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
+  }
+
+  /// The decay gates (cpu/delta_gates.h) for gdn_gates_* (dim 1) and kda_gates_* (dim K).
+  void gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                 const Tensor& beta, const char* op) {
+    const GateDims gd = gate_dims(a, b, A_log, dt_bias, g, beta, op);
+    dispatch(a, op, [&](auto zero) {
+      using T = decltype(zero);
+      cpu::delta_gates_fwd<T>(a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(), gd.rows, gd.heads, gd.dim,
+                              g.as<T>(), beta.as<T>());
+    });
+  }
+  void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                 const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
+                 const Tensor& ddt_bias, const char* op) {
+    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
+    check_same(a, da, op);
+    check_same(b, db, op);
+    check_same(A_log, dA_log, op);
+    check_same(dt_bias, ddt_bias, op);
+    dispatch(a, op, [&](auto zero) {
+      using T = decltype(zero);
+      cpu::delta_gates_bwd<T>(dg.as<T>(), dbeta.as<T>(), a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(),
+                              gd.rows, gd.heads, gd.dim, da.as<T>(), db.as<T>(), dA_log.as<T>(), ddt_bias.as<T>());
+    });
   }
 
   void rope(const Tensor& x, double theta, bool backward) {

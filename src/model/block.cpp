@@ -44,18 +44,12 @@ void Block::forward(const Tensor& x_in, const Tensor& x_out) {
   be.add(*h_, branch_, x_out);
 }
 
-const Tensor& Block::in_compute_dtype(const Tensor& grad) {
-  if (dy_.data == nullptr) return grad;
-  store_.backend().convert(grad, dy_);
-  return dy_;
-}
-
 void Block::backward(const Tensor& x_in, const Tensor& dx) {
   Backend& be = store_.backend();
-  mlp_->backward(*xn2_, in_compute_dtype(dx), dxn_);
+  mlp_->backward(*xn2_, converted(be, dx, dy_), dxn_);
   be.copy(dx, dh_);                                                        // dh = dx' (residual path)
   be.rmsnorm_bwd(dxn_, *h_, store_.master(mlp_norm_), *rstd2_, dh_, store_.grad(mlp_norm_));
-  mixer_->backward(*xn1_, in_compute_dtype(dh_), dxn_);
+  mixer_->backward(*xn1_, converted(be, dh_, dy_), dxn_);
   be.copy(dh_, dx);                                                        // dx = dh (residual path)
   be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
 }

@@ -30,9 +30,6 @@ class Block {
   int attn_norm_ = -1, mlp_norm_ = -1;
   std::unique_ptr<Mixer> mixer_;
   std::unique_ptr<SwiGluMlp> mlp_;
-  /// `grad` in the compute dtype: itself when that is the master dtype, else rounded into dy_.
-  const Tensor& in_compute_dtype(const Tensor& grad);
-
   OwnedTensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
   int64_t rows_ = 0, d_model_ = 0;
   Tensor branch_, dxn_, dh_;  // temporaries (shared scratch): sublayer output, normed-input grad, residual grad

@@ -3,7 +3,7 @@
 namespace llmt {
 
 CombaMixer::CombaMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix)
-    : DeltaLayer(config, config.comba, store, prefix) {
+    : DeltaLayer(config, config.comba, Gates::scalar, store, prefix) {
   const CombaConfig& cc = config.comba;
   const int64_t H = cc.num_heads;
   if (cc.inner_decay) {

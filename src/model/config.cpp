@@ -153,7 +153,7 @@ class ObjectReader {
 template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
 
 void parse_model(ObjectReader r, ModelConfig& m) {
-  m.type = r.choice("type", {"transformer", "gdn", "comba"}, nullptr);
+  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda"}, nullptr);
   m.d_model = r.positive("d_model");
   m.n_layers = r.positive("n_layers");
   m.vocab_size = r.positive("vocab_size");
@@ -202,14 +202,15 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(m.attn.rope_theta > 0, "config: model.attn.rope_theta must be > 0");
     a.finish();
   }
-  // The keys shared by the delta-rule mixers (model.gdn, model.comba); `g` is the mixer's block.
+  // The keys shared by the delta-rule mixers (model.gdn, model.comba, model.kda); `g` is the mixer's block and
+  // `c` arrives default-constructed, so its values are the defaults of its type.
   const auto delta_keys = [](ObjectReader& g, const std::string& key, GdnConfig& c, bool comba) {
     c.num_heads = g.positive("num_heads");
     c.head_dim = g.positive("head_dim");
-    c.expand_v = g.positive("expand_v", dflt(int64_t{2}));
-    c.conv_size = g.positive("conv_size", dflt(int64_t{4}));
-    c.chunk_size = g.positive("chunk_size", dflt(int64_t{64}));
-    c.output_gate = g.choice("output_gate", {"swish", "sigmoid"}, dflt(std::string(comba ? "sigmoid" : "swish")));
+    c.expand_v = g.positive("expand_v", dflt(c.expand_v));
+    c.conv_size = g.positive("conv_size", dflt(c.conv_size));
+    c.chunk_size = g.positive("chunk_size", dflt(c.chunk_size));
+    c.output_gate = g.choice("output_gate", {"swish", "sigmoid"}, dflt(c.output_gate));
     if (comba) {
       auto& cc = static_cast<CombaConfig&>(c);
       cc.output_correction = g.boolean("output_correction", true);
@@ -217,12 +218,12 @@ void parse_model(ObjectReader r, ModelConfig& m) {
       cc.inner_decay = g.boolean("inner_decay", true);
     }
     ObjectReader init = g.object("init");
-    const auto range = init.numbers("A_range", 2, {0.0, 16.0});
+    const auto range = init.numbers("A_range", 2, {c.A_min, c.A_max});
     c.A_min = range[0];
     c.A_max = range[1];
-    c.dt_min = init.number("dt_min", dflt(1e-3));
-    c.dt_max = init.number("dt_max", dflt(0.1));
-    c.dt_floor = init.number("dt_floor", dflt(1e-4));
+    c.dt_min = init.number("dt_min", dflt(c.dt_min));
+    c.dt_max = init.number("dt_max", dflt(c.dt_max));
+    c.dt_floor = init.number("dt_floor", dflt(c.dt_floor));
     if (comba) static_cast<CombaConfig&>(c).decay_init = init.number("decay", dflt(1.0));
     init.finish();
     check(c.A_min >= 0 && c.A_max > c.A_min, "config: model.{}.init.A_range must be [lo, hi] with 0 <= lo < hi",
@@ -238,6 +239,11 @@ void parse_model(ObjectReader r, ModelConfig& m) {
   if (mixer_block("comba", m.type == "comba")) {
     ObjectReader g = r.object("comba");
     delta_keys(g, "comba", m.comba, true);
+    g.finish();
+  }
+  if (mixer_block("kda", m.type == "kda")) {
+    ObjectReader g = r.object("kda");
+    delta_keys(g, "kda", m.kda, false);
     g.finish();
   }
   r.finish();

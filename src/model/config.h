@@ -39,6 +39,17 @@ struct CombaConfig : GdnConfig {
   double decay_init = 1.0;         ///< initial value of decay (model.comba.init.decay)
 };
 
+/// KDA mixer (layers-delta.md section 4.3; `model.kda`): the GDN keys with KDA's defaults (expand_v 1,
+/// sigmoid output gate, A_log = log U(1, 16) per section 3.3). Its channel-wise decay and low-rank gate
+/// projections (rank d_v) are fixed by the layer, not configurable.
+struct KdaConfig : GdnConfig {
+  KdaConfig() {
+    expand_v = 1;
+    output_gate = "sigmoid";
+    A_min = 1;
+  }
+};
+
 struct MlpConfig {
   int64_t intermediate_size = 0;  ///< SwiGLU hidden width F
 };
@@ -56,6 +67,7 @@ struct ModelConfig {
   AttnConfig attn;  ///< used by type "transformer" and by attn_layers
   GdnConfig gdn;    ///< used by type "gdn"
   CombaConfig comba;  ///< used by type "comba"
+  KdaConfig kda;      ///< used by type "kda"
 
   /// The mixer type of layer `layer`: "transformer" for the attention layers of a hybrid, else `type`.
   std::string mixer_of(int64_t layer) const {

@@ -5,19 +5,24 @@
 
 namespace llmt {
 
-DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, ParamStore& store, const std::string& prefix)
+DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, Gates gates, ParamStore& store,
+                       const std::string& prefix)
     : store_(store),
       c_(c),
+      gates_(gates),
       key_dim_(c.num_heads * c.head_dim),
       value_dim_(c.num_heads * c.value_dim()),
       norm_eps_(config.norm_eps),
       d_model_(config.d_model) {
   const int64_t H = c_.num_heads, D = d_model_, W = c_.conv_size;
+  // The low-rank projections of KDA have rank d_v (FLA head_v_dim, layers-delta.md 4.3); 0 = full rank.
+  const int64_t rank = gates_ == Gates::scalar ? 0 : c_.value_dim();
   const Init normal{Init::normal, config.init_std};
   wq_ = store.add(prefix + "q_proj.weight", {key_dim_, D}, ParamKind::weight, normal);
   wk_ = store.add(prefix + "k_proj.weight", {key_dim_, D}, ParamKind::weight, normal);
   wv_ = store.add(prefix + "v_proj.weight", {value_dim_, D}, ParamKind::weight, normal);
-  wa_ = store.add(prefix + "a_proj.weight", {H, D}, ParamKind::weight, normal);
+  decay_proj_.emplace(store, prefix + (gates_ == Gates::scalar ? "a_proj" : "f_proj"), D, decay_width(), rank, false,
+                      config.init_std);
   wb_ = store.add(prefix + "b_proj.weight", {H, D}, ParamKind::weight, normal);
   Init a_log{Init::log_uniform};
   a_log.lo = c_.A_min;
@@ -27,11 +32,11 @@ DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, ParamStore
   dt.lo = c_.dt_min;
   dt.hi = c_.dt_max;
   dt.floor = c_.dt_floor;
-  dt_bias_ = store.add(prefix + "dt_bias", {H}, ParamKind::ssm_param, dt);
+  dt_bias_ = store.add(prefix + "dt_bias", {decay_width()}, ParamKind::ssm_param, dt);
   conv_q_ = store.add(prefix + "q_conv1d.weight", {key_dim_, 1, W}, ParamKind::weight, normal);
   conv_k_ = store.add(prefix + "k_conv1d.weight", {key_dim_, 1, W}, ParamKind::weight, normal);
   conv_v_ = store.add(prefix + "v_conv1d.weight", {value_dim_, 1, W}, ParamKind::weight, normal);
-  wg_ = store.add(prefix + "g_proj.weight", {value_dim_, D}, ParamKind::weight, normal);
+  gate_proj_.emplace(store, prefix + "g_proj", D, value_dim_, rank, rank > 0, config.init_std);
   o_norm_ = store.add(prefix + "o_norm.weight", {c_.value_dim()}, ParamKind::norm, Init{Init::ones});
   wo_ = store.add(prefix + "o_proj.weight", {D, value_dim_}, ParamKind::weight, normal);
 }
@@ -44,7 +49,10 @@ void DeltaLayer::plan(int64_t batch, int64_t seq_len) {
   const DType dt = store_.dtype();
   for (OwnedTensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = OwnedTensor(be, dt, {rows, key_dim_});
   for (OwnedTensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = OwnedTensor(be, dt, {rows, value_dim_});
-  for (OwnedTensor* t : {&a_, &b_, &g_, &beta_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
+  for (OwnedTensor* t : {&a_, &g_}) *t = OwnedTensor(be, dt, {rows, decay_width()});
+  for (OwnedTensor* t : {&b_, &beta_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
+  decay_proj_->plan(rows);
+  gate_proj_->plan(rows);
   // With a compute dtype (bf16) the layer's own activations stay in the master dtype (its
   // kernels are fp32); what meets a matrix product is rounded: the gated-norm output, saved for
   // dW_o, and in the backward the projections' gradients (cvt_).
@@ -57,8 +65,11 @@ void DeltaLayer::bind_scratch(ScratchCarver& s) {
   const DType dt = store_.dtype();
   for (Tensor* t : {&dyn_, &do_, &dz_, &dvc_, &dvp_}) *t = s.take(dt, {rows, value_dim_});
   for (Tensor* t : {&dqc_, &dkc_, &dqp_, &dkp_}) *t = s.take(dt, {rows, key_dim_});
-  for (Tensor* t : {&dg_, &dbeta_, &da_, &db_}) *t = s.take(dt, {rows, H});
+  for (Tensor* t : {&dg_, &da_}) *t = s.take(dt, {rows, decay_width()});
+  for (Tensor* t : {&dbeta_, &db_}) *t = s.take(dt, {rows, H});
   if (store_.compute_dtype() != dt) cvt_ = s.take(store_.compute_dtype(), {rows * std::max(key_dim_, value_dim_)});
+  decay_proj_->bind_scratch(s, rows);
+  gate_proj_->bind_scratch(s, rows);
   bind_core_scratch(s, rows);
 }
 
@@ -73,22 +84,18 @@ void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
   be.short_conv_silu_fwd(seq3(*kp_, key_dim_), store_.master(conv_k_), seq3(*k_pre_, key_dim_), seq3(*kc_, key_dim_));
   be.short_conv_silu_fwd(seq3(*vp_, value_dim_), store_.master(conv_v_), seq3(*v_pre_, value_dim_),
                          seq3(*vc_, value_dim_));
-  // Gates (4.1 steps 2-3).
-  be.matmul(x, false, store_.param(wa_), true, *a_, false);
+  // Gates (4.1 steps 2-3; 4.3 steps 2-3).
+  decay_proj_->forward(x, *a_);
   be.matmul(x, false, store_.param(wb_), true, *b_, false);
-  be.gdn_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+  if (gates_ == Gates::scalar)
+    be.gdn_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+  else
+    be.kda_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
   core_forward();
   // Output gate, per-head gated RMSNorm (2.3), output projection.
-  be.matmul(x, false, store_.param(wg_), true, *z_, false);
+  gate_proj_->forward(x, *z_);
   be.gated_rmsnorm_fwd(*o_, *z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
-  be.matmul(in_compute_dtype(*yn_, yn_c_->data ? *yn_c_ : Tensor()), false, store_.param(wo_), true, y, false);
-}
-
-Tensor DeltaLayer::in_compute_dtype(const Tensor& t, const Tensor& dst) const {
-  if (t.dtype == store_.compute_dtype()) return t;
-  const Tensor out = Tensor(dst.data ? dst.data : cvt_.data, store_.compute_dtype(), {t.shape[0], t.shape[1]});
-  store_.backend().convert(t, out);
-  return out;
+  be.matmul(yn_c_->data ? converted(be, *yn_, *yn_c_) : *yn_, false, store_.param(wo_), true, y, false);
 }
 
 void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -99,18 +106,19 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   be.matmul(dy, true, yn_c_->data ? *yn_c_ : *yn_, false, store_.grad(wo_), true);  // dWo += dy^T yn
   be.gated_rmsnorm_bwd(dyn_, *o_, *z_, store_.master(o_norm_), *rstd_, c_.output_gate == "sigmoid", do_, dz_,
                        store_.grad(o_norm_));
-  const Tensor dz = in_compute_dtype(dz_);
-  be.matmul(dz, true, x, false, store_.grad(wg_), true);              // dWg += dz^T x
-  be.matmul(dz, false, store_.param(wg_), false, dx, false);          // dx = dz Wg (first term)
+  gate_proj_->backward(x, dz_, dx, false);                            // dx = dz Wg_eff (first term)
   core_backward();
   // Gates.
-  be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
-                   store_.grad(A_log_), store_.grad(dt_bias_));
-  for (auto [dgate, w] : {std::pair<const Tensor*, int>{&da_, wa_}, {&db_, wb_}}) {
-    const Tensor d = in_compute_dtype(*dgate);
-    be.matmul(d, true, x, false, store_.grad(w), true);               // dW += dgate^T x
-    be.matmul(d, false, store_.param(w), false, dx, true);            // dx += dgate W
-  }
+  if (gates_ == Gates::scalar)
+    be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
+                     store_.grad(A_log_), store_.grad(dt_bias_));
+  else
+    be.kda_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
+                     store_.grad(A_log_), store_.grad(dt_bias_));
+  decay_proj_->backward(x, da_, dx, true);
+  const Tensor db = converted(be, db_, cvt_);
+  be.matmul(db, true, x, false, store_.grad(wb_), true);
+  be.matmul(db, false, store_.param(wb_), false, dx, true);
   // Convolutions and projections.
   be.short_conv_silu_bwd(seq3(dqc_, key_dim_), seq3(*qp_, key_dim_), store_.master(conv_q_), seq3(*q_pre_, key_dim_),
                          seq3(dqp_, key_dim_), store_.grad(conv_q_));
@@ -119,7 +127,7 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(*vp_, value_dim_), store_.master(conv_v_),
                          seq3(*v_pre_, value_dim_), seq3(dvp_, value_dim_), store_.grad(conv_v_));
   for (auto [dproj, w] : {std::pair<const Tensor*, int>{&dqp_, wq_}, {&dkp_, wk_}, {&dvp_, wv_}}) {
-    const Tensor d = in_compute_dtype(*dproj);
+    const Tensor d = converted(be, *dproj, cvt_);
     be.matmul(d, true, x, false, store_.grad(w), true);               // dW += dproj^T x
     be.matmul(d, false, store_.param(w), false, dx, true);            // dx += dproj W
   }

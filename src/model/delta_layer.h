@@ -1,22 +1,32 @@
-// The structure shared by the delta-rule layers (layers-delta.md sections 2 and 4; GDN, Comba,
-// and later KDA and MDN), FLA parameter names:
+// The structure shared by the delta-rule layers (layers-delta.md sections 2 and 4; GDN, Comba, KDA,
+// and later MDN), FLA parameter names:
 //   q = silu(conv_q(x Wq^T)), k = silu(conv_k(x Wk^T)), v = silu(conv_v(x Wv^T))   (section 2.1)
-//   beta = sigmoid(x Wb^T), g = -exp(A_log) softplus(x Wa^T + dt_bias)             (4.1 steps 2-3)
+//   beta = sigmoid(x Wb^T), g = -exp(A_log) softplus(a + dt_bias)                  (4.1 steps 2-3, 4.3 steps 2-3)
 //   o = core(q, k, v, g, beta)            <- the subclass: L2 norms, corrections, chunked core
-//   y = o_proj( rmsnorm_per_head(o) * w * phi(x Wg^T) ), phi = silu or sigmoid     (2.3)
-// Shared parameters: q_proj, k_proj [H dk, D]; v_proj, g_proj [H dv, D]; a_proj, b_proj [H, D];
-// A_log, dt_bias [H]; {q,k,v}_conv1d.weight [channels, 1, conv_size]; o_norm.weight [dv];
-// o_proj [D, H dv]; initialised as section 3.3.
+//   y = o_proj( rmsnorm_per_head(o) * w * phi(z) ), phi = silu or sigmoid           (2.3)
+// The decay input a and the output gate z come in two forms (DeltaLayer::Gates):
+//   scalar (GDN, Comba, 4.1):     a = x Wa^T [H] (a_proj [H, D]); dt_bias [H]; z = x Wg^T (g_proj [H dv, D])
+//   channelwise (KDA, 4.3):       a = (x Wf0^T) Wf1^T [H dk] (f_proj.0 [dv, D], f_proj.1 [H dk, dv]);
+//                                 dt_bias [H dk]; z = (x Wg0^T) Wg1^T + b (g_proj.0 [dv, D], g_proj.1 [H dv, dv]
+//                                 with bias g_proj.1.bias [H dv])
+// Other shared parameters: q_proj, k_proj [H dk, D]; v_proj [H dv, D]; b_proj [H, D]; A_log [H];
+// {q,k,v}_conv1d.weight [channels, 1, conv_size]; o_norm.weight [dv]; o_proj [D, H dv]; initialised as
+// section 3.3 (A_log = log U(init.A_range), dt_bias = softplus^-1 of a log-uniform dt).
 #pragma once
 #include <cmath>
+#include <optional>
 
 #include "kernels/backend.h"
 #include "model/mixer.h"
+#include "model/projection.h"
 
 namespace llmt {
 
 class DeltaLayer : public Mixer {
  public:
+  /// The form of the decay gate and of the output gate (see the file comment).
+  enum class Gates { scalar, channelwise };
+
   void plan(int64_t batch, int64_t seq_len) final;
   void bind_scratch(ScratchCarver& scratch) final;
   void forward(const Tensor& x, const Tensor& y) final;
@@ -24,7 +34,8 @@ class DeltaLayer : public Mixer {
 
  protected:
   /// Registers the shared parameters under `prefix`; `c` is the layer's block of the config.
-  DeltaLayer(const ModelConfig& config, const GdnConfig& c, ParamStore& store, const std::string& prefix);
+  DeltaLayer(const ModelConfig& config, const GdnConfig& c, Gates gates, ParamStore& store,
+             const std::string& prefix);
 
   /// Allocates the core's own saved tensors for `rows` = batch * seq_len tokens.
   virtual void plan_core(int64_t rows) = 0;
@@ -40,32 +51,35 @@ class DeltaLayer : public Mixer {
   Tensor heads_k(const Tensor& t) const { return t.reshape({batch_, seq_len_, c_.num_heads, c_.head_dim}); }
   Tensor heads_v(const Tensor& t) const { return t.reshape({batch_, seq_len_, c_.num_heads, c_.value_dim()}); }
   Tensor per_token(const Tensor& t) const { return t.reshape({batch_, seq_len_, c_.num_heads}); }
+  /// The core's view of the log-decay g_ (or dg_): [B, T, H] (scalar gates) or [B, T, H, dk] (channelwise).
+  Tensor decay_view(const Tensor& t) const { return gates_ == Gates::scalar ? per_token(t) : heads_k(t); }
   /// The query scale d_k^-1/2 applied after the L2 norm (section 2.2).
   double q_scale() const { return 1.0 / std::sqrt(static_cast<double>(c_.head_dim)); }
 
   ParamStore& store_;
   const GdnConfig c_;
+  const Gates gates_;
   const int64_t key_dim_, value_dim_;
   int64_t batch_ = 0, seq_len_ = 0;
   OwnedTensor qc_, kc_, vc_;  // conv + silu outputs [rows, channels] (vc is the core's v)
-  OwnedTensor g_, beta_;      // gates [rows, H]
+  OwnedTensor g_, beta_;      // gates: g [rows, H] or [rows, H dk] (decay_view), beta [rows, H]
   OwnedTensor o_;             // core output [rows, H dv]
   Tensor do_, dqc_, dkc_, dvc_, dg_, dbeta_;  // gradients at the core's boundary (shared scratch)
 
  private:
+  /// Width of the decay input a, of g and of dt_bias: H (scalar) or H dk (channelwise).
+  int64_t decay_width() const { return gates_ == Gates::scalar ? c_.num_heads : key_dim_; }
+
   double norm_eps_;
   int64_t d_model_;
-  int wq_, wk_, wv_, wa_, wb_, A_log_, dt_bias_, conv_q_, conv_k_, conv_v_, wg_, o_norm_, wo_;
+  int wq_, wk_, wv_, wb_, A_log_, dt_bias_, conv_q_, conv_k_, conv_v_, o_norm_, wo_;
+  std::optional<Projection> decay_proj_, gate_proj_;  // a_proj / f_proj; g_proj (registered in FLA order)
   OwnedTensor qp_, kp_, vp_;           // projections (inputs of the convolutions)
   OwnedTensor q_pre_, k_pre_, v_pre_;  // convolution pre-activations
-  OwnedTensor a_, b_;                  // gate pre-activations [rows, H]
+  OwnedTensor a_, b_;                  // gate pre-activations [rows, decay_width], [rows, H]
   OwnedTensor z_, rstd_, yn_;          // output gate, norm rstd [rows * H], gated-norm output
   OwnedTensor yn_c_;                   // yn_ in the compute dtype (only when that differs)
-  Tensor cvt_;                         // shared scratch for gradients rounded to the compute dtype
-
-  /// The [rows, channels] tensor t in the compute dtype: t itself when it has it, else t rounded
-  /// into dst (or into cvt_ when dst is empty; valid until the next call).
-  Tensor in_compute_dtype(const Tensor& t, const Tensor& dst = Tensor()) const;
+  Tensor cvt_;                         // shared scratch for gradients rounded to the compute dtype (ditto)
   Tensor dyn_, dz_, da_, db_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch)
 };
 

@@ -15,14 +15,18 @@ void GdnMixer::core_forward() {
   Backend& be = store_.backend();
   be.l2norm_fwd(*qc_, c_.head_dim, 1e-6, q_scale(), *qhat_, *rq_);  // section 2.2
   be.l2norm_fwd(*kc_, c_.head_dim, 1e-6, 1.0, *khat_, *rk_);
-  be.gdn_chunk_fwd(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), per_token(*g_), per_token(*beta_), c_.chunk_size,
-                   heads_v(*o_));
+  // GDN core (6.1, scalar decay) or KDA core (per-channel decay): the same arguments, g of decay_view's shape.
+  const auto chunk_fwd = gates_ == Gates::scalar ? &Backend::gdn_chunk_fwd : &Backend::kda_chunk_fwd;
+  (be.*chunk_fwd)(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), decay_view(*g_), per_token(*beta_),
+                  c_.chunk_size, heads_v(*o_));
 }
 
 void GdnMixer::core_backward() {
   Backend& be = store_.backend();
-  be.gdn_chunk_bwd(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), per_token(*g_), per_token(*beta_), heads_v(do_),
-                   c_.chunk_size, heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), per_token(dg_), per_token(dbeta_));
+  const auto chunk_bwd = gates_ == Gates::scalar ? &Backend::gdn_chunk_bwd : &Backend::kda_chunk_bwd;
+  (be.*chunk_bwd)(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), decay_view(*g_), per_token(*beta_),
+                  heads_v(do_), c_.chunk_size, heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), decay_view(dg_),
+                  per_token(dbeta_));
   be.l2norm_bwd(dqhat_, *qhat_, *rq_, c_.head_dim, q_scale(), dqc_);
   be.l2norm_bwd(dkhat_, *khat_, *rk_, c_.head_dim, 1.0, dkc_);
 }

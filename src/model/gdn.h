@@ -3,15 +3,22 @@
 //   q^ = l2norm(q) / sqrt(d_k), k^ = l2norm(k)              (section 2.2)
 //   o = GDN core (chunked, section 6) of (q^, k^, v, g, beta)
 // Output gate silu ("swish") by default. No parameters beyond the shared ones.
+// The same core path serves KDA (model/kda.h), whose core differs only by the per-channel decay
+// (section 4.3): with Gates::channelwise the core is kda_chunk_* on g [B, T, H, dk].
 #pragma once
 #include "model/delta_layer.h"
 
 namespace llmt {
 
-class GdnMixer final : public DeltaLayer {
+class GdnMixer : public DeltaLayer {
  public:
   GdnMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix)
-      : DeltaLayer(config, config.gdn, store, prefix) {}
+      : GdnMixer(config, config.gdn, Gates::scalar, store, prefix) {}
+
+ protected:
+  /// The GDN-style layer over block `c` with the given gate form (Gates::channelwise: KDA).
+  GdnMixer(const ModelConfig& config, const GdnConfig& c, Gates gates, ParamStore& store, const std::string& prefix)
+      : DeltaLayer(config, c, gates, store, prefix) {}
 
  private:
   void plan_core(int64_t rows) override;

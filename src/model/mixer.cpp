@@ -4,6 +4,7 @@
 #include "model/attention.h"
 #include "model/comba.h"
 #include "model/gdn.h"
+#include "model/kda.h"
 
 namespace llmt {
 
@@ -12,7 +13,8 @@ std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& co
   if (type == "transformer" || type == "attn") return std::make_unique<AttentionMixer>(config, store, prefix);
   if (type == "gdn") return std::make_unique<GdnMixer>(config, store, prefix);
   if (type == "comba") return std::make_unique<CombaMixer>(config, store, prefix);
-  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba", type));
+  if (type == "kda") return std::make_unique<KdaMixer>(config, store, prefix);
+  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda", type));
 }
 
 }  // namespace llmt

@@ -31,6 +31,20 @@ class ScratchCarver {
   size_t used_ = 0;
 };
 
+/// `t` as a matrix product wants it: t itself when `space` is empty (data == nullptr: the
+/// compute dtype is t's own), else t rounded into `space`'s memory and dtype (space must hold
+/// at least t.numel() elements), shaped like t. Mixed precision: the layers keep an empty
+/// `space` when compute and master dtypes agree.
+inline Tensor converted(Backend& backend, const Tensor& t, const Tensor& space) {
+  if (space.data == nullptr) return t;
+  check(space.numel() >= t.numel(), "converted: {} elements do not fit in {}", t.numel(), space.shape_str());
+  Tensor out = t;
+  out.data = space.data;
+  out.dtype = space.dtype;
+  backend.convert(t, out);
+  return out;
+}
+
 /// Calls bind(nullptr) to learn the bytes needed, allocates them on `backend`, then calls
 /// bind(base) so the layers take their views; returns the buffer (keep it alive as long as
 /// the views are used). `bind` returns the bytes it carved.

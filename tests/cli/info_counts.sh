@@ -34,3 +34,15 @@ expect configs/mdn-paper/1.3b/comba.json 1462129656 1256276984
 expect configs/mdn-paper/400m/gdn-h-3to1.json 430650912 327724576
 # Comba-H 3:1 400M (runs.md 2.3: 430.7M): GDN-H 3:1 plus decay and D (2 * 8) in each of the 18 Comba layers
 expect configs/mdn-paper/400m/comba-h-3to1.json 430651200 327724864
+# KDA 400M (runs.md 2.1: 424.4M, 321.5M): per layer q,k,v 3*1024^2 + f_proj (128*1024 + 1024*128) + b_proj 8*1024
+# + A_log 8 + dt_bias 1024 + convs 3*1024*4 + g_proj (128*1024 + 1024*128 + bias 1024) + o_norm 128 + o 1024^2
+# = 4,741,256; + MLP 3*1024*2816 + norms 2*1024 = 13,394,056; * 24 + final norm 1024 = 321,458,368;
+# + 2 * 50257 * 1024 = 424,384,704
+expect configs/mdn-paper/400m/kda.json 424384704 321458368
+# KDA 1.3B (runs.md 2.2: 1465.7M, 1259.9M): per layer q,k,v 3*2048^2 + f_proj 2*128*2048 + b_proj 16*2048 + A_log 16
+# + dt_bias 2048 + convs 3*2048*4 + g_proj (2*128*2048 + 2048) + o_norm 128 + o 2048^2 = 17,887,376; + MLP
+# 3*2048*5632 + norms 2*2048 = 52,494,480; * 24 + final norm 2048 = 1,259,869,568; + 2 * 50257 * 2048 = 1,465,722,240
+expect configs/mdn-paper/1.3b/kda.json 1465722240 1259869568
+# KDA-H 3:1 400M (runs.md 2.3: 421.1M): 18 KDA layers (4,741,256 each, as KDA 400M) + 6 attention layers (4*1024^2)
+# + 24 * (MLP 3*1024*2816 + norms 2*1024) + final norm 1024 = 318,176,656; + 2 * 50257 * 1024 = 421,102,992
+expect configs/mdn-paper/400m/kda-h-3to1.json 421102992 318176656

@@ -11,10 +11,14 @@
 // p̂_r·k̂_j, W = 𝒯 diag(β e^{γ^ex}) P̂); the backward splits the log-decay gradient into dγ (inclusive) and
 // dγ^ex (exclusive), and the B5/B7 row terms go to dp instead of dk.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
+
+using delta::dotf;
+using delta::expd;
 
 constexpr int kCombaThreads = 256;
 
@@ -36,15 +40,6 @@ struct HeadView {
   __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
   __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
 };
-
-// e^x in fp32 of a log-decay difference formed in double (γ, γ^ex are double cumsums); x <= 0 throughout.
-__device__ float expd(double x) { return expf(static_cast<float>(x)); }
-
-__device__ float dotf(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
-  return s;
-}
 
 // Chunk scalars (thread 0, in order): γ_r, the inclusive cumsum of g inside the chunk, and γ^ex_r = γ_r - g_r,
 // the exclusive one; β_r.
@@ -79,15 +74,7 @@ __device__ void chunk_factors(const HeadView& hv, int64_t c0, int n, const doubl
     sT[idx] = r == j ? 1.0f : 0.0f;
   }
   __syncthreads();
-  // F2: (I + A) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} A_rj 𝒯_jm (m < r).
-  for (int r = 1; r < n; ++r) {
-    for (int m = threadIdx.x; m < r; m += blockDim.x) {
-      float s = 0.0f;
-      for (int j = m; j < r; ++j) s -= sA[r * n + j] * sT[j * n + m];
-      sT[r * n + m] = s;
-    }
-    __syncthreads();
-  }
+  delta::tril_inverse(sA, sT, n);  // F2: (I + A) 𝒯 = I
   // F3': U = 𝒯 diag(β) V (into D), W = 𝒯 diag(β e^{γ^ex}) P.
   for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
     const int r = static_cast<int>(idx / V);
@@ -272,21 +259,7 @@ __global__ void __launch_bounds__(kCombaThreads) comba_chunk_bwd_kernel(CombaArg
     __syncthreads();
 
     // B5: X_U = 𝒯^T dΔ, X_W = 𝒯^T dW; dv = diag(β) X_U.
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sT[i * n + r] * dD[i * V + j];
-      XU[idx] = s;
-      a.dv[hv.tok(c0 + r) * V + j] = beta[r] * s;
-    }
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sT[i * n + r] * dW[i * K + m];
-      XW[idx] = s;
-    }
+    delta::wy_bwd_x(sT, dD, dW, beta, n, K, V, XU, XW, a.dv + hv.tok(c0) * V, a.H * V);
     // B6 (d𝒯, into sA: A is no longer needed): d𝒯_ir = β_r (dΔ_i·v_r + e^{γ^ex_r} dW_i·p_r) for r <= i.
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
       const int i = idx / n, r = idx % n;
@@ -296,23 +269,7 @@ __global__ void __launch_bounds__(kCombaThreads) comba_chunk_bwd_kernel(CombaArg
       sA[idx] = s;
     }
     __syncthreads();
-    // B6: M1 = 𝒯^T d𝒯 (both factors vanish unless i >= a and i >= b).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int ra = idx / n, cb = idx % n;
-      float s = 0.0f;
-      for (int i = ra > cb ? ra : cb; i < n; ++i) s += sT[i * n + ra] * sA[i * n + cb];
-      sM1[idx] = s;
-    }
-    __syncthreads();
-    // B6: dA = -tril_{j<r}(M1 𝒯^T), into sA (d𝒯 is no longer needed).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int r = idx / n, j = idx % n;
-      float s = 0.0f;
-      if (j < r)
-        for (int m = 0; m <= j; ++m) s -= sM1[r * n + m] * sT[j * n + m];
-      sA[idx] = s;
-    }
-    __syncthreads();
+    delta::tril_inverse_bwd(sT, sA, sM1, n);  // B6: dA = -tril_{j<r}(𝒯^T d𝒯 𝒯^T), into sA
 
     // B3 and B8 (i), (ii) (dq): dq_r = e^{γ_r} S_0 dO_r (kept as QS) + Σ_{j<=r} dP_rj e^{γ_r-γ_j} k_j.
     // B5 + B7 (dp): dp_r = β_r e^{γ^ex_r} X_W,r + β_r Σ_{j<r} dA_rj e^{γ^ex_r-γ_j} k_j.
@@ -401,13 +358,6 @@ size_t bwd_smem_bytes(int64_t C) {
   return sizeof(double) * static_cast<size_t>(2 * C) + sizeof(float) * static_cast<size_t>(4 * C + 6 * C * C);
 }
 
-template <typename Kernel>
-void launch(Kernel kernel, const CombaArgs& args, size_t smem, cudaStream_t stream) {
-  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(args.B * args.H), kCombaThreads, smem, stream>>>(args);
-  LLMT_CUDA_CHECK_LAUNCH();
-}
-
 void check_chunk(int64_t chunk_size) {
   check(chunk_size >= 1 && chunk_size <= kCombaMaxChunk, "comba chunk (cuda): chunk_size must be in [1, {}], got {}",
         kCombaMaxChunk, chunk_size);
@@ -440,7 +390,7 @@ void comba_chunk_fwd(const float* q, const float* k, const float* v, const float
   args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
   args.o = o;
   args.scratch = static_cast<float*>(scratch);
-  launch(comba_chunk_fwd_kernel, args, fwd_smem_bytes(chunk_size), stream);
+  delta::launch_per_head(comba_chunk_fwd_kernel, args, kCombaThreads, fwd_smem_bytes(chunk_size), stream);
 }
 
 void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
@@ -455,7 +405,7 @@ void comba_chunk_bwd(const float* q, const float* k, const float* v, const float
   args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
   args.dq = dq, args.dk = dk, args.dv = dv, args.dp = dp, args.dg = dg, args.dbeta = dbeta;
   args.scratch = static_cast<float*>(scratch);
-  launch(comba_chunk_bwd_kernel, args, bwd_smem_bytes(chunk_size), stream);
+  delta::launch_per_head(comba_chunk_bwd_kernel, args, kCombaThreads, bwd_smem_bytes(chunk_size), stream);
 }
 
 }  // namespace llmt::cuda

@@ -384,30 +384,25 @@ class CudaBackend final : public Backend {
   }
   void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
                      const Tensor& beta) override {
-    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
-    check(rows * heads == a.numel() && dt_bias.numel() == heads, "gdn_gates_fwd: a {} A_log {} dt_bias {}",
-          a.shape_str(), A_log.shape_str(), dt_bias.shape_str());
-    for (const Tensor* t : {&b, &g, &beta}) check_same(a, *t, "gdn_gates_fwd");
-    const char* op = "gdn_gates_fwd";
-    cuda::gdn_gates_fwd(f32(a, op), f32(b, op), f32(A_log, op), f32(dt_bias, op), rows, heads, f32(g, op),
-                        f32(beta, op), stream_);
+    gates_fwd(a, b, A_log, dt_bias, g, beta, "gdn_gates_fwd");
   }
   void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                      const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                      const Tensor& ddt_bias) override {
-    const int64_t heads = A_log.numel(), rows = a.numel() / heads;
-    for (const Tensor* t : {&dg, &dbeta, &b, &da, &db}) check_same(a, *t, "gdn_gates_bwd");
-    check_same(A_log, dA_log, "gdn_gates_bwd");
-    check_same(dt_bias, ddt_bias, "gdn_gates_bwd");
-    const char* op = "gdn_gates_bwd";
-    const float *pdg = f32(dg, op), *pdbeta = f32(dbeta, op), *pa = f32(a, op), *pb = f32(b, op),
-                *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
-    float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
-    cuda::gdn_gates_bwd(pdg, pdbeta, pa, pb, pA, pdt, rows, heads, pda, pdb, pdA, pddt, stream_);
+    gates_bwd(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, "gdn_gates_bwd");
+  }
+  void kda_gates_fwd(const Tensor& f, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                     const Tensor& beta) override {
+    gates_fwd(f, b, A_log, dt_bias, g, beta, "kda_gates_fwd");
+  }
+  void kda_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& f, const Tensor& b, const Tensor& A_log,
+                     const Tensor& dt_bias, const Tensor& df, const Tensor& db, const Tensor& dA_log,
+                     const Tensor& ddt_bias) override {
+    gates_bwd(dg, dbeta, f, b, A_log, dt_bias, df, db, dA_log, ddt_bias, "kda_gates_bwd");
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    check_delta_dims(q, v, g, beta, "gdn_chunk_fwd");
+    delta_core_dims(q, v, g, beta, false, "gdn_chunk_fwd");
     check_same(v, o, "gdn_chunk_fwd");
     check_same(q, k, "gdn_chunk_fwd");
     const char* op = "gdn_chunk_fwd";
@@ -422,7 +417,7 @@ class CudaBackend final : public Backend {
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    check_delta_dims(q, v, g, beta, "gdn_chunk_bwd");
+    delta_core_dims(q, v, g, beta, false, "gdn_chunk_bwd");
     for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
     for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
     for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
@@ -463,7 +458,7 @@ class CudaBackend final : public Backend {
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
-    check_delta_dims(q, v, g, beta, "comba_chunk_fwd");
+    delta_core_dims(q, v, g, beta, false, "comba_chunk_fwd");
     check_same(v, o, "comba_chunk_fwd");
     for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
     const char* op = "comba_chunk_fwd";
@@ -479,7 +474,7 @@ class CudaBackend final : public Backend {
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
-    check_delta_dims(q, v, g, beta, "comba_chunk_bwd");
+    delta_core_dims(q, v, g, beta, false, "comba_chunk_bwd");
     for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
     for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
     for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
@@ -493,6 +488,41 @@ class CudaBackend final : public Backend {
           "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
     cuda::comba_chunk_bwd(pq, pk, pv, pp, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
                           scratch(comba_chunk_bwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+  }
+
+  void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     int64_t chunk_size, const Tensor& o) override {
+    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, true, "kda_chunk_fwd");
+    check_same(v, o, "kda_chunk_fwd");
+    check_same(q, k, "kda_chunk_fwd");
+    const char* op = "kda_chunk_fwd";
+    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
+    float* po = f32(o, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
+          "kda_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
+    cuda::kda_chunk_fwd(pq, pk, pv, pg, pbeta, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, po,
+                        scratch(cuda::kda_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                                                                  chunk_size)),
+                        stream_);
+  }
+  void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dg, const Tensor& dbeta) override {
+    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, true, "kda_chunk_bwd");
+    for (const Tensor* t : {&k, &dq, &dk, &dg}) check_same(q, *t, "kda_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "kda_chunk_bwd");
+    check_same(beta, dbeta, "kda_chunk_bwd");
+    const char* op = "kda_chunk_bwd";
+    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
+                *pdo = f32(d_o, op);
+    float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
+          "kda_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
+    cuda::kda_chunk_bwd(pq, pk, pv, pg, pbeta, pdo, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
+                        pdq, pdk, pdv, pdg, pdbeta,
+                        scratch(cuda::kda_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                                                                  chunk_size)),
+                        stream_);
   }
 
  private:
@@ -513,14 +543,26 @@ class CudaBackend final : public Backend {
     return heads;
   }
 
-  /// Sizes of a delta-rule core call: q [B, T, H, K], v [B, T, H, V], g and beta [B, T, H] (the CPU backend's check).
-  static void check_delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
-                               const char* op) {
-    check(q.ndim == 4 && v.ndim == 4 && q.shape[0] == v.shape[0] && q.shape[1] == v.shape[1] &&
-              q.shape[2] == v.shape[2] && g.numel() == q.shape[0] * q.shape[1] * q.shape[2],
-          "{}: q must be [B, T, H, K], v [B, T, H, V], g [B, T, H]; got {} {} {}", op, q.shape_str(), v.shape_str(),
-          g.shape_str());
-    check_same(g, beta, op);
+  /// The decay gates (cpu/delta_gates.h) for gdn_gates_* (dim 1) and kda_gates_* (dim K).
+  void gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+                 const Tensor& beta, const char* op) {
+    const GateDims gd = gate_dims(a, b, A_log, dt_bias, g, beta, op);
+    cuda::decay_gates_fwd(f32(a, op), f32(b, op), f32(A_log, op), f32(dt_bias, op), gd.rows, gd.heads, gd.dim,
+                          f32(g, op), f32(beta, op), stream_);
+  }
+  void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                 const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
+                 const Tensor& ddt_bias, const char* op) {
+    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
+    check_same(a, da, op);
+    check_same(b, db, op);
+    check_same(A_log, dA_log, op);
+    check_same(dt_bias, ddt_bias, op);
+    const float *pdg = f32(dg, op), *pdbeta = f32(dbeta, op), *pa = f32(a, op), *pb = f32(b, op),
+                *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
+    float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
+    cuda::decay_gates_bwd(pdg, pdbeta, pa, pb, pA, pdt, gd.rows, gd.heads, gd.dim, pda, pdb, pdA, pddt,
+                          scratch(cuda::decay_gates_bwd_scratch_bytes(gd.heads, gd.dim)), stream_);
   }
 
   /// Head sizes of the bf16 tensor-core attention (flash_attention.cuh); others take the fp32 kernel.

@@ -1,6 +1,6 @@
 // The small blocks of the delta-rule layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3, §5):
-// short convolution + SiLU, L2 norm, gated RMSNorm, the GDN gates and the Comba gates (§4.2
-// steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,
+// short convolution + SiLU, L2 norm, gated RMSNorm, the decay gates (GDN/Comba per head, KDA per key
+// channel, §4.3 steps 2-3) and the Comba gates (§4.2 steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,
 // delta_gates,comba_gates}.h; arithmetic in double like the CPU reference. Parameter gradients
 // (dw, dA_log, ddt_bias, ddecay, dD) are reduced
 // deterministically: fixed-order partial sums, never atomics.
@@ -204,47 +204,60 @@ __global__ void gated_rmsnorm_dw_partial_kernel(const float* dy, const float* o,
   }
 }
 
-// ---- GDN gates (§4.1 steps 2-3, §5) ----
+// ---- Decay gates: GDN / Comba (dim 1, §4.1 steps 2-3) and KDA (dim d_k, §4.3 steps 2-3); §5 ----
 
 // softplus(x) = max(x, 0) + log1p(e^{-|x|})
 __device__ double softplus_d(double x) { return fmax(x, 0.0) + log1p(exp(-fabs(x))); }
 
-// beta = σ(b);  u = a + dt_bias;  g = -e^{A_log} softplus(u)   (one thread per element)
-__global__ void gdn_gates_fwd_kernel(const float* a, const float* b, const float* A_log, const float* dt_bias,
-                                     int64_t rows, int64_t heads, float* g, float* beta) {
-  const int64_t n = rows * heads;
+// g = -e^{A_log_h} softplus(a + dt_bias) per element of a [rows, heads * dim] (channel (h, c) uses A_log[h] and
+// dt_bias[h * dim + c]); beta = σ(b) per element of b [rows, heads], written by the thread of channel c = 0.
+// (one thread per element of a)
+__global__ void decay_gates_fwd_kernel(const float* a, const float* b, const float* A_log, const float* dt_bias,
+                                       int64_t rows, int64_t heads, int64_t dim, float* g, float* beta) {
+  const int64_t n = rows * heads * dim;
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < n; j += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t h = j % heads;
-    const double u = static_cast<double>(a[j]) + dt_bias[h];
-    g[j] = static_cast<float>(-exp(static_cast<double>(A_log[h])) * softplus_d(u));
-    beta[j] = static_cast<float>(sigmoid_d(b[j]));
+    const int64_t hc = j % (heads * dim), hr = j / dim;  // channel in the row; index of (row, head)
+    const double u = static_cast<double>(a[j]) + dt_bias[hc];
+    g[j] = static_cast<float>(-exp(static_cast<double>(A_log[hc / dim])) * softplus_d(u));
+    if (j % dim == 0) beta[hr] = static_cast<float>(sigmoid_d(b[hr]));
   }
 }
 
-// db = dβ β(1 - β);  da = dg (-e^{A_log} σ(u));  dA_log += Σ_rows dg g;  ddt_bias += Σ_rows da
-// (one block per head; thread t takes rows t, t + blockDim, ... in order, then a fixed block reduction)
-__global__ void gdn_gates_bwd_kernel(const float* dg, const float* dbeta, const float* a, const float* b,
-                                     const float* A_log, const float* dt_bias, int64_t rows, int64_t heads, float* da,
-                                     float* db, float* dA_log, float* ddt_bias) {
-  const int64_t h = blockIdx.x;
+// da = dg (-e^{A_log} σ(u));  ddt_bias[hc] += Σ_rows da;  partial_A[hc] = Σ_rows dg g (reduced per head by
+// decay_gates_dA_kernel);  db = dβ β(1 - β) by the blocks of channel c = 0.
+// (one block per channel hc; thread t takes rows t, t + blockDim, ... in order, then a fixed block reduction)
+__global__ void decay_gates_bwd_kernel(const float* dg, const float* dbeta, const float* a, const float* b,
+                                       const float* A_log, const float* dt_bias, int64_t rows, int64_t heads,
+                                       int64_t dim, float* da, float* db, double* partial_A, float* ddt_bias) {
+  const int64_t hc = blockIdx.x, h = hc / dim, width = heads * dim;
   const double A = exp(static_cast<double>(A_log[h]));
   double sA = 0.0, sdt = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int64_t j = r * heads + h;
-    const double u = static_cast<double>(a[j]) + dt_bias[h];
-    const double gv = -A * softplus_d(u);
+    const int64_t j = r * width + hc;
+    const double u = static_cast<double>(a[j]) + dt_bias[hc];
     const double dau = static_cast<double>(dg[j]) * (-A * sigmoid_d(u));
     da[j] = static_cast<float>(dau);
-    sA += static_cast<double>(dg[j]) * gv;
+    sA += static_cast<double>(dg[j]) * (-A * softplus_d(u));
     sdt += dau;
-    const double be = sigmoid_d(b[j]);
-    db[j] = static_cast<float>(static_cast<double>(dbeta[j]) * be * (1.0 - be));
+    if (hc % dim == 0) {
+      const double be = sigmoid_d(b[r * heads + h]);
+      db[r * heads + h] = static_cast<float>(static_cast<double>(dbeta[r * heads + h]) * be * (1.0 - be));
+    }
   }
   sA = block_reduce(sA, SumOp{}, 0.0);
   sdt = block_reduce(sdt, SumOp{}, 0.0);
   if (threadIdx.x == 0) {
-    dA_log[h] = static_cast<float>(dA_log[h] + sA);
-    ddt_bias[h] = static_cast<float>(ddt_bias[h] + sdt);
+    partial_A[hc] = sA;
+    ddt_bias[hc] = static_cast<float>(ddt_bias[hc] + sdt);
+  }
+}
+
+// dA_log[h] += Σ_c partial_A[h * dim + c] in channel order   (one thread per head)
+__global__ void decay_gates_dA_kernel(const double* partial_A, int64_t heads, int64_t dim, float* dA_log) {
+  for (int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; h < heads; h += int64_t{gridDim.x} * blockDim.x) {
+    double s = 0.0;
+    for (int64_t c = 0; c < dim; ++c) s += partial_A[h * dim + c];
+    dA_log[h] = static_cast<float>(dA_log[h] + s);
   }
 }
 
@@ -366,20 +379,27 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-void gdn_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
-                   int64_t heads, float* g, float* beta, cudaStream_t stream) {
-  const int64_t n = rows * heads;
+void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
+                     int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream) {
+  const int64_t n = rows * heads * dim;
   if (n == 0) return;
-  gdn_gates_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, A_log, dt_bias, rows, heads, g, beta);
+  decay_gates_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, A_log, dt_bias, rows, heads, dim, g, beta);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-void gdn_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
-                   const float* dt_bias, int64_t rows, int64_t heads, float* da, float* db, float* dA_log,
-                   float* ddt_bias, cudaStream_t stream) {
-  if (heads == 0) return;
-  gdn_gates_bwd_kernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(dg, dbeta, a, b, A_log, dt_bias, rows,
-                                                                              heads, da, db, dA_log, ddt_bias);
+size_t decay_gates_bwd_scratch_bytes(int64_t heads, int64_t dim) {
+  return sizeof(double) * static_cast<size_t>(heads * dim);
+}
+
+void decay_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
+                     const float* dt_bias, int64_t rows, int64_t heads, int64_t dim, float* da, float* db,
+                     float* dA_log, float* ddt_bias, void* scratch, cudaStream_t stream) {
+  if (heads * dim == 0) return;
+  double* partial_A = static_cast<double*>(scratch);
+  decay_gates_bwd_kernel<<<static_cast<unsigned>(heads * dim), kThreads, 0, stream>>>(
+      dg, dbeta, a, b, A_log, dt_bias, rows, heads, dim, da, db, partial_A, ddt_bias);
+  LLMT_CUDA_CHECK_LAUNCH();
+  decay_gates_dA_kernel<<<grid_for(heads), kThreads, 0, stream>>>(partial_A, heads, dim, dA_log);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

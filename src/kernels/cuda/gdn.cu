@@ -8,19 +8,18 @@
 // The backward first recomputes the chunk-start states h[n] by a forward scan into scratch
 // ([n_chunks, K, V] per block), then processes the chunks in reverse, carrying dS_C.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
 
+using delta::dotf;
+using delta::expd;
+
 constexpr int kGdnThreads = 256;
 
-struct GdnArgs {
-  const float *q, *k, *v, *g, *beta, *d_o;
-  int64_t B, T, H, K, V, C, chunks;
-  float *o, *dq, *dk, *dv, *dg, *dbeta;
-  float* scratch;
-};
+using GdnArgs = delta::CoreArgs;
 
 // Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
 struct HeadView {
@@ -32,16 +31,6 @@ struct HeadView {
   __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
   __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
 };
-
-// e^x in fp32 of a log-decay difference formed in double (Γ is a double cumsum, so that
-// Γ_r - Γ_j keeps its relative precision even when |Γ| is large); x <= 0 throughout.
-__device__ float expd(double x) { return expf(static_cast<float>(x)); }
-
-__device__ float dotf(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
-  return s;
-}
 
 // Chunk scalars: Γ_r, the inclusive cumsum of g inside the chunk (thread 0, in order), and β_r.
 __device__ void chunk_scalars(const HeadView& hv, int64_t c0, int n, double* gam, float* beta) {
@@ -71,15 +60,7 @@ __device__ void chunk_factors(const HeadView& hv, int64_t c0, int n, const doubl
     sT[idx] = r == j ? 1.0f : 0.0f;
   }
   __syncthreads();
-  // F2: (I + A) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} A_rj 𝒯_jm (m < r).
-  for (int r = 1; r < n; ++r) {
-    for (int m = threadIdx.x; m < r; m += blockDim.x) {
-      float s = 0.0f;
-      for (int j = m; j < r; ++j) s -= sA[r * n + j] * sT[j * n + m];
-      sT[r * n + m] = s;
-    }
-    __syncthreads();
-  }
+  delta::tril_inverse(sA, sT, n);  // F2: (I + A) 𝒯 = I
   // F3: U = 𝒯 diag(β) V (into D), W = 𝒯 diag(β) (K ⊙ e^Γ).
   for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
     const int r = static_cast<int>(idx / V);
@@ -261,21 +242,7 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_chunk_bwd_kernel(GdnArgs a) {
     __syncthreads();
 
     // B5: X_U = 𝒯^T dΔ, X_W = 𝒯^T dW; dv = diag(β) X_U.
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sT[i * n + r] * dD[i * V + j];
-      XU[idx] = s;
-      a.dv[hv.tok(c0 + r) * V + j] = beta[r] * s;
-    }
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sT[i * n + r] * dW[i * K + m];
-      XW[idx] = s;
-    }
+    delta::wy_bwd_x(sT, dD, dW, beta, n, K, V, XU, XW, a.dv + hv.tok(c0) * V, a.H * V);
     // B6 (d𝒯, into sA: A is no longer needed): d𝒯_ir = β_r (dΔ_i·v_r + e^{Γ_r} dW_i·k_r) for r <= i.
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
       const int i = idx / n, r = idx % n;
@@ -284,23 +251,7 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_chunk_bwd_kernel(GdnArgs a) {
       sA[idx] = s;
     }
     __syncthreads();
-    // B6: M1 = 𝒯^T d𝒯 (both factors vanish unless i >= a and i >= b).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int ra = idx / n, cb = idx % n;
-      float s = 0.0f;
-      for (int i = ra > cb ? ra : cb; i < n; ++i) s += sT[i * n + ra] * sA[i * n + cb];
-      sM1[idx] = s;
-    }
-    __syncthreads();
-    // B6: dA = -tril_{j<r}(M1 𝒯^T), into sA (d𝒯 is no longer needed).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int r = idx / n, j = idx % n;
-      float s = 0.0f;
-      if (j < r)
-        for (int m = 0; m <= j; ++m) s -= sM1[r * n + m] * sT[j * n + m];
-      sA[idx] = s;
-    }
-    __syncthreads();
+    delta::tril_inverse_bwd(sT, sA, sM1, n);  // B6: dA = -tril_{j<r}(𝒯^T d𝒯 𝒯^T), into sA
 
     // B3 and B8 (i), (ii) (dq): dq_r = e^{Γ_r} S_0 dO_r (kept as QS) + Σ_{j<=r} dP_rj e^{Γ_r-Γ_j} k_j.
     for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
@@ -380,13 +331,6 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_chunk_bwd_kernel(GdnArgs a) {
 size_t fwd_smem_bytes(int64_t C) { return sizeof(double) * C + sizeof(float) * static_cast<size_t>(C + 2 * C * C); }
 size_t bwd_smem_bytes(int64_t C) { return sizeof(double) * C + sizeof(float) * static_cast<size_t>(3 * C + 6 * C * C); }
 
-template <typename Kernel>
-void launch(Kernel kernel, const GdnArgs& args, size_t smem, cudaStream_t stream) {
-  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(args.B * args.H), kGdnThreads, smem, stream>>>(args);
-  LLMT_CUDA_CHECK_LAUNCH();
-}
-
 void check_chunk(int64_t chunk_size) {
   check(chunk_size >= 1 && chunk_size <= kGdnMaxChunk, "gdn chunk (cuda): chunk_size must be in [1, {}], got {}",
         kGdnMaxChunk, chunk_size);
@@ -413,13 +357,9 @@ void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  GdnArgs args{};
-  args.q = q, args.k = k, args.v = v, args.g = g, args.beta = beta;
-  args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
-  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
+  GdnArgs args = delta::core_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch);
   args.o = o;
-  args.scratch = static_cast<float*>(scratch);
-  launch(gdn_chunk_fwd_kernel, args, fwd_smem_bytes(chunk_size), stream);
+  delta::launch_per_head(gdn_chunk_fwd_kernel, args, kGdnThreads, fwd_smem_bytes(chunk_size), stream);
 }
 
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -428,13 +368,10 @@ void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
-  GdnArgs args{};
-  args.q = q, args.k = k, args.v = v, args.g = g, args.beta = beta, args.d_o = d_o;
-  args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
-  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
+  GdnArgs args = delta::core_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch);
+  args.d_o = d_o;
   args.dq = dq, args.dk = dk, args.dv = dv, args.dg = dg, args.dbeta = dbeta;
-  args.scratch = static_cast<float*>(scratch);
-  launch(gdn_chunk_bwd_kernel, args, bwd_smem_bytes(chunk_size), stream);
+  delta::launch_per_head(gdn_chunk_bwd_kernel, args, kGdnThreads, bwd_smem_bytes(chunk_size), stream);
 }
 
 }  // namespace llmt::cuda

@@ -95,11 +95,15 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
                        int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, float* dz, float* dw, void* scratch,
                        cudaStream_t stream);
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
-void gdn_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
-                   int64_t heads, float* g, float* beta, cudaStream_t stream);
-void gdn_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
-                   const float* dt_bias, int64_t rows, int64_t heads, float* da, float* db, float* dA_log,
-                   float* ddt_bias, cudaStream_t stream);
+/// Decay gates (gdn_gates_*: dim 1; kda_gates_*: dim d_k): a, g, da [rows, heads * dim]; b, beta, db
+/// [rows, heads]; A_log, dA_log [heads]; dt_bias, ddt_bias [heads * dim]. The backward needs `scratch` of
+/// decay_gates_bwd_scratch_bytes (per-channel partial sums of dA_log).
+void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
+                     int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream);
+void decay_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
+                     const float* dt_bias, int64_t rows, int64_t heads, int64_t dim, float* da, float* db,
+                     float* dA_log, float* ddt_bias, void* scratch, cudaStream_t stream);
+size_t decay_gates_bwd_scratch_bytes(int64_t heads, int64_t dim);
 /// Comba gates: q, k, q_out, p, dq_out, dp, dk [rows, heads * dim]; decay, D, ddecay, dD [heads] or nullptr
 /// (inner decay / output correction off; ddecay / dD are only touched when decay / D are given).
 void comba_gates_fwd(const float* q, const float* k, const float* decay, const float* D, int64_t rows,
@@ -139,5 +143,21 @@ void comba_chunk_bwd(const float* q, const float* k, const float* v, const float
                      float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
+
+// kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32.
+// q, k, g, dq, dk, dg [B, T, H, K] (g: per-channel log-decay); v, o, d_o, dv [B, T, H, V]; beta, dbeta [B, T, H];
+// gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes.
+constexpr int64_t kKdaMaxChunk = 64;
+void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
+                   int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
+                   void* scratch, cudaStream_t stream);
+size_t kda_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                   int64_t value_dim, int64_t chunk_size);
+void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                   int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                   void* scratch, cudaStream_t stream);
+size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                   int64_t value_dim, int64_t chunk_size);
 
 }  // namespace llmt::cuda
