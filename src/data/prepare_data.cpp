@@ -44,8 +44,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 enum class Kind { jsonl, jsonl_zst, parquet, txt, unknown };
 
 Kind kind_of(const std::string& path) {
-  if (ends_with(path, ".jsonl.zst") || ends_with(path, ".json.zst")) return Kind::jsonl_zst;
-  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return Kind::jsonl;
+  if (ends_with(path, ".jsonl.zst")) return Kind::jsonl_zst;
+  if (ends_with(path, ".jsonl")) return Kind::jsonl;
   if (ends_with(path, ".parquet")) return Kind::parquet;
   if (ends_with(path, ".txt")) return Kind::txt;
   return Kind::unknown;
