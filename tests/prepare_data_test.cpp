@@ -255,6 +255,24 @@ TEST_CASE("prepare-data: bad input names the file and the line or offset", "[pre
                                                Catch::Contains("int_score"));
 }
 
+TEST_CASE("prepare-data: unpaired surrogate escapes become U+FFFD and are counted", "[prepare]") {
+  TempDir dir;
+  // The same text written with lone surrogates and with U+FFFD (and a proper pair, an escaped
+  // backslash before "u" that is no escape) must give identical shards.
+  const std::string lone = dir.write(
+      "lone.jsonl", "{\"text\": \"a\\ud800b \\udc00 \\ud83d\\ude00 \\\\ud800 end\"}\n");
+  const std::string fixed = dir.write(
+      "fixed.jsonl", "{\"text\": \"a\\ufffdb \\ufffd \\ud83d\\ude00 \\\\ud800 end\"}\n");
+  const PrepareResult a = llmt::prepare_data(options({lone}, "gpt2", dir.file("a")));
+  const PrepareResult b = llmt::prepare_data(options({fixed}, "gpt2", dir.file("b")));
+  CHECK(a.lone_surrogates == 2);
+  CHECK(b.lone_surrogates == 0);
+  CHECK(a.train_tokens == b.train_tokens);
+  CHECK(llmt::test::read_bytes(dir.file("a") + "/train_000000.bin") ==
+        llmt::test::read_bytes(dir.file("b") + "/train_000000.bin"));
+  CHECK(dataset(dir.file("a"))["lone_surrogates_replaced"] == 2);
+}
+
 TEST_CASE("prepare-data: inputs expand from directories and globs in sorted order", "[prepare]") {
   TempDir dir;
   fs::create_directories(dir.file("d/sub"));

@@ -358,6 +358,51 @@ struct StopRequested {};
 
 const char* const kStreamName[2] = {"train", "val"};
 
+int hex_value(const std::string& s, size_t at) {  // the 4 hex digits at s[at..at+4), or -1
+  if (at + 4 > s.size()) return -1;
+  int v = 0;
+  for (size_t k = at; k < at + 4; ++k) {
+    const char c = s[k];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// JSON text with every unpaired UTF-16 surrogate escape (\uD800-\uDFFF without its partner)
+// replaced by \uFFFD (data.md 2.1: such text cannot be UTF-8; Python's json accepts it, we
+// replace and count). Paired surrogates and all other escapes are kept.
+std::string replace_lone_surrogates(const std::string& line, int64_t* replaced) {
+  std::string out;
+  out.reserve(line.size());
+  for (size_t i = 0; i < line.size();) {
+    if (line[i] != '\\' || i + 1 >= line.size()) {
+      out += line[i++];
+      continue;
+    }
+    if (line[i + 1] != 'u') {  // any other escape: two characters
+      out.append(line, i, 2);
+      i += 2;
+      continue;
+    }
+    const int v = hex_value(line, i + 2);
+    if (v >= 0xD800 && v <= 0xDBFF && i + 12 <= line.size() && line[i + 6] == '\\' && line[i + 7] == 'u' &&
+        hex_value(line, i + 8) >= 0xDC00 && hex_value(line, i + 8) <= 0xDFFF) {
+      out.append(line, i, 12);  // a proper pair
+      i += 12;
+    } else if (v >= 0xD800 && v <= 0xDFFF) {
+      out += "\\ufffd";
+      ++*replaced;
+      i += 6;
+    } else {
+      out.append(line, i, 2);
+      i += 2;
+    }
+  }
+  return out;
+}
+
 struct Stream {
   std::vector<int32_t> buffer;  // tokens not yet in a finished shard
   struct Segment {
@@ -676,7 +721,19 @@ PrepareResult prepare_data(const PrepareOptions& o) {
           try {
             j = json::parse(line);
           } catch (const json::exception& e) {
-            throw Error(fmt::format("prepare-data: {} line {}: invalid JSON: {}", file, line_no, e.what()));
+            int64_t replaced = 0;
+            const std::string fixed = std::string(e.what()).find("surrogate") != std::string::npos
+                                          ? replace_lone_surrogates(line, &replaced)
+                                          : std::string();
+            if (replaced == 0) {
+              throw Error(fmt::format("prepare-data: {} line {}: invalid JSON: {}", file, line_no, e.what()));
+            }
+            try {
+              j = json::parse(fixed);
+            } catch (const json::exception& e2) {
+              throw Error(fmt::format("prepare-data: {} line {}: invalid JSON: {}", file, line_no, e2.what()));
+            }
+            result.lone_surrogates += replaced;
           }
           check(j.is_object() && j.contains("text") && j["text"].is_string(),
                 "prepare-data: {} line {}: no string field \"text\"", file, line_no);
@@ -737,6 +794,7 @@ PrepareResult prepare_data(const PrepareOptions& o) {
         {"train", streams[0].documents},
         {"val", streams[1].documents},
         {"filtered_out", result.filtered_out}}},
+      {"lone_surrogates_replaced", result.lone_surrogates},
       {"train", {{"tokens", result.train_tokens}, {"shards", streams[0].shards}}},
       {"val", {{"tokens", result.val_tokens}, {"shards", streams[1].shards}}},
       {"sources", source_stats},

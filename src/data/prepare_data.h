@@ -5,7 +5,8 @@
 // field "text", metadata "meta.redpajama_set_name"; `meta` may also be a JSON string),
 // `.parquet` (FineWeb-Edu, converted to JSON lines by tools/parquet2jsonl.mjs under Node,
 // read through a pipe; fields "text", "int_score", ...) and `.txt` (the whole file is one
-// document). Documents that pass the filters are numbered g = 0, 1, ... in input order;
+// document). An unpaired UTF-16 surrogate escape in the JSON is replaced by U+FFFD and counted
+// (dataset.json lone_surrogates_replaced). Documents that pass the filters are numbered g = 0, 1, ... in input order;
 // document g goes to validation when splitmix64(g) / 2^64 < val_fraction, else to training.
 // Each stream (train, val) is the concatenation of its documents' tokens, each preceded by the
 // separator (none, EOS or BOS), cut into shards of exactly shard_tokens tokens (the last one
@@ -42,6 +43,7 @@ struct PrepareOptions {
 struct PrepareResult {
   int64_t documents = 0;        ///< documents kept (after filters)
   int64_t filtered_out = 0;     ///< documents dropped by the filters
+  int64_t lone_surrogates = 0;  ///< unpaired \uD800-\uDFFF escapes replaced by U+FFFD
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t shards_written = 0;   ///< shards written by this run
   int64_t shards_reused = 0;    ///< finished shards of an earlier run that were kept
