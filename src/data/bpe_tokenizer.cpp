@@ -690,13 +690,6 @@ void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>* ou
   if (gap < text.size()) emit(text.substr(gap));
 }
 
-std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3);
-  encode_append(text, &ids);
-  return ids;
-}
-
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -13,9 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "data/tokenizer.h"
+
 namespace llmt {
 
-class BpeTokenizer {
+class BpeTokenizer : public Tokenizer {
  public:
   /// Loads the tokenizer `name_or_path`: "gpt2" (data/tokenizers/gpt2, the OpenAI files),
   /// "llama3" or "llama3.1" (data/tokenizers/llama3/tokenizer.json), a directory holding
@@ -41,32 +43,31 @@ class BpeTokenizer {
   /// Appends the token ids of `text` (UTF-8) to `out`. Added/special token strings are
   /// ordinary text. Thread-safe (const; per-thread scratch and pre-token cache). Throws
   /// llmt::Error on invalid UTF-8, naming the byte offset.
-  void encode_append(std::string_view text, std::vector<int32_t>* out) const;
-  /// encode_append into a fresh vector.
-  std::vector<int32_t> encode(std::string_view text) const;
+  void encode_append(std::string_view text, std::vector<int32_t>* out) const override;
+  using Tokenizer::encode;
 
   /// The UTF-8 bytes of `ids` concatenated (added tokens give their content). Throws
   /// llmt::Error for an id out of range, naming its position.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const std::vector<int32_t>& ids) const override;
 
   /// Number of ids (max id + 1 over the vocabulary and the added tokens).
-  int32_t vocab_size() const;
+  int32_t vocab_size() const override;
   /// Document delimiters: bos = <|begin_of_text|> (Llama-3) or <|endoftext|> (GPT-2);
   /// eos = <|end_of_text|> or <|endoftext|>; -1 when the tokenizer has neither.
-  int32_t bos_id() const;
-  int32_t eos_id() const;
+  int32_t bos_id() const override;
+  int32_t eos_id() const override;
   /// The id of the token whose text is exactly `token` (added tokens included), or -1.
   int32_t token_id(std::string_view token) const;
   /// "gpt2", "llama3" or the path it was loaded from.
-  const std::string& name() const;
+  const std::string& name() const override;
   /// FNV-1a 64 of the files it was loaded from, as 16 hex digits: identifies the tokenizer.
-  const std::string& hash() const;
+  const std::string& hash() const override;
   /// The pre-tokenization regex as compiled by PCRE2 (after the `\s` rewrite).
   const std::string& pattern() const;
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
-  ~BpeTokenizer();
+  ~BpeTokenizer() override;
 
   struct Impl;
 

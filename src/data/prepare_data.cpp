@@ -28,7 +28,7 @@
 #endif
 
 #include "core/error.h"
-#include "data/bpe_tokenizer.h"
+#include "data/tokenizer.h"
 #include "data/shard.h"
 
 namespace llmt {
@@ -472,7 +472,8 @@ PrepareResult prepare_data(const PrepareOptions& o) {
   check(o.doc_separator == "none" || o.doc_separator == "eos" || o.doc_separator == "bos",
         "prepare-data: --doc-separator must be none, eos or bos, got \"{}\"", o.doc_separator);
   const std::vector<std::string> files = expand_inputs(o.inputs);
-  const BpeTokenizer tok = BpeTokenizer::load(o.tokenizer);
+  const std::unique_ptr<Tokenizer> tok_ptr = load_tokenizer(o.tokenizer);
+  const Tokenizer& tok = *tok_ptr;
   int32_t separator = -1;
   if (o.doc_separator != "none") {
     separator = o.doc_separator == "eos" ? tok.eos_id() : tok.bos_id();

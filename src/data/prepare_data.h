@@ -26,7 +26,7 @@ namespace llmt {
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  ///< files, directories or glob patterns
-  std::string tokenizer = "gpt2";   ///< name or path (BpeTokenizer::load)
+  std::string tokenizer = "gpt2";   ///< name or path (load_tokenizer: BPE names/files or a SentencePiece .model)
   std::string out_dir;
   double val_fraction = 0.0;                ///< in [0, 1): share of documents held out
   int64_t shard_tokens = 100'000'000;       ///< tokens per shard (llm.c's default)
