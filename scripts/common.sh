@@ -38,6 +38,7 @@ llmt_install_node_tools() {
   fi
   if [ ! -d tools/node_modules/hyparquet ] || [ tools/package-lock.json -nt tools/node_modules/.package-lock.json ]; then
     echo "installing tools/ npm packages (npm ci)"
-    (cd tools && npm ci --no-audit --no-fund --loglevel=error)
+    (cd tools && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "warning: npm ci in tools/ failed: .parquet inputs (and their tests) are unavailable"
   fi
 }

@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 inputs=()
 for i in $(seq 1 12); do inputs+=(--input data/fineweb-edu-sample10BT-head.part1.txt --input tests/fixtures/slimpajama_derived.jsonl.zst); done
-common=("${inputs[@]}" --tokenizer llama3 --shard-tokens 30000 --val-fraction 0.05 --doc-separator bos --threads 2)
+common=("${inputs[@]}" --tokenizer llama3 --shard-tokens 10000 --val-fraction 0.05 --doc-separator bos --threads 2)
 
 "$llmtrain" prepare-data "${common[@]}" --out "$tmp/straight" > "$tmp/straight.log" 2>&1
 grep -q "prepare-data: .* docs/s" "$tmp/straight.log" || { echo "FAIL: no progress line"; cat "$tmp/straight.log"; exit 1; }
@@ -27,23 +27,20 @@ check_shards() {
   done
 }
 
+# Kill runs once they have finished at least 10, 60, 120, 200 shards (polling the directory),
+# then let a last run complete. A run that ends before its target is simply not killed.
 kills=0
-for attempt in $(seq 1 40); do
+for target in 10 60 120 200; do
   "$llmtrain" prepare-data "${common[@]}" --out "$tmp/killed" >> "$tmp/killed.log" 2>&1 &
   pid=$!
-  if [ $kills -lt 5 ]; then
-    # a random moment 0.6 to 2.6 s after the start (an uninterrupted run takes about 3 s)
-    sleep 0.6; sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep "$((RANDOM % 2))"
-    if kill -9 "$pid" 2>/dev/null; then
-      wait "$pid" 2>/dev/null || true
-      kills=$((kills + 1))
-      check_shards "$tmp/killed"
-      continue
-    fi
-  fi
-  wait "$pid"
-  break
+  while kill -0 "$pid" 2>/dev/null && [ "$(ls "$tmp/killed" 2>/dev/null | grep -c '\.bin$')" -lt "$target" ]; do
+    sleep 0.01
+  done
+  if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
+  wait "$pid" 2>/dev/null || true
+  check_shards "$tmp/killed"
 done
+"$llmtrain" prepare-data "${common[@]}" --out "$tmp/killed" >> "$tmp/killed.log" 2>&1
 check_shards "$tmp/killed"
 rm -f "$tmp"/killed/*.tmp
 diff -r "$tmp/straight" "$tmp/killed" > /dev/null || { echo "FAIL: killed and resumed output differs"; diff -rq "$tmp/straight" "$tmp/killed"; exit 1; }
