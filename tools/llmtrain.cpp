@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   CLI::App* d = app.add_subcommand("prepare-data", "tokenize corpus files into token shards + dataset.json");
   d->add_option("--input,-i", prep.inputs, "files, directories or globs: .jsonl, .jsonl.zst, .parquet, .txt (repeatable)")
       ->required();
-  d->add_option("--tokenizer,-t", prep.tokenizer, "gpt2, llama3 (alias llama3.1), or a tokenizer.json / directory");
+  d->add_option("--tokenizer,-t", prep.tokenizer, "gpt2, llama3 (alias llama3.1), or a path: tokenizer.json, a directory with encoder.json + vocab.bpe, a SentencePiece .model");
   d->add_option("--out,-o", prep.out, "output directory")->required();
   d->add_option("--val-fraction", prep.val_fraction, "share of documents held out for validation, in [0, 1)")
       ->check(CLI::Range(0.0, 1.0));
