@@ -642,9 +642,11 @@ PrepareResult prepare_data(const PrepareOptions& o) {
     const double secs = std::max(1e-9, std::chrono::duration<double>(now - t0).count());
     const double done = static_cast<double>(input_done + consumed_now);
     const double eta = done > 0 ? secs * (static_cast<double>(total_input_bytes) - done) / done : -1;
-    fmt::print(stderr, "{}prepare-data: {} docs ({:.0f} docs/s), {:.1f} MB/s input, {:.1f} MB text, {} tokens, ETA {}{}",
-               tty ? "\r" : "", result.documents, static_cast<double>(result.documents) / secs, done / secs / 1e6,
-               static_cast<double>(text_bytes) / 1e6,
+    fmt::print(stderr,
+               "{}prepare-data: {} docs ({:.0f} docs/s), {:.1f} MB/s of text ({:.1f} MB/s of input files), {:.1f} MB "
+               "text, {} tokens, ETA {}{}",
+               tty ? "\r" : "", result.documents, static_cast<double>(result.documents) / secs,
+               static_cast<double>(text_bytes) / secs / 1e6, done / secs / 1e6, static_cast<double>(text_bytes) / 1e6,
                streams[0].tokens + streams[1].tokens + static_cast<int64_t>(streams[0].buffer.size()) +
                    static_cast<int64_t>(streams[1].buffer.size()),
                final ? "0:00:00" : fmt_duration(eta), tty && !final ? "" : "\n");
