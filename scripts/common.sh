@@ -3,7 +3,7 @@
 
 # Debian packages the build needs (listed in README.md).
 LLMT_PACKAGES=(cmake g++ ninja-build git nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
-               libopenblas-dev libpcre2-dev)
+               libopenblas-dev libpcre2-dev libzstd-dev libsentencepiece-dev)
 
 llmt_install_missing() {
   local missing=()
@@ -26,4 +26,19 @@ llmt_build() {
   jobs=$(nproc)
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
   cmake --build build -j "$jobs"
+}
+
+# The Node helper that converts parquet for prepare-data (tools/parquet2jsonl.mjs): its npm
+# packages, pinned by tools/package-lock.json. Skipped (with a note) when Node.js is absent:
+# everything else works without it, and parquet inputs then fail with an install hint.
+llmt_install_node_tools() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "note: node/npm not found: .parquet inputs of prepare-data need them (apt-get install nodejs npm)"
+    return 0
+  fi
+  if [ ! -d tools/node_modules/hyparquet ] || [ tools/package-lock.json -nt tools/node_modules/.package-lock.json ]; then
+    echo "installing tools/ npm packages (npm ci)"
+    (cd tools && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "warning: npm ci in tools/ failed: .parquet inputs (and their tests) are unavailable"
+  fi
 }

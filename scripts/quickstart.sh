@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 llmt_install_missing
+llmt_install_node_tools
 llmt_build
 run="runs/tiny-transformer-$(date +%Y%m%d-%H%M%S)"
 ./build/llmtrain train --config configs/tiny/transformer.json --out "$run" "$@"

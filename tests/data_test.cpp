@@ -414,7 +414,7 @@ TEST_CASE("prepare_text_shards errors name the problem", "[text]") {
   CHECK_THROWS_AS(llmt::prepare_text_shards(text_path, "data/tokenizers/gpt2", dir.file("o"), 1.0), llmt::Error);
   CHECK_THROWS_AS(llmt::prepare_text_shards(text_path, "data/tokenizers/gpt2", dir.file("o"), 0.0), llmt::Error);
   CHECK_THROWS_WITH(llmt::prepare_text_shards(text_path, dir.file("no-tok"), dir.file("o"), 0.5),
-                    Catch::Contains(dir.file("no-tok") + "/encoder.json"));
+                    Catch::Contains(dir.file("no-tok")));
   write_bytes(text_path, "a");  // one token cannot be split
   CHECK_THROWS_WITH(llmt::prepare_text_shards(text_path, "data/tokenizers/gpt2", dir.file("o"), 0.5),
                     Catch::Contains(text_path));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/prepare_data.h"
 #include "model/config.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -43,6 +44,37 @@ Config tiny_config(const fs::path& cache) {
 }
 
 }  // namespace
+
+#ifdef LLMT_HAVE_PCRE2
+TEST_CASE("trainer: trains from a prepare-data directory and resumes exactly", "[trainer][dataset]") {
+  const TempDir tmp;
+  const fs::path root = tmp.path;
+  llmt::PrepareOptions po;
+  po.inputs = {"tests/fixtures/slimpajama_derived.jsonl.zst"};
+  po.tokenizer = "gpt2";
+  po.out_dir = (root / "ds").string();
+  po.val_fraction = 0.1;
+  po.shard_tokens = 10000;  // several shards
+  po.progress = false;
+  llmt::prepare_data(po);
+  nlohmann::json j = tiny_config(root / "cache").resolved;
+  j["data"] = {{"dataset", po.out_dir}, {"tokenizer", "gpt2"}};
+  const Config config = parse_config(j);
+  Trainer(config, (root / "straight").string(), false).run();
+  Trainer(config, (root / "resumed").string(), false).run(5);
+  Trainer(config, (root / "resumed").string(), true).run();
+  const auto a = read_metrics(root / "straight"), b = read_metrics(root / "resumed");
+  REQUIRE(a.size() == 11);
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 1; i < a.size(); ++i) CHECK(a[i]["loss"].get<double>() == b[i]["loss"].get<double>());
+  CHECK(a.back()["loss"].get<double>() < a[1]["loss"].get<double>());
+  // A dataset made with another tokenizer is refused, naming dataset.json and the key.
+  j["data"]["tokenizer"] = "llama3";
+  j["model"]["vocab_size"] = 128256;
+  CHECK_THROWS_WITH(Trainer(parse_config(j), (root / "other").string(), false),
+                    Contains("dataset.json") && Contains("tokenizer.name"));
+}
+#endif
 
 TEST_CASE("trainer: stop at k and resume reproduces the uninterrupted run bit for bit", "[trainer]") {
   const TempDir tmp;

@@ -1,5 +1,6 @@
 // The subcommands of the llmtrain binary. Each returns the process exit code.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,21 @@ struct BenchArgs {
   double peak_tflops = 0;  ///< the device's peak for MFU; 0 = not reported
 };
 int bench(const BenchArgs& args);
+
+struct PrepareDataArgs {
+  std::vector<std::string> inputs;  ///< files, directories, globs
+  std::string tokenizer = "gpt2";
+  std::string out;
+  double val_fraction = 0.0005;
+  int64_t shard_tokens = 100'000'000;
+  std::string doc_separator = "none";
+  int threads = 0;
+  std::vector<std::string> include_sets, exclude_sets;
+  int64_t min_int_score = 0;
+  bool min_int_score_set = false;
+  bool quiet = false;
+  std::string node = "node";
+};
+int prepare_data(const PrepareDataArgs& args);
 
 }  // namespace llmt::cli

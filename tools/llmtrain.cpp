@@ -1,4 +1,4 @@
-// llmtrain: the one binary of the project. Subcommands: train, info, probe, bench.
+// llmtrain: the one binary of the project. Subcommands: train, info, probe, bench, prepare-data.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -42,12 +42,33 @@ int main(int argc, char** argv) {
   b->add_option("--peak-tflops", bench.peak_tflops,
                 "device peak for MFU, e.g. 989.4 (H100/H200 SXM dense bf16)")->check(CLI::NonNegativeNumber);
 
+  llmt::cli::PrepareDataArgs prep;
+  CLI::App* d = app.add_subcommand("prepare-data", "tokenize corpus files into token shards + dataset.json");
+  d->add_option("--input,-i", prep.inputs, "files, directories or globs: .jsonl, .jsonl.zst, .parquet, .txt (repeatable)")
+      ->required();
+  d->add_option("--tokenizer,-t", prep.tokenizer, "gpt2, llama3 (alias llama3.1), or a path: tokenizer.json, a directory with encoder.json + vocab.bpe, a SentencePiece .model");
+  d->add_option("--out,-o", prep.out, "output directory")->required();
+  d->add_option("--val-fraction", prep.val_fraction, "share of documents held out for validation, in [0, 1)")
+      ->check(CLI::Range(0.0, 1.0));
+  d->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")->check(CLI::PositiveNumber);
+  d->add_option("--doc-separator", prep.doc_separator, "token before each document")
+      ->check(CLI::IsMember({"none", "eos", "bos"}));
+  d->add_option("--threads", prep.threads, "tokenizer threads (0 = all cores); the output does not depend on it")
+      ->check(CLI::NonNegativeNumber);
+  d->add_option("--include-set", prep.include_sets, "keep only documents of this meta.redpajama_set_name (repeatable)");
+  d->add_option("--exclude-set", prep.exclude_sets, "drop documents of this meta.redpajama_set_name (repeatable)");
+  CLI::Option* score = d->add_option("--min-int-score", prep.min_int_score, "drop documents whose int_score is lower");
+  d->add_flag("--quiet,-q", prep.quiet, "no progress line");
+  d->add_option("--node", prep.node, "Node.js binary used for .parquet inputs");
+
   CLI11_PARSE(app, argc, argv);
+  prep.min_int_score_set = score->count() > 0;
   try {
     if (t->parsed()) return llmt::cli::train(train);
     if (i->parsed()) return llmt::cli::info(info);
     if (p->parsed()) return llmt::cli::probe(probe);
     if (b->parsed()) return llmt::cli::bench(bench);
+    if (d->parsed()) return llmt::cli::prepare_data(prep);
   } catch (const llmt::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

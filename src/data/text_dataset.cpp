@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "data/shard.h"
 #ifdef LLMT_HAVE_PCRE2
-#include "data/gpt2_tokenizer.h"
+#include "data/bpe_tokenizer.h"
 #endif
 
 namespace llmt {
@@ -31,7 +31,7 @@ uint64_t fnv1a64(const std::string& bytes) {
 
 std::vector<int32_t> tokenize(const std::string& text, const std::string& text_path, const std::string& tokenizer_dir) {
 #ifdef LLMT_HAVE_PCRE2
-  return Gpt2Tokenizer::load(tokenizer_dir).encode(text);
+  return BpeTokenizer::load(tokenizer_dir).encode(text);
 #else
   throw Error(fmt::format("cannot tokenize {}: llmtrain was built without PCRE2 (install libpcre2-dev and rebuild), "
                           "so the GPT-2 tokenizer is unavailable; train from existing shards instead",

@@ -295,23 +295,27 @@ void parse_train(ObjectReader r, TrainConfig& t) {
 }
 
 void parse_data(ObjectReader r, DataConfig& d) {
-  d.tokenizer = r.choice("tokenizer", {"gpt2"}, dflt(std::string("gpt2")));
+  d.tokenizer = r.choice("tokenizer", {"gpt2", "llama3", "llama3.1"}, dflt(std::string("gpt2")));
   d.tokenizer_dir = r.string("tokenizer_dir", dflt(std::string("data/tokenizers/gpt2")));
   d.text = r.string("text", dflt(std::string()));
   d.val_fraction = r.number("val_fraction", dflt(0.1));
   d.cache_dir = r.string("cache_dir", dflt(std::string("data/cache")));
   d.train_shard = r.string("train_shard", dflt(std::string()));
   d.val_shard = r.string("val_shard", dflt(std::string()));
+  d.dataset = r.string("dataset", dflt(std::string()));
   d.shuffle = r.boolean("shuffle", true);
   d.shuffle_seed = static_cast<uint64_t>(r.integer("shuffle_seed", dflt(int64_t{42})));
   r.finish();
   check(d.val_fraction > 0 && d.val_fraction < 1, "config: data.val_fraction must be in (0, 1), got {}",
         d.val_fraction);
-  check(!d.text.empty() || (!d.train_shard.empty() && !d.val_shard.empty()),
-        "config: data needs either data.text (a UTF-8 file tokenized once) or both data.train_shard and "
-        "data.val_shard");
-  check(d.text.empty() || (d.train_shard.empty() && d.val_shard.empty()),
-        "config: data.text and data.train_shard/data.val_shard are exclusive; give one or the other");
+  const int sources = (!d.text.empty()) + (!d.train_shard.empty() || !d.val_shard.empty()) + (!d.dataset.empty());
+  check(sources >= 1 && (d.train_shard.empty() == d.val_shard.empty()),
+        "config: data needs data.text (a UTF-8 file tokenized once), data.dataset (a prepare-data directory) or "
+        "both data.train_shard and data.val_shard");
+  check(sources == 1,
+        "config: data.text, data.dataset and data.train_shard/data.val_shard are exclusive; give one of them");
+  check(d.text.empty() || d.tokenizer == "gpt2", "config: data.text is tokenized with gpt2 only; data.tokenizer is {}",
+        d.tokenizer);
 }
 
 }  // namespace
@@ -348,9 +352,10 @@ Config parse_config(const json& j) {
     l.finish();
   }
   r.finish();
-  check(c.data.tokenizer != "gpt2" || c.model.vocab_size >= 50257,
-        "config: model.vocab_size ({}) is smaller than the vocabulary of data.tokenizer \"gpt2\" (50257)",
-        c.model.vocab_size);
+  const int64_t tokenizer_vocab = c.data.tokenizer == "gpt2" ? 50257 : 128256;
+  check(c.model.vocab_size >= tokenizer_vocab,
+        "config: model.vocab_size ({}) is smaller than the vocabulary of data.tokenizer \"{}\" ({})",
+        c.model.vocab_size, c.data.tokenizer, tokenizer_vocab);
   c.resolved = resolved;
   return c;
 }

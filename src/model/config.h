@@ -105,13 +105,14 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string tokenizer = "gpt2";
+  std::string tokenizer = "gpt2";  ///< gpt2 | llama3 | llama3.1 (checked against the dataset's)
   std::string tokenizer_dir = "data/tokenizers/gpt2";
   std::string text;          ///< raw UTF-8 text tokenized once into cache_dir (optional)
   double val_fraction = 0.1;
   std::string cache_dir = "data/cache";
   std::string train_shard;   ///< pre-tokenized shards (used when text is empty)
   std::string val_shard;
+  std::string dataset;       ///< a prepare-data directory (dataset.json + shards); exclusive with text/shards
   bool shuffle = true;
   uint64_t shuffle_seed = 42;
 };

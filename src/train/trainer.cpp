@@ -36,7 +36,12 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
           "from the repository root or give an absolute path)", key, path, fs::current_path().string());
   };
   std::string train_path = dc.train_shard, val_path = dc.val_shard;
-  if (dc.text.empty()) {
+  if (!dc.dataset.empty()) {
+    require_path("data.dataset", dc.dataset);
+    dataset_ = std::make_unique<DatasetLoader>(dc.dataset, "train", tc.seq_len, dc.shuffle_seed, dc.shuffle,
+                                               dc.tokenizer);
+    val_dataset_ = std::make_unique<DatasetLoader>(dc.dataset, "val", tc.seq_len, 0, false, dc.tokenizer);
+  } else if (dc.text.empty()) {
     require_path("data.train_shard", train_path);
     require_path("data.val_shard", val_path);
   } else {
@@ -47,10 +52,12 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
     train_path = shards.train_path;
     val_path = shards.val_path;
   }
-  train_shard_ = std::make_unique<ShardReader>(train_path);
-  val_shard_ = std::make_unique<ShardReader>(val_path);
-  loader_ = std::make_unique<WindowLoader>(*train_shard_, tc.seq_len, dc.shuffle_seed, dc.shuffle);
-  val_loader_ = std::make_unique<WindowLoader>(*val_shard_, tc.seq_len, 0, false);
+  if (!dataset_) {
+    train_shard_ = std::make_unique<ShardReader>(train_path);
+    val_shard_ = std::make_unique<ShardReader>(val_path);
+    loader_ = std::make_unique<WindowLoader>(*train_shard_, tc.seq_len, dc.shuffle_seed, dc.shuffle);
+    val_loader_ = std::make_unique<WindowLoader>(*val_shard_, tc.seq_len, 0, false);
+  }
 
   model_ = std::make_unique<Model>(config_.model);
   model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_));
@@ -68,7 +75,11 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
         run_dir_, latest);
   if (!latest.empty()) {
     state_ = load_checkpoint(latest, model_->params(), *optimizer_, config_.resolved);
-    loader_->set_state(state_.loader);
+    if (dataset_) {
+      dataset_->set_state(state_.loader);
+    } else {
+      loader_->set_state(state_.loader);
+    }
     spdlog::info("resumed from {} at step {}", latest, state_.step);
   } else {
     if (resume) spdlog::warn("--resume: no checkpoint in {}; starting from step 0", run_dir_);
@@ -84,7 +95,9 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
                backend_->name());
   spdlog::info("data: {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens "
                "(micro_batch {} x grad_accum {})",
-               train_shard_->size(), loader_->num_windows(), tc.seq_len, val_shard_->size(), tc.steps(),
+               dataset_ ? dataset_->num_tokens() : train_shard_->size(),
+               dataset_ ? dataset_->num_windows() : loader_->num_windows(), tc.seq_len,
+               dataset_ ? val_dataset_->num_tokens() : val_shard_->size(), tc.steps(),
                tc.batch_tokens, tc.micro_batch, tc.grad_accum());
 }
 
@@ -92,13 +105,18 @@ Trainer::~Trainer() = default;
 
 double Trainer::evaluate() {
   const int64_t B = config_.train.micro_batch, T = config_.train.seq_len;
-  const int64_t n = std::min(config_.eval.tokens / T, val_loader_->num_windows());
+  const int64_t n = std::min(config_.eval.tokens / T,
+                             val_dataset_ ? val_dataset_->num_windows() : val_loader_->num_windows());
   double loss_sum = 0;
   for (int64_t w0 = 0; w0 < n; w0 += B) {
     for (int64_t b = 0; b < B; ++b) {
       int32_t* win = windows_.data() + b * (T + 1);
       if (w0 + b < n) {
-        val_loader_->window(w0 + b, win);
+        if (val_dataset_) {
+          val_dataset_->window(w0 + b, win);
+        } else {
+          val_loader_->window(w0 + b, win);
+        }
       } else {
         std::fill(win, win + T + 1, -1);  // padding rows: no labels
         std::fill(win, win + T, 0);
@@ -125,7 +143,13 @@ void Trainer::run(int64_t stop_at_step) {
   while (state_.step < stop) {
     const auto t0 = clock::now();
     const double lr = learning_rate(tc, state_.step);
-    const StepResult r = step_->run(lr, [&](int32_t* out) { loader_->next(tc.micro_batch, out); });
+    const StepResult r = step_->run(lr, [&](int32_t* out) {
+      if (dataset_) {
+        dataset_->next(tc.micro_batch, 0, 1, out);
+      } else {
+        loader_->next(tc.micro_batch, out);
+      }
+    });
     if (r.skipped) {
       ++state_.skipped_steps;
       spdlog::warn("step {}: gradient norm is {}; update skipped (the LR schedule advances)", state_.step + 1,
@@ -133,7 +157,7 @@ void Trainer::run(int64_t stop_at_step) {
     }
     ++state_.step;
     state_.tokens += tc.batch_tokens;
-    state_.loader = loader_->state();
+    state_.loader = dataset_ ? dataset_->state() : loader_->state();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const double tokens_per_s = static_cast<double>(tc.batch_tokens) / dt;
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset_loader.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "kernels/backend.h"
@@ -42,7 +43,8 @@ class Trainer {
   std::string run_dir_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ShardReader> train_shard_, val_shard_;
-  std::unique_ptr<WindowLoader> loader_, val_loader_;
+  std::unique_ptr<WindowLoader> loader_, val_loader_;          // data.text or data.*_shard
+  std::unique_ptr<DatasetLoader> dataset_, val_dataset_;        // data.dataset (rank 0 of 1)
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<StepRunner> step_;
