@@ -376,6 +376,83 @@ void mamba2_chunk_bwd(const Mamba2Inputs<T>& in, const T* d_y, const T* d_final_
     }
 }
 
+namespace {
+
+// The core's inputs in double, split out of the layer's packed tensors (§2.2 steps 3–4).
+struct Unpacked {
+  Vec x, dt, A, bm, c, D;
+  Mamba2Inputs<double> inputs() const { return {x.data(), dt.data(), A.data(), bm.data(), c.data(), D.data(), nullptr}; }
+};
+
+double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+
+template <typename T>
+Unpacked unpack(const T* xbc, const T* dt_raw, const T* dt_bias, const T* A_log, const T* D, const Mamba2Dims& d) {
+  const int64_t rows = d.batch * d.seq_len, H = d.heads, XD = H * d.head_dim, GN = d.groups * d.state_dim;
+  const int64_t width = XD + 2 * GN;
+  Unpacked u{Vec(rows * XD), Vec(rows * H), Vec(H), Vec(rows * GN), Vec(rows * GN), Vec(H)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = xbc + r * width;
+    std::copy(row, row + XD, &u.x[r * XD]);
+    std::copy(row + XD, row + XD + GN, &u.bm[r * GN]);
+    std::copy(row + XD + GN, row + width, &u.c[r * GN]);
+    for (int64_t h = 0; h < H; ++h) u.dt[r * H + h] = softplus(static_cast<double>(dt_raw[r * H + h]) + dt_bias[h]);
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    u.A[h] = -std::exp(static_cast<double>(A_log[h]));
+    u.D[h] = D[h];
+  }
+  return u;
+}
+
+}  // namespace
+
+// Δ = softplus(dt_raw + dt_bias), A = -exp(A_log), y = SSD(x, Δ, A, B, C) + D x   (§2.2 steps 3–5)
+template <typename T>
+void mamba2_ssd_fwd(const T* xbc, const T* dt_raw, const T* dt_bias, const T* A_log, const T* D, const Mamba2Dims& d,
+                    int64_t chunk_size, T* y) {
+  check_dims(d);
+  const Unpacked u = unpack(xbc, dt_raw, dt_bias, A_log, D, d);
+  Vec out(u.x.size());
+  mamba2_chunk_fwd<double>(u.inputs(), d, out.data(), nullptr, chunk_size);
+  std::copy(out.begin(), out.end(), y);
+}
+
+// §2.6.2 steps 3–5: the core's gradients, d(dt_raw) = dΔ σ(dt_raw + dt_bias), d dt_bias = Σ d(dt_raw),
+// dA_log = dA · A, repacked as [dx | dB | dC].
+template <typename T>
+void mamba2_ssd_bwd(const T* dy, const T* xbc, const T* dt_raw, const T* dt_bias, const T* A_log, const T* D,
+                    const Mamba2Dims& d, int64_t chunk_size, T* dxbc, T* ddt_raw, T* ddt_bias, T* dA_log, T* dD) {
+  check_dims(d);
+  const Unpacked u = unpack(xbc, dt_raw, dt_bias, A_log, D, d);
+  const int64_t rows = d.batch * d.seq_len, H = d.heads, XD = H * d.head_dim, GN = d.groups * d.state_dim;
+  const int64_t width = XD + 2 * GN;
+  const Vec dyv(dy, dy + rows * XD);
+  Vec dx(u.x.size()), ddt(u.dt.size()), dA(H), dB(u.bm.size()), dC(u.c.size()), dDv(H);
+  mamba2_chunk_bwd<double>(u.inputs(), dyv.data(), nullptr, d,
+                           {dx.data(), ddt.data(), dA.data(), dB.data(), dC.data(), dDv.data(), nullptr}, chunk_size);
+  Vec dbias(H, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = dxbc + r * width;
+    for (int64_t i = 0; i < XD; ++i) row[i] = static_cast<T>(dx[r * XD + i]);
+    for (int64_t i = 0; i < GN; ++i) {
+      row[XD + i] = static_cast<T>(dB[r * GN + i]);
+      row[XD + GN + i] = static_cast<T>(dC[r * GN + i]);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const double v = static_cast<double>(dt_raw[r * H + h]) + dt_bias[h];
+      const double g = ddt[r * H + h] * (v > 20.0 ? 1.0 : 1.0 / (1.0 + std::exp(-v)));
+      ddt_raw[r * H + h] = static_cast<T>(g);
+      dbias[h] += g;
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    ddt_bias[h] = static_cast<T>(ddt_bias[h] + dbias[h]);
+    dA_log[h] = static_cast<T>(dA_log[h] + dA[h] * u.A[h]);
+    dD[h] = static_cast<T>(dD[h] + dDv[h]);
+  }
+}
+
 template void mamba2_recurrent_fwd<float>(const Mamba2Inputs<float>&, const Mamba2Dims&, float*, float*);
 template void mamba2_recurrent_fwd<double>(const Mamba2Inputs<double>&, const Mamba2Dims&, double*, double*);
 template void mamba2_recurrent_bwd<float>(const Mamba2Inputs<float>&, const float*, const float*, const Mamba2Dims&,
@@ -388,5 +465,15 @@ template void mamba2_chunk_bwd<float>(const Mamba2Inputs<float>&, const float*, 
                                       const Mamba2Grads<float>&, int64_t);
 template void mamba2_chunk_bwd<double>(const Mamba2Inputs<double>&, const double*, const double*, const Mamba2Dims&,
                                        const Mamba2Grads<double>&, int64_t);
+
+template void mamba2_ssd_fwd<float>(const float*, const float*, const float*, const float*, const float*,
+                                    const Mamba2Dims&, int64_t, float*);
+template void mamba2_ssd_fwd<double>(const double*, const double*, const double*, const double*, const double*,
+                                     const Mamba2Dims&, int64_t, double*);
+template void mamba2_ssd_bwd<float>(const float*, const float*, const float*, const float*, const float*, const float*,
+                                    const Mamba2Dims&, int64_t, float*, float*, float*, float*, float*);
+template void mamba2_ssd_bwd<double>(const double*, const double*, const double*, const double*, const double*,
+                                     const double*, const Mamba2Dims&, int64_t, double*, double*, double*, double*,
+                                     double*);
 
 }  // namespace llmt::cpu
