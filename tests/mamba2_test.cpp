@@ -211,3 +211,56 @@ TEST_CASE("mamba2: invalid chunk size and group count are rejected", "[kernels][
   const Problem q = make_problem({1, 3, 3, 2, 2, 2}, 0.5, 2.0, false, 601);
   CHECK_THROWS_AS(forward<double>(q, 0), llmt::Error);
 }
+
+TEST_CASE("mamba2_ssd (packed layer inputs): split, softplus, A = -exp(A_log) and their gradients", "[kernels][mamba2]") {
+  // B = 1, T = 7, H = 4, P = 2, G = 2, N = 3, chunk 3: xbc rows [x (8) | B (6) | C (6)].
+  const Mamba2Dims d{1, 7, 4, 2, 3, 2};
+  const size_t rows = 7, width = 8 + 12, H = 4;
+  Vec xbc = randn(rows * width, 800), dtr = randn(rows * H, 801), dtb = randn(H, 802), alog = randn(H, 803),
+      D = randn(H, 804);
+  dtr[5] = 25.0;  // softplus above its threshold: the identity, derivative 1
+  for (double& a : alog) a *= 0.5;
+  const Vec R = randn(rows * 8, 805);
+  const auto fwd = [&]() {
+    Vec y(rows * 8);
+    llmt::cpu::mamba2_ssd_fwd(xbc.data(), dtr.data(), dtb.data(), alog.data(), D.data(), d, 3, y.data());
+    return y;
+  };
+  // Against the core on unpacked, discretised inputs (computed here, not by the packed function).
+  Problem p{d, {}, {}, {}, {}, {}, D, {}};
+  for (size_t r = 0; r < rows; ++r) {
+    p.x.insert(p.x.end(), xbc.begin() + r * width, xbc.begin() + r * width + 8);
+    p.bm.insert(p.bm.end(), xbc.begin() + r * width + 8, xbc.begin() + r * width + 14);
+    p.c.insert(p.c.end(), xbc.begin() + r * width + 14, xbc.begin() + (r + 1) * width);
+    for (size_t h = 0; h < H; ++h) {
+      const double v = dtr[r * H + h] + dtb[h];
+      p.dt.push_back(v > 20.0 ? v : std::log1p(std::exp(v)));
+    }
+  }
+  for (double a : alog) p.A.push_back(-std::exp(a));
+  CHECK(rel_err(fwd(), forward<double>(p, 0).y) < kChunkTol);
+
+  Vec dxbc = randn(xbc.size(), 810), ddtr = randn(dtr.size(), 811);
+  const Vec g0 = randn(H, 812);
+  Vec ddtb = g0, dalog = g0, dD = g0;  // accumulated onto
+  llmt::cpu::mamba2_ssd_bwd(R.data(), xbc.data(), dtr.data(), dtb.data(), alog.data(), D.data(), d, 3, dxbc.data(),
+                            ddtr.data(), ddtb.data(), dalog.data(), dD.data());
+  auto fd = [&](Vec& v) {
+    Vec grad(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double vi = v[i];
+      v[i] = vi + kFdStep;
+      const double up = dot(fwd(), R);
+      v[i] = vi - kFdStep;
+      const double down = dot(fwd(), R);
+      v[i] = vi;
+      grad[i] = (up - down) / (2.0 * kFdStep);
+    }
+    return grad;
+  };
+  CHECK(rel_err(dxbc, fd(xbc)) < kFdTol);
+  CHECK(rel_err(ddtr, fd(dtr)) < kFdTol);
+  CHECK(rel_err(minus(ddtb, g0), fd(dtb)) < kFdTol);
+  CHECK(rel_err(minus(dalog, g0), fd(alog)) < kFdTol);
+  CHECK(rel_err(minus(dD, g0), fd(D)) < kFdTol);
+}

@@ -287,3 +287,66 @@ TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk si
     CHECK(err < 1e-10 * scale);
   }
 }
+
+TEST_CASE("model: float64 finite-difference gradients of a Mamba2 model with mixer-only blocks", "[model][mamba2]") {
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.has_mlp = false;
+  m.mamba2.expand = 2;  // Di = 16, H = 4 heads of P = 4, G = 2 groups of N = 3
+  m.mamba2.head_dim = 4;
+  m.mamba2.d_state = 3;
+  m.mamba2.n_groups = 2;
+  m.mamba2.chunk_size = 4;  // T = 6: a full and a partial chunk
+  const auto reports = model_gradient_check(m);
+  // embedding, head, final norm; per layer attn_norm + 8 mixer parameters (no mlp_norm, no MLP)
+  REQUIRE(reports.size() == 3 + 2 * (1 + 8));
+  for (const auto& r : reports) {
+    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("model: Mamba2 parameter names, shapes and the fla_mdn init (layers-ssm-attn.md 2.3.1)", "[model][mamba2]") {
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.has_mlp = false;
+  m.n_layers = 3;
+  m.mamba2.expand = 2;
+  m.mamba2.head_dim = 4;
+  m.mamba2.d_state = 3;
+  m.residual_rescale = "kaiming_div_sqrt";
+  m.residual_rescale_n = 3;
+  auto be = make_cpu_backend();
+  Model model(m);
+  model.allocate(*be, DType::f64);
+  model.params().initialize(5);
+  const ParamStore& p = model.params();
+  const auto& infos = p.infos();
+  // embedding; per layer attn_norm, in_proj, conv1d.weight, conv1d.bias, dt_bias, A_log, D, norm, out_proj; norm; head
+  REQUIRE(infos.size() == 1 + 3 * 9 + 2);
+  const auto find = [&](const std::string& name) {
+    for (size_t i = 0; i < infos.size(); ++i)
+      if (infos[i].name == name) return static_cast<int>(i);
+    FAIL("no parameter " << name);
+    return -1;
+  };
+  const std::string l = "model.layers.1.attn.";
+  // Di = 16, H = 4, G N = 3: in_proj [2*16 + 2*3 + 4, 8], conv channels 16 + 6 = 22.
+  CHECK(infos[find(l + "in_proj.weight")].shape == std::vector<int64_t>{42, 8});
+  CHECK(infos[find(l + "conv1d.weight")].shape == std::vector<int64_t>{22, 1, 4});
+  CHECK(infos[find(l + "out_proj.weight")].shape == std::vector<int64_t>{8, 16});
+  const Tensor A_log = p.master(find(l + "A_log")), D = p.master(find(l + "D")), bias = p.master(find(l + "conv1d.bias"));
+  for (int64_t h = 0; h < 4; ++h) {
+    CHECK(A_log.as<double>()[h] == std::log(static_cast<double>(h + 1)));  // A = -1, -2, -3, -4
+    CHECK(D.as<double>()[h] == 1.0);
+  }
+  for (int64_t c = 0; c < 22; ++c) CHECK(bias.as<double>()[c] == 0.0);
+  // out_proj ~ U(±1/sqrt(16)) / sqrt(3): every value inside the bound, and the largest near it.
+  const Tensor w = p.master(find(l + "out_proj.weight"));
+  const double bound = 1.0 / std::sqrt(16.0 * 3.0);
+  double largest = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) largest = std::max(largest, std::abs(w.as<double>()[i]));
+  CHECK(largest <= bound);
+  CHECK(largest > 0.9 * bound);
+  for (const auto& info : infos) CHECK(info.name.find("mlp") == std::string::npos);
+}
