@@ -4,8 +4,10 @@
 // L = sum(y * R) + sum(S_T * R_S).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "core/error.h"
@@ -98,6 +100,12 @@ Grads backward(const Problem& p, const Vec& d_y, const Vec& d_state, int64_t chu
   return {widen(dx), widen(ddt), widen(dA), widen(dB), widen(dC), widen(dD), widen(ds0)};
 }
 
+// The largest relative error over all seven gradients (printed by the tests).
+double max_grad_err(const Grads& a, const Grads& ref) {
+  return std::max({rel_err(a.dx, ref.dx), rel_err(a.ddt, ref.ddt), rel_err(a.dA, ref.dA), rel_err(a.dB, ref.dB),
+                   rel_err(a.dC, ref.dC), rel_err(a.dD, ref.dD), rel_err(a.ds0, ref.ds0)});
+}
+
 void check_grads_close(const Grads& a, const Grads& ref, double tol) {
   CHECK(rel_err(a.dx, ref.dx) < tol);
   CHECK(rel_err(a.ddt, ref.ddt) < tol);
@@ -132,6 +140,7 @@ TEST_CASE("mamba2: hand-computed recurrence, T = 2, P = N = 2", "[kernels][mamba
 TEST_CASE("mamba2: chunked forward and backward equal the recurrent form, float64", "[kernels][mamba2]") {
   // T < chunk, T = chunk, T not a multiple of the chunk; weak and strong decay (|Δ A| up to ~ 50);
   // two groups of two heads.
+  double worst_fwd = 0, worst_bwd = 0;
   for (int64_t T : {1, 13, 16, 70})
     for (int64_t chunk : {5, 16, 256})
       for (bool with_state : {false, true})
@@ -141,10 +150,14 @@ TEST_CASE("mamba2: chunked forward and backward equal the recurrent form, float6
           const Out ref = forward<double>(p, 0), chk = forward<double>(p, chunk);
           CHECK(rel_err(chk.y, ref.y) < kChunkTol);
           CHECK(rel_err(chk.state, ref.state) < kChunkTol);
+          worst_fwd = std::max({worst_fwd, rel_err(chk.y, ref.y), rel_err(chk.state, ref.state)});
           const Vec d_y = randn(x_size(p.d), 200 + T), d_state = randn(state_size(p.d), 300 + T);
-          check_grads_close(backward<double>(p, d_y, d_state, chunk), backward<double>(p, d_y, d_state, 0), kChunkTol);
+          const Grads gc = backward<double>(p, d_y, d_state, chunk), gr = backward<double>(p, d_y, d_state, 0);
+          check_grads_close(gc, gr, kChunkTol);
           check_grads_close(backward<double>(p, d_y, {}, chunk), backward<double>(p, d_y, {}, 0), kChunkTol);
+          worst_bwd = std::max(worst_bwd, max_grad_err(gc, gr));
         }
+  std::printf("mamba2 chunked vs recurrent (float64): forward %.3g, backward %.3g\n", worst_fwd, worst_bwd);
 }
 
 TEST_CASE("mamba2: both backwards match central finite differences for every input", "[kernels][mamba2]") {
@@ -170,6 +183,8 @@ TEST_CASE("mamba2: both backwards match central finite differences for every inp
     const Grads num{fd(p.x), fd(p.dt), fd(p.A), fd(p.bm), fd(p.c), fd(p.D), fd(p.s0)};
     check_grads_close(gr, num, kFdTol);
     check_grads_close(gc, num, kFdTol);
+    std::printf("mamba2 finite differences (a_max %g): recurrent %.3g, chunked %.3g\n", a_max, max_grad_err(gr, num),
+                max_grad_err(gc, num));
   }
 }
 
@@ -201,7 +216,10 @@ TEST_CASE("mamba2: float agrees with double for all four functions", "[kernels][
     const Out fd = forward<double>(p, chunk), ff = forward<float>(p, chunk);
     CHECK(rel_err(ff.y, fd.y) < kF32Tol);
     CHECK(rel_err(ff.state, fd.state) < kF32Tol);
-    check_grads_close(backward<float>(p, d_y, d_state, chunk), backward<double>(p, d_y, d_state, chunk), kF32Tol);
+    const Grads gf = backward<float>(p, d_y, d_state, chunk), gd = backward<double>(p, d_y, d_state, chunk);
+    check_grads_close(gf, gd, kF32Tol);
+    std::printf("mamba2 float vs double (chunk %lld): y %.3g, gradients %.3g\n", static_cast<long long>(chunk),
+                rel_err(ff.y, fd.y), max_grad_err(gf, gd));
   }
 }
 
