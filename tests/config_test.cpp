@@ -541,11 +541,16 @@ TEST_CASE("config: mamba2 block, mixer-only blocks and the out_proj rescale", "[
   CHECK(m.conv_bias);
   CHECK(m.chunk_size == 256);
   CHECK(m.dt_floor == 1e-4);
+  CHECK(m.init_style == "fla_mdn");
   CHECK(c.model.residual_rescale == "kaiming_div_sqrt");
   CHECK(c.model.residual_rescale_n == c.model.n_layers);
   SECTION("head_dim must divide expand * d_model") {
     j["model"]["mamba2"]["head_dim"] = 7;
     CHECK_THAT(parse_error(j), Catch::Contains("model.mamba2.head_dim"));
+  }
+  SECTION("init_style names the allowed styles") {
+    j["model"]["mamba2"]["init_style"] = "random";
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba2.init_style") && Catch::Contains("zeros_like_skipped"));
   }
   SECTION("n_groups must divide the heads") {
     j["model"]["mamba2"]["head_dim"] = static_cast<int64_t>(j["model"]["d_model"]) * 2;  // one head

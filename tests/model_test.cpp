@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "core/rng.h"
@@ -349,4 +350,47 @@ TEST_CASE("model: Mamba2 parameter names, shapes and the fla_mdn init (layers-ss
   CHECK(largest <= bound);
   CHECK(largest > 0.9 * bound);
   for (const auto& info : infos) CHECK(info.name.find("mlp") == std::string::npos);
+}
+
+TEST_CASE("model: Mamba2 init styles mamba_ssm and zeros_like_skipped (layers-ssm-attn.md 2.3.2-2.3.3)", "[model][mamba2]") {
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.has_mlp = false;
+  m.n_layers = 1;
+  m.mamba2.expand = 2;
+  m.mamba2.head_dim = 2;  // H = 8
+  m.mamba2.d_state = 3;
+  auto be = make_cpu_backend();
+  const auto values = [](const Tensor& t) { return std::vector<double>(t.as<double>(), t.as<double>() + t.numel()); };
+  // Parameter indices: 0 embedding, 1 attn_norm, 2 in_proj, 3 conv1d.weight, 4 conv1d.bias, 5 dt_bias, 6 A_log.
+  SECTION("mamba_ssm: A = exp(A_log) in [1, 16), PyTorch-default conv bias U(±1/sqrt(4)), in_proj U(±1/sqrt(8))") {
+    m.mamba2.init_style = "mamba_ssm";
+    Model model(m);
+    model.allocate(*be, DType::f64);
+    model.params().initialize(6);
+    REQUIRE(model.params().infos()[6].name == "model.layers.0.attn.A_log");
+    const auto A_log = values(model.params().master(6)), bias = values(model.params().master(4)),
+               w_in = values(model.params().master(2));
+    for (double a : A_log) {
+      CHECK(std::exp(a) >= 1.0);
+      CHECK(std::exp(a) < 16.0);
+    }
+    CHECK(std::set<double>(A_log.begin(), A_log.end()).size() == A_log.size());  // random, not log(1..H)
+    double largest_bias = 0, largest_w = 0;
+    for (double b : bias) largest_bias = std::max(largest_bias, std::abs(b));
+    for (double w : w_in) largest_w = std::max(largest_w, std::abs(w));
+    CHECK(largest_bias <= 0.5);
+    CHECK(largest_bias > 0.3);
+    CHECK(largest_w <= 1.0 / std::sqrt(8.0));
+    CHECK(largest_w > 0.9 / std::sqrt(8.0));
+  }
+  SECTION("zeros_like_skipped: A_log = dt_bias = 0") {
+    m.mamba2.init_style = "zeros_like_skipped";
+    Model model(m);
+    model.allocate(*be, DType::f64);
+    model.params().initialize(6);
+    REQUIRE(model.params().infos()[5].name == "model.layers.0.attn.dt_bias");
+    for (double v : values(model.params().master(5))) CHECK(v == 0.0);
+    for (double v : values(model.params().master(6))) CHECK(v == 0.0);
+  }
 }

@@ -61,6 +61,9 @@ struct Mamba2Config {
   bool conv_bias = true;   ///< the conv has a per-channel bias (MDN runs: true)
   int64_t chunk_size = 256;
   double dt_min = 1e-3, dt_max = 0.1, dt_floor = 1e-4;  ///< dt_bias = softplus^-1(dt) (section 1.5)
+  /// Section 2.3.2: "fla_mdn" (2.3.1, A = -1..-H), "mamba_ssm" (2.3.3: A ~ U(1, 16), PyTorch-default
+  /// in_proj and conv init) or "zeros_like_skipped" (as fla_mdn but A_log = 0, dt_bias = 0: the DTensor hazard).
+  std::string init_style = "fla_mdn";
   int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
 };

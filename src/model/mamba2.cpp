@@ -14,22 +14,42 @@ Mamba2Mixer::Mamba2Mixer(const ModelConfig& config, ParamStore& store, const std
       conv_dim_(inner_ + 2 * c_.n_groups * c_.d_state),
       norm_eps_(config.norm_eps) {
   const int64_t D = d_model_, H = heads_;
+  // Section 2.3: fla_mdn (2.3.1) draws Linear and conv weights N(0, std^2), conv bias 0, A = -1..-H;
+  // mamba_ssm (2.3.3) uses PyTorch's defaults U(±1/sqrt(fan_in)) (conv fan_in = K) and A ~ U(1, 16);
+  // zeros_like_skipped (2.3.2) is fla_mdn with A_log = dt_bias = 0.
+  const bool torch = c_.init_style == "mamba_ssm", skipped = c_.init_style == "zeros_like_skipped";
+  const auto torch_uniform = [](int64_t fan_in) {
+    Init u{Init::uniform};
+    u.hi = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    u.lo = -u.hi;
+    return u;
+  };
   const Init normal{Init::normal, config.init_std};
-  w_in_ = store.add(prefix + "in_proj.weight", {inner_ + conv_dim_ + H, D}, ParamKind::weight, normal);
-  conv_w_ = store.add(prefix + "conv1d.weight", {conv_dim_, 1, c_.conv_size}, ParamKind::weight, normal);
-  if (c_.conv_bias) conv_b_ = store.add(prefix + "conv1d.bias", {conv_dim_}, ParamKind::bias, Init{Init::zeros});
+  w_in_ = store.add(prefix + "in_proj.weight", {inner_ + conv_dim_ + H, D}, ParamKind::weight,
+                    torch ? torch_uniform(D) : normal);
+  conv_w_ = store.add(prefix + "conv1d.weight", {conv_dim_, 1, c_.conv_size}, ParamKind::weight,
+                      torch ? torch_uniform(c_.conv_size) : normal);
+  if (c_.conv_bias)
+    conv_b_ = store.add(prefix + "conv1d.bias", {conv_dim_}, ParamKind::bias,
+                        torch ? torch_uniform(c_.conv_size) : Init{Init::zeros});
   Init dt{Init::dt_bias};
   dt.lo = c_.dt_min;
   dt.hi = c_.dt_max;
   dt.floor = c_.dt_floor;
-  dt_bias_ = store.add(prefix + "dt_bias", {H}, ParamKind::ssm_param, dt);
-  A_log_ = store.add(prefix + "A_log", {H}, ParamKind::ssm_param, Init{Init::log_index});
+  dt_bias_ = store.add(prefix + "dt_bias", {H}, ParamKind::ssm_param, skipped ? Init{Init::zeros} : dt);
+  Init a_log{Init::log_index};
+  if (torch) {
+    a_log.kind = Init::log_uniform;
+    a_log.lo = 1;
+    a_log.hi = 16;
+  }
+  A_log_ = store.add(prefix + "A_log", {H}, ParamKind::ssm_param, skipped ? Init{Init::zeros} : a_log);
   D_ = store.add(prefix + "D", {H}, ParamKind::ssm_param, Init{Init::ones});
   norm_ = store.add(prefix + "norm.weight", {inner_}, ParamKind::norm, Init{Init::ones});
-  Init out = normal;
+  Init out = torch ? torch_uniform(inner_) : normal;
   if (config.residual_rescale == "kaiming_div_sqrt") {  // section 2.3.1: kaiming-uniform(a=√5) / √n
-    out.kind = Init::uniform;
-    out.hi = 1.0 / std::sqrt(static_cast<double>(inner_) * static_cast<double>(config.residual_rescale_n));
+    out = torch_uniform(inner_);
+    out.hi /= std::sqrt(static_cast<double>(config.residual_rescale_n));
     out.lo = -out.hi;
   }
   w_out_ = store.add(prefix + "out_proj.weight", {D, inner_}, ParamKind::weight, out);

@@ -4,9 +4,11 @@
 //   [x | B | C] = xBC_c; Δ = softplus(dt_raw + dt_bias); A = -exp(A_log)   dt_bias, A_log, D [H]
 //   y = SSD(x, Δ, A, B, C) + D x                         (chunked core, section 2.5)
 //   out = (RMSNorm_Di(y ∘ silu(z)) ∘ w_norm) W_out^T     norm.weight [Di]; out_proj.weight [D, Di] (no bias)
-// Initialisation of section 2.3.1: in_proj, conv weight N(0, std^2), conv bias 0, dt_bias from
-// log-uniform dt, A_log = log(1..H), D = 1, norm 1, out_proj N(0, std^2) or, with
-// model.init.residual_rescale "kaiming_div_sqrt", U(±1/sqrt(Di)) / sqrt(residual_rescale_n).
+// Initialisation (model.mamba2.init_style, section 2.3): fla_mdn (2.3.1) in_proj, conv weight N(0, std^2),
+// conv bias 0, dt_bias from log-uniform dt, A_log = log(1..H), D = 1, norm 1, out_proj N(0, std^2);
+// mamba_ssm (2.3.3) PyTorch-default U(±1/sqrt(fan_in)) for in_proj, out_proj, conv weight and bias and
+// A_log = log U(1, 16); zeros_like_skipped (2.3.2) fla_mdn with A_log = dt_bias = 0. With
+// model.init.residual_rescale "kaiming_div_sqrt", out_proj is U(±1/sqrt(Di)) / sqrt(residual_rescale_n).
 #pragma once
 #include "model/mixer.h"
 
