@@ -522,6 +522,53 @@ TEST_CASE("config: mixer blocks", "[config]") {
   }
 }
 
+TEST_CASE("config: mamba2 block, mixer-only blocks and the out_proj rescale", "[config][mamba2]") {
+  json j = valid_config();
+  j["model"]["type"] = "mamba2";
+  j["model"].erase("attn");
+  j["model"]["mlp"] = nullptr;
+  j["model"]["mamba2"] = json::object();
+  j["model"]["init"] = {{"residual_rescale", "kaiming_div_sqrt"}};
+  const llmt::Config c = llmt::parse_config(j);
+  const llmt::Mamba2Config& m = c.model.mamba2;
+  CHECK_FALSE(c.model.has_mlp);
+  CHECK(c.resolved["model"]["mlp"].is_null());
+  CHECK(m.expand == 2);
+  CHECK(m.head_dim == 64);
+  CHECK(m.d_state == 128);
+  CHECK(m.n_groups == 1);
+  CHECK(m.conv_size == 4);
+  CHECK(m.conv_bias);
+  CHECK(m.chunk_size == 256);
+  CHECK(m.dt_floor == 1e-4);
+  CHECK(m.init_style == "fla_mdn");
+  CHECK(c.model.residual_rescale == "kaiming_div_sqrt");
+  CHECK(c.model.residual_rescale_n == c.model.n_layers);
+  SECTION("head_dim must divide expand * d_model") {
+    j["model"]["mamba2"]["head_dim"] = 7;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba2.head_dim"));
+  }
+  SECTION("init_style names the allowed styles") {
+    j["model"]["mamba2"]["init_style"] = "random";
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba2.init_style") && Catch::Contains("zeros_like_skipped"));
+  }
+  SECTION("n_groups must divide the heads") {
+    j["model"]["mamba2"]["head_dim"] = static_cast<int64_t>(j["model"]["d_model"]) * 2;  // one head
+    j["model"]["mamba2"]["n_groups"] = 2;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba2.n_groups"));
+  }
+  SECTION("the rescale is refused for mixers that do not implement it") {
+    json g = valid_config();
+    g["model"]["init"] = {{"residual_rescale", "kaiming_div_sqrt"}};
+    CHECK_THAT(parse_error(g), Catch::Contains("model.init.residual_rescale"));
+  }
+  SECTION("model.mamba2 without model.type mamba2 is an error") {
+    json g = valid_config();
+    g["model"]["mamba2"] = json::object();
+    CHECK_THAT(parse_error(g), Catch::Contains("model.mamba2"));
+  }
+}
+
 TEST_CASE("config: hybrid attention layers", "[config][hybrid]") {
   json j = valid_config();
   j["model"]["type"] = "gdn";

@@ -201,6 +201,38 @@ TEST_CASE("short_conv: finite-difference gradients; dx overwritten, dw accumulat
 
 // ---------------------------------------------------------------- L2 norm + query scale
 
+TEST_CASE("short_conv with bias (Mamba2 conv1d): hand value, finite-difference gradients; dbias accumulated",
+          "[delta_blocks][short_conv]") {
+  // Hand value: width 2, one channel, w = (0.5, 2), bias 1, x = (1, 3): pre = (1 + 2*1, 1 + 0.5*1 + 2*3) = (3, 7.5).
+  {
+    const std::vector<double> x{1, 3}, w{0.5, 2}, bias{1};
+    std::vector<double> pre(2), y(2);
+    llmt::cpu::short_conv_silu_fwd(x.data(), w.data(), 1, 2, 1, 2, pre.data(), y.data(), bias.data());
+    CHECK(pre[0] == Approx(3.0).margin(1e-15));
+    CHECK(pre[1] == Approx(7.5).margin(1e-15));
+    CHECK(y[1] == Approx(7.5 / (1.0 + std::exp(-7.5))).margin(1e-15));
+  }
+  const ConvShape s{2, 6, 3, 4};
+  const Vec x = randn(s.numel(), 40), w = randn(s.wsize(), 41), bias = randn(3, 42), R = randn(s.numel(), 43);
+  const Vec dw0 = randn(s.wsize(), 44), db0 = randn(3, 45);
+  const auto fwd = [&](const Vec& xx, const Vec& ww, const Vec& bb) {
+    Vec pre(s.numel()), y(s.numel());
+    llmt::cpu::short_conv_silu_fwd(xx.data(), ww.data(), s.batch, s.seq, s.channels, s.width, pre.data(), y.data(),
+                                   bb.data());
+    return std::pair<Vec, Vec>{pre, y};
+  };
+  const Vec pre = fwd(x, w, bias).first;
+  Vec dx = randn(s.numel(), 46), dw = dw0, db = db0;
+  llmt::cpu::short_conv_silu_bwd(R.data(), x.data(), w.data(), pre.data(), s.batch, s.seq, s.channels, s.width,
+                                 dx.data(), dw.data(), db.data());
+  const Vec fd_x = fd_grad([&](const Vec& xx) { return dot(fwd(xx, w, bias).second, R); }, x);
+  const Vec fd_w = fd_grad([&](const Vec& ww) { return dot(fwd(x, ww, bias).second, R); }, w);
+  const Vec fd_b = fd_grad([&](const Vec& bb) { return dot(fwd(x, w, bb).second, R); }, bias);
+  CHECK(rel_err(dx, fd_x) < kFdTol);
+  CHECK(rel_err(minus(dw, dw0), fd_w) < kFdTol);
+  CHECK(rel_err(minus(db, db0), fd_b) < kFdTol);
+}
+
 TEST_CASE("l2norm: hand-computed (3, 4)", "[delta_blocks][l2norm]") {
   // eps = 0: r = 1/5, y = (0.6, 0.8). eps = 11 (inside the sqrt), scale 2: r = 1/sqrt(25 + 11) = 1/6,
   // y = 2 (3, 4) / 6 = (1, 4/3).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "core/rng.h"
@@ -285,5 +286,111 @@ TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk si
     INFO("chunk variant " << i << ": max |dgrad| " << err << " of max |grad| " << scale);
     CHECK(scale > 0);
     CHECK(err < 1e-10 * scale);
+  }
+}
+
+TEST_CASE("model: float64 finite-difference gradients of a Mamba2 model with mixer-only blocks", "[model][mamba2]") {
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.has_mlp = false;
+  m.mamba2.expand = 2;  // Di = 16, H = 4 heads of P = 4, G = 2 groups of N = 3
+  m.mamba2.head_dim = 4;
+  m.mamba2.d_state = 3;
+  m.mamba2.n_groups = 2;
+  m.mamba2.chunk_size = 4;  // T = 6: a full and a partial chunk
+  const auto reports = model_gradient_check(m);
+  // embedding, head, final norm; per layer attn_norm + 8 mixer parameters (no mlp_norm, no MLP)
+  REQUIRE(reports.size() == 3 + 2 * (1 + 8));
+  for (const auto& r : reports) {
+    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("model: Mamba2 parameter names, shapes and the fla_mdn init (layers-ssm-attn.md 2.3.1)", "[model][mamba2]") {
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.has_mlp = false;
+  m.n_layers = 3;
+  m.mamba2.expand = 2;
+  m.mamba2.head_dim = 4;
+  m.mamba2.d_state = 3;
+  m.residual_rescale = "kaiming_div_sqrt";
+  m.residual_rescale_n = 3;
+  auto be = make_cpu_backend();
+  Model model(m);
+  model.allocate(*be, DType::f64);
+  model.params().initialize(5);
+  const ParamStore& p = model.params();
+  const auto& infos = p.infos();
+  // embedding; per layer attn_norm, in_proj, conv1d.weight, conv1d.bias, dt_bias, A_log, D, norm, out_proj; norm; head
+  REQUIRE(infos.size() == 1 + 3 * 9 + 2);
+  const auto find = [&](const std::string& name) {
+    for (size_t i = 0; i < infos.size(); ++i)
+      if (infos[i].name == name) return static_cast<int>(i);
+    FAIL("no parameter " << name);
+    return -1;
+  };
+  const std::string l = "model.layers.1.attn.";
+  // Di = 16, H = 4, G N = 3: in_proj [2*16 + 2*3 + 4, 8], conv channels 16 + 6 = 22.
+  CHECK(infos[find(l + "in_proj.weight")].shape == std::vector<int64_t>{42, 8});
+  CHECK(infos[find(l + "conv1d.weight")].shape == std::vector<int64_t>{22, 1, 4});
+  CHECK(infos[find(l + "out_proj.weight")].shape == std::vector<int64_t>{8, 16});
+  const Tensor A_log = p.master(find(l + "A_log")), D = p.master(find(l + "D")), bias = p.master(find(l + "conv1d.bias"));
+  for (int64_t h = 0; h < 4; ++h) {
+    CHECK(A_log.as<double>()[h] == std::log(static_cast<double>(h + 1)));  // A = -1, -2, -3, -4
+    CHECK(D.as<double>()[h] == 1.0);
+  }
+  for (int64_t c = 0; c < 22; ++c) CHECK(bias.as<double>()[c] == 0.0);
+  // out_proj ~ U(±1/sqrt(16)) / sqrt(3): every value inside the bound, and the largest near it.
+  const Tensor w = p.master(find(l + "out_proj.weight"));
+  const double bound = 1.0 / std::sqrt(16.0 * 3.0);
+  double largest = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) largest = std::max(largest, std::abs(w.as<double>()[i]));
+  CHECK(largest <= bound);
+  CHECK(largest > 0.9 * bound);
+  for (const auto& info : infos) CHECK(info.name.find("mlp") == std::string::npos);
+}
+
+TEST_CASE("model: Mamba2 init styles mamba_ssm and zeros_like_skipped (layers-ssm-attn.md 2.3.2-2.3.3)", "[model][mamba2]") {
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.has_mlp = false;
+  m.n_layers = 1;
+  m.mamba2.expand = 2;
+  m.mamba2.head_dim = 2;  // H = 8
+  m.mamba2.d_state = 3;
+  auto be = make_cpu_backend();
+  const auto values = [](const Tensor& t) { return std::vector<double>(t.as<double>(), t.as<double>() + t.numel()); };
+  // Parameter indices: 0 embedding, 1 attn_norm, 2 in_proj, 3 conv1d.weight, 4 conv1d.bias, 5 dt_bias, 6 A_log.
+  SECTION("mamba_ssm: A = exp(A_log) in [1, 16), PyTorch-default conv bias U(±1/sqrt(4)), in_proj U(±1/sqrt(8))") {
+    m.mamba2.init_style = "mamba_ssm";
+    Model model(m);
+    model.allocate(*be, DType::f64);
+    model.params().initialize(6);
+    REQUIRE(model.params().infos()[6].name == "model.layers.0.attn.A_log");
+    const auto A_log = values(model.params().master(6)), bias = values(model.params().master(4)),
+               w_in = values(model.params().master(2));
+    for (double a : A_log) {
+      CHECK(std::exp(a) >= 1.0);
+      CHECK(std::exp(a) < 16.0);
+    }
+    CHECK(std::set<double>(A_log.begin(), A_log.end()).size() == A_log.size());  // random, not log(1..H)
+    double largest_bias = 0, largest_w = 0;
+    for (double b : bias) largest_bias = std::max(largest_bias, std::abs(b));
+    for (double w : w_in) largest_w = std::max(largest_w, std::abs(w));
+    CHECK(largest_bias <= 0.5);
+    CHECK(largest_bias > 0.3);
+    CHECK(largest_w <= 1.0 / std::sqrt(8.0));
+    CHECK(largest_w > 0.9 / std::sqrt(8.0));
+  }
+  SECTION("zeros_like_skipped: A_log = dt_bias = 0") {
+    m.mamba2.init_style = "zeros_like_skipped";
+    Model model(m);
+    model.allocate(*be, DType::f64);
+    model.params().initialize(6);
+    REQUIRE(model.params().infos()[5].name == "model.layers.0.attn.dt_bias");
+    for (double v : values(model.params().master(5))) CHECK(v == 0.0);
+    for (double v : values(model.params().master(6))) CHECK(v == 0.0);
   }
 }

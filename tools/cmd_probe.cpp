@@ -34,6 +34,11 @@ ModelConfig tiny_model() {
   m.kda.head_dim = 4;
   m.kda.expand_v = 2;  // d_v = 8 != d_k: the low-rank width d_v and the key channels are told apart
   m.kda.chunk_size = 4;
+  m.mamba2.expand = 2;  // Di = 16: H = 4 heads of P = 4 in G = 2 groups, N = 3 (told apart from P)
+  m.mamba2.head_dim = 4;
+  m.mamba2.d_state = 3;
+  m.mamba2.n_groups = 2;
+  m.mamba2.chunk_size = 4;
   m.init_std = 0.5;  // large enough that every path of the layer matters in the check
   return m;
 }

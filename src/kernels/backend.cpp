@@ -85,4 +85,21 @@ void Backend::comba_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const
   missing(*this, "comba_chunk_bwd");
 }
 
+void Backend::conv_bias_silu_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "conv_bias_silu_fwd");
+}
+void Backend::conv_bias_silu_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&) {
+  missing(*this, "conv_bias_silu_bwd");
+}
+void Backend::mamba2_ssd_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                             int64_t, int64_t, const Tensor&) {
+  missing(*this, "mamba2_ssd_fwd");
+}
+void Backend::mamba2_ssd_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, int64_t, int64_t, int64_t, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&) {
+  missing(*this, "mamba2_ssd_bwd");
+}
+
 }  // namespace llmt

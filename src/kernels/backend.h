@@ -170,6 +170,26 @@ class Backend {
                                const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
                                const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
                                const Tensor& dbeta);
+
+  // ---- Mamba2 (layers-ssm-attn.md §1.4, §2; semantics: src/kernels/cpu/{short_conv,mamba2}.h) ----
+  /// Depthwise causal conv with a per-channel bias + SiLU (§1.4): x, pre, y [B, T, C]; w [C, 1, W]; bias [C].
+  /// dx overwritten; dw, dbias accumulated.
+  virtual void conv_bias_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& pre,
+                                  const Tensor& y);
+  virtual void conv_bias_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
+                                  const Tensor& dx, const Tensor& dw, const Tensor& dbias);
+  /// Mamba2's SSD step (§2.2 steps 3–5, chunked §2.5, zero initial state): xbc [B, T, H P + 2 G N] (rows
+  /// [x | B | C], the conv output), dt_raw [B, T, H], dt_bias, A_log, D [H], y [B, T, H P];
+  /// Δ = softplus(dt_raw + dt_bias), A = -exp(A_log), y = SSD(x, Δ, A, B, C) + D x. H is dt_raw's last
+  /// dimension; N follows from xbc's width. Backward (§2.6): dxbc, ddt_raw overwritten; ddt_bias, dA_log, dD
+  /// accumulated.
+  virtual void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                              const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                              const Tensor& y);
+  virtual void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
+                              const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups,
+                              int64_t chunk_size, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
+                              const Tensor& dA_log, const Tensor& dD);
 };
 
 /// The CPU reference backend (OpenBLAS for matmul).

@@ -16,6 +16,7 @@
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/kda.h"
 #include "kernels/cpu/l2norm.h"
+#include "kernels/cpu/mamba2.h"
 #include "kernels/cpu/short_conv.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
@@ -36,6 +37,25 @@ decltype(auto) dispatch(const Tensor& t, const char* op, F&& f) {
   check_float(t, op);
   if (t.dtype == DType::f64) return f(double{});
   return f(float{});
+}
+
+/// The Mamba2 core sizes of mamba2_ssd_fwd/bwd's tensors (backend.h), after checking their shapes and
+/// dtypes; y is the output (or its gradient) [B, T, H P].
+cpu::Mamba2Dims mamba2_dims(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                            const Tensor& D, int64_t head_dim, int64_t n_groups, const Tensor& y, const char* op) {
+  check(xbc.ndim == 3 && dt_raw.ndim == 3 && y.ndim == 3 && head_dim > 0 && n_groups > 0, "{}: xbc {} dt_raw {} y {}",
+        op, xbc.shape_str(), dt_raw.shape_str(), y.shape_str());
+  const int64_t B = xbc.shape[0], T = xbc.shape[1], H = dt_raw.shape[2], XD = H * head_dim;
+  const int64_t rest = xbc.shape[2] - XD;
+  check(dt_raw.shape[0] == B && dt_raw.shape[1] == T && y.shape[0] == B && y.shape[1] == T && y.shape[2] == XD &&
+            rest > 0 && rest % (2 * n_groups) == 0,
+        "{}: xbc {} must be [B, T, H P + 2 G N] with dt_raw {} [B, T, H], y {} [B, T, H P], P = {}, G = {}", op,
+        xbc.shape_str(), dt_raw.shape_str(), y.shape_str(), head_dim, n_groups);
+  for (const Tensor* t : {&dt_bias, &A_log, &D})
+    check(t->numel() == H && t->dtype == xbc.dtype, "{}: dt_bias, A_log and D must be [H = {}] in {}", op, H,
+          dtype_name(xbc.dtype));
+  check(dt_raw.dtype == xbc.dtype && y.dtype == xbc.dtype, "{}: xbc, dt_raw and y must share one dtype", op);
+  return {B, T, H, head_dim, rest / (2 * n_groups), n_groups};
 }
 
 class CpuBackend final : public Backend {
@@ -245,6 +265,57 @@ class CpuBackend final : public Backend {
                                   w.shape[2], dx.as<T>(), dw.as<T>());
     });
   }
+  // ---- Mamba2 ----
+  void conv_bias_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& pre,
+                          const Tensor& y) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1 && bias.numel() == x.shape[2],
+          "conv_bias_silu_fwd: x must be [B, T, C], w [C, 1, W] and bias [C], got {}, {} and {}", x.shape_str(),
+          w.shape_str(), bias.shape_str());
+    check_same(x, pre, "conv_bias_silu_fwd");
+    check_same(x, y, "conv_bias_silu_fwd");
+    dispatch(x, "conv_bias_silu_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::short_conv_silu_fwd<T>(x.as<T>(), w.as<T>(), x.shape[0], x.shape[1], x.shape[2], w.shape[2], pre.as<T>(),
+                                  y.as<T>(), bias.as<T>());
+    });
+  }
+  void conv_bias_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
+                          const Tensor& dw, const Tensor& dbias) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && dbias.numel() == x.shape[2],
+          "conv_bias_silu_bwd: x {} w {} dbias {}", x.shape_str(), w.shape_str(), dbias.shape_str());
+    for (const Tensor* t : {&dy, &pre, &dx}) check_same(x, *t, "conv_bias_silu_bwd");
+    check_same(w, dw, "conv_bias_silu_bwd");
+    dispatch(x, "conv_bias_silu_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::short_conv_silu_bwd<T>(dy.as<T>(), x.as<T>(), w.as<T>(), pre.as<T>(), x.shape[0], x.shape[1], x.shape[2],
+                                  w.shape[2], dx.as<T>(), dw.as<T>(), dbias.as<T>());
+    });
+  }
+  void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                      const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                      const Tensor& y) override {
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_fwd");
+    dispatch(xbc, "mamba2_ssd_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mamba2_ssd_fwd<T>(xbc.as<T>(), dt_raw.as<T>(), dt_bias.as<T>(), A_log.as<T>(), D.as<T>(), d, chunk_size,
+                             y.as<T>());
+    });
+  }
+  void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
+                      const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                      const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias, const Tensor& dA_log,
+                      const Tensor& dD) override {
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, "mamba2_ssd_bwd");
+    check_same(xbc, dxbc, "mamba2_ssd_bwd");
+    check_same(dt_raw, ddt_raw, "mamba2_ssd_bwd");
+    for (const Tensor* t : {&ddt_bias, &dA_log, &dD}) check_same(D, *t, "mamba2_ssd_bwd");
+    dispatch(xbc, "mamba2_ssd_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mamba2_ssd_bwd<T>(dy.as<T>(), xbc.as<T>(), dt_raw.as<T>(), dt_bias.as<T>(), A_log.as<T>(), D.as<T>(), d,
+                             chunk_size, dxbc.as<T>(), ddt_raw.as<T>(), ddt_bias.as<T>(), dA_log.as<T>(), dD.as<T>());
+    });
+  }
+
   void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
                   const Tensor& rinv) override {
     const int64_t rows = x.numel() / dim;

@@ -7,6 +7,7 @@ Block::Block(const std::string& mixer_type, const ModelConfig& config, ParamStor
   // Registration order = flat-buffer order: attn_norm, attn.*, mlp_norm, mlp.*
   attn_norm_ = store.add(prefix + "attn_norm.weight", {config.d_model}, ParamKind::norm, Init{Init::ones, 0});
   mixer_ = make_mixer(mixer_type, config, store, prefix + "attn.");
+  if (!config.has_mlp) return;
   mlp_norm_ = store.add(prefix + "mlp_norm.weight", {config.d_model}, ParamKind::norm, Init{Init::ones, 0});
   mlp_ = std::make_unique<SwiGluMlp>(config, store, prefix + "mlp.");
 }
@@ -19,11 +20,13 @@ void Block::plan(int64_t batch, int64_t seq_len) {
   // The residual stream (h) and the norm statistics in the master dtype; the normed inputs of
   // the sublayers in the compute dtype (they feed matrix products).
   const DType dt = store_.dtype(), ct = store_.compute_dtype();
-  for (OwnedTensor* t : {&xn1_, &xn2_}) *t = OwnedTensor(be, ct, {rows, d});
-  h_ = OwnedTensor(be, dt, {rows, d});
+  xn1_ = OwnedTensor(be, ct, {rows, d});
   rstd1_ = OwnedTensor(be, dt, {rows});
-  rstd2_ = OwnedTensor(be, dt, {rows});
   mixer_->plan(batch, seq_len);
+  if (!mlp_) return;
+  xn2_ = OwnedTensor(be, ct, {rows, d});
+  h_ = OwnedTensor(be, dt, {rows, d});
+  rstd2_ = OwnedTensor(be, dt, {rows});
   mlp_->plan(rows);
 }
 
@@ -31,13 +34,14 @@ void Block::bind_scratch(ScratchCarver& scratch) {
   for (Tensor* t : {&branch_, &dxn_, &dh_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
   if (store_.compute_dtype() != store_.dtype()) dy_ = scratch.take(store_.compute_dtype(), {rows_, d_model_});
   mixer_->bind_scratch(scratch);
-  mlp_->bind_scratch(scratch);
+  if (mlp_) mlp_->bind_scratch(scratch);
 }
 
 void Block::forward(const Tensor& x_in, const Tensor& x_out) {
   Backend& be = store_.backend();
   be.rmsnorm_fwd(x_in, store_.master(attn_norm_), eps_, *xn1_, *rstd1_);
   mixer_->forward(*xn1_, branch_);
+  if (!mlp_) return be.add(x_in, branch_, x_out);
   be.add(x_in, branch_, *h_);
   be.rmsnorm_fwd(*h_, store_.master(mlp_norm_), eps_, *xn2_, *rstd2_);
   mlp_->forward(*xn2_, branch_);
@@ -46,6 +50,10 @@ void Block::forward(const Tensor& x_in, const Tensor& x_out) {
 
 void Block::backward(const Tensor& x_in, const Tensor& dx) {
   Backend& be = store_.backend();
+  if (!mlp_) {
+    mixer_->backward(*xn1_, converted(be, dx, dy_), dxn_);
+    return be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
+  }
   mlp_->backward(*xn2_, converted(be, dx, dy_), dxn_);
   be.copy(dx, dh_);                                                        // dh = dx' (residual path)
   be.rmsnorm_bwd(dxn_, *h_, store_.master(mlp_norm_), *rstd2_, dh_, store_.grad(mlp_norm_));

@@ -1,7 +1,9 @@
 // One pre-norm block (runs.md section 2; layers-ssm-attn.md section 3.2):
 //   h = x + Mixer(RMSNorm_attn(x));   x' = h + MLP(RMSNorm_mlp(h)).
+// Without an MLP (model.mlp = null, ModelConfig::has_mlp; Mamba2 in the MDN paper,
+// layers-ssm-attn.md section 2.1): x' = x + Mixer(RMSNorm_attn(x)).
 // Parameter names follow flash-linear-attention: <prefix>attn_norm.weight, <prefix>attn.*,
-// <prefix>mlp_norm.weight, <prefix>mlp.*.
+// <prefix>mlp_norm.weight, <prefix>mlp.* (the last two only with an MLP).
 #pragma once
 #include <memory>
 #include <string>
@@ -29,7 +31,7 @@ class Block {
   double eps_;
   int attn_norm_ = -1, mlp_norm_ = -1;
   std::unique_ptr<Mixer> mixer_;
-  std::unique_ptr<SwiGluMlp> mlp_;
+  std::unique_ptr<SwiGluMlp> mlp_;  // null without an MLP
   OwnedTensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
   int64_t rows_ = 0, d_model_ = 0;
   Tensor branch_, dxn_, dh_;  // temporaries (shared scratch): sublayer output, normed-input grad, residual grad

@@ -112,6 +112,13 @@ class ObjectReader {
     out_[key] = result;
     return result;
   }
+  /// Whether `key` is given as JSON null (then it counts as read and resolves to null).
+  bool is_null(const std::string& key) {
+    if (!j_.contains(key) || !j_.at(key).is_null()) return false;
+    seen_.insert(key);
+    out_[key] = nullptr;
+    return true;
+  }
   /// The raw JSON value of `key` (null when absent), for messages.
   json raw(const std::string& key) const { return j_.contains(key) ? j_.at(key) : json(); }
   /// Whether the object has `key` (without reading it).
@@ -153,7 +160,7 @@ class ObjectReader {
 template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
 
 void parse_model(ObjectReader r, ModelConfig& m) {
-  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda"}, nullptr);
+  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda", "mamba2"}, nullptr);
   m.d_model = r.positive("d_model");
   m.n_layers = r.positive("n_layers");
   m.vocab_size = r.positive("vocab_size");
@@ -165,7 +172,8 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     check(m.norm_eps > 0, "config: model.norm.eps must be > 0");
     n.finish();
   }
-  {
+  m.has_mlp = !r.is_null("mlp");
+  if (m.has_mlp) {
     ObjectReader mlp = r.object("mlp");
     mlp.choice("type", {"swiglu"}, dflt(std::string("swiglu")));
     m.mlp.intermediate_size = mlp.positive("intermediate_size");
@@ -175,7 +183,12 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     ObjectReader init = r.object("init");
     m.init_std = init.number("std", dflt(0.02));
     check(m.init_std > 0, "config: model.init.std must be > 0");
+    m.residual_rescale = init.choice("residual_rescale", {"none", "kaiming_div_sqrt"}, dflt(std::string("none")));
+    m.residual_rescale_n = init.positive("residual_rescale_n", dflt(m.n_layers));
     init.finish();
+    check(m.residual_rescale == "none" || m.type == "mamba2",
+          "config: model.init.residual_rescale \"{}\" is implemented for model.type \"mamba2\" only (its out_proj)",
+          m.residual_rescale);
   }
   m.attn_layers = r.integers("attn_layers");
   std::vector<int64_t> sorted = m.attn_layers;
@@ -245,6 +258,30 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     ObjectReader g = r.object("kda");
     delta_keys(g, "kda", m.kda, false);
     g.finish();
+  }
+  if (mixer_block("mamba2", m.type == "mamba2")) {
+    ObjectReader g = r.object("mamba2");
+    Mamba2Config& c = m.mamba2;
+    c.expand = g.positive("expand", dflt(c.expand));
+    c.head_dim = g.positive("head_dim", dflt(c.head_dim));
+    c.d_state = g.positive("d_state", dflt(c.d_state));
+    c.n_groups = g.positive("n_groups", dflt(c.n_groups));
+    c.conv_size = g.positive("conv_size", dflt(c.conv_size));
+    c.conv_bias = g.boolean("conv_bias", c.conv_bias);
+    c.chunk_size = g.positive("chunk_size", dflt(c.chunk_size));
+    c.dt_min = g.number("dt_min", dflt(c.dt_min));
+    c.dt_max = g.number("dt_max", dflt(c.dt_max));
+    c.dt_floor = g.number("dt_floor", dflt(c.dt_floor));
+    c.init_style = g.choice("init_style", {"fla_mdn", "mamba_ssm", "zeros_like_skipped"}, dflt(c.init_style));
+    g.finish();
+    const int64_t inner = c.inner_dim(m.d_model);
+    check(inner % c.head_dim == 0, "config: model.mamba2.head_dim ({}) must divide expand * d_model ({})", c.head_dim,
+          inner);
+    check(c.num_heads(m.d_model) % c.n_groups == 0,
+          "config: model.mamba2.n_groups ({}) must divide the number of heads expand * d_model / head_dim ({})",
+          c.n_groups, c.num_heads(m.d_model));
+    check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
+          "config: model.mamba2 needs 0 < dt_min < dt_max and dt_floor > 0");
   }
   r.finish();
 }

@@ -50,6 +50,24 @@ struct KdaConfig : GdnConfig {
   }
 };
 
+/// Mamba2 mixer (layers-ssm-attn.md section 2; runs.md section 4.1 `model.mamba2`). Inner width
+/// Di = expand * d_model, H = Di / head_dim heads, B and C of n_groups x d_state.
+struct Mamba2Config {
+  int64_t expand = 2;
+  int64_t head_dim = 64;   ///< P
+  int64_t d_state = 128;   ///< N
+  int64_t n_groups = 1;    ///< G: heads h share B, C of group h / (H / G)
+  int64_t conv_size = 4;   ///< depthwise causal conv width (x, B, C)
+  bool conv_bias = true;   ///< the conv has a per-channel bias (MDN runs: true)
+  int64_t chunk_size = 256;
+  double dt_min = 1e-3, dt_max = 0.1, dt_floor = 1e-4;  ///< dt_bias = softplus^-1(dt) (section 1.5)
+  /// Section 2.3.2: "fla_mdn" (2.3.1, A = -1..-H), "mamba_ssm" (2.3.3: A ~ U(1, 16), PyTorch-default
+  /// in_proj and conv init) or "zeros_like_skipped" (as fla_mdn but A_log = 0, dt_bias = 0: the DTensor hazard).
+  std::string init_style = "fla_mdn";
+  int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
+  int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
+};
+
 struct MlpConfig {
   int64_t intermediate_size = 0;  ///< SwiGLU hidden width F
 };
@@ -62,12 +80,18 @@ struct ModelConfig {
   bool tie_embeddings = false;
   double norm_eps = 1e-6;  ///< RMSNorm eps (model.norm.eps)
   MlpConfig mlp;
+  bool has_mlp = true;     ///< false (model.mlp = null): blocks are mixer-only (Mamba2 in the MDN paper)
   double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
+  /// model.init.residual_rescale: "none", or "kaiming_div_sqrt" = the mixer out_proj drawn
+  /// U(±1/sqrt(fan_in)) / sqrt(residual_rescale_n) (mamba2 only; layers-ssm-attn.md section 2.3.1)
+  std::string residual_rescale = "none";
+  int64_t residual_rescale_n = 0;  ///< default n_layers
   std::vector<int64_t> attn_layers;  ///< hybrids: 0-based layers whose mixer is softmax attention (model.attn)
   AttnConfig attn;  ///< used by type "transformer" and by attn_layers
   GdnConfig gdn;    ///< used by type "gdn"
   CombaConfig comba;  ///< used by type "comba"
   KdaConfig kda;      ///< used by type "kda"
+  Mamba2Config mamba2;  ///< used by type "mamba2"
 
   /// The mixer type of layer `layer`: "transformer" for the attention layers of a hybrid, else `type`.
   std::string mixer_of(int64_t layer) const {

@@ -77,6 +77,12 @@ void ParamStore::initialize(uint64_t seed) {
       case Init::constant:
         host64.assign(p.numel, p.init.value);
         break;
+      case Init::uniform:
+        for (double& x : host64) x = p.init.lo + (p.init.hi - p.init.lo) * rng.uniform();
+        break;
+      case Init::log_index:
+        for (size_t j = 0; j < host64.size(); ++j) host64[j] = std::log(static_cast<double>(j + 1));
+        break;
       case Init::ones:
       case Init::zeros:
         break;

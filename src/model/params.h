@@ -22,8 +22,10 @@ const char* param_kind_name(ParamKind k);
 ///   dt_bias:         softplus^-1(dt), dt = exp(U(log lo, log hi)) clamped to >= floor
 ///                    (GDN/Comba dt_bias: layers-delta.md section 3.3; mamba2 dt init)
 ///   constant:        every element = value (Comba decay, D: layers-delta.md section 3.3)
+///   uniform:         U(lo, hi) (Mamba2 out_proj: layers-ssm-attn.md section 2.3.1)
+///   log_index:       element i = log(i + 1) (Mamba2 A_log, A = -1..-H: layers-ssm-attn.md section 2.3.1)
 struct Init {
-  enum Kind { normal, ones, zeros, log_uniform, dt_bias, constant } kind = normal;
+  enum Kind { normal, ones, zeros, log_uniform, dt_bias, constant, uniform, log_index } kind = normal;
   double std = 0.02;
   double value = 0;  ///< the value of a constant init
   double lo = 0, hi = 0, floor = 0;

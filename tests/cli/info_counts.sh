@@ -46,3 +46,12 @@ expect configs/mdn-paper/1.3b/kda.json 1465722240 1259869568
 # KDA-H 3:1 400M (runs.md 2.3: 421.1M): 18 KDA layers (4,741,256 each, as KDA 400M) + 6 attention layers (4*1024^2)
 # + 24 * (MLP 3*1024*2816 + norms 2*1024) + final norm 1024 = 318,176,656; + 2 * 50257 * 1024 = 421,102,992
 expect configs/mdn-paper/400m/kda-h-3to1.json 421102992 318176656
+# Mamba2 400M (runs.md 2.1: 419.8M, 316.9M; 6.60M per layer): 48 mixer-only blocks, per layer in_proj
+# (2*2048 + 2*128 + 32) * 1024 + conv 2304 * 4 + conv bias 2304 + dt_bias, A_log, D 3*32 + norm 2048
+# + out_proj 1024 * 2048 + attn_norm 1024 = 6,601,056; * 48 + final norm 1024 = 316,851,712;
+# + 2 * 50257 * 1024 = 419,778,048
+expect configs/mdn-paper/400m/mamba2.json 419778048 316851712
+# Mamba2 1.3B (runs.md 2.2: 1446.6M, 1240.8M; 25.85M per layer): in_proj (2*4096 + 2*128 + 64) * 2048 + conv 4352 * 5
+# + 3*64 + norm 4096 + out_proj 2048 * 4096 + attn_norm 2048 = 25,849,280; * 48 + 2048 = 1,240,767,488;
+# + 2 * 50257 * 2048 = 1,446,620,160
+expect configs/mdn-paper/1.3b/mamba2.json 1446620160 1240767488

@@ -9,11 +9,11 @@
 
 namespace llmt::cpu {
 
-// pre_t[c] = Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (x_τ = 0 for τ < 0);  y_t = silu(pre_t) = pre_t σ(pre_t)
-// (layers-delta.md §2.1)
+// pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (x_τ = 0 for τ < 0);  y_t = silu(pre_t) = pre_t σ(pre_t)
+// (layers-delta.md §2.1; layers-ssm-attn.md §1.4)
 template <typename T>
 void short_conv_silu_fwd(const T* x, const T* w, int64_t batch, int64_t seq_len, int64_t channels, int64_t width,
-                         T* pre, T* y) {
+                         T* pre, T* y, const T* bias) {
   check(width >= 1, "short_conv: width must be >= 1, got {}", width);
   for (int64_t b = 0; b < batch; ++b) {
     const T* xb = x + b * seq_len * channels;
@@ -21,7 +21,7 @@ void short_conv_silu_fwd(const T* x, const T* w, int64_t batch, int64_t seq_len,
       const int64_t i0 = std::max<int64_t>(0, width - 1 - t);  // first tap with a token at time >= 0
       const int64_t row = (b * seq_len + t) * channels;
       for (int64_t c = 0; c < channels; ++c) {
-        double acc = 0.0;
+        double acc = bias != nullptr ? static_cast<double>(bias[c]) : 0.0;
         for (int64_t i = i0; i < width; ++i)
           acc += static_cast<double>(w[c * width + i]) * xb[(t - width + 1 + i) * channels + c];
         const double sig = 1.0 / (1.0 + std::exp(-acc));
@@ -34,10 +34,10 @@ void short_conv_silu_fwd(const T* x, const T* w, int64_t batch, int64_t seq_len,
 
 // ȳ_t = dy_t ∘ silu'(pre_t), silu'(z) = σ(z)(1 + z(1 - σ(z)));
 // dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (terms past the end dropped);  dw[c,i] += Σ_{b,t} ȳ_t[c] x_{t-W+1+i}[c]
-// (layers-delta.md §2.1)
+// dbias[c] += Σ_{b,t} ȳ_t[c]   (layers-delta.md §2.1; layers-ssm-attn.md §1.4)
 template <typename T>
 void short_conv_silu_bwd(const T* dy, const T* x, const T* w, const T* pre, int64_t batch, int64_t seq_len,
-                         int64_t channels, int64_t width, T* dx, T* dw) {
+                         int64_t channels, int64_t width, T* dx, T* dw, T* dbias) {
   check(width >= 1, "short_conv: width must be >= 1, got {}", width);
   const int64_t n = batch * seq_len * channels;
   std::vector<double> ybar(static_cast<size_t>(n));
@@ -66,15 +66,19 @@ void short_conv_silu_bwd(const T* dy, const T* x, const T* w, const T* pre, int6
     }
   }
   for (int64_t j = 0; j < channels * width; ++j) dw[j] = static_cast<T>(dw[j] + dw_acc[static_cast<size_t>(j)]);
+  if (dbias == nullptr) return;
+  std::vector<double> db_acc(static_cast<size_t>(channels), 0.0);
+  for (int64_t j = 0; j < n; ++j) db_acc[static_cast<size_t>(j % channels)] += ybar[static_cast<size_t>(j)];
+  for (int64_t c = 0; c < channels; ++c) dbias[c] = static_cast<T>(dbias[c] + db_acc[static_cast<size_t>(c)]);
 }
 
 template void short_conv_silu_fwd<float>(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                                         float*);
+                                         float*, const float*);
 template void short_conv_silu_fwd<double>(const double*, const double*, int64_t, int64_t, int64_t, int64_t, double*,
-                                          double*);
+                                          double*, const double*);
 template void short_conv_silu_bwd<float>(const float*, const float*, const float*, const float*, int64_t, int64_t,
-                                         int64_t, int64_t, float*, float*);
+                                         int64_t, int64_t, float*, float*, float*);
 template void short_conv_silu_bwd<double>(const double*, const double*, const double*, const double*, int64_t,
-                                          int64_t, int64_t, int64_t, double*, double*);
+                                          int64_t, int64_t, int64_t, double*, double*, double*);
 
 }  // namespace llmt::cpu

@@ -1,0 +1,44 @@
+// The Mamba2 mixer (layers-ssm-attn.md section 2.2), fla parameter names:
+//   [z | xBC | dt_raw] = x W_in^T                       in_proj.weight [2 Di + 2 G N + H, D] (no bias)
+//   xBC_c = silu(conv1d(xBC) + bias)                     conv1d.weight [Di + 2 G N, 1, K], conv1d.bias [Di + 2 G N]
+//   [x | B | C] = xBC_c; Δ = softplus(dt_raw + dt_bias); A = -exp(A_log)   dt_bias, A_log, D [H]
+//   y = SSD(x, Δ, A, B, C) + D x                         (chunked core, section 2.5)
+//   out = (RMSNorm_Di(y ∘ silu(z)) ∘ w_norm) W_out^T     norm.weight [Di]; out_proj.weight [D, Di] (no bias)
+// Initialisation (model.mamba2.init_style, section 2.3): fla_mdn (2.3.1) in_proj, conv weight N(0, std^2),
+// conv bias 0, dt_bias from log-uniform dt, A_log = log(1..H), D = 1, norm 1, out_proj N(0, std^2);
+// mamba_ssm (2.3.3) PyTorch-default U(±1/sqrt(fan_in)) for in_proj, out_proj, conv weight and bias and
+// A_log = log U(1, 16); zeros_like_skipped (2.3.2) fla_mdn with A_log = dt_bias = 0. With
+// model.init.residual_rescale "kaiming_div_sqrt", out_proj is U(±1/sqrt(Di)) / sqrt(residual_rescale_n).
+#pragma once
+#include "model/mixer.h"
+
+namespace llmt {
+
+class Mamba2Mixer : public Mixer {
+ public:
+  /// Registers the parameters under `prefix`; config.mamba2 gives the sizes (validated by the config parser).
+  Mamba2Mixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
+  void plan(int64_t batch, int64_t seq_len) override;
+  void bind_scratch(ScratchCarver& scratch) override;
+  void forward(const Tensor& x, const Tensor& y) override;
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+
+ private:
+  /// Rows [r0, r0 + n) of the in_proj weight (or its gradient): the z, xBC or dt_raw part.
+  Tensor in_rows(const Tensor& w, int64_t r0, int64_t n) const;
+  Tensor seq3(const Tensor& t) const { return t.reshape({batch_, seq_len_, t.shape[1]}); }
+
+  ParamStore& store_;
+  const Mamba2Config c_;
+  const int64_t d_model_, inner_, heads_, conv_dim_;
+  const double norm_eps_;
+  int w_in_, conv_w_, conv_b_ = -1, dt_bias_, A_log_, D_, norm_, w_out_;
+  int64_t batch_ = 0, seq_len_ = 0;
+  OwnedTensor z_, xbc_, dtr_, pre_, xbc_c_;  // in_proj parts, conv pre-activation and output
+  OwnedTensor y_, u_, rstd_, yn_;            // SSD output, y ∘ silu(z), norm rstd [rows], normed output
+  OwnedTensor yn_c_;                         // yn_ in the compute dtype (only when that differs)
+  Tensor cvt_;                               // scratch for gradients rounded to the compute dtype (ditto)
+  Tensor dyn_, du_, dz_, dy_ssd_, dxbc_c_, dxbc_, ddtr_;  // backward temporaries (shared scratch)
+};
+
+}  // namespace llmt
