@@ -10,14 +10,13 @@ ref=tests/fixtures/tokenizer_reference.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# (tests/tokenizer_test.cpp checks every reference string in process; here three go through the CLI)
-for i in 0 1 2; do
-  jq -j ".strings[$i].text" "$ref" > "$tmp/text.txt"
-  for tok in gpt2 llama3; do
-    expected=$(jq -c ".strings[$i].$tok" "$ref")
-    got=$("$llmtrain" tokenize --tokenizer $tok --file "$tmp/text.txt" --json | jq -c .)
-    [ "$got" = "$expected" ] || { echo "FAIL: $tok ids of string $i: got $got, expected $expected"; exit 1; }
-  done
+# (tests/tokenizer_test.cpp checks every reference string in process; here the Unicode one goes
+# through the CLI, and "hello world" below)
+jq -j ".strings[1].text" "$ref" > "$tmp/text.txt"
+for tok in gpt2 llama3; do
+  expected=$(jq -c ".strings[1].$tok" "$ref")
+  got=$("$llmtrain" tokenize --tokenizer $tok --file "$tmp/text.txt" --json | jq -c .)
+  [ "$got" = "$expected" ] || { echo "FAIL: $tok ids of the Unicode string: got $got, expected $expected"; exit 1; }
 done
 
 # decode(encode(x)) == x for all reference strings, one after another, and the head of the
