@@ -56,4 +56,32 @@ struct PrepareDataArgs {
 };
 int prepare_data(const PrepareDataArgs& args);
 
+struct TokenizeArgs {
+  std::string tokenizer = "gpt2";  ///< a name or path that load_tokenizer accepts
+  std::string text;                ///< the input itself, or
+  std::string file;                ///< a file holding it
+  bool json = false;               ///< print the ids as a JSON list
+  bool decode = false;             ///< the input is ids; print their text
+};
+/// Prints the ids of the input text (space-separated, or a JSON list), or with `decode` the
+/// text of the input ids (separated by whitespace or commas, brackets allowed) exactly.
+int tokenize(const TokenizeArgs& args);
+
+struct EvalArgs {
+  std::string checkpoint;     ///< a checkpoint directory, or a run directory (its newest checkpoint)
+  std::string data;           ///< a prepare-data directory, or
+  std::string text;           ///< a UTF-8 text file
+  std::string split = "val";  ///< the stream of `data`
+  std::string tokenizer;      ///< for `text`; default the checkpoint's data.tokenizer
+  int64_t seq_len = 0;        ///< window length; 0 = the checkpoint's train.seq_len
+  int64_t stride = 0;         ///< window stride; 0 = seq_len (non-overlapping)
+  int64_t batch = 0;          ///< windows per forward; 0 = the checkpoint's train.micro_batch
+  int64_t max_tokens = 0;     ///< score only the first N targets (the trainer's eval.tokens); 0 = all
+  std::string backend = "auto";
+  bool json = false;
+};
+/// Prints the token-weighted mean loss, perplexity and bits per byte of a checkpoint over the
+/// windows of train/evaluate.h.
+int eval(const EvalArgs& args);
+
 }  // namespace llmt::cli

@@ -1,4 +1,5 @@
-// llmtrain: the one binary of the project. Subcommands: train, info, probe, bench, prepare-data.
+// llmtrain: the one binary of the project. Subcommands: train, info, probe, bench, prepare-data,
+// tokenize, eval.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -61,7 +62,41 @@ int main(int argc, char** argv) {
   d->add_flag("--quiet,-q", prep.quiet, "no progress line");
   d->add_option("--node", prep.node, "Node.js binary used for .parquet inputs");
 
+  llmt::cli::TokenizeArgs tokz;
+  CLI::App* k = app.add_subcommand("tokenize", "print the token ids of a text, or with --decode the text of ids");
+  k->add_option("--tokenizer,-t", tokz.tokenizer, "gpt2, llama3 (alias llama3.1), or a path: tokenizer.json, a directory with encoder.json + vocab.bpe, a SentencePiece .model");
+  CLI::Option* ktext = k->add_option("--text", tokz.text, "the input (text, or ids with --decode)");
+  CLI::Option* kfile = k->add_option("--file,-f", tokz.file, "a file holding the input")->check(CLI::ExistingFile);
+  ktext->excludes(kfile);
+  k->add_flag("--json", tokz.json, "print the ids as a JSON list");
+  k->add_flag("--decode", tokz.decode, "the input is token ids (whitespace or comma separated, [ ] allowed); print their text");
+
+  llmt::cli::EvalArgs ev;
+  CLI::App* e = app.add_subcommand("eval", "loss, perplexity and bits per byte of a checkpoint over held-out text");
+  e->add_option("--checkpoint", ev.checkpoint, "checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required()->check(CLI::ExistingDirectory);
+  CLI::Option* edata = e->add_option("--data", ev.data, "prepare-data directory (dataset.json)")->check(CLI::ExistingDirectory);
+  CLI::Option* etext = e->add_option("--text", ev.text, "UTF-8 text file")->check(CLI::ExistingFile);
+  edata->excludes(etext);
+  e->add_option("--split", ev.split, "stream of --data")->check(CLI::IsMember({"val", "train"}));
+  e->add_option("--tokenizer,-t", ev.tokenizer, "tokenizer of --text (default: the checkpoint's data.tokenizer)");
+  e->add_option("--seq-len", ev.seq_len, "window length (default: the checkpoint's train.seq_len)")->check(CLI::PositiveNumber);
+  e->add_option("--stride", ev.stride, "window stride, <= seq-len (default: seq-len, non-overlapping); later windows score only tokens not scored before")
+      ->check(CLI::PositiveNumber);
+  e->add_option("--batch", ev.batch, "windows per forward (default: the checkpoint's train.micro_batch)")->check(CLI::PositiveNumber);
+  e->add_option("--max-tokens", ev.max_tokens, "score only the first N tokens (the trainer's eval.tokens)")->check(CLI::PositiveNumber);
+  e->add_option("--backend", ev.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  e->add_flag("--json", ev.json, "print one JSON object");
+
   CLI11_PARSE(app, argc, argv);
+  if (e->parsed() && edata->count() + etext->count() == 0) {
+    spdlog::error("eval: give the held-out text with --data DATASET_DIR or --text FILE");
+    return 2;
+  }
+  if (k->parsed() && ktext->count() + kfile->count() == 0) {
+    spdlog::error("tokenize: give the input with --text or --file");
+    return 2;
+  }
   prep.min_int_score_set = score->count() > 0;
   try {
     if (t->parsed()) return llmt::cli::train(train);
@@ -69,6 +104,8 @@ int main(int argc, char** argv) {
     if (p->parsed()) return llmt::cli::probe(probe);
     if (b->parsed()) return llmt::cli::bench(bench);
     if (d->parsed()) return llmt::cli::prepare_data(prep);
+    if (k->parsed()) return llmt::cli::tokenize(tokz);
+    if (e->parsed()) return llmt::cli::eval(ev);
   } catch (const llmt::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -67,6 +67,10 @@ class DatasetLoader {
   /// Copies window w (global id) to out[seq_len + 1].
   void window(int64_t w, int32_t* out) const;
 
+  size_t num_shards() const { return shards_.size(); }
+  /// Shard i of the stream, in dataset.json order (for evaluation over whole shards).
+  const ShardReader& shard(size_t i) const { return *shards_.at(i); }
+
   LoaderState state() const { return state_; }
   /// Restores a saved global position; throws when index > num_windows().
   void set_state(const LoaderState& s);

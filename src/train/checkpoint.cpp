@@ -93,6 +93,31 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return best;
 }
 
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "state.json")) return path;
+  const std::string latest = latest_checkpoint(path);
+  check(!latest.empty(), "{}: neither a checkpoint directory (with state.json) nor a run directory with checkpoints",
+        path);
+  return latest;
+}
+
+nlohmann::json checkpoint_config(const std::string& dir) {
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  std::ifstream in(state_path);
+  check(in.good(), "cannot open {}", state_path);
+  const nlohmann::json st = nlohmann::json::parse(in, nullptr, false);
+  check(!st.is_discarded(), "{}: not valid JSON", state_path);
+  check(st.is_object() && st.contains("config") && st["config"].is_object(), "{}: missing key config", state_path);
+  return st["config"];
+}
+
+void load_weights(const std::string& dir, ParamStore& params) {
+  std::vector<uint8_t> host(params.flat_params().bytes());
+  read_all(SafetensorsFile((fs::path(dir) / "model.safetensors").string()), params, host, "");
+  params.backend().upload(host.data(), params.flat_params());
+  params.refresh_working();
+}
+
 TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
                            const nlohmann::json& resolved_config) {
   const fs::path d(dir);
@@ -125,11 +150,9 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
     }
   }
 
+  load_weights(dir, params);
   Backend& be = params.backend();
   std::vector<uint8_t> host(params.flat_params().bytes());
-  read_all(SafetensorsFile((d / "model.safetensors").string()), params, host, "");
-  be.upload(host.data(), params.flat_params());
-  params.refresh_working();
   const SafetensorsFile opt((d / "optimizer.safetensors").string());
   read_all(opt, params, host, "exp_avg.");
   be.upload(host.data(), optimizer.m());

@@ -35,6 +35,17 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& state,
 /// The newest complete checkpoint directory of run_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 
+/// `path` itself when it is a checkpoint directory (holds state.json), else the newest
+/// checkpoint of the run directory `path`. Throws llmt::Error naming `path` when it is neither.
+std::string resolve_checkpoint(const std::string& path);
+
+/// The resolved config saved in `dir`/state.json (key "config"); throws naming the file.
+nlohmann::json checkpoint_config(const std::string& dir);
+
+/// Restores only the weights (`dir`/model.safetensors) into `params`; throws naming the file
+/// and tensor that is missing or mismatching.
+void load_weights(const std::string& dir, ParamStore& params);
+
 /// Restores weights and moments into `params` / `optimizer` from `dir` and returns the
 /// saved state. Throws llmt::Error naming the file (and offset) for a missing, truncated or
 /// mismatching file, and naming the key when the saved model, train or data config differs

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "data/text_dataset.h"
 #include "train/lr_schedule.h"
+#include "train/preempt.h"
 
 namespace llmt {
 namespace fs = std::filesystem;
@@ -128,7 +129,7 @@ double Trainer::evaluate() {
   return loss_sum / static_cast<double>(n * T);
 }
 
-void Trainer::run(int64_t stop_at_step) {
+Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
   const TrainConfig& tc = config_.train;
   const int64_t N = tc.steps();
   const int64_t stop = stop_at_step > 0 ? std::min(stop_at_step, N) : N;
@@ -178,12 +179,18 @@ void Trainer::run(int64_t stop_at_step) {
       if (rec.contains("val_loss")) line += fmt::format(" | val_loss {:.4f}", rec["val_loss"].get<double>());
       spdlog::info("{}", line);
     }
-    if (every(config_.checkpoint.interval_steps) || state_.step == stop) {
+    const bool preempted = preemption_requested() && state_.step < stop;
+    if (every(config_.checkpoint.interval_steps) || state_.step == stop || preempted) {
       const std::string dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved,
                                               tc.seed, config_.checkpoint.keep);
       spdlog::debug("checkpoint {}", dir);
+      if (preempted) {
+        spdlog::warn("preempted: stopped after step {} with checkpoint {}; continue with --resume", state_.step, dir);
+        return RunEnd::preempted;
+      }
     }
   }
+  return RunEnd::finished;
 }
 
 }  // namespace llmt

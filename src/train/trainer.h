@@ -28,9 +28,14 @@ class Trainer {
   Trainer(const Config& config, const std::string& run_dir, bool resume);
   ~Trainer();
 
+  /// How run() ended.
+  enum class RunEnd { finished, preempted };
+
   /// Trains to the configured number of steps or, when stop_at_step > 0, until that step
-  /// (then writes a checkpoint there, as a clean stop that a resume continues from).
-  void run(int64_t stop_at_step = -1);
+  /// (then writes a checkpoint there, as a clean stop that a resume continues from). When a
+  /// preemption signal has arrived (train/preempt.h) it finishes the current step, writes a
+  /// checkpoint and returns RunEnd::preempted.
+  RunEnd run(int64_t stop_at_step = -1);
 
   /// Mean loss over the first eval.tokens / seq_len windows of the validation shard.
   double evaluate();

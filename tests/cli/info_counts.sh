@@ -7,8 +7,8 @@ set -euo pipefail
 llmtrain=$1
 expect() {  # config total non_embedding
   out=$("$llmtrain" info --config "$1")
-  echo "$out" | grep -qx "total params: $2" || { echo "FAIL $1: expected total $2"; echo "$out"; exit 1; }
-  echo "$out" | grep -qx "non-embedding params: $3" || { echo "FAIL $1: expected non-embedding $3"; echo "$out"; exit 1; }
+  grep -qx "total params: $2" <<< "$out" || { echo "FAIL $1: expected total $2"; echo "$out"; exit 1; }
+  grep -qx "non-embedding params: $3" <<< "$out" || { echo "FAIL $1: expected non-embedding $3"; echo "$out"; exit 1; }
   echo "ok $1: $2 ($3 non-embedding)"
 }
 # 400M: 24 * (4*1024^2 + 3*1024*2816 + 2*1024) + 1024 = 308,331,520; + 2 * 50257 * 1024

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Plot the metrics.jsonl of one or several llmtrain runs on shared axes.
+
+Usage: scripts/plot_metrics.py RUN_DIR [RUN_DIR ...] [--out metrics.png] [--x step|tokens]
+
+Five panels share the x axis (optimizer step, or training tokens with --x tokens): training
+loss, validation loss, learning rate, gradient norm and tokens/s; each run is one colour,
+labelled with its directory name. Values written as null (non-finite) and keys a line lacks
+are left out. Draws with matplotlib's Agg backend, so no display is needed. --summary prints,
+per run and panel, the number of points and the last one (what was drawn).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+try:
+    import matplotlib
+except ImportError:
+    # Debian's python3-matplotlib belongs to /usr/bin/python3, which may not be the python3 on PATH
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__), *sys.argv[1:]])
+    sys.exit("plot_metrics: needs matplotlib (Debian: apt-get install python3-matplotlib; elsewhere: pip install matplotlib)")
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+PANELS = [
+    ("loss", "training loss", False),
+    ("val_loss", "validation loss", False),
+    ("lr", "learning rate", False),
+    ("grad_norm", "gradient norm", True),
+    ("tokens_per_s", "tokens/s", False),
+]
+
+
+def read_metrics(run_dir):
+    """The records of RUN_DIR/metrics.jsonl, in file order. A partial last line (a run being
+    written) is ignored; any other unreadable line raises ValueError naming the file and line."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: not found (is {run_dir} an llmtrain run directory?)")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines):  # no newline after it: still being written
+                continue
+            raise ValueError(f"{path}:{number}: not a JSON object: {e}") from None
+        if not isinstance(record, dict) or "step" not in record:
+            raise ValueError(f"{path}:{number}: a metrics line needs a \"step\" key")
+        records.append(record)
+    return records
+
+
+def series(records, key, x_key):
+    """(xs, ys) of the records that have a finite number under `key`."""
+    xs, ys = [], []
+    for r in records:
+        y = r.get(key)
+        if isinstance(y, (int, float)) and math.isfinite(y) and x_key in r:
+            xs.append(r[x_key])
+            ys.append(y)
+    return xs, ys
+
+
+def plot_runs(run_dirs, out, x_key="step", summary=False):
+    """Draws the five panels for `run_dirs` into the image file `out` (format from its suffix)."""
+    fig, axes = plt.subplots(len(PANELS), 1, sharex=True, figsize=(9, 2.2 * len(PANELS)))
+    for run_dir in run_dirs:
+        records = read_metrics(run_dir)
+        label = os.path.basename(os.path.normpath(run_dir))
+        color = None
+        for ax, (key, title, log_y) in zip(axes, PANELS):
+            xs, ys = series(records, key, x_key)
+            if summary:
+                last = f"{xs[-1]} {ys[-1]!r}" if xs else "-"
+                print(f"{label} {key} {len(xs)} {last}")
+            if not xs:
+                continue
+            (line,) = ax.plot(xs, ys, label=label, color=color, marker="o" if key == "val_loss" else None,
+                              markersize=3)
+            color = line.get_color()  # one colour per run across the panels
+            if log_y:
+                ax.set_yscale("log")
+    for ax, (key, title, _) in zip(axes, PANELS):
+        ax.set_ylabel(title)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(loc="upper right", fontsize="small")
+    axes[-1].set_xlabel("optimizer step" if x_key == "step" else "training tokens")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories holding metrics.jsonl")
+    parser.add_argument("--out", default="metrics.png", help="image file to write (default metrics.png)")
+    parser.add_argument("--x", choices=["step", "tokens"], default="step", help="x axis")
+    parser.add_argument("--summary", action="store_true", help="print points per run and panel")
+    args = parser.parse_args(argv)
+    try:
+        plot_runs(args.runs, args.out, args.x, args.summary)
+    except (ValueError, OSError) as e:
+        print(f"plot_metrics: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# scripts/plot_metrics.py: two hand-written runs (one with a skipped step whose gradient norm
+# is null, and a partial last line) give a PNG of the expected size, and --summary reports the
+# points drawn per panel as counted by hand; a missing metrics.jsonl is an error naming it.
+# Usage: plot_metrics.sh path/to/llmtrain   (the binary is not used; run from the repository root)
+set -euo pipefail
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/a" "$tmp/b"
+cat > "$tmp/a/metrics.jsonl" <<'JSONL'
+{"step":0,"tokens":0,"val_loss":10.9}
+{"step":1,"loss":10.8,"lr":1e-4,"grad_norm":1.5,"tokens":128,"tokens_per_s":5000.0}
+{"step":2,"loss":9.7,"lr":2e-4,"grad_norm":null,"tokens":256,"tokens_per_s":5100.0,"skipped":true}
+{"step":3,"loss":9.1,"lr":3e-4,"grad_norm":1.1,"tokens":384,"tokens_per_s":5050.0,"val_loss":9.3}
+JSONL
+cat > "$tmp/b/metrics.jsonl" <<'JSONL'
+{"step":1,"loss":10.7,"lr":1e-3,"grad_norm":2.0,"tokens":256,"tokens_per_s":4000.0}
+{"step":2,"loss":9.0,"lr":1e-3,"grad_norm":1.0,"tokens":512,"tokens_per_s":4100.0,"val_loss":9.2}
+JSONL
+printf '{"step":3,"loss":8.' >> "$tmp/b/metrics.jsonl"  # a line being written
+
+scripts/plot_metrics.py "$tmp/a" "$tmp/b" --out "$tmp/plot.png" --x tokens --summary > "$tmp/summary.txt"
+cat > "$tmp/expected.txt" <<'TXT'
+a loss 3 384 9.1
+a val_loss 2 384 9.3
+a lr 3 384 0.0003
+a grad_norm 2 384 1.1
+a tokens_per_s 3 384 5050.0
+b loss 2 512 9.0
+b val_loss 1 512 9.2
+b lr 2 512 0.001
+b grad_norm 2 512 1.0
+b tokens_per_s 2 512 4100.0
+wrote TMP/plot.png
+TXT
+sed -i "s|TMP|$tmp|" "$tmp/expected.txt"
+diff "$tmp/expected.txt" "$tmp/summary.txt" || { echo "FAIL: summary differs"; exit 1; }
+# a PNG of 900 x 1100 pixels (figsize 9 x 11 inches at 100 dpi): signature and IHDR width/height
+[ "$(head -c 8 "$tmp/plot.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
+[ "$(od -An -tu1 -j16 -N8 "$tmp/plot.png" | tr -s ' ' | sed 's/^ //')" = "0 0 3 132 0 0 4 76" ] || {
+  echo "FAIL: image size"; exit 1; }
+
+if scripts/plot_metrics.py "$tmp/a" "$tmp/nope" --out "$tmp/x.png" > "$tmp/err.txt" 2>&1; then
+  echo "FAIL: a missing run directory was accepted"; exit 1
+fi
+grep -q "$tmp/nope/metrics.jsonl: not found" "$tmp/err.txt"
+echo "plot_metrics: two runs drawn (points as expected), 900x1100 PNG; missing file named"

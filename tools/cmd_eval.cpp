@@ -1,0 +1,112 @@
+// llmtrain eval: loss, perplexity and bits per byte of a checkpoint over held-out text
+// (train/evaluate.h defines the windows).
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "data/dataset_loader.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "tools/commands.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#ifdef LLMT_HAVE_PCRE2
+#include "data/tokenizer.h"
+#endif
+
+namespace llmt::cli {
+
+namespace {
+
+/// Byte length of each id's text under tokenizer `name` (for bits per byte); throws when the
+/// build has no tokenizer.
+std::vector<int64_t> token_byte_lengths(const std::string& name) {
+#ifndef LLMT_HAVE_PCRE2
+  throw Error(fmt::format("eval: bits per byte need the tokenizer {}, but llmtrain was built without PCRE2; install "
+                          "libpcre2-dev and rebuild", name));
+#else
+  const auto tok = load_tokenizer(name);
+  std::vector<int64_t> bytes(static_cast<size_t>(tok->vocab_size()));
+  for (int32_t id = 0; id < tok->vocab_size(); ++id) bytes[id] = static_cast<int64_t>(tok->decode({id}).size());
+  return bytes;
+#endif
+}
+
+/// The token ids of the text file `path` under tokenizer `name`.
+std::vector<int32_t> tokenize_file(const std::string& path, const std::string& name) {
+  std::ifstream in(path, std::ios::binary);
+  check(static_cast<bool>(in), "eval: cannot open {}", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  check(!in.bad(), "eval: cannot read {}", path);
+#ifndef LLMT_HAVE_PCRE2
+  throw Error(fmt::format("eval --text {}: llmtrain was built without PCRE2, so it has no tokenizer; install "
+                          "libpcre2-dev and rebuild", path));
+#else
+  return load_tokenizer(name)->encode(ss.str());
+#endif
+}
+
+}  // namespace
+
+int eval(const EvalArgs& args) {
+  const std::string dir = resolve_checkpoint(args.checkpoint);
+  const Config config = parse_config(checkpoint_config(dir));
+  const int64_t T = args.seq_len > 0 ? args.seq_len : config.train.seq_len;
+  const int64_t stride = args.stride > 0 ? args.stride : T;
+  const int64_t batch = args.batch > 0 ? args.batch : config.train.micro_batch;
+
+  const auto backend = make_backend(args.backend);
+  Model model(config.model);
+  model.allocate(*backend, DType::f32, compute_dtype_for(config.train.precision, *backend));
+  model.plan(batch, T);
+  load_weights(dir, model.params());
+
+  EvalTotals totals;
+  std::string source, tokenizer;
+  if (!args.data.empty()) {
+    // seq_len 1 here: every shard with two or more tokens counts; the windows are evaluate's.
+    const DatasetLoader ds(args.data, args.split, 1, 0, false, config.data.tokenizer);
+    std::ifstream meta(args.data + "/dataset.json");
+    tokenizer = nlohmann::json::parse(meta).at("tokenizer").at("name").get<std::string>();
+    const auto bytes = token_byte_lengths(tokenizer);
+    for (size_t i = 0; i < ds.num_shards(); ++i) {
+      const int64_t remaining = args.max_tokens > 0 ? args.max_tokens - totals.targets : 0;
+      if (args.max_tokens > 0 && remaining <= 0) break;
+      std::vector<int32_t> tokens(static_cast<size_t>(ds.shard(i).size()));
+      ds.shard(i).read(0, ds.shard(i).size(), tokens.data());
+      evaluate_stream(model, batch, T, tokens, stride, remaining, bytes, totals);
+    }
+    source = fmt::format("{} ({} stream, {} shards)", args.data, args.split, ds.num_shards());
+  } else {
+    tokenizer = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
+    const std::vector<int32_t> tokens = tokenize_file(args.text, tokenizer);
+    check(tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, tokens.size());
+    evaluate_stream(model, batch, T, tokens, stride, args.max_tokens, token_byte_lengths(tokenizer), totals);
+    source = args.text;
+  }
+
+  if (args.json) {
+    const nlohmann::json out = {{"checkpoint", dir},      {"source", source},
+                                {"tokenizer", tokenizer}, {"seq_len", T},
+                                {"stride", stride},       {"tokens", totals.targets},
+                                {"loss_sum", totals.loss_sum}, {"loss", totals.loss()},
+                                {"perplexity", totals.perplexity()}, {"bytes", totals.bytes},
+                                {"bits_per_byte", totals.bits_per_byte()}};
+    fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("{}: {} tokens of {} (seq_len {}, stride {})\nloss {:.6f} | perplexity {:.4f} | bits per byte {:.6f} "
+               "({} bytes)\n",
+               dir, totals.targets, source, T, stride, totals.loss(), totals.perplexity(), totals.bits_per_byte(),
+               totals.bytes);
+  }
+  return 0;
+}
+
+}  // namespace llmt::cli
