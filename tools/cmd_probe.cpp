@@ -34,6 +34,10 @@ ModelConfig tiny_model() {
   m.kda.head_dim = 4;
   m.kda.expand_v = 2;  // d_v = 8 != d_k: the low-rank width d_v and the key channels are told apart
   m.kda.chunk_size = 4;
+  m.mdn.num_heads = 2;
+  m.mdn.head_dim = 4;
+  m.mdn.chunk_size = 4;
+  m.mdn.min_log_mu = -1.0;  // the floor clamps some tokens of the self-test (its zero gradient is checked too)
   m.init_std = 0.5;  // large enough that every path of the layer matters in the check
   return m;
 }

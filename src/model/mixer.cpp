@@ -5,6 +5,7 @@
 #include "model/comba.h"
 #include "model/gdn.h"
 #include "model/kda.h"
+#include "model/mdn.h"
 
 namespace llmt {
 
@@ -14,7 +15,8 @@ std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& co
   if (type == "gdn") return std::make_unique<GdnMixer>(config, store, prefix);
   if (type == "comba") return std::make_unique<CombaMixer>(config, store, prefix);
   if (type == "kda") return std::make_unique<KdaMixer>(config, store, prefix);
-  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda", type));
+  if (type == "mdn") return std::make_unique<MdnMixer>(config, store, prefix);
+  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda, mdn", type));
 }
 
 }  // namespace llmt
