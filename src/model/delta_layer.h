@@ -1,5 +1,5 @@
 // The structure shared by the delta-rule layers (layers-delta.md sections 2 and 4; GDN, Comba, KDA,
-// and later MDN), FLA parameter names:
+// and MDN, whose four gates replace the default ones through gates_forward/backward), FLA parameter names:
 //   q = silu(conv_q(x Wq^T)), k = silu(conv_k(x Wk^T)), v = silu(conv_v(x Wv^T))   (section 2.1)
 //   beta = sigmoid(x Wb^T), g = -exp(A_log) softplus(a + dt_bias)                  (4.1 steps 2-3, 4.3 steps 2-3)
 //   o = core(q, k, v, g, beta)            <- the subclass: L2 norms, corrections, chunked core
