@@ -10,7 +10,9 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/mdn_gates.h"
+#include "test_util.h"
 
 namespace {
 
@@ -192,6 +194,44 @@ TEST_CASE("mdn output correction: hand values and finite-difference gradients") 
   for (double& e : dD) e -= 0.25;
   CHECK(rel_err(dk, fdk) < kFdTol);
   CHECK(rel_err(dD, fdd) < kFdTol);
+}
+
+TEST_CASE("mdn gates through the CPU backend: float agrees with double; missing inputs are errors") {
+  const int64_t rows = 5, heads = 2;
+  const auto n = static_cast<size_t>(rows * heads), H = static_cast<size_t>(heads);
+  const GateIn in{randn(n, 40), randn(n, 41), randn(n, 42), randn(n, 43), randn(H, 44), randn(H, 45),
+                  randn(H, 46), randn(H, 47), randn(H, 48)};
+  MdnGateOptions opt;
+  opt.tau = 2.0;
+  const GateOut ref = gates_fwd(in, rows, heads, opt);
+  auto be = llmt::make_cpu_backend();
+  // float copies of everything, viewed as backend tensors (CPU backend memory is host memory)
+  std::vector<std::vector<float>> f;
+  for (const Vec* v : {&in.za, &in.zb, &in.zm, &in.ze, &in.A_log, &in.dt_bias, &in.Mu_log, &in.mu_bias,
+                       &in.log_factor})
+    f.push_back(cast<float>(*v));
+  std::vector<std::vector<float>> out(4, std::vector<float>(n));
+  const auto rt = [&](std::vector<float>& v) { return llmt::Tensor(v.data(), llmt::DType::f32, {rows, heads}); };
+  const auto ht = [&](std::vector<float>& v) { return llmt::Tensor(v.data(), llmt::DType::f32, {heads}); };
+  const llmt::Backend::MdnGateParams p{ht(f[4]), ht(f[5]), ht(f[6]), ht(f[7]), ht(f[8])};
+  be->mdn_gates_fwd(rt(f[0]), rt(f[1]), rt(f[2]), rt(f[3]), p, opt, rt(out[0]), rt(out[1]), rt(out[2]), rt(out[3]));
+  // float (24-bit mantissa) against double after a few dozen operations on O(1) values
+  CHECK(rel_err(widen(out[0]), ref.log_alpha) < 1e-5);
+  CHECK(rel_err(widen(out[1]), ref.beta) < 1e-5);
+  CHECK(rel_err(widen(out[2]), ref.log_mu) < 1e-5);
+  CHECK(rel_err(widen(out[3]), ref.eta) < 1e-5);
+  // With momentum, z_mu / z_eta / Mu_log / mu_bias must be given; without, they must not.
+  const std::string err = llmt::test::error_of([&] {
+    be->mdn_gates_fwd(rt(f[0]), rt(f[1]), llmt::Tensor(), rt(f[3]), p, opt, rt(out[0]), rt(out[1]), rt(out[2]),
+                      rt(out[3]));
+  });
+  CHECK_THAT(err, Catch::Contains("mdn_gates_fwd"));
+  opt.momentum = false;
+  CHECK_THAT(llmt::test::error_of([&] {
+               be->mdn_gates_fwd(rt(f[0]), rt(f[1]), rt(f[2]), rt(f[3]), p, opt, rt(out[0]), rt(out[1]), rt(out[2]),
+                                 rt(out[3]));
+             }),
+             Catch::Contains("exactly with momentum"));
 }
 
 }  // namespace
