@@ -30,6 +30,8 @@ class MdnMixer final : public DeltaLayer {
   void gates_forward(const Tensor& x) override;
   void gates_backward(const Tensor& x, const Tensor& dx) override;
 
+  /// The gate parameters A_log, dt_bias, Mu_log, mu_bias, log_factor (master copies; Mu_log, mu_bias empty
+  /// without momentum) and, from gate_grads, their gradients.
   Backend::MdnGateParams gate_params() const;
   Backend::MdnGateParams gate_grads() const;
 
