@@ -467,6 +467,57 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(c.resolved["model"]["kda"]["expand_v"] == 1);
     CHECK(c.model.mixer_of(0) == "kda");
   }
+  SECTION("an mdn model reads model.mdn with MDN's defaults (mdn.md 2-4, runs.md 4.1)") {
+    json j = valid_config();
+    j["model"]["type"] = "mdn";
+    j["model"].erase("attn");
+    j["model"]["mdn"] = {{"num_heads", 6}, {"head_dim", 128}};
+    const llmt::Config c = llmt::parse_config(j);
+    const llmt::MdnConfig& mc = c.model.mdn;
+    CHECK(mc.expand_v == 2);
+    CHECK(mc.output_gate == "sigmoid");
+    CHECK(mc.min_log_mu == -2.0);
+    CHECK(mc.tau_factor == 1.0);
+    CHECK(mc.output_correction);
+    CHECK(mc.beta_max);
+    CHECK(mc.eta == "tanh");
+    CHECK(mc.momentum);
+    CHECK(mc.A_min == 0.0);
+    CHECK(mc.mu_A_max == 16.0);
+    CHECK(mc.mu_bias_init == "copy_dt_bias");
+    CHECK(mc.log_factor_init == "log_uniform_0_4");
+    CHECK(mc.D_log_init == "log_uniform_0_1");
+    CHECK(c.resolved["model"]["mdn"]["init"]["mu_A_range"] == json::array({0.0, 16.0}));
+    CHECK(c.resolved["model"]["mdn"]["min_log_mu"] == -2.0);
+    CHECK(c.model.mixer_of(0) == "mdn");
+  }
+  SECTION("model.mdn ablation switches and init choices are read and checked") {
+    json j = valid_config();
+    j["model"]["type"] = "mdn";
+    j["model"].erase("attn");
+    j["model"]["mdn"] = {{"num_heads", 6},        {"head_dim", 128},      {"min_log_mu", -1.357},
+                         {"tau_factor", 8},       {"beta_max", false},    {"eta", "two_sigmoid"},
+                         {"momentum", false},     {"output_correction", false},
+                         {"init", {{"log_factor", "zero"}, {"D_log", "zero"}, {"mu_bias", "independent"}}}};
+    const llmt::MdnConfig mc = llmt::parse_config(j).model.mdn;
+    CHECK(mc.min_log_mu == -1.357);
+    CHECK(mc.tau_factor == 8.0);
+    CHECK_FALSE(mc.beta_max);
+    CHECK(mc.eta == "two_sigmoid");
+    CHECK_FALSE(mc.momentum);
+    CHECK_FALSE(mc.output_correction);
+    CHECK(mc.log_factor_init == "zero");
+    CHECK(mc.D_log_init == "zero");
+    CHECK(mc.mu_bias_init == "independent");
+    j["model"]["mdn"]["min_log_mu"] = 0.5;
+    CHECK_THAT(parse_error(j), Contains("model.mdn.min_log_mu"));
+    j["model"]["mdn"]["min_log_mu"] = -1.0;
+    j["model"]["mdn"]["eta"] = "sigmoid";
+    CHECK_THAT(parse_error(j), Contains("model.mdn.eta"));
+    j["model"]["mdn"]["eta"] = "tanh";
+    j["model"]["mdn"]["correction_factor"] = 1.0;  // a Comba key
+    CHECK_THAT(parse_error(j), Contains("model.mdn.correction_factor"));
+  }
   SECTION("Comba-only keys are not KDA keys") {
     json j = valid_config();
     j["model"]["type"] = "kda";

@@ -394,3 +394,150 @@ TEST_CASE("model: Mamba2 init styles mamba_ssm and zeros_like_skipped (layers-ss
     for (double v : values(model.params().master(6))) CHECK(v == 0.0);
   }
 }
+
+namespace {
+
+/// The tiny MDN model of the tests: 2 heads of d_k 4, d_v 8, chunk 4 (T = 6: a full and a partial chunk),
+/// floor -1 (clamps some tokens, so the clamp's zero gradient is checked as well).
+ModelConfig tiny_mdn() {
+  ModelConfig m = tiny(false);
+  m.type = "mdn";
+  m.mdn.num_heads = 2;
+  m.mdn.head_dim = 4;
+  m.mdn.chunk_size = 4;
+  m.mdn.min_log_mu = -1.0;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("model: float64 finite-difference gradients of MDN models (with the ablations and a hybrid)",
+          "[model][mdn]") {
+  struct Variant {
+    const char* name;
+    void (*apply)(ModelConfig&);
+    int64_t mixer_params;  // per MDN layer
+  };
+  // Per MDN layer: q, k, v, a, b, A_log, dt_bias, 3 convs, g, o_norm, o (13, as GDN) + m, e, Mu_log, mu_bias,
+  // log_factor, D_log.
+  const Variant variants[] = {
+      {"mdn", [](ModelConfig&) {}, 19},
+      {"no output correction", [](ModelConfig& m) { m.mdn.output_correction = false; }, 18},
+      {"no beta_max", [](ModelConfig& m) { m.mdn.beta_max = false; }, 19},
+      {"eta = 2 sigmoid", [](ModelConfig& m) { m.mdn.eta = "two_sigmoid"; }, 19},
+      {"no momentum", [](ModelConfig& m) { m.mdn.momentum = false; }, 15},
+      {"hybrid (layer 1 attention)", [](ModelConfig& m) { m.attn_layers = {1}; }, 19},
+  };
+  for (const Variant& v : variants) {
+    DYNAMIC_SECTION(v.name) {
+      ModelConfig m = tiny_mdn();
+      v.apply(m);
+      // h = 3e-6 as for Comba / KDA: q' = q - δ k can be short and its L2 norm strongly curved.
+      const auto reports = model_gradient_check(m, 3e-6);
+      const bool hybrid = !m.attn_layers.empty();
+      REQUIRE(reports.size() ==
+              static_cast<size_t>(3 + (2 + v.mixer_params + 3) + (hybrid ? 2 + 4 + 3 : 2 + v.mixer_params + 3)));
+      for (const auto& r : reports) {
+        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        CHECK(r.ok);
+        CHECK(r.checked > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("model: an MDN model's loss and gradients do not depend on the chunk size (chunked = recurrent)",
+          "[model][mdn]") {
+  // chunk_size 1 is the token-by-token recurrence; 3 leaves a partial last chunk at T = 7; 64 puts the whole
+  // sequence in one chunk. Float64: equal up to rounding. Also without momentum (μ = 0: log μ = -inf in the core).
+  for (const bool momentum : {true, false}) {
+    DYNAMIC_SECTION("momentum = " << momentum) {
+      ModelConfig m = tiny_mdn();
+      m.mdn.momentum = momentum;
+      auto be = make_cpu_backend();
+      const int64_t B = 2, T = 7;
+      const auto inputs = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 11);
+      const auto targets = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 12);
+      std::vector<double> losses;
+      std::vector<std::vector<double>> grads;
+      for (const int64_t chunk : {1, 3, 64}) {
+        m.mdn.chunk_size = chunk;
+        Model model(m);
+        model.allocate(*be, DType::f64);
+        model.params().initialize(5);
+        model.plan(B, T);
+        be->fill_zero(model.params().flat_grads());
+        losses.push_back(model.forward(inputs.data(), targets.data(), true, 1.0));
+        model.backward();
+        const Tensor g = model.params().flat_grads();
+        grads.emplace_back(g.as<double>(), g.as<double>() + g.numel());
+      }
+      for (size_t i = 1; i < losses.size(); ++i) {
+        CHECK(std::abs(losses[i] - losses[0]) < 1e-12 * std::abs(losses[0]));
+        double err = 0, scale = 0;
+        for (size_t j = 0; j < grads[0].size(); ++j) {
+          err = std::max(err, std::abs(grads[i][j] - grads[0][j]));
+          scale = std::max(scale, std::abs(grads[0][j]));
+        }
+        INFO("chunk variant " << i << ": max |dgrad| " << err << " of max |grad| " << scale);
+        CHECK(scale > 0);
+        CHECK(err < 1e-10 * scale);
+      }
+    }
+  }
+}
+
+TEST_CASE("model: MDN parameter names and initialisation (mdn.md section 3)", "[model][mdn]") {
+  ModelConfig m = tiny_mdn();
+  m.mdn.num_heads = 64;  // enough draws per head vector to see the distributions
+  m.mdn.head_dim = 2;
+  const auto values = [](Model& model, const std::string& name) {
+    for (size_t i = 0; i < model.params().infos().size(); ++i)
+      if (model.params().infos()[i].name == name) {
+        const Tensor t = model.params().master(static_cast<int>(i));
+        return std::vector<double>(t.as<double>(), t.as<double>() + t.numel());
+      }
+    FAIL("no parameter " << name);
+    return std::vector<double>{};
+  };
+  auto be = make_cpu_backend();
+  for (const bool zero : {false, true}) {
+    DYNAMIC_SECTION("log_factor / D_log init " << (zero ? "zero" : "log-uniform")) {
+      if (zero) {
+        m.mdn.log_factor_init = "zero";
+        m.mdn.D_log_init = "zero";
+      }
+      Model model(m);
+      model.allocate(*be, DType::f64);
+      model.params().initialize(3);
+      const std::string p = "model.layers.1.attn.";
+      const auto dt = values(model, p + "dt_bias"), mu_bias = values(model, p + "mu_bias");
+      CHECK(mu_bias == dt);  // copy_dt_bias
+      const auto A = values(model, p + "A_log"), Mu = values(model, p + "Mu_log");
+      CHECK(A != Mu);  // independent draws
+      for (double a : Mu) CHECK(a < std::log(16.0));
+      for (double d : dt) {  // softplus(dt_bias) in [1e-3, 0.1]
+        const double sp = std::log1p(std::exp(d));
+        CHECK(sp >= 1e-3 * (1 - 1e-12));
+        CHECK(sp <= 0.1 * (1 + 1e-12));
+      }
+      const auto lf = values(model, p + "log_factor"), dl = values(model, p + "D_log");
+      for (size_t h = 0; h < lf.size(); ++h) {
+        if (zero) {
+          CHECK(lf[h] == 0.0);
+          CHECK(dl[h] == 0.0);
+        } else {
+          CHECK(std::exp(lf[h]) > 0.0);
+          CHECK(std::exp(lf[h]) <= 4.0);
+          CHECK(std::exp(dl[h]) <= 1.0);
+        }
+      }
+      if (!zero) {  // s ~ U(0, 4), δ ~ U(0, 1): their means, 64 draws each (standard errors 0.14 and 0.036)
+        double ms = 0, md = 0;
+        for (size_t h = 0; h < lf.size(); ++h) ms += std::exp(lf[h]) / 64, md += std::exp(dl[h]) / 64;
+        CHECK(std::abs(ms - 2.0) < 0.6);
+        CHECK(std::abs(md - 0.5) < 0.15);
+      }
+    }
+  }
+}

@@ -39,6 +39,10 @@ ModelConfig tiny_model() {
   m.mamba2.d_state = 3;
   m.mamba2.n_groups = 2;
   m.mamba2.chunk_size = 4;
+  m.mdn.num_heads = 2;
+  m.mdn.head_dim = 4;
+  m.mdn.chunk_size = 4;
+  m.mdn.min_log_mu = -1.0;  // the floor clamps some tokens of the self-test (its zero gradient is checked too)
   m.init_std = 0.5;  // large enough that every path of the layer matters in the check
   return m;
 }

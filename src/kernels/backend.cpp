@@ -101,5 +101,29 @@ void Backend::mamba2_ssd_bwd(const Tensor&, const Tensor&, const Tensor&, const 
                              const Tensor&, const Tensor&) {
   missing(*this, "mamba2_ssd_bwd");
 }
+void Backend::mdn_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MdnGateParams&,
+                            const MdnGateOptions&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "mdn_gates_fwd");
+}
+void Backend::mdn_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, const Tensor&, const MdnGateParams&, const MdnGateOptions&,
+                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MdnGateParams&) {
+  missing(*this, "mdn_gates_bwd");
+}
+void Backend::mdn_correction_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "mdn_correction_fwd");
+}
+void Backend::mdn_correction_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "mdn_correction_bwd");
+}
+void Backend::mdn_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, int64_t, const Tensor&) {
+  missing(*this, "mdn_chunk_fwd");
+}
+void Backend::mdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "mdn_chunk_bwd");
+}
 
 }  // namespace llmt

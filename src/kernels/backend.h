@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/mdn_gate_options.h"
 
 namespace llmt {
 
@@ -104,7 +105,8 @@ class Backend {
   virtual int64_t head_chunk_rows() const { return 256; }
 
   // ---- delta-rule layers (GDN, Comba, KDA, MDN) ----
-  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba,kda}.h. A backend
+  // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba,kda,
+  // mdn_gates,mdn}.h. A backend
   // that does not implement one yet throws llmt::Error naming the op and itself.
 
   /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated.
@@ -190,6 +192,41 @@ class Backend {
                               const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups,
                               int64_t chunk_size, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
                               const Tensor& dA_log, const Tensor& dD);
+  /// The per-head parameters of the MDN gates (mdn.md §3, §4.4), each [H]; Mu_log and mu_bias are
+  /// default-constructed (data == nullptr) without momentum. The same struct carries their gradients.
+  struct MdnGateParams {
+    Tensor A_log, dt_bias, Mu_log, mu_bias, log_factor;
+  };
+  /// MDN gates (mdn.md §4.4; semantics cpu/mdn_gates.h): from the gate projections z_alpha, z_beta, z_mu,
+  /// z_eta [rows, H] (z_mu, z_eta default-constructed without momentum) writes log_alpha, beta, log_mu
+  /// (-inf without momentum), eta (1 without momentum) [rows, H], all in the dtype of z_alpha.
+  virtual void mdn_gates_fwd(const Tensor& z_alpha, const Tensor& z_beta, const Tensor& z_mu, const Tensor& z_eta,
+                             const MdnGateParams& params, const MdnGateOptions& opt, const Tensor& log_alpha,
+                             const Tensor& beta, const Tensor& log_mu, const Tensor& eta);
+  /// Backward of mdn_gates_fwd (mdn.md §7.4): dz_* [rows, H] OVERWRITTEN (dz_mu, dz_eta only with momentum),
+  /// the parameter gradients in `dparams` ACCUMULATED.
+  virtual void mdn_gates_bwd(const Tensor& d_log_alpha, const Tensor& d_beta, const Tensor& d_log_mu,
+                             const Tensor& d_eta, const Tensor& z_alpha, const Tensor& z_beta, const Tensor& z_mu,
+                             const Tensor& z_eta, const MdnGateParams& params, const MdnGateOptions& opt,
+                             const Tensor& dz_alpha, const Tensor& dz_beta, const Tensor& dz_mu, const Tensor& dz_eta,
+                             const MdnGateParams& dparams);
+  /// MDN output correction before the L2 norm (mdn.md §4.2): q, k, q_out [rows, H * K]; D_log [H];
+  /// q_out = q - exp(D_log_h) k. Backward: dq_out is also dL/dq; dk += -exp(D_log) dq_out and
+  /// dD_log += -exp(D_log) Σ dq_out ⊙ k (both ACCUMULATED).
+  virtual void mdn_correction_fwd(const Tensor& q, const Tensor& k, const Tensor& D_log, const Tensor& q_out);
+  virtual void mdn_correction_bwd(const Tensor& dq_out, const Tensor& k, const Tensor& D_log, const Tensor& dk,
+                                  const Tensor& dD_log);
+  /// MDN core, chunked (zero initial states; mdn.md §5, §6; semantics cpu/mdn.h): q (normalised, scaled),
+  /// k (= k_n, normalised) [B, T, H, K]; v, o [B, T, H, V]; log_alpha, beta, log_mu, eta [B, T, H].
+  /// Backward: dq, dk (through both p = α k_n and k̂ = η k_n), dv, dlog_alpha, dbeta, dlog_mu, deta OVERWRITTEN.
+  virtual void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
+                             const Tensor& beta, const Tensor& log_mu, const Tensor& eta, int64_t chunk_size,
+                             const Tensor& o);
+  virtual void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
+                             const Tensor& beta, const Tensor& log_mu, const Tensor& eta, const Tensor& d_o,
+                             int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                             const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
+                             const Tensor& deta);
 };
 
 /// The CPU reference backend (OpenBLAS for matmul).

@@ -17,6 +17,8 @@
 #include "kernels/cpu/kda.h"
 #include "kernels/cpu/l2norm.h"
 #include "kernels/cpu/mamba2.h"
+#include "kernels/cpu/mdn.h"
+#include "kernels/cpu/mdn_gates.h"
 #include "kernels/cpu/short_conv.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
@@ -486,8 +488,136 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void mdn_gates_fwd(const Tensor& z_alpha, const Tensor& z_beta, const Tensor& z_mu, const Tensor& z_eta,
+                     const MdnGateParams& p, const MdnGateOptions& opt, const Tensor& log_alpha, const Tensor& beta,
+                     const Tensor& log_mu, const Tensor& eta) override {
+    const int64_t heads = mdn_gate_heads(z_alpha, z_mu, z_eta, p, opt, "mdn_gates_fwd");
+    for (const Tensor* t : {&z_beta, &log_alpha, &beta, &log_mu, &eta}) check_same(z_alpha, *t, "mdn_gates_fwd");
+    dispatch(z_alpha, "mdn_gates_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mdn_gates_fwd<T>(z_alpha.as<T>(), z_beta.as<T>(), optional<T>(z_mu), optional<T>(z_eta), p.A_log.as<T>(),
+                            p.dt_bias.as<T>(), optional<T>(p.Mu_log), optional<T>(p.mu_bias), p.log_factor.as<T>(),
+                            z_alpha.shape[0], heads, opt, log_alpha.as<T>(), beta.as<T>(), log_mu.as<T>(),
+                            eta.as<T>());
+    });
+  }
+  void mdn_gates_bwd(const Tensor& d_log_alpha, const Tensor& d_beta, const Tensor& d_log_mu, const Tensor& d_eta,
+                     const Tensor& z_alpha, const Tensor& z_beta, const Tensor& z_mu, const Tensor& z_eta,
+                     const MdnGateParams& p, const MdnGateOptions& opt, const Tensor& dz_alpha, const Tensor& dz_beta,
+                     const Tensor& dz_mu, const Tensor& dz_eta, const MdnGateParams& dp) override {
+    const int64_t heads = mdn_gate_heads(z_alpha, z_mu, z_eta, p, opt, "mdn_gates_bwd");
+    for (const Tensor* t : {&z_beta, &d_log_alpha, &d_beta, &dz_alpha, &dz_beta}) check_same(z_alpha, *t, "mdn_gates_bwd");
+    for (auto [a, b] : {std::pair{&p.A_log, &dp.A_log}, {&p.dt_bias, &dp.dt_bias}, {&p.log_factor, &dp.log_factor}})
+      check_same(*a, *b, "mdn_gates_bwd");
+    if (opt.momentum) {
+      for (const Tensor* t : {&d_log_mu, &d_eta, &dz_mu, &dz_eta}) check_same(z_alpha, *t, "mdn_gates_bwd");
+      check_same(p.Mu_log, dp.Mu_log, "mdn_gates_bwd");
+      check_same(p.mu_bias, dp.mu_bias, "mdn_gates_bwd");
+    }
+    dispatch(z_alpha, "mdn_gates_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mdn_gates_bwd<T>(d_log_alpha.as<T>(), d_beta.as<T>(), optional<T>(d_log_mu), optional<T>(d_eta),
+                            z_alpha.as<T>(), z_beta.as<T>(), optional<T>(z_mu), optional<T>(z_eta), p.A_log.as<T>(),
+                            p.dt_bias.as<T>(), optional<T>(p.Mu_log), optional<T>(p.mu_bias), p.log_factor.as<T>(),
+                            z_alpha.shape[0], heads, opt, dz_alpha.as<T>(), dz_beta.as<T>(), mutable_or_null<T>(dz_mu),
+                            mutable_or_null<T>(dz_eta), dp.A_log.as<T>(), dp.dt_bias.as<T>(),
+                            mutable_or_null<T>(dp.Mu_log), mutable_or_null<T>(dp.mu_bias), dp.log_factor.as<T>());
+    });
+  }
+  void mdn_correction_fwd(const Tensor& q, const Tensor& k, const Tensor& D_log, const Tensor& q_out) override {
+    const int64_t heads = mdn_correction_heads(q, D_log, "mdn_correction_fwd");
+    check_same(q, k, "mdn_correction_fwd");
+    check_same(q, q_out, "mdn_correction_fwd");
+    dispatch(q, "mdn_correction_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mdn_correction_fwd<T>(q.as<T>(), k.as<T>(), D_log.as<T>(), q.shape[0], heads, q.shape[1] / heads,
+                                 q_out.as<T>());
+    });
+  }
+  void mdn_correction_bwd(const Tensor& dq_out, const Tensor& k, const Tensor& D_log, const Tensor& dk,
+                          const Tensor& dD_log) override {
+    const int64_t heads = mdn_correction_heads(k, D_log, "mdn_correction_bwd");
+    check_same(k, dq_out, "mdn_correction_bwd");
+    check_same(k, dk, "mdn_correction_bwd");
+    check_same(D_log, dD_log, "mdn_correction_bwd");
+    dispatch(k, "mdn_correction_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mdn_correction_bwd<T>(dq_out.as<T>(), k.as<T>(), D_log.as<T>(), k.shape[0], heads, k.shape[1] / heads,
+                                 dk.as<T>(), dD_log.as<T>());
+    });
+  }
+  void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o) override {
+    const cpu::DeltaDims d = delta_dims(q, v, log_alpha, beta, false, "mdn_chunk_fwd");
+    check_same(v, o, "mdn_chunk_fwd");
+    check_same(q, k, "mdn_chunk_fwd");
+    for (const Tensor* t : {&beta, &log_mu, &eta}) check_same(log_alpha, *t, "mdn_chunk_fwd");
+    dispatch(q, "mdn_chunk_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::MdnInputs<T> in{q.as<T>(),    k.as<T>(),      v.as<T>(),   log_alpha.as<T>(), beta.as<T>(),
+                                 log_mu.as<T>(), eta.as<T>(), nullptr,     nullptr};
+      cpu::mdn_chunk_fwd<T>(in, d, o.as<T>(), nullptr, nullptr, chunk_size);
+    });
+  }
+  void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                     const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& dlog_alpha, const Tensor& dbeta,
+                     const Tensor& dlog_mu, const Tensor& deta) override {
+    const cpu::DeltaDims d = delta_dims(q, v, log_alpha, beta, false, "mdn_chunk_bwd");
+    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "mdn_chunk_bwd");
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "mdn_chunk_bwd");
+    for (const Tensor* t : {&beta, &log_mu, &eta, &dlog_alpha, &dbeta, &dlog_mu, &deta})
+      check_same(log_alpha, *t, "mdn_chunk_bwd");
+    dispatch(q, "mdn_chunk_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::MdnInputs<T> in{q.as<T>(),    k.as<T>(),      v.as<T>(),   log_alpha.as<T>(), beta.as<T>(),
+                                 log_mu.as<T>(), eta.as<T>(), nullptr,     nullptr};
+      const cpu::MdnGrads<T> grads{dq.as<T>(),    dk.as<T>(),      dv.as<T>(), dlog_alpha.as<T>(), dbeta.as<T>(),
+                                   dlog_mu.as<T>(), deta.as<T>(), nullptr,    nullptr};
+      cpu::mdn_chunk_bwd<T>(in, d_o.as<T>(), nullptr, nullptr, d, grads, chunk_size);
+    });
+  }
+
  private:
   AllocationLog allocations_;
+
+  /// A typed mutable pointer to an optional tensor (nullptr for a default-constructed one).
+  template <typename T>
+  static T* mutable_or_null(const Tensor& t) {
+    return t.data != nullptr ? t.as<T>() : nullptr;
+  }
+
+  /// Heads of an mdn_gates call: z_alpha [rows, H]; the parameters [H] of its dtype; z_mu, z_eta, Mu_log,
+  /// mu_bias present exactly with momentum.
+  static int64_t mdn_gate_heads(const Tensor& z_alpha, const Tensor& z_mu, const Tensor& z_eta,
+                                const Backend::MdnGateParams& p, const MdnGateOptions& opt, const char* op) {
+    check(z_alpha.ndim == 2, "{}: z_alpha must be [rows, H], got {}", op, z_alpha.shape_str());
+    const int64_t heads = z_alpha.shape[1];
+    for (const Tensor* t : {&p.A_log, &p.dt_bias, &p.log_factor})
+      check(t->data != nullptr && t->numel() == heads && t->dtype == z_alpha.dtype,
+            "{}: A_log, dt_bias, log_factor must be [{}] of the dtype of z_alpha, got {}", op, heads, t->shape_str());
+    check(opt.tau > 0, "{}: tau must be > 0, got {}", op, opt.tau);
+    for (const Tensor* t : {&p.Mu_log, &p.mu_bias, &z_mu, &z_eta})
+      check((t->data != nullptr) == opt.momentum, "{}: z_mu, z_eta, Mu_log, mu_bias are given exactly with momentum",
+            op);
+    if (opt.momentum) {
+      check_same(z_alpha, z_mu, op);
+      check_same(z_alpha, z_eta, op);
+      for (const Tensor* t : {&p.Mu_log, &p.mu_bias})
+        check(t->numel() == heads && t->dtype == z_alpha.dtype, "{}: Mu_log, mu_bias must be [{}], got {}", op, heads,
+              t->shape_str());
+    }
+    return heads;
+  }
+
+  /// Heads of an mdn_correction call: x [rows, H * K], D_log [H] of the dtype of x.
+  static int64_t mdn_correction_heads(const Tensor& x, const Tensor& D_log, const char* op) {
+    const int64_t heads = D_log.numel();
+    check(x.ndim == 2 && heads > 0 && x.shape[1] % heads == 0 && D_log.dtype == x.dtype,
+          "{}: q/k must be [rows, H * K] and D_log [H] of their dtype, got {} and {}", op, x.shape_str(),
+          D_log.shape_str());
+    return heads;
+  }
 
   /// A typed pointer to an optional tensor (nullptr for a default-constructed one).
   template <typename T>

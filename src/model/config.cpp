@@ -160,7 +160,7 @@ class ObjectReader {
 template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
 
 void parse_model(ObjectReader r, ModelConfig& m) {
-  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda", "mamba2"}, nullptr);
+  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda", "mdn", "mamba2"}, nullptr);
   m.d_model = r.positive("d_model");
   m.n_layers = r.positive("n_layers");
   m.vocab_size = r.positive("vocab_size");
@@ -217,7 +217,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
   }
   // The keys shared by the delta-rule mixers (model.gdn, model.comba, model.kda); `g` is the mixer's block and
   // `c` arrives default-constructed, so its values are the defaults of its type.
-  const auto delta_keys = [](ObjectReader& g, const std::string& key, GdnConfig& c, bool comba) {
+  const auto delta_keys = [](ObjectReader& g, const std::string& key, GdnConfig& c, bool comba, bool mdn = false) {
     c.num_heads = g.positive("num_heads");
     c.head_dim = g.positive("head_dim");
     c.expand_v = g.positive("expand_v", dflt(c.expand_v));
@@ -230,6 +230,17 @@ void parse_model(ObjectReader r, ModelConfig& m) {
       cc.correction_factor = g.number("correction_factor", dflt(1.0));
       cc.inner_decay = g.boolean("inner_decay", true);
     }
+    if (mdn) {
+      auto& mc = static_cast<MdnConfig&>(c);
+      mc.min_log_mu = g.number("min_log_mu", dflt(mc.min_log_mu));
+      mc.tau_factor = g.number("tau_factor", dflt(mc.tau_factor));
+      mc.output_correction = g.boolean("output_correction", true);
+      mc.beta_max = g.boolean("beta_max", true);
+      mc.eta = g.choice("eta", {"tanh", "two_sigmoid"}, dflt(mc.eta));
+      mc.momentum = g.boolean("momentum", true);
+      check(mc.min_log_mu < 0, "config: model.mdn.min_log_mu must be < 0, got {}", mc.min_log_mu);
+      check(mc.tau_factor > 0, "config: model.mdn.tau_factor must be > 0, got {}", mc.tau_factor);
+    }
     ObjectReader init = g.object("init");
     const auto range = init.numbers("A_range", 2, {c.A_min, c.A_max});
     c.A_min = range[0];
@@ -238,6 +249,17 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     c.dt_max = init.number("dt_max", dflt(c.dt_max));
     c.dt_floor = init.number("dt_floor", dflt(c.dt_floor));
     if (comba) static_cast<CombaConfig&>(c).decay_init = init.number("decay", dflt(1.0));
+    if (mdn) {
+      auto& mc = static_cast<MdnConfig&>(c);
+      const auto mu_range = init.numbers("mu_A_range", 2, {mc.mu_A_min, mc.mu_A_max});
+      mc.mu_A_min = mu_range[0];
+      mc.mu_A_max = mu_range[1];
+      check(mc.mu_A_min >= 0 && mc.mu_A_max > mc.mu_A_min,
+            "config: model.mdn.init.mu_A_range must be [lo, hi] with 0 <= lo < hi");
+      mc.mu_bias_init = init.choice("mu_bias", {"copy_dt_bias", "independent"}, dflt(mc.mu_bias_init));
+      mc.log_factor_init = init.choice("log_factor", {"log_uniform_0_4", "zero"}, dflt(mc.log_factor_init));
+      mc.D_log_init = init.choice("D_log", {"log_uniform_0_1", "zero"}, dflt(mc.D_log_init));
+    }
     init.finish();
     check(c.A_min >= 0 && c.A_max > c.A_min, "config: model.{}.init.A_range must be [lo, hi] with 0 <= lo < hi",
           key);
@@ -282,6 +304,11 @@ void parse_model(ObjectReader r, ModelConfig& m) {
           c.n_groups, c.num_heads(m.d_model));
     check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
           "config: model.mamba2 needs 0 < dt_min < dt_max and dt_floor > 0");
+  }
+  if (mixer_block("mdn", m.type == "mdn")) {
+    ObjectReader g = r.object("mdn");
+    delta_keys(g, "mdn", m.mdn, false, true);
+    g.finish();
   }
   r.finish();
 }

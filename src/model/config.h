@@ -68,6 +68,23 @@ struct Mamba2Config {
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
 };
 
+/// MDN (Momentum DeltaNet) mixer (mdn.md; runs.md section 4.1 `model.mdn`): the GDN keys (sigmoid output gate
+/// by default) plus the momentum gates of mdn.md §4.4 and the output correction of §4.2, and the switches of the
+/// paper's ablations (Tables 4 and 6).
+struct MdnConfig : GdnConfig {
+  MdnConfig() { output_gate = "sigmoid"; }
+  double min_log_mu = -2.0;        ///< floor of log mu (FLA min_log_mu)
+  double tau_factor = 1.0;         ///< tau = sqrt(d_model / tau_factor)
+  bool output_correction = true;   ///< q <- q - exp(D_log) k before the L2 norm (parameter D_log)
+  bool beta_max = true;            ///< beta = sigmoid(z_beta) * beta_max (false: the "no beta_max" ablation)
+  std::string eta = "tanh";        ///< "tanh": eta = 1 + tanh(z/tau); "two_sigmoid": eta = 2 sigmoid(z/tau)
+  bool momentum = true;            ///< false: the "no momentum" proxy (mu = 0, eta = 1: GDN + alpha_max/beta_max)
+  double mu_A_min = 0, mu_A_max = 16;           ///< Mu_log = log U(mu_A_min, mu_A_max)
+  std::string mu_bias_init = "copy_dt_bias";    ///< "copy_dt_bias" (the authors) or "independent" (own draw)
+  std::string log_factor_init = "log_uniform_0_4";  ///< "log_uniform_0_4" (s ~ U(0,4)) or "zero" (s = 1)
+  std::string D_log_init = "log_uniform_0_1";       ///< "log_uniform_0_1" (delta ~ U(0,1)) or "zero" (delta = 1)
+};
+
 struct MlpConfig {
   int64_t intermediate_size = 0;  ///< SwiGLU hidden width F
 };
@@ -92,6 +109,7 @@ struct ModelConfig {
   CombaConfig comba;  ///< used by type "comba"
   KdaConfig kda;      ///< used by type "kda"
   Mamba2Config mamba2;  ///< used by type "mamba2"
+  MdnConfig mdn;      ///< used by type "mdn"
 
   /// The mixer type of layer `layer`: "transformer" for the attention layers of a hybrid, else `type`.
   std::string mixer_of(int64_t layer) const {

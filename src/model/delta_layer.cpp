@@ -87,15 +87,30 @@ void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
   // Gates (4.1 steps 2-3; 4.3 steps 2-3).
   decay_proj_->forward(x, *a_);
   be.matmul(x, false, store_.param(wb_), true, *b_, false);
-  if (gates_ == Gates::scalar)
-    be.gdn_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
-  else
-    be.kda_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+  gates_forward(x);
   core_forward();
   // Output gate, per-head gated RMSNorm (2.3), output projection.
   gate_proj_->forward(x, *z_);
   be.gated_rmsnorm_fwd(*o_, *z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
   be.matmul(yn_c_->data ? converted(be, *yn_, *yn_c_) : *yn_, false, store_.param(wo_), true, y, false);
+}
+
+void DeltaLayer::gates_forward(const Tensor&) {
+  Backend& be = store_.backend();
+  if (gates_ == Gates::scalar)
+    be.gdn_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+  else
+    be.kda_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+}
+
+void DeltaLayer::gates_backward(const Tensor&, const Tensor&) {
+  Backend& be = store_.backend();
+  if (gates_ == Gates::scalar)
+    be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
+                     store_.grad(A_log_), store_.grad(dt_bias_));
+  else
+    be.kda_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
+                     store_.grad(A_log_), store_.grad(dt_bias_));
 }
 
 void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -109,12 +124,7 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   gate_proj_->backward(x, dz_, dx, false);                            // dx = dz Wg_eff (first term)
   core_backward();
   // Gates.
-  if (gates_ == Gates::scalar)
-    be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
-                     store_.grad(A_log_), store_.grad(dt_bias_));
-  else
-    be.kda_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
-                     store_.grad(A_log_), store_.grad(dt_bias_));
+  gates_backward(x, dx);
   decay_proj_->backward(x, da_, dx, true);
   const Tensor db = converted(be, db_, cvt_);
   be.matmul(db, true, x, false, store_.grad(wb_), true);

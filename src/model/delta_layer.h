@@ -1,5 +1,5 @@
 // The structure shared by the delta-rule layers (layers-delta.md sections 2 and 4; GDN, Comba, KDA,
-// and later MDN), FLA parameter names:
+// and MDN, whose four gates replace the default ones through gates_forward/backward), FLA parameter names:
 //   q = silu(conv_q(x Wq^T)), k = silu(conv_k(x Wk^T)), v = silu(conv_v(x Wv^T))   (section 2.1)
 //   beta = sigmoid(x Wb^T), g = -exp(A_log) softplus(a + dt_bias)                  (4.1 steps 2-3, 4.3 steps 2-3)
 //   o = core(q, k, v, g, beta)            <- the subclass: L2 norms, corrections, chunked core
@@ -47,6 +47,13 @@ class DeltaLayer : public Mixer {
   /// own parameter gradients.
   virtual void core_backward() = 0;
 
+  /// From the gate pre-activations a_ (decay input) and b_ (beta input) writes g_ and beta_ (the
+  /// subclass may read more inputs from x [rows, D]); default: the GDN (scalar) or KDA (channel-wise) gates.
+  virtual void gates_forward(const Tensor& x);
+  /// From dg_ and dbeta_ writes da_ and db_ (overwritten) and accumulates the gate parameters' gradients;
+  /// a subclass with more gate inputs adds their gradient to dx [rows, D]. Default: GDN / KDA gates.
+  virtual void gates_backward(const Tensor& x, const Tensor& dx);
+
   /// q, k [B, T, H, dk]-shaped and v [B, T, H, dv]-shaped views of a [rows, channels] tensor.
   Tensor heads_k(const Tensor& t) const { return t.reshape({batch_, seq_len_, c_.num_heads, c_.head_dim}); }
   Tensor heads_v(const Tensor& t) const { return t.reshape({batch_, seq_len_, c_.num_heads, c_.value_dim()}); }
@@ -65,6 +72,10 @@ class DeltaLayer : public Mixer {
   OwnedTensor g_, beta_;      // gates: g [rows, H] or [rows, H dk] (decay_view), beta [rows, H]
   OwnedTensor o_;             // core output [rows, H dv]
   Tensor do_, dqc_, dkc_, dvc_, dg_, dbeta_;  // gradients at the core's boundary (shared scratch)
+  int A_log_, dt_bias_;                // decay-gate parameters [H] / [H dk] (registration indices)
+  OwnedTensor a_, b_;                  // gate pre-activations [rows, decay_width], [rows, H]
+  Tensor da_, db_;                     // their gradients (shared scratch)
+  Tensor cvt_;  // shared scratch for gradients rounded to the compute dtype (only when it differs from dtype())
 
  private:
   /// Width of the decay input a, of g and of dt_bias: H (scalar) or H dk (channelwise).
@@ -72,15 +83,13 @@ class DeltaLayer : public Mixer {
 
   double norm_eps_;
   int64_t d_model_;
-  int wq_, wk_, wv_, wb_, A_log_, dt_bias_, conv_q_, conv_k_, conv_v_, o_norm_, wo_;
+  int wq_, wk_, wv_, wb_, conv_q_, conv_k_, conv_v_, o_norm_, wo_;
   std::optional<Projection> decay_proj_, gate_proj_;  // a_proj / f_proj; g_proj (registered in FLA order)
   OwnedTensor qp_, kp_, vp_;           // projections (inputs of the convolutions)
   OwnedTensor q_pre_, k_pre_, v_pre_;  // convolution pre-activations
-  OwnedTensor a_, b_;                  // gate pre-activations [rows, decay_width], [rows, H]
   OwnedTensor z_, rstd_, yn_;          // output gate, norm rstd [rows * H], gated-norm output
   OwnedTensor yn_c_;                   // yn_ in the compute dtype (only when that differs)
-  Tensor cvt_;                         // shared scratch for gradients rounded to the compute dtype (ditto)
-  Tensor dyn_, dz_, da_, db_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch)
+  Tensor dyn_, dz_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch)
 };
 
 }  // namespace llmt

@@ -59,7 +59,7 @@ void ParamStore::initialize(uint64_t seed) {
     const ParamInfo& p = infos_[i];
     host64.assign(p.numel, 0.0);
     if (p.init.kind == Init::ones) host64.assign(p.numel, 1.0);
-    Philox rng(seed, i);
+    Philox rng(seed, p.init.stream >= 0 ? static_cast<uint64_t>(p.init.stream) : i);
     switch (p.init.kind) {
       case Init::normal:
         for (double& x : host64) x = p.init.std * rng.normal();

@@ -29,6 +29,9 @@ struct Init {
   double std = 0.02;
   double value = 0;  ///< the value of a constant init
   double lo = 0, hi = 0, floor = 0;
+  /// The Philox stream of the draw; -1 = the parameter's own registration index. Another parameter's
+  /// index with the same Init repeats its values (MDN mu_bias = dt_bias at init, mdn.md section 3).
+  int64_t stream = -1;
 };
 
 struct ParamInfo {
@@ -52,8 +55,8 @@ class ParamStore {
   void allocate(Backend& backend, DType dtype, DType compute_dtype);
   void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
-  /// Fills every parameter by its Init; parameter i draws from Philox(seed, i), so a
-  /// parameter's values depend only on the seed and its registration index. Refreshes the
+  /// Fills every parameter by its Init; parameter i draws from Philox(seed, i) (or Philox(seed,
+  /// init.stream)), so a parameter's values depend only on the seed and its registration index. Refreshes the
   /// working copy.
   void initialize(uint64_t seed);
   /// Re-rounds the working copy from the master parameters (after they were written other

@@ -55,3 +55,25 @@ expect configs/mdn-paper/400m/mamba2.json 419778048 316851712
 # + 3*64 + norm 4096 + out_proj 2048 * 4096 + attn_norm 2048 = 25,849,280; * 48 + 2048 = 1,240,767,488;
 # + 2 * 50257 * 2048 = 1,446,620,160
 expect configs/mdn-paper/1.3b/mamba2.json 1446620160 1240767488
+# MDN 400M (runs.md 2.1: 417.5M, 314.6M): GDN's per layer (14,969,100) + m_proj, e_proj 2*6*1024
+# + Mu_log, mu_bias, log_factor, D_log 4*6 = 14,981,412; * 21 + final norm 1024 = 314,610,676;
+# + 2 * 50257 * 1024 = 417,537,012
+expect configs/mdn-paper/400m/mdn.json 417537012 314610676
+# MDN 1.3B (runs.md 2.2: 1462.6M, 1256.8M): GDN 1.3B's per layer (59,822,604) + m_proj, e_proj 2*6*2048 + 4*6
+# = 59,847,204; * 21 + final norm 2048 = 1,256,793,332; + 2 * 50257 * 2048 = 1,462,646,004
+expect configs/mdn-paper/1.3b/mdn.json 1462646004 1256793332
+# MDN-H 3:1 400M (runs.md 2.3: 430.9M): GDN-H 3:1 (327,724,576) + per MDN layer m_proj, e_proj 2*8*1024 + 4*8
+# = 16,416, * 18 = 295,488 -> 328,020,064; + 2 * 50257 * 1024 = 430,946,400
+expect configs/mdn-paper/400m/mdn-h-3to1.json 430946400 328020064
+# MDN-H 7:1 400M (runs.md 2.3: 434.2M): 21 MDN layers (5,271,696 + 16,416 = 5,288,112 each) + 3 attention layers
+# (4*1024^2) + 24 * (MLP 3*1024*2816 + norms 2*1024) + final norm 1024 = 331,301,488; + 102,926,336 = 434,227,824
+expect configs/mdn-paper/400m/mdn-h-7to1.json 434227824 331301488
+# Ablations of the paper's Tables 4 / 6 (400M; runs.md 2.1 gives only MDN 400M's 417.5M, which the floor, no-beta_max
+# and eta = 2 sigmoid variants equal exactly). No output correction: no D_log, -6 per layer (-126; 417.5M).
+# No momentum (GDN + alpha_max / beta_max): no m_proj, e_proj, Mu_log, mu_bias, -12,300 per layer (-258,300):
+# 417,278,712 (417.3M, 0.06% below MDN's 417.5M; = GDN 400M + log_factor, D_log).
+for a in floor-2 floor-1.5 floor-1.357 floor-1 no-beta-max eta-2sigmoid; do
+  expect configs/mdn-paper/400m/ablations/$a.json 417537012 314610676
+done
+expect configs/mdn-paper/400m/ablations/no-output-correction.json 417536886 314610550
+expect configs/mdn-paper/400m/ablations/no-momentum.json 417278712 314352376
