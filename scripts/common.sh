@@ -3,7 +3,7 @@
 
 # Debian packages the build needs (listed in README.md).
 LLMT_PACKAGES=(cmake g++ ninja-build git nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
-               libopenblas-dev libpcre2-dev libzstd-dev libsentencepiece-dev)
+               libopenblas-dev libpcre2-dev libzstd-dev libsentencepiece-dev libopenmpi-dev openmpi-bin)
 
 llmt_install_missing() {
   local missing=()
