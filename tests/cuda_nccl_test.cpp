@@ -1,7 +1,7 @@
 // The NCCL communicator at world size 1 (issue 8; label "gpu"; built with CUDA, NCCL and MPI):
-// it bootstraps through MPI (a singleton MPI start), selects GPU 0, its device collectives leave
-// the data unchanged, and a cuda training run through it reproduces the single-process run bit
-// for bit (the NCCL all-reduce of one rank is the identity).
+// started without a launcher it needs no MPI, selects GPU 0, its device collectives leave the
+// data unchanged, and a cuda training run through it (every gradient bucket goes through
+// ncclAllReduce) reproduces the single-process run bit for bit.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -22,7 +22,7 @@ using llmt::test::read_metrics;
 namespace {
 
 NcclCommunicator& nccl() {
-  static NcclCommunicator comm;  // MPI is finalised at exit
+  static NcclCommunicator comm;
   return comm;
 }
 

@@ -1,6 +1,9 @@
 #include "dist/nccl_communicator.h"
 
+#include <cstdlib>
+
 #include "core/error.h"
+#include "dist/launch_env.h"
 
 namespace llmt {
 
@@ -17,15 +20,22 @@ void check_cuda(cudaError_t rc, const char* call) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator() {
+  if (detect_launch_env().world_size > 1) {
+    auto mpi = std::make_unique<MpiCommunicator>();
+    mpi_ = mpi.get();
+    host_ = std::move(mpi);
+  } else {
+    host_ = std::make_unique<SingleProcessCommunicator>();
+  }
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  check(devices > 0, "NCCL communicator: rank {} sees no CUDA device", mpi_.rank());
-  device_ = mpi_.local_rank() % devices;
+  check(devices > 0, "NCCL communicator: rank {} sees no CUDA device", rank());
+  device_ = local_rank() % devices;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   ncclUniqueId id;
-  if (mpi_.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  mpi_.broadcast_bytes(&id, sizeof(id), 0);
-  check_nccl(ncclCommInitRank(&comm_, mpi_.world_size(), id, mpi_.rank()), "ncclCommInitRank");
+  if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (mpi_) mpi_->broadcast_bytes(&id, sizeof(id), 0);
+  check_nccl(ncclCommInitRank(&comm_, world_size(), id, rank()), "ncclCommInitRank");
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 }
 
@@ -59,7 +69,8 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
 void NcclCommunicator::abort(int code) {
   if (comm_) ncclCommAbort(comm_);
   comm_ = nullptr;
-  mpi_.abort(code);
+  host_->abort(code);
+  std::exit(code);  // not reached (a virtual call does not carry [[noreturn]] for the compiler)
 }
 
 }  // namespace llmt

@@ -1,7 +1,8 @@
 // The NCCL communicator (CUDA backend; issue 8): tensor collectives on device memory with NCCL,
 // scalars and barriers over MPI. Bootstrap: MPI gives rank, world size and local rank; the local
 // rank selects the GPU (cudaSetDevice(local_rank % device count)); rank 0's ncclUniqueId is
-// broadcast with MPI. Built when CMake finds CUDA, NCCL and MPI.
+// broadcast with MPI. A process started without a launcher (launch_env.h: world size 1) uses
+// NCCL alone, without initialising MPI. Built when CMake finds CUDA, NCCL and MPI.
 //
 // Collectives run on the communicator's own stream and are synchronous: the device is
 // synchronised before (so the gradients of every kernel already queued are complete) and the
@@ -13,11 +14,14 @@
 #include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
 
+#include <memory>
+
 namespace llmt {
 
 class NcclCommunicator final : public Communicator {
  public:
-  /// Initialises MPI (when needed), selects this node's GPU local_rank % device count, and
+  /// Initialises MPI (when launched with several ranks), selects this node's GPU
+  /// local_rank % device count, and
   /// creates the NCCL communicator over all ranks. Throws llmt::Error (with NCCL's or CUDA's
   /// message) when there is no GPU or NCCL cannot initialise.
   NcclCommunicator();
@@ -26,19 +30,20 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   std::string name() const override { return "nccl"; }
-  int rank() const override { return mpi_.rank(); }
-  int world_size() const override { return mpi_.world_size(); }
-  int local_rank() const override { return mpi_.local_rank(); }
+  int rank() const override { return host_->rank(); }
+  int world_size() const override { return host_->world_size(); }
+  int local_rank() const override { return host_->local_rank(); }
   /// The CUDA device this rank uses.
   int device() const { return device_; }
   void all_reduce(const Tensor& t, ReduceOp op) override;
   void broadcast(const Tensor& t, int root) override;
-  double all_reduce_scalar(double value, ReduceOp op) override { return mpi_.all_reduce_scalar(value, op); }
-  void barrier() override { mpi_.barrier(); }
+  double all_reduce_scalar(double value, ReduceOp op) override { return host_->all_reduce_scalar(value, op); }
+  void barrier() override { host_->barrier(); }
   [[noreturn]] void abort(int code) override;
 
  private:
-  MpiCommunicator mpi_;
+  std::unique_ptr<Communicator> host_;  // MpiCommunicator, or SingleProcessCommunicator at world size 1
+  MpiCommunicator* mpi_ = nullptr;      // host_ when it is MPI
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
