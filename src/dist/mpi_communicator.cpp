@@ -56,12 +56,18 @@ void MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   check_collective_dtype(t, "all_reduce");
   check(op == ReduceOp::sum || op == ReduceOp::average, "all_reduce: tensors are reduced by sum or average only");
   const bool f32 = t.dtype == DType::f32;
+  const MPI_Datatype type = f32 ? MPI_FLOAT : MPI_DOUBLE;
   const int64_t n = t.numel();
+  // Not MPI_Allreduce: it may add the ranks' values in a different order on different ranks (e.g.
+  // recursive doubling for more than 2 ranks), and the replicas of the weights would drift apart
+  // by rounding. A reduction to rank 0 followed by a broadcast gives every rank the same bits.
   for (int64_t i = 0; i < n; i += kMaxCount) {
     const int count = static_cast<int>(std::min(kMaxCount, n - i));
     void* p = static_cast<char*>(t.data) + i * static_cast<int64_t>(dtype_size(t.dtype));
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, count, f32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
-              "MPI_Allreduce");
+    check_mpi(MPI_Reduce(rank_ == 0 ? MPI_IN_PLACE : p, rank_ == 0 ? p : nullptr, count, type, MPI_SUM, 0,
+                         MPI_COMM_WORLD),
+              "MPI_Reduce");
+    check_mpi(MPI_Bcast(p, count, type, 0, MPI_COMM_WORLD), "MPI_Bcast");
   }
   if (op == ReduceOp::average) {
     if (f32) {

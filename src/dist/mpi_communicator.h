@@ -1,4 +1,5 @@
-// The MPI communicator (CPU backend; issue 8): collectives on host memory over MPI_COMM_WORLD.
+// The MPI communicator (CPU backend; issue 8): collectives on host memory over MPI_COMM_WORLD;
+// tensor sums are bitwise identical on every rank (reduce to rank 0, then broadcast).
 // Rank and world size come from MPI; the local rank from MPI_Comm_split_type(SHARED), i.e. the
 // processes of this node. Built when CMake finds MPI (LLMT_MPI).
 #pragma once
