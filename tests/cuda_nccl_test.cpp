@@ -1,4 +1,4 @@
-// The NCCL communicator at world size 1 (issue 8; label "gpu"; built with CUDA, NCCL and MPI):
+// The NCCL communicator at world size 1 (issue 8; label "gpu"; built with CUDA and NCCL):
 // started without a launcher it needs no MPI, selects GPU 0, its device collectives leave the
 // data unchanged, and a cuda training run through it (every gradient bucket goes through
 // ncclAllReduce) reproduces the single-process run bit for bit.

@@ -4,6 +4,9 @@
 
 #include "core/error.h"
 #include "dist/launch_env.h"
+#ifdef LLMT_HAVE_MPI
+#include "dist/mpi_communicator.h"
+#endif
 
 namespace llmt {
 
@@ -20,10 +23,17 @@ void check_cuda(cudaError_t rc, const char* call) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator() {
-  if (detect_launch_env().world_size > 1) {
+  const LaunchEnv env = detect_launch_env();
+  if (env.world_size > 1) {
+#ifdef LLMT_HAVE_MPI
     auto mpi = std::make_unique<MpiCommunicator>();
     mpi_ = mpi.get();
     host_ = std::move(mpi);
+#else
+    throw Error(fmt::format("launched as rank {} of {} ({}): NCCL needs MPI to share its unique id, and this build "
+                            "has no MPI (install libopenmpi-dev and rebuild; see docs/DISTRIBUTED.md)",
+                            env.rank, env.world_size, env.source));
+#endif
   } else {
     host_ = std::make_unique<SingleProcessCommunicator>();
   }
@@ -34,7 +44,9 @@ NcclCommunicator::NcclCommunicator() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   ncclUniqueId id;
   if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+#ifdef LLMT_HAVE_MPI
   if (mpi_) mpi_->broadcast_bytes(&id, sizeof(id), 0);
+#endif
   check_nccl(ncclCommInitRank(&comm_, world_size(), id, rank()), "ncclCommInitRank");
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 }

@@ -2,7 +2,8 @@
 // scalars and barriers over MPI. Bootstrap: MPI gives rank, world size and local rank; the local
 // rank selects the GPU (cudaSetDevice(local_rank % device count)); rank 0's ncclUniqueId is
 // broadcast with MPI. A process started without a launcher (launch_env.h: world size 1) uses
-// NCCL alone, without initialising MPI. Built when CMake finds CUDA, NCCL and MPI.
+// NCCL alone, without initialising MPI. Built when CMake finds CUDA and NCCL; several ranks also
+// need MPI in the build (without it, a launch of several ranks is refused with a message).
 //
 // Collectives run on the communicator's own stream and are synchronous: the device is
 // synchronised before (so the gradients of every kernel already queued are complete) and the
@@ -11,12 +12,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "dist/communicator.h"
-#include "dist/mpi_communicator.h"
-
 #include <memory>
 
+#include "dist/communicator.h"
+
 namespace llmt {
+
+class MpiCommunicator;
 
 class NcclCommunicator final : public Communicator {
  public:
