@@ -18,5 +18,5 @@ llmtrain=${LLMTRAIN:-build/llmtrain}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 # --bind-to none: each rank's OpenBLAS / CUDA threads are not pinned to one core.
 # shellcheck disable=SC2086
-exec mpirun -np "$nproc" --bind-to none -x NCCL_NVLS_ENABLE -x OPENBLAS_NUM_THREADS ${MPIRUN_ARGS:-} \
+exec mpirun -np "$nproc" --bind-to none -x NCCL_NVLS_ENABLE ${MPIRUN_ARGS:-} \
   "$llmtrain" train --config "$config" "$@"
