@@ -3,7 +3,8 @@
 
 # Debian packages the build needs (listed in README.md).
 LLMT_PACKAGES=(cmake g++ ninja-build git nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev catch2
-               libopenblas-dev libpcre2-dev libzstd-dev libsentencepiece-dev jq python3-matplotlib)
+               libopenblas-dev libpcre2-dev libzstd-dev libsentencepiece-dev libopenmpi-dev openmpi-bin jq
+               python3-matplotlib)
 
 llmt_install_missing() {
   local missing=()

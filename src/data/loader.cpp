@@ -28,15 +28,18 @@ void WindowLoader::build_permutation() {
   }
 }
 
-void WindowLoader::next(int64_t batch, int32_t* out) {
-  check(batch >= 0, "loader: batch must be non-negative, got {}", batch);
-  for (int64_t b = 0; b < batch; ++b) {
+void WindowLoader::next(int64_t batch, int rank, int world, int32_t* out) {
+  check(batch >= 0 && world > 0 && rank >= 0 && rank < world,
+        "loader: need batch >= 0 and 0 <= rank < world, got batch {}, rank {}, world {}", batch, rank, world);
+  for (int64_t k = 0; k < batch * world; ++k) {
     if (state_.index == static_cast<uint64_t>(num_windows_)) {
       ++state_.epoch;
       state_.index = 0;
       build_permutation();
     }
-    window(order_[state_.index++], out + b * (seq_len_ + 1));
+    const int64_t w = order_[state_.index++];
+    const int64_t b = k - rank * batch;  // row of this rank's slice
+    if (b >= 0 && b < batch) window(w, out + b * (seq_len_ + 1));
   }
 }
 

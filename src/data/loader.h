@@ -29,7 +29,11 @@ class WindowLoader {
 
   /// Fills out[batch, seq_len + 1] (int32) with the next `batch` windows and advances;
   /// crossing the end of an epoch continues with the next epoch's permutation.
-  void next(int64_t batch, int32_t* out);
+  void next(int64_t batch, int32_t* out) { next(batch, 0, 1, out); }
+  /// Rank `rank` of `world` (data parallel, as DatasetLoader::next): fills out[batch, seq_len + 1]
+  /// with positions [rank * batch, (rank + 1) * batch) of the next world * batch windows of the
+  /// order, then advances the position (the same on every rank) by world * batch.
+  void next(int64_t batch, int rank, int world, int32_t* out);
 
   /// Copies window w (in shard order, no permutation) to out[seq_len + 1]; for evaluation.
   void window(int64_t w, int32_t* out) const;

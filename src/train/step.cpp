@@ -1,6 +1,9 @@
 #include "train/step.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "core/error.h"
 
 namespace llmt {
 
@@ -13,13 +16,37 @@ void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t s
     }
 }
 
-StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train)
+namespace {
+
+// 25 MiB of fp32 per bucket (the default bucket of PyTorch DDP).
+constexpr int64_t kBucketElements = 25 * 1024 * 1024 / 4;
+
+}  // namespace
+
+void all_reduce_in_buckets(Communicator& comm, const Tensor& flat, int64_t bucket_elements) {
+  check(bucket_elements > 0, "all_reduce_in_buckets: bucket size must be positive, got {}", bucket_elements);
+  const size_t es = dtype_size(flat.dtype);
+  for (int64_t i = 0; i < flat.numel(); i += bucket_elements) {
+    const int64_t n = std::min(bucket_elements, flat.numel() - i);
+    comm.all_reduce(Tensor(static_cast<char*>(flat.data) + i * static_cast<int64_t>(es), flat.dtype, {n}),
+                    ReduceOp::sum);
+  }
+}
+
+StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train, Communicator& comm)
     : model_(model),
       optimizer_(optimizer),
       train_(train),
+      comm_(comm),
+      micro_batches_(train.grad_accum() / comm.world_size()),
       windows_(train.micro_batch * (train.seq_len + 1)),
       inputs_(train.micro_batch * train.seq_len),
-      targets_(train.micro_batch * train.seq_len) {}
+      targets_(train.micro_batch * train.seq_len) {
+  check(train.grad_accum() % comm.world_size() == 0,
+        "train.batch_tokens = {} is not divisible by micro_batch ({}) x seq_len ({}) x world size ({}): every rank "
+        "must run the same number of micro-batches; change train.batch_tokens or train.micro_batch",
+        train.batch_tokens, train.micro_batch, train.seq_len, comm.world_size());
+}
 
 StepResult StepRunner::run(double lr, const WindowSource& next) {
   ParamStore& params = model_.params();
@@ -27,16 +54,22 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   be.fill_zero(params.flat_grads());
   const double targets_per_step = static_cast<double>(train_.batch_tokens);
   double loss_sum = 0;
-  for (int64_t micro = 0; micro < train_.grad_accum(); ++micro) {
+  for (int64_t micro = 0; micro < micro_batches_; ++micro) {
     next(windows_.data());
     split_windows(windows_, train_.micro_batch, train_.seq_len, inputs_, targets_);
     loss_sum += model_.forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
     model_.backward();
   }
+  all_reduce_in_buckets(comm_, params.flat_grads(), kBucketElements);  // the identity for one process
+  loss_sum = comm_.all_reduce_scalar(loss_sum, ReduceOp::sum);
   StepResult r;
   r.loss = loss_sum / targets_per_step;
-  r.grad_norm = std::sqrt(be.sum_squares(params.flat_grads()));
-  r.skipped = train_.skip_nonfinite && !std::isfinite(r.grad_norm);
+  // Every rank holds the same reduced gradient; the norm and the skip are still agreed explicitly,
+  // so that a rounding difference between ranks can never make one rank skip alone.
+  const double local_norm = std::sqrt(be.sum_squares(params.flat_grads()));
+  r.grad_norm = comm_.all_reduce_scalar(local_norm, ReduceOp::max);
+  const bool any_nonfinite = comm_.all_reduce_scalar(std::isfinite(local_norm) ? 0.0 : 1.0, ReduceOp::max) > 0;
+  r.skipped = train_.skip_nonfinite && any_nonfinite;
   if (!r.skipped) {
     // torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when the norm exceeds clip
     const double scale = train_.grad_clip > 0 && r.grad_norm > train_.grad_clip

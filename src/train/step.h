@@ -1,11 +1,18 @@
 // One optimizer step (runs.md section 1): grad_accum micro-batches of forward + backward
 // into zeroed gradients, the global gradient L2 norm, a skip when it is not finite, clipping,
 // and the AdamW update. Shared by the trainer and `llmtrain bench`.
+//
+// Data parallel (issue 8): each of W ranks runs grad_accum / W of the step's micro-batches;
+// their gradients, already scaled by 1 / (the global batch's targets), are summed over the ranks
+// in fp32 buckets after the last backward (not yet overlapped with it), which gives every rank
+// the gradient of the whole global batch. Loss, gradient norm and the non-finite skip are then
+// agreed by all ranks.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/optimizer.h"
@@ -23,16 +30,28 @@ using WindowSource = std::function<void(int32_t* out)>;
 
 class StepRunner {
  public:
-  StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train);
-  /// Runs one optimizer step at learning rate `lr`, drawing grad_accum micro-batches from `next`.
+  /// Throws llmt::Error when train.batch_tokens is not a multiple of micro_batch * seq_len *
+  /// the communicator's world size (each rank must run the same number of micro-batches).
+  StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train,
+             Communicator& comm = single_process_communicator());
+  /// Runs one optimizer step at learning rate `lr`, drawing this rank's micro_batches_per_rank()
+  /// micro-batches from `next`.
   StepResult run(double lr, const WindowSource& next);
+  /// grad_accum / world size.
+  int64_t micro_batches_per_rank() const { return micro_batches_; }
 
  private:
   Model& model_;
   AdamW& optimizer_;
   const TrainConfig& train_;
+  Communicator& comm_;
+  int64_t micro_batches_;
   std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one micro-batch
 };
+
+/// Sums `flat` (f32 or f64) over the ranks of `comm` in place, in consecutive buckets of at most
+/// `bucket_elements` elements (the unit that a later step overlaps with backward).
+void all_reduce_in_buckets(Communicator& comm, const Tensor& flat, int64_t bucket_elements);
 
 /// Splits windows [batch, seq_len + 1] into inputs [:, :-1] and targets [:, 1:].
 void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,

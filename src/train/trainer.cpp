@@ -26,8 +26,8 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
-    : config_(config), run_dir_(run_dir) {
+Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, Communicator& comm)
+    : config_(config), run_dir_(run_dir), comm_(comm), lead_(comm.rank() == 0) {
   const TrainConfig& tc = config_.train;
   const DataConfig& dc = config_.data;
   backend_ = make_backend(tc.backend);
@@ -49,7 +49,10 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
     require_path("data.text", dc.text);
     require_path("data.tokenizer_dir", dc.tokenizer_dir);
     const std::string out = (fs::path(dc.cache_dir) / (fs::path(dc.text).stem().string() + "-" + dc.tokenizer)).string();
+    // Rank 0 tokenizes into the cache first; the others then find it there.
+    if (!lead_) comm_.barrier();
     const TextShards shards = prepare_text_shards(dc.text, dc.tokenizer_dir, out, dc.val_fraction);
+    if (lead_) comm_.barrier();
     train_path = shards.train_path;
     val_path = shards.val_path;
   }
@@ -64,12 +67,13 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
   model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_));
   model_->plan(tc.micro_batch, tc.seq_len);
   optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
-  step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train);
+  step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train, comm_);
   windows_.resize(tc.micro_batch * (tc.seq_len + 1));
   inputs_.resize(tc.micro_batch * tc.seq_len);
   targets_.resize(tc.micro_batch * tc.seq_len);
 
-  fs::create_directories(run_dir_);
+  if (lead_) fs::create_directories(run_dir_);
+  comm_.barrier();
   const std::string latest = latest_checkpoint(run_dir_);
   check(resume || latest.empty(),
         "{} already holds checkpoints (newest: {}); pass --resume to continue it or --out to start elsewhere",
@@ -81,11 +85,14 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
     } else {
       loader_->set_state(state_.loader);
     }
-    spdlog::info("resumed from {} at step {}", latest, state_.step);
+    if (lead_) spdlog::info("resumed from {} at step {}", latest, state_.step);
   } else {
-    if (resume) spdlog::warn("--resume: no checkpoint in {}; starting from step 0", run_dir_);
+    if (resume && lead_) spdlog::warn("--resume: no checkpoint in {}; starting from step 0", run_dir_);
     model_->params().initialize(tc.seed);
   }
+  // Every rank has read the checkpoint before rank 0 may write (and prune) the next one.
+  comm_.barrier();
+  if (!lead_) return;
   metrics_ = std::make_unique<MetricsLog>((fs::path(run_dir_) / "metrics.jsonl").string(),
                                           latest.empty() ? -1 : state_.step);
   std::ofstream((fs::path(run_dir_) / "config.json").string()) << config_.resolved.dump(2) << '\n';
@@ -100,6 +107,9 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume)
                dataset_ ? dataset_->num_windows() : loader_->num_windows(), tc.seq_len,
                dataset_ ? val_dataset_->num_tokens() : val_shard_->size(), tc.steps(),
                tc.batch_tokens, tc.micro_batch, tc.grad_accum());
+  if (comm_.world_size() > 1)
+    spdlog::info("data parallel: {} ranks ({} communicator), {} micro-batches per rank and step", comm_.world_size(),
+                 comm_.name(), step_->micro_batches_per_rank());
 }
 
 Trainer::~Trainer() = default;
@@ -109,7 +119,8 @@ double Trainer::evaluate() {
   const int64_t n = std::min(config_.eval.tokens / T,
                              val_dataset_ ? val_dataset_->num_windows() : val_loader_->num_windows());
   double loss_sum = 0;
-  for (int64_t w0 = 0; w0 < n; w0 += B) {
+  // Rank r evaluates micro-batches r, r + W, r + 2W, ...
+  for (int64_t w0 = comm_.rank() * B; w0 < n; w0 += comm_.world_size() * B) {
     for (int64_t b = 0; b < B; ++b) {
       int32_t* win = windows_.data() + b * (T + 1);
       if (w0 + b < n) {
@@ -126,7 +137,7 @@ double Trainer::evaluate() {
     split_windows(windows_, B, T, inputs_, targets_);
     loss_sum += model_->forward(inputs_.data(), targets_.data(), false, 0.0);
   }
-  return loss_sum / static_cast<double>(n * T);
+  return comm_.all_reduce_scalar(loss_sum, ReduceOp::sum) / static_cast<double>(n * T);
 }
 
 Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
@@ -135,8 +146,10 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
   const int64_t stop = stop_at_step > 0 ? std::min(stop_at_step, N) : N;
   if (state_.step == 0 && config_.eval.at_start) {
     const double val = evaluate();
-    metrics_->write({{"step", 0}, {"tokens", 0}, {"val_loss", val}});
-    spdlog::info("step 0/{} | val_loss {:.4f}", N, val);
+    if (lead_) {
+      metrics_->write({{"step", 0}, {"tokens", 0}, {"val_loss", val}});
+      spdlog::info("step 0/{} | val_loss {:.4f}", N, val);
+    }
   }
   using clock = std::chrono::steady_clock;
   const auto session_start = clock::now();
@@ -146,14 +159,15 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
     const double lr = learning_rate(tc, state_.step);
     const StepResult r = step_->run(lr, [&](int32_t* out) {
       if (dataset_) {
-        dataset_->next(tc.micro_batch, 0, 1, out);
+        dataset_->next(tc.micro_batch, comm_.rank(), comm_.world_size(), out);
       } else {
-        loader_->next(tc.micro_batch, out);
+        loader_->next(tc.micro_batch, comm_.rank(), comm_.world_size(), out);
       }
     });
     if (r.skipped) {
       ++state_.skipped_steps;
-      spdlog::warn("step {}: gradient norm is {}; update skipped (the LR schedule advances)", state_.step + 1,
+      if (lead_)
+        spdlog::warn("step {}: gradient norm is {}; update skipped (the LR schedule advances)", state_.step + 1,
                    r.grad_norm);
     }
     ++state_.step;
@@ -168,9 +182,9 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
     const bool last = state_.step == N;
     const auto every = [&](int64_t interval) { return interval > 0 && state_.step % interval == 0; };
     if (every(config_.eval.interval_steps) || last) rec["val_loss"] = evaluate();
-    metrics_->write(rec);
+    if (lead_) metrics_->write(rec);
 
-    if (every(config_.log.interval_steps) || last || state_.step == first_step + 1 || rec.contains("val_loss")) {
+    if (lead_ && (every(config_.log.interval_steps) || last || state_.step == first_step + 1 || rec.contains("val_loss"))) {
       const double elapsed = std::chrono::duration<double>(clock::now() - session_start).count();
       const double per_step = elapsed / static_cast<double>(state_.step - first_step);
       std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
@@ -179,13 +193,23 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
       if (rec.contains("val_loss")) line += fmt::format(" | val_loss {:.4f}", rec["val_loss"].get<double>());
       spdlog::info("{}", line);
     }
-    const bool preempted = preemption_requested() && state_.step < stop;
+    // A preemption signal may reach some ranks only: all stop together if any was signalled.
+    const bool preempted =
+        comm_.all_reduce_scalar(preemption_requested() ? 1.0 : 0.0, ReduceOp::max) > 0 && state_.step < stop;
     if (every(config_.checkpoint.interval_steps) || state_.step == stop || preempted) {
-      const std::string dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved,
-                                              tc.seed, config_.checkpoint.keep);
-      spdlog::debug("checkpoint {}", dir);
+      // The model and optimizer state are the same on every rank: rank 0 writes, and no rank
+      // runs ahead (or exits) before the checkpoint is complete.
+      std::string dir;
+      if (lead_) {
+        dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved, tc.seed,
+                              config_.checkpoint.keep);
+        spdlog::debug("checkpoint {}", dir);
+      }
+      comm_.barrier();
       if (preempted) {
-        spdlog::warn("preempted: stopped after step {} with checkpoint {}; continue with --resume", state_.step, dir);
+        if (lead_)
+          spdlog::warn("preempted: stopped after step {} with checkpoint {}; continue with --resume", state_.step,
+                       dir);
         return RunEnd::preempted;
       }
     }

@@ -2,6 +2,12 @@
 // grad_accum micro-batches of forward + backward, the global gradient norm, skip on a
 // non-finite norm, clipping, AdamW with the scheduled LR, metrics, evaluation and
 // checkpoints at their intervals.
+//
+// Data parallel (issue 8, docs/DISTRIBUTED.md): with a communicator of W ranks, train.batch_tokens
+// stays the global batch; rank r reads its slice of every global micro-batch of the window order
+// (the loader position, saved in checkpoints, is global, so a run resumes on any W), gradients are
+// summed over the ranks by the StepRunner, and only rank 0 writes config.json, metrics and
+// checkpoints (the others wait at a barrier after each checkpoint).
 #pragma once
 #include <memory>
 #include <string>
@@ -10,6 +16,7 @@
 #include "data/dataset_loader.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "dist/communicator.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -24,8 +31,10 @@ class Trainer {
  public:
   /// Prepares data (tokenizing data.text once), builds the model and optimizer, and either
   /// initialises from config.train.seed or, when `resume` is set and run_dir has a
-  /// checkpoint, restores the newest one. Writes run_dir/config.json.
-  Trainer(const Config& config, const std::string& run_dir, bool resume);
+  /// checkpoint, restores the newest one. Writes run_dir/config.json. Every rank of `comm`
+  /// constructs its Trainer with the same arguments (run_dir on a file system all ranks see).
+  Trainer(const Config& config, const std::string& run_dir, bool resume,
+          Communicator& comm = single_process_communicator());
   ~Trainer();
 
   /// How run() ended.
@@ -37,7 +46,8 @@ class Trainer {
   /// checkpoint and returns RunEnd::preempted.
   RunEnd run(int64_t stop_at_step = -1);
 
-  /// Mean loss over the first eval.tokens / seq_len windows of the validation shard.
+  /// Mean loss over the first eval.tokens / seq_len windows of the validation shard (the
+  /// micro-batches shared out among the ranks; a collective call).
   double evaluate();
 
   const TrainState& state() const { return state_; }
@@ -46,14 +56,16 @@ class Trainer {
 
   Config config_;
   std::string run_dir_;
+  Communicator& comm_;
+  bool lead_;  // rank 0: the one that logs and writes files
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ShardReader> train_shard_, val_shard_;
   std::unique_ptr<WindowLoader> loader_, val_loader_;          // data.text or data.*_shard
-  std::unique_ptr<DatasetLoader> dataset_, val_dataset_;        // data.dataset (rank 0 of 1)
+  std::unique_ptr<DatasetLoader> dataset_, val_dataset_;        // data.dataset
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<StepRunner> step_;
-  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   TrainState state_;
   std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one evaluation micro-batch
 };

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `llmtrain train` under `mpirun -np 2` (CTest label mpi): the launcher's environment makes it
+# data parallel; only rank 0 prints progress and writes metrics (one line per step); the run
+# continues on 1 process from the checkpoint of 2; a global batch the ranks cannot share is
+# refused on every rank with the reason, and the job fails.
+# Usage: train_cli.sh path/to/llmtrain path/to/mpiexec   (run from the repository root)
+set -euo pipefail
+llmtrain=$1 mpiexec=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+common=(--config tests/configs/kill_resume.json --set "data.cache_dir=$tmp/cache" --set train.tokens=1280
+        --set train.warmup_tokens=256 --set checkpoint.interval_steps=5 --set checkpoint.keep=2)
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --out "$tmp/dp" > "$tmp/dp.log" 2>&1 ||
+  { cat "$tmp/dp.log"; fail "mpirun -np 2 llmtrain train exited with an error"; }
+[ "$(grep -c 'data parallel: 2 ranks (mpi communicator)' "$tmp/dp.log")" -eq 1 ] ||
+  { cat "$tmp/dp.log"; fail "expected one 'data parallel: 2 ranks' line (rank 0 only)"; }
+[ "$(grep -c '"loss"' "$tmp/dp/metrics.jsonl")" -eq 10 ] || fail "expected 10 step lines in metrics.jsonl"
+
+# The same run on 1 process: the same losses (printed with 17 digits; compared to 1e-6).
+"$llmtrain" train "${common[@]}" --out "$tmp/single" > "$tmp/single.log" 2>&1 || { cat "$tmp/single.log"; exit 1; }
+losses() { grep -o '"loss":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
+paste <(losses "$tmp/single") <(losses "$tmp/dp") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) { print "FAIL: step " NR ": " $1 " vs " $2; bad = 1 } }
+       END { exit bad }'
+
+# The 2-rank run's checkpoint of step 5, continued on 1 process: the same losses.
+mkdir "$tmp/down"
+cp -r "$tmp/dp/checkpoints" "$tmp/dp/metrics.jsonl" "$tmp/down/"
+rm -r "$tmp/down/checkpoints/step_00000010"
+"$llmtrain" train "${common[@]}" --out "$tmp/down" --resume > "$tmp/down1.log" 2>&1 || { cat "$tmp/down1.log"; exit 1; }
+grep -q 'resumed from .*step_00000005' "$tmp/down1.log" || fail "the 1-process run did not resume from step 5"
+paste <(losses "$tmp/single") <(losses "$tmp/down") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) { print "FAIL: resumed step " NR ": " $1 " vs " $2; bad = 1 } }
+       END { if (NR != 10) { print "FAIL: " NR " steps"; bad = 1 } exit bad }'
+
+# batch_tokens 128 = 4 x 32 x 1 micro-batch: two ranks cannot share it.
+if "$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --set train.micro_batch=4 --out "$tmp/bad" \
+  > "$tmp/bad.log" 2>&1; then
+  fail "an indivisible global batch was accepted"
+fi
+grep -q 'not divisible by micro_batch (4) x seq_len (32) x world size (2)' "$tmp/bad.log" ||
+  { cat "$tmp/bad.log"; fail "the error does not give the reason"; }
+echo "train_cli: 2 ranks == 1 process, 2 -> 1 resume, indivisible batch refused"
