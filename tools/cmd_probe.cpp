@@ -125,6 +125,12 @@ int probe(const ProbeArgs& a) {
   if (a.selftest) return selftest(a.mixer);
   auto be = make_cpu_backend();
   const ModelConfig mc = a.config.empty() ? tiny_model() : load_config(a.config).model;
+  if (!a.config.empty()) {
+    bool used = false;
+    for (int64_t l = 0; l < mc.n_layers; ++l) used = used || mc.mixer_of(l) == a.mixer;
+    check(used, "probe --mixer {}: {} has no {} layer (model.type {}); give a config whose model uses that mixer, "
+          "or no --config for the built-in tiny dimensions", a.mixer, a.config, a.mixer, mc.type);
+  }
   const DType dt = a.dtype == "f64" ? DType::f64 : DType::f32;
   ParamStore store;
   auto mixer = make_mixer(a.mixer, mc, store, "");

@@ -21,4 +21,9 @@ done
 # An unknown mixer is an error that names it.
 if "$llmtrain" probe --mixer mamba9 --selftest 2> "$tmp/err.txt"; then echo "FAIL: unknown mixer accepted"; exit 1; fi
 grep -q "mamba9" "$tmp/err.txt"
+# A config without a layer of the probed mixer is refused naming both, before any kernel runs.
+if "$llmtrain" probe --mixer gdn --config configs/tiny/transformer.json --out "$tmp/c.safetensors" > "$tmp/err2.txt" 2>&1; then
+  echo "FAIL: a config without gdn layers accepted"; exit 1
+fi
+grep -q "configs/tiny/transformer.json has no gdn layer" "$tmp/err2.txt"
 echo "probe: selftest passed; --out/--inputs round trip byte-identical; errors named"
