@@ -11,4 +11,4 @@ run="runs/tiny-transformer-$(date +%Y%m%d-%H%M%S)"
 ./build/llmtrain train --config configs/tiny/transformer.json --out "$run" "$@"
 first=$(grep -m1 '"val_loss"' "$run/metrics.jsonl" | sed -E 's/.*"val_loss":([^,}]*).*/\1/')
 last=$(grep '"val_loss"' "$run/metrics.jsonl" | tail -1 | sed -E 's/.*"val_loss":([^,}]*).*/\1/')
-echo "validation loss: first evaluation $first, last $last (run directory: $run)"
+printf 'validation loss: first evaluation %.3f, last %.3f (run directory: %s)\n' "$first" "$last" "$run"

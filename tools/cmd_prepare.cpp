@@ -1,6 +1,7 @@
 // llmtrain prepare-data: corpus files (SlimPajama .jsonl/.jsonl.zst, FineWeb-Edu .parquet,
 // plain .txt) -> llm.c token shards + dataset.json (src/data/prepare_data.h).
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "tools/commands.h"
@@ -31,6 +32,12 @@ int prepare_data(const PrepareDataArgs& args) {
   fmt::print("{}: {} documents ({} filtered out), {} train + {} val tokens; {} shards written, {} kept from an "
              "earlier run\n",
              args.out, r.documents, r.filtered_out, r.train_tokens, r.val_tokens, r.shards_written, r.shards_reused);
+  if (r.val_tokens == 0)
+    spdlog::warn("prepare-data: no validation tokens ({}); the validation share is chosen per document (a .txt "
+                 "file is one document), and training needs a validation stream",
+                 args.val_fraction > 0 ? fmt::format("--val-fraction {} over {} documents", args.val_fraction,
+                                                     r.documents)
+                                       : std::string("--val-fraction is 0"));
   return 0;
 #endif
 }
