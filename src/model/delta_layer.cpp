@@ -92,7 +92,7 @@ void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
   // Output gate, per-head gated RMSNorm (2.3), output projection.
   gate_proj_->forward(x, *z_);
   be.gated_rmsnorm_fwd(*o_, *z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
-  be.matmul(yn_c_->data ? converted(be, *yn_, *yn_c_) : *yn_, false, store_.param(wo_), true, y, false);
+  be.matmul(converted(be, *yn_, *yn_c_), false, store_.param(wo_), true, y, false);
 }
 
 void DeltaLayer::gates_forward(const Tensor&) {
