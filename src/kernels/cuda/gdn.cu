@@ -1,355 +1,648 @@
-// Gated DeltaNet core, chunked, fp32 (layers-delta.md §6.1 F1–F7, §6.5 B1–B9), zero initial
-// state. Mirrors src/kernels/cpu/gdn.cpp step by step (same labels). Design (correctness first):
-// one thread block (kGdnThreads threads) per (batch, head) walks the chunks in order; the
-// K x V state and the per-chunk [C, K] / [C, V] factors live in global scratch (per block,
-// so K, V up to 256 x 512 fit), the C x C matrices (A, 𝒯, P, ...) in dynamic shared memory.
-// Every output element and every scratch element is computed by one thread with a fixed
-// summation order, and block reductions use a fixed tree: deterministic, no atomics.
-// The backward first recomputes the chunk-start states h[n] by a forward scan into scratch
-// ([n_chunks, K, V] per block), then processes the chunks in reverse, carrying dS_C.
+// Gated DeltaNet core, chunked, fp32 (layers-delta.md §6.1 F1–F7, §6.5 B1–B9), zero initial state;
+// same results as src/kernels/cpu/gdn.cpp up to fp32 rounding. Chunk-parallel design (the kernel order
+// of FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
+//   forward:  wu    (per chunk)          A, 𝒯 = (I + A)^{-1}, W, U                       (F1–F3)
+//             scan  (per value tile)     h[n] = S entering chunk n; Δ = U - W S; S update  (F4, F7)
+//             out   (per chunk, v tile)  O = (Q ⊙ e^Γ) h[n] + P Δ                          (F5, F6)
+//   backward: wu (keeping 𝒯) and scan recompute h and Δ (never stored by the forward), then
+//             dv_local (per chunk, v tile)  dΔ = P^T dO                                    (B1, intra)
+//             bwd_scan (per value tile)     dh[n] = dS_C of chunk n; dΔ += K^g dS_C; dS_0  (B1, B2)
+//             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
+//             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
+// Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
+// Scratch (global, fp32): W, U/Δ, dΔ, dW [B H, T', *] (T' = chunks x chunk_size), 𝒯 [B H, chunks, 64, 64],
+// h, dh [B H, chunks, K, V], dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/delta_chunk.cuh"
+#include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
 
-using delta::dotf;
-using delta::expd;
+using tile::Acc;
+using tile::Carve;
+using tile::col_of;
+using tile::kLd;
+using tile::kN;
+using tile::mma;
+using tile::row_of;
 
-constexpr int kGdnThreads = 256;
+/// e^x in fp32 of a log-decay difference formed in double.
+__device__ __forceinline__ float expd(double x) { return expf(static_cast<float>(x)); }
 
-using GdnArgs = delta::CoreArgs;
-
-// Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
-struct HeadView {
-  const GdnArgs& a;
-  int64_t b, h;
-  __device__ int64_t tok(int64_t t) const { return (b * a.T + t) * a.H + h; }  // index into [B, T, H]
-  __device__ const float* q(int64_t t) const { return a.q + tok(t) * a.K; }
-  __device__ const float* k(int64_t t) const { return a.k + tok(t) * a.K; }
-  __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
-  __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
+struct GdnFast {
+  const float *q, *k, *v, *g, *beta, *d_o;
+  float *o, *dq, *dk, *dv, *dg, *dbeta;
+  int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
+  float *W, *U, *Tm, *h, *dD, *dh, *dW, *dgam;
 };
 
-// Chunk scalars: Γ_r, the inclusive cumsum of g inside the chunk (thread 0, in order), and β_r.
-__device__ void chunk_scalars(const HeadView& hv, int64_t c0, int n, double* gam, float* beta) {
+/// Scratch layout in floats (forward: W, U, h; backward: all).
+struct GdnScratch {
+  int64_t W, U, h, Tm, dD, dh, dW, dgam, total;
+  GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward) {
+    const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
+    int64_t at = 0;
+    const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
+    W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(BH * NC * K * V);
+    Tm = dD = dh = dW = dgam = 0;
+    if (backward) {
+      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(BH * NC * K * V), dW = take(BH * Tp * K);
+      dgam = take(BH * Tp);
+    }
+    total = at;
+  }
+};
+
+// One chunk of one (batch, head): token rows t0 .. t0 + n - 1.
+struct Chunk {
+  int64_t b, h, bh, chunk, t0;
+  int n;
+  __device__ Chunk(const GdnFast& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_), chunk(chunk_) {
+    t0 = chunk * a.C;
+    n = static_cast<int>(a.T - t0 < a.C ? a.T - t0 : a.C);
+  }
+  /// Index of token row r of the chunk in a [B, T, H] tensor.
+  __device__ int64_t gate(const GdnFast& a, int r) const { return (b * a.T + t0 + r) * a.H + h; }
+  /// Element (row 0, column c0) of the chunk in a [B, T, H, dim] tensor (rows H * dim apart).
+  template <typename P>
+  __device__ P* in(const GdnFast& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
+  /// Element (row 0, column c0) of the chunk in a [B H, T', dim] scratch tensor (rows dim apart).
+  __device__ float* rows(const GdnFast& a, float* p, int64_t dim, int64_t c0) const {
+    return p + (bh * a.NC * a.C + t0) * dim + c0;
+  }
+  /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
+  __device__ float* state(const GdnFast& a, float* p, int64_t k0, int64_t v0) const {
+    return p + ((bh * a.NC + chunk) * a.K + k0) * a.V + v0;
+  }
+};
+
+// Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}) and β_r (0 for rows >= n).
+__device__ void load_gates(const GdnFast& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < kN) {
+    const bool in = r < ch.n;
+    tmp[r] = in ? a.g[ch.gate(a, r)] : 0.0f;
+    beta[r] = in ? a.beta[ch.gate(a, r)] : 0.0f;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     double acc = 0.0;
-    for (int r = 0; r < n; ++r) gam[r] = acc += hv.a.g[hv.tok(c0 + r)];
+    for (int i = 0; i < kN; ++i) gam[i] = acc += tmp[i];
   }
-  for (int r = threadIdx.x; r < n; r += blockDim.x) beta[r] = hv.a.beta[hv.tok(c0 + r)];
   __syncthreads();
 }
 
-// F1–F3 and F4 of §6.1 for tokens [c0, c0 + n): A (kept in sA), 𝒯 (sT), k_r·k_j (sKK when non-null),
-// W [n, K], and D [n, V] = U - W S0 (Δ). S0 [K, V] is the state entering the chunk.
-__device__ void chunk_factors(const HeadView& hv, int64_t c0, int n, const double* gam, const float* beta, float* sA,
-                              float* sT, float* sKK, const float* S0, float* W, float* D) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  // F1: A_rj = β_r e^{Γ_r-Γ_j} k_r·k_j (j < r), else 0.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int r = idx / n, j = idx % n;
-    float kk = 0.0f, A = 0.0f;
-    if (j < r) {
-      kk = dotf(hv.k(c0 + r), hv.k(c0 + j), K);
-      A = beta[r] * expd(gam[r] - gam[j]) * kk;
+/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols.
+template <typename F>
+__device__ __forceinline__ void store_acc(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = row_of(i), c = col_of(j);
+      if (r < rows && c < cols) dst[r * stride + c] = f(r, c, acc.v[i][j]);
     }
-    if (sKK != nullptr) sKK[idx] = kk;
-    sA[idx] = A;
-    sT[idx] = r == j ? 1.0f : 0.0f;
-  }
-  __syncthreads();
-  delta::tril_inverse(sA, sT, n);  // F2: (I + A) 𝒯 = I
-  // F3: U = 𝒯 diag(β) V (into D), W = 𝒯 diag(β) (K ⊙ e^Γ).
-  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = 0.0f;
-    for (int i = 0; i <= r; ++i) s += sT[r * n + i] * beta[i] * hv.v(c0 + i)[j];
-    D[idx] = s;
-  }
-  for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / K);
-    const int64_t m = idx % K;
-    float s = 0.0f;
-    for (int i = 0; i <= r; ++i) s += sT[r * n + i] * beta[i] * expd(gam[i]) * hv.k(c0 + i)[m];
-    W[idx] = s;
-  }
-  __syncthreads();
-  // F4: Δ = U - W S_0, in place (element (r, j) is read and written by one thread).
-  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = D[idx];
-    for (int64_t m = 0; m < K; ++m) s -= W[r * K + m] * S0[m * V + j];
-    D[idx] = s;
-  }
-  __syncthreads();
 }
 
-// F5: P_rj = e^{Γ_r-Γ_j} q_r·k_j for j <= r, else 0 (into sP).
-__device__ void chunk_p(const HeadView& hv, int64_t c0, int n, const double* gam, float* sP) {
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int r = idx / n, j = idx % n;
-    sP[idx] = j <= r ? expd(gam[r] - gam[j]) * dotf(hv.q(c0 + r), hv.k(c0 + j), hv.a.K) : 0.0f;
-  }
-  __syncthreads();
+__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
+  return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);
 }
 
-// F7: S_out = e^{Γ_C} S_in + (K ⊙ e^{Γ_C-Γ})^T Δ (S_out may alias S_in: each element is owned by one thread).
-__device__ void advance_state(const HeadView& hv, int64_t c0, int n, const double* gam, const float* D,
-                              const float* S_in, float* S_out) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  const double gC = gam[n - 1];
-  const float aC = expd(gC);
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-    const int64_t m = idx / V, j = idx % V;
-    float s = aC * S_in[idx];
-    for (int r = 0; r < n; ++r) s += expd(gC - gam[r]) * hv.k(c0 + r)[m] * D[r * V + j];
-    S_out[idx] = s;
-  }
-  __syncthreads();
-}
+// Small per-block arrays at the start of the dynamic shared memory.
+struct Small {
+  double* gam;
+  float *beta, *tmp, *red, *out1, *out2;
+  __device__ explicit Small(Carve& cv)
+      : gam(cv.take<double>(kN)), beta(cv.take<float>(kN)), tmp(cv.take<float>(kN)),
+        red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)), out2(cv.take<float>(kN)) {}
+};
+constexpr size_t kSmallBytes = 8 * kN + 4 * (4 * kN + 2 * kN * 16) + 6 * 16;
 
-// Forward: per chunk F1–F4 (chunk_factors), F5 P, F6 O = (Q ⊙ e^Γ) S_0 + P Δ, F7 state update.
-// Scratch per block: S [K, V], D [C, V], W [C, K]. Shared: Γ, β [C]; A/P, 𝒯 [C, C].
-__global__ void __launch_bounds__(kGdnThreads) gdn_chunk_fwd_kernel(GdnArgs a) {
-  extern __shared__ double smem[];
-  const int64_t C = a.C, K = a.K, V = a.V;
-  double* gam = smem;
-  float* beta = reinterpret_cast<float*>(gam + C);
-  float* sA = beta + C;
-  float* sT = sA + C * C;
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  float* S = a.scratch + bh * (K * V + C * V + C * K);
-  float* D = S + K * V;
-  float* W = D + C * V;
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) S[idx] = 0.0f;
-  __syncthreads();
-  for (int64_t c0 = 0; c0 < a.T; c0 += C) {
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
-    chunk_scalars(hv, c0, n, gam, beta);
-    chunk_factors(hv, c0, n, gam, beta, sA, sT, nullptr, S, W, D);
-    chunk_p(hv, c0, n, gam, sA);  // A is no longer needed: P takes its place
-    // F6: o_r = e^{Γ_r} S_0^T q_r + Σ_{i<=r} P_ri Δ_i
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      const float* qr = hv.q(c0 + r);
-      float s = 0.0f;
-      for (int64_t m = 0; m < K; ++m) s += S[m * V + j] * qr[m];
-      s *= expd(gam[r]);
-      for (int i = 0; i <= r; ++i) s += sA[r * n + i] * D[i * V + j];
-      a.o[hv.tok(c0 + r) * V + j] = s;
-    }
+// ---- forward phases ----
+
+// F1–F3 for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when keep_T), W and U.
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast a, bool keep_T) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const int64_t K = a.K, V = a.V;
+  Acc acc;
+  acc.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // K K^T
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     __syncthreads();
-    advance_state(hv, c0, n, gam, D, S, S);
+    mma<false, true>(sX, sX, acc);
+    __syncthreads();
   }
-}
-
-__host__ __device__ size_t bwd_block_floats(int64_t K, int64_t V, int64_t C, int64_t chunks) {
-  return static_cast<size_t>(chunks * K * V + 2 * K * V + 3 * C * V + 5 * C * K);
-}
-
-// Backward: a forward scan stores the chunk-start states h[n]; then B1–B9 per chunk in reverse.
-// Scratch per block: h [chunks, K, V], dS and dS0 [K, V] (ping-pong), D (Δ), dD (dΔ), XU [C, V],
-// W, dW, XW, QS, Z [C, K]. Shared: Γ, β, dΓ, kz [C]; A/d𝒯/dA, 𝒯, k·k, P, dP, M1 [C, C].
-__global__ void __launch_bounds__(kGdnThreads) gdn_chunk_bwd_kernel(GdnArgs a) {
-  extern __shared__ double smem[];
-  const int64_t C = a.C, K = a.K, V = a.V;
-  double* gam = smem;
-  float* beta = reinterpret_cast<float*>(gam + C);
-  float* dgam = beta + C;
-  float* kz = dgam + C;
-  float* sA = kz + C;
-  float* sT = sA + C * C;
-  float* sKK = sT + C * C;
-  float* sP = sKK + C * C;
-  float* sDP = sP + C * C;
-  float* sM1 = sDP + C * C;
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  float* hs = a.scratch + bh * bwd_block_floats(K, V, C, a.chunks);
-  float* dS = hs + a.chunks * K * V;
-  float* dS0 = dS + K * V;
-  float* D = dS0 + K * V;
-  float* dD = D + C * V;
-  float* XU = dD + C * V;
-  float* W = XU + C * V;
-  float* dW = W + C * K;
-  float* XW = dW + C * K;
-  float* QS = XW + C * K;
-  float* Z = QS + C * K;
-
-  // Forward scan (FLA fwd_h): h[0] = 0, h[n+1] = F7(h[n]).
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-    hs[idx] = 0.0f;
-    dS[idx] = 0.0f;  // dS_C of the last chunk: no final-state gradient
-  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r e^{Γ_r-Γ_j} k_r·k_j (j < r)
+      const int r = row_of(i), c = col_of(j);
+      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * expd(s.gam[r] - s.gam[c]) * acc.v[i][j] : 0.0f;
+      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+    }
   __syncthreads();
-  for (int64_t c = 0; c + 1 < a.chunks; ++c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(C);  // every chunk but the last is full
-    const float* S0 = hs + c * K * V;
-    chunk_scalars(hv, c0, n, gam, beta);
-    chunk_factors(hv, c0, n, gam, beta, sA, sT, nullptr, S0, W, D);
-    advance_state(hv, c0, n, gam, D, S0, hs + (c + 1) * K * V);
+  tile::tril_inverse(sA, sT, ch.n);  // F2
+  if (keep_T) tile::store(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
+  const auto id = [](int, int, float x) { return x; };
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0),
+               [&](int r) { return s.beta[r] * expd(s.gam[r]); });
+    __syncthreads();
+    acc.zero();
+    mma<false, false>(sT, sX, acc);
+    store_acc(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
+    __syncthreads();
   }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+    tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    acc.zero();
+    mma<false, false>(sT, sX, acc);
+    store_acc(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
+    __syncthreads();
+  }
+}
 
-  for (int64_t c = a.chunks - 1; c >= 0; --c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
-    const float* S0 = hs + c * K * V;
-    chunk_scalars(hv, c0, n, gam, beta);
-    chunk_factors(hv, c0, n, gam, beta, sA, sT, sKK, S0, W, D);
-    chunk_p(hv, c0, n, gam, sP);
-    const double gC = gam[n - 1];
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
+// chunk n) and Δ = U - W h[n] (over U). The K x 64 state lives in shared memory (ceil(K / 64) tiles).
+__global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sX = cv.tile(), *sD = cv.tile(), *S = cv.tile();  // S: the first of ceil(K / 64) state tiles
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  for (int kt = 0; kt < nkt; ++kt) tile::clear(S + kt * tile::kTileFloats);
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    load_gates(a, ch, s.gam, s.beta, s.tmp);  // (its barrier also orders the state update before the store)
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::store(S + kt * tile::kTileFloats, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) {  // W S
+      tile::load(sX, ch.rows(a, a.W, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      __syncthreads();
+      mma<false, false>(sX, S + kt * tile::kTileFloats, acc);
+      __syncthreads();
+    }
+    float* U = ch.rows(a, a.U, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S
+        const int r = row_of(i), c = col_of(j);
+        float d = 0.0f;
+        if (r < ch.n && c < vc) {
+          d = U[r * V + c] - acc.v[i][j];
+          U[r * V + c] = d;
+        }
+        sD[r * kLd + c] = d;
+      }
+    const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
-
-    // B1: dΔ_r = Σ_{i>=r} P_ir dO_i + e^{Γ_C-Γ_r} dS_C^T k_r.   B3 (dP): dP_rj = dO_r·Δ_j (j <= r).
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sP[i * n + r] * hv.dO(c0 + i)[j];
-      const float* kr = hv.k(c0 + r);
-      float t = 0.0f;
-      for (int64_t m = 0; m < K; ++m) t += kr[m] * dS[m * V + j];
-      dD[idx] = s + expd(gC - gam[r]) * t;
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
+      tile::load(sX, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
+                 [&](int r) { return expd(gC - s.gam[r]); });
+      __syncthreads();
+      acc.zero();
+      mma<true, false>(sX, sD, acc);
+      float* St = S + kt * tile::kTileFloats;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[row_of(i) * kLd + col_of(j)];
+          e = aC * e + acc.v[i][j];
+        }
+      __syncthreads();
     }
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int r = idx / n, j = idx % n;
-      sDP[idx] = j <= r ? dotf(hv.dO(c0 + r), D + j * V, V) : 0.0f;
-    }
-    __syncthreads();
-
-    // B2: dS_0 = e^{Γ_C} dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
-    for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-      const int64_t m = idx / V, j = idx % V;
-      float s = aC * dS[idx];
-      for (int r = 0; r < n; ++r)
-        s += expd(gam[r]) * hv.q(c0 + r)[m] * hv.dO(c0 + r)[j] - W[r * K + m] * dD[r * V + j];
-      dS0[idx] = s;
-    }
-    // B5 (dW): dW = -dΔ S_0^T.
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      dW[idx] = -dotf(dD + r * V, S0 + m * V, V);
-    }
-    __syncthreads();
-
-    // B5: X_U = 𝒯^T dΔ, X_W = 𝒯^T dW; dv = diag(β) X_U.
-    delta::wy_bwd_x(sT, dD, dW, beta, n, K, V, XU, XW, a.dv + hv.tok(c0) * V, a.H * V);
-    // B6 (d𝒯, into sA: A is no longer needed): d𝒯_ir = β_r (dΔ_i·v_r + e^{Γ_r} dW_i·k_r) for r <= i.
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, r = idx % n;
-      float s = 0.0f;
-      if (r <= i) s = beta[r] * (dotf(dD + i * V, hv.v(c0 + r), V) + expd(gam[r]) * dotf(dW + i * K, hv.k(c0 + r), K));
-      sA[idx] = s;
-    }
-    __syncthreads();
-    delta::tril_inverse_bwd(sT, sA, sM1, n);  // B6: dA = -tril_{j<r}(𝒯^T d𝒯 𝒯^T), into sA
-
-    // B3 and B8 (i), (ii) (dq): dq_r = e^{Γ_r} S_0 dO_r (kept as QS) + Σ_{j<=r} dP_rj e^{Γ_r-Γ_j} k_j.
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      const float qs = expd(gam[r]) * dotf(S0 + m * V, hv.dO(c0 + r), V);
-      QS[idx] = qs;
-      float s = qs;
-      for (int j = 0; j <= r; ++j) s += sDP[r * n + j] * expd(gam[r] - gam[j]) * hv.k(c0 + j)[m];
-      a.dq[hv.tok(c0 + r) * K + m] = s;
-    }
-    // dk_j = B4 intra Σ_{r>=j} dP_rj e^{Γ_r-Γ_j} q_r + B4 state z_j (z_j = e^{Γ_C-Γ_j} dS_C Δ_j, kept as Z)
-    //      + B5 β_j e^{Γ_j} X_W,j + B7 β_j Σ_{i<j} dA_ji e^{Γ_j-Γ_i} k_i + Σ_{r>j} dA_rj β_r e^{Γ_r-Γ_j} k_r.
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int j = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      float s = 0.0f;
-      for (int r = j; r < n; ++r) s += sDP[r * n + j] * expd(gam[r] - gam[j]) * hv.q(c0 + r)[m];
-      const float z = expd(gC - gam[j]) * dotf(dS + m * V, D + j * V, V);
-      Z[idx] = z;
-      s += z;
-      s += beta[j] * expd(gam[j]) * XW[idx];
-      float t = 0.0f;
-      for (int i = 0; i < j; ++i) t += sA[j * n + i] * expd(gam[j] - gam[i]) * hv.k(c0 + i)[m];
-      s += beta[j] * t;
-      for (int r = j + 1; r < n; ++r) s += sA[r * n + j] * beta[r] * expd(gam[r] - gam[j]) * hv.k(c0 + r)[m];
-      a.dk[hv.tok(c0 + j) * K + m] = s;
-    }
-    __syncthreads();
-
-    // B8 (iv): Σ S_0 ⊙ dS_C (fixed-order block reduction).
-    float sd = 0.0f;
-    for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) sd += S0[idx] * dS[idx];
-    sd = block_reduce(sd, SumOp{}, 0.0f);
-
-    // Per row r: dβ_r (B5 + B7) and dΓ_r (B3/B8 (i)-(iii), (v), (vi)).
-    for (int r = threadIdx.x; r < n; r += blockDim.x) {
-      const float* qr = hv.q(c0 + r);
-      const float* kr = hv.k(c0 + r);
-      float d = dotf(qr, QS + r * K, K);  // B3: e^{Γ_r} q_r·(S_0 dO_r)
-      for (int j = 0; j <= r; ++j) d += sDP[r * n + j] * sP[r * n + j];
-      for (int i = r; i < n; ++i) d -= sDP[i * n + r] * sP[i * n + r];
-      kz[r] = dotf(kr, Z + r * K, K);  // B8 (iii)
-      d -= kz[r];
-      const float xk = expd(gam[r]) * dotf(XW + r * K, kr, K);  // B5
-      float db = dotf(XU + r * V, hv.v(c0 + r), V) + xk;
-      d += beta[r] * xk;
-      for (int j = 0; j < r; ++j) {  // B7, row r
-        const float e = expd(gam[r] - gam[j]), kk = sKK[r * n + j], dA = sA[r * n + j];
-        db += dA * e * kk;
-        d += dA * beta[r] * e * kk;
-      }
-      for (int i = r + 1; i < n; ++i) {  // B7, column r
-        const float e = expd(gam[i] - gam[r]);
-        d -= sA[i * n + r] * beta[i] * e * sKK[i * n + r];
-      }
-      a.dbeta[hv.tok(c0 + r)] = db;
-      dgam[r] = d;
-    }
-    __syncthreads();
-    // B8 (iii), (iv) at Γ_C, then B9: dg_t = Σ_{r>=t in the chunk} dΓ_r.
-    if (threadIdx.x == 0) {
-      float zsum = 0.0f;
-      for (int j = 0; j < n; ++j) zsum += kz[j];
-      dgam[n - 1] += zsum + aC * sd;
-      float acc = 0.0f;
-      for (int r = n - 1; r >= 0; --r) a.dg[hv.tok(c0 + r)] = acc += dgam[r];
-    }
-    // dS <- dS_0 for the previous chunk.
-    float* tmp = dS;
-    dS = dS0;
-    dS0 = tmp;
-    __syncthreads();
   }
 }
 
-size_t fwd_smem_bytes(int64_t C) { return sizeof(double) * C + sizeof(float) * static_cast<size_t>(C + 2 * C * C); }
-size_t bwd_smem_bytes(int64_t C) { return sizeof(double) * C + sizeof(float) * static_cast<size_t>(3 * C + 6 * C * C); }
+// Accumulates P = mask_{j<=r}(e^{Γ_r-Γ_j} Q K^T) of the chunk into the shared tile sP (sQ, sK scratch tiles);
+// when sH is given, also acc_o += Q h[n][:, v0:v0+64] (sH scratch).
+__device__ void chunk_p(const GdnFast& a, const Chunk& ch, const double* gam, float* sQ, float* sK, float* sP,
+                        float* sH, int64_t v0, Acc* acc_o) {
+  const int64_t K = a.K;
+  Acc acc;
+  acc.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    tile::load(sQ, ch.in(a, a.q, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    tile::load(sK, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    if (acc_o) tile::load(sH, ch.state(a, a.h, k0, v0), a.V, tile_cols(K, k0), tile_cols(a.V, v0));
+    __syncthreads();
+    mma<false, true>(sQ, sK, acc);
+    if (acc_o) mma<false, false>(sQ, sH, *acc_o);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = row_of(i), c = col_of(j);
+      sP[r * kLd + c] = c <= r ? expd(gam[r] - gam[c]) * acc.v[i][j] : 0.0f;
+    }
+}
+
+// F5, F6 for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: O = (Q ⊙ e^Γ) h[n] + P Δ.
+__global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sQ = cv.tile(), *sK = cv.tile(), *sH = cv.tile(), *sP = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  Acc acc_o;
+  acc_o.zero();
+  chunk_p(a, ch, s.gam, sQ, sK, sP, sH, v0, &acc_o);
+  tile::load(sQ, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));  // Δ (sQ reused)
+  __syncthreads();
+  Acc acc;
+  acc.zero();
+  mma<false, false>(sP, sQ, acc);
+  float* o = ch.in(a, a.o, V, v0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = row_of(i), c = col_of(j);
+      if (r < ch.n && c < tile_cols(V, v0)) o[r * a.H * V + c] = expd(s.gam[r]) * acc_o.v[i][j] + acc.v[i][j];
+    }
+}
+
+// ---- backward phases ----
+
+// B1 (intra-chunk part) for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: dΔ = P^T dO.
+__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sQ = cv.tile(), *sK = cv.tile(), *sP = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  chunk_p(a, ch, s.gam, sQ, sK, sP, nullptr, v0, nullptr);
+  tile::load(sQ, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));  // dO (sQ reused)
+  __syncthreads();
+  Acc acc;
+  acc.zero();
+  mma<true, false>(sP, sQ, acc);
+  store_acc(acc, ch.rows(a, a.dD, V, v0), V, ch.n, tile_cols(V, v0), [](int, int, float x) { return x; });
+}
+
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse: stores dh[n]
+// (= dS_C, the gradient of the state leaving chunk n), completes dΔ += K^g dS_C, then
+// dS <- e^{Γ_C} dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sE = cv.tile(), *dS = cv.tile();
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  for (int kt = 0; kt < nkt; ++kt) tile::clear(dS + kt * tile::kTileFloats);
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    load_gates(a, ch, s.gam, s.beta, s.tmp);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::store(dS + kt * tile::kTileFloats, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    const double gC = s.gam[ch.n - 1];
+    const float aC = expd(gC);
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) {  // K^g dS_C
+      tile::load(sX, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
+                 [&](int r) { return expd(gC - s.gam[r]); });
+      __syncthreads();
+      mma<false, false>(sX, dS + kt * tile::kTileFloats, acc);
+      __syncthreads();
+    }
+    float* dD = ch.rows(a, a.dD, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C
+        const int r = row_of(i), c = col_of(j);
+        float d = 0.0f;
+        if (r < ch.n && c < vc) {
+          d = dD[r * V + c] + acc.v[i][j];
+          dD[r * V + c] = d;
+        }
+        sE[r * kLd + c] = d;
+      }
+    tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    for (int kt = 0; kt < nkt; ++kt) {  // B2
+      tile::load(sX, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
+                 [&](int r) { return expd(s.gam[r]); });
+      tile::load(sZ, ch.rows(a, a.W, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      __syncthreads();
+      Acc qd, wd;
+      qd.zero();
+      wd.zero();
+      mma<true, false>(sX, sY, qd);
+      mma<true, false>(sZ, sE, wd);
+      float* St = dS + kt * tile::kTileFloats;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[row_of(i) * kLd + col_of(j)];
+          e = aC * e + qd.v[i][j] - wd.v[i][j];
+        }
+      __syncthreads();
+    }
+  }
+}
+
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
+// chunk blockIdx.x of head blockIdx.y.
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sdP = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sH = cv.tile(), *sD = cv.tile(),
+        *sG = cv.tile(), *sE = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const double gC = s.gam[ch.n - 1];
+  Acc qk, dp;
+  qk.zero();
+  dp.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // Q K^T
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    __syncthreads();
+    mma<false, true>(sX, sZ, qk);
+    __syncthreads();
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
+    tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+    tile::load(sD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
+    __syncthreads();
+    mma<false, true>(sY, sD, dp);
+    __syncthreads();
+  }
+  float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B3: dP ⊙ E (masked); B8 (ii)
+      const int r = row_of(i), c = col_of(j);
+      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
+      sdP[r * kLd + c] = d;
+      const float y = d * qk.v[i][j];
+      row_part[i] += y;
+      col_part[j] -= y;
+    }
+  float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile_cols(K, k0);
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile_cols(V, v0);
+      tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load(sH, ch.state(a, a.h, k0, v0), V, kc, vc);
+      tile::load(sD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+      tile::load(sG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      tile::load(sE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      __syncthreads();
+      mma<false, true>(sY, sH, dqs);
+      mma<false, true>(sD, sG, dks);
+      mma<false, true>(sE, sH, dws);
+      for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+        const int r = idx >> 6, c = idx & 63;
+        sd += sH[r * kLd + c] * sG[r * kLd + c];
+      }
+      __syncthreads();
+    }
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    Acc dq2, dk2;  // dP K, dP^T Q
+    dq2.zero();
+    dk2.zero();
+    mma<false, false>(sdP, sZ, dq2);
+    mma<true, false>(sdP, sX, dk2);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0), *dW = ch.rows(a, a.dW, K, k0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = row_of(i), c = col_of(j);
+        const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
+        row_part[i] += eg * sX[r * kLd + c] * dqs.v[i][j];  // (i)
+        const float z = ekg * sZ[r * kLd + c] * dks.v[i][j];
+        row_part[i] -= z;  // (iii), every row
+        kz += z;           // (iii), at row C
+        if (r < ch.n && c < kc) {
+          dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
+          dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
+          dW[r * K + c] = -dws.v[i][j];
+        }
+      }
+    __syncthreads();
+  }
+  tile::reduce_rows_cols(row_part, col_part, s.red, s.out1);
+  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n)
+    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+}
+
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sT = cv.tile(), *sdT = cv.tile(), *sM = cv.tile(), *sX = cv.tile(), *sY = cv.tile(), *sZ = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  tile::load(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
+  Acc kk;
+  kk.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // K K^T
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    __syncthreads();
+    mma<false, true>(sX, sX, kk);
+    __syncthreads();
+  }
+  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
+  dtv.zero();
+  dtw.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+    const int vc = tile_cols(V, v0);
+    tile::load(sZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    tile::load(sY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+    Acc x;
+    x.zero();
+    mma<true, false>(sT, sZ, x);
+    mma<false, true>(sZ, sY, dtv);
+    float* dv = ch.in(a, a.dv, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = row_of(i), c = col_of(j);
+        db_part[i] += x.v[i][j] * sY[r * kLd + c];
+        if (r < ch.n && c < vc) dv[r * a.H * V + c] = s.beta[r] * x.v[i][j];
+      }
+    __syncthreads();
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dK += β X_W ⊙ e^Γ; B8 (v)
+    const int kc = tile_cols(K, k0);
+    tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    Acc x;
+    x.zero();
+    mma<true, false>(sT, sZ, x);
+    mma<false, true>(sZ, sX, dtw);
+    float* dk = ch.in(a, a.dk, K, k0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = row_of(i), c = col_of(j);
+        const float eg = expd(s.gam[r]), xk = x.v[i][j] * sX[r * kLd + c] * eg;
+        db_part[i] += xk;
+        row_part[i] += s.beta[r] * xk;
+        if (r < ch.n && c < kc) dk[r * a.H * K + c] += s.beta[r] * eg * x.v[i][j];
+      }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
+      const int r = row_of(i), c = col_of(j);
+      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.gam[c]) * dtw.v[i][j]) : 0.0f;
+    }
+  __syncthreads();
+  Acc m;
+  m.zero();
+  mma<true, false>(sT, sdT, m);  // M1 = 𝒯^T d𝒯
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sM[row_of(i) * kLd + col_of(j)] = m.v[i][j];
+  __syncthreads();
+  m.zero();
+  mma<false, true>(sM, sT, m);  // M1 𝒯^T
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into sdT; B7 dβ; B8 (vi)
+      const int r = row_of(i), c = col_of(j);
+      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.gam[r] - s.gam[c]) : 0.0f;
+      sdT[r * kLd + c] = dae;
+      db_part[i] += dae * kk.v[i][j];
+      const float y = dae * s.beta[r] * kk.v[i][j];
+      row_part[i] += y;
+      col_part[j] -= y;
+    }
+  __syncthreads();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dK_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r k_r
+    const int kc = tile_cols(K, k0);
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    Acc x, y;
+    x.zero();
+    y.zero();
+    mma<false, false>(sdT, sX, x);
+    mma<true, false>(sdT, sZ, y);
+    float* dk = ch.in(a, a.dk, K, k0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = row_of(i), c = col_of(j);
+        if (r < ch.n && c < kc) dk[r * a.H * K + c] += s.beta[r] * x.v[i][j] + y.v[i][j];
+      }
+    __syncthreads();
+  }
+  tile::reduce_rows_cols(db_part, none, s.red, s.out1);
+  tile::reduce_rows_cols(row_part, col_part, s.red, s.out2);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n) {
+    a.dbeta[ch.gate(a, r)] = s.out1[r];
+    s.tmp[r] = ch.rows(a, a.dgam, 1, 0)[r] + s.out2[r];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r
+    float acc = 0.0f;
+    for (int i = ch.n - 1; i >= 0; --i) a.dg[ch.gate(a, i)] = acc += s.tmp[i];
+  }
+}
+
+// ---- host side ----
+
+constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
+
+template <typename Kernel, typename... Extra>
+void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast& a, Extra... extra) {
+  check(smem <= 227 * 1024, "gdn chunk (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)",
+        a.K, smem);
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, tile::kThreads, smem, stream>>>(a, extra...);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
 
 void check_chunk(int64_t chunk_size) {
   check(chunk_size >= 1 && chunk_size <= kGdnMaxChunk, "gdn chunk (cuda): chunk_size must be in [1, {}], got {}",
         kGdnMaxChunk, chunk_size);
 }
 
+GdnFast make_args(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
+                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
+  GdnFast a{};
+  a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta;
+  a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
+  const GdnScratch l(B, T, H, K, V, C, backward);
+  float* base = static_cast<float*>(scratch);
+  a.W = base + l.W, a.U = base + l.U, a.h = base + l.h;
+  if (backward) a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  return a;
+}
+
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
+void forward_states(const GdnFast& a, bool keep_T, cudaStream_t stream) {
+  const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
+  const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
+  const int nkt = static_cast<int>(ceil_div(a.K, kN));
+  launch(gdn_wu_kernel, dim3(NC, BH), smem_for(3), stream, a, keep_T);
+  launch(gdn_scan_kernel, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+}
+
 }  // namespace
 
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  (void)seq_len;
-  return sizeof(float) *
-         static_cast<size_t>(batch * heads * (key_dim * value_dim + chunk_size * (value_dim + key_dim)));
+  return sizeof(float) * static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, false).total);
 }
 
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  const int64_t chunks = ceil_div(seq_len, chunk_size);
-  return sizeof(float) * static_cast<size_t>(batch * heads) *
-         bwd_block_floats(key_dim, value_dim, chunk_size, chunks);
+  return sizeof(float) * static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
 }
 
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
@@ -357,9 +650,11 @@ void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  GdnArgs args = delta::core_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch);
-  args.o = o;
-  delta::launch_per_head(gdn_chunk_fwd_kernel, args, kGdnThreads, fwd_smem_bytes(chunk_size), stream);
+  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
+  a.o = o;
+  forward_states(a, false, stream);
+  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
+  launch(gdn_out_kernel, dim3(NC, BH, static_cast<unsigned>(ceil_div(value_dim, kN))), smem_for(4), stream, a);
 }
 
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -368,10 +663,23 @@ void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
-  GdnArgs args = delta::core_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch);
-  args.d_o = d_o;
-  args.dq = dq, args.dk = dk, args.dv = dv, args.dg = dg, args.dbeta = dbeta;
-  delta::launch_per_head(gdn_chunk_bwd_kernel, args, kGdnThreads, bwd_smem_bytes(chunk_size), stream);
+  if (value_dim == 0) {  // o = 0: every gradient is 0
+    const size_t nk = sizeof(float) * static_cast<size_t>(batch * seq_len * heads), nkk = nk * key_dim;
+    for (float* p : {dq, dk}) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, nkk, stream));
+    for (float* p : {dg, dbeta}) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, nk, stream));
+    return;
+  }
+  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
+  a.d_o = d_o;
+  a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
+  forward_states(a, true, stream);
+  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
+  const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
+  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+  launch(gdn_dv_local_kernel, dim3(NC, BH, nvt), smem_for(3), stream, a);
+  launch(gdn_bwd_scan_kernel, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+  launch(gdn_bwd_dqk_kernel, dim3(NC, BH), smem_for(8), stream, a);
+  launch(gdn_bwd_wy_kernel, dim3(NC, BH), smem_for(6), stream, a);
 }
 
 }  // namespace llmt::cuda

@@ -1,0 +1,105 @@
+// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*) at the shapes of
+// ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads, B=4, T=4096, H=6,
+// K=256, V=512; chunk 64, fp32 inputs. Forward and forward + backward, timed with CUDA events over
+// repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
+// Usage: delta_bench [iterations]   (default 10)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include "kernels/cuda/ops.cuh"
+
+namespace {
+
+#define BENCH_CHECK(expr)                                                         \
+  do {                                                                            \
+    const cudaError_t err_ = (expr);                                              \
+    if (err_ != cudaSuccess) {                                                    \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));   \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+// x[i] = a deterministic pseudo-random value in [lo, hi) (a hash of i and seed).
+__global__ void fill_kernel(float* x, int64_t n, uint32_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    x[i] = lo + (hi - lo) * (static_cast<float>(h) * (1.f / 4294967296.f));
+  }
+}
+
+float* random_buffer(int64_t n, uint32_t seed, float lo, float hi) {
+  float* p = nullptr;
+  BENCH_CHECK(cudaMalloc(&p, sizeof(float) * n));
+  fill_kernel<<<1024, 256>>>(p, n, seed, lo, hi);
+  BENCH_CHECK(cudaGetLastError());
+  return p;
+}
+
+// Mean milliseconds of `iters` runs of f after 3 warm-up runs.
+template <typename F>
+float time_ms(int iters, F f) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  BENCH_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) f();
+  BENCH_CHECK(cudaEventRecord(stop));
+  BENCH_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
+  return ms / static_cast<float>(iters);
+}
+
+struct Shape {
+  const char* name;
+  int64_t B, T, H, K, V;
+};
+
+void bench_gdn(const Shape& s, int iters) {
+  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, ng = s.B * s.T * s.H, C = 64;
+  const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));  // rows of norm about 1
+  float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
+  float *v = random_buffer(nv, 3, -1.f, 1.f), *g = random_buffer(ng, 4, -0.1f, -0.001f);
+  float *beta = random_buffer(ng, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
+  float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
+  float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(ng, 11, 0.f, 0.f), *db = random_buffer(ng, 12, 0.f, 0.f);
+  void* scratch = nullptr;
+  const size_t bytes = std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
+                                llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
+  BENCH_CHECK(cudaMalloc(&scratch, bytes));
+  const auto fwd = [&] { llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr); };
+  const auto bwd = [&] {
+    llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
+  };
+  const float f = time_ms(iters, fwd);
+  const float fb = time_ms(iters, [&] { fwd(); bwd(); });
+  std::printf("| GDN (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", s.name,
+              static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K),
+              static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / (1 << 20));
+  for (float* p : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db}) BENCH_CHECK(cudaFree(p));
+  BENCH_CHECK(cudaFree(scratch));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
+  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch |\n|---|---|---|---|---|\n");
+  for (const Shape& s : {Shape{"a", 4, 4096, 16, 128, 128}, Shape{"c", 4, 4096, 6, 256, 512}}) bench_gdn(s, iters);
+  return 0;
+}
