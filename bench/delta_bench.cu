@@ -1,4 +1,4 @@
-// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*) at the shapes of
+// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*) at the shapes of
 // ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads, B=4, T=4096, H=6,
 // K=256, V=512; chunk 64, fp32 inputs. Forward and forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
@@ -70,7 +70,8 @@ struct Shape {
   int64_t B, T, H, K, V;
 };
 
-void bench_gdn(const Shape& s, int iters) {
+// comba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9).
+void bench_core(const Shape& s, int iters, bool comba) {
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, ng = s.B * s.T * s.H, C = 64;
   const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));  // rows of norm about 1
   float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
@@ -78,20 +79,30 @@ void bench_gdn(const Shape& s, int iters) {
   float *beta = random_buffer(ng, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(ng, 11, 0.f, 0.f), *db = random_buffer(ng, 12, 0.f, 0.f);
+  float *p = random_buffer(nk, 2, -0.9f * amp, 0.9f * amp), *dp = random_buffer(nk, 13, 0.f, 0.f);
   void* scratch = nullptr;
   const size_t bytes = std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
                                 llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
-  const auto fwd = [&] { llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr); };
+  const auto fwd = [&] {
+    if (comba)
+      llmt::cuda::comba_chunk_fwd(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+    else
+      llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+  };
   const auto bwd = [&] {
-    llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
+    if (comba)
+      llmt::cuda::comba_chunk_bwd(q, k, v, p, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg, db, scratch,
+                                  nullptr);
+    else
+      llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
   };
   const float f = time_ms(iters, fwd);
   const float fb = time_ms(iters, [&] { fwd(); bwd(); });
-  std::printf("| GDN (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", s.name,
+  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : "GDN", s.name,
               static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K),
               static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / (1 << 20));
-  for (float* p : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db}) BENCH_CHECK(cudaFree(p));
+  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp}) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -100,6 +111,7 @@ void bench_gdn(const Shape& s, int iters) {
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
   std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch |\n|---|---|---|---|---|\n");
-  for (const Shape& s : {Shape{"a", 4, 4096, 16, 128, 128}, Shape{"c", 4, 4096, 6, 256, 512}}) bench_gdn(s, iters);
+  for (const Shape& s : {Shape{"a", 4, 4096, 16, 128, 128}, Shape{"c", 4, 4096, 6, 256, 512}})
+    for (const bool comba : {false, true}) bench_core(s, iters, comba);
   return 0;
 }

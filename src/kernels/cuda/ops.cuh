@@ -112,7 +112,8 @@ void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const
                      int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD,
                      cudaStream_t stream);
 
-// gdn.cu: the chunked GDN core (semantics: src/kernels/cpu/gdn.h, zero initial state), fp32.
+// gdn_comba.cu: the chunked GDN core (semantics: src/kernels/cpu/gdn.h, zero initial state), fp32,
+// chunk-parallel (64 x 64 tiles; chunk_size <= 64 tokens per tile).
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
 // overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes.
 constexpr int64_t kGdnMaxChunk = 64;
@@ -128,7 +129,8 @@ void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
 
-// comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), fp32.
+// gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), fp32, the
+// GDN kernels with Comba's A and W (layers-delta.md §6.2).
 // q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
 // overwritten. 1 <= chunk_size <= kCombaMaxChunk. `scratch` must hold comba_chunk_{fwd,bwd}_scratch_bytes.
 constexpr int64_t kCombaMaxChunk = 64;

@@ -1,6 +1,8 @@
-// Gated DeltaNet core, chunked, fp32 (layers-delta.md §6.1 F1–F7, §6.5 B1–B9), zero initial state;
-// same results as src/kernels/cpu/gdn.cpp up to fp32 rounding. Chunk-parallel design (the kernel order
-// of FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
+// Gated DeltaNet and Comba cores, chunked, fp32 (layers-delta.md §6.1 F1–F7, §6.2, §6.5 B1–B9), zero
+// initial state; same results as src/kernels/cpu/{gdn,comba}.cpp up to fp32 rounding. Comba differs only
+// where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their backward (wy
+// phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of FLA, §6.3),
+// every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
 //   forward:  wu    (per chunk)          A, 𝒯 = (I + A)^{-1}, W, U                       (F1–F3)
 //             scan  (per value tile)     h[n] = S entering chunk n; Δ = U - W S; S update  (F4, F7)
 //             out   (per chunk, v tile)  O = (Q ⊙ e^Γ) h[n] + P Δ                          (F5, F6)
@@ -12,7 +14,7 @@
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global, fp32): W, U/Δ, dΔ, dW [B H, T', *] (T' = chunks x chunk_size), 𝒯 [B H, chunks, 64, 64],
 // h, dh [B H, chunks, K, V], dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
-#include <algorithm>
+#include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_tile.cuh"
@@ -32,9 +34,10 @@ using tile::row_of;
 /// e^x in fp32 of a log-decay difference formed in double.
 __device__ __forceinline__ float expd(double x) { return expf(static_cast<float>(x)); }
 
+// Inputs, outputs and scratch of one core call (p, dp: Comba only).
 struct GdnFast {
-  const float *q, *k, *v, *g, *beta, *d_o;
-  float *o, *dq, *dk, *dv, *dg, *dbeta;
+  const float *q, *k, *v, *p, *g, *beta, *d_o;
+  float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
   int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
   float *W, *U, *Tm, *h, *dD, *dh, *dW, *dgam;
 };
@@ -79,7 +82,8 @@ struct Chunk {
   }
 };
 
-// Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}) and β_r (0 for rows >= n).
+// Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
+// g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
 __device__ void load_gates(const GdnFast& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
   const int r = static_cast<int>(threadIdx.x);
   if (r < kN) {
@@ -114,47 +118,56 @@ __device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
 // Small per-block arrays at the start of the dynamic shared memory.
 struct Small {
   double* gam;
-  float *beta, *tmp, *red, *out1, *out2;
+  float *beta, *tmp, *red, *out1, *out2, *out3;
   __device__ explicit Small(Carve& cv)
       : gam(cv.take<double>(kN)), beta(cv.take<float>(kN)), tmp(cv.take<float>(kN)),
-        red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)), out2(cv.take<float>(kN)) {}
+        red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)), out2(cv.take<float>(kN)),
+        out3(cv.take<float>(kN)) {}
+  /// The log-decay that A's rows and W carry: Γ^ex_r (Comba) or Γ_r (GDN).
+  template <bool kComba>
+  __device__ double row_gam(int r) const { return kComba ? gam[r] - tmp[r] : gam[r]; }
 };
-constexpr size_t kSmallBytes = 8 * kN + 4 * (4 * kN + 2 * kN * 16) + 6 * 16;
+constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
 // ---- forward phases ----
 
-// F1–F3 for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when keep_T), W and U.
+// F1–F3 (Comba: F1', F3') for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
+// keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
+template <bool kComba>
 __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
-  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile();
+  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const int64_t K = a.K, V = a.V;
+  const float* x = kComba ? a.p : a.k;
   Acc acc;
   acc.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // K K^T
-    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T
+    tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     __syncthreads();
-    mma<false, true>(sX, sX, acc);
+    mma<false, true>(sX, sZ, acc);
     __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r e^{Γ_r-Γ_j} k_r·k_j (j < r)
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r e^{Γ_r-Γ_j} x_r·k_j (j < r); Comba: Γ^ex_r
       const int r = row_of(i), c = col_of(j);
-      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * expd(s.gam[r] - s.gam[c]) * acc.v[i][j] : 0.0f;
+      sA[r * kLd + c] =
+          c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
     }
   __syncthreads();
   tile::tril_inverse(sA, sT, ch.n);  // F2
   if (keep_T) tile::store(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
   const auto id = [](int, int, float x) { return x; };
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
-    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0),
-               [&](int r) { return s.beta[r] * expd(s.gam[r]); });
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
+    tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
+               [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
     __syncthreads();
     acc.zero();
     mma<false, false>(sT, sX, acc);
@@ -466,6 +479,9 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
 }
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
+// Comba (§6.5 "Comba changes"): the row vectors x = p̂ with Γ^ex; their gradient goes to dP̂ (written here),
+// the row terms of dΓ to dΓ^ex, and dg_t = Σ_{r>=t} dΓ_r + Σ_{r>t} dΓ^ex_r.
+template <bool kComba>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -475,15 +491,21 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
   const int64_t K = a.K, V = a.V;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
+  const float* x = kComba ? a.p : a.k;
+  float* dx = kComba ? a.dp : a.dk;
   Acc kk;
   kk.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // K K^T
-    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T
+    tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    tile::load(sY, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     __syncthreads();
-    mma<false, true>(sX, sX, kk);
+    mma<false, true>(sX, sY, kk);
     __syncthreads();
   }
+  // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
   float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  float ex_part[4] = {0, 0, 0, 0};
+  float(&row_x)[4] = kComba ? ex_part : row_part;
   Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
   dtv.zero();
   dtw.zero();
@@ -507,25 +529,28 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
       }
     __syncthreads();
   }
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dK += β X_W ⊙ e^Γ; B8 (v)
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
     tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
-    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    Acc x;
-    x.zero();
-    mma<true, false>(sT, sZ, x);
+    Acc xw;
+    xw.zero();
+    mma<true, false>(sT, sZ, xw);
     mma<false, true>(sZ, sX, dtw);
-    float* dk = ch.in(a, a.dk, K, k0);
+    float* dxt = ch.in(a, dx, K, k0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = row_of(i), c = col_of(j);
-        const float eg = expd(s.gam[r]), xk = x.v[i][j] * sX[r * kLd + c] * eg;
+        const float eg = expd(s.row_gam<kComba>(r)), xk = xw.v[i][j] * sX[r * kLd + c] * eg;
         db_part[i] += xk;
-        row_part[i] += s.beta[r] * xk;
-        if (r < ch.n && c < kc) dk[r * a.H * K + c] += s.beta[r] * eg * x.v[i][j];
+        row_x[i] += s.beta[r] * xk;
+        if (r < ch.n && c < kc) {
+          float& d = dxt[r * a.H * K + c];
+          d = (kComba ? 0.0f : d) + s.beta[r] * eg * xw.v[i][j];  // Comba: the first write of dP̂
+        }
       }
     __syncthreads();
   }
@@ -534,7 +559,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
       const int r = row_of(i), c = col_of(j);
-      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.gam[c]) * dtw.v[i][j]) : 0.0f;
+      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
     }
   __syncthreads();
   Acc m;
@@ -552,45 +577,53 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into sdT; B7 dβ; B8 (vi)
       const int r = row_of(i), c = col_of(j);
-      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.gam[r] - s.gam[c]) : 0.0f;
+      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
       sdT[r * kLd + c] = dae;
       db_part[i] += dae * kk.v[i][j];
       const float y = dae * s.beta[r] * kk.v[i][j];
-      row_part[i] += y;
+      row_x[i] += y;
       col_part[j] -= y;
     }
   __syncthreads();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dK_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r k_r
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
     const int kc = tile_cols(K, k0);
     tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
-    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r) { return s.beta[r]; });
+    tile::load(sZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, [&](int r) { return s.beta[r]; });
     __syncthreads();
-    Acc x, y;
-    x.zero();
-    y.zero();
-    mma<false, false>(sdT, sX, x);
-    mma<true, false>(sdT, sZ, y);
-    float* dk = ch.in(a, a.dk, K, k0);
+    Acc xr, yc;
+    xr.zero();
+    yc.zero();
+    mma<false, false>(sdT, sX, xr);
+    mma<true, false>(sdT, sZ, yc);
+    float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = row_of(i), c = col_of(j);
-        if (r < ch.n && c < kc) dk[r * a.H * K + c] += s.beta[r] * x.v[i][j] + y.v[i][j];
+        if (r < ch.n && c < kc) {
+          dxt[r * a.H * K + c] += s.beta[r] * xr.v[i][j];
+          dk[r * a.H * K + c] += yc.v[i][j];
+        }
       }
     __syncthreads();
   }
   tile::reduce_rows_cols(db_part, none, s.red, s.out1);
   tile::reduce_rows_cols(row_part, col_part, s.red, s.out2);
+  if (kComba) tile::reduce_rows_cols(ex_part, none, s.red, s.out3);
   const int r = static_cast<int>(threadIdx.x);
   if (r < ch.n) {
     a.dbeta[ch.gate(a, r)] = s.out1[r];
-    s.tmp[r] = ch.rows(a, a.dgam, 1, 0)[r] + s.out2[r];
+    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r
-    float acc = 0.0f;
-    for (int i = ch.n - 1; i >= 0; --i) a.dg[ch.gate(a, i)] = acc += s.tmp[i];
+  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r)
+    float acc = 0.0f, acc_ex = 0.0f;
+    for (int i = ch.n - 1; i >= 0; --i) {
+      acc += s.out2[i];
+      a.dg[ch.gate(a, i)] = acc + acc_ex;
+      if (kComba) acc_ex += s.out3[i];
+    }
   }
 }
 
@@ -625,12 +658,42 @@ GdnFast make_args(const float* q, const float* k, const float* v, const float* g
 }
 
 // wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
+template <bool kComba>
 void forward_states(const GdnFast& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(gdn_wu_kernel, dim3(NC, BH), smem_for(3), stream, a, keep_T);
+  launch(gdn_wu_kernel<kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
   launch(gdn_scan_kernel, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+}
+
+template <bool kComba>
+void core_fwd(GdnFast a, float* o, cudaStream_t stream) {
+  a.o = o;
+  forward_states<kComba>(a, false, stream);
+  launch(gdn_out_kernel, dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H),
+                              static_cast<unsigned>(ceil_div(a.V, kN))),
+         smem_for(4), stream, a);
+}
+
+template <bool kComba>
+void core_bwd(GdnFast a, const float* d_o, cudaStream_t stream) {
+  a.d_o = d_o;
+  forward_states<kComba>(a, true, stream);
+  const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
+  const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
+  const int nkt = static_cast<int>(ceil_div(a.K, kN));
+  launch(gdn_dv_local_kernel, dim3(NC, BH, nvt), smem_for(3), stream, a);
+  launch(gdn_bwd_scan_kernel, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+  launch(gdn_bwd_dqk_kernel, dim3(NC, BH), smem_for(8), stream, a);
+  launch(gdn_bwd_wy_kernel<kComba>, dim3(NC, BH), smem_for(6), stream, a);
+}
+
+// V = 0 makes o = 0: every gradient is 0.
+void zero_grads(int64_t rows, int64_t K, std::initializer_list<float*> per_channel, std::initializer_list<float*> per_row,
+                cudaStream_t stream) {
+  for (float* p : per_channel) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, sizeof(float) * rows * K, stream));
+  for (float* p : per_row) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, sizeof(float) * rows, stream));
 }
 
 }  // namespace
@@ -645,16 +708,23 @@ size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
   return sizeof(float) * static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
 }
 
+size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                     int64_t value_dim, int64_t chunk_size) {
+  return gdn_chunk_fwd_scratch_bytes(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+}
+
+size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                     int64_t value_dim, int64_t chunk_size) {
+  return gdn_chunk_bwd_scratch_bytes(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+}
+
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
-  a.o = o;
-  forward_states(a, false, stream);
-  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
-  launch(gdn_out_kernel, dim3(NC, BH, static_cast<unsigned>(ceil_div(value_dim, kN))), smem_for(4), stream, a);
+  core_fwd<false>(make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false),
+                  o, stream);
 }
 
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -663,23 +733,33 @@ void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
-  if (value_dim == 0) {  // o = 0: every gradient is 0
-    const size_t nk = sizeof(float) * static_cast<size_t>(batch * seq_len * heads), nkk = nk * key_dim;
-    for (float* p : {dq, dk}) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, nkk, stream));
-    for (float* p : {dg, dbeta}) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, nk, stream));
-    return;
-  }
+  if (value_dim == 0) return zero_grads(batch * seq_len * heads, key_dim, {dq, dk}, {dg, dbeta}, stream);
   GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
-  a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
-  forward_states(a, true, stream);
-  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
-  const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
-  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(gdn_dv_local_kernel, dim3(NC, BH, nvt), smem_for(3), stream, a);
-  launch(gdn_bwd_scan_kernel, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-  launch(gdn_bwd_dqk_kernel, dim3(NC, BH), smem_for(8), stream, a);
-  launch(gdn_bwd_wy_kernel, dim3(NC, BH), smem_for(6), stream, a);
+  core_bwd<false>(a, d_o, stream);
+}
+
+void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+                     const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                     int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream) {
+  check_chunk(chunk_size);
+  if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
+  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
+  a.p = p;
+  core_fwd<true>(a, o, stream);
+}
+
+void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+                     const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
+                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
+                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+  check_chunk(chunk_size);
+  if (batch * heads == 0 || seq_len == 0) return;
+  if (value_dim == 0) return zero_grads(batch * seq_len * heads, key_dim, {dq, dk, dp}, {dg, dbeta}, stream);
+  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
+  a.p = p;
+  a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
+  core_bwd<true>(a, d_o, stream);
 }
 
 }  // namespace llmt::cuda
