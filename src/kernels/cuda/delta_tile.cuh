@@ -1,9 +1,12 @@
 // 64 x 64 shared-memory tiles for the chunk-parallel delta-rule kernels (layers-delta.md §6): a chunk of
 // at most 64 tokens is one tile's rows; key and value channels are cut into 64-wide column tiles.
-// 256 threads per block, arranged 16 x 16; thread (ty, tx) owns the 4 x 4 micro-tile of rows ty + 16 i and
-// columns tx + 16 j. Every product sums its depth in index order with fp32 fma (fixed order: deterministic).
-// Shared tiles are stored row-major with a padded leading dimension (65) so that both a tile and its
-// transpose are read without bank conflicts. All functions must be reached by every thread of the block.
+// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns; which
+// ones is the layout's choice. Kernels are written against a layout L (L::row, L::col, L::mma, the reduction
+// slots); today's one is Simt (exact fp32 on the CUDA cores). (A tensor-core layout that reads fp32 tiles
+// and rounds them to bf16 fragment by fragment was measured slower than Simt: docs/BENCHMARKS.md.) Every
+// product sums its depth in a fixed order (deterministic). Shared tiles are fp32, row-major, with a padded
+// leading dimension (65) so that a tile and its transpose are both read with few bank conflicts. All
+// functions must be reached by every thread of the block.
 #pragma once
 #include <cstdint>
 
@@ -14,15 +17,9 @@ namespace llmt::cuda::tile {
 constexpr int kN = 64;                // tile edge
 constexpr int kLd = kN + 1;           // padded leading dimension of a shared tile
 constexpr int kTileFloats = kN * kLd;
-constexpr int kThreads = 256;         // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kThreads = 256;         // 8 warps, 4 x 4 outputs per thread
 
-__device__ __forceinline__ int tx() { return static_cast<int>(threadIdx.x & 15); }
-__device__ __forceinline__ int ty() { return static_cast<int>(threadIdx.x >> 4); }
-/// Row of the thread's i-th micro-tile row, column of its j-th micro-tile column.
-__device__ __forceinline__ int row_of(int i) { return ty() + 16 * i; }
-__device__ __forceinline__ int col_of(int j) { return tx() + 16 * j; }
-
-/// A thread's 4 x 4 accumulator: v[i][j] is element (row_of(i), col_of(j)) of a 64 x 64 tile.
+/// A thread's 4 x 4 accumulator: v[i][j] is element (L::row(i), L::col(j)) of a 64 x 64 tile, L the layout.
 struct Acc {
   float v[4][4];
   __device__ __forceinline__ void zero() {
@@ -33,33 +30,53 @@ struct Acc {
   }
 };
 
-/// acc += op(A) op(B) over depth [0, depth): op(A)[r][d] = TA ? A[d][r] : A[r][d], op(B)[d][c] = TB ? B[c][d] :
-/// B[d][c]; A, B shared tiles (leading dimension kLd).
-template <bool TA, bool TB>
-__device__ __forceinline__ void mma(const float* A, const float* B, Acc& acc, int depth = kN) {
-  const int x = tx(), y = ty();
-  for (int d = 0; d < depth; ++d) {
-    float a[4], b[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = TA ? A[d * kLd + y + 16 * i] : A[(y + 16 * i) * kLd + d];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = TB ? B[(x + 16 * j) * kLd + d] : B[d * kLd + x + 16 * j];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc.v[i][j] = fmaf(a[i], b[j], acc.v[i][j]);
-  }
-}
+/// fp32 products on the CUDA cores. Thread (ty, tx) = (threadIdx.x / 16, threadIdx.x % 16) owns rows ty + 16 i
+/// and columns tx + 16 j. Exact fp32 fma in depth order.
+struct Simt {
+  __device__ static __forceinline__ int row(int i) { return static_cast<int>(threadIdx.x >> 4) + 16 * i; }
+  __device__ static __forceinline__ int col(int j) { return static_cast<int>(threadIdx.x & 15) + 16 * j; }
+  /// Which of the 16 threads sharing a row (column) this thread is, for fixed-order reductions.
+  __device__ static __forceinline__ int row_slot() { return static_cast<int>(threadIdx.x & 15); }
+  __device__ static __forceinline__ int col_slot() { return static_cast<int>(threadIdx.x >> 4); }
 
-/// s[r][c] = scale(r) * src[r * stride + c] for r < rows, c < cols, else 0 (coalesced along c).
-template <typename Scale>
-__device__ __forceinline__ void load(float* s, const float* src, int64_t stride, int rows, int cols, Scale scale) {
-  for (int idx = threadIdx.x; idx < kN * kN; idx += kThreads) {
-    const int r = idx >> 6, c = idx & 63;
-    s[r * kLd + c] = r < rows && c < cols ? scale(r) * src[r * stride + c] : 0.0f;
+  /// acc += op(A) op(B) over depth 64: op(A)[r][d] = TA ? A[d][r] : A[r][d], op(B)[d][c] = TB ? B[c][d] : B[d][c];
+  /// A, B shared tiles (leading dimension kLd).
+  template <bool TA, bool TB>
+  __device__ static __forceinline__ void mma(const float* A, const float* B, Acc& acc) {
+    const int x = static_cast<int>(threadIdx.x & 15), y = static_cast<int>(threadIdx.x >> 4);
+    for (int d = 0; d < kN; ++d) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = TA ? A[d * kLd + y + 16 * i] : A[(y + 16 * i) * kLd + d];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = TB ? B[(x + 16 * j) * kLd + d] : B[d * kLd + x + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc.v[i][j] = fmaf(a[i], b[j], acc.v[i][j]);
+    }
+  }
+};
+
+/// s[r][c] = scale(r) * src[r * stride + c] for r < rows, c < cols, else 0 (coalesced along c). src: float or
+/// bf16. All 16 loads of a thread are issued before the first shared store, so they overlap.
+template <typename E, typename Scale>
+__device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int rows, int cols, Scale scale) {
+  constexpr int kPer = kN * kN / kThreads;
+  float x[kPer];
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 6, c = idx & 63;
+    x[it] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
+  }
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 6, c = idx & 63;
+    s[r * kLd + c] = scale(r) * x[it];
   }
 }
-__device__ __forceinline__ void load(float* s, const float* src, int64_t stride, int rows, int cols) {
+template <typename E>
+__device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int rows, int cols) {
   load(s, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
@@ -77,15 +94,16 @@ __device__ __forceinline__ void clear(float* s) {
 }
 
 /// out[t] = sum_j rows[t][j] + sum_i cols[i][t] for t < 64, where each thread contributes its micro-tile row
-/// partials row_part[i] (to row row_of(i)) and column partials col_part[j] (to column col_of(j)); the 16
-/// partials of a row (column) are added in thread order. red: 2 * 64 * 16 floats of shared scratch.
+/// partials row_part[i] (to row L::row(i)) and column partials col_part[j] (to column L::col(j)); the 16
+/// partials of a row (column) are added in slot order. red: 2 * 64 * 16 floats of shared scratch.
 /// out may be read after the call (ends with a barrier).
+template <typename L>
 __device__ __forceinline__ void reduce_rows_cols(const float row_part[4], const float col_part[4], float* red,
                                                  float* out) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) red[row_of(i) * 16 + tx()] = row_part[i];
+  for (int i = 0; i < 4; ++i) red[L::row(i) * 16 + L::row_slot()] = row_part[i];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) red[kN * 16 + col_of(j) * 16 + ty()] = col_part[j];
+  for (int j = 0; j < 4; ++j) red[kN * 16 + L::col(j) * 16 + L::col_slot()] = col_part[j];
   __syncthreads();
   if (threadIdx.x < kN) {
     float s = 0.0f;
@@ -96,17 +114,21 @@ __device__ __forceinline__ void reduce_rows_cols(const float row_part[4], const 
   __syncthreads();
 }
 
-/// (I + A) 𝒯 = I by forward substitution over rows 1..n-1 (layers-delta.md §6.1 F2): A strictly lower, 𝒯 must
-/// hold the identity on entry; rows >= n stay identity. Both shared tiles.
+/// (I + A) 𝒯 = I by forward substitution (layers-delta.md §6.1 F2): A strictly lower, 𝒯 must hold the identity
+/// on entry; rows >= n stay identity. Both shared tiles. Columns are independent: column m is solved by the 4
+/// lanes 4m .. 4m + 3 of one warp, row by row, 𝒯_rm = -Σ_{m<=j<r} A_rj 𝒯_jm with lane p summing j = m + p (mod 4)
+/// and a fixed butterfly combining the four partial sums. Ends with a barrier.
 __device__ __forceinline__ void tril_inverse(const float* A, float* Tm, int n) {
+  const int m = static_cast<int>(threadIdx.x >> 2), part = static_cast<int>(threadIdx.x & 3);
   for (int r = 1; r < n; ++r) {
-    for (int m = threadIdx.x; m < r; m += kThreads) {
-      float s = 0.0f;
-      for (int j = m; j < r; ++j) s -= A[r * kLd + j] * Tm[j * kLd + m];
-      Tm[r * kLd + m] = s;
-    }
-    __syncthreads();
+    float s = 0.0f;
+    for (int j = m + part; j < r; j += 4) s += A[r * kLd + j] * Tm[j * kLd + m];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if (part == 0 && m < r) Tm[r * kLd + m] = -s;
+    __syncwarp();
   }
+  __syncthreads();
 }
 
 /// Carves consecutive shared-memory regions out of the dynamic shared buffer (16-byte aligned).

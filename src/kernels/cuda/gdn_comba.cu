@@ -25,18 +25,18 @@ namespace {
 
 using tile::Acc;
 using tile::Carve;
-using tile::col_of;
 using tile::kLd;
 using tile::kN;
-using tile::mma;
-using tile::row_of;
 
 /// e^x in fp32 of a log-decay difference formed in double.
 __device__ __forceinline__ float expd(double x) { return expf(static_cast<float>(x)); }
 
-// Inputs, outputs and scratch of one core call (p, dp: Comba only).
+// Inputs, outputs and scratch of one core call (p, dp: Comba only); q, k, v, p of element type E (float
+// today; the hook for bf16 operands).
+template <typename E>
 struct GdnFast {
-  const float *q, *k, *v, *p, *g, *beta, *d_o;
+  const E *q, *k, *v, *p;
+  const float *g, *beta, *d_o;
   float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
   int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
   float *W, *U, *Tm, *h, *dD, *dh, *dW, *dgam;
@@ -63,28 +63,33 @@ struct GdnScratch {
 struct Chunk {
   int64_t b, h, bh, chunk, t0;
   int n;
-  __device__ Chunk(const GdnFast& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_), chunk(chunk_) {
+  template <typename A>
+  __device__ Chunk(const A& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_), chunk(chunk_) {
     t0 = chunk * a.C;
     n = static_cast<int>(a.T - t0 < a.C ? a.T - t0 : a.C);
   }
   /// Index of token row r of the chunk in a [B, T, H] tensor.
-  __device__ int64_t gate(const GdnFast& a, int r) const { return (b * a.T + t0 + r) * a.H + h; }
+  template <typename A>
+  __device__ int64_t gate(const A& a, int r) const { return (b * a.T + t0 + r) * a.H + h; }
   /// Element (row 0, column c0) of the chunk in a [B, T, H, dim] tensor (rows H * dim apart).
-  template <typename P>
-  __device__ P* in(const GdnFast& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
+  template <typename A, typename P>
+  __device__ P* in(const A& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
   /// Element (row 0, column c0) of the chunk in a [B H, T', dim] scratch tensor (rows dim apart).
-  __device__ float* rows(const GdnFast& a, float* p, int64_t dim, int64_t c0) const {
+  template <typename A>
+  __device__ float* rows(const A& a, float* p, int64_t dim, int64_t c0) const {
     return p + (bh * a.NC * a.C + t0) * dim + c0;
   }
   /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
-  __device__ float* state(const GdnFast& a, float* p, int64_t k0, int64_t v0) const {
+  template <typename A>
+  __device__ float* state(const A& a, float* p, int64_t k0, int64_t v0) const {
     return p + ((bh * a.NC + chunk) * a.K + k0) * a.V + v0;
   }
 };
 
 // Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
 // g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
-__device__ void load_gates(const GdnFast& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
+template <typename A>
+__device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
   const int r = static_cast<int>(threadIdx.x);
   if (r < kN) {
     const bool in = r < ch.n;
@@ -100,13 +105,26 @@ __device__ void load_gates(const GdnFast& a, const Chunk& ch, double* gam, float
 }
 
 /// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols.
-template <typename F>
+/// out.v[i][j] = src[r * stride + c] for the thread's elements (r, c) = (L::row(i), L::col(j)) with r < rows,
+/// c < cols, else 0; the 16 loads are independent (issued together).
+template <typename L>
+__device__ __forceinline__ void load_acc(Acc& out, const float* src, int64_t stride, int rows, int cols) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      out.v[i][j] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
+    }
+}
+
+template <typename L, typename F>
 __device__ __forceinline__ void store_acc(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       if (r < rows && c < cols) dst[r * stride + c] = f(r, c, acc.v[i][j]);
     }
 }
@@ -133,8 +151,8 @@ constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
 // F1–F3 (Comba: F1', F3') for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
 // keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
-template <bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast a, bool keep_T) {
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<E> a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -142,21 +160,21 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast a, bool 
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const int64_t K = a.K, V = a.V;
-  const float* x = kComba ? a.p : a.k;
+  const E* x = kComba ? a.p : a.k;
   Acc acc;
   acc.zero();
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T
     tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     __syncthreads();
-    mma<false, true>(sX, sZ, acc);
+    L::template mma<false, true>(sX, sZ, acc);
     __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r e^{Γ_r-Γ_j} x_r·k_j (j < r); Comba: Γ^ex_r
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       sA[r * kLd + c] =
           c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
@@ -170,23 +188,24 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast a, bool 
                [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
     __syncthreads();
     acc.zero();
-    mma<false, false>(sT, sX, acc);
-    store_acc(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
     __syncthreads();
   }
   for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
     tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
     __syncthreads();
     acc.zero();
-    mma<false, false>(sT, sX, acc);
-    store_acc(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
     __syncthreads();
   }
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
 // chunk n) and Δ = U - W h[n] (over U). The K x 64 state lives in shared memory (ceil(K / 64) tiles).
-__global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast a) {
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -205,22 +224,21 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast a) {
     for (int kt = 0; kt < nkt; ++kt) {  // W S
       tile::load(sX, ch.rows(a, a.W, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
       __syncthreads();
-      mma<false, false>(sX, S + kt * tile::kTileFloats, acc);
+      L::template mma<false, false>(sX, S + kt * tile::kTileFloats, acc);
       __syncthreads();
     }
     float* U = ch.rows(a, a.U, V, v0);
+    Acc d;
+    load_acc<L>(d, U, V, ch.n, vc);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S
-        const int r = row_of(i), c = col_of(j);
-        float d = 0.0f;
-        if (r < ch.n && c < vc) {
-          d = U[r * V + c] - acc.v[i][j];
-          U[r * V + c] = d;
-        }
-        sD[r * kLd + c] = d;
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
+        const int r = L::row(i), c = L::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
+        sD[r * kLd + c] = d.v[i][j];
       }
+    store_acc<L>(d, U, V, ch.n, vc, [](int, int, float x) { return x; });
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
@@ -228,13 +246,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast a) {
                  [&](int r) { return expd(gC - s.gam[r]); });
       __syncthreads();
       acc.zero();
-      mma<true, false>(sX, sD, acc);
+      L::template mma<true, false>(sX, sD, acc);
       float* St = S + kt * tile::kTileFloats;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          float& e = St[row_of(i) * kLd + col_of(j)];
+          float& e = St[L::row(i) * kLd + L::col(j)];
           e = aC * e + acc.v[i][j];
         }
       __syncthreads();
@@ -244,7 +262,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast a) {
 
 // Accumulates P = mask_{j<=r}(e^{Γ_r-Γ_j} Q K^T) of the chunk into the shared tile sP (sQ, sK scratch tiles);
 // when sH is given, also acc_o += Q h[n][:, v0:v0+64] (sH scratch).
-__device__ void chunk_p(const GdnFast& a, const Chunk& ch, const double* gam, float* sQ, float* sK, float* sP,
+template <typename L, typename E>
+__device__ void chunk_p(const GdnFast<E>& a, const Chunk& ch, const double* gam, float* sQ, float* sK, float* sP,
                         float* sH, int64_t v0, Acc* acc_o) {
   const int64_t K = a.K;
   Acc acc;
@@ -254,21 +273,22 @@ __device__ void chunk_p(const GdnFast& a, const Chunk& ch, const double* gam, fl
     tile::load(sK, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     if (acc_o) tile::load(sH, ch.state(a, a.h, k0, v0), a.V, tile_cols(K, k0), tile_cols(a.V, v0));
     __syncthreads();
-    mma<false, true>(sQ, sK, acc);
-    if (acc_o) mma<false, false>(sQ, sH, *acc_o);
+    L::template mma<false, true>(sQ, sK, acc);
+    if (acc_o) L::template mma<false, false>(sQ, sH, *acc_o);
     __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       sP[r * kLd + c] = c <= r ? expd(gam[r] - gam[c]) * acc.v[i][j] : 0.0f;
     }
 }
 
 // F5, F6 for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: O = (Q ⊙ e^Γ) h[n] + P Δ.
-__global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast a) {
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -278,18 +298,18 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast a) {
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   Acc acc_o;
   acc_o.zero();
-  chunk_p(a, ch, s.gam, sQ, sK, sP, sH, v0, &acc_o);
+  chunk_p<L>(a, ch, s.gam, sQ, sK, sP, sH, v0, &acc_o);
   tile::load(sQ, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));  // Δ (sQ reused)
   __syncthreads();
   Acc acc;
   acc.zero();
-  mma<false, false>(sP, sQ, acc);
+  L::template mma<false, false>(sP, sQ, acc);
   float* o = ch.in(a, a.o, V, v0);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       if (r < ch.n && c < tile_cols(V, v0)) o[r * a.H * V + c] = expd(s.gam[r]) * acc_o.v[i][j] + acc.v[i][j];
     }
 }
@@ -297,7 +317,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast a) {
 // ---- backward phases ----
 
 // B1 (intra-chunk part) for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: dΔ = P^T dO.
-__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast a) {
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -305,19 +326,20 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast a)
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
-  chunk_p(a, ch, s.gam, sQ, sK, sP, nullptr, v0, nullptr);
+  chunk_p<L>(a, ch, s.gam, sQ, sK, sP, nullptr, v0, nullptr);
   tile::load(sQ, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));  // dO (sQ reused)
   __syncthreads();
   Acc acc;
   acc.zero();
-  mma<true, false>(sP, sQ, acc);
-  store_acc(acc, ch.rows(a, a.dD, V, v0), V, ch.n, tile_cols(V, v0), [](int, int, float x) { return x; });
+  L::template mma<true, false>(sP, sQ, acc);
+  store_acc<L>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, tile_cols(V, v0), [](int, int, float x) { return x; });
 }
 
 // B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse: stores dh[n]
 // (= dS_C, the gradient of the state leaving chunk n), completes dΔ += K^g dS_C, then
 // dS <- e^{Γ_C} dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast a) {
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -339,22 +361,21 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast a)
       tile::load(sX, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
                  [&](int r) { return expd(gC - s.gam[r]); });
       __syncthreads();
-      mma<false, false>(sX, dS + kt * tile::kTileFloats, acc);
+      L::template mma<false, false>(sX, dS + kt * tile::kTileFloats, acc);
       __syncthreads();
     }
     float* dD = ch.rows(a, a.dD, V, v0);
+    Acc d;
+    load_acc<L>(d, dD, V, ch.n, vc);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C
-        const int r = row_of(i), c = col_of(j);
-        float d = 0.0f;
-        if (r < ch.n && c < vc) {
-          d = dD[r * V + c] + acc.v[i][j];
-          dD[r * V + c] = d;
-        }
-        sE[r * kLd + c] = d;
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+        const int r = L::row(i), c = L::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
+        sE[r * kLd + c] = d.v[i][j];
       }
+    store_acc<L>(d, dD, V, ch.n, vc, [](int, int, float x) { return x; });
     tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
     for (int kt = 0; kt < nkt; ++kt) {  // B2
       tile::load(sX, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
@@ -364,14 +385,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast a)
       Acc qd, wd;
       qd.zero();
       wd.zero();
-      mma<true, false>(sX, sY, qd);
-      mma<true, false>(sZ, sE, wd);
+      L::template mma<true, false>(sX, sY, qd);
+      L::template mma<true, false>(sZ, sE, wd);
       float* St = dS + kt * tile::kTileFloats;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          float& e = St[row_of(i) * kLd + col_of(j)];
+          float& e = St[L::row(i) * kLd + L::col(j)];
           e = aC * e + qd.v[i][j] - wd.v[i][j];
         }
       __syncthreads();
@@ -381,7 +402,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast a)
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
 // chunk blockIdx.x of head blockIdx.y.
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) {
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -398,14 +420,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     __syncthreads();
-    mma<false, true>(sX, sZ, qk);
+    L::template mma<false, true>(sX, sZ, qk);
     __syncthreads();
   }
   for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
     tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
     tile::load(sD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
     __syncthreads();
-    mma<false, true>(sY, sD, dp);
+    L::template mma<false, true>(sY, sD, dp);
     __syncthreads();
   }
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
@@ -413,7 +435,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // B3: dP ⊙ E (masked); B8 (ii)
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
       sdP[r * kLd + c] = d;
       const float y = d * qk.v[i][j];
@@ -435,9 +457,9 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
       tile::load(sG, ch.state(a, a.dh, k0, v0), V, kc, vc);
       tile::load(sE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
       __syncthreads();
-      mma<false, true>(sY, sH, dqs);
-      mma<false, true>(sD, sG, dks);
-      mma<false, true>(sE, sH, dws);
+      L::template mma<false, true>(sY, sH, dqs);
+      L::template mma<false, true>(sD, sG, dks);
+      L::template mma<false, true>(sE, sH, dws);
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += sH[r * kLd + c] * sG[r * kLd + c];
@@ -450,14 +472,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
     Acc dq2, dk2;  // dP K, dP^T Q
     dq2.zero();
     dk2.zero();
-    mma<false, false>(sdP, sZ, dq2);
-    mma<true, false>(sdP, sX, dk2);
+    L::template mma<false, false>(sdP, sZ, dq2);
+    L::template mma<true, false>(sdP, sX, dk2);
     float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0), *dW = ch.rows(a, a.dW, K, k0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int r = row_of(i), c = col_of(j);
+        const int r = L::row(i), c = L::col(j);
         const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
         row_part[i] += eg * sX[r * kLd + c] * dqs.v[i][j];  // (i)
         const float z = ekg * sZ[r * kLd + c] * dks.v[i][j];
@@ -471,7 +493,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
       }
     __syncthreads();
   }
-  tile::reduce_rows_cols(row_part, col_part, s.red, s.out1);
+  tile::reduce_rows_cols<L>(row_part, col_part, s.red, s.out1);
   const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
   const int r = static_cast<int>(threadIdx.x);
   if (r < ch.n)
@@ -481,8 +503,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast a) 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
 // Comba (§6.5 "Comba changes"): the row vectors x = p̂ with Γ^ex; their gradient goes to dP̂ (written here),
 // the row terms of dΓ to dΓ^ex, and dg_t = Σ_{r>=t} dΓ_r + Σ_{r>t} dΓ^ex_r.
-template <bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -491,7 +513,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
   const int64_t K = a.K, V = a.V;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
-  const float* x = kComba ? a.p : a.k;
+  const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
   Acc kk;
   kk.zero();
@@ -499,7 +521,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
     tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     tile::load(sY, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
     __syncthreads();
-    mma<false, true>(sX, sY, kk);
+    L::template mma<false, true>(sX, sY, kk);
     __syncthreads();
   }
   // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
@@ -516,14 +538,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
     __syncthreads();
     Acc x;
     x.zero();
-    mma<true, false>(sT, sZ, x);
-    mma<false, true>(sZ, sY, dtv);
+    L::template mma<true, false>(sT, sZ, x);
+    L::template mma<false, true>(sZ, sY, dtv);
     float* dv = ch.in(a, a.dv, V, v0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int r = row_of(i), c = col_of(j);
+        const int r = L::row(i), c = L::col(j);
         db_part[i] += x.v[i][j] * sY[r * kLd + c];
         if (r < ch.n && c < vc) dv[r * a.H * V + c] = s.beta[r] * x.v[i][j];
       }
@@ -536,47 +558,50 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
     __syncthreads();
     Acc xw;
     xw.zero();
-    mma<true, false>(sT, sZ, xw);
-    mma<false, true>(sZ, sX, dtw);
+    L::template mma<true, false>(sT, sZ, xw);
+    L::template mma<false, true>(sZ, sX, dtw);
     float* dxt = ch.in(a, dx, K, k0);
+    Acc d;  // dK so far (GDN); Comba writes dP̂ here first
+    if (kComba)
+      d.zero();
+    else
+      load_acc<L>(d, dxt, a.H * K, ch.n, kc);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int r = row_of(i), c = col_of(j);
+        const int r = L::row(i), c = L::col(j);
         const float eg = expd(s.row_gam<kComba>(r)), xk = xw.v[i][j] * sX[r * kLd + c] * eg;
         db_part[i] += xk;
         row_x[i] += s.beta[r] * xk;
-        if (r < ch.n && c < kc) {
-          float& d = dxt[r * a.H * K + c];
-          d = (kComba ? 0.0f : d) + s.beta[r] * eg * xw.v[i][j];  // Comba: the first write of dP̂
-        }
+        d.v[i][j] += s.beta[r] * eg * xw.v[i][j];
       }
+    store_acc<L>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
     __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
     }
   __syncthreads();
   Acc m;
   m.zero();
-  mma<true, false>(sT, sdT, m);  // M1 = 𝒯^T d𝒯
+  L::template mma<true, false>(sT, sdT, m);  // M1 = 𝒯^T d𝒯
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) sM[row_of(i) * kLd + col_of(j)] = m.v[i][j];
+    for (int j = 0; j < 4; ++j) sM[L::row(i) * kLd + L::col(j)] = m.v[i][j];
   __syncthreads();
   m.zero();
-  mma<false, true>(sM, sT, m);  // M1 𝒯^T
+  L::template mma<false, true>(sM, sT, m);  // M1 𝒯^T
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into sdT; B7 dβ; B8 (vi)
-      const int r = row_of(i), c = col_of(j);
+      const int r = L::row(i), c = L::col(j);
       const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
       sdT[r * kLd + c] = dae;
       db_part[i] += dae * kk.v[i][j];
@@ -593,24 +618,29 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
     Acc xr, yc;
     xr.zero();
     yc.zero();
-    mma<false, false>(sdT, sX, xr);
-    mma<true, false>(sdT, sZ, yc);
+    L::template mma<false, false>(sdT, sX, xr);
+    L::template mma<true, false>(sdT, sZ, yc);
     float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
+    Acc dxo, dko;
+    load_acc<L>(dxo, dxt, a.H * K, ch.n, kc);
+    if (kComba) load_acc<L>(dko, dk, a.H * K, ch.n, kc);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int r = row_of(i), c = col_of(j);
-        if (r < ch.n && c < kc) {
-          dxt[r * a.H * K + c] += s.beta[r] * xr.v[i][j];
-          dk[r * a.H * K + c] += yc.v[i][j];
-        }
+        dxo.v[i][j] += s.beta[L::row(i)] * xr.v[i][j];
+        if (kComba)
+          dko.v[i][j] += yc.v[i][j];
+        else
+          dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
       }
+    store_acc<L>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    if (kComba) store_acc<L>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
     __syncthreads();
   }
-  tile::reduce_rows_cols(db_part, none, s.red, s.out1);
-  tile::reduce_rows_cols(row_part, col_part, s.red, s.out2);
-  if (kComba) tile::reduce_rows_cols(ex_part, none, s.red, s.out3);
+  tile::reduce_rows_cols<L>(db_part, none, s.red, s.out1);
+  tile::reduce_rows_cols<L>(row_part, col_part, s.red, s.out2);
+  if (kComba) tile::reduce_rows_cols<L>(ex_part, none, s.red, s.out3);
   const int r = static_cast<int>(threadIdx.x);
   if (r < ch.n) {
     a.dbeta[ch.gate(a, r)] = s.out1[r];
@@ -631,8 +661,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast a) {
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
 
-template <typename Kernel, typename... Extra>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast& a, Extra... extra) {
+template <typename Kernel, typename E, typename... Extra>
+void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast<E>& a, Extra... extra) {
   check(smem <= 227 * 1024, "gdn chunk (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)",
         a.K, smem);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -645,10 +675,14 @@ void check_chunk(int64_t chunk_size) {
         kGdnMaxChunk, chunk_size);
 }
 
-GdnFast make_args(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
-                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
-  GdnFast a{};
-  a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta;
+/// The products' layout (delta_tile.cuh).
+using Layout = tile::Simt;
+
+template <typename E>
+GdnFast<E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
+                     int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
+  GdnFast<E> a{};
+  a.q = q, a.k = k, a.v = v, a.p = p, a.g = g, a.beta = beta;
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
   const GdnScratch l(B, T, H, K, V, C, backward);
   float* base = static_cast<float*>(scratch);
@@ -658,42 +692,58 @@ GdnFast make_args(const float* q, const float* k, const float* v, const float* g
 }
 
 // wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
-template <bool kComba>
-void forward_states(const GdnFast& a, bool keep_T, cudaStream_t stream) {
+template <bool kComba, typename E>
+void forward_states(const GdnFast<E>& a, bool keep_T, cudaStream_t stream) {
+  using L = Layout;
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(gdn_wu_kernel<kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
-  launch(gdn_scan_kernel, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+  launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
+  launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
 }
 
-template <bool kComba>
-void core_fwd(GdnFast a, float* o, cudaStream_t stream) {
+// Forward (F1–F7): o [B, T, H, V].
+template <bool kComba, typename E>
+void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
+              int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
+              void* scratch, cudaStream_t stream) {
+  using L = Layout;
+  check_chunk(chunk_size);
+  if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
+  GdnFast<E> a = make_args(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
   forward_states<kComba>(a, false, stream);
-  launch(gdn_out_kernel, dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H),
-                              static_cast<unsigned>(ceil_div(a.V, kN))),
+  launch(gdn_out_kernel<L, E>,
+         dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads), static_cast<unsigned>(ceil_div(value_dim, kN))),
          smem_for(4), stream, a);
 }
 
-template <bool kComba>
-void core_bwd(GdnFast a, const float* d_o, cudaStream_t stream) {
+// Backward (B1–B9): gradients overwritten (dp: Comba only).
+template <bool kComba, typename E>
+void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, const float* d_o,
+              int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
+              float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+  using L = Layout;
+  check_chunk(chunk_size);
+  if (batch * heads == 0 || seq_len == 0) return;
+  if (value_dim == 0) {  // o = 0: every gradient is 0
+    const size_t rows = static_cast<size_t>(batch * seq_len * heads);
+    for (float* x : {dq, dk, dp})
+      if (x) LLMT_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float) * rows * key_dim, stream));
+    for (float* x : {dg, dbeta}) LLMT_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float) * rows, stream));
+    return;
+  }
+  GdnFast<E> a = make_args(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
   a.d_o = d_o;
+  a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
   forward_states<kComba>(a, true, stream);
-  const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
-  const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
-  const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(gdn_dv_local_kernel, dim3(NC, BH, nvt), smem_for(3), stream, a);
-  launch(gdn_bwd_scan_kernel, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-  launch(gdn_bwd_dqk_kernel, dim3(NC, BH), smem_for(8), stream, a);
-  launch(gdn_bwd_wy_kernel<kComba>, dim3(NC, BH), smem_for(6), stream, a);
-}
-
-// V = 0 makes o = 0: every gradient is 0.
-void zero_grads(int64_t rows, int64_t K, std::initializer_list<float*> per_channel, std::initializer_list<float*> per_row,
-                cudaStream_t stream) {
-  for (float* p : per_channel) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, sizeof(float) * rows * K, stream));
-  for (float* p : per_row) LLMT_CUDA_CHECK(cudaMemsetAsync(p, 0, sizeof(float) * rows, stream));
+  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
+  const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
+  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+  launch(gdn_dv_local_kernel<L, E>, dim3(NC, BH, nvt), smem_for(3), stream, a);
+  launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+  launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
+  launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
 }
 
 }  // namespace
@@ -721,45 +771,30 @@ size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t hea
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream) {
-  check_chunk(chunk_size);
-  if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  core_fwd<false>(make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false),
-                  o, stream);
+  core_fwd<false, float>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, scratch,
+                         stream);
 }
 
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
                    void* scratch, cudaStream_t stream) {
-  check_chunk(chunk_size);
-  if (batch * heads == 0 || seq_len == 0) return;
-  if (value_dim == 0) return zero_grads(batch * seq_len * heads, key_dim, {dq, dk}, {dg, dbeta}, stream);
-  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
-  a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
-  core_bwd<false>(a, d_o, stream);
+  core_bwd<false, float>(q, k, v, nullptr, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk,
+                         dv, nullptr, dg, dbeta, scratch, stream);
 }
 
 void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                      int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream) {
-  check_chunk(chunk_size);
-  if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
-  a.p = p;
-  core_fwd<true>(a, o, stream);
+  core_fwd<true, float>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, scratch, stream);
 }
 
 void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
                      int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
                      float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
-  check_chunk(chunk_size);
-  if (batch * heads == 0 || seq_len == 0) return;
-  if (value_dim == 0) return zero_grads(batch * seq_len * heads, key_dim, {dq, dk, dp}, {dg, dbeta}, stream);
-  GdnFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
-  a.p = p;
-  a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
-  core_bwd<true>(a, d_o, stream);
+  core_bwd<true, float>(q, k, v, p, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk, dv, dp,
+                        dg, dbeta, scratch, stream);
 }
 
 }  // namespace llmt::cuda
