@@ -276,7 +276,10 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 //   dB_j = Σ_i dcb_ij C_i + f_j Δ_j dS^T x_j                     -> dBh
 //   v̄_j = Σ_i CB_ij E_ij dy_i + f_j dS B_j;  dx_j = Δ_j v̄_j + D dy_j
 //   dG_i = Σ_j dcb_ij CB_ij - Σ_k dcb_ki CB_ki + e^{G_i} dy_i·(S_in C_i) - z_i, z_j = f_j Δ_j x_j·(dS B_j);
-//   dG_last += Σ_j z_j + e^Γ <dS, S_in>;  da_k = Σ_{i>=k} dG_i;  dΔ_k = x_k·v̄_k + A da_k
+//   dG_last += Σ_j z_j + e^Γ <dS, S_in>;  da_k = Σ_{i>=k} dG_i;  dΔ_k = x_k·v̄_k + A da_k.
+// da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
+// would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
+// + e^Γ <dS, S_in>.
 // and writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy) to partials.
 // Grid (nc, H, B); 4 tiles of dynamic shared memory.
 __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   float* b0 = smem + 2 * kTile;
   float* b1 = smem + 3 * kTile;
   __shared__ double Gs[kL];
-  __shared__ float dts[kL], dG[kL], part[kL], part2[kL], diag[kL], xv[kL], zz[kL];
+  __shared__ float dts[kL], cross[kL], inter[kL], diag[kL], xv[kL], zz[kL];
   __shared__ float red[kL][17];
   const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / (s.H / s.G), bh = b * s.H + h, bhk = bh * s.nc + k, c0 = k * kL;
@@ -337,22 +340,16 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
       b0[i * kPad + j] = dcb * cb[a][c];
     }
   __syncthreads();
-  // Intra-chunk dG: row sums minus column sums of dcb ∘ CB, in index order.
+  // Intra-chunk part of da_k: the entries of dcb ∘ CB with i >= k > j (rows, then columns, in order).
   if (tid < kL) {
-    float t = 0.0f;
-    for (int j = 0; j < kL; ++j) t += b0[tid * kPad + j];
-    part[tid] = t;
-  } else if (tid < 2 * kL) {
-    const int j = tid - kL;
-    float t = 0.0f;
-    for (int i = 0; i < kL; ++i) t += b0[i * kPad + j];
-    part2[j] = t;
+    double t = 0.0;
+    for (int i = tid; i < kL; ++i)
+      for (int j = 0; j < tid; ++j) t += b0[i * kPad + j];
+    cross[tid] = static_cast<float>(t);
   }
   __syncthreads();
-  if (tid < kL) dG[tid] = part[tid] - part2[tid];
-  __syncthreads();
 
-  // dC per N tile, with dG_i += C_i·(e^{G_i} S_in^T dy_i).
+  // dC per N tile, with inter_i = C_i·(e^{G_i} S_in^T dy_i).
   float gi[4] = {};
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
@@ -384,8 +381,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
       }
     __syncthreads();
   }
-  row_sum16(gi, red, part);
-  if (tid < kL) dG[tid] += part[tid];
+  row_sum16(gi, red, inter);
 
   // dB per N tile.
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
@@ -460,23 +456,23 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
 
   if (tid == 0) {
     const double A = -exp(static_cast<double>(A_log[h])), bias = dt_bias[h];
-    double dg[kL], zsum = 0.0;
+    double da[kL], zprefix = 0.0, isuffix = 0.0;
+    const double state = exp(Gs[kL - 1]) * sd;
     for (int i = 0; i < kL; ++i) {
-      const double z = static_cast<double>(dts[i]) * zz[i];
-      dg[i] = static_cast<double>(dG[i]) - z;
-      zsum += z;
+      da[i] = static_cast<double>(cross[i]) + zprefix + state;
+      zprefix += static_cast<double>(dts[i]) * zz[i];
     }
-    dg[kL - 1] += zsum + exp(Gs[kL - 1]) * sd;
-    double acc = 0.0, ddtb = 0.0, dA = 0.0, dD = 0.0;
+    double ddtb = 0.0, dA = 0.0, dD = 0.0;
     for (int i = kL - 1; i >= 0; --i) {
-      acc += dg[i];
+      isuffix += inter[i];
+      da[i] += isuffix;
       if (i >= nv) continue;
       const int64_t r = (b * s.T + c0 + i) * s.H + h;
       const double v = static_cast<double>(dt_raw[r]) + bias;
-      const double gr = (xv[i] + A * acc) * (v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v)));
+      const double gr = (xv[i] + A * da[i]) * (v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v)));
       ddt_raw[r] = static_cast<float>(gr);
       ddtb += gr;
-      dA += dts[i] * acc;
+      dA += dts[i] * da[i];
       dD += diag[i];
     }
     partials[bhk * 3 + 0] = ddtb;
