@@ -279,9 +279,8 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 //   dG_last += Σ_j z_j + e^Γ <dS, S_in>;  da_k = Σ_{i>=k} dG_i;  dΔ_k = x_k·v̄_k + A da_k.
 // da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
 // would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
-// + e^Γ <dS, S_in>.
-// and writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy) to partials.
-// Grid (nc, H, B); 4 tiles of dynamic shared memory.
+// + e^Γ <dS, S_in>. Writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy)
+// to partials. Grid (nc, H, B); 4 tiles of dynamic shared memory.
 __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
     const float* dt, const double* G, const float* states, const float* dstates, Sizes s, float* dxbc,
