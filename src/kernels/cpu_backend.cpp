@@ -41,25 +41,6 @@ decltype(auto) dispatch(const Tensor& t, const char* op, F&& f) {
   return f(float{});
 }
 
-/// The Mamba2 core sizes of mamba2_ssd_fwd/bwd's tensors (backend.h), after checking their shapes and
-/// dtypes; y is the output (or its gradient) [B, T, H P].
-cpu::Mamba2Dims mamba2_dims(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
-                            const Tensor& D, int64_t head_dim, int64_t n_groups, const Tensor& y, const char* op) {
-  check(xbc.ndim == 3 && dt_raw.ndim == 3 && y.ndim == 3 && head_dim > 0 && n_groups > 0, "{}: xbc {} dt_raw {} y {}",
-        op, xbc.shape_str(), dt_raw.shape_str(), y.shape_str());
-  const int64_t B = xbc.shape[0], T = xbc.shape[1], H = dt_raw.shape[2], XD = H * head_dim;
-  const int64_t rest = xbc.shape[2] - XD;
-  check(dt_raw.shape[0] == B && dt_raw.shape[1] == T && y.shape[0] == B && y.shape[1] == T && y.shape[2] == XD &&
-            rest > 0 && rest % (2 * n_groups) == 0,
-        "{}: xbc {} must be [B, T, H P + 2 G N] with dt_raw {} [B, T, H], y {} [B, T, H P], P = {}, G = {}", op,
-        xbc.shape_str(), dt_raw.shape_str(), y.shape_str(), head_dim, n_groups);
-  for (const Tensor* t : {&dt_bias, &A_log, &D})
-    check(t->numel() == H && t->dtype == xbc.dtype, "{}: dt_bias, A_log and D must be [H = {}] in {}", op, H,
-          dtype_name(xbc.dtype));
-  check(dt_raw.dtype == xbc.dtype && y.dtype == xbc.dtype, "{}: xbc, dt_raw and y must share one dtype", op);
-  return {B, T, H, head_dim, rest / (2 * n_groups), n_groups};
-}
-
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }

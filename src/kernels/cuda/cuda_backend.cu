@@ -1,7 +1,7 @@
 // The CUDA backend: the CPU backend's shape/dtype checks, then the launchers of ops.cuh on
 // one stream, and cuBLAS for matmul (fp32 accumulation; fp32 operands without TF32, or bf16
 // operands on the tensor cores). Activations of the Transformer's ops are f32 or bf16; the
-// delta-rule ops, the residual stream, gradients and optimizer state are f32.
+// delta-rule and Mamba2 ops, the residual stream, gradients and optimizer state are f32.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -321,8 +321,8 @@ class CudaBackend final : public Backend {
     check_same(x, y, "short_conv_silu_fwd");
     check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
     const char* op = "short_conv_silu_fwd";
-    cuda::short_conv_silu_fwd(f32(x, op), f32(w, op), x.shape[0], x.shape[1], x.shape[2], w.shape[2], f32(pre, op),
-                              f32(y, op), stream_);
+    cuda::short_conv_silu_fwd(f32(x, op), f32(w, op), nullptr, x.shape[0], x.shape[1], x.shape[2], w.shape[2],
+                              f32(pre, op), f32(y, op), stream_);
   }
   void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
                            const Tensor& dw) override {
@@ -335,8 +335,63 @@ class CudaBackend final : public Backend {
     const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], W = w.shape[2];
     const float *pdy = f32(dy, op), *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
     float *pdx = f32(dx, op), *pdw = f32(dw, op);
-    cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw,
+    cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw, nullptr,
                               scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+  }
+
+  // ---- Mamba2 (checks as the CPU backend's; f32: the layer keeps its activations in the master dtype) ----
+  void conv_bias_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& pre,
+                          const Tensor& y) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1 && bias.numel() == x.shape[2],
+          "conv_bias_silu_fwd: x must be [B, T, C], w [C, 1, W] and bias [C], got {}, {} and {}", x.shape_str(),
+          w.shape_str(), bias.shape_str());
+    check_same(x, pre, "conv_bias_silu_fwd");
+    check_same(x, y, "conv_bias_silu_fwd");
+    check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
+    const char* op = "conv_bias_silu_fwd";
+    cuda::short_conv_silu_fwd(f32(x, op), f32(w, op), f32(bias, op), x.shape[0], x.shape[1], x.shape[2], w.shape[2],
+                              f32(pre, op), f32(y, op), stream_);
+  }
+  void conv_bias_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
+                          const Tensor& dw, const Tensor& dbias) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && dbias.numel() == x.shape[2],
+          "conv_bias_silu_bwd: x {} w {} dbias {}", x.shape_str(), w.shape_str(), dbias.shape_str());
+    for (const Tensor* t : {&dy, &pre, &dx}) check_same(x, *t, "conv_bias_silu_bwd");
+    check_same(w, dw, "conv_bias_silu_bwd");
+    check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
+    const char* op = "conv_bias_silu_bwd";
+    const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], W = w.shape[2];
+    const float *pdy = f32(dy, op), *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
+    float *pdx = f32(dx, op), *pdw = f32(dw, op), *pdb = f32(dbias, op);
+    cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw, pdb,
+                              scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+  }
+  void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                      const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                      const Tensor& y) override {
+    const char* op = "mamba2_ssd_fwd";
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
+    check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
+    cuda::mamba2_ssd_fwd(f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op), d.batch,
+                         d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(y, op),
+                         scratch(mamba2_ssd_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
+                         stream_);
+  }
+  void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
+                      const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                      const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias, const Tensor& dA_log,
+                      const Tensor& dD) override {
+    const char* op = "mamba2_ssd_bwd";
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, op);
+    check_same(xbc, dxbc, op);
+    check_same(dt_raw, ddt_raw, op);
+    for (const Tensor* t : {&ddt_bias, &dA_log, &dD}) check_same(D, *t, op);
+    check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
+    cuda::mamba2_ssd_bwd(f32(dy, op), f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op),
+                         d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(dxbc, op),
+                         f32(ddt_raw, op), f32(ddt_bias, op), f32(dA_log, op), f32(dD, op),
+                         scratch(mamba2_ssd_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
+                         stream_);
   }
   void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
                   const Tensor& rinv) override {

@@ -1,9 +1,10 @@
 // The small blocks of the delta-rule layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3, §5):
-// short convolution + SiLU, L2 norm, gated RMSNorm, the decay gates (GDN/Comba per head, KDA per key
-// channel, §4.3 steps 2-3) and the Comba gates (§4.2 steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,
-// delta_gates,comba_gates}.h; arithmetic in double like the CPU reference. Parameter gradients
-// (dw, dA_log, ddt_bias, ddecay, dD) are reduced
-// deterministically: fixed-order partial sums, never atomics.
+// short convolution + SiLU (also Mamba2's conv with its per-channel bias, layers-ssm-attn.md §1.4),
+// L2 norm, gated RMSNorm, the decay gates (GDN/Comba per head, KDA per key channel, §4.3 steps 2-3)
+// and the Comba gates (§4.2 steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,
+// l2norm,gated_rmsnorm,delta_gates,comba_gates}.h; arithmetic in double like the CPU reference. Parameter
+// gradients (dw, dbias, dA_log, ddt_bias, ddecay, dD) are reduced deterministically: fixed-order partial
+// sums, never atomics.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -32,15 +33,15 @@ __global__ void add_partials_kernel(const double* partial, int64_t chunks, int64
 
 // ---- short convolution + SiLU (§2.1) ----
 
-// pre_t[c] = Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (x_τ = 0 for τ < 0);  y_t = pre_t σ(pre_t)
-// (one thread per element)
-__global__ void short_conv_fwd_kernel(const float* x, const float* w, int64_t batch, int64_t seq_len,
-                                      int64_t channels, int64_t width, float* pre, float* y) {
+// pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (x_τ = 0 for τ < 0; no bias term when bias is
+// null);  y_t = pre_t σ(pre_t)   (one thread per element)
+__global__ void short_conv_fwd_kernel(const float* x, const float* w, const float* bias, int64_t batch,
+                                      int64_t seq_len, int64_t channels, int64_t width, float* pre, float* y) {
   const int64_t n = batch * seq_len * channels;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = idx % channels, t = (idx / channels) % seq_len;
     const int64_t i0 = width - 1 - t > 0 ? width - 1 - t : 0;
-    double acc = 0.0;
+    double acc = bias != nullptr ? static_cast<double>(bias[c]) : 0.0;
     for (int64_t i = i0; i < width; ++i)
       acc += static_cast<double>(w[c * width + i]) * x[idx + (i - width + 1) * channels];
     pre[idx] = static_cast<float>(acc);
@@ -69,29 +70,34 @@ __global__ void short_conv_bwd_dx_kernel(const float* dy, const float* w, const 
 }
 
 // dw partials: partial[(i, chunk), c] = Σ_{rows (b,t) of the chunk, t-W+1+i >= 0} ȳ_t[c] x_{t-W+1+i}[c]
-// (blockIdx.z = tap i; the rows are the B*T flattened (b, t))
+// (blockIdx.z = tap i; the rows are the B*T flattened (b, t)). blockIdx.z = W (launched only with a bias)
+// gives the dbias partials bias_partial[chunk, c] = Σ_{rows of the chunk} ȳ_t[c].
 __global__ void short_conv_bwd_dw_partial_kernel(const float* dy, const float* x, const float* pre, int64_t rows,
                                                  int64_t seq_len, int64_t channels, int64_t width,
-                                                 int64_t rows_per_chunk, double* partial) {
+                                                 int64_t rows_per_chunk, double* partial, double* bias_partial) {
   __shared__ double sums[kRowThreads][kCols];
   const int64_t c = int64_t{blockIdx.x} * kCols + threadIdx.x;
   const int64_t i = blockIdx.z;
+  const bool bias_tap = i == width;
   const int64_t begin = blockIdx.y * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  const int64_t shift = width - 1 - i;  // input token = t - shift
+  const int64_t shift = bias_tap ? 0 : width - 1 - i;  // input token = t - shift
   double s = 0.0;
   if (c < channels)
     for (int64_t r = begin + threadIdx.y; r < end; r += kRowThreads) {
       if (r % seq_len < shift) continue;
       const int64_t j = r * channels + c;
-      s += conv_ybar(dy, pre, j) * x[j - shift * channels];
+      s += conv_ybar(dy, pre, j) * (bias_tap ? 1.0 : static_cast<double>(x[j - shift * channels]));
     }
   sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < channels) {
     for (int k = 1; k < kRowThreads; ++k) s += sums[k][threadIdx.x];
     // layout [chunk, c * W + i] so that the final kernel adds into dw[c * W + i]
-    partial[blockIdx.y * channels * width + c * width + i] = s;
+    if (bias_tap)
+      bias_partial[blockIdx.y * channels + c] = s;
+    else
+      partial[blockIdx.y * channels * width + c * width + i] = s;
   }
 }
 
@@ -306,33 +312,37 @@ __global__ void comba_gates_bwd_kernel(const float* dq_out, const float* dp, con
 
 }  // namespace
 
-void short_conv_silu_fwd(const float* x, const float* w, int64_t batch, int64_t seq_len, int64_t channels,
-                         int64_t width, float* pre, float* y, cudaStream_t stream) {
+void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
+                         int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream) {
   const int64_t n = batch * seq_len * channels;
   if (n == 0) return;
-  short_conv_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, w, batch, seq_len, channels, width, pre, y);
+  short_conv_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, w, bias, batch, seq_len, channels, width, pre, y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width) {
-  return sizeof(double) * static_cast<size_t>(row_chunks(batch * seq_len) * channels * width);
+  return sizeof(double) * static_cast<size_t>(row_chunks(batch * seq_len) * channels * (width + 1));
 }
 
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
-                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, void* scratch,
-                         cudaStream_t stream) {
+                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, float* dbias,
+                         void* scratch, cudaStream_t stream) {
   const int64_t rows = batch * seq_len, n = rows * channels;
   if (n == 0) return;
   short_conv_bwd_dx_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, w, pre, batch, seq_len, channels, width, dx);
   LLMT_CUDA_CHECK_LAUNCH();
   const int64_t chunks = row_chunks(rows), rows_per_chunk = ceil_div(rows, chunks);
   auto* partial = static_cast<double*>(scratch);
+  double* bias_partial = partial + chunks * channels * width;
   const dim3 grid(static_cast<unsigned>(ceil_div(channels, kCols)), static_cast<unsigned>(chunks),
-                  static_cast<unsigned>(width));
+                  static_cast<unsigned>(width + (dbias != nullptr ? 1 : 0)));
   short_conv_bwd_dw_partial_kernel<<<grid, dim3(kCols, kRowThreads), 0, stream>>>(
-      dy, x, pre, rows, seq_len, channels, width, rows_per_chunk, partial);
+      dy, x, pre, rows, seq_len, channels, width, rows_per_chunk, partial, bias_partial);
   LLMT_CUDA_CHECK_LAUNCH();
   add_partials_kernel<<<grid_for(channels * width), kThreads, 0, stream>>>(partial, chunks, channels * width, dw);
+  LLMT_CUDA_CHECK_LAUNCH();
+  if (dbias == nullptr) return;
+  add_partials_kernel<<<grid_for(channels), kThreads, 0, stream>>>(bias_partial, chunks, channels, dbias);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

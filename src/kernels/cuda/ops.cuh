@@ -77,13 +77,15 @@ void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n
 
 // delta_blocks.cu (semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,comba_gates}.h).
 // Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order
-// reductions, no atomics): dw, dA_log, ddt_bias, and the Comba gates' dk, ddecay, dD. The
+// reductions, no atomics): dw, dbias, dA_log, ddt_bias, and the Comba gates' dk, ddecay, dD. The
 // *_scratch_bytes functions size `scratch`.
-void short_conv_silu_fwd(const float* x, const float* w, int64_t batch, int64_t seq_len, int64_t channels,
-                         int64_t width, float* pre, float* y, cudaStream_t stream);
+/// Short conv + SiLU: x, pre, y, dy, dx [batch, seq_len, channels]; w, dw [channels, width]; bias, dbias
+/// [channels] or nullptr (the delta-rule layers' conv has no bias, Mamba2's has, layers-ssm-attn.md §1.4).
+void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
+                         int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream);
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
-                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, void* scratch,
-                         cudaStream_t stream);
+                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, float* dbias,
+                         void* scratch, cudaStream_t stream);
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width);
 void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
                 cudaStream_t stream);
@@ -161,5 +163,24 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream);
 size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
+
+// mamba2.cu: Mamba2's SSD step (semantics: src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd, zero initial
+// state; layers-ssm-attn.md §2.5, §2.6), fp32 state and products. xbc, dxbc [B, T, H P + 2 G N] (rows
+// [x | B | C]); dt_raw, ddt_raw [B, T, H]; dt_bias, A_log, D, ddt_bias, dA_log, dD [H]; y, dy [B, T, H P].
+// Overwritten: y, dxbc, ddt_raw; accumulated (fixed-order sums, no atomics): ddt_bias, dA_log, dD. The
+// kernels chunk the sequence into 64 tokens whatever the layer's chunk_size (the result does not
+// depend on it beyond rounding). G must divide H. `scratch` must hold mamba2_ssd_{fwd,bwd}_scratch_bytes
+// (O(B H (T/64) P N) floats: the chunk states).
+void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+                    int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
+                    int64_t groups, float* y, void* scratch, cudaStream_t stream);
+size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                                    int64_t state_dim);
+void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
+                    const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                    int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
+                    float* dD, void* scratch, cudaStream_t stream);
+size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                                    int64_t state_dim);
 
 }  // namespace llmt::cuda

@@ -1,0 +1,600 @@
+// Mamba2's SSD step on the GPU (layers-ssm-attn.md §2.2 steps 3–5, chunked §2.5, backward §2.6.3), with
+// the semantics of src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd: Δ = softplus(dt_raw + dt_bias) (the
+// identity above 20), A = -exp(A_log), S_t = e^{Δ_t A} S_{t-1} + Δ_t x_t B_t^T, y_t = S_t C_t + D x_t,
+// zero initial state. State and products in fp32; Δ, the chunk-local cumsum G and the per-head
+// parameter sums in double.
+//
+// The sequence is cut into chunks of kL = 64 tokens (the kernel's own length: the SSD result does not
+// depend on the chunk length beyond rounding, so the layer's chunk_size only has to be valid). Phases:
+//   prep:   Δ and G per (b, h, chunk)                                  (one thread per chunk)
+//   outer:  each chunk's state contribution Σ_i w_i u_i v_i^T           (blocks over b, h, chunk, P/N tiles)
+//   scan:   the states entering (forward) or leaving (backward) chunks  (one thread per state element)
+//   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, h, chunk, P tile)
+//   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
+// then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
+// No atomics: the same inputs give the same bits.
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace llmt::cuda {
+namespace {
+
+constexpr int kL = 64;                 // chunk length and tile edge
+constexpr int kPad = kL + 1;           // shared row stride: conflict-free row and column reads
+constexpr int kTile = kL * kPad;       // floats per shared tile
+constexpr int kSsdThreads = 256;       // 16 x 16 threads, each owning a 4 x 4 piece of a 64 x 64 tile
+
+// Sizes of one call. W = H P + 2 G N is xbc's row width, [x | B | C]; nc chunks of kL tokens;
+// PT, NT the 64-wide tiles of P and N.
+struct Sizes {
+  int64_t B, T, H, P, N, G, nc, PT, NT, W, XD, GN;
+};
+
+Sizes make_sizes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim, int64_t groups) {
+  return {batch,
+          seq_len,
+          heads,
+          head_dim,
+          state_dim,
+          groups,
+          ceil_div(seq_len, kL),
+          ceil_div(head_dim, kL),
+          ceil_div(state_dim, kL),
+          heads * head_dim + 2 * groups * state_dim,
+          heads * head_dim,
+          groups * state_dim};
+}
+
+// The scratch carved into its arrays (256-byte aligned), or only sized when base is null.
+// dt [B, H, nc kL] (Δ, 0 past T); G [B, H, nc kL] (chunk-local inclusive cumsum of Δ A, flat past T);
+// states [B, H, nc, P, N] (chunk contributions, then the entering states); backward only: dstates (the
+// states' adjoints), dBh, dCh [B, H, nc kL, N] (per-head dB, dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
+struct Scratch {
+  float* dt = nullptr;
+  double* G = nullptr;
+  float* states = nullptr;
+  float* dstates = nullptr;
+  float* dBh = nullptr;
+  float* dCh = nullptr;
+  double* partials = nullptr;
+};
+
+size_t carve(const Sizes& s, bool backward, void* base, Scratch* out) {
+  size_t off = 0;
+  auto take = [&](auto*& p, int64_t n) {
+    using T = std::remove_reference_t<decltype(*p)>;
+    if (base != nullptr) p = reinterpret_cast<T*>(static_cast<char*>(base) + off);
+    off += (static_cast<size_t>(n) * sizeof(T) + 255) / 256 * 256;
+  };
+  Scratch sc;
+  const int64_t bh = s.B * s.H, rows = bh * s.nc * kL, states = bh * s.nc * s.P * s.N;
+  take(sc.dt, rows);
+  take(sc.G, rows);
+  take(sc.states, states);
+  if (backward) {
+    take(sc.dstates, states);
+    take(sc.dBh, rows * s.N);
+    take(sc.dCh, rows * s.N);
+    take(sc.partials, bh * s.nc * 3);
+  }
+  if (out != nullptr) *out = sc;
+  return off;
+}
+
+__device__ double softplus_d(double v) { return v > 20.0 ? v : log1p(exp(v)); }
+
+// Δ and G for the kL tokens of one (b, h, chunk); tokens past T get Δ = 0, so G stays at the chunk's
+// last value Γ and the padded rows drop out of every product.   (one thread per chunk)
+__global__ void ssd_prep_kernel(const float* dt_raw, const float* dt_bias, const float* A_log, Sizes s, float* dt,
+                                double* G) {
+  const int64_t n = s.B * s.H * s.nc;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t k = idx % s.nc, h = (idx / s.nc) % s.H, b = idx / (s.nc * s.H);
+    const double A = -exp(static_cast<double>(A_log[h])), bias = dt_bias[h];
+    double acc = 0.0;
+    for (int i = 0; i < kL; ++i) {
+      const int64_t t = k * kL + i;
+      const double d = t < s.T ? softplus_d(static_cast<double>(dt_raw[(b * s.T + t) * s.H + h]) + bias) : 0.0;
+      acc += d * A;
+      dt[idx * kL + i] = static_cast<float>(d);
+      G[idx * kL + i] = acc;
+    }
+  }
+}
+
+// buf[r][c] = src[r * stride + c] (times scale[r] when given) for r < rows, c < cols, 0 elsewhere in the
+// 64 x 64 tile. Reached by the whole block.
+__device__ void load_tile(float* buf, const float* src, int64_t stride, int rows, int cols,
+                          const float* scale = nullptr) {
+  for (int e = threadIdx.x; e < kL * kL; e += blockDim.x) {
+    const int r = e / kL, c = e % kL;
+    float v = 0.0f;
+    if (r < rows && c < cols) {
+      v = src[r * stride + c];
+      if (scale != nullptr) v *= scale[r];
+    }
+    buf[r * kPad + c] = v;
+  }
+}
+
+// acc[a][c] += Σ_{k<64} A(ty + 16a, k) B(tx + 16c, k) over shared 64 x 64 tiles, where A(r, k) is
+// A[r][k] (TA: A[k][r]) and B(col, k) is B[col][k] (TB: B[k][col]); fixed k order.
+template <bool TA, bool TB>
+__device__ __forceinline__ void mma64(const float* A, const float* B, float (&acc)[4][4]) {
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll 4
+  for (int k = 0; k < kL; ++k) {
+    float a[4], b[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int row = ty + 16 * q, col = tx + 16 * q;
+      a[q] = TA ? A[k * kPad + row] : A[row * kPad + k];
+      b[q] = TB ? B[k * kPad + col] : B[col * kPad + k];
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[q][c] = fmaf(a[q], b[c], acc[q][c]);
+  }
+}
+
+// e^{min(gi - gj, 0)}, the intra-chunk decay E_ij (j <= i); a NaN difference stays NaN, as std::min in the
+// CPU reference.
+__device__ __forceinline__ float decay(double gi, double gj) {
+  const double d = gi - gj;
+  return expf(static_cast<float>(0.0 < d ? 0.0 : d));
+}
+
+__device__ __forceinline__ int imin(int64_t a, int64_t b) { return static_cast<int>(a < b ? a : b); }
+
+// A chunk's state contribution out[p][n] = Σ_i w_i u_i[p] v_i[n] over its tokens i, written to
+// out[b, h, chunk, P, N]. u (b, t, h, p) = u[(b T + t) u_row + h P + p]; v (b, t, g, n) = v[(b T + t) W + g N + n].
+// to_end: w_i = e^{Γ - G_i} Δ_i (forward: u = x, v = B, the state written by the chunk, §2.5 step 3);
+// else w_i = e^{G_i} (backward: u = dy, v = C, the chunk's Σ_i e^{G_i} dy_i C_i^T of dS_in, §2.6.3 a).
+// Grid (nc, H, B PT NT).
+__global__ void __launch_bounds__(kSsdThreads) ssd_chunk_outer_kernel(const float* u, int64_t u_row, const float* v,
+                                                                      const float* dt, const double* G, Sizes s,
+                                                                      bool to_end, float* out) {
+  extern __shared__ float smem[];
+  float* bu = smem;
+  float* bv = smem + kTile;
+  __shared__ float w[kL];
+  const int64_t k = blockIdx.x, h = blockIdx.y, nt = blockIdx.z % s.NT, pt = (blockIdx.z / s.NT) % s.PT;
+  const int64_t b = blockIdx.z / (s.NT * s.PT), g = h / (s.H / s.G);
+  const int64_t bhk = (b * s.H + h) * s.nc + k, c0 = k * kL, p0 = pt * kL, n0 = nt * kL;
+  const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
+  if (threadIdx.x < kL) {
+    const double Gi = G[bhk * kL + threadIdx.x], gam = G[bhk * kL + kL - 1];
+    w[threadIdx.x] = to_end ? expf(static_cast<float>(gam - Gi)) * dt[bhk * kL + threadIdx.x]
+                            : expf(static_cast<float>(Gi));
+  }
+  __syncthreads();
+  load_tile(bu, u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np, w);
+  load_tile(bv, v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
+  __syncthreads();
+  float acc[4][4] = {};
+  mma64<true, true>(bu, bv, acc);  // acc[p][n] = Σ_i (w_i u_i[p]) v_i[n]
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  float* o = out + bhk * s.P * s.N;
+  for (int a = 0; a < 4; ++a)
+    for (int c = 0; c < 4; ++c) {
+      const int p = ty + 16 * a, n = tx + 16 * c;
+      if (p < np && n < nn) o[(p0 + p) * s.N + n0 + n] = acc[a][c];
+    }
+}
+
+// The chunks' contributions -> in place the states entering each chunk (forward: S_in_0 = 0,
+// S_in_{k+1} = e^{Γ_k} S_in_k + U_k) or the adjoints of the states leaving each chunk (reverse:
+// dS_out_{nc-1} = 0, dS_out_{k-1} = e^{Γ_k} dS_out_k + V_k).   (one thread per (b, h, p, n))
+__global__ void ssd_scan_kernel(float* st, const double* G, Sizes s, bool reverse) {
+  const int64_t PN = s.P * s.N, n = s.B * s.H * PN;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t bh = idx / PN, e = idx % PN;
+    float carry = 0.0f;
+    for (int64_t q = 0; q < s.nc; ++q) {
+      const int64_t k = reverse ? s.nc - 1 - q : q;
+      float* p = st + (bh * s.nc + k) * PN + e;
+      const float contrib = *p;
+      *p = carry;
+      carry = expf(static_cast<float>(G[(bh * s.nc + k) * kL + kL - 1])) * carry + contrib;
+    }
+  }
+}
+
+// Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
+// + e^{G_i} S_in C_i + D x_i. Grid (nc, H, B PT); 3 tiles of dynamic shared memory.
+__global__ void __launch_bounds__(kSsdThreads) ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt,
+                                                                  const double* G, const float* states, Sizes s,
+                                                                  float* y) {
+  extern __shared__ float smem[];
+  float* bc = smem;
+  float* bs = smem + kTile;
+  float* bb = smem + 2 * kTile;
+  __shared__ double Gs[kL];
+  __shared__ float dts[kL];
+  const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
+  const int64_t g = h / (s.H / s.G), bhk = (b * s.H + h) * s.nc + k, c0 = k * kL, p0 = pt * kL;
+  const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  if (threadIdx.x < kL) {
+    Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
+    dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
+  }
+  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  const float* sin = states + bhk * s.P * s.N + p0 * s.N;
+  float acc[4][4] = {}, m[4][4] = {};
+  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+    const int nn = imin(kL, s.N - n0);
+    load_tile(bc, row + s.XD + s.GN + g * s.N + n0, s.W, nv, nn);
+    load_tile(bs, sin + n0, s.N, np, nn);
+    load_tile(bb, row + s.XD + g * s.N + n0, s.W, nv, nn);
+    __syncthreads();
+    mma64<false, false>(bc, bs, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
+    mma64<false, false>(bc, bb, m);    // m[i][j] = C_i·B_j
+    __syncthreads();
+  }
+  for (int a = 0; a < 4; ++a) {
+    const int i = ty + 16 * a;
+    const float ei = expf(static_cast<float>(Gs[i]));
+    for (int c = 0; c < 4; ++c) {
+      const int j = tx + 16 * c;
+      acc[a][c] *= ei;
+      bc[i * kPad + j] = j <= i ? m[a][c] * decay(Gs[i], Gs[j]) * dts[j] : 0.0f;
+    }
+  }
+  load_tile(bs, row + h * s.P + p0, s.W, nv, np);  // x
+  __syncthreads();
+  mma64<false, true>(bc, bs, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
+  const float Dh = D[h];
+  for (int a = 0; a < 4; ++a)
+    for (int c = 0; c < 4; ++c) {
+      const int i = ty + 16 * a, p = tx + 16 * c;
+      if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc[a][c] + Dh * bs[i * kPad + p];
+    }
+}
+
+// Sums v over the 16 threads of each row group (tx = 0..15) in tx order: out[ty + 16a] = Σ_tx v[a].
+// Reached by the whole block; red is a [kL][17] shared scratch.
+__device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  for (int a = 0; a < 4; ++a) red[ty + 16 * a][tx] = v[a];
+  __syncthreads();
+  if (threadIdx.x < kL) {
+    float t = 0.0f;
+    for (int q = 0; q < 16; ++q) t += red[threadIdx.x][q];
+    out[threadIdx.x] = t;
+  }
+  __syncthreads();
+}
+
+// All gradients of one (b, h, chunk), §2.6.3 a–h, given the entering state S_in and the adjoint dS of
+// the state leaving it (both [P, N]). With E_ij = e^{G_i-G_j} (j <= i), CB_ij = C_i·B_j,
+// dcb_ij = (dy_i·x_j) Δ_j E_ij, f_j = e^{Γ-G_j}:
+//   dC_i = e^{G_i} S_in^T dy_i + Σ_j dcb_ij B_j                 -> dCh (summed over the group later)
+//   dB_j = Σ_i dcb_ij C_i + f_j Δ_j dS^T x_j                     -> dBh
+//   v̄_j = Σ_i CB_ij E_ij dy_i + f_j dS B_j;  dx_j = Δ_j v̄_j + D dy_j
+//   dG_i = Σ_j dcb_ij CB_ij - Σ_k dcb_ki CB_ki + e^{G_i} dy_i·(S_in C_i) - z_i, z_j = f_j Δ_j x_j·(dS B_j);
+//   dG_last += Σ_j z_j + e^Γ <dS, S_in>;  da_k = Σ_{i>=k} dG_i;  dΔ_k = x_k·v̄_k + A da_k.
+// da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
+// would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
+// + e^Γ <dS, S_in>. Writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy)
+// to partials. Grid (nc, H, B); 4 tiles of dynamic shared memory.
+__global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
+    const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+    const float* dt, const double* G, const float* states, const float* dstates, Sizes s, float* dxbc,
+    float* ddt_raw, float* dBh, float* dCh, double* partials) {
+  extern __shared__ float smem[];
+  float* mdcb = smem;           // dcb[i][j]
+  float* mw = smem + kTile;     // CB_ij E_ij
+  float* b0 = smem + 2 * kTile;
+  float* b1 = smem + 3 * kTile;
+  __shared__ double Gs[kL];
+  __shared__ float dts[kL], cross[kL], inter[kL], diag[kL], xv[kL], zz[kL];
+  __shared__ float red[kL][17];
+  const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int64_t g = h / (s.H / s.G), bh = b * s.H + h, bhk = bh * s.nc + k, c0 = k * kL;
+  const int nv = imin(kL, s.T - c0);
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  if (tid < kL) {
+    Gs[tid] = G[bhk * kL + tid];
+    dts[tid] = dt[bhk * kL + tid];
+  }
+  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  const float* xs = row + h * s.P;
+  const float* bs = row + s.XD + g * s.N;
+  const float* cs = row + s.XD + s.GN + g * s.N;
+  const float* dys = dy + (b * s.T + c0) * s.XD + h * s.P;
+  const float* sin = states + bhk * s.P * s.N;
+  const float* dS = dstates + bhk * s.P * s.N;
+
+  // CB_ij and DX_ij = dy_i·x_j over the whole N and P.
+  float cb[4][4] = {}, dx[4][4] = {};
+  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+    const int nn = imin(kL, s.N - n0);
+    load_tile(b0, cs + n0, s.W, nv, nn);
+    load_tile(b1, bs + n0, s.W, nv, nn);
+    __syncthreads();
+    mma64<false, false>(b0, b1, cb);
+    __syncthreads();
+  }
+  for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
+    const int np = imin(kL, s.P - p0);
+    load_tile(b0, dys + p0, s.XD, nv, np);
+    load_tile(b1, xs + p0, s.W, nv, np);
+    __syncthreads();
+    mma64<false, false>(b0, b1, dx);
+    __syncthreads();
+  }
+  for (int a = 0; a < 4; ++a)
+    for (int c = 0; c < 4; ++c) {
+      const int i = ty + 16 * a, j = tx + 16 * c;
+      if (i == j) diag[i] = dx[a][c];
+      const bool on = j <= i;  // masked entries exactly 0 (a NaN elsewhere does not leak into them)
+      const float E = on ? decay(Gs[i], Gs[j]) : 0.0f;
+      const float dcb = on ? dx[a][c] * dts[j] * E : 0.0f;
+      mdcb[i * kPad + j] = dcb;
+      mw[i * kPad + j] = on ? cb[a][c] * E : 0.0f;
+      b0[i * kPad + j] = dcb * cb[a][c];
+    }
+  __syncthreads();
+  // Intra-chunk part of da_k: the entries of dcb ∘ CB with i >= k > j (rows, then columns, in order).
+  if (tid < kL) {
+    double t = 0.0;
+    for (int i = tid; i < kL; ++i)
+      for (int j = 0; j < tid; ++j) t += b0[i * kPad + j];
+    cross[tid] = static_cast<float>(t);
+  }
+  __syncthreads();
+
+  // dC per N tile, with inter_i = C_i·(e^{G_i} S_in^T dy_i).
+  float gi[4] = {};
+  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+    const int nn = imin(kL, s.N - n0);
+    float acc[4][4] = {};
+    for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
+      const int np = imin(kL, s.P - p0);
+      load_tile(b0, dys + p0, s.XD, nv, np);
+      load_tile(b1, sin + p0 * s.N + n0, s.N, np, nn);
+      __syncthreads();
+      mma64<false, true>(b0, b1, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
+      __syncthreads();
+    }
+    load_tile(b0, cs + n0, s.W, nv, nn);
+    load_tile(b1, bs + n0, s.W, nv, nn);
+    __syncthreads();
+    for (int a = 0; a < 4; ++a) {
+      const int i = ty + 16 * a;
+      const float ei = expf(static_cast<float>(Gs[i]));
+      for (int c = 0; c < 4; ++c) {
+        acc[a][c] *= ei;
+        gi[a] += b0[i * kPad + tx + 16 * c] * acc[a][c];
+      }
+    }
+    mma64<false, true>(mdcb, b1, acc);  // acc[i][n] += Σ_j dcb_ij B_j[n]
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int i = ty + 16 * a, n = tx + 16 * c;
+        if (n < nn) dCh[(bh * s.nc * kL + c0 + i) * s.N + n0 + n] = acc[a][c];
+      }
+    __syncthreads();
+  }
+  row_sum16(gi, red, inter);
+
+  // dB per N tile.
+  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+    const int nn = imin(kL, s.N - n0);
+    float acc[4][4] = {};
+    for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
+      const int np = imin(kL, s.P - p0);
+      load_tile(b0, xs + p0, s.W, nv, np);
+      load_tile(b1, dS + p0 * s.N + n0, s.N, np, nn);
+      __syncthreads();
+      mma64<false, true>(b0, b1, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
+      __syncthreads();
+    }
+    for (int a = 0; a < 4; ++a) {
+      const int j = ty + 16 * a;
+      const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j])) * dts[j];
+      for (int c = 0; c < 4; ++c) acc[a][c] *= f;
+    }
+    load_tile(b0, cs + n0, s.W, nv, nn);
+    __syncthreads();
+    mma64<true, true>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int j = ty + 16 * a, n = tx + 16 * c;
+        if (n < nn) dBh[(bh * s.nc * kL + c0 + j) * s.N + n0 + n] = acc[a][c];
+      }
+    __syncthreads();
+  }
+
+  // v̄ and dx per P tile, with z_j and x_j·v̄_j.
+  float zp[4] = {}, xvp[4] = {};
+  const float Dh = D[h];
+  for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
+    const int np = imin(kL, s.P - p0);
+    float acc[4][4] = {};
+    for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+      const int nn = imin(kL, s.N - n0);
+      load_tile(b0, bs + n0, s.W, nv, nn);
+      load_tile(b1, dS + p0 * s.N + n0, s.N, np, nn);
+      __syncthreads();
+      mma64<false, false>(b0, b1, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
+      __syncthreads();
+    }
+    load_tile(b0, xs + p0, s.W, nv, np);
+    load_tile(b1, dys + p0, s.XD, nv, np);
+    __syncthreads();
+    for (int a = 0; a < 4; ++a) {
+      const int j = ty + 16 * a;
+      const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j]));
+      for (int c = 0; c < 4; ++c) {
+        acc[a][c] *= f;
+        zp[a] += b0[j * kPad + tx + 16 * c] * acc[a][c];
+      }
+    }
+    mma64<true, true>(mw, b1, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int j = ty + 16 * a, p = tx + 16 * c;
+        xvp[a] += b0[j * kPad + p] * acc[a][c];
+        if (j < nv && p < np)
+          dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc[a][c] + Dh * b1[j * kPad + p];
+      }
+    __syncthreads();
+  }
+  row_sum16(zp, red, zz);
+  row_sum16(xvp, red, xv);
+
+  // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in).
+  double sd = 0.0;
+  for (int64_t e = tid; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(dS[e]) * sin[e];
+  sd = block_reduce(sd, SumOp{}, 0.0);
+
+  if (tid == 0) {
+    const double A = -exp(static_cast<double>(A_log[h])), bias = dt_bias[h];
+    double da[kL], zprefix = 0.0, isuffix = 0.0;
+    const double state = exp(Gs[kL - 1]) * sd;
+    for (int i = 0; i < kL; ++i) {
+      da[i] = static_cast<double>(cross[i]) + zprefix + state;
+      zprefix += static_cast<double>(dts[i]) * zz[i];
+    }
+    double ddtb = 0.0, dA = 0.0, dD = 0.0;
+    for (int i = kL - 1; i >= 0; --i) {
+      isuffix += inter[i];
+      da[i] += isuffix;
+      if (i >= nv) continue;
+      const int64_t r = (b * s.T + c0 + i) * s.H + h;
+      const double v = static_cast<double>(dt_raw[r]) + bias;
+      const double gr = (xv[i] + A * da[i]) * (v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v)));
+      ddt_raw[r] = static_cast<float>(gr);
+      ddtb += gr;
+      dA += dts[i] * da[i];
+      dD += diag[i];
+    }
+    partials[bhk * 3 + 0] = ddtb;
+    partials[bhk * 3 + 1] = dA;
+    partials[bhk * 3 + 2] = dD;
+  }
+}
+
+// dxbc[b, t, XD + g N + n] = Σ_{h of group g} dBh[b, h, t, n] and the same for C at XD + GN + g N + n,
+// heads in order.   (one thread per (b, t, g, n))
+__global__ void ssd_group_sum_kernel(const float* dBh, const float* dCh, Sizes s, float* dxbc) {
+  const int64_t n = s.B * s.T * s.G * s.N, hpg = s.H / s.G, rows = s.nc * kL;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t m = idx % s.N, g = (idx / s.N) % s.G, t = (idx / (s.N * s.G)) % s.T, b = idx / (s.N * s.G * s.T);
+    double sb = 0.0, sc = 0.0;
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      const int64_t j = ((b * s.H + h) * rows + t) * s.N + m;
+      sb += dBh[j];
+      sc += dCh[j];
+    }
+    float* out = dxbc + (b * s.T + t) * s.W + s.XD + g * s.N + m;
+    out[0] = static_cast<float>(sb);
+    out[s.GN] = static_cast<float>(sc);
+  }
+}
+
+// ddt_bias[h] += Σ ddt_raw; dA_log[h] += A Σ Δ da; dD[h] += Σ x·dy, summed over (b, chunk) in order.
+// (one thread per head)
+__global__ void ssd_params_kernel(const double* partials, const float* A_log, Sizes s, float* ddt_bias,
+                                  float* dA_log, float* dD) {
+  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (h >= s.H) return;
+  double sums[3] = {0.0, 0.0, 0.0};
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t k = 0; k < s.nc; ++k)
+      for (int q = 0; q < 3; ++q) sums[q] += partials[((b * s.H + h) * s.nc + k) * 3 + q];
+  const double A = -exp(static_cast<double>(A_log[h]));
+  ddt_bias[h] = static_cast<float>(ddt_bias[h] + sums[0]);
+  dA_log[h] = static_cast<float>(dA_log[h] + sums[1] * A);
+  dD[h] = static_cast<float>(dD[h] + sums[2]);
+}
+
+// Throws unless the grids of this call fit CUDA's limits.
+void check_grid(const Sizes& s) {
+  check(s.H <= 65535 && s.B * s.PT * s.NT <= 65535, "mamba2_ssd (cuda): grid too large (B {} H {} P {} N {})", s.B,
+        s.H, s.P, s.N);
+  check(s.G >= 1 && s.H % s.G == 0, "mamba2: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
+}
+
+template <typename K>
+size_t smem_for(K kernel, int tiles) {
+  const size_t bytes = sizeof(float) * kTile * tiles;
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  return bytes;
+}
+
+// Δ, G and the chunk states: contributions (forward: from x, B) and the scan to the entering states.
+void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const Sizes& s,
+                    const Scratch& sc, cudaStream_t stream) {
+  ssd_prep_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
+  LLMT_CUDA_CHECK_LAUNCH();
+  const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
+  ssd_chunk_outer_kernel<<<grid, kSsdThreads, smem_for(ssd_chunk_outer_kernel, 2), stream>>>(
+      xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true, sc.states);
+  LLMT_CUDA_CHECK_LAUNCH();
+  ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.states, sc.G, s, false);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                                    int64_t state_dim) {
+  return carve(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, nullptr, nullptr);
+}
+
+size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                                    int64_t state_dim) {
+  return carve(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, nullptr, nullptr);
+}
+
+void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+                    int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
+                    int64_t groups, float* y, void* scratch, cudaStream_t stream) {
+  const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
+  check_grid(s);
+  if (s.B * s.T * s.H == 0) return;
+  Scratch sc;
+  carve(s, false, scratch, &sc);
+  forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
+  const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
+  ssd_fwd_out_kernel<<<grid, kSsdThreads, smem_for(ssd_fwd_out_kernel, 3), stream>>>(xbc, D, sc.dt, sc.G, sc.states,
+                                                                                     s, y);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
+                    const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                    int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
+                    float* dD, void* scratch, cudaStream_t stream) {
+  const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
+  check_grid(s);
+  if (s.B * s.T * s.H == 0) return;
+  Scratch sc;
+  carve(s, true, scratch, &sc);
+  forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
+  // dS_in contributions Σ_i e^{G_i} dy_i C_i^T, then the reverse scan to each chunk's dS_out.
+  const dim3 outer(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
+  ssd_chunk_outer_kernel<<<outer, kSsdThreads, smem_for(ssd_chunk_outer_kernel, 2), stream>>>(
+      dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, false, sc.dstates);
+  LLMT_CUDA_CHECK_LAUNCH();
+  ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.dstates, sc.G, s, true);
+  LLMT_CUDA_CHECK_LAUNCH();
+  const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
+  ssd_bwd_chunk_kernel<<<grid, kSsdThreads, smem_for(ssd_bwd_chunk_kernel, 4), stream>>>(
+      dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G, sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh,
+      sc.partials);
+  LLMT_CUDA_CHECK_LAUNCH();
+  ssd_group_sum_kernel<<<grid_for(s.B * s.T * s.G * s.N), kThreads, 0, stream>>>(sc.dBh, sc.dCh, s, dxbc);
+  LLMT_CUDA_CHECK_LAUNCH();
+  ssd_params_kernel<<<static_cast<unsigned>(ceil_div(s.H, kThreads)), kThreads, 0, stream>>>(
+      sc.partials, A_log, s, ddt_bias, dA_log, dD);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace llmt::cuda

@@ -1,0 +1,236 @@
+// The CUDA backend's Mamba2 ops (conv_bias_silu_fwd/bwd, mamba2_ssd_fwd/bwd; layers-ssm-attn.md §1.4,
+// §2.5, §2.6) against the CPU reference backend: each op runs through make_backend("cuda") and
+// make_cpu_backend() on the same fresh Philox inputs (never zeros; overwritten outputs start from
+// random garbage, accumulated ones from random values), and every output must agree to
+// max|gpu - cpu| / max|cpu| <= kTol (1e-5) over the whole tensor, with every value finite on both
+// sides. The backward passes run twice and must give bit-identical results. A NaN in an input must
+// reach the same outputs as on the CPU (the kernels never mask one). main() (catch_main_gpu.cpp)
+// skips without a GPU.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/backend.h"
+#include "cuda_test_util.h"
+
+using namespace llmt::test;
+
+namespace {
+
+using llmt::Backend;
+
+// n values uniform in [lo, hi) from Philox stream `stream`.
+std::vector<float> uniform(size_t n, uint64_t stream, double lo, double hi) {
+  llmt::Philox rng(20241129, stream);
+  std::vector<float> x(n);
+  for (float& e : x) e = static_cast<float>(lo + (hi - lo) * rng.uniform());
+  return x;
+}
+
+std::vector<float> log_of(std::vector<float> x) {
+  for (float& e : x) e = static_cast<float>(std::log(static_cast<double>(e)));
+  return x;
+}
+
+// One SSD call's sizes and parameter ranges. -A = exp(A_log) is drawn from [a_lo, a_hi) and dt_bias
+// from [bias_lo, bias_hi); dt_raw ~ N(0, 1), so Δ = softplus(dt_raw + dt_bias).
+struct SsdCase {
+  int64_t B, T, H, P, N, G, chunk;
+  double a_lo, a_hi, bias_lo, bias_hi;
+  uint64_t seed;
+  std::string tag() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+           " P=" + std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) +
+           " chunk=" + std::to_string(chunk) + " -A in [" + std::to_string(a_lo) + ", " + std::to_string(a_hi) +
+           ") dt_bias in [" + std::to_string(bias_lo) + ", " + std::to_string(bias_hi) + ")";
+  }
+};
+
+// Realistic decays (Mamba's init: -A in [1, 16), Δ around 0.02) and strong ones (Δ around 1.3 with
+// -A up to 16: a token's decay e^{ΔA} down to ~1e-9, so chunk-level exponents underflow).
+constexpr double kMildBias[2] = {-5.0, -3.0};
+constexpr double kStrongBias[2] = {0.5, 1.5};
+
+SsdCase mild(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G, int64_t chunk, uint64_t seed) {
+  return {B, T, H, P, N, G, chunk, 1.0, 16.0, kMildBias[0], kMildBias[1], seed};
+}
+SsdCase strong(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G, int64_t chunk, uint64_t seed) {
+  return {B, T, H, P, N, G, chunk, 1.0, 16.0, kStrongBias[0], kStrongBias[1], seed};
+}
+
+// The SSD's inputs on both backends.
+struct SsdInputs {
+  Pair xbc, dt_raw, dt_bias, A_log, D;
+};
+
+SsdInputs ssd_inputs(const SsdCase& c) {
+  const int64_t W = c.H * c.P + 2 * c.G * c.N;
+  return {both(randn(c.B * c.T * W, c.seed + 1), {c.B, c.T, W}),
+          both(randn(c.B * c.T * c.H, c.seed + 2), {c.B, c.T, c.H}),
+          both(uniform(c.H, c.seed + 3, c.bias_lo, c.bias_hi), {c.H}),
+          both(log_of(uniform(c.H, c.seed + 4, c.a_lo, c.a_hi)), {c.H}),
+          both(randn(c.H, c.seed + 5), {c.H})};
+}
+
+// Forward y and backward dxbc, ddt_raw, ddt_bias, dA_log, dD against the CPU reference, then y and the
+// backward once more on the GPU, bit-identical.
+void check_ssd(const SsdCase& c) {
+  const std::string tag = c.tag();
+  INFO(tag);
+  const int64_t W = c.H * c.P + 2 * c.G * c.N, XD = c.H * c.P;
+  SsdInputs in = ssd_inputs(c);
+  Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
+  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, *y.g);
+  cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, *y.c);
+  require_close(y, "y " + tag);
+  const auto y_first = get(gpu(), *y.g);
+  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, *y.g);
+  require_bit_identical(y_first, get(gpu(), *y.g), "y " + tag);
+
+  Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
+  Pair dxbc = both(randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
+  Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
+  const auto acc0 = randn(3 * c.H, c.seed + 10);
+  const std::vector<float> db0(acc0.begin(), acc0.begin() + c.H), da0(acc0.begin() + c.H, acc0.begin() + 2 * c.H),
+      dd0(acc0.begin() + 2 * c.H, acc0.end());
+  Pair ddt_bias = both(db0, {c.H}), dA_log = both(da0, {c.H}), dD = both(dd0, {c.H});
+  auto run = [&](Backend& be, bool on_gpu) {
+    auto t = [&](Pair& p) -> const llmt::Tensor& { return on_gpu ? *p.g : *p.c; };
+    be.mamba2_ssd_bwd(t(dy), t(in.xbc), t(in.dt_raw), t(in.dt_bias), t(in.A_log), t(in.D), c.P, c.G, c.chunk,
+                      t(dxbc), t(ddt_raw), t(ddt_bias), t(dA_log), t(dD));
+  };
+  run(gpu(), true);
+  run(cpu(), false);
+  require_close(dxbc, "dxbc " + tag);
+  require_close(ddt_raw, "ddt_raw " + tag);
+  require_close(ddt_bias, "ddt_bias " + tag);
+  require_close(dA_log, "dA_log " + tag);
+  require_close(dD, "dD " + tag);
+
+  std::vector<std::vector<float>> first;
+  for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) first.push_back(get(gpu(), *p->g));
+  gpu().upload(db0.data(), *ddt_bias.g);
+  gpu().upload(da0.data(), *dA_log.g);
+  gpu().upload(dd0.data(), *dD.g);
+  run(gpu(), true);
+  const char* names[] = {"dxbc", "ddt_raw", "ddt_bias", "dA_log", "dD"};
+  size_t i = 0;
+  for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) {
+    require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + " " + tag);
+    ++i;
+  }
+}
+
+// The positions of the non-finite values of a host array.
+std::vector<size_t> non_finite(const std::vector<float>& x) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i])) at.push_back(i);
+  return at;
+}
+
+}  // namespace
+
+TEST_CASE("cuda mamba2: conv + bias + SiLU forward and backward (dw, dbias accumulate), deterministic",
+          "[cuda][mamba2]") {
+  uint64_t seed = 10;
+  for (const int64_t W : {1, 4})
+    for (const int64_t T : {1, 37}) {
+      const int64_t B = 2, C = 48;
+      const std::string tag = "W=" + std::to_string(W) + " T=" + std::to_string(T);
+      Pair x = both(randn(B * T * C, seed + 1), {B, T, C}), w = both(randn(C * W, seed + 2, 0.5), {C, 1, W});
+      Pair bias = both(randn(C, seed + 3), {C});
+      Pair pre = both(randn(B * T * C, seed + 4), {B, T, C}), y = both(randn(B * T * C, seed + 5), {B, T, C});
+      gpu().conv_bias_silu_fwd(*x.g, *w.g, *bias.g, *pre.g, *y.g);
+      cpu().conv_bias_silu_fwd(*x.c, *w.c, *bias.c, *pre.c, *y.c);
+      require_close(pre, "conv pre " + tag);
+      require_close(y, "conv y " + tag);
+
+      Pair dy = both(randn(B * T * C, seed + 6), {B, T, C}), dx = both(randn(B * T * C, seed + 7), {B, T, C});
+      const auto dw0 = randn(C * W, seed + 8), db0 = randn(C, seed + 9);
+      Pair dw = both(dw0, {C, 1, W}), dbias = both(db0, {C});
+      gpu().conv_bias_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g, *dbias.g);
+      cpu().conv_bias_silu_bwd(*dy.c, *x.c, *w.c, *pre.c, *dx.c, *dw.c, *dbias.c);
+      require_close(dx, "conv dx " + tag);
+      require_close(dw, "conv dw " + tag);
+      require_close(dbias, "conv dbias " + tag);
+      const auto dw_first = get(gpu(), *dw.g), db_first = get(gpu(), *dbias.g);
+      gpu().upload(dw0.data(), *dw.g);
+      gpu().upload(db0.data(), *dbias.g);
+      gpu().conv_bias_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g, *dbias.g);
+      require_bit_identical(dw_first, get(gpu(), *dw.g), "conv dw " + tag);
+      require_bit_identical(db_first, get(gpu(), *dbias.g), "conv dbias " + tag);
+      seed += 10;
+    }
+}
+
+TEST_CASE("cuda mamba2: SSD forward and backward, small shapes, mild and strong decay, deterministic",
+          "[cuda][mamba2]") {
+  // T around the kernel's 64-token chunks and the layer's chunk_size (not multiples of either);
+  // P, N below, at and across the 64-wide tiles; G = 1, 2 and H (one head per group).
+  uint64_t seed = 100;
+  for (const int64_t T : {1, 5, 63, 64, 65, 200})
+    for (const bool strong_decay : {false, true}) {
+      const auto make = strong_decay ? strong : mild;
+      check_ssd(make(2, T, 4, 16, 8, 2, 64, seed));
+      check_ssd(make(1, T, 3, 5, 3, 3, 16, seed + 20));
+      check_ssd(make(2, T, 2, 80, 70, 1, 256, seed + 40));
+      seed += 100;
+    }
+}
+
+TEST_CASE("cuda mamba2: SSD at the tiny config's shape (8 heads x 32, d_state 16, chunk 64)", "[cuda][mamba2]") {
+  check_ssd(mild(3, 67, 8, 32, 16, 1, 64, 2000));
+}
+
+TEST_CASE("cuda mamba2: SSD at the 1.3B head shape (64 heads x 64, d_state 128, 1 group)", "[cuda][mamba2]") {
+  check_ssd(mild(1, 300, 64, 64, 128, 1, 256, 3000));
+  check_ssd(strong(2, 130, 64, 64, 128, 1, 256, 3100));
+}
+
+TEST_CASE("cuda mamba2: SSD, long sequence T = 4096", "[cuda][mamba2]") {
+  check_ssd(mild(1, 4096, 2, 64, 128, 1, 256, 4000));
+  check_ssd(strong(1, 4096, 2, 64, 128, 2, 256, 4100));
+}
+
+TEST_CASE("cuda mamba2: a NaN in dt_raw reaches the same outputs as on the CPU", "[cuda][mamba2]") {
+  const SsdCase c = mild(1, 150, 2, 16, 8, 1, 64, 5000);
+  const int64_t XD = c.H * c.P, W = XD + 2 * c.G * c.N;
+  SsdInputs in = ssd_inputs(c);
+  auto dt = get(cpu(), *in.dt_raw.c);
+  dt[70 * c.H + 1] = std::numeric_limits<float>::quiet_NaN();  // token 70, head 1
+  gpu().upload(dt.data(), *in.dt_raw.g);
+  cpu().upload(dt.data(), *in.dt_raw.c);
+  Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
+  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, *y.g);
+  cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, *y.c);
+  const auto yc = non_finite(get(cpu(), *y.c));
+  REQUIRE(!yc.empty());
+  CHECK(non_finite(get(gpu(), *y.g)) == yc);
+
+  Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
+  Pair dxbc = both(randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
+  Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
+  Pair ddt_bias = both(randn(c.H, c.seed + 10), {c.H}), dA_log = both(randn(c.H, c.seed + 11), {c.H});
+  Pair dD = both(randn(c.H, c.seed + 12), {c.H});
+  gpu().mamba2_ssd_bwd(*dy.g, *in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk,
+                       *dxbc.g, *ddt_raw.g, *ddt_bias.g, *dA_log.g, *dD.g);
+  cpu().mamba2_ssd_bwd(*dy.c, *in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk,
+                       *dxbc.c, *ddt_raw.c, *ddt_bias.c, *dA_log.c, *dD.c);
+  CHECK(!non_finite(get(gpu(), *dxbc.g)).empty());
+  for (const Pair* p : {&ddt_bias, &dA_log, &dD}) CHECK(non_finite(get(gpu(), *p->g)) == non_finite(get(cpu(), *p->c)));
+  CHECK(!non_finite(get(gpu(), *dA_log.g)).empty());
+}
+
+TEST_CASE("cuda mamba2: SSD refuses n_groups that do not divide the heads and chunk_size < 1", "[cuda][mamba2]") {
+  const SsdCase c = mild(1, 8, 3, 4, 4, 2, 4, 6000);  // xbc width 3*4 + 2*2*4 = 28: shapes fine, 2 does not divide 3
+  SsdInputs in = ssd_inputs(c);
+  Pair y = both(randn(c.B * c.T * c.H * c.P, 1), {c.B, c.T, c.H * c.P});
+  CHECK_THROWS(gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, 64, *y.g));
+  CHECK_THROWS(gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, 1, 0, *y.g));
+}
