@@ -1,5 +1,5 @@
 // The whole model on the CUDA backend against the CPU backend (fp32): loss and every parameter
-// gradient at small dims (a Transformer and a KDA / attention hybrid), with the GPU in fp32 and
+// gradient at small dims (a Transformer, a KDA / attention and an MDN / attention hybrid), with the GPU in fp32 and
 // in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
 // resumed bf16 GPU run reproduces the uninterrupted one bit for bit. Label "gpu".
 #include <catch2/catch.hpp>
@@ -126,6 +126,18 @@ TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradi
   m.kda.head_dim = 32;
   m.kda.chunk_size = 64;  // T = 67: a full and a partial chunk
   m.attn_layers = {1};    // layer 0 KDA, layer 1 softmax attention
+  check_model_matches_cpu(m, GENERATE(false, true));
+}
+
+TEST_CASE("cuda model: an MDN / attention hybrid's loss and every parameter gradient match the CPU backend",
+          "[gpu][model][mdn]") {
+  ModelConfig m = small_model();
+  m.type = "mdn";
+  m.mdn.num_heads = 2;
+  m.mdn.head_dim = 32;
+  m.mdn.expand_v = 2;     // V = 64 != K = 32, as the pure-MDN configs
+  m.mdn.chunk_size = 64;  // T = 67: a full and a partial chunk
+  m.attn_layers = {1};    // layer 0 MDN (momentum, output correction), layer 1 softmax attention
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 
