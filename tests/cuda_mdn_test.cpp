@@ -9,10 +9,12 @@
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -47,7 +49,8 @@ void check_gates(const MdnGateOptions& opt, const std::string& tag) {
   Pair za = both(randn(n, 1, 3.0), {rows, H}), zb = both(randn(n, 2, 2.0), {rows, H});
   Pair zm = both(randn(n, 3, 3.0), {rows, H}), ze = both(randn(n, 4, 30.0), {rows, H});
   Pair A_log = both(randn(H, 5, 0.5), {H}), dt_bias = both(randn(H, 6), {H});
-  Pair Mu_log = both(std::vector<float>{-0.5f, 0.5f, 1.5f}, {H}), mu_bias = both(randn(H, 8), {H}), log_factor = both(randn(H, 9, 0.7), {H});
+  Pair Mu_log = both(std::vector<float>{-0.5f, 0.5f, 1.5f}, {H}), mu_bias = both(randn(H, 8), {H});
+  Pair log_factor = both(randn(H, 9, 0.7), {H});
   Pair la = both(randn(n, 10), {rows, H}), beta = both(randn(n, 11), {rows, H});
   Pair lm = both(randn(n, 12), {rows, H}), eta = both(randn(n, 13), {rows, H});
   const Tensor none;
@@ -211,10 +214,13 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   const auto o_first = get(gpu(), *o.g);
   gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g);
   require_bit_identical(o_first, get(gpu(), *o.g), "o " + tag);
-  if (regime == Regime::no_momentum) {  // MDN with μ = 0, η = 1 is GDN with g = log α (mdn.md §5)
+  // MDN with μ = 0, η = 1 is GDN with g = log α (mdn.md §5). Both GPU cores are within kTol of CPU references
+  // that agree to double rounding, so they agree within 2 kTol (triangle inequality).
+  const bool vs_gdn = regime == Regime::no_momentum;
+  if (vs_gdn) {
     llmt::OwnedTensor o_gdn = on(gpu(), randn(nv, seed + 5), {B, T, H, V});
     gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, chunk, *o_gdn);
-    require_close(get(gpu(), *o_gdn), o_first, "mdn (no momentum) vs gdn on the GPU " + tag);
+    require_close(get(gpu(), *o_gdn), o_first, "mdn (no momentum) vs gdn on the GPU: o " + tag, 2 * kTol);
   }
 
   Pair d_o = both(randn(nv, seed + 6), {B, T, H, V});
@@ -242,6 +248,23 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     for (float x : get(cpu(), *dlm.c)) REQUIRE(x == 0.0f);
   } else {
     require_close(dlm, "dlog_mu " + tag);
+  }
+
+  if (vs_gdn) {  // the GDN backward: dk through both uses of k, dg = d log α (incl. the read path), dβ, dq, dv
+    llmt::OwnedTensor gq = on(gpu(), randn(nk, seed + 14), {B, T, H, K});
+    llmt::OwnedTensor gk = on(gpu(), randn(nk, seed + 15), {B, T, H, K});
+    llmt::OwnedTensor gv = on(gpu(), randn(nv, seed + 16), {B, T, H, V});
+    llmt::OwnedTensor gg = on(gpu(), randn(nb, seed + 17), {B, T, H});
+    llmt::OwnedTensor gb = on(gpu(), randn(nb, seed + 18), {B, T, H});
+    gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *d_o.g, chunk, *gq, *gk, *gv, *gg, *gb);
+    const std::pair<const llmt::OwnedTensor*, const Pair*> same[] = {{&gq, &dq}, {&gk, &dk}, {&gv, &dv}, {&gg, &dla},
+                                                                      {&gb, &dbeta}};
+    // GDN's own dg guarantee is relative to the scale of dβ (cuda_delta_test), so that comparison uses it too.
+    double dbeta_scale = 0;
+    for (float x : get(cpu(), *dbeta.c)) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
+    for (const auto& [gdn, mdn] : same)
+      require_close(get(gpu(), **gdn), get(gpu(), *mdn->g), "mdn (no momentum) vs gdn on the GPU: gradient " + tag,
+                    2 * kTol, mdn == &dla ? dbeta_scale : 1e-30);
   }
 
   const Pair* grads[] = {&dq, &dk, &dv, &dla, &dbeta, &dlm, &deta};
