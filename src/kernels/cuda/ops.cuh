@@ -163,7 +163,7 @@ size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
                                    int64_t value_dim, int64_t chunk_size);
 
 // mdn_gates.cu (semantics: src/kernels/cpu/mdn_gates.h, mdn.md §4.2, §4.4, §7.4), fp32 storage, arithmetic in
-// double. z_* , log_alpha, beta, log_mu, eta, dz_* [rows, heads]; A_log, dt_bias, Mu_log, mu_bias, log_factor and
+// double. z_*, log_alpha, beta, log_mu, eta, dz_* [rows, heads]; A_log, dt_bias, Mu_log, mu_bias, log_factor and
 // their gradients [heads]. Without momentum (opt.momentum false) z_mu, z_eta, d_log_mu, d_eta, dz_mu, dz_eta,
 // Mu_log, mu_bias and their gradients are nullptr; log_mu is -inf and eta 1. The backward OVERWRITES dz_* and
 // ACCUMULATES the parameter gradients (one block per head, fixed-order reductions, no atomics).
@@ -187,9 +187,10 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // mdn.cu: the chunked MDN core (semantics: src/kernels/cpu/mdn.h mdn_chunk_fwd / mdn_chunk_bwd, zero initial
 // states), fp32. q, k, dq, dk [B, T, H, K] (k = k_n, the L2-normalised key; dk through both p = α k and
 // k̂ = η k); v, o, d_o, dv [B, T, H, V]; log_alpha, beta, log_mu (-inf allowed), eta and their gradients
-// [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk. `scratch` must hold
+// [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. `scratch` must hold
 // mdn_chunk_{fwd,bwd}_scratch_bytes (the backward keeps both states of every chunk start: 2 K V floats per
-// chunk per (batch, head)).
+// chunk per (batch, head)). Shared memory per block: 7 C² + 8 C floats forward, 11 C² + 13 C backward
+// (183 KB at C = 64).
 constexpr int64_t kMdnMaxChunk = 64;
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
