@@ -137,7 +137,9 @@ TEST_CASE("cuda model: an MDN / attention hybrid's loss and every parameter grad
   m.mdn.head_dim = 32;
   m.mdn.expand_v = 2;     // V = 64 != K = 32, as the pure-MDN configs
   m.mdn.chunk_size = 64;  // T = 67: a full and a partial chunk
-  m.attn_layers = {1};    // layer 0 MDN (momentum, output correction), layer 1 softmax attention
+  m.attn_layers = {1};    // layer 0 MDN (output correction), layer 1 softmax attention
+  m.mdn.momentum = GENERATE(true, false);  // false: the no-momentum proxy (no m_proj, e_proj; log μ = -inf)
+  INFO("momentum " << m.mdn.momentum);
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 
