@@ -30,34 +30,6 @@ using llmt::DType;
 using llmt::OwnedTensor;
 using llmt::Tensor;
 
-// n values uniform in [lo, hi) from Philox stream `stream`.
-std::vector<float> uniform(size_t n, uint64_t stream, double lo, double hi) {
-  llmt::Philox rng(20240917, stream);
-  std::vector<float> x(n);
-  for (float& e : x) {
-    e = static_cast<float>(lo + (hi - lo) * rng.uniform());
-    if (e >= static_cast<float>(hi)) e = std::nextafter(static_cast<float>(hi), -1.0f);  // keep g < 0
-  }
-  return x;
-}
-
-// Rows of `dim` normalised to length `scale` (the L2-normalised q̂, k̂ the GDN core receives).
-std::vector<float> unit_rows(size_t n, int64_t dim, uint64_t stream, double scale) {
-  std::vector<float> x = randn(n, stream);
-  for (size_t r = 0; r < n / static_cast<size_t>(dim); ++r) {
-    double ss = 0.0;
-    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(x[r * dim + j]) * x[r * dim + j];
-    const double f = scale / std::sqrt(ss);
-    for (int64_t j = 0; j < dim; ++j) x[r * dim + j] = static_cast<float>(x[r * dim + j] * f);
-  }
-  return x;
-}
-
-std::vector<float> sigmoid_of(std::vector<float> x) {
-  for (float& e : x) e = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(e))));
-  return x;
-}
-
 }  // namespace
 
 TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic", "[cuda][delta]") {

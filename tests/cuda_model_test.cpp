@@ -1,5 +1,5 @@
 // The whole model on the CUDA backend against the CPU backend (fp32): loss and every parameter
-// gradient at small dims (a Transformer, a KDA / attention hybrid and the tiny Mamba2), with the GPU in fp32 and
+// gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid and the tiny Mamba2), with the GPU in fp32 and
 // in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
 // resumed bf16 GPU run reproduces the uninterrupted one bit for bit. Label "gpu".
 #include <catch2/catch.hpp>
@@ -135,6 +135,20 @@ TEST_CASE("cuda model: the tiny Mamba2's loss and every parameter gradient match
   // (T = 67: a full and a partial chunk).
   const ModelConfig m = load_config("configs/tiny/mamba2.json").model;
   REQUIRE(m.type == "mamba2");
+  check_model_matches_cpu(m, GENERATE(false, true));
+}
+
+TEST_CASE("cuda model: an MDN / attention hybrid's loss and every parameter gradient match the CPU backend",
+          "[gpu][model][mdn]") {
+  ModelConfig m = small_model();
+  m.type = "mdn";
+  m.mdn.num_heads = 2;
+  m.mdn.head_dim = 32;
+  m.mdn.expand_v = 2;     // V = 64 != K = 32, as the pure-MDN configs
+  m.mdn.chunk_size = 64;  // T = 67: a full and a partial chunk
+  m.attn_layers = {1};    // layer 0 MDN (output correction), layer 1 softmax attention
+  m.mdn.momentum = GENERATE(true, false);  // false: the no-momentum proxy (no m_proj, e_proj; log μ = -inf)
+  INFO("momentum " << m.mdn.momentum);
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 

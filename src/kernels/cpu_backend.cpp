@@ -568,38 +568,6 @@ class CpuBackend final : public Backend {
     return t.data != nullptr ? t.as<T>() : nullptr;
   }
 
-  /// Heads of an mdn_gates call: z_alpha [rows, H]; the parameters [H] of its dtype; z_mu, z_eta, Mu_log,
-  /// mu_bias present exactly with momentum.
-  static int64_t mdn_gate_heads(const Tensor& z_alpha, const Tensor& z_mu, const Tensor& z_eta,
-                                const Backend::MdnGateParams& p, const MdnGateOptions& opt, const char* op) {
-    check(z_alpha.ndim == 2, "{}: z_alpha must be [rows, H], got {}", op, z_alpha.shape_str());
-    const int64_t heads = z_alpha.shape[1];
-    for (const Tensor* t : {&p.A_log, &p.dt_bias, &p.log_factor})
-      check(t->data != nullptr && t->numel() == heads && t->dtype == z_alpha.dtype,
-            "{}: A_log, dt_bias, log_factor must be [{}] of the dtype of z_alpha, got {}", op, heads, t->shape_str());
-    check(opt.tau > 0, "{}: tau must be > 0, got {}", op, opt.tau);
-    for (const Tensor* t : {&p.Mu_log, &p.mu_bias, &z_mu, &z_eta})
-      check((t->data != nullptr) == opt.momentum, "{}: z_mu, z_eta, Mu_log, mu_bias are given exactly with momentum",
-            op);
-    if (opt.momentum) {
-      check_same(z_alpha, z_mu, op);
-      check_same(z_alpha, z_eta, op);
-      for (const Tensor* t : {&p.Mu_log, &p.mu_bias})
-        check(t->numel() == heads && t->dtype == z_alpha.dtype, "{}: Mu_log, mu_bias must be [{}], got {}", op, heads,
-              t->shape_str());
-    }
-    return heads;
-  }
-
-  /// Heads of an mdn_correction call: x [rows, H * K], D_log [H] of the dtype of x.
-  static int64_t mdn_correction_heads(const Tensor& x, const Tensor& D_log, const char* op) {
-    const int64_t heads = D_log.numel();
-    check(x.ndim == 2 && heads > 0 && x.shape[1] % heads == 0 && D_log.dtype == x.dtype,
-          "{}: q/k must be [rows, H * K] and D_log [H] of their dtype, got {} and {}", op, x.shape_str(),
-          D_log.shape_str());
-    return heads;
-  }
-
   /// A typed pointer to an optional tensor (nullptr for a default-constructed one).
   template <typename T>
   static const T* optional(const Tensor& t) {

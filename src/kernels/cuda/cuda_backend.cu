@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 #include "kernels/backend_util.h"
 #include "kernels/cuda/common.cuh"
@@ -576,6 +577,92 @@ class CudaBackend final : public Backend {
     cuda::kda_chunk_bwd(pq, pk, pv, pg, pbeta, pdo, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
                         pdq, pdk, pdv, pdg, pdbeta,
                         scratch(cuda::kda_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                                                                  chunk_size)),
+                        stream_);
+  }
+
+  // MDN (mdn.md; semantics cpu/mdn_gates.h, cpu/mdn.h): f32 only, like the other delta-rule ops.
+  void mdn_gates_fwd(const Tensor& z_alpha, const Tensor& z_beta, const Tensor& z_mu, const Tensor& z_eta,
+                     const MdnGateParams& p, const MdnGateOptions& opt, const Tensor& log_alpha, const Tensor& beta,
+                     const Tensor& log_mu, const Tensor& eta) override {
+    const char* op = "mdn_gates_fwd";
+    const int64_t heads = mdn_gate_heads(z_alpha, z_mu, z_eta, p, opt, op);
+    for (const Tensor* t : {&z_beta, &log_alpha, &beta, &log_mu, &eta}) check_same(z_alpha, *t, op);
+    cuda::mdn_gates_fwd(f32(z_alpha, op), f32(z_beta, op), optional_f32(z_mu, op), optional_f32(z_eta, op),
+                        f32(p.A_log, op), f32(p.dt_bias, op), optional_f32(p.Mu_log, op), optional_f32(p.mu_bias, op),
+                        f32(p.log_factor, op), z_alpha.shape[0], heads, opt, f32(log_alpha, op), f32(beta, op),
+                        f32(log_mu, op), f32(eta, op), stream_);
+  }
+  void mdn_gates_bwd(const Tensor& d_log_alpha, const Tensor& d_beta, const Tensor& d_log_mu, const Tensor& d_eta,
+                     const Tensor& z_alpha, const Tensor& z_beta, const Tensor& z_mu, const Tensor& z_eta,
+                     const MdnGateParams& p, const MdnGateOptions& opt, const Tensor& dz_alpha, const Tensor& dz_beta,
+                     const Tensor& dz_mu, const Tensor& dz_eta, const MdnGateParams& dp) override {
+    const char* op = "mdn_gates_bwd";
+    const int64_t heads = mdn_gate_heads(z_alpha, z_mu, z_eta, p, opt, op);
+    for (const Tensor* t : {&z_beta, &d_log_alpha, &d_beta, &dz_alpha, &dz_beta}) check_same(z_alpha, *t, op);
+    for (auto [a, b] : {std::pair{&p.A_log, &dp.A_log}, {&p.dt_bias, &dp.dt_bias}, {&p.log_factor, &dp.log_factor}})
+      check_same(*a, *b, op);
+    if (opt.momentum) {
+      for (const Tensor* t : {&d_log_mu, &d_eta, &dz_mu, &dz_eta}) check_same(z_alpha, *t, op);
+      check_same(p.Mu_log, dp.Mu_log, op);
+      check_same(p.mu_bias, dp.mu_bias, op);
+    }
+    const auto mut = [&](const Tensor& t) { return t.data != nullptr && opt.momentum ? f32(t, op) : nullptr; };
+    cuda::mdn_gates_bwd(f32(d_log_alpha, op), f32(d_beta, op), mut(d_log_mu), mut(d_eta), f32(z_alpha, op),
+                        f32(z_beta, op), mut(z_mu), mut(z_eta), f32(p.A_log, op), f32(p.dt_bias, op), mut(p.Mu_log),
+                        mut(p.mu_bias), f32(p.log_factor, op), z_alpha.shape[0], heads, opt, f32(dz_alpha, op),
+                        f32(dz_beta, op), mut(dz_mu), mut(dz_eta), f32(dp.A_log, op), f32(dp.dt_bias, op),
+                        mut(dp.Mu_log), mut(dp.mu_bias), f32(dp.log_factor, op), stream_);
+  }
+  void mdn_correction_fwd(const Tensor& q, const Tensor& k, const Tensor& D_log, const Tensor& q_out) override {
+    const char* op = "mdn_correction_fwd";
+    const int64_t heads = mdn_correction_heads(q, D_log, op);
+    check_same(q, k, op);
+    check_same(q, q_out, op);
+    cuda::mdn_correction_fwd(f32(q, op), f32(k, op), f32(D_log, op), q.shape[0], heads, q.shape[1] / heads,
+                             f32(q_out, op), stream_);
+  }
+  void mdn_correction_bwd(const Tensor& dq_out, const Tensor& k, const Tensor& D_log, const Tensor& dk,
+                          const Tensor& dD_log) override {
+    const char* op = "mdn_correction_bwd";
+    const int64_t heads = mdn_correction_heads(k, D_log, op);
+    check_same(k, dq_out, op);
+    check_same(k, dk, op);
+    check_same(D_log, dD_log, op);
+    cuda::mdn_correction_bwd(f32(dq_out, op), f32(k, op), f32(D_log, op), k.shape[0], heads, k.shape[1] / heads,
+                             f32(dk, op), f32(dD_log, op), stream_);
+  }
+  void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o) override {
+    const char* op = "mdn_chunk_fwd";
+    const DeltaCoreDims d = delta_core_dims(q, v, log_alpha, beta, false, op);
+    check_same(v, o, op);
+    check_same(q, k, op);
+    for (const Tensor* t : {&beta, &log_mu, &eta}) check_same(log_alpha, *t, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kMdnMaxChunk,
+          "mdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kMdnMaxChunk, chunk_size);
+    cuda::mdn_chunk_fwd(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
+                        f32(eta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, f32(o, op),
+                        scratch(cuda::mdn_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                                                                  chunk_size)),
+                        stream_);
+  }
+  void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                     const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& dlog_alpha, const Tensor& dbeta,
+                     const Tensor& dlog_mu, const Tensor& deta) override {
+    const char* op = "mdn_chunk_bwd";
+    const DeltaCoreDims d = delta_core_dims(q, v, log_alpha, beta, false, op);
+    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, op);
+    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, op);
+    for (const Tensor* t : {&beta, &log_mu, &eta, &dlog_alpha, &dbeta, &dlog_mu, &deta}) check_same(log_alpha, *t, op);
+    check(chunk_size >= 1 && chunk_size <= cuda::kMdnMaxChunk,
+          "mdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kMdnMaxChunk, chunk_size);
+    cuda::mdn_chunk_bwd(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
+                        f32(eta, op), f32(d_o, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
+                        f32(dq, op), f32(dk, op), f32(dv, op), f32(dlog_alpha, op), f32(dbeta, op), f32(dlog_mu, op),
+                        f32(deta, op),
+                        scratch(cuda::mdn_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
                                                                   chunk_size)),
                         stream_);
   }

@@ -1,4 +1,4 @@
-// Device helpers shared by the chunked delta-rule cores (gdn.cu, comba.cu, kda.cu; layers-delta.md §6):
+// Device helpers shared by the chunked delta-rule cores (gdn.cu, comba.cu, kda.cu, mdn.cu; layers-delta.md §6):
 // fp32 exponentials of log-decay differences, dot products, the unit-lower-triangular inverse
 // 𝒯 = (I + A)^{-1} (§6.1 F2) and its backward (§6.5 B6), the WY backward's X_U, X_W, dv (§6.5 B5), the
 // GDN/KDA kernel arguments and the one-block-per-(batch, head) launch.

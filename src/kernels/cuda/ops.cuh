@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/mdn_gate_options.h"
+
 namespace llmt::cuda {
 
 // elementwise.cu
@@ -182,5 +184,49 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
                     float* dD, void* scratch, cudaStream_t stream);
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim);
+
+// mdn_gates.cu (semantics: src/kernels/cpu/mdn_gates.h, mdn.md §4.2, §4.4, §7.4), fp32 storage, arithmetic in
+// double. z_*, log_alpha, beta, log_mu, eta, dz_* [rows, heads]; A_log, dt_bias, Mu_log, mu_bias, log_factor and
+// their gradients [heads]. Without momentum (opt.momentum false) z_mu, z_eta, d_log_mu, d_eta, dz_mu, dz_eta,
+// Mu_log, mu_bias and their gradients are nullptr; log_mu is -inf and eta 1. The backward OVERWRITES dz_* and
+// ACCUMULATES the parameter gradients (one block per head, fixed-order reductions, no atomics).
+void mdn_gates_fwd(const float* z_alpha, const float* z_beta, const float* z_mu, const float* z_eta,
+                   const float* A_log, const float* dt_bias, const float* Mu_log, const float* mu_bias,
+                   const float* log_factor, int64_t rows, int64_t heads, const MdnGateOptions& opt, float* log_alpha,
+                   float* beta, float* log_mu, float* eta, cudaStream_t stream);
+void mdn_gates_bwd(const float* d_log_alpha, const float* d_beta, const float* d_log_mu, const float* d_eta,
+                   const float* z_alpha, const float* z_beta, const float* z_mu, const float* z_eta,
+                   const float* A_log, const float* dt_bias, const float* Mu_log, const float* mu_bias,
+                   const float* log_factor, int64_t rows, int64_t heads, const MdnGateOptions& opt, float* dz_alpha,
+                   float* dz_beta, float* dz_mu, float* dz_eta, float* dA_log, float* ddt_bias, float* dMu_log,
+                   float* dmu_bias, float* dlog_factor, cudaStream_t stream);
+/// Output correction: q, k, q_out, dq_out, dk [rows, heads * dim]; D_log, dD_log [heads]. q_out = q - e^{D_log} k;
+/// backward dk += -e^{D_log} dq_out, dD_log += -e^{D_log} Σ dq_out ⊙ k (both ACCUMULATED, fixed order).
+void mdn_correction_fwd(const float* q, const float* k, const float* D_log, int64_t rows, int64_t heads,
+                        int64_t dim, float* q_out, cudaStream_t stream);
+void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log, int64_t rows, int64_t heads,
+                        int64_t dim, float* dk, float* dD_log, cudaStream_t stream);
+
+// mdn.cu: the chunked MDN core (semantics: src/kernels/cpu/mdn.h mdn_chunk_fwd / mdn_chunk_bwd, zero initial
+// states), fp32. q, k, dq, dk [B, T, H, K] (k = k_n, the L2-normalised key; dk through both p = α k and
+// k̂ = η k); v, o, d_o, dv [B, T, H, V]; log_alpha, beta, log_mu (-inf allowed), eta and their gradients
+// [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. `scratch` must hold
+// mdn_chunk_{fwd,bwd}_scratch_bytes (the backward keeps both states of every chunk start: 2 K V floats per
+// chunk per (batch, head)). Shared memory per block: 7 C² + 8 C floats forward, 11 C² + 13 C backward
+// (183 KB at C = 64).
+constexpr int64_t kMdnMaxChunk = 64;
+void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
+                   const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
+                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, void* scratch,
+                   cudaStream_t stream);
+size_t mdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                   int64_t value_dim, int64_t chunk_size);
+void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
+                   const float* log_mu, const float* eta, const float* d_o, int64_t batch, int64_t seq_len,
+                   int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
+                   float* dv, float* dlog_alpha, float* dbeta, float* dlog_mu, float* deta, void* scratch,
+                   cudaStream_t stream);
+size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                                   int64_t value_dim, int64_t chunk_size);
 
 }  // namespace llmt::cuda
