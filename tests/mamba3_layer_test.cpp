@@ -41,7 +41,8 @@ size_t rows(const Mamba3LayerDims& d) { return static_cast<size_t>(d.batch * d.s
 // Random inputs of unit scale; parameters around their initial values (ones, 1/R) with noise so that
 // every gradient is generic. dd_dt is shifted by -1 and scaled to keep Δ moderate.
 Problem make_problem(Mamba3LayerDims d, Mamba3Options opt, uint64_t seed) {
-  const size_t H = static_cast<size_t>(d.heads), P = static_cast<size_t>(d.head_dim), N = static_cast<size_t>(d.state_dim);
+  const size_t H = static_cast<size_t>(d.heads), P = static_cast<size_t>(d.head_dim);
+  const size_t N = static_cast<size_t>(d.state_dim);
   const size_t R = static_cast<size_t>(d.rank), G = static_cast<size_t>(d.groups), S = static_cast<size_t>(d.angles);
   const size_t n = rows(d);
   auto around = [&](size_t count, double centre, uint64_t s) {

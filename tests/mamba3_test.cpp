@@ -28,7 +28,9 @@ constexpr double kFdTol = 1e-7;
 // float (24-bit mantissa) against double after a few hundred operations per output.
 constexpr double kF32Tol = 1e-5;
 
-size_t qk_size(const Mamba3Dims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.rank * d.state_dim); }
+size_t qk_size(const Mamba3Dims& d) {
+  return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.rank * d.state_dim);
+}
 size_t v_size(const Mamba3Dims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads * d.rank * d.head_dim); }
 size_t tok_size(const Mamba3Dims& d) { return static_cast<size_t>(d.batch * d.seq_len * d.heads); }
 
@@ -187,7 +189,8 @@ TEST_CASE("mamba3: causality, perturbing inputs after t leaves outputs up to t u
       INFO("chunk " << chunk << " t " << t);
       Problem q = p;
       const size_t H = static_cast<size_t>(d.heads), first = static_cast<size_t>(t + 1);
-      const size_t qk_row = H * static_cast<size_t>(d.rank * d.state_dim), v_row = H * static_cast<size_t>(d.rank * d.head_dim);
+      const size_t qk_row = H * static_cast<size_t>(d.rank * d.state_dim);
+      const size_t v_row = H * static_cast<size_t>(d.rank * d.head_dim);
       for (size_t i = first * qk_row; i < q.q.size(); ++i) q.q[i] += 1.0;
       for (size_t i = first * qk_row; i < q.k.size(); ++i) q.k[i] -= 0.7;
       for (size_t i = first * v_row; i < q.v.size(); ++i) q.v[i] += 2.0;

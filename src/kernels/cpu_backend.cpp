@@ -365,8 +365,8 @@ class CpuBackend final : public Backend {
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_fwd");
     dispatch(x, "mamba3_fwd", [&](auto zero) {
       using T = decltype(zero);
-      cpu::mamba3_layer_fwd<T>(x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params), d, opt,
-                               out.as<T>());
+      const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
+      cpu::mamba3_layer_fwd<T>(x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), prm, d, opt, out.as<T>());
     });
   }
   void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
@@ -376,8 +376,10 @@ class CpuBackend final : public Backend {
     mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
     dispatch(x, "mamba3_bwd", [&](auto zero) {
       using T = decltype(zero);
-      cpu::mamba3_layer_bwd<T>(dout.as<T>(), x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params), d,
-                               opt, dx.as<T>(), dz.as<T>(), dbc.as<T>(), draw.as<T>(), mamba3_ptrs<cpu::Mamba3LayerGrads<T>, T>(dparams));
+      const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
+      const auto grd = mamba3_ptrs<cpu::Mamba3LayerGrads<T>, T>(dparams);
+      cpu::mamba3_layer_bwd<T>(dout.as<T>(), x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), prm, d, opt, dx.as<T>(),
+                               dz.as<T>(), dbc.as<T>(), draw.as<T>(), grd);
     });
   }
 

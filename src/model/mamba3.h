@@ -1,5 +1,5 @@
 // The Mamba-3 mixer (layers-ssm-attn.md section 4), mamba_ssm parameter names:
-//   [z | x | B | C | dd_dt | dd_A | trap | angles] = u W_in^T      in_proj.weight [2 Di + 2 G N R + 3 H + S, D]
+//   [z | x | B | C | dd_dt | dd_A | trap | angles] = u W_in^T   in_proj.weight [2 Di + 2 G N R + 3 H + S, D]
 //   Δ, A, λ, θ, φ, BCNorm + B_bias/C_bias, rotation (section 4.3.1)   dt_bias, D [H]; B_bias, C_bias [H, R, N];
 //                                                                     B_norm.weight, C_norm.weight [N]
 //   SISO: y = core(q, k, x) + D x; o = y ∘ silu(z)                     (sections 4.3.2, 4.4)

@@ -20,7 +20,8 @@ std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& co
   if (type == "mamba2") return std::make_unique<Mamba2Mixer>(config, store, prefix);
   if (type == "mamba3") return std::make_unique<Mamba3Mixer>(config, store, prefix);
   if (type == "mdn") return std::make_unique<MdnMixer>(config, store, prefix);
-  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda, mdn, mamba2, mamba3", type));
+  throw Error(
+      fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda, mdn, mamba2, mamba3", type));
 }
 
 }  // namespace llmt

@@ -251,7 +251,8 @@ void mamba3_recurrent_fwd(const Mamba3Inputs<T>& in, const Mamba3Dims& d, T* y) 
 // is the adjoint of W_t: dk_{t,r} = M_t^T v_{t,r}, dv_{t,r} = M_t k_{t,r} + D dy_{t,r}; dq_{t,r} = H_t^T dy_{t,r};
 // dγ_t = <dH_t, W_t>, dε_t = α_t <dH_t, W_{t-1}>, da_t = α_t (<dH_t, H_{t-1}> + ε_t <dH_t, W_{t-1}>).
 template <typename T>
-void mamba3_recurrent_bwd(const Mamba3Inputs<T>& in, const T* d_y, const Mamba3Dims& d, const Mamba3Grads<T>& grads) {
+void mamba3_recurrent_bwd(const Mamba3Inputs<T>& in, const T* d_y, const Mamba3Dims& d,
+                          const Mamba3Grads<T>& grads) {
   check_dims(d);
   const int64_t P = d.head_dim, N = d.state_dim, R = d.rank, L = d.seq_len, PN = P * N;
   std::fill(grads.dD, grads.dD + d.heads, T(0));

@@ -20,7 +20,8 @@ void check_params(const Mamba3LayerParams<T>& pr, const Mamba3LayerDims& d, cons
   const bool siso = pr.mimo_x == nullptr && pr.mimo_z == nullptr && pr.mimo_o == nullptr;
   check(d.rank == 1 ? siso : mimo, "mamba3: mimo_x, mimo_z, mimo_o must be given exactly when rank > 1 (rank {})",
         d.rank);
-  check((pr.norm != nullptr) == opt.outproj_norm, "mamba3: the output-norm weight must be given exactly with outproj_norm");
+  check((pr.norm != nullptr) == opt.outproj_norm,
+        "mamba3: the output-norm weight must be given exactly with outproj_norm");
 }
 
 // The core's inputs and y in double: v [B, T, H, R, P] = x ∘ mimo_x (x for SISO), y from the chunked core.
@@ -43,8 +44,10 @@ Forward run_forward(const T* x, const T* bc, const T* raw, const Mamba3LayerPara
   for (int64_t h = 0; h < H; ++h) f.D[h] = pr.D[h];
   for (int64_t e = 0; e < rows * H; ++e)
     for (int64_t r = 0; r < R; ++r)
-      for (int64_t p = 0; p < P; ++p)
-        f.v[(e * R + r) * P + p] = x[e * P + p] * (pr.mimo_x ? static_cast<double>(pr.mimo_x[((e % H) * R + r) * P + p]) : 1.0);
+      for (int64_t p = 0; p < P; ++p) {
+        const double scale = pr.mimo_x ? static_cast<double>(pr.mimo_x[((e % H) * R + r) * P + p]) : 1.0;
+        f.v[(e * R + r) * P + p] = x[e * P + p] * scale;
+      }
   mamba3_chunk_fwd<double>(f.inputs(), f.core, f.y.data(), opt.chunk_size);
   return f;
 }

@@ -1,7 +1,8 @@
 // Mamba-3 per-token scalars and vectors (layers-ssm-attn.md §4.3.1) and their backward (§4.5 steps 3–6),
 // CPU reference: from the B/C and scalar slices of in_proj to the core inputs of kernels/cpu/mamba3.h.
 //   Δ = softplus(dd_dt + dt_bias);  A = min(-softplus(dd_A), -A_floor) (or -f(dd_A), heavy tail);  a = A Δ
-//   λ = σ(trap);  γ = λ Δ;  ε = (1 - λ) Δ;  θ_i = π tanh(angles_i);  φ_t[h,i] = (φ_{t-1}[h,i] + Δ_t[h] θ_t[i]) mod 2π
+//   λ = σ(trap);  γ = λ Δ;  ε = (1 - λ) Δ;  θ_i = π tanh(angles_i)
+//   φ_t[h,i] = (φ_{t-1}[h,i] + Δ_t[h] θ_t[i]) mod 2π
 //   B̄_r = RMSNorm_N(B_{r,g}) ∘ w_B + B_bias[h,r];  k_r = Rot(φ) B̄_r   (same for C̄, q with w_C, C_bias)
 // Layouts: bc [B, T, 2 R G N], each row [B (r G N + g N + n) | C (same)]; raw [B, T, 3 H + S], each row
 // [dd_dt (H) | dd_A (H) | trap (H) | angles (S)]. Arithmetic in double.
@@ -49,8 +50,8 @@ struct Mamba3Prep {
 /// Forward of §4.3.1 (rotation pairs per Mamba3Options::rank). Throws llmt::Error when 2 S > N or G does
 /// not divide H.
 template <typename T>
-Mamba3Prep mamba3_prep_fwd(const T* bc, const T* raw, const Mamba3PrepParams<T>& params, const Mamba3LayerDims& dims,
-                           const Mamba3Options& opt);
+Mamba3Prep mamba3_prep_fwd(const T* bc, const T* raw, const Mamba3PrepParams<T>& params,
+                           const Mamba3LayerDims& dims, const Mamba3Options& opt);
 
 /// Backward of mamba3_prep_fwd (§4.5 steps 3–6) given the core's gradients dq, dk [B, T, H, R, N] and da,
 /// dgamma, deps [B, T, H] (double): dbc [B, T, 2 R G N] and draw [B, T, 3 H + S] OVERWRITTEN, the parameter
