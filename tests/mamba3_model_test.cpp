@@ -129,4 +129,6 @@ TEST_CASE("model: Mamba-3 parameter names, shapes and init (layers-ssm-attn.md 4
   };
   check_bound(l + "in_proj.weight", 1.0 / std::sqrt(8.0));
   check_bound(l + "out_proj.weight", 1.0 / std::sqrt(16.0 * 6.0));
+  // The MLP's down_proj (fc2) is rescaled too: U(±1/sqrt(F = 12)) / sqrt(6).
+  check_bound("model.layers.1.mlp.down_proj.weight", 1.0 / std::sqrt(12.0 * 6.0));
 }

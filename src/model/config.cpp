@@ -188,7 +188,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     init.finish();
     check(m.residual_rescale == "none" || m.type == "mamba2" || m.type == "mamba3",
           "config: model.init.residual_rescale \"{}\" is implemented for model.type \"mamba2\" and \"mamba3\" only "
-          "(their out_proj)",
+          "(their out_proj and MLP down_proj)",
           m.residual_rescale);
   }
   m.attn_layers = r.integers("attn_layers");

@@ -132,8 +132,8 @@ struct ModelConfig {
   MlpConfig mlp;
   bool has_mlp = true;     ///< false (model.mlp = null): blocks are mixer-only (Mamba2 in the MDN paper)
   double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
-  /// model.init.residual_rescale: "none", or "kaiming_div_sqrt" = the mixer out_proj drawn
-  /// U(±1/sqrt(fan_in)) / sqrt(residual_rescale_n) (mamba2 and mamba3; layers-ssm-attn.md sections 2.3.1, 4.8)
+  /// model.init.residual_rescale: "none", or "kaiming_div_sqrt" = the mixer out_proj and the MLP down_proj
+  /// drawn U(±1/sqrt(fan_in)) / sqrt(residual_rescale_n) (mamba2 and mamba3; layers-ssm-attn.md sections 2.3.1, 4.8)
   std::string residual_rescale = "none";
   int64_t residual_rescale_n = 0;  ///< default n_layers
   std::vector<int64_t> attn_layers;  ///< hybrids: 0-based layers whose mixer is softmax attention (model.attn)
