@@ -620,6 +620,61 @@ TEST_CASE("config: mamba2 block, mixer-only blocks and the out_proj rescale", "[
   }
 }
 
+TEST_CASE("config: mamba3 block, its defaults and its checks", "[config][mamba3]") {
+  json j = valid_config();
+  j["model"]["type"] = "mamba3";
+  j["model"].erase("attn");
+  j["model"]["mamba3"] = json::object();
+  j["model"]["init"] = {{"residual_rescale", "kaiming_div_sqrt"}, {"residual_rescale_n", 8}};
+  const llmt::Config c = llmt::parse_config(j);
+  const llmt::Mamba3Config& m = c.model.mamba3;
+  CHECK(m.expand == 2);
+  CHECK(m.head_dim == 64);
+  CHECK(m.d_state == 128);
+  CHECK(m.n_groups == 1);
+  CHECK(m.mimo_rank == 1);
+  CHECK(m.chunk_size == 64);
+  CHECK(m.rope_fraction == 0.5);
+  CHECK(m.num_angles() == 32);
+  CHECK(m.A_floor == 1e-4);
+  CHECK(m.A_act == "softplus");
+  CHECK_FALSE(m.outproj_norm);
+  CHECK(m.bc_bias_init == 1.0);
+  CHECK(m.init_style == "mamba_ssm");
+  CHECK(c.model.residual_rescale_n == 8);
+  SECTION("an unknown key is named with the allowed keys") {
+    j["model"]["mamba3"]["rank"] = 4;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.rank") && Catch::Contains("mimo_rank"));
+  }
+  SECTION("A_act and init_style name their allowed values") {
+    j["model"]["mamba3"]["A_act"] = "exp";
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.A_act") && Catch::Contains("heavy_tail"));
+    j["model"]["mamba3"]["A_act"] = "heavy_tail";
+    j["model"]["mamba3"]["init_style"] = "fla_mdn";
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.init_style") && Catch::Contains("mamba_ssm"));
+  }
+  SECTION("rope_fraction is 0.5 or 1.0; A_floor > 0; head_dim divides Di") {
+    j["model"]["mamba3"]["rope_fraction"] = 0.25;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.rope_fraction"));
+    j["model"]["mamba3"]["rope_fraction"] = 1.0;
+    j["model"]["mamba3"]["A_floor"] = 0;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.A_floor"));
+    j["model"]["mamba3"]["A_floor"] = 1e-4;
+    j["model"]["mamba3"]["head_dim"] = 7;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.head_dim"));
+  }
+  SECTION("MIMO needs an even d_state") {
+    j["model"]["mamba3"]["mimo_rank"] = 4;
+    j["model"]["mamba3"]["d_state"] = 7;
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.d_state"));
+  }
+  SECTION("model.mamba3 without model.type mamba3 is an error") {
+    json g = valid_config();
+    g["model"]["mamba3"] = json::object();
+    CHECK_THAT(parse_error(g), Catch::Contains("model.mamba3"));
+  }
+}
+
 TEST_CASE("config: hybrid attention layers", "[config][hybrid]") {
   json j = valid_config();
   j["model"]["type"] = "gdn";

@@ -39,6 +39,11 @@ ModelConfig tiny_model() {
   m.mamba2.d_state = 3;
   m.mamba2.n_groups = 2;
   m.mamba2.chunk_size = 4;
+  m.mamba3.expand = 2;  // Di = 16: H = 4 heads of P = 4 in G = 2 groups, N = 6 (S = 1 angle; 2..5 unrotated)
+  m.mamba3.head_dim = 4;
+  m.mamba3.d_state = 6;
+  m.mamba3.n_groups = 2;
+  m.mamba3.chunk_size = 4;
   m.mdn.num_heads = 2;
   m.mdn.head_dim = 4;
   m.mdn.chunk_size = 4;

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
 
   llmt::cli::ProbeArgs probe;
   CLI::App* p = app.add_subcommand("probe", "run one mixer layer forward and backward on the CPU");
-  p->add_option("--mixer", probe.mixer, "mixer type")->required()->check(CLI::IsMember({"transformer", "gdn", "comba", "kda", "mdn", "mamba2"}));
+  p->add_option("--mixer", probe.mixer, "mixer type")->required()->check(CLI::IsMember({"transformer", "gdn", "comba", "kda", "mdn", "mamba2", "mamba3"}));
   p->add_option("--config,-c", probe.config, "take the layer's dimensions from this config")->check(CLI::ExistingFile);
   p->add_option("--inputs", probe.inputs, "safetensors with x [B,T,D], optional dy and parameters (an earlier --out file works)")
       ->check(CLI::ExistingFile);

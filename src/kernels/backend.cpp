@@ -101,6 +101,15 @@ void Backend::mamba2_ssd_bwd(const Tensor&, const Tensor&, const Tensor&, const 
                              const Tensor&, const Tensor&) {
   missing(*this, "mamba2_ssd_bwd");
 }
+void Backend::mamba3_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Mamba3Params&,
+                         const Mamba3Options&, const Tensor&) {
+  missing(*this, "mamba3_fwd");
+}
+void Backend::mamba3_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Mamba3Params&, const Mamba3Options&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Mamba3Params&) {
+  missing(*this, "mamba3_bwd");
+}
 void Backend::mdn_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MdnGateParams&,
                             const MdnGateOptions&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "mdn_gates_fwd");

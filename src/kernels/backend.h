@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/mamba3_options.h"
 #include "kernels/mdn_gate_options.h"
 
 namespace llmt {
@@ -192,6 +193,24 @@ class Backend {
                               const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups,
                               int64_t chunk_size, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
                               const Tensor& dA_log, const Tensor& dD);
+  // ---- Mamba-3 (layers-ssm-attn.md §4; semantics: src/kernels/cpu/{mamba3_layer,mamba3_prep,mamba3}.h) ----
+  /// The Mamba-3 layer parameters (§4.2): dt_bias, D [H]; B_bias, C_bias [H, R, N]; B_norm, C_norm [N];
+  /// mimo_x, mimo_z, mimo_o [H, R, P] (default-constructed for SISO, R = 1); norm [H P] (default-constructed
+  /// without opt.outproj_norm). The same struct carries their gradients.
+  struct Mamba3Params {
+    Tensor dt_bias, B_bias, C_bias, B_norm, C_norm, D, mimo_x, mimo_z, mimo_o, norm;
+  };
+  /// The Mamba-3 layer between in_proj and out_proj (§4.3.1–4.3.4, chunked core §4.4, zero initial state):
+  /// x, z, out [B, T, H P]; bc [B, T, 2 R G N] ([B | C], column r G N + g N + n); raw [B, T, 3 H + S]
+  /// ([dd_dt | dd_A | trap | angles]). H = x's width / opt.head_dim, N from bc's width, S from raw's width;
+  /// all tensors in one dtype. Throws llmt::Error for inconsistent shapes.
+  virtual void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                          const Mamba3Params& params, const Mamba3Options& opt, const Tensor& out);
+  /// Backward of mamba3_fwd (§4.5) given dout [B, T, H P]: dx, dz, dbc, draw OVERWRITTEN (shapes of x, z, bc,
+  /// raw); the gradients in `dparams` (same shapes as `params`) ACCUMULATED.
+  virtual void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                          const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx, const Tensor& dz,
+                          const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams);
   /// The per-head parameters of the MDN gates (mdn.md §3, §4.4), each [H]; Mu_log and mu_bias are
   /// default-constructed (data == nullptr) without momentum. The same struct carries their gradients.
   struct MdnGateParams {

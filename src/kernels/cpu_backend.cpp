@@ -17,6 +17,7 @@
 #include "kernels/cpu/kda.h"
 #include "kernels/cpu/l2norm.h"
 #include "kernels/cpu/mamba2.h"
+#include "kernels/cpu/mamba3_layer.h"
 #include "kernels/cpu/mdn.h"
 #include "kernels/cpu/mdn_gates.h"
 #include "kernels/cpu/short_conv.h"
@@ -39,6 +40,47 @@ decltype(auto) dispatch(const Tensor& t, const char* op, F&& f) {
   check_float(t, op);
   if (t.dtype == DType::f64) return f(double{});
   return f(float{});
+}
+
+/// The Mamba-3 layer sizes of mamba3_fwd/bwd's tensors (backend.h), after checking their shapes and dtypes.
+cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                                 const Backend::Mamba3Params& p, const Mamba3Options& opt, const Tensor& out,
+                                 const char* op) {
+  check(x.ndim == 3 && bc.ndim == 3 && raw.ndim == 3 && opt.head_dim > 0 && opt.n_groups > 0 && opt.rank > 0 &&
+            x.shape[2] % opt.head_dim == 0,
+        "{}: x {} bc {} raw {} (head_dim {})", op, x.shape_str(), bc.shape_str(), raw.shape_str(), opt.head_dim);
+  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2] / opt.head_dim, RG2 = 2 * opt.rank * opt.n_groups;
+  const int64_t N = bc.shape[2] / RG2, S = raw.shape[2] - 3 * H, P = opt.head_dim, R = opt.rank;
+  check(bc.shape[0] == B && bc.shape[1] == T && raw.shape[0] == B && raw.shape[1] == T && N > 0 &&
+            N * RG2 == bc.shape[2] && S >= 0,
+        "{}: bc {} must be [B, T, 2 R G N] and raw {} [B, T, 3 H + S] for x {} (H = {}, R = {}, G = {})", op,
+        bc.shape_str(), raw.shape_str(), x.shape_str(), H, R, opt.n_groups);
+  for (const Tensor* t : {&z, &out}) check_same(x, *t, op);
+  check(bc.dtype == x.dtype && raw.dtype == x.dtype, "{}: x, bc and raw must share one dtype", op);
+  const auto param = [&](const Tensor& t, int64_t n, const char* name, bool present) {
+    check(present ? t.data != nullptr && t.numel() == n && t.dtype == x.dtype : t.data == nullptr,
+          "{}: {} must be {} of {} elements in {}", op, name, present ? "given" : "absent", n, dtype_name(x.dtype));
+  };
+  param(p.dt_bias, H, "dt_bias", true);
+  param(p.D, H, "D", true);
+  param(p.B_bias, H * R * N, "B_bias", true);
+  param(p.C_bias, H * R * N, "C_bias", true);
+  param(p.B_norm, N, "B_norm", true);
+  param(p.C_norm, N, "C_norm", true);
+  param(p.mimo_x, H * R * P, "mimo_x (rank > 1 only)", R > 1);
+  param(p.mimo_z, H * R * P, "mimo_z (rank > 1 only)", R > 1);
+  param(p.mimo_o, H * R * P, "mimo_o (rank > 1 only)", R > 1);
+  param(p.norm, H * P, "norm (outproj_norm only)", opt.outproj_norm);
+  return {B, T, H, P, N, opt.n_groups, R, S};
+}
+
+/// The typed pointers of a Mamba3Params (nullptr for the absent ones) as Out = cpu::Mamba3LayerParams<T>
+/// (parameters) or cpu::Mamba3LayerGrads<T> (their gradients).
+template <typename Out, typename T>
+Out mamba3_ptrs(const Backend::Mamba3Params& p) {
+  const auto ptr = [](const Tensor& t) { return t.data ? t.as<T>() : static_cast<T*>(nullptr); };
+  return {{ptr(p.dt_bias), ptr(p.B_bias), ptr(p.C_bias), ptr(p.B_norm), ptr(p.C_norm)},
+          ptr(p.D), ptr(p.mimo_x), ptr(p.mimo_z), ptr(p.mimo_o), ptr(p.norm)};
 }
 
 class CpuBackend final : public Backend {
@@ -296,6 +338,29 @@ class CpuBackend final : public Backend {
       using T = decltype(zero);
       cpu::mamba2_ssd_bwd<T>(dy.as<T>(), xbc.as<T>(), dt_raw.as<T>(), dt_bias.as<T>(), A_log.as<T>(), D.as<T>(), d,
                              chunk_size, dxbc.as<T>(), ddt_raw.as<T>(), ddt_bias.as<T>(), dA_log.as<T>(), dD.as<T>());
+    });
+  }
+
+  void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                  const Mamba3Options& opt, const Tensor& out) override {
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_fwd");
+    dispatch(x, "mamba3_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
+      cpu::mamba3_layer_fwd<T>(x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), prm, d, opt, out.as<T>());
+    });
+  }
+  void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                  const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx, const Tensor& dz,
+                  const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams) override {
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, "mamba3_bwd");
+    mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
+    dispatch(x, "mamba3_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
+      const auto grd = mamba3_ptrs<cpu::Mamba3LayerGrads<T>, T>(dparams);
+      cpu::mamba3_layer_bwd<T>(dout.as<T>(), x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), prm, d, opt, dx.as<T>(),
+                               dz.as<T>(), dbc.as<T>(), draw.as<T>(), grd);
     });
   }
 

@@ -160,7 +160,7 @@ class ObjectReader {
 template <typename T> const T* dflt(const T& v) { return &v; }  // a default value for the readers above
 
 void parse_model(ObjectReader r, ModelConfig& m) {
-  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda", "mdn", "mamba2"}, nullptr);
+  m.type = r.choice("type", {"transformer", "gdn", "comba", "kda", "mdn", "mamba2", "mamba3"}, nullptr);
   m.d_model = r.positive("d_model");
   m.n_layers = r.positive("n_layers");
   m.vocab_size = r.positive("vocab_size");
@@ -186,8 +186,9 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     m.residual_rescale = init.choice("residual_rescale", {"none", "kaiming_div_sqrt"}, dflt(std::string("none")));
     m.residual_rescale_n = init.positive("residual_rescale_n", dflt(m.n_layers));
     init.finish();
-    check(m.residual_rescale == "none" || m.type == "mamba2",
-          "config: model.init.residual_rescale \"{}\" is implemented for model.type \"mamba2\" only (its out_proj)",
+    check(m.residual_rescale == "none" || m.type == "mamba2" || m.type == "mamba3",
+          "config: model.init.residual_rescale \"{}\" is implemented for model.type \"mamba2\" and \"mamba3\" only "
+          "(their out_proj and MLP down_proj)",
           m.residual_rescale);
   }
   m.attn_layers = r.integers("attn_layers");
@@ -304,6 +305,40 @@ void parse_model(ObjectReader r, ModelConfig& m) {
           c.n_groups, c.num_heads(m.d_model));
     check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
           "config: model.mamba2 needs 0 < dt_min < dt_max and dt_floor > 0");
+  }
+  if (mixer_block("mamba3", m.type == "mamba3")) {
+    ObjectReader g = r.object("mamba3");
+    Mamba3Config& c = m.mamba3;
+    c.expand = g.positive("expand", dflt(c.expand));
+    c.head_dim = g.positive("head_dim", dflt(c.head_dim));
+    c.d_state = g.positive("d_state", dflt(c.d_state));
+    c.n_groups = g.positive("n_groups", dflt(c.n_groups));
+    c.mimo_rank = g.positive("mimo_rank", dflt(c.mimo_rank));
+    c.chunk_size = g.positive("chunk_size", dflt(c.chunk_size));
+    c.rope_fraction = g.number("rope_fraction", dflt(c.rope_fraction));
+    c.A_floor = g.number("A_floor", dflt(c.A_floor));
+    c.A_act = g.choice("A_act", {"softplus", "heavy_tail"}, dflt(c.A_act));
+    c.dt_min = g.number("dt_min", dflt(c.dt_min));
+    c.dt_max = g.number("dt_max", dflt(c.dt_max));
+    c.dt_floor = g.number("dt_floor", dflt(c.dt_floor));
+    c.outproj_norm = g.boolean("outproj_norm", c.outproj_norm);
+    c.bc_bias_init = g.number("bc_bias_init", dflt(c.bc_bias_init));
+    c.init_style = g.choice("init_style", {"mamba_ssm", "fla"}, dflt(c.init_style));
+    g.finish();
+    const int64_t inner = c.inner_dim(m.d_model);
+    check(inner % c.head_dim == 0, "config: model.mamba3.head_dim ({}) must divide expand * d_model ({})", c.head_dim,
+          inner);
+    check(c.num_heads(m.d_model) % c.n_groups == 0,
+          "config: model.mamba3.n_groups ({}) must divide the number of heads expand * d_model / head_dim ({})",
+          c.n_groups, c.num_heads(m.d_model));
+    check(c.rope_fraction == 0.5 || c.rope_fraction == 1.0,
+          "config: model.mamba3.rope_fraction must be 0.5 or 1.0, got {}", c.rope_fraction);
+    check(c.mimo_rank == 1 || c.d_state % 2 == 0,
+          "config: model.mamba3.d_state ({}) must be even when mimo_rank > 1 (rotation pairs (i, i + N/2))",
+          c.d_state);
+    check(c.A_floor > 0, "config: model.mamba3.A_floor must be > 0, got {}", c.A_floor);
+    check(c.dt_min > 0 && c.dt_max > c.dt_min && c.dt_floor > 0,
+          "config: model.mamba3 needs 0 < dt_min < dt_max and dt_floor > 0");
   }
   if (mixer_block("mdn", m.type == "mdn")) {
     ObjectReader g = r.object("mdn");

@@ -68,6 +68,39 @@ struct Mamba2Config {
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
 };
 
+/// Mamba-3 mixer (layers-ssm-attn.md section 4; runs.md section 4.1 `model.mamba3`). Inner width
+/// Di = expand * d_model, H = Di / head_dim heads, B and C of mimo_rank x n_groups x d_state, S rotation
+/// angles (section 4.1) shared by all heads.
+struct Mamba3Config {
+  int64_t expand = 2;
+  int64_t head_dim = 64;   ///< P
+  int64_t d_state = 128;   ///< N
+  int64_t n_groups = 1;    ///< G: heads h share B, C of group h / (H / G)
+  int64_t mimo_rank = 1;   ///< R; 1 = SISO
+  int64_t chunk_size = 64; ///< Q of the chunked core (SISO 64, MIMO 64 / R)
+  double rope_fraction = 0.5;  ///< 0.5 or 1.0: the rotated fraction of d_state
+  double A_floor = 1e-4;       ///< A_t <= -A_floor
+  std::string A_act = "softplus";  ///< "softplus" (paper era) or "heavy_tail" (section 4 code history)
+  double dt_min = 1e-3, dt_max = 0.1, dt_floor = 1e-4;  ///< dt_bias = softplus^-1(dt) (section 1.5)
+  bool outproj_norm = false;   ///< per-head RMSNorm of y before the gate (section 4.3.4)
+  double bc_bias_init = 1.0;   ///< B_bias, C_bias initial value (section 4.2: ones)
+  /// "mamba_ssm" (section 4.8: PyTorch-default U(±1/sqrt(fan_in)) in_proj and out_proj) or "fla"
+  /// (N(0, model.init.std^2) for both).
+  std::string init_style = "mamba_ssm";
+  int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
+  int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
+  /// S = floor(N rope_fraction), minus 1 if odd, halved (section 4.1: 32 for N = 128).
+  int64_t num_angles() const {
+    int64_t s = static_cast<int64_t>(static_cast<double>(d_state) * rope_fraction);
+    if (s % 2 != 0) --s;
+    return s / 2;
+  }
+  /// in_proj output width 2 Di + 2 G N R + 3 H + S (section 4.2).
+  int64_t in_proj_dim(int64_t d_model) const {
+    return 2 * inner_dim(d_model) + 2 * n_groups * d_state * mimo_rank + 3 * num_heads(d_model) + num_angles();
+  }
+};
+
 /// MDN (Momentum DeltaNet) mixer (mdn.md; runs.md section 4.1 `model.mdn`): the GDN keys (sigmoid output gate
 /// by default) plus the momentum gates of mdn.md §4.4 and the output correction of §4.2, and the switches of the
 /// paper's ablations (Tables 4 and 6).
@@ -99,8 +132,8 @@ struct ModelConfig {
   MlpConfig mlp;
   bool has_mlp = true;     ///< false (model.mlp = null): blocks are mixer-only (Mamba2 in the MDN paper)
   double init_std = 0.02;  ///< model.init.std: N(0, std^2) for Linear and Embedding weights
-  /// model.init.residual_rescale: "none", or "kaiming_div_sqrt" = the mixer out_proj drawn
-  /// U(±1/sqrt(fan_in)) / sqrt(residual_rescale_n) (mamba2 only; layers-ssm-attn.md section 2.3.1)
+  /// model.init.residual_rescale: "none", or "kaiming_div_sqrt" = the mixer out_proj and the MLP down_proj
+  /// drawn U(±1/sqrt(fan_in)) / sqrt(residual_rescale_n) (mamba2 and mamba3; layers-ssm-attn.md sections 2.3.1, 4.8)
   std::string residual_rescale = "none";
   int64_t residual_rescale_n = 0;  ///< default n_layers
   std::vector<int64_t> attn_layers;  ///< hybrids: 0-based layers whose mixer is softmax attention (model.attn)
@@ -109,6 +142,7 @@ struct ModelConfig {
   CombaConfig comba;  ///< used by type "comba"
   KdaConfig kda;      ///< used by type "kda"
   Mamba2Config mamba2;  ///< used by type "mamba2"
+  Mamba3Config mamba3;  ///< used by type "mamba3"
   MdnConfig mdn;      ///< used by type "mdn"
 
   /// The mixer type of layer `layer`: "transformer" for the attention layers of a hybrid, else `type`.

@@ -6,6 +6,7 @@
 #include "model/gdn.h"
 #include "model/kda.h"
 #include "model/mamba2.h"
+#include "model/mamba3.h"
 #include "model/mdn.h"
 
 namespace llmt {
@@ -17,8 +18,10 @@ std::unique_ptr<Mixer> make_mixer(const std::string& type, const ModelConfig& co
   if (type == "comba") return std::make_unique<CombaMixer>(config, store, prefix);
   if (type == "kda") return std::make_unique<KdaMixer>(config, store, prefix);
   if (type == "mamba2") return std::make_unique<Mamba2Mixer>(config, store, prefix);
+  if (type == "mamba3") return std::make_unique<Mamba3Mixer>(config, store, prefix);
   if (type == "mdn") return std::make_unique<MdnMixer>(config, store, prefix);
-  throw Error(fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda, mdn, mamba2", type));
+  throw Error(
+      fmt::format("unknown mixer type \"{}\"; available: transformer, gdn, comba, kda, mdn, mamba2, mamba3", type));
 }
 
 }  // namespace llmt

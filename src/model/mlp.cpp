@@ -1,5 +1,7 @@
 #include "model/mlp.h"
 
+#include <cmath>
+
 namespace llmt {
 
 SwiGluMlp::SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::string& prefix)
@@ -7,7 +9,13 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::st
   const Init init{Init::normal, config.init_std};
   w_gate_ = store.add(prefix + "gate_proj.weight", {hidden_, d_model_}, ParamKind::weight, init);
   w_up_ = store.add(prefix + "up_proj.weight", {hidden_, d_model_}, ParamKind::weight, init);
-  w_down_ = store.add(prefix + "down_proj.weight", {d_model_, hidden_}, ParamKind::weight, init);
+  Init down = init;
+  if (config.residual_rescale == "kaiming_div_sqrt") {  // mamba_ssm fc2 (layers-ssm-attn.md 4.8): U(±1/sqrt(F)) / sqrt(n)
+    down = Init{Init::uniform};
+    down.hi = 1.0 / std::sqrt(static_cast<double>(hidden_) * static_cast<double>(config.residual_rescale_n));
+    down.lo = -down.hi;
+  }
+  w_down_ = store.add(prefix + "down_proj.weight", {d_model_, hidden_}, ParamKind::weight, down);
 }
 
 void SwiGluMlp::plan(int64_t rows) {

@@ -1,5 +1,6 @@
 // SwiGLU MLP (layers-ssm-attn.md section 1.3): y = down(silu(gate(x)) * up(x)); gate_proj,
-// up_proj [F, D], down_proj [D, F], no biases, N(0, init_std^2).
+// up_proj [F, D], down_proj [D, F], no biases, N(0, init_std^2); with model.init.residual_rescale
+// "kaiming_div_sqrt" down_proj is U(±1/sqrt(F)) / sqrt(residual_rescale_n) (mamba_ssm's fc2, section 4.8).
 #pragma once
 #include <string>
 

@@ -77,3 +77,19 @@ for a in floor-2 floor-1.5 floor-1.357 floor-1 no-beta-max eta-2sigmoid; do
 done
 expect configs/mdn-paper/400m/ablations/no-output-correction.json 417536886 314610550
 expect configs/mdn-paper/400m/ablations/no-momentum.json 417278712 314352376
+# Mamba-3 (runs.md 3.2: SISO 186.8M / 443.0M / 892.8M / 1494.7M; MIMO 1.4947B at 1.5B), tied, vocab 128256, N 128,
+# P 64, H = 2 d / 64, S = 32 angles: per layer in_proj d * (4 d + 2 * 128 R + 3 H + 32) + dt_bias, D 2 H + B_bias,
+# C_bias 2 H R 128 + B_norm, C_norm 2 * 128 + out_proj 2 d^2 (+ mimo_x, mimo_z, mimo_o 3 H R 64 for R = 4)
+# + MLP 3 d F + norms 2 d; * layers + final norm d; + 128256 d. 1.5B SISO: 17,760,256 + 128 + 16,384 + 256
+# + 8,388,608 + 25,165,824 + 4,096 = 51,335,552; * 24 + 2048 = 1,232,055,296; + 262,668,288 = 1,494,723,584.
+# MIMO (R = 4) adds 2 * 128 * 3 * d + 2 H * 3 * 128 + 3 H * 4 * 64 = 3 d (4096 - 3824) per layer: the same totals.
+expect configs/mamba3-paper/180m/mamba3-siso.json 186849600 88348992
+expect configs/mamba3-paper/440m/mamba3-siso.json 443015680 311681536
+expect configs/mamba3-paper/880m/mamba3-siso.json 892782336 695781120
+expect configs/mamba3-paper/1.5b/mamba3-siso.json 1494723584 1232055296
+for s in 180m 440m 880m 1.5b; do
+  siso=$("$llmtrain" info --config configs/mamba3-paper/$s/mamba3-siso.json | grep -E '^(total|non-embedding) params')
+  mimo=$("$llmtrain" info --config configs/mamba3-paper/$s/mamba3-mimo.json | grep -E '^(total|non-embedding) params')
+  [[ "$siso" == "$mimo" ]] || { echo "FAIL $s: MIMO (MLP - 272) differs from SISO"; echo "$siso"; echo "$mimo"; exit 1; }
+  echo "ok configs/mamba3-paper/$s/mamba3-mimo.json: equals SISO"
+done

@@ -7,12 +7,12 @@ llmtrain=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-for mixer in transformer gdn comba kda mdn mamba2; do
+for mixer in transformer gdn comba kda mdn mamba2 mamba3; do
   "$llmtrain" probe --mixer $mixer --selftest --dtype f64 | tee "$tmp/selftest.txt"
   grep -q "probe --mixer $mixer --selftest: passed" "$tmp/selftest.txt"
 done
 
-for mixer in transformer gdn comba kda mdn mamba2; do
+for mixer in transformer gdn comba kda mdn mamba2 mamba3; do
   "$llmtrain" probe --mixer $mixer --batch 2 --seq-len 6 --out "$tmp/a.safetensors"
   "$llmtrain" probe --mixer $mixer --inputs "$tmp/a.safetensors" --out "$tmp/b.safetensors"
   cmp "$tmp/a.safetensors" "$tmp/b.safetensors"

@@ -1,0 +1,48 @@
+// The Mamba-3 layer op between in_proj and out_proj (layers-ssm-attn.md §4.3, §4.5), CPU reference:
+// per-token scalars and vectors (cpu/mamba3_prep.h), MIMO up-projection v_r = x ∘ mimo_x[h,r], the chunked
+// core (cpu/mamba3.h), optional per-head RMSNorm_P before the gate, gate SiLU(z ∘ mimo_z[h,r]) and the MIMO
+// down-projection o = Σ_r mimo_o[h,r] ∘ (...). SISO (R = 1) has no mimo_* parameters (o = gate(y)).
+// Layouts: x, z, out [B, T, H P]; bc, raw as cpu/mamba3_prep.h. Arithmetic in double.
+#pragma once
+#include "kernels/cpu/mamba3_prep.h"
+
+namespace llmt::cpu {
+
+/// Parameters of the layer op: the per-token ones, D [H], mimo_x, mimo_z, mimo_o [H, R, P] (nullptr for
+/// SISO) and norm [H P] (nullptr without the output norm).
+template <typename T>
+struct Mamba3LayerParams {
+  Mamba3PrepParams<T> prep;
+  const T* D;
+  const T* mimo_x;
+  const T* mimo_z;
+  const T* mimo_o;
+  const T* norm;
+};
+
+/// Gradients of Mamba3LayerParams, same shapes and nullptr pattern, ACCUMULATED.
+template <typename T>
+struct Mamba3LayerGrads {
+  Mamba3PrepGrads<T> prep;
+  T* D;
+  T* mimo_x;
+  T* mimo_z;
+  T* mimo_o;
+  T* norm;
+};
+
+/// out = the gated (and for MIMO down-projected) output of §4.3.2–4.3.4 from the in_proj slices x, z
+/// [B, T, H P], bc [B, T, 2 R G N], raw [B, T, 3 H + S]. Throws llmt::Error for bad sizes (cpu/mamba3_prep.h,
+/// cpu/mamba3.h) or when the mimo_* pointers are null for R > 1 or set for R = 1.
+template <typename T>
+void mamba3_layer_fwd(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& params,
+                      const Mamba3LayerDims& dims, const Mamba3Options& opt, T* out);
+
+/// Backward of mamba3_layer_fwd given dout [B, T, H P] (everything is recomputed from the inputs):
+/// dx, dz [B, T, H P], dbc, draw OVERWRITTEN; the parameter gradients ACCUMULATED.
+template <typename T>
+void mamba3_layer_bwd(const T* dout, const T* x, const T* z, const T* bc, const T* raw,
+                      const Mamba3LayerParams<T>& params, const Mamba3LayerDims& dims, const Mamba3Options& opt, T* dx,
+                      T* dz, T* dbc, T* draw, const Mamba3LayerGrads<T>& grads);
+
+}  // namespace llmt::cpu
