@@ -22,7 +22,7 @@ class AttentionMixer final : public Mixer {
   double theta_;
   int wq_, wk_, wv_, wo_;
   int64_t batch_ = 0, seq_len_ = 0;
-  Tensor q_, k_, v_, o_, lse_;    // saved: [B, T, H, Dh] (q, k after rotary), lse [B, H, T]
+  Tensor q_, k_, v_, o_, lse_;         // saved: [B, T, H, Dh] (q, k after rotary), lse [B, H, T]
   Tensor dq_, dk_, dv_, do_;           // backward temporaries (shared scratch)
 };
 

@@ -29,8 +29,8 @@ class CombaMixer final : public DeltaLayer {
 
   int decay_ = -1, D_ = -1;
   Tensor qcor_, p_;                           // q' and p before the L2 norm (only with the gates)
-  Tensor qhat_, khat_, phat_, rq_, rk_, rp_;       // L2-normalised q' (scaled), k, p; their 1/norm [rows * H]
-  Tensor dqhat_, dkhat_, dphat_, dp_;              // backward temporaries (shared scratch)
+  Tensor qhat_, khat_, phat_, rq_, rk_, rp_;  // L2-normalised q' (scaled), k, p; their 1/norm [rows * H]
+  Tensor dqhat_, dkhat_, dphat_, dp_;         // backward temporaries (shared scratch)
 };
 
 }  // namespace llmt

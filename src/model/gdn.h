@@ -26,8 +26,8 @@ class GdnMixer : public DeltaLayer {
   void core_forward() override;
   void core_backward() override;
 
-  Tensor qhat_, khat_, rq_, rk_;       // L2-normalised q (scaled), k; their 1/norm [rows * H]
-  Tensor dqhat_, dkhat_;               // backward temporaries (shared scratch)
+  Tensor qhat_, khat_, rq_, rk_;  // L2-normalised q (scaled), k; their 1/norm [rows * H]
+  Tensor dqhat_, dkhat_;          // backward temporaries (shared scratch)
 };
 
 }  // namespace llmt

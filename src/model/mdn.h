@@ -40,7 +40,7 @@ class MdnMixer final : public DeltaLayer {
   int wm_ = -1, we_ = -1, Mu_log_ = -1, mu_bias_ = -1, log_factor_ = -1, D_log_ = -1;
   Tensor zm_, ze_, log_mu_, eta_;          // μ, η gate pre-activations and gates [rows, H]
   Tensor qcor_;                            // q' = q - δ k (only with the output correction)
-  Tensor qhat_, khat_, rq_, rk_;                // L2-normalised q' (scaled), k; their 1/norm [rows * H]
+  Tensor qhat_, khat_, rq_, rk_;           // L2-normalised q' (scaled), k; their 1/norm [rows * H]
   Tensor dqhat_, dkhat_, dlog_mu_, deta_, dzm_, dze_;  // backward temporaries (shared scratch)
 };
 
