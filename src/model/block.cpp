@@ -30,7 +30,7 @@ void Block::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
 }
 
 void Block::bind_scratch(ScratchCarver& scratch) {
-  for (Tensor* t : {&branch_, &dxn_, &dh_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
+  for (Tensor* t : {&branch_, &dxn_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
   if (store_.compute_dtype() != store_.dtype()) dy_ = scratch.take(store_.compute_dtype(), {rows_, d_model_});
   mixer_->bind_scratch(scratch);
   if (mlp_) mlp_->bind_scratch(scratch);
@@ -41,23 +41,20 @@ void Block::forward(const Tensor& x_in, const Tensor& x_out) {
   be.rmsnorm_fwd(x_in, store_.master(attn_norm_), eps_, xn1_, rstd1_);
   mixer_->forward(xn1_, branch_);
   if (!mlp_) return be.add(x_in, branch_, x_out);
-  be.add(x_in, branch_, h_);
-  be.rmsnorm_fwd(h_, store_.master(mlp_norm_), eps_, xn2_, rstd2_);
+  be.add_rmsnorm_fwd(x_in, branch_, store_.master(mlp_norm_), eps_, h_, xn2_, rstd2_);  // h = x + branch; norm
   mlp_->forward(xn2_, branch_);
   be.add(h_, branch_, x_out);
 }
 
+// The residual adds pass the gradient unchanged to both of their inputs, so dx is the residual
+// gradient throughout: each norm's backward accumulates into it in place (dx' -> dh -> dx).
 void Block::backward(const Tensor& x_in, const Tensor& dx) {
   Backend& be = store_.backend();
-  if (!mlp_) {
-    mixer_->backward(xn1_, converted(be, dx, dy_), dxn_);
-    return be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), rstd1_, dx, store_.grad(attn_norm_));
+  if (mlp_) {
+    mlp_->backward(xn2_, converted(be, dx, dy_), dxn_);
+    be.rmsnorm_bwd(dxn_, h_, store_.master(mlp_norm_), rstd2_, dx, store_.grad(mlp_norm_));  // dx = dh
   }
-  mlp_->backward(xn2_, converted(be, dx, dy_), dxn_);
-  be.copy(dx, dh_);                                                        // dh = dx' (residual path)
-  be.rmsnorm_bwd(dxn_, h_, store_.master(mlp_norm_), rstd2_, dh_, store_.grad(mlp_norm_));
-  mixer_->backward(xn1_, converted(be, dh_, dy_), dxn_);
-  be.copy(dh_, dx);                                                        // dx = dh (residual path)
+  mixer_->backward(xn1_, converted(be, dx, dy_), dxn_);
   be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), rstd1_, dx, store_.grad(attn_norm_));
 }
 

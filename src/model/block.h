@@ -38,8 +38,8 @@ class Block {
   std::unique_ptr<SwiGluMlp> mlp_;  // null without an MLP
   Tensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
   int64_t rows_ = 0, d_model_ = 0;
-  Tensor branch_, dxn_, dh_;  // temporaries (shared scratch): sublayer output, normed-input grad, residual grad
-  Tensor dy_;                 // the residual grad in the compute dtype (shared scratch; = dx/dh_ when that is f32)
+  Tensor branch_, dxn_;  // temporaries (shared scratch): sublayer output, normed-input grad
+  Tensor dy_;            // the residual grad in the compute dtype (shared scratch; empty when that is f32)
 };
 
 }  // namespace llmt
