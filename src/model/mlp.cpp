@@ -30,7 +30,7 @@ void SwiGluMlp::forward(const Tensor& x, const Tensor& y) {
 void SwiGluMlp::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   be.matmul(dy, false, store_.param(w_down_), false, dh_, false);    // dh = dy Wdown
-  be.matmul(dy, true, h_, false, store_.grad(w_down_), true);       // dWdown += dy^T h
+  be.matmul(dy, true, h_, false, store_.grad(w_down_), true);        // dWdown += dy^T h
   be.swiglu_bwd(gate_, up_, dh_, dgate_, dup_);
   be.matmul(dgate_, true, x, false, store_.grad(w_gate_), true);     // dWgate += dgate^T x
   be.matmul(dup_, true, x, false, store_.grad(w_up_), true);

@@ -61,7 +61,7 @@ void Projection::backward(const Tensor& x, const Tensor& dy_in, const Tensor& dx
     return;
   }
   if (bias_ >= 0) be.matmul(*ones_, true, dy, false, store_.grad(bias_).reshape({1, out_}), true);  // db += 1^T dy
-  be.matmul(dy, true, hidden_, false, store_.grad(w1_), true);             // dW1 += dy^T h
+  be.matmul(dy, true, hidden_, false, store_.grad(w1_), true);              // dW1 += dy^T h
   be.matmul(dy, false, store_.param(w1_), false, dhidden_, false);          // dh = dy W1
   be.matmul(dhidden_, true, x, false, store_.grad(w0_), true);              // dW0 += dh^T x
   be.matmul(dhidden_, false, store_.param(w0_), false, dx, accumulate_dx);  // dx (+)= dh W0
