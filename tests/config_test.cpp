@@ -88,6 +88,7 @@ TEST_CASE("config: defaults are applied and written into resolved", "[config]") 
   CHECK(c.train.eps == 1e-8);
   CHECK(c.train.grad_clip == 1.0);
   CHECK(c.train.skip_nonfinite);
+  CHECK_FALSE(c.train.recompute);
   CHECK(c.train.seed == 42u);
   CHECK(c.train.backend == "auto");
   CHECK(c.data.tokenizer == "gpt2");
@@ -221,6 +222,11 @@ TEST_CASE("config: wrong types are rejected naming the key path", "[config][erro
     json j = valid_config();
     j["model"]["tie_embeddings"] = 1;
     CHECK_THAT(parse_error(j), Contains("model.tie_embeddings") && Contains("true or false"));
+  }
+  SECTION("train.recompute as a string") {
+    json j = valid_config();
+    j["train"]["recompute"] = "yes";
+    CHECK_THAT(parse_error(j), Contains("train.recompute") && Contains("true or false"));
   }
   SECTION("model.attn not an object") {
     json j = valid_config();

@@ -101,6 +101,20 @@ TEST_CASE("cuda bf16: rmsnorm forward into bf16", "[cuda][bf16]") {
   require_close(get(gpu(), *rg), get(cpu(), *rc), "rstd", kTol);
 }
 
+TEST_CASE("cuda bf16: add_rmsnorm forward: f32 residual stream, bf16 normalised output", "[cuda][bf16]") {
+  const int64_t rows = 75, dim = 1000;
+  const auto x = randn(rows * dim, 42, 2.0), branch = randn(rows * dim, 43), w = randn(dim, 44);
+  OwnedTensor xg = on(gpu(), x, {rows, dim}), bg = on(gpu(), branch, {rows, dim}), wg = on(gpu(), w, {dim});
+  OwnedTensor xc = on(cpu(), x, {rows, dim}), bc = on(cpu(), branch, {rows, dim}), wc = on(cpu(), w, {dim});
+  OwnedTensor hg(gpu(), DType::f32, {rows, dim}), yg(gpu(), DType::bf16, {rows, dim}), rg(gpu(), DType::f32, {rows});
+  OwnedTensor hc(cpu(), DType::f32, {rows, dim}), yc(cpu(), DType::f32, {rows, dim}), rc(cpu(), DType::f32, {rows});
+  gpu().add_rmsnorm_fwd(*xg, *bg, *wg, 1e-6, *hg, *yg, *rg);
+  cpu().add_rmsnorm_fwd(*xc, *bc, *wc, 1e-6, *hc, *yc, *rc);
+  require_close(get(gpu(), *hg), get(cpu(), *hc), "h", kTol);
+  require_close(get_bf16(*yg), get(cpu(), *yc), "y", kBf16);
+  require_close(get(gpu(), *rg), get(cpu(), *rc), "rstd", kTol);
+}
+
 TEST_CASE("cuda bf16: rope, swiglu forward and backward", "[cuda][bf16]") {
   const int64_t B = 2, T = 67, H = 3, Dh = 64, n = B * T * H * Dh;
   const auto x = randn(n, 60);

@@ -210,6 +210,24 @@ TEST_CASE("rmsnorm: finite-difference gradients; dx and dw accumulate", "[kernel
   }
 }
 
+TEMPLATE_TEST_CASE("add_rmsnorm: equals the add followed by rmsnorm_fwd bit for bit", "[kernels][rmsnorm]", float,
+                   double) {
+  // The fused op replaces add + rmsnorm_fwd in Block; the loss must not change by a bit.
+  const int64_t rows = 4, dim = 7;
+  const auto x = cast<TestType>(randn(rows * dim, 30)), branch = cast<TestType>(randn(rows * dim, 31));
+  const auto w = cast<TestType>(randn(dim, 32));
+  std::vector<TestType> h(x.size()), y(x.size()), rstd(rows);
+  llmt::cpu::add_rmsnorm_fwd(x.data(), branch.data(), w.data(), rows, dim, 1e-5, h.data(), y.data(), rstd.data());
+
+  std::vector<TestType> h_ref(x.size()), y_ref(x.size()), rstd_ref(rows);
+  for (size_t i = 0; i < x.size(); ++i) h_ref[i] = x[i] + branch[i];
+  llmt::cpu::rmsnorm_fwd(h_ref.data(), w.data(), rows, dim, 1e-5, y_ref.data(), rstd_ref.data());
+  CHECK(h == h_ref);
+  CHECK(y == y_ref);
+  CHECK(rstd == rstd_ref);
+  CHECK(widen(y) != widen(h));  // not trivially equal: the norm ran
+}
+
 // ---------------------------------------------------------------- rope
 
 TEST_CASE("rope: hand-computed rotate-half case", "[kernels][rope]") {

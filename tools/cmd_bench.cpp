@@ -24,7 +24,7 @@ int bench(const BenchArgs& args) {
   Model model(config.model);
   model.allocate(*backend, DType::f32, compute_dtype_for(tc.precision, *backend));
   model.params().initialize(tc.seed);
-  model.plan(tc.micro_batch, tc.seq_len);
+  model.plan(tc.micro_batch, tc.seq_len, tc.recompute);
   AdamW optimizer(model.params(), tc);
   StepRunner step(model, optimizer, tc);
 
@@ -57,6 +57,11 @@ int bench(const BenchArgs& args) {
              flops_per_token, achieved / 1e12);
   if (args.peak_tflops > 0)
     fmt::print("MFU: {:.1f}% of {:.1f} TFLOP/s\n", 100.0 * achieved / (args.peak_tflops * 1e12), args.peak_tflops);
+  const auto mib = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  const ActivationBytes& act = model.activation_bytes();
+  fmt::print("activations planned: {:.3f} MiB (saved by the blocks {:.3f}{}, residual stream {:.3f}, scratch {:.3f})\n",
+             mib(act.total()), mib(act.saved), tc.recompute ? " with recompute: one block's" : "", mib(act.residual),
+             mib(act.scratch));
   fmt::print("peak memory held by the backend: {:.3f} GiB\n",
              static_cast<double>(backend->peak_allocated_bytes()) / (1024.0 * 1024.0 * 1024.0));
   return 0;

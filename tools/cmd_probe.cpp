@@ -75,13 +75,20 @@ std::vector<double> values_of(const Tensor& t) {
   return v;
 }
 
-/// The mixer's temporaries (model/scratch.h), bound after plan().
-Buffer bind_mixer_scratch(Backend& be, Mixer& mixer) {
-  return bind_scratch(be, [&](void* base) {
+/// The mixer's saved activations for [B * T, D] inputs (returned) and its temporaries (`scratch`),
+/// bound as Model::plan binds a block's (model/scratch.h).
+Buffer plan_mixer(Backend& be, Mixer& mixer, int64_t B, int64_t T, Buffer& scratch) {
+  Buffer saved = bind_scratch(be, [&](void* base) {
+    ScratchCarver carver(base);
+    mixer.plan(B, T, carver);
+    return carver.used();
+  });
+  scratch = bind_scratch(be, [&](void* base) {
     ScratchCarver carver(base);
     mixer.bind_scratch(carver);
     return carver.used();
   });
+  return saved;
 }
 
 int selftest(const std::string& type) {
@@ -94,8 +101,8 @@ int selftest(const std::string& type) {
   auto mixer = make_mixer(type, mc, store, "");
   store.allocate(*be, DType::f64);
   store.initialize(7);
-  mixer->plan(B, T);
-  const Buffer scratch = bind_mixer_scratch(*be, *mixer);
+  Buffer scratch;
+  const Buffer saved = plan_mixer(*be, *mixer, B, T, scratch);
   OwnedTensor x(*be, DType::f64, {rows, D}), y(*be, DType::f64, {rows, D}), dx(*be, DType::f64, {rows, D}),
       r(*be, DType::f64, {rows, D});
   store_values(random_values(rows * D, 1), *x);
@@ -175,8 +182,8 @@ int probe(const ProbeArgs& a) {
   if (dy.empty()) dy = random_values(B * T * D, 2);
 
   const int64_t rows = B * T;
-  mixer->plan(B, T);
-  const Buffer scratch = bind_mixer_scratch(*be, *mixer);
+  Buffer scratch;
+  const Buffer saved = plan_mixer(*be, *mixer, B, T, scratch);
   OwnedTensor tx(*be, dt, {rows, D}), ty(*be, dt, {rows, D}), tdx(*be, dt, {rows, D}), tdy(*be, dt, {rows, D});
   store_values(x, *tx);
   store_values(dy, *tdy);

@@ -71,6 +71,13 @@ class Backend {
   virtual void embedding_bwd(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
   /// y = rmsnorm(x) * w, x/y [rows, D], w [D], rstd [rows] saved for the backward.
   virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) = 0;
+  /// The residual add fused with the following norm: h = x + branch, y = rmsnorm(h) * w, rstd
+  /// [rows], in one pass; equal to add(x, branch, h) then rmsnorm_fwd(h, w, eps, y, rstd). x,
+  /// branch, h [rows, D] in the master dtype (the residual stream), y as rmsnorm_fwd's. The
+  /// backward is rmsnorm_bwd into the residual-stream gradient (the add passes it unchanged to
+  /// x and branch).
+  virtual void add_rmsnorm_fwd(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, const Tensor& h,
+                               const Tensor& y, const Tensor& rstd) = 0;
   /// dx += dL/dx, dw += dL/dw.
   virtual void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            const Tensor& dx, const Tensor& dw) = 0;

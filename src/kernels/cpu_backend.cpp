@@ -184,6 +184,18 @@ class CpuBackend final : public Backend {
       cpu::rmsnorm_fwd<T>(x.as<T>(), w.as<T>(), rows, dim, eps, y.as<T>(), rstd.as<T>());
     });
   }
+  void add_rmsnorm_fwd(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, const Tensor& h,
+                       const Tensor& y, const Tensor& rstd) override {
+    const int64_t dim = w.numel(), rows = x.numel() / dim;
+    check(x.numel() == rows * dim && rstd.numel() == rows, "add_rmsnorm_fwd: x {} w {} rstd {}", x.shape_str(),
+          w.shape_str(), rstd.shape_str());
+    for (const Tensor* t : {&branch, &h, &y}) check_same(x, *t, "add_rmsnorm_fwd");
+    dispatch(x, "add_rmsnorm_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::add_rmsnorm_fwd<T>(x.as<T>(), branch.as<T>(), w.as<T>(), rows, dim, eps, h.as<T>(), y.as<T>(),
+                              rstd.as<T>());
+    });
+  }
   void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                    const Tensor& dw) override {
     const int64_t dim = w.numel(), rows = x.numel() / dim;

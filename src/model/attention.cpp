@@ -18,13 +18,12 @@ AttentionMixer::AttentionMixer(const ModelConfig& config, ParamStore& store, con
   wo_ = store.add(prefix + "o_proj.weight", {d_model_, inner}, ParamKind::weight, init);
 }
 
-void AttentionMixer::plan(int64_t batch, int64_t seq_len) {
+void AttentionMixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   batch_ = batch;
   seq_len_ = seq_len;
-  Backend& be = store_.backend();
   const DType ct = store_.compute_dtype();
-  for (OwnedTensor* t : {&q_, &k_, &v_, &o_}) *t = OwnedTensor(be, ct, {batch, seq_len, heads_, head_dim_});
-  lse_ = OwnedTensor(be, store_.dtype(), {batch, heads_, seq_len});
+  for (Tensor* t : {&q_, &k_, &v_, &o_}) *t = saved.take(ct, {batch, seq_len, heads_, head_dim_});
+  lse_ = saved.take(store_.dtype(), {batch, heads_, seq_len});
 }
 
 void AttentionMixer::bind_scratch(ScratchCarver& scratch) {
@@ -35,23 +34,23 @@ void AttentionMixer::bind_scratch(ScratchCarver& scratch) {
 void AttentionMixer::forward(const Tensor& x, const Tensor& y) {
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, inner = heads_ * head_dim_;
-  be.matmul(x, false, store_.param(wq_), true, q_->reshape({rows, inner}), false);
-  be.matmul(x, false, store_.param(wk_), true, k_->reshape({rows, inner}), false);
-  be.matmul(x, false, store_.param(wv_), true, v_->reshape({rows, inner}), false);
-  be.rope_fwd(*q_, theta_);
-  be.rope_fwd(*k_, theta_);
-  be.attention_fwd(*q_, *k_, *v_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), *o_, *lse_);
-  be.matmul(o_->reshape({rows, inner}), false, store_.param(wo_), true, y, false);
+  be.matmul(x, false, store_.param(wq_), true, q_.reshape({rows, inner}), false);
+  be.matmul(x, false, store_.param(wk_), true, k_.reshape({rows, inner}), false);
+  be.matmul(x, false, store_.param(wv_), true, v_.reshape({rows, inner}), false);
+  be.rope_fwd(q_, theta_);
+  be.rope_fwd(k_, theta_);
+  be.attention_fwd(q_, k_, v_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), o_, lse_);
+  be.matmul(o_.reshape({rows, inner}), false, store_.param(wo_), true, y, false);
 }
 
 void AttentionMixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, inner = heads_ * head_dim_;
-  const Tensor o2 = o_->reshape({rows, inner}), do2 = do_.reshape({rows, inner});
+  const Tensor o2 = o_.reshape({rows, inner}), do2 = do_.reshape({rows, inner});
   const Tensor dq2 = dq_.reshape({rows, inner}), dk2 = dk_.reshape({rows, inner}), dv2 = dv_.reshape({rows, inner});
   be.matmul(dy, false, store_.param(wo_), false, do2, false);        // dO = dy Wo
   be.matmul(dy, true, o2, false, store_.grad(wo_), true);            // dWo += dy^T O
-  be.attention_bwd(*q_, *k_, *v_, *o_, *lse_, do_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), dq_, dk_, dv_);
+  be.attention_bwd(q_, k_, v_, o_, lse_, do_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), dq_, dk_, dv_);
   be.rope_bwd(dq_, theta_);
   be.rope_bwd(dk_, theta_);
   be.matmul(dq2, true, x, false, store_.grad(wq_), true);            // dWq += dq^T x

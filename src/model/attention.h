@@ -11,7 +11,7 @@ namespace llmt {
 class AttentionMixer final : public Mixer {
  public:
   AttentionMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
-  void plan(int64_t batch, int64_t seq_len) override;
+  void plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) override;
   void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
@@ -22,7 +22,7 @@ class AttentionMixer final : public Mixer {
   double theta_;
   int wq_, wk_, wv_, wo_;
   int64_t batch_ = 0, seq_len_ = 0;
-  OwnedTensor q_, k_, v_, o_, lse_;    // saved: [B, T, H, Dh] (q, k after rotary), lse [B, H, T]
+  Tensor q_, k_, v_, o_, lse_;         // saved: [B, T, H, Dh] (q, k after rotary), lse [B, H, T]
   Tensor dq_, dk_, dv_, do_;           // backward temporaries (shared scratch)
 };
 

@@ -12,26 +12,25 @@ Block::Block(const std::string& mixer_type, const ModelConfig& config, ParamStor
   mlp_ = std::make_unique<SwiGluMlp>(config, store, prefix + "mlp.");
 }
 
-void Block::plan(int64_t batch, int64_t seq_len) {
+void Block::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   const int64_t rows = batch * seq_len, d = store_.master(attn_norm_).numel();
   rows_ = rows;
   d_model_ = d;
-  Backend& be = store_.backend();
   // The residual stream (h) and the norm statistics in the master dtype; the normed inputs of
   // the sublayers in the compute dtype (they feed matrix products).
   const DType dt = store_.dtype(), ct = store_.compute_dtype();
-  xn1_ = OwnedTensor(be, ct, {rows, d});
-  rstd1_ = OwnedTensor(be, dt, {rows});
-  mixer_->plan(batch, seq_len);
+  xn1_ = saved.take(ct, {rows, d});
+  rstd1_ = saved.take(dt, {rows});
+  mixer_->plan(batch, seq_len, saved);
   if (!mlp_) return;
-  xn2_ = OwnedTensor(be, ct, {rows, d});
-  h_ = OwnedTensor(be, dt, {rows, d});
-  rstd2_ = OwnedTensor(be, dt, {rows});
-  mlp_->plan(rows);
+  xn2_ = saved.take(ct, {rows, d});
+  h_ = saved.take(dt, {rows, d});
+  rstd2_ = saved.take(dt, {rows});
+  mlp_->plan(rows, saved);
 }
 
 void Block::bind_scratch(ScratchCarver& scratch) {
-  for (Tensor* t : {&branch_, &dxn_, &dh_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
+  for (Tensor* t : {&branch_, &dxn_}) *t = scratch.take(store_.dtype(), {rows_, d_model_});
   if (store_.compute_dtype() != store_.dtype()) dy_ = scratch.take(store_.compute_dtype(), {rows_, d_model_});
   mixer_->bind_scratch(scratch);
   if (mlp_) mlp_->bind_scratch(scratch);
@@ -39,27 +38,24 @@ void Block::bind_scratch(ScratchCarver& scratch) {
 
 void Block::forward(const Tensor& x_in, const Tensor& x_out) {
   Backend& be = store_.backend();
-  be.rmsnorm_fwd(x_in, store_.master(attn_norm_), eps_, *xn1_, *rstd1_);
-  mixer_->forward(*xn1_, branch_);
+  be.rmsnorm_fwd(x_in, store_.master(attn_norm_), eps_, xn1_, rstd1_);
+  mixer_->forward(xn1_, branch_);
   if (!mlp_) return be.add(x_in, branch_, x_out);
-  be.add(x_in, branch_, *h_);
-  be.rmsnorm_fwd(*h_, store_.master(mlp_norm_), eps_, *xn2_, *rstd2_);
-  mlp_->forward(*xn2_, branch_);
-  be.add(*h_, branch_, x_out);
+  be.add_rmsnorm_fwd(x_in, branch_, store_.master(mlp_norm_), eps_, h_, xn2_, rstd2_);  // h = x + branch; norm
+  mlp_->forward(xn2_, branch_);
+  be.add(h_, branch_, x_out);
 }
 
+// The residual adds pass the gradient unchanged to both of their inputs, so dx is the residual
+// gradient throughout: each norm's backward accumulates into it in place (dx' -> dh -> dx).
 void Block::backward(const Tensor& x_in, const Tensor& dx) {
   Backend& be = store_.backend();
-  if (!mlp_) {
-    mixer_->backward(*xn1_, converted(be, dx, dy_), dxn_);
-    return be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
+  if (mlp_) {
+    mlp_->backward(xn2_, converted(be, dx, dy_), dxn_);
+    be.rmsnorm_bwd(dxn_, h_, store_.master(mlp_norm_), rstd2_, dx, store_.grad(mlp_norm_));  // dx = dh
   }
-  mlp_->backward(*xn2_, converted(be, dx, dy_), dxn_);
-  be.copy(dx, dh_);                                                        // dh = dx' (residual path)
-  be.rmsnorm_bwd(dxn_, *h_, store_.master(mlp_norm_), *rstd2_, dh_, store_.grad(mlp_norm_));
-  mixer_->backward(*xn1_, converted(be, dh_, dy_), dxn_);
-  be.copy(dh_, dx);                                                        // dx = dh (residual path)
-  be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), *rstd1_, dx, store_.grad(attn_norm_));
+  mixer_->backward(xn1_, converted(be, dx, dy_), dxn_);
+  be.rmsnorm_bwd(dxn_, x_in, store_.master(attn_norm_), rstd1_, dx, store_.grad(attn_norm_));
 }
 
 }  // namespace llmt

@@ -17,13 +17,17 @@ namespace llmt {
 class Block {
  public:
   Block(const std::string& mixer_type, const ModelConfig& config, ParamStore& store, const std::string& prefix);
-  void plan(int64_t batch, int64_t seq_len);
+  /// Takes the activations the block, its mixer and its MLP save for the backward from `saved`
+  /// (model/scratch.h): its own arena, or one shared by all blocks under train.recompute.
+  void plan(int64_t batch, int64_t seq_len, ScratchCarver& saved);
   /// Takes the temporaries of the block, its mixer and its MLP from the shared scratch.
   void bind_scratch(ScratchCarver& scratch);
   /// x_out = block(x_in); both [rows, D] in the master dtype (the residual stream); x_in must
-  /// stay unchanged until backward.
+  /// stay unchanged until backward. Deterministic: run again on the same x_in it rebuilds the
+  /// same saved activations bit for bit (what recomputation relies on).
   void forward(const Tensor& x_in, const Tensor& x_out);
-  /// In: dx = dL/dx_out. Out: dx = dL/dx_in (the same buffer, updated in place).
+  /// In: dx = dL/dx_out. Out: dx = dL/dx_in (the same buffer, updated in place). Needs the
+  /// saved activations of this block's last forward.
   void backward(const Tensor& x_in, const Tensor& dx);
 
  private:
@@ -32,10 +36,10 @@ class Block {
   int attn_norm_ = -1, mlp_norm_ = -1;
   std::unique_ptr<Mixer> mixer_;
   std::unique_ptr<SwiGluMlp> mlp_;  // null without an MLP
-  OwnedTensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
+  Tensor xn1_, rstd1_, h_, xn2_, rstd2_;  // saved
   int64_t rows_ = 0, d_model_ = 0;
-  Tensor branch_, dxn_, dh_;  // temporaries (shared scratch): sublayer output, normed-input grad, residual grad
-  Tensor dy_;                 // the residual grad in the compute dtype (shared scratch; = dx/dh_ when that is f32)
+  Tensor branch_, dxn_;  // temporaries (shared scratch): sublayer output, normed-input grad
+  Tensor dy_;            // the residual grad in the compute dtype (shared scratch; empty when that is f32)
 };
 
 }  // namespace llmt

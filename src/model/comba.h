@@ -18,7 +18,7 @@ class CombaMixer final : public DeltaLayer {
   CombaMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
 
  private:
-  void plan_core(int64_t rows) override;
+  void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
   void core_forward() override;
   void core_backward() override;
@@ -28,9 +28,9 @@ class CombaMixer final : public DeltaLayer {
   Tensor grad_or_none(int i) const { return i >= 0 ? store_.grad(i) : Tensor(); }
 
   int decay_ = -1, D_ = -1;
-  OwnedTensor qcor_, p_;                           // q' and p before the L2 norm (only with the gates)
-  OwnedTensor qhat_, khat_, phat_, rq_, rk_, rp_;  // L2-normalised q' (scaled), k, p; their 1/norm [rows * H]
-  Tensor dqhat_, dkhat_, dphat_, dp_;              // backward temporaries (shared scratch)
+  Tensor qcor_, p_;                           // q' and p before the L2 norm (only with the gates)
+  Tensor qhat_, khat_, phat_, rq_, rk_, rp_;  // L2-normalised q' (scaled), k, p; their 1/norm [rows * H]
+  Tensor dqhat_, dkhat_, dphat_, dp_;         // backward temporaries (shared scratch)
 };
 
 }  // namespace llmt

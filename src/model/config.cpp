@@ -369,6 +369,7 @@ void parse_train(ObjectReader r, TrainConfig& t) {
   t.seed = static_cast<uint64_t>(r.integer("seed", dflt(int64_t{42})));
   t.backend = r.choice("backend", {"auto", "cpu", "cuda"}, dflt(std::string("auto")));
   t.precision = r.choice("precision", {"auto", "fp32", "bf16"}, dflt(std::string("auto")));
+  t.recompute = r.boolean("recompute", false);
   r.finish();
 
   check(t.lr > 0, "config: train.lr must be > 0, got {}", t.lr);

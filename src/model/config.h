@@ -173,6 +173,7 @@ struct TrainConfig {
   uint64_t seed = 42;
   std::string backend = "auto";  ///< auto (cuda when built with it and a GPU is visible), cpu, cuda
   std::string precision = "auto";  ///< auto (bf16 on cuda, fp32 on cpu), fp32, bf16
+  bool recompute = false;  ///< per-block activation recomputation (Model::plan)
 
   // Derived (validated) quantities.
   int64_t steps() const { return tokens / batch_tokens; }

@@ -41,23 +41,22 @@ DeltaLayer::DeltaLayer(const ModelConfig& config, const GdnConfig& c, Gates gate
   wo_ = store.add(prefix + "o_proj.weight", {D, value_dim_}, ParamKind::weight, normal);
 }
 
-void DeltaLayer::plan(int64_t batch, int64_t seq_len) {
+void DeltaLayer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   batch_ = batch;
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len, H = c_.num_heads;
-  Backend& be = store_.backend();
   const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = OwnedTensor(be, dt, {rows, key_dim_});
-  for (OwnedTensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = OwnedTensor(be, dt, {rows, value_dim_});
-  for (OwnedTensor* t : {&a_, &g_}) *t = OwnedTensor(be, dt, {rows, decay_width()});
-  for (OwnedTensor* t : {&b_, &beta_, &rstd_}) *t = OwnedTensor(be, dt, {rows, H});
-  decay_proj_->plan(rows);
-  gate_proj_->plan(rows);
+  for (Tensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = saved.take(dt, {rows, key_dim_});
+  for (Tensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = saved.take(dt, {rows, value_dim_});
+  for (Tensor* t : {&a_, &g_}) *t = saved.take(dt, {rows, decay_width()});
+  for (Tensor* t : {&b_, &beta_, &rstd_}) *t = saved.take(dt, {rows, H});
+  decay_proj_->plan(rows, saved);
+  gate_proj_->plan(rows, saved);
   // With a compute dtype (bf16) the layer's own activations stay in the master dtype (its
   // kernels are fp32); what meets a matrix product is rounded: the gated-norm output, saved for
   // dW_o, and in the backward the projections' gradients (cvt_).
-  yn_c_ = store_.compute_dtype() != dt ? OwnedTensor(be, store_.compute_dtype(), {rows, value_dim_}) : OwnedTensor();
-  plan_core(rows);
+  yn_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, value_dim_}) : Tensor();
+  plan_core(rows, saved);
 }
 
 void DeltaLayer::bind_scratch(ScratchCarver& s) {
@@ -77,39 +76,39 @@ void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
   Backend& be = store_.backend();
   const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({batch_, seq_len_, c}); };
   // Projections and short convolutions (section 2.1).
-  be.matmul(x, false, store_.param(wq_), true, *qp_, false);
-  be.matmul(x, false, store_.param(wk_), true, *kp_, false);
-  be.matmul(x, false, store_.param(wv_), true, *vp_, false);
-  be.short_conv_silu_fwd(seq3(*qp_, key_dim_), store_.master(conv_q_), seq3(*q_pre_, key_dim_), seq3(*qc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(*kp_, key_dim_), store_.master(conv_k_), seq3(*k_pre_, key_dim_), seq3(*kc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(*vp_, value_dim_), store_.master(conv_v_), seq3(*v_pre_, value_dim_),
-                         seq3(*vc_, value_dim_));
+  be.matmul(x, false, store_.param(wq_), true, qp_, false);
+  be.matmul(x, false, store_.param(wk_), true, kp_, false);
+  be.matmul(x, false, store_.param(wv_), true, vp_, false);
+  be.short_conv_silu_fwd(seq3(qp_, key_dim_), store_.master(conv_q_), seq3(q_pre_, key_dim_), seq3(qc_, key_dim_));
+  be.short_conv_silu_fwd(seq3(kp_, key_dim_), store_.master(conv_k_), seq3(k_pre_, key_dim_), seq3(kc_, key_dim_));
+  be.short_conv_silu_fwd(seq3(vp_, value_dim_), store_.master(conv_v_), seq3(v_pre_, value_dim_),
+                         seq3(vc_, value_dim_));
   // Gates (4.1 steps 2-3; 4.3 steps 2-3).
-  decay_proj_->forward(x, *a_);
-  be.matmul(x, false, store_.param(wb_), true, *b_, false);
+  decay_proj_->forward(x, a_);
+  be.matmul(x, false, store_.param(wb_), true, b_, false);
   gates_forward(x);
   core_forward();
   // Output gate, per-head gated RMSNorm (2.3), output projection.
-  gate_proj_->forward(x, *z_);
-  be.gated_rmsnorm_fwd(*o_, *z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", *yn_, *rstd_);
-  be.matmul(converted(be, *yn_, *yn_c_), false, store_.param(wo_), true, y, false);
+  gate_proj_->forward(x, z_);
+  be.gated_rmsnorm_fwd(o_, z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", yn_, rstd_);
+  be.matmul(converted(be, yn_, yn_c_), false, store_.param(wo_), true, y, false);
 }
 
 void DeltaLayer::gates_forward(const Tensor&) {
   Backend& be = store_.backend();
   if (gates_ == Gates::scalar)
-    be.gdn_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+    be.gdn_gates_fwd(a_, b_, store_.master(A_log_), store_.master(dt_bias_), g_, beta_);
   else
-    be.kda_gates_fwd(*a_, *b_, store_.master(A_log_), store_.master(dt_bias_), *g_, *beta_);
+    be.kda_gates_fwd(a_, b_, store_.master(A_log_), store_.master(dt_bias_), g_, beta_);
 }
 
 void DeltaLayer::gates_backward(const Tensor&, const Tensor&) {
   Backend& be = store_.backend();
   if (gates_ == Gates::scalar)
-    be.gdn_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
+    be.gdn_gates_bwd(dg_, dbeta_, a_, b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
                      store_.grad(A_log_), store_.grad(dt_bias_));
   else
-    be.kda_gates_bwd(dg_, dbeta_, *a_, *b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
+    be.kda_gates_bwd(dg_, dbeta_, a_, b_, store_.master(A_log_), store_.master(dt_bias_), da_, db_,
                      store_.grad(A_log_), store_.grad(dt_bias_));
 }
 
@@ -118,8 +117,8 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({batch_, seq_len_, c}); };
   // Output projection and gated norm.
   be.matmul(dy, false, store_.param(wo_), false, dyn_, false);        // dyn = dy Wo
-  be.matmul(dy, true, yn_c_->data ? *yn_c_ : *yn_, false, store_.grad(wo_), true);  // dWo += dy^T yn
-  be.gated_rmsnorm_bwd(dyn_, *o_, *z_, store_.master(o_norm_), *rstd_, c_.output_gate == "sigmoid", do_, dz_,
+  be.matmul(dy, true, yn_c_.data ? yn_c_ : yn_, false, store_.grad(wo_), true);  // dWo += dy^T yn
+  be.gated_rmsnorm_bwd(dyn_, o_, z_, store_.master(o_norm_), rstd_, c_.output_gate == "sigmoid", do_, dz_,
                        store_.grad(o_norm_));
   gate_proj_->backward(x, dz_, dx, false);                            // dx = dz Wg_eff (first term)
   core_backward();
@@ -130,12 +129,12 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   be.matmul(db, true, x, false, store_.grad(wb_), true);
   be.matmul(db, false, store_.param(wb_), false, dx, true);
   // Convolutions and projections.
-  be.short_conv_silu_bwd(seq3(dqc_, key_dim_), seq3(*qp_, key_dim_), store_.master(conv_q_), seq3(*q_pre_, key_dim_),
+  be.short_conv_silu_bwd(seq3(dqc_, key_dim_), seq3(qp_, key_dim_), store_.master(conv_q_), seq3(q_pre_, key_dim_),
                          seq3(dqp_, key_dim_), store_.grad(conv_q_));
-  be.short_conv_silu_bwd(seq3(dkc_, key_dim_), seq3(*kp_, key_dim_), store_.master(conv_k_), seq3(*k_pre_, key_dim_),
+  be.short_conv_silu_bwd(seq3(dkc_, key_dim_), seq3(kp_, key_dim_), store_.master(conv_k_), seq3(k_pre_, key_dim_),
                          seq3(dkp_, key_dim_), store_.grad(conv_k_));
-  be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(*vp_, value_dim_), store_.master(conv_v_),
-                         seq3(*v_pre_, value_dim_), seq3(dvp_, value_dim_), store_.grad(conv_v_));
+  be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(vp_, value_dim_), store_.master(conv_v_),
+                         seq3(v_pre_, value_dim_), seq3(dvp_, value_dim_), store_.grad(conv_v_));
   for (auto [dproj, w] : {std::pair<const Tensor*, int>{&dqp_, wq_}, {&dkp_, wk_}, {&dvp_, wv_}}) {
     const Tensor d = converted(be, *dproj, cvt_);
     be.matmul(d, true, x, false, store_.grad(w), true);               // dW += dproj^T x

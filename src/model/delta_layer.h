@@ -27,7 +27,7 @@ class DeltaLayer : public Mixer {
   /// The form of the decay gate and of the output gate (see the file comment).
   enum class Gates { scalar, channelwise };
 
-  void plan(int64_t batch, int64_t seq_len) final;
+  void plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) final;
   void bind_scratch(ScratchCarver& scratch) final;
   void forward(const Tensor& x, const Tensor& y) final;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) final;
@@ -37,8 +37,8 @@ class DeltaLayer : public Mixer {
   DeltaLayer(const ModelConfig& config, const GdnConfig& c, Gates gates, ParamStore& store,
              const std::string& prefix);
 
-  /// Allocates the core's own saved tensors for `rows` = batch * seq_len tokens.
-  virtual void plan_core(int64_t rows) = 0;
+  /// Takes the core's own saved tensors for `rows` = batch * seq_len tokens from `saved`.
+  virtual void plan_core(int64_t rows, ScratchCarver& saved) = 0;
   /// Takes the core's own backward temporaries from the shared scratch.
   virtual void bind_core_scratch(ScratchCarver& scratch, int64_t rows) = 0;
   /// From qc_, kc_, vc_, g_, beta_ (conv outputs and gates), writes o_ [rows, H dv].
@@ -68,12 +68,12 @@ class DeltaLayer : public Mixer {
   const Gates gates_;
   const int64_t key_dim_, value_dim_;
   int64_t batch_ = 0, seq_len_ = 0;
-  OwnedTensor qc_, kc_, vc_;  // conv + silu outputs [rows, channels] (vc is the core's v)
-  OwnedTensor g_, beta_;      // gates: g [rows, H] or [rows, H dk] (decay_view), beta [rows, H]
-  OwnedTensor o_;             // core output [rows, H dv]
+  Tensor qc_, kc_, vc_;  // conv + silu outputs [rows, channels] (vc is the core's v)
+  Tensor g_, beta_;      // gates: g [rows, H] or [rows, H dk] (decay_view), beta [rows, H]
+  Tensor o_;             // core output [rows, H dv]
   Tensor do_, dqc_, dkc_, dvc_, dg_, dbeta_;  // gradients at the core's boundary (shared scratch)
   int A_log_, dt_bias_;                // decay-gate parameters [H] / [H dk] (registration indices)
-  OwnedTensor a_, b_;                  // gate pre-activations [rows, decay_width], [rows, H]
+  Tensor a_, b_;                  // gate pre-activations [rows, decay_width], [rows, H]
   Tensor da_, db_;                     // their gradients (shared scratch)
   Tensor cvt_;  // shared scratch for gradients rounded to the compute dtype (only when it differs from dtype())
 
@@ -85,10 +85,10 @@ class DeltaLayer : public Mixer {
   int64_t d_model_;
   int wq_, wk_, wv_, wb_, conv_q_, conv_k_, conv_v_, o_norm_, wo_;
   std::optional<Projection> decay_proj_, gate_proj_;  // a_proj / f_proj; g_proj (registered in FLA order)
-  OwnedTensor qp_, kp_, vp_;           // projections (inputs of the convolutions)
-  OwnedTensor q_pre_, k_pre_, v_pre_;  // convolution pre-activations
-  OwnedTensor z_, rstd_, yn_;          // output gate, norm rstd [rows * H], gated-norm output
-  OwnedTensor yn_c_;                   // yn_ in the compute dtype (only when that differs)
+  Tensor qp_, kp_, vp_;           // projections (inputs of the convolutions)
+  Tensor q_pre_, k_pre_, v_pre_;  // convolution pre-activations
+  Tensor z_, rstd_, yn_;          // output gate, norm rstd [rows * H], gated-norm output
+  Tensor yn_c_;                   // yn_ in the compute dtype (only when that differs)
   Tensor dyn_, dz_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch)
 };
 

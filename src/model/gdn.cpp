@@ -2,9 +2,9 @@
 
 namespace llmt {
 
-void GdnMixer::plan_core(int64_t rows) {
-  for (OwnedTensor* t : {&qhat_, &khat_}) *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, key_dim_});
-  for (OwnedTensor* t : {&rq_, &rk_}) *t = OwnedTensor(store_.backend(), store_.dtype(), {rows, c_.num_heads});
+void GdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
+  for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(store_.dtype(), {rows, key_dim_});
+  for (Tensor* t : {&rq_, &rk_}) *t = saved.take(store_.dtype(), {rows, c_.num_heads});
 }
 
 void GdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
@@ -13,22 +13,22 @@ void GdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
 
 void GdnMixer::core_forward() {
   Backend& be = store_.backend();
-  be.l2norm_fwd(*qc_, c_.head_dim, 1e-6, q_scale(), *qhat_, *rq_);  // section 2.2
-  be.l2norm_fwd(*kc_, c_.head_dim, 1e-6, 1.0, *khat_, *rk_);
+  be.l2norm_fwd(qc_, c_.head_dim, 1e-6, q_scale(), qhat_, rq_);  // section 2.2
+  be.l2norm_fwd(kc_, c_.head_dim, 1e-6, 1.0, khat_, rk_);
   // GDN core (6.1, scalar decay) or KDA core (per-channel decay): the same arguments, g of decay_view's shape.
   const auto chunk_fwd = gates_ == Gates::scalar ? &Backend::gdn_chunk_fwd : &Backend::kda_chunk_fwd;
-  (be.*chunk_fwd)(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), decay_view(*g_), per_token(*beta_),
-                  c_.chunk_size, heads_v(*o_));
+  (be.*chunk_fwd)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
+                  c_.chunk_size, heads_v(o_));
 }
 
 void GdnMixer::core_backward() {
   Backend& be = store_.backend();
   const auto chunk_bwd = gates_ == Gates::scalar ? &Backend::gdn_chunk_bwd : &Backend::kda_chunk_bwd;
-  (be.*chunk_bwd)(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), decay_view(*g_), per_token(*beta_),
+  (be.*chunk_bwd)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
                   heads_v(do_), c_.chunk_size, heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), decay_view(dg_),
                   per_token(dbeta_));
-  be.l2norm_bwd(dqhat_, *qhat_, *rq_, c_.head_dim, q_scale(), dqc_);
-  be.l2norm_bwd(dkhat_, *khat_, *rk_, c_.head_dim, 1.0, dkc_);
+  be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
+  be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);
 }
 
 }  // namespace llmt

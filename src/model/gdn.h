@@ -21,13 +21,13 @@ class GdnMixer : public DeltaLayer {
       : DeltaLayer(config, c, gates, store, prefix) {}
 
  private:
-  void plan_core(int64_t rows) override;
+  void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
   void core_forward() override;
   void core_backward() override;
 
-  OwnedTensor qhat_, khat_, rq_, rk_;  // L2-normalised q (scaled), k; their 1/norm [rows * H]
-  Tensor dqhat_, dkhat_;               // backward temporaries (shared scratch)
+  Tensor qhat_, khat_, rq_, rk_;  // L2-normalised q (scaled), k; their 1/norm [rows * H]
+  Tensor dqhat_, dkhat_;          // backward temporaries (shared scratch)
 };
 
 }  // namespace llmt

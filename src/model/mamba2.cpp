@@ -59,19 +59,18 @@ Tensor Mamba2Mixer::in_rows(const Tensor& w, int64_t r0, int64_t n) const {
   return Tensor(static_cast<char*>(w.data) + r0 * d_model_ * dtype_size(w.dtype), w.dtype, {n, d_model_});
 }
 
-void Mamba2Mixer::plan(int64_t batch, int64_t seq_len) {
+void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   batch_ = batch;
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len;
-  Backend& be = store_.backend();
   const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&z_, &y_, &u_, &yn_}) *t = OwnedTensor(be, dt, {rows, inner_});
-  for (OwnedTensor* t : {&xbc_, &pre_, &xbc_c_}) *t = OwnedTensor(be, dt, {rows, conv_dim_});
-  dtr_ = OwnedTensor(be, dt, {rows, heads_});
-  rstd_ = OwnedTensor(be, dt, {rows});
+  for (Tensor* t : {&z_, &y_, &u_, &yn_}) *t = saved.take(dt, {rows, inner_});
+  for (Tensor* t : {&xbc_, &pre_, &xbc_c_}) *t = saved.take(dt, {rows, conv_dim_});
+  dtr_ = saved.take(dt, {rows, heads_});
+  rstd_ = saved.take(dt, {rows});
   // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which
   // meets out_proj, is also kept rounded to the compute dtype when that differs.
-  yn_c_ = store_.compute_dtype() != dt ? OwnedTensor(be, store_.compute_dtype(), {rows, inner_}) : OwnedTensor();
+  yn_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
 }
 
 void Mamba2Mixer::bind_scratch(ScratchCarver& s) {
@@ -87,40 +86,40 @@ void Mamba2Mixer::forward(const Tensor& x, const Tensor& y) {
   Backend& be = store_.backend();
   const Tensor w_in = store_.param(w_in_);
   // in_proj, split into z, xBC, dt_raw (step 1).
-  be.matmul(x, false, in_rows(w_in, 0, inner_), true, *z_, false);
-  be.matmul(x, false, in_rows(w_in, inner_, conv_dim_), true, *xbc_, false);
-  be.matmul(x, false, in_rows(w_in, inner_ + conv_dim_, heads_), true, *dtr_, false);
+  be.matmul(x, false, in_rows(w_in, 0, inner_), true, z_, false);
+  be.matmul(x, false, in_rows(w_in, inner_, conv_dim_), true, xbc_, false);
+  be.matmul(x, false, in_rows(w_in, inner_ + conv_dim_, heads_), true, dtr_, false);
   // Conv + SiLU on x, B, C (step 2).
   if (c_.conv_bias)
-    be.conv_bias_silu_fwd(seq3(*xbc_), store_.master(conv_w_), store_.master(conv_b_), seq3(*pre_), seq3(*xbc_c_));
+    be.conv_bias_silu_fwd(seq3(xbc_), store_.master(conv_w_), store_.master(conv_b_), seq3(pre_), seq3(xbc_c_));
   else
-    be.short_conv_silu_fwd(seq3(*xbc_), store_.master(conv_w_), seq3(*pre_), seq3(*xbc_c_));
+    be.short_conv_silu_fwd(seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(xbc_c_));
   // Discretisation and SSD with the D skip (steps 3-5).
-  be.mamba2_ssd_fwd(seq3(*xbc_c_), seq3(*dtr_), store_.master(dt_bias_), store_.master(A_log_), store_.master(D_),
-                    c_.head_dim, c_.n_groups, c_.chunk_size, seq3(*y_));
+  be.mamba2_ssd_fwd(seq3(xbc_c_), seq3(dtr_), store_.master(dt_bias_), store_.master(A_log_), store_.master(D_),
+                    c_.head_dim, c_.n_groups, c_.chunk_size, seq3(y_));
   // Gated RMSNorm, norm_before_gate = False: u = y ∘ silu(z), yn = rmsnorm(u) ∘ w (step 6); out_proj (step 7).
-  be.swiglu_fwd(*z_, *y_, *u_);
-  be.rmsnorm_fwd(*u_, store_.master(norm_), norm_eps_, *yn_, *rstd_);
-  be.matmul(yn_c_->data ? converted(be, *yn_, *yn_c_) : *yn_, false, store_.param(w_out_), true, y, false);
+  be.swiglu_fwd(z_, y_, u_);
+  be.rmsnorm_fwd(u_, store_.master(norm_), norm_eps_, yn_, rstd_);
+  be.matmul(yn_c_.data ? converted(be, yn_, yn_c_) : yn_, false, store_.param(w_out_), true, y, false);
 }
 
 void Mamba2Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   // out_proj and the gated norm (section 2.6.2 steps 1-2).
   be.matmul(dy, false, store_.param(w_out_), false, dyn_, false);                          // dyn = dy W_out
-  be.matmul(dy, true, yn_c_->data ? *yn_c_ : *yn_, false, store_.grad(w_out_), true);      // dW_out += dy^T yn
+  be.matmul(dy, true, yn_c_.data ? yn_c_ : yn_, false, store_.grad(w_out_), true);      // dW_out += dy^T yn
   be.fill_zero(du_);
-  be.rmsnorm_bwd(dyn_, *u_, store_.master(norm_), *rstd_, du_, store_.grad(norm_));
-  be.swiglu_bwd(*z_, *y_, du_, dz_, dy_ssd_);
+  be.rmsnorm_bwd(dyn_, u_, store_.master(norm_), rstd_, du_, store_.grad(norm_));
+  be.swiglu_bwd(z_, y_, du_, dz_, dy_ssd_);
   // SSD, discretisation (steps 3-4) and the conv (step 5).
-  be.mamba2_ssd_bwd(seq3(dy_ssd_), seq3(*xbc_c_), seq3(*dtr_), store_.master(dt_bias_), store_.master(A_log_),
+  be.mamba2_ssd_bwd(seq3(dy_ssd_), seq3(xbc_c_), seq3(dtr_), store_.master(dt_bias_), store_.master(A_log_),
                     store_.master(D_), c_.head_dim, c_.n_groups, c_.chunk_size, seq3(dxbc_c_), seq3(ddtr_),
                     store_.grad(dt_bias_), store_.grad(A_log_), store_.grad(D_));
   if (c_.conv_bias)
-    be.conv_bias_silu_bwd(seq3(dxbc_c_), seq3(*xbc_), store_.master(conv_w_), seq3(*pre_), seq3(dxbc_),
+    be.conv_bias_silu_bwd(seq3(dxbc_c_), seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(dxbc_),
                           store_.grad(conv_w_), store_.grad(conv_b_));
   else
-    be.short_conv_silu_bwd(seq3(dxbc_c_), seq3(*xbc_), store_.master(conv_w_), seq3(*pre_), seq3(dxbc_),
+    be.short_conv_silu_bwd(seq3(dxbc_c_), seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(dxbc_),
                            store_.grad(conv_w_));
   // in_proj (step 6): dx = [dz | dxBC | ddt_raw] W_in, dW_in += [...]^T x, part by part.
   const Tensor w_in = store_.param(w_in_), g_in = store_.grad(w_in_);

@@ -18,7 +18,7 @@ class Mamba2Mixer : public Mixer {
  public:
   /// Registers the parameters under `prefix`; config.mamba2 gives the sizes (validated by the config parser).
   Mamba2Mixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
-  void plan(int64_t batch, int64_t seq_len) override;
+  void plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) override;
   void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
@@ -34,9 +34,9 @@ class Mamba2Mixer : public Mixer {
   const double norm_eps_;
   int w_in_, conv_w_, conv_b_ = -1, dt_bias_, A_log_, D_, norm_, w_out_;
   int64_t batch_ = 0, seq_len_ = 0;
-  OwnedTensor z_, xbc_, dtr_, pre_, xbc_c_;  // in_proj parts, conv pre-activation and output
-  OwnedTensor y_, u_, rstd_, yn_;            // SSD output, y ∘ silu(z), norm rstd [rows], normed output
-  OwnedTensor yn_c_;                         // yn_ in the compute dtype (only when that differs)
+  Tensor z_, xbc_, dtr_, pre_, xbc_c_;  // in_proj parts, conv pre-activation and output
+  Tensor y_, u_, rstd_, yn_;            // SSD output, y ∘ silu(z), norm rstd [rows], normed output
+  Tensor yn_c_;                         // yn_ in the compute dtype (only when that differs)
   Tensor cvt_;                               // scratch for gradients rounded to the compute dtype (ditto)
   Tensor dyn_, du_, dz_, dy_ssd_, dxbc_c_, dxbc_, ddtr_;  // backward temporaries (shared scratch)
 };

@@ -47,15 +47,14 @@ Backend::MdnGateParams MdnMixer::gate_grads() const {
   return {store_.grad(A_log_), store_.grad(dt_bias_), opt(Mu_log_), opt(mu_bias_), store_.grad(log_factor_)};
 }
 
-void MdnMixer::plan_core(int64_t rows) {
-  Backend& be = store_.backend();
+void MdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
   const DType dt = store_.dtype();
   const int64_t H = c_.num_heads;
-  for (OwnedTensor* t : {&log_mu_, &eta_, &rq_, &rk_}) *t = OwnedTensor(be, dt, {rows, H});
+  for (Tensor* t : {&log_mu_, &eta_, &rq_, &rk_}) *t = saved.take(dt, {rows, H});
   if (mc_.momentum)
-    for (OwnedTensor* t : {&zm_, &ze_}) *t = OwnedTensor(be, dt, {rows, H});
-  for (OwnedTensor* t : {&qhat_, &khat_}) *t = OwnedTensor(be, dt, {rows, key_dim_});
-  if (mc_.output_correction) qcor_ = OwnedTensor(be, dt, {rows, key_dim_});
+    for (Tensor* t : {&zm_, &ze_}) *t = saved.take(dt, {rows, H});
+  for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(dt, {rows, key_dim_});
+  if (mc_.output_correction) qcor_ = saved.take(dt, {rows, key_dim_});
 }
 
 void MdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
@@ -67,17 +66,17 @@ void MdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
 void MdnMixer::gates_forward(const Tensor& x) {
   Backend& be = store_.backend();
   if (mc_.momentum) {  // z_μ = x W_μ^T, z_η = x W_η^T (§4.4)
-    be.matmul(x, false, store_.param(wm_), true, *zm_, false);
-    be.matmul(x, false, store_.param(we_), true, *ze_, false);
+    be.matmul(x, false, store_.param(wm_), true, zm_, false);
+    be.matmul(x, false, store_.param(we_), true, ze_, false);
   }
-  be.mdn_gates_fwd(*a_, *b_, mc_.momentum ? *zm_ : Tensor(), mc_.momentum ? *ze_ : Tensor(), gate_params(), opt_, *g_,
-                   *beta_, *log_mu_, *eta_);
+  be.mdn_gates_fwd(a_, b_, mc_.momentum ? zm_ : Tensor(), mc_.momentum ? ze_ : Tensor(), gate_params(), opt_, g_,
+                   beta_, log_mu_, eta_);
 }
 
 void MdnMixer::gates_backward(const Tensor& x, const Tensor& dx) {
   Backend& be = store_.backend();
-  be.mdn_gates_bwd(dg_, dbeta_, dlog_mu_, deta_, *a_, *b_, mc_.momentum ? *zm_ : Tensor(),
-                   mc_.momentum ? *ze_ : Tensor(), gate_params(), opt_, da_, db_, mc_.momentum ? dzm_ : Tensor(),
+  be.mdn_gates_bwd(dg_, dbeta_, dlog_mu_, deta_, a_, b_, mc_.momentum ? zm_ : Tensor(),
+                   mc_.momentum ? ze_ : Tensor(), gate_params(), opt_, da_, db_, mc_.momentum ? dzm_ : Tensor(),
                    mc_.momentum ? dze_ : Tensor(), gate_grads());
   if (!mc_.momentum) return;
   for (auto [dz, w] : {std::pair<const Tensor*, int>{&dzm_, wm_}, {&dze_, we_}}) {
@@ -90,25 +89,25 @@ void MdnMixer::gates_backward(const Tensor& x, const Tensor& dx) {
 void MdnMixer::core_forward() {
   Backend& be = store_.backend();
   // Output correction q' = q - δ k before the L2 norm (§4.2); the L2 norms and the query scale (§4.3).
-  if (mc_.output_correction) be.mdn_correction_fwd(*qc_, *kc_, store_.master(D_log_), *qcor_);
-  be.l2norm_fwd(mc_.output_correction ? *qcor_ : *qc_, c_.head_dim, 1e-6, q_scale(), *qhat_, *rq_);
-  be.l2norm_fwd(*kc_, c_.head_dim, 1e-6, 1.0, *khat_, *rk_);
+  if (mc_.output_correction) be.mdn_correction_fwd(qc_, kc_, store_.master(D_log_), qcor_);
+  be.l2norm_fwd(mc_.output_correction ? qcor_ : qc_, c_.head_dim, 1e-6, q_scale(), qhat_, rq_);
+  be.l2norm_fwd(kc_, c_.head_dim, 1e-6, 1.0, khat_, rk_);
   // The MDN core (§6, chunked).
-  be.mdn_chunk_fwd(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), per_token(*g_), per_token(*beta_),
-                   per_token(*log_mu_), per_token(*eta_), c_.chunk_size, heads_v(*o_));
+  be.mdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
+                   per_token(log_mu_), per_token(eta_), c_.chunk_size, heads_v(o_));
 }
 
 void MdnMixer::core_backward() {
   Backend& be = store_.backend();
-  be.mdn_chunk_bwd(heads_k(*qhat_), heads_k(*khat_), heads_v(*vc_), per_token(*g_), per_token(*beta_),
-                   per_token(*log_mu_), per_token(*eta_), heads_v(do_), c_.chunk_size, heads_k(dqhat_),
+  be.mdn_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
+                   per_token(log_mu_), per_token(eta_), heads_v(do_), c_.chunk_size, heads_k(dqhat_),
                    heads_k(dkhat_), heads_v(dvc_), per_token(dg_), per_token(dbeta_), per_token(dlog_mu_),
                    per_token(deta_));
   // L2 norms: dq' (= dq: the correction passes dq' through to q) and dk.
-  be.l2norm_bwd(dqhat_, *qhat_, *rq_, c_.head_dim, q_scale(), dqc_);
-  be.l2norm_bwd(dkhat_, *khat_, *rk_, c_.head_dim, 1.0, dkc_);
+  be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
+  be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);
   // Output correction (§7.4): dk += -δ dq', dD_log += -δ Σ dq' ⊙ k.
-  if (mc_.output_correction) be.mdn_correction_bwd(dqc_, *kc_, store_.master(D_log_), dkc_, store_.grad(D_log_));
+  if (mc_.output_correction) be.mdn_correction_bwd(dqc_, kc_, store_.master(D_log_), dkc_, store_.grad(D_log_));
 }
 
 }  // namespace llmt

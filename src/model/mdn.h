@@ -23,7 +23,7 @@ class MdnMixer final : public DeltaLayer {
   MdnMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
 
  private:
-  void plan_core(int64_t rows) override;
+  void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
   void core_forward() override;
   void core_backward() override;
@@ -38,9 +38,9 @@ class MdnMixer final : public DeltaLayer {
   const MdnConfig mc_;
   MdnGateOptions opt_;
   int wm_ = -1, we_ = -1, Mu_log_ = -1, mu_bias_ = -1, log_factor_ = -1, D_log_ = -1;
-  OwnedTensor zm_, ze_, log_mu_, eta_;          // μ, η gate pre-activations and gates [rows, H]
-  OwnedTensor qcor_;                            // q' = q - δ k (only with the output correction)
-  OwnedTensor qhat_, khat_, rq_, rk_;           // L2-normalised q' (scaled), k; their 1/norm [rows * H]
+  Tensor zm_, ze_, log_mu_, eta_;          // μ, η gate pre-activations and gates [rows, H]
+  Tensor qcor_;                            // q' = q - δ k (only with the output correction)
+  Tensor qhat_, khat_, rq_, rk_;           // L2-normalised q' (scaled), k; their 1/norm [rows * H]
   Tensor dqhat_, dkhat_, dlog_mu_, deta_, dzm_, dze_;  // backward temporaries (shared scratch)
 };
 

@@ -16,8 +16,10 @@ namespace llmt {
 class Mixer {
  public:
   virtual ~Mixer() = default;
-  /// Allocates the activations saved for the backward, for inputs [batch * seq_len, d_model].
-  virtual void plan(int64_t batch, int64_t seq_len) = 0;
+  /// Takes the views of the activations saved for the backward, for inputs [batch * seq_len,
+  /// d_model], from `saved` (a block's arena, model/scratch.h; called once to count with a
+  /// null base, then to bind).
+  virtual void plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) = 0;
   /// Takes the views of its temporaries (used only within one forward or backward call) from
   /// `scratch`, after plan(); the memory is shared with the other layers (model/scratch.h).
   virtual void bind_scratch(ScratchCarver& scratch) = 0;

@@ -18,9 +18,9 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::st
   w_down_ = store.add(prefix + "down_proj.weight", {d_model_, hidden_}, ParamKind::weight, down);
 }
 
-void SwiGluMlp::plan(int64_t rows) {
+void SwiGluMlp::plan(int64_t rows, ScratchCarver& saved) {
   rows_ = rows;
-  for (OwnedTensor* t : {&gate_, &up_, &h_}) *t = OwnedTensor(store_.backend(), store_.compute_dtype(), {rows, hidden_});
+  for (Tensor* t : {&gate_, &up_, &h_}) *t = saved.take(store_.compute_dtype(), {rows, hidden_});
 }
 
 void SwiGluMlp::bind_scratch(ScratchCarver& scratch) {
@@ -29,17 +29,17 @@ void SwiGluMlp::bind_scratch(ScratchCarver& scratch) {
 
 void SwiGluMlp::forward(const Tensor& x, const Tensor& y) {
   Backend& be = store_.backend();
-  be.matmul(x, false, store_.param(w_gate_), true, *gate_, false);
-  be.matmul(x, false, store_.param(w_up_), true, *up_, false);
-  be.swiglu_fwd(*gate_, *up_, *h_);
-  be.matmul(*h_, false, store_.param(w_down_), true, y, false);
+  be.matmul(x, false, store_.param(w_gate_), true, gate_, false);
+  be.matmul(x, false, store_.param(w_up_), true, up_, false);
+  be.swiglu_fwd(gate_, up_, h_);
+  be.matmul(h_, false, store_.param(w_down_), true, y, false);
 }
 
 void SwiGluMlp::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   be.matmul(dy, false, store_.param(w_down_), false, dh_, false);    // dh = dy Wdown
-  be.matmul(dy, true, *h_, false, store_.grad(w_down_), true);       // dWdown += dy^T h
-  be.swiglu_bwd(*gate_, *up_, dh_, dgate_, dup_);
+  be.matmul(dy, true, h_, false, store_.grad(w_down_), true);        // dWdown += dy^T h
+  be.swiglu_bwd(gate_, up_, dh_, dgate_, dup_);
   be.matmul(dgate_, true, x, false, store_.grad(w_gate_), true);     // dWgate += dgate^T x
   be.matmul(dup_, true, x, false, store_.grad(w_up_), true);
   be.matmul(dgate_, false, store_.param(w_gate_), false, dx, false);  // dx = dgate Wgate + dup Wup

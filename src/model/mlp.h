@@ -14,8 +14,8 @@ namespace llmt {
 class SwiGluMlp {
  public:
   SwiGluMlp(const ModelConfig& config, ParamStore& store, const std::string& prefix);
-  /// Allocates saved activations for [batch * seq_len, d_model] inputs.
-  void plan(int64_t rows);
+  /// Takes its saved activations for [rows = batch * seq_len, d_model] inputs from `saved`.
+  void plan(int64_t rows, ScratchCarver& saved);
   /// Takes its backward temporaries from the shared scratch (model/scratch.h).
   void bind_scratch(ScratchCarver& scratch);
   /// y = mlp(x), x and y [rows, D].
@@ -27,7 +27,7 @@ class SwiGluMlp {
   ParamStore& store_;
   int64_t d_model_, hidden_;
   int w_gate_, w_up_, w_down_;
-  OwnedTensor gate_, up_, h_;       // saved [rows, F]
+  Tensor gate_, up_, h_;       // saved [rows, F]
   int64_t rows_ = 0;
   Tensor dh_, dgate_, dup_;         // backward temporaries [rows, F] (shared scratch)
 };

@@ -33,10 +33,11 @@ int64_t Model::training_flops_per_token(int64_t seq_len) const {
   return 6 * (counts().non_embedding + head) + attn;
 }
 
-void Model::plan(int64_t batch, int64_t seq_len) {
-  if (batch == batch_ && seq_len == seq_len_) return;
+void Model::plan(int64_t batch, int64_t seq_len, bool recompute) {
+  if (batch == batch_ && seq_len == seq_len_ && recompute == recompute_) return;
   batch_ = batch;
   seq_len_ = seq_len;
+  recompute_ = recompute;
   const int64_t rows = batch * seq_len, D = config_.d_model;
   Backend& be = store_.backend();
   const DType dt = store_.dtype(), ct = store_.compute_dtype();
@@ -50,7 +51,19 @@ void Model::plan(int64_t batch, int64_t seq_len) {
   head_rows_ = std::min(rows, be.head_chunk_rows());
   logits_ = OwnedTensor(be, ct, {head_rows_, config_.vocab_size});
   losses_ = OwnedTensor(be, dt, {rows});
-  for (auto& b : blocks_) b->plan(batch, seq_len);
+  // Without recompute the blocks' saved sets follow one another; with it every block starts at
+  // the same base (only the block being forwarded or backpropagated holds live activations).
+  saved_.reset();
+  saved_ = bind_scratch(be, [&](void* base) {
+    ScratchCarver all(base);
+    size_t most = 0;
+    for (auto& b : blocks_) {
+      ScratchCarver one(base);
+      b->plan(batch, seq_len, recompute ? one : all);
+      most = std::max(most, one.used());
+    }
+    return recompute ? most : all.used();
+  });
   scratch_.reset();
   scratch_ = bind_scratch(be, [&](void* base) {
     size_t most = 0;
@@ -61,6 +74,9 @@ void Model::plan(int64_t batch, int64_t seq_len) {
     }
     return most;
   });
+  activation_bytes_.saved = saved_.bytes();
+  activation_bytes_.residual = resid_.size() * resid_[0]->bytes();
+  activation_bytes_.scratch = scratch_.bytes();
 }
 
 double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale) {
@@ -105,7 +121,12 @@ void Model::backward() {
   Backend& be = store_.backend();
   be.fill_zero(*dresid_);
   be.rmsnorm_bwd(*dxf_, *resid_.back(), store_.master(final_norm_), *rstdf_, *dresid_, store_.grad(final_norm_));
-  for (size_t l = blocks_.size(); l-- > 0;) blocks_[l]->backward(*resid_[l], *dresid_);
+  for (size_t l = blocks_.size(); l-- > 0;) {
+    // With recompute the arena holds the last block's activations; the others are rebuilt from
+    // the block's input (the forward is deterministic: it rewrites resid_[l + 1] with the same values).
+    if (recompute_ && l + 1 < blocks_.size()) blocks_[l]->forward(*resid_[l], *resid_[l + 1]);
+    blocks_[l]->backward(*resid_[l], *dresid_);
+  }
   be.embedding_bwd(*ids_, *dresid_, store_.grad(embedding_));
 }
 

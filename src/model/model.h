@@ -21,6 +21,14 @@ struct ParamCounts {
   int64_t non_embedding = 0;  ///< total - embedding
 };
 
+/// Bytes of the activations Model::plan allocated (memory of the backend's device).
+struct ActivationBytes {
+  size_t saved = 0;     ///< what the blocks save for the backward: every block's, or one block's with recompute
+  size_t residual = 0;  ///< the residual stream at each block input, plus the output: (n_layers + 1) [rows, D]
+  size_t scratch = 0;   ///< the blocks' temporaries, shared by all blocks (model/scratch.h)
+  size_t total() const { return saved + residual + scratch; }
+};
+
 class Model {
  public:
   /// Registers all parameters (names as flash-linear-attention's HF layout); allocates
@@ -34,8 +42,14 @@ class Model {
   void allocate(Backend& backend, DType dtype, DType compute_dtype) { store_.allocate(backend, dtype, compute_dtype); }
   void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
-  /// Allocates the activations for micro-batches of [batch, seq_len] (once per shape).
-  void plan(int64_t batch, int64_t seq_len);
+  /// Allocates the activations for micro-batches of [batch, seq_len] (once per shape and mode).
+  /// With `recompute` (train.recompute) all blocks share one arena for their saved activations:
+  /// the forward keeps only each block's input (the residual stream), and backward() re-runs
+  /// each block's forward from it before that block's backward (gradients bit-identical to
+  /// recompute off, at the cost of one more forward of the blocks).
+  void plan(int64_t batch, int64_t seq_len, bool recompute = false);
+  /// The bytes planned by the last plan() (zero before it).
+  const ActivationBytes& activation_bytes() const { return activation_bytes_; }
 
   /// Forward pass and loss. inputs, targets: host int32 [batch, seq_len] (a negative target
   /// has no label); an id outside [0, vocab_size) throws llmt::Error naming it and its position. Returns the SUM of the per-target losses (nats). When with_grad, also
@@ -63,11 +77,14 @@ class Model {
   int embedding_ = -1, final_norm_ = -1, lm_head_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;
   int64_t batch_ = 0, seq_len_ = 0;
+  bool recompute_ = false;
+  ActivationBytes activation_bytes_;
   OwnedTensor ids_, targets_;               // i32 [rows]
   std::vector<OwnedTensor> resid_;          // residual stream at each block input, plus the output
   OwnedTensor xf_, rstdf_, dxf_, dresid_;   // final norm output / its rstd / grads
   int64_t head_rows_ = 0;                   // rows of the LM head per chunk (Backend::head_chunk_rows)
   OwnedTensor logits_, losses_;             // one head chunk's logits [head_rows_, V]; losses [rows]
+  Buffer saved_;                            // the blocks' saved activations (one block's with recompute)
   Buffer scratch_;                          // the blocks' temporaries, shared (model/scratch.h)
 };
 

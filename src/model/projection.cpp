@@ -20,11 +20,11 @@ Projection::Projection(ParamStore& store, const std::string& name, int64_t in, i
   if (bias) bias_ = store.add(name + ".1.bias", {out}, ParamKind::bias, Init{Init::zeros});
 }
 
-void Projection::plan(int64_t rows) {
+void Projection::plan(int64_t rows, ScratchCarver& saved) {
   Backend& be = store_.backend();
   const DType dt = store_.dtype(), ct = store_.compute_dtype();
-  if (rank_ > 0) hidden_ = OwnedTensor(be, ct, {rows, rank_});
-  if (bias_ >= 0) {
+  if (rank_ > 0) hidden_ = saved.take(ct, {rows, rank_});
+  if (bias_ >= 0 && (ones_->data == nullptr || ones_->shape[0] != rows)) {  // a constant: own memory, set once
     OwnedTensor ones(be, dt, {rows, 1});
     if (dt == DType::f64)
       be.upload(std::vector<double>(static_cast<size_t>(rows), 1.0).data(), *ones);
@@ -47,8 +47,8 @@ void Projection::forward(const Tensor& x, const Tensor& y) {
     be.matmul(x, false, store_.param(w0_), true, y, false);
     return;
   }
-  be.matmul(x, false, store_.param(w0_), true, *hidden_, false);  // h = x W0^T
-  be.matmul(*hidden_, false, store_.param(w1_), true, y, false);  // y = h W1^T
+  be.matmul(x, false, store_.param(w0_), true, hidden_, false);  // h = x W0^T
+  be.matmul(hidden_, false, store_.param(w1_), true, y, false);  // y = h W1^T
   if (bias_ >= 0) be.matmul(*ones_, false, store_.param(bias_).reshape({1, out_}), false, y, true);  // y += 1 b^T
 }
 
@@ -61,7 +61,7 @@ void Projection::backward(const Tensor& x, const Tensor& dy_in, const Tensor& dx
     return;
   }
   if (bias_ >= 0) be.matmul(*ones_, true, dy, false, store_.grad(bias_).reshape({1, out_}), true);  // db += 1^T dy
-  be.matmul(dy, true, *hidden_, false, store_.grad(w1_), true);             // dW1 += dy^T h
+  be.matmul(dy, true, hidden_, false, store_.grad(w1_), true);              // dW1 += dy^T h
   be.matmul(dy, false, store_.param(w1_), false, dhidden_, false);          // dh = dy W1
   be.matmul(dhidden_, true, x, false, store_.grad(w0_), true);              // dW0 += dh^T x
   be.matmul(dhidden_, false, store_.param(w0_), false, dx, accumulate_dx);  // dx (+)= dh W0

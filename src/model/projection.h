@@ -21,8 +21,9 @@ class Projection {
   Projection(ParamStore& store, const std::string& name, int64_t in, int64_t out, int64_t rank, bool bias,
              double init_std);
 
-  /// Allocates the saved bottleneck activation [rows, rank] (low rank only) and the bias's ones column.
-  void plan(int64_t rows);
+  /// Takes the saved bottleneck activation [rows, rank] (low rank only) from `saved`; allocates the
+  /// bias's ones column (a constant) once per row count.
+  void plan(int64_t rows, ScratchCarver& saved);
   /// Takes the backward's bottleneck gradient [rows, rank] from the shared scratch (low rank only).
   void bind_scratch(ScratchCarver& scratch, int64_t rows);
   /// y [rows, out] = projection of x [rows, in] (overwritten); x in the compute dtype, y in the master
@@ -36,7 +37,8 @@ class Projection {
   ParamStore& store_;
   int64_t in_, out_, rank_;
   int w0_ = -1, w1_ = -1, bias_ = -1;  // w0_ is the only weight at rank 0
-  OwnedTensor hidden_, ones_;          // [rows, rank] bottleneck x W0^T; [rows, 1] of ones (bias)
+  Tensor hidden_;                      // [rows, rank] bottleneck x W0^T (saved)
+  OwnedTensor ones_;                   // [rows, 1] of ones (bias; a constant, outside the saved arena)
   Tensor dhidden_;                     // backward temporary (shared scratch)
   Tensor dy_c_;                        // dy rounded to the compute dtype (shared scratch; only when it differs)
 };

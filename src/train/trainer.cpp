@@ -65,7 +65,7 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
 
   model_ = std::make_unique<Model>(config_.model);
   model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_));
-  model_->plan(tc.micro_batch, tc.seq_len);
+  model_->plan(tc.micro_batch, tc.seq_len, tc.recompute);
   optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
   step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train, comm_);
   windows_.resize(tc.micro_batch * (tc.seq_len + 1));

@@ -183,6 +183,21 @@ class CudaBackend final : public Backend {
       cuda::rmsnorm_fwd(px, pw, rows, dim, eps, ptr<T>(y), prstd, stream_);
     });
   }
+  void add_rmsnorm_fwd(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, const Tensor& h,
+                       const Tensor& y, const Tensor& rstd) override {
+    const int64_t dim = w.numel(), rows = x.numel() / dim;
+    check(x.numel() == rows * dim && rstd.numel() == rows && y.numel() == x.numel(),
+          "add_rmsnorm_fwd: x {} w {} y {} rstd {}", x.shape_str(), w.shape_str(), y.shape_str(), rstd.shape_str());
+    check_same(x, branch, "add_rmsnorm_fwd");
+    check_same(x, h, "add_rmsnorm_fwd");
+    const char* op = "add_rmsnorm_fwd";
+    const float *px = f32(x, op), *pbranch = f32(branch, op), *pw = f32(w, op);
+    float *ph = f32(h, op), *prstd = f32(rstd, op);
+    dispatch(y, op, [&](auto zero) {
+      using T = decltype(zero);
+      cuda::add_rmsnorm_fwd(px, pbranch, pw, rows, dim, eps, ph, ptr<T>(y), prstd, stream_);
+    });
+  }
   void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                    const Tensor& dw) override {
     const int64_t dim = w.numel(), rows = x.numel() / dim;

@@ -44,6 +44,10 @@ size_t embedding_bwd_scratch_bytes(int64_t n);
 template <typename Ty>
 void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, double eps, Ty* y, float* rstd,
                  cudaStream_t stream);
+// add_rmsnorm_fwd: h = x + branch, then rmsnorm_fwd of h (semantics: cpu::add_rmsnorm_fwd); x, branch, h f32.
+template <typename Ty>
+void add_rmsnorm_fwd(const float* x, const float* branch, const float* w, int64_t rows, int64_t dim, double eps,
+                     float* h, Ty* y, float* rstd, cudaStream_t stream);
 void rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t dim,
                  float* dx, float* dw, void* scratch, cudaStream_t stream);
 size_t rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);

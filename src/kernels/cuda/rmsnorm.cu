@@ -1,5 +1,6 @@
 // RMSNorm forward and backward (layers-ssm-attn.md §1.1), statistics in double like the
-// CPU reference. The weight gradient is reduced deterministically: per-chunk partial sums
+// CPU reference; the forward also fused with the residual add before it (add_rmsnorm_fwd).
+// The weight gradient is reduced deterministically: per-chunk partial sums
 // over fixed row ranges into scratch, then a fixed-order sum over the chunks.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -7,23 +8,38 @@
 namespace llmt::cuda {
 namespace {
 
-// r = 1 / sqrt(mean_j(x_j^2) + eps);  y = x r w   (one block per row)
+// One row by the whole block: r = 1 / sqrt(mean_j(x_j^2) + eps);  y = x r w. Thread t reads
+// xr[j] only for j = t, t + blockDim.x, ...
+template <typename Ty>
+__device__ void rmsnorm_row(const float* xr, const float* w, int64_t dim, double eps, Ty* yr, float* rstd) {
+  double ss = 0.0;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    const double v = xr[j];
+    ss += v * v;
+  }
+  ss = block_reduce(ss, SumOp{}, 0.0);
+  const double rs = 1.0 / sqrt(ss / static_cast<double>(dim) + eps);
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+    yr[j] = from_f32<Ty>(static_cast<float>(static_cast<double>(xr[j]) * rs * w[j]));
+  if (threadIdx.x == 0) *rstd = static_cast<float>(rs);
+}
+
+// (one block per row)
 template <typename Ty>
 __global__ void rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t dim, double eps, Ty* y,
                                    float* rstd) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) rmsnorm_row(x + r * dim, w, dim, eps, y + r * dim, rstd + r);
+}
+
+// h = x + branch (float, as the add kernel), then the row's norm from h: each thread normalises
+// the elements it wrote itself, so no barrier is needed between the two.   (one block per row)
+template <typename Ty>
+__global__ void add_rmsnorm_fwd_kernel(const float* x, const float* branch, const float* w, int64_t rows,
+                                       int64_t dim, double eps, float* h, Ty* y, float* rstd) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * dim;
-    Ty* yr = y + r * dim;
-    double ss = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      const double v = xr[j];
-      ss += v * v;
-    }
-    ss = block_reduce(ss, SumOp{}, 0.0);
-    const double rs = 1.0 / sqrt(ss / static_cast<double>(dim) + eps);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      yr[j] = from_f32<Ty>(static_cast<float>(static_cast<double>(xr[j]) * rs * w[j]));
-    if (threadIdx.x == 0) rstd[r] = static_cast<float>(rs);
+    float* hr = h + r * dim;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) hr[j] = x[r * dim + j] + branch[r * dim + j];
+    rmsnorm_row(hr, w, dim, eps, y + r * dim, rstd + r);
   }
 }
 
@@ -94,6 +110,18 @@ void rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t dim, doub
 template void rmsnorm_fwd(const float*, const float*, int64_t, int64_t, double, float*, float*, cudaStream_t);
 template void rmsnorm_fwd(const float*, const float*, int64_t, int64_t, double, __nv_bfloat16*, float*,
                           cudaStream_t);
+
+template <typename Ty>
+void add_rmsnorm_fwd(const float* x, const float* branch, const float* w, int64_t rows, int64_t dim, double eps,
+                     float* h, Ty* y, float* rstd, cudaStream_t stream) {
+  if (rows == 0) return;
+  add_rmsnorm_fwd_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, branch, w, rows, dim, eps, h, y, rstd);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+template void add_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, float*, float*,
+                              float*, cudaStream_t);
+template void add_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, float*,
+                              __nv_bfloat16*, float*, cudaStream_t);
 
 size_t rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim) {
   return sizeof(double) * static_cast<size_t>(dw_chunks(rows) * dim);
