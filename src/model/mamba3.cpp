@@ -83,17 +83,16 @@ Backend::Mamba3Params Mamba3Mixer::params(bool grads) const {
           get(D_),       get(mimo_x_), get(mimo_z_), get(mimo_o_), get(norm_)};
 }
 
-void Mamba3Mixer::plan(int64_t batch, int64_t seq_len) {
+void Mamba3Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   batch_ = batch;
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len;
-  Backend& be = store_.backend();
   const DType dt = store_.dtype();
-  for (OwnedTensor* t : {&z_, &xs_, &o_}) *t = OwnedTensor(be, dt, {rows, inner_});
-  bc_ = OwnedTensor(be, dt, {rows, bc_dim_});
-  raw_ = OwnedTensor(be, dt, {rows, raw_dim_});
+  for (Tensor* t : {&z_, &xs_, &o_}) *t = saved.take(dt, {rows, inner_});
+  bc_ = saved.take(dt, {rows, bc_dim_});
+  raw_ = saved.take(dt, {rows, raw_dim_});
   // As Mamba2Mixer: activations in the master dtype; the output meeting out_proj also in the compute dtype.
-  o_c_ = store_.compute_dtype() != dt ? OwnedTensor(be, store_.compute_dtype(), {rows, inner_}) : OwnedTensor();
+  o_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
 }
 
 void Mamba3Mixer::bind_scratch(ScratchCarver& s) {
@@ -110,20 +109,20 @@ void Mamba3Mixer::forward(const Tensor& x, const Tensor& y) {
   Backend& be = store_.backend();
   const Tensor w_in = store_.param(w_in_);
   // in_proj, split into z, x, B|C and the per-head/per-angle scalars (section 4.2).
-  be.matmul(x, false, in_rows(w_in, 0, inner_), true, *z_, false);
-  be.matmul(x, false, in_rows(w_in, inner_, inner_), true, *xs_, false);
-  be.matmul(x, false, in_rows(w_in, 2 * inner_, bc_dim_), true, *bc_, false);
-  be.matmul(x, false, in_rows(w_in, 2 * inner_ + bc_dim_, raw_dim_), true, *raw_, false);
+  be.matmul(x, false, in_rows(w_in, 0, inner_), true, z_, false);
+  be.matmul(x, false, in_rows(w_in, inner_, inner_), true, xs_, false);
+  be.matmul(x, false, in_rows(w_in, 2 * inner_, bc_dim_), true, bc_, false);
+  be.matmul(x, false, in_rows(w_in, 2 * inner_ + bc_dim_, raw_dim_), true, raw_, false);
   // Sections 4.3.1-4.3.4: scalars, rotation, chunked core, output norm, gate, MIMO down-projection.
-  be.mamba3_fwd(seq3(*xs_), seq3(*z_), seq3(*bc_), seq3(*raw_), params(false), opt_, seq3(*o_));
-  be.matmul(o_c_->data ? converted(be, *o_, *o_c_) : *o_, false, store_.param(w_out_), true, y, false);
+  be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_, seq3(o_));
+  be.matmul(o_c_.data ? converted(be, o_, o_c_) : o_, false, store_.param(w_out_), true, y, false);
 }
 
 void Mamba3Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   be.matmul(dy, false, store_.param(w_out_), false, do_, false);                        // do = dy W_out
-  be.matmul(dy, true, o_c_->data ? *o_c_ : *o_, false, store_.grad(w_out_), true);     // dW_out += dy^T o
-  be.mamba3_bwd(seq3(do_), seq3(*xs_), seq3(*z_), seq3(*bc_), seq3(*raw_), params(false), opt_, seq3(dxs_),
+  be.matmul(dy, true, o_c_.data ? o_c_ : o_, false, store_.grad(w_out_), true);     // dW_out += dy^T o
+  be.mamba3_bwd(seq3(do_), seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_, seq3(dxs_),
                 seq3(dz_), seq3(dbc_), seq3(draw_), params(true));
   // in_proj: dx = [dz | dx | dB|dC | dscalars] W_in, dW_in += [...]^T x, part by part.
   const Tensor w_in = store_.param(w_in_), g_in = store_.grad(w_in_);

@@ -19,7 +19,7 @@ class Mamba3Mixer : public Mixer {
  public:
   /// Registers the parameters under `prefix`; config.mamba3 gives the sizes (validated by the config parser).
   Mamba3Mixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
-  void plan(int64_t batch, int64_t seq_len) override;
+  void plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) override;
   void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
@@ -38,8 +38,8 @@ class Mamba3Mixer : public Mixer {
   int w_in_, dt_bias_, B_bias_, C_bias_, B_norm_, C_norm_, D_, mimo_x_ = -1, mimo_z_ = -1, mimo_o_ = -1, norm_ = -1,
       w_out_;
   int64_t batch_ = 0, seq_len_ = 0;
-  OwnedTensor z_, xs_, bc_, raw_, o_;  // in_proj parts and the layer op's output
-  OwnedTensor o_c_;                    // o_ in the compute dtype (only when that differs)
+  Tensor z_, xs_, bc_, raw_, o_;  // in_proj parts and the layer op's output (saved, carved by plan)
+  Tensor o_c_;                    // o_ in the compute dtype (only when that differs)
   Tensor cvt_;                         // scratch for gradients rounded to the compute dtype (ditto)
   Tensor do_, dz_, dxs_, dbc_, draw_;  // backward temporaries (shared scratch)
 };
