@@ -10,9 +10,11 @@
 //             bwd_scan (per value tile)     dh[n] = dS_C; dΔ += K^g dS_C; dS_0                (B1, B2)
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)       (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg      (B5–B7, B9)
-// Numerics (§7.1, §7.3): per key tile, a block forms the chunk's Γ [64 x 64 channels] in double (a double
-// cumsum of the fp32 g, in shared memory), and every decay factor is e^{x} of one double difference with
-// x <= 0: e^{Γ_r - Γ_j} (j <= r), e^{Γ_r}, e^{Γ_C - Γ_r}, e^{Γ_C}. Never e^{Γ_r} e^{-Γ_j}. The intra-chunk
+// Numerics (§7.1, §7.3): per key tile, a block forms the chunk's Γ [64 rows x 64 channels] as a double cumsum
+// of the fp32 g, kept in shared memory as an unevaluated float pair Γ = hi + lo (Gam), so that a difference
+// Γ_r - Γ_j = (hi_r - hi_j) + (lo_r - lo_j) is accurate to fp32 rounding of the difference itself even where
+// |Γ| is large (strong decay); fp32 cumsums would lose it. Every decay factor is e^{x} of one such
+// difference with x <= 0: e^{Γ_r - Γ_j} (j <= r), e^{Γ_r}, e^{Γ_C - Γ_r}, e^{Γ_C}. Never e^{Γ_r} e^{-Γ_j}. The intra-chunk
 // sums whose factor depends on the channel (A, P, and in the backward dP- and dA-weighted sums) are formed
 // element-wise (decayed_gram / decayed_left / decayed_right), not as tile products; everything else is a
 // tile product of rows scaled on load.
@@ -39,8 +41,15 @@ using tile::Same;
 using tile::store_acc;
 using tile::tile_cols;
 
-/// e^x in fp32 of a log-decay difference formed in double (x <= 0 wherever used).
-__device__ __forceinline__ float ex(double x) { return expf(static_cast<float>(x)); }
+/// The chunk's cumulative log-decay Γ for one key tile: two shared 64 x 64 tiles (leading dimension kLd), Γ at
+/// tile index x being hi[x] + lo[x] (lo: the rounding residue of the double cumsum).
+struct Gam {
+  float *hi, *lo;
+  /// e^{Γ[x]}.
+  __device__ __forceinline__ float exp_at(int x) const { return expf(hi[x] + lo[x]); }
+  /// e^{Γ[x] - Γ[y]}, the difference formed before the exponential.
+  __device__ __forceinline__ float exp_diff(int x, int y) const { return expf((hi[x] - hi[y]) + (lo[x] - lo[y])); }
+};
 
 // Inputs, outputs and scratch of one core call.
 struct KdaFast {
@@ -68,15 +77,16 @@ struct KdaScratch {
   }
 };
 
-// Small per-block arrays at the start of the dynamic shared memory: β, reduction scratch and its results.
+// Small per-block arrays at the start of the dynamic shared memory: β, reduction scratch and its results,
+// the 16-row partial sums of the Γ cumsum.
 struct Small {
   float *beta, *red, *out1;
+  double* part;
   __device__ explicit Small(Carve& cv)
-      : beta(cv.take<float>(kN)), red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)) {}
+      : beta(cv.take<float>(kN)), red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)),
+        part(cv.take<double>(4 * kN)) {}
 };
-constexpr size_t kSmallBytes = 4 * (2 * kN + 2 * kN * 16) + 3 * 16;
-/// Bytes of the shared double Γ tile.
-constexpr size_t kGamBytes = sizeof(double) * tile::kTileFloats;
+constexpr size_t kSmallBytes = 4 * (2 * kN + 2 * kN * 16) + 8 * 4 * kN + 4 * 16;
 
 /// β_r of the chunk (0 for rows >= n). Ends with a barrier.
 __device__ void load_beta(const KdaFast& a, const Chunk& ch, float* beta) {
@@ -85,40 +95,48 @@ __device__ void load_beta(const KdaFast& a, const Chunk& ch, float* beta) {
   __syncthreads();
 }
 
-/// dst[r][c] = Σ_{r' <= r} src[r'][c] (kReverse: Σ_{r' >= r}) for the 64 rows of every column, in T (double
-/// or float). Four threads per column each scan 16 rows, then add the totals of the earlier (later) 16-row
-/// parts in part order: a fixed order. src and dst distinct shared tiles. Ends with a barrier.
-template <bool kReverse, typename T>
-__device__ void scan_cols(const float* src, T* dst) {
+/// dst[r][c] = Σ_{r' >= r} src[r'][c] for the 64 rows of every column: four threads per column each sum
+/// 16 rows from the bottom, then add the totals of the later 16-row parts in part order (a fixed order).
+/// src and dst distinct shared tiles. Ends with a barrier.
+__device__ void reverse_cumsum_cols(const float* src, float* dst) {
   const int c = static_cast<int>(threadIdx.x & 63), part = static_cast<int>(threadIdx.x >> 6);
-  T acc = 0;
-  for (int s = 0; s < 16; ++s) {
-    const int r = kReverse ? 16 * part + 15 - s : 16 * part + s;
-    dst[r * kLd + c] = acc += src[r * kLd + c];
-  }
+  float acc = 0.0f;
+  for (int r = 16 * part + 15; r >= 16 * part; --r) dst[r * kLd + c] = acc += src[r * kLd + c];
   __syncthreads();
-  T off = 0;  // totals of the parts before this one (kReverse: after it)
-  if (kReverse)
-    for (int p = 3; p > part; --p) off += dst[16 * p * kLd + c];
-  else
-    for (int p = 0; p < part; ++p) off += dst[(16 * p + 15) * kLd + c];
+  float off = 0.0f;
+  for (int p = 3; p > part; --p) off += dst[16 * p * kLd + c];
   __syncthreads();
-  for (int s = 0; s < 16; ++s) dst[(16 * part + s) * kLd + c] += off;
+  for (int r = 16 * part; r < 16 * part + 16; ++r) dst[r * kLd + c] += off;
   __syncthreads();
 }
 
-/// G[r][c] = Γ_{r, k0 + c}: the chunk-local inclusive cumsum of g over rows, per channel, in double. Rows >= n
-/// repeat Γ_{n-1} = Γ_C; channels past K are 0. stage: a float tile of scratch (free again on return).
-__device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float* stage, double* G) {
+/// G = Γ_{r, k0 + c}: the chunk-local inclusive cumsum of g over rows, per channel, summed in double (four
+/// threads per channel: 16-row partial sums into `part` [4 x 64], then each part restarts from the total of
+/// the parts before it). Rows >= n repeat Γ_{n-1} = Γ_C; channels past K are 0. stage: a float tile of
+/// scratch (free again on return). Ends with a barrier.
+__device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float* stage, double* part, const Gam& G) {
   tile::load(stage, ch.in(a, a.g, a.K, k0), a.H * a.K, ch.n, tile_cols(a.K, k0));
   __syncthreads();
-  scan_cols<false>(stage, G);
+  const int c = static_cast<int>(threadIdx.x & 63), p = static_cast<int>(threadIdx.x >> 6);
+  double acc = 0.0;
+  for (int r = 16 * p; r < 16 * p + 16; ++r) acc += stage[r * kLd + c];
+  part[p * kN + c] = acc;
+  __syncthreads();
+  acc = 0.0;
+  for (int i = 0; i < p; ++i) acc += part[i * kN + c];
+  for (int r = 16 * p; r < 16 * p + 16; ++r) {
+    acc += stage[r * kLd + c];
+    const float hi = static_cast<float>(acc);
+    G.hi[r * kLd + c] = hi;
+    G.lo[r * kLd + c] = static_cast<float>(acc - hi);
+  }
+  __syncthreads();
 }
 
-/// acc(r, c) += Σ_d X[r][d] Y[c][d] e^{G[r][d] - G[c][d]} over the tile's 64 channels d, for the thread's
+/// acc(r, c) += Σ_d X[r][d] Y[c][d] e^{Γ[r][d] - Γ[c][d]} over the tile's 64 channels d, for the thread's
 /// (r, c) = (L::row(i), L::col(j)) with c < r (kStrict) or c <= r; other elements untouched.
 template <typename L, bool kStrict>
-__device__ void decayed_gram(const float* X, const float* Y, const double* G, Acc& acc) {
+__device__ void decayed_gram(const float* X, const float* Y, const Gam& G, Acc& acc) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -127,37 +145,37 @@ __device__ void decayed_gram(const float* X, const float* Y, const double* G, Ac
       if (kStrict ? c >= r : c > r) continue;
       float s = acc.v[i][j];
       for (int d = 0; d < kN; ++d)
-        s = fmaf(X[r * kLd + d] * Y[c * kLd + d], ex(G[r * kLd + d] - G[c * kLd + d]), s);
+        s = fmaf(X[r * kLd + d] * Y[c * kLd + d], G.exp_diff(r * kLd + d, c * kLd + d), s);
       acc.v[i][j] = s;
     }
 }
 
-/// acc(r, c) += Σ_{j <= r} M[r][j] Y[j][c] e^{G[r][c] - G[j][c]} (c a channel) for the thread's elements.
+/// acc(r, c) += Σ_{j <= r} M[r][j] Y[j][c] e^{Γ[r][c] - Γ[j][c]} (c a channel) for the thread's elements.
 template <typename L>
-__device__ void decayed_left(const float* M, const float* Y, const double* G, Acc& acc) {
+__device__ void decayed_left(const float* M, const float* Y, const Gam& G, Acc& acc) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const int r = L::row(i), c = L::col(jj);
-      const double gr = G[r * kLd + c];
       float s = acc.v[i][jj];
-      for (int j = 0; j <= r; ++j) s = fmaf(M[r * kLd + j] * Y[j * kLd + c], ex(gr - G[j * kLd + c]), s);
+      for (int j = 0; j <= r; ++j)
+        s = fmaf(M[r * kLd + j] * Y[j * kLd + c], G.exp_diff(r * kLd + c, j * kLd + c), s);
       acc.v[i][jj] = s;
     }
 }
 
-/// acc(j, c) += Σ_{r >= j} M[r][j] Y[r][c] e^{G[r][c] - G[j][c]} (c a channel) for the thread's elements.
+/// acc(j, c) += Σ_{r >= j} M[r][j] Y[r][c] e^{Γ[r][c] - Γ[j][c]} (c a channel) for the thread's elements.
 template <typename L>
-__device__ void decayed_right(const float* M, const float* Y, const double* G, Acc& acc) {
+__device__ void decayed_right(const float* M, const float* Y, const Gam& G, Acc& acc) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const int j = L::row(i), c = L::col(jj);
-      const double gj = G[j * kLd + c];
       float s = acc.v[i][jj];
-      for (int r = j; r < kN; ++r) s = fmaf(M[r * kLd + j] * Y[r * kLd + c], ex(G[r * kLd + c] - gj), s);
+      for (int r = j; r < kN; ++r)
+        s = fmaf(M[r * kLd + j] * Y[r * kLd + c], G.exp_diff(r * kLd + c, j * kLd + c), s);
       acc.v[i][jj] = s;
     }
 }
@@ -171,7 +189,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
-  double* G = cv.take<double>(tile::kTileFloats);
+  const Gam G{cv.tile(), cv.tile()};
   float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
@@ -181,7 +199,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
   qk.zero();
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, G);
+    load_gamma(a, ch, k0, sX, s.part, G);
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
@@ -191,12 +209,12 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
       const int r = idx >> 6, c = idx & 63;
       if (r < ch.n && c < kc) {
-        qg[r * K + c] = ex(G[r * kLd + c]) * sX[r * kLd + c];
-        kg[r * K + c] = ex(G[(ch.n - 1) * kLd + c] - G[r * kLd + c]) * sZ[r * kLd + c];
+        qg[r * K + c] = G.exp_at(r * kLd + c) * sX[r * kLd + c];
+        kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
       }
     }
     if (static_cast<int>(threadIdx.x) < kc)
-      a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = ex(G[(ch.n - 1) * kLd + threadIdx.x]);
+      a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
     __syncthreads();
   }
 #pragma unroll
@@ -214,9 +232,9 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, G);
+    load_gamma(a, ch, k0, sX, s.part, G);
     tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc,
-                  [&](int r, int c) { return s.beta[r] * ex(G[r * kLd + c]); });
+                  [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); });
     __syncthreads();
     Acc acc;
     acc.zero();
@@ -413,7 +431,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
-  double* G = cv.take<double>(tile::kTileFloats);
+  const Gam G{cv.tile(), cv.tile()};
   float *sdP = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sH = cv.tile(), *sD = cv.tile(),
         *sG = cv.tile(), *sE = cv.tile();
   const Chunk ch(a, blockIdx.x, blockIdx.y);
@@ -461,7 +479,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
         }
       __syncthreads();
     }
-    load_gamma(a, ch, k0, sX, G);
+    store_acc<L>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
+    load_gamma(a, ch, k0, sX, s.part, G);
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
@@ -470,17 +489,16 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
     dk2.zero();
     decayed_left<L>(sdP, sZ, G, dq2);
     decayed_right<L>(sdP, sX, G, dk2);
-    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0), *dW = ch.rows(a, a.dW, K, k0);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
     float zc[4] = {0, 0, 0, 0}, sdc[4];
     Acc dgam;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      sdc[i] = ex(G[(ch.n - 1) * kLd + L::row(i)]) * sd[i];  // B8 (iv): state row = channel row(i)
+      sdc[i] = G.exp_at((ch.n - 1) * kLd + L::row(i)) * sd[i];  // B8 (iv): state row = channel row(i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = L::row(i), c = L::col(j);
-        const double gr = G[r * kLd + c];
-        const float eg = ex(gr), ekg = ex(G[(ch.n - 1) * kLd + c] - gr);
+        const float eg = G.exp_at(r * kLd + c), ekg = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c);
         const float dqv = eg * dqs.v[i][j] + dq2.v[i][j], zk = ekg * dks.v[i][j];
         const float z = sZ[r * kLd + c] * zk;
         dgam.v[i][j] = sX[r * kLd + c] * dqv - sZ[r * kLd + c] * dk2.v[i][j] - z;  // (i), (ii), (iii) rows
@@ -488,7 +506,6 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
         if (r < ch.n && c < kc) {
           dq[r * a.H * K + c] = dqv;                // B3
           dk[r * a.H * K + c] = dk2.v[i][j] + zk;   // B4
-          dW[r * K + c] = -dws.v[i][j];
         }
       }
     }
@@ -507,7 +524,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
-  double* G = cv.take<double>(tile::kTileFloats);
+  const Gam G{cv.tile(), cv.tile()};
   float *sT = cv.tile(), *sdT = cv.tile(), *sM = cv.tile(), *sX = cv.tile(), *sY = cv.tile(), *sZ = cv.tile();
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
@@ -535,9 +552,9 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
   }
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, G);
+    load_gamma(a, ch, k0, sX, s.part, G);
     tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
-    tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return ex(G[r * kLd + c]); });
+    tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
     __syncthreads();
     Acc xw;
     xw.zero();
@@ -555,7 +572,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
         const float xk = xw.v[i][j] * sX[r * kLd + c];
         db_part[i] += xk;
         dgo.v[i][j] += s.beta[r] * xk;
-        dko.v[i][j] += s.beta[r] * ex(G[r * kLd + c]) * xw.v[i][j];
+        dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
       }
     store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
     store_acc<L>(dgo, dgam, K, ch.n, kc, Same{});
@@ -591,7 +608,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     }
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7, B8 (vi), B9
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, G);  // (its first barrier also publishes sdT, sM)
+    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sdT, sM)
     tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
     Acc xr, yc;
@@ -616,7 +633,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
       }
     store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
     __syncthreads();
-    scan_cols<true>(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
+    reverse_cumsum_cols(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
     tile::store(sZ, ch.in(a, a.dg, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
   }
@@ -627,11 +644,9 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
 
 // ---- host side ----
 
-/// Dynamic shared memory of a kernel with `tiles` float tiles, plus the Small arrays and the double Γ tile
-/// when it has them.
-constexpr size_t smem_for(int tiles, bool small_and_gamma) {
-  return tile::smem_bytes(tiles, small_and_gamma ? kSmallBytes + kGamBytes : 0);
-}
+/// Dynamic shared memory of a kernel with `tiles` float tiles (Γ's two included) and, when `small`, the
+/// Small arrays.
+constexpr size_t smem_for(int tiles, bool small) { return tile::smem_bytes(tiles, small ? kSmallBytes : 0); }
 
 void check_chunk(int64_t chunk_size) {
   check(chunk_size >= 1 && chunk_size <= kKdaMaxChunk, "kda chunk (cuda): chunk_size must be in [1, {}], got {}",
@@ -665,7 +680,7 @@ void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(4, true), stream, a, keep_T);
+  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(6, true), stream, a, keep_T);
   launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
 }
 
@@ -717,8 +732,8 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
   launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
-  launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(8, true), stream, a);
-  launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(6, true), stream, a);
+  launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
+  launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(8, true), stream, a);
 }
 
 }  // namespace llmt::cuda
