@@ -14,10 +14,11 @@
 // of the fp32 g, kept in shared memory as an unevaluated float pair Γ = hi + lo (Gam), so that a difference
 // Γ_r - Γ_j = (hi_r - hi_j) + (lo_r - lo_j) is accurate to fp32 rounding of the difference itself even where
 // |Γ| is large (strong decay); fp32 cumsums would lose it. Every decay factor is e^{x} of one such
-// difference with x <= 0: e^{Γ_r - Γ_j} (j <= r), e^{Γ_r}, e^{Γ_C - Γ_r}, e^{Γ_C}. Never e^{Γ_r} e^{-Γ_j}. The intra-chunk
-// sums whose factor depends on the channel (A, P, and in the backward dP- and dA-weighted sums) are formed
-// element-wise (decayed_gram / decayed_left / decayed_right), not as tile products; everything else is a
-// tile product of rows scaled on load.
+// difference with x <= 0: e^{Γ_r - Γ_j} (j <= r), e^{Γ_r}, e^{Γ_C - Γ_r}, e^{Γ_C}; never e^{Γ_r} e^{-Γ_j}.
+// The intra-chunk sums whose factor depends on the channel (A, P; in the backward the dP- and dA-weighted
+// sums) are formed element-wise with one exponential per term (decayed_gram / decayed_left /
+// decayed_right), not with FLA's 16-token sub-chunk reference trick (§6.3), which would turn the
+// off-diagonal sub-blocks into plain products; everything else is a tile product of rows scaled on load.
 // Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
 // e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]. Fixed summation orders,
 // no atomics: deterministic.
