@@ -16,9 +16,9 @@
 // |Γ| is large (strong decay); fp32 cumsums would lose it. Every decay factor is e^{x} of one such
 // difference with x <= 0: e^{Γ_r - Γ_j} (j <= r), e^{Γ_r}, e^{Γ_C - Γ_r}, e^{Γ_C}; never e^{Γ_r} e^{-Γ_j}.
 // The intra-chunk sums whose factor depends on the channel (A, P; in the backward the dP- and dA-weighted
-// sums) are formed element-wise with one exponential per term (decayed_gram / decayed_left /
-// decayed_right), not with FLA's 16-token sub-chunk reference trick (§6.3), which would turn the
-// off-diagonal sub-blocks into plain products; everything else is a tile product of rows scaled on load.
+// sums: decayed_gram / decayed_left / decayed_right) use FLA's 16-token sub-chunk reference trick (§6.3):
+// plain sums of pre-scaled rows off the diagonal 16 x 16 sub-blocks, one exponential per term on them;
+// everything else is a tile product of rows scaled on load.
 // Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
 // e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]. Fixed summation orders,
 // no atomics: deterministic.
@@ -134,48 +134,97 @@ __device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float*
   __syncthreads();
 }
 
+// The 16-token sub-chunk reference trick (layers-delta.md §6.3, §7.3). Sub-chunk a holds rows 16a .. 16a + 15;
+// ζ_a = Γ at row 16a, η_a = Γ at row 16a + 15 (per channel). For j in an earlier sub-chunk than r (a = a(r)):
+// e^{Γ_r - Γ_j} = e^{Γ_r - ζ_a} e^{ζ_a - Γ_j}, and for r in a later sub-chunk than j (a = a(j)):
+// e^{Γ_r - Γ_j} = e^{Γ_r - η_a} e^{η_a - Γ_j}; every factor has an exponent <= 0 (Γ does not increase along
+// rows for g <= 0), so the off-diagonal 16 x 16 sub-blocks become plain sums of pre-scaled rows. Diagonal
+// sub-blocks are summed element-wise. Variant buffers hold 96 rows (two consecutive shared tiles).
+
+/// First row in a left-variant buffer of sub-chunk a = 1..3 (rows j < 16a): 0, 16, 48.
+__device__ __forceinline__ int left_base(int a) { return 8 * a * (a - 1); }
+/// First row in a right-variant buffer of sub-chunk a = 0..2 (rows r >= 16(a + 1), stored from row 0 of the
+/// block): 0, 48, 80.
+__device__ __forceinline__ int right_base(int a) { return 48 * a - 8 * a * (a - 1); }
+
+/// Xr[r][c] = X[r][c] e^{Γ_rc - ζ_{a(r), c}} for the 64 rows (no barrier).
+__device__ void scale_rows_to_start(const float* X, const Gam& G, float* Xr) {
+  for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+    const int r = idx >> 6, c = idx & 63;
+    Xr[r * kLd + c] = X[r * kLd + c] * G.exp_diff(r * kLd + c, (r & ~15) * kLd + c);
+  }
+}
+
+/// Yv[left_base(a) + j][c] = Y[j][c] e^{ζ_ac - Γ_jc} for a = 1..3, j < 16a (no barrier).
+__device__ void left_variants(const float* Y, const Gam& G, float* Yv) {
+  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
+    const int q = idx >> 6, c = idx & 63, a = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(a);
+    Yv[q * kLd + c] = Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c);
+  }
+}
+
+/// Yw[right_base(a) + r - 16(a + 1)][c] = Y[r][c] e^{Γ_rc - η_ac} for a = 0..2, r >= 16(a + 1) (no barrier).
+__device__ void right_variants(const float* Y, const Gam& G, float* Yw) {
+  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
+    const int q = idx >> 6, c = idx & 63, a = q < 48 ? 0 : q < 80 ? 1 : 2, r = q - right_base(a) + 16 * (a + 1);
+    Yw[q * kLd + c] = Y[r * kLd + c] * G.exp_diff(r * kLd + c, (16 * a + 15) * kLd + c);
+  }
+}
+
 /// acc(r, c) += Σ_d X[r][d] Y[c][d] e^{Γ[r][d] - Γ[c][d]} over the tile's 64 channels d, for the thread's
-/// (r, c) = (L::row(i), L::col(j)) with c < r (kStrict) or c <= r; other elements untouched.
+/// (r, c) = (L::row(i), L::col(j)) with c < r (kStrict) or c <= r; other elements untouched. Xr: X scaled by
+/// scale_rows_to_start, Yv: left_variants of Y.
 template <typename L, bool kStrict>
-__device__ void decayed_gram(const float* X, const float* Y, const Gam& G, Acc& acc) {
+__device__ void decayed_gram(const float* X, const float* Y, const float* Xr, const float* Yv, const Gam& G,
+                             Acc& acc) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int r = L::row(i), c = L::col(j);
-      if (kStrict ? c >= r : c > r) continue;
+      const int r = L::row(i), c = L::col(j), a = r >> 4;
       float s = acc.v[i][j];
-      for (int d = 0; d < kN; ++d)
-        s = fmaf(X[r * kLd + d] * Y[c * kLd + d], G.exp_diff(r * kLd + d, c * kLd + d), s);
+      if (c < 16 * a) {  // earlier sub-chunk: reference ζ_a
+        const float *x = Xr + r * kLd, *y = Yv + (left_base(a) + c) * kLd;
+        for (int d = 0; d < kN; ++d) s = fmaf(x[d], y[d], s);
+      } else if (kStrict ? c < r : c <= r) {  // diagonal sub-block
+        for (int d = 0; d < kN; ++d)
+          s = fmaf(X[r * kLd + d] * Y[c * kLd + d], G.exp_diff(r * kLd + d, c * kLd + d), s);
+      }
       acc.v[i][j] = s;
     }
 }
 
 /// acc(r, c) += Σ_{j <= r} M[r][j] Y[j][c] e^{Γ[r][c] - Γ[j][c]} (c a channel) for the thread's elements.
+/// Yv: left_variants of Y.
 template <typename L>
-__device__ void decayed_left(const float* M, const float* Y, const Gam& G, Acc& acc) {
+__device__ void decayed_left(const float* M, const float* Y, const float* Yv, const Gam& G, Acc& acc) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
-      const int r = L::row(i), c = L::col(jj);
-      float s = acc.v[i][jj];
-      for (int j = 0; j <= r; ++j)
+      const int r = L::row(i), c = L::col(jj), a = r >> 4;
+      float off = 0.0f, s = acc.v[i][jj];
+      for (int j = 0; j < 16 * a; ++j) off = fmaf(M[r * kLd + j], Yv[(left_base(a) + j) * kLd + c], off);
+      if (a > 0) s = fmaf(G.exp_diff(r * kLd + c, 16 * a * kLd + c), off, s);
+      for (int j = 16 * a; j <= r; ++j)
         s = fmaf(M[r * kLd + j] * Y[j * kLd + c], G.exp_diff(r * kLd + c, j * kLd + c), s);
       acc.v[i][jj] = s;
     }
 }
 
 /// acc(j, c) += Σ_{r >= j} M[r][j] Y[r][c] e^{Γ[r][c] - Γ[j][c]} (c a channel) for the thread's elements.
+/// Yw: right_variants of Y.
 template <typename L>
-__device__ void decayed_right(const float* M, const float* Y, const Gam& G, Acc& acc) {
+__device__ void decayed_right(const float* M, const float* Y, const float* Yw, const Gam& G, Acc& acc) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
-      const int j = L::row(i), c = L::col(jj);
-      float s = acc.v[i][jj];
-      for (int r = j; r < kN; ++r)
+      const int j = L::row(i), c = L::col(jj), a = j >> 4, end = 16 * a + 16;
+      float off = 0.0f, s = acc.v[i][jj];
+      for (int r = end; r < kN; ++r) off = fmaf(M[r * kLd + j], Yw[(right_base(a) + r - end) * kLd + c], off);
+      if (a < 3) s = fmaf(G.exp_diff((end - 1) * kLd + c, j * kLd + c), off, s);
+      for (int r = j; r < end; ++r)
         s = fmaf(M[r * kLd + j] * Y[r * kLd + c], G.exp_diff(r * kLd + c, j * kLd + c), s);
       acc.v[i][jj] = s;
     }
@@ -191,7 +240,9 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
   Carve cv{smem};
   Small s(cv);
   const Gam G{cv.tile(), cv.tile()};
-  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
+  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sXr = cv.tile(), *sZr = cv.tile();
+  float* sZv = cv.tile();  // two tiles: the 96 rows of K's left variants
+  cv.tile();
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
   load_beta(a, ch, s.beta);
@@ -204,8 +255,12 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    decayed_gram<L, true>(sZ, sZ, G, kk);
-    decayed_gram<L, false>(sX, sZ, G, qk);
+    scale_rows_to_start(sX, G, sXr);
+    scale_rows_to_start(sZ, G, sZr);
+    left_variants(sZ, G, sZv);
+    __syncthreads();
+    decayed_gram<L, true>(sZ, sZ, sZr, sZv, G, kk);
+    decayed_gram<L, false>(sX, sZ, sXr, sZv, G, qk);
     float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
       const int r = idx >> 6, c = idx & 63;
@@ -485,11 +540,14 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
+    left_variants(sZ, G, sY);  // into sY, sH (free until the next key tile)
+    right_variants(sX, G, sD);  // into sD, sG
+    __syncthreads();
     Acc dq2, dk2;
     dq2.zero();
     dk2.zero();
-    decayed_left<L>(sdP, sZ, G, dq2);
-    decayed_right<L>(sdP, sX, G, dk2);
+    decayed_left<L>(sdP, sZ, sY, G, dq2);
+    decayed_right<L>(sdP, sX, sD, G, dk2);
     float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
     float zc[4] = {0, 0, 0, 0}, sdc[4];
     Acc dgam;
@@ -527,6 +585,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
   Small s(cv);
   const Gam G{cv.tile(), cv.tile()};
   float *sT = cv.tile(), *sdT = cv.tile(), *sM = cv.tile(), *sX = cv.tile(), *sY = cv.tile(), *sZ = cv.tile();
+  float* sV = cv.tile();  // two tiles: K's left variants
+  cv.tile();
+  float* sW = cv.tile();  // two tiles: K's right variants
+  cv.tile();
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
   load_beta(a, ch, s.beta);
@@ -612,11 +674,14 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sdT, sM)
     tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
+    left_variants(sX, G, sV);
+    right_variants(sX, G, sW);
+    __syncthreads();
     Acc xr, yc;
     xr.zero();
     yc.zero();
-    decayed_left<L>(sdT, sX, G, xr);
-    decayed_right<L>(sM, sX, G, yc);
+    decayed_left<L>(sdT, sX, sV, G, xr);
+    decayed_right<L>(sM, sX, sW, G, yc);
     float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
     Acc dko, dgo;
     load_acc<L>(dko, dk, a.H * K, ch.n, kc);
@@ -681,7 +746,7 @@ void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(6, true), stream, a, keep_T);
+  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
   launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
 }
 
@@ -734,7 +799,7 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
   launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
   launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
-  launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(8, true), stream, a);
+  launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
 }
 
 }  // namespace llmt::cuda
