@@ -1,6 +1,6 @@
-// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*) at the shapes of
-// ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads, B=4, T=4096, H=6,
-// K=256, V=512; chunk 64, fp32 inputs. Forward and forward + backward, timed with CUDA events over
+// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*) at
+// the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads, B=4, T=4096,
+// H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. Forward and forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
 // Usage: delta_bench [iterations]   (default 10)
 #include <cuda_runtime.h>
@@ -70,23 +70,32 @@ struct Shape {
   int64_t B, T, H, K, V;
 };
 
-// comba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9).
-void bench_core(const Shape& s, int iters, bool comba) {
-  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, ng = s.B * s.T * s.H, C = 64;
+enum class Core { kGdn, kComba, kKda };
+
+// kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
+// [B, T, H, K].
+void bench_core(const Shape& s, int iters, Core core) {
+  const bool comba = core == Core::kComba, kda = core == Core::kKda;
+  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
+  const int64_t ng = kda ? nk : nb;
   const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));  // rows of norm about 1
   float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
   float *v = random_buffer(nv, 3, -1.f, 1.f), *g = random_buffer(ng, 4, -0.1f, -0.001f);
-  float *beta = random_buffer(ng, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
+  float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
-  float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(ng, 11, 0.f, 0.f), *db = random_buffer(ng, 12, 0.f, 0.f);
+  float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(ng, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
   float *p = random_buffer(nk, 2, -0.9f * amp, 0.9f * amp), *dp = random_buffer(nk, 13, 0.f, 0.f);
   void* scratch = nullptr;
-  const size_t bytes = std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
-                                llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
+  const size_t bytes = kda ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
+                                      llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
+                           : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
+                                      llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
   const auto fwd = [&] {
     if (comba)
       llmt::cuda::comba_chunk_fwd(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+    else if (kda)
+      llmt::cuda::kda_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
   };
@@ -94,12 +103,14 @@ void bench_core(const Shape& s, int iters, bool comba) {
     if (comba)
       llmt::cuda::comba_chunk_bwd(q, k, v, p, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg, db, scratch,
                                   nullptr);
+    else if (kda)
+      llmt::cuda::kda_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
   };
   const float f = time_ms(iters, fwd);
   const float fb = time_ms(iters, [&] { fwd(); bwd(); });
-  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : "GDN", s.name,
+  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : kda ? "KDA" : "GDN", s.name,
               static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K),
               static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / (1 << 20));
   for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp}) BENCH_CHECK(cudaFree(x));
@@ -111,7 +122,9 @@ void bench_core(const Shape& s, int iters, bool comba) {
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
   std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch |\n|---|---|---|---|---|\n");
-  for (const Shape& s : {Shape{"a", 4, 4096, 16, 128, 128}, Shape{"c", 4, 4096, 6, 256, 512}})
-    for (const bool comba : {false, true}) bench_core(s, iters, comba);
+  const Shape a{"a", 4, 4096, 16, 128, 128}, c{"c", 4, 4096, 6, 256, 512};
+  for (const Shape& s : {a, c})
+    for (const Core core : {Core::kGdn, Core::kComba}) bench_core(s, iters, core);
+  bench_core(a, iters, Core::kKda);
   return 0;
 }

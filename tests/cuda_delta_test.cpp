@@ -364,6 +364,13 @@ TEST_CASE("cuda delta: KDA chunked core at the model's head size, K = V = 128, w
   check_gdn(1, 130, 2, 128, 128, 64, -0.01, 6100, true);
 }
 
+TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K = 256", "[cuda][delta][kda]") {
+  // Partial second key and value tiles (K = 80, V = 70; chunk 32), and four key tiles (K = 256: four state
+  // tiles in the scans).
+  check_gdn(1, 100, 2, 80, 70, 32, -1.0, 6200, true);
+  check_gdn(1, 70, 1, 256, 64, 64, -2.0, 6300, true);
+}
+
 TEST_CASE("cuda delta: KDA chunked core, long sequence T = 4096", "[cuda][delta][kda]") {
   check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, true);
 }

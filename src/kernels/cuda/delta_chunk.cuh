@@ -1,110 +1,90 @@
-// Device helpers shared by the chunked delta-rule cores (gdn.cu, comba.cu, kda.cu, mdn.cu; layers-delta.md §6):
-// fp32 exponentials of log-decay differences, dot products, the unit-lower-triangular inverse
-// 𝒯 = (I + A)^{-1} (§6.1 F2) and its backward (§6.5 B6), the WY backward's X_U, X_W, dv (§6.5 B5), the
-// GDN/KDA kernel arguments and the one-block-per-(batch, head) launch.
-// Every element is computed by one thread in a fixed order: deterministic. Must be reached by all threads
-// of the block (they synchronise).
+// Per-chunk indexing, accumulator I/O and launching shared by the chunk-parallel delta-rule cores
+// (gdn_comba.cu, kda.cu; layers-delta.md §6) on the 64 x 64 tiles of delta_tile.cuh. A core's argument
+// struct A provides B, T, H, K, V, C (chunk size <= 64) and NC = ceil(T / C); its token tensors are
+// [B, T, H, dim], its per-chunk scratch [B H, T', dim] with T' = NC C, its states [B H, NC, K, V].
 #pragma once
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_tile.cuh"
 
-namespace llmt::cuda::delta {
+namespace llmt::cuda::tile {
 
-/// e^x in fp32 of a log-decay difference formed in double (the cumsums Γ are doubles, so that Γ_r - Γ_j keeps
-/// its relative precision even when |Γ| is large); x <= 0 wherever the cores use it.
-__device__ inline float expd(double x) { return expf(static_cast<float>(x)); }
-
-/// Σ_i x[i] y[i] in index order (fp32 fma).
-__device__ inline float dotf(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
-  return s;
-}
-
-/// F2: (I + A) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} A_rj 𝒯_jm (m < r).
-/// sA [n, n] strictly lower; sT [n, n] must hold the identity on entry.
-__device__ inline void tril_inverse(const float* sA, float* sT, int n) {
-  for (int r = 1; r < n; ++r) {
-    for (int m = threadIdx.x; m < r; m += blockDim.x) {
-      float s = 0.0f;
-      for (int j = m; j < r; ++j) s -= sA[r * n + j] * sT[j * n + m];
-      sT[r * n + m] = s;
-    }
-    __syncthreads();
+/// One chunk of one (batch, head): token rows t0 .. t0 + n - 1 (n <= 64; rows >= n of a tile are padding).
+struct Chunk {
+  int64_t b, h, bh, chunk, t0;
+  int n;
+  template <typename A>
+  __device__ Chunk(const A& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_), chunk(chunk_) {
+    t0 = chunk * a.C;
+    n = static_cast<int>(a.T - t0 < a.C ? a.T - t0 : a.C);
   }
-}
-
-/// B6: from d𝒯 (in sdT on entry, lower part) writes dA = -tril_{j<r}(𝒯^T d𝒯 𝒯^T) into sdT; sM1 [n, n] scratch.
-__device__ inline void tril_inverse_bwd(const float* sT, float* sdT, float* sM1, int n) {
-  // M1 = 𝒯^T d𝒯 (both factors vanish unless i >= a and i >= b).
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int ra = idx / n, cb = idx % n;
-    float s = 0.0f;
-    for (int i = ra > cb ? ra : cb; i < n; ++i) s += sT[i * n + ra] * sdT[i * n + cb];
-    sM1[idx] = s;
+  /// Index of token row r of the chunk in a [B, T, H] tensor.
+  template <typename A>
+  __device__ int64_t gate(const A& a, int r) const { return (b * a.T + t0 + r) * a.H + h; }
+  /// Element (row 0, column c0) of the chunk in a [B, T, H, dim] tensor (rows H * dim apart).
+  template <typename A, typename P>
+  __device__ P* in(const A& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
+  /// Element (row 0, column c0) of the chunk in a [B H, T', dim] scratch tensor (rows dim apart).
+  template <typename A>
+  __device__ float* rows(const A& a, float* p, int64_t dim, int64_t c0) const {
+    return p + (bh * a.NC * a.C + t0) * dim + c0;
   }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int r = idx / n, j = idx % n;
-    float s = 0.0f;
-    if (j < r)
-      for (int m = 0; m <= j; ++m) s -= sM1[r * n + m] * sT[j * n + m];
-    sdT[idx] = s;
+  /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
+  template <typename A>
+  __device__ float* state(const A& a, float* p, int64_t k0, int64_t v0) const {
+    return p + ((bh * a.NC + chunk) * a.K + k0) * a.V + v0;
   }
-  __syncthreads();
-}
-
-/// B5: X_U = 𝒯^T dΔ [n, V], X_W = 𝒯^T dW [n, K], and dv_r = β_r X_U,r written to dv0 + r * dv_stride (row r of
-/// the chunk in the [B, T, H, V] gradient). Ends without synchronising: the caller's next phase may read only
-/// what it does not write here.
-__device__ inline void wy_bwd_x(const float* sT, const float* dD, const float* dW, const float* beta, int n,
-                                int64_t K, int64_t V, float* XU, float* XW, float* dv0, int64_t dv_stride) {
-  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = 0.0f;
-    for (int i = r; i < n; ++i) s += sT[i * n + r] * dD[i * V + j];
-    XU[idx] = s;
-    dv0[r * dv_stride + j] = beta[r] * s;
-  }
-  for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / K);
-    const int64_t m = idx % K;
-    float s = 0.0f;
-    for (int i = r; i < n; ++i) s += sT[i * n + r] * dW[i * K + m];
-    XW[idx] = s;
-  }
-}
-
-/// Arguments of a GDN or KDA chunked-core kernel: q, k [B, T, H, K]; v, o, d_o [B, T, H, V]; g [B, T, H] (GDN)
-/// or [B, T, H, K] (KDA); beta [B, T, H]; gradients shaped as their inputs; chunks = ceil(T / C); per-block
-/// scratch. The forward leaves d_o and the gradients null, the backward o.
-struct CoreArgs {
-  const float *q, *k, *v, *g, *beta, *d_o;
-  int64_t B, T, H, K, V, C, chunks;
-  float *o, *dq, *dk, *dv, *dg, *dbeta;
-  float* scratch;
+  /// This chunk's 64 x 64 matrix in a [B H, chunks, 64, 64] scratch tensor.
+  template <typename A>
+  __device__ float* square(const A& a, float* p) const { return p + (bh * a.NC + chunk) * kN * kN; }
 };
 
-/// CoreArgs with the inputs, sizes and scratch filled in (outputs and d_o null, for the caller to set).
-inline CoreArgs core_args(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                          int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                          int64_t chunk_size, void* scratch) {
-  CoreArgs args{};
-  args.q = q, args.k = k, args.v = v, args.g = g, args.beta = beta;
-  args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
-  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
-  args.scratch = static_cast<float*>(scratch);
-  return args;
+/// out.v[i][j] = src[r * stride + c] for the thread's elements (r, c) = (L::row(i), L::col(j)) with r < rows,
+/// c < cols, else 0; the 16 loads are independent (issued together).
+template <typename L>
+__device__ __forceinline__ void load_acc(Acc& out, const float* src, int64_t stride, int rows, int cols) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      out.v[i][j] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
+    }
 }
 
-/// Launches kernel<<<B * H blocks, threads, smem>>>(args) after allowing `smem` bytes of dynamic shared memory.
-template <typename Kernel, typename Args>
-void launch_per_head(Kernel kernel, const Args& args, int threads, size_t smem, cudaStream_t stream) {
+/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols.
+template <typename L, typename F>
+__device__ __forceinline__ void store_acc(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      if (r < rows && c < cols) dst[r * stride + c] = f(r, c, acc.v[i][j]);
+    }
+}
+
+/// Identity element function for store_acc.
+struct Same {
+  __device__ float operator()(int, int, float x) const { return x; }
+};
+
+/// Columns of the 64-wide tile starting at column c0 of a dim-wide matrix.
+__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
+  return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);
+}
+
+/// kernel<<<grid, kThreads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
+/// refuses (llmt::Error naming `what` and key_dim) above the 227 KiB a block may have.
+template <typename Kernel, typename... Args>
+void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
+            const Args&... args) {
+  check(smem <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
+        key_dim, smem);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(args.B * args.H), threads, smem, stream>>>(args);
+  kernel<<<grid, kThreads, smem, stream>>>(args...);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace llmt::cuda::delta
+}  // namespace llmt::cuda::tile

@@ -58,10 +58,10 @@ struct Simt {
   }
 };
 
-/// s[r][c] = scale(r) * src[r * stride + c] for r < rows, c < cols, else 0 (coalesced along c). src: float or
-/// bf16. All 16 loads of a thread are issued before the first shared store, so they overlap.
+/// s[r][c] = scale(r, c) * src[r * stride + c] for r < rows, c < cols, else 0 (coalesced along c). src: float
+/// or bf16. All 16 loads of a thread are issued before the first shared store, so they overlap.
 template <typename E, typename Scale>
-__device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int rows, int cols, Scale scale) {
+__device__ __forceinline__ void load_rc(float* s, const E* src, int64_t stride, int rows, int cols, Scale scale) {
   constexpr int kPer = kN * kN / kThreads;
   float x[kPer];
 #pragma unroll
@@ -72,8 +72,13 @@ __device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int
 #pragma unroll
   for (int it = 0; it < kPer; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 6, c = idx & 63;
-    s[r * kLd + c] = scale(r) * x[it];
+    s[r * kLd + c] = r < rows && c < cols ? scale(r, c) * x[it] : 0.0f;
   }
+}
+/// s[r][c] = scale(r) * src[r * stride + c] for r < rows, c < cols, else 0 (load_rc with a row scale).
+template <typename E, typename Scale>
+__device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int rows, int cols, Scale scale) {
+  load_rc(s, src, stride, rows, cols, [&](int r, int) { return scale(r); });
 }
 template <typename E>
 __device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int rows, int cols) {

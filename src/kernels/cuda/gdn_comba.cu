@@ -17,6 +17,7 @@
 #include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -25,6 +26,10 @@ namespace {
 
 using tile::Acc;
 using tile::Carve;
+using tile::Chunk;
+using tile::load_acc;
+using tile::store_acc;
+using tile::tile_cols;
 using tile::kLd;
 using tile::kN;
 
@@ -59,33 +64,6 @@ struct GdnScratch {
   }
 };
 
-// One chunk of one (batch, head): token rows t0 .. t0 + n - 1.
-struct Chunk {
-  int64_t b, h, bh, chunk, t0;
-  int n;
-  template <typename A>
-  __device__ Chunk(const A& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_), chunk(chunk_) {
-    t0 = chunk * a.C;
-    n = static_cast<int>(a.T - t0 < a.C ? a.T - t0 : a.C);
-  }
-  /// Index of token row r of the chunk in a [B, T, H] tensor.
-  template <typename A>
-  __device__ int64_t gate(const A& a, int r) const { return (b * a.T + t0 + r) * a.H + h; }
-  /// Element (row 0, column c0) of the chunk in a [B, T, H, dim] tensor (rows H * dim apart).
-  template <typename A, typename P>
-  __device__ P* in(const A& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
-  /// Element (row 0, column c0) of the chunk in a [B H, T', dim] scratch tensor (rows dim apart).
-  template <typename A>
-  __device__ float* rows(const A& a, float* p, int64_t dim, int64_t c0) const {
-    return p + (bh * a.NC * a.C + t0) * dim + c0;
-  }
-  /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
-  template <typename A>
-  __device__ float* state(const A& a, float* p, int64_t k0, int64_t v0) const {
-    return p + ((bh * a.NC + chunk) * a.K + k0) * a.V + v0;
-  }
-};
-
 // Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
 // g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
 template <typename A>
@@ -102,35 +80,6 @@ __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta
     for (int i = 0; i < kN; ++i) gam[i] = acc += tmp[i];
   }
   __syncthreads();
-}
-
-/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols.
-/// out.v[i][j] = src[r * stride + c] for the thread's elements (r, c) = (L::row(i), L::col(j)) with r < rows,
-/// c < cols, else 0; the 16 loads are independent (issued together).
-template <typename L>
-__device__ __forceinline__ void load_acc(Acc& out, const float* src, int64_t stride, int rows, int cols) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = L::row(i), c = L::col(j);
-      out.v[i][j] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
-    }
-}
-
-template <typename L, typename F>
-__device__ __forceinline__ void store_acc(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = L::row(i), c = L::col(j);
-      if (r < rows && c < cols) dst[r * stride + c] = f(r, c, acc.v[i][j]);
-    }
-}
-
-__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
-  return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);
 }
 
 // Small per-block arrays at the start of the dynamic shared memory.
@@ -181,7 +130,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<E> a, bo
     }
   __syncthreads();
   tile::tril_inverse(sA, sT, ch.n);  // F2
-  if (keep_T) tile::store(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
+  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   const auto id = [](int, int, float x) { return x; };
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
     tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
@@ -512,7 +461,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<E> a
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
-  tile::load(sT, a.Tm + (ch.bh * a.NC + ch.chunk) * kN * kN, kN, kN, kN);
+  tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);
   const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
   Acc kk;
@@ -663,11 +612,7 @@ constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallByte
 
 template <typename Kernel, typename E, typename... Extra>
 void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast<E>& a, Extra... extra) {
-  check(smem <= 227 * 1024, "gdn chunk (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)",
-        a.K, smem);
-  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, tile::kThreads, smem, stream>>>(a, extra...);
-  LLMT_CUDA_CHECK_LAUNCH();
+  tile::launch("gdn chunk", a.K, kernel, grid, smem, stream, a, extra...);
 }
 
 void check_chunk(int64_t chunk_size) {

@@ -1,353 +1,765 @@
-// KDA core, chunked, fp32 (layers-delta.md §6.1 F1–F7 in the per-channel form, §6.5 B1–B9), zero initial
-// state. Mirrors src/kernels/cpu/kda.cpp step by step (same labels) and cuda/gdn.cu's structure: one thread
-// block (kKdaThreads threads) per (batch, head) walks the chunks in order; the K x V state, the per-chunk
-// [C, K] / [C, V] factors and the per-channel cumulative log-decay Γ [C, K] (double) live in global scratch
-// (per block), the C x C matrices (A, 𝒯, P, ...) in dynamic shared memory. Every output and scratch element
-// is computed by one thread with a fixed summation order: deterministic, no atomics.
-// Numerics (§7.3): E_rj,c = exp(Γ_r,c - Γ_j,c) is formed element-wise from the double difference, only for
-// j <= r (exponent <= 0), never factored into e^{Γ_r} e^{-Γ_j}, so strong decays underflow to 0 harmlessly
-// instead of overflowing. (FLA's 16-token sub-chunk reference point serves tensor-core GEMMs, which this
-// correctness-first kernel does not use.)
-// The backward first recomputes the chunk-start states h[n] by a forward scan into scratch
-// ([n_chunks, K, V] per block), then processes the chunks in reverse, carrying dS_C.
+// KDA core, chunked, fp32 (layers-delta.md §4.3; §6.1 F1–F7 and §6.5 B1–B9 in the per-channel form), zero
+// initial state; same results as src/kernels/cpu/kda.cpp up to fp32 rounding. The chunk-parallel design of
+// gdn_comba.cu (same phases, 64 x 64 shared tiles of delta_tile.cuh), with the per-key-channel decay:
+//   forward:  wu    (per chunk)          A, P, 𝒯 = (I + A)^{-1}, W, U, and Q^g = Q ⊙ e^Γ,
+//                                        K^g = K ⊙ e^{Γ_C-Γ}, e^{Γ_C} for the later phases   (F1–F3, F5)
+//             scan  (per value tile)     h[n]; Δ = U - W S; S = Diag(e^{Γ_C}) S + K^gT Δ      (F4, F7)
+//             out   (per chunk, v tile)  O = Q^g h[n] + P Δ                                   (F6)
+//   backward: wu (keeping 𝒯) and scan recompute h and Δ, then
+//             dv_local (per chunk, v tile)  dΔ = P^T dO                                       (B1, intra)
+//             bwd_scan (per value tile)     dh[n] = dS_C; dΔ += K^g dS_C; dS_0                (B1, B2)
+//             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)       (B3, B4, B8)
+//             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg      (B5–B7, B9)
+// Numerics (§7.1, §7.3): per key tile, a block forms the chunk's Γ [64 rows x 64 channels] as a double cumsum
+// of the fp32 g, kept in shared memory as an unevaluated float pair Γ = hi + lo (Gam), so that a difference
+// Γ_r - Γ_j = (hi_r - hi_j) + (lo_r - lo_j) is accurate to fp32 rounding of the difference itself even where
+// |Γ| is large (strong decay); fp32 cumsums would lose it. Every decay factor is e^{x} of one such
+// difference with x <= 0: e^{Γ_r - Γ_j} (j <= r), e^{Γ_r}, e^{Γ_C - Γ_r}, e^{Γ_C}; never e^{Γ_r} e^{-Γ_j}.
+// The intra-chunk sums whose factor depends on the channel (A, P; in the backward the dP- and dA-weighted
+// sums: decayed_gram / decayed_left / decayed_right) use FLA's 16-token sub-chunk reference trick (§6.3):
+// plain sums of pre-scaled rows off the diagonal 16 x 16 sub-blocks, one exponential per term on them;
+// everything else is a tile product of rows scaled on load.
+// Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
+// e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]. Fixed summation orders,
+// no atomics: deterministic.
+#include <initializer_list>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
+#include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
 
-using delta::dotf;
-using delta::expd;
+using tile::Acc;
+using tile::Carve;
+using tile::Chunk;
+using tile::kLd;
+using tile::kN;
+using tile::load_acc;
+using tile::Same;
+using tile::store_acc;
+using tile::tile_cols;
 
-constexpr int kKdaThreads = 256;
-
-using KdaArgs = delta::CoreArgs;
-
-// Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
-struct HeadView {
-  const KdaArgs& a;
-  int64_t b, h;
-  __device__ int64_t tok(int64_t t) const { return (b * a.T + t) * a.H + h; }  // index into [B, T, H]
-  __device__ const float* q(int64_t t) const { return a.q + tok(t) * a.K; }
-  __device__ const float* k(int64_t t) const { return a.k + tok(t) * a.K; }
-  __device__ const float* g(int64_t t) const { return a.g + tok(t) * a.K; }
-  __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
-  __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
+/// The chunk's cumulative log-decay Γ for one key tile: two shared 64 x 64 tiles (leading dimension kLd), Γ at
+/// tile index x being hi[x] + lo[x] (lo: the rounding residue of the double cumsum).
+struct Gam {
+  float *hi, *lo;
+  /// e^{Γ[x]}.
+  __device__ __forceinline__ float exp_at(int x) const { return expf(hi[x] + lo[x]); }
+  /// e^{Γ[x] - Γ[y]}, the difference formed before the exponential.
+  __device__ __forceinline__ float exp_diff(int x, int y) const { return expf((hi[x] - hi[y]) + (lo[x] - lo[y])); }
 };
 
-// The chunk's log-decays: Γ_r,c [n, K], the inclusive cumsum of g inside the chunk per channel (one thread per
-// channel, in order), and β_r.
-__device__ void chunk_gates(const HeadView& hv, int64_t c0, int n, double* gam, float* beta) {
-  const int64_t K = hv.a.K;
-  for (int64_t m = threadIdx.x; m < K; m += blockDim.x) {
-    double acc = 0.0;
-    for (int r = 0; r < n; ++r) gam[r * K + m] = acc += hv.g(c0 + r)[m];
-  }
-  for (int r = threadIdx.x; r < n; r += blockDim.x) beta[r] = hv.a.beta[hv.tok(c0 + r)];
-  __syncthreads();
-}
+// Inputs, outputs and scratch of one core call.
+struct KdaFast {
+  const float *q, *k, *v, *g, *beta, *d_o;
+  float *o, *dq, *dk, *dv, *dg, *dbeta;
+  int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
+  float *W, *U, *h, *Qg, *Kg, *aC, *P, *Tm, *dD, *dh, *dW, *dgam;
+};
 
-// Σ_c x_c y_c E_rj,c with E_rj,c = e^{Γ_r,c - Γ_j,c} (j <= r).
-__device__ float dot_decayed(const float* x, const float* y, const double* gam, int r, int j, int64_t K) {
-  float s = 0.0f;
-  for (int64_t m = 0; m < K; ++m) s = fmaf(x[m] * y[m], expd(gam[r * K + m] - gam[j * K + m]), s);
-  return s;
-}
-
-// F1–F3 and F4 of §6.1 for tokens [c0, c0 + n): A (kept in sA), 𝒯 (sT), Σ_c k_rc k_jc E_rj,c (sKK when
-// non-null), W [n, K], and D [n, V] = U - W S0 (Δ). S0 [K, V] is the state entering the chunk.
-__device__ void chunk_factors(const HeadView& hv, int64_t c0, int n, const double* gam, const float* beta, float* sA,
-                              float* sT, float* sKK, const float* S0, float* W, float* D) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r), else 0.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int r = idx / n, j = idx % n;
-    const float kk = j < r ? dot_decayed(hv.k(c0 + r), hv.k(c0 + j), gam, r, j, K) : 0.0f;
-    if (sKK != nullptr) sKK[idx] = kk;
-    sA[idx] = beta[r] * kk;
-    sT[idx] = r == j ? 1.0f : 0.0f;
-  }
-  __syncthreads();
-  delta::tril_inverse(sA, sT, n);  // F2
-  // F3: U = 𝒯 diag(β) V (into D), W = 𝒯 diag(β) (K ⊙ e^Γ).
-  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = 0.0f;
-    for (int i = 0; i <= r; ++i) s += sT[r * n + i] * beta[i] * hv.v(c0 + i)[j];
-    D[idx] = s;
-  }
-  for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / K);
-    const int64_t m = idx % K;
-    float s = 0.0f;
-    for (int i = 0; i <= r; ++i) s += sT[r * n + i] * beta[i] * expd(gam[i * K + m]) * hv.k(c0 + i)[m];
-    W[idx] = s;
-  }
-  __syncthreads();
-  // F4: Δ = U - W S_0, in place (element (r, j) is read and written by one thread).
-  for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int r = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = D[idx];
-    for (int64_t m = 0; m < K; ++m) s -= W[r * K + m] * S0[m * V + j];
-    D[idx] = s;
-  }
-  __syncthreads();
-}
-
-// F5: P_rj = Σ_c q_rc k_jc E_rj,c for j <= r, else 0 (into sP).
-__device__ void chunk_p(const HeadView& hv, int64_t c0, int n, const double* gam, float* sP) {
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int r = idx / n, j = idx % n;
-    sP[idx] = j <= r ? dot_decayed(hv.q(c0 + r), hv.k(c0 + j), gam, r, j, hv.a.K) : 0.0f;
-  }
-  __syncthreads();
-}
-
-// F7: S_out = Diag(e^{Γ_C}) S_in + (K ⊙ e^{Γ_C-Γ})^T Δ (S_out may alias S_in: each element is owned by one thread).
-__device__ void advance_state(const HeadView& hv, int64_t c0, int n, const double* gam, const float* D,
-                              const float* S_in, float* S_out) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  const double* gC = gam + (n - 1) * K;
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-    const int64_t m = idx / V, j = idx % V;
-    float s = expd(gC[m]) * S_in[idx];
-    for (int r = 0; r < n; ++r) s += expd(gC[m] - gam[r * K + m]) * hv.k(c0 + r)[m] * D[r * V + j];
-    S_out[idx] = s;
-  }
-  __syncthreads();
-}
-
-// Floats of scratch per block, rounded up to even so that every block's Γ (doubles, at the block's start)
-// stays 8-byte aligned.
-__host__ __device__ size_t even(size_t floats) { return (floats + 1) / 2 * 2; }
-
-__host__ __device__ size_t fwd_block_floats(int64_t K, int64_t V, int64_t C) {
-  return even(static_cast<size_t>(2 * C * K + K * V + C * V + C * K));  // Γ (C * K doubles), S, D, W
-}
-
-// Forward: per chunk F1–F4 (chunk_factors), F5 P, F6 O = (Q ⊙ e^Γ) S_0 + P Δ, F7 state update.
-// Scratch per block: Γ [C, K] (double), S [K, V], D [C, V], W [C, K]. Shared: β [C]; A/P, 𝒯 [C, C].
-__global__ void __launch_bounds__(kKdaThreads) kda_chunk_fwd_kernel(KdaArgs a) {
-  extern __shared__ float smem[];
-  const int64_t C = a.C, K = a.K, V = a.V;
-  float* beta = smem;
-  float* sA = beta + C;
-  float* sT = sA + C * C;
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  double* gam = reinterpret_cast<double*>(a.scratch + bh * fwd_block_floats(K, V, C));
-  float* S = reinterpret_cast<float*>(gam + C * K);
-  float* D = S + K * V;
-  float* W = D + C * V;
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) S[idx] = 0.0f;
-  __syncthreads();
-  for (int64_t c0 = 0; c0 < a.T; c0 += C) {
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
-    chunk_gates(hv, c0, n, gam, beta);
-    chunk_factors(hv, c0, n, gam, beta, sA, sT, nullptr, S, W, D);
-    chunk_p(hv, c0, n, gam, sA);  // A is no longer needed: P takes its place
-    // F6: o_r = S_0^T (q_r ⊙ e^{Γ_r}) + Σ_{i<=r} P_ri Δ_i
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      const float* qr = hv.q(c0 + r);
-      float s = 0.0f;
-      for (int64_t m = 0; m < K; ++m) s += S[m * V + j] * qr[m] * expd(gam[r * K + m]);
-      for (int i = 0; i <= r; ++i) s += sA[r * n + i] * D[i * V + j];
-      a.o[hv.tok(c0 + r) * V + j] = s;
+/// Scratch layout in floats (forward: W, U, h, Qg, Kg, aC, P; backward: all).
+struct KdaScratch {
+  int64_t W, U, h, Qg, Kg, aC, P, Tm, dD, dh, dW, dgam, total;
+  KdaScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward) {
+    const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
+    int64_t at = 0;
+    const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
+    W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(BH * NC * K * V), Qg = take(BH * Tp * K);
+    Kg = take(BH * Tp * K), aC = take(BH * NC * K), P = take(BH * NC * kN * kN);
+    Tm = dD = dh = dW = dgam = 0;
+    if (backward) {
+      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(BH * NC * K * V), dW = take(BH * Tp * K);
+      dgam = take(BH * Tp * K);
     }
-    __syncthreads();
-    advance_state(hv, c0, n, gam, D, S, S);
+    total = at;
   }
+};
+
+// Small per-block arrays at the start of the dynamic shared memory: β, reduction scratch and its results,
+// the 16-row partial sums of the Γ cumsum.
+struct Small {
+  float *beta, *red, *out1;
+  double* part;
+  __device__ explicit Small(Carve& cv)
+      : beta(cv.take<float>(kN)), red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)),
+        part(cv.take<double>(4 * kN)) {}
+};
+constexpr size_t kSmallBytes = 4 * (2 * kN + 2 * kN * 16) + 8 * 4 * kN + 4 * 16;
+
+/// β_r of the chunk (0 for rows >= n). Ends with a barrier.
+__device__ void load_beta(const KdaFast& a, const Chunk& ch, float* beta) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < kN) beta[r] = r < ch.n ? a.beta[ch.gate(a, r)] : 0.0f;
+  __syncthreads();
 }
 
-__host__ __device__ size_t bwd_block_floats(int64_t K, int64_t V, int64_t C, int64_t chunks) {
-  // Γ (C * K doubles); h, dS, dS0; D, dD, XU; W, dW, XW, Z, dΓ
-  return even(static_cast<size_t>(2 * C * K + chunks * K * V + 2 * K * V + 3 * C * V + 5 * C * K));
+/// dst[r][c] = Σ_{r' >= r} src[r'][c] for the 64 rows of every column: four threads per column each sum
+/// 16 rows from the bottom, then add the totals of the later 16-row parts in part order (a fixed order).
+/// src and dst distinct shared tiles. Ends with a barrier.
+__device__ void reverse_cumsum_cols(const float* src, float* dst) {
+  const int c = static_cast<int>(threadIdx.x & 63), part = static_cast<int>(threadIdx.x >> 6);
+  float acc = 0.0f;
+  for (int r = 16 * part + 15; r >= 16 * part; --r) dst[r * kLd + c] = acc += src[r * kLd + c];
+  __syncthreads();
+  float off = 0.0f;
+  for (int p = 3; p > part; --p) off += dst[16 * p * kLd + c];
+  __syncthreads();
+  for (int r = 16 * part; r < 16 * part + 16; ++r) dst[r * kLd + c] += off;
+  __syncthreads();
 }
 
-// Backward: a forward scan stores the chunk-start states h[n]; then B1–B9 per chunk in reverse.
-// Scratch per block: Γ [C, K] (double), h [chunks, K, V], dS and dS0 [K, V] (ping-pong), D (Δ), dD (dΔ),
-// XU [C, V], W, dW, XW, Z, dΓ [C, K]. Shared: β [C]; A/d𝒯/dA, 𝒯, KKE, P, dP, M1 [C, C].
-__global__ void __launch_bounds__(kKdaThreads) kda_chunk_bwd_kernel(KdaArgs a) {
-  extern __shared__ float smem[];
-  const int64_t C = a.C, K = a.K, V = a.V;
-  float* beta = smem;
-  float* sA = beta + C;
-  float* sT = sA + C * C;
-  float* sKK = sT + C * C;
-  float* sP = sKK + C * C;
-  float* sDP = sP + C * C;
-  float* sM1 = sDP + C * C;
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  double* gam = reinterpret_cast<double*>(a.scratch + bh * bwd_block_floats(K, V, C, a.chunks));
-  float* hs = reinterpret_cast<float*>(gam + C * K);
-  float* dS = hs + a.chunks * K * V;
-  float* dS0 = dS + K * V;
-  float* D = dS0 + K * V;
-  float* dD = D + C * V;
-  float* XU = dD + C * V;
-  float* W = XU + C * V;
-  float* dW = W + C * K;
-  float* XW = dW + C * K;
-  float* Z = XW + C * K;
-  float* dgam = Z + C * K;
-
-  // Forward scan (FLA fwd_h): h[0] = 0, h[n+1] = F7(h[n]).
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-    hs[idx] = 0.0f;
-    dS[idx] = 0.0f;  // dS_C of the last chunk: no final-state gradient
+/// G = Γ_{r, k0 + c}: the chunk-local inclusive cumsum of g over rows, per channel, summed in double (four
+/// threads per channel: 16-row partial sums into `part` [4 x 64], then each part restarts from the total of
+/// the parts before it). Rows >= n repeat Γ_{n-1} = Γ_C; channels past K are 0. stage: a float tile of
+/// scratch (free again on return). Ends with a barrier.
+__device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float* stage, double* part, const Gam& G) {
+  tile::load(stage, ch.in(a, a.g, a.K, k0), a.H * a.K, ch.n, tile_cols(a.K, k0));
+  __syncthreads();
+  const int c = static_cast<int>(threadIdx.x & 63), p = static_cast<int>(threadIdx.x >> 6);
+  double acc = 0.0;
+  for (int r = 16 * p; r < 16 * p + 16; ++r) acc += stage[r * kLd + c];
+  part[p * kN + c] = acc;
+  __syncthreads();
+  acc = 0.0;
+  for (int i = 0; i < p; ++i) acc += part[i * kN + c];
+  for (int r = 16 * p; r < 16 * p + 16; ++r) {
+    acc += stage[r * kLd + c];
+    const float hi = static_cast<float>(acc);
+    G.hi[r * kLd + c] = hi;
+    G.lo[r * kLd + c] = static_cast<float>(acc - hi);
   }
   __syncthreads();
-  for (int64_t c = 0; c + 1 < a.chunks; ++c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(C);  // every chunk but the last is full
-    const float* S0 = hs + c * K * V;
-    chunk_gates(hv, c0, n, gam, beta);
-    chunk_factors(hv, c0, n, gam, beta, sA, sT, nullptr, S0, W, D);
-    advance_state(hv, c0, n, gam, D, S0, hs + (c + 1) * K * V);
+}
+
+// The 16-token sub-chunk reference trick (layers-delta.md §6.3, §7.3). Sub-chunk a holds rows 16a .. 16a + 15;
+// ζ_a = Γ at row 16a, η_a = Γ at row 16a + 15 (per channel). For j in an earlier sub-chunk than r (a = a(r)):
+// e^{Γ_r - Γ_j} = e^{Γ_r - ζ_a} e^{ζ_a - Γ_j}, and for r in a later sub-chunk than j (a = a(j)):
+// e^{Γ_r - Γ_j} = e^{Γ_r - η_a} e^{η_a - Γ_j}; every factor has an exponent <= 0 (Γ does not increase along
+// rows for g <= 0), so the off-diagonal 16 x 16 sub-blocks become plain sums of pre-scaled rows. Diagonal
+// sub-blocks are summed element-wise. Variant buffers hold 96 rows (two consecutive shared tiles).
+
+/// First row in a left-variant buffer of sub-chunk a = 1..3 (rows j < 16a): 0, 16, 48.
+__device__ __forceinline__ int left_base(int a) { return 8 * a * (a - 1); }
+/// First row in a right-variant buffer of sub-chunk a = 0..2 (rows r >= 16(a + 1), stored from row 0 of the
+/// block): 0, 48, 80.
+__device__ __forceinline__ int right_base(int a) { return 48 * a - 8 * a * (a - 1); }
+
+/// Xr[r][c] = X[r][c] e^{Γ_rc - ζ_{a(r), c}} for the 64 rows (no barrier).
+__device__ void scale_rows_to_start(const float* X, const Gam& G, float* Xr) {
+  for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+    const int r = idx >> 6, c = idx & 63;
+    Xr[r * kLd + c] = X[r * kLd + c] * G.exp_diff(r * kLd + c, (r & ~15) * kLd + c);
   }
+}
 
-  for (int64_t c = a.chunks - 1; c >= 0; --c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
-    const float* S0 = hs + c * K * V;
-    chunk_gates(hv, c0, n, gam, beta);
-    chunk_factors(hv, c0, n, gam, beta, sA, sT, sKK, S0, W, D);
-    chunk_p(hv, c0, n, gam, sP);
-    const double* gC = gam + (n - 1) * K;
+/// Yv[left_base(a) + j][c] = Y[j][c] e^{ζ_ac - Γ_jc} for a = 1..3, j < 16a (no barrier).
+__device__ void left_variants(const float* Y, const Gam& G, float* Yv) {
+  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
+    const int q = idx >> 6, c = idx & 63, a = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(a);
+    Yv[q * kLd + c] = Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c);
+  }
+}
 
-    // B1: dΔ_r = Σ_{i>=r} P_ir dO_i + (k_r ⊙ e^{Γ_C-Γ_r})^T dS_C.   B3 (dP): dP_rj = dO_r·Δ_j (j <= r).
-    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float s = 0.0f;
-      for (int i = r; i < n; ++i) s += sP[i * n + r] * hv.dO(c0 + i)[j];
-      const float* kr = hv.k(c0 + r);
-      for (int64_t m = 0; m < K; ++m) s += expd(gC[m] - gam[r * K + m]) * kr[m] * dS[m * V + j];
-      dD[idx] = s;
-    }
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int r = idx / n, j = idx % n;
-      sDP[idx] = j <= r ? dotf(hv.dO(c0 + r), D + j * V, V) : 0.0f;
-    }
-    __syncthreads();
+/// Yw[right_base(a) + r - 16(a + 1)][c] = Y[r][c] e^{Γ_rc - η_ac} for a = 0..2, r >= 16(a + 1) (no barrier).
+__device__ void right_variants(const float* Y, const Gam& G, float* Yw) {
+  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
+    const int q = idx >> 6, c = idx & 63, a = q < 48 ? 0 : q < 80 ? 1 : 2, r = q - right_base(a) + 16 * (a + 1);
+    Yw[q * kLd + c] = Y[r * kLd + c] * G.exp_diff(r * kLd + c, (16 * a + 15) * kLd + c);
+  }
+}
 
-    // B2: dS_0 = Diag(e^{Γ_C}) dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
-    for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-      const int64_t m = idx / V, j = idx % V;
-      float s = expd(gC[m]) * dS[idx];
-      for (int r = 0; r < n; ++r)
-        s += expd(gam[r * K + m]) * hv.q(c0 + r)[m] * hv.dO(c0 + r)[j] - W[r * K + m] * dD[r * V + j];
-      dS0[idx] = s;
-    }
-    // B5 (dW): dW = -dΔ S_0^T.   B4 (state part): z_jc = e^{Γ_C,c-Γ_jc} (dS_C Δ_j)_c (kept as Z).
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      dW[idx] = -dotf(dD + r * V, S0 + m * V, V);
-      Z[idx] = expd(gC[m] - gam[r * K + m]) * dotf(dS + m * V, D + r * V, V);
-    }
-    __syncthreads();
-
-    // B5: X_U = 𝒯^T dΔ, X_W = 𝒯^T dW; dv = diag(β) X_U.
-    delta::wy_bwd_x(sT, dD, dW, beta, n, K, V, XU, XW, a.dv + hv.tok(c0) * V, a.H * V);
-    // B6 (d𝒯, into sA: A is no longer needed): d𝒯_ir = β_r (dΔ_i·v_r + dW_i·(k_r ⊙ e^{Γ_r})) for r <= i.
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, r = idx % n;
-      float s = 0.0f;
-      if (r <= i) {
-        const float* kr = hv.k(c0 + r);
-        float t = 0.0f;
-        for (int64_t m = 0; m < K; ++m) t += dW[i * K + m] * expd(gam[r * K + m]) * kr[m];
-        s = beta[r] * (dotf(dD + i * V, hv.v(c0 + r), V) + t);
+/// acc(r, c) += Σ_d X[r][d] Y[c][d] e^{Γ[r][d] - Γ[c][d]} over the tile's 64 channels d, for the thread's
+/// (r, c) = (L::row(i), L::col(j)) with c < r (kStrict) or c <= r; other elements untouched. Xr: X scaled by
+/// scale_rows_to_start, Yv: left_variants of Y.
+template <typename L, bool kStrict>
+__device__ void decayed_gram(const float* X, const float* Y, const float* Xr, const float* Yv, const Gam& G,
+                             Acc& acc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j), a = r >> 4;
+      float s = acc.v[i][j];
+      if (c < 16 * a) {  // earlier sub-chunk: reference ζ_a
+        const float *x = Xr + r * kLd, *y = Yv + (left_base(a) + c) * kLd;
+        for (int d = 0; d < kN; ++d) s = fmaf(x[d], y[d], s);
+      } else if (kStrict ? c < r : c <= r) {  // diagonal sub-block
+        for (int d = 0; d < kN; ++d)
+          s = fmaf(X[r * kLd + d] * Y[c * kLd + d], G.exp_diff(r * kLd + d, c * kLd + d), s);
       }
-      sA[idx] = s;
+      acc.v[i][j] = s;
     }
-    __syncthreads();
-    delta::tril_inverse_bwd(sT, sA, sM1, n);  // B6: dA = -tril_{j<r}(𝒯^T d𝒯 𝒯^T), into sA
+}
 
-    // Per element (r, c): dq (B3), dk (B4, B5, B7) and dΓ (B8 (i), (ii), (iii) row part, (v), (vi)):
-    //   a1 = Σ_{j<=r} dP_rj k_jc E_rj,c       dq = QS + a1 with QS = e^{Γ_rc} (S_0 dO_r)_c;  dΓ += q_rc (QS + a1)
-    //   a2 = Σ_{i>=r} dP_ir q_ic E_ir,c       dk += a2;  dΓ -= k_rc a2
-    //   z_rc (B4 state part)                  dk += z;   dΓ -= k_rc z
-    //   xw = β_r e^{Γ_rc} X_W,rc              dk += xw;  dΓ += k_rc xw
-    //   a3 = β_r Σ_{j<r} dA_rj k_jc E_rj,c    dk += a3;  dΓ += k_rc a3
-    //   a4 = Σ_{i>r} dA_ir β_i k_ic E_ir,c    dk += a4;  dΓ -= k_rc a4
-    for (int idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      const float qrm = hv.q(c0 + r)[m], krm = hv.k(c0 + r)[m];
-      const double gr = gam[r * K + m];
-      const float qs = expd(gr) * dotf(S0 + m * V, hv.dO(c0 + r), V);
-      float a1 = 0.0f, a3 = 0.0f;
-      for (int j = 0; j <= r; ++j) {
-        const float ek = expd(gr - gam[j * K + m]) * hv.k(c0 + j)[m];
-        a1 += sDP[r * n + j] * ek;
-        if (j < r) a3 += sA[r * n + j] * ek;
-      }
-      a3 *= beta[r];
-      float a2 = 0.0f, a4 = 0.0f;
-      for (int i = r; i < n; ++i) {
-        const float e = expd(gam[i * K + m] - gr);
-        a2 += sDP[i * n + r] * hv.q(c0 + i)[m] * e;
-        if (i > r) a4 += sA[i * n + r] * beta[i] * hv.k(c0 + i)[m] * e;
-      }
-      const float z = Z[idx], xw = beta[r] * expd(gr) * XW[idx];
-      a.dq[hv.tok(c0 + r) * K + m] = qs + a1;
-      a.dk[hv.tok(c0 + r) * K + m] = a2 + z + xw + a3 + a4;
-      dgam[idx] = qrm * (qs + a1) + krm * (xw + a3 - a2 - z - a4);
+/// acc(r, c) += Σ_{j <= r} M[r][j] Y[j][c] e^{Γ[r][c] - Γ[j][c]} (c a channel) for the thread's elements.
+/// Yv: left_variants of Y.
+template <typename L>
+__device__ void decayed_left(const float* M, const float* Y, const float* Yv, const Gam& G, Acc& acc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int r = L::row(i), c = L::col(jj), a = r >> 4;
+      float off = 0.0f, s = acc.v[i][jj];
+      for (int j = 0; j < 16 * a; ++j) off = fmaf(M[r * kLd + j], Yv[(left_base(a) + j) * kLd + c], off);
+      if (a > 0) s = fmaf(G.exp_diff(r * kLd + c, 16 * a * kLd + c), off, s);
+      for (int j = 16 * a; j <= r; ++j)
+        s = fmaf(M[r * kLd + j] * Y[j * kLd + c], G.exp_diff(r * kLd + c, j * kLd + c), s);
+      acc.v[i][jj] = s;
     }
-    // dβ_r = X_U,r·v_r + X_W,r·(k_r ⊙ e^{Γ_r}) (B5) + Σ_{j<r} dA_rj Σ_c k_rc k_jc E_rj,c (B7).
-    for (int r = threadIdx.x; r < n; r += blockDim.x) {
-      const float* kr = hv.k(c0 + r);
-      float db = dotf(XU + r * V, hv.v(c0 + r), V);
-      for (int64_t m = 0; m < K; ++m) db += XW[r * K + m] * expd(gam[r * K + m]) * kr[m];
-      for (int j = 0; j < r; ++j) db += sA[r * n + j] * sKK[r * n + j];
-      a.dbeta[hv.tok(c0 + r)] = db;
+}
+
+/// acc(j, c) += Σ_{r >= j} M[r][j] Y[r][c] e^{Γ[r][c] - Γ[j][c]} (c a channel) for the thread's elements.
+/// Yw: right_variants of Y.
+template <typename L>
+__device__ void decayed_right(const float* M, const float* Y, const float* Yw, const Gam& G, Acc& acc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = L::row(i), c = L::col(jj), a = j >> 4, end = 16 * a + 16;
+      float off = 0.0f, s = acc.v[i][jj];
+      for (int r = end; r < kN; ++r) off = fmaf(M[r * kLd + j], Yw[(right_base(a) + r - end) * kLd + c], off);
+      if (a < 3) s = fmaf(G.exp_diff((end - 1) * kLd + c, j * kLd + c), off, s);
+      for (int r = j; r < end; ++r)
+        s = fmaf(M[r * kLd + j] * Y[r * kLd + c], G.exp_diff(r * kLd + c, j * kLd + c), s);
+      acc.v[i][jj] = s;
     }
+}
+
+// ---- forward phases ----
+
+// F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y: A and P (element-wise decayed sums over the key
+// tiles), 𝒯 (kept in scratch when keep_T), W, U, P, and per key tile Q^g, K^g, e^{Γ_C} for the later phases.
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool keep_T) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sXr = cv.tile(), *sZr = cv.tile();
+  float* sZv = cv.tile();  // two tiles: the 96 rows of K's left variants
+  cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_beta(a, ch, s.beta);
+  Acc kk, qk;  // Σ_c k_rc k_jc E_rj,c (j < r), Σ_c q_rc k_jc E_rj,c (j <= r)
+  kk.zero();
+  qk.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    // B8 (iii), (iv) at row C: dΓ_C,c += Σ_j k_jc z_jc + e^{Γ_C,c} Σ_v S_0[c, v] dS_C[c, v];
-    // then B9: dg_t,c = Σ_{r>=t in the chunk} dΓ_r,c (one thread per channel, in order).
-    for (int64_t m = threadIdx.x; m < K; m += blockDim.x) {
-      float extra = expd(gC[m]) * dotf(S0 + m * V, dS + m * V, V);
-      for (int j = 0; j < n; ++j) extra += hv.k(c0 + j)[m] * Z[j * K + m];
-      float acc = extra;
-      for (int r = n - 1; r >= 0; --r) a.dg[hv.tok(c0 + r) * K + m] = acc += dgam[r * K + m];
+    scale_rows_to_start(sX, G, sXr);
+    scale_rows_to_start(sZ, G, sZr);
+    left_variants(sZ, G, sZv);
+    __syncthreads();
+    decayed_gram<L, true>(sZ, sZ, sZr, sZv, G, kk);
+    decayed_gram<L, false>(sX, sZ, sXr, sZv, G, qk);
+    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
+    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+      const int r = idx >> 6, c = idx & 63;
+      if (r < ch.n && c < kc) {
+        qg[r * K + c] = G.exp_at(r * kLd + c) * sX[r * kLd + c];
+        kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
+      }
     }
-    // dS <- dS_0 for the previous chunk.
-    float* tmp = dS;
-    dS = dS0;
-    dS0 = tmp;
+    if (static_cast<int>(threadIdx.x) < kc)
+      a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r)
+      const int r = L::row(i), c = L::col(j);
+      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
+      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+    }
+  store_acc<L>(qk, ch.square(a, a.P), kN, kN, kN,  // F5: P (j <= r < n, else 0)
+               [&](int r, int c, float x) { return c <= r && r < ch.n ? x : 0.0f; });
+  __syncthreads();
+  tile::tril_inverse(sA, sT, ch.n);  // F2
+  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc,
+                  [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); });
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.W, K, k0), K, ch.n, kc, Same{});
+    __syncthreads();
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+    tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), Same{});
     __syncthreads();
   }
 }
 
-size_t fwd_smem_bytes(int64_t C) { return sizeof(float) * static_cast<size_t>(C + 2 * C * C); }
-size_t bwd_smem_bytes(int64_t C) { return sizeof(float) * static_cast<size_t>(C + 6 * C * C); }
+/// e^{Γ_C} of channel k0 + row(i) of the chunk (0 past K), the decay of state row row(i) of key tile k0.
+template <typename L>
+__device__ __forceinline__ float state_decay(const KdaFast& a, const Chunk& ch, int64_t k0, int i) {
+  const int64_t m = k0 + L::row(i);
+  return m < a.K ? a.aC[(ch.bh * a.NC + ch.chunk) * a.K + m] : 0.0f;
+}
+
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
+// chunk n) and Δ = U - W h[n] (over U). The K x 64 state lives in shared memory (ceil(K / 64) tiles).
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_scan_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  float *sX = cv.tile(), *sD = cv.tile(), *S = cv.tile();  // S: the first of ceil(K / 64) state tiles
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  for (int kt = 0; kt < nkt; ++kt) tile::clear(S + kt * tile::kTileFloats);
+  __syncthreads();
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::store(S + kt * tile::kTileFloats, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) {  // W S
+      tile::load(sX, ch.rows(a, a.W, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      __syncthreads();
+      L::template mma<false, false>(sX, S + kt * tile::kTileFloats, acc);
+      __syncthreads();
+    }
+    float* U = ch.rows(a, a.U, V, v0);
+    Acc d;
+    load_acc<L>(d, U, V, ch.n, vc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
+        const int r = L::row(i), c = L::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
+        sD[r * kLd + c] = d.v[i][j];
+      }
+    store_acc<L>(d, U, V, ch.n, vc, Same{});
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = Diag(e^{Γ_C}) S + (K ⊙ e^{Γ_C-Γ})^T Δ
+      tile::load(sX, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      __syncthreads();
+      acc.zero();
+      L::template mma<true, false>(sX, sD, acc);
+      float* St = S + kt * tile::kTileFloats;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float aC = state_decay<L>(a, ch, kt * kN, i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[L::row(i) * kLd + L::col(j)];
+          e = aC * e + acc.v[i][j];
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// F6 for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: O = (Q ⊙ e^Γ) h[n] + P Δ.
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_out_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  float *sQ = cv.tile(), *sH = cv.tile(), *sP = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  const int vc = tile_cols(V, v0);
+  Acc acc;
+  acc.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    tile::load(sQ, ch.rows(a, a.Qg, K, k0), K, ch.n, tile_cols(K, k0));
+    tile::load(sH, ch.state(a, a.h, k0, v0), V, tile_cols(K, k0), vc);
+    __syncthreads();
+    L::template mma<false, false>(sQ, sH, acc);
+    __syncthreads();
+  }
+  tile::load(sP, ch.square(a, a.P), kN, kN, kN);
+  tile::load(sQ, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ (sQ reused)
+  __syncthreads();
+  L::template mma<false, false>(sP, sQ, acc);
+  store_acc<L>(acc, ch.in(a, a.o, V, v0), a.H * V, ch.n, vc, Same{});
+}
+
+// ---- backward phases ----
+
+// B1 (intra-chunk part) for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: dΔ = P^T dO.
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_dv_local_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  float *sP = cv.tile(), *sO = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  tile::load(sP, ch.square(a, a.P), kN, kN, kN);
+  tile::load(sO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+  __syncthreads();
+  Acc acc;
+  acc.zero();
+  L::template mma<true, false>(sP, sO, acc);
+  store_acc<L>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, tile_cols(V, v0), Same{});
+}
+
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse: stores dh[n]
+// (= dS_C, the gradient of the state leaving chunk n), completes dΔ += K^g dS_C, then
+// dS <- Diag(e^{Γ_C}) dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  float *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sE = cv.tile(), *dS = cv.tile();
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  for (int kt = 0; kt < nkt; ++kt) tile::clear(dS + kt * tile::kTileFloats);
+  __syncthreads();
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::store(dS + kt * tile::kTileFloats, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) {  // K^g dS_C
+      tile::load(sX, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      __syncthreads();
+      L::template mma<false, false>(sX, dS + kt * tile::kTileFloats, acc);
+      __syncthreads();
+    }
+    float* dD = ch.rows(a, a.dD, V, v0);
+    Acc d;
+    load_acc<L>(d, dD, V, ch.n, vc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+        const int r = L::row(i), c = L::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
+        sE[r * kLd + c] = d.v[i][j];
+      }
+    store_acc<L>(d, dD, V, ch.n, vc, Same{});
+    tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    for (int kt = 0; kt < nkt; ++kt) {  // B2
+      tile::load(sX, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      tile::load(sZ, ch.rows(a, a.W, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      __syncthreads();
+      Acc qd, wd;
+      qd.zero();
+      wd.zero();
+      L::template mma<true, false>(sX, sY, qd);
+      L::template mma<true, false>(sZ, sE, wd);
+      float* St = dS + kt * tile::kTileFloats;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float aC = state_decay<L>(a, ch, kt * kN, i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[L::row(i) * kLd + L::col(j)];
+          e = aC * e + qd.v[i][j] - wd.v[i][j];
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
+// chunk blockIdx.x of head blockIdx.y. Per element (r, c), with dq2 = Σ_{j<=r} dP_rj k_jc E_rj,c and
+// dk2 = Σ_{i>=r} dP_ir q_ic E_ir,c: dΓ_rc = q_rc (e^{Γ_rc} (dO h^T)_rc + dq2) - k_rc (dk2 + z_rc) with
+// z = K^g ⊙ (Δ dS_C^T), and at row C additionally Σ_j z_jc + e^{Γ_C,c} Σ_v h[c, v] dS_C[c, v].
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sdP = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sH = cv.tile(), *sD = cv.tile(),
+        *sG = cv.tile(), *sE = cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  Acc dp;
+  dp.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
+    tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+    tile::load(sD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
+    __syncthreads();
+    L::template mma<false, true>(sY, sD, dp);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B3: dP = tril_{j<=r}(dO Δ^T)
+      const int r = L::row(i), c = L::col(j);
+      sdP[r * kLd + c] = c <= r ? dp.v[i][j] : 0.0f;
+    }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile_cols(K, k0);
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    float sd[4] = {0, 0, 0, 0};  // Σ_v h ⊙ dh of state rows (channels) L::row(i), this thread's share
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile_cols(V, v0);
+      tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load(sH, ch.state(a, a.h, k0, v0), V, kc, vc);
+      tile::load(sD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+      tile::load(sG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      tile::load(sE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      __syncthreads();
+      L::template mma<false, true>(sY, sH, dqs);
+      L::template mma<false, true>(sD, sG, dks);
+      L::template mma<false, true>(sE, sH, dws);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = L::row(i), c = L::col(j);
+          sd[i] += sH[r * kLd + c] * sG[r * kLd + c];
+        }
+      __syncthreads();
+    }
+    store_acc<L>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    left_variants(sZ, G, sY);  // into sY, sH (free until the next key tile)
+    right_variants(sX, G, sD);  // into sD, sG
+    __syncthreads();
+    Acc dq2, dk2;
+    dq2.zero();
+    dk2.zero();
+    decayed_left<L>(sdP, sZ, sY, G, dq2);
+    decayed_right<L>(sdP, sX, sD, G, dk2);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+    float zc[4] = {0, 0, 0, 0}, sdc[4];
+    Acc dgam;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sdc[i] = G.exp_at((ch.n - 1) * kLd + L::row(i)) * sd[i];  // B8 (iv): state row = channel row(i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        const float eg = G.exp_at(r * kLd + c), ekg = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c);
+        const float dqv = eg * dqs.v[i][j] + dq2.v[i][j], zk = ekg * dks.v[i][j];
+        const float z = sZ[r * kLd + c] * zk;
+        dgam.v[i][j] = sX[r * kLd + c] * dqv - sZ[r * kLd + c] * dk2.v[i][j] - z;  // (i), (ii), (iii) rows
+        if (r < ch.n) zc[j] += z;  // (iii) at row C
+        if (r < ch.n && c < kc) {
+          dq[r * a.H * K + c] = dqv;                // B3
+          dk[r * a.H * K + c] = dk2.v[i][j] + zk;   // B4
+        }
+      }
+    }
+    tile::reduce_rows_cols<L>(sdc, zc, s.red, s.out1);  // out1[c]: the row-C extra of channel c
+    store_acc<L>(dgam, ch.rows(a, a.dgam, K, k0), K, ch.n, kc,
+                 [&](int r, int c, float x) { return r == ch.n - 1 ? x + s.out1[c] : x; });
+  }
+}
+
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
+// With X_W = 𝒯^T dW, K^d = K ⊙ e^Γ, dA from B6, xr_rc = Σ_{j<r} dA_rj k_jc E_rj,c and
+// yc_jc = Σ_{r>j} β_r dA_rj k_rc E_rj,c: dK += β X_W ⊙ e^Γ + β xr + yc; dβ_r += X_U,r·v_r + X_W,r·K^d_r +
+// Σ_c k_rc xr_rc; dΓ += β X_W ⊙ K^d (v) + β K ⊙ xr - K ⊙ yc (vi); then dg = reverse cumsum of dΓ (B9).
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sT = cv.tile(), *sdT = cv.tile(), *sM = cv.tile(), *sX = cv.tile(), *sY = cv.tile(), *sZ = cv.tile();
+  float* sV = cv.tile();  // two tiles: K's left variants
+  cv.tile();
+  float* sW = cv.tile();  // two tiles: K's right variants
+  cv.tile();
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_beta(a, ch, s.beta);
+  tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);
+  float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  Acc dtv, dtw;  // dΔ V^T, dW (K^d)^T
+  dtv.zero();
+  dtw.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+    const int vc = tile_cols(V, v0);
+    tile::load(sZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    tile::load(sY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+    Acc x;
+    x.zero();
+    L::template mma<true, false>(sT, sZ, x);
+    L::template mma<false, true>(sZ, sY, dtv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) db_part[i] += x.v[i][j] * sY[L::row(i) * kLd + L::col(j)];
+    store_acc<L>(x, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return s.beta[r] * y; });
+    __syncthreads();
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+    tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
+    __syncthreads();
+    Acc xw;
+    xw.zero();
+    L::template mma<true, false>(sT, sZ, xw);
+    L::template mma<false, true>(sZ, sX, dtw);
+    float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
+    Acc dko, dgo;
+    load_acc<L>(dko, dk, a.H * K, ch.n, kc);
+    load_acc<L>(dgo, dgam, K, ch.n, kc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        const float xk = xw.v[i][j] * sX[r * kLd + c];
+        db_part[i] += xk;
+        dgo.v[i][j] += s.beta[r] * xk;
+        dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
+      }
+    store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
+    store_acc<L>(dgo, dgam, K, ch.n, kc, Same{});
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
+      const int r = L::row(i), c = L::col(j);
+      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
+    }
+  __syncthreads();
+  Acc m;
+  m.zero();
+  L::template mma<true, false>(sT, sdT, m);  // M1 = 𝒯^T d𝒯
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sM[L::row(i) * kLd + L::col(j)] = m.v[i][j];
+  __syncthreads();
+  m.zero();
+  L::template mma<false, true>(sM, sT, m);  // M1 𝒯^T
+  __syncthreads();                          // sM and sdT are rewritten below
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // dA (j < r < n) into sdT, β_r dA_rj into sM
+      const int r = L::row(i), c = L::col(j);
+      const float da = c < r && r < ch.n ? -m.v[i][j] : 0.0f;
+      sdT[r * kLd + c] = da;
+      sM[r * kLd + c] = s.beta[r] * da;
+    }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7, B8 (vi), B9
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sdT, sM)
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    left_variants(sX, G, sV);
+    right_variants(sX, G, sW);
+    __syncthreads();
+    Acc xr, yc;
+    xr.zero();
+    yc.zero();
+    decayed_left<L>(sdT, sX, sV, G, xr);
+    decayed_right<L>(sM, sX, sW, G, yc);
+    float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
+    Acc dko, dgo;
+    load_acc<L>(dko, dk, a.H * K, ch.n, kc);
+    load_acc<L>(dgo, dgam, K, ch.n, kc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        const float kv = sX[r * kLd + c];
+        db_part[i] += kv * xr.v[i][j];
+        dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
+        // dΓ of rows >= n stays 0 (load_acc), so the reverse cumsum below starts at row n - 1.
+        sY[r * kLd + c] = r < ch.n ? dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
+      }
+    store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
+    __syncthreads();
+    reverse_cumsum_cols(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
+    tile::store(sZ, ch.in(a, a.dg, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+  }
+  tile::reduce_rows_cols<L>(db_part, none, s.red, s.out1);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n) a.dbeta[ch.gate(a, r)] = s.out1[r];
+}
+
+// ---- host side ----
+
+/// Dynamic shared memory of a kernel with `tiles` float tiles (Γ's two included) and, when `small`, the
+/// Small arrays.
+constexpr size_t smem_for(int tiles, bool small) { return tile::smem_bytes(tiles, small ? kSmallBytes : 0); }
 
 void check_chunk(int64_t chunk_size) {
   check(chunk_size >= 1 && chunk_size <= kKdaMaxChunk, "kda chunk (cuda): chunk_size must be in [1, {}], got {}",
         kKdaMaxChunk, chunk_size);
 }
 
+/// The products' layout (delta_tile.cuh).
+using Layout = tile::Simt;
+
+template <typename Kernel, typename... Extra>
+void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const KdaFast& a, Extra... extra) {
+  tile::launch("kda chunk", a.K, kernel, grid, smem, stream, a, extra...);
+}
+
+KdaFast make_args(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
+                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
+  KdaFast a{};
+  a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta;
+  a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
+  const KdaScratch l(B, T, H, K, V, C, backward);
+  float* base = static_cast<float*>(scratch);
+  a.W = base + l.W, a.U = base + l.U, a.h = base + l.h, a.Qg = base + l.Qg, a.Kg = base + l.Kg, a.aC = base + l.aC;
+  a.P = base + l.P;
+  if (backward) a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  return a;
+}
+
+// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T).
+void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
+  using L = Layout;
+  const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
+  const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
+  const int nkt = static_cast<int>(ceil_div(a.K, kN));
+  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
+  launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
+}
+
 }  // namespace
 
 size_t kda_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  (void)seq_len;
-  return sizeof(float) * static_cast<size_t>(batch * heads) * fwd_block_floats(key_dim, value_dim, chunk_size);
+  return sizeof(float) * static_cast<size_t>(KdaScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, false).total);
 }
 
 size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  const int64_t chunks = ceil_div(seq_len, chunk_size);
-  return sizeof(float) * static_cast<size_t>(batch * heads) *
-         bwd_block_floats(key_dim, value_dim, chunk_size, chunks);
+  return sizeof(float) * static_cast<size_t>(KdaScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
 }
 
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
@@ -355,21 +767,39 @@ void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* 
                    void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  KdaArgs args = delta::core_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch);
-  args.o = o;
-  delta::launch_per_head(kda_chunk_fwd_kernel, args, kKdaThreads, fwd_smem_bytes(chunk_size), stream);
+  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
+  a.o = o;
+  forward_states(a, false, stream);
+  launch(kda_out_kernel<Layout>,
+         dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads),
+              static_cast<unsigned>(ceil_div(value_dim, kN))),
+         smem_for(3, false), stream, a);
 }
 
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
                    void* scratch, cudaStream_t stream) {
+  using L = Layout;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
-  KdaArgs args = delta::core_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch);
-  args.d_o = d_o;
-  args.dq = dq, args.dk = dk, args.dv = dv, args.dg = dg, args.dbeta = dbeta;
-  delta::launch_per_head(kda_chunk_bwd_kernel, args, kKdaThreads, bwd_smem_bytes(chunk_size), stream);
+  if (value_dim == 0) {  // o = 0: every gradient is 0
+    const size_t rows = static_cast<size_t>(batch * seq_len * heads);
+    for (float* x : {dq, dk, dg}) LLMT_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float) * rows * key_dim, stream));
+    LLMT_CUDA_CHECK(cudaMemsetAsync(dbeta, 0, sizeof(float) * rows, stream));
+    return;
+  }
+  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
+  a.d_o = d_o;
+  a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
+  forward_states(a, true, stream);
+  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
+  const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
+  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+  launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
+  launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
+  launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
+  launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
 }
 
 }  // namespace llmt::cuda

@@ -11,13 +11,38 @@
 // The backward first recomputes the chunk-start states (S, M) by a forward scan into scratch
 // ([chunks, 2, K, V] per block), then processes the chunks in reverse, carrying (dL/dS, dL/dM).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
 
-using delta::dotf;
+/// Σ_i x[i] y[i] in index order (fp32 fma).
+__device__ inline float dotf(const float* x, const float* y, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
+  return s;
+}
+
+/// (I + W) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} W_rj 𝒯_jm (m < r).
+/// sW [n, n] strictly lower; sT [n, n] must hold the identity on entry. Reached by all threads (barriers).
+__device__ inline void tril_inverse(const float* sW, float* sT, int n) {
+  for (int r = 1; r < n; ++r) {
+    for (int m = threadIdx.x; m < r; m += blockDim.x) {
+      float s = 0.0f;
+      for (int j = m; j < r; ++j) s -= sW[r * n + j] * sT[j * n + m];
+      sT[r * n + m] = s;
+    }
+    __syncthreads();
+  }
+}
+
+/// Launches kernel<<<B * H blocks, threads, smem>>>(args) after allowing `smem` bytes of dynamic shared memory.
+template <typename Kernel, typename Args>
+void launch_per_head(Kernel kernel, const Args& args, int threads, size_t smem, cudaStream_t stream) {
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(args.B * args.H), threads, smem, stream>>>(args);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
 
 constexpr int kMdnThreads = 256;
 
@@ -133,7 +158,7 @@ __device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkS
     cs.T[idx] = i == j ? 1.0f : 0.0f;
   }
   __syncthreads();
-  delta::tril_inverse(cs.W, cs.T, n);
+  tril_inverse(cs.W, cs.T, n);
 }
 
 // Ṽ [n, V] = 𝒯 R with R_i = v_i - ᾱ_{i-1} S_0^T p_i + b_{i-1} M_0^T p_i (§6.2; ᾱ_{-1} = 1, b_{-1} = 0).
@@ -547,7 +572,7 @@ void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
                           chunk_size, scratch);
   args.o = o;
-  delta::launch_per_head(mdn_chunk_fwd_kernel, args, kMdnThreads, fwd_smem_bytes(chunk_size), stream);
+  launch_per_head(mdn_chunk_fwd_kernel, args, kMdnThreads, fwd_smem_bytes(chunk_size), stream);
 }
 
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
@@ -562,7 +587,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   args.d_o = d_o;
   args.dq = dq, args.dk = dk, args.dv = dv, args.dla = dlog_alpha, args.dbeta = dbeta, args.dlm = dlog_mu,
   args.deta = deta;
-  delta::launch_per_head(mdn_chunk_bwd_kernel, args, kMdnThreads, bwd_smem_bytes(chunk_size), stream);
+  launch_per_head(mdn_chunk_bwd_kernel, args, kMdnThreads, bwd_smem_bytes(chunk_size), stream);
 }
 
 }  // namespace llmt::cuda

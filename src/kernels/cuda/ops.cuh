@@ -154,7 +154,8 @@ void comba_chunk_bwd(const float* q, const float* k, const float* v, const float
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
 
-// kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32.
+// kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32, chunk-parallel
+// (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile).
 // q, k, g, dq, dk, dg [B, T, H, K] (g: per-channel log-decay); v, o, d_o, dv [B, T, H, V]; beta, dbeta [B, T, H];
 // gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes.
 constexpr int64_t kKdaMaxChunk = 64;
