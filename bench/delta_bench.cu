@@ -12,58 +12,20 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "bench_util.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace {
 
-#define BENCH_CHECK(expr)                                                         \
-  do {                                                                            \
-    const cudaError_t err_ = (expr);                                              \
-    if (err_ != cudaSuccess) {                                                    \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));   \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
 
-// x[i] = a deterministic pseudo-random value in [lo, hi) (a hash of i and seed).
-__global__ void fill_kernel(float* x, int64_t n, uint32_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    x[i] = lo + (hi - lo) * (static_cast<float>(h) * (1.f / 4294967296.f));
-  }
-}
 
 float* random_buffer(int64_t n, uint32_t seed, float lo, float hi) {
   float* p = nullptr;
   BENCH_CHECK(cudaMalloc(&p, sizeof(float) * n));
-  fill_kernel<<<1024, 256>>>(p, n, seed, lo, hi);
-  BENCH_CHECK(cudaGetLastError());
+  bench::fill_uniform(p, n, seed, lo, hi);
   return p;
 }
 
-// Mean milliseconds of `iters` runs of f after 3 warm-up runs.
-template <typename F>
-float time_ms(int iters, F f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iters; ++i) f();
-  BENCH_CHECK(cudaEventRecord(stop));
-  BENCH_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.f;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  return ms / static_cast<float>(iters);
-}
 
 struct Shape {
   const char* name;
@@ -108,8 +70,8 @@ void bench_core(const Shape& s, int iters, Core core) {
     else
       llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
   };
-  const float f = time_ms(iters, fwd);
-  const float fb = time_ms(iters, [&] { fwd(); bwd(); });
+  const float f = bench::time_ms(iters, fwd);
+  const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
   std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : kda ? "KDA" : "GDN", s.name,
               static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K),
               static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / (1 << 20));

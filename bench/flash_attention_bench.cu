@@ -12,52 +12,8 @@
 #include <cstdlib>
 #include <initializer_list>
 
+#include "bench_util.cuh"
 #include "kernels/cuda/flash_attention.cuh"
-
-namespace {
-
-#define BENCH_CHECK(expr)                                                                        \
-  do {                                                                                           \
-    const cudaError_t err_ = (expr);                                                             \
-    if (err_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));                  \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-// x[i] = a deterministic pseudo-random value in [-amp, amp) (a hash of i and seed).
-__global__ void fill_kernel(__nv_bfloat16* x, int64_t n, uint32_t seed, float amp) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    x[i] = __float2bfloat16(amp * (static_cast<float>(h) * (2.f / 4294967296.f) - 1.f));
-  }
-}
-
-// Mean milliseconds of `iters` runs of f after 3 warm-up runs.
-template <typename F>
-float time_ms(int iters, F f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iters; ++i) f();
-  BENCH_CHECK(cudaEventRecord(stop));
-  BENCH_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.f;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  return ms / static_cast<float>(iters);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
@@ -73,7 +29,7 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudaMalloc(&lse, kMaxB * H * T * sizeof(float)));
   BENCH_CHECK(cudaMalloc(&scratch, llmt::cuda::flash_attention_bwd_scratch_bytes(kMaxB, T, H, D)));
   uint32_t seed = 1;
-  for (__nv_bfloat16* p : {q, k, v, dout}) fill_kernel<<<1024, 256>>>(p, n, seed++, 2.f);
+  for (__nv_bfloat16* p : {q, k, v, dout}) bench::fill_uniform(p, n, seed++, -2.f, 2.f);
   BENCH_CHECK(cudaGetLastError());
   BENCH_CHECK(cudaDeviceSynchronize());
 
@@ -85,10 +41,10 @@ int main(int argc, char** argv) {
               "all TFLOP/s");
   for (int64_t B = 1; B <= kMaxB; ++B) {
     const double fwd_flops = 4.0 * B * H * T * T * D / 2.0;
-    const float fwd_ms = time_ms(iters, [&] {
+    const float fwd_ms = bench::time_ms(iters, [&] {
       llmt::cuda::flash_attention_fwd(q, k, v, B, T, H, D, scale, o, lse, nullptr);
     });
-    const float all_ms = time_ms(iters, [&] {
+    const float all_ms = bench::time_ms(iters, [&] {
       llmt::cuda::flash_attention_fwd(q, k, v, B, T, H, D, scale, o, lse, nullptr);
       llmt::cuda::flash_attention_bwd(q, k, v, o, lse, dout, B, T, H, D, scale, dq, dk, dv, scratch, nullptr);
     });

@@ -12,50 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "bench_util.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace {
 
-#define BENCH_CHECK(expr)                                                                        \
-  do {                                                                                           \
-    const cudaError_t err_ = (expr);                                                             \
-    if (err_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));                  \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
-// x[i] = offset + a deterministic pseudo-random value in [-amp, amp) (a hash of i and seed).
-__global__ void fill_kernel(float* x, int64_t n, uint32_t seed, float amp, float offset) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    x[i] = offset + amp * (static_cast<float>(h) * (2.f / 4294967296.f) - 1.f);
-  }
-}
 
-// Mean milliseconds of `iters` runs of f after 3 warm-up runs.
-template <typename F>
-float time_ms(int iters, F f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iters; ++i) f();
-  BENCH_CHECK(cudaEventRecord(stop));
-  BENCH_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.f;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  return ms / static_cast<float>(iters);
-}
 
 struct Shape {
   const char* name;
@@ -80,12 +43,12 @@ void bench(const Shape& s, int iters) {
   void* scratch;
   BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
   // x, B, C ~ U(-1, 1); Δ = softplus(dt_raw + dt_bias) around 0.02; -A = exp(A_log) in [1, 16).
-  fill_kernel<<<1024, 256>>>(xbc, rows * W, 1, 1.f, 0.f);
-  fill_kernel<<<1024, 256>>>(dy, rows * XD, 2, 1.f, 0.f);
-  fill_kernel<<<1024, 256>>>(dt_raw, rows * s.H, 3, 1.f, 0.f);
-  fill_kernel<<<1, 256>>>(dt_bias, s.H, 4, 1.f, -4.f);
-  fill_kernel<<<1, 256>>>(A_log, s.H, 5, 1.386f, 1.386f);
-  fill_kernel<<<1, 256>>>(D, s.H, 6, 1.f, 0.f);
+  bench::fill_uniform(xbc, rows * W, 1, -1.f, 1.f);
+  bench::fill_uniform(dy, rows * XD, 2, -1.f, 1.f);
+  bench::fill_uniform(dt_raw, rows * s.H, 3, -1.f, 1.f);
+  bench::fill_uniform(dt_bias, s.H, 4, -5.f, -3.f);
+  bench::fill_uniform(A_log, s.H, 5, 0.f, 2.772f);
+  bench::fill_uniform(D, s.H, 6, -1.f, 1.f);
   BENCH_CHECK(cudaMemset(dparams, 0, 3 * s.H * sizeof(float)));
   BENCH_CHECK(cudaGetLastError());
   BENCH_CHECK(cudaDeviceSynchronize());
@@ -96,7 +59,7 @@ void bench(const Shape& s, int iters) {
     mamba2_ssd_bwd(dy, xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, dxbc, ddt_raw, dparams,
                    dparams + s.H, dparams + 2 * s.H, scratch, 0);
   };
-  const float ms_fwd = time_ms(iters, fwd), ms_fb = time_ms(iters, fwd_bwd);
+  const float ms_fwd = bench::time_ms(iters, fwd), ms_fb = bench::time_ms(iters, fwd_bwd);
   BENCH_CHECK(cudaGetLastError());
   std::printf("| %-3s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld | %8.3f | %8.3f | %6.0f |\n", s.name,
               static_cast<long long>(s.B), static_cast<long long>(s.T), static_cast<long long>(s.H),

@@ -1,0 +1,66 @@
+// Shared pieces of the CUDA kernel benchmarks (bench/*_bench.cu): an error check that exits, a
+// deterministic pseudo-random fill, and CUDA-event timing. Benchmarks only: not part of the library.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+/// Exits with the failed call and CUDA's message.
+#define BENCH_CHECK(expr)                                                         \
+  do {                                                                            \
+    const cudaError_t bench_err_ = (expr);                                        \
+    if (bench_err_ != cudaSuccess) {                                              \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(bench_err_)); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+namespace bench {
+
+inline __device__ float to_elem(float x, float*) { return x; }
+inline __device__ __nv_bfloat16 to_elem(float x, __nv_bfloat16*) { return __float2bfloat16_rn(x); }
+
+/// x[i] = lo + (hi - lo) u_i, u_i in [0, 1) a hash of i and seed (the same values on every run).
+template <typename T>
+__global__ void fill_uniform_kernel(T* x, int64_t n, uint32_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    x[i] = to_elem(lo + (hi - lo) * (static_cast<float>(h) * (1.f / 4294967296.f)), x);
+  }
+}
+
+/// Fills x [n] (float or bf16) as fill_uniform_kernel does, on the default stream.
+template <typename T>
+void fill_uniform(T* x, int64_t n, uint32_t seed, float lo, float hi) {
+  fill_uniform_kernel<<<1024, 256>>>(x, n, seed, lo, hi);
+  BENCH_CHECK(cudaGetLastError());
+}
+
+/// Mean milliseconds of `iters` runs of f after 3 warm-up runs (CUDA events on the default stream).
+template <typename F>
+float time_ms(int iters, F f) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  BENCH_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) f();
+  BENCH_CHECK(cudaEventRecord(stop));
+  BENCH_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
+  return ms / static_cast<float>(iters);
+}
+
+}  // namespace bench
