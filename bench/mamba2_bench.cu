@@ -26,7 +26,7 @@ struct Shape {
 };
 
 // Times one shape and prints its table row.
-void bench(const Shape& s, int iters) {
+void bench_shape(const Shape& s, int iters) {
   using namespace llmt::cuda;
   const int64_t XD = s.H * s.P, W = XD + 2 * s.G * s.N, rows = s.B * s.T;
   float *xbc, *dt_raw, *dt_bias, *A_log, *D, *y, *dy, *dxbc, *ddt_raw, *dparams;
@@ -79,6 +79,6 @@ int main(int argc, char** argv) {
   std::printf("| shape | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|\n");
   const Shape shapes[] = {{"a", 4, 4096, 16, 128, 128, 1}, {"b", 1, 16384, 16, 128, 128, 1},
                           {"c", 4, 4096, 64, 64, 128, 1}};
-  for (const Shape& s : shapes) bench(s, iters);
+  for (const Shape& s : shapes) bench_shape(s, iters);
   return 0;
 }
