@@ -1,20 +1,32 @@
 // MDN (Momentum DeltaNet) core, chunked, fp32 (mdn.md §6.2 with the stable coefficients of §6.4, §6.5 for a
 // shorter last chunk; backward §7.3), zero initial states. Mirrors src/kernels/cpu/mdn.cpp (mdn_chunk_fwd,
-// mdn_chunk_bwd) step by step. Design (correctness first, as gdn.cu): one thread block (kMdnThreads threads)
-// per (batch, head) walks the chunks in order; the two K x V states S (memory) and M (momentum) and the
-// per-chunk [C, V] / [C, K] factors live in global scratch (per block), the C x C matrices (L_A, L_U, Γ, the
-// key products, W, 𝒯 = (I + W)^{-1}, and the backward's dE, dW, dΓ, ...) in dynamic shared memory.
+// mdn_chunk_bwd) step by step. Chunk-parallel design (layers-delta.md §6, as gdn_comba.cu / kda.cu), 256 threads
+// (tile::kThreads) per block, grids built with tile::launch:
+//   coef  (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key
+//                            products, W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one
+//                            contiguous image that later kernels copy back into shared memory;
+//   scan  (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
+//                            memory; stores each chunk's entering states (S_0, M_0) and its corrected values Ṽ;
+//   out   (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
+// The backward recomputes coef + scan, then
+//   bscan (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
+//                            stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
+//                            and carries (dS, dM) to the chunk start;
+//   bchunk (chunks, B H)     everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
 // The segment sums Σ_{u=r+1..i} log α_u and Σ_{u=j+1..r} log μ_u are formed directly in double (never as a
 // difference of cumsums), so every exponent is <= 0, log μ = -inf gives exact zeros (μ = 0: GDN) and μ << α
 // loses nothing to cancellation. Every output and scratch element is computed by one thread with a fixed
-// summation order and block reductions use a fixed tree: deterministic, no atomics.
-// The backward first recomputes the chunk-start states (S, M) by a forward scan into scratch
-// ([chunks, 2, K, V] per block), then processes the chunks in reverse, carrying (dL/dS, dL/dM).
+// summation order and block reductions use a fixed tree: deterministic, no atomics. Value columns are
+// independent in the scans (every state column j depends only on column j of V, dO, Ṽ, dR), so a value tile's
+// scan is exact without the others.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
+
+using tile::kN;
 
 /// Σ_i x[i] y[i] in index order (fp32 fma).
 __device__ inline float dotf(const float* x, const float* y, int64_t n) {
@@ -36,24 +48,17 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
   }
 }
 
-/// Launches kernel<<<B * H blocks, threads, smem>>>(args) after allowing `smem` bytes of dynamic shared memory.
-template <typename Kernel, typename Args>
-void launch_per_head(Kernel kernel, const Args& args, int threads, size_t smem, cudaStream_t stream) {
-  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(args.B * args.H), threads, smem, stream>>>(args);
-  LLMT_CUDA_CHECK_LAUNCH();
-}
-
-constexpr int kMdnThreads = 256;
-
 // Arguments of the MDN kernels: q, k [B, T, H, K]; v, o, d_o [B, T, H, V]; la (log α), beta, lm (log μ),
-// eta [B, T, H]; gradients shaped as their inputs; chunks = ceil(T / C); per-block scratch. The forward leaves
-// d_o and the gradients null, the backward o.
+// eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. Global scratch (ScratchLayout):
+// coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
+// chunk), vt [B H, NC C, V] (Ṽ), and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each
+// chunk) and rowk [B H, NC, 8, C, K] (per-row key vectors of the chunk kernel). The forward leaves d_o, the
+// gradients, dstates and rowk null, the backward o.
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o;
-  int64_t B, T, H, K, V, C, chunks;
+  int64_t B, T, H, K, V, C, NC;
   float *o, *dq, *dk, *dv, *dla, *dbeta, *dlm, *deta;
-  float* scratch;
+  float *coef, *states, *vt, *dstates, *rowk;
 };
 
 // Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
@@ -77,21 +82,52 @@ struct ChunkSmem {
   float *la, *lm, *beta, *eta, *alpha, *abar, *mbar, *bb;
   float *LA, *LU, *G, *QK, *PK, *W, *T;
 };
-constexpr int kChunkVectors = 8, kChunkMatrices = 7;
 
-// Carves a ChunkSmem from `s` (kChunkVectors * C + kChunkMatrices * C * C floats); returns the first float after it.
-__device__ float* carve_chunk(float* s, int64_t C, ChunkSmem& cs) {
+constexpr int kChunkVectors = 8, kChunkMatrices = 7;
+/// Matrix slots of a ChunkSmem image (the order of carve_chunk).
+enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kW, kT };
+
+/// Floats of one ChunkSmem (and of its image in the coef scratch): 8 vectors [C], then 7 matrices [C, C] of which
+/// the leading n x n (row stride n, n the chunk's length) are used.
+__host__ __device__ constexpr int64_t coef_floats(int64_t C) { return kChunkVectors * C + kChunkMatrices * C * C; }
+
+/// Points the vectors of `cs` at `s` (kChunkVectors * C floats, order la, lm, beta, eta, alpha, abar, mbar, bb);
+/// returns the first float after them.
+__device__ float* carve_vectors(float* s, int64_t C, ChunkSmem& cs) {
   float** vectors[kChunkVectors] = {&cs.la, &cs.lm, &cs.beta, &cs.eta, &cs.alpha, &cs.abar, &cs.mbar, &cs.bb};
-  float** matrices[kChunkMatrices] = {&cs.LA, &cs.LU, &cs.G, &cs.QK, &cs.PK, &cs.W, &cs.T};
   for (float** v : vectors) {
     *v = s;
     s += C;
   }
+  return s;
+}
+
+// Carves a ChunkSmem from `s` (coef_floats(C) floats); returns the first float after it.
+__device__ float* carve_chunk(float* s, int64_t C, ChunkSmem& cs) {
+  s = carve_vectors(s, C, cs);
+  float** matrices[kChunkMatrices] = {&cs.LA, &cs.LU, &cs.G, &cs.QK, &cs.PK, &cs.W, &cs.T};
   for (float** m : matrices) {
     *m = s;
     s += C * C;
   }
   return s;
+}
+
+/// The coef-scratch image of chunk `chunk` of (batch, head) bh.
+__device__ float* coef_image(const MdnArgs& a, int64_t bh, int64_t chunk) {
+  return a.coef + (bh * a.NC + chunk) * coef_floats(a.C);
+}
+/// Matrix `m` of an image.
+__device__ const float* image_matrix(const float* img, int64_t C, ChunkMatrix m) {
+  return img + kChunkVectors * C + static_cast<int64_t>(m) * C * C;
+}
+/// dst[i] = src[i] for i < n (block-strided; no barrier).
+__device__ void copy_floats(float* dst, const float* src, int64_t n) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+/// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor.
+__device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
+  return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
 // §6.4 for tokens [c0, c0 + n): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
@@ -161,112 +197,245 @@ __device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkS
   tril_inverse(cs.W, cs.T, n);
 }
 
-// Ṽ [n, V] = 𝒯 R with R_i = v_i - ᾱ_{i-1} S_0^T p_i + b_{i-1} M_0^T p_i (§6.2; ᾱ_{-1} = 1, b_{-1} = 0).
-// R [n, V] is scratch. S0, M0 [K, V]: the states entering the chunk.
-__device__ void residuals(const HeadView& hv, int64_t c0, int n, const ChunkSmem& cs, const float* S0,
-                          const float* M0, float* R, float* VT) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    const float* ki = hv.k(c0 + i);
-    float sp = 0.0f, mp = 0.0f;
-    for (int64_t m = 0; m < K; ++m) {
-      sp += S0[m * V + j] * ki[m];
-      mp += M0[m * V + j] * ki[m];
-    }
-    const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-    R[idx] = hv.v(c0 + i)[j] - cs.alpha[i] * (am * sp - bm * mp);
-  }
-  __syncthreads();
-  for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = 0.0f;
-    for (int r = 0; r <= i; ++r) s += cs.T[i * n + r] * R[r * V + j];
-    VT[idx] = s;
-  }
-  __syncthreads();
-}
-
-// (S, M) <- (ᾱ_n S_0 - b_n M_0 + K̂^T Diag(Γ_{n,:}) Ṽ,  μ̄_n M_0 - K̂^T Diag(L_U[n,:]) Ṽ) from the pre-chunk
-// states (§6.2). S_out, M_out may alias S_in, M_in: each element is read and written by one thread.
-__device__ void advance_states(const HeadView& hv, int64_t c0, int n, const ChunkSmem& cs, const float* VT,
-                               const float* S_in, const float* M_in, float* S_out, float* M_out) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  const int last = n - 1;
-  const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-    const int64_t m = idx / V, j = idx % V;
-    const float s0 = S_in[idx], m0 = M_in[idx];
-    float s = aC * s0 - bC * m0, mm = mC * m0;
-    for (int r = 0; r < n; ++r) {
-      const float x = cs.eta[r] * hv.k(c0 + r)[m] * VT[r * V + j];
-      s += cs.G[last * n + r] * x;
-      mm -= cs.LU[last * n + r] * x;
-    }
-    S_out[idx] = s;
-    M_out[idx] = mm;
-  }
-  __syncthreads();
-}
-
-// Forward: per chunk the coefficients, Ṽ, O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ, then both
-// states. Scratch per block: S, M [K, V], R, Ṽ [C, V]. Shared: one ChunkSmem.
-__global__ void __launch_bounds__(kMdnThreads) mdn_chunk_fwd_kernel(MdnArgs a) {
-  extern __shared__ float smem[];
-  const int64_t C = a.C, K = a.K, V = a.V;
+// coef kernel, grid (NC, B H): chunk_coeffs for one chunk, then the whole ChunkSmem copied to its coef image.
+// Shared: coef_floats(C) floats.
+__global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  float* s = reinterpret_cast<float*>(smem);
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   ChunkSmem cs;
-  carve_chunk(smem, C, cs);
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  float* S = a.scratch + bh * (2 * K * V + 2 * C * V);
-  float* M = S + K * V;
-  float* R = M + K * V;
-  float* VT = R + C * V;
-  for (int64_t idx = threadIdx.x; idx < 2 * K * V; idx += blockDim.x) S[idx] = 0.0f;
-  __syncthreads();
-  for (int64_t c0 = 0; c0 < a.T; c0 += C) {
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
-    chunk_coeffs(hv, c0, n, cs);
-    residuals(hv, c0, n, cs, S, M, R, VT);
-    for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      const float* qi = hv.q(c0 + i);
-      float sq = 0.0f, mq = 0.0f;
+  carve_chunk(s, a.C, cs);
+  chunk_coeffs(HeadView{a, ch.b, ch.h}, ch.t0, ch.n, cs);
+  copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
+}
+
+// Shared memory of the scans: two [K, 64] state slabs X, Y (S, M forward; dS, dM backward), two [C, 64] row
+// tiles A, Bt (R, Ṽ forward; dṼ, dR backward), the chunk's vectors (cs, kChunkVectors * C), 𝒯 [n, n]
+// (row stride n), E = (Q K̂^T) ⊙ Γ [n, n] (backward only), and the last rows gl = Γ_{n-1,:}, ul = L_U[n-1,:].
+struct ScanSmem {
+  float *X, *Y, *A, *Bt, *T, *E, *gl, *ul;
+  ChunkSmem cs;
+};
+
+/// Floats of a ScanSmem (with E when `with_e`).
+__host__ __device__ constexpr int64_t scan_floats(int64_t K, int64_t C, bool with_e) {
+  return 2 * K * kN + 2 * C * kN + kChunkVectors * C + (with_e ? 2 : 1) * C * C + 2 * C;
+}
+
+__device__ ScanSmem carve_scan(float* s, int64_t K, int64_t C, bool with_e) {
+  ScanSmem ss;
+  ss.X = s;
+  ss.Y = ss.X + K * kN;
+  ss.A = ss.Y + K * kN;
+  ss.Bt = ss.A + C * kN;
+  ss.T = carve_vectors(ss.Bt + C * kN, C, ss.cs);
+  ss.E = ss.T + C * C;
+  ss.gl = ss.E + (with_e ? C * C : 0);
+  ss.ul = ss.gl + C;
+  return ss;
+}
+
+/// Copies chunk `chunk`'s vectors, 𝒯, the last rows of Γ and L_U (and E when ss was carved with it) from its
+/// coef image into `ss` (no barrier).
+__device__ void load_scan_coeffs(const MdnArgs& a, int64_t bh, int64_t chunk, int n, bool with_e,
+                                 const ScanSmem& ss) {
+  const int64_t C = a.C;
+  const float* img = coef_image(a, bh, chunk);
+  copy_floats(ss.cs.la, img, kChunkVectors * C);
+  const float *T = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK),
+              *LU = image_matrix(img, C, kLU);
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    ss.T[idx] = T[idx];
+    if (with_e) ss.E[idx] = G[idx] * QK[idx];
+  }
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    ss.gl[r] = G[(n - 1) * n + r];
+    ss.ul[r] = LU[(n - 1) * n + r];
+  }
+}
+
+/// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = the slabs X (first) and Y ([K, 64]) (no barrier).
+__device__ void store_slabs(const float* X, const float* Y, int64_t K, int64_t V, int64_t v0, int vc, float* dst) {
+  for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
+    const int64_t m = idx / vc, j = idx % vc;
+    dst[m * V + v0 + j] = X[m * kN + j];
+    dst[K * V + m * V + v0 + j] = Y[m * kN + j];
+  }
+}
+
+// scan kernel, grid (ceil(V / 64), B H): value columns v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2):
+// store (S_0, M_0); R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0);
+// Ṽ = 𝒯 R (stored); then (S, M) <- (ᾱ_n S_0 - b_n M_0 + K̂^T Diag(Γ_{n,:}) Ṽ, μ̄_n M_0 - K̂^T Diag(L_U[n,:]) Ṽ).
+// Shared: ScanSmem without E.
+__global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile::tile_cols(V, v0);
+  const ScanSmem ss = carve_scan(reinterpret_cast<float*>(smem), K, C, false);
+  const ChunkSmem& cs = ss.cs;
+  float *S = ss.X, *M = ss.Y, *R = ss.A, *VT = ss.Bt;
+  for (int64_t idx = threadIdx.x; idx < 2 * K * kN; idx += blockDim.x) S[idx] = 0.0f;  // S and M (adjacent)
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const tile::Chunk ch(a, chunk, bh);
+    const HeadView hv{a, ch.b, ch.h};
+    const int n = ch.n, last = n - 1;
+    __syncthreads();  // the previous chunk's state update and its readers of ss are done
+    load_scan_coeffs(a, bh, chunk, n, false, ss);
+    store_slabs(S, M, K, V, v0, vc, state_pair(a, a.states, bh, chunk));
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
+      const int i = idx / vc, j = idx % vc;
+      const float* ki = hv.k(ch.t0 + i);
+      float sp = 0.0f, mp = 0.0f;
       for (int64_t m = 0; m < K; ++m) {
-        sq += S[m * V + j] * qi[m];
-        mq += M[m * V + j] * qi[m];
+        sp += S[m * kN + j] * ki[m];
+        mp += M[m * kN + j] * ki[m];
       }
-      float s = cs.abar[i] * sq - cs.bb[i] * mq;
-      for (int r = 0; r <= i; ++r) s += cs.G[i * n + r] * cs.QK[i * n + r] * VT[r * V + j];
-      a.o[hv.tok(c0 + i) * V + j] = s;
+      const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
+      R[i * kN + j] = hv.v(ch.t0 + i)[v0 + j] - cs.alpha[i] * (am * sp - bm * mp);
     }
     __syncthreads();
-    advance_states(hv, c0, n, cs, VT, S, M, S, M);
+    float* vt = ch.rows(a, a.vt, V, v0);
+    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
+      const int i = idx / vc, j = idx % vc;
+      float s = 0.0f;
+      for (int r = 0; r <= i; ++r) s += ss.T[i * n + r] * R[r * kN + j];
+      VT[i * kN + j] = s;
+      vt[i * V + j] = s;
+    }
+    if (chunk + 1 == a.NC) break;  // no one reads the final states
+    __syncthreads();
+    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+    for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
+      const int64_t m = idx / vc;
+      const int j = static_cast<int>(idx % vc);
+      const float s0 = S[m * kN + j], m0 = M[m * kN + j];
+      float s = aC * s0 - bC * m0, mm = mC * m0;
+      for (int r = 0; r < n; ++r) {
+        const float x = cs.eta[r] * hv.k(ch.t0 + r)[m] * VT[r * kN + j];
+        s += ss.gl[r] * x;
+        mm -= ss.ul[r] * x;
+      }
+      S[m * kN + j] = s;
+      M[m * kN + j] = mm;
+    }
   }
 }
 
-// The backward's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
+// out kernel, grid (NC, B H): O_i = ᾱ_i S_0^T q_i - b_i M_0^T q_i + Σ_{r<=i} E_ir Ṽ_r with E = (Q K̂^T) ⊙ Γ.
+// Shared: the chunk's vectors (kChunkVectors * C), E [n, n] (row stride n).
+__global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  const int64_t K = a.K, V = a.V, C = a.C;
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const HeadView hv{a, ch.b, ch.h};
+  const int n = ch.n;
+  ChunkSmem cs;
+  float* E = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
+  copy_floats(cs.la, img, kChunkVectors * C);
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) E[idx] = G[idx] * QK[idx];
+  __syncthreads();
+  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
+  const float* M0 = S0 + K * V;
+  const float* VT = ch.rows(a, a.vt, V, 0);
+  for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+    const int i = static_cast<int>(idx / V);
+    const int64_t j = idx % V;
+    const float* qi = hv.q(ch.t0 + i);
+    float sq = 0.0f, mq = 0.0f;
+    for (int64_t m = 0; m < K; ++m) {
+      sq += S0[m * V + j] * qi[m];
+      mq += M0[m * V + j] * qi[m];
+    }
+    float s = cs.abar[i] * sq - cs.bb[i] * mq;
+    for (int r = 0; r <= i; ++r) s += E[i * n + r] * VT[r * V + j];
+    a.o[hv.tok(ch.t0 + i) * V + j] = s;
+  }
+}
+
+// bscan kernel, grid (ceil(V / 64), B H): value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), carrying
+// dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk): store them (dstates);
+// dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r); dR = 𝒯^T dṼ (= dv, written);
+// then dS_0 = ᾱ_n dS + Σ_i ᾱ_i q_i dO_i^T - ᾱ_{i-1} p_i dR_i^T,
+// dM_0 = -b_n dS + μ̄_n dM + Σ_i -b_i q_i dO_i^T + b_{i-1} p_i dR_i^T become the previous chunk's (dS, dM).
+// Shared: ScanSmem with E.
+__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile::tile_cols(V, v0);
+  const ScanSmem ss = carve_scan(reinterpret_cast<float*>(smem), K, C, true);
+  const ChunkSmem& cs = ss.cs;
+  float *dS = ss.X, *dM = ss.Y, *dVT = ss.A, *dR = ss.Bt;
+  for (int64_t idx = threadIdx.x; idx < 2 * K * kN; idx += blockDim.x) dS[idx] = 0.0f;  // dS and dM (adjacent)
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const tile::Chunk ch(a, chunk, bh);
+    const HeadView hv{a, ch.b, ch.h};
+    const int n = ch.n, last = n - 1;
+    __syncthreads();  // the previous chunk's carry update and its readers of ss are done
+    load_scan_coeffs(a, bh, chunk, n, true, ss);
+    store_slabs(dS, dM, K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
+      const int r = idx / vc, j = idx % vc;
+      float e = 0.0f;
+      for (int i = r; i < n; ++i) e += ss.E[i * n + r] * hv.dO(ch.t0 + i)[v0 + j];
+      const float* kr = hv.k(ch.t0 + r);
+      float ts = 0.0f, tm = 0.0f;
+      for (int64_t m = 0; m < K; ++m) {
+        ts += kr[m] * dS[m * kN + j];
+        tm += kr[m] * dM[m * kN + j];
+      }
+      dVT[r * kN + j] = e + cs.eta[r] * (ss.gl[r] * ts - ss.ul[r] * tm);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
+      const int r = idx / vc, j = idx % vc;
+      float t = 0.0f;
+      for (int i = r; i < n; ++i) t += ss.T[i * n + r] * dVT[i * kN + j];
+      dR[r * kN + j] = t;
+      a.dv[hv.tok(ch.t0 + r) * V + v0 + j] = t;
+    }
+    if (chunk == 0) break;  // no one reads the gradients of the initial states
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
+      const int64_t m = idx / vc;
+      const int j = static_cast<int>(idx % vc);
+      const float g = dS[m * kN + j], h = dM[m * kN + j];
+      float sg = cs.abar[last] * g, sh = -cs.bb[last] * g + cs.mbar[last] * h;
+      for (int i = 0; i < n; ++i) {
+        const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
+        const float qo = hv.q(ch.t0 + i)[m] * hv.dO(ch.t0 + i)[v0 + j];
+        const float pr = cs.alpha[i] * hv.k(ch.t0 + i)[m] * dR[i * kN + j];
+        sg += cs.abar[i] * qo - am * pr;
+        sh += -cs.bb[i] * qo + bm * pr;
+      }
+      dS[m * kN + j] = sg;
+      dM[m * kN + j] = sh;
+    }
+  }
+}
+
+// The bchunk kernel's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
 // (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); matrices [n, n] dE, dG (dΓ),
 // Y (then the segment prefix of L_A), dLU (then the segment prefix of L_U). dW reuses ChunkSmem::W.
 constexpr int kBwdVectors = 5, kBwdMatrices = 4;
 
-__host__ __device__ size_t bwd_block_floats(int64_t K, int64_t V, int64_t C, int64_t chunks) {
-  return static_cast<size_t>(chunks * 2 * K * V + 4 * K * V + 4 * C * V + 8 * C * K);
-}
-
-// Backward (§7.3): a forward scan stores the chunk-start states; then per chunk in reverse
-// dṼ, dR = 𝒯^T dṼ (= dv), dE, dW, the carried state gradients, dq, dp, dk̂, the coefficient gradients, and
-// through Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch per block: states [chunks, 2, K, V] (S then M per chunk), dS, dM, dS0, dM0 [K, V] (ping-pong),
-// R, Ṽ, dṼ, dR [C, V], S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_j, dM Ṽ_j, dk̂, dp [C, K].
-__global__ void __launch_bounds__(kMdnThreads) mdn_chunk_bwd_kernel(MdnArgs a) {
-  extern __shared__ float smem[];
+// bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), Ṽ (vt), dS, dM leaving the
+// chunk (dstates) and dR (= dv): dE, dW, dq, dp, dk̂, the coefficient gradients, and through
+// Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
+// Scratch (rowk, per chunk [8, C, K]): S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i, dk̂, dp.
+// Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
+__global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const HeadView hv{a, ch.b, ch.h};
+  const int64_t c0 = ch.t0;
+  const int n = ch.n, last = n - 1;
   ChunkSmem cs;
-  float* s = carve_chunk(smem, C, cs);
+  float* s = carve_chunk(reinterpret_cast<float*>(smem), C, cs);
   float* dabar = s;
   float* db = dabar + C;
   float* dmbar = db + C;
@@ -277,18 +446,13 @@ __global__ void __launch_bounds__(kMdnThreads) mdn_chunk_bwd_kernel(MdnArgs a) {
   float* Y = dG + C * C;
   float* dLU = Y + C * C;
   float* dW = cs.W;
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  float* hs = a.scratch + bh * bwd_block_floats(K, V, C, a.chunks);
-  float* dS = hs + a.chunks * 2 * KV;
-  float* dM = dS + KV;
-  float* dS0 = dM + KV;
-  float* dM0 = dS0 + KV;
-  float* R = dM0 + KV;
-  float* VT = R + C * V;
-  float* dVT = VT + C * V;
-  float* dR = dVT + C * V;
-  float* SdO = dR + C * V;
+  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
+  const float* M0 = S0 + KV;
+  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
+  const float* dM = dS + KV;
+  const float* VT = ch.rows(a, a.vt, V, 0);
+  const auto dR = [&](int i) -> const float* { return a.dv + hv.tok(c0 + i) * V; };
+  float* SdO = a.rowk + (ch.bh * a.NC + ch.chunk) * 8 * C * K;
   float* MdO = SdO + C * K;
   float* SdR = MdO + C * K;
   float* MdR = SdR + C * K;
@@ -296,239 +460,160 @@ __global__ void __launch_bounds__(kMdnThreads) mdn_chunk_bwd_kernel(MdnArgs a) {
   float* HV = GV + C * K;
   float* dKH = HV + C * K;
   float* dP = dKH + C * K;
+  copy_floats(reinterpret_cast<float*>(smem), coef_image(a, ch.bh, ch.chunk), coef_floats(C));
+  __syncthreads();
+  // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
+  double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
+  for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
+    s_ds += static_cast<double>(S0[idx]) * dS[idx];
+    m_ds += static_cast<double>(M0[idx]) * dS[idx];
+    m_dm += static_cast<double>(M0[idx]) * dM[idx];
+  }
+  s_ds = block_reduce(s_ds, SumOp{}, 0.0);
+  m_ds = block_reduce(m_ds, SumOp{}, 0.0);
+  m_dm = block_reduce(m_dm, SumOp{}, 0.0);
 
-  // Forward scan: state[0] = 0, state[c+1] = advance(state[c]); no gradient into the final states.
-  for (int64_t idx = threadIdx.x; idx < 2 * KV; idx += blockDim.x) {
-    hs[idx] = 0.0f;
-    dS[idx] = 0.0f;  // dS and dM (adjacent)
+  // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed).
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    dE[idx] = j <= i ? dotf(hv.dO(c0 + i), VT + j * V, V) : 0.0f;
+    dW[idx] = j < i ? -dotf(dR(i), VT + j * V, V) : 0.0f;
+  }
+  // Per row i and key channel m: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i.
+  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int i = static_cast<int>(idx / K);
+    const int64_t m = idx % K;
+    const float* dOi = hv.dO(c0 + i);
+    SdO[idx] = dotf(S0 + m * V, dOi, V);
+    MdO[idx] = dotf(M0 + m * V, dOi, V);
+    SdR[idx] = dotf(S0 + m * V, dR(i), V);
+    MdR[idx] = dotf(M0 + m * V, dR(i), V);
+    GV[idx] = dotf(dS + m * V, VT + i * V, V);
+    HV[idx] = dotf(dM + m * V, VT + i * V, V);
   }
   __syncthreads();
-  for (int64_t c = 0; c + 1 < a.chunks; ++c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(C);  // every chunk but the last is full
-    const float* S0 = hs + c * 2 * KV;
-    const float* M0 = S0 + KV;
-    float* S1 = hs + (c + 1) * 2 * KV;
-    chunk_coeffs(hv, c0, n, cs);
-    residuals(hv, c0, n, cs, S0, M0, R, VT);
-    advance_states(hv, c0, n, cs, VT, S0, M0, S1, S1 + KV);
+
+  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j).
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    float d = 0.0f;
+    if (j <= i) {
+      d = dE[idx] * cs.QK[idx];
+      if (i + 1 < n) d += dW[(i + 1) * n + j] * cs.PK[(i + 1) * n + j];
+      if (i == last) d += cs.eta[j] * dotf(hv.k(c0 + j), GV + j * K, K);
+    }
+    dG[idx] = d;
   }
-
-  for (int64_t c = a.chunks - 1; c >= 0; --c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C), last = n - 1;
-    const float* S0 = hs + c * 2 * KV;
-    const float* M0 = S0 + KV;
-    chunk_coeffs(hv, c0, n, cs);
-    residuals(hv, c0, n, cs, S0, M0, R, VT);
-    // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
-    double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
-    for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-      s_ds += static_cast<double>(S0[idx]) * dS[idx];
-      m_ds += static_cast<double>(M0[idx]) * dS[idx];
-      m_dm += static_cast<double>(M0[idx]) * dM[idx];
+  // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* qi = hv.q(c0 + i);
+    float da = dotf(qi, SdO + i * K, K), dbi = -dotf(qi, MdO + i * K, K), dmb = 0.0f;
+    if (i + 1 < n) {
+      const float* kn = hv.k(c0 + i + 1);
+      da -= cs.alpha[i + 1] * dotf(kn, SdR + (i + 1) * K, K);
+      dbi += cs.alpha[i + 1] * dotf(kn, MdR + (i + 1) * K, K);
     }
-    s_ds = block_reduce(s_ds, SumOp{}, 0.0);
-    m_ds = block_reduce(m_ds, SumOp{}, 0.0);
-    m_dm = block_reduce(m_dm, SumOp{}, 0.0);
-
-    // dṼ_r = Σ_{i>=r} Γ_ir (q_i·k̂_r) dO_i + Γ_{n,r} dS^T k̂_r - L_U[n,r] dM^T k̂_r.
-    for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float e = 0.0f;
-      for (int i = r; i < n; ++i) e += cs.G[i * n + r] * cs.QK[i * n + r] * hv.dO(c0 + i)[j];
-      const float* kr = hv.k(c0 + r);
-      float ts = 0.0f, tm = 0.0f;
-      for (int64_t m = 0; m < K; ++m) {
-        ts += kr[m] * dS[m * V + j];
-        tm += kr[m] * dM[m * V + j];
-      }
-      dVT[idx] = e + cs.eta[r] * (cs.G[last * n + r] * ts - cs.LU[last * n + r] * tm);
+    if (i == last) {
+      da += static_cast<float>(s_ds);
+      dbi -= static_cast<float>(m_ds);
+      dmb = static_cast<float>(m_dm);
     }
-    __syncthreads();
-    // dR = 𝒯^T dṼ (back substitution with (I + W)^T); dv = dR.
-    for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
+    dabar[i] = da;
+    db[i] = dbi;
+    dmbar[i] = dmb;
+    dlul[i] = -cs.eta[i] * dotf(hv.k(c0 + i), HV + i * K, K);
+  }
+  // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
+  // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
+  // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i.
+  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int i = static_cast<int>(idx / K);
+    const int64_t m = idx % K;
+    const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
+    float dq = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx];
+    float dp = -am * SdR[idx] + bm * MdR[idx];
+    for (int j = 0; j <= i; ++j) {
+      const float kj = cs.eta[j] * hv.k(c0 + j)[m];
+      dq += dE[i * n + j] * cs.G[i * n + j] * kj;
+      if (j < i) dp += dW[i * n + j] * cs.G[(i - 1) * n + j] * kj;
+    }
+    float dkh = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx];
+    for (int r = i; r < n; ++r) {
+      dkh += dE[r * n + i] * cs.G[r * n + i] * hv.q(c0 + r)[m];
+      if (r > i) dkh += dW[r * n + i] * cs.G[(r - 1) * n + i] * cs.alpha[r] * hv.k(c0 + r)[m];
+    }
+    a.dq[hv.tok(c0 + i) * K + m] = dq;
+    dP[idx] = dp;
+    dKH[idx] = dkh;
+  }
+  __syncthreads();
+
+  // dk = η dk̂ + α dp (p = α k, k̂ = η k); dη = k·dk̂; k·dp (for d log α).
+  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int i = static_cast<int>(idx / K);
+    a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* ki = hv.k(c0 + i);
+    a.deta[hv.tok(c0 + i)] = dotf(ki, dKH + i * K, K);
+    kdp[i] = dotf(ki, dP + i * K, K);
+  }
+  // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, r = idx % n;
+    float y = 0.0f;
+    if (r <= i) {
+      y = db[i] * cs.mbar[r];
+      for (int j = 0; j <= r; ++j) y += dG[i * n + j] * cs.LU[r * n + j];
+    }
+    Y[idx] = y;
+  }
+  // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r).
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int r = idx / n, j = idx % n;
+    float du = 0.0f;
+    if (j <= r) {
       float t = 0.0f;
-      for (int i = r; i < n; ++i) t += cs.T[i * n + r] * dVT[i * V + j];
-      dR[idx] = t;
-      a.dv[hv.tok(c0 + r) * V + j] = t;
+      for (int i = r; i < n; ++i) t += cs.LA[i * n + r] * dG[i * n + j];
+      du = cs.beta[r] * t + (r == last ? dlul[j] : 0.0f);
     }
-    __syncthreads();
-    // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, j = idx % n;
-      dE[idx] = j <= i ? dotf(hv.dO(c0 + i), VT + j * V, V) : 0.0f;
-      dW[idx] = j < i ? -dotf(dR + i * V, VT + j * V, V) : 0.0f;
-    }
-    // Per row i and key channel m: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i.
-    for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      const float* dOi = hv.dO(c0 + i);
-      SdO[idx] = dotf(S0 + m * V, dOi, V);
-      MdO[idx] = dotf(M0 + m * V, dOi, V);
-      SdR[idx] = dotf(S0 + m * V, dR + i * V, V);
-      MdR[idx] = dotf(M0 + m * V, dR + i * V, V);
-      GV[idx] = dotf(dS + m * V, VT + i * V, V);
-      HV[idx] = dotf(dM + m * V, VT + i * V, V);
-    }
-    // dS_0 = ᾱ_n dS + Σ_i ᾱ_i q_i dO_i^T - ᾱ_{i-1} p_i dR_i^T;
-    // dM_0 = -b_n dS + μ̄_n dM + Σ_i -b_i q_i dO_i^T + b_{i-1} p_i dR_i^T.
-    for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-      const int64_t m = idx / V, j = idx % V;
-      float ss = cs.abar[last] * dS[idx], sm = -cs.bb[last] * dS[idx] + cs.mbar[last] * dM[idx];
-      for (int i = 0; i < n; ++i) {
-        const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-        const float qo = hv.q(c0 + i)[m] * hv.dO(c0 + i)[j];
-        const float pr = cs.alpha[i] * hv.k(c0 + i)[m] * dR[i * V + j];
-        ss += cs.abar[i] * qo - am * pr;
-        sm += -cs.bb[i] * qo + bm * pr;
-      }
-      dS0[idx] = ss;
-      dM0[idx] = sm;
-    }
-    __syncthreads();
-
-    // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, j = idx % n;
-      float d = 0.0f;
-      if (j <= i) {
-        d = dE[idx] * cs.QK[idx];
-        if (i + 1 < n) d += dW[(i + 1) * n + j] * cs.PK[(i + 1) * n + j];
-        if (i == last) d += cs.eta[j] * dotf(hv.k(c0 + j), GV + j * K, K);
-      }
-      dG[idx] = d;
-    }
-    // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float* qi = hv.q(c0 + i);
-      float da = dotf(qi, SdO + i * K, K), dbi = -dotf(qi, MdO + i * K, K), dmb = 0.0f;
-      if (i + 1 < n) {
-        const float* kn = hv.k(c0 + i + 1);
-        da -= cs.alpha[i + 1] * dotf(kn, SdR + (i + 1) * K, K);
-        dbi += cs.alpha[i + 1] * dotf(kn, MdR + (i + 1) * K, K);
-      }
-      if (i == last) {
-        da += static_cast<float>(s_ds);
-        dbi -= static_cast<float>(m_ds);
-        dmb = static_cast<float>(m_dm);
-      }
-      dabar[i] = da;
-      db[i] = dbi;
-      dmbar[i] = dmb;
-      dlul[i] = -cs.eta[i] * dotf(hv.k(c0 + i), HV + i * K, K);
-    }
-    // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
-    // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
-    // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i.
-    for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-      float dq = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx];
-      float dp = -am * SdR[idx] + bm * MdR[idx];
-      for (int j = 0; j <= i; ++j) {
-        const float kj = cs.eta[j] * hv.k(c0 + j)[m];
-        dq += dE[i * n + j] * cs.G[i * n + j] * kj;
-        if (j < i) dp += dW[i * n + j] * cs.G[(i - 1) * n + j] * kj;
-      }
-      float dkh = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx];
-      for (int r = i; r < n; ++r) {
-        dkh += dE[r * n + i] * cs.G[r * n + i] * hv.q(c0 + r)[m];
-        if (r > i) dkh += dW[r * n + i] * cs.G[(r - 1) * n + i] * cs.alpha[r] * hv.k(c0 + r)[m];
-      }
-      a.dq[hv.tok(c0 + i) * K + m] = dq;
-      dP[idx] = dp;
-      dKH[idx] = dkh;
-    }
-    __syncthreads();
-
-    // dk = η dk̂ + α dp (p = α k, k̂ = η k); dη = k·dk̂; k·dp (for d log α).
-    for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / K);
-      a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
-    }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float* ki = hv.k(c0 + i);
-      a.deta[hv.tok(c0 + i)] = dotf(ki, dKH + i * K, K);
-      kdp[i] = dotf(ki, dP + i * K, K);
-    }
-    // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, r = idx % n;
-      float y = 0.0f;
-      if (r <= i) {
-        y = db[i] * cs.mbar[r];
-        for (int j = 0; j <= r; ++j) y += dG[i * n + j] * cs.LU[r * n + j];
-      }
-      Y[idx] = y;
-    }
-    // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int r = idx / n, j = idx % n;
-      float du = 0.0f;
-      if (j <= r) {
-        float t = 0.0f;
-        for (int i = r; i < n; ++i) t += cs.LA[i * n + r] * dG[i * n + j];
-        du = cs.beta[r] * t + (r == last ? dlul[j] : 0.0f);
-      }
-      dLU[idx] = du;
-    }
-    __syncthreads();
-    // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i.
-    for (int r = threadIdx.x; r < n; r += blockDim.x) {
-      float dbeta = 0.0f, dmb = 0.0f;
-      for (int i = r; i < n; ++i) {
-        dbeta += cs.LA[i * n + r] * Y[i * n + r];
-        dmb += cs.LA[i * n + r] * db[i];
-      }
-      a.dbeta[hv.tok(c0 + r)] = dbeta;
-      dmbar[r] += cs.beta[r] * dmb;
-    }
-    __syncthreads();
-    // Segment prefixes, in place per row: F_A[i,u] = Σ_{r<u} dL_A[i,r] L_A[i,r], F_U[r,u] = Σ_{j<u} dL_U[r,j] L_U[r,j]
-    // (u <= row).
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      float run_a = 0.0f, run_u = 0.0f;
-      for (int u = 0; u <= i; ++u) {
-        const float za = cs.beta[u] * Y[i * n + u] * cs.LA[i * n + u], zu = dLU[i * n + u] * cs.LU[i * n + u];
-        Y[i * n + u] = run_a;
-        dLU[i * n + u] = run_u;
-        run_a += za;
-        run_u += zu;
-      }
-    }
-    __syncthreads();
-    // d log α_u = Σ_{i>=u} (F_A[i,u] + ᾱ_i dᾱ_i) + α_u k_u·dp_u;  d log μ_u = Σ_{i>=u} (F_U[i,u] + μ̄_i dμ̄_i).
-    for (int u = threadIdx.x; u < n; u += blockDim.x) {
-      double ga = 0.0, gu = 0.0;
-      for (int i = u; i < n; ++i) {
-        ga += static_cast<double>(Y[i * n + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
-        gu += static_cast<double>(dLU[i * n + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
-      }
-      a.dla[hv.tok(c0 + u)] = static_cast<float>(ga + static_cast<double>(cs.alpha[u]) * kdp[u]);
-      a.dlm[hv.tok(c0 + u)] = static_cast<float>(gu);
-    }
-    // (dS, dM) <- (dS_0, dM_0) for the previous chunk.
-    float* t = dS;
-    dS = dS0;
-    dS0 = t;
-    t = dM;
-    dM = dM0;
-    dM0 = t;
-    __syncthreads();
+    dLU[idx] = du;
   }
-}
-
-size_t fwd_smem_bytes(int64_t C) {
-  return sizeof(float) * static_cast<size_t>(kChunkVectors * C + kChunkMatrices * C * C);
-}
-size_t bwd_smem_bytes(int64_t C) {
-  return fwd_smem_bytes(C) + sizeof(float) * static_cast<size_t>(kBwdVectors * C + kBwdMatrices * C * C);
+  __syncthreads();
+  // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i.
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    float dbeta = 0.0f, dmb = 0.0f;
+    for (int i = r; i < n; ++i) {
+      dbeta += cs.LA[i * n + r] * Y[i * n + r];
+      dmb += cs.LA[i * n + r] * db[i];
+    }
+    a.dbeta[hv.tok(c0 + r)] = dbeta;
+    dmbar[r] += cs.beta[r] * dmb;
+  }
+  __syncthreads();
+  // Segment prefixes, in place per row: F_A[i,u] = Σ_{r<u} dL_A[i,r] L_A[i,r], F_U[r,u] = Σ_{j<u} dL_U[r,j] L_U[r,j]
+  // (u <= row).
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float run_a = 0.0f, run_u = 0.0f;
+    for (int u = 0; u <= i; ++u) {
+      const float za = cs.beta[u] * Y[i * n + u] * cs.LA[i * n + u], zu = dLU[i * n + u] * cs.LU[i * n + u];
+      Y[i * n + u] = run_a;
+      dLU[i * n + u] = run_u;
+      run_a += za;
+      run_u += zu;
+    }
+  }
+  __syncthreads();
+  // d log α_u = Σ_{i>=u} (F_A[i,u] + ᾱ_i dᾱ_i) + α_u k_u·dp_u;  d log μ_u = Σ_{i>=u} (F_U[i,u] + μ̄_i dμ̄_i).
+  for (int u = threadIdx.x; u < n; u += blockDim.x) {
+    double ga = 0.0, gu = 0.0;
+    for (int i = u; i < n; ++i) {
+      ga += static_cast<double>(Y[i * n + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
+      gu += static_cast<double>(dLU[i * n + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
+    }
+    a.dla[hv.tok(c0 + u)] = static_cast<float>(ga + static_cast<double>(cs.alpha[u]) * kdp[u]);
+    a.dlm[hv.tok(c0 + u)] = static_cast<float>(gu);
+  }
 }
 
 void check_chunk(int64_t chunk_size) {
@@ -536,31 +621,59 @@ void check_chunk(int64_t chunk_size) {
         kMdnMaxChunk, chunk_size);
 }
 
+// Offsets (in floats) of the scratch tensors of MdnArgs; the forward uses coef, states, vt, the backward all.
+struct ScratchLayout {
+  int64_t coef, states, vt, dstates, rowk, fwd_end, bwd_end;
+  ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C) {
+    const int64_t bh = B * H, nc = ceil_div(T, C);
+    coef = 0;
+    states = coef + bh * nc * coef_floats(C);
+    vt = states + bh * nc * 2 * K * V;
+    fwd_end = vt + bh * nc * C * V;
+    dstates = fwd_end;
+    rowk = dstates + bh * nc * 2 * K * V;
+    bwd_end = rowk + bh * nc * 8 * C * K;
+  }
+};
+
 MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                  const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
-                 int64_t key_dim, int64_t value_dim, int64_t chunk_size, void* scratch) {
+                 int64_t key_dim, int64_t value_dim, int64_t chunk_size, void* scratch, bool backward) {
   MdnArgs args{};
   args.q = q, args.k = k, args.v = v, args.la = log_alpha, args.beta = beta, args.lm = log_mu, args.eta = eta;
   args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
-  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
-  args.scratch = static_cast<float*>(scratch);
+  args.C = chunk_size, args.NC = ceil_div(seq_len, chunk_size);
+  const ScratchLayout l(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+  float* s = static_cast<float*>(scratch);
+  args.coef = s + l.coef, args.states = s + l.states, args.vt = s + l.vt;
+  if (backward) args.dstates = s + l.dstates, args.rowk = s + l.rowk;
   return args;
+}
+
+size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
+
+// The forward pipeline (coef, scan, out), shared by mdn_chunk_fwd and the backward's recompute (without out).
+void run_forward(const MdnArgs& a, bool with_out, cudaStream_t stream) {
+  const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
+  const dim3 per_tile(static_cast<unsigned>(ceil_div(a.V, kN)), static_cast<unsigned>(a.B * a.H));
+  tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, floats_bytes(coef_floats(a.C)), stream, a);
+  if (a.V == 0) return;
+  tile::launch("mdn chunk", a.K, mdn_scan_kernel, per_tile, floats_bytes(scan_floats(a.K, a.C, false)), stream, a);
+  if (with_out)
+    tile::launch("mdn chunk", a.K, mdn_out_kernel, per_chunk, floats_bytes(kChunkVectors * a.C + a.C * a.C), stream,
+                 a);
 }
 
 }  // namespace
 
 size_t mdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  (void)seq_len;
-  return sizeof(float) *
-         static_cast<size_t>(batch * heads * (2 * key_dim * value_dim + 2 * chunk_size * value_dim));
+  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size).fwd_end);
 }
 
 size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  const int64_t chunks = ceil_div(seq_len, chunk_size);
-  return sizeof(float) * static_cast<size_t>(batch * heads) *
-         bwd_block_floats(key_dim, value_dim, chunk_size, chunks);
+  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size).bwd_end);
 }
 
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
@@ -570,9 +683,9 @@ void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
-                          chunk_size, scratch);
+                          chunk_size, scratch, false);
   args.o = o;
-  launch_per_head(mdn_chunk_fwd_kernel, args, kMdnThreads, fwd_smem_bytes(chunk_size), stream);
+  run_forward(args, true, stream);
 }
 
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
@@ -583,11 +696,19 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
-                          chunk_size, scratch);
+                          chunk_size, scratch, true);
   args.d_o = d_o;
   args.dq = dq, args.dk = dk, args.dv = dv, args.dla = dlog_alpha, args.dbeta = dbeta, args.dlm = dlog_mu,
   args.deta = deta;
-  launch_per_head(mdn_chunk_bwd_kernel, args, kMdnThreads, bwd_smem_bytes(chunk_size), stream);
+  run_forward(args, false, stream);
+  const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
+  const dim3 per_tile(static_cast<unsigned>(ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads));
+  if (value_dim > 0)
+    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, per_tile, floats_bytes(scan_floats(key_dim, chunk_size, true)),
+                 stream, args);
+  const int64_t C = chunk_size;
+  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
+               floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
 }
 
 }  // namespace llmt::cuda
