@@ -52,13 +52,13 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. Global scratch (ScratchLayout):
 // coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
 // chunk), vt [B H, NC C, V] (Ṽ), and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each
-// chunk) and rowk [B H, NC, 8, C, K] (per-row key vectors of the chunk kernel). The forward leaves d_o, the
-// gradients, dstates and rowk null, the backward o.
+// chunk), rowk [B H, NC, 8, C, K] (per-row key vectors of the chunk kernel) and dew [B H, NC, 2, 64, 64]
+// (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o;
   int64_t B, T, H, K, V, C, NC;
   float *o, *dq, *dk, *dv, *dla, *dbeta, *dlm, *deta;
-  float *coef, *states, *vt, *dstates, *rowk;
+  float *coef, *states, *vt, *dstates, *rowk, *dew;
 };
 
 // Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
@@ -125,6 +125,8 @@ __device__ const float* image_matrix(const float* img, int64_t C, ChunkMatrix m)
 __device__ void copy_floats(float* dst, const float* src, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
+/// The (dO Ṽ^T, dR Ṽ^T) pair [2, 64, 64] of `chunk` of (batch, head) bh.
+__device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) { return a.dew + (bh * a.NC + chunk) * 2 * kN * kN; }
 /// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor.
 __device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
   return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
@@ -417,15 +419,76 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   }
 }
 
+// An operand of the value-dimension products: `rows` rows of V floats, `stride` apart (rows beyond it read as 0).
+struct VRows {
+  const float* p;
+  int64_t stride;
+  int rows;
+};
+
+/// x += A1 B1^T, y += A2 B2^T (64 x 64, depth = the V value channels, tiles and channels in order) through the
+/// shared tiles t[0..3]. Ends with a barrier.
+__device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2,
+                                float* const t[4], tile::Acc& x, tile::Acc& y) {
+  const VRows* ops[4] = {&a1, &b1, &a2, &b2};
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile::tile_cols(V, v0);
+#pragma unroll
+    for (int o = 0; o < 4; ++o) tile::load(t[o], ops[o]->p + v0, ops[o]->stride, ops[o]->rows, vc);
+    __syncthreads();
+    tile::Simt::mma<false, true>(t[0], t[1], x);
+    tile::Simt::mma<false, true>(t[2], t[3], y);
+    __syncthreads();
+  }
+}
+
+// brow kernel, grid (NC, B H): the backward's products over the value dimension for one chunk, on 64 x 64 shared
+// tiles (tile::Simt): dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) and per key tile the rowk rows [i][m] S_0 dO_i,
+// M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i (dR = dv from bscan). Rows >= n are zero padding. Shared: 4 tiles.
+__global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int n = ch.n;
+  tile::Carve cv{smem};
+  float* const t[4] = {cv.tile(), cv.tile(), cv.tile(), cv.tile()};
+  const VRows dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
+      VT{ch.rows(a, a.vt, V, 0), V, n};
+  tile::Acc x, y;
+  x.zero(), y.zero();
+  products_over_v(V, dO, VT, dR, VT, t, x, y);
+  float* dew = dew_pair(a, ch.bh, ch.chunk);
+  tile::store_acc<L>(x, dew, kN, kN, kN, tile::Same{});
+  tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
+  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
+  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
+  float* rowk = a.rowk + (ch.bh * a.NC + ch.chunk) * 8 * C * K;
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile::tile_cols(K, k0);
+    const VRows s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc}, h{dS + KV + k0 * V, V, kc};
+    // rowk slots 2p, 2p + 1: (S_0 dO, M_0 dO), (S_0 dR, M_0 dR), (dS Ṽ, dM Ṽ).
+    const auto pair = [&](int p, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2) {
+      x.zero(), y.zero();
+      products_over_v(V, a1, b1, a2, b2, t, x, y);
+      tile::store_acc<L>(x, rowk + 2 * p * C * K + k0, K, n, kc, tile::Same{});
+      tile::store_acc<L>(y, rowk + (2 * p + 1) * C * K + k0, K, n, kc, tile::Same{});
+    };
+    pair(0, dO, s, dO, m);
+    pair(1, dR, s, dR, m);
+    pair(2, VT, g, VT, h);
+  }
+}
+
 // The bchunk kernel's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
 // (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); matrices [n, n] dE, dG (dΓ),
 // Y (then the segment prefix of L_A), dLU (then the segment prefix of L_U). dW reuses ChunkSmem::W.
 constexpr int kBwdVectors = 5, kBwdMatrices = 4;
 
-// bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), Ṽ (vt), dS, dM leaving the
-// chunk (dstates) and dR (= dv): dE, dW, dq, dp, dk̂, the coefficient gradients, and through
+// bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the chunk
+// (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch (rowk, per chunk [8, C, K]): S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i, dk̂, dp.
+// Scratch (rowk, per chunk [8, C, K]): S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i (from brow), dk̂, dp.
 // Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
 __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -450,8 +513,6 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   const float* M0 = S0 + KV;
   const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
   const float* dM = dS + KV;
-  const float* VT = ch.rows(a, a.vt, V, 0);
-  const auto dR = [&](int i) -> const float* { return a.dv + hv.tok(c0 + i) * V; };
   float* SdO = a.rowk + (ch.bh * a.NC + ch.chunk) * 8 * C * K;
   float* MdO = SdO + C * K;
   float* SdR = MdO + C * K;
@@ -473,23 +534,12 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   m_ds = block_reduce(m_ds, SumOp{}, 0.0);
   m_dm = block_reduce(m_dm, SumOp{}, 0.0);
 
-  // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed).
+  // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed), from brow's products.
+  const float* dew = dew_pair(a, ch.bh, ch.chunk);
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, j = idx % n;
-    dE[idx] = j <= i ? dotf(hv.dO(c0 + i), VT + j * V, V) : 0.0f;
-    dW[idx] = j < i ? -dotf(dR(i), VT + j * V, V) : 0.0f;
-  }
-  // Per row i and key channel m: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i.
-  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / K);
-    const int64_t m = idx % K;
-    const float* dOi = hv.dO(c0 + i);
-    SdO[idx] = dotf(S0 + m * V, dOi, V);
-    MdO[idx] = dotf(M0 + m * V, dOi, V);
-    SdR[idx] = dotf(S0 + m * V, dR(i), V);
-    MdR[idx] = dotf(M0 + m * V, dR(i), V);
-    GV[idx] = dotf(dS + m * V, VT + i * V, V);
-    HV[idx] = dotf(dM + m * V, VT + i * V, V);
+    dE[idx] = j <= i ? dew[i * kN + j] : 0.0f;
+    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
   }
   __syncthreads();
 
@@ -623,7 +673,7 @@ void check_chunk(int64_t chunk_size) {
 
 // Offsets (in floats) of the scratch tensors of MdnArgs; the forward uses coef, states, vt, the backward all.
 struct ScratchLayout {
-  int64_t coef, states, vt, dstates, rowk, fwd_end, bwd_end;
+  int64_t coef, states, vt, dstates, rowk, dew, fwd_end, bwd_end;
   ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C) {
     const int64_t bh = B * H, nc = ceil_div(T, C);
     coef = 0;
@@ -632,7 +682,8 @@ struct ScratchLayout {
     fwd_end = vt + bh * nc * C * V;
     dstates = fwd_end;
     rowk = dstates + bh * nc * 2 * K * V;
-    bwd_end = rowk + bh * nc * 8 * C * K;
+    dew = rowk + bh * nc * 8 * C * K;
+    bwd_end = dew + bh * nc * 2 * kN * kN;
   }
 };
 
@@ -646,7 +697,7 @@ MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* lo
   const ScratchLayout l(batch, seq_len, heads, key_dim, value_dim, chunk_size);
   float* s = static_cast<float*>(scratch);
   args.coef = s + l.coef, args.states = s + l.states, args.vt = s + l.vt;
-  if (backward) args.dstates = s + l.dstates, args.rowk = s + l.rowk;
+  if (backward) args.dstates = s + l.dstates, args.rowk = s + l.rowk, args.dew = s + l.dew;
   return args;
 }
 
@@ -706,6 +757,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   if (value_dim > 0)
     tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, per_tile, floats_bytes(scan_floats(key_dim, chunk_size, true)),
                  stream, args);
+  tile::launch("mdn chunk", key_dim, mdn_brow_kernel, per_chunk, tile::smem_bytes(4, 0), stream, args);
   const int64_t C = chunk_size;
   tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
                floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
