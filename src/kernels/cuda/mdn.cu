@@ -91,6 +91,11 @@ enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kW, kT };
 /// the leading n x n (row stride n, n the chunk's length) are used.
 __host__ __device__ constexpr int64_t coef_floats(int64_t C) { return kChunkVectors * C + kChunkMatrices * C * C; }
 
+/// Bytes of a ChunkSmem rounded up to 16 (where the coef kernel's tiles start).
+__host__ __device__ constexpr size_t coef_bytes(int64_t C) {
+  return (sizeof(float) * static_cast<size_t>(coef_floats(C)) + 15) / 16 * 16;
+}
+
 /// Points the vectors of `cs` at `s` (kChunkVectors * C floats, order la, lm, beta, eta, alpha, abar, mbar, bb);
 /// returns the first float after them.
 __device__ float* carve_vectors(float* s, int64_t C, ChunkSmem& cs) {
@@ -132,8 +137,12 @@ __device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chu
   return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
-// §6.4 for tokens [c0, c0 + n): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
-__device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkSmem& cs) {
+// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
+// t: two shared tiles for the key products.
+__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, float* const t[2]) {
+  const HeadView hv{a, ch.b, ch.h};
+  const int64_t c0 = ch.t0;
+  const int n = ch.n;
   const int64_t K = hv.a.K;
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
     const int64_t t = hv.tok(c0 + r);
@@ -170,24 +179,35 @@ __device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkS
     cs.mbar[i] = expf(static_cast<float>(su));
   }
   __syncthreads();
-  // Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r;  the key products.
+  // Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, j = idx % n;
-    float g = 0.0f, qk = 0.0f, pk = 0.0f;
-    if (j <= i) {
+    float g = 0.0f;
+    if (j <= i)
       for (int r = j; r <= i; ++r) g += cs.LA[i * n + r] * cs.beta[r] * cs.LU[r * n + j];
-      qk = cs.eta[j] * dotf(hv.q(c0 + i), hv.k(c0 + j), K);
-      if (j < i) pk = cs.alpha[i] * cs.eta[j] * dotf(hv.k(c0 + i), hv.k(c0 + j), K);
-    }
     cs.G[idx] = g;
-    cs.QK[idx] = qk;
-    cs.PK[idx] = pk;
   }
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     float s = 0.0f;
     for (int r = 0; r <= i; ++r) s += cs.LA[i * n + r] * cs.beta[r] * cs.mbar[r];
     cs.bb[i] = s;
   }
+  // The key products on the shared tiles t[0] (Q rows), t[1] (K rows), key tiles in order:
+  // QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0.
+  tile::Acc xq, xp;
+  xq.zero(), xp.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile::tile_cols(K, k0);
+    tile::load(t[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
+    tile::load(t[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
+    __syncthreads();
+    tile::Simt::mma<false, true>(t[0], t[1], xq);
+    tile::Simt::mma<false, true>(t[1], t[1], xp);
+    __syncthreads();
+  }
+  tile::store_acc<tile::Simt>(xq, cs.QK, n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
+  tile::store_acc<tile::Simt>(xp, cs.PK, n, n, n,
+                              [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
   __syncthreads();
   // W_ij = Γ_{i-1,j} p_i·k̂_j (j < i); 𝒯 starts as the identity.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -200,14 +220,16 @@ __device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkS
 }
 
 // coef kernel, grid (NC, B H): chunk_coeffs for one chunk, then the whole ChunkSmem copied to its coef image.
-// Shared: coef_floats(C) floats.
+// Shared: coef_bytes(C), then 2 tiles.
 __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   float* s = reinterpret_cast<float*>(smem);
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   ChunkSmem cs;
   carve_chunk(s, a.C, cs);
-  chunk_coeffs(HeadView{a, ch.b, ch.h}, ch.t0, ch.n, cs);
+  tile::Carve cv{smem + coef_bytes(a.C)};
+  float* const t[2] = {cv.tile(), cv.tile()};
+  chunk_coeffs(a, ch, cs, t);
   copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
 }
 
@@ -707,7 +729,7 @@ size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); 
 void run_forward(const MdnArgs& a, bool with_out, cudaStream_t stream) {
   const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
   const dim3 per_tile(static_cast<unsigned>(ceil_div(a.V, kN)), static_cast<unsigned>(a.B * a.H));
-  tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, floats_bytes(coef_floats(a.C)), stream, a);
+  tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, tile::smem_bytes(2, coef_bytes(a.C)), stream, a);
   if (a.V == 0) return;
   tile::launch("mdn chunk", a.K, mdn_scan_kernel, per_tile, floats_bytes(scan_floats(a.K, a.C, false)), stream, a);
   if (with_out)
