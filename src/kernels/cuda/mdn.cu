@@ -91,10 +91,12 @@ enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kW, kT };
 /// the leading n x n (row stride n, n the chunk's length) are used.
 __host__ __device__ constexpr int64_t coef_floats(int64_t C) { return kChunkVectors * C + kChunkMatrices * C * C; }
 
-/// Bytes of a ChunkSmem rounded up to 16 (where the coef kernel's tiles start).
-__host__ __device__ constexpr size_t coef_bytes(int64_t C) {
-  return (sizeof(float) * static_cast<size_t>(coef_floats(C)) + 15) / 16 * 16;
+/// Bytes of n floats rounded up to 16 (what tile::Carve::take<float>(n) advances).
+__host__ __device__ constexpr size_t padded_bytes(int64_t n) {
+  return (sizeof(float) * static_cast<size_t>(n) + 15) / 16 * 16;
 }
+/// Bytes of a ChunkSmem rounded up to 16 (where the coef kernel's tiles start).
+__host__ __device__ constexpr size_t coef_bytes(int64_t C) { return padded_bytes(coef_floats(C)); }
 
 /// Points the vectors of `cs` at `s` (kChunkVectors * C floats, order la, lm, beta, eta, alpha, abar, mbar, bb);
 /// returns the first float after them.
@@ -346,36 +348,54 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   }
 }
 
-// out kernel, grid (NC, B H): O_i = ᾱ_i S_0^T q_i - b_i M_0^T q_i + Σ_{r<=i} E_ir Ṽ_r with E = (Q K̂^T) ⊙ Γ.
-// Shared: the chunk's vectors (kChunkVectors * C), E [n, n] (row stride n).
+// out kernel, grid (NC, B H), per value tile on 64 x 64 shared tiles (tile::Simt, key tiles in order):
+// O = Diag(ᾱ) (Q S_0) - Diag(b) (Q M_0) + E Ṽ with E = (Q K̂^T) ⊙ Γ. Shared: the chunk's vectors
+// (kChunkVectors * C floats), then the tiles E, Q, S_0, M_0, Ṽ.
 __global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
   const int64_t K = a.K, V = a.V, C = a.C;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
-  const HeadView hv{a, ch.b, ch.h};
   const int n = ch.n;
+  tile::Carve cv{smem};
   ChunkSmem cs;
-  float* E = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
+  carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
+  float *sE = cv.tile(), *sQ = cv.tile(), *sS = cv.tile(), *sM = cv.tile(), *sV = cv.tile();
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
   copy_floats(cs.la, img, kChunkVectors * C);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) E[idx] = G[idx] * QK[idx];
-  __syncthreads();
+  for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+    const int r = idx / kN, c = idx % kN;
+    sE[r * tile::kLd + c] = r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f;
+  }
   const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
   const float* M0 = S0 + K * V;
-  const float* VT = ch.rows(a, a.vt, V, 0);
-  for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    const float* qi = hv.q(ch.t0 + i);
-    float sq = 0.0f, mq = 0.0f;
-    for (int64_t m = 0; m < K; ++m) {
-      sq += S0[m * V + j] * qi[m];
-      mq += M0[m * V + j] * qi[m];
+  float* o = ch.in(a, a.o, V, 0);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile::tile_cols(V, v0);
+    tile::Acc xs, xm, xe;
+    xs.zero(), xm.zero(), xe.zero();
+    for (int64_t k0 = 0; k0 < K; k0 += kN) {
+      const int kc = tile::tile_cols(K, k0);
+      tile::load(sQ, ch.in(a, a.q, K, k0), a.H * K, n, kc);
+      tile::load(sS, S0 + k0 * V + v0, V, kc, vc);
+      tile::load(sM, M0 + k0 * V + v0, V, kc, vc);
+      __syncthreads();
+      L::mma<false, false>(sQ, sS, xs);
+      L::mma<false, false>(sQ, sM, xm);
+      __syncthreads();
     }
-    float s = cs.abar[i] * sq - cs.bb[i] * mq;
-    for (int r = 0; r <= i; ++r) s += E[i * n + r] * VT[r * V + j];
-    a.o[hv.tok(ch.t0 + i) * V + j] = s;
+    tile::load(sV, ch.rows(a, a.vt, V, v0), V, n, vc);
+    __syncthreads();
+    L::mma<false, false>(sE, sV, xe);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        if (r < n && c < vc) o[r * a.H * V + v0 + c] = cs.abar[r] * xs.v[i][j] - cs.bb[r] * xm.v[i][j] + xe.v[i][j];
+      }
+    __syncthreads();
   }
 }
 
@@ -733,8 +753,8 @@ void run_forward(const MdnArgs& a, bool with_out, cudaStream_t stream) {
   if (a.V == 0) return;
   tile::launch("mdn chunk", a.K, mdn_scan_kernel, per_tile, floats_bytes(scan_floats(a.K, a.C, false)), stream, a);
   if (with_out)
-    tile::launch("mdn chunk", a.K, mdn_out_kernel, per_chunk, floats_bytes(kChunkVectors * a.C + a.C * a.C), stream,
-                 a);
+    tile::launch("mdn chunk", a.K, mdn_out_kernel, per_chunk,
+                 tile::smem_bytes(5, padded_bytes(kChunkVectors * a.C)), stream, a);
 }
 
 }  // namespace
