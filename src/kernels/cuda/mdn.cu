@@ -1,18 +1,22 @@
 // MDN (Momentum DeltaNet) core, chunked, fp32 (mdn.md §6.2 with the stable coefficients of §6.4, §6.5 for a
 // shorter last chunk; backward §7.3), zero initial states. Mirrors src/kernels/cpu/mdn.cpp (mdn_chunk_fwd,
 // mdn_chunk_bwd) step by step. Chunk-parallel design (layers-delta.md §6, as gdn_comba.cu / kda.cu), 256 threads
-// (tile::kThreads) per block, grids built with tile::launch:
-//   coef  (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key
-//                            products, W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one
-//                            contiguous image that later kernels copy back into shared memory;
-//   scan  (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
-//                            memory; stores each chunk's entering states (S_0, M_0) and its corrected values Ṽ;
-//   out   (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
+// (tile::kThreads) per block, grids built with tile::launch; products over K or V on the 64 x 64 shared tiles of
+// delta_tile.cuh (tile::Simt, exact fp32):
+//   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
+//                             W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
+//                             that later kernels copy back into shared memory;
+//   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
+//                             memory; stores each chunk's entering states (S_0, M_0) and its corrected values Ṽ
+//                             (what a saved-residuals mode would keep);
+//   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
 // The backward recomputes coef + scan, then
-//   bscan (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
-//                            stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
-//                            and carries (dS, dM) to the chunk start;
-//   bchunk (chunks, B H)     everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
+//   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
+//                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
+//                             and carries (dS, dM) to the chunk start;
+//   brow   (chunks, B H)      the products over V: dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
+//                             dM Ṽ_i;
+//   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
 // The segment sums Σ_{u=r+1..i} log α_u and Σ_{u=j+1..r} log μ_u are formed directly in double (never as a
 // difference of cumsums), so every exponent is <= 0, log μ = -inf gives exact zeros (μ = 0: GDN) and μ << α
 // loses nothing to cancellation. Every output and scratch element is computed by one thread with a fixed
@@ -133,15 +137,17 @@ __device__ void copy_floats(float* dst, const float* src, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 /// The (dO Ṽ^T, dR Ṽ^T) pair [2, 64, 64] of `chunk` of (batch, head) bh.
-__device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) { return a.dew + (bh * a.NC + chunk) * 2 * kN * kN; }
+__device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) {
+  return a.dew + (bh * a.NC + chunk) * 2 * kN * kN;
+}
 /// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor.
 __device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
   return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
 // §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
-// t: two shared tiles for the key products.
-__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, float* const t[2]) {
+// tiles: two shared tiles for the key products. Reached by all threads; ends with a barrier.
+__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, float* const tiles[2]) {
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n;
@@ -194,17 +200,17 @@ __device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const Chun
     for (int r = 0; r <= i; ++r) s += cs.LA[i * n + r] * cs.beta[r] * cs.mbar[r];
     cs.bb[i] = s;
   }
-  // The key products on the shared tiles t[0] (Q rows), t[1] (K rows), key tiles in order:
+  // The key products on the shared tiles (Q rows, K rows), key tiles in order:
   // QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0.
   tile::Acc xq, xp;
   xq.zero(), xp.zero();
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile::tile_cols(K, k0);
-    tile::load(t[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
-    tile::load(t[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
+    tile::load(tiles[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
+    tile::load(tiles[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
     __syncthreads();
-    tile::Simt::mma<false, true>(t[0], t[1], xq);
-    tile::Simt::mma<false, true>(t[1], t[1], xp);
+    tile::Simt::mma<false, true>(tiles[0], tiles[1], xq);
+    tile::Simt::mma<false, true>(tiles[1], tiles[1], xp);
     __syncthreads();
   }
   tile::store_acc<tile::Simt>(xq, cs.QK, n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
@@ -248,6 +254,7 @@ __host__ __device__ constexpr int64_t scan_floats(int64_t K, int64_t C, bool wit
   return 2 * K * kN + 2 * C * kN + kChunkVectors * C + (with_e ? 2 : 1) * C * C + 2 * C;
 }
 
+/// Carves a ScanSmem from `s` (scan_floats(K, C, with_e) floats).
 __device__ ScanSmem carve_scan(float* s, int64_t K, int64_t C, bool with_e) {
   ScanSmem ss;
   ss.X = s;
