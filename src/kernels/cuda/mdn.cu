@@ -72,8 +72,6 @@ struct HeadView {
   __device__ int64_t tok(int64_t t) const { return (b * a.T + t) * a.H + h; }  // index into [B, T, H]
   __device__ const float* q(int64_t t) const { return a.q + tok(t) * a.K; }
   __device__ const float* k(int64_t t) const { return a.k + tok(t) * a.K; }
-  __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
-  __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
 };
 
 // The chunk-local coefficients in shared memory (mdn.md §6.1, §6.4; 0-based rows, row -1 is the chunk-start
@@ -241,116 +239,161 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
   copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
 }
 
-// Shared memory of the scans: two [K, 64] state slabs X, Y (S, M forward; dS, dM backward), two [C, 64] row
-// tiles A, Bt (R, Ṽ forward; dṼ, dR backward), the chunk's vectors (cs, kChunkVectors * C), 𝒯 [n, n]
-// (row stride n), E = (Q K̂^T) ⊙ Γ [n, n] (backward only), and the last rows gl = Γ_{n-1,:}, ul = L_U[n-1,:].
-struct ScanSmem {
-  float *X, *Y, *A, *Bt, *T, *E, *gl, *ul;
-  ChunkSmem cs;
-};
-
-/// Floats of a ScanSmem (with E when `with_e`).
-__host__ __device__ constexpr int64_t scan_floats(int64_t K, int64_t C, bool with_e) {
-  return 2 * K * kN + 2 * C * kN + kChunkVectors * C + (with_e ? 2 : 1) * C * C + 2 * C;
-}
-
-/// Carves a ScanSmem from `s` (scan_floats(K, C, with_e) floats).
-__device__ ScanSmem carve_scan(float* s, int64_t K, int64_t C, bool with_e) {
-  ScanSmem ss;
-  ss.X = s;
-  ss.Y = ss.X + K * kN;
-  ss.A = ss.Y + K * kN;
-  ss.Bt = ss.A + C * kN;
-  ss.T = carve_vectors(ss.Bt + C * kN, C, ss.cs);
-  ss.E = ss.T + C * C;
-  ss.gl = ss.E + (with_e ? C * C : 0);
-  ss.ul = ss.gl + C;
-  return ss;
-}
-
-/// Copies chunk `chunk`'s vectors, 𝒯, the last rows of Γ and L_U (and E when ss was carved with it) from its
-/// coef image into `ss` (no barrier).
-__device__ void load_scan_coeffs(const MdnArgs& a, int64_t bh, int64_t chunk, int n, bool with_e,
-                                 const ScanSmem& ss) {
+/// Copies chunk `chunk`'s vectors (into cs) and the last rows gl = Γ_{n-1,:}, ul = L_U[n-1,:] from its coef image
+/// (no barrier). Returns the image.
+__device__ const float* load_chunk_vectors(const MdnArgs& a, int64_t bh, int64_t chunk, int n, const ChunkSmem& cs,
+                                           float* gl, float* ul) {
   const int64_t C = a.C;
   const float* img = coef_image(a, bh, chunk);
-  copy_floats(ss.cs.la, img, kChunkVectors * C);
-  const float *T = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK),
-              *LU = image_matrix(img, C, kLU);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    ss.T[idx] = T[idx];
-    if (with_e) ss.E[idx] = G[idx] * QK[idx];
-  }
+  copy_floats(cs.la, img, kChunkVectors * C);
+  const float *G = image_matrix(img, C, kG), *LU = image_matrix(img, C, kLU);
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    ss.gl[r] = G[(n - 1) * n + r];
-    ss.ul[r] = LU[(n - 1) * n + r];
+    gl[r] = G[(n - 1) * n + r];
+    ul[r] = LU[(n - 1) * n + r];
+  }
+  return img;
+}
+
+/// s[r][c] = f(r, c) for r, c < n, else 0 (a 64 x 64 shared tile; no barrier).
+template <typename F>
+__device__ void fill_square(float* s, int n, F f) {
+  for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+    const int r = idx / kN, c = idx % kN;
+    s[r * tile::kLd + c] = r < n && c < n ? f(r, c) : 0.0f;
   }
 }
 
-/// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = the slabs X (first) and Y ([K, 64]) (no barrier).
-__device__ void store_slabs(const float* X, const float* Y, int64_t K, int64_t V, int64_t v0, int vc, float* dst) {
-  for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
-    const int64_t m = idx / vc, j = idx % vc;
-    dst[m * V + v0 + j] = X[m * kN + j];
-    dst[K * V + m * V + v0 + j] = Y[m * kN + j];
-  }
+/// Key tiles of K.
+__host__ __device__ constexpr int64_t key_tiles(int64_t K) { return (K + kN - 1) / kN; }
+
+constexpr int kScanWork = 5;  // work tiles of a scan
+
+/// Shared bytes of a scan: the vectors, gl, ul (kChunkVectors * C + 2 C floats), kScanWork work tiles and the two
+/// state(-gradient) slabs as 2 key_tiles(K) tiles.
+constexpr size_t scan_bytes(int64_t K, int64_t C) {
+  return tile::smem_bytes(kScanWork + 2 * static_cast<int>(key_tiles(K)), padded_bytes(kChunkVectors * C + 2 * C));
 }
 
-// scan kernel, grid (ceil(V / 64), B H): value columns v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2):
-// store (S_0, M_0); R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0);
-// Ṽ = 𝒯 R (stored); then (S, M) <- (ᾱ_n S_0 - b_n M_0 + K̂^T Diag(Γ_{n,:}) Ṽ, μ̄_n M_0 - K̂^T Diag(L_U[n,:]) Ṽ).
-// Shared: ScanSmem without E.
+// Shared memory of a scan (scan_bytes): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:] [C]; the work
+// tiles w; the slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of key tile kt at x(kt), Y at
+// y(kt).
+struct ScanShared {
+  ChunkSmem cs;
+  float *gl, *ul;
+  float* w[kScanWork];
+  float* slabs;
+  int64_t KT;
+  __device__ ScanShared(char* smem, int64_t K, int64_t C) : KT(key_tiles(K)) {
+    tile::Carve cv{smem};
+    gl = carve_vectors(cv.take<float>(kChunkVectors * C + 2 * C), C, cs);
+    ul = gl + C;
+    for (float*& t : w) t = cv.tile();
+    slabs = cv.take<float>(2 * KT * tile::kTileFloats);
+    for (int64_t idx = threadIdx.x; idx < 2 * KT * tile::kTileFloats; idx += blockDim.x) slabs[idx] = 0.0f;
+  }
+  __device__ float* x(int64_t kt) const { return slabs + kt * tile::kTileFloats; }
+  __device__ float* y(int64_t kt) const { return slabs + (KT + kt) * tile::kTileFloats; }
+  /// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = (X, Y) (no barrier).
+  __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, float* dst) const {
+    for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
+      const int64_t m = idx / vc, kt = m / kN;
+      const int j = static_cast<int>(idx % vc), e = static_cast<int>(m % kN) * tile::kLd + j;
+      dst[m * V + v0 + j] = x(kt)[e];
+      dst[K * V + m * V + v0 + j] = y(kt)[e];
+    }
+  }
+};
+
+/// The scans' grid: value tiles x (batch, head).
+dim3 scan_grid(int64_t V, int64_t BH) {
+  return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
+}
+
+// scan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64
+// shared tiles (tile::Simt): store (S_0, M_0); R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i)
+// (ᾱ_{-1} = 1, b_{-1} = 0); Ṽ = 𝒯 R (stored); then per key tile
+// (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
+// Shared: ScanShared with the work tiles sK (the chunk's key rows of one key tile), sA (R, then η Γ_{n,:} ⊙ Ṽ
+// rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded).
 __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanSmem ss = carve_scan(reinterpret_cast<float*>(smem), K, C, false);
-  const ChunkSmem& cs = ss.cs;
-  float *S = ss.X, *M = ss.Y, *R = ss.A, *VT = ss.Bt;
-  for (int64_t idx = threadIdx.x; idx < 2 * K * kN; idx += blockDim.x) S[idx] = 0.0f;  // S and M (adjacent)
+  const ScanShared sh(smem, K, C);
+  const ChunkSmem& cs = sh.cs;
+  float *sK = sh.w[0], *sA = sh.w[1], *sB = sh.w[2], *sT = sh.w[3];
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
-    const HeadView hv{a, ch.b, ch.h};
     const int n = ch.n, last = n - 1;
-    __syncthreads();  // the previous chunk's state update and its readers of ss are done
-    load_scan_coeffs(a, bh, chunk, n, false, ss);
-    store_slabs(S, M, K, V, v0, vc, state_pair(a, a.states, bh, chunk));
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
-      const int i = idx / vc, j = idx % vc;
-      const float* ki = hv.k(ch.t0 + i);
-      float sp = 0.0f, mp = 0.0f;
-      for (int64_t m = 0; m < K; ++m) {
-        sp += S[m * kN + j] * ki[m];
-        mp += M[m * kN + j] * ki[m];
+    __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
+    const float* Timg = image_matrix(load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul), C, kT);
+    fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+    sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
+    // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
+    tile::Acc xs, xm;
+    xs.zero(), xm.zero();
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      __syncthreads();
+      L::mma<false, false>(sK, sh.x(kt), xs);
+      L::mma<false, false>(sK, sh.y(kt), xm);
+      __syncthreads();
+    }
+    const float* v = ch.in(a, a.v, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        float x = 0.0f;
+        if (r < n && c < vc) {
+          const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+          x = v[r * a.H * V + c] - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
+        }
+        sA[r * kLd + c] = x;
       }
-      const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-      R[i * kN + j] = hv.v(ch.t0 + i)[v0 + j] - cs.alpha[i] * (am * sp - bm * mp);
-    }
     __syncthreads();
-    float* vt = ch.rows(a, a.vt, V, v0);
-    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
-      const int i = idx / vc, j = idx % vc;
-      float s = 0.0f;
-      for (int r = 0; r <= i; ++r) s += ss.T[i * n + r] * R[r * kN + j];
-      VT[i * kN + j] = s;
-      vt[i * V + j] = s;
-    }
+    tile::Acc xv;
+    xv.zero();
+    L::mma<false, false>(sT, sA, xv);
+    tile::store_acc<L>(xv, ch.rows(a, a.vt, V, v0), V, n, vc, tile::Same{});
     if (chunk + 1 == a.NC) break;  // no one reads the final states
-    __syncthreads();
-    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
-    for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
-      const int64_t m = idx / vc;
-      const int j = static_cast<int>(idx % vc);
-      const float s0 = S[m * kN + j], m0 = M[m * kN + j];
-      float s = aC * s0 - bC * m0, mm = mC * m0;
-      for (int r = 0; r < n; ++r) {
-        const float x = cs.eta[r] * hv.k(ch.t0 + r)[m] * VT[r * kN + j];
-        s += ss.gl[r] * x;
-        mm -= ss.ul[r] * x;
+    __syncthreads();                // readers of R (sA) are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        sA[r * kLd + c] = r < n ? cs.eta[r] * sh.gl[r] * xv.v[i][j] : 0.0f;
+        sB[r * kLd + c] = r < n ? -cs.eta[r] * sh.ul[r] * xv.v[i][j] : 0.0f;
       }
-      S[m * kN + j] = s;
-      M[m * kN + j] = mm;
+    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      __syncthreads();
+      float *Sk = sh.x(kt), *Mk = sh.y(kt);
+      tile::Acc ns, nm;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          ns.v[i][j] = aC * Sk[e] - bC * Mk[e];
+          nm.v[i][j] = mC * Mk[e];
+        }
+      L::mma<true, false>(sK, sA, ns);
+      L::mma<true, false>(sK, sB, nm);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          Sk[e] = ns.v[i][j];
+          Mk[e] = nm.v[i][j];
+        }
+      __syncthreads();  // readers of sK are done
     }
   }
 }
@@ -406,64 +449,103 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
   }
 }
 
-// bscan kernel, grid (ceil(V / 64), B H): value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), carrying
-// dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk): store them (dstates);
-// dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r); dR = 𝒯^T dṼ (= dv, written);
-// then dS_0 = ᾱ_n dS + Σ_i ᾱ_i q_i dO_i^T - ᾱ_{i-1} p_i dR_i^T,
-// dM_0 = -b_n dS + μ̄_n dM + Σ_i -b_i q_i dO_i^T + b_{i-1} p_i dR_i^T become the previous chunk's (dS, dM).
-// Shared: ScanSmem with E.
+// bscan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), on 64 x 64 shared
+// tiles (tile::Simt), carrying dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk): store them (dstates);
+// dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r) with E = (Q K̂^T) ⊙ Γ;
+// dR = 𝒯^T dṼ (= dv, written); then per key tile
+// dS_0 = ᾱ_n dS + Q^T Diag(ᾱ) dO - K^T Diag(α ᾱ⁻) dR, dM_0 = -b_n dS + μ̄_n dM - Q^T Diag(b) dO + K^T Diag(α b⁻) dR
+// (ᾱ⁻_i = ᾱ_{i-1}, b⁻_i = b_{i-1}; ᾱ_{-1} = 1, b_{-1} = 0) become the previous chunk's (dS, dM).
+// Shared: ScanShared with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO rows),
+// sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows).
 __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanSmem ss = carve_scan(reinterpret_cast<float*>(smem), K, C, true);
-  const ChunkSmem& cs = ss.cs;
-  float *dS = ss.X, *dM = ss.Y, *dVT = ss.A, *dR = ss.Bt;
-  for (int64_t idx = threadIdx.x; idx < 2 * K * kN; idx += blockDim.x) dS[idx] = 0.0f;  // dS and dM (adjacent)
+  const ScanShared sh(smem, K, C);
+  const ChunkSmem& cs = sh.cs;
+  float *sK = sh.w[0], *sE = sh.w[1], *sT = sh.w[2], *sD = sh.w[3], *sX = sh.w[4];
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
-    const HeadView hv{a, ch.b, ch.h};
     const int n = ch.n, last = n - 1;
-    __syncthreads();  // the previous chunk's carry update and its readers of ss are done
-    load_scan_coeffs(a, bh, chunk, n, true, ss);
-    store_slabs(dS, dM, K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
-      const int r = idx / vc, j = idx % vc;
-      float e = 0.0f;
-      for (int i = r; i < n; ++i) e += ss.E[i * n + r] * hv.dO(ch.t0 + i)[v0 + j];
-      const float* kr = hv.k(ch.t0 + r);
-      float ts = 0.0f, tm = 0.0f;
-      for (int64_t m = 0; m < K; ++m) {
-        ts += kr[m] * dS[m * kN + j];
-        tm += kr[m] * dM[m * kN + j];
+    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done
+    const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
+    const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
+    fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+    fill_square(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+    tile::load(sD, ch.in(a, a.d_o, V, v0), a.H * V, n, vc);
+    sh.store(K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
+    // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
+    tile::Acc xs, xm, xe;
+    xs.zero(), xm.zero(), xe.zero();
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      __syncthreads();
+      L::mma<false, false>(sK, sh.x(kt), xs);
+      L::mma<false, false>(sK, sh.y(kt), xm);
+      __syncthreads();
+    }
+    __syncthreads();  // sE, sD filled (also when K = 0)
+    L::mma<true, false>(sE, sD, xe);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        sX[r * kLd + c] = r < n ? xe.v[i][j] + cs.eta[r] * (sh.gl[r] * xs.v[i][j] - sh.ul[r] * xm.v[i][j]) : 0.0f;
       }
-      dVT[r * kN + j] = e + cs.eta[r] * (ss.gl[r] * ts - ss.ul[r] * tm);
-    }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n * vc; idx += blockDim.x) {
-      const int r = idx / vc, j = idx % vc;
-      float t = 0.0f;
-      for (int i = r; i < n; ++i) t += ss.T[i * n + r] * dVT[i * kN + j];
-      dR[r * kN + j] = t;
-      a.dv[hv.tok(ch.t0 + r) * V + v0 + j] = t;
-    }
+    tile::Acc xr;
+    xr.zero();
+    L::mma<true, false>(sT, sX, xr);
+    tile::store_acc<L>(xr, ch.in(a, a.dv, V, v0), a.H * V, n, vc, tile::Same{});
     if (chunk == 0) break;  // no one reads the gradients of the initial states
-    __syncthreads();
-    for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
-      const int64_t m = idx / vc;
-      const int j = static_cast<int>(idx % vc);
-      const float g = dS[m * kN + j], h = dM[m * kN + j];
-      float sg = cs.abar[last] * g, sh = -cs.bb[last] * g + cs.mbar[last] * h;
-      for (int i = 0; i < n; ++i) {
-        const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-        const float qo = hv.q(ch.t0 + i)[m] * hv.dO(ch.t0 + i)[v0 + j];
-        const float pr = cs.alpha[i] * hv.k(ch.t0 + i)[m] * dR[i * kN + j];
-        sg += cs.abar[i] * qo - am * pr;
-        sh += -cs.bb[i] * qo + bm * pr;
+    __syncthreads();        // readers of E, 𝒯, dO, dṼ are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j), e = r * kLd + c;
+        const bool in = r < n;
+        const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+        const float d = sD[e];  // zero in padded rows and columns
+        sD[e] = in ? cs.abar[r] * d : 0.0f;
+        sE[e] = in ? -cs.bb[r] * d : 0.0f;
+        sT[e] = in ? -cs.alpha[r] * am * xr.v[i][j] : 0.0f;
+        sX[e] = in ? cs.alpha[r] * bm * xr.v[i][j] : 0.0f;
       }
-      dS[m * kN + j] = sg;
-      dM[m * kN + j] = sh;
+    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      const int kc = tile::tile_cols(K, kt * kN);
+      float *Sk = sh.x(kt), *Mk = sh.y(kt);
+      tile::Acc ns, nm;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          ns.v[i][j] = aC * Sk[e];
+          nm.v[i][j] = -bC * Sk[e] + mC * Mk[e];
+        }
+      tile::load(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
+      __syncthreads();
+      L::mma<true, false>(sK, sD, ns);
+      L::mma<true, false>(sK, sE, nm);
+      __syncthreads();
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+      __syncthreads();
+      L::mma<true, false>(sK, sT, ns);
+      L::mma<true, false>(sK, sX, nm);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          Sk[e] = ns.v[i][j];
+          Mk[e] = nm.v[i][j];
+        }
+      __syncthreads();  // readers of sK are done
     }
   }
 }
@@ -755,10 +837,9 @@ size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); 
 // The forward pipeline (coef, scan, out), shared by mdn_chunk_fwd and the backward's recompute (without out).
 void run_forward(const MdnArgs& a, bool with_out, cudaStream_t stream) {
   const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
-  const dim3 per_tile(static_cast<unsigned>(ceil_div(a.V, kN)), static_cast<unsigned>(a.B * a.H));
   tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, tile::smem_bytes(2, coef_bytes(a.C)), stream, a);
   if (a.V == 0) return;
-  tile::launch("mdn chunk", a.K, mdn_scan_kernel, per_tile, floats_bytes(scan_floats(a.K, a.C, false)), stream, a);
+  tile::launch("mdn chunk", a.K, mdn_scan_kernel, scan_grid(a.V, a.B * a.H), scan_bytes(a.K, a.C), stream, a);
   if (with_out)
     tile::launch("mdn chunk", a.K, mdn_out_kernel, per_chunk,
                  tile::smem_bytes(5, padded_bytes(kChunkVectors * a.C)), stream, a);
@@ -802,10 +883,9 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   args.deta = deta;
   run_forward(args, false, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  const dim3 per_tile(static_cast<unsigned>(ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads));
   if (value_dim > 0)
-    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, per_tile, floats_bytes(scan_floats(key_dim, chunk_size, true)),
-                 stream, args);
+    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, scan_grid(value_dim, batch * heads),
+                 scan_bytes(key_dim, chunk_size), stream, args);
   tile::launch("mdn chunk", key_dim, mdn_brow_kernel, per_chunk, tile::smem_bytes(4, 0), stream, args);
   const int64_t C = chunk_size;
   tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,

@@ -218,9 +218,9 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. Chunk-parallel (see
 // mdn.cu). `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes: per chunk per (batch, head) the chunk's
 // coefficients (7 C² + 8 C floats), both entering states (2 K V) and Ṽ (C V); the backward adds both exit state
-// gradients (2 K V) and 8 C K floats. Shared memory per block at most 2 (K + C) 64 + 2 C² + 10 C floats
-// (value-tile scans; 199 KB at K = 256, C = 64) and 11 C² + 13 C floats (183 KB at C = 64); a key_dim whose
-// scan does not fit in 227 KiB is refused (llmt::Error).
+// gradients (2 K V), 8 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 5 + 2 ceil(K / 64)
+// tiles of 64 x 65 floats plus 10 C floats (214 KB at K = 256, C = 64; a larger key_dim is refused with
+// llmt::Error), the per-chunk backward kernel 11 C² + 13 C floats (183 KB at C = 64).
 constexpr int64_t kMdnMaxChunk = 64;
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
