@@ -276,7 +276,7 @@ constexpr size_t scan_bytes(int64_t K, int64_t C) {
 
 // Shared memory of a scan (scan_bytes): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:] [C]; the work
 // tiles w; the slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of key tile kt at x(kt), Y at
-// y(kt).
+// y(kt). Constructed by all threads; zeroes the slabs (no barrier).
 struct ScanShared {
   ChunkSmem cs;
   float *gl, *ul;
