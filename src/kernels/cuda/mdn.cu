@@ -14,8 +14,8 @@
 //   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
 //                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
 //                             and carries (dS, dM) to the chunk start;
-//   brow   (chunks, B H)      the products over V: dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
-//                             dM Ṽ_i;
+//   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
+//                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
 //   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
 // The segment sums Σ_{u=r+1..i} log α_u and Σ_{u=j+1..r} log μ_u are formed directly in double (never as a
 // difference of cumsums), so every exponent is <= 0, log μ = -inf gives exact zeros (μ = 0: GDN) and μ << α
@@ -56,7 +56,7 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. Global scratch (ScratchLayout):
 // coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
 // chunk), vt [B H, NC C, V] (Ṽ), and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each
-// chunk), rowk [B H, NC, 8, C, K] (per-row key vectors of the chunk kernel) and dew [B H, NC, 2, 64, 64]
+// chunk), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o;
@@ -133,6 +133,13 @@ __device__ const float* image_matrix(const float* img, int64_t C, ChunkMatrix m)
 /// dst[i] = src[i] for i < n (block-strided; no barrier).
 __device__ void copy_floats(float* dst, const float* src, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+/// Slots [C, K] of a chunk's rowk scratch: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i, the key-side
+/// sums of dq, dp, dk̂ (brow), then dk̂, dp (bchunk).
+enum RowkSlot { kSdO, kMdO, kSdR, kMdR, kGV, kHV, kEK, kWK, kKQP, kDKH, kDP, kRowkSlots };
+/// Slot `slot` of chunk `chunk` of (batch, head) bh in the rowk scratch.
+__device__ float* rowk_slot(const MdnArgs& a, int64_t bh, int64_t chunk, RowkSlot slot) {
+  return a.rowk + ((bh * a.NC + chunk) * kRowkSlots + slot) * a.C * a.K;
 }
 /// The (dO Ṽ^T, dR Ṽ^T) pair [2, 64, 64] of `chunk` of (batch, head) bh.
 __device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) {
@@ -573,9 +580,11 @@ __device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, con
   }
 }
 
-// brow kernel, grid (NC, B H): the backward's products over the value dimension for one chunk, on 64 x 64 shared
-// tiles (tile::Simt): dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) and per key tile the rowk rows [i][m] S_0 dO_i,
-// M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i (dR = dv from bscan). Rows >= n are zero padding. Shared: 4 tiles.
+// brow kernel, grid (NC, B H): the backward's products for one chunk on 64 x 64 shared tiles (tile::Simt):
+// dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
+// dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
+// M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
+// padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 tiles.
 __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   using L = tile::Simt;
@@ -583,7 +592,13 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   const int n = ch.n;
   tile::Carve cv{smem};
+  ChunkSmem cs;
+  carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
   float* const t[4] = {cv.tile(), cv.tile(), cv.tile(), cv.tile()};
+  float *sEG = cv.tile(), *sWG = cv.tile();
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float* G = image_matrix(img, C, kG);
+  copy_floats(cs.la, img, kChunkVectors * C);
   const VRows dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
       VT{ch.rows(a, a.vt, V, 0), V, n};
   tile::Acc x, y;
@@ -592,22 +607,48 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   float* dew = dew_pair(a, ch.bh, ch.chunk);
   tile::store_acc<L>(x, dew, kN, kN, kN, tile::Same{});
   tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j), e = r * tile::kLd + c;
+      sEG[e] = r < n && c <= r ? x.v[i][j] * G[r * n + c] : 0.0f;
+      sWG[e] = r < n && c < r ? -y.v[i][j] * G[(r - 1) * n + c] : 0.0f;
+    }
   const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
   const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
-  float* rowk = a.rowk + (ch.bh * a.NC + ch.chunk) * 8 * C * K;
+  const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile::tile_cols(K, k0);
     const VRows s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc}, h{dS + KV + k0 * V, V, kc};
-    // rowk slots 2p, 2p + 1: (S_0 dO, M_0 dO), (S_0 dR, M_0 dR), (dS Ṽ, dM Ṽ).
-    const auto pair = [&](int p, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2) {
+    const auto pair = [&](RowkSlot p, RowkSlot q, const VRows& a1, const VRows& b1, const VRows& a2,
+                          const VRows& b2) {
       x.zero(), y.zero();
       products_over_v(V, a1, b1, a2, b2, t, x, y);
-      tile::store_acc<L>(x, rowk + 2 * p * C * K + k0, K, n, kc, tile::Same{});
-      tile::store_acc<L>(y, rowk + (2 * p + 1) * C * K + k0, K, n, kc, tile::Same{});
+      tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
+      tile::store_acc<L>(y, slot(q) + k0, K, n, kc, tile::Same{});
     };
-    pair(0, dO, s, dO, m);
-    pair(1, dR, s, dR, m);
-    pair(2, VT, g, VT, h);
+    pair(kSdO, kMdO, dO, s, dO, m);
+    pair(kSdR, kMdR, dR, s, dR, m);
+    pair(kGV, kHV, VT, g, VT, h);
+    // dEG K̂, dWG K̂ (K̂ = η k), dEG^T Q + dWG^T P (P = α k), summed over the chunk's rows in order.
+    const float *kk = ch.in(a, a.k, K, k0), *qq = ch.in(a, a.q, K, k0);
+    x.zero(), y.zero();
+    tile::load(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
+    tile::load(t[1], qq, a.H * K, n, kc);
+    __syncthreads();
+    L::mma<false, false>(sEG, t[0], x);
+    L::mma<false, false>(sWG, t[0], y);
+    tile::store_acc<L>(x, slot(kEK) + k0, K, n, kc, tile::Same{});
+    tile::store_acc<L>(y, slot(kWK) + k0, K, n, kc, tile::Same{});
+    x.zero();
+    L::mma<true, false>(sEG, t[1], x);
+    __syncthreads();
+    tile::load(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
+    __syncthreads();
+    L::mma<true, false>(sWG, t[0], x);
+    tile::store_acc<L>(x, slot(kKQP) + k0, K, n, kc, tile::Same{});
+    __syncthreads();
   }
 }
 
@@ -619,7 +660,7 @@ constexpr int kBwdVectors = 5, kBwdMatrices = 4;
 // bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the chunk
 // (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch (rowk, per chunk [8, C, K]): S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i (from brow), dk̂, dp.
+// Scratch: the chunk's rowk slots (RowkSlot).
 // Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
 __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -644,14 +685,10 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   const float* M0 = S0 + KV;
   const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
   const float* dM = dS + KV;
-  float* SdO = a.rowk + (ch.bh * a.NC + ch.chunk) * 8 * C * K;
-  float* MdO = SdO + C * K;
-  float* SdR = MdO + C * K;
-  float* MdR = SdR + C * K;
-  float* GV = MdR + C * K;
-  float* HV = GV + C * K;
-  float* dKH = HV + C * K;
-  float* dP = dKH + C * K;
+  const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
+  const float *SdO = slot(kSdO), *MdO = slot(kMdO), *SdR = slot(kSdR), *MdR = slot(kMdR), *GV = slot(kGV),
+              *HV = slot(kHV), *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
+  float *dKH = slot(kDKH), *dP = slot(kDP);
   copy_floats(reinterpret_cast<float*>(smem), coef_image(a, ch.bh, ch.chunk), coef_floats(C));
   __syncthreads();
   // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
@@ -706,26 +743,15 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   }
   // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
   // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
-  // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i.
+  // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i
+  // (the sums over j and r from brow: EK, WK, KQP).
   for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
     const int i = static_cast<int>(idx / K);
     const int64_t m = idx % K;
     const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-    float dq = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx];
-    float dp = -am * SdR[idx] + bm * MdR[idx];
-    for (int j = 0; j <= i; ++j) {
-      const float kj = cs.eta[j] * hv.k(c0 + j)[m];
-      dq += dE[i * n + j] * cs.G[i * n + j] * kj;
-      if (j < i) dp += dW[i * n + j] * cs.G[(i - 1) * n + j] * kj;
-    }
-    float dkh = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx];
-    for (int r = i; r < n; ++r) {
-      dkh += dE[r * n + i] * cs.G[r * n + i] * hv.q(c0 + r)[m];
-      if (r > i) dkh += dW[r * n + i] * cs.G[(r - 1) * n + i] * cs.alpha[r] * hv.k(c0 + r)[m];
-    }
-    a.dq[hv.tok(c0 + i) * K + m] = dq;
-    dP[idx] = dp;
-    dKH[idx] = dkh;
+    a.dq[hv.tok(c0 + i) * K + m] = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx] + EK[idx];
+    dP[idx] = -am * SdR[idx] + bm * MdR[idx] + WK[idx];
+    dKH[idx] = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
   }
   __syncthreads();
 
@@ -813,7 +839,7 @@ struct ScratchLayout {
     fwd_end = vt + bh * nc * C * V;
     dstates = fwd_end;
     rowk = dstates + bh * nc * 2 * K * V;
-    dew = rowk + bh * nc * 8 * C * K;
+    dew = rowk + bh * nc * kRowkSlots * C * K;
     bwd_end = dew + bh * nc * 2 * kN * kN;
   }
 };
@@ -886,7 +912,8 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   if (value_dim > 0)
     tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, scan_grid(value_dim, batch * heads),
                  scan_bytes(key_dim, chunk_size), stream, args);
-  tile::launch("mdn chunk", key_dim, mdn_brow_kernel, per_chunk, tile::smem_bytes(4, 0), stream, args);
+  tile::launch("mdn chunk", key_dim, mdn_brow_kernel, per_chunk,
+               tile::smem_bytes(6, padded_bytes(kChunkVectors * chunk_size)), stream, args);
   const int64_t C = chunk_size;
   tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
                floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);

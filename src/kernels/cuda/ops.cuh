@@ -218,7 +218,7 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. Chunk-parallel (see
 // mdn.cu). `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes: per chunk per (batch, head) the chunk's
 // coefficients (7 C² + 8 C floats), both entering states (2 K V) and Ṽ (C V); the backward adds both exit state
-// gradients (2 K V), 8 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 5 + 2 ceil(K / 64)
+// gradients (2 K V), 11 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 5 + 2 ceil(K / 64)
 // tiles of 64 x 65 floats plus 10 C floats (214 KB at K = 256, C = 64; a larger key_dim is refused with
 // llmt::Error), the per-chunk backward kernel 11 C² + 13 C floats (183 KB at C = 64).
 constexpr int64_t kMdnMaxChunk = 64;
