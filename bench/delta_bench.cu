@@ -1,6 +1,7 @@
-// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*) at
-// the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads, B=4, T=4096,
-// H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. Forward and forward + backward, timed with CUDA events over
+// GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
+// mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
+// B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. MDN gates:
+// log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). Forward and forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
 // Usage: delta_bench [iterations]   (default 10)
 #include <cuda_runtime.h>
@@ -32,12 +33,12 @@ struct Shape {
   int64_t B, T, H, K, V;
 };
 
-enum class Core { kGdn, kComba, kKda };
+enum class Core { kGdn, kComba, kKda, kMdn };
 
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
-// [B, T, H, K].
+// [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added.
 void bench_core(const Shape& s, int iters, Core core) {
-  const bool comba = core == Core::kComba, kda = core == Core::kKda;
+  const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   const int64_t ng = kda ? nk : nb;
   const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));  // rows of norm about 1
@@ -47,17 +48,23 @@ void bench_core(const Shape& s, int iters, Core core) {
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(ng, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
   float *p = random_buffer(nk, 2, -0.9f * amp, 0.9f * amp), *dp = random_buffer(nk, 13, 0.f, 0.f);
+  float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
+  float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   void* scratch = nullptr;
-  const size_t bytes = kda ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
-                                      llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
-                           : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
-                                      llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
+  const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
+                                        llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
+                       : mdn ? std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
+                                        llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
+                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
+                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
   const auto fwd = [&] {
     if (comba)
       llmt::cuda::comba_chunk_fwd(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (kda)
       llmt::cuda::kda_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+    else if (mdn)
+      llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
   };
@@ -67,15 +74,18 @@ void bench_core(const Shape& s, int iters, Core core) {
                                   nullptr);
     else if (kda)
       llmt::cuda::kda_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
+    else if (mdn)
+      llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, dlm,
+                                deta, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
   };
   const float f = bench::time_ms(iters, fwd);
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
-  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : kda ? "KDA" : "GDN", s.name,
+  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : kda ? "KDA" : mdn ? "MDN" : "GDN", s.name,
               static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K),
               static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / (1 << 20));
-  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp}) BENCH_CHECK(cudaFree(x));
+  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -88,5 +98,6 @@ int main(int argc, char** argv) {
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) bench_core(s, iters, core);
   bench_core(a, iters, Core::kKda);
+  for (const Shape& s : {a, c}) bench_core(s, iters, Core::kMdn);
   return 0;
 }

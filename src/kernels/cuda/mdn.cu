@@ -1,20 +1,36 @@
 // MDN (Momentum DeltaNet) core, chunked, fp32 (mdn.md §6.2 with the stable coefficients of §6.4, §6.5 for a
 // shorter last chunk; backward §7.3), zero initial states. Mirrors src/kernels/cpu/mdn.cpp (mdn_chunk_fwd,
-// mdn_chunk_bwd) step by step. Design (correctness first, as gdn.cu): one thread block (kMdnThreads threads)
-// per (batch, head) walks the chunks in order; the two K x V states S (memory) and M (momentum) and the
-// per-chunk [C, V] / [C, K] factors live in global scratch (per block), the C x C matrices (L_A, L_U, Γ, the
-// key products, W, 𝒯 = (I + W)^{-1}, and the backward's dE, dW, dΓ, ...) in dynamic shared memory.
+// mdn_chunk_bwd) step by step. Chunk-parallel design (layers-delta.md §6, as gdn_comba.cu / kda.cu), 256 threads
+// (tile::kThreads) per block, grids built with tile::launch; products over K or V on the 64 x 64 shared tiles of
+// delta_tile.cuh (tile::Simt, exact fp32):
+//   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
+//                             W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
+//                             that later kernels copy back into shared memory;
+//   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
+//                             memory; stores each chunk's entering states (S_0, M_0) and its corrected values Ṽ
+//                             (what a saved-residuals mode would keep);
+//   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
+// The backward recomputes coef + scan, then
+//   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
+//                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
+//                             and carries (dS, dM) to the chunk start;
+//   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
+//                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
+//   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
 // The segment sums Σ_{u=r+1..i} log α_u and Σ_{u=j+1..r} log μ_u are formed directly in double (never as a
 // difference of cumsums), so every exponent is <= 0, log μ = -inf gives exact zeros (μ = 0: GDN) and μ << α
 // loses nothing to cancellation. Every output and scratch element is computed by one thread with a fixed
-// summation order and block reductions use a fixed tree: deterministic, no atomics.
-// The backward first recomputes the chunk-start states (S, M) by a forward scan into scratch
-// ([chunks, 2, K, V] per block), then processes the chunks in reverse, carrying (dL/dS, dL/dM).
+// summation order and block reductions use a fixed tree: deterministic, no atomics. Value columns are
+// independent in the scans (every state column j depends only on column j of V, dO, Ṽ, dR), so a value tile's
+// scan is exact without the others.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
+
+using tile::kN;
 
 /// Σ_i x[i] y[i] in index order (fp32 fma).
 __device__ inline float dotf(const float* x, const float* y, int64_t n) {
@@ -36,24 +52,17 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
   }
 }
 
-/// Launches kernel<<<B * H blocks, threads, smem>>>(args) after allowing `smem` bytes of dynamic shared memory.
-template <typename Kernel, typename Args>
-void launch_per_head(Kernel kernel, const Args& args, int threads, size_t smem, cudaStream_t stream) {
-  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(args.B * args.H), threads, smem, stream>>>(args);
-  LLMT_CUDA_CHECK_LAUNCH();
-}
-
-constexpr int kMdnThreads = 256;
-
 // Arguments of the MDN kernels: q, k [B, T, H, K]; v, o, d_o [B, T, H, V]; la (log α), beta, lm (log μ),
-// eta [B, T, H]; gradients shaped as their inputs; chunks = ceil(T / C); per-block scratch. The forward leaves
-// d_o and the gradients null, the backward o.
+// eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. Global scratch (ScratchLayout):
+// coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
+// chunk), vt [B H, NC C, V] (Ṽ), and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each
+// chunk), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
+// (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o;
-  int64_t B, T, H, K, V, C, chunks;
+  int64_t B, T, H, K, V, C, NC;
   float *o, *dq, *dk, *dv, *dla, *dbeta, *dlm, *deta;
-  float* scratch;
+  float *coef, *states, *vt, *dstates, *rowk, *dew;
 };
 
 // Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
@@ -63,8 +72,6 @@ struct HeadView {
   __device__ int64_t tok(int64_t t) const { return (b * a.T + t) * a.H + h; }  // index into [B, T, H]
   __device__ const float* q(int64_t t) const { return a.q + tok(t) * a.K; }
   __device__ const float* k(int64_t t) const { return a.k + tok(t) * a.K; }
-  __device__ const float* v(int64_t t) const { return a.v + tok(t) * a.V; }
-  __device__ const float* dO(int64_t t) const { return a.d_o + tok(t) * a.V; }
 };
 
 // The chunk-local coefficients in shared memory (mdn.md §6.1, §6.4; 0-based rows, row -1 is the chunk-start
@@ -77,16 +84,37 @@ struct ChunkSmem {
   float *la, *lm, *beta, *eta, *alpha, *abar, *mbar, *bb;
   float *LA, *LU, *G, *QK, *PK, *W, *T;
 };
-constexpr int kChunkVectors = 8, kChunkMatrices = 7;
 
-// Carves a ChunkSmem from `s` (kChunkVectors * C + kChunkMatrices * C * C floats); returns the first float after it.
-__device__ float* carve_chunk(float* s, int64_t C, ChunkSmem& cs) {
+constexpr int kChunkVectors = 8, kChunkMatrices = 7;
+/// Matrix slots of a ChunkSmem image (the order of carve_chunk).
+enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kW, kT };
+
+/// Floats of one ChunkSmem (and of its image in the coef scratch): 8 vectors [C], then 7 matrices [C, C] of which
+/// the leading n x n (row stride n, n the chunk's length) are used.
+__host__ __device__ constexpr int64_t coef_floats(int64_t C) { return kChunkVectors * C + kChunkMatrices * C * C; }
+
+/// Bytes of n floats rounded up to 16 (what tile::Carve::take<float>(n) advances).
+__host__ __device__ constexpr size_t padded_bytes(int64_t n) {
+  return (sizeof(float) * static_cast<size_t>(n) + 15) / 16 * 16;
+}
+/// Bytes of a ChunkSmem rounded up to 16 (where the coef kernel's tiles start).
+__host__ __device__ constexpr size_t coef_bytes(int64_t C) { return padded_bytes(coef_floats(C)); }
+
+/// Points the vectors of `cs` at `s` (kChunkVectors * C floats, order la, lm, beta, eta, alpha, abar, mbar, bb);
+/// returns the first float after them.
+__device__ float* carve_vectors(float* s, int64_t C, ChunkSmem& cs) {
   float** vectors[kChunkVectors] = {&cs.la, &cs.lm, &cs.beta, &cs.eta, &cs.alpha, &cs.abar, &cs.mbar, &cs.bb};
-  float** matrices[kChunkMatrices] = {&cs.LA, &cs.LU, &cs.G, &cs.QK, &cs.PK, &cs.W, &cs.T};
   for (float** v : vectors) {
     *v = s;
     s += C;
   }
+  return s;
+}
+
+// Carves a ChunkSmem from `s` (coef_floats(C) floats); returns the first float after it.
+__device__ float* carve_chunk(float* s, int64_t C, ChunkSmem& cs) {
+  s = carve_vectors(s, C, cs);
+  float** matrices[kChunkMatrices] = {&cs.LA, &cs.LU, &cs.G, &cs.QK, &cs.PK, &cs.W, &cs.T};
   for (float** m : matrices) {
     *m = s;
     s += C * C;
@@ -94,8 +122,40 @@ __device__ float* carve_chunk(float* s, int64_t C, ChunkSmem& cs) {
   return s;
 }
 
-// §6.4 for tokens [c0, c0 + n): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
-__device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkSmem& cs) {
+/// The coef-scratch image of chunk `chunk` of (batch, head) bh.
+__device__ float* coef_image(const MdnArgs& a, int64_t bh, int64_t chunk) {
+  return a.coef + (bh * a.NC + chunk) * coef_floats(a.C);
+}
+/// Matrix `m` of an image.
+__device__ const float* image_matrix(const float* img, int64_t C, ChunkMatrix m) {
+  return img + kChunkVectors * C + static_cast<int64_t>(m) * C * C;
+}
+/// dst[i] = src[i] for i < n (block-strided; no barrier).
+__device__ void copy_floats(float* dst, const float* src, int64_t n) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+/// Slots [C, K] of a chunk's rowk scratch: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i, the key-side
+/// sums of dq, dp, dk̂ (brow), then dk̂, dp (bchunk).
+enum RowkSlot { kSdO, kMdO, kSdR, kMdR, kGV, kHV, kEK, kWK, kKQP, kDKH, kDP, kRowkSlots };
+/// Slot `slot` of chunk `chunk` of (batch, head) bh in the rowk scratch.
+__device__ float* rowk_slot(const MdnArgs& a, int64_t bh, int64_t chunk, RowkSlot slot) {
+  return a.rowk + ((bh * a.NC + chunk) * kRowkSlots + slot) * a.C * a.K;
+}
+/// The (dO Ṽ^T, dR Ṽ^T) pair [2, 64, 64] of `chunk` of (batch, head) bh.
+__device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) {
+  return a.dew + (bh * a.NC + chunk) * 2 * kN * kN;
+}
+/// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor.
+__device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
+  return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
+}
+
+// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
+// tiles: two shared tiles for the key products. Reached by all threads; ends with a barrier.
+__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, float* const tiles[2]) {
+  const HeadView hv{a, ch.b, ch.h};
+  const int64_t c0 = ch.t0;
+  const int n = ch.n;
   const int64_t K = hv.a.K;
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
     const int64_t t = hv.tok(c0 + r);
@@ -132,24 +192,35 @@ __device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkS
     cs.mbar[i] = expf(static_cast<float>(su));
   }
   __syncthreads();
-  // Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r;  the key products.
+  // Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, j = idx % n;
-    float g = 0.0f, qk = 0.0f, pk = 0.0f;
-    if (j <= i) {
+    float g = 0.0f;
+    if (j <= i)
       for (int r = j; r <= i; ++r) g += cs.LA[i * n + r] * cs.beta[r] * cs.LU[r * n + j];
-      qk = cs.eta[j] * dotf(hv.q(c0 + i), hv.k(c0 + j), K);
-      if (j < i) pk = cs.alpha[i] * cs.eta[j] * dotf(hv.k(c0 + i), hv.k(c0 + j), K);
-    }
     cs.G[idx] = g;
-    cs.QK[idx] = qk;
-    cs.PK[idx] = pk;
   }
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     float s = 0.0f;
     for (int r = 0; r <= i; ++r) s += cs.LA[i * n + r] * cs.beta[r] * cs.mbar[r];
     cs.bb[i] = s;
   }
+  // The key products on the shared tiles (Q rows, K rows), key tiles in order:
+  // QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0.
+  tile::Acc xq, xp;
+  xq.zero(), xp.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile::tile_cols(K, k0);
+    tile::load(tiles[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
+    tile::load(tiles[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
+    __syncthreads();
+    tile::Simt::mma<false, true>(tiles[0], tiles[1], xq);
+    tile::Simt::mma<false, true>(tiles[1], tiles[1], xp);
+    __syncthreads();
+  }
+  tile::store_acc<tile::Simt>(xq, cs.QK, n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
+  tile::store_acc<tile::Simt>(xp, cs.PK, n, n, n,
+                              [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
   __syncthreads();
   // W_ij = Γ_{i-1,j} p_i·k̂_j (j < i); 𝒯 starts as the identity.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -161,112 +232,445 @@ __device__ void chunk_coeffs(const HeadView& hv, int64_t c0, int n, const ChunkS
   tril_inverse(cs.W, cs.T, n);
 }
 
-// Ṽ [n, V] = 𝒯 R with R_i = v_i - ᾱ_{i-1} S_0^T p_i + b_{i-1} M_0^T p_i (§6.2; ᾱ_{-1} = 1, b_{-1} = 0).
-// R [n, V] is scratch. S0, M0 [K, V]: the states entering the chunk.
-__device__ void residuals(const HeadView& hv, int64_t c0, int n, const ChunkSmem& cs, const float* S0,
-                          const float* M0, float* R, float* VT) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    const float* ki = hv.k(c0 + i);
-    float sp = 0.0f, mp = 0.0f;
-    for (int64_t m = 0; m < K; ++m) {
-      sp += S0[m * V + j] * ki[m];
-      mp += M0[m * V + j] * ki[m];
-    }
-    const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-    R[idx] = hv.v(c0 + i)[j] - cs.alpha[i] * (am * sp - bm * mp);
-  }
-  __syncthreads();
-  for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / V);
-    const int64_t j = idx % V;
-    float s = 0.0f;
-    for (int r = 0; r <= i; ++r) s += cs.T[i * n + r] * R[r * V + j];
-    VT[idx] = s;
-  }
-  __syncthreads();
-}
-
-// (S, M) <- (ᾱ_n S_0 - b_n M_0 + K̂^T Diag(Γ_{n,:}) Ṽ,  μ̄_n M_0 - K̂^T Diag(L_U[n,:]) Ṽ) from the pre-chunk
-// states (§6.2). S_out, M_out may alias S_in, M_in: each element is read and written by one thread.
-__device__ void advance_states(const HeadView& hv, int64_t c0, int n, const ChunkSmem& cs, const float* VT,
-                               const float* S_in, const float* M_in, float* S_out, float* M_out) {
-  const int64_t K = hv.a.K, V = hv.a.V;
-  const int last = n - 1;
-  const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
-  for (int64_t idx = threadIdx.x; idx < K * V; idx += blockDim.x) {
-    const int64_t m = idx / V, j = idx % V;
-    const float s0 = S_in[idx], m0 = M_in[idx];
-    float s = aC * s0 - bC * m0, mm = mC * m0;
-    for (int r = 0; r < n; ++r) {
-      const float x = cs.eta[r] * hv.k(c0 + r)[m] * VT[r * V + j];
-      s += cs.G[last * n + r] * x;
-      mm -= cs.LU[last * n + r] * x;
-    }
-    S_out[idx] = s;
-    M_out[idx] = mm;
-  }
-  __syncthreads();
-}
-
-// Forward: per chunk the coefficients, Ṽ, O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ, then both
-// states. Scratch per block: S, M [K, V], R, Ṽ [C, V]. Shared: one ChunkSmem.
-__global__ void __launch_bounds__(kMdnThreads) mdn_chunk_fwd_kernel(MdnArgs a) {
-  extern __shared__ float smem[];
-  const int64_t C = a.C, K = a.K, V = a.V;
+// coef kernel, grid (NC, B H): chunk_coeffs for one chunk, then the whole ChunkSmem copied to its coef image.
+// Shared: coef_bytes(C), then 2 tiles.
+__global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  float* s = reinterpret_cast<float*>(smem);
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   ChunkSmem cs;
-  carve_chunk(smem, C, cs);
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  float* S = a.scratch + bh * (2 * K * V + 2 * C * V);
-  float* M = S + K * V;
-  float* R = M + K * V;
-  float* VT = R + C * V;
-  for (int64_t idx = threadIdx.x; idx < 2 * K * V; idx += blockDim.x) S[idx] = 0.0f;
-  __syncthreads();
-  for (int64_t c0 = 0; c0 < a.T; c0 += C) {
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C);
-    chunk_coeffs(hv, c0, n, cs);
-    residuals(hv, c0, n, cs, S, M, R, VT);
-    for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      const float* qi = hv.q(c0 + i);
-      float sq = 0.0f, mq = 0.0f;
-      for (int64_t m = 0; m < K; ++m) {
-        sq += S[m * V + j] * qi[m];
-        mq += M[m * V + j] * qi[m];
-      }
-      float s = cs.abar[i] * sq - cs.bb[i] * mq;
-      for (int r = 0; r <= i; ++r) s += cs.G[i * n + r] * cs.QK[i * n + r] * VT[r * V + j];
-      a.o[hv.tok(c0 + i) * V + j] = s;
-    }
-    __syncthreads();
-    advance_states(hv, c0, n, cs, VT, S, M, S, M);
+  carve_chunk(s, a.C, cs);
+  tile::Carve cv{smem + coef_bytes(a.C)};
+  float* const t[2] = {cv.tile(), cv.tile()};
+  chunk_coeffs(a, ch, cs, t);
+  copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
+}
+
+/// Copies chunk `chunk`'s vectors (into cs) and the last rows gl = Γ_{n-1,:}, ul = L_U[n-1,:] from its coef image
+/// (no barrier). Returns the image.
+__device__ const float* load_chunk_vectors(const MdnArgs& a, int64_t bh, int64_t chunk, int n, const ChunkSmem& cs,
+                                           float* gl, float* ul) {
+  const int64_t C = a.C;
+  const float* img = coef_image(a, bh, chunk);
+  copy_floats(cs.la, img, kChunkVectors * C);
+  const float *G = image_matrix(img, C, kG), *LU = image_matrix(img, C, kLU);
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    gl[r] = G[(n - 1) * n + r];
+    ul[r] = LU[(n - 1) * n + r];
+  }
+  return img;
+}
+
+/// s[r][c] = f(r, c) for r, c < n, else 0 (a 64 x 64 shared tile; no barrier).
+template <typename F>
+__device__ void fill_square(float* s, int n, F f) {
+  for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+    const int r = idx / kN, c = idx % kN;
+    s[r * tile::kLd + c] = r < n && c < n ? f(r, c) : 0.0f;
   }
 }
 
-// The backward's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
+/// Key tiles of K.
+__host__ __device__ constexpr int64_t key_tiles(int64_t K) { return (K + kN - 1) / kN; }
+
+constexpr int kScanWork = 5;  // work tiles of a scan
+
+/// Shared bytes of a scan: the vectors, gl, ul (kChunkVectors * C + 2 C floats), kScanWork work tiles and the two
+/// state(-gradient) slabs as 2 key_tiles(K) tiles.
+constexpr size_t scan_bytes(int64_t K, int64_t C) {
+  return tile::smem_bytes(kScanWork + 2 * static_cast<int>(key_tiles(K)), padded_bytes(kChunkVectors * C + 2 * C));
+}
+
+// Shared memory of a scan (scan_bytes): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:] [C]; the work
+// tiles w; the slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of key tile kt at x(kt), Y at
+// y(kt). Constructed by all threads; zeroes the slabs (no barrier).
+struct ScanShared {
+  ChunkSmem cs;
+  float *gl, *ul;
+  float* w[kScanWork];
+  float* slabs;
+  int64_t KT;
+  __device__ ScanShared(char* smem, int64_t K, int64_t C) : KT(key_tiles(K)) {
+    tile::Carve cv{smem};
+    gl = carve_vectors(cv.take<float>(kChunkVectors * C + 2 * C), C, cs);
+    ul = gl + C;
+    for (float*& t : w) t = cv.tile();
+    slabs = cv.take<float>(2 * KT * tile::kTileFloats);
+    for (int64_t idx = threadIdx.x; idx < 2 * KT * tile::kTileFloats; idx += blockDim.x) slabs[idx] = 0.0f;
+  }
+  __device__ float* x(int64_t kt) const { return slabs + kt * tile::kTileFloats; }
+  __device__ float* y(int64_t kt) const { return slabs + (KT + kt) * tile::kTileFloats; }
+  /// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = (X, Y) (no barrier).
+  __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, float* dst) const {
+    for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
+      const int64_t m = idx / vc, kt = m / kN;
+      const int j = static_cast<int>(idx % vc), e = static_cast<int>(m % kN) * tile::kLd + j;
+      dst[m * V + v0 + j] = x(kt)[e];
+      dst[K * V + m * V + v0 + j] = y(kt)[e];
+    }
+  }
+};
+
+/// The scans' grid: value tiles x (batch, head).
+dim3 scan_grid(int64_t V, int64_t BH) {
+  return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
+}
+
+// scan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64
+// shared tiles (tile::Simt): store (S_0, M_0); R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i)
+// (ᾱ_{-1} = 1, b_{-1} = 0); Ṽ = 𝒯 R (stored); then per key tile
+// (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
+// Shared: ScanShared with the work tiles sK (the chunk's key rows of one key tile), sA (R, then η Γ_{n,:} ⊙ Ṽ
+// rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded).
+__global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  constexpr int kLd = tile::kLd;
+  const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile::tile_cols(V, v0);
+  const ScanShared sh(smem, K, C);
+  const ChunkSmem& cs = sh.cs;
+  float *sK = sh.w[0], *sA = sh.w[1], *sB = sh.w[2], *sT = sh.w[3];
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const tile::Chunk ch(a, chunk, bh);
+    const int n = ch.n, last = n - 1;
+    __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
+    const float* Timg = image_matrix(load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul), C, kT);
+    fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+    sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
+    // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
+    tile::Acc xs, xm;
+    xs.zero(), xm.zero();
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      __syncthreads();
+      L::mma<false, false>(sK, sh.x(kt), xs);
+      L::mma<false, false>(sK, sh.y(kt), xm);
+      __syncthreads();
+    }
+    const float* v = ch.in(a, a.v, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        float x = 0.0f;
+        if (r < n && c < vc) {
+          const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+          x = v[r * a.H * V + c] - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
+        }
+        sA[r * kLd + c] = x;
+      }
+    __syncthreads();
+    tile::Acc xv;
+    xv.zero();
+    L::mma<false, false>(sT, sA, xv);
+    tile::store_acc<L>(xv, ch.rows(a, a.vt, V, v0), V, n, vc, tile::Same{});
+    if (chunk + 1 == a.NC) break;  // no one reads the final states
+    __syncthreads();                // readers of R (sA) are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        sA[r * kLd + c] = r < n ? cs.eta[r] * sh.gl[r] * xv.v[i][j] : 0.0f;
+        sB[r * kLd + c] = r < n ? -cs.eta[r] * sh.ul[r] * xv.v[i][j] : 0.0f;
+      }
+    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      __syncthreads();
+      float *Sk = sh.x(kt), *Mk = sh.y(kt);
+      tile::Acc ns, nm;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          ns.v[i][j] = aC * Sk[e] - bC * Mk[e];
+          nm.v[i][j] = mC * Mk[e];
+        }
+      L::mma<true, false>(sK, sA, ns);
+      L::mma<true, false>(sK, sB, nm);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          Sk[e] = ns.v[i][j];
+          Mk[e] = nm.v[i][j];
+        }
+      __syncthreads();  // readers of sK are done
+    }
+  }
+}
+
+// out kernel, grid (NC, B H), per value tile on 64 x 64 shared tiles (tile::Simt, key tiles in order):
+// O = Diag(ᾱ) (Q S_0) - Diag(b) (Q M_0) + E Ṽ with E = (Q K̂^T) ⊙ Γ. Shared: the chunk's vectors
+// (kChunkVectors * C floats), then the tiles E, Q, S_0, M_0, Ṽ.
+__global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  const int64_t K = a.K, V = a.V, C = a.C;
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int n = ch.n;
+  tile::Carve cv{smem};
+  ChunkSmem cs;
+  carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
+  float *sE = cv.tile(), *sQ = cv.tile(), *sS = cv.tile(), *sM = cv.tile(), *sV = cv.tile();
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
+  copy_floats(cs.la, img, kChunkVectors * C);
+  for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+    const int r = idx / kN, c = idx % kN;
+    sE[r * tile::kLd + c] = r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f;
+  }
+  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
+  const float* M0 = S0 + K * V;
+  float* o = ch.in(a, a.o, V, 0);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile::tile_cols(V, v0);
+    tile::Acc xs, xm, xe;
+    xs.zero(), xm.zero(), xe.zero();
+    for (int64_t k0 = 0; k0 < K; k0 += kN) {
+      const int kc = tile::tile_cols(K, k0);
+      tile::load(sQ, ch.in(a, a.q, K, k0), a.H * K, n, kc);
+      tile::load(sS, S0 + k0 * V + v0, V, kc, vc);
+      tile::load(sM, M0 + k0 * V + v0, V, kc, vc);
+      __syncthreads();
+      L::mma<false, false>(sQ, sS, xs);
+      L::mma<false, false>(sQ, sM, xm);
+      __syncthreads();
+    }
+    tile::load(sV, ch.rows(a, a.vt, V, v0), V, n, vc);
+    __syncthreads();
+    L::mma<false, false>(sE, sV, xe);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        if (r < n && c < vc) o[r * a.H * V + v0 + c] = cs.abar[r] * xs.v[i][j] - cs.bb[r] * xm.v[i][j] + xe.v[i][j];
+      }
+    __syncthreads();
+  }
+}
+
+// bscan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), on 64 x 64 shared
+// tiles (tile::Simt), carrying dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk): store them (dstates);
+// dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r) with E = (Q K̂^T) ⊙ Γ;
+// dR = 𝒯^T dṼ (= dv, written); then per key tile
+// dS_0 = ᾱ_n dS + Q^T Diag(ᾱ) dO - K^T Diag(α ᾱ⁻) dR, dM_0 = -b_n dS + μ̄_n dM - Q^T Diag(b) dO + K^T Diag(α b⁻) dR
+// (ᾱ⁻_i = ᾱ_{i-1}, b⁻_i = b_{i-1}; ᾱ_{-1} = 1, b_{-1} = 0) become the previous chunk's (dS, dM).
+// Shared: ScanShared with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO rows),
+// sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows).
+__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  constexpr int kLd = tile::kLd;
+  const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile::tile_cols(V, v0);
+  const ScanShared sh(smem, K, C);
+  const ChunkSmem& cs = sh.cs;
+  float *sK = sh.w[0], *sE = sh.w[1], *sT = sh.w[2], *sD = sh.w[3], *sX = sh.w[4];
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const tile::Chunk ch(a, chunk, bh);
+    const int n = ch.n, last = n - 1;
+    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done
+    const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
+    const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
+    fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+    fill_square(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+    tile::load(sD, ch.in(a, a.d_o, V, v0), a.H * V, n, vc);
+    sh.store(K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
+    // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
+    tile::Acc xs, xm, xe;
+    xs.zero(), xm.zero(), xe.zero();
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      __syncthreads();
+      L::mma<false, false>(sK, sh.x(kt), xs);
+      L::mma<false, false>(sK, sh.y(kt), xm);
+      __syncthreads();
+    }
+    __syncthreads();  // sE, sD filled (also when K = 0)
+    L::mma<true, false>(sE, sD, xe);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        sX[r * kLd + c] = r < n ? xe.v[i][j] + cs.eta[r] * (sh.gl[r] * xs.v[i][j] - sh.ul[r] * xm.v[i][j]) : 0.0f;
+      }
+    __syncthreads();
+    tile::Acc xr;
+    xr.zero();
+    L::mma<true, false>(sT, sX, xr);
+    tile::store_acc<L>(xr, ch.in(a, a.dv, V, v0), a.H * V, n, vc, tile::Same{});
+    if (chunk == 0) break;  // no one reads the gradients of the initial states
+    __syncthreads();        // readers of E, 𝒯, dO, dṼ are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j), e = r * kLd + c;
+        const bool in = r < n;
+        const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+        const float d = sD[e];  // zero in padded rows and columns
+        sD[e] = in ? cs.abar[r] * d : 0.0f;
+        sE[e] = in ? -cs.bb[r] * d : 0.0f;
+        sT[e] = in ? -cs.alpha[r] * am * xr.v[i][j] : 0.0f;
+        sX[e] = in ? cs.alpha[r] * bm * xr.v[i][j] : 0.0f;
+      }
+    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+    for (int64_t kt = 0; kt < sh.KT; ++kt) {
+      const int kc = tile::tile_cols(K, kt * kN);
+      float *Sk = sh.x(kt), *Mk = sh.y(kt);
+      tile::Acc ns, nm;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          ns.v[i][j] = aC * Sk[e];
+          nm.v[i][j] = -bC * Sk[e] + mC * Mk[e];
+        }
+      tile::load(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
+      __syncthreads();
+      L::mma<true, false>(sK, sD, ns);
+      L::mma<true, false>(sK, sE, nm);
+      __syncthreads();
+      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+      __syncthreads();
+      L::mma<true, false>(sK, sT, ns);
+      L::mma<true, false>(sK, sX, nm);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = L::row(i) * kLd + L::col(j);
+          Sk[e] = ns.v[i][j];
+          Mk[e] = nm.v[i][j];
+        }
+      __syncthreads();  // readers of sK are done
+    }
+  }
+}
+
+// An operand of the value-dimension products: `rows` rows of V floats, `stride` apart (rows beyond it read as 0).
+struct VRows {
+  const float* p;
+  int64_t stride;
+  int rows;
+};
+
+/// x += A1 B1^T, y += A2 B2^T (64 x 64, depth = the V value channels, tiles and channels in order) through the
+/// shared tiles t[0..3]. Ends with a barrier.
+__device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2,
+                                float* const t[4], tile::Acc& x, tile::Acc& y) {
+  const VRows* ops[4] = {&a1, &b1, &a2, &b2};
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile::tile_cols(V, v0);
+#pragma unroll
+    for (int o = 0; o < 4; ++o) tile::load(t[o], ops[o]->p + v0, ops[o]->stride, ops[o]->rows, vc);
+    __syncthreads();
+    tile::Simt::mma<false, true>(t[0], t[1], x);
+    tile::Simt::mma<false, true>(t[2], t[3], y);
+    __syncthreads();
+  }
+}
+
+// brow kernel, grid (NC, B H): the backward's products for one chunk on 64 x 64 shared tiles (tile::Simt):
+// dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
+// dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
+// M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
+// padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 tiles.
+__global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  using L = tile::Simt;
+  const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int n = ch.n;
+  tile::Carve cv{smem};
+  ChunkSmem cs;
+  carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
+  float* const t[4] = {cv.tile(), cv.tile(), cv.tile(), cv.tile()};
+  float *sEG = cv.tile(), *sWG = cv.tile();
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float* G = image_matrix(img, C, kG);
+  copy_floats(cs.la, img, kChunkVectors * C);
+  const VRows dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
+      VT{ch.rows(a, a.vt, V, 0), V, n};
+  tile::Acc x, y;
+  x.zero(), y.zero();
+  products_over_v(V, dO, VT, dR, VT, t, x, y);
+  float* dew = dew_pair(a, ch.bh, ch.chunk);
+  tile::store_acc<L>(x, dew, kN, kN, kN, tile::Same{});
+  tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j), e = r * tile::kLd + c;
+      sEG[e] = r < n && c <= r ? x.v[i][j] * G[r * n + c] : 0.0f;
+      sWG[e] = r < n && c < r ? -y.v[i][j] * G[(r - 1) * n + c] : 0.0f;
+    }
+  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
+  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
+  const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile::tile_cols(K, k0);
+    const VRows s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc}, h{dS + KV + k0 * V, V, kc};
+    const auto pair = [&](RowkSlot p, RowkSlot q, const VRows& a1, const VRows& b1, const VRows& a2,
+                          const VRows& b2) {
+      x.zero(), y.zero();
+      products_over_v(V, a1, b1, a2, b2, t, x, y);
+      tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
+      tile::store_acc<L>(y, slot(q) + k0, K, n, kc, tile::Same{});
+    };
+    pair(kSdO, kMdO, dO, s, dO, m);
+    pair(kSdR, kMdR, dR, s, dR, m);
+    pair(kGV, kHV, VT, g, VT, h);
+    // dEG K̂, dWG K̂ (K̂ = η k), dEG^T Q + dWG^T P (P = α k), summed over the chunk's rows in order.
+    const float *kk = ch.in(a, a.k, K, k0), *qq = ch.in(a, a.q, K, k0);
+    x.zero(), y.zero();
+    tile::load(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
+    tile::load(t[1], qq, a.H * K, n, kc);
+    __syncthreads();
+    L::mma<false, false>(sEG, t[0], x);
+    L::mma<false, false>(sWG, t[0], y);
+    tile::store_acc<L>(x, slot(kEK) + k0, K, n, kc, tile::Same{});
+    tile::store_acc<L>(y, slot(kWK) + k0, K, n, kc, tile::Same{});
+    x.zero();
+    L::mma<true, false>(sEG, t[1], x);
+    __syncthreads();
+    tile::load(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
+    __syncthreads();
+    L::mma<true, false>(sWG, t[0], x);
+    tile::store_acc<L>(x, slot(kKQP) + k0, K, n, kc, tile::Same{});
+    __syncthreads();
+  }
+}
+
+// The bchunk kernel's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
 // (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); matrices [n, n] dE, dG (dΓ),
 // Y (then the segment prefix of L_A), dLU (then the segment prefix of L_U). dW reuses ChunkSmem::W.
 constexpr int kBwdVectors = 5, kBwdMatrices = 4;
 
-__host__ __device__ size_t bwd_block_floats(int64_t K, int64_t V, int64_t C, int64_t chunks) {
-  return static_cast<size_t>(chunks * 2 * K * V + 4 * K * V + 4 * C * V + 8 * C * K);
-}
-
-// Backward (§7.3): a forward scan stores the chunk-start states; then per chunk in reverse
-// dṼ, dR = 𝒯^T dṼ (= dv), dE, dW, the carried state gradients, dq, dp, dk̂, the coefficient gradients, and
-// through Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch per block: states [chunks, 2, K, V] (S then M per chunk), dS, dM, dS0, dM0 [K, V] (ping-pong),
-// R, Ṽ, dṼ, dR [C, V], S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_j, dM Ṽ_j, dk̂, dp [C, K].
-__global__ void __launch_bounds__(kMdnThreads) mdn_chunk_bwd_kernel(MdnArgs a) {
-  extern __shared__ float smem[];
+// bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the chunk
+// (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
+// Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
+// Scratch: the chunk's rowk slots (RowkSlot).
+// Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
+__global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
+  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const HeadView hv{a, ch.b, ch.h};
+  const int64_t c0 = ch.t0;
+  const int n = ch.n, last = n - 1;
   ChunkSmem cs;
-  float* s = carve_chunk(smem, C, cs);
+  float* s = carve_chunk(reinterpret_cast<float*>(smem), C, cs);
   float* dabar = s;
   float* db = dabar + C;
   float* dmbar = db + C;
@@ -277,258 +681,146 @@ __global__ void __launch_bounds__(kMdnThreads) mdn_chunk_bwd_kernel(MdnArgs a) {
   float* Y = dG + C * C;
   float* dLU = Y + C * C;
   float* dW = cs.W;
-  const int64_t bh = blockIdx.x;
-  const HeadView hv{a, bh / a.H, bh % a.H};
-  float* hs = a.scratch + bh * bwd_block_floats(K, V, C, a.chunks);
-  float* dS = hs + a.chunks * 2 * KV;
-  float* dM = dS + KV;
-  float* dS0 = dM + KV;
-  float* dM0 = dS0 + KV;
-  float* R = dM0 + KV;
-  float* VT = R + C * V;
-  float* dVT = VT + C * V;
-  float* dR = dVT + C * V;
-  float* SdO = dR + C * V;
-  float* MdO = SdO + C * K;
-  float* SdR = MdO + C * K;
-  float* MdR = SdR + C * K;
-  float* GV = MdR + C * K;
-  float* HV = GV + C * K;
-  float* dKH = HV + C * K;
-  float* dP = dKH + C * K;
+  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
+  const float* M0 = S0 + KV;
+  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
+  const float* dM = dS + KV;
+  const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
+  const float *SdO = slot(kSdO), *MdO = slot(kMdO), *SdR = slot(kSdR), *MdR = slot(kMdR), *GV = slot(kGV),
+              *HV = slot(kHV), *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
+  float *dKH = slot(kDKH), *dP = slot(kDP);
+  copy_floats(reinterpret_cast<float*>(smem), coef_image(a, ch.bh, ch.chunk), coef_floats(C));
+  __syncthreads();
+  // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
+  double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
+  for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
+    s_ds += static_cast<double>(S0[idx]) * dS[idx];
+    m_ds += static_cast<double>(M0[idx]) * dS[idx];
+    m_dm += static_cast<double>(M0[idx]) * dM[idx];
+  }
+  s_ds = block_reduce(s_ds, SumOp{}, 0.0);
+  m_ds = block_reduce(m_ds, SumOp{}, 0.0);
+  m_dm = block_reduce(m_dm, SumOp{}, 0.0);
 
-  // Forward scan: state[0] = 0, state[c+1] = advance(state[c]); no gradient into the final states.
-  for (int64_t idx = threadIdx.x; idx < 2 * KV; idx += blockDim.x) {
-    hs[idx] = 0.0f;
-    dS[idx] = 0.0f;  // dS and dM (adjacent)
+  // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed), from brow's products.
+  const float* dew = dew_pair(a, ch.bh, ch.chunk);
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    dE[idx] = j <= i ? dew[i * kN + j] : 0.0f;
+    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
   }
   __syncthreads();
-  for (int64_t c = 0; c + 1 < a.chunks; ++c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(C);  // every chunk but the last is full
-    const float* S0 = hs + c * 2 * KV;
-    const float* M0 = S0 + KV;
-    float* S1 = hs + (c + 1) * 2 * KV;
-    chunk_coeffs(hv, c0, n, cs);
-    residuals(hv, c0, n, cs, S0, M0, R, VT);
-    advance_states(hv, c0, n, cs, VT, S0, M0, S1, S1 + KV);
+
+  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j).
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    float d = 0.0f;
+    if (j <= i) {
+      d = dE[idx] * cs.QK[idx];
+      if (i + 1 < n) d += dW[(i + 1) * n + j] * cs.PK[(i + 1) * n + j];
+      if (i == last) d += cs.eta[j] * dotf(hv.k(c0 + j), GV + j * K, K);
+    }
+    dG[idx] = d;
   }
-
-  for (int64_t c = a.chunks - 1; c >= 0; --c) {
-    const int64_t c0 = c * C;
-    const int n = static_cast<int>(a.T - c0 < C ? a.T - c0 : C), last = n - 1;
-    const float* S0 = hs + c * 2 * KV;
-    const float* M0 = S0 + KV;
-    chunk_coeffs(hv, c0, n, cs);
-    residuals(hv, c0, n, cs, S0, M0, R, VT);
-    // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
-    double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
-    for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-      s_ds += static_cast<double>(S0[idx]) * dS[idx];
-      m_ds += static_cast<double>(M0[idx]) * dS[idx];
-      m_dm += static_cast<double>(M0[idx]) * dM[idx];
+  // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* qi = hv.q(c0 + i);
+    float da = dotf(qi, SdO + i * K, K), dbi = -dotf(qi, MdO + i * K, K), dmb = 0.0f;
+    if (i + 1 < n) {
+      const float* kn = hv.k(c0 + i + 1);
+      da -= cs.alpha[i + 1] * dotf(kn, SdR + (i + 1) * K, K);
+      dbi += cs.alpha[i + 1] * dotf(kn, MdR + (i + 1) * K, K);
     }
-    s_ds = block_reduce(s_ds, SumOp{}, 0.0);
-    m_ds = block_reduce(m_ds, SumOp{}, 0.0);
-    m_dm = block_reduce(m_dm, SumOp{}, 0.0);
-
-    // dṼ_r = Σ_{i>=r} Γ_ir (q_i·k̂_r) dO_i + Γ_{n,r} dS^T k̂_r - L_U[n,r] dM^T k̂_r.
-    for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
-      float e = 0.0f;
-      for (int i = r; i < n; ++i) e += cs.G[i * n + r] * cs.QK[i * n + r] * hv.dO(c0 + i)[j];
-      const float* kr = hv.k(c0 + r);
-      float ts = 0.0f, tm = 0.0f;
-      for (int64_t m = 0; m < K; ++m) {
-        ts += kr[m] * dS[m * V + j];
-        tm += kr[m] * dM[m * V + j];
-      }
-      dVT[idx] = e + cs.eta[r] * (cs.G[last * n + r] * ts - cs.LU[last * n + r] * tm);
+    if (i == last) {
+      da += static_cast<float>(s_ds);
+      dbi -= static_cast<float>(m_ds);
+      dmb = static_cast<float>(m_dm);
     }
-    __syncthreads();
-    // dR = 𝒯^T dṼ (back substitution with (I + W)^T); dv = dR.
-    for (int64_t idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
-      const int r = static_cast<int>(idx / V);
-      const int64_t j = idx % V;
+    dabar[i] = da;
+    db[i] = dbi;
+    dmbar[i] = dmb;
+    dlul[i] = -cs.eta[i] * dotf(hv.k(c0 + i), HV + i * K, K);
+  }
+  // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
+  // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
+  // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i
+  // (the sums over j and r from brow: EK, WK, KQP).
+  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int i = static_cast<int>(idx / K);
+    const int64_t m = idx % K;
+    const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
+    a.dq[hv.tok(c0 + i) * K + m] = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx] + EK[idx];
+    dP[idx] = -am * SdR[idx] + bm * MdR[idx] + WK[idx];
+    dKH[idx] = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
+  }
+  __syncthreads();
+
+  // dk = η dk̂ + α dp (p = α k, k̂ = η k); dη = k·dk̂; k·dp (for d log α).
+  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
+    const int i = static_cast<int>(idx / K);
+    a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* ki = hv.k(c0 + i);
+    a.deta[hv.tok(c0 + i)] = dotf(ki, dKH + i * K, K);
+    kdp[i] = dotf(ki, dP + i * K, K);
+  }
+  // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, r = idx % n;
+    float y = 0.0f;
+    if (r <= i) {
+      y = db[i] * cs.mbar[r];
+      for (int j = 0; j <= r; ++j) y += dG[i * n + j] * cs.LU[r * n + j];
+    }
+    Y[idx] = y;
+  }
+  // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r).
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int r = idx / n, j = idx % n;
+    float du = 0.0f;
+    if (j <= r) {
       float t = 0.0f;
-      for (int i = r; i < n; ++i) t += cs.T[i * n + r] * dVT[i * V + j];
-      dR[idx] = t;
-      a.dv[hv.tok(c0 + r) * V + j] = t;
+      for (int i = r; i < n; ++i) t += cs.LA[i * n + r] * dG[i * n + j];
+      du = cs.beta[r] * t + (r == last ? dlul[j] : 0.0f);
     }
-    __syncthreads();
-    // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, j = idx % n;
-      dE[idx] = j <= i ? dotf(hv.dO(c0 + i), VT + j * V, V) : 0.0f;
-      dW[idx] = j < i ? -dotf(dR + i * V, VT + j * V, V) : 0.0f;
-    }
-    // Per row i and key channel m: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i.
-    for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      const float* dOi = hv.dO(c0 + i);
-      SdO[idx] = dotf(S0 + m * V, dOi, V);
-      MdO[idx] = dotf(M0 + m * V, dOi, V);
-      SdR[idx] = dotf(S0 + m * V, dR + i * V, V);
-      MdR[idx] = dotf(M0 + m * V, dR + i * V, V);
-      GV[idx] = dotf(dS + m * V, VT + i * V, V);
-      HV[idx] = dotf(dM + m * V, VT + i * V, V);
-    }
-    // dS_0 = ᾱ_n dS + Σ_i ᾱ_i q_i dO_i^T - ᾱ_{i-1} p_i dR_i^T;
-    // dM_0 = -b_n dS + μ̄_n dM + Σ_i -b_i q_i dO_i^T + b_{i-1} p_i dR_i^T.
-    for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-      const int64_t m = idx / V, j = idx % V;
-      float ss = cs.abar[last] * dS[idx], sm = -cs.bb[last] * dS[idx] + cs.mbar[last] * dM[idx];
-      for (int i = 0; i < n; ++i) {
-        const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-        const float qo = hv.q(c0 + i)[m] * hv.dO(c0 + i)[j];
-        const float pr = cs.alpha[i] * hv.k(c0 + i)[m] * dR[i * V + j];
-        ss += cs.abar[i] * qo - am * pr;
-        sm += -cs.bb[i] * qo + bm * pr;
-      }
-      dS0[idx] = ss;
-      dM0[idx] = sm;
-    }
-    __syncthreads();
-
-    // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, j = idx % n;
-      float d = 0.0f;
-      if (j <= i) {
-        d = dE[idx] * cs.QK[idx];
-        if (i + 1 < n) d += dW[(i + 1) * n + j] * cs.PK[(i + 1) * n + j];
-        if (i == last) d += cs.eta[j] * dotf(hv.k(c0 + j), GV + j * K, K);
-      }
-      dG[idx] = d;
-    }
-    // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float* qi = hv.q(c0 + i);
-      float da = dotf(qi, SdO + i * K, K), dbi = -dotf(qi, MdO + i * K, K), dmb = 0.0f;
-      if (i + 1 < n) {
-        const float* kn = hv.k(c0 + i + 1);
-        da -= cs.alpha[i + 1] * dotf(kn, SdR + (i + 1) * K, K);
-        dbi += cs.alpha[i + 1] * dotf(kn, MdR + (i + 1) * K, K);
-      }
-      if (i == last) {
-        da += static_cast<float>(s_ds);
-        dbi -= static_cast<float>(m_ds);
-        dmb = static_cast<float>(m_dm);
-      }
-      dabar[i] = da;
-      db[i] = dbi;
-      dmbar[i] = dmb;
-      dlul[i] = -cs.eta[i] * dotf(hv.k(c0 + i), HV + i * K, K);
-    }
-    // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
-    // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
-    // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i.
-    for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / K);
-      const int64_t m = idx % K;
-      const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-      float dq = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx];
-      float dp = -am * SdR[idx] + bm * MdR[idx];
-      for (int j = 0; j <= i; ++j) {
-        const float kj = cs.eta[j] * hv.k(c0 + j)[m];
-        dq += dE[i * n + j] * cs.G[i * n + j] * kj;
-        if (j < i) dp += dW[i * n + j] * cs.G[(i - 1) * n + j] * kj;
-      }
-      float dkh = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx];
-      for (int r = i; r < n; ++r) {
-        dkh += dE[r * n + i] * cs.G[r * n + i] * hv.q(c0 + r)[m];
-        if (r > i) dkh += dW[r * n + i] * cs.G[(r - 1) * n + i] * cs.alpha[r] * hv.k(c0 + r)[m];
-      }
-      a.dq[hv.tok(c0 + i) * K + m] = dq;
-      dP[idx] = dp;
-      dKH[idx] = dkh;
-    }
-    __syncthreads();
-
-    // dk = η dk̂ + α dp (p = α k, k̂ = η k); dη = k·dk̂; k·dp (for d log α).
-    for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-      const int i = static_cast<int>(idx / K);
-      a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
-    }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float* ki = hv.k(c0 + i);
-      a.deta[hv.tok(c0 + i)] = dotf(ki, dKH + i * K, K);
-      kdp[i] = dotf(ki, dP + i * K, K);
-    }
-    // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, r = idx % n;
-      float y = 0.0f;
-      if (r <= i) {
-        y = db[i] * cs.mbar[r];
-        for (int j = 0; j <= r; ++j) y += dG[i * n + j] * cs.LU[r * n + j];
-      }
-      Y[idx] = y;
-    }
-    // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int r = idx / n, j = idx % n;
-      float du = 0.0f;
-      if (j <= r) {
-        float t = 0.0f;
-        for (int i = r; i < n; ++i) t += cs.LA[i * n + r] * dG[i * n + j];
-        du = cs.beta[r] * t + (r == last ? dlul[j] : 0.0f);
-      }
-      dLU[idx] = du;
-    }
-    __syncthreads();
-    // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i.
-    for (int r = threadIdx.x; r < n; r += blockDim.x) {
-      float dbeta = 0.0f, dmb = 0.0f;
-      for (int i = r; i < n; ++i) {
-        dbeta += cs.LA[i * n + r] * Y[i * n + r];
-        dmb += cs.LA[i * n + r] * db[i];
-      }
-      a.dbeta[hv.tok(c0 + r)] = dbeta;
-      dmbar[r] += cs.beta[r] * dmb;
-    }
-    __syncthreads();
-    // Segment prefixes, in place per row: F_A[i,u] = Σ_{r<u} dL_A[i,r] L_A[i,r], F_U[r,u] = Σ_{j<u} dL_U[r,j] L_U[r,j]
-    // (u <= row).
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      float run_a = 0.0f, run_u = 0.0f;
-      for (int u = 0; u <= i; ++u) {
-        const float za = cs.beta[u] * Y[i * n + u] * cs.LA[i * n + u], zu = dLU[i * n + u] * cs.LU[i * n + u];
-        Y[i * n + u] = run_a;
-        dLU[i * n + u] = run_u;
-        run_a += za;
-        run_u += zu;
-      }
-    }
-    __syncthreads();
-    // d log α_u = Σ_{i>=u} (F_A[i,u] + ᾱ_i dᾱ_i) + α_u k_u·dp_u;  d log μ_u = Σ_{i>=u} (F_U[i,u] + μ̄_i dμ̄_i).
-    for (int u = threadIdx.x; u < n; u += blockDim.x) {
-      double ga = 0.0, gu = 0.0;
-      for (int i = u; i < n; ++i) {
-        ga += static_cast<double>(Y[i * n + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
-        gu += static_cast<double>(dLU[i * n + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
-      }
-      a.dla[hv.tok(c0 + u)] = static_cast<float>(ga + static_cast<double>(cs.alpha[u]) * kdp[u]);
-      a.dlm[hv.tok(c0 + u)] = static_cast<float>(gu);
-    }
-    // (dS, dM) <- (dS_0, dM_0) for the previous chunk.
-    float* t = dS;
-    dS = dS0;
-    dS0 = t;
-    t = dM;
-    dM = dM0;
-    dM0 = t;
-    __syncthreads();
+    dLU[idx] = du;
   }
-}
-
-size_t fwd_smem_bytes(int64_t C) {
-  return sizeof(float) * static_cast<size_t>(kChunkVectors * C + kChunkMatrices * C * C);
-}
-size_t bwd_smem_bytes(int64_t C) {
-  return fwd_smem_bytes(C) + sizeof(float) * static_cast<size_t>(kBwdVectors * C + kBwdMatrices * C * C);
+  __syncthreads();
+  // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i.
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    float dbeta = 0.0f, dmb = 0.0f;
+    for (int i = r; i < n; ++i) {
+      dbeta += cs.LA[i * n + r] * Y[i * n + r];
+      dmb += cs.LA[i * n + r] * db[i];
+    }
+    a.dbeta[hv.tok(c0 + r)] = dbeta;
+    dmbar[r] += cs.beta[r] * dmb;
+  }
+  __syncthreads();
+  // Segment prefixes, in place per row: F_A[i,u] = Σ_{r<u} dL_A[i,r] L_A[i,r], F_U[r,u] = Σ_{j<u} dL_U[r,j] L_U[r,j]
+  // (u <= row).
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float run_a = 0.0f, run_u = 0.0f;
+    for (int u = 0; u <= i; ++u) {
+      const float za = cs.beta[u] * Y[i * n + u] * cs.LA[i * n + u], zu = dLU[i * n + u] * cs.LU[i * n + u];
+      Y[i * n + u] = run_a;
+      dLU[i * n + u] = run_u;
+      run_a += za;
+      run_u += zu;
+    }
+  }
+  __syncthreads();
+  // d log α_u = Σ_{i>=u} (F_A[i,u] + ᾱ_i dᾱ_i) + α_u k_u·dp_u;  d log μ_u = Σ_{i>=u} (F_U[i,u] + μ̄_i dμ̄_i).
+  for (int u = threadIdx.x; u < n; u += blockDim.x) {
+    double ga = 0.0, gu = 0.0;
+    for (int i = u; i < n; ++i) {
+      ga += static_cast<double>(Y[i * n + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
+      gu += static_cast<double>(dLU[i * n + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
+    }
+    a.dla[hv.tok(c0 + u)] = static_cast<float>(ga + static_cast<double>(cs.alpha[u]) * kdp[u]);
+    a.dlm[hv.tok(c0 + u)] = static_cast<float>(gu);
+  }
 }
 
 void check_chunk(int64_t chunk_size) {
@@ -536,31 +828,59 @@ void check_chunk(int64_t chunk_size) {
         kMdnMaxChunk, chunk_size);
 }
 
+// Offsets (in floats) of the scratch tensors of MdnArgs; the forward uses coef, states, vt, the backward all.
+struct ScratchLayout {
+  int64_t coef, states, vt, dstates, rowk, dew, fwd_end, bwd_end;
+  ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C) {
+    const int64_t bh = B * H, nc = ceil_div(T, C);
+    coef = 0;
+    states = coef + bh * nc * coef_floats(C);
+    vt = states + bh * nc * 2 * K * V;
+    fwd_end = vt + bh * nc * C * V;
+    dstates = fwd_end;
+    rowk = dstates + bh * nc * 2 * K * V;
+    dew = rowk + bh * nc * kRowkSlots * C * K;
+    bwd_end = dew + bh * nc * 2 * kN * kN;
+  }
+};
+
 MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                  const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
-                 int64_t key_dim, int64_t value_dim, int64_t chunk_size, void* scratch) {
+                 int64_t key_dim, int64_t value_dim, int64_t chunk_size, void* scratch, bool backward) {
   MdnArgs args{};
   args.q = q, args.k = k, args.v = v, args.la = log_alpha, args.beta = beta, args.lm = log_mu, args.eta = eta;
   args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
-  args.C = chunk_size, args.chunks = ceil_div(seq_len, chunk_size);
-  args.scratch = static_cast<float*>(scratch);
+  args.C = chunk_size, args.NC = ceil_div(seq_len, chunk_size);
+  const ScratchLayout l(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+  float* s = static_cast<float*>(scratch);
+  args.coef = s + l.coef, args.states = s + l.states, args.vt = s + l.vt;
+  if (backward) args.dstates = s + l.dstates, args.rowk = s + l.rowk, args.dew = s + l.dew;
   return args;
+}
+
+size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
+
+// The forward pipeline (coef, scan, out), shared by mdn_chunk_fwd and the backward's recompute (without out).
+void run_forward(const MdnArgs& a, bool with_out, cudaStream_t stream) {
+  const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
+  tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, tile::smem_bytes(2, coef_bytes(a.C)), stream, a);
+  if (a.V == 0) return;
+  tile::launch("mdn chunk", a.K, mdn_scan_kernel, scan_grid(a.V, a.B * a.H), scan_bytes(a.K, a.C), stream, a);
+  if (with_out)
+    tile::launch("mdn chunk", a.K, mdn_out_kernel, per_chunk,
+                 tile::smem_bytes(5, padded_bytes(kChunkVectors * a.C)), stream, a);
 }
 
 }  // namespace
 
 size_t mdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  (void)seq_len;
-  return sizeof(float) *
-         static_cast<size_t>(batch * heads * (2 * key_dim * value_dim + 2 * chunk_size * value_dim));
+  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size).fwd_end);
 }
 
 size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  const int64_t chunks = ceil_div(seq_len, chunk_size);
-  return sizeof(float) * static_cast<size_t>(batch * heads) *
-         bwd_block_floats(key_dim, value_dim, chunk_size, chunks);
+  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size).bwd_end);
 }
 
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
@@ -570,9 +890,9 @@ void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
-                          chunk_size, scratch);
+                          chunk_size, scratch, false);
   args.o = o;
-  launch_per_head(mdn_chunk_fwd_kernel, args, kMdnThreads, fwd_smem_bytes(chunk_size), stream);
+  run_forward(args, true, stream);
 }
 
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
@@ -583,11 +903,20 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
-                          chunk_size, scratch);
+                          chunk_size, scratch, true);
   args.d_o = d_o;
   args.dq = dq, args.dk = dk, args.dv = dv, args.dla = dlog_alpha, args.dbeta = dbeta, args.dlm = dlog_mu,
   args.deta = deta;
-  launch_per_head(mdn_chunk_bwd_kernel, args, kMdnThreads, bwd_smem_bytes(chunk_size), stream);
+  run_forward(args, false, stream);
+  const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
+  if (value_dim > 0)
+    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, scan_grid(value_dim, batch * heads),
+                 scan_bytes(key_dim, chunk_size), stream, args);
+  tile::launch("mdn chunk", key_dim, mdn_brow_kernel, per_chunk,
+               tile::smem_bytes(6, padded_bytes(kChunkVectors * chunk_size)), stream, args);
+  const int64_t C = chunk_size;
+  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
+               floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
 }
 
 }  // namespace llmt::cuda

@@ -215,10 +215,12 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // mdn.cu: the chunked MDN core (semantics: src/kernels/cpu/mdn.h mdn_chunk_fwd / mdn_chunk_bwd, zero initial
 // states), fp32. q, k, dq, dk [B, T, H, K] (k = k_n, the L2-normalised key; dk through both p = α k and
 // k̂ = η k); v, o, d_o, dv [B, T, H, V]; log_alpha, beta, log_mu (-inf allowed), eta and their gradients
-// [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. `scratch` must hold
-// mdn_chunk_{fwd,bwd}_scratch_bytes (the backward keeps both states of every chunk start: 2 K V floats per
-// chunk per (batch, head)). Shared memory per block: 7 C² + 8 C floats forward, 11 C² + 13 C backward
-// (183 KB at C = 64).
+// [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. Chunk-parallel (see
+// mdn.cu). `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes: per chunk per (batch, head) the chunk's
+// coefficients (7 C² + 8 C floats), both entering states (2 K V) and Ṽ (C V); the backward adds both exit state
+// gradients (2 K V), 11 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 5 + 2 ceil(K / 64)
+// tiles of 64 x 65 floats plus 10 C floats (214 KB at K = 256, C = 64; a larger key_dim is refused with
+// llmt::Error), the per-chunk backward kernel 11 C² + 13 C floats (183 KB at C = 64).
 constexpr int64_t kMdnMaxChunk = 64;
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
