@@ -7,6 +7,7 @@
 // - config.json of configs/mdn-paper/400m/{gdn,gdn-h-3to1,mdn,mamba2}.json against the values of
 //   spec/runs.md and layers-delta.md §3.2 (written by hand here);
 // - bf16 export: each value rounded to nearest even (checked against rounding done here);
+// - Mamba-3 in mamba_ssm's layout: fc1 = [up_proj; gate_proj] checked byte for byte, MambaConfig keys;
 // - import errors name the missing / misshaped / unexpected tensor and the config.json key that differs;
 //   export refuses mamba3 and settings without an FLA counterpart, naming them.
 #include <catch2/catch.hpp>
@@ -96,6 +97,7 @@ TEST_CASE("export -> import is bit-exact for every model type; FLA names of laye
     std::string layer_prefix;
     std::set<std::string> layer0;
     std::vector<std::string> top;
+    std::vector<std::string> sets = {};
   };
   const std::vector<std::string> std_top = {"model.embeddings.weight", "model.norm.weight", "lm_head.weight"};
   const std::vector<Case> cases = {
@@ -126,17 +128,25 @@ TEST_CASE("export -> import is bit-exact for every model type; FLA names of laye
        {"norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias", "mixer.dt_bias",
         "mixer.A_log", "mixer.D", "mixer.norm.weight", "mixer.out_proj.weight"},
        {"backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"}},
+      // mamba_ssm (mamba_ssm/modules/{block,mlp,mamba3}.py): tiny Mamba-3 is SISO with tied embeddings and an MLP
+      {"mamba3", "backbone.layers.0.",
+       {"norm.weight", "norm2.weight", "mlp.fc1.weight", "mlp.fc2.weight", "mixer.in_proj.weight", "mixer.dt_bias",
+        "mixer.B_bias", "mixer.C_bias", "mixer.B_norm.weight", "mixer.C_norm.weight", "mixer.D",
+        "mixer.out_proj.weight"},
+       {"backbone.embedding.weight", "backbone.norm_f.weight"},
+       {"model.mamba3.A_act=heavy_tail"}},
   };
   for (const Case& c : cases) {
     SECTION(c.type) {
       test::TempDir tmp;
-      const Config config = load_config("configs/tiny/" + c.type + ".json");
+      const Config config = load_config("configs/tiny/" + c.type + ".json", c.sets);
       const std::string ckpt = make_checkpoint(config, tmp.file("run"));
       export_hf(tmp.file("run"), tmp.file("hf"), DType::f32);
       const std::string hf = tmp.file("hf/model.safetensors");
       CHECK(names_under(hf, c.layer_prefix) == c.layer0);
       for (const auto& t : c.top) CHECK(SafetensorsFile(hf).contains(t));
-      CHECK(read_json(tmp.file("hf/config.json")).at("hidden_size") == 128);
+      const json hf_cfg = read_json(tmp.file("hf/config.json"));
+      CHECK(hf_cfg.at(c.type == "mamba3" ? "d_model" : "hidden_size") == 128);
 
       const std::string back = import_hf(tmp.file("hf"), "", tmp.file("back"));
       CHECK(back == tmp.file("back/checkpoints/step_00000000"));
@@ -170,6 +180,33 @@ TEST_CASE("FLA shapes of a tiny GDN layer as FLA's GatedDeltaNet defines them") 
   CHECK(f.info(p + "o_norm.weight").shape == std::vector<int64_t>{128});
   CHECK(f.info(p + "o_proj.weight").shape == std::vector<int64_t>{128, 256});
   CHECK(f.info("lm_head.weight").shape == std::vector<int64_t>{50257, 128});
+}
+
+TEST_CASE("Mamba-3: mamba_ssm's fc1 stacks up_proj (rows 0..F-1) over gate_proj (rows F..2F-1)") {
+  // GatedMLP: y, gate = fc1(x).chunk(2); y * silu(gate); ours silu(gate_proj x) * up_proj x. tiny: F 256, D 128
+  test::TempDir tmp;
+  const std::string ckpt =
+      make_checkpoint(load_config("configs/tiny/mamba3.json", {"model.mamba3.A_act=heavy_tail"}), tmp.file("run"));
+  export_hf(tmp.file("run"), tmp.file("hf"), DType::f32);
+  const auto hf = tensors_of(tmp.file("hf/model.safetensors"));
+  const auto ours = tensors_of(ckpt + "/model.safetensors");
+  const auto& fc1 = hf.at("backbone.layers.2.mlp.fc1.weight");
+  CHECK(fc1.first.shape == std::vector<int64_t>{512, 128});
+  const std::string& up = ours.at("model.layers.2.mlp.up_proj.weight").second;
+  const std::string& gate = ours.at("model.layers.2.mlp.gate_proj.weight").second;
+  CHECK(fc1.second.substr(0, up.size()) == up);
+  CHECK(fc1.second.substr(up.size()) == gate);
+  CHECK(hf.count("lm_head.weight") == 0);  // tied
+  const json c = read_json(tmp.file("hf/config.json"));
+  CHECK(c.at("d_model") == 128);
+  CHECK(c.at("n_layer") == 4);
+  CHECK(c.at("d_intermediate") == 256);
+  CHECK(c.at("tie_embeddings") == true);
+  CHECK(c.at("pad_vocab_size_multiple") == 1);
+  CHECK(c.at("ssm_cfg").at("layer") == "Mamba3");
+  CHECK(c.at("ssm_cfg").at("headdim") == 32);
+  CHECK(c.at("ssm_cfg").at("d_state") == 16);
+  CHECK(c.at("ssm_cfg").at("is_mimo") == false);
 }
 
 TEST_CASE("config.json of the MDN paper's 400M configs carries the values runs.md gives") {
@@ -305,8 +342,8 @@ TEST_CASE("import names the first mismatch: missing, misshaped or unexpected ten
 
 TEST_CASE("export refuses what FLA has no class for, naming the mixer or key") {
   test::TempDir tmp;
-  make_checkpoint(load_config("configs/tiny/mamba3.json"), tmp.file("m3"));
-  CHECK_THROWS_WITH(export_hf(tmp.file("m3"), tmp.file("hf"), DType::f32), Contains("mixer mamba3"));
+  make_checkpoint(load_config("configs/tiny/mamba3.json"), tmp.file("m3"));  // A_act softplus: paper-era code
+  CHECK_THROWS_WITH(export_hf(tmp.file("m3"), tmp.file("hf"), DType::f32), Contains("model.mamba3.A_act"));
   CHECK_FALSE(fs::exists(tmp.file("hf")));
 
   const auto model_of = [](const std::string& path, const std::vector<std::string>& sets) {
@@ -320,4 +357,7 @@ TEST_CASE("export refuses what FLA has no class for, naming the mixer or key") {
                     Contains("model.mamba2.n_groups"));
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/transformer.json", {"model.attn.head_dim=16"})),
                     Contains("model.attn.head_dim"));
+  CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/mamba3.json",
+                                       {"model.mamba3.A_act=heavy_tail", "model.mlp.intermediate_size=200"})),
+                    Contains("model.mlp.intermediate_size"));
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -92,22 +93,24 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir, DType 
   const json hf = hf_config(config.model);  // refuses what FLA has no class for, before anything is written
 
   Model model(config.model);  // the parameter names and shapes (nothing allocated)
+  const std::vector<ParamInfo>& params = model.params().infos();
   const SafetensorsFile weights((fs::path(dir) / "model.safetensors").string());
   std::vector<std::vector<float>> f32;
   std::vector<std::vector<uint16_t>> b16;
   std::vector<SafetensorsEntry> entries;
-  for (const ParamInfo& p : model.params().infos()) {
-    std::vector<float> v(static_cast<size_t>(numel(p.shape)));
-    weights.read(p.name, DType::f32, p.shape, v.data());
-    const std::string name = hf_param_name(config.model, p.name);
+  for (const HfTensor& t : hf_tensors(config.model, params)) {
+    std::vector<float> v(static_cast<size_t>(numel(t.shape)));
+    const int64_t row_size = numel(t.shape) / t.shape[0];
+    for (const HfTensor::Part& part : t.parts)
+      weights.read(params[part.param].name, DType::f32, params[part.param].shape, v.data() + part.row * row_size);
     if (dtype == DType::bf16) {
       std::vector<uint16_t> r(v.size());
       for (size_t i = 0; i < v.size(); ++i) r[i] = to_bf16(v[i]);
       b16.push_back(std::move(r));
-      entries.push_back({name, DType::bf16, p.shape, b16.back().data()});
+      entries.push_back({t.name, DType::bf16, t.shape, b16.back().data()});
     } else {
       f32.push_back(std::move(v));
-      entries.push_back({name, DType::f32, p.shape, f32.back().data()});
+      entries.push_back({t.name, DType::f32, t.shape, f32.back().data()});
     }
   }
   // entries point into the inner vectors' heap buffers, which moving the vectors does not relocate
@@ -133,23 +136,29 @@ std::string import_hf(const std::string& in_dir, const std::string& config_path,
   const SafetensorsFile file(st_path);
   std::vector<float> host(static_cast<size_t>(store.total()));
   std::set<std::string> expected;
-  for (const ParamInfo& p : store.infos()) {
-    const std::string name = hf_param_name(config.model, p.name);
-    expected.insert(name);
-    check(file.contains(name), "import: {} has no tensor {} (our {}, shape {})", st_path, name, p.name,
-          fmt::join(p.shape, "x"));
-    const SafetensorsFile::Info& info = file.info(name);
-    check(info.shape == p.shape, "import: {}: tensor {} has shape {}, expected {}", st_path, name,
-          fmt::join(info.shape, "x"), fmt::join(p.shape, "x"));
-    float* out = host.data() + p.offset;
+  const std::vector<ParamInfo>& params = store.infos();
+  for (const HfTensor& t : hf_tensors(config.model, params)) {
+    expected.insert(t.name);
+    const ParamInfo& first = params[t.parts.front().param];
+    check(file.contains(t.name), "import: {} has no tensor {} (our {}, shape {})", st_path, t.name, first.name,
+          fmt::join(t.shape, "x"));
+    const SafetensorsFile::Info& info = file.info(t.name);
+    check(info.shape == t.shape, "import: {}: tensor {} has shape {}, expected {}", st_path, t.name,
+          fmt::join(info.shape, "x"), fmt::join(t.shape, "x"));
+    std::vector<float> v(static_cast<size_t>(numel(t.shape)));
     if (info.dtype == DType::bf16) {
-      std::vector<uint16_t> b(static_cast<size_t>(numel(p.shape)));
-      file.read(name, DType::bf16, p.shape, b.data());
-      for (size_t i = 0; i < b.size(); ++i) out[i] = from_bf16(b[i]);
+      std::vector<uint16_t> b(v.size());
+      file.read(t.name, DType::bf16, t.shape, b.data());
+      for (size_t i = 0; i < b.size(); ++i) v[i] = from_bf16(b[i]);
     } else {
-      check(info.dtype == DType::f32, "import: {}: tensor {} is {}, expected F32 or BF16", st_path, name,
+      check(info.dtype == DType::f32, "import: {}: tensor {} is {}, expected F32 or BF16", st_path, t.name,
             dtype_name(info.dtype));
-      file.read(name, DType::f32, p.shape, out);
+      file.read(t.name, DType::f32, t.shape, v.data());
+    }
+    const int64_t row_size = numel(t.shape) / t.shape[0];
+    for (const HfTensor::Part& part : t.parts) {
+      const ParamInfo& p = params[part.param];
+      std::copy_n(v.data() + part.row * row_size, p.numel, host.data() + p.offset);
     }
   }
   for (const auto& [name, info] : file.tensors())

@@ -123,15 +123,50 @@ json mamba2_config(const ModelConfig& m) {
   return c;
 }
 
+json mamba3_config(const ModelConfig& m) {
+  const Mamba3Config& s = m.mamba3;
+  check(s.A_act == "heavy_tail",
+        "export: mixer mamba3: mamba_ssm's Mamba3 computes A with the heavy-tail activation, but model.mamba3.A_act "
+        "is {}",
+        s.A_act);
+  check(!s.outproj_norm, "export: mixer mamba3: model.mamba3.outproj_norm = true is not mapped (mamba_ssm "
+                         "is_outproj_norm with its fused pre-gate norm was not checked)");
+  check(m.attn_layers.empty(), "export: mixer mamba3: hybrid attention layers (model.attn_layers) are not mapped");
+  check(m.norm_eps == 1e-5, "export: mixer mamba3: mamba_ssm's MambaConfig fixes the norm eps at 1e-5, but "
+                            "model.norm.eps is {}", m.norm_eps);
+  check(!m.has_mlp || m.mlp.intermediate_size % 128 == 0,
+        "export: mixer mamba3: mamba_ssm's GatedMLP rounds its width up to a multiple of 128, but "
+        "model.mlp.intermediate_size is {}",
+        m.mlp.intermediate_size);
+  return {{"d_model", m.d_model},
+          {"d_intermediate", m.has_mlp ? m.mlp.intermediate_size : 0},
+          {"n_layer", m.n_layers},
+          {"vocab_size", m.vocab_size},
+          {"ssm_cfg",
+           {{"layer", "Mamba3"}, {"d_state", s.d_state}, {"expand", s.expand}, {"headdim", s.head_dim},
+            {"ngroups", s.n_groups}, {"rope_fraction", s.rope_fraction}, {"dt_min", s.dt_min},
+            {"dt_max", s.dt_max}, {"dt_init_floor", s.dt_floor}, {"A_floor", s.A_floor},
+            {"is_outproj_norm", false}, {"is_mimo", s.mimo_rank > 1}, {"mimo_rank", s.mimo_rank},
+            {"chunk_size", s.chunk_size}}},
+          {"attn_layer_idx", json::array()},
+          {"attn_cfg", json::object()},
+          {"rms_norm", true},
+          {"residual_in_fp32", true},
+          {"fused_add_norm", true},
+          {"pad_vocab_size_multiple", 1},
+          {"tie_embeddings", m.tie_embeddings}};
+}
+
 /// One renaming rule: a name equal to `ours` (or, when `ours` ends in '.', starting with it) becomes `hf`
-/// (plus the rest). "{}" stands for the layer number.
+/// (plus the rest). "{}" stands for the layer number. `second_half`: the parameter is stacked below
+/// another one (rows F.. of mamba_ssm's fc1).
 struct Rule {
   const char* ours;
   const char* hf;
+  bool second_half = false;
 };
 
-/// The rules of mamba2 (FLA's Mamba2ForCausalLM: base_model_prefix "backbone", Mamba2Block.{norm,mixer},
-/// Mamba2Model.norm_f). Every other type keeps our names (FLA's *ForCausalLM: model.*, lm_head).
+/// FLA's Mamba2ForCausalLM: base_model_prefix "backbone", Mamba2Block.{norm,mixer}, Mamba2Model.norm_f.
 const std::vector<Rule> kMamba2Rules = {
     {"model.embeddings.weight", "backbone.embeddings.weight"},
     {"model.norm.weight", "backbone.norm_f.weight"},
@@ -139,6 +174,44 @@ const std::vector<Rule> kMamba2Rules = {
     {"model.layers.{}.attn.", "backbone.layers.{}.mixer."},
     {"lm_head.weight", "lm_head.weight"},
 };
+
+/// mamba_ssm's MambaLMHeadModel: backbone.embedding, Block.{norm,mixer,norm2,mlp}, GatedMLP.{fc1,fc2}, norm_f.
+const std::vector<Rule> kMamba3Rules = {
+    {"model.embeddings.weight", "backbone.embedding.weight"},
+    {"model.norm.weight", "backbone.norm_f.weight"},
+    {"model.layers.{}.attn_norm.weight", "backbone.layers.{}.norm.weight"},
+    {"model.layers.{}.mlp_norm.weight", "backbone.layers.{}.norm2.weight"},
+    {"model.layers.{}.mlp.up_proj.weight", "backbone.layers.{}.mlp.fc1.weight"},
+    {"model.layers.{}.mlp.gate_proj.weight", "backbone.layers.{}.mlp.fc1.weight", true},
+    {"model.layers.{}.mlp.down_proj.weight", "backbone.layers.{}.mlp.fc2.weight"},
+    {"model.layers.{}.attn.", "backbone.layers.{}.mixer."},
+    {"lm_head.weight", "lm_head.weight"},
+};
+
+/// The HF name of `name` under `rules`, and whether it is a second half.
+std::pair<std::string, bool> apply_rules(const std::vector<Rule>& rules, const std::string& type,
+                                         const std::string& name) {
+  // Replace the layer number of "model.layers.N." by "{}" to match the table, then put it back.
+  std::string key = name, layer;
+  const std::string lp = "model.layers.";
+  if (name.rfind(lp, 0) == 0) {
+    size_t e = lp.size();
+    while (e < name.size() && std::isdigit(static_cast<unsigned char>(name[e]))) ++e;
+    layer = name.substr(lp.size(), e - lp.size());
+    key = lp + "{}" + name.substr(e);
+  }
+  for (const Rule& r : rules) {
+    const std::string ours = r.ours;
+    const bool prefix = ours.back() == '.';
+    if (prefix ? key.rfind(ours, 0) == 0 : key == ours) {
+      std::string hf = r.hf;
+      const size_t at = hf.find("{}");
+      if (at != std::string::npos) hf.replace(at, 2, layer);
+      return {hf + key.substr(ours.size()), r.second_half};
+    }
+  }
+  throw Error(fmt::format("export: mixer {}: no HF name for parameter {}", type, name));
+}
 
 }  // namespace
 
@@ -164,32 +237,36 @@ json hf_config(const ModelConfig& m) {
   }
   if (m.type == "mdn") return mdn_config(m);
   if (m.type == "mamba2") return mamba2_config(m);
-  throw Error(fmt::format("export: mixer {} has no FLA model class (Mamba-3's mamba_ssm layout is not written yet)",
-                          m.type));
+  if (m.type == "mamba3") return mamba3_config(m);
+  throw Error(fmt::format("export: mixer {} has no FLA model class", m.type));
 }
 
-std::string hf_param_name(const ModelConfig& m, const std::string& name) {
-  if (m.type != "mamba2") return name;
-  // Replace the layer number of "model.layers.N." by "{}" to match the table, then put it back.
-  std::string key = name, layer;
-  const std::string lp = "model.layers.";
-  if (name.rfind(lp, 0) == 0) {
-    size_t e = lp.size();
-    while (e < name.size() && std::isdigit(static_cast<unsigned char>(name[e]))) ++e;
-    layer = name.substr(lp.size(), e - lp.size());
-    key = lp + "{}" + name.substr(e);
+std::vector<HfTensor> hf_tensors(const ModelConfig& m, const std::vector<ParamInfo>& params) {
+  const std::vector<Rule>* rules = m.type == "mamba2" ? &kMamba2Rules : m.type == "mamba3" ? &kMamba3Rules : nullptr;
+  std::vector<HfTensor> out;
+  std::vector<std::pair<size_t, size_t>> second;  // (tensor, param) of second halves, stacked at the end
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto [name, below] = rules ? apply_rules(*rules, m.type, params[i].name)
+                                     : std::pair<std::string, bool>{params[i].name, false};
+    auto it = std::find_if(out.begin(), out.end(), [&](const HfTensor& t) { return t.name == name; });
+    if (it == out.end()) it = out.insert(out.end(), HfTensor{name, {}, {}});
+    if (below) second.push_back({static_cast<size_t>(it - out.begin()), i});
+    else it->parts.push_back({i, 0});
   }
-  for (const Rule& r : kMamba2Rules) {
-    const std::string ours = r.ours;
-    const bool prefix = ours.back() == '.';
-    if (prefix ? key.rfind(ours, 0) == 0 : key == ours) {
-      std::string hf = r.hf;
-      const size_t at = hf.find("{}");
-      if (at != std::string::npos) hf.replace(at, 2, layer);
-      return hf + key.substr(ours.size());
+  for (const auto& [t, i] : second) out[t].parts.push_back({i, 0});
+  for (HfTensor& t : out) {
+    int64_t rows = 0;
+    for (HfTensor::Part& part : t.parts) {
+      const std::vector<int64_t>& shape = params[part.param].shape;
+      check(t.shape.empty() || std::equal(shape.begin() + 1, shape.end(), t.shape.begin() + 1, t.shape.end()),
+            "export: {} stacks parameters whose shapes differ beyond dim 0", t.name);
+      t.shape = shape;
+      part.row = rows;
+      rows += shape[0];
     }
+    t.shape[0] = rows;
   }
-  throw Error(fmt::format("export: mixer mamba2: no FLA name for parameter {}", name));
+  return out;
 }
 
 }  // namespace llmt

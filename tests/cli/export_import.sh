@@ -2,7 +2,8 @@
 # llmtrain export / import (docs/INTEROP.md): a tiny GDN and a tiny GDN/attention hybrid trained for 2 steps,
 # exported to the flash-linear-attention HF layout and imported back, give the same eval loss as the original
 # checkpoint (bit-exact weights); the imported run resumes (`train --resume`); bf16 export changes the loss
-# only a little; a missing tensor and mamba3 are refused with errors naming them.
+# only a little; a tiny Mamba-3 round trip (mamba_ssm layout) gives the same loss too; a missing tensor and
+# Mamba-3 with the softplus A activation are refused with errors naming them.
 # Usage: export_import.sh path/to/llmtrain   (run from the repository root)
 set -euo pipefail
 llmtrain=$1
@@ -56,8 +57,19 @@ open(p, 'wb').write(struct.pack('<Q', len(h)) + h + raw[8 + n:])
 PY
 if "$llmtrain" import --in "$tmp/gdn-hf" --out "$tmp/bad" > "$tmp/err.txt" 2>&1; then echo "FAIL: missing tensor accepted"; exit 1; fi
 grep -q "model.layers.0.attn.A_log" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
-"$llmtrain" train --config configs/tiny/mamba3.json --out "$tmp/m3" --set train.tokens=2048 --set train.warmup_tokens=0 \
-    --set eval.tokens=2048 --set "data.cache_dir=$tmp/cache" > "$tmp/m3.log" 2>&1 || { cat "$tmp/m3.log"; exit 1; }
-if "$llmtrain" export --checkpoint "$tmp/m3" --out "$tmp/m3-hf" > "$tmp/err.txt" 2>&1; then echo "FAIL: mamba3 exported"; exit 1; fi
-grep -q "mixer mamba3" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+# Mamba-3 goes to mamba_ssm's layout when its A activation is mamba_ssm's (heavy tail); softplus is refused
+for act in heavy_tail softplus; do
+  "$llmtrain" train --config configs/tiny/mamba3.json --out "$tmp/m3-$act" --set train.tokens=2048 \
+      --set train.warmup_tokens=0 --set eval.tokens=2048 --set "model.mamba3.A_act=$act" \
+      --set "data.cache_dir=$tmp/cache" > "$tmp/m3.log" 2>&1 || { cat "$tmp/m3.log"; exit 1; }
+done
+"$llmtrain" export --checkpoint "$tmp/m3-heavy_tail" --out "$tmp/m3-hf" > /dev/null
+"$llmtrain" import --in "$tmp/m3-hf" --out "$tmp/m3-back" > /dev/null
+a=$(loss "$tmp/m3-heavy_tail"); b=$(loss "$tmp/m3-back")
+[ "$a" = "$b" ] || { echo "FAIL: mamba3: eval loss $a before export, $b after import"; exit 1; }
+[ "$(jq -r .ssm_cfg.layer "$tmp/m3-hf/config.json")" = Mamba3 ]
+if "$llmtrain" export --checkpoint "$tmp/m3-softplus" --out "$tmp/m3-bad" > "$tmp/err.txt" 2>&1; then
+  echo "FAIL: mamba3 with A_act softplus exported"; exit 1
+fi
+grep -q "model.mamba3.A_act" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 echo "export_import: round trips give equal eval losses; resume, bf16 and errors as expected"
