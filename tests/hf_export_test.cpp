@@ -161,6 +161,8 @@ TEST_CASE("export -> import is bit-exact for every model type; FLA names of laye
       }
       // the imported checkpoint is one that eval / train --resume read: its config is the original's
       CHECK(checkpoint_config(back) == config.resolved);
+      // a second import into the same run would hide behind newer checkpoints: refused
+      CHECK_THROWS_WITH(import_hf(tmp.file("hf"), "", tmp.file("run")), Contains("already holds checkpoints"));
     }
   }
 }

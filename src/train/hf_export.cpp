@@ -124,6 +124,10 @@ std::string import_hf(const std::string& in_dir, const std::string& config_path,
   const std::string cfg_path =
       config_path.empty() ? (fs::path(in_dir) / "llmtrain_config.json").string() : config_path;
   check(fs::exists(cfg_path), "import: {} does not exist; give the llmtrain config with --config", cfg_path);
+  const fs::path existing = fs::path(out_run) / "checkpoints";
+  check(!fs::exists(existing) || fs::is_empty(existing),
+        "import: {} already holds checkpoints (resume and eval would pick the newest); give a new --out directory",
+        existing.string());
   const Config config = load_config(cfg_path);
   const std::string hf_path = (fs::path(in_dir) / "config.json").string();
   check_hf_config(hf_config(config.model), read_json(hf_path), hf_path);

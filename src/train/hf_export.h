@@ -21,7 +21,8 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir, DType 
 /// accept. The llmtrain config (model, train, data) comes from `config_path`, or when that is empty from
 /// `in_dir`/llmtrain_config.json (written by export). Checks, naming the first mismatch: every key of
 /// hf_config(config's model) against `in_dir`/config.json, then every parameter's FLA name, dtype and
-/// shape, then that the file holds no other tensor. Returns the checkpoint directory.
+/// shape, then that the file holds no other tensor. Refuses an `out_run` that already holds checkpoints.
+/// Returns the checkpoint directory.
 std::string import_hf(const std::string& in_dir, const std::string& config_path, const std::string& out_run);
 
 }  // namespace llmt
