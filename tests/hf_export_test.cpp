@@ -128,6 +128,10 @@ TEST_CASE("export -> import is bit-exact for every model type; FLA names of laye
        {"norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias", "mixer.dt_bias",
         "mixer.A_log", "mixer.D", "mixer.norm.weight", "mixer.out_proj.weight"},
        {"backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"}},
+      // a GDN/attention hybrid (FLA's `attn` block): layer 1 is softmax attention
+      {"gdn", "model.layers.1.",
+       with_block({"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"}), std_top,
+       {"model.attn_layers=[1]", R"(model.attn={"num_heads":2,"head_dim":64})"}},
       // mamba_ssm (mamba_ssm/modules/{block,mlp,mamba3}.py): tiny Mamba-3 is SISO with tied embeddings and an MLP
       {"mamba3", "backbone.layers.0.",
        {"norm.weight", "norm2.weight", "mlp.fc1.weight", "mlp.fc2.weight", "mixer.in_proj.weight", "mixer.dt_bias",
@@ -137,7 +141,7 @@ TEST_CASE("export -> import is bit-exact for every model type; FLA names of laye
        {"model.mamba3.A_act=heavy_tail"}},
   };
   for (const Case& c : cases) {
-    SECTION(c.type) {
+    SECTION(c.type + (c.sets.empty() ? "" : " " + c.sets.front())) {
       test::TempDir tmp;
       const Config config = load_config("configs/tiny/" + c.type + ".json", c.sets);
       const std::string ckpt = make_checkpoint(config, tmp.file("run"));
@@ -147,6 +151,7 @@ TEST_CASE("export -> import is bit-exact for every model type; FLA names of laye
       for (const auto& t : c.top) CHECK(SafetensorsFile(hf).contains(t));
       const json hf_cfg = read_json(tmp.file("hf/config.json"));
       CHECK(hf_cfg.at(c.type == "mamba3" ? "d_model" : "hidden_size") == 128);
+      if (!c.sets.empty() && c.type == "gdn") CHECK(hf_cfg.at("attn").at("layers") == json::array({1}));
 
       const std::string back = import_hf(tmp.file("hf"), "", tmp.file("back"));
       CHECK(back == tmp.file("back/checkpoints/step_00000000"));
