@@ -84,4 +84,21 @@ struct EvalArgs {
 /// windows of train/evaluate.h.
 int eval(const EvalArgs& args);
 
+struct ExportArgs {
+  std::string checkpoint;      ///< a checkpoint directory, or a run directory (its newest checkpoint)
+  std::string format = "hf";   ///< hf: flash-linear-attention's Hugging Face layout
+  std::string out;             ///< output directory
+  std::string dtype = "f32";   ///< f32 (the master weights) or bf16
+};
+/// Writes model.safetensors + config.json (+ llmtrain_config.json) in FLA's layout (train/hf_export.h).
+int export_model(const ExportArgs& args);
+
+struct ImportArgs {
+  std::string in;      ///< an HF directory (model.safetensors, config.json)
+  std::string config;  ///< the llmtrain config; default <in>/llmtrain_config.json
+  std::string out;     ///< run directory that receives checkpoints/step_00000000
+};
+/// Reads an FLA-layout HF directory into a checkpoint of model weights only (train/hf_export.h).
+int import_model(const ImportArgs& args);
+
 }  // namespace llmt::cli

@@ -88,6 +88,22 @@ int main(int argc, char** argv) {
   e->add_option("--backend", ev.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   e->add_flag("--json", ev.json, "print one JSON object");
 
+  llmt::cli::ExportArgs ex;
+  CLI::App* x = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (flash-linear-attention layout)");
+  x->add_option("--checkpoint", ex.checkpoint, "checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required()->check(CLI::ExistingDirectory);
+  x->add_option("--format", ex.format, "output layout (hf: flash-linear-attention's model classes)")
+      ->check(CLI::IsMember({"hf"}));
+  x->add_option("--out", ex.out, "output directory (model.safetensors, config.json, llmtrain_config.json)")->required();
+  x->add_option("--dtype", ex.dtype, "f32 (the master weights, default) or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+
+  llmt::cli::ImportArgs im;
+  CLI::App* m = app.add_subcommand("import", "read a Hugging Face directory (flash-linear-attention layout) into a checkpoint of model weights only");
+  m->add_option("--in", im.in, "HF directory with model.safetensors and config.json")->required()->check(CLI::ExistingDirectory);
+  m->add_option("--config", im.config, "llmtrain config of the model (default: <in>/llmtrain_config.json, written by export)")
+      ->check(CLI::ExistingFile);
+  m->add_option("--out", im.out, "run directory; receives config.json and checkpoints/step_00000000")->required();
+
   CLI11_PARSE(app, argc, argv);
   if (e->parsed() && edata->count() + etext->count() == 0) {
     spdlog::error("eval: give the held-out text with --data DATASET_DIR or --text FILE");
@@ -106,6 +122,8 @@ int main(int argc, char** argv) {
     if (d->parsed()) return llmt::cli::prepare_data(prep);
     if (k->parsed()) return llmt::cli::tokenize(tokz);
     if (e->parsed()) return llmt::cli::eval(ev);
+    if (x->parsed()) return llmt::cli::export_model(ex);
+    if (m->parsed()) return llmt::cli::import_model(im);
   } catch (const llmt::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

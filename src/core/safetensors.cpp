@@ -27,7 +27,8 @@ DType st_dtype(const std::string& s, const std::string& path, const std::string&
   if (s == "F32") return DType::f32;
   if (s == "F64") return DType::f64;
   if (s == "I32") return DType::i32;
-  throw Error(fmt::format("{}: tensor {} has dtype {}; supported: F32, F64, I32", path, tensor, s));
+  if (s == "BF16") return DType::bf16;
+  throw Error(fmt::format("{}: tensor {} has dtype {}; supported: F32, F64, I32, BF16", path, tensor, s));
 }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
@@ -155,6 +156,13 @@ std::vector<double> SafetensorsFile::read_f64(const std::string& name) const {
   for (int64_t k = 0; k < n; ++k) {
     if (i.dtype == DType::f64) {
       std::memcpy(&out[k], p + 8 * k, 8);
+    } else if (i.dtype == DType::bf16) {  // the upper 16 bits of an f32
+      uint16_t b;
+      std::memcpy(&b, p + 2 * k, 2);
+      const uint32_t u = static_cast<uint32_t>(b) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      out[k] = f;
     } else {
       float f;
       std::memcpy(&f, p + 4 * k, 4);

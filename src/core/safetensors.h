@@ -24,7 +24,8 @@ struct SafetensorsEntry {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata = {});
 
-/// A safetensors file read fully into memory. F32, F64 and I32 tensors are supported.
+/// A safetensors file read fully into memory. F32, F64, I32 and BF16 tensors are supported
+/// (BF16: read copies the raw 16-bit values; read_f64 converts them).
 class SafetensorsFile {
  public:
   struct Info {
@@ -42,7 +43,7 @@ class SafetensorsFile {
   const Info& info(const std::string& name) const;
   /// Copies tensor `name` to `out` after checking that its dtype and shape are as given.
   void read(const std::string& name, DType dtype, const std::vector<int64_t>& shape, void* out) const;
-  /// The tensor as doubles (converting from F32), with its shape.
+  /// The tensor as doubles (converting from F32 or BF16), with its shape.
   std::vector<double> read_f64(const std::string& name) const;
   const std::map<std::string, Info>& tensors() const { return infos_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
