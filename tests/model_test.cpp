@@ -249,15 +249,12 @@ TEST_CASE("model: float64 finite-difference gradients of a KDA model and a KDA /
   }
 }
 
-TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk size (chunked = recurrent)",
-          "[model][kda]") {
-  // chunk_size 1 is the token-by-token recurrence (each chunk: 𝒯 = I, Δ = β (v - S̄^T k)); 3 leaves a partial
-  // last chunk at T = 7; 64 puts the whole sequence in one chunk. Float64: equal up to rounding.
-  ModelConfig m = tiny(false);
-  m.type = "kda";
-  m.kda.num_heads = 2;
-  m.kda.head_dim = 4;
-  m.kda.expand_v = 2;
+namespace {
+
+// The float64 loss and every gradient of model m (B = 2, T = 7) with the mixer's chunk size set to 1 (the
+// token-by-token recurrence), 3 (a partial last chunk) and 64 (one chunk) by set_chunk: equal up to rounding.
+template <typename SetChunk>
+void check_chunk_invariance(ModelConfig m, SetChunk set_chunk) {
   auto be = make_cpu_backend();
   const int64_t B = 2, T = 7;
   const auto inputs = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 11);
@@ -265,7 +262,7 @@ TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk si
   std::vector<double> losses;
   std::vector<std::vector<double>> grads;
   for (const int64_t chunk : {1, 3, 64}) {
-    m.kda.chunk_size = chunk;
+    set_chunk(m, chunk);
     Model model(m);
     model.allocate(*be, DType::f64);
     model.params().initialize(5);
@@ -287,6 +284,20 @@ TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk si
     CHECK(scale > 0);
     CHECK(err < 1e-10 * scale);
   }
+}
+
+}  // namespace
+
+TEST_CASE("model: a KDA model's loss and gradients do not depend on the chunk size (chunked = recurrent)",
+          "[model][kda]") {
+  // chunk_size 1 is the token-by-token recurrence (each chunk: 𝒯 = I, Δ = β (v - S̄^T k)); 3 leaves a partial
+  // last chunk at T = 7; 64 puts the whole sequence in one chunk. Float64: equal up to rounding.
+  ModelConfig m = tiny(false);
+  m.type = "kda";
+  m.kda.num_heads = 2;
+  m.kda.head_dim = 4;
+  m.kda.expand_v = 2;
+  check_chunk_invariance(m, [](ModelConfig& c, int64_t chunk) { c.kda.chunk_size = chunk; });
 }
 
 TEST_CASE("model: float64 finite-difference gradients of a Mamba2 model with mixer-only blocks", "[model][mamba2]") {
@@ -454,35 +465,7 @@ TEST_CASE("model: an MDN model's loss and gradients do not depend on the chunk s
     DYNAMIC_SECTION("momentum = " << momentum) {
       ModelConfig m = tiny_mdn();
       m.mdn.momentum = momentum;
-      auto be = make_cpu_backend();
-      const int64_t B = 2, T = 7;
-      const auto inputs = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 11);
-      const auto targets = random_ids(B * T, static_cast<int32_t>(m.vocab_size), 12);
-      std::vector<double> losses;
-      std::vector<std::vector<double>> grads;
-      for (const int64_t chunk : {1, 3, 64}) {
-        m.mdn.chunk_size = chunk;
-        Model model(m);
-        model.allocate(*be, DType::f64);
-        model.params().initialize(5);
-        model.plan(B, T);
-        be->fill_zero(model.params().flat_grads());
-        losses.push_back(model.forward(inputs.data(), targets.data(), true, 1.0));
-        model.backward();
-        const Tensor g = model.params().flat_grads();
-        grads.emplace_back(g.as<double>(), g.as<double>() + g.numel());
-      }
-      for (size_t i = 1; i < losses.size(); ++i) {
-        CHECK(std::abs(losses[i] - losses[0]) < 1e-12 * std::abs(losses[0]));
-        double err = 0, scale = 0;
-        for (size_t j = 0; j < grads[0].size(); ++j) {
-          err = std::max(err, std::abs(grads[i][j] - grads[0][j]));
-          scale = std::max(scale, std::abs(grads[0][j]));
-        }
-        INFO("chunk variant " << i << ": max |dgrad| " << err << " of max |grad| " << scale);
-        CHECK(scale > 0);
-        CHECK(err < 1e-10 * scale);
-      }
+      check_chunk_invariance(m, [](ModelConfig& c, int64_t chunk) { c.mdn.chunk_size = chunk; });
     }
   }
 }
