@@ -104,7 +104,13 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   m->add_option("--out", im.out, "run directory; receives config.json and checkpoints/step_00000000")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    // --help prints and exits 0; a usage error (unknown flag, missing file, bad value) is printed by
+    // CLI11 and exits 2, the code of every other bad-input error (docs/PREEMPTION.md).
+    return app.exit(err) == 0 ? 0 : 2;
+  }
   if (e->parsed() && edata->count() + etext->count() == 0) {
     spdlog::error("eval: give the held-out text with --data DATASET_DIR or --text FILE");
     return 2;
