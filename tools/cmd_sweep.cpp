@@ -1,3 +1,7 @@
+// llmtrain sweep: runs or scripts every point of a grid or points file (docs/SWEEPS.md).
+#include <sys/wait.h>
+
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -48,11 +52,16 @@ int sweep(const SweepArgs& args) {
       }
       spdlog::info("sweep: point {}/{} {}: running (log {}/train.log)", i + 1, points.size(), points[i].name, run_dir);
       const int rc = std::system(("bash '" + scripts[i] + "'").c_str());
+      if (WIFSIGNALED(rc) || (WIFEXITED(rc) && WEXITSTATUS(rc) == 128 + SIGINT)) {
+        collect();
+        spdlog::warn("sweep: interrupted during point {}; re-run the same command to continue", points[i].name);
+        return 130;
+      }
       const SweepResult r = read_sweep_result(run_dir);
       if (r.status == "finished") {
         spdlog::info("sweep: point {} finished: final val_loss {:.4f}", points[i].name, r.final_val_loss);
       } else {
-        spdlog::error("sweep: point {} failed ({}): {}", points[i].name, rc, r.error);
+        spdlog::error("sweep: point {} failed: {}", points[i].name, r.error);
       }
       collect();
     }
