@@ -7,7 +7,11 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "data/synthetic_source.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "train/synthetic_eval.h"
 #include "data/synthetic_tasks.h"
 #include "model/config.h"
 #include "train/step.h"
@@ -246,4 +250,103 @@ TEST_CASE("synthetic: config keys, the vocabulary and sequence-length checks", "
   nlohmann::json tokens = j;
   tokens["data"] = {{"text", "x.txt"}, {"synthetic", nlohmann::json::object()}};
   CHECK_THROWS_WITH(parse_config(tokens), Catch::Contains("data.synthetic"));
+}
+
+namespace {
+
+ModelConfig tiny_model(int64_t vocab) {
+  ModelConfig m;
+  m.d_model = 8;
+  m.n_layers = 1;
+  m.vocab_size = vocab;
+  m.mlp.intermediate_size = 12;
+  m.attn.num_heads = 2;
+  m.attn.head_dim = 4;
+  m.init_std = 0.5;  // large weights: the argmax varies from position to position
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("synthetic: Model::forward's correct flags mark where the target minimises the loss", "[synthetic][model]") {
+  // Independent of the kernel's argmax: with one labelled position at a time, the loss of target v at position
+  // p is lse_p - z_p[v], smallest exactly for the argmax; so the flag must be 1 iff the target's loss is the
+  // smallest over all V candidates.
+  const int64_t B = 2, T = 5, V = 7;
+  auto be = make_cpu_backend();
+  Model model(tiny_model(V));
+  model.allocate(*be, DType::f64);
+  model.params().initialize(3);
+  model.plan(B, T);
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  Philox rng(9, 0);
+  for (auto& x : inputs) x = static_cast<int32_t>(rng.below(V));
+  for (auto& x : targets) x = static_cast<int32_t>(rng.below(V));
+  targets[3] = -1;
+  std::vector<uint8_t> correct(B * T, 9);
+  const double total = model.forward(inputs.data(), targets.data(), false, 0.0, correct.data());
+  double sum = 0;
+  int right = 0;
+  for (int64_t p = 0; p < B * T; ++p) {
+    std::vector<int32_t> one(B * T, -1);
+    double best = 1e300, of_target = 0;
+    for (int32_t v = 0; v < V; ++v) {
+      one[p] = v;
+      const double loss = model.forward(inputs.data(), one.data(), false, 0.0);
+      best = std::min(best, loss);
+      if (v == targets[p]) of_target = loss;
+    }
+    if (targets[p] < 0) {
+      REQUIRE(correct[p] == 0);
+      continue;
+    }
+    sum += of_target;
+    const bool expect = of_target <= best;
+    REQUIRE(correct[p] == (expect ? 1 : 0));
+    right += expect;
+  }
+  CHECK(total == Approx(sum).epsilon(1e-12));
+  CHECK(right > 0);  // the case is not degenerate: both outcomes occur
+  CHECK(right < B * T - 1);
+}
+
+TEST_CASE("synthetic: evaluate_synthetic pools the per-point results and re-plans the model", "[synthetic][model]") {
+  SyntheticConfig c;
+  c.min_length = 2;
+  c.max_length = 6;
+  c.eval_lengths = {5, 9};
+  c.eval_examples = 7;
+  const SyntheticSource source("parity", c, 4, 8);
+  auto be = make_cpu_backend();
+  Model model(tiny_model(4));
+  model.allocate(*be, DType::f64);
+  model.params().initialize(1);
+  model.plan(3, 8);
+  const nlohmann::json r = evaluate_synthetic(model, source, 3, 8, false, single_process_communicator());
+
+  // The same numbers from one forward per example, with the flags of its single answer.
+  double loss = 0, right = 0;
+  for (size_t s = 0; s < 2; ++s) {
+    const int64_t T = source.eval_sets()[s].tokens - 1;
+    double set_loss = 0, set_right = 0;
+    model.plan(1, T);
+    for (int64_t j = 0; j < c.eval_examples; ++j) {
+      std::vector<int32_t> w(T + 1), inputs(T), targets(T);
+      SyntheticSource::to_window(source.eval_example(s, j), T + 1, w.data());
+      split_windows(w, 1, T, inputs, targets);
+      std::vector<uint8_t> correct(T);
+      set_loss += model.forward(inputs.data(), targets.data(), false, 0.0, correct.data());
+      set_right += correct[T - 1];
+    }
+    const nlohmann::json& p = r["eval_points"][s];
+    CHECK(p["loss"].get<double>() == Approx(set_loss / c.eval_examples).epsilon(1e-12));
+    CHECK(p["acc"].get<double>() == Approx(set_right / c.eval_examples).epsilon(1e-15));
+    CHECK(p["scaled_acc"].get<double>() == Approx(2 * set_right / c.eval_examples - 1).margin(1e-15));
+    loss += set_loss;
+    right += set_right;
+  }
+  CHECK(r["eval_points"][0]["name"] == "L5");
+  CHECK(r["val_loss"].get<double>() == Approx(loss / 14).epsilon(1e-12));
+  CHECK(r["val_acc"].get<double>() == Approx(right / 14).epsilon(1e-15));
+  CHECK(r["val_example_acc"] == r["val_acc"]);
 }
