@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Synthetic tasks as data sources (docs/SYNTHETIC.md): a tiny CPU model trains a few steps on MQAR and on parity,
 # and every evaluation record of metrics.jsonl carries the accuracy fields (per point and overall, scaled accuracy
-# for parity); a resumed MQAR run continues the same example stream (losses identical to an uninterrupted run).
+# for parity); a resumed MQAR run continues the same example stream (losses identical to an uninterrupted run);
+# the example configs in configs/synthetic/ parse.
 # Usage: synthetic.sh path/to/llmtrain   (run from the repository root)
 set -euo pipefail
 llmtrain=$1
@@ -38,4 +39,8 @@ if "$llmtrain" train --config tests/configs/parity_tiny.json --set model.vocab_s
   fail "vocab_size 2 accepted"
 fi
 grep -q "model.vocab_size (2)" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "vocab error message"; }
+# The example configs parse (their sizes and data settings are valid).
+for f in configs/synthetic/*.json; do
+  "$llmtrain" info --config "$f" > "$tmp/info.log" 2>&1 || { cat "$tmp/info.log"; fail "$f"; }
+done
 echo "ok: synthetic tasks train and report accuracy"
