@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$llmtrain" train --config tests/configs/mqar_tiny.json --out "$tmp/mqar" > "$tmp/mqar.log" 2>&1 || { cat "$tmp/mqar.log"; fail "mqar run"; }
 m=$tmp/mqar/metrics.jsonl
 # Evaluations at steps 0, 3 and 6, each with two points named after (length, pairs), accuracies in [0, 1].
-[ "$(jq -c 'select(.val_acc != null) | .step' "$m" | tr '\n' ' ')" = "0 3 6 " ] || fail "mqar: evaluations at 0 3 6"; 
+[ "$(jq -c 'select(.val_acc != null) | .step' "$m" | tr '\n' ' ')" = "0 3 6 " ] || fail "mqar: evaluations at 0 3 6"
 jq -e 'select(.val_acc != null) | (.eval_points | map(.name)) == ["L32_kv4", "L64_kv8"]' "$m" > /dev/null || fail "mqar: point names"
 jq -e -s 'map(select(.val_acc != null)) | all(.val_acc >= 0 and .val_acc <= 1 and .val_example_acc >= 0
   and .val_example_acc <= .val_acc + 1e-12 and (.eval_points | all(.acc >= 0 and .acc <= 1 and .kv_pairs > 0))
