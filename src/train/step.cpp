@@ -11,8 +11,9 @@ void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t s
                    std::vector<int32_t>& targets) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq_len; ++t) {
-      inputs[b * seq_len + t] = windows[b * (seq_len + 1) + t];
-      targets[b * seq_len + t] = windows[b * (seq_len + 1) + t + 1];
+      const int32_t in = windows[b * (seq_len + 1) + t], next = windows[b * (seq_len + 1) + t + 1];
+      inputs[b * seq_len + t] = in >= 0 ? in : -(in + 1);
+      targets[b * seq_len + t] = next >= 0 ? next : -1;
     }
 }
 
@@ -39,7 +40,7 @@ StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train,
       train_(train),
       comm_(comm),
       micro_batches_(train.grad_accum() / comm.world_size()),
-      windows_(train.micro_batch * (train.seq_len + 1)),
+      windows_(micro_batches_ * train.micro_batch * (train.seq_len + 1)),
       inputs_(train.micro_batch * train.seq_len),
       targets_(train.micro_batch * train.seq_len) {
   check(train.grad_accum() % comm.world_size() == 0,
@@ -52,11 +53,21 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   ParamStore& params = model_.params();
   Backend& be = params.backend();
   be.fill_zero(params.flat_grads());
-  const double targets_per_step = static_cast<double>(train_.batch_tokens);
+  // The step's windows are drawn first, so that the loss is the mean over the labelled targets of the whole
+  // global batch (batch_tokens for token streams; the answers only for synthetic tasks).
+  const int64_t window = train_.micro_batch * (train_.seq_len + 1);
+  double labelled = 0;
+  for (int64_t micro = 0; micro < micro_batches_; ++micro) {
+    int32_t* w = windows_.data() + micro * window;
+    next(w);
+    for (int64_t b = 0; b < train_.micro_batch; ++b)
+      for (int64_t t = 1; t <= train_.seq_len; ++t) labelled += w[b * (train_.seq_len + 1) + t] >= 0 ? 1 : 0;
+  }
+  const double targets_per_step = std::max(1.0, comm_.all_reduce_scalar(labelled, ReduceOp::sum));
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches_; ++micro) {
-    next(windows_.data());
-    split_windows(windows_, train_.micro_batch, train_.seq_len, inputs_, targets_);
+    const std::vector<int32_t> w(windows_.begin() + micro * window, windows_.begin() + (micro + 1) * window);
+    split_windows(w, train_.micro_batch, train_.seq_len, inputs_, targets_);
     loss_sum += model_.forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
     model_.backward();
   }
