@@ -148,9 +148,12 @@ void check_mamba3(const Case& c) {
 
 TEST_CASE("cuda mamba3: SISO, small shapes around the 64-token chunk, with and without the output norm",
           "[cuda][mamba3]") {
+  // Not T = 1 with the norm: a single SISO token's core output is a scalar multiple of v, which RMSNorm_P
+  // removes, so the gradients reaching bc and raw vanish (up to eps) and both sides hold rounding noise.
   uint64_t seed = 1;
   for (const int64_t T : {1, 5, 63, 64, 65, 150})
     for (const bool norm : {false, true}) {
+      if (T == 1 && norm) continue;
       check_mamba3({2, T, 4, 16, 8, 2, 1, 2, norm, false, 1e-4, -1.5, -0.5, seed++});
       check_mamba3(mild({1, T, 3, 5, 6, 1, 1, 3, norm, false, 1e-4, 0, 0, seed++}));
     }
