@@ -22,6 +22,8 @@ size_t carve(const Sizes& s, bool backward, void* base, Buffers* out) {
   Buffers b{};
   const int64_t E = s.E, RGN = s.rows * s.R * s.G * s.N, states = s.B * s.H * s.nc * s.P * s.N;
   for (float** p : {&b.dt, &b.lam, &b.A, &b.clamped, &b.a, &b.gam, &b.eps, &b.sig}) take(*p, E);
+  take(b.dtd, E);
+  take(b.theta, s.rows * s.S);
   take(b.phi, E * s.S);
   take(b.nb, RGN);
   take(b.ncn, RGN);
@@ -44,6 +46,9 @@ size_t carve(const Sizes& s, bool backward, void* base, Buffers* out) {
     take(b.c3, E * s.P);
     take(b.cbn, RGN);
     take(b.ccn, RGN);
+    take(b.dnb, RGN);
+    take(b.dnc, RGN);
+    take(b.mb, 2 * s.rows * s.R * s.G);
     take(b.dDp, s.B * s.H * s.nc);
     const int64_t widest = std::max({s.H * s.R * s.N, s.H * s.R * s.P, s.N, s.H});
     take(b.partial, m3::kSplits * widest);

@@ -28,18 +28,19 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 
 /// The scratch of one call, carved by mamba3.cu. Forward (also recomputed by the backward): dt = Δ, lam = λ,
 /// A, clamped (1 where the A_floor clamp is active), a = A Δ, gam = γ, eps = ε, sig = σ (γ_t + ε_{t+1}) [E];
-/// phi [E S]; nb, ncn (normalised pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
+/// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
 /// q, k [E R N]; v, y [E R P]; rs (output-norm reciprocal RMS) [E R]; G (chunk-local cumsum of a, double)
 /// [B H nc Lc]; states (the state entering each chunk) [B H nc P N].
 /// Backward: dy, dv [E R P]; dq, dk [E R N] (then the un-rotated gradients); da, dgam, dsig [E]; dstates (the
 /// adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then
 /// the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms;
+/// dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G] (BCNorm backward means);
 /// partial (double): the column sums' partials.
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
-  double* G;
+  double *dtd, *theta, *G;
   float* states;
-  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn;
+  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb;
   double *dDp, *partial;
 };
 

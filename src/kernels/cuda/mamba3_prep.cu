@@ -48,6 +48,7 @@ __global__ void token_kernel(const float* raw, const float* dt_bias, Sizes s, Ma
     const bool clamped = -f > -opt.A_floor;
     const double A = clamped ? -opt.A_floor : -f;
     buf.dt[e] = static_cast<float>(dt);
+    buf.dtd[e] = dt;
     buf.lam[e] = static_cast<float>(lam);
     buf.A[e] = static_cast<float>(A);
     buf.clamped[e] = clamped ? 1.0f : 0.0f;
@@ -58,16 +59,23 @@ __global__ void token_kernel(const float* raw, const float* dt_bias, Sizes s, Ma
   }
 }
 
-// φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π, θ = π tanh(angles).   (one thread per (b, h, i))
-__global__ void phase_kernel(const float* raw, const float* dt_bias, Sizes s, float* phi) {
+// θ[row, i] = π tanh(angles).   (one thread per (row, i))
+__global__ void theta_kernel(const float* raw, Sizes s, double* theta) {
+  const int64_t n = s.rows * s.S;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x)
+    theta[idx] = kPi * tanh(static_cast<double>(raw[(idx / s.S) * s.W + 3 * s.H + idx % s.S]));
+}
+
+// φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π.   (one thread per (b, h, i))
+__global__ void phase_kernel(const double* dtd, const double* theta, Sizes s, float* phi) {
   const int64_t n = s.B * s.H * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, h = (idx / s.S) % s.H, b = idx / (s.S * s.H);
     double acc = 0.0;
     for (int64_t t = 0; t < s.T; ++t) {
-      const float* rw = raw + (b * s.T + t) * s.W;
-      acc = fmod(acc + delta(rw, h, dt_bias) * (kPi * tanh(static_cast<double>(rw[3 * s.H + i]))), 2.0 * kPi);
-      phi[((b * s.T + t) * s.H + h) * s.S + i] = static_cast<float>(acc);
+      const int64_t row = b * s.T + t;
+      acc = fmod(acc + dtd[row * s.H + h] * theta[row * s.S + i], 2.0 * kPi);
+      phi[(row * s.H + h) * s.S + i] = static_cast<float>(acc);
     }
   }
 }
@@ -126,27 +134,27 @@ __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v
   }
 }
 
-// Rotation backward (§4.5 step 3) per (token, head): dφ_i = Σ_{q,k} Σ_r (du_i0 (-u_i1) + du_i1 u_i0) on the
-// rotated u; then dq, dk un-rotated in place (dū = Rot(φ)^T du).
+// Rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{q,k} Σ_r (du_i0 (-u_i1) + du_i1 u_i0) on
+// the rotated u; then the pair (i0, i1) of dq, dk un-rotated in place (dū = Rot(φ)^T du).
 __global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < s.E; e += int64_t{gridDim.x} * blockDim.x) {
-    for (int64_t i = 0; i < s.S; ++i) {
-      const int64_t i0 = s.R == 1 ? 2 * i : i, i1 = s.R == 1 ? 2 * i + 1 : i + s.N / 2;
-      double acc = 0.0;
-      for (int which = 0; which < 2; ++which)
-        for (int64_t r = 0; r < s.R; ++r) {
-          const int64_t o = (e * s.R + r) * s.N;
-          const float* rot = (which == 0 ? buf.k : buf.q) + o;
-          float* grad = (which == 0 ? buf.dk : buf.dq) + o;
-          acc += static_cast<double>(grad[i0]) * -rot[i1] + static_cast<double>(grad[i1]) * rot[i0];
-          float sn, cs;
-          sincosf(buf.phi[e * s.S + i], &sn, &cs);
-          const float g0 = grad[i0], g1 = grad[i1];
-          grad[i0] = g0 * cs + g1 * sn;
-          grad[i1] = g1 * cs - g0 * sn;
-        }
-      buf.dphi[e * s.S + i] = static_cast<float>(acc);
-    }
+  const int64_t n = s.E * s.S;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = idx % s.S, e = idx / s.S;
+    const int64_t i0 = s.R == 1 ? 2 * i : i, i1 = s.R == 1 ? 2 * i + 1 : i + s.N / 2;
+    float sn, cs;
+    sincosf(buf.phi[idx], &sn, &cs);
+    double acc = 0.0;
+    for (int which = 0; which < 2; ++which)
+      for (int64_t r = 0; r < s.R; ++r) {
+        const int64_t o = (e * s.R + r) * s.N;
+        const float* rot = (which == 0 ? buf.k : buf.q) + o;
+        float* grad = (which == 0 ? buf.dk : buf.dq) + o;
+        const float g0 = grad[i0], g1 = grad[i1];
+        acc += static_cast<double>(g0) * -rot[i1] + static_cast<double>(g1) * rot[i0];
+        grad[i0] = g0 * cs + g1 * sn;
+        grad[i1] = g1 * cs - g0 * sn;
+      }
+    buf.dphi[idx] = static_cast<float>(acc);
   }
 }
 
@@ -172,9 +180,8 @@ __global__ void scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes 
     const int64_t row = e / s.H, h = e % s.H, t = row % s.T;
     const float* rw = raw + row * s.W;
     double ddt = 0.0;
-    for (int64_t i = 0; i < s.S; ++i)
-      ddt += kPi * tanh(static_cast<double>(rw[3 * s.H + i])) * buf.dphi[e * s.S + i];
-    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = delta(rw, h, dt_bias);
+    for (int64_t i = 0; i < s.S; ++i) ddt += buf.theta[row * s.S + i] * buf.dphi[e * s.S + i];
+    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
     const double dgam = buf.dgam[e], deps = t > 0 ? static_cast<double>(buf.dsig[e - s.H]) : 0.0;
     const double da = buf.da[e];
     ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(buf.A[e]) * da;
@@ -188,44 +195,58 @@ __global__ void scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes 
 }
 
 // Angles backward: draw[3 H + i] = π (1 - tanh^2) Σ_h Δ_h dψ_h,i.   (one thread per (row, i))
-__global__ void angle_bwd_kernel(const float* raw, const float* dt_bias, Sizes s, const float* dpsi, float* draw) {
+__global__ void angle_bwd_kernel(const float* raw, const double* dtd, Sizes s, const float* dpsi, float* draw) {
   const int64_t n = s.rows * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, row = idx / s.S;
-    const float* rw = raw + row * s.W;
     double acc = 0.0;
-    for (int64_t h = 0; h < s.H; ++h) acc += delta(rw, h, dt_bias) * dpsi[(row * s.H + h) * s.S + i];
-    const double th = tanh(static_cast<double>(rw[3 * s.H + i]));
+    for (int64_t h = 0; h < s.H; ++h) acc += dtd[row * s.H + h] * dpsi[(row * s.H + h) * s.S + i];
+    const double th = tanh(static_cast<double>(raw[row * s.W + 3 * s.H + i]));
     draw[row * s.W + 3 * s.H + i] = static_cast<float>(acc * kPi * (1.0 - th * th));
   }
 }
 
-// BCNorm backward (§1.1) per (row, which, r G + g): dn̂ = Σ_{h of group g} dū[h, r]; the weight's per-row term
-// dn̂ ∘ n into cbn / ccn; dbc = r (u - n mean(u ∘ n)), u = dn̂ ∘ w.
-__global__ void bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
-  const int64_t RG = s.R * s.G, n_all = s.rows * 2 * RG, hpg = s.H / s.G;
+// BCNorm backward (§1.1), step 1 per (row, which, r G + g, n): dn̂ = Σ_{h of group g} dū[h, r] into dnb / dnc and
+// the weight's per-row term dn̂ ∘ n into cbn / ccn.
+__global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
+  const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN, hpg = s.H / s.G;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
        idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG), r = rg / s.G, g = rg % s.G;
+    const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN);
+    const int64_t n = j % s.N, g = (j / s.N) % s.G, r = j / (s.N * s.G), o = row * RGN + j;
     const float* du = which == 0 ? buf.dk : buf.dq;
+    double acc = 0.0;
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) acc += du[((row * s.H + h) * s.R + r) * s.N + n];
+    (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
+    (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+  }
+}
+
+// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb.
+__global__ void bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+  const int64_t RG = s.R * s.G, n_all = s.rows * 2 * RG;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG), o = (row * RG + rg) * s.N;
+    const float* dn = (which == 0 ? buf.dnb : buf.dnc) + o;
+    const float* nrm = (which == 0 ? buf.nb : buf.ncn) + o;
     const float* w = which == 0 ? p.B_norm : p.C_norm;
-    const float* nrm = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
-    float* cw = (which == 0 ? buf.cbn : buf.ccn) + (row * RG + rg) * s.N;
-    const double rs = (which == 0 ? buf.rb : buf.rc)[row * RG + rg];
-    auto dn = [&](int64_t j) {
-      double acc = 0.0;
-      for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) acc += du[((row * s.H + h) * s.R + r) * s.N + j];
-      return acc;
-    };
     double m = 0.0;
-    for (int64_t j = 0; j < s.N; ++j) {
-      const double d = dn(j);
-      cw[j] = static_cast<float>(d * nrm[j]);
-      m += d * w[j] * nrm[j];
-    }
-    m /= static_cast<double>(s.N);
-    float* out = dbc + (row * 2 + which) * RG * s.N + rg * s.N;
-    for (int64_t j = 0; j < s.N; ++j) out[j] = static_cast<float>(rs * (dn(j) * w[j] - nrm[j] * m));
+    for (int64_t j = 0; j < s.N; ++j) m += static_cast<double>(dn[j]) * w[j] * nrm[j];
+    buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
+  }
+}
+
+// Step 3 per (row, which, r G + g, n): dbc = r (u - n mean(u ∘ n)).
+__global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
+  const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN), n = j % s.N, rg = j / s.N;
+    const int64_t o = row * RGN + j, orow = row * s.R * s.G + rg;
+    const float dn = (which == 0 ? buf.dnb : buf.dnc)[o], nrm = (which == 0 ? buf.nb : buf.ncn)[o];
+    const float rs = (which == 0 ? buf.rb : buf.rc)[orow], w = (which == 0 ? p.B_norm : p.C_norm)[n];
+    dbc[idx] = rs * (dn * w - nrm * buf.mb[(row * 2 + which) * s.R * s.G + rg]);
   }
 }
 
@@ -246,7 +267,9 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
   token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
-    phase_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(raw, p.dt_bias, s, buf.phi);
+    theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
+    LLMT_CUDA_CHECK_LAUNCH();
+    phase_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(buf.dtd, buf.theta, s, buf.phi);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
@@ -259,17 +282,22 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
 
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
-  rot_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(s, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
+    rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+    LLMT_CUDA_CHECK_LAUNCH();
     phase_bwd_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(s, buf.dphi);
     LLMT_CUDA_CHECK_LAUNCH();
-    angle_bwd_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, p.dt_bias, s, buf.dphi, draw);
+    angle_bwd_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, buf.dtd, s, buf.dphi, draw);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   scalar_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_bwd_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(p, s, buf, dbc);
+  const int64_t bc_all = s.rows * 2 * s.R * s.G;
+  bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
+  LLMT_CUDA_CHECK_LAUNCH();
+  bcnorm_mean_kernel<<<grid_for(bc_all), kThreads, 0, stream>>>(p, s, buf);
+  LLMT_CUDA_CHECK_LAUNCH();
+  bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
   const int64_t RN = s.H * s.R * s.N;
   colsum(buf.dk, s.rows, RN, RN, buf, g.B_bias, stream);
