@@ -79,6 +79,39 @@ __device__ __forceinline__ float decay(double gi, double gj) {
   return expf(static_cast<float>(0.0 < d ? 0.0 : d));
 }
 
+// acc[q][c] += Σ_{kk<K} a(m0 + ty + 16 q, kk) b(kk, n0 + tx + 16 c) for the rows < M and columns < Nn (ty, tx:
+// the thread's place in a 16 x 16 grid; a block of kCoreThreads covers a 64 x 64 tile); fixed kk order.
+template <class A, class B>
+__device__ __forceinline__ void mma_tile(int m0, int n0, int M, int Nn, int K, A a, B b, float (&acc)[4][4]) {
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  for (int kk = 0; kk < K; ++kk) {
+    float av[4], bv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int m = m0 + ty + 16 * q, n = n0 + tx + 16 * q;
+      av[q] = m < M ? a(m, kk) : 0.0f;
+      bv[q] = n < Nn ? b(kk, n) : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[q][c] = fmaf(av[q], bv[c], acc[q][c]);
+  }
+}
+
+// Calls f(m, n, acc[q][c]) for the thread's entries of the tile at (m0, n0) with m < M, n < Nn.
+template <class F>
+__device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (&acc)[4][4], F f) {
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int m = m0 + ty + 16 * q, n = n0 + tx + 16 * c;
+      if (m < M && n < Nn) f(m, n, acc[q][c]);
+    }
+}
+
 // A chunk's state contribution out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] (u [.., P], w [.., N] in the core layout) into
 // out [B, H, nc, P, N]. to_end: weights f_i σ_i (forward: u = v, w = k); else e^{G_i} (backward: u = dy, w = q).
 // Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats.
@@ -101,12 +134,14 @@ __global__ void __launch_bounds__(kCoreThreads) outer_kernel(const float* u, con
   load_rows(Wt, N1, w, s.N, s, k);
   __syncthreads();
   float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
-  for (int64_t e = threadIdx.x; e < s.P * s.N; e += blockDim.x) {
-    const int64_t p = e / s.N, n = e % s.N;
-    float acc = 0.0f;
-    for (int rho = 0; rho < k.nr; ++rho) acc = fmaf(U[rho * P1 + p], Wt[rho * N1 + n], acc);
-    o[e] = acc;
-  }
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N);
+  for (int p0 = 0; p0 < P; p0 += kRows)
+    for (int n0 = 0; n0 < N; n0 += kRows) {
+      float acc[4][4] = {};
+      mma_tile(p0, n0, P, N, k.nr, [&](int p, int rho) { return U[rho * P1 + p]; },
+               [&](int rho, int n) { return Wt[rho * N1 + n]; }, acc);
+      tile_each(p0, n0, P, N, acc, [&](int p, int n, float v) { o[p * s.N + n] = v; });
+    }
 }
 
 // Contributions -> in place the states entering each chunk (forward: S_in_0 = 0, S_in_{c+1} = e^{Γ_c} S_in_c
@@ -148,28 +183,37 @@ __global__ void __launch_bounds__(kCoreThreads) fwd_out_kernel(const float* q, c
   load_rows(V, P1, v, s.P, s, k);
   __syncthreads();
   // Sc[ρ][ρ'] = E_ij σ_j (q_ρ·k_ρ') for j < i, γ_i (q_ρ·k_ρ') for j = i, 0 for j > i.
-  for (int e = threadIdx.x; e < k.nr * k.nr; e += blockDim.x) {
-    const int rho = e / k.nr, rp = e % k.nr, i = rho / R, j = rp / R;
-    float f = 0.0f;
-    if (j <= i) {
-      float d = 0.0f;
-      for (int n = 0; n < s.N; ++n) d = fmaf(Q[rho * N1 + n], K[rp * N1 + n], d);
-      f = j < i ? decay(Gs[i], Gs[j]) * sg[j] * d : gm[i] * d;
-    }
-    Sc[rho * kSq + rp] = f;
+  const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
+  {
+    float acc[4][4] = {};
+    mma_tile(0, 0, k.nr, k.nr, N, [&](int m, int n) { return Q[m * N1 + n]; }, [&](int n, int c) { return K[c * N1 + n]; },
+             acc);
+    tile_each(0, 0, k.nr, k.nr, acc, [&](int rho, int rp, float d) {
+      const int i = rho / R, j = rp / R;
+      Sc[rho * kSq + rp] = j < i ? decay(Gs[i], Gs[j]) * sg[j] * d : j == i ? gm[i] * d : 0.0f;
+    });
   }
   __syncthreads();
+  // y^T[p][ρ] = e^{G_i} Σ_n S_in[p][n] q_ρ[n] + Σ_ρ' v_ρ'[p] Sc[ρ][ρ'] + D v_ρ[p].
   const float* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
   const float Dh = D[k.h];
-  for (int64_t e = threadIdx.x; e < k.nr * s.P; e += blockDim.x) {
-    const int rho = static_cast<int>(e % k.nr), i = rho / R;
-    const int64_t p = e / k.nr;
-    float acc = 0.0f;
-    for (int n = 0; n < s.N; ++n) acc = fmaf(sin[p * s.N + n], Q[rho * N1 + n], acc);
-    acc *= expf(static_cast<float>(Gs[i]));
-    for (int rp = 0; rp < k.nr; ++rp) acc = fmaf(Sc[rho * kSq + rp], V[rp * P1 + p], acc);
-    acc = fmaf(Dh, V[rho * P1 + p], acc);
-    y[(((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + rho % R) * s.P + p] = acc;
+  for (int p0 = 0; p0 < P; p0 += kRows) {
+    float acc[4][4] = {};
+    mma_tile(p0, 0, P, k.nr, N, [&](int p, int n) { return sin[p * N + n]; },
+             [&](int n, int rho) { return Q[rho * N1 + n]; }, acc);
+    const int tx = threadIdx.x % 16;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int rho = tx + 16 * c;
+      const float ei = rho < k.nr ? expf(static_cast<float>(Gs[rho / R])) : 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[q][c] *= ei;
+    }
+    mma_tile(p0, 0, P, k.nr, k.nr, [&](int p, int rp) { return V[rp * P1 + p]; },
+             [&](int rp, int rho) { return Sc[rho * kSq + rp]; }, acc);
+    tile_each(p0, 0, P, k.nr, acc, [&](int p, int rho, float v) {
+      y[(((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * s.P + p] = fmaf(Dh, V[rho * P1 + p], v);
+    });
   }
 }
 
@@ -208,27 +252,35 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
   load_rows(V, P1, v, s.P, s, k);
   load_rows(DY, P1, dy, s.P, s, k);
   __syncthreads();
-  for (int e = threadIdx.x; e < k.nr * k.nr; e += blockDim.x) {
-    const int rho = e / k.nr, rp = e % k.nr, i = rho / R, j = rp / R;
-    float a = 0.0f, b = 0.0f, y = 0.0f;
-    if (j <= i) {
-      float sqk = 0.0f, sdv = 0.0f;
-      for (int n = 0; n < s.N; ++n) sqk = fmaf(Q[rho * N1 + n], K[rp * N1 + n], sqk);
-      for (int p = 0; p < s.P; ++p) sdv = fmaf(DY[rho * P1 + p], V[rp * P1 + p], sdv);
-      if (j < i) {
-        const float E = decay(Gs[i], Gs[j]);
-        y = sdv * E * sqk;
-        a = sdv * E * sg[j];
-        b = sg[j] * sqk * E;
-      } else {
-        y = sdv * sqk;
-        a = gm[i] * sdv;
-        b = gm[i] * sqk;
+  const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
+  {
+    float sqk[4][4] = {}, sdv[4][4] = {};
+    mma_tile(0, 0, k.nr, k.nr, N, [&](int m, int n) { return Q[m * N1 + n]; }, [&](int n, int c) { return K[c * N1 + n]; },
+             sqk);
+    mma_tile(0, 0, k.nr, k.nr, P, [&](int m, int p) { return DY[m * P1 + p]; },
+             [&](int p, int c) { return V[c * P1 + p]; }, sdv);
+    const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int rho = ty + 16 * q, rp = tx + 16 * c, i = rho / R, j = rp / R;
+        if (rho >= k.nr || rp >= k.nr) continue;
+        float a = 0.0f, b = 0.0f, y = 0.0f;
+        if (j < i) {
+          const float E = decay(Gs[i], Gs[j]);
+          y = sdv[q][c] * E * sqk[q][c];
+          a = sdv[q][c] * E * sg[j];
+          b = sg[j] * sqk[q][c] * E;
+        } else if (j == i) {
+          y = sdv[q][c] * sqk[q][c];
+          a = gm[i] * sdv[q][c];
+          b = gm[i] * sqk[q][c];
+        }
+        Adq[rho * kSq + rp] = a;
+        Bdv[rho * kSq + rp] = b;
+        Yb[rho * kSq + rp] = y;
       }
-    }
-    Adq[rho * kSq + rp] = a;
-    Bdv[rho * kSq + rp] = b;
-    Yb[rho * kSq + rp] = y;
   }
   __syncthreads();
   const int64_t base = k.bh * s.nc + k.c;
@@ -238,37 +290,62 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
   auto at = [&](int rho, int64_t width) {  // offset of row ρ in the core layout
     return (((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * width;
   };
-  // dq, dk (thread per (ρ, n)).
-  for (int64_t e = threadIdx.x; e < k.nr * s.N; e += blockDim.x) {
-    const int rho = static_cast<int>(e % k.nr), i = rho / R;
-    const int64_t n = e / k.nr;
-    float a = 0.0f;
-    for (int p = 0; p < s.P; ++p) a = fmaf(sin[p * s.N + n], DY[rho * P1 + p], a);
-    a *= expf(static_cast<float>(Gs[i]));
-    for (int rp = 0; rp < k.nr; ++rp) a = fmaf(Adq[rho * kSq + rp], K[rp * N1 + n], a);
-    dq[at(rho, s.N) + n] = a;
-    float b = 0.0f;
-    for (int p = 0; p < s.P; ++p) b = fmaf(dS[p * s.N + n], V[rho * P1 + p], b);
-    b *= sg[i] * expf(static_cast<float>(gam_end - Gs[i]));
-    for (int r2 = 0; r2 < k.nr; ++r2) b = fmaf(Adq[r2 * kSq + rho], Q[r2 * N1 + n], b);
-    dk[at(rho, s.N) + n] = b;
-  }
-  // dv and the row terms S1, S2 (thread per (ρ, p)).
-  const float Dh = D[k.h];
-  for (int64_t e = threadIdx.x; e < k.nr * s.P; e += blockDim.x) {
-    const int rho = static_cast<int>(e % k.nr), i = rho / R;
-    const int64_t p = e / k.nr;
-    float u = 0.0f, w = 0.0f;
-    for (int n = 0; n < s.N; ++n) {
-      u = fmaf(sin[p * s.N + n], Q[rho * N1 + n], u);
-      w = fmaf(dS[p * s.N + n], K[rho * N1 + n], w);
+  auto scale_rows = [&](float(&acc)[4][4], auto&& f) {  // acc row ρ *= f(ρ) (0 past nr)
+    const int ty = threadIdx.x / 16;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int rho = ty + 16 * q;
+      const float v = rho < k.nr ? f(rho) : 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[q][c] *= v;
     }
-    const float f = expf(static_cast<float>(gam_end - Gs[i]));
-    S1[rho * P1 + p] = expf(static_cast<float>(Gs[i])) * DY[rho * P1 + p] * u;
-    S2[rho * P1 + p] = f * V[rho * P1 + p] * w;
-    float acc = f * sg[i] * w;
-    for (int r2 = 0; r2 < k.nr; ++r2) acc = fmaf(Bdv[r2 * kSq + rho], DY[r2 * P1 + p], acc);
-    dv[at(rho, s.P) + p] = fmaf(Dh, DY[rho * P1 + p], acc);
+  };
+  // dq, dk per N tile (rows ρ, columns n).
+  for (int n0 = 0; n0 < N; n0 += kRows) {
+    float acc[4][4] = {};
+    mma_tile(0, n0, k.nr, N, P, [&](int rho, int p) { return DY[rho * P1 + p]; },
+             [&](int p, int n) { return sin[p * N + n]; }, acc);
+    scale_rows(acc, [&](int rho) { return expf(static_cast<float>(Gs[rho / R])); });
+    mma_tile(0, n0, k.nr, N, k.nr, [&](int rho, int rp) { return Adq[rho * kSq + rp]; },
+             [&](int rp, int n) { return K[rp * N1 + n]; }, acc);
+    tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dq[at(rho, s.N) + n] = v; });
+    float bcc[4][4] = {};
+    mma_tile(0, n0, k.nr, N, P, [&](int rho, int p) { return V[rho * P1 + p]; },
+             [&](int p, int n) { return dS[p * N + n]; }, bcc);
+    scale_rows(bcc, [&](int rho) {
+      const int i = rho / R;
+      return sg[i] * expf(static_cast<float>(gam_end - Gs[i]));
+    });
+    mma_tile(0, n0, k.nr, N, k.nr, [&](int rho, int r2) { return Adq[r2 * kSq + rho]; },
+             [&](int r2, int n) { return Q[r2 * N1 + n]; }, bcc);
+    tile_each(0, n0, k.nr, N, bcc, [&](int rho, int n, float v) { dk[at(rho, s.N) + n] = v; });
+  }
+  // dv and the row terms S1, S2 per P tile, transposed (rows p, columns ρ).
+  const float Dh = D[k.h];
+  for (int p0 = 0; p0 < P; p0 += kRows) {
+    float u[4][4] = {}, w[4][4] = {};
+    mma_tile(p0, 0, P, k.nr, N, [&](int p, int n) { return sin[p * N + n]; },
+             [&](int n, int rho) { return Q[rho * N1 + n]; }, u);
+    mma_tile(p0, 0, P, k.nr, N, [&](int p, int n) { return dS[p * N + n]; },
+             [&](int n, int rho) { return K[rho * N1 + n]; }, w);
+    float acc[4][4];
+    const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int p = p0 + ty + 16 * q, rho = tx + 16 * c, i = rho / R;
+        acc[q][c] = 0.0f;
+        if (p >= P || rho >= k.nr) continue;
+        const float f = expf(static_cast<float>(gam_end - Gs[i]));
+        S1[rho * P1 + p] = expf(static_cast<float>(Gs[i])) * DY[rho * P1 + p] * u[q][c];
+        S2[rho * P1 + p] = f * V[rho * P1 + p] * w[q][c];
+        acc[q][c] = f * sg[i] * w[q][c];
+      }
+    mma_tile(p0, 0, P, k.nr, k.nr, [&](int p, int r2) { return DY[r2 * P1 + p]; },
+             [&](int r2, int rho) { return Bdv[r2 * kSq + rho]; }, acc);
+    tile_each(p0, 0, P, k.nr, acc,
+              [&](int p, int rho, float v) { dv[at(rho, s.P) + p] = fmaf(Dh, DY[rho * P1 + p], v); });
   }
   // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in).
   double sd = 0.0;
