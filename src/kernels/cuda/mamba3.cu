@@ -49,6 +49,7 @@ size_t carve(const Sizes& s, bool backward, void* base, Buffers* out) {
     take(b.dnb, RGN);
     take(b.dnc, RGN);
     take(b.mb, 2 * s.rows * s.R * s.G);
+    take(b.gmean, E * s.R);
     take(b.dDp, s.B * s.H * s.nc);
     const int64_t widest = std::max({s.H * s.R * s.N, s.H * s.R * s.P, s.N, s.H});
     take(b.partial, m3::kSplits * widest);

@@ -35,12 +35,13 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then
 /// the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms;
 /// dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G] (BCNorm backward means);
+/// gmean [E R] (output-norm backward means);
 /// partial (double): the column sums' partials.
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
-  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb;
+  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };
 

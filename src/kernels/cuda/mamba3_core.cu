@@ -151,13 +151,23 @@ __global__ void scan_kernel(float* st, const double* G, Sizes s, bool reverse) {
   const int64_t PN = s.P * s.N, n = s.B * s.H * PN;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t bh = idx / PN, e = idx % PN;
+    constexpr int kAhead = 8;  // contributions and decays loaded ahead, so that the loads overlap
     float carry = 0.0f;
-    for (int64_t q = 0; q < s.nc; ++q) {
-      const int64_t c = reverse ? s.nc - 1 - q : q;
-      float* p = st + (bh * s.nc + c) * PN + e;
-      const float contrib = *p;
-      *p = carry;
-      carry = expf(static_cast<float>(G[(bh * s.nc + c) * s.Lc + s.Lc - 1])) * carry + contrib;
+    for (int64_t q0 = 0; q0 < s.nc; q0 += kAhead) {
+      float contrib[kAhead], decay_c[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int64_t q = q0 + u, c = reverse ? s.nc - 1 - q : q;
+        contrib[u] = q < s.nc ? st[(bh * s.nc + c) * PN + e] : 0.0f;
+        decay_c[u] = q < s.nc ? expf(static_cast<float>(G[(bh * s.nc + c) * s.Lc + s.Lc - 1])) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int64_t q = q0 + u, c = reverse ? s.nc - 1 - q : q;
+        if (q >= s.nc) break;
+        st[(bh * s.nc + c) * PN + e] = carry;
+        carry = decay_c[u] * carry + contrib[u];
+      }
     }
   }
 }

@@ -53,30 +53,35 @@ __global__ void out_kernel(const float* z, const Mamba3Ptrs p, Sizes s, Buffers 
   }
 }
 
-// dy per (token, head, rank): dyn = dout mimo_o SiLU(zr); with the norm dy = rs (u - n mean(u ∘ n)), u = dyn ∘ w.
-__global__ void dy_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf) {
+// dL/dyn = dout mimo_o SiLU(zr) at (token e, head h, rank r, channel c).
+__device__ float dyn_at(const float* dout, const Mamba3Ptrs& p, const Sizes& s, int64_t e, int64_t r, int64_t c,
+                        const GateAt& g) {
+  const float mo = p.mimo_o != nullptr ? p.mimo_o[((e % s.H) * s.R + r) * s.P + c] : 1.0f;
+  return dout[e * s.P + c] * mo * g.zr * sigmoidf_(g.zr);
+}
+
+// With the output norm: mean_P(u ∘ n), u = dyn ∘ w, per (token, head, rank) into buf.gmean.
+__global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf) {
   const int64_t n = s.E * s.R;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = idx % s.R, e = idx / s.R, h = e % s.H;
-    auto dyn = [&](int64_t c, const GateAt& g) {
-      const float mo = p.mimo_o != nullptr ? p.mimo_o[(h * s.R + r) * s.P + c] : 1.0f;
-      return dout[e * s.P + c] * mo * g.zr * sigmoidf_(g.zr);
-    };
-    float* dy = buf.dy + idx * s.P;
-    if (p.norm == nullptr) {
-      for (int64_t c = 0; c < s.P; ++c) dy[c] = dyn(c, gate_at(p, s, buf, z, e, r, c));
-      continue;
-    }
     double m = 0.0;
     for (int64_t c = 0; c < s.P; ++c) {
       const GateAt g = gate_at(p, s, buf, z, e, r, c);
-      m += static_cast<double>(dyn(c, g)) * p.norm[h * s.P + c] * g.n;
+      m += static_cast<double>(dyn_at(dout, p, s, e, r, c, g)) * p.norm[h * s.P + c] * g.n;
     }
-    const float mean = static_cast<float>(m / static_cast<double>(s.P)), rs = buf.rs[idx];
-    for (int64_t c = 0; c < s.P; ++c) {
-      const GateAt g = gate_at(p, s, buf, z, e, r, c);
-      dy[c] = rs * (dyn(c, g) * p.norm[h * s.P + c] - g.n * mean);
-    }
+    buf.gmean[idx] = static_cast<float>(m / static_cast<double>(s.P));
+  }
+}
+
+// dy = dyn, or with the norm dy = rs (u - n mean(u ∘ n)).   (one thread per (token, head, rank, channel))
+__global__ void dy_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf) {
+  const int64_t n = s.E * s.R * s.P;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = idx % s.P, er = idx / s.P, r = er % s.R, e = er / s.R;
+    const GateAt g = gate_at(p, s, buf, z, e, r, c);
+    const float d = dyn_at(dout, p, s, e, r, c, g);
+    buf.dy[idx] = p.norm == nullptr ? d : buf.rs[er] * (d * p.norm[(e % s.H) * s.P + c] - g.n * buf.gmean[er]);
   }
 }
 
@@ -144,7 +149,11 @@ void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Size
     rs_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  dy_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf);
+  if (p.norm != nullptr) {
+    dy_mean_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
+  dy_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   dz_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, dz);
   LLMT_CUDA_CHECK_LAUNCH();
