@@ -79,18 +79,25 @@ __device__ __forceinline__ float decay(double gi, double gj) {
   return expf(static_cast<float>(0.0 < d ? 0.0 : d));
 }
 
-// acc[q][c] += Σ_{kk<K} a(m0 + ty + 16 q, kk) b(kk, n0 + tx + 16 c) for the rows < M and columns < Nn (ty, tx:
-// the thread's place in a 16 x 16 grid; a block of kCoreThreads covers a 64 x 64 tile); fixed kk order.
-template <class A, class B>
-__device__ __forceinline__ void mma_tile(int m0, int n0, int M, int Nn, int K, A a, B b, float (&acc)[4][4]) {
+// acc[q][c] += Σ_{kk<K} A[m a_row + kk a_k] B[kk b_k + n b_col] with m = m0 + ty + 16 q, n = n0 + tx + 16 c (ty, tx:
+// the thread's place in a 16 x 16 grid; a block of kCoreThreads covers a 64 x 64 tile); fixed kk order. Rows
+// m >= M and columns n >= Nn read row M - 1 and column Nn - 1 instead (in bounds; their entries are not used).
+__device__ __forceinline__ void mma_tile(int m0, int n0, int M, int Nn, int K, const float* A, int a_row, int a_k,
+                                         const float* B, int b_k, int b_col, float (&acc)[4][4]) {
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const float* a[4];
+  const float* b[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    a[q] = A + min(m0 + ty + 16 * q, M - 1) * a_row;
+    b[q] = B + min(n0 + tx + 16 * q, Nn - 1) * b_col;
+  }
   for (int kk = 0; kk < K; ++kk) {
     float av[4], bv[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int m = m0 + ty + 16 * q, n = n0 + tx + 16 * q;
-      av[q] = m < M ? a(m, kk) : 0.0f;
-      bv[q] = n < Nn ? b(kk, n) : 0.0f;
+      av[q] = a[q][kk * a_k];
+      bv[q] = b[q][kk * b_k];
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q)
@@ -138,8 +145,7 @@ __global__ void __launch_bounds__(kCoreThreads) outer_kernel(const float* u, con
   for (int p0 = 0; p0 < P; p0 += kRows)
     for (int n0 = 0; n0 < N; n0 += kRows) {
       float acc[4][4] = {};
-      mma_tile(p0, n0, P, N, k.nr, [&](int p, int rho) { return U[rho * P1 + p]; },
-               [&](int rho, int n) { return Wt[rho * N1 + n]; }, acc);
+      mma_tile(p0, n0, P, N, k.nr, U, 1, P1, Wt, N1, 1, acc);
       tile_each(p0, n0, P, N, acc, [&](int p, int n, float v) { o[p * s.N + n] = v; });
     }
 }
@@ -196,8 +202,7 @@ __global__ void __launch_bounds__(kCoreThreads) fwd_out_kernel(const float* q, c
   const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
   {
     float acc[4][4] = {};
-    mma_tile(0, 0, k.nr, k.nr, N, [&](int m, int n) { return Q[m * N1 + n]; }, [&](int n, int c) { return K[c * N1 + n]; },
-             acc);
+    mma_tile(0, 0, k.nr, k.nr, N, Q, N1, 1, K, 1, N1, acc);
     tile_each(0, 0, k.nr, k.nr, acc, [&](int rho, int rp, float d) {
       const int i = rho / R, j = rp / R;
       Sc[rho * kSq + rp] = j < i ? decay(Gs[i], Gs[j]) * sg[j] * d : j == i ? gm[i] * d : 0.0f;
@@ -209,8 +214,7 @@ __global__ void __launch_bounds__(kCoreThreads) fwd_out_kernel(const float* q, c
   const float Dh = D[k.h];
   for (int p0 = 0; p0 < P; p0 += kRows) {
     float acc[4][4] = {};
-    mma_tile(p0, 0, P, k.nr, N, [&](int p, int n) { return sin[p * N + n]; },
-             [&](int n, int rho) { return Q[rho * N1 + n]; }, acc);
+    mma_tile(p0, 0, P, k.nr, N, sin, N, 1, Q, 1, N1, acc);
     const int tx = threadIdx.x % 16;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -219,8 +223,7 @@ __global__ void __launch_bounds__(kCoreThreads) fwd_out_kernel(const float* q, c
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[q][c] *= ei;
     }
-    mma_tile(p0, 0, P, k.nr, k.nr, [&](int p, int rp) { return V[rp * P1 + p]; },
-             [&](int rp, int rho) { return Sc[rho * kSq + rp]; }, acc);
+    mma_tile(p0, 0, P, k.nr, k.nr, V, 1, P1, Sc, 1, kSq, acc);
     tile_each(p0, 0, P, k.nr, acc, [&](int p, int rho, float v) {
       y[(((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * s.P + p] = fmaf(Dh, V[rho * P1 + p], v);
     });
@@ -265,10 +268,8 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
   const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
   {
     float sqk[4][4] = {}, sdv[4][4] = {};
-    mma_tile(0, 0, k.nr, k.nr, N, [&](int m, int n) { return Q[m * N1 + n]; }, [&](int n, int c) { return K[c * N1 + n]; },
-             sqk);
-    mma_tile(0, 0, k.nr, k.nr, P, [&](int m, int p) { return DY[m * P1 + p]; },
-             [&](int p, int c) { return V[c * P1 + p]; }, sdv);
+    mma_tile(0, 0, k.nr, k.nr, N, Q, N1, 1, K, 1, N1, sqk);
+    mma_tile(0, 0, k.nr, k.nr, P, DY, P1, 1, V, 1, P1, sdv);
     const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
 #pragma unroll
     for (int q = 0; q < 4; ++q)
@@ -313,31 +314,25 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
   // dq, dk per N tile (rows ρ, columns n).
   for (int n0 = 0; n0 < N; n0 += kRows) {
     float acc[4][4] = {};
-    mma_tile(0, n0, k.nr, N, P, [&](int rho, int p) { return DY[rho * P1 + p]; },
-             [&](int p, int n) { return sin[p * N + n]; }, acc);
+    mma_tile(0, n0, k.nr, N, P, DY, P1, 1, sin, N, 1, acc);
     scale_rows(acc, [&](int rho) { return expf(static_cast<float>(Gs[rho / R])); });
-    mma_tile(0, n0, k.nr, N, k.nr, [&](int rho, int rp) { return Adq[rho * kSq + rp]; },
-             [&](int rp, int n) { return K[rp * N1 + n]; }, acc);
+    mma_tile(0, n0, k.nr, N, k.nr, Adq, kSq, 1, K, N1, 1, acc);
     tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dq[at(rho, s.N) + n] = v; });
     float bcc[4][4] = {};
-    mma_tile(0, n0, k.nr, N, P, [&](int rho, int p) { return V[rho * P1 + p]; },
-             [&](int p, int n) { return dS[p * N + n]; }, bcc);
+    mma_tile(0, n0, k.nr, N, P, V, P1, 1, dS, N, 1, bcc);
     scale_rows(bcc, [&](int rho) {
       const int i = rho / R;
       return sg[i] * expf(static_cast<float>(gam_end - Gs[i]));
     });
-    mma_tile(0, n0, k.nr, N, k.nr, [&](int rho, int r2) { return Adq[r2 * kSq + rho]; },
-             [&](int r2, int n) { return Q[r2 * N1 + n]; }, bcc);
+    mma_tile(0, n0, k.nr, N, k.nr, Adq, 1, kSq, Q, N1, 1, bcc);
     tile_each(0, n0, k.nr, N, bcc, [&](int rho, int n, float v) { dk[at(rho, s.N) + n] = v; });
   }
   // dv and the row terms S1, S2 per P tile, transposed (rows p, columns ρ).
   const float Dh = D[k.h];
   for (int p0 = 0; p0 < P; p0 += kRows) {
     float u[4][4] = {}, w[4][4] = {};
-    mma_tile(p0, 0, P, k.nr, N, [&](int p, int n) { return sin[p * N + n]; },
-             [&](int n, int rho) { return Q[rho * N1 + n]; }, u);
-    mma_tile(p0, 0, P, k.nr, N, [&](int p, int n) { return dS[p * N + n]; },
-             [&](int n, int rho) { return K[rho * N1 + n]; }, w);
+    mma_tile(p0, 0, P, k.nr, N, sin, N, 1, Q, 1, N1, u);
+    mma_tile(p0, 0, P, k.nr, N, dS, N, 1, K, 1, N1, w);
     float acc[4][4];
     const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
 #pragma unroll
@@ -352,8 +347,7 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
         S2[rho * P1 + p] = f * V[rho * P1 + p] * w[q][c];
         acc[q][c] = f * sg[i] * w[q][c];
       }
-    mma_tile(p0, 0, P, k.nr, k.nr, [&](int p, int r2) { return DY[r2 * P1 + p]; },
-             [&](int r2, int rho) { return Bdv[r2 * kSq + rho]; }, acc);
+    mma_tile(p0, 0, P, k.nr, k.nr, DY, 1, P1, Bdv, kSq, 1, acc);
     tile_each(p0, 0, P, k.nr, acc,
               [&](int p, int rho, float v) { dv[at(rho, s.P) + p] = fmaf(Dh, DY[rho * P1 + p], v); });
   }
