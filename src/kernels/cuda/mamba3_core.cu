@@ -14,7 +14,8 @@
 namespace llmt::cuda::m3 {
 namespace {
 
-constexpr int kCoreThreads = 256;
+constexpr int kCoreThreads = 256;  // one team: a 16 x 16 grid of threads, each owning 4 x 4 entries of a 64 x 64 tile
+constexpr int kBwdThreads = 2 * kCoreThreads;  // the backward block: two teams on different tiles
 constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
 
 // Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk))
@@ -80,11 +81,11 @@ __device__ __forceinline__ float decay(double gi, double gj) {
 }
 
 // acc[q][c] += Σ_{kk<K} A[m a_row + kk a_k] B[kk b_k + n b_col] with m = m0 + ty + 16 q, n = n0 + tx + 16 c (ty, tx:
-// the thread's place in a 16 x 16 grid; a block of kCoreThreads covers a 64 x 64 tile); fixed kk order. Rows
+// the thread's place in its team's 16 x 16 grid; a team of kCoreThreads covers a 64 x 64 tile); fixed kk order. Rows
 // m >= M and columns n >= Nn read row M - 1 and column Nn - 1 instead (in bounds; their entries are not used).
 __device__ __forceinline__ void mma_tile(int m0, int n0, int M, int Nn, int K, const float* A, int a_row, int a_k,
                                          const float* B, int b_k, int b_col, float (&acc)[4][4]) {
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const int ty = threadIdx.x % kCoreThreads / 16, tx = threadIdx.x % 16;
   const float* a[4];
   const float* b[4];
 #pragma unroll
@@ -109,7 +110,7 @@ __device__ __forceinline__ void mma_tile(int m0, int n0, int M, int Nn, int K, c
 // Calls f(m, n, acc[q][c]) for the thread's entries of the tile at (m0, n0) with m < M, n < Nn.
 template <class F>
 __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (&acc)[4][4], F f) {
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const int ty = threadIdx.x % kCoreThreads / 16, tx = threadIdx.x % 16;
 #pragma unroll
   for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -239,9 +240,10 @@ __global__ void __launch_bounds__(kCoreThreads) fwd_out_kernel(const float* q, c
 //   dγ_i = Σ_{r,r'} Sdv Sqk (diagonal block) + dσ_i;  dσ_j = Σ_{ρ: i>j} Sdv E Sqk + Z_j,  Z_j = f_j Σ_r v·(dS k)
 //   da_k = Σ_{i>=k>j} σ_j Sdv E Sqk + Σ_{i>=k} inter_i + Σ_{j<k} σ_j Z_j + e^Γ <dS, S_in>,
 //   inter_i = e^{G_i} Σ_r dy_ρ·(S_in q_ρ)   (the pairs of Σ_{i>=k} dG_i that cancel are left out, as mamba2.cu)
-// Writes dq, dk, dv, da, dgam, dsig (dσ, for ε_{t+1}) and dDp (Σ v·dy). Grid (nc, H, B); dynamic shared memory
+// Writes dq, dk, dv, da, dgam, dsig (dσ, for ε_{t+1}) and dDp (Σ v·dy). Grid (nc, H, B) of kBwdThreads (the two teams
+// take different tiles); dynamic shared memory
 // kRows (2 (N + 1) + 4 (P + 1) + 3 kSq) floats.
-__global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
+__global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
     const float* q, const float* kk, const float* v, const float* dy, const float* D, const double* G,
     const float* sig, const float* gam, const float* states, const float* dstates, Sizes s, float* dq, float* dk,
     float* dv, float* da, float* dgam, float* dsig, double* dDp) {
@@ -266,33 +268,36 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
   load_rows(DY, P1, dy, s.P, s, k);
   __syncthreads();
   const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
-  {
-    float sqk[4][4] = {}, sdv[4][4] = {};
-    mma_tile(0, 0, k.nr, k.nr, N, Q, N1, 1, K, 1, N1, sqk);
+  // Team 1: Sdv into Adq's place; team 0: Sqk, then the coefficients from both.
+  const int team = threadIdx.x / kCoreThreads;
+  float sqk[4][4] = {};
+  if (team == 1) {
+    float sdv[4][4] = {};
     mma_tile(0, 0, k.nr, k.nr, P, DY, P1, 1, V, 1, P1, sdv);
-    const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int rho = ty + 16 * q, rp = tx + 16 * c, i = rho / R, j = rp / R;
-        if (rho >= k.nr || rp >= k.nr) continue;
-        float a = 0.0f, b = 0.0f, y = 0.0f;
-        if (j < i) {
-          const float E = decay(Gs[i], Gs[j]);
-          y = sdv[q][c] * E * sqk[q][c];
-          a = sdv[q][c] * E * sg[j];
-          b = sg[j] * sqk[q][c] * E;
-        } else if (j == i) {
-          y = sdv[q][c] * sqk[q][c];
-          a = gm[i] * sdv[q][c];
-          b = gm[i] * sqk[q][c];
-        }
-        Adq[rho * kSq + rp] = a;
-        Bdv[rho * kSq + rp] = b;
-        Yb[rho * kSq + rp] = y;
-      }
+    tile_each(0, 0, k.nr, k.nr, sdv, [&](int rho, int rp, float v) { Adq[rho * kSq + rp] = v; });
+  } else {
+    mma_tile(0, 0, k.nr, k.nr, N, Q, N1, 1, K, 1, N1, sqk);
   }
+  __syncthreads();
+  if (team == 0)
+    tile_each(0, 0, k.nr, k.nr, sqk, [&](int rho, int rp, float qk) {
+      const int i = rho / R, j = rp / R;
+      const float dv_ = Adq[rho * kSq + rp];
+      float a = 0.0f, b = 0.0f, y = 0.0f;
+      if (j < i) {
+        const float E = decay(Gs[i], Gs[j]);
+        y = dv_ * E * qk;
+        a = dv_ * E * sg[j];
+        b = sg[j] * qk * E;
+      } else if (j == i) {
+        y = dv_ * qk;
+        a = gm[i] * dv_;
+        b = gm[i] * qk;
+      }
+      Adq[rho * kSq + rp] = a;
+      Bdv[rho * kSq + rp] = b;
+      Yb[rho * kSq + rp] = y;
+    });
   __syncthreads();
   const int64_t base = k.bh * s.nc + k.c;
   const float* sin = states + base * s.P * s.N;
@@ -302,7 +307,7 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
     return (((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * width;
   };
   auto scale_rows = [&](float(&acc)[4][4], auto&& f) {  // acc row ρ *= f(ρ) (0 past nr)
-    const int ty = threadIdx.x / 16;
+    const int ty = threadIdx.x % kCoreThreads / 16;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int rho = ty + 16 * q;
@@ -311,41 +316,48 @@ __global__ void __launch_bounds__(kCoreThreads) bwd_chunk_kernel(
       for (int c = 0; c < 4; ++c) acc[q][c] *= v;
     }
   };
-  // dq, dk per N tile (rows ρ, columns n).
+  // dq (team 0), dk (team 1) per N tile (rows ρ, columns n).
   for (int n0 = 0; n0 < N; n0 += kRows) {
     float acc[4][4] = {};
-    mma_tile(0, n0, k.nr, N, P, DY, P1, 1, sin, N, 1, acc);
-    scale_rows(acc, [&](int rho) { return expf(static_cast<float>(Gs[rho / R])); });
-    mma_tile(0, n0, k.nr, N, k.nr, Adq, kSq, 1, K, N1, 1, acc);
-    tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dq[at(rho, s.N) + n] = v; });
-    float bcc[4][4] = {};
-    mma_tile(0, n0, k.nr, N, P, V, P1, 1, dS, N, 1, bcc);
-    scale_rows(bcc, [&](int rho) {
-      const int i = rho / R;
-      return sg[i] * expf(static_cast<float>(gam_end - Gs[i]));
-    });
-    mma_tile(0, n0, k.nr, N, k.nr, Adq, 1, kSq, Q, N1, 1, bcc);
-    tile_each(0, n0, k.nr, N, bcc, [&](int rho, int n, float v) { dk[at(rho, s.N) + n] = v; });
+    if (team == 0) {
+      mma_tile(0, n0, k.nr, N, P, DY, P1, 1, sin, N, 1, acc);
+      scale_rows(acc, [&](int rho) { return expf(static_cast<float>(Gs[rho / R])); });
+      mma_tile(0, n0, k.nr, N, k.nr, Adq, kSq, 1, K, N1, 1, acc);
+      tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dq[at(rho, s.N) + n] = v; });
+    } else {
+      mma_tile(0, n0, k.nr, N, P, V, P1, 1, dS, N, 1, acc);
+      scale_rows(acc, [&](int rho) {
+        const int i = rho / R;
+        return sg[i] * expf(static_cast<float>(gam_end - Gs[i]));
+      });
+      mma_tile(0, n0, k.nr, N, k.nr, Adq, 1, kSq, Q, N1, 1, acc);
+      tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dk[at(rho, s.N) + n] = v; });
+    }
   }
-  // dv and the row terms S1, S2 per P tile, transposed (rows p, columns ρ).
+  // Per P tile, transposed (rows p, columns ρ): team 0 the row term S1; team 1 S2 and dv.
   const float Dh = D[k.h];
   for (int p0 = 0; p0 < P; p0 += kRows) {
-    float u[4][4] = {}, w[4][4] = {};
-    mma_tile(p0, 0, P, k.nr, N, sin, N, 1, Q, 1, N1, u);
-    mma_tile(p0, 0, P, k.nr, N, dS, N, 1, K, 1, N1, w);
-    float acc[4][4];
-    const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+    float acc[4][4] = {};
+    if (team == 0) {
+      mma_tile(p0, 0, P, k.nr, N, sin, N, 1, Q, 1, N1, acc);
+      tile_each(p0, 0, P, k.nr, acc, [&](int p, int rho, float u) {
+        S1[rho * P1 + p] = expf(static_cast<float>(Gs[rho / R])) * DY[rho * P1 + p] * u;
+      });
+      continue;
+    }
+    mma_tile(p0, 0, P, k.nr, N, dS, N, 1, K, 1, N1, acc);
+    const int ty = threadIdx.x % kCoreThreads / 16, tx = threadIdx.x % 16;
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int p = p0 + ty + 16 * q, rho = tx + 16 * c, i = rho / R;
+        const float w = acc[q][c];
         acc[q][c] = 0.0f;
         if (p >= P || rho >= k.nr) continue;
         const float f = expf(static_cast<float>(gam_end - Gs[i]));
-        S1[rho * P1 + p] = expf(static_cast<float>(Gs[i])) * DY[rho * P1 + p] * u[q][c];
-        S2[rho * P1 + p] = f * V[rho * P1 + p] * w[q][c];
-        acc[q][c] = f * sg[i] * w[q][c];
+        S2[rho * P1 + p] = f * V[rho * P1 + p] * w;
+        acc[q][c] = f * sg[i] * w;
       }
     mma_tile(p0, 0, P, k.nr, k.nr, DY, 1, P1, Bdv, kSq, 1, acc);
     tile_each(p0, 0, P, k.nr, acc,
@@ -455,7 +467,7 @@ void core_bwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t s
   LLMT_CUDA_CHECK_LAUNCH();
   scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.dstates, buf.G, s, true);
   LLMT_CUDA_CHECK_LAUNCH();
-  bwd_chunk_kernel<<<chunk_grid(s), kCoreThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
+  bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
       buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
       buf.da, buf.dgam, buf.dsig, buf.dDp);
   LLMT_CUDA_CHECK_LAUNCH();
