@@ -70,7 +70,8 @@ Mamba3Ptrs checked(const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt
   const bool mimo = p.mimo_x != nullptr && p.mimo_z != nullptr && p.mimo_o != nullptr;
   const bool siso = p.mimo_x == nullptr && p.mimo_z == nullptr && p.mimo_o == nullptr;
   check(s.R == 1 ? siso : mimo, "mamba3: mimo_x, mimo_z, mimo_o must be given exactly when rank > 1 (rank {})", s.R);
-  check((p.norm != nullptr) == opt.outproj_norm, "mamba3: the output-norm weight must be given exactly with outproj_norm");
+  check((p.norm != nullptr) == opt.outproj_norm,
+        "mamba3: the output-norm weight must be given exactly with outproj_norm");
   return p;
 }
 

@@ -28,7 +28,8 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 
 /// The scratch of one call, carved by mamba3.cu. Forward (also recomputed by the backward): dt = Δ, lam = λ,
 /// A, clamped (1 where the A_floor clamp is active), a = A Δ, gam = γ, eps = ε, sig = σ (γ_t + ε_{t+1}) [E];
-/// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
+/// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised
+/// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
 /// q, k [E R N]; v, y [E R P]; rs (output-norm reciprocal RMS) [E R]; G (chunk-local cumsum of a, double)
 /// [B H nc Lc]; states (the state entering each chunk) [B H nc P N].
 /// Backward: dy, dv [E R P]; dq, dk [E R N] (then the un-rotated gradients); da, dgam, dsig [E]; dstates (the
