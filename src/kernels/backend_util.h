@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/cpu/mamba2.h"
+#include "kernels/cpu/mamba3_prep.h"
 #include "kernels/backend.h"
 
 namespace llmt {
@@ -146,6 +147,38 @@ inline cpu::Mamba2Dims mamba2_dims(const Tensor& xbc, const Tensor& dt_raw, cons
           dtype_name(xbc.dtype));
   check(dt_raw.dtype == xbc.dtype && y.dtype == xbc.dtype, "{}: xbc, dt_raw and y must share one dtype", op);
   return {B, T, H, head_dim, rest / (2 * n_groups), n_groups};
+}
+
+/// The Mamba-3 layer sizes of mamba3_fwd/bwd's tensors (backend.h), after checking their shapes and dtypes.
+inline cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                                        const Backend::Mamba3Params& p, const Mamba3Options& opt,
+                                        const Tensor& out, const char* op) {
+  check(x.ndim == 3 && bc.ndim == 3 && raw.ndim == 3 && opt.head_dim > 0 && opt.n_groups > 0 && opt.rank > 0 &&
+            x.shape[2] % opt.head_dim == 0,
+        "{}: x {} bc {} raw {} (head_dim {})", op, x.shape_str(), bc.shape_str(), raw.shape_str(), opt.head_dim);
+  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2] / opt.head_dim, RG2 = 2 * opt.rank * opt.n_groups;
+  const int64_t N = bc.shape[2] / RG2, S = raw.shape[2] - 3 * H, P = opt.head_dim, R = opt.rank;
+  check(bc.shape[0] == B && bc.shape[1] == T && raw.shape[0] == B && raw.shape[1] == T && N > 0 &&
+            N * RG2 == bc.shape[2] && S >= 0,
+        "{}: bc {} must be [B, T, 2 R G N] and raw {} [B, T, 3 H + S] for x {} (H = {}, R = {}, G = {})", op,
+        bc.shape_str(), raw.shape_str(), x.shape_str(), H, R, opt.n_groups);
+  for (const Tensor* t : {&z, &out}) check_same(x, *t, op);
+  check(bc.dtype == x.dtype && raw.dtype == x.dtype, "{}: x, bc and raw must share one dtype", op);
+  const auto param = [&](const Tensor& t, int64_t n, const char* name, bool present) {
+    check(present ? t.data != nullptr && t.numel() == n && t.dtype == x.dtype : t.data == nullptr,
+          "{}: {} must be {} of {} elements in {}", op, name, present ? "given" : "absent", n, dtype_name(x.dtype));
+  };
+  param(p.dt_bias, H, "dt_bias", true);
+  param(p.D, H, "D", true);
+  param(p.B_bias, H * R * N, "B_bias", true);
+  param(p.C_bias, H * R * N, "C_bias", true);
+  param(p.B_norm, N, "B_norm", true);
+  param(p.C_norm, N, "C_norm", true);
+  param(p.mimo_x, H * R * P, "mimo_x (rank > 1 only)", R > 1);
+  param(p.mimo_z, H * R * P, "mimo_z (rank > 1 only)", R > 1);
+  param(p.mimo_o, H * R * P, "mimo_o (rank > 1 only)", R > 1);
+  param(p.norm, H * P, "norm (outproj_norm only)", opt.outproj_norm);
+  return {B, T, H, P, N, opt.n_groups, R, S};
 }
 
 }  // namespace llmt

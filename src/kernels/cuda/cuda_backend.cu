@@ -1,7 +1,7 @@
 // The CUDA backend: the CPU backend's shape/dtype checks, then the launchers of ops.cuh on
 // one stream, and cuBLAS for matmul (fp32 accumulation; fp32 operands without TF32, or bf16
 // operands on the tensor cores). Activations of the Transformer's ops are f32 or bf16; the
-// delta-rule and Mamba2 ops, the residual stream, gradients and optimizer state are f32.
+// delta-rule, Mamba2 and Mamba-3 ops, the residual stream, gradients and optimizer state are f32.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -51,6 +51,13 @@ cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA
 const int32_t* i32(const Tensor& t, const char* op) {
   check(t.dtype == DType::i32, "{}: ids/targets must be i32, got {}", op, dtype_name(t.dtype));
   return static_cast<const int32_t*>(t.data);
+}
+
+/// The f32 pointers of a Mamba3Params (nullptr for the absent ones); throws naming the op for another dtype.
+Mamba3Ptrs mamba3_ptrs(const Backend::Mamba3Params& p, const char* op) {
+  const auto f = [&](const Tensor& t) -> const float* { return t.data ? f32(t, op) : nullptr; };
+  return {f(p.dt_bias), f(p.B_bias), f(p.C_bias), f(p.B_norm), f(p.C_norm),
+          f(p.D),       f(p.mimo_x), f(p.mimo_z), f(p.mimo_o), f(p.norm)};
 }
 
 class CudaBackend final : public Backend {
@@ -415,6 +422,28 @@ class CudaBackend final : public Backend {
                          f32(ddt_raw, op), f32(ddt_bias, op), f32(dA_log, op), f32(dD, op),
                          scratch(mamba2_ssd_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
                          stream_);
+  }
+  // ---- Mamba-3 (checks as the CPU backend's; f32 as Mamba2) ----
+  void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                  const Mamba3Options& opt, const Tensor& out) override {
+    const char* op = "mamba3_fwd";
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
+    cuda::mamba3_fwd(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, f32(out, op),
+                     scratch(mamba3_fwd_scratch_bytes(d, opt)), stream_);
+  }
+  void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                  const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx, const Tensor& dz,
+                  const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams) override {
+    const char* op = "mamba3_bwd";
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, op);
+    mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
+    const Mamba3Ptrs p = mamba3_ptrs(params, op);
+    const auto g = [&](const Tensor& t) { return t.data ? f32(t, op) : nullptr; };
+    const Mamba3GradPtrs gp{g(dparams.dt_bias), g(dparams.B_bias), g(dparams.C_bias), g(dparams.B_norm),
+                            g(dparams.C_norm),  g(dparams.D),      g(dparams.mimo_x), g(dparams.mimo_z),
+                            g(dparams.mimo_o),  g(dparams.norm)};
+    cuda::mamba3_bwd(f32(dout, op), f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), p, d, opt, f32(dx, op),
+                     f32(dz, op), f32(dbc, op), f32(draw, op), gp, scratch(mamba3_bwd_scratch_bytes(d, opt)), stream_);
   }
   void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
                   const Tensor& rinv) override {

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/mamba3_prep.h"
+#include "kernels/mamba3_options.h"
 #include "kernels/mdn_gate_options.h"
 
 namespace llmt::cuda {
@@ -190,6 +192,31 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
                     float* dD, void* scratch, cudaStream_t stream);
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim);
+
+// mamba3.cu, mamba3_prep.cu, mamba3_core.cu: the Mamba-3 layer op between in_proj and out_proj (semantics:
+// src/kernels/cpu/mamba3_layer.h mamba3_layer_fwd/bwd; layers-ssm-attn.md §4.3–4.5), zero initial state, fp32
+// storage, fp32 state and products (Δ, the phases, the chunk-local cumsum and the parameter sums in double).
+// x, z, out, dout, dx, dz [B, T, H P]; bc, dbc [B, T, 2 R G N]; raw, draw [B, T, 3 H + S]; the parameters as
+// Backend::Mamba3Params (mimo_* nullptr for R = 1, norm nullptr without opt.outproj_norm). The backward
+// OVERWRITES dx, dz, dbc, draw and ACCUMULATES the parameter gradients (fixed-order sums, no atomics). The core
+// is chunked in 64 / R tokens whatever opt.chunk_size. `scratch` must hold mamba3_{fwd,bwd}_scratch_bytes
+// (O(B T H R (N + P)) floats for q, k, v, y and O(B H (T R / 64) P N) for the chunk states). Throws
+// llmt::Error when R > 64, G does not divide H, 2 S > N, or the core's shared memory (about
+// 4 (2 (N + 1) + 4 (P + 1) + 3 65) 64 bytes in the backward) exceeds the device's.
+struct Mamba3Ptrs {
+  const float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
+};
+struct Mamba3GradPtrs {
+  float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
+};
+void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, void* scratch,
+                cudaStream_t stream);
+size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt);
+void mamba3_bwd(const float* dout, const float* x, const float* z, const float* bc, const float* raw,
+                const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* dx,
+                float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads, void* scratch, cudaStream_t stream);
+size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt);
 
 // mdn_gates.cu (semantics: src/kernels/cpu/mdn_gates.h, mdn.md §4.2, §4.4, §7.4), fp32 storage, arithmetic in
 // double. z_*, log_alpha, beta, log_mu, eta, dz_* [rows, heads]; A_log, dt_bias, Mu_log, mu_bias, log_factor and
