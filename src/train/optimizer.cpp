@@ -2,9 +2,14 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace llmt {
 
-AdamW::AdamW(ParamStore& store, const TrainConfig& train) : store_(store) {
+AdamW::AdamW(ParamStore& store, const TrainConfig& train, int64_t shard_begin, int64_t shard_end)
+    : store_(store), begin_(shard_begin), end_(shard_end < 0 ? store.total() : shard_end) {
+  check(0 <= begin_ && begin_ <= end_ && end_ <= store.padded_total(),
+        "AdamW: shard [{}, {}) is outside the {} (padded) parameter elements", begin_, end_, store.padded_total());
   hp_.beta1 = train.beta1;
   hp_.beta2 = train.beta2;
   hp_.eps = train.eps;
@@ -13,35 +18,35 @@ AdamW::AdamW(ParamStore& store, const TrainConfig& train) : store_(store) {
     const bool decay =
         train.weight_decay > 0 && std::find(excl.begin(), excl.end(), param_kind_name(p.kind)) == excl.end();
     decays_.push_back(decay);
+    const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
+    if (lo >= hi) continue;  // outside the shard
     if (!runs_.empty() && runs_.back().decay == decay)
-      runs_.back().numel += p.numel;
+      runs_.back().numel += hi - lo;
     else
-      runs_.push_back(Run{p.offset, p.numel, decay});
+      runs_.push_back(Run{lo, hi - lo, decay});
   }
   hp_.weight_decay = train.weight_decay;
-  m_ = OwnedTensor(store.backend(), store.dtype(), {store.total()});
-  v_ = OwnedTensor(store.backend(), store.dtype(), {store.total()});
+  m_ = OwnedTensor(store.backend(), store.dtype(), {end_ - begin_});
+  v_ = OwnedTensor(store.backend(), store.dtype(), {end_ - begin_});
   store.backend().fill_zero(*m_);
   store.backend().fill_zero(*v_);
 }
 
 void AdamW::step(double lr, double grad_scale) {
   ++steps_taken_;
-  const size_t es = dtype_size(store_.dtype());
-  const auto slice = [&](const Tensor& t, const Run& r) {
-    return Tensor(static_cast<char*>(t.data) + r.offset * es, t.dtype, {r.numel});
+  // A run of `t` at flat offset r.offset; the moments start at the shard's first element.
+  const auto slice = [](const Tensor& t, int64_t offset, int64_t numel) {
+    return Tensor(static_cast<char*>(t.data) + offset * static_cast<int64_t>(dtype_size(t.dtype)), t.dtype, {numel});
   };
   const Tensor working = store_.flat_working();
   for (const Run& r : runs_) {
     AdamWParams hp = hp_;
     hp.lr = lr;
     if (!r.decay) hp.weight_decay = 0;
-    const Tensor working_r =
-        working.data ? Tensor(static_cast<char*>(working.data) + r.offset * dtype_size(working.dtype), working.dtype,
-                              {r.numel})
-                     : Tensor();
-    store_.backend().adamw_step(slice(store_.flat_params(), r), slice(store_.flat_grads(), r), slice(*m_, r),
-                                slice(*v_, r), hp, grad_scale, steps_taken_, working_r);
+    store_.backend().adamw_step(slice(store_.flat_params(), r.offset, r.numel),
+                                slice(store_.flat_grads(), r.offset, r.numel), slice(*m_, r.offset - begin_, r.numel),
+                                slice(*v_, r.offset - begin_, r.numel), hp, grad_scale, steps_taken_,
+                                working.data ? slice(working, r.offset, r.numel) : Tensor());
   }
 }
 
