@@ -39,7 +39,8 @@ TEST_CASE("grad buckets: ranges out of layout order are refused", "[dist]") {
   CHECK_THROWS_WITH(GradBuckets(10, 0, [](int64_t, int64_t) {}), Contains("at least 0"));
 }
 
-TEST_CASE("model: backward reports gradient ranges that are final, tiling the buffer from the end", "[dist][model]") {
+TEST_CASE("model: backward reports gradient ranges that are final, tiling the buffer from the end",
+          "[dist][model]") {
   struct Variant {
     const char* name;
     bool tie, hybrid, recompute;

@@ -69,7 +69,8 @@ struct SharedDir {
 
 /// 10 steps of 128 tokens: 4 micro-batches of 2 x 16 (2 per rank on 2 ranks); the evaluation's
 /// 5 windows make 3 micro-batches (rank 0 gets two, one of them padded).
-Config tiny_config(const fs::path& cache, int64_t micro_batch = 2, const nlohmann::json& dist = nlohmann::json::object()) {
+Config tiny_config(const fs::path& cache, int64_t micro_batch = 2,
+                   const nlohmann::json& dist = nlohmann::json::object()) {
   nlohmann::json j = {
       {"dist", dist},
       {"run_name", "mpi-test"},
@@ -181,7 +182,8 @@ TEST_CASE("mpi communicator: 2 ranks reduce, broadcast and agree", "[mpi]") {
   for (int i = 3 * (1 - r); i < 3 * (1 - r) + 3; ++i) w[i] = -1.0f;  // what the owner sends overwrites this
   comm.all_gather(Tensor(w.data(), DType::f32, {6}));
   CHECK(w == std::vector<float>{10.0f, 11.0f, 12.0f, 23.0f, 24.0f, 25.0f});
-  CHECK_THROWS_WITH(comm.reduce_scatter(Tensor(w.data(), DType::f32, {5})), Contains("5 elements") && Contains("2 equal"));
+  CHECK_THROWS_WITH(comm.reduce_scatter(Tensor(w.data(), DType::f32, {5})),
+                    Contains("5 elements") && Contains("2 equal"));
   CHECK_THROWS_WITH(comm.all_gather(Tensor(w.data(), DType::f32, {3})), Contains("3 elements"));
 
   std::vector<double> u = {r + 0.25, 1.0};
@@ -253,7 +255,8 @@ TEST_CASE("data parallel: ZeRO-1 and the overlapped buckets give the plain all-r
       {"zero1", {{"zero1", true}}},
   };
   Trainer(tiny_config(cache), (dir.path / "plain").string(), false, comm).run();
-  for (const Run& run : runs) Trainer(tiny_config(cache, 2, run.dist), (dir.path / run.name).string(), false, comm).run();
+  for (const Run& run : runs)
+    Trainer(tiny_config(cache, 2, run.dist), (dir.path / run.name).string(), false, comm).run();
   comm.barrier();
   if (comm.rank() != 0) return;
   for (const Run& run : runs) {

@@ -26,11 +26,6 @@ int64_t collective_segment(const Tensor& t, int world, const char* what) {
   return t.numel() / world;
 }
 
-Tensor segment(const Tensor& t, int64_t index, int64_t count) {
-  return Tensor(static_cast<char*>(t.data) + index * count * static_cast<int64_t>(dtype_size(t.dtype)), t.dtype,
-                {count});
-}
-
 void SingleProcessCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   check_collective_dtype(t, "all_reduce");
   check(op == ReduceOp::sum || op == ReduceOp::average, "all_reduce: tensors are reduced by sum or average only");

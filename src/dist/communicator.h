@@ -97,7 +97,4 @@ void check_collective_dtype(const Tensor& t, const char* what);
 /// does not divide.
 int64_t collective_segment(const Tensor& t, int world, const char* what);
 
-/// Segment `index` of length `count` of the 1-D tensor `t`: elements [index count, (index+1) count).
-Tensor segment(const Tensor& t, int64_t index, int64_t count);
-
 }  // namespace llmt

@@ -89,13 +89,13 @@ void MpiCommunicator::reduce_scatter(const Tensor& t) {
   // order is the library's choice): with 2 ranks each element is the same single addition as in
   // all_reduce, so ZeRO-1 reproduces the all-reduce path bit for bit.
   const int64_t c = collective_segment(t, world_, "reduce_scatter");
-  for (int r = 0; r < world_; ++r) reduce_to(segment(t, r, c), r);
+  for (int r = 0; r < world_; ++r) reduce_to(t.range(r * c, (r + 1) * c), r);
 }
 
 void MpiCommunicator::all_gather(const Tensor& t) {
   const int64_t c = collective_segment(t, world_, "all_gather");
   for (int r = 0; r < world_; ++r) {
-    const Tensor s = segment(t, r, c);
+    const Tensor s = t.range(r * c, (r + 1) * c);
     broadcast_bytes(s.data, s.bytes(), r);
   }
 }

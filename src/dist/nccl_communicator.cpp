@@ -88,8 +88,8 @@ void NcclCommunicator::reduce_scatter(const Tensor& t) {
   const int64_t c = collective_segment(t, world_size(), "reduce_scatter");
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   // In place: NCCL's in-place form has recvbuff = sendbuff + rank * recvcount.
-  check_nccl(ncclReduceScatter(t.data, segment(t, rank(), c).data, static_cast<size_t>(c), nccl_type(t), ncclSum,
-                               comm_, stream_),
+  const Tensor own = t.range(rank() * c, (rank() + 1) * c);
+  check_nccl(ncclReduceScatter(t.data, own.data, static_cast<size_t>(c), nccl_type(t), ncclSum, comm_, stream_),
              "ncclReduceScatter");
   check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
@@ -98,7 +98,8 @@ void NcclCommunicator::all_gather(const Tensor& t) {
   const int64_t c = collective_segment(t, world_size(), "all_gather");
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   // In place: sendbuff = recvbuff + rank * sendcount.
-  check_nccl(ncclAllGather(segment(t, rank(), c).data, t.data, static_cast<size_t>(c), nccl_type(t), comm_, stream_),
+  const Tensor own = t.range(rank() * c, (rank() + 1) * c);
+  check_nccl(ncclAllGather(own.data, t.data, static_cast<size_t>(c), nccl_type(t), comm_, stream_),
              "ncclAllGather");
   check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

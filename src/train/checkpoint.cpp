@@ -35,16 +35,16 @@ std::vector<SafetensorsEntry> entries(const ParamStore& p, const std::vector<uin
 std::vector<uint8_t> moment_on_rank0(const ParamStore& p, const AdamW& optimizer, const Tensor& moment,
                                      Communicator& comm) {
   Backend& be = p.backend();
-  const auto first_total = [&](const Tensor& t) { return Tensor(t.data, t.dtype, {p.total()}); };
-  if (optimizer.covers_all()) return comm.rank() == 0 ? to_host(be, first_total(moment)) : std::vector<uint8_t>();
+  if (optimizer.covers_all())
+    return comm.rank() == 0 ? to_host(be, moment.range(0, p.total())) : std::vector<uint8_t>();
   const OwnedTensor full(be, p.dtype(), {p.padded_total()});
   const int64_t c = collective_segment(*full, comm.world_size(), "checkpoint: moments");
   check(optimizer.shard_begin() == comm.rank() * c && optimizer.shard_end() == optimizer.shard_begin() + c,
         "checkpoint: the optimizer shard [{}, {}) is not rank {}'s segment of {} elements", optimizer.shard_begin(),
         optimizer.shard_end(), comm.rank(), c);
-  be.copy(moment, segment(*full, comm.rank(), c));
+  be.copy(moment, full->range(comm.rank() * c, (comm.rank() + 1) * c));
   comm.all_gather(*full);
-  return comm.rank() == 0 ? to_host(be, first_total(*full)) : std::vector<uint8_t>();
+  return comm.rank() == 0 ? to_host(be, full->range(0, p.total())) : std::vector<uint8_t>();
 }
 
 void read_all(const SafetensorsFile& f, const ParamStore& p, std::vector<uint8_t>& host, const std::string& prefix) {
@@ -178,7 +178,7 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   const int64_t begin = optimizer.shard_begin(), n = std::min(optimizer.shard_end(), params.total()) - begin;
   const size_t es = dtype_size(params.dtype());
   const auto upload_shard = [&](const Tensor& moment) {
-    if (n > 0) be.upload(host.data() + begin * es, Tensor(moment.data, moment.dtype, {n}));
+    if (n > 0) be.upload(host.data() + begin * es, moment.range(0, n));
   };
   read_all(opt, params, host, "exp_avg.");
   upload_shard(optimizer.m());

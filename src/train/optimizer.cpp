@@ -34,19 +34,15 @@ AdamW::AdamW(ParamStore& store, const TrainConfig& train, int64_t shard_begin, i
 
 void AdamW::step(double lr, double grad_scale) {
   ++steps_taken_;
-  // A run of `t` at flat offset r.offset; the moments start at the shard's first element.
-  const auto slice = [](const Tensor& t, int64_t offset, int64_t numel) {
-    return Tensor(static_cast<char*>(t.data) + offset * static_cast<int64_t>(dtype_size(t.dtype)), t.dtype, {numel});
-  };
   const Tensor working = store_.flat_working();
   for (const Run& r : runs_) {
     AdamWParams hp = hp_;
     hp.lr = lr;
     if (!r.decay) hp.weight_decay = 0;
-    store_.backend().adamw_step(slice(store_.flat_params(), r.offset, r.numel),
-                                slice(store_.flat_grads(), r.offset, r.numel), slice(*m_, r.offset - begin_, r.numel),
-                                slice(*v_, r.offset - begin_, r.numel), hp, grad_scale, steps_taken_,
-                                working.data ? slice(working, r.offset, r.numel) : Tensor());
+    const int64_t end = r.offset + r.numel;  // the moments start at the shard's first element
+    store_.backend().adamw_step(store_.flat_params().range(r.offset, end), store_.flat_grads().range(r.offset, end),
+                                m_->range(r.offset - begin_, end - begin_), v_->range(r.offset - begin_, end - begin_),
+                                hp, grad_scale, steps_taken_, working.data ? working.range(r.offset, end) : Tensor());
   }
 }
 

@@ -26,16 +26,6 @@ std::pair<int64_t, int64_t> zero1_shard(const ParamStore& params, int rank, int 
   return {rank * c, (rank + 1) * c};
 }
 
-namespace {
-
-/// Elements [begin, end) of the 1-D tensor `t`.
-Tensor range(const Tensor& t, int64_t begin, int64_t end) {
-  return Tensor(static_cast<char*>(t.data) + begin * static_cast<int64_t>(dtype_size(t.dtype)), t.dtype,
-                {end - begin});
-}
-
-}  // namespace
-
 StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train, Communicator& comm,
                        const DistConfig& dist)
     : model_(model),
@@ -73,7 +63,7 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   buckets_.clear();
   GradBuckets buckets(params.total(), dist_.bucket_elements(), [&](int64_t begin, int64_t end) {
     if (dist_.overlap) {
-      comm_.all_reduce_async(range(grads, begin, end));
+      comm_.all_reduce_async(grads.range(begin, end));
     } else {
       buckets_.emplace_back(begin, end);
     }
@@ -97,14 +87,14 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   double sum_sq = 0;
   if (dist_.zero1) {
     comm_.reduce_scatter(grads);
-    sum_sq = comm_.all_reduce_scalar(be.sum_squares(range(grads, comm_.rank() * seg, (comm_.rank() + 1) * seg)),
+    sum_sq = comm_.all_reduce_scalar(be.sum_squares(grads.range(comm_.rank() * seg, (comm_.rank() + 1) * seg)),
                                      ReduceOp::sum);
   } else {
     buckets.check_complete();
-    for (const auto& [begin, end] : buckets_) comm_.all_reduce(range(grads, begin, end), ReduceOp::sum);
+    for (const auto& [begin, end] : buckets_) comm_.all_reduce(grads.range(begin, end), ReduceOp::sum);
     comm_.wait_all();
     for (int64_t begin = 0; begin < params.padded_total(); begin += seg)
-      sum_sq += be.sum_squares(range(grads, begin, std::min(begin + seg, params.padded_total())));
+      sum_sq += be.sum_squares(grads.range(begin, std::min(begin + seg, params.padded_total())));
   }
   loss_sum = comm_.all_reduce_scalar(loss_sum, ReduceOp::sum);
   StepResult r;

@@ -54,9 +54,6 @@ class StepRunner {
   Model& model_;
   AdamW& optimizer_;
   const TrainConfig& train_;
-  /// Sums the gradients over the ranks (all-reduce of GradBuckets) and returns the squared norm
-  /// of the summed gradient.
-  double reduce_gradients();
   Communicator& comm_;
   DistConfig dist_;
   int64_t micro_batches_;
