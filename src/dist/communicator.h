@@ -52,7 +52,8 @@ class Communicator {
   virtual void wait_all() {}
   /// The stream (a cudaStream_t, as the backend's Backend::native_stream gives it) on which the
   /// backend computes the tensors that are reduced; all_reduce_async orders itself after the
-  /// work queued there. nullptr (the default, and on the CPU backend): host-synchronous.
+  /// work queued there. nullptr (the default, and on the CPU backend): host-synchronous. The
+  /// stream must outlive its use here: set nullptr before destroying it.
   virtual void set_compute_stream(void* stream) { (void)stream; }
   /// The reduction of one host double over all ranks; the same value is returned on every rank.
   virtual double all_reduce_scalar(double value, ReduceOp op) = 0;

@@ -52,6 +52,8 @@ StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train,
   comm.set_compute_stream(model.params().backend().native_stream());
 }
 
+StepRunner::~StepRunner() { comm_.set_compute_stream(nullptr); }
+
 StepResult StepRunner::run(double lr, const WindowSource& next) {
   ParamStore& params = model_.params();
   Backend& be = params.backend();

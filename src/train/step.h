@@ -44,6 +44,10 @@ class StepRunner {
   /// backend's stream (Communicator::set_compute_stream).
   StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train,
              Communicator& comm = single_process_communicator(), const DistConfig& dist = DistConfig());
+  /// Takes the backend's stream back from the communicator (set_compute_stream(nullptr)).
+  ~StepRunner();
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
   /// Runs one optimizer step at learning rate `lr`, drawing this rank's micro_batches_per_rank()
   /// micro-batches from `next`.
   StepResult run(double lr, const WindowSource& next);
