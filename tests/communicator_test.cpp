@@ -72,6 +72,7 @@ TEST_CASE("single-process communicator: rank 0 of 1, collectives are the identit
   const std::vector<float> before = x;
   comm.all_reduce(Tensor(x.data(), DType::f32, {5}), ReduceOp::average);
   comm.all_reduce_async(Tensor(x.data(), DType::f32, {5}));
+  comm.reduce_async(Tensor(x.data(), DType::f32, {5}), 0);
   comm.wait_all();
   comm.broadcast(Tensor(x.data(), DType::f32, {5}), 0);
   comm.reduce_scatter(Tensor(x.data(), DType::f32, {5}));

@@ -3,8 +3,9 @@
 // reduce-scatter, all-gather and the asynchronous all-reduce on its own stream) leave the data
 // unchanged, and cuda training runs through it reproduce the single-process run bit for bit:
 // every gradient bucket through ncclAllReduce, overlapped with backward (many buckets) or after
-// it, and ZeRO-1 (ncclReduceScatter, AdamW on the shard, ncclAllGather, the bf16 working copy
-// re-rounded from the gathered weights).
+// it, and ZeRO-1 (ncclReduce of the buckets overlapped with backward, or ncclReduceScatter after
+// it; AdamW on the shard, ncclAllGather, the bf16 working copy re-rounded from the gathered
+// weights).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -66,8 +67,9 @@ TEST_CASE("nccl communicator: world size 1, device collectives are the identity"
   comm.all_gather(*t);
   comm.set_compute_stream(be->native_stream());
   comm.all_reduce_async(Tensor(t->data, DType::f32, {3}));
-  comm.all_reduce_async(Tensor(static_cast<float*>(t->data) + 3, DType::f32, {4}));
+  comm.reduce_async(Tensor(static_cast<float*>(t->data) + 3, DType::f32, {4}), 0);
   comm.wait_all();
+  comm.set_compute_stream(nullptr);
   std::vector<float> back(host.size());
   be->download(*t, back.data());
   CHECK(back == host);
@@ -85,6 +87,8 @@ TEST_CASE("nccl communicator: cuda runs through it equal the single-process run 
       {"nccl_many_buckets", {{"bucket_mb", 1e-3}}},
       {"nccl_after_backward", {{"bucket_mb", 1e-3}, {"overlap", false}}},
       {"nccl_zero1", {{"zero1", true}}},
+      {"nccl_zero1_many_buckets", {{"zero1", true}, {"bucket_mb", 1e-3}}},
+      {"nccl_zero1_after_backward", {{"zero1", true}, {"overlap", false}}},
   };
   const auto a = read_metrics(tmp.path / "single");
   REQUIRE(a.size() == 11);

@@ -190,6 +190,10 @@ TEST_CASE("mpi communicator: 2 ranks reduce, broadcast and agree", "[mpi]") {
   comm.all_reduce_async(Tensor(u.data(), DType::f64, {2}));
   comm.wait_all();
   CHECK(u == std::vector<double>{1.5, 2.0});
+  comm.reduce_async(Tensor(u.data(), DType::f64, {2}), 1);
+  comm.wait_all();
+  if (r == 1) CHECK(u == std::vector<double>{3.0, 4.0});
+  CHECK_THROWS_WITH(comm.reduce_async(Tensor(u.data(), DType::f64, {2}), 2), Contains("root 2"));
 }
 
 TEST_CASE("data parallel: 2 ranks give the losses and weights of 1 process with the same global batch", "[mpi]") {
@@ -252,7 +256,9 @@ TEST_CASE("data parallel: ZeRO-1 and the overlapped buckets give the plain all-r
   const Run runs[] = {
       {"overlap_many", {{"bucket_mb", 1e-3}}},
       {"after_backward_many", {{"bucket_mb", 1e-3}, {"overlap", false}}},
-      {"zero1", {{"zero1", true}}},
+      {"zero1", {{"zero1", true}}},  // one bucket, reduced in two pieces (one per shard)
+      {"zero1_overlap_many", {{"zero1", true}, {"bucket_mb", 1e-3}}},
+      {"zero1_after_backward", {{"zero1", true}, {"overlap", false}}},  // reduce-scatter
   };
   Trainer(tiny_config(cache), (dir.path / "plain").string(), false, comm).run();
   for (const Run& run : runs)

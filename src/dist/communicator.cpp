@@ -40,6 +40,11 @@ void SingleProcessCommunicator::reduce_scatter(const Tensor& t) { collective_seg
 
 void SingleProcessCommunicator::all_gather(const Tensor& t) { collective_segment(t, 1, "all_gather"); }
 
+void SingleProcessCommunicator::reduce_async(const Tensor& t, int root) {
+  check_collective_dtype(t, "reduce_async");
+  check(root == 0, "reduce_async: root {} is not a rank of a world of size 1", root);
+}
+
 double SingleProcessCommunicator::all_reduce_scalar(double value, ReduceOp) { return value; }
 
 void SingleProcessCommunicator::abort(int code) { std::exit(code); }

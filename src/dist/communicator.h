@@ -47,8 +47,13 @@ class Communicator {
   /// The result is ready, for the backend's later work, after wait_all(); `t` must not be touched
   /// before that. Every rank must launch the same sequence. This default runs it synchronously.
   virtual void all_reduce_async(const Tensor& t) { all_reduce(t, ReduceOp::sum); }
-  /// Orders all work the backend queues from now on after every all_reduce_async launched so far
-  /// (NCCL: the compute stream waits for the communication stream; the host does not wait).
+  /// The element-wise SUM of `t` (f32 or f64) over all ranks into rank `root`'s `t` (the other
+  /// ranks' `t` is left undefined), asynchronous like all_reduce_async (ZeRO-1's buckets: each
+  /// piece of a bucket goes to the rank whose shard holds it). Bitwise the same sums as
+  /// reduce_scatter for 2 ranks.
+  virtual void reduce_async(const Tensor& t, int root) = 0;
+  /// Orders all work the backend queues from now on after every asynchronous collective launched
+  /// so far (NCCL: the compute stream waits for the communication stream; the host does not wait).
   virtual void wait_all() {}
   /// The stream (a cudaStream_t, as the backend's Backend::native_stream gives it) on which the
   /// backend computes the tensors that are reduced; all_reduce_async orders itself after the
@@ -75,6 +80,7 @@ class SingleProcessCommunicator final : public Communicator {
   void broadcast(const Tensor& t, int root) override;
   void reduce_scatter(const Tensor& t) override;
   void all_gather(const Tensor& t) override;
+  void reduce_async(const Tensor& t, int root) override;
   double all_reduce_scalar(double value, ReduceOp op) override;
   void barrier() override {}
   [[noreturn]] void abort(int code) override;

@@ -92,6 +92,12 @@ void MpiCommunicator::reduce_scatter(const Tensor& t) {
   for (int r = 0; r < world_; ++r) reduce_to(t.range(r * c, (r + 1) * c), r);
 }
 
+void MpiCommunicator::reduce_async(const Tensor& t, int root) {
+  check_collective_dtype(t, "reduce_async");
+  check(root >= 0 && root < world_, "reduce_async: root {} is not a rank of a world of size {}", root, world_);
+  reduce_to(t, root);
+}
+
 void MpiCommunicator::all_gather(const Tensor& t) {
   const int64_t c = collective_segment(t, world_, "all_gather");
   for (int r = 0; r < world_; ++r) {

@@ -26,10 +26,12 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   void all_reduce(const Tensor& t, ReduceOp op) override;
   void broadcast(const Tensor& t, int root) override;
-  /// Collectives without asynchronous forms here: all_reduce_async is the synchronous all_reduce
-  /// (the CPU backend computes on the calling thread, so there is nothing to overlap with).
   void reduce_scatter(const Tensor& t) override;
   void all_gather(const Tensor& t) override;
+  /// No asynchronous forms here: all_reduce_async is the synchronous all_reduce and reduce_async
+  /// the synchronous MPI_Reduce (the CPU backend computes on the calling thread, so there is
+  /// nothing to overlap with).
+  void reduce_async(const Tensor& t, int root) override;
   double all_reduce_scalar(double value, ReduceOp op) override;
   void barrier() override;
   [[noreturn]] void abort(int code) override;

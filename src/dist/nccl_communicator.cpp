@@ -104,19 +104,41 @@ void NcclCommunicator::all_gather(const Tensor& t) {
   check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
-void NcclCommunicator::all_reduce_async(const Tensor& t) {
+void NcclCommunicator::begin_async() {
   if (!compute_) {
-    all_reduce(t, ReduceOp::sum);  // no compute stream to order after: synchronous
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return;
   }
-  check_collective_dtype(t, "all_reduce_async");
   // The communication stream starts once the compute stream's work queued so far (the kernels
   // that wrote this bucket's gradients) is done; the compute stream runs on meanwhile.
   check_cuda(cudaEventRecord(ready_, compute_), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+}
+
+void NcclCommunicator::end_async() {
+  if (compute_) {
+    pending_ = true;
+  } else {
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // no compute stream: synchronous
+  }
+}
+
+void NcclCommunicator::all_reduce_async(const Tensor& t) {
+  check_collective_dtype(t, "all_reduce_async");
+  begin_async();
   check_nccl(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t), ncclSum, comm_, stream_),
              "ncclAllReduce");
-  pending_ = true;
+  end_async();
+}
+
+void NcclCommunicator::reduce_async(const Tensor& t, int root) {
+  check_collective_dtype(t, "reduce_async");
+  check(root >= 0 && root < world_size(), "reduce_async: root {} is not a rank of a world of size {}", root,
+        world_size());
+  begin_async();
+  check_nccl(ncclReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t), ncclSum, root, comm_, stream_),
+             "ncclReduce");
+  end_async();
 }
 
 void NcclCommunicator::wait_all() {
@@ -124,6 +146,11 @@ void NcclCommunicator::wait_all() {
   check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(compute_, done_, 0), "cudaStreamWaitEvent");
   pending_ = false;
+}
+
+void NcclCommunicator::set_compute_stream(void* stream) {
+  wait_all();
+  compute_ = static_cast<cudaStream_t>(stream);
 }
 
 void NcclCommunicator::abort(int code) {

@@ -7,10 +7,10 @@
 //
 // Collectives run on the communicator's own stream. all_reduce, broadcast, reduce_scatter and
 // all_gather are synchronous: the device is synchronised before (so the gradients of every kernel
-// already queued are complete) and the stream after. all_reduce_async (the gradient buckets
-// overlapped with backward) records an event on the compute stream, makes the communication
-// stream wait for it and queues ncclAllReduce there, without blocking the host; wait_all makes
-// the compute stream wait for the communication stream.
+// already queued are complete) and the stream after. all_reduce_async and reduce_async (the
+// gradient buckets overlapped with backward) record an event on the compute stream, make the
+// communication stream wait for it and queue ncclAllReduce / ncclReduce there, without blocking
+// the host; wait_all makes the compute stream wait for the communication stream.
 #pragma once
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -45,13 +45,20 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& t) override;
   void all_gather(const Tensor& t) override;
   void all_reduce_async(const Tensor& t) override;
+  void reduce_async(const Tensor& t, int root) override;
   void wait_all() override;
-  void set_compute_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
+  /// Orders the previous compute stream after pending collectives (wait_all) first.
+  void set_compute_stream(void* stream) override;
   double all_reduce_scalar(double value, ReduceOp op) override { return host_->all_reduce_scalar(value, op); }
   void barrier() override { host_->barrier(); }
   [[noreturn]] void abort(int code) override;
 
  private:
+  /// Before an asynchronous collective: the communication stream waits for the work queued on
+  /// the compute stream (without a compute stream: the device is synchronised).
+  void begin_async();
+  /// After queueing it: pending until wait_all (without a compute stream: the stream is synchronised).
+  void end_async();
   std::unique_ptr<Communicator> host_;  // MpiCommunicator, or SingleProcessCommunicator at world size 1
   MpiCommunicator* mpi_ = nullptr;      // host_ when it is MPI
   int device_ = 0;
@@ -60,7 +67,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_ = nullptr;  // the backend's stream (set_compute_stream)
   cudaEvent_t ready_ = nullptr;     // compute work queued before an all_reduce_async
   cudaEvent_t done_ = nullptr;      // communication queued before wait_all
-  bool pending_ = false;            // an all_reduce_async since the last wait_all
+  bool pending_ = false;            // an asynchronous collective since the last wait_all
 };
 
 }  // namespace llmt

@@ -60,22 +60,30 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   const Tensor grads = params.padded_grads();
   be.fill_zero(grads);
   const double targets_per_step = static_cast<double>(train_.batch_tokens);
-  // All-reduce mode: the last backward's buckets are launched as they complete (overlap) or
-  // collected and launched after it; the same buckets either way, so the sums are the same bits.
+  // With overlap the last backward's buckets are reduced as they complete: all-reduced, or with
+  // ZeRO-1 each piece of a bucket reduced to the rank whose shard holds it. Without overlap the
+  // same buckets are all-reduced after the backward (the same bits), or ZeRO-1 reduce-scatters.
+  const int world = comm_.world_size();
+  const int64_t seg = (params.padded_total() + world - 1) / world;  // ZeRO-1's shard size
   buckets_.clear();
   GradBuckets buckets(params.total(), dist_.bucket_elements(), [&](int64_t begin, int64_t end) {
-    if (dist_.overlap) {
+    if (!dist_.overlap) {
+      buckets_.emplace_back(begin, end);
+    } else if (!dist_.zero1) {
       comm_.all_reduce_async(grads.range(begin, end));
     } else {
-      buckets_.emplace_back(begin, end);
+      for (int64_t owner = begin / seg; owner * seg < end; ++owner)
+        comm_.reduce_async(grads.range(std::max(begin, owner * seg), std::min(end, (owner + 1) * seg)),
+                           static_cast<int>(owner));
     }
   });
+  const bool hooked = dist_.overlap || !dist_.zero1;
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches_; ++micro) {
     next(windows_.data());
     split_windows(windows_, train_.micro_batch, train_.seq_len, inputs_, targets_);
     loss_sum += model_.forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
-    if (micro + 1 == micro_batches_ && !dist_.zero1) {
+    if (micro + 1 == micro_batches_ && hooked) {
       model_.backward([&](int64_t begin, int64_t end) { buckets.ready(begin, end); });
     } else {
       model_.backward();
@@ -84,15 +92,14 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   // Every collective below is the identity for one process. The squared gradient norm is the sum
   // of the squares of W segments (ZeRO-1's shards), added in rank order, in both modes: with 2
   // ranks the clipping factor is then the same bits with and without ZeRO-1.
-  const int world = comm_.world_size();
-  const int64_t seg = (params.padded_total() + world - 1) / world;
+  if (hooked) buckets.check_complete();
   double sum_sq = 0;
   if (dist_.zero1) {
-    comm_.reduce_scatter(grads);
+    if (!dist_.overlap) comm_.reduce_scatter(grads);
+    comm_.wait_all();
     sum_sq = comm_.all_reduce_scalar(be.sum_squares(grads.range(comm_.rank() * seg, (comm_.rank() + 1) * seg)),
                                      ReduceOp::sum);
   } else {
-    buckets.check_complete();
     for (const auto& [begin, end] : buckets_) comm_.all_reduce(grads.range(begin, end), ReduceOp::sum);
     comm_.wait_all();
     for (int64_t begin = 0; begin < params.padded_total(); begin += seg)

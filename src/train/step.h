@@ -8,9 +8,10 @@
 //   - all-reduce (default): in buckets of whole blocks (train/grad_buckets.h), each launched during
 //     the last micro-batch's backward as soon as its blocks are done (dist.overlap), or all after
 //     it; every rank then updates all parameters;
-//   - ZeRO-1 (dist.zero1): one reduce-scatter after the last backward gives rank r the summed
-//     gradient of its segment r of the padded flat buffer; its AdamW (whose moments cover only
-//     that segment) updates it, and an all-gather copies every segment's new weights to all ranks.
+//   - ZeRO-1 (dist.zero1): rank r receives the summed gradient of its segment r of the padded flat
+//     buffer: the same buckets, each piece reduced to the rank owning it (dist.overlap), or one
+//     reduce-scatter after the backward; its AdamW (whose moments cover only that segment)
+//     updates it, and an all-gather copies every segment's new weights to all ranks.
 // Loss, gradient norm (the sum of the W segments' squares in both modes) and the non-finite
 // skip are then agreed by all ranks.
 #pragma once

@@ -117,9 +117,8 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
     spdlog::info("data parallel: {} ranks ({} communicator), {} micro-batches per rank and step; gradients {}; "
                  "optimizer state {:.2f} MiB per rank{}",
                  comm_.world_size(), comm_.name(), step_->micro_batches_per_rank(),
-                 config_.dist.zero1 ? "reduce-scattered (ZeRO-1)"
-                 : config_.dist.overlap ? "all-reduced in buckets overlapped with backward"
-                                        : "all-reduced in buckets after backward",
+                 fmt::format("{} {}", config_.dist.zero1 ? "reduced to their ZeRO-1 shards" : "all-reduced",
+                             config_.dist.overlap ? "in buckets overlapped with backward" : "after backward"),
                  static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0),
                  config_.dist.zero1 ? fmt::format(" (ZeRO-1: 1/{} of the moments)", comm_.world_size()) : "");
 }

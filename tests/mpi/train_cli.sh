@@ -40,7 +40,7 @@ paste <(losses "$tmp/single") <(losses "$tmp/down") |
 # of the all-reduce run (metrics.jsonl prints 17 significant digits).
 "$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --set dist.zero1=true --out "$tmp/zero1" \
   > "$tmp/zero1.log" 2>&1 || { cat "$tmp/zero1.log"; fail "mpirun -np 2 llmtrain train with dist.zero1 failed"; }
-grep -q 'gradients reduce-scattered (ZeRO-1); optimizer state .* MiB per rank (ZeRO-1: 1/2 of the moments)' \
+grep -q 'gradients reduced to their ZeRO-1 shards in buckets overlapped with backward; optimizer state .* MiB per rank (ZeRO-1: 1/2 of the moments)' \
   "$tmp/zero1.log" || { cat "$tmp/zero1.log"; fail "no ZeRO-1 startup line"; }
 [ "$(losses "$tmp/zero1")" = "$(losses "$tmp/dp")" ] || fail "ZeRO-1 losses differ from the all-reduce run"
 
