@@ -66,6 +66,18 @@ TEST_CASE("Philox4x32-10: Random123 known-answer vectors", "[rng][kat]") {
   }
 }
 
+TEST_CASE("Philox: skip_to(w) continues with the stream's w-th word", "[rng]") {
+  Philox seq(7, 3);
+  std::vector<uint32_t> words(40);
+  for (auto& w : words) w = seq.next_u32();
+  for (uint64_t start : {0, 1, 2, 3, 4, 5, 7, 8, 13}) {
+    Philox r(7, 3);
+    r.next_u32();  // a used stream is repositioned too
+    r.skip_to(start);
+    for (uint64_t i = start; i < start + 20; ++i) CHECK(r.next_u32() == words[i]);
+  }
+}
+
 TEST_CASE("Philox: the stream is block(0), block(1), ... and depends only on (seed, stream, n)", "[rng]") {
   Philox a(0, 0);
   // the first four words are the counter-0 KAT block

@@ -273,8 +273,19 @@ TEST_CASE("cuda: cross_entropy with negative targets, deterministic", "[cuda]") 
     Pair logits = both(logits0, {s.rows, s.vocab});
     Pair t = both(targets, {s.rows});
     Pair losses = both(randn(s.rows, 92), {s.rows});
-    gpu().cross_entropy(*logits.g, *t.g, grad_scale, *losses.g);
-    cpu().cross_entropy(*logits.c, *t.c, grad_scale, *losses.c);
+    Pair correct = both(randn(s.rows, 93), {s.rows});  // every entry must be written
+    gpu().cross_entropy(*logits.g, *t.g, grad_scale, *losses.g, *correct.g);
+    cpu().cross_entropy(*logits.c, *t.c, grad_scale, *losses.c, *correct.c);
+    // The argmax flags equal the CPU's (random logits: no ties) and an independent host argmax.
+    const auto flags = get(gpu(), *correct.g);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < s.vocab; ++j)
+        if (logits0[static_cast<size_t>(r * s.vocab + j)] > logits0[static_cast<size_t>(r * s.vocab + best)]) best = j;
+      const float expect = targets[static_cast<size_t>(r)] == best ? 1.0f : 0.0f;
+      REQUIRE(flags[static_cast<size_t>(r)] == expect);
+    }
+    require_bit_identical(flags, get(cpu(), *correct.c), "cross_entropy correct");
     const double g = gpu().sum(*losses.g), c = cpu().sum(*losses.c);
     CHECK(std::isfinite(g));
     CHECK(std::abs(g - c) <= kTol * std::abs(c));
@@ -288,7 +299,7 @@ TEST_CASE("cuda: cross_entropy with negative targets, deterministic", "[cuda]") 
     }
 
     OwnedTensor logits2 = on(gpu(), logits0, {s.rows, s.vocab}), losses2(gpu(), DType::f32, {s.rows});
-    gpu().cross_entropy(*logits2, *t.g, grad_scale, *losses2);
+    gpu().cross_entropy(*logits2, *t.g, grad_scale, *losses2, llmt::Tensor());
     const double g2 = gpu().sum(*losses2);
     CHECK(std::memcmp(&g, &g2, sizeof g) == 0);
     require_bit_identical(grad, get(gpu(), *logits2), "cross_entropy gradient");

@@ -490,6 +490,32 @@ TEST_CASE("cross_entropy: finite-difference gradient, float, target out of range
                     Catch::Contains("row 3") && Catch::Contains("77"));
 }
 
+TEST_CASE("cross_entropy: argmax flags (correct) by hand, ties and unlabelled rows", "[kernels][cross_entropy]") {
+  // Rows: [1, 2, 3] target 2 (argmax) -> 1; target 0 -> 0; [4, 4, 0] target 1 (tied maximum) -> 1;
+  // unlabelled -> 0. The flags do not change the losses.
+  const Vec logits = {1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0, 4.0, 0.0, 5.0, 0.0, 0.0};
+  const std::vector<int32_t> targets = {2, 0, 1, -1};
+  for (int precision = 0; precision < 2; ++precision) {
+    INFO("precision " << (precision ? "float" : "double"));
+    std::vector<double> flags(4, 7.0);
+    std::vector<float> flags_f(4, 7.0f);
+    Vec with(4);
+    auto z = logits;
+    auto zf = cast<float>(logits);
+    std::vector<float> lf(4);
+    if (precision == 0) {
+      llmt::cpu::cross_entropy_fwd_bwd(z.data(), targets.data(), 4, 3, 1.0, with.data(), flags.data());
+    } else {
+      llmt::cpu::cross_entropy_fwd_bwd(zf.data(), targets.data(), 4, 3, 1.0, lf.data(), flags_f.data());
+      flags.assign(flags_f.begin(), flags_f.end());
+      with = widen(lf);
+    }
+    CHECK(flags == std::vector<double>{1.0, 0.0, 1.0, 0.0});
+    const CeOut plain = cross_entropy<double>(logits, targets, 3, 1.0);
+    CHECK(rel_err(with, plain.losses) < kF32Tol);
+  }
+}
+
 // ---------------------------------------------------------------- adamw
 
 TEST_CASE("adamw_step: two steps against hand arithmetic", "[kernels][adamw]") {

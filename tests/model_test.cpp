@@ -66,6 +66,33 @@ std::vector<GradCheckReport> model_gradient_check(const ModelConfig& m, double h
 
 }  // namespace
 
+TEST_CASE("ParamStore::initialize: the threaded fill gives the values of one sequential draw", "[model][init]") {
+  // 3 x 2^18 elements: split over several threads whenever the machine has more than one core.
+  const int64_t n = int64_t{3} << 18;
+  Init normal;
+  normal.std = 0.5;
+  Init uniform;
+  uniform.kind = Init::uniform;
+  uniform.lo = -2;
+  uniform.hi = 3;
+  auto backend = make_backend("cpu");  // outlives the store's buffers
+  ParamStore store;
+  store.add("a", {n}, ParamKind::weight, normal);
+  store.add("b", {n}, ParamKind::weight, uniform);
+  store.allocate(*backend, DType::f64);
+  store.initialize(11);
+  std::vector<double> a(n), b(n);
+  backend->download(store.master(0), a.data());
+  backend->download(store.master(1), b.data());
+  Philox ra(11, 0), rb(11, 1);
+  int64_t mismatches = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    mismatches += a[j] != 0.5 * ra.normal();
+    mismatches += b[j] != -2 + 5 * rb.uniform();
+  }
+  CHECK(mismatches == 0);
+}
+
 TEST_CASE("model: float64 finite-difference gradients of every parameter", "[model]") {
   for (bool tie : {false, true}) {
     DYNAMIC_SECTION("tie_embeddings = " << tie) {

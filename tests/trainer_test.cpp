@@ -184,6 +184,18 @@ TEST_CASE("trainer: resume refuses a changed schedule but accepts another log ca
   chatty.resolved["log"]["interval_steps"] = 1;
   Trainer resumed(chatty, run.string(), true);
   CHECK(resumed.state().step == 5);
+
+  // A checkpoint from before data.source existed resumes with the default source (token streams) only.
+  const fs::path state = run / "checkpoints" / "step_00000005" / "state.json";
+  nlohmann::json st = nlohmann::json::parse(std::ifstream(state));
+  REQUIRE(st["config"]["data"]["source"] == "tokens");
+  st["config"]["data"].erase("source");
+  std::ofstream(state) << st.dump();
+  CHECK(Trainer(config, run.string(), true).state().step == 5);
+  Config synthetic = config;
+  synthetic.resolved["data"]["source"] = "parity";
+  CHECK_THROWS_WITH(Trainer(synthetic, run.string(), true),
+                    Contains("data.source is \"parity\" in the config but absent in the checkpoint"));
 }
 
 TEST_CASE("trainer: a Gated DeltaNet model trains on the bundled text", "[trainer][gdn]") {

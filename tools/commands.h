@@ -14,6 +14,17 @@ struct TrainArgs {
 };
 int train(const TrainArgs& args);
 
+/// llmtrain sweep (docs/SWEEPS.md).
+struct SweepArgs {
+  std::string base;                 ///< base config
+  std::vector<std::string> grids;   ///< "key.path=v1,v2,..."
+  std::string file;                 ///< sweep JSON {"points": [{...}, ...]} (instead of grids)
+  std::string out;                  ///< sweep directory; default sweeps/<base stem>
+  bool emit_slurm = false;          ///< write the scripts and a Slurm array script, run nothing
+  bool collect = false;             ///< run nothing; only gather results.csv / results.md
+};
+int sweep(const SweepArgs& args);
+
 struct InfoArgs {
   std::string config;
   std::vector<std::string> set;

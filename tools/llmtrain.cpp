@@ -1,5 +1,5 @@
-// llmtrain: the one binary of the project. Subcommands: train, info, probe, bench, prepare-data,
-// tokenize, eval.
+// llmtrain: the one binary of the project. Subcommands: train, sweep, info, probe, bench, prepare-data,
+// tokenize, eval, export, import.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -16,6 +16,19 @@ int main(int argc, char** argv) {
   t->add_option("--out,-o", train.out, "run directory (default runs/<run_name>)");
   t->add_flag("--resume", train.resume, "continue from the newest checkpoint in the run directory");
   t->add_option("--set", train.set, "override a config key: --set train.lr=1e-3 (repeatable)");
+
+  llmt::cli::SweepArgs sw;
+  CLI::App* sweep = app.add_subcommand("sweep", "run a base config at every point of a grid (or a sweep file), "
+                                                "collecting losses and speed into DIR/results.csv");
+  sweep->add_option("--base,-c", sw.base, "base run config (JSON)")->required()->check(CLI::ExistingFile);
+  CLI::Option* sgrid = sweep->add_option("--grid", sw.grids, "key.path=v1,v2,... (repeatable: the cartesian product)");
+  CLI::Option* sfile = sweep->add_option("--points", sw.file, "sweep JSON {\"points\": [{\"key.path\": value, ...}, ...]}")
+                           ->check(CLI::ExistingFile);
+  sgrid->excludes(sfile);
+  sweep->add_option("--out,-o", sw.out, "sweep directory (default sweeps/<base name>)");
+  CLI::Option* sslurm = sweep->add_flag("--emit-slurm", sw.emit_slurm, "write one launch script per point and a Slurm array script; run nothing");
+  sweep->add_flag("--collect", sw.collect, "run nothing; gather the points' results into results.csv / results.md")
+      ->excludes(sslurm);
 
   llmt::cli::InfoArgs info;
   CLI::App* i = app.add_subcommand("info", "print parameter counts and FLOPs per token of a config");
@@ -104,7 +117,13 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   m->add_option("--out", im.out, "run directory; receives config.json and checkpoints/step_00000000")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    // --help prints and exits 0; a usage error (unknown flag, missing file, bad value) is printed by
+    // CLI11 and exits 2, the code of every other bad-input error (docs/PREEMPTION.md).
+    return app.exit(err) == 0 ? 0 : 2;
+  }
   if (e->parsed() && edata->count() + etext->count() == 0) {
     spdlog::error("eval: give the held-out text with --data DATASET_DIR or --text FILE");
     return 2;
@@ -117,6 +136,13 @@ int main(int argc, char** argv) {
   try {
     if (t->parsed()) return llmt::cli::train(train);
     if (i->parsed()) return llmt::cli::info(info);
+    if (sweep->parsed()) {
+      if (sw.grids.empty() && sw.file.empty()) {
+        spdlog::error("sweep: give the points with --grid key=v1,v2,... or --points FILE.json");
+        return 2;
+      }
+      return llmt::cli::sweep(sw);
+    }
     if (p->parsed()) return llmt::cli::probe(probe);
     if (b->parsed()) return llmt::cli::bench(bench);
     if (d->parsed()) return llmt::cli::prepare_data(prep);

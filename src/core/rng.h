@@ -32,6 +32,17 @@ class Philox {
     return c;
   }
 
+  /// Positions the stream so that the next next_u32() returns its `word`-th 32-bit word (0-based;
+  /// word w lies in block w / 4). Lets several threads draw disjoint ranges of one stream and get
+  /// exactly the numbers one sequential pass would (uniform() takes 2 words, normal() 4).
+  void skip_to(uint64_t word) {
+    counter_ = word / 4;
+    used_ = 4;
+    if (word % 4 != 0) {
+      buf_ = block(counter_++);
+      used_ = static_cast<int>(word % 4);
+    }
+  }
   /// The next uniform 32-bit word of the stream.
   uint32_t next_u32() {
     if (used_ == 4) {

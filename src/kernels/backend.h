@@ -101,9 +101,11 @@ class Backend {
   /// Softmax cross-entropy of logits [rows, V] (f32, f64 or bf16; statistics in fp32/double)
   /// against targets i32 [rows] (negative = no label); logits are overwritten by
   /// grad_scale * dloss/dlogits; losses [rows] (f32 or f64) receive the per-row losses.
+  /// When `correct` has data ([rows], the losses' dtype) it receives 1 where the target is an argmax of
+  /// the row's logits (ties count as correct), else 0 (0 for rows without a label).
   /// Does not synchronise: sum() the losses afterwards.
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                             const Tensor& losses) = 0;
+                             const Tensor& losses, const Tensor& correct) = 0;
   /// One AdamW update of params from grads * grad_scale; m, v are the moments; step is the
   /// 1-based count of updates taken. params, grads, m, v share one dtype. When `working` has
   /// data (same element count, another dtype, e.g. the bf16 copy of fp32 master weights), it

@@ -254,16 +254,19 @@ class CpuBackend final : public Backend {
   }
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                     const Tensor& losses) override {
+                     const Tensor& losses, const Tensor& correct) override {
     check(logits.ndim == 2 && targets.numel() == logits.shape[0] && losses.numel() == logits.shape[0],
           "cross_entropy: logits {} targets {} losses {}", logits.shape_str(), targets.shape_str(),
           losses.shape_str());
     check(losses.dtype == logits.dtype, "cross_entropy: losses {} for logits {}", dtype_name(losses.dtype),
           dtype_name(logits.dtype));
+    if (correct.data != nullptr)
+      check(correct.dtype == losses.dtype && correct.numel() == losses.numel(), "cross_entropy: correct {} {} for losses {} {}",
+            dtype_name(correct.dtype), correct.shape_str(), dtype_name(losses.dtype), losses.shape_str());
     dispatch(logits, "cross_entropy", [&](auto zero) {
       using T = decltype(zero);
       cpu::cross_entropy_fwd_bwd<T>(logits.as<T>(), targets.as<int32_t>(), logits.shape[0], logits.shape[1],
-                                    grad_scale, losses.as<T>());
+                                    grad_scale, losses.as<T>(), correct.data != nullptr ? correct.as<T>() : nullptr);
     });
   }
 

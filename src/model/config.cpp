@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/synthetic_tasks.h"
 
 namespace llmt {
 namespace {
@@ -111,6 +112,11 @@ class ObjectReader {
     }
     out_[key] = result;
     return result;
+  }
+  /// Records `key` as read with the resolved value `value` (for values parsed from raw()).
+  void json_value(const std::string& key, const json& value) {
+    seen_.insert(key);
+    out_[key] = value;
   }
   /// Whether `key` is given as JSON null (then it counts as read and resolves to null).
   bool is_null(const std::string& key) {
@@ -394,7 +400,60 @@ void parse_train(ObjectReader r, TrainConfig& t) {
         t.warmup_steps(), t.steps(), (t.steps() / 10) * t.batch_tokens);
 }
 
+/// Reads a list of [length, pairs] integer pairs (data.synthetic.train_points / eval_points).
+std::vector<std::array<int64_t, 2>> parse_points(ObjectReader& r, const std::string& key,
+                                                 const std::vector<std::array<int64_t, 2>>& fallback) {
+  const json raw = r.raw(key);
+  std::vector<std::array<int64_t, 2>> points = fallback;
+  if (!raw.is_null()) {
+    const bool ok = raw.is_array() && !raw.empty() && std::all_of(raw.begin(), raw.end(), [](const json& p) {
+      return p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer() &&
+             p[0].get<int64_t>() > 0 && p[1].get<int64_t>() > 0;
+    });
+    check(ok, "config: {} must be a non-empty list of [seq_len, kv_pairs] positive integer pairs, got {}", r.at(key),
+          raw.dump());
+    points = raw.get<std::vector<std::array<int64_t, 2>>>();
+  }
+  r.json_value(key, json(points));
+  return points;
+}
+
+void parse_synthetic(ObjectReader r, const std::string& source, SyntheticConfig& s) {
+  if (source == "mqar") {
+    s.vocab = r.positive("vocab", dflt(s.vocab));
+    s.train_points = parse_points(r, "train_points", s.train_points);
+    s.eval_points = parse_points(r, "eval_points", s.eval_points);
+    s.power_a = r.number("power_a", dflt(s.power_a));
+    check(s.power_a > 0, "config: data.synthetic.power_a must be > 0, got {}", s.power_a);
+    for (const auto& points : {s.train_points, s.eval_points})
+      for (const auto& [len, pairs] : points)
+        check(len % 2 == 0 && 4 * pairs <= len && pairs < s.vocab / 2,
+              "config: data.synthetic point [{}, {}] is not a valid MQAR setting: the length must be even and at "
+              "least 4 * kv_pairs, and kv_pairs < data.synthetic.vocab / 2 ({})", len, pairs, s.vocab / 2);
+  } else {
+    s.min_length = r.positive("min_length", dflt(s.min_length));
+    s.max_length = r.positive("max_length", dflt(s.max_length));
+    check(s.min_length <= s.max_length, "config: data.synthetic.min_length ({}) exceeds max_length ({})",
+          s.min_length, s.max_length);
+    const std::vector<int64_t> lengths = r.integers("eval_lengths");
+    if (!lengths.empty()) s.eval_lengths = lengths;
+    r.json_value("eval_lengths", json(s.eval_lengths));
+    for (int64_t len : s.eval_lengths) check(len > 0, "config: data.synthetic.eval_lengths must be positive, got {}", len);
+    if (source == "modarith") s.brackets = r.boolean("brackets", s.brackets);
+  }
+  s.eval_examples = r.positive("eval_examples", dflt(s.eval_examples));
+  r.finish();
+}
+
 void parse_data(ObjectReader r, DataConfig& d) {
+  d.source = r.choice("source", {"tokens", "mqar", "parity", "modarith"}, dflt(std::string("tokens")));
+  if (d.source != "tokens") {
+    parse_synthetic(r.object("synthetic"), d.source, d.synthetic);
+    d.shuffle_seed = static_cast<uint64_t>(r.integer("shuffle_seed", dflt(int64_t{42})));
+    r.finish();
+    return;
+  }
+  check(!r.has("synthetic"), "config: data.synthetic is read only with data.source mqar, parity or modarith");
   d.tokenizer = r.choice("tokenizer", {"gpt2", "llama3", "llama3.1"}, dflt(std::string("gpt2")));
   d.tokenizer_dir = r.string("tokenizer_dir", dflt(std::string("data/tokenizers/gpt2")));
   d.text = r.string("text", dflt(std::string()));
@@ -460,7 +519,25 @@ Config parse_config(const json& j) {
     check(c.dist.bucket_mb > 0, "config: dist.bucket_mb must be > 0, got {}", c.dist.bucket_mb);
   }
   r.finish();
-  const int64_t tokenizer_vocab = c.data.tokenizer == "gpt2" ? 50257 : 128256;
+  if (c.data.source != "tokens") {
+    // The longest training example must fit one window of seq_len + 1 tokens.
+    int64_t longest = c.data.synthetic.max_length + 2;  // parity / modarith: expression, '=', answer
+    if (c.data.source == "mqar") {
+      longest = 0;
+      for (const auto& p : c.data.synthetic.train_points) longest = std::max(longest, p[0]);
+    }
+    check(c.train.seq_len + 1 >= longest,
+          "config: train.seq_len ({}) is too short for the longest {} training example ({} tokens): it needs "
+          "train.seq_len >= {}", c.train.seq_len, c.data.source, longest, longest - 1);
+  }
+  const int64_t tokenizer_vocab = c.data.source == "mqar"       ? c.data.synthetic.vocab
+                                  : c.data.source == "parity"   ? synth::kParityVocab
+                                  : c.data.source == "modarith" ? synth::kModArithVocab
+                                  : c.data.tokenizer == "gpt2"  ? 50257
+                                                                : 128256;
+  check(c.data.source == "tokens" || c.model.vocab_size >= tokenizer_vocab,
+        "config: model.vocab_size ({}) is smaller than the {} ids that data.source \"{}\" uses", c.model.vocab_size,
+        tokenizer_vocab, c.data.source);
   check(c.model.vocab_size >= tokenizer_vocab,
         "config: model.vocab_size ({}) is smaller than the vocabulary of data.tokenizer \"{}\" ({})",
         c.model.vocab_size, c.data.tokenizer, tokenizer_vocab);

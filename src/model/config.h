@@ -2,6 +2,7 @@
 // documented in docs/CONFIG.md). Parsing is strict: an unknown key, a wrong type or a bad
 // value throws llmt::Error naming the key path (e.g. "train.lr") and what is allowed.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -181,7 +182,25 @@ struct TrainConfig {
   int64_t grad_accum() const { return batch_tokens / (micro_batch * seq_len); }
 };
 
+/// A synthetic task (data.source mqar | parity | modarith; data.synthetic; docs/SYNTHETIC.md). MQAR defaults:
+/// Zoology's training mix (the MDN paper's Fig. 4 setting: 64-256 tokens, 4-64 pairs) and test points up to 2048
+/// tokens / 512 pairs; state tracking defaults: the Mamba-3 paper's Table 5b (train up to length 160, test 256).
+struct SyntheticConfig {
+  int64_t vocab = 8192;  ///< mqar: token ids [0, vocab) (Zoology: 8192)
+  /// mqar: [sequence length, key-value pairs] points; training examples cycle through train_points
+  std::vector<std::array<int64_t, 2>> train_points{{64, 4}, {128, 8}, {256, 16}, {256, 32}, {256, 64}};
+  std::vector<std::array<int64_t, 2>> eval_points{{512, 32},   {512, 64},   {512, 128}, {1024, 128},
+                                                   {1024, 256}, {2048, 256}, {2048, 512}};
+  double power_a = 0.01;  ///< mqar: query gap g has P ~ (g + 1)^(power_a - 1)
+  int64_t min_length = 3, max_length = 160;  ///< parity / modarith: training lengths, uniform
+  std::vector<int64_t> eval_lengths{256};     ///< parity / modarith: evaluation lengths
+  bool brackets = false;                      ///< modarith: with brackets (operators + -)
+  int64_t eval_examples = 1000;               ///< examples per evaluation point
+};
+
 struct DataConfig {
+  std::string source = "tokens";  ///< tokens (text, shards or dataset) | mqar | parity | modarith
+  SyntheticConfig synthetic;      ///< used when source is not tokens
   std::string tokenizer = "gpt2";  ///< gpt2 | llama3 | llama3.1 (checked against the dataset's)
   std::string tokenizer_dir = "data/tokenizers/gpt2";
   std::string text;          ///< raw UTF-8 text tokenized once into cache_dir (optional)

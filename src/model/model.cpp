@@ -82,7 +82,8 @@ void Model::plan(int64_t batch, int64_t seq_len, bool recompute) {
   activation_bytes_.scratch = scratch_.bytes();
 }
 
-double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale) {
+double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale,
+                      uint8_t* correct) {
   check(batch_ > 0, "Model::forward before plan()");
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, D = config_.d_model, V = config_.vocab_size;
@@ -91,6 +92,7 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
           inputs[i], i, V);
     check(targets[i] < V, "token id {} at target position {} is outside the vocabulary of {}", targets[i], i, V);
   }
+  if (correct && (correct_->data == nullptr || correct_->numel() != rows)) correct_ = OwnedTensor(be, losses_->dtype, {rows});
   be.upload(inputs, *ids_);
   be.upload(targets, *targets_);
   be.embedding_fwd(*ids_, store_.master(embedding_), *resid_[0]);
@@ -111,11 +113,23 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
     const Tensor losses_c = row_view(*losses_, 1).reshape({n});
     const Tensor targets_c(static_cast<int32_t*>(targets_->data) + r0, DType::i32, {n});
     be.matmul(xf_c, false, W, true, logits_c, false);
-    be.cross_entropy(logits_c, targets_c, with_grad ? grad_scale : 0.0, losses_c);
+    be.cross_entropy(logits_c, targets_c, with_grad ? grad_scale : 0.0, losses_c,
+                     correct ? row_view(*correct_, 1).reshape({n}) : Tensor());
     if (with_grad) {
       be.matmul(logits_c, false, W, false, row_view(*dxf_, D), false);  // dxf_c = dlogits W
       be.matmul(logits_c, true, xf_c, false, dW, true);                // dW += dlogits^T xf_c
     }
+  }
+  if (correct) {
+    std::vector<double> flags(rows);
+    if (correct_->dtype == DType::f64) {
+      be.download(*correct_, flags.data());
+    } else {
+      std::vector<float> f(rows);
+      be.download(*correct_, f.data());
+      std::copy(f.begin(), f.end(), flags.begin());
+    }
+    for (int64_t i = 0; i < rows; ++i) correct[i] = flags[i] > 0.5 ? 1 : 0;
   }
   return be.sum(*losses_);
 }

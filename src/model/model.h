@@ -57,8 +57,11 @@ class Model {
   /// Forward pass and loss. inputs, targets: host int32 [batch, seq_len] (a negative target
   /// has no label); an id outside [0, vocab_size) throws llmt::Error naming it and its position. Returns the SUM of the per-target losses (nats). When with_grad, also
   /// prepares the backward with dL/dlogits scaled by grad_scale (1 / targets of the whole
-  /// optimizer step gives the mean loss of the step).
-  double forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale);
+  /// optimizer step gives the mean loss of the step). When `correct` is not null it receives, per
+  /// position [batch, seq_len], 1 where the target is the argmax of the logits (Backend::cross_entropy; ties
+  /// count as correct) and 0 elsewhere (0 where there is no label): accuracy without storing the logits.
+  double forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale,
+                 uint8_t* correct = nullptr);
 
   /// Called by backward() each time the gradients of the flat range [begin, end) (elements of
   /// params().flat_grads()) are final for this backward: after the final norm (its range and the
@@ -97,6 +100,7 @@ class Model {
   OwnedTensor xf_, rstdf_, dxf_, dresid_;   // final norm output / its rstd / grads
   int64_t head_rows_ = 0;                   // rows of the LM head per chunk (Backend::head_chunk_rows)
   OwnedTensor logits_, losses_;             // one head chunk's logits [head_rows_, V]; losses [rows]
+  OwnedTensor correct_;                     // [rows] in the losses' dtype, allocated by the first forward that asks
   Buffer saved_;                            // the blocks' saved activations (one block's with recompute)
   Buffer scratch_;                          // the blocks' temporaries, shared (model/scratch.h)
 };

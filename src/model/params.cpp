@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -53,46 +54,74 @@ void ParamStore::refresh_working() {
   if (has_working()) backend_->convert(flat_params(), flat_working());
 }
 
+namespace {
+
+// 32-bit words of the parameter's Philox stream that one element consumes (uniform() 2, normal() 4).
+uint64_t words_per_element(Init::Kind kind) {
+  switch (kind) {
+    case Init::normal: return 4;
+    case Init::log_uniform:
+    case Init::dt_bias:
+    case Init::uniform: return 2;
+    default: return 0;
+  }
+}
+
+// Elements [begin, end) of a parameter initialised by `init` from its stream `rng` (element j takes
+// words [j w, (j + 1) w) of the stream, so any split of the range gives the sequential values).
+void fill_init(const Init& init, Philox rng, int64_t begin, int64_t end, double* out) {
+  rng.skip_to(static_cast<uint64_t>(begin) * words_per_element(init.kind));
+  for (int64_t j = begin; j < end; ++j) {
+    double& x = out[j];
+    switch (init.kind) {
+      case Init::normal: x = init.std * rng.normal(); break;
+      case Init::log_uniform: x = std::log(init.lo + (init.hi - init.lo) * (1.0 - rng.uniform())); break;
+      case Init::dt_bias: {
+        const double dt = std::max(
+            init.floor, std::exp(std::log(init.lo) + (std::log(init.hi) - std::log(init.lo)) * rng.uniform()));
+        x = dt + std::log(-std::expm1(-dt));  // softplus^-1(dt) = dt + log(1 - exp(-dt))
+        break;
+      }
+      case Init::constant: x = init.value; break;
+      case Init::uniform: x = init.lo + (init.hi - init.lo) * rng.uniform(); break;
+      case Init::log_index: x = std::log(static_cast<double>(j + 1)); break;
+      case Init::ones: x = 1.0; break;
+      case Init::zeros: x = 0.0; break;
+    }
+  }
+}
+
+// Runs fn(begin, end) over [0, n) split into contiguous ranges, on up to hardware_concurrency threads.
+template <class Fn>
+void parallel_ranges(int64_t n, Fn fn) {
+  constexpr int64_t kGrain = int64_t{1} << 18;
+  const int64_t threads =
+      std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), (n + kGrain - 1) / kGrain);
+  if (threads <= 1) return fn(int64_t{0}, n);
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(fn, n * t / threads, n * (t + 1) / threads);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
 void ParamStore::initialize(uint64_t seed) {
   check(backend_ != nullptr, "ParamStore::initialize before allocate");
   std::vector<double> host64;
   std::vector<float> host32;
   for (size_t i = 0; i < infos_.size(); ++i) {
     const ParamInfo& p = infos_[i];
-    host64.assign(p.numel, 0.0);
-    if (p.init.kind == Init::ones) host64.assign(p.numel, 1.0);
-    Philox rng(seed, p.init.stream >= 0 ? static_cast<uint64_t>(p.init.stream) : i);
-    switch (p.init.kind) {
-      case Init::normal:
-        for (double& x : host64) x = p.init.std * rng.normal();
-        break;
-      case Init::log_uniform:
-        for (double& x : host64) x = std::log(p.init.lo + (p.init.hi - p.init.lo) * (1.0 - rng.uniform()));
-        break;
-      case Init::dt_bias:
-        for (double& x : host64) {
-          const double dt = std::max(
-              p.init.floor, std::exp(std::log(p.init.lo) + (std::log(p.init.hi) - std::log(p.init.lo)) * rng.uniform()));
-          x = dt + std::log(-std::expm1(-dt));  // softplus^-1(dt) = dt + log(1 - exp(-dt))
-        }
-        break;
-      case Init::constant:
-        host64.assign(p.numel, p.init.value);
-        break;
-      case Init::uniform:
-        for (double& x : host64) x = p.init.lo + (p.init.hi - p.init.lo) * rng.uniform();
-        break;
-      case Init::log_index:
-        for (size_t j = 0; j < host64.size(); ++j) host64[j] = std::log(static_cast<double>(j + 1));
-        break;
-      case Init::ones:
-      case Init::zeros:
-        break;
-    }
+    host64.resize(static_cast<size_t>(p.numel));
+    const Philox rng(seed, p.init.stream >= 0 ? static_cast<uint64_t>(p.init.stream) : i);
     if (dtype_ == DType::f64) {
+      parallel_ranges(p.numel, [&](int64_t b, int64_t e) { fill_init(p.init, rng, b, e, host64.data()); });
       backend_->upload(host64.data(), master(static_cast<int>(i)));
     } else {
-      host32.assign(host64.begin(), host64.end());
+      host32.resize(static_cast<size_t>(p.numel));
+      parallel_ranges(p.numel, [&](int64_t b, int64_t e) {
+        fill_init(p.init, rng, b, e, host64.data());
+        std::copy(host64.begin() + b, host64.begin() + e, host32.begin() + b);
+      });
       backend_->upload(host32.data(), master(static_cast<int>(i)));
     }
   }

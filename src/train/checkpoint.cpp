@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
@@ -155,6 +156,9 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   // (checkpoints hold the fp32 master weights either way) and the shard cache location.
   // Compare the flattened key paths.
   const nlohmann::json saved = st.at("config");
+  // Keys added to the schema later: a checkpoint written before one existed resumes when the config has the
+  // value that reproduces the old behaviour.
+  const std::map<std::string, nlohmann::json> added_later = {{"data.source", "tokens"}};
   for (const char* section : {"model", "train", "data"}) {
     const nlohmann::json now = resolved_config.at(section).flatten(), then = saved.at(section).flatten();
     for (const auto& [key, value] : now.items()) {
@@ -163,6 +167,8 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
       for (char& ch : dotted) ch = ch == '/' ? '.' : ch;
       if (dotted == "train.backend" || dotted == "train.precision" || dotted == "data.cache_dir")
         continue;  // may change: same run
+      const auto later = added_later.find(dotted);
+      if (!then.contains(key) && later != added_later.end() && later->second == value) continue;
       check(then.contains(key) && then.at(key) == value,
             "resume: {} is {} in the config but {} in the checkpoint {}; resume with the run's own config "
             "(saved as config.json in the run directory) or start a new run with --out",

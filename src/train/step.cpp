@@ -12,8 +12,9 @@ void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t s
                    std::vector<int32_t>& targets) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq_len; ++t) {
-      inputs[b * seq_len + t] = windows[b * (seq_len + 1) + t];
-      targets[b * seq_len + t] = windows[b * (seq_len + 1) + t + 1];
+      const int32_t in = windows[b * (seq_len + 1) + t], next = windows[b * (seq_len + 1) + t + 1];
+      inputs[b * seq_len + t] = in >= 0 ? in : -(in + 1);
+      targets[b * seq_len + t] = next >= 0 ? next : -1;
     }
 }
 
@@ -34,7 +35,7 @@ StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train,
       comm_(comm),
       dist_(dist),
       micro_batches_(train.grad_accum() / comm.world_size()),
-      windows_(train.micro_batch * (train.seq_len + 1)),
+      windows_(micro_batches_ * train.micro_batch * (train.seq_len + 1)),
       inputs_(train.micro_batch * train.seq_len),
       targets_(train.micro_batch * train.seq_len) {
   check(train.grad_accum() % comm.world_size() == 0,
@@ -59,7 +60,17 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   Backend& be = params.backend();
   const Tensor grads = params.padded_grads();
   be.fill_zero(grads);
-  const double targets_per_step = static_cast<double>(train_.batch_tokens);
+  // The step's windows are drawn first, so that the loss is the mean over the labelled targets of the whole
+  // global batch (batch_tokens for token streams; the answers only for synthetic tasks).
+  const int64_t window = train_.micro_batch * (train_.seq_len + 1);
+  double labelled = 0;
+  for (int64_t micro = 0; micro < micro_batches_; ++micro) {
+    int32_t* w = windows_.data() + micro * window;
+    next(w);
+    for (int64_t b = 0; b < train_.micro_batch; ++b)
+      for (int64_t t = 1; t <= train_.seq_len; ++t) labelled += w[b * (train_.seq_len + 1) + t] >= 0 ? 1 : 0;
+  }
+  const double targets_per_step = std::max(1.0, comm_.all_reduce_scalar(labelled, ReduceOp::sum));
   // With overlap the last backward's buckets are reduced as they complete: all-reduced, or with
   // ZeRO-1 each piece of a bucket reduced to the rank whose shard holds it. Without overlap the
   // same buckets are all-reduced after the backward (the same bits), or ZeRO-1 reduce-scatters.
@@ -80,8 +91,8 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   const bool hooked = dist_.overlap || !dist_.zero1;
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches_; ++micro) {
-    next(windows_.data());
-    split_windows(windows_, train_.micro_batch, train_.seq_len, inputs_, targets_);
+    const std::vector<int32_t> w(windows_.begin() + micro * window, windows_.begin() + (micro + 1) * window);
+    split_windows(w, train_.micro_batch, train_.seq_len, inputs_, targets_);
     loss_sum += model_.forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
     if (micro + 1 == micro_batches_ && hooked) {
       model_.backward([&](int64_t begin, int64_t end) { buckets.ready(begin, end); });

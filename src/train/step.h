@@ -28,12 +28,16 @@
 namespace llmt {
 
 struct StepResult {
-  double loss = 0;       ///< mean cross-entropy over the step's batch_tokens targets (nats)
+  double loss = 0;       ///< mean cross-entropy over the step's labelled targets (nats): all batch_tokens of a
+                         ///< token stream, the answers of a synthetic task
   double grad_norm = 0;  ///< global L2 norm before clipping
   bool skipped = false;  ///< the update was skipped (non-finite norm and train.skip_nonfinite)
 };
 
-/// Windows of one micro-batch: fills out[micro_batch, seq_len + 1] with token ids.
+/// Windows of one micro-batch: fills out[micro_batch, seq_len + 1] with token ids in the window encoding:
+/// an entry v >= 0 is token v (labelled when it is a target), v < 0 is token -(v + 1) without a label
+/// (synthetic tasks label only their answers, data/synthetic_source.h; -1 is unlabelled token-0 padding).
+/// Token streams (shards) hold only ids >= 0.
 using WindowSource = std::function<void(int32_t* out)>;
 
 class StepRunner {
@@ -63,7 +67,8 @@ class StepRunner {
   DistConfig dist_;
   int64_t micro_batches_;
   std::vector<std::pair<int64_t, int64_t>> buckets_;  // the last backward's buckets, when not overlapped
-  std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one micro-batch
+  std::vector<int32_t> windows_;           // host staging of the step's micro-batches on this rank
+  std::vector<int32_t> inputs_, targets_;  // one micro-batch
 };
 
 /// ZeRO-1's shard of rank `rank` of `world`: segment [rank c, (rank+1) c) of the padded flat buffer,
@@ -71,7 +76,8 @@ class StepRunner {
 /// the model with a pad_multiple that `world` divides).
 std::pair<int64_t, int64_t> zero1_shard(const ParamStore& params, int rank, int world);
 
-/// Splits windows [batch, seq_len + 1] into inputs [:, :-1] and targets [:, 1:].
+/// Splits windows [batch, seq_len + 1] (window encoding above) into inputs [:, :-1] (token ids) and targets
+/// [:, 1:] (token ids, -1 where the entry carries no label).
 void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
                    std::vector<int32_t>& targets);
 

@@ -11,11 +11,20 @@
 #include "data/text_dataset.h"
 #include "train/lr_schedule.h"
 #include "train/preempt.h"
+#include "train/synthetic_eval.h"
 
 namespace llmt {
 namespace fs = std::filesystem;
 
 namespace {
+
+/// "val_loss X" and, for synthetic tasks, the accuracies of an evaluation record.
+std::string eval_summary(const nlohmann::json& rec) {
+  std::string s = fmt::format("val_loss {:.4f}", rec["val_loss"].get<double>());
+  for (const char* key : {"val_acc", "val_example_acc", "val_scaled_acc"})
+    if (rec.contains(key)) s += fmt::format(" | {} {:.4f}", key, rec[key].get<double>());
+  return s;
+}
 
 std::string format_duration(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
@@ -37,7 +46,9 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
           "from the repository root or give an absolute path)", key, path, fs::current_path().string());
   };
   std::string train_path = dc.train_shard, val_path = dc.val_shard;
-  if (!dc.dataset.empty()) {
+  if (dc.source != "tokens") {
+    synthetic_ = std::make_unique<SyntheticSource>(dc.source, dc.synthetic, dc.shuffle_seed, tc.seq_len);
+  } else if (!dc.dataset.empty()) {
     require_path("data.dataset", dc.dataset);
     dataset_ = std::make_unique<DatasetLoader>(dc.dataset, "train", tc.seq_len, dc.shuffle_seed, dc.shuffle,
                                                dc.tokenizer);
@@ -56,7 +67,7 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
     train_path = shards.train_path;
     val_path = shards.val_path;
   }
-  if (!dataset_) {
+  if (!dataset_ && !synthetic_) {
     train_shard_ = std::make_unique<ShardReader>(train_path);
     val_shard_ = std::make_unique<ShardReader>(val_path);
     loader_ = std::make_unique<WindowLoader>(*train_shard_, tc.seq_len, dc.shuffle_seed, dc.shuffle);
@@ -86,7 +97,9 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
         run_dir_, latest);
   if (!latest.empty()) {
     state_ = load_checkpoint(latest, model_->params(), *optimizer_, config_.resolved);
-    if (dataset_) {
+    if (synthetic_) {
+      synthetic_->set_state(state_.loader);
+    } else if (dataset_) {
       dataset_->set_state(state_.loader);
     } else {
       loader_->set_state(state_.loader);
@@ -107,12 +120,18 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
   spdlog::info("model: {} layers of {}, d_model {}, {} parameters ({} non-embedding); backend {}",
                config_.model.n_layers, config_.model.type, config_.model.d_model, pc.total, pc.non_embedding,
                backend_->name());
-  spdlog::info("data: {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens "
-               "(micro_batch {} x grad_accum {})",
-               dataset_ ? dataset_->num_tokens() : train_shard_->size(),
-               dataset_ ? dataset_->num_windows() : loader_->num_windows(), tc.seq_len,
-               dataset_ ? val_dataset_->num_tokens() : val_shard_->size(), tc.steps(),
-               tc.batch_tokens, tc.micro_batch, tc.grad_accum());
+  if (synthetic_) {
+    spdlog::info("data: synthetic task {}, one example per window of {} tokens, {} evaluation points; {} steps of "
+                 "{} tokens (micro_batch {} x grad_accum {})", dc.source, tc.seq_len + 1,
+                 synthetic_->eval_sets().size(), tc.steps(), tc.batch_tokens, tc.micro_batch, tc.grad_accum());
+  } else {
+    spdlog::info("data: {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens "
+                 "(micro_batch {} x grad_accum {})",
+                 dataset_ ? dataset_->num_tokens() : train_shard_->size(),
+                 dataset_ ? dataset_->num_windows() : loader_->num_windows(), tc.seq_len,
+                 dataset_ ? val_dataset_->num_tokens() : val_shard_->size(), tc.steps(),
+                 tc.batch_tokens, tc.micro_batch, tc.grad_accum());
+  }
   if (comm_.world_size() > 1)
     spdlog::info("data parallel: {} ranks ({} communicator), {} micro-batches per rank and step; gradients {}; "
                  "optimizer state {:.2f} MiB per rank{}",
@@ -125,7 +144,30 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
 
 Trainer::~Trainer() = default;
 
-double Trainer::evaluate() {
+void Trainer::next_windows(int32_t* out) {
+  const int64_t B = config_.train.micro_batch;
+  if (synthetic_) {
+    synthetic_->next(B, comm_.rank(), comm_.world_size(), out);
+  } else if (dataset_) {
+    dataset_->next(B, comm_.rank(), comm_.world_size(), out);
+  } else {
+    loader_->next(B, comm_.rank(), comm_.world_size(), out);
+  }
+}
+
+LoaderState Trainer::loader_state() const {
+  if (synthetic_) return synthetic_->state();
+  return dataset_ ? dataset_->state() : loader_->state();
+}
+
+nlohmann::json Trainer::evaluate() {
+  if (synthetic_)
+    return evaluate_synthetic(*model_, *synthetic_, config_.train.micro_batch, config_.train.seq_len,
+                              config_.train.recompute, comm_);
+  return {{"val_loss", evaluate_tokens()}};
+}
+
+double Trainer::evaluate_tokens() {
   const int64_t B = config_.train.micro_batch, T = config_.train.seq_len;
   const int64_t n = std::min(config_.eval.tokens / T,
                              val_dataset_ ? val_dataset_->num_windows() : val_loader_->num_windows());
@@ -141,8 +183,7 @@ double Trainer::evaluate() {
           val_loader_->window(w0 + b, win);
         }
       } else {
-        std::fill(win, win + T + 1, -1);  // padding rows: no labels
-        std::fill(win, win + T, 0);
+        std::fill(win, win + T + 1, -1);  // padding rows: token 0, no labels (window encoding, step.h)
       }
     }
     split_windows(windows_, B, T, inputs_, targets_);
@@ -156,10 +197,11 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
   const int64_t N = tc.steps();
   const int64_t stop = stop_at_step > 0 ? std::min(stop_at_step, N) : N;
   if (state_.step == 0 && config_.eval.at_start) {
-    const double val = evaluate();
+    nlohmann::json rec = {{"step", 0}, {"tokens", 0}};
+    rec.update(evaluate());
     if (lead_) {
-      metrics_->write({{"step", 0}, {"tokens", 0}, {"val_loss", val}});
-      spdlog::info("step 0/{} | val_loss {:.4f}", N, val);
+      metrics_->write(rec);
+      spdlog::info("step 0/{} | {}", N, eval_summary(rec));
     }
   }
   using clock = std::chrono::steady_clock;
@@ -168,13 +210,7 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
   while (state_.step < stop) {
     const auto t0 = clock::now();
     const double lr = learning_rate(tc, state_.step);
-    const StepResult r = step_->run(lr, [&](int32_t* out) {
-      if (dataset_) {
-        dataset_->next(tc.micro_batch, comm_.rank(), comm_.world_size(), out);
-      } else {
-        loader_->next(tc.micro_batch, comm_.rank(), comm_.world_size(), out);
-      }
-    });
+    const StepResult r = step_->run(lr, [&](int32_t* out) { next_windows(out); });
     if (r.skipped) {
       ++state_.skipped_steps;
       if (lead_)
@@ -183,7 +219,7 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
     }
     ++state_.step;
     state_.tokens += tc.batch_tokens;
-    state_.loader = dataset_ ? dataset_->state() : loader_->state();
+    state_.loader = loader_state();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const double tokens_per_s = static_cast<double>(tc.batch_tokens) / dt;
 
@@ -192,7 +228,7 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
     if (r.skipped) rec["skipped"] = true;
     const bool last = state_.step == N;
     const auto every = [&](int64_t interval) { return interval > 0 && state_.step % interval == 0; };
-    if (every(config_.eval.interval_steps) || last) rec["val_loss"] = evaluate();
+    if (every(config_.eval.interval_steps) || last) rec.update(evaluate());
     if (lead_) metrics_->write(rec);
 
     if (lead_ && (every(config_.log.interval_steps) || last || state_.step == first_step + 1 || rec.contains("val_loss"))) {
@@ -201,7 +237,7 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
       std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tok/s | ETA {}",
                                      state_.step, N, r.loss, lr, r.grad_norm, tokens_per_s,
                                      format_duration(per_step * static_cast<double>(N - state_.step)));
-      if (rec.contains("val_loss")) line += fmt::format(" | val_loss {:.4f}", rec["val_loss"].get<double>());
+      if (rec.contains("val_loss")) line += " | " + eval_summary(rec);
       spdlog::info("{}", line);
     }
     // A preemption signal may reach some ranks only: all stop together if any was signalled.

@@ -17,6 +17,7 @@
 #include "data/dataset_loader.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "data/synthetic_source.h"
 #include "dist/communicator.h"
 #include "kernels/backend.h"
 #include "model/config.h"
@@ -47,9 +48,10 @@ class Trainer {
   /// checkpoint and returns RunEnd::preempted.
   RunEnd run(int64_t stop_at_step = -1);
 
-  /// Mean loss over the first eval.tokens / seq_len windows of the validation shard (the
-  /// micro-batches shared out among the ranks; a collective call).
-  double evaluate();
+  /// The evaluation metrics (a collective call). Token streams: {"val_loss": mean loss over the first
+  /// eval.tokens / seq_len windows of the validation shard, the micro-batches shared out among the ranks}.
+  /// Synthetic tasks: evaluate_synthetic's record (val_loss, accuracies, per-point results).
+  nlohmann::json evaluate();
 
   const TrainState& state() const { return state_; }
 
@@ -63,12 +65,17 @@ class Trainer {
   std::unique_ptr<ShardReader> train_shard_, val_shard_;
   std::unique_ptr<WindowLoader> loader_, val_loader_;          // data.text or data.*_shard
   std::unique_ptr<DatasetLoader> dataset_, val_dataset_;        // data.dataset
+  std::unique_ptr<SyntheticSource> synthetic_;                  // data.source mqar | parity | modarith
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<StepRunner> step_;
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   TrainState state_;
   std::vector<int32_t> windows_, inputs_, targets_;  // host staging of one evaluation micro-batch
+
+  double evaluate_tokens();
+  void next_windows(int32_t* out);   // this rank's next training micro-batch from the configured source
+  LoaderState loader_state() const;
 };
 
 }  // namespace llmt

@@ -93,3 +93,14 @@ for s in 180m 440m 880m 1.5b; do
   [[ "$siso" == "$mimo" ]] || { echo "FAIL $s: MIMO (MLP - 272) differs from SISO"; echo "$siso"; echo "$mimo"; exit 1; }
   echo "ok configs/mamba3-paper/$s/mamba3-mimo.json: equals SISO"
 done
+# Mamba-3 paper baselines at 1.5B (runs.md 3.2, tag A: Transformer 1.4959B, GDN 1.4725B, Mamba-2 1.4871B), tied
+# Llama-3.1 embedding 128256 * 2048 = 262,668,288. Transformer: per layer 4 * 2048^2 + MLP 3 * 2048 * 5632
+# + norms 2 * 2048 = 51,384,320; * 24 + 2048 = 1,233,225,728.
+expect configs/mamba3-paper/1.5b/transformer.json 1495894016 1233225728
+# GDN (12 heads, d_k 128, d_v 256): q,k 2 * 1536 * 2048 + v,g 2 * 3072 * 2048 + o 2048 * 3072 + a,b 2 * 12 * 2048
+# + A_log, dt_bias 24 + convs (1536 + 1536 + 3072) * 4 + o_norm 256 + MLP 3 * 2048 * 4096 + norms 2 * 2048
+# = 50,409,752; * 24 + 2048 = 1,209,836,096.
+expect configs/mamba3-paper/1.5b/gdn.json 1472504384 1209836096
+# Mamba-2 + MLP 4096: the 1.3B Mamba2 mixer block (25,849,280 with its norm) + MLP 3 * 2048 * 4096 + MLP norm 2048
+# = 51,017,152; * 24 + 2048 = 1,224,413,696.
+expect configs/mamba3-paper/1.5b/mamba2.json 1487081984 1224413696

@@ -12,7 +12,7 @@ namespace llmt::cpu {
 // (cross_entropy.h; the mean-CE loss of runs.md §1 is the caller's grad_scale = 1/#targets).
 template <typename T>
 double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
-                             T* losses) {
+                             T* losses, T* correct) {
   for (int64_t r = 0; r < rows; ++r)
     check(targets[r] < vocab, "cross_entropy: row {} has target id {}, outside the vocabulary of {}", r,
           targets[r], vocab);
@@ -22,6 +22,7 @@ double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, in
     const int32_t target = targets[r];
     if (target < 0) {
       losses[r] = T(0);
+      if (correct) correct[r] = T(0);
       std::fill(z, z + vocab, T(0));
       continue;
     }
@@ -30,6 +31,7 @@ double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, in
     const double z_target = static_cast<double>(z[target]);
     T mx = z[0];
     for (int64_t j = 1; j < vocab; ++j) mx = std::max(mx, z[j]);
+    if (correct) correct[r] = z[target] >= mx ? T(1) : T(0);
     double sum = 0.0;
     for (int64_t j = 0; j < vocab; ++j) {
       z[j] = std::exp(z[j] - mx);
@@ -46,7 +48,7 @@ double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, in
   return total;
 }
 
-template double cross_entropy_fwd_bwd<float>(float*, const int32_t*, int64_t, int64_t, double, float*);
-template double cross_entropy_fwd_bwd<double>(double*, const int32_t*, int64_t, int64_t, double, double*);
+template double cross_entropy_fwd_bwd<float>(float*, const int32_t*, int64_t, int64_t, double, float*, float*);
+template double cross_entropy_fwd_bwd<double>(double*, const int32_t*, int64_t, int64_t, double, double*, double*);
 
 }  // namespace llmt::cpu

@@ -29,19 +29,23 @@ __device__ void for_each_strided(const T* z, int64_t n, F f) {
 
 // loss_r = logsumexp(z_r) - z_r[t_r];  dz_r = grad_scale (softmax(z_r) - onehot(t_r));
 // t_r < 0: loss 0, gradient 0; t_r >= vocab: loss and gradient NaN (a kernel cannot throw).
+// correct (optional): 1 where z_r[t_r] equals the row maximum, else 0 (0 without a label).
 // Two passes over the row: the max and the sum of exponentials together (each thread keeps
 // a running max m_t and Σ exp(z - m_t), rescaled when m_t grows, then the block combines
 // Σ_t exp(m_t - max) sum_t), then the gradient.
 template <typename T>
 __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                     double grad_scale, float* losses) {
+                                     double grad_scale, float* losses, float* correct) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* z = logits + r * vocab;
     const int32_t target = targets[r];
     if (target < 0 || target >= vocab) {
       const float fill = target < 0 ? 0.0f : NAN;
       for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) z[j] = from_f32<T>(fill);
-      if (threadIdx.x == 0) losses[r] = fill;
+      if (threadIdx.x == 0) {
+        losses[r] = fill;
+        if (correct) correct[r] = 0.0f;
+      }
       continue;
     }
     const double z_target = to_f32(z[target]);
@@ -63,7 +67,10 @@ __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t 
       const float g = expf(zj - mx) * scale;
       z[j] = from_f32<T>(j == target ? g - gs : g);
     });
-    if (threadIdx.x == 0) losses[r] = static_cast<float>(static_cast<double>(mx) + log(sum) - z_target);
+    if (threadIdx.x == 0) {
+      losses[r] = static_cast<float>(static_cast<double>(mx) + log(sum) - z_target);
+      if (correct) correct[r] = z_target >= mx ? 1.0f : 0.0f;  // mx is the maximum of the same fp32 values
+    }
   }
 }
 
@@ -71,13 +78,13 @@ __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t 
 
 template <typename T>
 void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
-                   cudaStream_t stream) {
+                   float* correct, cudaStream_t stream) {
   if (rows == 0) return;
   cross_entropy_kernel<<<static_cast<unsigned>(std::min<int64_t>(rows, 65536)), kRowThreads, 0, stream>>>(
-      logits, targets, rows, vocab, grad_scale, losses);
+      logits, targets, rows, vocab, grad_scale, losses, correct);
   LLMT_CUDA_CHECK_LAUNCH();
 }
-template void cross_entropy(float*, const int32_t*, int64_t, int64_t, double, float*, cudaStream_t);
-template void cross_entropy(__nv_bfloat16*, const int32_t*, int64_t, int64_t, double, float*, cudaStream_t);
+template void cross_entropy(float*, const int32_t*, int64_t, int64_t, double, float*, float*, cudaStream_t);
+template void cross_entropy(__nv_bfloat16*, const int32_t*, int64_t, int64_t, double, float*, float*, cudaStream_t);
 
 }  // namespace llmt::cuda

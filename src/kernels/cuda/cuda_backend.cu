@@ -304,15 +304,22 @@ class CudaBackend final : public Backend {
   }
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                     const Tensor& losses) override {
+                     const Tensor& losses, const Tensor& correct) override {
     check(logits.ndim == 2 && targets.numel() == logits.shape[0] && losses.numel() == logits.shape[0],
           "cross_entropy: logits {} targets {} losses {}", logits.shape_str(), targets.shape_str(),
           losses.shape_str());
     const char* op = "cross_entropy";
     const int32_t* pt = i32(targets, op);
     float* pl = f32(losses, op);
+    float* pc = nullptr;
+    if (correct.data != nullptr) {
+      check(correct.numel() == losses.numel(), "cross_entropy: correct {} for losses {}", correct.shape_str(),
+            losses.shape_str());
+      pc = f32(correct, op);
+    }
     dispatch(logits, op, [&](auto zero) {
-      cuda::cross_entropy(ptr<decltype(zero)>(logits), pt, logits.shape[0], logits.shape[1], grad_scale, pl, stream_);
+      cuda::cross_entropy(ptr<decltype(zero)>(logits), pt, logits.shape[0], logits.shape[1], grad_scale, pl, pc,
+                          stream_);
     });
   }
 

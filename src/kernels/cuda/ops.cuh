@@ -70,10 +70,11 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
 size_t attention_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim);
 
 // cross_entropy.cu: losses (fp32) and, in place over the float or bf16 logits,
-// grad_scale * (softmax - onehot). Negative targets: loss 0, gradient 0.
+// grad_scale * (softmax - onehot). Negative targets: loss 0, gradient 0. correct: nullptr, or
+// [rows] fp32 receiving 1 where the target's logit is the row maximum (ties count), else 0.
 template <typename T>
 void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
-                   cudaStream_t stream);
+                   float* correct, cudaStream_t stream);
 
 // adamw.cu (semantics: src/kernels/cpu/adamw.h). working: nullptr, or n bf16 values that
 // receive the updated params rounded to bf16 (the working copy of mixed precision).
