@@ -39,6 +39,10 @@ class Backend {
   virtual void release(void* ptr) = 0;
   /// The most bytes held through allocate() at any one time since the backend was made.
   virtual size_t peak_allocated_bytes() const = 0;
+  /// The stream the backend queues its work on, as an opaque handle (CUDA: its cudaStream_t), for
+  /// a communicator that orders collectives after that work (Communicator::set_compute_stream);
+  /// nullptr for a backend that computes synchronously on the calling thread (CPU).
+  virtual void* native_stream() const { return nullptr; }
   virtual void fill_zero(const Tensor& t) = 0;
   /// dst = src (same element count and dtype).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;

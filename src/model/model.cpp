@@ -10,8 +10,11 @@ Model::Model(const ModelConfig& config) : config_(config) {
   const int64_t V = config.vocab_size, D = config.d_model;
   const Init normal{Init::normal, config.init_std};
   embedding_ = store_.add("model.embeddings.weight", {V, D}, ParamKind::embedding, normal);
-  for (int64_t l = 0; l < config.n_layers; ++l)
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    block_offset_.push_back(store_.total());  // a block registers its parameters one after another
     blocks_.push_back(std::make_unique<Block>(config.mixer_of(l), config, store_, fmt::format("model.layers.{}.", l)));
+  }
+  block_offset_.push_back(store_.total());
   final_norm_ = store_.add("model.norm.weight", {D}, ParamKind::norm, Init{Init::ones, 0});
   if (!config.tie_embeddings) lm_head_ = store_.add("lm_head.weight", {V, D}, ParamKind::weight, normal);
 }
@@ -131,17 +134,23 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
   return be.sum(*losses_);
 }
 
-void Model::backward() {
+void Model::backward(const GradReadyHook& on_ready) {
+  const auto ready = [&](int64_t begin, int64_t end) {
+    if (on_ready) on_ready(begin, end);
+  };
   Backend& be = store_.backend();
   be.fill_zero(*dresid_);
   be.rmsnorm_bwd(*dxf_, *resid_.back(), store_.master(final_norm_), *rstdf_, *dresid_, store_.grad(final_norm_));
+  ready(block_offset_.back(), store_.total());  // the final norm and the untied LM head
   for (size_t l = blocks_.size(); l-- > 0;) {
     // With recompute the arena holds the last block's activations; the others are rebuilt from
     // the block's input (the forward is deterministic: it rewrites resid_[l + 1] with the same values).
     if (recompute_ && l + 1 < blocks_.size()) blocks_[l]->forward(*resid_[l], *resid_[l + 1]);
     blocks_[l]->backward(*resid_[l], *dresid_);
+    ready(block_offset_[l], block_offset_[l + 1]);
   }
   be.embedding_bwd(*ids_, *dresid_, store_.grad(embedding_));
+  ready(0, block_offset_.front());
 }
 
 }  // namespace llmt

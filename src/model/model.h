@@ -4,6 +4,7 @@
 // [tokens x vocab] logits are never stored.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,8 +39,10 @@ class Model {
   /// Allocates the flat parameter/gradient buffers in `dtype` (f32 for training, f64 for
   /// gradient checks) on `backend`, computing in compute_dtype (bf16 on CUDA: matrix
   /// products and most activations; ParamStore::allocate). Parameters are zero until
-  /// params().initialize(seed).
-  void allocate(Backend& backend, DType dtype, DType compute_dtype) { store_.allocate(backend, dtype, compute_dtype); }
+  /// params().initialize(seed). `pad_multiple`: ParamStore::allocate's padding.
+  void allocate(Backend& backend, DType dtype, DType compute_dtype, int64_t pad_multiple = 1) {
+    store_.allocate(backend, dtype, compute_dtype, pad_multiple);
+  }
   void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
   /// Allocates the activations for micro-batches of [batch, seq_len] (once per shape and mode).
@@ -60,8 +63,17 @@ class Model {
   double forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale,
                  uint8_t* correct = nullptr);
 
+  /// Called by backward() each time the gradients of the flat range [begin, end) (elements of
+  /// params().flat_grads()) are final for this backward: after the final norm (its range and the
+  /// untied LM head's, computed by the forward), after each block from the last to the first, and
+  /// after the embedding (which also holds the tied LM head's gradient). The ranges tile
+  /// [0, params().total()) from the end to the start, each ending where the previous began.
+  using GradReadyHook = std::function<void(int64_t begin, int64_t end)>;
+
   /// Backward of the last forward(with_grad = true): ACCUMULATES into params().flat_grads().
-  void backward();
+  /// `on_ready` (optional) hears of each finished range (GradReadyHook), e.g. to start reducing
+  /// it over the ranks (train/grad_buckets.h) while the rest of the backward runs.
+  void backward(const GradReadyHook& on_ready = nullptr);
 
   ParamStore& params() { return store_; }
   const ModelConfig& config() const { return config_; }
@@ -79,6 +91,7 @@ class Model {
   ParamStore store_;
   int embedding_ = -1, final_norm_ = -1, lm_head_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<int64_t> block_offset_;  // flat offset of each block's first parameter, then of the final norm
   int64_t batch_ = 0, seq_len_ = 0;
   bool recompute_ = false;
   ActivationBytes activation_bytes_;

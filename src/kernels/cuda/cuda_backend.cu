@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
     cudaFree(ptr);
   }
   size_t peak_allocated_bytes() const override { return allocations_.peak(); }
+  void* native_stream() const override { return stream_; }
   void fill_zero(const Tensor& t) override {
     if (t.bytes()) LLMT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
