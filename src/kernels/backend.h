@@ -253,6 +253,50 @@ class Backend {
                              int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                              const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
                              const Tensor& deta);
+
+  // ---- incremental decoding (Mixer::decode, model/mixer.h): one new token per batch row, continuing the
+  // state the mixer carries (all zero at the start of a sequence; updated in place). Tensors have the
+  // layouts of the training ops with T = 1. Semantics: the named src/kernels/cpu functions. A backend
+  // that does not implement one throws llmt::Error naming the op and itself (CUDA: none yet). ----
+
+  /// Rotary embedding in place on x [B, T, H, Dh] at absolute positions position .. position + T - 1
+  /// (cpu::rope_fwd_at; rope_fwd is position 0).
+  virtual void rope_fwd_at(const Tensor& x, double theta, int64_t position);
+  /// One causal-attention query per row (cpu::attention_decode): q, k, v, o [B, 1, H, Dh] (q, k rotated);
+  /// k, v are stored into k_cache, v_cache [B, capacity, H, Dh] at `position` (< capacity), then o attends
+  /// over cache positions 0 .. position with the given scale.
+  virtual void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                                const Tensor& v_cache, int64_t position, double scale, const Tensor& o);
+  /// One step of the causal conv + SiLU (cpu::short_conv_silu_step): x, y [B, 1, C]; w [C, 1, W]; bias [C] or
+  /// default-constructed (none); window [B, W - 1, C], the last W - 1 inputs, shifted in place.
+  virtual void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                                      const Tensor& y);
+  /// One step of the GDN / KDA / Comba cores (the recurrences of gdn_chunk_fwd, kda_chunk_fwd, comba_chunk_fwd
+  /// with T = 1): the same tensors, plus state [B, H, K, V] (S_{t-1} in, S_t out).
+  virtual void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          const Tensor& state, const Tensor& o);
+  virtual void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          const Tensor& state, const Tensor& o);
+  virtual void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                            const Tensor& beta, const Tensor& state, const Tensor& o);
+  /// One step of the MDN core (mdn_chunk_fwd's recurrence, mdn.md §5, T = 1) with the memory `state` and the
+  /// `momentum` [B, H, K, V] (S, M in and out).
+  virtual void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
+                          const Tensor& beta, const Tensor& log_mu, const Tensor& eta, const Tensor& state,
+                          const Tensor& momentum, const Tensor& o);
+  /// One step of mamba2_ssd_fwd (T = 1; layers-ssm-attn.md §2.8) continuing from state [B, H, P, N].
+  virtual void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                                 const Tensor& D, int64_t head_dim, int64_t n_groups, const Tensor& state,
+                                 const Tensor& y);
+  /// What a Mamba-3 layer carries between decode steps (layers-ssm-attn.md §4.6; cpu::Mamba3Carry):
+  /// state [B, H, P, N]; k_prev [B, H, R, N]; v_prev [B, H, R, P]; phase [B, H, S].
+  struct Mamba3Carry {
+    Tensor state, k_prev, v_prev, phase;
+  };
+  /// One step of mamba3_fwd (T = 1; cpu::mamba3_layer_step): the same tensors, continuing from `carry`.
+  virtual void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                             const Mamba3Params& params, const Mamba3Options& opt, const Mamba3Carry& carry,
+                             const Tensor& out);
 };
 
 /// The CPU reference backend (OpenBLAS for matmul).

@@ -5,13 +5,28 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/scratch.h"
 
 namespace llmt {
+
+/// What one mixer carries from token to token while decoding (attention's KV cache, the short convolutions'
+/// windows, a recurrent state, ...): backend tensors, zero at the start of a sequence, whose layout only the
+/// mixer that made them knows (Mixer::decode_state).
+struct MixerState {
+  std::vector<OwnedTensor> tensors;
+  /// Appends a zeroed tensor of `dims` in `dtype` on `backend`.
+  void add(Backend& backend, DType dtype, std::initializer_list<int64_t> dims) {
+    tensors.emplace_back(backend, dtype, dims);
+    backend.fill_zero(*tensors.back());
+  }
+  const Tensor& operator[](size_t i) const { return *tensors[i]; }
+};
 
 class Mixer {
  public:
@@ -29,6 +44,16 @@ class Mixer {
   /// Given dL/dy (compute dtype), overwrites dx = dL/dx (master dtype) and accumulates the
   /// parameter gradients. x is the input of the preceding forward.
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
+
+  /// The zeroed state decode() carries for `batch` sequences of at most `max_len` tokens (only attention's
+  /// KV cache grows with max_len).
+  virtual MixerState decode_state(int64_t batch, int64_t max_len) const = 0;
+  /// Incremental decoding: y = the rows of forward(x) for one new token per sequence, the token at absolute
+  /// position `position` (0-based) of each of the `batch` sequences whose earlier tokens went through decode()
+  /// with this `state`, which is updated. x, y [batch, d_model] as forward's. Needs plan(batch, 1) (the
+  /// temporaries of a one-token forward; nothing is saved for a backward). The ops are the Backend's *_decode
+  /// ones (kernels/backend.h).
+  virtual void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) = 0;
 };
 
 /// Registers the parameters of one mixer of `type` in `store` under `prefix` (e.g.

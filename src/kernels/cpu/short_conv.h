@@ -21,4 +21,12 @@ template <typename T>
 void short_conv_silu_bwd(const T* dy, const T* x, const T* w, const T* pre, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, T* dx, T* dw, T* dbias = nullptr);
 
+/// One decode step of short_conv_silu_fwd per batch row, continuing a sequence: x, y [batch, channels] (the
+/// new token); window [batch, width - 1, channels], the previous width - 1 inputs, oldest first (zeros at the
+/// start of a sequence), updated in place (shifted by one token, x appended). w and bias as in
+/// short_conv_silu_fwd; y = silu(pre) of the new token. Arithmetic in double. Throws llmt::Error unless width >= 1.
+template <typename T>
+void short_conv_silu_step(const T* x, const T* w, int64_t batch, int64_t channels, int64_t width, T* window, T* y,
+                          const T* bias = nullptr);
+
 }  // namespace llmt::cpu
