@@ -30,7 +30,8 @@ int generate(const GenerateArgs& args) {
   std::vector<int32_t> ids = tokenizer->encode(args.prompt);
   check(!ids.empty(), "generate: --prompt gives no tokens (an empty prompt); give some text to continue");
 
-  const auto backend = make_backend(args.backend);
+  // "auto" is the CPU here: the CUDA backend has no decode kernels yet.
+  const auto backend = make_backend(args.backend == "auto" ? "cpu" : args.backend);
   check(backend->name() == "cpu", "generate: decode is not implemented on {} yet, use --backend cpu", backend->name());
   Model model(config.model);
   model.allocate(*backend, DType::f32);
