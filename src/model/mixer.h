@@ -23,7 +23,7 @@ struct MixerState {
   /// Appends a zeroed tensor of `dims` in `dtype` on `backend`.
   void add(Backend& backend, DType dtype, std::initializer_list<int64_t> dims) {
     tensors.emplace_back(backend, dtype, dims);
-    backend.fill_zero(*tensors.back());
+    if (tensors.back()->numel() > 0) backend.fill_zero(*tensors.back());
   }
   const Tensor& operator[](size_t i) const { return *tensors[i]; }
 };
