@@ -2,11 +2,11 @@
 // CPU backend in float64: for every mixer type and a hybrid, at every position t of two random sequences, the
 // logits after prefill(tokens[0..p)) and decode steps up to t equal the full forward's logits at t; float32 too.
 //
-// Tolerance (float64): 1e-12 relative to the largest logit of the row (the observed error is below 1e-14). The decode path
-// runs each mixer's token-by-token recurrence (and a KV cache for attention) where the forward runs the chunked
-// algorithms (chunks of 8 here, so the 20-token sequences cross chunk boundaries) and whole-sequence attention:
-// the two are equal in exact arithmetic and differ only by the rounding of differently ordered float64 sums
-// (~1e-16 each, compounded through a few hundred operations and 2-4 blocks). A wrong state, position or carried
+// Tolerance (float64): 1e-12 relative to the largest logit of the row (the observed error is below 1e-14).
+// The decode path runs each mixer's token-by-token recurrence (and a KV cache for attention) where the forward
+// runs the chunked algorithms (chunks of 8 here, so the 20-token sequences cross chunk boundaries) and
+// whole-sequence attention: the two are equal in exact arithmetic and differ only by the rounding of
+// differently ordered float64 sums (~1e-16 each, compounded through a few hundred operations and 2-4 blocks). A wrong state, position or carried
 // term shows up at the size of the mixer's branch (>= 1e-4 with init std 0.1): dropping Mamba-3's β term or
 // rotating attention's keys at the wrong position fails every later position.
 #include <catch2/catch.hpp>

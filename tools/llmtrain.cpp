@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   g->add_option("--max-new-tokens", gen.max_new_tokens, "stop after N new tokens (default 64) or at end-of-text");
   g->add_option("--temperature", gen.temperature, "softmax temperature; 0 = greedy (default 1)");
   g->add_option("--top-k", gen.top_k, "sample among the K most likely tokens (default 0 = all)");
-  g->add_option("--top-p", gen.top_p, "sample among the most likely tokens whose probability reaches P, in (0, 1] (default 1 = all)");
+  g->add_option("--top-p", gen.top_p,
+                "sample among the most likely tokens whose probability reaches P, in (0, 1] (default 1 = all)");
   g->add_option("--seed", gen.seed, "sampling seed: the same seed gives the same text (default 0)");
   g->add_option("--backend", gen.backend, "cpu (default; auto means cpu too); decoding has no cuda kernels yet")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

@@ -748,8 +748,9 @@ class CpuBackend final : public Backend {
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_decode");
     const int64_t BH = d.batch * d.heads;
     const auto sized = [&](const Tensor& t, int64_t n, const char* name) {
-      check(t.numel() == n && (n == 0 || t.dtype == x.dtype), "mamba3_decode: carry.{} must hold {} elements of {}, got {}",
-            name, n, dtype_name(x.dtype), t.shape_str());
+      check(t.numel() == n && (n == 0 || t.dtype == x.dtype),
+            "mamba3_decode: carry.{} must hold {} elements of {}, got {}", name, n, dtype_name(x.dtype),
+            t.shape_str());
     };
     sized(carry.state, BH * d.head_dim * d.state_dim, "state [B, H, P, N]");
     sized(carry.k_prev, BH * d.rank * d.state_dim, "k_prev [B, H, R, N]");

@@ -20,7 +20,8 @@ void rotate(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_di
   std::vector<double> cos_t(static_cast<size_t>(seq_len * half)), sin_t(static_cast<size_t>(seq_len * half));
   for (int64_t pos = 0; pos < seq_len; ++pos) {
     for (int64_t i = 0; i < half; ++i) {
-      const double phi = static_cast<double>(position0 + pos) * std::pow(theta, -2.0 * static_cast<double>(i) / head_dim);
+      const double phi =
+          static_cast<double>(position0 + pos) * std::pow(theta, -2.0 * static_cast<double>(i) / head_dim);
       cos_t[pos * half + i] = std::cos(phi);
       sin_t[pos * half + i] = sign * std::sin(phi);
     }
