@@ -1,12 +1,13 @@
 // Incremental decoding (Model::start_decode / prefill / decode) against the full forward (Model::logits) on the
-// CPU backend in float64: for every mixer type and a hybrid, at every position t of two random sequences, the
-// logits after prefill(tokens[0..p)) and decode steps up to t equal the full forward's logits at t; float32 too.
+// CPU backend in float64: for every mixer type and a hybrid, two random sequences fed in prompts and single
+// tokens give, after every segment, the full forward's logits at the segment's last position; float32 too.
 //
 // Tolerance (float64): 1e-12 relative to the largest logit of the row (the observed error is below 1e-14).
-// The decode path runs each mixer's token-by-token recurrence (and a KV cache for attention) where the forward
-// runs the chunked algorithms (chunks of 8 here, so the 20-token sequences cross chunk boundaries) and
-// whole-sequence attention: the two are equal in exact arithmetic and differ only by the rounding of
-// differently ordered float64 sums (~1e-16 each, compounded through a few hundred operations and 2-4 blocks). A wrong state, position or carried
+// The decode path splits the sequence where the forward does not: each segment's chunked core starts from the
+// state the previous one left (chunks of 8 here, so prompts and the whole sequence cross chunk boundaries at
+// other places), single tokens are one-token recurrence steps, attention reads a KV cache, Mamba-3 runs its
+// recurrence: equal to the forward in exact arithmetic, differing only by the rounding of differently ordered
+// float64 sums (~1e-16 each, compounded through a few hundred operations and 2-4 blocks). A wrong state, position or carried
 // term shows up at the size of the mixer's branch (>= 1e-4 with init std 0.1): dropping Mamba-3's β term or
 // rotating attention's keys at the wrong position fails every later position.
 #include <catch2/catch.hpp>
@@ -54,8 +55,10 @@ ModelConfig tiny(const std::string& type, std::vector<std::string> sets) {
   return m;
 }
 
-/// Checks decoding against the full forward for prefill lengths 1 and 9: every position of both sequences, in
-/// `dtype`, to `tol` relative.
+/// Checks decoding against the full forward in `dtype` to `tol` relative, feeding both sequences in segments:
+/// one token at a time (decode), a prompt of 9 then single tokens, prompts of 5 and 7 (the second prefill
+/// continues the states the first left) then single tokens, and one prompt of all 20 tokens. The logits after
+/// each segment are compared with the forward's at the segment's last position.
 void check_decode_matches_forward(const ModelConfig& config, DType dtype, double tol) {
   auto be = make_cpu_backend();
   Model model(config);
@@ -73,20 +76,23 @@ void check_decode_matches_forward(const ModelConfig& config, DType dtype, double
       CHECK(row_error(&step[b * V], &full[(b * kLen + t) * V], V) < tol);
     }
   };
-  for (int64_t p : {1, 9}) {
-    INFO("prefill of " << p << " tokens");
+  for (const std::vector<int64_t> prompts : {std::vector<int64_t>{}, {9}, {5, 7}, {kLen}}) {
+    INFO("prompts of " << Catch::Detail::stringify(prompts) << " tokens, then single tokens");
     DecodeState state = model.start_decode(kBatch, kLen);
-    std::vector<int32_t> prompt(static_cast<size_t>(kBatch * p)), next(kBatch);
-    for (int64_t b = 0; b < kBatch; ++b) std::copy_n(&ids[b * kLen], p, &prompt[b * p]);
-    model.prefill(prompt.data(), p, state, step.data());
-    CHECK(state.position == p);
-    check_position(p - 1);
-    for (int64_t t = p; t < kLen; ++t) {
-      for (int64_t b = 0; b < kBatch; ++b) next[b] = ids[b * kLen + t];
-      model.decode(next.data(), state, step.data());
-      check_position(t);
+    std::vector<int32_t> segment;
+    for (int64_t t0 = 0, i = 0; t0 < kLen; ++i) {
+      const int64_t n = i < static_cast<int64_t>(prompts.size()) ? prompts[i] : 1;
+      segment.resize(static_cast<size_t>(kBatch * n));
+      for (int64_t b = 0; b < kBatch; ++b) std::copy_n(&ids[b * kLen + t0], n, &segment[b * n]);
+      if (n == 1)
+        model.decode(segment.data(), state, step.data());
+      else
+        model.prefill(segment.data(), n, state, step.data());
+      t0 += n;
+      CHECK(state.position == t0);
+      check_position(t0 - 1);
     }
-    CHECK_THROWS_WITH(model.decode(next.data(), state, step.data()), Catch::Contains("sequences are full"));
+    CHECK_THROWS_WITH(model.decode(segment.data(), state, step.data()), Catch::Contains("sequences are full"));
   }
 }
 

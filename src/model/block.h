@@ -33,8 +33,8 @@ class Block {
 
   /// The zeroed decoding state of the block's mixer (Mixer::decode_state).
   MixerState decode_state(int64_t batch, int64_t max_len) const { return mixer_->decode_state(batch, max_len); }
-  /// forward() for one new token per sequence at absolute `position`, x_in, x_out [batch, D], the mixer
-  /// decoding with `state` (Mixer::decode). Needs plan(batch, 1).
+  /// forward() for the planned seq_len new tokens per sequence from absolute `position`, x_in, x_out
+  /// [batch * seq_len, D], the mixer continuing `state` (Mixer::decode).
   void decode(const Tensor& x_in, MixerState& state, int64_t position, const Tensor& x_out);
 
  private:

@@ -39,10 +39,10 @@ void CombaMixer::core_forward(const MixerState* state) {
   be.l2norm_fwd(q_in, c_.head_dim, 1e-6, q_scale(), qhat_, rq_);
   be.l2norm_fwd(kc_, c_.head_dim, 1e-6, 1.0, khat_, rk_);
   be.l2norm_fwd(p_in, c_.head_dim, 1e-6, 1.0, phat_, rp_);
-  // The Comba core (section 6.2, chunked), or one step of its recurrence.
+  // The Comba core (section 6.2, chunked), from zero or continuing the carried state.
   if (state != nullptr)
     return be.comba_decode(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
-                           per_token(beta_), (*state)[kCoreState], heads_v(o_));
+                           per_token(beta_), c_.chunk_size, (*state)[kCoreState], heads_v(o_));
   be.comba_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
                      per_token(beta_), c_.chunk_size, heads_v(o_));
 }

@@ -45,8 +45,8 @@ class DeltaLayer : public Mixer {
   virtual void plan_core(int64_t rows, ScratchCarver& saved) = 0;
   /// Takes the core's own backward temporaries from the shared scratch.
   virtual void bind_core_scratch(ScratchCarver& scratch, int64_t rows) = 0;
-  /// From qc_, kc_, vc_, g_, beta_ (conv outputs and gates), writes o_ [rows, H dv]: the chunked core when
-  /// `state` is null, else one decode step continuing from the core states state[kCoreState ...].
+  /// From qc_, kc_, vc_, g_, beta_ (conv outputs and gates), writes o_ [rows, H dv]: the chunked core from zero
+  /// when `state` is null, else continuing from (and updating) the core states state[kCoreState ...].
   virtual void core_forward(const MixerState* state) = 0;
   /// Number of [B, H, dk, dv] states the core carries while decoding (decode_state).
   virtual int core_states() const { return 1; }
@@ -87,8 +87,8 @@ class DeltaLayer : public Mixer {
   Tensor cvt_;  // shared scratch for gradients rounded to the compute dtype (only when it differs from dtype())
 
  private:
-  /// forward (state null) or decode (state: decode_state's): the same per-token path, with the convolutions
-  /// and the core either over the whole sequence or one step continuing from `state`.
+  /// forward (state null) or decode (state: decode_state's): the same path, with the convolutions and the
+  /// core starting from zero or continuing from `state`.
   void mix(const Tensor& x, const Tensor& y, const MixerState* state);
   /// Width of the decay input a, of g and of dt_bias: H (scalar) or H dk (channelwise).
   int64_t decay_width() const { return gates_ == Gates::scalar ? c_.num_heads : key_dim_; }

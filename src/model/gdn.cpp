@@ -20,7 +20,7 @@ void GdnMixer::core_forward(const MixerState* state) {
   if (state != nullptr) {
     const auto decode = scalar ? &Backend::gdn_decode : &Backend::kda_decode;
     return (be.*decode)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
-                        (*state)[kCoreState], heads_v(o_));
+                        c_.chunk_size, (*state)[kCoreState], heads_v(o_));
   }
   const auto chunk_fwd = scalar ? &Backend::gdn_chunk_fwd : &Backend::kda_chunk_fwd;
   (be.*chunk_fwd)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),

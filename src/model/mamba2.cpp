@@ -102,11 +102,11 @@ void Mamba2Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state)
   be.matmul(x, false, in_rows(w_in, inner_ + conv_dim_, heads_), true, dtr_, false);
   // Conv + SiLU on x, B, C (step 2); discretisation and SSD with the D skip (steps 3-5).
   const Tensor dt_bias = store_.master(dt_bias_), A_log = store_.master(A_log_), D = store_.master(D_);
-  if (state != nullptr) {  // one step (section 2.8)
+  if (state != nullptr) {  // continuing the carried conv window and SSM state (section 2.8)
     be.short_conv_silu_decode(seq3(xbc_), store_.master(conv_w_), c_.conv_bias ? store_.master(conv_b_) : Tensor(),
                               (*state)[0], seq3(xbc_c_));
-    be.mamba2_ssd_decode(seq3(xbc_c_), seq3(dtr_), dt_bias, A_log, D, c_.head_dim, c_.n_groups, (*state)[1],
-                         seq3(y_));
+    be.mamba2_ssd_decode(seq3(xbc_c_), seq3(dtr_), dt_bias, A_log, D, c_.head_dim, c_.n_groups, c_.chunk_size,
+                         (*state)[1], seq3(y_));
   } else {
     if (c_.conv_bias)
       be.conv_bias_silu_fwd(seq3(xbc_), store_.master(conv_w_), store_.master(conv_b_), seq3(pre_), seq3(xbc_c_));

@@ -29,7 +29,7 @@ class Mamba3Mixer : public Mixer {
   void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) override;
 
  private:
-  /// forward (state null) or one decode step (state: decode_state's); only the layer op differs.
+  /// forward (state null) or decode (state: decode_state's); only the layer op differs.
   void mix(const Tensor& x, const Tensor& y, const MixerState* state);
   /// Rows [r0, r0 + n) of the in_proj weight (or its gradient): the z, x, B|C or scalar part.
   Tensor in_rows(const Tensor& w, int64_t r0, int64_t n) const;

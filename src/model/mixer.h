@@ -48,11 +48,12 @@ class Mixer {
   /// The zeroed state decode() carries for `batch` sequences of at most `max_len` tokens (only attention's
   /// KV cache grows with max_len).
   virtual MixerState decode_state(int64_t batch, int64_t max_len) const = 0;
-  /// Incremental decoding: y = the rows of forward(x) for one new token per sequence, the token at absolute
-  /// position `position` (0-based) of each of the `batch` sequences whose earlier tokens went through decode()
-  /// with this `state`, which is updated. x, y [batch, d_model] as forward's. Needs plan(batch, 1) (the
-  /// temporaries of a one-token forward; nothing is saved for a backward). The ops are the Backend's *_decode
-  /// ones (kernels/backend.h).
+  /// Incremental decoding: y = forward(x) for seq_len new tokens per sequence (the planned [batch, seq_len]:
+  /// 1 to decode, a prompt's length to prefill it) at absolute positions position .. position + seq_len - 1
+  /// of sequences whose earlier tokens went through decode() with this `state`, which is advanced past them.
+  /// x, y [batch * seq_len, d_model] as forward's. Nothing is saved for a backward. The ops are the Backend's
+  /// *_decode ones (kernels/backend.h): the chunked algorithms with a carried state where the CPU kernels have
+  /// one (GDN, Comba, KDA, MDN, Mamba2), the recurrence for Mamba-3, a KV cache for attention.
   virtual void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) = 0;
 };
 

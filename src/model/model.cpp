@@ -144,7 +144,6 @@ void Model::logits(const int32_t* inputs, double* out) {
 DecodeState Model::start_decode(int64_t batch, int64_t max_len) {
   check(batch >= 1 && max_len >= 1, "Model::start_decode: batch ({}) and max_len ({}) must be >= 1", batch,
         max_len);
-  plan(batch, 1);
   DecodeState state;
   state.batch = batch;
   state.max_len = max_len;
@@ -154,24 +153,33 @@ DecodeState Model::start_decode(int64_t batch, int64_t max_len) {
 
 void Model::decode(const int32_t* ids, DecodeState& state, double* logits) {
   check(state.layers.size() == blocks_.size(), "Model::decode: the state was not made by this model's start_decode");
-  check(state.position < state.max_len, "Model::decode: the sequences are full ({} tokens, the max_len of "
-        "start_decode)", state.max_len);
   plan(state.batch, 1);
-  embed(ids, state.batch, "decode");
-  for (size_t l = 0; l < blocks_.size(); ++l)
-    blocks_[l]->decode(*resid_[l], state.layers[l], state.position, *resid_[l + 1]);
-  final_norm();
-  download_logits(state.batch, logits);
-  ++state.position;
+  continue_decode(ids, state, logits);
 }
 
 void Model::prefill(const int32_t* ids, int64_t n, DecodeState& state, double* logits) {
   check(n >= 1, "Model::prefill: the prompt is empty");
-  std::vector<int32_t> column(static_cast<size_t>(state.batch));
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t b = 0; b < state.batch; ++b) column[b] = ids[b * n + t];
-    decode(column.data(), state, logits);
+  check(state.layers.size() == blocks_.size(), "Model::prefill: the state was not made by this model's start_decode");
+  plan(state.batch, n);
+  continue_decode(ids, state, logits);
+}
+
+void Model::continue_decode(const int32_t* ids, DecodeState& state, double* logits) {
+  check(state.position + seq_len_ <= state.max_len,
+        "Model::decode: {} more tokens do not fit: the sequences are full at {} tokens (the max_len of "
+        "start_decode), {} used", seq_len_, state.max_len, state.position);
+  embed(ids, batch_ * seq_len_, "decode");
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    blocks_[l]->decode(*resid_[l], state.layers[l], state.position, *resid_[l + 1]);
+  final_norm();
+  // The last row of each sequence (all rows when decoding one token).
+  if (seq_len_ == 1) {
+    download_logits(batch_, logits);
+  } else {
+    for (int64_t b = 0; b < batch_; ++b)
+      download_f64(store_.backend(), head_chunk(b * seq_len_ + seq_len_ - 1, 1), logits + b * config_.vocab_size);
   }
+  state.position += seq_len_;
 }
 
 double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale) {

@@ -75,18 +75,20 @@ class Model {
   void logits(const int32_t* inputs, double* out);
 
   // ---- incremental decoding (the inference path; docs/ARCHITECTURE.md) ----
-  /// Starts decoding `batch` sequences of at most `max_len` tokens each: plans [batch, 1] (one token per
-  /// sequence; replaces any earlier plan) and returns the zeroed state of every mixer (Mixer::decode_state).
-  /// Needs a backend with the *_decode ops (the CPU backend; the CUDA one throws naming the op).
+  /// Starts decoding `batch` sequences of at most `max_len` tokens each: returns the zeroed state of every
+  /// mixer (Mixer::decode_state). decode() and prefill() then plan the model for their shapes ([batch, 1],
+  /// [batch, n]; replacing any earlier plan). Needs a backend with the *_decode ops (the CPU backend; the CUDA
+  /// one throws naming the op).
   DecodeState start_decode(int64_t batch, int64_t max_len);
   /// Feeds one token per sequence, ids host int32 [batch], at position state.position (then incremented) and
-  /// writes the next-token logits [batch, vocab] (host, double) into `logits`. Re-plans [batch, 1] when another
-  /// plan() came in between. Throws llmt::Error when a sequence would exceed state.max_len or for an id
-  /// outside the vocabulary.
+  /// writes the next-token logits [batch, vocab] (host, double) into `logits`. Throws llmt::Error when a
+  /// sequence would exceed state.max_len, for an id outside the vocabulary, or for a state of another model.
   void decode(const int32_t* ids, DecodeState& state, double* logits);
-  /// Feeds a prompt, ids host int32 [batch, n] (row-major), by n decode() steps (the mixers' recurrent steps,
-  /// not the chunked forward: equal up to rounding, O(n) per token for attention), and writes the logits after
-  /// its last token [batch, vocab] into `logits`. n >= 1.
+  /// Feeds a prompt, ids host int32 [batch, n] (row-major), at positions state.position .. + n - 1 in one pass
+  /// (plans [batch, n], the activation memory of a forward of n tokens: the chunked algorithms continuing each
+  /// mixer's state, see Mixer::decode) and writes the logits after its last token [batch, vocab] into `logits`.
+  /// n >= 1; the same errors as decode(). Prefill then decode steps equal the full forward up to rounding
+  /// (tests/decode_test.cpp).
   void prefill(const int32_t* ids, int64_t n, DecodeState& state, double* logits);
 
   ParamStore& params() { return store_; }
@@ -109,6 +111,9 @@ class Model {
   Tensor head_chunk(int64_t r0, int64_t n);
   /// The logits of all `rows` rows of xf_, chunk by chunk, into host `out` [rows, V] in double.
   void download_logits(int64_t rows, double* out);
+  /// decode() / prefill() of the planned [batch, seq_len] tokens ids [batch * seq_len]; logits of each
+  /// sequence's last token.
+  void continue_decode(const int32_t* ids, DecodeState& state, double* logits);
 
   ModelConfig config_;
   ParamStore store_;

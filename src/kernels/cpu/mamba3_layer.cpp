@@ -110,39 +110,40 @@ void mamba3_layer_fwd(const T* x, const T* z, const T* bc, const T* raw, const M
   write_output(run_forward(x, bc, raw, pr, d, opt).y, z, pr, d, opt, out);
 }
 
-// §4.6: H = α H + ε α W_prev + γ W; y_r = H q_r + D v_r; then k, v and φ of this token are carried.
+// §4.6 per token: H = α H + ε α W_prev + γ W; y_r = H q_r + D v_r; then k, v and φ of the token are carried.
 template <typename T>
 void mamba3_layer_step(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr,
                        const Mamba3LayerDims& d, const Mamba3Options& opt, const Mamba3Carry<T>& carry, T* out) {
-  check(d.seq_len == 1, "mamba3_layer_step: one token per batch row, got seq_len {}", d.seq_len);
   Forward f = prepare(x, bc, raw, pr, d, opt, carry.phase);
   const int64_t H = d.heads, R = d.rank, P = d.head_dim, N = d.state_dim, S = d.angles;
-  for (int64_t e = 0; e < d.batch * H; ++e) {  // e = (b, h): one token per batch row
-    const double alpha = std::exp(f.prep.a[e]), beta = f.prep.eps[e] * alpha, gamma = f.prep.gamma[e];
-    T* Hs = carry.state + e * P * N;
-    T* kp = carry.k_prev + e * R * N;
-    T* vp = carry.v_prev + e * R * P;
-    const double* k = &f.prep.k[e * R * N];
-    const double* v = &f.v[e * R * P];
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t n = 0; n < N; ++n) {
-        double w_prev = 0.0, w = 0.0;
-        for (int64_t r = 0; r < R; ++r) {
-          w_prev += static_cast<double>(vp[r * P + p]) * kp[r * N + n];
-          w += v[r * P + p] * k[r * N + n];
+  for (int64_t bh = 0; bh < d.batch * H; ++bh)  // the carry of (b, h)
+    for (int64_t t = 0; t < d.seq_len; ++t) {
+      const int64_t e = ((bh / H) * d.seq_len + t) * H + bh % H;  // token t of (b, h)
+      const double alpha = std::exp(f.prep.a[e]), beta = f.prep.eps[e] * alpha, gamma = f.prep.gamma[e];
+      T* Hs = carry.state + bh * P * N;
+      T* kp = carry.k_prev + bh * R * N;
+      T* vp = carry.v_prev + bh * R * P;
+      const double* k = &f.prep.k[e * R * N];
+      const double* v = &f.v[e * R * P];
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) {
+          double w_prev = 0.0, w = 0.0;
+          for (int64_t r = 0; r < R; ++r) {
+            w_prev += static_cast<double>(vp[r * P + p]) * kp[r * N + n];
+            w += v[r * P + p] * k[r * N + n];
+          }
+          Hs[p * N + n] = static_cast<T>(alpha * Hs[p * N + n] + beta * w_prev + gamma * w);
         }
-        Hs[p * N + n] = static_cast<T>(alpha * Hs[p * N + n] + beta * w_prev + gamma * w);
-      }
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t p = 0; p < P; ++p) {
-        double acc = f.D[e % H] * v[r * P + p];
-        for (int64_t n = 0; n < N; ++n) acc += static_cast<double>(Hs[p * N + n]) * f.prep.q[(e * R + r) * N + n];
-        f.y[(e * R + r) * P + p] = acc;
-      }
-    for (int64_t i = 0; i < R * N; ++i) kp[i] = static_cast<T>(k[i]);
-    for (int64_t i = 0; i < R * P; ++i) vp[i] = static_cast<T>(v[i]);
-    for (int64_t i = 0; i < S; ++i) carry.phase[e * S + i] = static_cast<T>(f.prep.phi[e * S + i]);
-  }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t p = 0; p < P; ++p) {
+          double acc = f.D[e % H] * v[r * P + p];
+          for (int64_t n = 0; n < N; ++n) acc += static_cast<double>(Hs[p * N + n]) * f.prep.q[(e * R + r) * N + n];
+          f.y[(e * R + r) * P + p] = acc;
+        }
+      for (int64_t i = 0; i < R * N; ++i) kp[i] = static_cast<T>(k[i]);
+      for (int64_t i = 0; i < R * P; ++i) vp[i] = static_cast<T>(v[i]);
+      for (int64_t i = 0; i < S; ++i) carry.phase[bh * S + i] = static_cast<T>(f.prep.phi[e * S + i]);
+    }
   write_output(f.y, z, pr, d, opt, out);
 }
 

@@ -50,11 +50,12 @@ struct Mamba3Carry {
   T* phase;
 };
 
-/// One decode step (§4.6) for each batch row: x, z [B, 1, H P], bc, raw and params as mamba3_layer_fwd
-/// (dims.seq_len must be 1). Continues from `carry` and updates it in place:
+/// mamba3_layer_fwd continuing a sequence by its recurrence (§4.3.2–4.3.3, the decode step of §4.6, token by
+/// token; decoding: seq_len 1; a prompt: its length): x, z [B, T, H P], bc, raw and params as mamba3_layer_fwd.
+/// Starts from `carry` and leaves the carry of the last token in it: per token
 /// H = α H + β W_prev + γ W (β = ε α, W_prev = Σ_r v_prev,r k_prev,r^T), y_r = H q_r + D v_r, then the gate,
-/// output norm and down-projection of mamba3_layer_fwd into out [B, 1, H P]. Over a sequence the outputs
-/// equal mamba3_layer_fwd's (up to rounding). Throws llmt::Error as mamba3_layer_fwd, or when seq_len != 1.
+/// output norm and down-projection of mamba3_layer_fwd into out [B, T, H P]. Over a sequence the outputs equal
+/// mamba3_layer_fwd's (up to rounding). Throws llmt::Error as mamba3_layer_fwd.
 template <typename T>
 void mamba3_layer_step(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& params,
                        const Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3Carry<T>& carry, T* out);
