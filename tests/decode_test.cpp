@@ -7,9 +7,10 @@
 // state the previous one left (chunks of 8 here, so prompts and the whole sequence cross chunk boundaries at
 // other places), single tokens are one-token recurrence steps, attention reads a KV cache, Mamba-3 runs its
 // recurrence: equal to the forward in exact arithmetic, differing only by the rounding of differently ordered
-// float64 sums (~1e-16 each, compounded through a few hundred operations and 2-4 blocks). A wrong state, position or carried
-// term shows up at the size of the mixer's branch (>= 1e-4 with init std 0.1): dropping Mamba-3's β term or
-// rotating attention's keys at the wrong position fails every later position.
+// float64 sums (~1e-16 each, compounded through a few hundred operations and 2-4 blocks). A wrong state,
+// position or carried term shows up at the size of the mixer's branch (>= 1e-4 with init std 0.1): dropping
+// Mamba-3's β term, rotating attention's keys at the wrong position, or a Mamba2 prompt ignoring the carried
+// state fails.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
