@@ -112,4 +112,18 @@ struct ImportArgs {
 /// Reads an FLA-layout HF directory into a checkpoint of model weights only (train/hf_export.h).
 int import_model(const ImportArgs& args);
 
+struct GenerateArgs {
+  std::string checkpoint;        ///< a checkpoint directory, or a run directory (its newest checkpoint)
+  std::string prompt;            ///< the text to continue
+  int64_t max_new_tokens = 64;   ///< stop after this many new tokens (or at the tokenizer's end-of-text)
+  double temperature = 1.0;      ///< 0 = greedy
+  int64_t top_k = 0;             ///< 0 = no limit
+  double top_p = 1.0;            ///< 1 = no limit
+  uint64_t seed = 0;             ///< the sampling stream: the same seed gives the same text
+  std::string backend = "cpu";   ///< decoding runs on the CPU backend only (cuda: a clear error)
+};
+/// Prints the prompt followed by its continuation, sampled token by token from the checkpoint's model
+/// (Model::prefill / decode; model/sampler.h) with the checkpoint's tokenizer (data.tokenizer).
+int generate(const GenerateArgs& args);
+
 }  // namespace llmt::cli

@@ -1,5 +1,5 @@
 // llmtrain: the one binary of the project. Subcommands: train, sweep, info, probe, bench, prepare-data,
-// tokenize, eval, export, import.
+// tokenize, eval, export, import, generate.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -117,6 +117,21 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   m->add_option("--out", im.out, "run directory; receives config.json and checkpoints/step_00000000")->required();
 
+  llmt::cli::GenerateArgs gen;
+  CLI::App* g = app.add_subcommand("generate", "continue a prompt with a checkpoint's model and print the text (CPU)");
+  g->add_option("--checkpoint", gen.checkpoint, "checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required()->check(CLI::ExistingDirectory);
+  g->add_option("--prompt", gen.prompt, "the text to continue (tokenized with the checkpoint's data.tokenizer)")
+      ->required();
+  g->add_option("--max-new-tokens", gen.max_new_tokens, "stop after N new tokens (default 64) or at end-of-text");
+  g->add_option("--temperature", gen.temperature, "softmax temperature; 0 = greedy (default 1)");
+  g->add_option("--top-k", gen.top_k, "sample among the K most likely tokens (default 0 = all)");
+  g->add_option("--top-p", gen.top_p,
+                "sample among the most likely tokens whose probability reaches P, in (0, 1] (default 1 = all)");
+  g->add_option("--seed", gen.seed, "sampling seed: the same seed gives the same text (default 0)");
+  g->add_option("--backend", gen.backend, "cpu (default; auto means cpu too); decoding has no cuda kernels yet")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -150,6 +165,7 @@ int main(int argc, char** argv) {
     if (e->parsed()) return llmt::cli::eval(ev);
     if (x->parsed()) return llmt::cli::export_model(ex);
     if (m->parsed()) return llmt::cli::import_model(im);
+    if (g->parsed()) return llmt::cli::generate(gen);
   } catch (const llmt::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -607,8 +607,145 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // ---- incremental decoding (backend.h) ----
+  void rope_fwd_at(const Tensor& x, double theta, int64_t position) override {
+    check(x.ndim == 4 && x.shape[3] % 2 == 0 && position >= 0,
+          "rope_fwd_at: x must be [B, T, H, Dh] with even Dh and position >= 0, got {} at {}", x.shape_str(), position);
+    dispatch(x, "rope_fwd_at", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::rope_fwd_at<T>(x.as<T>(), x.shape[0], x.shape[1], x.shape[2], x.shape[3], theta, position);
+    });
+  }
+  void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                        const Tensor& v_cache, int64_t position, double scale, const Tensor& o) override {
+    check(q.ndim == 4, "attention_decode: q must be [B, T, H, Dh], got {}", q.shape_str());
+    for (const Tensor* t : {&k, &v, &o}) check_same(q, *t, "attention_decode");
+    check_same(k_cache, v_cache, "attention_decode");
+    check(k_cache.ndim == 4 && k_cache.shape[0] == q.shape[0] && k_cache.shape[2] == q.shape[2] &&
+              k_cache.shape[3] == q.shape[3] && k_cache.dtype == q.dtype,
+          "attention_decode: the caches must be [B, capacity, H, Dh] of q's dtype for q {}, got {}", q.shape_str(),
+          k_cache.shape_str());
+    check(position >= 0 && position + q.shape[1] <= k_cache.shape[1],
+          "attention_decode: positions {} .. {} outside the cache of {}", position, position + q.shape[1] - 1,
+          k_cache.shape[1]);
+    dispatch(q, "attention_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::attention_decode<T>(q.as<T>(), k.as<T>(), v.as<T>(), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                               k_cache.shape[1], position, scale, k_cache.as<T>(), v_cache.as<T>(), o.as<T>());
+    });
+  }
+  void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                              const Tensor& y) override {
+    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
+          "short_conv_silu_decode: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
+    const int64_t B = x.shape[0], C = x.shape[2], W = w.shape[2];
+    check(window.numel() == B * (W - 1) * C && (window.numel() == 0 || window.dtype == x.dtype),
+          "short_conv_silu_decode: window must be [B, W - 1, C] = [{}, {}, {}], got {}", B, W - 1, C,
+          window.shape_str());
+    check(bias.data == nullptr || (bias.numel() == C && bias.dtype == x.dtype),
+          "short_conv_silu_decode: bias must be [C] = [{}] or absent, got {}", C, bias.shape_str());
+    check_same(x, y, "short_conv_silu_decode");
+    dispatch(x, "short_conv_silu_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::short_conv_silu_step<T>(x.as<T>(), w.as<T>(), B, x.shape[1], C, W, mutable_or_null<T>(window), y.as<T>(),
+                                   optional<T>(bias));
+    });
+  }
+  void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t chunk_size, const Tensor& state, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, g, beta, state, false, "gdn_decode");
+    check_same(q, k, "gdn_decode");
+    check_same(v, o, "gdn_decode");
+    dispatch(q, "gdn_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), state.as<T>()};
+      cpu::gdn_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), chunk_size);
+    });
+  }
+  void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t chunk_size, const Tensor& state, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, g, beta, state, true, "kda_decode");
+    check_same(q, k, "kda_decode");
+    check_same(v, o, "kda_decode");
+    dispatch(q, "kda_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), state.as<T>()};
+      cpu::kda_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), chunk_size);
+    });
+  }
+  void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                    const Tensor& beta, int64_t chunk_size, const Tensor& state, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, g, beta, state, false, "comba_decode");
+    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_decode");
+    check_same(v, o, "comba_decode");
+    dispatch(q, "comba_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), state.as<T>()};
+      cpu::comba_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), chunk_size);
+    });
+  }
+  void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                  const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& state,
+                  const Tensor& momentum, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, log_alpha, beta, state, false, "mdn_decode");
+    check_same(q, k, "mdn_decode");
+    check_same(v, o, "mdn_decode");
+    check_same(state, momentum, "mdn_decode");
+    for (const Tensor* t : {&log_mu, &eta}) check_same(beta, *t, "mdn_decode");
+    dispatch(q, "mdn_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::MdnInputs<T> in{q.as<T>(),      k.as<T>(),   v.as<T>(),     log_alpha.as<T>(), beta.as<T>(),
+                                 log_mu.as<T>(), eta.as<T>(), state.as<T>(), momentum.as<T>()};
+      cpu::mdn_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), momentum.as<T>(), chunk_size);
+    });
+  }
+  void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                         const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, const Tensor& state,
+                         const Tensor& y) override {
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_decode");
+    check(state.numel() == d.batch * d.heads * d.head_dim * d.state_dim && state.dtype == xbc.dtype,
+          "mamba2_ssd_decode: state must be [B, H, P, N] = [{}, {}, {}, {}] of xbc's dtype, got {}", d.batch, d.heads,
+          d.head_dim, d.state_dim, state.shape_str());
+    dispatch(xbc, "mamba2_ssd_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mamba2_ssd_fwd<T>(xbc.as<T>(), dt_raw.as<T>(), dt_bias.as<T>(), A_log.as<T>(), D.as<T>(), d, chunk_size,
+                             y.as<T>(), state.as<T>());
+    });
+  }
+  void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                     const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_decode");
+    const int64_t BH = d.batch * d.heads;
+    const auto sized = [&](const Tensor& t, int64_t n, const char* name) {
+      check(t.numel() == n && (n == 0 || t.dtype == x.dtype),
+            "mamba3_decode: carry.{} must hold {} elements of {}, got {}", name, n, dtype_name(x.dtype),
+            t.shape_str());
+    };
+    sized(carry.state, BH * d.head_dim * d.state_dim, "state [B, H, P, N]");
+    sized(carry.k_prev, BH * d.rank * d.state_dim, "k_prev [B, H, R, N]");
+    sized(carry.v_prev, BH * d.rank * d.head_dim, "v_prev [B, H, R, P]");
+    sized(carry.phase, BH * d.angles, "phase [B, H, S]");
+    dispatch(x, "mamba3_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
+      const cpu::Mamba3Carry<T> c{carry.state.as<T>(), carry.k_prev.as<T>(), carry.v_prev.as<T>(),
+                                  mutable_or_null<T>(carry.phase)};
+      cpu::mamba3_layer_step<T>(x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), prm, d, opt, c, out.as<T>());
+    });
+  }
+
  private:
   AllocationLog allocations_;
+
+  /// Sizes of a delta-rule decode call: delta_dims and state [B, H, K, V] of q's dtype.
+  static cpu::DeltaDims decode_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                    const Tensor& state, bool per_channel, const char* op) {
+    const cpu::DeltaDims d = delta_dims(q, v, g, beta, per_channel, op);
+    check(state.numel() == d.batch * d.heads * d.key_dim * d.value_dim && state.dtype == q.dtype,
+          "{}: state must be [B, H, K, V] = [{}, {}, {}, {}] of q's dtype, got {}", op, d.batch, d.heads, d.key_dim,
+          d.value_dim, state.shape_str());
+    return d;
+  }
 
   /// A typed mutable pointer to an optional tensor (nullptr for a default-constructed one).
   template <typename T>

@@ -30,6 +30,15 @@ struct ActivationBytes {
   size_t total() const { return saved + residual + scratch; }
 };
 
+/// An incremental decode of `batch` sequences (Model::start_decode): every block's mixer state and the
+/// number of tokens each sequence has consumed.
+struct DecodeState {
+  int64_t batch = 0;
+  int64_t max_len = 0;   ///< tokens each sequence may hold (attention's KV cache size)
+  int64_t position = 0;  ///< tokens consumed so far: the absolute position of the next one
+  std::vector<MixerState> layers;
+};
+
 class Model {
  public:
   /// Registers all parameters (names as flash-linear-attention's HF layout); allocates
@@ -75,6 +84,28 @@ class Model {
   /// it over the ranks (train/grad_buckets.h) while the rest of the backward runs.
   void backward(const GradReadyHook& on_ready = nullptr);
 
+  /// The full forward's logits, for evaluation and tests: inputs host int32 [batch, seq_len] of the last
+  /// plan(); writes out [batch * seq_len, vocab] (host, row-major; the logits in double, exact for the f32
+  /// and f64 dtypes). Throws llmt::Error for an id outside the vocabulary (naming it and its position).
+  void logits(const int32_t* inputs, double* out);
+
+  // ---- incremental decoding (the inference path; docs/ARCHITECTURE.md) ----
+  /// Starts decoding `batch` sequences of at most `max_len` tokens each: returns the zeroed state of every
+  /// mixer (Mixer::decode_state). decode() and prefill() then plan the model for their shapes ([batch, 1],
+  /// [batch, n]; replacing any earlier plan). Needs a backend with the *_decode ops (the CPU backend; the CUDA
+  /// one throws naming the op).
+  DecodeState start_decode(int64_t batch, int64_t max_len);
+  /// Feeds one token per sequence, ids host int32 [batch], at position state.position (then incremented) and
+  /// writes the next-token logits [batch, vocab] (host, double) into `logits`. Throws llmt::Error when a
+  /// sequence would exceed state.max_len, for an id outside the vocabulary, or for a state of another model.
+  void decode(const int32_t* ids, DecodeState& state, double* logits);
+  /// Feeds a prompt, ids host int32 [batch, n] (row-major), at positions state.position .. + n - 1 in one pass
+  /// (plans [batch, n], the activation memory of a forward of n tokens: the chunked algorithms continuing each
+  /// mixer's state, see Mixer::decode) and writes the logits after its last token [batch, vocab] into `logits`.
+  /// n >= 1; the same errors as decode(). Prefill then decode steps equal the full forward up to rounding
+  /// (tests/decode_test.cpp).
+  void prefill(const int32_t* ids, int64_t n, DecodeState& state, double* logits);
+
   ParamStore& params() { return store_; }
   const ModelConfig& config() const { return config_; }
   ParamCounts counts() const;
@@ -87,6 +118,18 @@ class Model {
   int64_t training_flops_per_token(int64_t seq_len) const;
 
  private:
+  /// Checks the ids [rows] against the vocabulary (`what` names them in the error) and embeds them into resid_[0].
+  void embed(const int32_t* ids, int64_t rows, const char* what);
+  /// The final norm of the residual stream's last entry into xf_.
+  void final_norm();
+  /// logits_ (first n rows) = rows [r0, r0 + n) of xf_ times the LM head; returns that view (n <= head_rows_).
+  Tensor head_chunk(int64_t r0, int64_t n);
+  /// The logits of all `rows` rows of xf_, chunk by chunk, into host `out` [rows, V] in double.
+  void download_logits(int64_t rows, double* out);
+  /// decode() / prefill() of the planned [batch, seq_len] tokens ids [batch * seq_len]; logits of each
+  /// sequence's last token.
+  void continue_decode(const int32_t* ids, DecodeState& state, double* logits);
+
   ModelConfig config_;
   ParamStore store_;
   int embedding_ = -1, final_norm_ = -1, lm_head_ = -1;
