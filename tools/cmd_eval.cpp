@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "data/dataset_loader.h"
 #include "kernels/backend.h"
 #include "model/config.h"
@@ -53,6 +54,19 @@ std::vector<int32_t> tokenize_file(const std::string& path, const std::string& n
 #endif
 }
 
+/// Writes the logits of the model's full forward over the first window of `tokens` (min(T, size) tokens)
+/// to the safetensors file `path`: input_ids i32 [n], logits f32 [n, vocab_size] (the next-token logits at
+/// each position, what a Hugging Face model's forward(input_ids).logits gives: docs/INTEROP.md).
+void dump_logits(Model& model, const std::vector<int32_t>& tokens, int64_t T, const std::string& path) {
+  const int64_t n = std::min<int64_t>(T, static_cast<int64_t>(tokens.size()));
+  const int64_t V = model.config().vocab_size;
+  model.plan(1, n);
+  std::vector<double> logits64(static_cast<size_t>(n * V));
+  model.logits(tokens.data(), logits64.data());
+  const std::vector<float> logits(logits64.begin(), logits64.end());
+  write_safetensors(path, {{"input_ids", DType::i32, {n}, tokens.data()}, {"logits", DType::f32, {n, V}, logits.data()}});
+}
+
 }  // namespace
 
 int eval(const EvalArgs& args) {
@@ -70,6 +84,7 @@ int eval(const EvalArgs& args) {
 
   EvalTotals totals;
   std::string source, tokenizer;
+  std::vector<int32_t> first_window;  // the stream's first tokens, for --dump-logits
   if (!args.data.empty()) {
     // seq_len 1 here: every shard with two or more tokens counts; the windows are evaluate's.
     const DatasetLoader ds(args.data, args.split, 1, 0, false, config.data.tokenizer);
@@ -81,6 +96,7 @@ int eval(const EvalArgs& args) {
       if (args.max_tokens > 0 && remaining <= 0) break;
       std::vector<int32_t> tokens(static_cast<size_t>(ds.shard(i).size()));
       ds.shard(i).read(0, ds.shard(i).size(), tokens.data());
+      if (first_window.empty()) first_window.assign(tokens.begin(), tokens.begin() + std::min<int64_t>(T, tokens.size()));
       evaluate_stream(model, batch, T, tokens, stride, remaining, bytes, totals);
     }
     source = fmt::format("{} ({} stream, {} shards)", args.data, args.split, ds.num_shards());
@@ -90,7 +106,9 @@ int eval(const EvalArgs& args) {
     check(tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, tokens.size());
     evaluate_stream(model, batch, T, tokens, stride, args.max_tokens, token_byte_lengths(tokenizer), totals);
     source = args.text;
+    first_window.assign(tokens.begin(), tokens.begin() + std::min<int64_t>(T, tokens.size()));
   }
+  if (!args.dump_logits.empty()) dump_logits(model, first_window, T, args.dump_logits);
 
   if (args.json) {
     const nlohmann::json out = {{"checkpoint", dir},      {"source", source},

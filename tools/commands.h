@@ -90,6 +90,7 @@ struct EvalArgs {
   int64_t max_tokens = 0;     ///< score only the first N targets (the trainer's eval.tokens); 0 = all
   std::string backend = "auto";
   bool json = false;
+  std::string dump_logits;  ///< also write the first window's input_ids and logits to this safetensors file
 };
 /// Prints the token-weighted mean loss, perplexity and bits per byte of a checkpoint over the
 /// windows of train/evaluate.h.

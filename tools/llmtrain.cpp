@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
   e->add_option("--max-tokens", ev.max_tokens, "score only the first N tokens (the trainer's eval.tokens)")->check(CLI::PositiveNumber);
   e->add_option("--backend", ev.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   e->add_flag("--json", ev.json, "print one JSON object");
+  e->add_option("--dump-logits", ev.dump_logits,
+                "also write the first window's input_ids and logits (f32 [seq_len, vocab]) to this safetensors file");
 
   llmt::cli::ExportArgs ex;
   CLI::App* x = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (flash-linear-attention layout)");
