@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/delta_common.h"
@@ -58,21 +59,21 @@ void recurrent_reverse(const Vec& s0, int64_t T, int64_t KV, Step step, TokenBwd
 }
 
 /// Chunked backward sweep of one head (§6.5): the chunks [c0, c0 + n) of chunk_size tokens (the last one may
-/// be shorter) are built by make(c0, n); the chunk-start states are recomputed from s0 by a forward scan
-/// advance(chunk, S) (FLA fwd_h), then chunk_bwd(chunk, S_0 of the chunk) is called from the last chunk to
-/// the first (it carries dS_C itself).
-template <class Make, class Advance, class ChunkBwd>
-void chunk_reverse(const Vec& s0, int64_t T, int64_t chunk_size, Make make, Advance advance, ChunkBwd chunk_bwd) {
-  const int64_t KV = static_cast<int64_t>(s0.size()), chunks = (T + chunk_size - 1) / chunk_size;
-  Vec S = s0, starts(chunks * KV);
+/// be shorter) are built by make(c0, n); the chunk-start states (State: the [K, V] Vec, or MDN's pair of
+/// states) are recomputed from s0 by a forward scan advance(chunk, state) (FLA fwd_h), then
+/// chunk_bwd(chunk, state entering the chunk) is called from the last chunk to the first (it carries dS_C).
+template <class State, class Make, class Advance, class ChunkBwd>
+void chunk_reverse(const State& s0, int64_t T, int64_t chunk_size, Make make, Advance advance, ChunkBwd chunk_bwd) {
+  const int64_t chunks = (T + chunk_size - 1) / chunk_size;
+  std::vector<State> starts;
+  starts.reserve(static_cast<size_t>(chunks));
+  State S = s0;
   for (int64_t n = 0; n < chunks; ++n) {
-    std::copy(S.begin(), S.end(), starts.begin() + n * KV);
+    starts.push_back(S);
     advance(make(n * chunk_size, std::min(chunk_size, T - n * chunk_size)), S);
   }
-  for (int64_t n = chunks - 1; n >= 0; --n) {
-    const Vec S0(starts.begin() + n * KV, starts.begin() + (n + 1) * KV);
-    chunk_bwd(make(n * chunk_size, std::min(chunk_size, T - n * chunk_size)), S0);
-  }
+  for (int64_t n = chunks - 1; n >= 0; --n)
+    chunk_bwd(make(n * chunk_size, std::min(chunk_size, T - n * chunk_size)), starts[static_cast<size_t>(n)]);
 }
 
 }  // namespace llmt::cpu::delta
