@@ -58,6 +58,23 @@ inline Vec sigmoid_of(Vec x) {
   return x;
 }
 
+/// Central differences (step kFdStep) of loss() w.r.t. every element of x, an array that loss() reads:
+/// x[i] is moved by ±kFdStep in place and restored.
+template <class Loss>
+Vec fd_in_place(Vec& x, Loss loss) {
+  Vec grad(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i];
+    x[i] = xi + kFdStep;
+    const double up = loss();
+    x[i] = xi - kFdStep;
+    const double down = loss();
+    x[i] = xi;
+    grad[i] = (up - down) / (2.0 * kFdStep);
+  }
+  return grad;
+}
+
 // The harness of the single-state cores (gdn, comba, kda); mdn_test, with its second state, keeps its own
 // Out / Grads and uses only the layout helpers.
 namespace delta_core {
@@ -114,17 +131,10 @@ inline double check_grads_close(const Grads& a, const Grads& ref, double tol) {
 /// the problem that fwd() (the recurrent forward, -> Out) reads.
 template <class Fwd>
 Vec fd_loss_grad(Vec& x, Fwd fwd, const Vec& R, const Vec& RS) {
-  Vec grad(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double xi = x[i];
-    x[i] = xi + kFdStep;
-    const Out up = fwd();
-    x[i] = xi - kFdStep;
-    const Out down = fwd();
-    x[i] = xi;
-    grad[i] = (dot(up.o, R) + dot(up.state, RS) - dot(down.o, R) - dot(down.state, RS)) / (2.0 * kFdStep);
-  }
-  return grad;
+  return fd_in_place(x, [&] {
+    const Out out = fwd();
+    return dot(out.o, R) + dot(out.state, RS);
+  });
 }
 
 /// Runs f(T, chunk, with_state, g_min) over the grid of the chunked-vs-recurrent tests: T in {1, 63, 64,
@@ -206,9 +216,7 @@ void check_heads_independent(const cpu::DeltaDims& d, const Out& all, Single sin
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < d.heads; ++h) {
       const Out one = single(b, h);
-      for (int64_t t = 0; t < d.seq_len; ++t)
-        for (int64_t j = 0; j < d.value_dim; ++j)
-          CHECK(one.o[t * d.value_dim + j] == all.o[((b * d.seq_len + t) * d.heads + h) * d.value_dim + j]);
+      CHECK(head_rows(all.o, d, b, h, d.value_dim) == one.o);
       CHECK(head_state(all.state, d, b, h) == one.state);
     }
 }

@@ -234,26 +234,20 @@ TEST_CASE("mdn: [B, T, H, *] layout: each head of a batched call equals a single
     const Out all = forward<double>(p, chunk);
     for (int64_t b = 0; b < d.batch; ++b)
       for (int64_t h = 0; h < d.heads; ++h) {
-        Problem s{one, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-        for (int64_t t = 0; t < d.seq_len; ++t) {
-          const int64_t row = (b * d.seq_len + t) * d.heads + h;
-          s.q.insert(s.q.end(), p.q.begin() + row * d.key_dim, p.q.begin() + (row + 1) * d.key_dim);
-          s.k.insert(s.k.end(), p.k.begin() + row * d.key_dim, p.k.begin() + (row + 1) * d.key_dim);
-          s.v.insert(s.v.end(), p.v.begin() + row * d.value_dim, p.v.begin() + (row + 1) * d.value_dim);
-          s.la.push_back(p.la[row]);
-          s.beta.push_back(p.beta[row]);
-          s.lm.push_back(p.lm[row]);
-          s.eta.push_back(p.eta[row]);
-        }
-        const int64_t kv = d.key_dim * d.value_dim, head = b * d.heads + h;
-        s.s0.assign(p.s0.begin() + head * kv, p.s0.begin() + (head + 1) * kv);
-        s.m0.assign(p.m0.begin() + head * kv, p.m0.begin() + (head + 1) * kv);
+        const Problem s{one,
+                        head_rows(p.q, d, b, h, d.key_dim),
+                        head_rows(p.k, d, b, h, d.key_dim),
+                        head_rows(p.v, d, b, h, d.value_dim),
+                        head_rows(p.la, d, b, h, 1),
+                        head_rows(p.beta, d, b, h, 1),
+                        head_rows(p.lm, d, b, h, 1),
+                        head_rows(p.eta, d, b, h, 1),
+                        head_state(p.s0, d, b, h),
+                        head_state(p.m0, d, b, h)};
         const Out single = forward<double>(s, chunk);
-        for (int64_t t = 0; t < d.seq_len; ++t)
-          for (int64_t j = 0; j < d.value_dim; ++j)
-            CHECK(single.o[t * d.value_dim + j] == all.o[((b * d.seq_len + t) * d.heads + h) * d.value_dim + j]);
-        CHECK(Vec(all.state.begin() + head * kv, all.state.begin() + (head + 1) * kv) == single.state);
-        CHECK(Vec(all.momentum.begin() + head * kv, all.momentum.begin() + (head + 1) * kv) == single.momentum);
+        CHECK(head_rows(all.o, d, b, h, d.value_dim) == single.o);
+        CHECK(head_state(all.state, d, b, h) == single.state);
+        CHECK(head_state(all.momentum, d, b, h) == single.momentum);
       }
   }
 }
@@ -300,19 +294,10 @@ TEST_CASE("mdn: both backwards match central finite differences for every input"
     const Vec R = randn(v_size(p.d), 401), RS = randn(state_size(p.d), 402), RM = randn(state_size(p.d), 403);
     const Grads ga = backward<double>(p, R, RS, RM, 0), gc = backward<double>(p, R, RS, RM, 4);
     auto fd = [&](Vec& x) {
-      Vec grad(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double xi = x[i];
-        x[i] = xi + kFdStep;
-        const Out up = forward<double>(p, 0);
-        x[i] = xi - kFdStep;
-        const Out down = forward<double>(p, 0);
-        x[i] = xi;
-        grad[i] = (dot(up.o, R) + dot(up.state, RS) + dot(up.momentum, RM) - dot(down.o, R) - dot(down.state, RS) -
-                   dot(down.momentum, RM)) /
-                  (2.0 * kFdStep);
-      }
-      return grad;
+      return fd_in_place(x, [&] {
+        const Out out = forward<double>(p, 0);
+        return dot(out.o, R) + dot(out.state, RS) + dot(out.momentum, RM);
+      });
     };
     const Grads num{fd(p.q), fd(p.k), fd(p.v), fd(p.la), fd(p.beta), fd(p.lm), fd(p.eta), fd(p.s0), fd(p.m0)};
     {
