@@ -20,14 +20,6 @@ ScalarHead load(const GdnInputs<T>& in, const DeltaDims& d, int64_t b, int64_t h
           load_state(in.initial_state, d, b, h)};
 }
 
-// Zeroed gradients of one head, with ds0 = dL/dS_T (zeros when d_final_state is null).
-template <typename T>
-ScalarGrads zero_grads(const T* d_final_state, const DeltaDims& d, int64_t b, int64_t h) {
-  const int64_t L = d.seq_len, K = d.key_dim, V = d.value_dim;
-  return {Vec(L * K, 0.0), Vec(L * K, 0.0), Vec(L * V, 0.0), {}, Vec(L, 0.0), Vec(L, 0.0),
-          load_state(d_final_state, d, b, h)};
-}
-
 template <typename T>
 void store_grads(const ScalarGrads& g, const DeltaDims& d, int64_t b, int64_t h, const GdnGrads<T>& out) {
   scatter(g.dq, d, b, h, d.key_dim, out.dq);
@@ -69,7 +61,7 @@ void gdn_recurrent_bwd(const GdnInputs<T>& in, const T* d_o, const T* d_final_st
   for_each_head(d, [&](int64_t b, int64_t h) {
     const ScalarHead hd = load(in, d, b, h);
     const Vec dO = gather(d_o, d, b, h, V);
-    ScalarGrads g = zero_grads(d_final_state, d, b, h);
+    ScalarGrads g = zero_grads(false, d_final_state, d, b, h);
     recurrent_reverse(
         hd.s0, d.seq_len, K * V, [&](int64_t t, double* S) { step(hd, t, K, V, S, delta); },
         [&](int64_t t, const double* Sprev, const double* St) {
@@ -81,30 +73,20 @@ void gdn_recurrent_bwd(const GdnInputs<T>& in, const T* d_o, const T* d_final_st
   });
 }
 
-// Chunked forward (layers-delta.md §6.1, §6.3): scalar_chunk_fwd per head.
+// Chunked forward (layers-delta.md §6.1, §6.3), scalar_chunk_fwd per head.
 template <typename T>
 void gdn_chunk_fwd(const GdnInputs<T>& in, const DeltaDims& d, T* o, T* final_state, int64_t chunk_size) {
-  check_chunk_size("gdn", chunk_size);
-  for_each_head(d, [&](int64_t b, int64_t h) {
-    const ScalarHead hd = load(in, d, b, h);
-    Vec S = hd.s0, out(d.seq_len * d.value_dim, 0.0);
-    scalar_chunk_fwd(hd, d.key_dim, d.value_dim, chunk_size, out, S);
-    scatter(out, d, b, h, d.value_dim, o);
-    store_state(S, d, b, h, final_state);
-  });
+  scalar_chunk_fwd_all(
+      "gdn", d, [&](int64_t b, int64_t h) { return load(in, d, b, h); }, o, final_state, chunk_size);
 }
 
-// Chunked backward (layers-delta.md §6.5): scalar_chunk_bwd per head.
+// Chunked backward (layers-delta.md §6.5), scalar_chunk_bwd per head.
 template <typename T>
 void gdn_chunk_bwd(const GdnInputs<T>& in, const T* d_o, const T* d_final_state, const DeltaDims& d,
                    const GdnGrads<T>& grads, int64_t chunk_size) {
-  check_chunk_size("gdn", chunk_size);
-  for_each_head(d, [&](int64_t b, int64_t h) {
-    const ScalarHead hd = load(in, d, b, h);
-    ScalarGrads g = zero_grads(d_final_state, d, b, h);
-    scalar_chunk_bwd(hd, gather(d_o, d, b, h, d.value_dim), d.key_dim, d.value_dim, chunk_size, g);
-    store_grads(g, d, b, h, grads);
-  });
+  scalar_chunk_bwd_all(
+      "gdn", d, [&](int64_t b, int64_t h) { return load(in, d, b, h); }, d_o, d_final_state,
+      [&](const ScalarGrads& g, int64_t b, int64_t h) { store_grads(g, d, b, h, grads); }, chunk_size);
 }
 
 template void gdn_recurrent_fwd<float>(const GdnInputs<float>&, const DeltaDims&, float*, float*);
