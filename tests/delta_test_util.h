@@ -137,6 +137,27 @@ Vec fd_loss_grad(Vec& x, Fwd fwd, const Vec& R, const Vec& RS) {
   });
 }
 
+/// The finite-difference check: the recurrent (chunk 0) and chunked (chunk 4) backward of
+/// L = o·R + S_T·R_S (R, R_S random, streams 401, 402) against central differences of the recurrent
+/// forward w.r.t. each array in inputs (in the order of Grads). fwd(chunk) -> Out and
+/// bwd(d_o, d_state, chunk) -> Grads read the arrays. Returns the worst errors {recurrent, chunked}.
+template <class Fwd, class Bwd>
+std::pair<double, double> check_fd(const cpu::DeltaDims& d, std::initializer_list<Vec*> inputs, Fwd fwd, Bwd bwd) {
+  const Vec R = randn(v_size(d), 401), RS = randn(state_size(d), 402);
+  const Grads ga = bwd(R, RS, 0), gc = bwd(R, RS, 4);
+  Grads num;
+  for (Vec* x : inputs) num.push_back(fd_loss_grad(*x, [&] { return fwd(0); }, R, RS));
+  return {check_grads_close(ga, num, kFdTol), check_grads_close(gc, num, kFdTol)};
+}
+
+/// A hand-computed case: o and the final state equal o_ref, s_ref to 1e-15.
+inline void check_out_matches(const Out& f, const Vec& o_ref, const Vec& s_ref) {
+  REQUIRE(f.o.size() == o_ref.size());
+  REQUIRE(f.state.size() == s_ref.size());
+  for (size_t i = 0; i < o_ref.size(); ++i) CHECK(f.o[i] == Approx(o_ref[i]).margin(1e-15));
+  for (size_t i = 0; i < s_ref.size(); ++i) CHECK(f.state[i] == Approx(s_ref[i]).margin(1e-15));
+}
+
 /// Runs f(T, chunk, with_state, g_min) over the grid of the chunked-vs-recurrent tests: T in {1, 63, 64,
 /// 65, 200} (partial, exact and multiple chunks), chunk in {16, 64}, with and without an initial state,
 /// g_min in {-0.05, -5.0} (weak and strong decay).

@@ -86,12 +86,7 @@ TEST_CASE("gdn: hand-computed recurrence, T = 2, K = V = 2", "[kernels][gdn]") {
             {0.5, 0.25},            {1, 2, 0, 1}};
   for (int64_t chunk : {0, 1, 2}) {
     INFO("chunk " << chunk);
-    const Out f = forward<double>(p, chunk);
-    const Vec o_ref{1.25, 1.0, 0.625, 1.4375}, s_ref{0.625, 0.25, 0.0, 1.1875};
-    for (size_t i = 0; i < 4; ++i) {
-      CHECK(f.o[i] == Approx(o_ref[i]).margin(1e-15));
-      CHECK(f.state[i] == Approx(s_ref[i]).margin(1e-15));
-    }
+    check_out_matches(forward<double>(p, chunk), Vec{1.25, 1.0, 0.625, 1.4375}, Vec{0.625, 0.25, 0.0, 1.1875});
   }
 }
 
@@ -125,12 +120,8 @@ TEST_CASE("gdn: recurrent backward matches central finite differences for every 
   for (double g_min : {-0.1, -3.0}) {
     INFO("g_min " << g_min);
     Problem p = make_problem({2, 9, 2, 3, 2}, g_min, -0.01, true, 400);
-    const Vec R = randn(v_size(p.d), 401), RS = randn(state_size(p.d), 402);
-    const Grads ga = backward<double>(p, R, RS, 0), gc = backward<double>(p, R, RS, 4);
-    auto fd = [&](Vec& x) { return fd_loss_grad(x, [&] { return forward<double>(p, 0); }, R, RS); };
-    const Grads num{fd(p.q), fd(p.k), fd(p.v), fd(p.g), fd(p.beta), fd(p.s0)};
-    check_grads_close(ga, num, kFdTol);
-    check_grads_close(gc, num, kFdTol);
+    check_fd(p.d, {&p.q, &p.k, &p.v, &p.g, &p.beta, &p.s0}, [&](int64_t c) { return forward<double>(p, c); },
+             [&](const Vec& d_o, const Vec& d_s, int64_t c) { return backward<double>(p, d_o, d_s, c); });
   }
 }
 
