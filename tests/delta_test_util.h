@@ -114,6 +114,31 @@ struct GradBuffers {
   }
 };
 
+/// One forward call of a single-state core on typed inputs: chunk 0 calls rec(in, d, o, S_T), any other
+/// chunk chunked(in, d, o, S_T, chunk) (e.g. gdn_recurrent_fwd<T>, gdn_chunk_fwd<T>).
+template <typename T, class Inputs, class Rec, class Chunked>
+Out run_forward(const Inputs& in, const cpu::DeltaDims& d, int64_t chunk, Rec rec, Chunked chunked) {
+  std::vector<T> o(v_size(d)), s(state_size(d));
+  if (chunk == 0)
+    rec(in, d, o.data(), s.data());
+  else
+    chunked(in, d, o.data(), s.data(), chunk);
+  return {widen(o), widen(s)};
+}
+
+/// One backward call of a single-state core into the typed gradient views out: chunk 0 calls
+/// rec(in, d_o, d_state, d, out), any other chunked(..., chunk); d_state empty passes nullptr (zero dL/dS_T).
+template <typename T, class Inputs, class GradViews, class Rec, class Chunked>
+void run_backward(const Inputs& in, const Vec& d_o, const Vec& d_state, const cpu::DeltaDims& d, int64_t chunk,
+                  const GradViews& out, Rec rec, Chunked chunked) {
+  const auto dout = cast<T>(d_o), dst = cast<T>(d_state);
+  const T* dst_ptr = d_state.empty() ? nullptr : dst.data();
+  if (chunk == 0)
+    rec(in, dout.data(), dst_ptr, d, out);
+  else
+    chunked(in, dout.data(), dst_ptr, d, out, chunk);
+}
+
 /// CHECKs rel_err(a[i], ref[i]) < tol for every gradient i; returns the largest error (for reporting).
 inline double check_grads_close(const Grads& a, const Grads& ref, double tol) {
   REQUIRE(a.size() == ref.size());

@@ -48,28 +48,18 @@ struct Typed : TypedArrays<T> {
 
 template <typename T>
 Out forward(const Problem& p, int64_t chunk) {  // chunk 0: the recurrent form
-  const Typed<T> in(p);
-  std::vector<T> o(v_size(p.d)), s(state_size(p.d));
-  if (chunk == 0)
-    llmt::cpu::gdn_recurrent_fwd(in.inputs(), p.d, o.data(), s.data());
-  else
-    llmt::cpu::gdn_chunk_fwd(in.inputs(), p.d, o.data(), s.data(), chunk);
-  return {widen(o), widen(s)};
+  return run_forward<T>(Typed<T>(p).inputs(), p.d, chunk, llmt::cpu::gdn_recurrent_fwd<T>,
+                        llmt::cpu::gdn_chunk_fwd<T>);
 }
 
 // Grads: dq, dk, dv, dg, dbeta, ds0. d_state empty: nullptr (zero) final-state gradient.
 template <typename T>
 Grads backward(const Problem& p, const Vec& d_o, const Vec& d_state, int64_t chunk) {
-  const Typed<T> in(p);
-  const auto dout = cast<T>(d_o), dst = cast<T>(d_state);
   GradBuffers<T> g({{qk_size(p.d), 91}, {qk_size(p.d), 92}, {v_size(p.d), 93}, {tok_size(p.d), 94},
                     {tok_size(p.d), 95}, {state_size(p.d), 96}});
   const llmt::cpu::GdnGrads<T> out{g[0], g[1], g[2], g[3], g[4], g[5]};
-  const T* dst_ptr = d_state.empty() ? nullptr : dst.data();
-  if (chunk == 0)
-    llmt::cpu::gdn_recurrent_bwd(in.inputs(), dout.data(), dst_ptr, p.d, out);
-  else
-    llmt::cpu::gdn_chunk_bwd(in.inputs(), dout.data(), dst_ptr, p.d, out, chunk);
+  run_backward<T>(Typed<T>(p).inputs(), d_o, d_state, p.d, chunk, out, llmt::cpu::gdn_recurrent_bwd<T>,
+                  llmt::cpu::gdn_chunk_bwd<T>);
   return g.widened();
 }
 
