@@ -59,6 +59,19 @@ inline GateDims gate_dims(const Tensor& a, const Tensor& b, const Tensor& A_log,
   return {rows, heads, dim};
 }
 
+/// gate_dims for a decay-gate backward (dg, dbeta in the places of g, beta), plus: da, db, dA_log, ddt_bias
+/// match a, b, A_log, dt_bias. Throws llmt::Error naming `op` otherwise.
+inline GateDims gate_bwd_dims(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                              const Tensor& A_log, const Tensor& dt_bias, const Tensor& da, const Tensor& db,
+                              const Tensor& dA_log, const Tensor& ddt_bias, const char* op) {
+  const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
+  check_same(a, da, op);
+  check_same(b, db, op);
+  check_same(A_log, dA_log, op);
+  check_same(dt_bias, ddt_bias, op);
+  return gd;
+}
+
 /// The sizes of a delta-rule core call (gdn_*, comba_*, kda_chunk_*): q [B, T, H, K], v [B, T, H, V],
 /// beta [B, T, H], g [B, T, H] (per_channel false: GDN, Comba) or [B, T, H, K] (per_channel true: KDA).
 /// Returns {B, T, H, K, V}; throws llmt::Error naming `op` and the shapes otherwise.

@@ -783,11 +783,7 @@ class CpuBackend final : public Backend {
   void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                  const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                  const Tensor& ddt_bias, const char* op) {
-    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
-    check_same(a, da, op);
-    check_same(b, db, op);
-    check_same(A_log, dA_log, op);
-    check_same(dt_bias, ddt_bias, op);
+    const GateDims gd = gate_bwd_dims(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, op);
     dispatch(a, op, [&](auto zero) {
       using T = decltype(zero);
       cpu::delta_gates_bwd<T>(dg.as<T>(), dbeta.as<T>(), a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(),

@@ -732,11 +732,7 @@ class CudaBackend final : public Backend {
   void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                  const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                  const Tensor& ddt_bias, const char* op) {
-    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
-    check_same(a, da, op);
-    check_same(b, db, op);
-    check_same(A_log, dA_log, op);
-    check_same(dt_bias, ddt_bias, op);
+    const GateDims gd = gate_bwd_dims(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, op);
     const float *pdg = f32(dg, op), *pdbeta = f32(dbeta, op), *pa = f32(a, op), *pb = f32(b, op),
                 *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
     float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
