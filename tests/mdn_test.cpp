@@ -147,6 +147,18 @@ double check_out_close(const Out& a, const Out& ref, double tol) {
   return std::max({eo, es, em});
 }
 
+// The grid of the chunked-vs-recurrent tests in regime g: f(problem, chunk) for T in {1, 5, 64, 65, 150},
+// chunk in {16, 64}, with and without initial states.
+template <class F>
+void for_each_chunk_case(const Regime& g, F f) {
+  for (int64_t T : {1, 5, 64, 65, 150})
+    for (int64_t chunk : {16, 64})
+      for (bool with_state : {false, true}) {
+        INFO(g.name << ": T " << T << " chunk " << chunk << " initial states " << with_state);
+        f(make_problem({2, T, 2, 8, 6}, g, with_state, 100 + T), chunk);
+      }
+}
+
 }  // namespace
 
 TEST_CASE("mdn: hand-computed two-state recurrence, T = 2, K = V = 1", "[kernels][mdn]") {
@@ -255,13 +267,9 @@ TEST_CASE("mdn: [B, T, H, *] layout: each head of a batched call equals a single
 TEST_CASE("mdn: chunked forward equals the recurrent form in every gate regime, float64", "[kernels][mdn]") {
   for (const Regime& g : kAllRegimes) {
     double worst = 0.0;
-    for (int64_t T : {1, 5, 64, 65, 150})
-      for (int64_t chunk : {16, 64})
-        for (bool with_state : {false, true}) {
-          INFO(g.name << ": T " << T << " chunk " << chunk << " initial states " << with_state);
-          const Problem p = make_problem({2, T, 2, 8, 6}, g, with_state, 100 + T);
-          worst = std::max(worst, check_out_close(forward<double>(p, chunk), forward<double>(p, 0), kChunkTol));
-        }
+    for_each_chunk_case(g, [&](const Problem& p, int64_t chunk) {
+      worst = std::max(worst, check_out_close(forward<double>(p, chunk), forward<double>(p, 0), kChunkTol));
+    });
     WARN("mdn chunk fwd vs recurrent, " << g.name << ": max rel err " << worst);
   }
 }
@@ -269,18 +277,15 @@ TEST_CASE("mdn: chunked forward equals the recurrent form in every gate regime, 
 TEST_CASE("mdn: chunked backward equals the recurrent backward in every gate regime, float64", "[kernels][mdn]") {
   for (const Regime& g : kAllRegimes) {
     double worst = 0.0;
-    for (int64_t T : {1, 5, 64, 65, 150})
-      for (int64_t chunk : {16, 64})
-        for (bool with_state : {false, true}) {
-          INFO(g.name << ": T " << T << " chunk " << chunk << " initial states " << with_state);
-          const Problem p = make_problem({2, T, 2, 8, 6}, g, with_state, 100 + T);
-          const Vec d_o = randn(v_size(p.d), 200 + T), d_state = randn(state_size(p.d), 300 + T),
-                    d_mom = randn(state_size(p.d), 400 + T);
-          worst = std::max(worst, check_grads_close(backward<double>(p, d_o, d_state, d_mom, chunk),
-                                                    backward<double>(p, d_o, d_state, d_mom, 0), kChunkTol));
-          worst = std::max(worst, check_grads_close(backward<double>(p, d_o, {}, {}, chunk),
-                                                    backward<double>(p, d_o, {}, {}, 0), kChunkTol));
-        }
+    for_each_chunk_case(g, [&](const Problem& p, int64_t chunk) {
+      const int64_t T = p.d.seq_len;
+      const Vec d_o = randn(v_size(p.d), 200 + T), d_state = randn(state_size(p.d), 300 + T),
+                d_mom = randn(state_size(p.d), 400 + T);
+      worst = std::max(worst, check_grads_close(backward<double>(p, d_o, d_state, d_mom, chunk),
+                                                backward<double>(p, d_o, d_state, d_mom, 0), kChunkTol));
+      worst = std::max(worst, check_grads_close(backward<double>(p, d_o, {}, {}, chunk),
+                                                backward<double>(p, d_o, {}, {}, 0), kChunkTol));
+    });
     WARN("mdn chunk bwd vs recurrent, " << g.name << ": max rel err " << worst);
   }
 }
