@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -58,6 +59,19 @@ inline GateDims gate_dims(const Tensor& a, const Tensor& b, const Tensor& A_log,
   return {rows, heads, dim};
 }
 
+/// gate_dims for a decay-gate backward (dg, dbeta in the places of g, beta), plus: da, db, dA_log, ddt_bias
+/// match a, b, A_log, dt_bias. Throws llmt::Error naming `op` otherwise.
+inline GateDims gate_bwd_dims(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                              const Tensor& A_log, const Tensor& dt_bias, const Tensor& da, const Tensor& db,
+                              const Tensor& dA_log, const Tensor& ddt_bias, const char* op) {
+  const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
+  check_same(a, da, op);
+  check_same(b, db, op);
+  check_same(A_log, dA_log, op);
+  check_same(dt_bias, ddt_bias, op);
+  return gd;
+}
+
 /// The sizes of a delta-rule core call (gdn_*, comba_*, kda_chunk_*): q [B, T, H, K], v [B, T, H, V],
 /// beta [B, T, H], g [B, T, H] (per_channel false: GDN, Comba) or [B, T, H, K] (per_channel true: KDA).
 /// Returns {B, T, H, K, V}; throws llmt::Error naming `op` and the shapes otherwise.
@@ -73,6 +87,30 @@ inline DeltaCoreDims delta_core_dims(const Tensor& q, const Tensor& v, const Ten
         per_channel ? "[B, T, H, K]" : "[B, T, H]", q.shape_str(), v.shape_str(), g.shape_str(), beta.shape_str());
   for (const Tensor* t : {&v, &g, &beta}) check(t->dtype == q.dtype, "{}: dtype mismatch", op);
   return {q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3]};
+}
+
+/// delta_core_dims plus the checks of a chunk_fwd call: o matches v, and each of q_like (k; p for Comba)
+/// matches q (dtype and element count).
+inline DeltaCoreDims delta_fwd_dims(const Tensor& q, std::initializer_list<const Tensor*> q_like, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& o, bool per_channel,
+                                    const char* op) {
+  const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+  check_same(v, o, op);
+  for (const Tensor* t : q_like) check_same(q, *t, op);
+  return d;
+}
+
+/// delta_core_dims plus the checks of a chunk_bwd call: each of q_like (k, dq, dk; p, dp for Comba) matches q,
+/// d_o and dv match v, dg matches g and dbeta matches beta.
+inline DeltaCoreDims delta_bwd_dims(const Tensor& q, std::initializer_list<const Tensor*> q_like, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& d_o, const Tensor& dv,
+                                    const Tensor& dg, const Tensor& dbeta, bool per_channel, const char* op) {
+  const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+  for (const Tensor* t : q_like) check_same(q, *t, op);
+  for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, op);
+  check_same(g, dg, op);
+  check_same(beta, dbeta, op);
+  return d;
 }
 
 /// Heads of an mdn_gates call: z_alpha [rows, H]; the parameters [H] of its dtype; z_mu, z_eta, Mu_log,

@@ -416,9 +416,7 @@ class CpuBackend final : public Backend {
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "gdn_chunk_fwd");
-    check_same(v, o, "gdn_chunk_fwd");
-    check_same(q, k, "gdn_chunk_fwd");
+    const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd"));
     dispatch(q, "gdn_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -428,10 +426,8 @@ class CpuBackend final : public Backend {
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "gdn_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
+    const cpu::DeltaDims d =
+        cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd"));
     dispatch(q, "gdn_chunk_bwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -466,9 +462,7 @@ class CpuBackend final : public Backend {
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "comba_chunk_fwd");
-    check_same(v, o, "comba_chunk_fwd");
-    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
+    const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd"));
     dispatch(q, "comba_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -478,10 +472,8 @@ class CpuBackend final : public Backend {
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "comba_chunk_bwd");
-    for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
+    const cpu::DeltaDims d =
+        cpu_dims(delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd"));
     dispatch(q, "comba_chunk_bwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -493,9 +485,7 @@ class CpuBackend final : public Backend {
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, true, "kda_chunk_fwd");
-    check_same(v, o, "kda_chunk_fwd");
-    check_same(q, k, "kda_chunk_fwd");
+    const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd"));
     dispatch(q, "kda_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -505,10 +495,8 @@ class CpuBackend final : public Backend {
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, true, "kda_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk, &dg}) check_same(q, *t, "kda_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "kda_chunk_bwd");
-    check_same(beta, dbeta, "kda_chunk_bwd");
+    const cpu::DeltaDims d =
+        cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd"));
     dispatch(q, "kda_chunk_bwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -771,11 +759,15 @@ class CpuBackend final : public Backend {
     return heads;
   }
 
+  /// The sizes of a delta-rule core call (backend_util.h) as the CPU kernels take them.
+  static cpu::DeltaDims cpu_dims(const DeltaCoreDims& d) {
+    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
+  }
+
   /// Sizes of a delta-rule core call (backend_util.h delta_core_dims) as the CPU kernels take them.
   static cpu::DeltaDims delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
                                    bool per_channel, const char* op) {
-    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
-    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
+    return cpu_dims(delta_core_dims(q, v, g, beta, per_channel, op));
   }
 
   /// The decay gates (cpu/delta_gates.h) for gdn_gates_* (dim 1) and kda_gates_* (dim K).
@@ -791,11 +783,7 @@ class CpuBackend final : public Backend {
   void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                  const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                  const Tensor& ddt_bias, const char* op) {
-    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
-    check_same(a, da, op);
-    check_same(b, db, op);
-    check_same(A_log, dA_log, op);
-    check_same(dt_bias, ddt_bias, op);
+    const GateDims gd = gate_bwd_dims(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, op);
     dispatch(a, op, [&](auto zero) {
       using T = decltype(zero);
       cpu::delta_gates_bwd<T>(dg.as<T>(), dbeta.as<T>(), a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(),

@@ -510,9 +510,7 @@ class CudaBackend final : public Backend {
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    delta_core_dims(q, v, g, beta, false, "gdn_chunk_fwd");
-    check_same(v, o, "gdn_chunk_fwd");
-    check_same(q, k, "gdn_chunk_fwd");
+    delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd");
     const char* op = "gdn_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
@@ -525,10 +523,7 @@ class CudaBackend final : public Backend {
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    delta_core_dims(q, v, g, beta, false, "gdn_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
+    delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd");
     const char* op = "gdn_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
@@ -566,9 +561,7 @@ class CudaBackend final : public Backend {
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
-    delta_core_dims(q, v, g, beta, false, "comba_chunk_fwd");
-    check_same(v, o, "comba_chunk_fwd");
-    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
+    delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd");
     const char* op = "comba_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
@@ -582,10 +575,7 @@ class CudaBackend final : public Backend {
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
-    delta_core_dims(q, v, g, beta, false, "comba_chunk_bwd");
-    for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
+    delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd");
     const char* op = "comba_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
@@ -600,9 +590,7 @@ class CudaBackend final : public Backend {
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, true, "kda_chunk_fwd");
-    check_same(v, o, "kda_chunk_fwd");
-    check_same(q, k, "kda_chunk_fwd");
+    const DeltaCoreDims d = delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd");
     const char* op = "kda_chunk_fwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
     float* po = f32(o, op);
@@ -616,10 +604,7 @@ class CudaBackend final : public Backend {
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, true, "kda_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk, &dg}) check_same(q, *t, "kda_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "kda_chunk_bwd");
-    check_same(beta, dbeta, "kda_chunk_bwd");
+    const DeltaCoreDims d = delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd");
     const char* op = "kda_chunk_bwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
                 *pdo = f32(d_o, op);
@@ -747,11 +732,7 @@ class CudaBackend final : public Backend {
   void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                  const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                  const Tensor& ddt_bias, const char* op) {
-    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
-    check_same(a, da, op);
-    check_same(b, db, op);
-    check_same(A_log, dA_log, op);
-    check_same(dt_bias, ddt_bias, op);
+    const GateDims gd = gate_bwd_dims(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, op);
     const float *pdg = f32(dg, op), *pdbeta = f32(dbeta, op), *pa = f32(a, op), *pb = f32(b, op),
                 *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
     float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
