@@ -1,6 +1,8 @@
 // llmtrain generate: continue a prompt with a checkpoint's model (incremental decoding, Model::decode;
 // sampling, model/sampler.h) and print the text.
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -17,11 +19,19 @@
 namespace llmt::cli {
 
 int generate(const GenerateArgs& args) {
+  // stdout carries the generated text only; warnings and errors go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("generate"));
   const SamplingOptions sampling{args.temperature, args.top_k, args.top_p};
   check_sampling(sampling);
   check(args.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got {}", args.max_new_tokens);
   const std::string dir = resolve_checkpoint(args.checkpoint);
   const Config config = parse_config(checkpoint_config(dir));
+  check(config.data.source == "tokens",
+        "generate: {} was trained on the synthetic task data.source = {}, whose tokens are task symbols, not the "
+        "text of a tokenizer (docs/SYNTHETIC.md); generate continues text, for models trained on text",
+        dir, config.data.source);
+  if (args.temperature == 0 && (args.top_k > 0 || args.top_p < 1))
+    spdlog::warn("generate: --temperature 0 is greedy decoding; --top-k and --top-p have no effect");
 #ifndef LLMT_HAVE_PCRE2
   throw Error(fmt::format("generate: the checkpoint's tokenizer {} needs PCRE2, but llmtrain was built without it; "
                           "install libpcre2-dev and rebuild", config.data.tokenizer));
@@ -40,6 +50,10 @@ int generate(const GenerateArgs& args) {
   // Sample only ids the tokenizer can print (the model's vocabulary may be padded beyond it).
   const int64_t vocab = std::min<int64_t>(config.model.vocab_size, tokenizer->vocab_size());
   const int64_t n_prompt = static_cast<int64_t>(ids.size());
+  if (n_prompt + args.max_new_tokens > config.train.seq_len)
+    spdlog::warn("generate: the prompt's {} tokens plus up to {} new ones go past the {} tokens (train.seq_len) the "
+                 "model was trained on; quality usually drops beyond them", n_prompt, args.max_new_tokens,
+                 config.train.seq_len);
   DecodeState state = model.start_decode(1, n_prompt + std::max<int64_t>(args.max_new_tokens, 1));
   std::vector<double> logits(static_cast<size_t>(config.model.vocab_size));
   model.prefill(ids.data(), n_prompt, state, logits.data());

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   CLI::Option* edata = e->add_option("--data", ev.data, "prepare-data directory (dataset.json)")->check(CLI::ExistingDirectory);
   CLI::Option* etext = e->add_option("--text", ev.text, "UTF-8 text file")->check(CLI::ExistingFile);
   edata->excludes(etext);
-  e->add_option("--split", ev.split, "stream of --data")->check(CLI::IsMember({"val", "train"}));
+  e->add_option("--split", ev.split, "stream of --data")->check(CLI::IsMember({"val", "train"}))->needs(edata);
   e->add_option("--tokenizer,-t", ev.tokenizer, "tokenizer of --text (default: the checkpoint's data.tokenizer)");
   e->add_option("--seq-len", ev.seq_len, "window length (default: the checkpoint's train.seq_len)")->check(CLI::PositiveNumber);
   e->add_option("--stride", ev.stride, "window stride, <= seq-len (default: seq-len, non-overlapping); later windows score only tokens not scored before")
@@ -130,7 +130,10 @@ int main(int argc, char** argv) {
   g->add_option("--top-k", gen.top_k, "sample among the K most likely tokens (default 0 = all)");
   g->add_option("--top-p", gen.top_p,
                 "sample among the most likely tokens whose probability reaches P, in (0, 1] (default 1 = all)");
-  g->add_option("--seed", gen.seed, "sampling seed: the same seed gives the same text (default 0)");
+  g->add_option("--seed", gen.seed, "sampling seed: the same seed gives the same text (default 0)")
+      ->check(CLI::Validator(
+          [](const std::string& v) { return v.find('-') == std::string::npos ? "" : "must be a non-negative integer"; },
+          "UINT"));
   g->add_option("--backend", gen.backend, "cpu (default; auto means cpu too); decoding has no cuda kernels yet")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 

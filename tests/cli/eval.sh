@@ -83,4 +83,8 @@ if "$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --stride 33 >
   echo "FAIL: stride > seq_len accepted"; exit 1
 fi
 grep -q "stride" "$tmp/err.txt"
+if "$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --split train > "$tmp/err.txt" 2>&1; then
+  echo "FAIL: --split without --data accepted"; exit 1
+fi
+grep -q -- "--split requires --data" "$tmp/err.txt"
 echo "eval: matches the trainer's val_loss at steps 5 and 10; $((n - 1)) tokens / $bytes bytes scored at strides 32 and 5"

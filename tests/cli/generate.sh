@@ -55,4 +55,13 @@ expect_error "--prompt" --checkpoint "$tmp/run"
 expect_error "empty prompt" --checkpoint "$tmp/run" --prompt ""
 expect_error "$tmp/ds" --checkpoint "$tmp/ds" --prompt x
 expect_error "cuda" --checkpoint "$tmp/run" --prompt x --backend cuda
+expect_error "--seed: must be a non-negative integer" --checkpoint "$tmp/run" --prompt x --seed -1
+# a synthetic-task checkpoint has no text tokenizer: refused, naming the task
+"$llmtrain" train --config tests/configs/parity_tiny.json --out "$tmp/parity" \
+    > "$tmp/parity.log" 2>&1 || { cat "$tmp/parity.log"; fail "parity run"; }
+expect_error "data.source = parity" --checkpoint "$tmp/parity" --prompt x
+# warnings on stderr (stdout holds the text alone): greedy ignores top-k
+w=$(gen --max-new-tokens 4 --temperature 0 --top-k 5 2> "$tmp/warn.txt")
+grep -q "top-k and --top-p have no effect" "$tmp/warn.txt" || fail "no warning for top-k with greedy"
+[[ "$g1" == "$w"* ]] || fail "stdout of a warned run '$w' is not the greedy text"
 echo "generate: seeded sampling and greedy are reproducible and prefix-consistent; '$g1'"
