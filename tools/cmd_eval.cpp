@@ -76,14 +76,25 @@ int eval(const EvalArgs& args) {
   const int64_t stride = args.stride > 0 ? args.stride : T;
   const int64_t batch = args.batch > 0 ? args.batch : config.train.micro_batch;
 
+  std::string source, tokenizer;
+  std::vector<int32_t> text_tokens;
+  int64_t rows = batch;
+  if (args.data.empty()) {
+    tokenizer = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
+    text_tokens = tokenize_file(args.text, tokenizer);
+    check(text_tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, text_tokens.size());
+    // no more rows per forward than there are windows (a short text would otherwise compute padding)
+    const auto windows = plan_eval_windows(static_cast<int64_t>(text_tokens.size()), T, stride, args.max_tokens);
+    rows = std::max<int64_t>(1, std::min<int64_t>(batch, static_cast<int64_t>(windows.size())));
+  }
+
   const auto backend = make_backend(args.backend);
   Model model(config.model);
   model.allocate(*backend, DType::f32, compute_dtype_for(config.train.precision, *backend));
-  model.plan(batch, T);
+  model.plan(rows, T);
   load_weights(dir, model.params());
 
   EvalTotals totals;
-  std::string source, tokenizer;
   std::vector<int32_t> first_window;  // the stream's first tokens, for --dump-logits
   if (!args.data.empty()) {
     // seq_len 1 here: every shard with two or more tokens counts; the windows are evaluate's.
@@ -101,12 +112,9 @@ int eval(const EvalArgs& args) {
     }
     source = fmt::format("{} ({} stream, {} shards)", args.data, args.split, ds.num_shards());
   } else {
-    tokenizer = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
-    const std::vector<int32_t> tokens = tokenize_file(args.text, tokenizer);
-    check(tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, tokens.size());
-    evaluate_stream(model, batch, T, tokens, stride, args.max_tokens, token_byte_lengths(tokenizer), totals);
+    evaluate_stream(model, rows, T, text_tokens, stride, args.max_tokens, token_byte_lengths(tokenizer), totals);
     source = args.text;
-    first_window.assign(tokens.begin(), tokens.begin() + std::min<int64_t>(T, tokens.size()));
+    first_window.assign(text_tokens.begin(), text_tokens.begin() + std::min<int64_t>(T, text_tokens.size()));
   }
   if (!args.dump_logits.empty()) dump_logits(model, first_window, T, args.dump_logits);
 
