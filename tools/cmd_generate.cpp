@@ -30,11 +30,10 @@ int generate(const GenerateArgs& args) {
   std::vector<int32_t> ids = tokenizer->encode(args.prompt);
   check(!ids.empty(), "generate: --prompt gives no tokens (an empty prompt); give some text to continue");
 
-  // "auto" is the CPU here: the CUDA backend has no decode kernels yet.
-  const auto backend = make_backend(args.backend == "auto" ? "cpu" : args.backend);
-  check(backend->name() == "cpu", "generate: decode is not implemented on {} yet, use --backend cpu", backend->name());
+  // As in training: "auto" is cuda when a GPU is visible; the compute dtype is train.precision's there.
+  const auto backend = make_backend(args.backend);
   Model model(config.model);
-  model.allocate(*backend, DType::f32);
+  model.allocate(*backend, DType::f32, compute_dtype_for(config.train.precision, *backend));
   load_weights(dir, model.params());
 
   // Sample only ids the tokenizer can print (the model's vocabulary may be padded beyond it).

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   g->add_option("--top-p", gen.top_p,
                 "sample among the most likely tokens whose probability reaches P, in (0, 1] (default 1 = all)");
   g->add_option("--seed", gen.seed, "sampling seed: the same seed gives the same text (default 0)");
-  g->add_option("--backend", gen.backend, "cpu (default; auto means cpu too); decoding has no cuda kernels yet")
+  g->add_option("--backend", gen.backend, "auto (default: cuda when a GPU is visible, else cpu), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
   try {
