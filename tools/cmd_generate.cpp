@@ -30,10 +30,13 @@ int generate(const GenerateArgs& args) {
   std::vector<int32_t> ids = tokenizer->encode(args.prompt);
   check(!ids.empty(), "generate: --prompt gives no tokens (an empty prompt); give some text to continue");
 
-  // As in training: "auto" is cuda when a GPU is visible; the compute dtype is train.precision's there.
+  // As in training: "auto" is cuda when a GPU is visible, computing in train.precision's dtype there; the CPU
+  // computes in fp32 whatever the checkpoint was trained in (its bf16 is GPU-only).
   const auto backend = make_backend(args.backend);
+  const DType compute =
+      backend->name() == "cpu" ? DType::f32 : compute_dtype_for(config.train.precision, *backend);
   Model model(config.model);
-  model.allocate(*backend, DType::f32, compute_dtype_for(config.train.precision, *backend));
+  model.allocate(*backend, DType::f32, compute);
   load_weights(dir, model.params());
 
   // Sample only ids the tokenizer can print (the model's vocabulary may be padded beyond it).
