@@ -57,13 +57,14 @@ expect_error "empty prompt" --checkpoint "$tmp/run" --prompt ""
 expect_error "$tmp/ds" --checkpoint "$tmp/ds" --prompt x
 # --backend cuda: decoding on the GPU where one is visible (greedy, reproducible, a prefix of a longer run),
 # else the error naming the missing device
-if cuda_out=$(gen --max-new-tokens 8 --temperature 0 --backend cuda 2> "$tmp/cuda_err.txt"); then
+if gen --max-new-tokens 8 --temperature 0 --backend cuda > "$tmp/cuda_out.txt" 2> "$tmp/cuda_err.txt"; then
+  cuda_out=$(cat "$tmp/cuda_out.txt")
   [ "$cuda_out" = "$(gen --max-new-tokens 8 --temperature 0 --backend cuda)" ] || fail "cuda greedy not reproducible"
   [[ "$(gen --max-new-tokens 16 --temperature 0 --backend cuda)" == "$cuda_out"* ]] ||
     fail "cuda greedy 8 tokens '$cuda_out' are not a prefix of 16"
   [ "$cuda_out" != "The history of" ] || fail "no tokens generated on cuda"
 else
-  grep -q "no CUDA device is visible\|has no CUDA backend" "$tmp/cuda_err.txt" ||
-    { cat "$tmp/cuda_err.txt"; fail "--backend cuda failed for another reason than a missing GPU"; }
+  cat "$tmp/cuda_out.txt" "$tmp/cuda_err.txt" | grep -q "no CUDA device is visible\|has no CUDA backend" ||
+    { cat "$tmp/cuda_out.txt" "$tmp/cuda_err.txt"; fail "--backend cuda failed for another reason than a missing GPU"; }
 fi
 echo "generate: seeded sampling and greedy are reproducible and prefix-consistent; '$g1'"
