@@ -40,11 +40,14 @@ int generate(const GenerateArgs& args) {
   std::vector<int32_t> ids = tokenizer->encode(args.prompt);
   check(!ids.empty(), "generate: --prompt gives no tokens (an empty prompt); give some text to continue");
 
-  // "auto" is the CPU here: the CUDA backend has no decode kernels yet.
+  // "auto" is the CPU until the CUDA decode kernels (--backend cuda) have passed their GPU tests
+  // (tests/cuda_decode_test.cpp); cuda computes in train.precision's dtype, the CPU in fp32 whatever the
+  // checkpoint was trained in (its bf16 is GPU-only).
   const auto backend = make_backend(args.backend == "auto" ? "cpu" : args.backend);
-  check(backend->name() == "cpu", "generate: decode is not implemented on {} yet, use --backend cpu", backend->name());
+  const DType compute =
+      backend->name() == "cpu" ? DType::f32 : compute_dtype_for(config.train.precision, *backend);
   Model model(config.model);
-  model.allocate(*backend, DType::f32);
+  model.allocate(*backend, DType::f32, compute);
   load_weights(dir, model.params());
 
   // Sample only ids the tokenizer can print (the model's vocabulary may be padded beyond it).

@@ -121,7 +121,7 @@ struct GenerateArgs {
   int64_t top_k = 0;             ///< 0 = no limit
   double top_p = 1.0;            ///< 1 = no limit
   uint64_t seed = 0;             ///< the sampling stream: the same seed gives the same text
-  std::string backend = "cpu";   ///< decoding runs on the CPU backend only (cuda: a clear error)
+  std::string backend = "auto";  ///< auto (cuda when a GPU is visible, else cpu), cpu or cuda
 };
 /// Prints the prompt followed by its continuation, sampled token by token from the checkpoint's model
 /// (Model::prefill / decode; model/sampler.h) with the checkpoint's tokenizer (data.tokenizer).

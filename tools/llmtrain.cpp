@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Validator(
           [](const std::string& v) { return v.find('-') == std::string::npos ? "" : "must be a non-negative integer"; },
           "UINT"));
-  g->add_option("--backend", gen.backend, "cpu (default; auto means cpu too); decoding has no cuda kernels yet")
+  g->add_option("--backend", gen.backend,
+                "cpu (default; auto means cpu too) or cuda (the CUDA decode kernels: not yet verified on a GPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
   try {

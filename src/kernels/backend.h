@@ -264,7 +264,7 @@ class Backend {
   // prompt's prefill: its length), continuing the state the mixer carries (all zero at the start of a
   // sequence; updated in place to the state after the T tokens). Tensors have the layouts of the training
   // ops. Semantics: the named src/kernels/cpu functions. A backend that does not implement one throws
-  // llmt::Error naming the op and itself (CUDA: none yet). ----
+  // llmt::Error naming the op and itself (the CPU and CUDA backends implement all of them). ----
 
   /// Rotary embedding in place on x [B, T, H, Dh] at absolute positions position .. position + T - 1
   /// (cpu::rope_fwd_at; rope_fwd is position 0).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -217,6 +218,67 @@ inline cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const 
   param(p.mimo_o, H * R * P, "mimo_o (rank > 1 only)", R > 1);
   param(p.norm, H * P, "norm (outproj_norm only)", opt.outproj_norm);
   return {B, T, H, P, N, opt.n_groups, R, S};
+}
+
+// ---- incremental decoding (Backend::*_decode): the shape checks both backends share ----
+
+/// attention_decode: q, k, v, o [B, T, H, Dh] alike; k_cache, v_cache [B, capacity, H, Dh] of q's dtype; positions
+/// position .. position + T - 1 inside the cache. Throws llmt::Error naming the op and the shapes otherwise.
+inline void check_attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                                   const Tensor& v_cache, int64_t position, const Tensor& o) {
+  check(q.ndim == 4, "attention_decode: q must be [B, T, H, Dh], got {}", q.shape_str());
+  for (const Tensor* t : {&k, &v, &o}) check_same(q, *t, "attention_decode");
+  check_same(k_cache, v_cache, "attention_decode");
+  check(k_cache.ndim == 4 && k_cache.shape[0] == q.shape[0] && k_cache.shape[2] == q.shape[2] &&
+            k_cache.shape[3] == q.shape[3] && k_cache.dtype == q.dtype,
+        "attention_decode: the caches must be [B, capacity, H, Dh] of q's dtype for q {}, got {}", q.shape_str(),
+        k_cache.shape_str());
+  check(position >= 0 && position + q.shape[1] <= k_cache.shape[1],
+        "attention_decode: positions {} .. {} outside the cache of {}", position, position + q.shape[1] - 1,
+        k_cache.shape[1]);
+}
+
+/// short_conv_silu_decode: x, y [B, T, C]; w [C, 1, W]; bias [C] or absent; window [B, W - 1, C] (x's dtype).
+/// Returns W; throws llmt::Error naming the op and the shapes otherwise.
+inline int64_t short_conv_decode_width(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                                       const Tensor& y) {
+  check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
+        "short_conv_silu_decode: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
+  const int64_t B = x.shape[0], C = x.shape[2], W = w.shape[2];
+  check(W >= 1, "short_conv: width must be >= 1, got {}", W);
+  check(window.numel() == B * (W - 1) * C && (window.numel() == 0 || window.dtype == x.dtype),
+        "short_conv_silu_decode: window must be [B, W - 1, C] = [{}, {}, {}], got {}", B, W - 1, C, window.shape_str());
+  check(bias.data == nullptr || (bias.numel() == C && bias.dtype == x.dtype),
+        "short_conv_silu_decode: bias must be [C] = [{}] or absent, got {}", C, bias.shape_str());
+  check_same(x, y, "short_conv_silu_decode");
+  return W;
+}
+
+/// A carried decode state of `n` elements shaped `what` in `dtype` (a zero-size one may have any dtype);
+/// throws llmt::Error naming the op, what it must be and what it is otherwise.
+inline void check_decode_state(const Tensor& state, int64_t n, DType dtype, const char* op, const std::string& what) {
+  check(state.numel() == n && (n == 0 || state.dtype == dtype), "{}: {} must be {} of {}, got {} {}", op, what,
+        n, dtype_name(dtype), state.shape_str(), dtype_name(state.dtype));
+}
+
+/// The sizes of a delta-rule decode call (gdn/kda/comba/mdn_decode): delta_core_dims and the state [B, H, K, V]
+/// of q's dtype.
+inline DeltaCoreDims delta_decode_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                       const Tensor& state, bool per_channel, const char* op) {
+  const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+  check_decode_state(state, d.batch * d.heads * d.key_dim * d.value_dim, q.dtype, op,
+                     fmt::format("state [B, H, K, V] = [{}, {}, {}, {}]", d.batch, d.heads, d.key_dim, d.value_dim));
+  return d;
+}
+
+/// mamba3_decode's carry for the layer sizes d, in x's dtype.
+inline void check_mamba3_carry(const Backend::Mamba3Carry& carry, const cpu::Mamba3LayerDims& d, DType dtype) {
+  const int64_t BH = d.batch * d.heads;
+  const char* op = "mamba3_decode";
+  check_decode_state(carry.state, BH * d.head_dim * d.state_dim, dtype, op, "carry.state [B, H, P, N]");
+  check_decode_state(carry.k_prev, BH * d.rank * d.state_dim, dtype, op, "carry.k_prev [B, H, R, N]");
+  check_decode_state(carry.v_prev, BH * d.rank * d.head_dim, dtype, op, "carry.v_prev [B, H, R, P]");
+  check_decode_state(carry.phase, BH * d.angles, dtype, op, "carry.phase [B, H, S]");
 }
 
 }  // namespace llmt

@@ -606,16 +606,7 @@ class CpuBackend final : public Backend {
   }
   void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                         const Tensor& v_cache, int64_t position, double scale, const Tensor& o) override {
-    check(q.ndim == 4, "attention_decode: q must be [B, T, H, Dh], got {}", q.shape_str());
-    for (const Tensor* t : {&k, &v, &o}) check_same(q, *t, "attention_decode");
-    check_same(k_cache, v_cache, "attention_decode");
-    check(k_cache.ndim == 4 && k_cache.shape[0] == q.shape[0] && k_cache.shape[2] == q.shape[2] &&
-              k_cache.shape[3] == q.shape[3] && k_cache.dtype == q.dtype,
-          "attention_decode: the caches must be [B, capacity, H, Dh] of q's dtype for q {}, got {}", q.shape_str(),
-          k_cache.shape_str());
-    check(position >= 0 && position + q.shape[1] <= k_cache.shape[1],
-          "attention_decode: positions {} .. {} outside the cache of {}", position, position + q.shape[1] - 1,
-          k_cache.shape[1]);
+    check_attention_decode(q, k, v, k_cache, v_cache, position, o);
     dispatch(q, "attention_decode", [&](auto zero) {
       using T = decltype(zero);
       cpu::attention_decode<T>(q.as<T>(), k.as<T>(), v.as<T>(), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
@@ -624,15 +615,7 @@ class CpuBackend final : public Backend {
   }
   void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
                               const Tensor& y) override {
-    check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
-          "short_conv_silu_decode: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
-    const int64_t B = x.shape[0], C = x.shape[2], W = w.shape[2];
-    check(window.numel() == B * (W - 1) * C && (window.numel() == 0 || window.dtype == x.dtype),
-          "short_conv_silu_decode: window must be [B, W - 1, C] = [{}, {}, {}], got {}", B, W - 1, C,
-          window.shape_str());
-    check(bias.data == nullptr || (bias.numel() == C && bias.dtype == x.dtype),
-          "short_conv_silu_decode: bias must be [C] = [{}] or absent, got {}", C, bias.shape_str());
-    check_same(x, y, "short_conv_silu_decode");
+    const int64_t W = short_conv_decode_width(x, w, bias, window, y), B = x.shape[0], C = x.shape[2];
     dispatch(x, "short_conv_silu_decode", [&](auto zero) {
       using T = decltype(zero);
       cpu::short_conv_silu_step<T>(x.as<T>(), w.as<T>(), B, x.shape[1], C, W, mutable_or_null<T>(window), y.as<T>(),
@@ -691,9 +674,8 @@ class CpuBackend final : public Backend {
                          const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, const Tensor& state,
                          const Tensor& y) override {
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_decode");
-    check(state.numel() == d.batch * d.heads * d.head_dim * d.state_dim && state.dtype == xbc.dtype,
-          "mamba2_ssd_decode: state must be [B, H, P, N] = [{}, {}, {}, {}] of xbc's dtype, got {}", d.batch, d.heads,
-          d.head_dim, d.state_dim, state.shape_str());
+    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, xbc.dtype, "mamba2_ssd_decode",
+                       "state [B, H, P, N]");
     dispatch(xbc, "mamba2_ssd_decode", [&](auto zero) {
       using T = decltype(zero);
       cpu::mamba2_ssd_fwd<T>(xbc.as<T>(), dt_raw.as<T>(), dt_bias.as<T>(), A_log.as<T>(), D.as<T>(), d, chunk_size,
@@ -703,16 +685,7 @@ class CpuBackend final : public Backend {
   void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
                      const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_decode");
-    const int64_t BH = d.batch * d.heads;
-    const auto sized = [&](const Tensor& t, int64_t n, const char* name) {
-      check(t.numel() == n && (n == 0 || t.dtype == x.dtype),
-            "mamba3_decode: carry.{} must hold {} elements of {}, got {}", name, n, dtype_name(x.dtype),
-            t.shape_str());
-    };
-    sized(carry.state, BH * d.head_dim * d.state_dim, "state [B, H, P, N]");
-    sized(carry.k_prev, BH * d.rank * d.state_dim, "k_prev [B, H, R, N]");
-    sized(carry.v_prev, BH * d.rank * d.head_dim, "v_prev [B, H, R, P]");
-    sized(carry.phase, BH * d.angles, "phase [B, H, S]");
+    check_mamba3_carry(carry, d, x.dtype);
     dispatch(x, "mamba3_decode", [&](auto zero) {
       using T = decltype(zero);
       const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
@@ -725,14 +698,11 @@ class CpuBackend final : public Backend {
  private:
   AllocationLog allocations_;
 
-  /// Sizes of a delta-rule decode call: delta_dims and state [B, H, K, V] of q's dtype.
+  /// Sizes of a delta-rule decode call (backend_util.h delta_decode_dims) as the CPU kernels take them.
   static cpu::DeltaDims decode_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
                                     const Tensor& state, bool per_channel, const char* op) {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, per_channel, op);
-    check(state.numel() == d.batch * d.heads * d.key_dim * d.value_dim && state.dtype == q.dtype,
-          "{}: state must be [B, H, K, V] = [{}, {}, {}, {}] of q's dtype, got {}", op, d.batch, d.heads, d.key_dim,
-          d.value_dim, state.shape_str());
-    return d;
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, per_channel, op);
+    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
   }
 
   /// A typed mutable pointer to an optional tensor (nullptr for a default-constructed one).

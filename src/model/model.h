@@ -92,8 +92,7 @@ class Model {
   // ---- incremental decoding (the inference path; docs/ARCHITECTURE.md) ----
   /// Starts decoding `batch` sequences of at most `max_len` tokens each: returns the zeroed state of every
   /// mixer (Mixer::decode_state). decode() and prefill() then plan the model for their shapes ([batch, 1],
-  /// [batch, n]; replacing any earlier plan). Needs a backend with the *_decode ops (the CPU backend; the CUDA
-  /// one throws naming the op).
+  /// [batch, n]; replacing any earlier plan). Runs on the backend's *_decode ops (both backends have them).
   DecodeState start_decode(int64_t batch, int64_t max_len);
   /// Feeds one token per sequence, ids host int32 [batch], at position state.position (then incremented) and
   /// writes the next-token logits [batch, vocab] (host, double) into `logits`. Throws llmt::Error when a

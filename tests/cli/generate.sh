@@ -4,6 +4,7 @@
 # - one token is drawn per step, so a shorter run with the same seed is a prefix of a longer one
 #   (greedy and sampled): prefill + decode carry the state correctly from step to step;
 # - --max-new-tokens 0 prints the prompt unchanged;
+# - --backend cuda decodes on the GPU where one is visible (else a clear error);
 # - bad flags and bad checkpoints are clear errors naming the flag or the path.
 # Usage: generate.sh path/to/llmtrain   (run from the repository root)
 set -euo pipefail
@@ -54,7 +55,6 @@ expect_error "--max-new-tokens" --checkpoint "$tmp/run" --prompt x --max-new-tok
 expect_error "--prompt" --checkpoint "$tmp/run"
 expect_error "empty prompt" --checkpoint "$tmp/run" --prompt ""
 expect_error "$tmp/ds" --checkpoint "$tmp/ds" --prompt x
-expect_error "cuda" --checkpoint "$tmp/run" --prompt x --backend cuda
 expect_error "--seed: must be a non-negative integer" --checkpoint "$tmp/run" --prompt x --seed -1
 # a synthetic-task checkpoint has no text tokenizer: refused, naming the task
 "$llmtrain" train --config tests/configs/parity_tiny.json --out "$tmp/parity" \
@@ -64,4 +64,16 @@ expect_error "data.source = parity" --checkpoint "$tmp/parity" --prompt x
 w=$(gen --max-new-tokens 4 --temperature 0 --top-k 5 2> "$tmp/warn.txt")
 grep -q "top-k and --top-p have no effect" "$tmp/warn.txt" || fail "no warning for top-k with greedy"
 [[ "$g1" == "$w"* ]] || fail "stdout of a warned run '$w' is not the greedy text"
+# --backend cuda: decoding on the GPU where one is visible (greedy, reproducible, a prefix of a longer run),
+# else the error naming the missing device
+if gen --max-new-tokens 8 --temperature 0 --backend cuda > "$tmp/cuda_out.txt" 2> "$tmp/cuda_err.txt"; then
+  cuda_out=$(cat "$tmp/cuda_out.txt")
+  [ "$cuda_out" = "$(gen --max-new-tokens 8 --temperature 0 --backend cuda)" ] || fail "cuda greedy not reproducible"
+  [[ "$(gen --max-new-tokens 16 --temperature 0 --backend cuda)" == "$cuda_out"* ]] ||
+    fail "cuda greedy 8 tokens '$cuda_out' are not a prefix of 16"
+  [ "$cuda_out" != "The history of" ] || fail "no tokens generated on cuda"
+else
+  cat "$tmp/cuda_out.txt" "$tmp/cuda_err.txt" | grep -q "no CUDA device is visible\|has no CUDA backend" ||
+    { cat "$tmp/cuda_out.txt" "$tmp/cuda_err.txt"; fail "--backend cuda failed for another reason than a missing GPU"; }
+fi
 echo "generate: seeded sampling and greedy are reproducible and prefix-consistent; '$g1'"

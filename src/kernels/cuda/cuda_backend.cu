@@ -704,6 +704,83 @@ class CudaBackend final : public Backend {
                         stream_);
   }
 
+  // ---- incremental decoding (checks as the CPU backend's, backend_util.h; attention in f32 or bf16, the
+  // recurrent ops f32: the layers keep those activations and states in the master dtype) ----
+  void rope_fwd_at(const Tensor& x, double theta, int64_t position) override {
+    check(x.ndim == 4 && x.shape[3] % 2 == 0 && position >= 0,
+          "rope_fwd_at: x must be [B, T, H, Dh] with even Dh and position >= 0, got {} at {}", x.shape_str(), position);
+    dispatch(x, "rope_fwd_at", [&](auto zero) {
+      using T = decltype(zero);
+      cuda::rope_fwd_at(ptr<T>(x), x.shape[0], x.shape[1], x.shape[2], x.shape[3], theta, position, stream_);
+    });
+  }
+  void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                        const Tensor& v_cache, int64_t position, double scale, const Tensor& o) override {
+    check_attention_decode(q, k, v, k_cache, v_cache, position, o);
+    dispatch(q, "attention_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cuda::attention_decode(ptr<T>(q), ptr<T>(k), ptr<T>(v), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                             k_cache.shape[1], position, scale, ptr<T>(k_cache), ptr<T>(v_cache), ptr<T>(o), stream_);
+    });
+  }
+  void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                              const Tensor& y) override {
+    const char* op = "short_conv_silu_decode";
+    const int64_t W = short_conv_decode_width(x, w, bias, window, y);
+    cuda::short_conv_silu_decode(f32(x, op), f32(w, op), optional_f32(bias, op), x.shape[0], x.shape[1],
+                                 x.shape[2], W, window.numel() ? f32(window, op) : nullptr, f32(y, op), stream_);
+  }
+  void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t, const Tensor& state, const Tensor& o) override {
+    delta_decode(q, k, v, g, beta, state, o, false, "gdn_decode", cuda::gdn_decode);
+  }
+  void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t, const Tensor& state, const Tensor& o) override {
+    delta_decode(q, k, v, g, beta, state, o, true, "kda_decode", cuda::kda_decode);
+  }
+  void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                    const Tensor& beta, int64_t, const Tensor& state, const Tensor& o) override {
+    const char* op = "comba_decode";
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, false, op);
+    for (const Tensor* t : {&k, &p}) check_same(q, *t, op);
+    check_same(v, o, op);
+    cuda::comba_decode(f32(q, op), f32(k, op), f32(v, op), f32(p, op), f32(g, op), f32(beta, op), d.batch, d.seq_len,
+                       d.heads, d.key_dim, d.value_dim, f32(state, op), f32(o, op), stream_);
+  }
+  void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                  const Tensor& log_mu, const Tensor& eta, int64_t, const Tensor& state, const Tensor& momentum,
+                  const Tensor& o) override {
+    const char* op = "mdn_decode";
+    const DeltaCoreDims d = delta_decode_dims(q, v, log_alpha, beta, state, false, op);
+    check_same(q, k, op);
+    check_same(v, o, op);
+    check_same(state, momentum, op);
+    for (const Tensor* t : {&log_mu, &eta}) check_same(beta, *t, op);
+    cuda::mdn_decode(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
+                     f32(eta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, f32(state, op),
+                     f32(momentum, op), f32(o, op), stream_);
+  }
+  void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                         const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t, const Tensor& state,
+                         const Tensor& y) override {
+    const char* op = "mamba2_ssd_decode";
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
+    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, xbc.dtype, op, "state [B, H, P, N]");
+    cuda::mamba2_ssd_decode(f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op), d.batch,
+                            d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(state, op), f32(y, op),
+                            stream_);
+  }
+  void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                     const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {
+    const char* op = "mamba3_decode";
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
+    check_mamba3_carry(carry, d, x.dtype);
+    const cuda::Mamba3CarryPtrs c{f32(carry.state, op), f32(carry.k_prev, op), f32(carry.v_prev, op),
+                                  carry.phase.numel() ? f32(carry.phase, op) : nullptr};
+    cuda::mamba3_decode(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, c,
+                        f32(out, op), scratch(mamba3_fwd_scratch_bytes(d, opt)), stream_);
+  }
+
  private:
   /// The f32 data of an optional tensor (nullptr for a default-constructed one).
   static const float* optional_f32(const Tensor& t, const char* op) {
@@ -753,6 +830,17 @@ class CudaBackend final : public Backend {
     LLMT_CUDA_CHECK(cudaMemcpyAsync(&host, result_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     LLMT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return host;
+  }
+
+  /// gdn_decode / kda_decode: the checks, then `launch` (cuda::gdn_decode or cuda::kda_decode).
+  template <typename Launch>
+  void delta_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                    const Tensor& state, const Tensor& o, bool per_channel, const char* op, Launch launch) {
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, per_channel, op);
+    check_same(q, k, op);
+    check_same(v, o, op);
+    launch(f32(q, op), f32(k, op), f32(v, op), f32(g, op), f32(beta, op), d.batch, d.seq_len, d.heads, d.key_dim,
+           d.value_dim, f32(state, op), f32(o, op), stream_);
   }
 
   /// Scratch of at least `bytes` bytes, shared by the ops (they run in order on one stream);

@@ -1,6 +1,7 @@
-// The Mamba-3 layer op on the GPU (ops.cuh mamba3_fwd/bwd; layers-ssm-attn.md §4.3–4.5): the scratch, the
+// The Mamba-3 layer op on the GPU (ops.cuh mamba3_fwd/bwd/decode; layers-ssm-attn.md §4.3–4.6): the scratch, the
 // fixed-order column sums of the parameter gradients, and the order of the phases: prep (mamba3_prep.cu), the
-// chunked core (mamba3_core.cu), the gate (mamba3_gate.cu); the backward recomputes the forward first.
+// chunked core (mamba3_core.cu) or the decode recurrence (mamba3_decode.cu), the gate (mamba3_gate.cu); the
+// backward recomputes the forward first.
 #include <type_traits>
 
 #include "kernels/cuda/mamba3.cuh"
@@ -129,6 +130,20 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
   carve(s, false, scratch, &buf);
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, stream);
+  m3::gate_fwd(z, p, s, opt, buf, out, stream);
+}
+
+void mamba3_decode(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                   const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, float* out,
+                   void* scratch, cudaStream_t stream) {
+  const Sizes s = m3::make_sizes(dims);
+  check_sizes(s);
+  const Mamba3Ptrs p = checked(params, s, opt);
+  if (s.E == 0) return;
+  Buffers buf;
+  carve(s, false, scratch, &buf);
+  m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
+  m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
   m3::gate_fwd(z, p, s, opt, buf, out, stream);
 }
 

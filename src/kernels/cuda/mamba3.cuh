@@ -56,9 +56,10 @@ void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffe
             cudaStream_t stream);
 
 // mamba3_prep.cu
-/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x.
+/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x. phase0: [B, H, S], the phases
+/// carried into the first token (decoding, §4.6), or nullptr for 0.
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
-              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream);
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0 = nullptr);
 /// §4.5 steps 3–6 from buf.dq, dk, da, dgam, dsig: dbc, draw overwritten, the prep parameter gradients and
 /// dD (from buf.dDp) accumulated.
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
@@ -83,5 +84,12 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t s
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream);
 /// Throws llmt::Error unless the core's shared memory and grids fit the device.
 void core_check(const Sizes& s);
+
+// mamba3_decode.cu
+/// The recurrence of §4.6 over the prepped tokens (cpu::mamba3_layer_step's core), continuing `carry`:
+/// per token H = α H + ε α W_prev + γ W, y_r = H q_r + D v_r into buf.y; then k, v, φ are carried.
+/// carry: state [B, H, P, N], k_prev [B, H, R, N], v_prev [B, H, R, P], phase [B, H, S] (null when S = 0).
+void step_fwd(const float* D, const Sizes& s, const Buffers& buf, float* state, float* k_prev, float* v_prev,
+              float* phase, cudaStream_t stream);
 
 }  // namespace llmt::cuda::m3

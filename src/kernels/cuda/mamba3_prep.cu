@@ -66,12 +66,13 @@ __global__ void theta_kernel(const float* raw, Sizes s, double* theta) {
     theta[idx] = kPi * tanh(static_cast<double>(raw[(idx / s.S) * s.W + 3 * s.H + idx % s.S]));
 }
 
-// φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π.   (one thread per (b, h, i))
-__global__ void phase_kernel(const double* dtd, const double* theta, Sizes s, float* phi) {
+// φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π from φ_{-1} = phase0[b, h, i] (0 when phase0 is null).
+// (one thread per (b, h, i))
+__global__ void phase_kernel(const double* dtd, const double* theta, const float* phase0, Sizes s, float* phi) {
   const int64_t n = s.B * s.H * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, h = (idx / s.S) % s.H, b = idx / (s.S * s.H);
-    double acc = 0.0;
+    double acc = phase0 != nullptr ? static_cast<double>(phase0[idx]) : 0.0;
     for (int64_t t = 0; t < s.T; ++t) {
       const int64_t row = b * s.T + t;
       acc = fmod(acc + dtd[row * s.H + h] * theta[row * s.S + i], 2.0 * kPi);
@@ -263,13 +264,13 @@ __global__ void dD_kernel(const double* dDp, Sizes s, float* dD) {
 }  // namespace
 
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
-              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream) {
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0) {
   token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
     LLMT_CUDA_CHECK_LAUNCH();
-    phase_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(buf.dtd, buf.theta, s, buf.phi);
+    phase_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
