@@ -15,16 +15,10 @@ import math
 import os
 import sys
 
-try:
-    import matplotlib
-except ImportError:
-    # Debian's python3-matplotlib belongs to /usr/bin/python3, which may not be the python3 on PATH
-    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__), *sys.argv[1:]])
-    sys.exit("plot_sweep: needs matplotlib (Debian: apt-get install python3-matplotlib; elsewhere: pip install matplotlib)")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_util import pyplot  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+plt = pyplot(__file__, "plot_sweep")
 
 METRICS = ["best_val_loss", "final_val_loss", "tokens_per_s", "final_val_acc"]
 
