@@ -26,7 +26,7 @@ except ImportError:
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-METRICS = ["best_val_loss", "final_val_loss", "tokens_per_s", "final_val_acc"]
+METRICS = ["best_val_loss", "final_val_loss", "tokens_per_s", "final_val_acc", "final_val_scaled_acc"]
 
 
 def read_results(sweep_dir):
