@@ -114,6 +114,12 @@ for task in 0 1; do
     launcher=$(pgrep -P $job); trainer=$(pgrep -P "$launcher")
     kill -TERM $job "$launcher" "$trainer"
   fi
+  # A signal that misses the trainer leaves it training: give it 60 s, then stop it and fail.
+  for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $job 2>/dev/null; then
+    for p in $(pgrep -P $job) $job; do pkill -KILL -P "$p" || true; done
+    fail "task $task: the trainer did not stop on the signal"
+  fi
   set +e; wait $job; rc=$?; set -e
   [ "$rc" = 75 ] && [ "$(cat "$dir/exit_code")" = 75 ] || { cat "$dir/train.log"; fail "task $task exits $rc, not 75"; }
   [ -n "$(ls "$dir/checkpoints")" ] || fail "task $task: no checkpoint"
