@@ -20,7 +20,7 @@ from plot_util import pyplot  # noqa: E402
 
 plt = pyplot(__file__, "plot_sweep")
 
-METRICS = ["best_val_loss", "final_val_loss", "tokens_per_s", "final_val_acc"]
+METRICS = ["best_val_loss", "final_val_loss", "tokens_per_s", "final_val_acc", "final_val_scaled_acc"]
 
 
 def read_results(sweep_dir):

@@ -17,6 +17,7 @@ int train(const TrainArgs& args);
 /// llmtrain sweep (docs/SWEEPS.md).
 struct SweepArgs {
   std::string base;                 ///< base config
+  std::vector<std::string> set;     ///< "key.path=value" applied to every point, before the point's own
   std::vector<std::string> grids;   ///< "key.path=v1,v2,..."
   std::string file;                 ///< sweep JSON {"points": [{...}, ...]} (instead of grids)
   std::string out;                  ///< sweep directory; default sweeps/<base stem>

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   CLI::Option* sfile = sweep->add_option("--points", sw.file, "sweep JSON {\"points\": [{\"key.path\": value, ...}, ...]}")
                            ->check(CLI::ExistingFile);
   sgrid->excludes(sfile);
+  sweep->add_option("--set", sw.set, "key.path=value for every point, applied before the point's own (repeatable)");
   sweep->add_option("--out,-o", sw.out, "sweep directory (default sweeps/<base name>)");
   CLI::Option* sslurm = sweep->add_flag("--emit-slurm", sw.emit_slurm, "write one launch script per point and a Slurm array script; run nothing");
   sweep->add_flag("--collect", sw.collect, "run nothing; gather the points' results into results.csv / results.md")
