@@ -2,8 +2,8 @@
 // gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid, the tiny Mamba2 and
 // the tiny Mamba-3, SISO and MIMO), with the GPU in fp32 and
 // in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
-// resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute gives the
-// same loss and gradients bit for bit on the GPU. Label "gpu".
+// resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute and
+// model.mdn.save_residuals give the same loss and gradients bit for bit on the GPU. Label "gpu".
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // train.recompute (Model::plan): with per-block recomputation the loss and every gradient are
 // bit-identical to the run that keeps all activations, for every mixer type, mixer-only blocks
-// and hybrids; and the planned activation memory shrinks to one block's saved set.
+// and hybrids; and the planned activation memory shrinks to one block's saved set. Also
+// model.mdn.save_residuals: its saved bytes, and the same loss and gradients on the CPU.
 #include <catch2/catch.hpp>
 
 #include <functional>

@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
       tile::load_acc<L>(xv, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
     }
     if (chunk + 1 == a.NC) break;  // no one reads the final states
-    __syncthreads();                // readers of R (sA) are done
+    __syncthreads();                // readers of R (sA; kSolve) are done
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
