@@ -1,7 +1,9 @@
 // GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
 // mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. MDN gates:
-// log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). Forward and forward + backward, timed with CUDA events over
+// log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
+// save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
+// the backward. Forward and forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
 // Usage: delta_bench [iterations]   (default 10)
 #include <cuda_runtime.h>
@@ -36,8 +38,9 @@ struct Shape {
 enum class Core { kGdn, kComba, kKda, kMdn };
 
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
-// [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added.
-void bench_core(const Shape& s, int iters, Core core) {
+// [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
+// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only).
+void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
   const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   const int64_t ng = kda ? nk : nb;
@@ -50,11 +53,14 @@ void bench_core(const Shape& s, int iters, Core core) {
   float *p = random_buffer(nk, 2, -0.9f * amp, 0.9f * amp), *dp = random_buffer(nk, 13, 0.f, 0.f);
   float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
+  float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
   void* scratch = nullptr;
   const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
                                         llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
-                       : mdn ? std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
-                                        llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
+                       : mdn ? std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
+                                                                                save_residuals),
+                                        llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
+                                                                                save_residuals))
                              : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
                                         llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
@@ -64,7 +70,8 @@ void bench_core(const Shape& s, int iters, Core core) {
     else if (kda)
       llmt::cuda::kda_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (mdn)
-      llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+      llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
+                                nullptr);
     else
       llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
   };
@@ -75,17 +82,23 @@ void bench_core(const Shape& s, int iters, Core core) {
     else if (kda)
       llmt::cuda::kda_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
     else if (mdn)
-      llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, dlm,
-                                deta, scratch, nullptr);
+      llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
+                                dg, db, dlm, deta, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
   };
   const float f = bench::time_ms(iters, fwd);
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
-  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB |\n", comba ? "Comba" : kda ? "KDA" : mdn ? "MDN" : "GDN", s.name,
-              static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K),
-              static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / (1 << 20));
+  const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
+  const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
+  const double mib = 1 << 20, saved_bytes = save_residuals ? static_cast<double>(sizeof(float) * nv) : 0.0;
+  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB "
+              "| %.0f MiB |\n",
+              name, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
+              static_cast<long>(s.K), static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / mib,
+              saved_bytes / mib);
   for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
+  if (residuals != nullptr) BENCH_CHECK(cudaFree(residuals));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -93,11 +106,12 @@ void bench_core(const Shape& s, int iters, Core core) {
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
-  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch |\n|---|---|---|---|---|\n");
+  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch | saved Ṽ |\n|---|---|---|---|---|---|\n");
   const Shape a{"a", 4, 4096, 16, 128, 128}, c{"c", 4, 4096, 6, 256, 512};
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) bench_core(s, iters, core);
   bench_core(a, iters, Core::kKda);
-  for (const Shape& s : {a, c}) bench_core(s, iters, Core::kMdn);
+  for (const Shape& s : {a, c})
+    for (const bool save_residuals : {true, false}) bench_core(s, iters, Core::kMdn, save_residuals);
   return 0;
 }

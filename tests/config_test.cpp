@@ -493,6 +493,8 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(mc.mu_bias_init == "copy_dt_bias");
     CHECK(mc.log_factor_init == "log_uniform_0_4");
     CHECK(mc.D_log_init == "log_uniform_0_1");
+    CHECK(mc.save_residuals);
+    CHECK(c.resolved["model"]["mdn"]["save_residuals"] == true);
     CHECK(c.resolved["model"]["mdn"]["init"]["mu_A_range"] == json::array({0.0, 16.0}));
     CHECK(c.resolved["model"]["mdn"]["min_log_mu"] == -2.0);
     CHECK(c.model.mixer_of(0) == "mdn");
@@ -503,7 +505,7 @@ TEST_CASE("config: mixer blocks", "[config]") {
     j["model"].erase("attn");
     j["model"]["mdn"] = {{"num_heads", 6},        {"head_dim", 128},      {"min_log_mu", -1.357},
                          {"tau_factor", 8},       {"beta_max", false},    {"eta", "two_sigmoid"},
-                         {"momentum", false},     {"output_correction", false},
+                         {"momentum", false},     {"output_correction", false}, {"save_residuals", false},
                          {"init", {{"log_factor", "zero"}, {"D_log", "zero"}, {"mu_bias", "independent"}}}};
     const llmt::MdnConfig mc = llmt::parse_config(j).model.mdn;
     CHECK(mc.min_log_mu == -1.357);
@@ -515,6 +517,10 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(mc.log_factor_init == "zero");
     CHECK(mc.D_log_init == "zero");
     CHECK(mc.mu_bias_init == "independent");
+    CHECK_FALSE(mc.save_residuals);
+    j["model"]["mdn"]["save_residuals"] = "yes";
+    CHECK_THAT(parse_error(j), Contains("model.mdn.save_residuals") && Contains("true or false"));
+    j["model"]["mdn"]["save_residuals"] = true;
     j["model"]["mdn"]["min_log_mu"] = 0.5;
     CHECK_THAT(parse_error(j), Contains("model.mdn.min_log_mu"));
     j["model"]["mdn"]["min_log_mu"] = -1.0;

@@ -5,7 +5,9 @@
 // output finite (so a NaN never passes). The core runs in every gate regime of mdn.md §8 (normal, strong memory
 // decay, momentum much shorter than memory μ << α, μ near 0, and no momentum: log μ = -inf, η = 1, where it must
 // also equal the GPU's GDN core), at partial and full chunks, chunk sizes 16 and 64, the model's head size, and
-// T = 4096. Every backward (and the core's forward) is run twice and must be bit-identical.
+// T = 4096. Every backward (and the core's forward) is run twice and must be bit-identical. The core also runs with
+// save_residuals (mdn.md §7.1): the forward's saved corrected values Ṽ are held to the CPU's at kTol, and the
+// forward's o and every gradient of the backward that reads them must be bit-identical to the recompute path's.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -192,9 +194,11 @@ Gates gates_for(Regime r, size_t n, uint64_t seed) {
   return g;
 }
 
-// One core case: forward o and backward dq, dk, dv, d log α, dβ, d log μ, dη against the CPU reference, then
-// forward and backward once more on the GPU, bit-identical. Without momentum the GPU's MDN output must also match
-// its GDN core (g = log α), and d log μ must be exactly 0 (μ = 0 has no gradient path).
+// One core case: forward o and backward dq, dk, dv, d log α, dβ, d log μ, dη against the CPU reference (recompute
+// path, no residuals tensor), then on the GPU the forward with save_residuals (o bit-identical, Ṽ against the CPU's),
+// the recompute backward once more and the backward reading the saved Ṽ, both bit-identical to the first. Without
+// momentum the GPU's MDN output must also match its GDN core (g = log α), and d log μ must be exactly 0 (μ = 0 has
+// no gradient path).
 void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, Regime regime, uint64_t seed) {
   const std::string tag = std::string(name_of(regime)) + " B=" + std::to_string(B) + " T=" + std::to_string(T) +
                           " H=" + std::to_string(H) + " K=" + std::to_string(K) + " V=" + std::to_string(V) +
@@ -207,13 +211,15 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair v = both(randn(nv, seed + 3), {B, T, H, V});
   Pair la = both(gt.la, {B, T, H}), beta = both(gt.beta, {B, T, H}), lm = both(gt.lm, {B, T, H});
   Pair eta = both(gt.eta, {B, T, H});
-  Pair o = both(randn(nv, seed + 4), {B, T, H, V});
-  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g);
-  cpu().mdn_chunk_fwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, chunk, *o.c);
+  Pair o = both(randn(nv, seed + 4), {B, T, H, V}), residuals = both(randn(nv, seed + 19), {B, T, H, V});
+  const Tensor recompute;  // no residuals tensor: the backward recomputes Ṽ
+  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g, recompute);
+  cpu().mdn_chunk_fwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, chunk, *o.c, *residuals.c);
   require_close(o, "o " + tag);
   const auto o_first = get(gpu(), *o.g);
-  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g);
-  require_bit_identical(o_first, get(gpu(), *o.g), "o " + tag);
+  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g, *residuals.g);
+  require_bit_identical(o_first, get(gpu(), *o.g), "o (save_residuals vs recompute) " + tag);
+  require_close(residuals, "saved residuals " + tag);
   // MDN with μ = 0, η = 1 is GDN with g = log α (mdn.md §5). Both GPU cores are within kTol of CPU references
   // that agree to double rounding, so they agree within 2 kTol (triangle inequality).
   const bool vs_gdn = regime == Regime::no_momentum;
@@ -228,13 +234,13 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dv = both(randn(nv, seed + 9), {B, T, H, V});
   Pair dla = both(randn(nb, seed + 10), {B, T, H}), dbeta = both(randn(nb, seed + 11), {B, T, H});
   Pair dlm = both(randn(nb, seed + 12), {B, T, H}), deta = both(randn(nb, seed + 13), {B, T, H});
-  const auto run_gpu = [&] {
-    gpu().mdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dla.g,
-                        *dbeta.g, *dlm.g, *deta.g);
+  const auto run_gpu = [&](const Tensor& saved) {
+    gpu().mdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, *d_o.g, saved, chunk, *dq.g, *dk.g, *dv.g,
+                        *dla.g, *dbeta.g, *dlm.g, *deta.g);
   };
-  run_gpu();
-  cpu().mdn_chunk_bwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dla.c,
-                      *dbeta.c, *dlm.c, *deta.c);
+  run_gpu(recompute);
+  cpu().mdn_chunk_bwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, *d_o.c, recompute, chunk, *dq.c, *dk.c,
+                      *dv.c, *dla.c, *dbeta.c, *dlm.c, *deta.c);
   require_close(dq, "dq " + tag);
   require_close(dk, "dk " + tag);
   require_close(dv, "dv " + tag);
@@ -271,9 +277,14 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   const char* names[] = {"dq", "dk", "dv", "dlog_alpha", "dbeta", "dlog_mu", "deta"};
   std::vector<std::vector<float>> first;
   for (const Pair* p : grads) first.push_back(get(gpu(), *p->g));
-  run_gpu();
-  for (size_t i = 0; i < first.size(); ++i)
-    require_bit_identical(first[i], get(gpu(), *grads[i]->g), std::string(names[i]) + " " + tag);
+  const std::pair<const Tensor*, const char*> reruns[] = {{&recompute, " (recompute, again) "},
+                                                          {&*residuals.g, " (save_residuals vs recompute) "}};
+  for (const auto& [saved, what] : reruns) {
+    for (const Pair* p : grads) gpu().fill_zero(*p->g);
+    run_gpu(*saved);
+    for (size_t i = 0; i < first.size(); ++i)
+      require_bit_identical(first[i], get(gpu(), *grads[i]->g), std::string(names[i]) + what + tag);
+  }
 }
 
 constexpr Regime kAllRegimes[] = {Regime::normal, Regime::strong_decay, Regime::mu_much_less_than_alpha,
@@ -311,10 +322,16 @@ TEST_CASE("cuda mdn: chunked core, long sequence T = 4096", "[cuda][mdn]") {
   check_mdn(1, 4096, 2, 64, 64, 64, Regime::no_momentum, 7100);
 }
 
+TEST_CASE("cuda mdn: save_residuals at T = 4096 in the extreme gate regimes (mu << alpha, strong decay)",
+          "[cuda][mdn]") {
+  check_mdn(1, 4096, 2, 64, 128, 64, Regime::mu_much_less_than_alpha, 7200);
+  check_mdn(1, 4096, 2, 64, 64, 64, Regime::strong_decay, 7300);
+}
+
 TEST_CASE("cuda mdn: core refuses chunk_size above the kernel's limit", "[cuda][mdn]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair la = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(uniform(16, 4, 0.1, 0.5), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
-  REQUIRE_THROWS_WITH(gpu().mdn_chunk_fwd(*q.g, *q.g, *v.g, *la.g, *beta.g, *la.g, *beta.g, 128, *o.g),
+  REQUIRE_THROWS_WITH(gpu().mdn_chunk_fwd(*q.g, *q.g, *v.g, *la.g, *beta.g, *la.g, *beta.g, 128, *o.g, Tensor()),
                       Catch::Contains("chunk_size"));
 }

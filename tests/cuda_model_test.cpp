@@ -2,8 +2,8 @@
 // gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid, the tiny Mamba2 and
 // the tiny Mamba-3, SISO and MIMO), with the GPU in fp32 and
 // in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
-// resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute gives the
-// same loss and gradients bit for bit on the GPU. Label "gpu".
+// resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute and
+// model.mdn.save_residuals give the same loss and gradients bit for bit on the GPU. Label "gpu".
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -115,8 +115,15 @@ void check_model_matches_cpu(const ModelConfig& m, bool bf16) {
   }
 }
 
-/// Loss sum and the flat gradient of one forward + backward on the CUDA backend (B = 3, T = 67).
-std::pair<double, std::vector<float>> gpu_step(const ModelConfig& m, bool bf16, bool recompute) {
+/// Loss sum, flat gradient and planned activation bytes of one forward + backward on the CUDA backend.
+struct GpuStep {
+  double loss = 0;
+  std::vector<float> grads;
+  ActivationBytes bytes;
+};
+
+/// One forward + backward on the CUDA backend (B = 3, T = 67).
+GpuStep gpu_step(const ModelConfig& m, bool bf16, bool recompute) {
   auto gpu = make_backend("cuda");
   Model model(m);
   model.allocate(*gpu, DType::f32, bf16 ? DType::bf16 : DType::f32);
@@ -130,7 +137,7 @@ std::pair<double, std::vector<float>> gpu_step(const ModelConfig& m, bool bf16, 
   gpu->fill_zero(model.params().flat_grads());
   const double loss = model.forward(inputs.data(), targets.data(), true, 1.0 / (B * T));
   model.backward();
-  return {loss, download(*gpu, model.params().flat_grads())};
+  return {loss, download(*gpu, model.params().flat_grads()), model.activation_bytes()};
 }
 
 }  // namespace
@@ -150,8 +157,33 @@ TEST_CASE("cuda model: train.recompute gives bit-identical loss and gradients, f
   }
   INFO("precision " << (bf16 ? "bf16" : "fp32") << (hybrid ? ", KDA / attention hybrid" : ", transformer"));
   const auto kept = gpu_step(m, bf16, false), recomputed = gpu_step(m, bf16, true);
-  CHECK(recomputed.first == kept.first);
-  CHECK(recomputed.second == kept.second);
+  CHECK(recomputed.loss == kept.loss);
+  CHECK(recomputed.grads == kept.grads);
+}
+
+TEST_CASE("cuda model: model.mdn.save_residuals gives bit-identical loss and gradients, B T H d_v more saved floats",
+          "[gpu][model][mdn]") {
+  // An MDN / attention hybrid (two MDN layers); with the residuals saved also under train.recompute, where the
+  // rebuilt forward writes them again before the block's backward.
+  const bool bf16 = GENERATE(false, true);
+  ModelConfig m = small_model();
+  m.n_layers = 3;
+  m.type = "mdn";
+  m.mdn.num_heads = 2;
+  m.mdn.head_dim = 32;
+  m.mdn.expand_v = 2;
+  m.mdn.chunk_size = 64;  // T = 67: a full and a partial chunk
+  m.attn_layers = {1};
+  INFO("precision " << (bf16 ? "bf16" : "fp32"));
+  const GpuStep saved = gpu_step(m, bf16, false), saved_recompute = gpu_step(m, bf16, true);
+  m.mdn.save_residuals = false;
+  const GpuStep recomputed = gpu_step(m, bf16, false);
+  CHECK(saved.loss == recomputed.loss);
+  CHECK(saved.grads == recomputed.grads);
+  CHECK(saved_recompute.loss == recomputed.loss);
+  CHECK(saved_recompute.grads == recomputed.grads);
+  const size_t vt_bytes = sizeof(float) * 3 * 67 * 2 * 64;  // B T H d_v fp32 (a multiple of 256)
+  CHECK(saved.bytes.saved == recomputed.bytes.saved + 2 * vt_bytes);
 }
 
 TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend, fp32 and bf16", "[gpu][model]") {

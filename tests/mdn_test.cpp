@@ -89,17 +89,19 @@ struct Typed {
 };
 
 struct Out {
-  Vec o, state, momentum;
+  Vec o, state, momentum, vt;  // vt: the chunked form's corrected values Ṽ [B, T, H, V] (empty for the recurrent)
 };
 template <typename T>
 Out forward(const Problem& p, int64_t chunk) {  // chunk 0: the recurrent form
   const Typed<T> in(p);
-  std::vector<T> o(v_size(p.d)), s(state_size(p.d)), m(state_size(p.d));
-  if (chunk == 0)
+  std::vector<T> o(v_size(p.d)), s(state_size(p.d)), m(state_size(p.d)), vt;
+  if (chunk == 0) {
     llmt::cpu::mdn_recurrent_fwd(in.inputs(), p.d, o.data(), s.data(), m.data());
-  else
-    llmt::cpu::mdn_chunk_fwd(in.inputs(), p.d, o.data(), s.data(), m.data(), chunk);
-  return {widen(o), widen(s), widen(m)};
+  } else {
+    vt = cast<T>(randn(v_size(p.d), 90));  // must be overwritten
+    llmt::cpu::mdn_chunk_fwd(in.inputs(), p.d, o.data(), s.data(), m.data(), chunk, vt.data());
+  }
+  return {widen(o), widen(s), widen(m), widen(vt)};
 }
 
 struct Grads {
@@ -176,6 +178,10 @@ TEST_CASE("mdn: hand-computed two-state recurrence, T = 2, K = V = 1", "[kernels
     CHECK(f.o[1] == Approx(1.59375).margin(1e-15));
     CHECK(f.state[0] == Approx(0.796875).margin(1e-15));
     CHECK(f.momentum[0] == Approx(-2.0625).margin(1e-15));
+    if (chunk > 0) {  // the corrected values the chunked form hands out (save_residuals)
+      CHECK(f.vt[0] == Approx(1.5).margin(1e-15));
+      CHECK(f.vt[1] == Approx(0.71875).margin(1e-15));
+    }
   }
 }
 
@@ -260,6 +266,7 @@ TEST_CASE("mdn: [B, T, H, *] layout: each head of a batched call equals a single
         CHECK(head_rows(all.o, d, b, h, d.value_dim) == single.o);
         CHECK(head_state(all.state, d, b, h) == single.state);
         CHECK(head_state(all.momentum, d, b, h) == single.momentum);
+        if (chunk > 0) CHECK(head_rows(all.vt, d, b, h, d.value_dim) == single.vt);
       }
   }
 }
@@ -271,6 +278,32 @@ TEST_CASE("mdn: chunked forward equals the recurrent form in every gate regime, 
       worst = std::max(worst, check_out_close(forward<double>(p, chunk), forward<double>(p, 0), kChunkTol));
     });
     WARN("mdn chunk fwd vs recurrent, " << g.name << ": max rel err " << worst);
+  }
+}
+
+TEST_CASE("mdn: the chunked forward's corrected values are the recurrence's v_t - S_{t-1}^T p_t, every regime",
+          "[kernels][mdn]") {
+  // Oracle per token t (one batch row and head, so a prefix of the sequence is a prefix of the buffers): S_{t-1}
+  // from mdn_recurrent_fwd over the first t tokens (S_0 for t = 0), then ṽ_t = v_t - α_t S_{t-1}^T k_t (mdn.md §5).
+  for (const Regime& g : kAllRegimes) {
+    INFO(g.name);
+    const Problem p = make_problem({1, 70, 1, 5, 3}, g, true, 700);
+    const int64_t T = p.d.seq_len, K = p.d.key_dim, V = p.d.value_dim;
+    const Typed<double> in(p);
+    Vec vt(v_size(p.d)), o(v_size(p.d)), S(p.s0), M(state_size(p.d));
+    for (int64_t t = 0; t < T; ++t) {
+      if (t > 0) llmt::cpu::mdn_recurrent_fwd(in.inputs(), {1, t, 1, K, V}, o.data(), S.data(), M.data());
+      const double alpha = std::exp(p.la[t]);
+      for (int64_t j = 0; j < V; ++j) {
+        double sp = 0.0;
+        for (int64_t m = 0; m < K; ++m) sp += S[m * V + j] * p.k[t * K + m];
+        vt[t * V + j] = p.v[t * V + j] - alpha * sp;
+      }
+    }
+    for (int64_t chunk : {1, 16, 64}) {
+      INFO("chunk " << chunk);
+      CHECK(rel_err(forward<double>(p, chunk).vt, vt) < kChunkTol);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // train.recompute (Model::plan): with per-block recomputation the loss and every gradient are
 // bit-identical to the run that keeps all activations, for every mixer type, mixer-only blocks
-// and hybrids; and the planned activation memory shrinks to one block's saved set.
+// and hybrids; and the planned activation memory shrinks to one block's saved set. Also
+// model.mdn.save_residuals: its saved bytes, and the same loss and gradients on the CPU.
 #include <catch2/catch.hpp>
 
 #include <functional>
@@ -81,6 +82,10 @@ TEST_CASE("recompute: loss and gradients are bit-identical to keeping every bloc
       {"comba", [](ModelConfig& m) { m.type = "comba"; }},
       {"kda", [](ModelConfig& m) { m.type = "kda"; }},
       {"mdn", [](ModelConfig& m) { m.type = "mdn"; }},
+      {"mdn without saved residuals", [](ModelConfig& m) {
+         m.type = "mdn";
+         m.mdn.save_residuals = false;
+       }},
       {"mamba2 (mixer-only blocks)",
        [](ModelConfig& m) {
          m.type = "mamba2";
@@ -120,4 +125,23 @@ TEST_CASE("recompute: loss and gradients are bit-identical to keeping every bloc
       CHECK(recomputed.bytes.total() < kept.bytes.total());
     }
   }
+}
+
+TEST_CASE("model.mdn.save_residuals: B T H d_v more saved floats per MDN layer, the same loss and gradients",
+          "[model][mdn]") {
+  // The CPU backend's MDN backward recomputes Ṽ in double either way (backend.h), so the run is bit-identical; what
+  // the switch changes is the planned activation memory. Hybrid: layer 1 is attention, so two MDN layers.
+  ModelConfig m = tiny();
+  m.type = "mdn";
+  m.attn_layers = {1};
+  const Run saved = train_step(m, false);
+  m.mdn.save_residuals = false;
+  const Run recomputed = train_step(m, false);
+  CHECK(saved.loss == recomputed.loss);
+  CHECK(saved.grads == recomputed.grads);
+  // B T H d_v floats, carved 256-byte aligned (model/scratch.h)
+  const size_t vt_bytes = (sizeof(float) * 2 * 6 * m.mdn.num_heads * m.mdn.value_dim() + 255) / 256 * 256;
+  CHECK(saved.bytes.saved == recomputed.bytes.saved + 2 * vt_bytes);
+  CHECK(saved.bytes.residual == recomputed.bytes.residual);
+  CHECK(saved.bytes.scratch == recomputed.bytes.scratch);
 }

@@ -250,14 +250,18 @@ class Backend {
                                   const Tensor& dD_log);
   /// MDN core, chunked (zero initial states; mdn.md §5, §6; semantics cpu/mdn.h): q (normalised, scaled),
   /// k (= k_n, normalised) [B, T, H, K]; v, o [B, T, H, V]; log_alpha, beta, log_mu, eta [B, T, H].
+  /// residuals: [B, T, H, V] (v's dtype) or default-constructed (none) — the corrected values Ṽ of mdn.md §6.2
+  /// kept from the forward for the backward (§7.1; model.mdn.save_residuals): the forward writes them, the
+  /// backward given the same tensor reads them instead of recomputing them (CUDA: gradients bit-identical to
+  /// the recompute; the CPU reference writes them but its backward always recomputes in double).
   /// Backward: dq, dk (through both p = α k_n and k̂ = η k_n), dv, dlog_alpha, dbeta, dlog_mu, deta OVERWRITTEN.
   virtual void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
                              const Tensor& beta, const Tensor& log_mu, const Tensor& eta, int64_t chunk_size,
-                             const Tensor& o);
+                             const Tensor& o, const Tensor& residuals);
   virtual void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
                              const Tensor& beta, const Tensor& log_mu, const Tensor& eta, const Tensor& d_o,
-                             int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                             const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
+                             const Tensor& residuals, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv, const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
                              const Tensor& deta);
 
   // ---- incremental decoding (Mixer::decode, model/mixer.h): T new tokens per batch row (decode: T = 1; a

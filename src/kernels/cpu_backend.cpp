@@ -564,25 +564,31 @@ class CpuBackend final : public Backend {
     });
   }
   void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
-                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o) override {
+                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o,
+                     const Tensor& residuals) override {
     const cpu::DeltaDims d = delta_dims(q, v, log_alpha, beta, false, "mdn_chunk_fwd");
     check_same(v, o, "mdn_chunk_fwd");
+    if (residuals.data != nullptr) check_same(v, residuals, "mdn_chunk_fwd");
     check_same(q, k, "mdn_chunk_fwd");
     for (const Tensor* t : {&beta, &log_mu, &eta}) check_same(log_alpha, *t, "mdn_chunk_fwd");
     dispatch(q, "mdn_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::MdnInputs<T> in{q.as<T>(),    k.as<T>(),      v.as<T>(),   log_alpha.as<T>(), beta.as<T>(),
                                  log_mu.as<T>(), eta.as<T>(), nullptr,     nullptr};
-      cpu::mdn_chunk_fwd<T>(in, d, o.as<T>(), nullptr, nullptr, chunk_size);
+      cpu::mdn_chunk_fwd<T>(in, d, o.as<T>(), nullptr, nullptr, chunk_size,
+                            residuals.data != nullptr ? residuals.as<T>() : nullptr);
     });
   }
+  // The reference recomputes Ṽ in double whether or not `residuals` holds the forward's (backend.h).
   void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
-                     const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
-                     const Tensor& dk, const Tensor& dv, const Tensor& dlog_alpha, const Tensor& dbeta,
-                     const Tensor& dlog_mu, const Tensor& deta) override {
+                     const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, const Tensor& residuals,
+                     int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
+                     const Tensor& deta) override {
     const cpu::DeltaDims d = delta_dims(q, v, log_alpha, beta, false, "mdn_chunk_bwd");
     for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "mdn_chunk_bwd");
     for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "mdn_chunk_bwd");
+    if (residuals.data != nullptr) check_same(v, residuals, "mdn_chunk_bwd");
     for (const Tensor* t : {&beta, &log_mu, &eta, &dlog_alpha, &dbeta, &dlog_mu, &deta})
       check_same(log_alpha, *t, "mdn_chunk_bwd");
     dispatch(q, "mdn_chunk_bwd", [&](auto zero) {

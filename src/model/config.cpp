@@ -245,6 +245,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
       mc.beta_max = g.boolean("beta_max", true);
       mc.eta = g.choice("eta", {"tanh", "two_sigmoid"}, dflt(mc.eta));
       mc.momentum = g.boolean("momentum", true);
+      mc.save_residuals = g.boolean("save_residuals", mc.save_residuals);
       check(mc.min_log_mu < 0, "config: model.mdn.min_log_mu must be < 0, got {}", mc.min_log_mu);
       check(mc.tau_factor > 0, "config: model.mdn.tau_factor must be > 0, got {}", mc.tau_factor);
     }

@@ -117,6 +117,9 @@ struct MdnConfig : GdnConfig {
   std::string mu_bias_init = "copy_dt_bias";    ///< "copy_dt_bias" (the authors) or "independent" (own draw)
   std::string log_factor_init = "log_uniform_0_4";  ///< "log_uniform_0_4" (s ~ U(0,4)) or "zero" (s = 1)
   std::string D_log_init = "log_uniform_0_1";       ///< "log_uniform_0_1" (delta ~ U(0,1)) or "zero" (delta = 1)
+  /// Keep the core's corrected values Ṽ from the forward for the backward (mdn.md §7.1, the authors' faster
+  /// variant; B T H d_v more saved activations per layer), or (false) recompute them in the backward.
+  bool save_residuals = true;
 };
 
 struct MlpConfig {

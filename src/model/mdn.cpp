@@ -55,6 +55,7 @@ void MdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
     for (Tensor* t : {&zm_, &ze_}) *t = saved.take(dt, {rows, H});
   for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(dt, {rows, key_dim_});
   if (mc_.output_correction) qcor_ = saved.take(dt, {rows, key_dim_});
+  if (mc_.save_residuals) vt_ = saved.take(dt, {rows, value_dim_});
 }
 
 void MdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
@@ -98,13 +99,13 @@ void MdnMixer::core_forward(const MixerState* state) {
                          per_token(log_mu_), per_token(eta_), c_.chunk_size, (*state)[kCoreState],
                          (*state)[kCoreState + 1], heads_v(o_));
   be.mdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
-                   per_token(log_mu_), per_token(eta_), c_.chunk_size, heads_v(o_));
+                   per_token(log_mu_), per_token(eta_), c_.chunk_size, heads_v(o_), residuals());
 }
 
 void MdnMixer::core_backward() {
   Backend& be = store_.backend();
   be.mdn_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
-                   per_token(log_mu_), per_token(eta_), heads_v(do_), c_.chunk_size, heads_k(dqhat_),
+                   per_token(log_mu_), per_token(eta_), heads_v(do_), residuals(), c_.chunk_size, heads_k(dqhat_),
                    heads_k(dkhat_), heads_v(dvc_), per_token(dg_), per_token(dbeta_), per_token(dlog_mu_),
                    per_token(deta_));
   // L2 norms: dq' (= dq: the correction passes dq' through to q) and dk.

@@ -6,6 +6,7 @@
 //   log α, β, log μ, η from a_proj, b_proj, m_proj, e_proj and A_log, dt_bias, Mu_log,
 //   mu_bias, log_factor (τ = sqrt(d_model / tau_factor), floor min_log_mu)              (§4.4)
 //   o = MDN core (chunked, §6) of (q^, k_n, v, log α, β, log μ, η)                        (§4.5)
+//       (with model.mdn.save_residuals the core's corrected values Ṽ [rows, H dv] are saved for the backward, §7.1)
 //   y = o_proj(rmsnorm_per_head(o) * o_norm.weight * sigmoid(g_proj x))                   (§4.6)
 // Parameters beyond the shared ones: m_proj.weight [H, D], e_proj.weight [H, D] (N(0, std²)); Mu_log [H]
 // (log U(mu_A_range)); mu_bias [H] (the values of dt_bias, or an own draw of its distribution);
@@ -35,6 +36,9 @@ class MdnMixer final : public DeltaLayer {
   /// without momentum) and, from gate_grads, their gradients.
   Backend::MdnGateParams gate_params() const;
   Backend::MdnGateParams gate_grads() const;
+  /// The saved corrected values Ṽ as [B, T, H, dv] (save_residuals), else a default-constructed tensor (none: the
+  /// core's backward recomputes them).
+  Tensor residuals() const { return mc_.save_residuals ? heads_v(vt_) : Tensor(); }
 
   const MdnConfig mc_;
   MdnGateOptions opt_;
@@ -42,6 +46,7 @@ class MdnMixer final : public DeltaLayer {
   Tensor zm_, ze_, log_mu_, eta_;          // μ, η gate pre-activations and gates [rows, H]
   Tensor qcor_;                            // q' = q - δ k (only with the output correction)
   Tensor qhat_, khat_, rq_, rk_;           // L2-normalised q' (scaled), k; their 1/norm [rows * H]
+  Tensor vt_;                              // the core's corrected values Ṽ [rows, H dv] (only with save_residuals)
   Tensor dqhat_, dkhat_, dlog_mu_, deta_, dzm_, dze_;  // backward temporaries (shared scratch)
 };
 

@@ -470,19 +470,21 @@ void mdn_recurrent_bwd(const MdnInputs<T>& in, const T* d_o, const T* d_final_st
 }
 
 // Chunked forward (mdn.md §6.2 with §6.4's coefficients, §6.5 for the last chunk): per chunk make_chunk,
-// Ṽ by forward substitution, O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + E Ṽ, then both carried states.
+// Ṽ by forward substitution (copied to the head's rows of `vt_out` when given), O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0
+// + E Ṽ, then both carried states.
 template <typename T>
 void mdn_chunk_fwd(const MdnInputs<T>& in, const DeltaDims& d, T* o, T* final_state, T* final_momentum,
-                   int64_t chunk_size) {
+                   int64_t chunk_size, T* vt_out) {
   check_chunk_size("mdn", chunk_size);
   const int64_t K = d.key_dim, V = d.value_dim;
   Vec sq(V), mq(V);
   for_each_head(d, [&](int64_t b, int64_t h) {
     const Head hd = load(in, d, b, h);
-    Vec S = hd.s0, M = hd.m0, out(d.seq_len * V, 0.0);
+    Vec S = hd.s0, M = hd.m0, out(d.seq_len * V, 0.0), all_vt(vt_out != nullptr ? d.seq_len * V : 0);
     for (int64_t c0 = 0; c0 < d.seq_len; c0 += chunk_size) {
       const Chunk c = make_chunk(hd, c0, std::min(chunk_size, d.seq_len - c0), K);
       const Vec vt = residuals(hd, c, S, M, K, V);
+      if (vt_out != nullptr) std::copy(vt.begin(), vt.end(), all_vt.begin() + c0 * V);
       for (int64_t i = 0; i < c.n; ++i) {
         double* orow = &out[(c0 + i) * V];
         read_out(S, &hd.q[(c0 + i) * K], K, V, sq.data());
@@ -496,6 +498,7 @@ void mdn_chunk_fwd(const MdnInputs<T>& in, const DeltaDims& d, T* o, T* final_st
       advance_states(hd, c, vt, K, V, S, M);
     }
     scatter(out, d, b, h, V, o);
+    if (vt_out != nullptr) scatter(all_vt, d, b, h, V, vt_out);
     store_state(S, d, b, h, final_state);
     store_state(M, d, b, h, final_momentum);
   });
@@ -529,8 +532,10 @@ template void mdn_recurrent_bwd<float>(const MdnInputs<float>&, const float*, co
                                        const DeltaDims&, const MdnGrads<float>&);
 template void mdn_recurrent_bwd<double>(const MdnInputs<double>&, const double*, const double*, const double*,
                                         const DeltaDims&, const MdnGrads<double>&);
-template void mdn_chunk_fwd<float>(const MdnInputs<float>&, const DeltaDims&, float*, float*, float*, int64_t);
-template void mdn_chunk_fwd<double>(const MdnInputs<double>&, const DeltaDims&, double*, double*, double*, int64_t);
+template void mdn_chunk_fwd<float>(const MdnInputs<float>&, const DeltaDims&, float*, float*, float*, int64_t,
+                                   float*);
+template void mdn_chunk_fwd<double>(const MdnInputs<double>&, const DeltaDims&, double*, double*, double*, int64_t,
+                                    double*);
 template void mdn_chunk_bwd<float>(const MdnInputs<float>&, const float*, const float*, const float*,
                                    const DeltaDims&, const MdnGrads<float>&, int64_t);
 template void mdn_chunk_bwd<double>(const MdnInputs<double>&, const double*, const double*, const double*,

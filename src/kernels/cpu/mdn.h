@@ -77,12 +77,16 @@ void mdn_recurrent_bwd(const MdnInputs<T>& in, const T* d_o, const T* d_final_st
 /// O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ, S_next = ᾱ_n S_0 - b_n M_0 + K̂^T Diag(Γ_{n,:}) Ṽ,
 /// M_next = μ̄_n M_0 - K̂^T Diag(L_U[n,:]) Ṽ. No β eps (mdn.md gamma_beta_eps = 0). Same outputs as
 /// mdn_recurrent_fwd (equal up to rounding). chunk_size >= 1 (the authors: 64), else llmt::Error.
+/// vt_out: [B, T, H, V] or nullptr; when given it receives the corrected values Ṽ, which are the token
+/// recurrence's ṽ_t = v_t - S_{t-1}^T p_t (mdn.md §5, §6.2; independent of chunk_size up to rounding): what a
+/// saved-residuals backward (mdn.md §7.1, model.mdn.save_residuals) keeps. mdn_chunk_bwd does not read them.
 template <typename T>
 void mdn_chunk_fwd(const MdnInputs<T>& in, const DeltaDims& dims, T* o, T* final_state, T* final_momentum,
-                   int64_t chunk_size = 64);
+                   int64_t chunk_size = 64, T* vt_out = nullptr);
 
-/// Chunked backward (mdn.md §7.3): chunk-start states (S, M) are recomputed by a forward scan (not saved
-/// by the forward), then chunks are processed in reverse with (dL/dS, dL/dM) carried between them. Inside a
+/// Chunked backward (mdn.md §7.3): chunk-start states (S, M) and the corrected values Ṽ are recomputed in
+/// double by a forward scan (nothing is saved by the forward: the reference has no saved-residuals variant),
+/// then chunks are processed in reverse with (dL/dS, dL/dM) carried between them. Inside a
 /// chunk: dṼ from O and both carried states, dR = (I + W)^{-T} dṼ by back substitution, dQ, dK̂, dP,
 /// dΓ / dᾱ / db / dL_U, then through Γ = L_A Diag(β) L_U and b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ; the
 /// log-domain gradients are taken from dL ⊙ L summed over the covered segments (no cancellation).

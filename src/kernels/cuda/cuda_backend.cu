@@ -670,37 +670,44 @@ class CudaBackend final : public Backend {
                              f32(dk, op), f32(dD_log, op), stream_);
   }
   void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
-                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o) override {
+                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o,
+                     const Tensor& residuals) override {
     const char* op = "mdn_chunk_fwd";
     const DeltaCoreDims d = delta_core_dims(q, v, log_alpha, beta, false, op);
     check_same(v, o, op);
+    const bool saved = residuals.data != nullptr;
+    if (saved) check_same(v, residuals, op);
     check_same(q, k, op);
     for (const Tensor* t : {&beta, &log_mu, &eta}) check_same(log_alpha, *t, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kMdnMaxChunk,
           "mdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kMdnMaxChunk, chunk_size);
     cuda::mdn_chunk_fwd(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
                         f32(eta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, f32(o, op),
+                        saved ? f32(residuals, op) : nullptr,
                         scratch(cuda::mdn_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                                                                  chunk_size)),
+                                                                  chunk_size, saved)),
                         stream_);
   }
   void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
-                     const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
-                     const Tensor& dk, const Tensor& dv, const Tensor& dlog_alpha, const Tensor& dbeta,
-                     const Tensor& dlog_mu, const Tensor& deta) override {
+                     const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, const Tensor& residuals,
+                     int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
+                     const Tensor& deta) override {
     const char* op = "mdn_chunk_bwd";
     const DeltaCoreDims d = delta_core_dims(q, v, log_alpha, beta, false, op);
     for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, op);
     for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, op);
+    const bool saved = residuals.data != nullptr;
+    if (saved) check_same(v, residuals, op);
     for (const Tensor* t : {&beta, &log_mu, &eta, &dlog_alpha, &dbeta, &dlog_mu, &deta}) check_same(log_alpha, *t, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kMdnMaxChunk,
           "mdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kMdnMaxChunk, chunk_size);
     cuda::mdn_chunk_bwd(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
-                        f32(eta, op), f32(d_o, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
-                        f32(dq, op), f32(dk, op), f32(dv, op), f32(dlog_alpha, op), f32(dbeta, op), f32(dlog_mu, op),
-                        f32(deta, op),
+                        f32(eta, op), f32(d_o, op), optional_f32(residuals, op), d.batch, d.seq_len,
+                        d.heads, d.key_dim, d.value_dim, chunk_size, f32(dq, op), f32(dk, op), f32(dv, op),
+                        f32(dlog_alpha, op), f32(dbeta, op), f32(dlog_mu, op), f32(deta, op),
                         scratch(cuda::mdn_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                                                                  chunk_size)),
+                                                                  chunk_size, saved)),
                         stream_);
   }
 

@@ -7,10 +7,13 @@
 //                             W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
 //                             that later kernels copy back into shared memory;
 //   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
-//                             memory; stores each chunk's entering states (S_0, M_0) and its corrected values Ṽ
-//                             (what a saved-residuals mode would keep);
+//                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
+//                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
 //   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
-// The backward recomputes coef + scan, then
+// The backward recomputes coef and the chunk-start states: with the forward's Ṽ saved (save_residuals, mdn.md
+// §7.1: the authors' design, chunk states recomputed, corrected values saved) the scan only advances the states
+// from the saved Ṽ (no triangular solve, no S_0^T k products); without, it solves for Ṽ again as the forward.
+// Both give the same states bit for bit (the same Ṽ bits, the same state-update code). Then
 //   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
 //                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
 //                             and carries (dS, dM) to the chunk start;
@@ -53,16 +56,18 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 }
 
 // Arguments of the MDN kernels: q, k [B, T, H, K]; v, o, d_o [B, T, H, V]; la (log α), beta, lm (log μ),
-// eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. Global scratch (ScratchLayout):
+// eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. vt: Ṽ [B, T, H, V], read by out,
+// bscan, brow and the states-only scan; vt_out: where the solving scan writes Ṽ (the same buffer as vt), null when
+// vt holds the forward's saved Ṽ (the backward with save_residuals). Global scratch (ScratchLayout):
 // coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
-// chunk), vt [B H, NC C, V] (Ṽ), and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each
-// chunk), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
+// chunk), Ṽ unless the caller keeps it, and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving
+// each chunk), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
-  const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o;
+  const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o, *vt;
   int64_t B, T, H, K, V, C, NC;
   float *o, *dq, *dk, *dv, *dla, *dbeta, *dlm, *deta;
-  float *coef, *states, *vt, *dstates, *rowk, *dew;
+  float *coef, *states, *vt_out, *dstates, *rowk, *dew;
 };
 
 // Per-block view of one (batch, head): token-row pointers into the [B, T, H, *] tensors.
@@ -317,11 +322,13 @@ dim3 scan_grid(int64_t V, int64_t BH) {
 }
 
 // scan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64
-// shared tiles (tile::Simt): store (S_0, M_0); R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i)
-// (ᾱ_{-1} = 1, b_{-1} = 0); Ṽ = 𝒯 R (stored); then per key tile
+// shared tiles (tile::Simt): store (S_0, M_0); the chunk's Ṽ: with kSolve R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i -
+// b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0) and Ṽ = 𝒯 R (stored to vt_out), else read from vt (the forward's,
+// saved); then per key tile
 // (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
 // Shared: ScanShared with the work tiles sK (the chunk's key rows of one key tile), sA (R, then η Γ_{n,:} ⊙ Ṽ
-// rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded).
+// rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded; kSolve only).
+template <bool kSolve>
 __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   using L = tile::Simt;
@@ -335,39 +342,44 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
     __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
-    const float* Timg = image_matrix(load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul), C, kT);
-    fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+    const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
-    // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
-    tile::Acc xs, xm;
-    xs.zero(), xm.zero();
-    for (int64_t kt = 0; kt < sh.KT; ++kt) {
-      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
-      __syncthreads();
-      L::mma<false, false>(sK, sh.x(kt), xs);
-      L::mma<false, false>(sK, sh.y(kt), xm);
-      __syncthreads();
-    }
-    const float* v = ch.in(a, a.v, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        float x = 0.0f;
-        if (r < n && c < vc) {
-          const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
-          x = v[r * a.H * V + c] - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
-        }
-        sA[r * kLd + c] = x;
-      }
-    __syncthreads();
     tile::Acc xv;
-    xv.zero();
-    L::mma<false, false>(sT, sA, xv);
-    tile::store_acc<L>(xv, ch.rows(a, a.vt, V, v0), V, n, vc, tile::Same{});
+    if constexpr (kSolve) {
+      const float* Timg = image_matrix(img, C, kT);
+      fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
+      tile::Acc xs, xm;
+      xs.zero(), xm.zero();
+      for (int64_t kt = 0; kt < sh.KT; ++kt) {
+        tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+        __syncthreads();
+        L::mma<false, false>(sK, sh.x(kt), xs);
+        L::mma<false, false>(sK, sh.y(kt), xm);
+        __syncthreads();
+      }
+      const float* v = ch.in(a, a.v, V, v0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = L::row(i), c = L::col(j);
+          float x = 0.0f;
+          if (r < n && c < vc) {
+            const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+            x = v[r * a.H * V + c] - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
+          }
+          sA[r * kLd + c] = x;
+        }
+      __syncthreads();
+      xv.zero();
+      L::mma<false, false>(sT, sA, xv);
+      tile::store_acc<L>(xv, ch.in(a, a.vt_out, V, v0), a.H * V, n, vc, tile::Same{});
+    } else {
+      tile::load_acc<L>(xv, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
+    }
     if (chunk + 1 == a.NC) break;  // no one reads the final states
-    __syncthreads();                // readers of R (sA) are done
+    __syncthreads();                // readers of R (sA; kSolve) are done
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -442,7 +454,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
       L::mma<false, false>(sQ, sM, xm);
       __syncthreads();
     }
-    tile::load(sV, ch.rows(a, a.vt, V, v0), V, n, vc);
+    tile::load(sV, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
     __syncthreads();
     L::mma<false, false>(sE, sV, xe);
 #pragma unroll
@@ -600,7 +612,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   const float* G = image_matrix(img, C, kG);
   copy_floats(cs.la, img, kChunkVectors * C);
   const VRows dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
-      VT{ch.rows(a, a.vt, V, 0), V, n};
+      VT{ch.in(a, a.vt, V, 0), a.H * V, n};
   tile::Acc x, y;
   x.zero(), y.zero();
   products_over_v(V, dO, VT, dR, VT, t, x, y);
@@ -828,15 +840,16 @@ void check_chunk(int64_t chunk_size) {
         kMdnMaxChunk, chunk_size);
 }
 
-// Offsets (in floats) of the scratch tensors of MdnArgs; the forward uses coef, states, vt, the backward all.
+// Offsets (in floats) of the scratch tensors of MdnArgs; the forward uses coef, states and vt (none when the caller
+// holds Ṽ: saved_residuals), the backward all.
 struct ScratchLayout {
   int64_t coef, states, vt, dstates, rowk, dew, fwd_end, bwd_end;
-  ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C) {
+  ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool saved_residuals) {
     const int64_t bh = B * H, nc = ceil_div(T, C);
     coef = 0;
     states = coef + bh * nc * coef_floats(C);
     vt = states + bh * nc * 2 * K * V;
-    fwd_end = vt + bh * nc * C * V;
+    fwd_end = vt + (saved_residuals ? 0 : B * T * H * V);
     dstates = fwd_end;
     rowk = dstates + bh * nc * 2 * K * V;
     dew = rowk + bh * nc * kRowkSlots * C * K;
@@ -844,70 +857,78 @@ struct ScratchLayout {
   }
 };
 
+// The arguments with the scratch carved. Ṽ is the scratch's (vt = vt_out) unless saved_residuals: then the caller
+// points vt (and, in the forward, vt_out) at its residuals tensor.
 MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                  const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
-                 int64_t key_dim, int64_t value_dim, int64_t chunk_size, void* scratch, bool backward) {
+                 int64_t key_dim, int64_t value_dim, int64_t chunk_size, void* scratch, bool backward,
+                 bool saved_residuals) {
   MdnArgs args{};
   args.q = q, args.k = k, args.v = v, args.la = log_alpha, args.beta = beta, args.lm = log_mu, args.eta = eta;
   args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
   args.C = chunk_size, args.NC = ceil_div(seq_len, chunk_size);
-  const ScratchLayout l(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+  const ScratchLayout l(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_residuals);
   float* s = static_cast<float*>(scratch);
-  args.coef = s + l.coef, args.states = s + l.states, args.vt = s + l.vt;
+  args.coef = s + l.coef, args.states = s + l.states;
+  if (!saved_residuals) args.vt = args.vt_out = s + l.vt;
   if (backward) args.dstates = s + l.dstates, args.rowk = s + l.rowk, args.dew = s + l.dew;
   return args;
 }
 
 size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
 
-// The forward pipeline (coef, scan, out), shared by mdn_chunk_fwd and the backward's recompute (without out).
-void run_forward(const MdnArgs& a, bool with_out, cudaStream_t stream) {
+// coef, then the scan: solving for Ṽ into a.vt_out, or (a.vt_out null) advancing the states from the saved Ṽ
+// (a.vt). Shared by mdn_chunk_fwd and the backward's recompute.
+void run_coef_scan(const MdnArgs& a, cudaStream_t stream) {
   const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
   tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, tile::smem_bytes(2, coef_bytes(a.C)), stream, a);
   if (a.V == 0) return;
-  tile::launch("mdn chunk", a.K, mdn_scan_kernel, scan_grid(a.V, a.B * a.H), scan_bytes(a.K, a.C), stream, a);
-  if (with_out)
-    tile::launch("mdn chunk", a.K, mdn_out_kernel, per_chunk,
-                 tile::smem_bytes(5, padded_bytes(kChunkVectors * a.C)), stream, a);
+  const auto scan = a.vt_out != nullptr ? mdn_scan_kernel<true> : mdn_scan_kernel<false>;
+  tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H), scan_bytes(a.K, a.C), stream, a);
 }
 
 }  // namespace
 
 size_t mdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size) {
-  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size).fwd_end);
+                                   int64_t value_dim, int64_t chunk_size, bool saved_residuals) {
+  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_residuals).fwd_end);
 }
 
 size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size) {
-  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size).bwd_end);
+                                   int64_t value_dim, int64_t chunk_size, bool saved_residuals) {
+  return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_residuals).bwd_end);
 }
 
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
-                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, void* scratch,
-                   cudaStream_t stream) {
+                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, float* residuals,
+                   void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
-                          chunk_size, scratch, false);
+                          chunk_size, scratch, false, residuals != nullptr);
   args.o = o;
-  run_forward(args, true, stream);
+  if (residuals != nullptr) args.vt = args.vt_out = residuals;
+  run_coef_scan(args, stream);
+  const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
+  tile::launch("mdn chunk", key_dim, mdn_out_kernel, per_chunk,
+               tile::smem_bytes(5, padded_bytes(kChunkVectors * chunk_size)), stream, args);
 }
 
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
-                   const float* log_mu, const float* eta, const float* d_o, int64_t batch, int64_t seq_len,
-                   int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
-                   float* dv, float* dlog_alpha, float* dbeta, float* dlog_mu, float* deta, void* scratch,
-                   cudaStream_t stream) {
+                   const float* log_mu, const float* eta, const float* d_o, const float* residuals, int64_t batch,
+                   int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
+                   float* dq, float* dk, float* dv, float* dlog_alpha, float* dbeta, float* dlog_mu, float* deta,
+                   void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
-                          chunk_size, scratch, true);
+                          chunk_size, scratch, true, residuals != nullptr);
   args.d_o = d_o;
+  if (residuals != nullptr) args.vt = residuals;  // vt_out stays null: the scan reads the saved Ṽ
   args.dq = dq, args.dk = dk, args.dv = dv, args.dla = dlog_alpha, args.dbeta = dbeta, args.dlm = dlog_mu,
   args.deta = deta;
-  run_forward(args, false, stream);
+  run_coef_scan(args, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
   if (value_dim > 0)
     tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, scan_grid(value_dim, batch * heads),

@@ -256,25 +256,29 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // states), fp32. q, k, dq, dk [B, T, H, K] (k = k_n, the L2-normalised key; dk through both p = α k and
 // k̂ = η k); v, o, d_o, dv [B, T, H, V]; log_alpha, beta, log_mu (-inf allowed), eta and their gradients
 // [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. Chunk-parallel (see
-// mdn.cu). `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes: per chunk per (batch, head) the chunk's
-// coefficients (7 C² + 8 C floats), both entering states (2 K V) and Ṽ (C V); the backward adds both exit state
+// mdn.cu). residuals [B, T, H, V] or nullptr (mdn.md §7.1, model.mdn.save_residuals): when given, the forward
+// writes the corrected values Ṽ there (cpu mdn_chunk_fwd's vt_out) and the backward reads them instead of
+// solving for them again (it still recomputes the chunk coefficients and the chunk-start states); the gradients
+// are bit-identical either way. `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes with saved_residuals =
+// (residuals != nullptr): per chunk per (batch, head) the chunk's coefficients (7 C² + 8 C floats) and both
+// entering states (2 K V), plus Ṽ (B T H V floats) unless saved_residuals; the backward adds both exit state
 // gradients (2 K V), 11 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 5 + 2 ceil(K / 64)
 // tiles of 64 x 65 floats plus 10 C floats (214 KB at K = 256, C = 64; a larger key_dim is refused with
 // llmt::Error), the per-chunk backward kernel 11 C² + 13 C floats (183 KB at C = 64).
 constexpr int64_t kMdnMaxChunk = 64;
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
-                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, void* scratch,
-                   cudaStream_t stream);
+                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, float* residuals,
+                   void* scratch, cudaStream_t stream);
 size_t mdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size);
+                                   int64_t value_dim, int64_t chunk_size, bool saved_residuals);
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
-                   const float* log_mu, const float* eta, const float* d_o, int64_t batch, int64_t seq_len,
-                   int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
-                   float* dv, float* dlog_alpha, float* dbeta, float* dlog_mu, float* deta, void* scratch,
-                   cudaStream_t stream);
+                   const float* log_mu, const float* eta, const float* d_o, const float* residuals, int64_t batch,
+                   int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
+                   float* dq, float* dk, float* dv, float* dlog_alpha, float* dbeta, float* dlog_mu, float* deta,
+                   void* scratch, cudaStream_t stream);
 size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size);
+                                   int64_t value_dim, int64_t chunk_size, bool saved_residuals);
 
 // decode.cu, decode_attention.cu: incremental decoding (semantics: the CPU backend's *_decode ops,
 // kernels/backend.h): T new tokens per batch row continuing a carried state, updated in place. The recurrent
