@@ -76,12 +76,16 @@ __device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
 }
 
 /// kernel<<<grid, kThreads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
-/// refuses (llmt::Error naming `what` and key_dim) above the 227 KiB a block may have.
+/// refuses (llmt::Error naming `what` and key_dim) when they and the kernel's static shared memory (e.g. the
+/// tensor-core scratch of tile::Tc) exceed the 227 KiB a block may have.
 template <typename Kernel, typename... Args>
 void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
             const Args&... args) {
-  check(smem <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
-        key_dim, smem);
+  cudaFuncAttributes attr{};
+  LLMT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const size_t total = smem + attr.sharedSizeBytes;
+  check(total <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
+        key_dim, total);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<grid, kThreads, smem, stream>>>(args...);
   LLMT_CUDA_CHECK_LAUNCH();

@@ -1,14 +1,19 @@
 // 64 x 64 shared-memory tiles for the chunk-parallel delta-rule kernels (layers-delta.md §6): a chunk of
 // at most 64 tokens is one tile's rows; key and value channels are cut into 64-wide column tiles.
-// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns; which
-// ones is the layout's choice. Kernels are written against a layout L (L::row, L::col, L::mma, the reduction
-// slots); today's one is Simt (exact fp32 on the CUDA cores). (A tensor-core layout that reads fp32 tiles
-// and rounds them to bf16 fragment by fragment was measured slower than Simt: docs/BENCHMARKS.md.) Every
-// product sums its depth in a fixed order (deterministic). Shared tiles are fp32, row-major, with a padded
-// leading dimension (65) so that a tile and its transpose are both read with few bank conflicts. All
-// functions must be reached by every thread of the block.
+// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16).
+// Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots). Two layouts:
+//   Simt  exact fp32 fma on the CUDA cores (KDA, MDN);
+//   Tc    the tensor cores (GDN, Comba): each product rounds both fp32 operand tiles to bf16 once, into
+//         bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16 bf16 -> fp32 fragments.
+// (Rounding fp32 tiles to bf16 fragment element by fragment element was measured slower than Simt:
+// docs/BENCHMARKS.md.) Every product sums its depth in a fixed order (deterministic). Shared tiles are fp32,
+// row-major, with a padded leading dimension (65) so that a tile and its transpose are both read with few
+// bank conflicts. All functions must be reached by every thread of the block.
 #pragma once
+#include <mma.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 
@@ -30,14 +35,20 @@ struct Acc {
   }
 };
 
-/// fp32 products on the CUDA cores. Thread (ty, tx) = (threadIdx.x / 16, threadIdx.x % 16) owns rows ty + 16 i
-/// and columns tx + 16 j. Exact fp32 fma in depth order.
-struct Simt {
+/// The thread -> accumulator element map of both layouts: thread (ty, tx) = (threadIdx.x / 16, threadIdx.x % 16)
+/// owns rows ty + 16 i and columns tx + 16 j.
+struct Grid16 {
   __device__ static __forceinline__ int row(int i) { return static_cast<int>(threadIdx.x >> 4) + 16 * i; }
   __device__ static __forceinline__ int col(int j) { return static_cast<int>(threadIdx.x & 15) + 16 * j; }
   /// Which of the 16 threads sharing a row (column) this thread is, for fixed-order reductions.
   __device__ static __forceinline__ int row_slot() { return static_cast<int>(threadIdx.x & 15); }
   __device__ static __forceinline__ int col_slot() { return static_cast<int>(threadIdx.x >> 4); }
+};
+
+/// fp32 products on the CUDA cores. Exact fp32 fma in depth order.
+struct Simt : Grid16 {
+  /// Shared memory the products use besides the kernel's own (none).
+  static constexpr size_t kScratchBytes = 0;
 
   /// acc += op(A) op(B) over depth 64: op(A)[r][d] = TA ? A[d][r] : A[r][d], op(B)[d][c] = TB ? B[c][d] : B[d][c];
   /// A, B shared tiles (leading dimension kLd).
@@ -55,6 +66,69 @@ struct Simt {
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc.v[i][j] = fmaf(a[i], b[j], acc.v[i][j]);
     }
+  }
+};
+
+/// Tensor-core products: bf16 operands, fp32 accumulation. The scratch (static shared memory, one per kernel):
+/// the two operands as bf16 tiles (leading dimension kLdB) and the fp32 product tile (leading dimension kLdO).
+struct Tc : Grid16 {
+  static constexpr int kLdB = 72;  // bf16: a multiple of 8 (WMMA); 16 rows = 2304 bytes (32-byte aligned fragments)
+  static constexpr int kLdO = 80;  // floats: a multiple of 4 (WMMA); rows 16 banks apart for the Grid16 reads
+  struct alignas(128) Scratch {
+    __nv_bfloat16 a[kN * kLdB], b[kN * kLdB];
+    float o[kN * kLdO];
+  };
+  /// Shared memory the products use besides the kernel's own (static, counted against the 227 KiB).
+  static constexpr size_t kScratchBytes = sizeof(Scratch);
+
+  __device__ static __forceinline__ Scratch& scratch() {
+    __shared__ __align__(128) unsigned char raw[sizeof(Scratch)];  // raw bytes: no constructor runs
+    return *reinterpret_cast<Scratch*>(raw);
+  }
+
+  /// acc += op(A) op(B) as Simt::mma, with every element of A and B rounded to bf16 (nearest even) and the
+  /// products summed in fp32 on the tensor cores (depth in 16-wide steps, in order), then added to acc.
+  /// Warp w computes the 16 x 32 block (rows 16 (w / 2), columns 32 (w % 2)) of the product. Two barriers;
+  /// A and B are read before the first one (they may be overwritten once it returns).
+  template <bool TA, bool TB>
+  __device__ static void mma(const float* A, const float* B, Acc& acc) {
+    namespace wmma = nvcuda::wmma;
+    using LA = typename std::conditional<TA, wmma::col_major, wmma::row_major>::type;
+    using LB = typename std::conditional<TB, wmma::col_major, wmma::row_major>::type;
+    Scratch& sc = scratch();
+    // Both tiles as stored (a transposed operand is a col_major load). A previous call's readers of sc.a/sc.b
+    // finished before its second barrier, which every thread has passed.
+    for (int it = 0; it < kN * kN / 2 / kThreads; ++it) {
+      const int p = static_cast<int>(threadIdx.x) + it * kThreads, r = p >> 5, c = 2 * (p & 31);
+      *reinterpret_cast<__nv_bfloat162*>(sc.a + r * kLdB + c) = __floats2bfloat162_rn(A[r * kLd + c], A[r * kLd + c + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(sc.b + r * kLdB + c) = __floats2bfloat162_rn(B[r * kLd + c], B[r * kLd + c + 1]);
+    }
+    __syncthreads();  // (also: a previous call's readers of sc.o are done)
+    const int warp = static_cast<int>(threadIdx.x >> 5), r0 = 16 * (warp >> 1), c0 = 32 * (warp & 1);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> out[2];
+    wmma::fill_fragment(out[0], 0.0f);
+    wmma::fill_fragment(out[1], 0.0f);
+#pragma unroll
+    for (int d = 0; d < kN; d += 16) {
+      // Fragment element (i, k) of op(A) is A[r0 + i][d + k] (row_major at sc.a + r0 kLdB + d) or A[d + k][r0 + i]
+      // (col_major at sc.a + d kLdB + r0); likewise op(B) (k, j) is B[d + k][c + j] or B[c + j][d + k].
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
+      wmma::load_matrix_sync(fa, TA ? sc.a + d * kLdB + r0 : sc.a + r0 * kLdB + d, kLdB);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LB> fb;
+        const int c = c0 + 16 * j;
+        wmma::load_matrix_sync(fb, TB ? sc.b + c * kLdB + d : sc.b + d * kLdB + c, kLdB);
+        wmma::mma_sync(out[j], fa, fb, out[j]);
+      }
+    }
+    wmma::store_matrix_sync(sc.o + r0 * kLdO + c0, out[0], kLdO, wmma::mem_row_major);
+    wmma::store_matrix_sync(sc.o + r0 * kLdO + c0 + 16, out[1], kLdO, wmma::mem_row_major);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc.v[i][j] += sc.o[row(i) * kLdO + col(j)];
   }
 };
 

@@ -1,5 +1,12 @@
-// Gated DeltaNet and Comba cores, chunked, fp32 (layers-delta.md §6.1 F1–F7, §6.2, §6.5 B1–B9), zero
-// initial state; same results as src/kernels/cpu/{gdn,comba}.cpp up to fp32 rounding. Comba differs only
+// Gated DeltaNet and Comba cores, chunked (layers-delta.md §6.1 F1–F7, §6.2, §6.5 B1–B9), zero initial
+// state; same results as src/kernels/cpu/{gdn,comba}.cpp up to the rounding below.
+// Precision (FLA's): every 64 x 64 x 64 tile product runs on the tensor cores (tile::Tc) with BOTH operand
+// tiles rounded to bf16 and fp32 accumulation: the inputs q, k, v, p̂ (scaled by their fp32 gate factors
+// β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T products), W, U/Δ, dO, dΔ, dW,
+// the states h[n], dh[n] and the running S, dS as operands, and the intra-chunk P, dP, d𝒯, dA tiles.
+// Everything else is fp32: the gates and their cumulative sums (double), A and its inverse 𝒯 (forward
+// substitution), the running states S, dS (shared memory), the stored scratch (W, U, Δ, h, dh, dΔ, dW, 𝒯),
+// the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg). Comba differs only
 // where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their backward (wy
 // phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of FLA, §6.3),
 // every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -235,15 +242,16 @@ __device__ void chunk_p(const GdnFast<E>& a, const Chunk& ch, const double* gam,
     }
 }
 
-// F5, F6 for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: O = (Q ⊙ e^Γ) h[n] + P Δ.
+// F5, F6 for head blockIdx.y and (chunk, value tile) = blockIdx.x / nvt, blockIdx.x % nvt: O = (Q ⊙ e^Γ) h[n] + P Δ.
+// (The value tiles of a chunk are neighbours in the grid, so their reloads of the chunk's q, k hit the L2.)
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sQ = cv.tile(), *sK = cv.tile(), *sH = cv.tile(), *sP = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  const int64_t V = a.V, nvt = (V + kN - 1) / kN, v0 = blockIdx.x % nvt * kN;
+  const Chunk ch(a, blockIdx.x / nvt, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   Acc acc_o;
   acc_o.zero();
@@ -265,15 +273,15 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<E> a) {
 
 // ---- backward phases ----
 
-// B1 (intra-chunk part) for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: dΔ = P^T dO.
+// B1 (intra-chunk part) for head blockIdx.y and (chunk, value tile) as gdn_out_kernel: dΔ = P^T dO.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sQ = cv.tile(), *sK = cv.tile(), *sP = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  const int64_t V = a.V, nvt = (V + kN - 1) / kN, v0 = blockIdx.x % nvt * kN;
+  const Chunk ch(a, blockIdx.x / nvt, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   chunk_p<L>(a, ch, s.gam, sQ, sK, sP, nullptr, v0, nullptr);
   tile::load(sQ, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));  // dO (sQ reused)
@@ -620,8 +628,8 @@ void check_chunk(int64_t chunk_size) {
         kGdnMaxChunk, chunk_size);
 }
 
-/// The products' layout (delta_tile.cuh).
-using Layout = tile::Simt;
+/// The products' layout (delta_tile.cuh): tensor cores, bf16 operands, fp32 accumulation.
+using Layout = tile::Tc;
 
 template <typename E>
 GdnFast<E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
@@ -659,7 +667,7 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   a.o = o;
   forward_states<kComba>(a, false, stream);
   launch(gdn_out_kernel<L, E>,
-         dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads), static_cast<unsigned>(ceil_div(value_dim, kN))),
+         dim3(static_cast<unsigned>(a.NC * ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads)),
          smem_for(4), stream, a);
 }
 
@@ -685,7 +693,7 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(gdn_dv_local_kernel<L, E>, dim3(NC, BH, nvt), smem_for(3), stream, a);
+  launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
   launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
   launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
   launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
