@@ -31,8 +31,8 @@ struct Chunk {
     return p + (bh * a.NC * a.C + t0) * dim + c0;
   }
   /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
-  template <typename A>
-  __device__ float* state(const A& a, float* p, int64_t k0, int64_t v0) const {
+  template <typename A, typename P>
+  __device__ P* state(const A& a, P* p, int64_t k0, int64_t v0) const {
     return p + ((bh * a.NC + chunk) * a.K + k0) * a.V + v0;
   }
   /// This chunk's 64 x 64 matrix in a [B H, chunks, 64, 64] scratch tensor.

@@ -159,11 +159,12 @@ __device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int
   load(s, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
-/// dst[r * stride + c] = s[r][c] for r < rows, c < cols.
-__device__ __forceinline__ void store(const float* s, float* dst, int64_t stride, int rows, int cols) {
+/// dst[r * stride + c] = s[r][c] for r < rows, c < cols; dst float or bf16 (rounded to nearest even).
+template <typename E>
+__device__ __forceinline__ void store(const float* s, E* dst, int64_t stride, int rows, int cols) {
   for (int idx = threadIdx.x; idx < kN * kN; idx += kThreads) {
     const int r = idx >> 6, c = idx & 63;
-    if (r < rows && c < cols) dst[r * stride + c] = s[r * kLd + c];
+    if (r < rows && c < cols) dst[r * stride + c] = from_f32<E>(s[r * kLd + c]);
   }
 }
 

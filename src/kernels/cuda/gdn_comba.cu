@@ -4,9 +4,11 @@
 // tiles rounded to bf16 and fp32 accumulation: the inputs q, k, v, p̂ (scaled by their fp32 gate factors
 // β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T products), W, U/Δ, dO, dΔ, dW,
 // the states h[n], dh[n] and the running S, dS as operands, and the intra-chunk P, dP, d𝒯, dA tiles.
-// Everything else is fp32: the gates and their cumulative sums (double), A and its inverse 𝒯 (forward
-// substitution), the running states S, dS (shared memory), the stored scratch (W, U, Δ, h, dh, dΔ, dW, 𝒯),
-// the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg). Comba differs only
+// The states h[n], dh[n] are stored in bf16 (as FLA stores h): they are product operands, and the one other
+// use, Σ h ⊙ dh of dΓ (iv), takes the rounded values. Everything else is fp32: the gates and their
+// cumulative sums (double), A and its inverse 𝒯 (forward substitution), the running states S, dS (shared
+// memory), the other scratch (W, U, Δ, dΔ, dW, 𝒯), the sums over key / value tiles and every element-wise
+// and reduction step (dβ, dΓ, dg). Comba differs only
 // where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their backward (wy
 // phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of FLA, §6.3),
 // every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -19,8 +21,8 @@
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
-// Scratch (global, fp32): W, U/Δ, dΔ, dW [B H, T', *] (T' = chunks x chunk_size), 𝒯 [B H, chunks, 64, 64],
-// h, dh [B H, chunks, K, V], dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
+// Scratch (global): fp32 W, U/Δ, dΔ, dW [B H, T', *] (T' = chunks x chunk_size), 𝒯 [B H, chunks, 64, 64],
+// dΓ [B H, T']; bf16 h, dh [B H, chunks, K, V]. Fixed summation orders and no atomics: deterministic.
 #include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
@@ -51,20 +53,22 @@ struct GdnFast {
   const float *g, *beta, *d_o;
   float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
   int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
-  float *W, *U, *Tm, *h, *dD, *dh, *dW, *dgam;
+  float *W, *U, *Tm, *dD, *dW, *dgam;
+  __nv_bfloat16 *h, *dh;  // tensor-core operands only: stored as they are rounded
 };
 
-/// Scratch layout in floats (forward: W, U, h; backward: all).
+/// Scratch layout in floats (forward: W, U, h; backward: all); h and dh are bf16 (two per float).
 struct GdnScratch {
   int64_t W, U, h, Tm, dD, dh, dW, dgam, total;
   GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
-    W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(BH * NC * K * V);
+    const int64_t states = (BH * NC * K * V + 1) / 2;  // floats that hold the bf16 states
+    W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(states);
     Tm = dD = dh = dW = dgam = 0;
     if (backward) {
-      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(BH * NC * K * V), dW = take(BH * Tp * K);
+      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(states), dW = take(BH * Tp * K);
       dgam = take(BH * Tp);
     }
     total = at;
@@ -639,8 +643,11 @@ GdnFast<E> make_args(const E* q, const E* k, const E* v, const E* p, const float
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
   const GdnScratch l(B, T, H, K, V, C, backward);
   float* base = static_cast<float*>(scratch);
-  a.W = base + l.W, a.U = base + l.U, a.h = base + l.h;
-  if (backward) a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  a.W = base + l.W, a.U = base + l.U, a.h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
+  if (backward) {
+    a.Tm = base + l.Tm, a.dD = base + l.dD, a.dW = base + l.dW, a.dgam = base + l.dgam;
+    a.dh = reinterpret_cast<__nv_bfloat16*>(base + l.dh);
+  }
   return a;
 }
 
