@@ -26,8 +26,8 @@ struct Chunk {
   template <typename A, typename P>
   __device__ P* in(const A& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
   /// Element (row 0, column c0) of the chunk in a [B H, T', dim] scratch tensor (rows dim apart).
-  template <typename A>
-  __device__ float* rows(const A& a, float* p, int64_t dim, int64_t c0) const {
+  template <typename A, typename P>
+  __device__ P* rows(const A& a, P* p, int64_t dim, int64_t c0) const {
     return p + (bh * a.NC * a.C + t0) * dim + c0;
   }
   /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
@@ -41,27 +41,28 @@ struct Chunk {
 };
 
 /// out.v[i][j] = src[r * stride + c] for the thread's elements (r, c) = (L::row(i), L::col(j)) with r < rows,
-/// c < cols, else 0; the 16 loads are independent (issued together).
-template <typename L>
-__device__ __forceinline__ void load_acc(Acc& out, const float* src, int64_t stride, int rows, int cols) {
+/// c < cols, else 0; src float or bf16. The 16 loads are independent (issued together).
+template <typename L, typename E>
+__device__ __forceinline__ void load_acc(Acc& out, const E* src, int64_t stride, int rows, int cols) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = L::row(i), c = L::col(j);
-      out.v[i][j] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
+      out.v[i][j] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
     }
 }
 
-/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols.
-template <typename L, typename F>
-__device__ __forceinline__ void store_acc(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) {
+/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols; dst float or bf16
+/// (rounded to nearest even).
+template <typename L, typename E, typename F>
+__device__ __forceinline__ void store_acc(const Acc& acc, E* dst, int64_t stride, int rows, int cols, F f) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = L::row(i), c = L::col(j);
-      if (r < rows && c < cols) dst[r * stride + c] = f(r, c, acc.v[i][j]);
+      if (r < rows && c < cols) dst[r * stride + c] = from_f32<E>(f(r, c, acc.v[i][j]));
     }
 }
 

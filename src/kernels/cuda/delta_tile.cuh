@@ -47,9 +47,6 @@ struct Grid16 {
 
 /// fp32 products on the CUDA cores. Exact fp32 fma in depth order.
 struct Simt : Grid16 {
-  /// Shared memory the products use besides the kernel's own (none).
-  static constexpr size_t kScratchBytes = 0;
-
   /// acc += op(A) op(B) over depth 64: op(A)[r][d] = TA ? A[d][r] : A[r][d], op(B)[d][c] = TB ? B[c][d] : B[d][c];
   /// A, B shared tiles (leading dimension kLd).
   template <bool TA, bool TB>
@@ -78,9 +75,6 @@ struct Tc : Grid16 {
     __nv_bfloat16 a[kN * kLdB], b[kN * kLdB];
     float o[kN * kLdO];
   };
-  /// Shared memory the products use besides the kernel's own (static, counted against the 227 KiB).
-  static constexpr size_t kScratchBytes = sizeof(Scratch);
-
   __device__ static __forceinline__ Scratch& scratch() {
     __shared__ __align__(128) unsigned char raw[sizeof(Scratch)];  // raw bytes: no constructor runs
     return *reinterpret_cast<Scratch*>(raw);

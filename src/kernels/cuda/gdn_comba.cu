@@ -4,11 +4,11 @@
 // tiles rounded to bf16 and fp32 accumulation: the inputs q, k, v, p̂ (scaled by their fp32 gate factors
 // β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T products), W, U/Δ, dO, dΔ, dW,
 // the states h[n], dh[n] and the running S, dS as operands, and the intra-chunk P, dP, d𝒯, dA tiles.
-// The states h[n], dh[n] are stored in bf16 (as FLA stores h): they are product operands, and the one other
-// use, Σ h ⊙ dh of dΓ (iv), takes the rounded values. Everything else is fp32: the gates and their
-// cumulative sums (double), A and its inverse 𝒯 (forward substitution), the running states S, dS (shared
-// memory), the other scratch (W, U, Δ, dΔ, dW, 𝒯), the sums over key / value tiles and every element-wise
-// and reduction step (dβ, dΓ, dg). Comba differs only
+// Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the states h[n], dh[n]. Apart from the
+// products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh of dΓ (iv) as rounded values.
+// Everything else is fp32: the gates and their cumulative sums (double), A and its inverse 𝒯 (forward
+// substitution), the running states S, dS (shared memory), the scratch 𝒯, dΔ, dΓ, the sums over key /
+// value tiles and every element-wise and reduction step (dβ, dΓ, dg). Comba differs only
 // where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their backward (wy
 // phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of FLA, §6.3),
 // every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -21,8 +21,8 @@
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
-// Scratch (global): fp32 W, U/Δ, dΔ, dW [B H, T', *] (T' = chunks x chunk_size), 𝒯 [B H, chunks, 64, 64],
-// dΓ [B H, T']; bf16 h, dh [B H, chunks, K, V]. Fixed summation orders and no atomics: deterministic.
+// Scratch (global): bf16 W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
+// chunks, 64, 64]; bf16 h, dh [B H, chunks, K, V]; fp32 dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
 #include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
@@ -53,22 +53,22 @@ struct GdnFast {
   const float *g, *beta, *d_o;
   float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
   int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
-  float *W, *U, *Tm, *dD, *dW, *dgam;
-  __nv_bfloat16 *h, *dh;  // tensor-core operands only: stored as they are rounded
+  float *Tm, *dD, *dgam;
+  __nv_bfloat16 *W, *U, *dW, *h, *dh;  // bf16 scratch (see Precision)
 };
 
-/// Scratch layout in floats (forward: W, U, h; backward: all); h and dh are bf16 (two per float).
+/// Scratch layout in floats (forward: W, U, h; backward: all); W, U, h, dh, dW are bf16 (two per float).
 struct GdnScratch {
   int64_t W, U, h, Tm, dD, dh, dW, dgam, total;
   GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
-    const int64_t states = (BH * NC * K * V + 1) / 2;  // floats that hold the bf16 states
-    W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(states);
+    const auto bf16 = [&](int64_t n) { return take((n + 1) / 2); };  // floats that hold n bf16
+    W = bf16(BH * Tp * K), U = bf16(BH * Tp * V), h = bf16(BH * NC * K * V);
     Tm = dD = dh = dW = dgam = 0;
     if (backward) {
-      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(states), dW = take(BH * Tp * K);
+      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = bf16(BH * NC * K * V), dW = bf16(BH * Tp * K);
       dgam = take(BH * Tp);
     }
     total = at;
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) 
       L::template mma<false, false>(sX, S + kt * tile::kTileFloats, acc);
       __syncthreads();
     }
-    float* U = ch.rows(a, a.U, V, v0);
+    __nv_bfloat16* U = ch.rows(a, a.U, V, v0);
     Acc d;
     load_acc<L>(d, U, V, ch.n, vc);
 #pragma unroll
@@ -435,7 +435,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> 
     dk2.zero();
     L::template mma<false, false>(sdP, sZ, dq2);
     L::template mma<true, false>(sdP, sX, dk2);
-    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0), *dW = ch.rows(a, a.dW, K, k0);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+    __nv_bfloat16* dW = ch.rows(a, a.dW, K, k0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> 
         if (r < ch.n && c < kc) {
           dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
           dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
-          dW[r * K + c] = -dws.v[i][j];
+          dW[r * K + c] = __float2bfloat16_rn(-dws.v[i][j]);
         }
       }
     __syncthreads();
@@ -643,11 +644,9 @@ GdnFast<E> make_args(const E* q, const E* k, const E* v, const E* p, const float
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
   const GdnScratch l(B, T, H, K, V, C, backward);
   float* base = static_cast<float*>(scratch);
-  a.W = base + l.W, a.U = base + l.U, a.h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
-  if (backward) {
-    a.Tm = base + l.Tm, a.dD = base + l.dD, a.dW = base + l.dW, a.dgam = base + l.dgam;
-    a.dh = reinterpret_cast<__nv_bfloat16*>(base + l.dh);
-  }
+  const auto bf16 = [&](int64_t at) { return reinterpret_cast<__nv_bfloat16*>(base + at); };
+  a.W = bf16(l.W), a.U = bf16(l.U), a.h = bf16(l.h);
+  if (backward) a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = bf16(l.dh), a.dW = bf16(l.dW), a.dgam = base + l.dgam;
   return a;
 }
 
