@@ -71,6 +71,19 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
+/// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p
+/// (prefetch.global.L2, one 128-byte line per thread and step; no effect on any result). The scans call it
+/// for the next chunk's operands so that their loads wait for the L2, not for memory.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t stride_bytes, int rows, int64_t row_bytes) {
+#ifdef __CUDA_ARCH__
+  const int64_t per_row = (row_bytes + 127) / 128;
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += kThreads) {
+    const char* line = static_cast<const char*>(p) + i / per_row * stride_bytes + i % per_row * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+#endif
+}
+
 /// Columns of the 64-wide tile starting at column c0 of a dim-wide matrix.
 __device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
   return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);

@@ -85,7 +85,7 @@ struct Tc : Grid16 {
   /// Warp w computes the 16 x 32 block (rows 16 (w / 2), columns 32 (w % 2)) of the product. Two barriers;
   /// A and B are read before the first one (they may be overwritten once it returns).
   template <bool TA, bool TB>
-  __device__ static void mma(const float* A, const float* B, Acc& acc) {
+  __device__ static __forceinline__ void mma(const float* A, const float* B, Acc& acc) {
     namespace wmma = nvcuda::wmma;
     using LA = typename std::conditional<TA, wmma::col_major, wmma::row_major>::type;
     using LB = typename std::conditional<TB, wmma::col_major, wmma::row_major>::type;

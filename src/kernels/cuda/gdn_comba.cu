@@ -162,6 +162,25 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<E> a, bo
   }
 }
 
+// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows, and U (forward)
+// or q, dO and dΔ (backward) in value columns v0 .. v0 + vc - 1.
+template <typename E>
+__device__ void prefetch_chunk(const GdnFast<E>& a, const Chunk& nx, int64_t v0, int vc, bool backward) {
+  using tile::prefetch_l2;
+  const int64_t K = a.K, V = a.V, H = a.H, e = sizeof(E);
+  prefetch_l2(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
+  prefetch_l2(a.beta + nx.gate(a, 0), 4 * H, nx.n, 4);
+  prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
+  prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 2 * nx.n * K);  // the chunk's W rows are contiguous
+  if (!backward) {
+    prefetch_l2(nx.rows(a, a.U, V, v0), 2 * V, nx.n, 2 * vc);
+    return;
+  }
+  prefetch_l2(nx.in(a, a.q, K, 0), e * H * K, nx.n, e * K);
+  prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
+  prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
+}
+
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
 // chunk n) and Δ = U - W h[n] (over U). The K x 64 state lives in shared memory (ceil(K / 64) tiles).
 template <typename L, typename E>
@@ -176,6 +195,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) 
   for (int kt = 0; kt < nkt; ++kt) tile::clear(S + kt * tile::kTileFloats);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
     load_gates(a, ch, s.gam, s.beta, s.tmp);  // (its barrier also orders the state update before the store)
     for (int kt = 0; kt < nkt; ++kt)
       tile::store(S + kt * tile::kTileFloats, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
@@ -311,6 +331,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<E>
   for (int kt = 0; kt < nkt; ++kt) tile::clear(dS + kt * tile::kTileFloats);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
     load_gates(a, ch, s.gam, s.beta, s.tmp);
     for (int kt = 0; kt < nkt; ++kt)
       tile::store(dS + kt * tile::kTileFloats, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
