@@ -70,7 +70,9 @@ struct Simt : Grid16 {
 /// the two operands as bf16 tiles (leading dimension kLdB) and the fp32 product tile (leading dimension kLdO).
 struct Tc : Grid16 {
   static constexpr int kLdB = 72;  // bf16: a multiple of 8 (WMMA); 16 rows = 2304 bytes (32-byte aligned fragments)
-  static constexpr int kLdO = 80;  // floats: a multiple of 4 (WMMA); rows 16 banks apart for the Grid16 reads
+  // floats: a multiple of 4 (WMMA). (80 would spare the Grid16 reads a 2-way bank conflict, but the 2 KiB
+  // more would leave no room for two 4-tile blocks (wu, out: 75 KiB + this scratch) on one SM.)
+  static constexpr int kLdO = 72;
   struct alignas(128) Scratch {
     __nv_bfloat16 a[kN * kLdB], b[kN * kLdB];
     float o[kN * kLdO];
