@@ -10,6 +10,7 @@
 // row-major, with a padded leading dimension (65) so that a tile and its transpose are both read with few
 // bank conflicts. All functions must be reached by every thread of the block.
 #pragma once
+#include <cuda_bf16.h>
 #include <mma.h>
 
 #include <cstdint>
