@@ -75,7 +75,7 @@ struct GdnScratch {
   }
 };
 
-// Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
+// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
 // g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
 template <typename A>
 __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
@@ -86,9 +86,17 @@ __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta
     beta[r] = in ? a.beta[ch.gate(a, r)] : 0.0f;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double acc = 0.0;
-    for (int i = 0; i < kN; ++i) gam[i] = acc += tmp[i];
+  if (threadIdx.x < 32) {  // warp 0: lane l owns rows 2l, 2l + 1; a fixed shuffle scan over the lanes' pairs
+    const int l = static_cast<int>(threadIdx.x);
+    const double a0 = tmp[2 * l], pair = a0 + tmp[2 * l + 1];
+    double incl = pair;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (l >= o) incl += y;
+    }
+    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
+    gam[2 * l + 1] = incl;
   }
   __syncthreads();
 }
