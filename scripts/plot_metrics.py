@@ -4,7 +4,8 @@
 Usage: scripts/plot_metrics.py RUN_DIR [RUN_DIR ...] [--out metrics.png] [--x step|tokens]
 
 Five panels share the x axis (optimizer step, or training tokens with --x tokens): training
-loss, validation loss, learning rate, gradient norm and tokens/s; each run is one colour,
+loss, validation loss, learning rate, gradient norm and tokens/s, and below them the validation
+accuracies of synthetic tasks (val_acc, val_scaled_acc) when a run has them; each run is one colour,
 labelled with its directory name. Values written as null (non-finite) and keys a line lacks
 are left out. Draws with matplotlib's Agg backend, so no display is needed. --summary prints,
 per run and panel, the number of points and the last one (what was drawn).
@@ -15,16 +16,10 @@ import math
 import os
 import sys
 
-try:
-    import matplotlib
-except ImportError:
-    # Debian's python3-matplotlib belongs to /usr/bin/python3, which may not be the python3 on PATH
-    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__), *sys.argv[1:]])
-    sys.exit("plot_metrics: needs matplotlib (Debian: apt-get install python3-matplotlib; elsewhere: pip install matplotlib)")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_util import pyplot  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+plt = pyplot(__file__, "plot_metrics")
 
 PANELS = [
     ("loss", "training loss", False),
@@ -32,6 +27,11 @@ PANELS = [
     ("lr", "learning rate", False),
     ("grad_norm", "gradient norm", True),
     ("tokens_per_s", "tokens/s", False),
+]
+# Drawn only when some run has them (synthetic tasks, docs/SYNTHETIC.md).
+OPTIONAL_PANELS = [
+    ("val_acc", "validation accuracy", False),
+    ("val_scaled_acc", "scaled accuracy", False),
 ]
 
 
@@ -72,12 +72,13 @@ def series(records, key, x_key):
 
 def plot_runs(run_dirs, out, x_key="step", summary=False):
     """Draws the five panels for `run_dirs` into the image file `out` (format from its suffix)."""
-    fig, axes = plt.subplots(len(PANELS), 1, sharex=True, figsize=(9, 2.2 * len(PANELS)))
-    for run_dir in run_dirs:
-        records = read_metrics(run_dir)
+    runs = [(run_dir, read_metrics(run_dir)) for run_dir in run_dirs]
+    panels = PANELS + [p for p in OPTIONAL_PANELS if any(series(r, p[0], x_key)[0] for _, r in runs)]
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, figsize=(9, 2.2 * len(panels)))
+    for run_dir, records in runs:
         label = os.path.basename(os.path.normpath(run_dir))
         color = None
-        for ax, (key, title, log_y) in zip(axes, PANELS):
+        for ax, (key, title, log_y) in zip(axes, panels):
             xs, ys = series(records, key, x_key)
             if summary:
                 last = f"{xs[-1]} {ys[-1]!r}" if xs else "-"
@@ -89,7 +90,7 @@ def plot_runs(run_dirs, out, x_key="step", summary=False):
             color = line.get_color()  # one colour per run across the panels
             if log_y:
                 ax.set_yscale("log")
-    for ax, (key, title, _) in zip(axes, PANELS):
+    for ax, (key, title, _) in zip(axes, panels):
         ax.set_ylabel(title)
         ax.grid(True, alpha=0.3)
     axes[0].legend(loc="upper right", fontsize="small")

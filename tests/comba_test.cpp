@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -18,6 +17,7 @@
 namespace {
 
 using namespace llmt::test;
+using namespace llmt::test::delta_core;
 using llmt::cpu::DeltaDims;
 
 
@@ -46,58 +46,28 @@ Problem make_problem(DeltaDims d, double g_min, double g_max, bool with_state, u
 
 // Typed copies of a Problem's inputs and the CombaInputs view of them.
 template <typename T>
-struct Typed {
-  std::vector<T> q, k, v, p, g, beta, s0;
-  explicit Typed(const Problem& pr)
-      : q(cast<T>(pr.q)), k(cast<T>(pr.k)), v(cast<T>(pr.v)), p(cast<T>(pr.p)), g(cast<T>(pr.g)),
-        beta(cast<T>(pr.beta)), s0(cast<T>(pr.s0)) {}
+struct Typed : TypedArrays<T> {
+  explicit Typed(const Problem& pr) : TypedArrays<T>({&pr.q, &pr.k, &pr.v, &pr.p, &pr.g, &pr.beta, &pr.s0}) {}
   llmt::cpu::CombaInputs<T> inputs() const {
-    return {q.data(), k.data(), v.data(), p.data(), g.data(), beta.data(), s0.empty() ? nullptr : s0.data()};
+    return {this->ptr(0), this->ptr(1), this->ptr(2), this->ptr(3), this->ptr(4), this->ptr(5), this->ptr(6)};
   }
 };
 
-struct Out {
-  Vec o, state;
-};
 template <typename T>
 Out forward(const Problem& p, int64_t chunk) {  // chunk 0: the recurrent form
-  const Typed<T> in(p);
-  std::vector<T> o(v_size(p.d)), s(state_size(p.d));
-  if (chunk == 0)
-    llmt::cpu::comba_recurrent_fwd(in.inputs(), p.d, o.data(), s.data());
-  else
-    llmt::cpu::comba_chunk_fwd(in.inputs(), p.d, o.data(), s.data(), chunk);
-  return {widen(o), widen(s)};
+  return run_forward<T>(Typed<T>(p).inputs(), p.d, chunk, llmt::cpu::comba_recurrent_fwd<T>,
+                        llmt::cpu::comba_chunk_fwd<T>);
 }
 
-struct Grads {
-  Vec dq, dk, dv, dp, dg, dbeta, ds0;
-};
-// Every gradient buffer starts with random values: the kernels must overwrite them.
+// Grads: dq, dk, dv, dp, dg, dbeta, ds0. d_state empty: nullptr (zero) final-state gradient.
 template <typename T>
 Grads backward(const Problem& p, const Vec& d_o, const Vec& d_state, int64_t chunk) {
-  const Typed<T> in(p);
-  const auto dout = cast<T>(d_o), dst = cast<T>(d_state);
-  auto dq = cast<T>(randn(qk_size(p.d), 91)), dk = cast<T>(randn(qk_size(p.d), 92)),
-       dv = cast<T>(randn(v_size(p.d), 93)), dp = cast<T>(randn(qk_size(p.d), 97)),
-       dg = cast<T>(randn(tok_size(p.d), 94)), db = cast<T>(randn(tok_size(p.d), 95)), ds0 = cast<T>(randn(state_size(p.d), 96));
-  const llmt::cpu::CombaGrads<T> out{dq.data(), dk.data(), dv.data(), dp.data(), dg.data(), db.data(), ds0.data()};
-  const T* dst_ptr = d_state.empty() ? nullptr : dst.data();
-  if (chunk == 0)
-    llmt::cpu::comba_recurrent_bwd(in.inputs(), dout.data(), dst_ptr, p.d, out);
-  else
-    llmt::cpu::comba_chunk_bwd(in.inputs(), dout.data(), dst_ptr, p.d, out, chunk);
-  return {widen(dq), widen(dk), widen(dv), widen(dp), widen(dg), widen(db), widen(ds0)};
-}
-
-void check_grads_close(const Grads& a, const Grads& ref, double tol) {
-  CHECK(rel_err(a.dq, ref.dq) < tol);
-  CHECK(rel_err(a.dk, ref.dk) < tol);
-  CHECK(rel_err(a.dv, ref.dv) < tol);
-  CHECK(rel_err(a.dp, ref.dp) < tol);
-  CHECK(rel_err(a.dg, ref.dg) < tol);
-  CHECK(rel_err(a.dbeta, ref.dbeta) < tol);
-  CHECK(rel_err(a.ds0, ref.ds0) < tol);
+  GradBuffers<T> g({{qk_size(p.d), 91}, {qk_size(p.d), 92}, {v_size(p.d), 93}, {qk_size(p.d), 97}, {tok_size(p.d), 94},
+                    {tok_size(p.d), 95}, {state_size(p.d), 96}});
+  const llmt::cpu::CombaGrads<T> out{g[0], g[1], g[2], g[3], g[4], g[5], g[6]};
+  run_backward<T>(Typed<T>(p).inputs(), d_o, d_state, p.d, chunk, out, llmt::cpu::comba_recurrent_bwd<T>,
+                  llmt::cpu::comba_chunk_bwd<T>);
+  return g.widened();
 }
 
 }  // namespace
@@ -115,59 +85,34 @@ TEST_CASE("comba: hand-computed recurrence, T = 2, K = V = 2", "[kernels][comba]
             {0.5, 0.25},     {1, 2, 0, 1}};
   for (int64_t chunk : {0, 1, 2}) {
     INFO("chunk " << chunk);
-    const Out f = forward<double>(p, chunk);
-    const Vec o_ref{1.0, 0.5, 0.25, 1.125}, s_ref{0.5, 0.0, -0.25, 1.125};
-    for (size_t i = 0; i < 4; ++i) {
-      CHECK(f.o[i] == Approx(o_ref[i]).margin(1e-15));
-      CHECK(f.state[i] == Approx(s_ref[i]).margin(1e-15));
-    }
+    check_out_matches(forward<double>(p, chunk), Vec{1.0, 0.5, 0.25, 1.125}, Vec{0.5, 0.0, -0.25, 1.125});
   }
 }
 
 TEST_CASE("comba: [B, T, H, *] layout: each head of a batched call equals a single-head call", "[kernels][comba]") {
   const Problem p = make_problem({2, 5, 3, 4, 3}, -1.0, -0.1, true, 10);
   const DeltaDims d = p.d, one{1, d.seq_len, 1, d.key_dim, d.value_dim};
-  for (int64_t chunk : {0, 2}) {
-    const Out all = forward<double>(p, chunk);
-    for (int64_t b = 0; b < d.batch; ++b)
-      for (int64_t h = 0; h < d.heads; ++h) {
-        Problem s{one, {}, {}, {}, {}, {}, {}, {}};
-        for (int64_t t = 0; t < d.seq_len; ++t) {
-          const int64_t row = (b * d.seq_len + t) * d.heads + h;
-          s.q.insert(s.q.end(), p.q.begin() + row * d.key_dim, p.q.begin() + (row + 1) * d.key_dim);
-          s.k.insert(s.k.end(), p.k.begin() + row * d.key_dim, p.k.begin() + (row + 1) * d.key_dim);
-          s.v.insert(s.v.end(), p.v.begin() + row * d.value_dim, p.v.begin() + (row + 1) * d.value_dim);
-          s.p.insert(s.p.end(), p.p.begin() + row * d.key_dim, p.p.begin() + (row + 1) * d.key_dim);
-          s.g.push_back(p.g[row]);
-          s.beta.push_back(p.beta[row]);
-        }
-        const int64_t kv = d.key_dim * d.value_dim, head = b * d.heads + h;
-        s.s0.assign(p.s0.begin() + head * kv, p.s0.begin() + (head + 1) * kv);
-        const Out single = forward<double>(s, chunk);
-        for (int64_t t = 0; t < d.seq_len; ++t)
-          for (int64_t j = 0; j < d.value_dim; ++j)
-            CHECK(single.o[t * d.value_dim + j] == all.o[((b * d.seq_len + t) * d.heads + h) * d.value_dim + j]);
-        CHECK(Vec(all.state.begin() + head * kv, all.state.begin() + (head + 1) * kv) == single.state);
-      }
-  }
+  for (int64_t chunk : {0, 2})
+    check_heads_independent(d, forward<double>(p, chunk), [&](int64_t b, int64_t h) {
+      const Problem s{one,
+                      head_rows(p.q, d, b, h, d.key_dim),
+                      head_rows(p.k, d, b, h, d.key_dim),
+                      head_rows(p.v, d, b, h, d.value_dim),
+                      head_rows(p.p, d, b, h, d.key_dim),
+                      head_rows(p.g, d, b, h, 1),
+                      head_rows(p.beta, d, b, h, 1),
+                      head_state(p.s0, d, b, h)};
+      return forward<double>(s, chunk);
+    });
 }
 
 TEST_CASE("comba: chunked forward and backward equal the recurrent form, float64", "[kernels][comba]") {
-  for (int64_t T : {1, 63, 64, 65, 200})
-    for (int64_t chunk : {16, 64})
-      for (bool with_state : {false, true})
-        for (double g_min : {-0.05, -5.0}) {
-          INFO("T " << T << " chunk " << chunk << " initial state " << with_state << " g_min " << g_min);
-          const Problem p = make_problem({2, T, 2, 8, 6}, g_min, -0.001, with_state, 100 + T);
-          const Out ref = forward<double>(p, 0), chk = forward<double>(p, chunk);
-          CHECK(rel_err(chk.o, ref.o) < kChunkTol);
-          CHECK(rel_err(chk.state, ref.state) < kChunkTol);
-          const Vec d_o = randn(v_size(p.d), 200 + T), d_state = randn(state_size(p.d), 300 + T);
-          const Grads gr = backward<double>(p, d_o, d_state, 0), gc = backward<double>(p, d_o, d_state, chunk);
-          check_grads_close(gc, gr, kChunkTol);
-          const Grads gr0 = backward<double>(p, d_o, {}, 0), gc0 = backward<double>(p, d_o, {}, chunk);
-          check_grads_close(gc0, gr0, kChunkTol);
-        }
+  for_each_chunk_case([](int64_t T, int64_t chunk, bool with_state, double g_min) {
+    const Problem p = make_problem({2, T, 2, 8, 6}, g_min, -0.001, with_state, 100 + T);
+    check_chunk_fwd([&](int64_t c) { return forward<double>(p, c); }, chunk);
+    check_chunk_bwd([&](const Vec& d_o, const Vec& d_s, int64_t c) { return backward<double>(p, d_o, d_s, c); }, p.d,
+                    chunk);
+  });
 }
 
 TEST_CASE("comba: recurrent backward matches central finite differences for every input", "[kernels][comba]") {
@@ -175,37 +120,16 @@ TEST_CASE("comba: recurrent backward matches central finite differences for ever
   for (double g_min : {-0.1, -3.0}) {
     INFO("g_min " << g_min);
     Problem p = make_problem({2, 9, 2, 3, 2}, g_min, -0.01, true, 400);
-    const Vec R = randn(v_size(p.d), 401), RS = randn(state_size(p.d), 402);
-    const Grads ga = backward<double>(p, R, RS, 0), gc = backward<double>(p, R, RS, 4);
-    auto fd = [&](Vec& x) {
-      Vec grad(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double xi = x[i];
-        x[i] = xi + kFdStep;
-        const Out up = forward<double>(p, 0);
-        x[i] = xi - kFdStep;
-        const Out down = forward<double>(p, 0);
-        x[i] = xi;
-        grad[i] = (dot(up.o, R) + dot(up.state, RS) - dot(down.o, R) - dot(down.state, RS)) / (2.0 * kFdStep);
-      }
-      return grad;
-    };
-    const Grads num{fd(p.q), fd(p.k), fd(p.v), fd(p.p), fd(p.g), fd(p.beta), fd(p.s0)};
-    check_grads_close(ga, num, kFdTol);
-    check_grads_close(gc, num, kFdTol);
+    check_fd(p.d, {&p.q, &p.k, &p.v, &p.p, &p.g, &p.beta, &p.s0}, [&](int64_t c) { return forward<double>(p, c); },
+             [&](const Vec& d_o, const Vec& d_s, int64_t c) { return backward<double>(p, d_o, d_s, c); });
   }
 }
 
 TEST_CASE("comba: float agrees with double for all four functions", "[kernels][comba]") {
   const Problem p = make_problem({2, 70, 2, 8, 6}, -2.0, -0.01, true, 500);
-  const Vec d_o = randn(v_size(p.d), 501), d_state = randn(state_size(p.d), 502);
-  for (int64_t chunk : {0, 16}) {
-    INFO("chunk " << chunk);
-    const Out fd = forward<double>(p, chunk), ff = forward<float>(p, chunk);
-    CHECK(rel_err(ff.o, fd.o) < kF32Tol);
-    CHECK(rel_err(ff.state, fd.state) < kF32Tol);
-    check_grads_close(backward<float>(p, d_o, d_state, chunk), backward<double>(p, d_o, d_state, chunk), kF32Tol);
-  }
+  check_float_vs_double(
+      p.d, [&](auto x, int64_t c) { return forward<decltype(x)>(p, c); },
+      [&](auto x, const Vec& d_o, const Vec& d_s, int64_t c) { return backward<decltype(x)>(p, d_o, d_s, c); });
 }
 
 TEST_CASE("comba: chunk_size must be positive", "[kernels][comba]") {

@@ -70,9 +70,13 @@ TEST_CASE("single-process communicator: rank 0 of 1, collectives are the identit
   CHECK(comm.local_rank() == 0);
   std::vector<float> x = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f};
   const std::vector<float> before = x;
-  all_reduce_in_buckets(comm, Tensor(x.data(), DType::f32, {5}), 2);
   comm.all_reduce(Tensor(x.data(), DType::f32, {5}), ReduceOp::average);
+  comm.all_reduce_async(Tensor(x.data(), DType::f32, {5}));
+  comm.reduce_async(Tensor(x.data(), DType::f32, {5}), 0);
+  comm.wait_all();
   comm.broadcast(Tensor(x.data(), DType::f32, {5}), 0);
+  comm.reduce_scatter(Tensor(x.data(), DType::f32, {5}));
+  comm.all_gather(Tensor(x.data(), DType::f32, {5}));
   CHECK(x == before);
   CHECK(comm.all_reduce_scalar(2.5, ReduceOp::sum) == 2.5);
   CHECK(comm.all_reduce_scalar(-1.0, ReduceOp::max) == -1.0);
@@ -81,7 +85,7 @@ TEST_CASE("single-process communicator: rank 0 of 1, collectives are the identit
   std::vector<int32_t> ids(3);
   CHECK_THROWS_WITH(comm.all_reduce(Tensor(ids.data(), DType::i32, {3}), ReduceOp::sum), Contains("f32 or f64"));
   CHECK_THROWS_WITH(comm.broadcast(Tensor(x.data(), DType::f32, {5}), 1), Contains("root 1"));
-  CHECK_THROWS_WITH(all_reduce_in_buckets(comm, Tensor(x.data(), DType::f32, {5}), 0), Contains("bucket"));
+  CHECK_THROWS_WITH(comm.reduce_scatter(Tensor(ids.data(), DType::i32, {3})), Contains("f32 or f64"));
 }
 
 TEST_CASE("make_communicator: a plain start is one process", "[dist]") {

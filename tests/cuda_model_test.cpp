@@ -1,5 +1,6 @@
 // The whole model on the CUDA backend against the CPU backend (fp32): loss and every parameter
-// gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid and the tiny Mamba2), with the GPU in fp32 and
+// gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid, the tiny Mamba2 and
+// the tiny Mamba-3, SISO and MIMO), with the GPU in fp32 and
 // in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
 // resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute gives the
 // same loss and gradients bit for bit on the GPU. Label "gpu".
@@ -174,6 +175,23 @@ TEST_CASE("cuda model: the tiny Mamba2's loss and every parameter gradient match
   // (T = 67: a full and a partial chunk).
   const ModelConfig m = load_config("configs/tiny/mamba2.json").model;
   REQUIRE(m.type == "mamba2");
+  check_model_matches_cpu(m, GENERATE(false, true));
+}
+
+TEST_CASE("cuda model: the tiny Mamba-3 (SISO) and a MIMO variant match the CPU backend", "[gpu][model][mamba3]") {
+  // configs/tiny/mamba3.json: 4 mixer + SwiGLU blocks, 8 heads x 32, d_state 16 (4 angles), chunk 64 (T = 67:
+  // a full and a partial chunk). MIMO: rank 2 with 2 groups (chunk 32) and the output norm.
+  ModelConfig m = load_config("configs/tiny/mamba3.json").model;
+  REQUIRE(m.type == "mamba3");
+  m.n_layers = 2;
+  const bool mimo = GENERATE(false, true);
+  if (mimo) {
+    m.mamba3.mimo_rank = 2;
+    m.mamba3.n_groups = 2;
+    m.mamba3.chunk_size = 32;
+    m.mamba3.outproj_norm = true;
+  }
+  INFO((mimo ? "MIMO" : "SISO"));
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 

@@ -147,6 +147,18 @@ double check_out_close(const Out& a, const Out& ref, double tol) {
   return std::max({eo, es, em});
 }
 
+// The grid of the chunked-vs-recurrent tests in regime g: f(problem, chunk) for T in {1, 5, 64, 65, 150},
+// chunk in {16, 64}, with and without initial states.
+template <class F>
+void for_each_chunk_case(const Regime& g, F f) {
+  for (int64_t T : {1, 5, 64, 65, 150})
+    for (int64_t chunk : {16, 64})
+      for (bool with_state : {false, true}) {
+        INFO(g.name << ": T " << T << " chunk " << chunk << " initial states " << with_state);
+        f(make_problem({2, T, 2, 8, 6}, g, with_state, 100 + T), chunk);
+      }
+}
+
 }  // namespace
 
 TEST_CASE("mdn: hand-computed two-state recurrence, T = 2, K = V = 1", "[kernels][mdn]") {
@@ -234,26 +246,20 @@ TEST_CASE("mdn: [B, T, H, *] layout: each head of a batched call equals a single
     const Out all = forward<double>(p, chunk);
     for (int64_t b = 0; b < d.batch; ++b)
       for (int64_t h = 0; h < d.heads; ++h) {
-        Problem s{one, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-        for (int64_t t = 0; t < d.seq_len; ++t) {
-          const int64_t row = (b * d.seq_len + t) * d.heads + h;
-          s.q.insert(s.q.end(), p.q.begin() + row * d.key_dim, p.q.begin() + (row + 1) * d.key_dim);
-          s.k.insert(s.k.end(), p.k.begin() + row * d.key_dim, p.k.begin() + (row + 1) * d.key_dim);
-          s.v.insert(s.v.end(), p.v.begin() + row * d.value_dim, p.v.begin() + (row + 1) * d.value_dim);
-          s.la.push_back(p.la[row]);
-          s.beta.push_back(p.beta[row]);
-          s.lm.push_back(p.lm[row]);
-          s.eta.push_back(p.eta[row]);
-        }
-        const int64_t kv = d.key_dim * d.value_dim, head = b * d.heads + h;
-        s.s0.assign(p.s0.begin() + head * kv, p.s0.begin() + (head + 1) * kv);
-        s.m0.assign(p.m0.begin() + head * kv, p.m0.begin() + (head + 1) * kv);
+        const Problem s{one,
+                        head_rows(p.q, d, b, h, d.key_dim),
+                        head_rows(p.k, d, b, h, d.key_dim),
+                        head_rows(p.v, d, b, h, d.value_dim),
+                        head_rows(p.la, d, b, h, 1),
+                        head_rows(p.beta, d, b, h, 1),
+                        head_rows(p.lm, d, b, h, 1),
+                        head_rows(p.eta, d, b, h, 1),
+                        head_state(p.s0, d, b, h),
+                        head_state(p.m0, d, b, h)};
         const Out single = forward<double>(s, chunk);
-        for (int64_t t = 0; t < d.seq_len; ++t)
-          for (int64_t j = 0; j < d.value_dim; ++j)
-            CHECK(single.o[t * d.value_dim + j] == all.o[((b * d.seq_len + t) * d.heads + h) * d.value_dim + j]);
-        CHECK(Vec(all.state.begin() + head * kv, all.state.begin() + (head + 1) * kv) == single.state);
-        CHECK(Vec(all.momentum.begin() + head * kv, all.momentum.begin() + (head + 1) * kv) == single.momentum);
+        CHECK(head_rows(all.o, d, b, h, d.value_dim) == single.o);
+        CHECK(head_state(all.state, d, b, h) == single.state);
+        CHECK(head_state(all.momentum, d, b, h) == single.momentum);
       }
   }
 }
@@ -261,13 +267,9 @@ TEST_CASE("mdn: [B, T, H, *] layout: each head of a batched call equals a single
 TEST_CASE("mdn: chunked forward equals the recurrent form in every gate regime, float64", "[kernels][mdn]") {
   for (const Regime& g : kAllRegimes) {
     double worst = 0.0;
-    for (int64_t T : {1, 5, 64, 65, 150})
-      for (int64_t chunk : {16, 64})
-        for (bool with_state : {false, true}) {
-          INFO(g.name << ": T " << T << " chunk " << chunk << " initial states " << with_state);
-          const Problem p = make_problem({2, T, 2, 8, 6}, g, with_state, 100 + T);
-          worst = std::max(worst, check_out_close(forward<double>(p, chunk), forward<double>(p, 0), kChunkTol));
-        }
+    for_each_chunk_case(g, [&](const Problem& p, int64_t chunk) {
+      worst = std::max(worst, check_out_close(forward<double>(p, chunk), forward<double>(p, 0), kChunkTol));
+    });
     WARN("mdn chunk fwd vs recurrent, " << g.name << ": max rel err " << worst);
   }
 }
@@ -275,18 +277,15 @@ TEST_CASE("mdn: chunked forward equals the recurrent form in every gate regime, 
 TEST_CASE("mdn: chunked backward equals the recurrent backward in every gate regime, float64", "[kernels][mdn]") {
   for (const Regime& g : kAllRegimes) {
     double worst = 0.0;
-    for (int64_t T : {1, 5, 64, 65, 150})
-      for (int64_t chunk : {16, 64})
-        for (bool with_state : {false, true}) {
-          INFO(g.name << ": T " << T << " chunk " << chunk << " initial states " << with_state);
-          const Problem p = make_problem({2, T, 2, 8, 6}, g, with_state, 100 + T);
-          const Vec d_o = randn(v_size(p.d), 200 + T), d_state = randn(state_size(p.d), 300 + T),
-                    d_mom = randn(state_size(p.d), 400 + T);
-          worst = std::max(worst, check_grads_close(backward<double>(p, d_o, d_state, d_mom, chunk),
-                                                    backward<double>(p, d_o, d_state, d_mom, 0), kChunkTol));
-          worst = std::max(worst, check_grads_close(backward<double>(p, d_o, {}, {}, chunk),
-                                                    backward<double>(p, d_o, {}, {}, 0), kChunkTol));
-        }
+    for_each_chunk_case(g, [&](const Problem& p, int64_t chunk) {
+      const int64_t T = p.d.seq_len;
+      const Vec d_o = randn(v_size(p.d), 200 + T), d_state = randn(state_size(p.d), 300 + T),
+                d_mom = randn(state_size(p.d), 400 + T);
+      worst = std::max(worst, check_grads_close(backward<double>(p, d_o, d_state, d_mom, chunk),
+                                                backward<double>(p, d_o, d_state, d_mom, 0), kChunkTol));
+      worst = std::max(worst, check_grads_close(backward<double>(p, d_o, {}, {}, chunk),
+                                                backward<double>(p, d_o, {}, {}, 0), kChunkTol));
+    });
     WARN("mdn chunk bwd vs recurrent, " << g.name << ": max rel err " << worst);
   }
 }
@@ -300,19 +299,10 @@ TEST_CASE("mdn: both backwards match central finite differences for every input"
     const Vec R = randn(v_size(p.d), 401), RS = randn(state_size(p.d), 402), RM = randn(state_size(p.d), 403);
     const Grads ga = backward<double>(p, R, RS, RM, 0), gc = backward<double>(p, R, RS, RM, 4);
     auto fd = [&](Vec& x) {
-      Vec grad(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double xi = x[i];
-        x[i] = xi + kFdStep;
-        const Out up = forward<double>(p, 0);
-        x[i] = xi - kFdStep;
-        const Out down = forward<double>(p, 0);
-        x[i] = xi;
-        grad[i] = (dot(up.o, R) + dot(up.state, RS) + dot(up.momentum, RM) - dot(down.o, R) - dot(down.state, RS) -
-                   dot(down.momentum, RM)) /
-                  (2.0 * kFdStep);
-      }
-      return grad;
+      return fd_in_place(x, [&] {
+        const Out out = forward<double>(p, 0);
+        return dot(out.o, R) + dot(out.state, RS) + dot(out.momentum, RM);
+      });
     };
     const Grads num{fd(p.q), fd(p.k), fd(p.v), fd(p.la), fd(p.beta), fd(p.lm), fd(p.eta), fd(p.s0), fd(p.m0)};
     {

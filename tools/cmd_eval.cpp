@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "data/dataset_loader.h"
 #include "kernels/backend.h"
 #include "model/config.h"
@@ -53,6 +54,19 @@ std::vector<int32_t> tokenize_file(const std::string& path, const std::string& n
 #endif
 }
 
+/// Writes the logits of the model's full forward over the first window of `tokens` (min(T, size) tokens)
+/// to the safetensors file `path`: input_ids i32 [n], logits f32 [n, vocab_size] (the next-token logits at
+/// each position, what a Hugging Face model's forward(input_ids).logits gives: docs/INTEROP.md).
+void dump_logits(Model& model, const std::vector<int32_t>& tokens, int64_t T, const std::string& path) {
+  const int64_t n = std::min<int64_t>(T, static_cast<int64_t>(tokens.size()));
+  const int64_t V = model.config().vocab_size;
+  model.plan(1, n);
+  std::vector<double> logits64(static_cast<size_t>(n * V));
+  model.logits(tokens.data(), logits64.data());
+  const std::vector<float> logits(logits64.begin(), logits64.end());
+  write_safetensors(path, {{"input_ids", DType::i32, {n}, tokens.data()}, {"logits", DType::f32, {n, V}, logits.data()}});
+}
+
 }  // namespace
 
 int eval(const EvalArgs& args) {
@@ -62,14 +76,26 @@ int eval(const EvalArgs& args) {
   const int64_t stride = args.stride > 0 ? args.stride : T;
   const int64_t batch = args.batch > 0 ? args.batch : config.train.micro_batch;
 
+  std::string source, tokenizer;
+  std::vector<int32_t> text_tokens;
+  int64_t rows = batch;
+  if (args.data.empty()) {
+    tokenizer = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
+    text_tokens = tokenize_file(args.text, tokenizer);
+    check(text_tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, text_tokens.size());
+    // no more rows per forward than there are windows (a short text would otherwise compute padding)
+    const auto windows = plan_eval_windows(static_cast<int64_t>(text_tokens.size()), T, stride, args.max_tokens);
+    rows = std::max<int64_t>(1, std::min<int64_t>(batch, static_cast<int64_t>(windows.size())));
+  }
+
   const auto backend = make_backend(args.backend);
   Model model(config.model);
   model.allocate(*backend, DType::f32, compute_dtype_for(config.train.precision, *backend));
-  model.plan(batch, T);
+  model.plan(rows, T);
   load_weights(dir, model.params());
 
   EvalTotals totals;
-  std::string source, tokenizer;
+  std::vector<int32_t> first_window;  // the stream's first tokens, for --dump-logits
   if (!args.data.empty()) {
     // seq_len 1 here: every shard with two or more tokens counts; the windows are evaluate's.
     const DatasetLoader ds(args.data, args.split, 1, 0, false, config.data.tokenizer);
@@ -81,16 +107,16 @@ int eval(const EvalArgs& args) {
       if (args.max_tokens > 0 && remaining <= 0) break;
       std::vector<int32_t> tokens(static_cast<size_t>(ds.shard(i).size()));
       ds.shard(i).read(0, ds.shard(i).size(), tokens.data());
+      if (first_window.empty()) first_window.assign(tokens.begin(), tokens.begin() + std::min<int64_t>(T, tokens.size()));
       evaluate_stream(model, batch, T, tokens, stride, remaining, bytes, totals);
     }
     source = fmt::format("{} ({} stream, {} shards)", args.data, args.split, ds.num_shards());
   } else {
-    tokenizer = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
-    const std::vector<int32_t> tokens = tokenize_file(args.text, tokenizer);
-    check(tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, tokens.size());
-    evaluate_stream(model, batch, T, tokens, stride, args.max_tokens, token_byte_lengths(tokenizer), totals);
+    evaluate_stream(model, rows, T, text_tokens, stride, args.max_tokens, token_byte_lengths(tokenizer), totals);
     source = args.text;
+    first_window.assign(text_tokens.begin(), text_tokens.begin() + std::min<int64_t>(T, text_tokens.size()));
   }
+  if (!args.dump_logits.empty()) dump_logits(model, first_window, T, args.dump_logits);
 
   if (args.json) {
     const nlohmann::json out = {{"checkpoint", dir},      {"source", source},

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "tools/commands.h"
 #include "train/sweep.h"
+#include "train/sweep_definition.h"
 
 namespace llmt::cli {
 namespace fs = std::filesystem;
@@ -21,12 +22,24 @@ int sweep(const SweepArgs& args) {
   const std::string dir = fs::absolute(args.out.empty() ? "sweeps/" + fs::path(args.base).stem().string() : args.out)
                               .lexically_normal().string();
   const std::string llmtrain = fs::read_symlink("/proc/self/exe").string();
+  // Every point's config, loaded as the trainer will, before anything is written: --emit-slurm refuses a bad
+  // point (its script would only fail on the cluster); a local run reports it and runs the others.
+  const std::vector<std::string> errors = sweep_config_errors(base, args.set, points);
+  if (args.emit_slurm && !errors.empty()) {
+    for (const std::string& e : errors) spdlog::error("sweep: {}", e);
+    spdlog::error("sweep: {} of {} points have config errors; nothing written", errors.size(), points.size());
+    return 2;
+  }
+  if (!args.collect)
+    for (const std::string& e : errors) spdlog::warn("sweep: {} (the point will fail)", e);
+  const nlohmann::json definition = sweep_definition(base, args.set, points);
   fs::create_directories(dir);
+  check_and_record_sweep_definition(dir, definition);
   std::vector<std::string> scripts;
   for (const SweepPoint& p : points) {
     const std::string run_dir = dir + "/" + p.name, script = run_dir + "/launch.sh";
     fs::create_directories(run_dir);
-    std::ofstream(script) << sweep_launch_script(llmtrain, base, p, run_dir);
+    std::ofstream(script) << sweep_launch_script(llmtrain, base, args.set, p, run_dir);
     fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
     scripts.push_back(script);
   }

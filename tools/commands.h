@@ -17,6 +17,7 @@ int train(const TrainArgs& args);
 /// llmtrain sweep (docs/SWEEPS.md).
 struct SweepArgs {
   std::string base;                 ///< base config
+  std::vector<std::string> set;     ///< "key.path=value" applied to every point, before the point's own
   std::vector<std::string> grids;   ///< "key.path=v1,v2,..."
   std::string file;                 ///< sweep JSON {"points": [{...}, ...]} (instead of grids)
   std::string out;                  ///< sweep directory; default sweeps/<base stem>
@@ -90,6 +91,7 @@ struct EvalArgs {
   int64_t max_tokens = 0;     ///< score only the first N targets (the trainer's eval.tokens); 0 = all
   std::string backend = "auto";
   bool json = false;
+  std::string dump_logits;  ///< also write the first window's input_ids and logits to this safetensors file
 };
 /// Prints the token-weighted mean loss, perplexity and bits per byte of a checkpoint over the
 /// windows of train/evaluate.h.
@@ -111,5 +113,19 @@ struct ImportArgs {
 };
 /// Reads an FLA-layout HF directory into a checkpoint of model weights only (train/hf_export.h).
 int import_model(const ImportArgs& args);
+
+struct GenerateArgs {
+  std::string checkpoint;        ///< a checkpoint directory, or a run directory (its newest checkpoint)
+  std::string prompt;            ///< the text to continue
+  int64_t max_new_tokens = 64;   ///< stop after this many new tokens (or at the tokenizer's end-of-text)
+  double temperature = 1.0;      ///< 0 = greedy
+  int64_t top_k = 0;             ///< 0 = no limit
+  double top_p = 1.0;            ///< 1 = no limit
+  uint64_t seed = 0;             ///< the sampling stream: the same seed gives the same text
+  std::string backend = "auto";  ///< auto (cuda when a GPU is visible, else cpu), cpu or cuda
+};
+/// Prints the prompt followed by its continuation, sampled token by token from the checkpoint's model
+/// (Model::prefill / decode; model/sampler.h) with the checkpoint's tokenizer (data.tokenizer).
+int generate(const GenerateArgs& args);
 
 }  // namespace llmt::cli

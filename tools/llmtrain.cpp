@@ -1,5 +1,5 @@
 // llmtrain: the one binary of the project. Subcommands: train, sweep, info, probe, bench, prepare-data,
-// tokenize, eval, export, import.
+// tokenize, eval, export, import, generate.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   CLI::Option* sfile = sweep->add_option("--points", sw.file, "sweep JSON {\"points\": [{\"key.path\": value, ...}, ...]}")
                            ->check(CLI::ExistingFile);
   sgrid->excludes(sfile);
+  sweep->add_option("--set", sw.set, "key.path=value for every point, applied before the point's own (repeatable)");
   sweep->add_option("--out,-o", sw.out, "sweep directory (default sweeps/<base name>)");
   CLI::Option* sslurm = sweep->add_flag("--emit-slurm", sw.emit_slurm, "write one launch script per point and a Slurm array script; run nothing");
   sweep->add_flag("--collect", sw.collect, "run nothing; gather the points' results into results.csv / results.md")
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   CLI::Option* edata = e->add_option("--data", ev.data, "prepare-data directory (dataset.json)")->check(CLI::ExistingDirectory);
   CLI::Option* etext = e->add_option("--text", ev.text, "UTF-8 text file")->check(CLI::ExistingFile);
   edata->excludes(etext);
-  e->add_option("--split", ev.split, "stream of --data")->check(CLI::IsMember({"val", "train"}));
+  e->add_option("--split", ev.split, "stream of --data")->check(CLI::IsMember({"val", "train"}))->needs(edata);
   e->add_option("--tokenizer,-t", ev.tokenizer, "tokenizer of --text (default: the checkpoint's data.tokenizer)");
   e->add_option("--seq-len", ev.seq_len, "window length (default: the checkpoint's train.seq_len)")->check(CLI::PositiveNumber);
   e->add_option("--stride", ev.stride, "window stride, <= seq-len (default: seq-len, non-overlapping); later windows score only tokens not scored before")
@@ -100,6 +101,8 @@ int main(int argc, char** argv) {
   e->add_option("--max-tokens", ev.max_tokens, "score only the first N tokens (the trainer's eval.tokens)")->check(CLI::PositiveNumber);
   e->add_option("--backend", ev.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   e->add_flag("--json", ev.json, "print one JSON object");
+  e->add_option("--dump-logits", ev.dump_logits,
+                "also write the first window's input_ids and logits (f32 [seq_len, vocab]) to this safetensors file");
 
   llmt::cli::ExportArgs ex;
   CLI::App* x = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (flash-linear-attention layout)");
@@ -116,6 +119,25 @@ int main(int argc, char** argv) {
   m->add_option("--config", im.config, "llmtrain config of the model (default: <in>/llmtrain_config.json, written by export)")
       ->check(CLI::ExistingFile);
   m->add_option("--out", im.out, "run directory; receives config.json and checkpoints/step_00000000")->required();
+
+  llmt::cli::GenerateArgs gen;
+  CLI::App* g = app.add_subcommand("generate", "continue a prompt with a checkpoint's model and print the text (CPU)");
+  g->add_option("--checkpoint", gen.checkpoint, "checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required()->check(CLI::ExistingDirectory);
+  g->add_option("--prompt", gen.prompt, "the text to continue (tokenized with the checkpoint's data.tokenizer)")
+      ->required();
+  g->add_option("--max-new-tokens", gen.max_new_tokens, "stop after N new tokens (default 64) or at end-of-text");
+  g->add_option("--temperature", gen.temperature, "softmax temperature; 0 = greedy (default 1)");
+  g->add_option("--top-k", gen.top_k, "sample among the K most likely tokens (default 0 = all)");
+  g->add_option("--top-p", gen.top_p,
+                "sample among the most likely tokens whose probability reaches P, in (0, 1] (default 1 = all)");
+  g->add_option("--seed", gen.seed, "sampling seed: the same seed gives the same text (default 0)")
+      ->check(CLI::Validator(
+          [](const std::string& v) { return v.find('-') == std::string::npos ? "" : "must be a non-negative integer"; },
+          "UINT"));
+  g->add_option("--backend", gen.backend,
+                "cpu (default; auto means cpu too) or cuda (the CUDA decode kernels: not yet verified on a GPU)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
   try {
     app.parse(argc, argv);
@@ -150,6 +172,7 @@ int main(int argc, char** argv) {
     if (e->parsed()) return llmt::cli::eval(ev);
     if (x->parsed()) return llmt::cli::export_model(ex);
     if (m->parsed()) return llmt::cli::import_model(im);
+    if (g->parsed()) return llmt::cli::generate(gen);
   } catch (const llmt::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

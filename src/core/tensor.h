@@ -70,6 +70,14 @@ struct Tensor {
     return static_cast<T*>(data);
   }
 
+  /// Elements [begin, end) of the (contiguous) view as a 1-D tensor; throws when the range is
+  /// not within [0, numel()].
+  Tensor range(int64_t begin, int64_t end) const {
+    check(0 <= begin && begin <= end && end <= numel(), "Tensor::range: [{}, {}) is not within the {} elements",
+          begin, end, numel());
+    return Tensor(static_cast<char*>(data) + begin * static_cast<int64_t>(dtype_size(dtype)), dtype, {end - begin});
+  }
+
   /// The same memory with another shape of the same element count.
   Tensor reshape(std::initializer_list<int64_t> dims) const {
     Tensor t(data, dtype, dims);

@@ -19,6 +19,13 @@ void check_collective_dtype(const Tensor& t, const char* what) {
         dtype_name(t.dtype));
 }
 
+int64_t collective_segment(const Tensor& t, int world, const char* what) {
+  check_collective_dtype(t, what);
+  check(t.numel() % world == 0, "{}: {} elements do not divide into {} equal segments (pad the buffer)", what,
+        t.numel(), world);
+  return t.numel() / world;
+}
+
 void SingleProcessCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   check_collective_dtype(t, "all_reduce");
   check(op == ReduceOp::sum || op == ReduceOp::average, "all_reduce: tensors are reduced by sum or average only");
@@ -27,6 +34,15 @@ void SingleProcessCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
 void SingleProcessCommunicator::broadcast(const Tensor& t, int root) {
   check_collective_dtype(t, "broadcast");
   check(root == 0, "broadcast: root {} is not a rank of a world of size 1", root);
+}
+
+void SingleProcessCommunicator::reduce_scatter(const Tensor& t) { collective_segment(t, 1, "reduce_scatter"); }
+
+void SingleProcessCommunicator::all_gather(const Tensor& t) { collective_segment(t, 1, "all_gather"); }
+
+void SingleProcessCommunicator::reduce_async(const Tensor& t, int root) {
+  check_collective_dtype(t, "reduce_async");
+  check(root == 0, "reduce_async: root {} is not a rank of a world of size 1", root);
 }
 
 double SingleProcessCommunicator::all_reduce_scalar(double value, ReduceOp) { return value; }

@@ -52,31 +52,57 @@ MpiCommunicator::~MpiCommunicator() {
   if (owns_mpi_) MPI_Finalize();
 }
 
-void MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
-  check_collective_dtype(t, "all_reduce");
-  check(op == ReduceOp::sum || op == ReduceOp::average, "all_reduce: tensors are reduced by sum or average only");
-  const bool f32 = t.dtype == DType::f32;
-  const MPI_Datatype type = f32 ? MPI_FLOAT : MPI_DOUBLE;
+void MpiCommunicator::reduce_to(const Tensor& t, int root) {
+  const MPI_Datatype type = t.dtype == DType::f32 ? MPI_FLOAT : MPI_DOUBLE;
   const int64_t n = t.numel();
-  // Not MPI_Allreduce: it may add the ranks' values in a different order on different ranks (e.g.
-  // recursive doubling for more than 2 ranks), and the replicas of the weights would drift apart
-  // by rounding. A reduction to rank 0 followed by a broadcast gives every rank the same bits.
   for (int64_t i = 0; i < n; i += kMaxCount) {
     const int count = static_cast<int>(std::min(kMaxCount, n - i));
     void* p = static_cast<char*>(t.data) + i * static_cast<int64_t>(dtype_size(t.dtype));
-    check_mpi(MPI_Reduce(rank_ == 0 ? MPI_IN_PLACE : p, rank_ == 0 ? p : nullptr, count, type, MPI_SUM, 0,
+    check_mpi(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : p, rank_ == root ? p : nullptr, count, type, MPI_SUM, root,
                          MPI_COMM_WORLD),
               "MPI_Reduce");
-    check_mpi(MPI_Bcast(p, count, type, 0, MPI_COMM_WORLD), "MPI_Bcast");
   }
+}
+
+void MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
+  check_collective_dtype(t, "all_reduce");
+  check(op == ReduceOp::sum || op == ReduceOp::average, "all_reduce: tensors are reduced by sum or average only");
+  // Not MPI_Allreduce: it may add the ranks' values in a different order on different ranks (e.g.
+  // recursive doubling for more than 2 ranks), and the replicas of the weights would drift apart
+  // by rounding. A reduction to rank 0 followed by a broadcast gives every rank the same bits.
+  reduce_to(t, 0);
+  broadcast_bytes(t.data, t.bytes(), 0);
+  const int64_t n = t.numel();
   if (op == ReduceOp::average) {
-    if (f32) {
+    if (t.dtype == DType::f32) {
       const float s = 1.0f / static_cast<float>(world_);
       for (float* p = t.as<float>(), *e = p + n; p != e; ++p) *p *= s;
     } else {
       const double s = 1.0 / world_;
       for (double* p = t.as<double>(), *e = p + n; p != e; ++p) *p *= s;
     }
+  }
+}
+
+void MpiCommunicator::reduce_scatter(const Tensor& t) {
+  // One MPI_Reduce per segment, rooted at its owner (not MPI_Reduce_scatter_block, whose summation
+  // order is the library's choice): with 2 ranks each element is the same single addition as in
+  // all_reduce, so ZeRO-1 reproduces the all-reduce path bit for bit.
+  const int64_t c = collective_segment(t, world_, "reduce_scatter");
+  for (int r = 0; r < world_; ++r) reduce_to(t.range(r * c, (r + 1) * c), r);
+}
+
+void MpiCommunicator::reduce_async(const Tensor& t, int root) {
+  check_collective_dtype(t, "reduce_async");
+  check(root >= 0 && root < world_, "reduce_async: root {} is not a rank of a world of size {}", root, world_);
+  reduce_to(t, root);
+}
+
+void MpiCommunicator::all_gather(const Tensor& t) {
+  const int64_t c = collective_segment(t, world_, "all_gather");
+  for (int r = 0; r < world_; ++r) {
+    const Tensor s = t.range(r * c, (r + 1) * c);
+    broadcast_bytes(s.data, s.bytes(), r);
   }
 }
 

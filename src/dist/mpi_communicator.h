@@ -1,5 +1,6 @@
 // The MPI communicator (CPU backend; issue 8): collectives on host memory over MPI_COMM_WORLD;
-// tensor sums are bitwise identical on every rank (reduce to rank 0, then broadcast).
+// tensor sums are bitwise identical on every rank (reduce to rank 0, then broadcast); reduce-scatter
+// reduces each segment to its owner, all-gather broadcasts each segment from its owner.
 // Rank and world size come from MPI; the local rank from MPI_Comm_split_type(SHARED), i.e. the
 // processes of this node. Built when CMake finds MPI (LLMT_MPI).
 #pragma once
@@ -25,6 +26,12 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   void all_reduce(const Tensor& t, ReduceOp op) override;
   void broadcast(const Tensor& t, int root) override;
+  void reduce_scatter(const Tensor& t) override;
+  void all_gather(const Tensor& t) override;
+  /// No asynchronous forms here: all_reduce_async is the synchronous all_reduce and reduce_async
+  /// the synchronous MPI_Reduce (the CPU backend computes on the calling thread, so there is
+  /// nothing to overlap with).
+  void reduce_async(const Tensor& t, int root) override;
   double all_reduce_scalar(double value, ReduceOp op) override;
   void barrier() override;
   [[noreturn]] void abort(int code) override;
@@ -33,6 +40,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast_bytes(void* data, size_t bytes, int root);
 
  private:
+  /// Sums `t` (f32 or f64) over all ranks into rank `root`'s `t` (MPI_Reduce, in pieces of int counts).
+  void reduce_to(const Tensor& t, int root);
   bool owns_mpi_ = false;
   int rank_ = 0, world_ = 1, local_rank_ = 0;
 };

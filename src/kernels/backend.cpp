@@ -135,4 +135,37 @@ void Backend::mdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const T
   missing(*this, "mdn_chunk_bwd");
 }
 
+void Backend::rope_fwd_at(const Tensor&, double, int64_t) { missing(*this, "rope_fwd_at"); }
+void Backend::attention_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                               double, const Tensor&) {
+  missing(*this, "attention_decode");
+}
+void Backend::short_conv_silu_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "short_conv_silu_decode");
+}
+void Backend::gdn_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                         const Tensor&, const Tensor&) {
+  missing(*this, "gdn_decode");
+}
+void Backend::kda_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                         const Tensor&, const Tensor&) {
+  missing(*this, "kda_decode");
+}
+void Backend::comba_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           int64_t, const Tensor&, const Tensor&) {
+  missing(*this, "comba_decode");
+}
+void Backend::mdn_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "mdn_decode");
+}
+void Backend::mamba2_ssd_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                int64_t, int64_t, const Tensor&, const Tensor&) {
+  missing(*this, "mamba2_ssd_decode");
+}
+void Backend::mamba3_decode(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Mamba3Params&,
+                            const Mamba3Options&, const Mamba3Carry&, const Tensor&) {
+  missing(*this, "mamba3_decode");
+}
+
 }  // namespace llmt

@@ -39,6 +39,10 @@ class Backend {
   virtual void release(void* ptr) = 0;
   /// The most bytes held through allocate() at any one time since the backend was made.
   virtual size_t peak_allocated_bytes() const = 0;
+  /// The stream the backend queues its work on, as an opaque handle (CUDA: its cudaStream_t), for
+  /// a communicator that orders collectives after that work (Communicator::set_compute_stream);
+  /// nullptr for a backend that computes synchronously on the calling thread (CPU).
+  virtual void* native_stream() const { return nullptr; }
   virtual void fill_zero(const Tensor& t) = 0;
   /// dst = src (same element count and dtype).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
@@ -255,6 +259,52 @@ class Backend {
                              int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                              const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
                              const Tensor& deta);
+
+  // ---- incremental decoding (Mixer::decode, model/mixer.h): T new tokens per batch row (decode: T = 1; a
+  // prompt's prefill: its length), continuing the state the mixer carries (all zero at the start of a
+  // sequence; updated in place to the state after the T tokens). Tensors have the layouts of the training
+  // ops. Semantics: the named src/kernels/cpu functions. A backend that does not implement one throws
+  // llmt::Error naming the op and itself (the CPU and CUDA backends implement all of them). ----
+
+  /// Rotary embedding in place on x [B, T, H, Dh] at absolute positions position .. position + T - 1
+  /// (cpu::rope_fwd_at; rope_fwd is position 0).
+  virtual void rope_fwd_at(const Tensor& x, double theta, int64_t position);
+  /// Causal attention through a KV cache (cpu::attention_decode): q, k, v, o [B, T, H, Dh] (q, k rotated);
+  /// k, v are stored into k_cache, v_cache [B, capacity, H, Dh] at positions position .. position + T - 1
+  /// (< capacity), then query t attends over cache positions 0 .. position + t with the given scale.
+  virtual void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                                const Tensor& v_cache, int64_t position, double scale, const Tensor& o);
+  /// The causal conv + SiLU continuing from `window` (cpu::short_conv_silu_step): x, y [B, T, C]; w [C, 1, W];
+  /// bias [C] or default-constructed (none); window [B, W - 1, C], the last W - 1 inputs, advanced in place.
+  virtual void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                                      const Tensor& y);
+  /// gdn_chunk_fwd / kda_chunk_fwd / comba_chunk_fwd continuing from state [B, H, K, V] (S_0 in, S_T out;
+  /// cpu::*_chunk_fwd with initial_state and final_state).
+  virtual void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          int64_t chunk_size, const Tensor& state, const Tensor& o);
+  virtual void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          int64_t chunk_size, const Tensor& state, const Tensor& o);
+  virtual void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                            const Tensor& beta, int64_t chunk_size, const Tensor& state, const Tensor& o);
+  /// mdn_chunk_fwd continuing from the memory `state` and the `momentum` [B, H, K, V] (S_0, M_0 in; S_T, M_T
+  /// out; mdn.md §5, §6).
+  virtual void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
+                          const Tensor& beta, const Tensor& log_mu, const Tensor& eta, int64_t chunk_size,
+                          const Tensor& state, const Tensor& momentum, const Tensor& o);
+  /// mamba2_ssd_fwd continuing from state [B, H, P, N] (layers-ssm-attn.md §2.8; cpu::mamba2_ssd_fwd with a state).
+  virtual void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                                 const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                                 const Tensor& state, const Tensor& y);
+  /// What a Mamba-3 layer carries between decode steps (layers-ssm-attn.md §4.6; cpu::Mamba3Carry):
+  /// state [B, H, P, N]; k_prev [B, H, R, N]; v_prev [B, H, R, P]; phase [B, H, S].
+  struct Mamba3Carry {
+    Tensor state, k_prev, v_prev, phase;
+  };
+  /// mamba3_fwd continuing from `carry` by the recurrence (cpu::mamba3_layer_step; no chunked form with a
+  /// carried state yet): the same tensors.
+  virtual void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                             const Mamba3Params& params, const Mamba3Options& opt, const Mamba3Carry& carry,
+                             const Tensor& out);
 };
 
 /// The CPU reference backend (OpenBLAS for matmul).

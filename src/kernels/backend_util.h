@@ -3,11 +3,14 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
+#include <string>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/cpu/mamba2.h"
+#include "kernels/cpu/mamba3_prep.h"
 #include "kernels/backend.h"
 
 namespace llmt {
@@ -57,6 +60,19 @@ inline GateDims gate_dims(const Tensor& a, const Tensor& b, const Tensor& A_log,
   return {rows, heads, dim};
 }
 
+/// gate_dims for a decay-gate backward (dg, dbeta in the places of g, beta), plus: da, db, dA_log, ddt_bias
+/// match a, b, A_log, dt_bias. Throws llmt::Error naming `op` otherwise.
+inline GateDims gate_bwd_dims(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                              const Tensor& A_log, const Tensor& dt_bias, const Tensor& da, const Tensor& db,
+                              const Tensor& dA_log, const Tensor& ddt_bias, const char* op) {
+  const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
+  check_same(a, da, op);
+  check_same(b, db, op);
+  check_same(A_log, dA_log, op);
+  check_same(dt_bias, ddt_bias, op);
+  return gd;
+}
+
 /// The sizes of a delta-rule core call (gdn_*, comba_*, kda_chunk_*): q [B, T, H, K], v [B, T, H, V],
 /// beta [B, T, H], g [B, T, H] (per_channel false: GDN, Comba) or [B, T, H, K] (per_channel true: KDA).
 /// Returns {B, T, H, K, V}; throws llmt::Error naming `op` and the shapes otherwise.
@@ -72,6 +88,30 @@ inline DeltaCoreDims delta_core_dims(const Tensor& q, const Tensor& v, const Ten
         per_channel ? "[B, T, H, K]" : "[B, T, H]", q.shape_str(), v.shape_str(), g.shape_str(), beta.shape_str());
   for (const Tensor* t : {&v, &g, &beta}) check(t->dtype == q.dtype, "{}: dtype mismatch", op);
   return {q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3]};
+}
+
+/// delta_core_dims plus the checks of a chunk_fwd call: o matches v, and each of q_like (k; p for Comba)
+/// matches q (dtype and element count).
+inline DeltaCoreDims delta_fwd_dims(const Tensor& q, std::initializer_list<const Tensor*> q_like, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& o, bool per_channel,
+                                    const char* op) {
+  const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+  check_same(v, o, op);
+  for (const Tensor* t : q_like) check_same(q, *t, op);
+  return d;
+}
+
+/// delta_core_dims plus the checks of a chunk_bwd call: each of q_like (k, dq, dk; p, dp for Comba) matches q,
+/// d_o and dv match v, dg matches g and dbeta matches beta.
+inline DeltaCoreDims delta_bwd_dims(const Tensor& q, std::initializer_list<const Tensor*> q_like, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& d_o, const Tensor& dv,
+                                    const Tensor& dg, const Tensor& dbeta, bool per_channel, const char* op) {
+  const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+  for (const Tensor* t : q_like) check_same(q, *t, op);
+  for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, op);
+  check_same(g, dg, op);
+  check_same(beta, dbeta, op);
+  return d;
 }
 
 /// Heads of an mdn_gates call: z_alpha [rows, H]; the parameters [H] of its dtype; z_mu, z_eta, Mu_log,
@@ -146,6 +186,99 @@ inline cpu::Mamba2Dims mamba2_dims(const Tensor& xbc, const Tensor& dt_raw, cons
           dtype_name(xbc.dtype));
   check(dt_raw.dtype == xbc.dtype && y.dtype == xbc.dtype, "{}: xbc, dt_raw and y must share one dtype", op);
   return {B, T, H, head_dim, rest / (2 * n_groups), n_groups};
+}
+
+/// The Mamba-3 layer sizes of mamba3_fwd/bwd's tensors (backend.h), after checking their shapes and dtypes.
+inline cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                                        const Backend::Mamba3Params& p, const Mamba3Options& opt,
+                                        const Tensor& out, const char* op) {
+  check(x.ndim == 3 && bc.ndim == 3 && raw.ndim == 3 && opt.head_dim > 0 && opt.n_groups > 0 && opt.rank > 0 &&
+            x.shape[2] % opt.head_dim == 0,
+        "{}: x {} bc {} raw {} (head_dim {})", op, x.shape_str(), bc.shape_str(), raw.shape_str(), opt.head_dim);
+  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2] / opt.head_dim, RG2 = 2 * opt.rank * opt.n_groups;
+  const int64_t N = bc.shape[2] / RG2, S = raw.shape[2] - 3 * H, P = opt.head_dim, R = opt.rank;
+  check(bc.shape[0] == B && bc.shape[1] == T && raw.shape[0] == B && raw.shape[1] == T && N > 0 &&
+            N * RG2 == bc.shape[2] && S >= 0,
+        "{}: bc {} must be [B, T, 2 R G N] and raw {} [B, T, 3 H + S] for x {} (H = {}, R = {}, G = {})", op,
+        bc.shape_str(), raw.shape_str(), x.shape_str(), H, R, opt.n_groups);
+  for (const Tensor* t : {&z, &out}) check_same(x, *t, op);
+  check(bc.dtype == x.dtype && raw.dtype == x.dtype, "{}: x, bc and raw must share one dtype", op);
+  const auto param = [&](const Tensor& t, int64_t n, const char* name, bool present) {
+    check(present ? t.data != nullptr && t.numel() == n && t.dtype == x.dtype : t.data == nullptr,
+          "{}: {} must be {} of {} elements in {}", op, name, present ? "given" : "absent", n, dtype_name(x.dtype));
+  };
+  param(p.dt_bias, H, "dt_bias", true);
+  param(p.D, H, "D", true);
+  param(p.B_bias, H * R * N, "B_bias", true);
+  param(p.C_bias, H * R * N, "C_bias", true);
+  param(p.B_norm, N, "B_norm", true);
+  param(p.C_norm, N, "C_norm", true);
+  param(p.mimo_x, H * R * P, "mimo_x (rank > 1 only)", R > 1);
+  param(p.mimo_z, H * R * P, "mimo_z (rank > 1 only)", R > 1);
+  param(p.mimo_o, H * R * P, "mimo_o (rank > 1 only)", R > 1);
+  param(p.norm, H * P, "norm (outproj_norm only)", opt.outproj_norm);
+  return {B, T, H, P, N, opt.n_groups, R, S};
+}
+
+// ---- incremental decoding (Backend::*_decode): the shape checks both backends share ----
+
+/// attention_decode: q, k, v, o [B, T, H, Dh] alike; k_cache, v_cache [B, capacity, H, Dh] of q's dtype; positions
+/// position .. position + T - 1 inside the cache. Throws llmt::Error naming the op and the shapes otherwise.
+inline void check_attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                                   const Tensor& v_cache, int64_t position, const Tensor& o) {
+  check(q.ndim == 4, "attention_decode: q must be [B, T, H, Dh], got {}", q.shape_str());
+  for (const Tensor* t : {&k, &v, &o}) check_same(q, *t, "attention_decode");
+  check_same(k_cache, v_cache, "attention_decode");
+  check(k_cache.ndim == 4 && k_cache.shape[0] == q.shape[0] && k_cache.shape[2] == q.shape[2] &&
+            k_cache.shape[3] == q.shape[3] && k_cache.dtype == q.dtype,
+        "attention_decode: the caches must be [B, capacity, H, Dh] of q's dtype for q {}, got {}", q.shape_str(),
+        k_cache.shape_str());
+  check(position >= 0 && position + q.shape[1] <= k_cache.shape[1],
+        "attention_decode: positions {} .. {} outside the cache of {}", position, position + q.shape[1] - 1,
+        k_cache.shape[1]);
+}
+
+/// short_conv_silu_decode: x, y [B, T, C]; w [C, 1, W]; bias [C] or absent; window [B, W - 1, C] (x's dtype).
+/// Returns W; throws llmt::Error naming the op and the shapes otherwise.
+inline int64_t short_conv_decode_width(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                                       const Tensor& y) {
+  check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
+        "short_conv_silu_decode: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
+  const int64_t B = x.shape[0], C = x.shape[2], W = w.shape[2];
+  check(W >= 1, "short_conv: width must be >= 1, got {}", W);
+  check(window.numel() == B * (W - 1) * C && (window.numel() == 0 || window.dtype == x.dtype),
+        "short_conv_silu_decode: window must be [B, W - 1, C] = [{}, {}, {}], got {}", B, W - 1, C, window.shape_str());
+  check(bias.data == nullptr || (bias.numel() == C && bias.dtype == x.dtype),
+        "short_conv_silu_decode: bias must be [C] = [{}] or absent, got {}", C, bias.shape_str());
+  check_same(x, y, "short_conv_silu_decode");
+  return W;
+}
+
+/// A carried decode state of `n` elements shaped `what` in `dtype` (a zero-size one may have any dtype);
+/// throws llmt::Error naming the op, what it must be and what it is otherwise.
+inline void check_decode_state(const Tensor& state, int64_t n, DType dtype, const char* op, const std::string& what) {
+  check(state.numel() == n && (n == 0 || state.dtype == dtype), "{}: {} must be {} of {}, got {} {}", op, what,
+        n, dtype_name(dtype), state.shape_str(), dtype_name(state.dtype));
+}
+
+/// The sizes of a delta-rule decode call (gdn/kda/comba/mdn_decode): delta_core_dims and the state [B, H, K, V]
+/// of q's dtype.
+inline DeltaCoreDims delta_decode_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                       const Tensor& state, bool per_channel, const char* op) {
+  const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
+  check_decode_state(state, d.batch * d.heads * d.key_dim * d.value_dim, q.dtype, op,
+                     fmt::format("state [B, H, K, V] = [{}, {}, {}, {}]", d.batch, d.heads, d.key_dim, d.value_dim));
+  return d;
+}
+
+/// mamba3_decode's carry for the layer sizes d, in x's dtype.
+inline void check_mamba3_carry(const Backend::Mamba3Carry& carry, const cpu::Mamba3LayerDims& d, DType dtype) {
+  const int64_t BH = d.batch * d.heads;
+  const char* op = "mamba3_decode";
+  check_decode_state(carry.state, BH * d.head_dim * d.state_dim, dtype, op, "carry.state [B, H, P, N]");
+  check_decode_state(carry.k_prev, BH * d.rank * d.state_dim, dtype, op, "carry.k_prev [B, H, R, N]");
+  check_decode_state(carry.v_prev, BH * d.rank * d.head_dim, dtype, op, "carry.v_prev [B, H, R, P]");
+  check_decode_state(carry.phase, BH * d.angles, dtype, op, "carry.phase [B, H, S]");
 }
 
 }  // namespace llmt

@@ -42,38 +42,6 @@ decltype(auto) dispatch(const Tensor& t, const char* op, F&& f) {
   return f(float{});
 }
 
-/// The Mamba-3 layer sizes of mamba3_fwd/bwd's tensors (backend.h), after checking their shapes and dtypes.
-cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
-                                 const Backend::Mamba3Params& p, const Mamba3Options& opt, const Tensor& out,
-                                 const char* op) {
-  check(x.ndim == 3 && bc.ndim == 3 && raw.ndim == 3 && opt.head_dim > 0 && opt.n_groups > 0 && opt.rank > 0 &&
-            x.shape[2] % opt.head_dim == 0,
-        "{}: x {} bc {} raw {} (head_dim {})", op, x.shape_str(), bc.shape_str(), raw.shape_str(), opt.head_dim);
-  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2] / opt.head_dim, RG2 = 2 * opt.rank * opt.n_groups;
-  const int64_t N = bc.shape[2] / RG2, S = raw.shape[2] - 3 * H, P = opt.head_dim, R = opt.rank;
-  check(bc.shape[0] == B && bc.shape[1] == T && raw.shape[0] == B && raw.shape[1] == T && N > 0 &&
-            N * RG2 == bc.shape[2] && S >= 0,
-        "{}: bc {} must be [B, T, 2 R G N] and raw {} [B, T, 3 H + S] for x {} (H = {}, R = {}, G = {})", op,
-        bc.shape_str(), raw.shape_str(), x.shape_str(), H, R, opt.n_groups);
-  for (const Tensor* t : {&z, &out}) check_same(x, *t, op);
-  check(bc.dtype == x.dtype && raw.dtype == x.dtype, "{}: x, bc and raw must share one dtype", op);
-  const auto param = [&](const Tensor& t, int64_t n, const char* name, bool present) {
-    check(present ? t.data != nullptr && t.numel() == n && t.dtype == x.dtype : t.data == nullptr,
-          "{}: {} must be {} of {} elements in {}", op, name, present ? "given" : "absent", n, dtype_name(x.dtype));
-  };
-  param(p.dt_bias, H, "dt_bias", true);
-  param(p.D, H, "D", true);
-  param(p.B_bias, H * R * N, "B_bias", true);
-  param(p.C_bias, H * R * N, "C_bias", true);
-  param(p.B_norm, N, "B_norm", true);
-  param(p.C_norm, N, "C_norm", true);
-  param(p.mimo_x, H * R * P, "mimo_x (rank > 1 only)", R > 1);
-  param(p.mimo_z, H * R * P, "mimo_z (rank > 1 only)", R > 1);
-  param(p.mimo_o, H * R * P, "mimo_o (rank > 1 only)", R > 1);
-  param(p.norm, H * P, "norm (outproj_norm only)", opt.outproj_norm);
-  return {B, T, H, P, N, opt.n_groups, R, S};
-}
-
 /// The typed pointers of a Mamba3Params (nullptr for the absent ones) as Out = cpu::Mamba3LayerParams<T>
 /// (parameters) or cpu::Mamba3LayerGrads<T> (their gradients).
 template <typename Out, typename T>
@@ -448,9 +416,7 @@ class CpuBackend final : public Backend {
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "gdn_chunk_fwd");
-    check_same(v, o, "gdn_chunk_fwd");
-    check_same(q, k, "gdn_chunk_fwd");
+    const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd"));
     dispatch(q, "gdn_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -460,10 +426,8 @@ class CpuBackend final : public Backend {
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "gdn_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
+    const cpu::DeltaDims d =
+        cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd"));
     dispatch(q, "gdn_chunk_bwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -498,9 +462,7 @@ class CpuBackend final : public Backend {
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "comba_chunk_fwd");
-    check_same(v, o, "comba_chunk_fwd");
-    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
+    const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd"));
     dispatch(q, "comba_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -510,10 +472,8 @@ class CpuBackend final : public Backend {
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, false, "comba_chunk_bwd");
-    for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
+    const cpu::DeltaDims d =
+        cpu_dims(delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd"));
     dispatch(q, "comba_chunk_bwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -525,9 +485,7 @@ class CpuBackend final : public Backend {
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, true, "kda_chunk_fwd");
-    check_same(v, o, "kda_chunk_fwd");
-    check_same(q, k, "kda_chunk_fwd");
+    const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd"));
     dispatch(q, "kda_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -537,10 +495,8 @@ class CpuBackend final : public Backend {
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const cpu::DeltaDims d = delta_dims(q, v, g, beta, true, "kda_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk, &dg}) check_same(q, *t, "kda_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "kda_chunk_bwd");
-    check_same(beta, dbeta, "kda_chunk_bwd");
+    const cpu::DeltaDims d =
+        cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd"));
     dispatch(q, "kda_chunk_bwd", [&](auto zero) {
       using T = decltype(zero);
       const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), nullptr};
@@ -639,8 +595,115 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // ---- incremental decoding (backend.h) ----
+  void rope_fwd_at(const Tensor& x, double theta, int64_t position) override {
+    check(x.ndim == 4 && x.shape[3] % 2 == 0 && position >= 0,
+          "rope_fwd_at: x must be [B, T, H, Dh] with even Dh and position >= 0, got {} at {}", x.shape_str(), position);
+    dispatch(x, "rope_fwd_at", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::rope_fwd_at<T>(x.as<T>(), x.shape[0], x.shape[1], x.shape[2], x.shape[3], theta, position);
+    });
+  }
+  void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                        const Tensor& v_cache, int64_t position, double scale, const Tensor& o) override {
+    check_attention_decode(q, k, v, k_cache, v_cache, position, o);
+    dispatch(q, "attention_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::attention_decode<T>(q.as<T>(), k.as<T>(), v.as<T>(), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                               k_cache.shape[1], position, scale, k_cache.as<T>(), v_cache.as<T>(), o.as<T>());
+    });
+  }
+  void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                              const Tensor& y) override {
+    const int64_t W = short_conv_decode_width(x, w, bias, window, y), B = x.shape[0], C = x.shape[2];
+    dispatch(x, "short_conv_silu_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::short_conv_silu_step<T>(x.as<T>(), w.as<T>(), B, x.shape[1], C, W, mutable_or_null<T>(window), y.as<T>(),
+                                   optional<T>(bias));
+    });
+  }
+  void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t chunk_size, const Tensor& state, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, g, beta, state, false, "gdn_decode");
+    check_same(q, k, "gdn_decode");
+    check_same(v, o, "gdn_decode");
+    dispatch(q, "gdn_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::GdnInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), state.as<T>()};
+      cpu::gdn_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), chunk_size);
+    });
+  }
+  void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t chunk_size, const Tensor& state, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, g, beta, state, true, "kda_decode");
+    check_same(q, k, "kda_decode");
+    check_same(v, o, "kda_decode");
+    dispatch(q, "kda_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::KdaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), g.as<T>(), beta.as<T>(), state.as<T>()};
+      cpu::kda_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), chunk_size);
+    });
+  }
+  void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                    const Tensor& beta, int64_t chunk_size, const Tensor& state, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, g, beta, state, false, "comba_decode");
+    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_decode");
+    check_same(v, o, "comba_decode");
+    dispatch(q, "comba_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::CombaInputs<T> in{q.as<T>(), k.as<T>(), v.as<T>(), p.as<T>(), g.as<T>(), beta.as<T>(), state.as<T>()};
+      cpu::comba_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), chunk_size);
+    });
+  }
+  void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                  const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& state,
+                  const Tensor& momentum, const Tensor& o) override {
+    const cpu::DeltaDims d = decode_dims(q, v, log_alpha, beta, state, false, "mdn_decode");
+    check_same(q, k, "mdn_decode");
+    check_same(v, o, "mdn_decode");
+    check_same(state, momentum, "mdn_decode");
+    for (const Tensor* t : {&log_mu, &eta}) check_same(beta, *t, "mdn_decode");
+    dispatch(q, "mdn_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const cpu::MdnInputs<T> in{q.as<T>(),      k.as<T>(),   v.as<T>(),     log_alpha.as<T>(), beta.as<T>(),
+                                 log_mu.as<T>(), eta.as<T>(), state.as<T>(), momentum.as<T>()};
+      cpu::mdn_chunk_fwd<T>(in, d, o.as<T>(), state.as<T>(), momentum.as<T>(), chunk_size);
+    });
+  }
+  void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                         const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, const Tensor& state,
+                         const Tensor& y) override {
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_decode");
+    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, xbc.dtype, "mamba2_ssd_decode",
+                       "state [B, H, P, N]");
+    dispatch(xbc, "mamba2_ssd_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::mamba2_ssd_fwd<T>(xbc.as<T>(), dt_raw.as<T>(), dt_bias.as<T>(), A_log.as<T>(), D.as<T>(), d, chunk_size,
+                             y.as<T>(), state.as<T>());
+    });
+  }
+  void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                     const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_decode");
+    check_mamba3_carry(carry, d, x.dtype);
+    dispatch(x, "mamba3_decode", [&](auto zero) {
+      using T = decltype(zero);
+      const auto prm = mamba3_ptrs<cpu::Mamba3LayerParams<T>, T>(params);
+      const cpu::Mamba3Carry<T> c{carry.state.as<T>(), carry.k_prev.as<T>(), carry.v_prev.as<T>(),
+                                  mutable_or_null<T>(carry.phase)};
+      cpu::mamba3_layer_step<T>(x.as<T>(), z.as<T>(), bc.as<T>(), raw.as<T>(), prm, d, opt, c, out.as<T>());
+    });
+  }
+
  private:
   AllocationLog allocations_;
+
+  /// Sizes of a delta-rule decode call (backend_util.h delta_decode_dims) as the CPU kernels take them.
+  static cpu::DeltaDims decode_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                    const Tensor& state, bool per_channel, const char* op) {
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, per_channel, op);
+    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
+  }
 
   /// A typed mutable pointer to an optional tensor (nullptr for a default-constructed one).
   template <typename T>
@@ -666,11 +729,15 @@ class CpuBackend final : public Backend {
     return heads;
   }
 
+  /// The sizes of a delta-rule core call (backend_util.h) as the CPU kernels take them.
+  static cpu::DeltaDims cpu_dims(const DeltaCoreDims& d) {
+    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
+  }
+
   /// Sizes of a delta-rule core call (backend_util.h delta_core_dims) as the CPU kernels take them.
   static cpu::DeltaDims delta_dims(const Tensor& q, const Tensor& v, const Tensor& g, const Tensor& beta,
                                    bool per_channel, const char* op) {
-    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, per_channel, op);
-    return {d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim};
+    return cpu_dims(delta_core_dims(q, v, g, beta, per_channel, op));
   }
 
   /// The decay gates (cpu/delta_gates.h) for gdn_gates_* (dim 1) and kda_gates_* (dim K).
@@ -686,11 +753,7 @@ class CpuBackend final : public Backend {
   void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                  const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                  const Tensor& ddt_bias, const char* op) {
-    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
-    check_same(a, da, op);
-    check_same(b, db, op);
-    check_same(A_log, dA_log, op);
-    check_same(dt_bias, ddt_bias, op);
+    const GateDims gd = gate_bwd_dims(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, op);
     dispatch(a, op, [&](auto zero) {
       using T = decltype(zero);
       cpu::delta_gates_bwd<T>(dg.as<T>(), dbeta.as<T>(), a.as<T>(), b.as<T>(), A_log.as<T>(), dt_bias.as<T>(),

@@ -31,16 +31,42 @@ void AttentionMixer::bind_scratch(ScratchCarver& scratch) {
     *t = scratch.take(store_.compute_dtype(), {batch_, seq_len_, heads_, head_dim_});
 }
 
-void AttentionMixer::forward(const Tensor& x, const Tensor& y) {
+void AttentionMixer::project(const Tensor& x) {
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, inner = heads_ * head_dim_;
   be.matmul(x, false, store_.param(wq_), true, q_.reshape({rows, inner}), false);
   be.matmul(x, false, store_.param(wk_), true, k_.reshape({rows, inner}), false);
   be.matmul(x, false, store_.param(wv_), true, v_.reshape({rows, inner}), false);
+}
+
+void AttentionMixer::output(const Tensor& y) {
+  const int64_t rows = batch_ * seq_len_, inner = heads_ * head_dim_;
+  store_.backend().matmul(o_.reshape({rows, inner}), false, store_.param(wo_), true, y, false);
+}
+
+void AttentionMixer::forward(const Tensor& x, const Tensor& y) {
+  Backend& be = store_.backend();
+  project(x);
   be.rope_fwd(q_, theta_);
   be.rope_fwd(k_, theta_);
-  be.attention_fwd(q_, k_, v_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), o_, lse_);
-  be.matmul(o_.reshape({rows, inner}), false, store_.param(wo_), true, y, false);
+  be.attention_fwd(q_, k_, v_, scale(), o_, lse_);
+  output(y);
+}
+
+MixerState AttentionMixer::decode_state(int64_t batch, int64_t max_len) const {
+  MixerState s;
+  for (int i = 0; i < 2; ++i) s.add(store_.backend(), store_.compute_dtype(), {batch, max_len, heads_, head_dim_});
+  return s;
+}
+
+// The rotary embedding at the token's absolute position; k, v appended to the cache; one query over it.
+void AttentionMixer::decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) {
+  Backend& be = store_.backend();
+  project(x);
+  be.rope_fwd_at(q_, theta_, position);
+  be.rope_fwd_at(k_, theta_, position);
+  be.attention_decode(q_, k_, v_, state[0], state[1], position, scale(), o_);
+  output(y);
 }
 
 void AttentionMixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -50,7 +76,7 @@ void AttentionMixer::backward(const Tensor& x, const Tensor& dy, const Tensor& d
   const Tensor dq2 = dq_.reshape({rows, inner}), dk2 = dk_.reshape({rows, inner}), dv2 = dv_.reshape({rows, inner});
   be.matmul(dy, false, store_.param(wo_), false, do2, false);        // dO = dy Wo
   be.matmul(dy, true, o2, false, store_.grad(wo_), true);            // dWo += dy^T O
-  be.attention_bwd(q_, k_, v_, o_, lse_, do_, 1.0 / std::sqrt(static_cast<double>(head_dim_)), dq_, dk_, dv_);
+  be.attention_bwd(q_, k_, v_, o_, lse_, do_, scale(), dq_, dk_, dv_);
   be.rope_bwd(dq_, theta_);
   be.rope_bwd(dk_, theta_);
   be.matmul(dq2, true, x, false, store_.grad(wq_), true);            // dWq += dq^T x

@@ -3,6 +3,8 @@
 // scale 1/sqrt(head_dim), y = o Wo^T. Parameters (FLA names): q_proj, k_proj, v_proj
 // [H*Dh, D], o_proj [D, H*Dh], all N(0, init_std^2) (section 3.4).
 #pragma once
+#include <cmath>
+
 #include "kernels/backend.h"
 #include "model/mixer.h"
 
@@ -15,8 +17,17 @@ class AttentionMixer final : public Mixer {
   void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  /// State: the KV cache, k (rotated) and v [batch, max_len, H, Dh] in the compute dtype.
+  MixerState decode_state(int64_t batch, int64_t max_len) const override;
+  void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) override;
 
  private:
+  /// q_, k_, v_ = x Wq^T, x Wk^T, x Wv^T (before the rotary embedding).
+  void project(const Tensor& x);
+  /// y = o_ Wo^T.
+  void output(const Tensor& y);
+  double scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
+
   ParamStore& store_;
   int64_t d_model_, heads_, head_dim_;
   double theta_;

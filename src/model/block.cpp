@@ -37,9 +37,18 @@ void Block::bind_scratch(ScratchCarver& scratch) {
 }
 
 void Block::forward(const Tensor& x_in, const Tensor& x_out) {
+  run(x_in, x_out, [&](const Tensor& xn, const Tensor& y) { mixer_->forward(xn, y); });
+}
+
+void Block::decode(const Tensor& x_in, MixerState& state, int64_t position, const Tensor& x_out) {
+  run(x_in, x_out, [&](const Tensor& xn, const Tensor& y) { mixer_->decode(xn, state, position, y); });
+}
+
+void Block::run(const Tensor& x_in, const Tensor& x_out,
+                const std::function<void(const Tensor&, const Tensor&)>& mix) {
   Backend& be = store_.backend();
   be.rmsnorm_fwd(x_in, store_.master(attn_norm_), eps_, xn1_, rstd1_);
-  mixer_->forward(xn1_, branch_);
+  mix(xn1_, branch_);
   if (!mlp_) return be.add(x_in, branch_, x_out);
   be.add_rmsnorm_fwd(x_in, branch_, store_.master(mlp_norm_), eps_, h_, xn2_, rstd2_);  // h = x + branch; norm
   mlp_->forward(xn2_, branch_);

@@ -5,6 +5,7 @@
 // Parameter names follow flash-linear-attention: <prefix>attn_norm.weight, <prefix>attn.*,
 // <prefix>mlp_norm.weight, <prefix>mlp.* (the last two only with an MLP).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,7 +31,16 @@ class Block {
   /// saved activations of this block's last forward.
   void backward(const Tensor& x_in, const Tensor& dx);
 
+  /// The zeroed decoding state of the block's mixer (Mixer::decode_state).
+  MixerState decode_state(int64_t batch, int64_t max_len) const { return mixer_->decode_state(batch, max_len); }
+  /// forward() for the planned seq_len new tokens per sequence from absolute `position`, x_in, x_out
+  /// [batch * seq_len, D], the mixer continuing `state` (Mixer::decode).
+  void decode(const Tensor& x_in, MixerState& state, int64_t position, const Tensor& x_out);
+
  private:
+  /// The block around `mix` (xn -> branch): forward's mixer_->forward or decode's mixer_->decode.
+  void run(const Tensor& x_in, const Tensor& x_out, const std::function<void(const Tensor&, const Tensor&)>& mix);
+
   ParamStore& store_;
   double eps_;
   int attn_norm_ = -1, mlp_norm_ = -1;

@@ -30,7 +30,7 @@ void CombaMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
   for (Tensor* t : {&dqhat_, &dkhat_, &dphat_, &dp_}) *t = s.take(store_.dtype(), {rows, key_dim_});
 }
 
-void CombaMixer::core_forward() {
+void CombaMixer::core_forward(const MixerState* state) {
   Backend& be = store_.backend();
   // Inner decay p = sigma(decay) k and output correction q' = q - D p, before the L2 norm (4.2 steps 2-3).
   const Tensor q_in = has_gates() ? qcor_ : qc_, p_in = has_gates() ? p_ : kc_;
@@ -39,7 +39,10 @@ void CombaMixer::core_forward() {
   be.l2norm_fwd(q_in, c_.head_dim, 1e-6, q_scale(), qhat_, rq_);
   be.l2norm_fwd(kc_, c_.head_dim, 1e-6, 1.0, khat_, rk_);
   be.l2norm_fwd(p_in, c_.head_dim, 1e-6, 1.0, phat_, rp_);
-  // The Comba core (section 6.2, chunked).
+  // The Comba core (section 6.2, chunked), from zero or continuing the carried state.
+  if (state != nullptr)
+    return be.comba_decode(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
+                           per_token(beta_), c_.chunk_size, (*state)[kCoreState], heads_v(o_));
   be.comba_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
                      per_token(beta_), c_.chunk_size, heads_v(o_));
 }

@@ -20,7 +20,7 @@ class CombaMixer final : public DeltaLayer {
  private:
   void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
-  void core_forward() override;
+  void core_forward(const MixerState* state) override;
   void core_backward() override;
 
   bool has_gates() const { return decay_ >= 0 || D_ >= 0; }

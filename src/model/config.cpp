@@ -510,6 +510,14 @@ Config parse_config(const json& j) {
     c.log.interval_steps = l.positive("interval_steps", dflt(int64_t{1}));
     l.finish();
   }
+  {
+    ObjectReader d = r.object("dist");
+    c.dist.zero1 = d.boolean("zero1", false);
+    c.dist.overlap = d.boolean("overlap", true);
+    c.dist.bucket_mb = d.number("bucket_mb", dflt(25.0));
+    d.finish();
+    check(c.dist.bucket_mb > 0, "config: dist.bucket_mb must be > 0, got {}", c.dist.bucket_mb);
+  }
   r.finish();
   if (c.data.source != "tokens") {
     // The longest training example must fit one window of seq_len + 1 tokens.
@@ -535,6 +543,10 @@ Config parse_config(const json& j) {
         c.model.vocab_size, c.data.tokenizer, tokenizer_vocab);
   c.resolved = resolved;
   return c;
+}
+
+int64_t DistConfig::bucket_elements() const {
+  return std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

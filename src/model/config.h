@@ -228,6 +228,16 @@ struct LogConfig {
   int64_t interval_steps = 1;
 };
 
+/// Data-parallel options (docs/DISTRIBUTED.md); inert for one process. They may change across a
+/// resume: checkpoints hold the same data whatever they are.
+struct DistConfig {
+  bool zero1 = false;      ///< shard the AdamW moments over the ranks (reduce-scatter, all-gather)
+  bool overlap = true;     ///< start each gradient bucket's all-reduce as its layers finish backward
+  double bucket_mb = 25;   ///< least MiB of fp32 gradient per bucket (PyTorch DDP's bucket_cap_mb)
+  /// bucket_mb in fp32 elements (at least 1).
+  int64_t bucket_elements() const;
+};
+
 struct Config {
   std::string run_name;
   ModelConfig model;
@@ -236,6 +246,7 @@ struct Config {
   EvalConfig eval;
   CheckpointConfig checkpoint;
   LogConfig log;
+  DistConfig dist;
   nlohmann::json resolved;  ///< the full config with defaults filled in (saved in checkpoints)
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace llmt {
 
@@ -72,22 +73,42 @@ void DeltaLayer::bind_scratch(ScratchCarver& s) {
   bind_core_scratch(s, rows);
 }
 
-void DeltaLayer::forward(const Tensor& x, const Tensor& y) {
+void DeltaLayer::forward(const Tensor& x, const Tensor& y) { mix(x, y, nullptr); }
+
+void DeltaLayer::decode(const Tensor& x, MixerState& state, int64_t, const Tensor& y) { mix(x, y, &state); }
+
+MixerState DeltaLayer::decode_state(int64_t batch, int64_t) const {
+  MixerState s;
+  Backend& be = store_.backend();
+  const DType dt = store_.dtype();
+  const int64_t hist = c_.conv_size - 1;
+  for (int64_t width : {key_dim_, key_dim_, value_dim_}) s.add(be, dt, {batch, hist, width});
+  for (int i = 0; i < core_states(); ++i) s.add(be, dt, {batch, c_.num_heads, c_.head_dim, c_.value_dim()});
+  return s;
+}
+
+void DeltaLayer::mix(const Tensor& x, const Tensor& y, const MixerState* state) {
   Backend& be = store_.backend();
   const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({batch_, seq_len_, c}); };
   // Projections and short convolutions (section 2.1).
   be.matmul(x, false, store_.param(wq_), true, qp_, false);
   be.matmul(x, false, store_.param(wk_), true, kp_, false);
   be.matmul(x, false, store_.param(wv_), true, vp_, false);
-  be.short_conv_silu_fwd(seq3(qp_, key_dim_), store_.master(conv_q_), seq3(q_pre_, key_dim_), seq3(qc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(kp_, key_dim_), store_.master(conv_k_), seq3(k_pre_, key_dim_), seq3(kc_, key_dim_));
-  be.short_conv_silu_fwd(seq3(vp_, value_dim_), store_.master(conv_v_), seq3(v_pre_, value_dim_),
-                         seq3(vc_, value_dim_));
+  const std::tuple<const Tensor*, int, const Tensor*, const Tensor*, int64_t> convs[] = {
+      {&qp_, conv_q_, &q_pre_, &qc_, key_dim_}, {&kp_, conv_k_, &k_pre_, &kc_, key_dim_},
+      {&vp_, conv_v_, &v_pre_, &vc_, value_dim_}};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& [in, w, pre, out, width] = convs[i];
+    if (state != nullptr)
+      be.short_conv_silu_decode(seq3(*in, width), store_.master(w), Tensor(), (*state)[i], seq3(*out, width));
+    else
+      be.short_conv_silu_fwd(seq3(*in, width), store_.master(w), seq3(*pre, width), seq3(*out, width));
+  }
   // Gates (4.1 steps 2-3; 4.3 steps 2-3).
   decay_proj_->forward(x, a_);
   be.matmul(x, false, store_.param(wb_), true, b_, false);
   gates_forward(x);
-  core_forward();
+  core_forward(state);
   // Output gate, per-head gated RMSNorm (2.3), output projection.
   gate_proj_->forward(x, z_);
   be.gated_rmsnorm_fwd(o_, z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", yn_, rstd_);

@@ -31,6 +31,10 @@ class DeltaLayer : public Mixer {
   void bind_scratch(ScratchCarver& scratch) final;
   void forward(const Tensor& x, const Tensor& y) final;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) final;
+  /// State: the windows of the q, k, v convolutions [batch, conv_size - 1, channels], then the core's
+  /// core_states() states [batch, H, dk, dv] (S; MDN: S and the momentum M), all in the master dtype.
+  MixerState decode_state(int64_t batch, int64_t max_len) const final;
+  void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) final;
 
  protected:
   /// Registers the shared parameters under `prefix`; `c` is the layer's block of the config.
@@ -41,8 +45,13 @@ class DeltaLayer : public Mixer {
   virtual void plan_core(int64_t rows, ScratchCarver& saved) = 0;
   /// Takes the core's own backward temporaries from the shared scratch.
   virtual void bind_core_scratch(ScratchCarver& scratch, int64_t rows) = 0;
-  /// From qc_, kc_, vc_, g_, beta_ (conv outputs and gates), writes o_ [rows, H dv].
-  virtual void core_forward() = 0;
+  /// From qc_, kc_, vc_, g_, beta_ (conv outputs and gates), writes o_ [rows, H dv]: the chunked core from zero
+  /// when `state` is null, else continuing from (and updating) the core states state[kCoreState ...].
+  virtual void core_forward(const MixerState* state) = 0;
+  /// Number of [B, H, dk, dv] states the core carries while decoding (decode_state).
+  virtual int core_states() const { return 1; }
+  /// Index of the first core state in a DeltaLayer's MixerState (after the three convolution windows).
+  static constexpr size_t kCoreState = 3;
   /// From do_, writes dqc_, dkc_, dvc_, dg_, dbeta_ (overwritten) and accumulates the core's
   /// own parameter gradients.
   virtual void core_backward() = 0;
@@ -78,6 +87,9 @@ class DeltaLayer : public Mixer {
   Tensor cvt_;  // shared scratch for gradients rounded to the compute dtype (only when it differs from dtype())
 
  private:
+  /// forward (state null) or decode (state: decode_state's): the same path, with the convolutions and the
+  /// core starting from zero or continuing from `state`.
+  void mix(const Tensor& x, const Tensor& y, const MixerState* state);
   /// Width of the decay input a, of g and of dt_bias: H (scalar) or H dk (channelwise).
   int64_t decay_width() const { return gates_ == Gates::scalar ? c_.num_heads : key_dim_; }
 

@@ -11,12 +11,18 @@ void GdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
   for (Tensor* t : {&dqhat_, &dkhat_}) *t = s.take(store_.dtype(), {rows, key_dim_});
 }
 
-void GdnMixer::core_forward() {
+void GdnMixer::core_forward(const MixerState* state) {
   Backend& be = store_.backend();
   be.l2norm_fwd(qc_, c_.head_dim, 1e-6, q_scale(), qhat_, rq_);  // section 2.2
   be.l2norm_fwd(kc_, c_.head_dim, 1e-6, 1.0, khat_, rk_);
   // GDN core (6.1, scalar decay) or KDA core (per-channel decay): the same arguments, g of decay_view's shape.
-  const auto chunk_fwd = gates_ == Gates::scalar ? &Backend::gdn_chunk_fwd : &Backend::kda_chunk_fwd;
+  const bool scalar = gates_ == Gates::scalar;
+  if (state != nullptr) {
+    const auto decode = scalar ? &Backend::gdn_decode : &Backend::kda_decode;
+    return (be.*decode)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
+                        c_.chunk_size, (*state)[kCoreState], heads_v(o_));
+  }
+  const auto chunk_fwd = scalar ? &Backend::gdn_chunk_fwd : &Backend::kda_chunk_fwd;
   (be.*chunk_fwd)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
                   c_.chunk_size, heads_v(o_));
 }

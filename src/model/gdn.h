@@ -23,7 +23,7 @@ class GdnMixer : public DeltaLayer {
  private:
   void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
-  void core_forward() override;
+  void core_forward(const MixerState* state) override;
   void core_backward() override;
 
   Tensor qhat_, khat_, rq_, rk_;  // L2-normalised q (scaled), k; their 1/norm [rows * H]

@@ -82,21 +82,39 @@ void Mamba2Mixer::bind_scratch(ScratchCarver& s) {
   if (store_.compute_dtype() != dt) cvt_ = s.take(store_.compute_dtype(), {rows * conv_dim_});
 }
 
-void Mamba2Mixer::forward(const Tensor& x, const Tensor& y) {
+void Mamba2Mixer::forward(const Tensor& x, const Tensor& y) { mix(x, y, nullptr); }
+
+void Mamba2Mixer::decode(const Tensor& x, MixerState& state, int64_t, const Tensor& y) { mix(x, y, &state); }
+
+MixerState Mamba2Mixer::decode_state(int64_t batch, int64_t) const {
+  MixerState s;
+  s.add(store_.backend(), store_.dtype(), {batch, c_.conv_size - 1, conv_dim_});
+  s.add(store_.backend(), store_.dtype(), {batch, heads_, c_.head_dim, c_.d_state});
+  return s;
+}
+
+void Mamba2Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state) {
   Backend& be = store_.backend();
   const Tensor w_in = store_.param(w_in_);
   // in_proj, split into z, xBC, dt_raw (step 1).
   be.matmul(x, false, in_rows(w_in, 0, inner_), true, z_, false);
   be.matmul(x, false, in_rows(w_in, inner_, conv_dim_), true, xbc_, false);
   be.matmul(x, false, in_rows(w_in, inner_ + conv_dim_, heads_), true, dtr_, false);
-  // Conv + SiLU on x, B, C (step 2).
-  if (c_.conv_bias)
-    be.conv_bias_silu_fwd(seq3(xbc_), store_.master(conv_w_), store_.master(conv_b_), seq3(pre_), seq3(xbc_c_));
-  else
-    be.short_conv_silu_fwd(seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(xbc_c_));
-  // Discretisation and SSD with the D skip (steps 3-5).
-  be.mamba2_ssd_fwd(seq3(xbc_c_), seq3(dtr_), store_.master(dt_bias_), store_.master(A_log_), store_.master(D_),
-                    c_.head_dim, c_.n_groups, c_.chunk_size, seq3(y_));
+  // Conv + SiLU on x, B, C (step 2); discretisation and SSD with the D skip (steps 3-5).
+  const Tensor dt_bias = store_.master(dt_bias_), A_log = store_.master(A_log_), D = store_.master(D_);
+  if (state != nullptr) {  // continuing the carried conv window and SSM state (section 2.8)
+    be.short_conv_silu_decode(seq3(xbc_), store_.master(conv_w_), c_.conv_bias ? store_.master(conv_b_) : Tensor(),
+                              (*state)[0], seq3(xbc_c_));
+    be.mamba2_ssd_decode(seq3(xbc_c_), seq3(dtr_), dt_bias, A_log, D, c_.head_dim, c_.n_groups, c_.chunk_size,
+                         (*state)[1], seq3(y_));
+  } else {
+    if (c_.conv_bias)
+      be.conv_bias_silu_fwd(seq3(xbc_), store_.master(conv_w_), store_.master(conv_b_), seq3(pre_), seq3(xbc_c_));
+    else
+      be.short_conv_silu_fwd(seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(xbc_c_));
+    be.mamba2_ssd_fwd(seq3(xbc_c_), seq3(dtr_), dt_bias, A_log, D, c_.head_dim, c_.n_groups, c_.chunk_size,
+                      seq3(y_));
+  }
   // Gated RMSNorm, norm_before_gate = False: u = y ∘ silu(z), yn = rmsnorm(u) ∘ w (step 6); out_proj (step 7).
   be.swiglu_fwd(z_, y_, u_);
   be.rmsnorm_fwd(u_, store_.master(norm_), norm_eps_, yn_, rstd_);

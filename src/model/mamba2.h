@@ -22,8 +22,14 @@ class Mamba2Mixer : public Mixer {
   void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  /// State (layers-ssm-attn.md §2.8): the conv window [batch, conv_size - 1, Di + 2 G N] and the SSM state
+  /// [batch, H, P, N], in the master dtype.
+  MixerState decode_state(int64_t batch, int64_t max_len) const override;
+  void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) override;
 
  private:
+  /// forward (state null) or decode (state: decode_state's); the conv and the SSD differ.
+  void mix(const Tensor& x, const Tensor& y, const MixerState* state);
   /// Rows [r0, r0 + n) of the in_proj weight (or its gradient): the z, xBC or dt_raw part.
   Tensor in_rows(const Tensor& w, int64_t r0, int64_t n) const;
   Tensor seq3(const Tensor& t) const { return t.reshape({batch_, seq_len_, t.shape[1]}); }

@@ -105,7 +105,20 @@ void Mamba3Mixer::bind_scratch(ScratchCarver& s) {
     cvt_ = s.take(store_.compute_dtype(), {rows * std::max({inner_, bc_dim_, raw_dim_})});
 }
 
-void Mamba3Mixer::forward(const Tensor& x, const Tensor& y) {
+void Mamba3Mixer::forward(const Tensor& x, const Tensor& y) { mix(x, y, nullptr); }
+
+void Mamba3Mixer::decode(const Tensor& x, MixerState& state, int64_t, const Tensor& y) { mix(x, y, &state); }
+
+MixerState Mamba3Mixer::decode_state(int64_t batch, int64_t) const {
+  MixerState s;
+  const int64_t R = c_.mimo_rank;
+  for (auto dims : {std::initializer_list<int64_t>{batch, heads_, c_.head_dim, c_.d_state},
+                    {batch, heads_, R, c_.d_state}, {batch, heads_, R, c_.head_dim}, {batch, heads_, c_.num_angles()}})
+    s.add(store_.backend(), store_.dtype(), dims);
+  return s;
+}
+
+void Mamba3Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state) {
   Backend& be = store_.backend();
   const Tensor w_in = store_.param(w_in_);
   // in_proj, split into z, x, B|C and the per-head/per-angle scalars (section 4.2).
@@ -114,7 +127,11 @@ void Mamba3Mixer::forward(const Tensor& x, const Tensor& y) {
   be.matmul(x, false, in_rows(w_in, 2 * inner_, bc_dim_), true, bc_, false);
   be.matmul(x, false, in_rows(w_in, 2 * inner_ + bc_dim_, raw_dim_), true, raw_, false);
   // Sections 4.3.1-4.3.4: scalars, rotation, chunked core, output norm, gate, MIMO down-projection.
-  be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_, seq3(o_));
+  if (state != nullptr)
+    be.mamba3_decode(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_,
+                     {(*state)[0], (*state)[1], (*state)[2], (*state)[3]}, seq3(o_));
+  else
+    be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_, seq3(o_));
   be.matmul(o_c_.data ? converted(be, o_, o_c_) : o_, false, store_.param(w_out_), true, y, false);
 }
 

@@ -23,8 +23,14 @@ class Mamba3Mixer : public Mixer {
   void bind_scratch(ScratchCarver& scratch) override;
   void forward(const Tensor& x, const Tensor& y) override;
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  /// State (layers-ssm-attn.md §4.6; Backend::Mamba3Carry): the SSM state [batch, H, P, N], the last token's
+  /// k [batch, H, R, N] and up-projected x [batch, H, R, P], the rotary phase [batch, H, S]; master dtype.
+  MixerState decode_state(int64_t batch, int64_t max_len) const override;
+  void decode(const Tensor& x, MixerState& state, int64_t position, const Tensor& y) override;
 
  private:
+  /// forward (state null) or decode (state: decode_state's); only the layer op differs.
+  void mix(const Tensor& x, const Tensor& y, const MixerState* state);
   /// Rows [r0, r0 + n) of the in_proj weight (or its gradient): the z, x, B|C or scalar part.
   Tensor in_rows(const Tensor& w, int64_t r0, int64_t n) const;
   Tensor seq3(const Tensor& t) const { return t.reshape({batch_, seq_len_, t.shape[1]}); }

@@ -86,13 +86,17 @@ void MdnMixer::gates_backward(const Tensor& x, const Tensor& dx) {
   }
 }
 
-void MdnMixer::core_forward() {
+void MdnMixer::core_forward(const MixerState* state) {
   Backend& be = store_.backend();
   // Output correction q' = q - δ k before the L2 norm (§4.2); the L2 norms and the query scale (§4.3).
   if (mc_.output_correction) be.mdn_correction_fwd(qc_, kc_, store_.master(D_log_), qcor_);
   be.l2norm_fwd(mc_.output_correction ? qcor_ : qc_, c_.head_dim, 1e-6, q_scale(), qhat_, rq_);
   be.l2norm_fwd(kc_, c_.head_dim, 1e-6, 1.0, khat_, rk_);
-  // The MDN core (§6, chunked).
+  // The MDN core (§6, chunked), from zero or continuing the carried S and M.
+  if (state != nullptr)
+    return be.mdn_decode(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
+                         per_token(log_mu_), per_token(eta_), c_.chunk_size, (*state)[kCoreState],
+                         (*state)[kCoreState + 1], heads_v(o_));
   be.mdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
                    per_token(log_mu_), per_token(eta_), c_.chunk_size, heads_v(o_));
 }

@@ -25,7 +25,8 @@ class MdnMixer final : public DeltaLayer {
  private:
   void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
-  void core_forward() override;
+  void core_forward(const MixerState* state) override;
+  int core_states() const override { return 2; }  // S and the momentum M
   void core_backward() override;
   void gates_forward(const Tensor& x) override;
   void gates_backward(const Tensor& x, const Tensor& dx) override;

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 
@@ -10,8 +11,11 @@ Model::Model(const ModelConfig& config) : config_(config) {
   const int64_t V = config.vocab_size, D = config.d_model;
   const Init normal{Init::normal, config.init_std};
   embedding_ = store_.add("model.embeddings.weight", {V, D}, ParamKind::embedding, normal);
-  for (int64_t l = 0; l < config.n_layers; ++l)
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    block_offset_.push_back(store_.total());  // a block registers its parameters one after another
     blocks_.push_back(std::make_unique<Block>(config.mixer_of(l), config, store_, fmt::format("model.layers.{}.", l)));
+  }
+  block_offset_.push_back(store_.total());
   final_norm_ = store_.add("model.norm.weight", {D}, ParamKind::norm, Init{Init::ones, 0});
   if (!config.tie_embeddings) lm_head_ = store_.add("lm_head.weight", {V, D}, ParamKind::weight, normal);
 }
@@ -79,22 +83,121 @@ void Model::plan(int64_t batch, int64_t seq_len, bool recompute) {
   activation_bytes_.scratch = scratch_.bytes();
 }
 
+namespace {
+
+/// Rows [r0, r0 + n) of a [rows, width] tensor.
+Tensor row_view(const Tensor& t, int64_t r0, int64_t n, int64_t width) {
+  return Tensor(static_cast<char*>(t.data) + r0 * width * dtype_size(t.dtype), t.dtype, {n, width});
+}
+
+/// t (f64, f32 or bf16) into host doubles (t.numel() of them).
+void download_f64(Backend& be, const Tensor& t, double* out) {
+  if (t.dtype == DType::f64) return be.download(t, out);
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  if (t.dtype == DType::f32) {
+    be.download(t, host.data());
+  } else {
+    const OwnedTensor f32(be, DType::f32, {t.numel()});
+    be.convert(t, *f32);
+    be.download(*f32, host.data());
+  }
+  std::copy(host.begin(), host.end(), out);
+}
+
+}  // namespace
+
+void Model::embed(const int32_t* ids, int64_t rows, const char* what) {
+  const int64_t V = config_.vocab_size;
+  for (int64_t i = 0; i < rows; ++i)
+    check(ids[i] >= 0 && ids[i] < V, "token id {} at {} position {} is outside the vocabulary of {}", ids[i], what,
+          i, V);
+  Backend& be = store_.backend();
+  const Tensor ids_t = ids_->reshape({rows});
+  be.upload(ids, ids_t);
+  be.embedding_fwd(ids_t, store_.master(embedding_), resid_[0]->reshape({rows, config_.d_model}));
+}
+
+void Model::final_norm() {
+  store_.backend().rmsnorm_fwd(*resid_.back(), store_.master(final_norm_), config_.norm_eps, *xf_, *rstdf_);
+}
+
+Tensor Model::head_chunk(int64_t r0, int64_t n) {
+  const Tensor logits_c(logits_->data, logits_->dtype, {n, config_.vocab_size});
+  const Tensor W = store_.param(lm_head_ >= 0 ? lm_head_ : embedding_);
+  store_.backend().matmul(row_view(*xf_, r0, n, config_.d_model), false, W, true, logits_c, false);
+  return logits_c;
+}
+
+void Model::download_logits(int64_t rows, double* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += head_rows_) {
+    const int64_t n = std::min(head_rows_, rows - r0);
+    download_f64(store_.backend(), head_chunk(r0, n), out + r0 * config_.vocab_size);
+  }
+}
+
+void Model::logits(const int32_t* inputs, double* out) {
+  check(batch_ > 0, "Model::logits before plan()");
+  const int64_t rows = batch_ * seq_len_;
+  embed(inputs, rows, "input");
+  for (size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->forward(*resid_[l], *resid_[l + 1]);
+  final_norm();
+  download_logits(rows, out);
+}
+
+DecodeState Model::start_decode(int64_t batch, int64_t max_len) {
+  check(batch >= 1 && max_len >= 1, "Model::start_decode: batch ({}) and max_len ({}) must be >= 1", batch,
+        max_len);
+  DecodeState state;
+  state.batch = batch;
+  state.max_len = max_len;
+  for (auto& b : blocks_) state.layers.push_back(b->decode_state(batch, max_len));
+  return state;
+}
+
+void Model::decode(const int32_t* ids, DecodeState& state, double* logits) {
+  check(state.layers.size() == blocks_.size(), "Model::decode: the state was not made by this model's start_decode");
+  plan(state.batch, 1);
+  continue_decode(ids, state, logits);
+}
+
+void Model::prefill(const int32_t* ids, int64_t n, DecodeState& state, double* logits) {
+  check(n >= 1, "Model::prefill: the prompt is empty");
+  check(state.layers.size() == blocks_.size(), "Model::prefill: the state was not made by this model's start_decode");
+  plan(state.batch, n);
+  continue_decode(ids, state, logits);
+}
+
+void Model::continue_decode(const int32_t* ids, DecodeState& state, double* logits) {
+  check(state.position + seq_len_ <= state.max_len,
+        "Model::decode: {} more tokens do not fit: the sequences are full at {} tokens (the max_len of "
+        "start_decode), {} used", seq_len_, state.max_len, state.position);
+  embed(ids, batch_ * seq_len_, "decode");
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    blocks_[l]->decode(*resid_[l], state.layers[l], state.position, *resid_[l + 1]);
+  final_norm();
+  // The last row of each sequence (all rows when decoding one token).
+  if (seq_len_ == 1) {
+    download_logits(batch_, logits);
+  } else {
+    for (int64_t b = 0; b < batch_; ++b)
+      download_f64(store_.backend(), head_chunk(b * seq_len_ + seq_len_ - 1, 1), logits + b * config_.vocab_size);
+  }
+  state.position += seq_len_;
+}
+
 double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale,
                       uint8_t* correct) {
   check(batch_ > 0, "Model::forward before plan()");
   Backend& be = store_.backend();
   const int64_t rows = batch_ * seq_len_, D = config_.d_model, V = config_.vocab_size;
-  for (int64_t i = 0; i < rows; ++i) {
-    check(inputs[i] >= 0 && inputs[i] < V, "token id {} at input position {} is outside the vocabulary of {}",
-          inputs[i], i, V);
+  embed(inputs, rows, "input");
+  for (int64_t i = 0; i < rows; ++i)
     check(targets[i] < V, "token id {} at target position {} is outside the vocabulary of {}", targets[i], i, V);
-  }
-  if (correct && (correct_->data == nullptr || correct_->numel() != rows)) correct_ = OwnedTensor(be, losses_->dtype, {rows});
-  be.upload(inputs, *ids_);
+  if (correct && (correct_->data == nullptr || correct_->numel() != rows))
+    correct_ = OwnedTensor(be, losses_->dtype, {rows});
   be.upload(targets, *targets_);
-  be.embedding_fwd(*ids_, store_.master(embedding_), *resid_[0]);
   for (size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->forward(*resid_[l], *resid_[l + 1]);
-  be.rmsnorm_fwd(*resid_.back(), store_.master(final_norm_), config_.norm_eps, *xf_, *rstdf_);
+  final_norm();
 
   // LM head + cross-entropy over row chunks: logits_c = xf_c W^T; the loss kernel turns
   // logits_c into grad_scale * dL/dlogits_c, from which dxf_c and dW follow at once.
@@ -102,46 +205,42 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
   const Tensor W = store_.param(head), dW = store_.grad(head);
   for (int64_t r0 = 0; r0 < rows; r0 += head_rows_) {
     const int64_t n = std::min(head_rows_, rows - r0);
-    const auto row_view = [&](const Tensor& t, int64_t width) {
-      return Tensor(static_cast<char*>(t.data) + r0 * width * dtype_size(t.dtype), t.dtype, {n, width});
-    };
-    const Tensor xf_c = row_view(*xf_, D);
-    const Tensor logits_c(logits_->data, logits_->dtype, {n, V});
-    const Tensor losses_c = row_view(*losses_, 1).reshape({n});
+    const Tensor xf_c = row_view(*xf_, r0, n, D);
+    const Tensor logits_c = head_chunk(r0, n);
+    const Tensor losses_c = row_view(*losses_, r0, n, 1).reshape({n});
     const Tensor targets_c(static_cast<int32_t*>(targets_->data) + r0, DType::i32, {n});
-    be.matmul(xf_c, false, W, true, logits_c, false);
     be.cross_entropy(logits_c, targets_c, with_grad ? grad_scale : 0.0, losses_c,
-                     correct ? row_view(*correct_, 1).reshape({n}) : Tensor());
+                     correct ? row_view(*correct_, r0, n, 1).reshape({n}) : Tensor());
     if (with_grad) {
-      be.matmul(logits_c, false, W, false, row_view(*dxf_, D), false);  // dxf_c = dlogits W
+      be.matmul(logits_c, false, W, false, row_view(*dxf_, r0, n, D), false);  // dxf_c = dlogits W
       be.matmul(logits_c, true, xf_c, false, dW, true);                // dW += dlogits^T xf_c
     }
   }
   if (correct) {
     std::vector<double> flags(rows);
-    if (correct_->dtype == DType::f64) {
-      be.download(*correct_, flags.data());
-    } else {
-      std::vector<float> f(rows);
-      be.download(*correct_, f.data());
-      std::copy(f.begin(), f.end(), flags.begin());
-    }
+    download_f64(be, *correct_, flags.data());
     for (int64_t i = 0; i < rows; ++i) correct[i] = flags[i] > 0.5 ? 1 : 0;
   }
   return be.sum(*losses_);
 }
 
-void Model::backward() {
+void Model::backward(const GradReadyHook& on_ready) {
+  const auto ready = [&](int64_t begin, int64_t end) {
+    if (on_ready) on_ready(begin, end);
+  };
   Backend& be = store_.backend();
   be.fill_zero(*dresid_);
   be.rmsnorm_bwd(*dxf_, *resid_.back(), store_.master(final_norm_), *rstdf_, *dresid_, store_.grad(final_norm_));
+  ready(block_offset_.back(), store_.total());  // the final norm and the untied LM head
   for (size_t l = blocks_.size(); l-- > 0;) {
     // With recompute the arena holds the last block's activations; the others are rebuilt from
     // the block's input (the forward is deterministic: it rewrites resid_[l + 1] with the same values).
     if (recompute_ && l + 1 < blocks_.size()) blocks_[l]->forward(*resid_[l], *resid_[l + 1]);
     blocks_[l]->backward(*resid_[l], *dresid_);
+    ready(block_offset_[l], block_offset_[l + 1]);
   }
   be.embedding_bwd(*ids_, *dresid_, store_.grad(embedding_));
+  ready(0, block_offset_.front());
 }
 
 }  // namespace llmt

@@ -4,6 +4,7 @@
 // [tokens x vocab] logits are never stored.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,15 @@ struct ActivationBytes {
   size_t total() const { return saved + residual + scratch; }
 };
 
+/// An incremental decode of `batch` sequences (Model::start_decode): every block's mixer state and the
+/// number of tokens each sequence has consumed.
+struct DecodeState {
+  int64_t batch = 0;
+  int64_t max_len = 0;   ///< tokens each sequence may hold (attention's KV cache size)
+  int64_t position = 0;  ///< tokens consumed so far: the absolute position of the next one
+  std::vector<MixerState> layers;
+};
+
 class Model {
  public:
   /// Registers all parameters (names as flash-linear-attention's HF layout); allocates
@@ -38,8 +48,10 @@ class Model {
   /// Allocates the flat parameter/gradient buffers in `dtype` (f32 for training, f64 for
   /// gradient checks) on `backend`, computing in compute_dtype (bf16 on CUDA: matrix
   /// products and most activations; ParamStore::allocate). Parameters are zero until
-  /// params().initialize(seed).
-  void allocate(Backend& backend, DType dtype, DType compute_dtype) { store_.allocate(backend, dtype, compute_dtype); }
+  /// params().initialize(seed). `pad_multiple`: ParamStore::allocate's padding.
+  void allocate(Backend& backend, DType dtype, DType compute_dtype, int64_t pad_multiple = 1) {
+    store_.allocate(backend, dtype, compute_dtype, pad_multiple);
+  }
   void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
   /// Allocates the activations for micro-batches of [batch, seq_len] (once per shape and mode).
@@ -60,8 +72,38 @@ class Model {
   double forward(const int32_t* inputs, const int32_t* targets, bool with_grad, double grad_scale,
                  uint8_t* correct = nullptr);
 
+  /// Called by backward() each time the gradients of the flat range [begin, end) (elements of
+  /// params().flat_grads()) are final for this backward: after the final norm (its range and the
+  /// untied LM head's, computed by the forward), after each block from the last to the first, and
+  /// after the embedding (which also holds the tied LM head's gradient). The ranges tile
+  /// [0, params().total()) from the end to the start, each ending where the previous began.
+  using GradReadyHook = std::function<void(int64_t begin, int64_t end)>;
+
   /// Backward of the last forward(with_grad = true): ACCUMULATES into params().flat_grads().
-  void backward();
+  /// `on_ready` (optional) hears of each finished range (GradReadyHook), e.g. to start reducing
+  /// it over the ranks (train/grad_buckets.h) while the rest of the backward runs.
+  void backward(const GradReadyHook& on_ready = nullptr);
+
+  /// The full forward's logits, for evaluation and tests: inputs host int32 [batch, seq_len] of the last
+  /// plan(); writes out [batch * seq_len, vocab] (host, row-major; the logits in double, exact for the f32
+  /// and f64 dtypes). Throws llmt::Error for an id outside the vocabulary (naming it and its position).
+  void logits(const int32_t* inputs, double* out);
+
+  // ---- incremental decoding (the inference path; docs/ARCHITECTURE.md) ----
+  /// Starts decoding `batch` sequences of at most `max_len` tokens each: returns the zeroed state of every
+  /// mixer (Mixer::decode_state). decode() and prefill() then plan the model for their shapes ([batch, 1],
+  /// [batch, n]; replacing any earlier plan). Runs on the backend's *_decode ops (both backends have them).
+  DecodeState start_decode(int64_t batch, int64_t max_len);
+  /// Feeds one token per sequence, ids host int32 [batch], at position state.position (then incremented) and
+  /// writes the next-token logits [batch, vocab] (host, double) into `logits`. Throws llmt::Error when a
+  /// sequence would exceed state.max_len, for an id outside the vocabulary, or for a state of another model.
+  void decode(const int32_t* ids, DecodeState& state, double* logits);
+  /// Feeds a prompt, ids host int32 [batch, n] (row-major), at positions state.position .. + n - 1 in one pass
+  /// (plans [batch, n], the activation memory of a forward of n tokens: the chunked algorithms continuing each
+  /// mixer's state, see Mixer::decode) and writes the logits after its last token [batch, vocab] into `logits`.
+  /// n >= 1; the same errors as decode(). Prefill then decode steps equal the full forward up to rounding
+  /// (tests/decode_test.cpp).
+  void prefill(const int32_t* ids, int64_t n, DecodeState& state, double* logits);
 
   ParamStore& params() { return store_; }
   const ModelConfig& config() const { return config_; }
@@ -75,10 +117,23 @@ class Model {
   int64_t training_flops_per_token(int64_t seq_len) const;
 
  private:
+  /// Checks the ids [rows] against the vocabulary (`what` names them in the error) and embeds them into resid_[0].
+  void embed(const int32_t* ids, int64_t rows, const char* what);
+  /// The final norm of the residual stream's last entry into xf_.
+  void final_norm();
+  /// logits_ (first n rows) = rows [r0, r0 + n) of xf_ times the LM head; returns that view (n <= head_rows_).
+  Tensor head_chunk(int64_t r0, int64_t n);
+  /// The logits of all `rows` rows of xf_, chunk by chunk, into host `out` [rows, V] in double.
+  void download_logits(int64_t rows, double* out);
+  /// decode() / prefill() of the planned [batch, seq_len] tokens ids [batch * seq_len]; logits of each
+  /// sequence's last token.
+  void continue_decode(const int32_t* ids, DecodeState& state, double* logits);
+
   ModelConfig config_;
   ParamStore store_;
   int embedding_ = -1, final_norm_ = -1, lm_head_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<int64_t> block_offset_;  // flat offset of each block's first parameter, then of the final norm
   int64_t batch_ = 0, seq_len_ = 0;
   bool recompute_ = false;
   ActivationBytes activation_bytes_;

@@ -32,7 +32,8 @@ int ParamStore::add(const std::string& name, std::vector<int64_t> shape, ParamKi
   return static_cast<int>(infos_.size()) - 1;
 }
 
-void ParamStore::allocate(Backend& backend, DType dtype, DType compute_dtype) {
+void ParamStore::allocate(Backend& backend, DType dtype, DType compute_dtype, int64_t pad_multiple) {
+  check(pad_multiple > 0, "ParamStore: pad_multiple must be positive, got {}", pad_multiple);
   check(dtype == DType::f32 || dtype == DType::f64, "ParamStore: parameters are f32 or f64");
   check(compute_dtype == dtype || (dtype == DType::f32 && compute_dtype == DType::bf16),
         "ParamStore: compute dtype {} with parameters in {} (supported: the same, or bf16 with f32)",
@@ -40,11 +41,12 @@ void ParamStore::allocate(Backend& backend, DType dtype, DType compute_dtype) {
   backend_ = &backend;
   dtype_ = dtype;
   compute_dtype_ = compute_dtype;
-  params_ = Buffer(backend, static_cast<size_t>(total_) * dtype_size(dtype));
-  grads_ = Buffer(backend, static_cast<size_t>(total_) * dtype_size(dtype));
+  padded_total_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
+  params_ = Buffer(backend, static_cast<size_t>(padded_total_) * dtype_size(dtype));
+  grads_ = Buffer(backend, static_cast<size_t>(padded_total_) * dtype_size(dtype));
   working_ = has_working() ? Buffer(backend, static_cast<size_t>(total_) * dtype_size(compute_dtype)) : Buffer();
-  backend.fill_zero(flat_params());
-  backend.fill_zero(flat_grads());
+  backend.fill_zero(padded_params());
+  backend.fill_zero(padded_grads());
   refresh_working();
 }
 

@@ -51,8 +51,10 @@ class ParamStore {
   /// Allocates the flat master-parameter and gradient buffers (dtype f32 or f64) on
   /// `backend`. With compute_dtype bf16 (dtype must then be f32) it also allocates the
   /// working copy: every parameter rounded to bf16, what matrix products read (DESIGN.md
-  /// mixed precision); compute_dtype == dtype means no copy.
-  void allocate(Backend& backend, DType dtype, DType compute_dtype);
+  /// mixed precision); compute_dtype == dtype means no copy. The parameter and gradient
+  /// buffers are padded with zeros to padded_total() = total() rounded up to a multiple of
+  /// `pad_multiple` (> 0) elements (ZeRO-1 cuts them into equal segments per rank).
+  void allocate(Backend& backend, DType dtype, DType compute_dtype, int64_t pad_multiple = 1);
   void allocate(Backend& backend, DType dtype) { allocate(backend, dtype, dtype); }
 
   /// Fills every parameter by its Init; parameter i draws from Philox(seed, i) (or Philox(seed,
@@ -71,6 +73,9 @@ class ParamStore {
   /// All master parameters / gradients as one 1-D tensor.
   Tensor flat_params() const { return Tensor(params_.data(), dtype_, {total_}); }
   Tensor flat_grads() const { return Tensor(grads_.data(), dtype_, {total_}); }
+  /// The parameter / gradient buffers with their zero padding: 1-D, padded_total() elements.
+  Tensor padded_params() const { return Tensor(params_.data(), dtype_, {padded_total_}); }
+  Tensor padded_grads() const { return Tensor(grads_.data(), dtype_, {padded_total_}); }
   /// The working copy as one 1-D tensor, or an empty Tensor (data == nullptr) without one.
   Tensor flat_working() const {
     return has_working() ? Tensor(working_.data(), compute_dtype_, {total_}) : Tensor();
@@ -78,6 +83,8 @@ class ParamStore {
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int64_t total() const { return total_; }
+  /// total() rounded up to allocate()'s pad_multiple.
+  int64_t padded_total() const { return padded_total_; }
   /// Master parameter, gradient and optimizer-state dtype (f32, or f64 in gradient checks).
   DType dtype() const { return dtype_; }
   /// The dtype of matrix-product operands and of most activations (bf16 or dtype()).
@@ -88,7 +95,7 @@ class ParamStore {
   bool has_working() const { return compute_dtype_ != dtype_; }
   Tensor view(const Buffer& b, int i, DType dtype) const;
   std::vector<ParamInfo> infos_;
-  int64_t total_ = 0;
+  int64_t total_ = 0, padded_total_ = 0;
   DType dtype_ = DType::f32, compute_dtype_ = DType::f32;
   Backend* backend_ = nullptr;
   Buffer params_, grads_, working_;

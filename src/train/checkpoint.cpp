@@ -30,6 +30,24 @@ std::vector<SafetensorsEntry> entries(const ParamStore& p, const std::vector<uin
   return out;
 }
 
+/// The full-length moment `moment` (m or v) of `optimizer` in host memory on rank 0 (total()
+/// elements; empty on the other ranks). A ZeRO-1 shard is first all-gathered from every rank into
+/// a temporary padded buffer (a collective).
+std::vector<uint8_t> moment_on_rank0(const ParamStore& p, const AdamW& optimizer, const Tensor& moment,
+                                     Communicator& comm) {
+  Backend& be = p.backend();
+  if (optimizer.covers_all())
+    return comm.rank() == 0 ? to_host(be, moment.range(0, p.total())) : std::vector<uint8_t>();
+  const OwnedTensor full(be, p.dtype(), {p.padded_total()});
+  const int64_t c = collective_segment(*full, comm.world_size(), "checkpoint: moments");
+  check(optimizer.shard_begin() == comm.rank() * c && optimizer.shard_end() == optimizer.shard_begin() + c,
+        "checkpoint: the optimizer shard [{}, {}) is not rank {}'s segment of {} elements", optimizer.shard_begin(),
+        optimizer.shard_end(), comm.rank(), c);
+  be.copy(moment, full->range(comm.rank() * c, (comm.rank() + 1) * c));
+  comm.all_gather(*full);
+  return comm.rank() == 0 ? to_host(be, full->range(0, p.total())) : std::vector<uint8_t>();
+}
+
 void read_all(const SafetensorsFile& f, const ParamStore& p, std::vector<uint8_t>& host, const std::string& prefix) {
   for (const ParamInfo& info : p.infos())
     f.read(prefix + info.name, p.dtype(), info.shape, host.data() + info.offset * dtype_size(p.dtype()));
@@ -39,7 +57,10 @@ void read_all(const SafetensorsFile& f, const ParamStore& p, std::vector<uint8_t
 
 std::string save_checkpoint(const std::string& run_dir, const TrainState& state, const ParamStore& params,
                             const AdamW& optimizer, const nlohmann::json& resolved_config, uint64_t seed,
-                            int64_t keep) {
+                            int64_t keep, Communicator& comm) {
+  const auto m = moment_on_rank0(params, optimizer, optimizer.m(), comm);
+  const auto v = moment_on_rank0(params, optimizer, optimizer.v(), comm);
+  if (comm.rank() != 0) return "";
   const fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
   const std::string name = fmt::format("{}{:08d}", kPrefix, state.step);
@@ -51,7 +72,6 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& state,
   const auto weights = to_host(be, params.flat_params());
   write_safetensors((tmp / "model.safetensors").string(), entries(params, weights, ""),
                     {{"format", "pt"}, {"step", std::to_string(state.step)}});
-  const auto m = to_host(be, optimizer.m()), v = to_host(be, optimizer.v());
   auto moments = entries(params, m, "exp_avg.");
   for (auto& e : entries(params, v, "exp_avg_sq.")) moments.push_back(e);
   write_safetensors((tmp / "optimizer.safetensors").string(), moments);
@@ -160,10 +180,16 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   Backend& be = params.backend();
   std::vector<uint8_t> host(params.flat_params().bytes());
   const SafetensorsFile opt((d / "optimizer.safetensors").string());
+  // The optimizer's shard of the full-length moments (its padding, past total(), stays zero).
+  const int64_t begin = optimizer.shard_begin(), n = std::min(optimizer.shard_end(), params.total()) - begin;
+  const size_t es = dtype_size(params.dtype());
+  const auto upload_shard = [&](const Tensor& moment) {
+    if (n > 0) be.upload(host.data() + begin * es, moment.range(0, n));
+  };
   read_all(opt, params, host, "exp_avg.");
-  be.upload(host.data(), optimizer.m());
+  upload_shard(optimizer.m());
   read_all(opt, params, host, "exp_avg_sq.");
-  be.upload(host.data(), optimizer.v());
+  upload_shard(optimizer.v());
 
   TrainState s;
   try {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
+#include "dist/communicator.h"
 #include "model/params.h"
 #include "train/optimizer.h"
 
@@ -27,10 +28,14 @@ struct TrainState {
 };
 
 /// Writes the checkpoint of `state` into run_dir/checkpoints and removes the oldest ones so
-/// that at most `keep` remain. Returns the checkpoint directory.
+/// that at most `keep` remain. Returns the checkpoint directory. With a ZeRO-1 optimizer (its
+/// shard is rank r's segment of params.padded_total() / world size elements) every rank of
+/// `comm` must call it: the moment shards are all-gathered and rank 0 writes the same full-length
+/// moments as without ZeRO-1 (so the checkpoint resumes on any world size, sharded or not). Only
+/// rank 0 writes; the other ranks return "" (they need not call it without ZeRO-1).
 std::string save_checkpoint(const std::string& run_dir, const TrainState& state, const ParamStore& params,
                             const AdamW& optimizer, const nlohmann::json& resolved_config, uint64_t seed,
-                            int64_t keep);
+                            int64_t keep, Communicator& comm = single_process_communicator());
 
 /// The newest complete checkpoint directory of run_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& run_dir);
@@ -46,8 +51,8 @@ nlohmann::json checkpoint_config(const std::string& dir);
 /// and tensor that is missing or mismatching.
 void load_weights(const std::string& dir, ParamStore& params);
 
-/// Restores weights and moments into `params` / `optimizer` from `dir` and returns the
-/// saved state. Throws llmt::Error naming the file (and offset) for a missing, truncated or
+/// Restores weights and moments into `params` / `optimizer` (its shard of the saved moments)
+/// from `dir` and returns the saved state. Throws llmt::Error naming the file (and offset) for a missing, truncated or
 /// mismatching file, and naming the key when the saved model, train or data config differs
 /// from `resolved_config`'s (except train.backend and data.cache_dir).
 TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,

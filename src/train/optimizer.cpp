@@ -2,9 +2,14 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace llmt {
 
-AdamW::AdamW(ParamStore& store, const TrainConfig& train) : store_(store) {
+AdamW::AdamW(ParamStore& store, const TrainConfig& train, int64_t shard_begin, int64_t shard_end)
+    : store_(store), begin_(shard_begin), end_(shard_end < 0 ? store.total() : shard_end) {
+  check(0 <= begin_ && begin_ <= end_ && end_ <= store.padded_total(),
+        "AdamW: shard [{}, {}) is outside the {} (padded) parameter elements", begin_, end_, store.padded_total());
   hp_.beta1 = train.beta1;
   hp_.beta2 = train.beta2;
   hp_.eps = train.eps;
@@ -13,35 +18,31 @@ AdamW::AdamW(ParamStore& store, const TrainConfig& train) : store_(store) {
     const bool decay =
         train.weight_decay > 0 && std::find(excl.begin(), excl.end(), param_kind_name(p.kind)) == excl.end();
     decays_.push_back(decay);
+    const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
+    if (lo >= hi) continue;  // outside the shard
     if (!runs_.empty() && runs_.back().decay == decay)
-      runs_.back().numel += p.numel;
+      runs_.back().numel += hi - lo;
     else
-      runs_.push_back(Run{p.offset, p.numel, decay});
+      runs_.push_back(Run{lo, hi - lo, decay});
   }
   hp_.weight_decay = train.weight_decay;
-  m_ = OwnedTensor(store.backend(), store.dtype(), {store.total()});
-  v_ = OwnedTensor(store.backend(), store.dtype(), {store.total()});
+  m_ = OwnedTensor(store.backend(), store.dtype(), {end_ - begin_});
+  v_ = OwnedTensor(store.backend(), store.dtype(), {end_ - begin_});
   store.backend().fill_zero(*m_);
   store.backend().fill_zero(*v_);
 }
 
 void AdamW::step(double lr, double grad_scale) {
   ++steps_taken_;
-  const size_t es = dtype_size(store_.dtype());
-  const auto slice = [&](const Tensor& t, const Run& r) {
-    return Tensor(static_cast<char*>(t.data) + r.offset * es, t.dtype, {r.numel});
-  };
   const Tensor working = store_.flat_working();
   for (const Run& r : runs_) {
     AdamWParams hp = hp_;
     hp.lr = lr;
     if (!r.decay) hp.weight_decay = 0;
-    const Tensor working_r =
-        working.data ? Tensor(static_cast<char*>(working.data) + r.offset * dtype_size(working.dtype), working.dtype,
-                              {r.numel})
-                     : Tensor();
-    store_.backend().adamw_step(slice(store_.flat_params(), r), slice(store_.flat_grads(), r), slice(*m_, r),
-                                slice(*v_, r), hp, grad_scale, steps_taken_, working_r);
+    const int64_t end = r.offset + r.numel;  // the moments start at the shard's first element
+    store_.backend().adamw_step(store_.flat_params().range(r.offset, end), store_.flat_grads().range(r.offset, end),
+                                m_->range(r.offset - begin_, end - begin_), v_->range(r.offset - begin_, end - begin_),
+                                hp, grad_scale, steps_taken_, working.data ? working.range(r.offset, end) : Tensor());
   }
 }
 

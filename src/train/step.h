@@ -2,14 +2,22 @@
 // into zeroed gradients, the global gradient L2 norm, a skip when it is not finite, clipping,
 // and the AdamW update. Shared by the trainer and `llmtrain bench`.
 //
-// Data parallel (issue 8): each of W ranks runs grad_accum / W of the step's micro-batches;
-// their gradients, already scaled by 1 / (the global batch's targets), are summed over the ranks
-// in fp32 buckets after the last backward (not yet overlapped with it), which gives every rank
-// the gradient of the whole global batch. Loss, gradient norm and the non-finite skip are then
-// agreed by all ranks.
+// Data parallel (issue 8, docs/DISTRIBUTED.md): each of W ranks runs grad_accum / W of the step's
+// micro-batches; their gradients, already scaled by 1 / (the global batch's targets), are summed
+// over the ranks, which gives every rank the gradient of the whole global batch:
+//   - all-reduce (default): in buckets of whole blocks (train/grad_buckets.h), each launched during
+//     the last micro-batch's backward as soon as its blocks are done (dist.overlap), or all after
+//     it; every rank then updates all parameters;
+//   - ZeRO-1 (dist.zero1): rank r receives the summed gradient of its segment r of the padded flat
+//     buffer: the same buckets, each piece reduced to the rank owning it (dist.overlap), or one
+//     reduce-scatter after the backward; its AdamW (whose moments cover only that segment)
+//     updates it, and an all-gather copies every segment's new weights to all ranks.
+// Loss, gradient norm (the sum of the W segments' squares in both modes) and the non-finite
+// skip are then agreed by all ranks.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -35,9 +43,16 @@ using WindowSource = std::function<void(int32_t* out)>;
 class StepRunner {
  public:
   /// Throws llmt::Error when train.batch_tokens is not a multiple of micro_batch * seq_len *
-  /// the communicator's world size (each rank must run the same number of micro-batches).
+  /// the communicator's world size (each rank must run the same number of micro-batches), or,
+  /// with dist.zero1, when the model's padded_total() does not divide into world-size segments or
+  /// the optimizer's shard is not this rank's segment (zero1_shard). Gives the communicator the
+  /// backend's stream (Communicator::set_compute_stream).
   StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train,
-             Communicator& comm = single_process_communicator());
+             Communicator& comm = single_process_communicator(), const DistConfig& dist = DistConfig());
+  /// Takes the backend's stream back from the communicator (set_compute_stream(nullptr)).
+  ~StepRunner();
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
   /// Runs one optimizer step at learning rate `lr`, drawing this rank's micro_batches_per_rank()
   /// micro-batches from `next`.
   StepResult run(double lr, const WindowSource& next);
@@ -49,14 +64,17 @@ class StepRunner {
   AdamW& optimizer_;
   const TrainConfig& train_;
   Communicator& comm_;
+  DistConfig dist_;
   int64_t micro_batches_;
+  std::vector<std::pair<int64_t, int64_t>> buckets_;  // the last backward's buckets, when not overlapped
   std::vector<int32_t> windows_;           // host staging of the step's micro-batches on this rank
   std::vector<int32_t> inputs_, targets_;  // one micro-batch
 };
 
-/// Sums `flat` (f32 or f64) over the ranks of `comm` in place, in consecutive buckets of at most
-/// `bucket_elements` elements (the unit that a later step overlaps with backward).
-void all_reduce_in_buckets(Communicator& comm, const Tensor& flat, int64_t bucket_elements);
+/// ZeRO-1's shard of rank `rank` of `world`: segment [rank c, (rank+1) c) of the padded flat buffer,
+/// c = params.padded_total() / world. Throws llmt::Error when `world` does not divide it (allocate
+/// the model with a pad_multiple that `world` divides).
+std::pair<int64_t, int64_t> zero1_shard(const ParamStore& params, int rank, int world);
 
 /// Splits windows [batch, seq_len + 1] (window encoding above) into inputs [:, :-1] (token ids) and targets
 /// [:, 1:] (token ids, -1 where the entry carries no label).

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/config.h"
 
 namespace llmt {
 namespace fs = std::filesystem;
@@ -109,6 +110,7 @@ SweepResult read_sweep_result(const std::string& run_dir) {
       r.best_val_loss = std::isnan(r.best_val_loss) ? v : std::min(r.best_val_loss, v);
     }
     if (rec.contains("val_acc")) r.final_val_acc = rec["val_acc"].get<double>();
+    if (rec.contains("val_scaled_acc")) r.final_val_scaled_acc = rec["val_scaled_acc"].get<double>();
     if (rec.contains("tokens_per_s")) {
       if (std::isnan(first_tps)) {
         first_tps = rec["tokens_per_s"].get<double>();
@@ -139,7 +141,8 @@ void write_sweep_results(const std::string& dir, const std::vector<SweepPoint>& 
     }
   std::vector<std::string> header = {"point"};
   header.insert(header.end(), keys.begin(), keys.end());
-  for (const char* h : {"status", "final_val_loss", "best_val_loss", "tokens_per_s", "final_val_acc", "error"})
+  for (const char* h : {"status", "final_val_loss", "best_val_loss", "tokens_per_s", "final_val_acc",
+                        "final_val_scaled_acc", "error"})
     header.push_back(h);
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < points.size(); ++i) {
@@ -152,7 +155,7 @@ void write_sweep_results(const std::string& dir, const std::vector<SweepPoint>& 
     }
     const SweepResult& r = results[i];
     for (const std::string& c : {r.status, cell(r.final_val_loss), cell(r.best_val_loss), cell(r.tokens_per_s),
-                                 cell(r.final_val_acc), r.error})
+                                 cell(r.final_val_acc), cell(r.final_val_scaled_acc), r.error})
       row.push_back(c);
     rows.push_back(row);
   }
@@ -184,14 +187,32 @@ void write_sweep_results(const std::string& dir, const std::vector<SweepPoint>& 
   for (const auto& row : rows) line(row);
 }
 
-std::string sweep_launch_script(const std::string& llmtrain, const std::string& base_config, const SweepPoint& point,
+std::vector<std::string> sweep_config_errors(const std::string& base_config, const std::vector<std::string>& set,
+                                             const std::vector<SweepPoint>& points) {
+  std::vector<std::string> errors;
+  for (const auto& p : points) {
+    std::vector<std::string> overrides = set;
+    overrides.insert(overrides.end(), p.overrides.begin(), p.overrides.end());
+    try {
+      load_config(base_config, overrides);
+    } catch (const Error& e) {
+      errors.push_back(fmt::format("point {}: {}", p.name, e.what()));
+    }
+  }
+  return errors;
+}
+
+std::string sweep_launch_script(const std::string& llmtrain, const std::string& base_config,
+                                const std::vector<std::string>& set, const SweepPoint& point,
                                 const std::string& run_dir) {
   std::string cmd = shell_quote(llmtrain) + " train --config " + shell_quote(base_config);
+  for (const auto& o : set) cmd += " --set " + shell_quote(o);
   for (const auto& o : point.overrides) cmd += " --set " + shell_quote(o);
   cmd += " --out " + shell_quote(run_dir) + " --resume";  // a stopped point continues from its newest checkpoint
   return fmt::format(
       "#!/usr/bin/env bash\n"
       "# llmtrain sweep point {}\n"
+      "trap : TERM USR1  # the trainer gets these (docs/SWEEPS.md, Slurm); this shell stays to write exit_code\n"
       "mkdir -p {}\n"
       "rm -f {}/exit_code\n"
       "{} > {}/train.log 2>&1\n"
@@ -210,8 +231,25 @@ std::string sweep_slurm_script(const std::vector<std::string>& scripts, const st
       "#SBATCH --job-name=llmtrain-sweep\n"
       "#SBATCH --array=0-{}\n"
       "#SBATCH --output={}/slurm-%A_%a.out\n"
+      "#SBATCH --open-mode=append\n"
+      "#SBATCH --signal=B:USR1@120\n"
+      "#SBATCH --requeue\n"
       "scripts=(\n{})\n"
-      "exec bash \"${{scripts[$SLURM_ARRAY_TASK_ID]}}\"\n",
+      "# SIGUSR1 120 s before the time limit comes to this shell only (B:): forward it to the trainer, the child of\n"
+      "# the launch script, which checkpoints and exits 75 (docs/PREEMPTION.md). SIGTERM (scancel, preemption)\n"
+      "# reaches every process of the job, the trainer included: not forwarded (a second one skips the checkpoint).\n"
+      "trap : TERM\n"
+      "bash \"${{scripts[$SLURM_ARRAY_TASK_ID]}}\" &\n"
+      "pid=$!\n"
+      "trap 'pkill -USR1 -P \"$pid\"' USR1\n"
+      "while true; do\n"
+      "  wait \"$pid\"; rc=$?\n"
+      "  kill -0 \"$pid\" 2>/dev/null || break  # still running: wait returned early because a trap ran\n"
+      "done\n"
+      "if [ \"$rc\" -eq 75 ]; then  # stopped with a checkpoint: run again, the launch script resumes\n"
+      "  scontrol requeue \"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}\"\n"
+      "fi\n"
+      "exit \"$rc\"\n",
       scripts.size() - 1, dir, list);
 }
 

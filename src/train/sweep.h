@@ -27,6 +27,7 @@ struct SweepResult {
   double best_val_loss = NAN;    ///< the smallest val_loss
   double tokens_per_s = NAN;     ///< mean tokens_per_s of the step records after the first (all if only one)
   double final_val_acc = NAN;    ///< synthetic tasks: the last val_acc
+  double final_val_scaled_acc = NAN;  ///< parity / modular arithmetic: the last val_scaled_acc (0 = chance)
   std::string error;             ///< failed: the last line of train.log that reports an error
 };
 
@@ -34,17 +35,27 @@ struct SweepResult {
 SweepResult read_sweep_result(const std::string& run_dir);
 
 /// Writes dir/results.csv and dir/results.md: one row per point (point, one column per override key, status,
-/// final_val_loss, best_val_loss, tokens_per_s, final_val_acc, error); empty cells for missing values.
+/// final_val_loss, best_val_loss, tokens_per_s, final_val_acc, final_val_scaled_acc, error); empty cells for
+/// missing values.
 void write_sweep_results(const std::string& dir, const std::vector<SweepPoint>& points,
                          const std::vector<SweepResult>& results);
 
+/// The config errors of the points: for each point whose config (load_config of base_config with `set`, then the
+/// point's overrides: what the trainer loads) does not load, "point NAME: the error". Empty when all load.
+std::vector<std::string> sweep_config_errors(const std::string& base_config, const std::vector<std::string>& set,
+                                             const std::vector<SweepPoint>& points);
+
 /// The launch script of a point: runs `llmtrain train --resume` (a stopped point continues from its newest
-/// checkpoint) on the base config with the point's overrides into run_dir, its output in run_dir/train.log, then
-/// writes the exit status to run_dir/exit_code.
-std::string sweep_launch_script(const std::string& llmtrain, const std::string& base_config, const SweepPoint& point,
+/// checkpoint) on the base config with the `set` overrides, then the point's, into run_dir, its output in
+/// run_dir/train.log, then writes the exit status to run_dir/exit_code. SIGTERM / SIGUSR1 sent to the script's
+/// shell do not end it (the trainer gets them: docs/SWEEPS.md, "Slurm"), so exit_code is still written.
+std::string sweep_launch_script(const std::string& llmtrain, const std::string& base_config,
+                                const std::vector<std::string>& set, const SweepPoint& point,
                                 const std::string& run_dir);
 
-/// A Slurm array script with one task per launch script (task i runs scripts[i]).
+/// A Slurm array script with one task per launch script (task i runs scripts[i]): asks for SIGUSR1 120 s before
+/// the time limit, forwards it to the point's trainer (which checkpoints and exits 75, docs/PREEMPTION.md) and
+/// requeues the task on exit code 75.
 std::string sweep_slurm_script(const std::vector<std::string>& scripts, const std::string& dir);
 
 }  // namespace llmt

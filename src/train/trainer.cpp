@@ -75,10 +75,16 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
   }
 
   model_ = std::make_unique<Model>(config_.model);
-  model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_));
+  // Padded to world size x 16 elements: ZeRO-1's shards are equal and start 64-byte aligned.
+  model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_), comm_.world_size() * 16);
   model_->plan(tc.micro_batch, tc.seq_len, tc.recompute);
-  optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
-  step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train, comm_);
+  if (config_.dist.zero1) {
+    const auto [begin, end] = zero1_shard(model_->params(), comm_.rank(), comm_.world_size());
+    optimizer_ = std::make_unique<AdamW>(model_->params(), tc, begin, end);
+  } else {
+    optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
+  }
+  step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train, comm_, config_.dist);
   windows_.resize(tc.micro_batch * (tc.seq_len + 1));
   inputs_.resize(tc.micro_batch * tc.seq_len);
   targets_.resize(tc.micro_batch * tc.seq_len);
@@ -127,8 +133,13 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
                  tc.batch_tokens, tc.micro_batch, tc.grad_accum());
   }
   if (comm_.world_size() > 1)
-    spdlog::info("data parallel: {} ranks ({} communicator), {} micro-batches per rank and step", comm_.world_size(),
-                 comm_.name(), step_->micro_batches_per_rank());
+    spdlog::info("data parallel: {} ranks ({} communicator), {} micro-batches per rank and step; gradients {}; "
+                 "optimizer state {:.2f} MiB per rank{}",
+                 comm_.world_size(), comm_.name(), step_->micro_batches_per_rank(),
+                 fmt::format("{} {}", config_.dist.zero1 ? "reduced to their ZeRO-1 shards" : "all-reduced",
+                             config_.dist.overlap ? "in buckets overlapped with backward" : "after backward"),
+                 static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0),
+                 config_.dist.zero1 ? fmt::format(" (ZeRO-1: 1/{} of the moments)", comm_.world_size()) : "");
 }
 
 Trainer::~Trainer() = default;
@@ -233,14 +244,11 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
     const bool preempted =
         comm_.all_reduce_scalar(preemption_requested() ? 1.0 : 0.0, ReduceOp::max) > 0 && state_.step < stop;
     if (every(config_.checkpoint.interval_steps) || state_.step == stop || preempted) {
-      // The model and optimizer state are the same on every rank: rank 0 writes, and no rank
-      // runs ahead (or exits) before the checkpoint is complete.
-      std::string dir;
-      if (lead_) {
-        dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved, tc.seed,
-                              config_.checkpoint.keep);
-        spdlog::debug("checkpoint {}", dir);
-      }
+      // The weights are the same on every rank, the moments too or (ZeRO-1) gathered from the
+      // ranks' shards: rank 0 writes, and no rank runs ahead (or exits) before it is complete.
+      const std::string dir = save_checkpoint(run_dir_, state_, model_->params(), *optimizer_, config_.resolved,
+                                              tc.seed, config_.checkpoint.keep, comm_);
+      if (lead_) spdlog::debug("checkpoint {}", dir);
       comm_.barrier();
       if (preempted) {
         if (lead_)

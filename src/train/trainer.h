@@ -6,8 +6,9 @@
 // Data parallel (issue 8, docs/DISTRIBUTED.md): with a communicator of W ranks, train.batch_tokens
 // stays the global batch; rank r reads its slice of every global micro-batch of the window order
 // (the loader position, saved in checkpoints, is global, so a run resumes on any W), gradients are
-// summed over the ranks by the StepRunner, and only rank 0 writes config.json, metrics and
-// checkpoints (the others wait at a barrier after each checkpoint).
+// summed over the ranks by the StepRunner (with dist.zero1 each rank's AdamW holds the moments of
+// its shard only; they are gathered for a checkpoint), and only rank 0 writes config.json, metrics
+// and checkpoints (the others wait at a barrier after each checkpoint).
 #pragma once
 #include <memory>
 #include <string>

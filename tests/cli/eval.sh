@@ -48,6 +48,34 @@ done
 # cannot give the loss of non-overlapping windows
 [ "$(jq -r .loss "$tmp/s5.json")" != "$(jq -r .loss "$tmp/s32.json")" ]
 
+# --dump-logits: the first window's logits (seq_len 17 here) give, by log-softmax at the next token, the loss
+# that eval reports for its first window of 16 targets (causal: the 17th token changes no earlier logit)
+"$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --seq-len 17 --dump-logits "$tmp/logits.st" > /dev/null
+"$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --seq-len 16 --max-tokens 16 --json > "$tmp/w16.json"
+from_dump=$(python3 - "$tmp/logits.st" <<'PY'
+import array, json, math, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(hlen,) = struct.unpack("<Q", raw[:8])
+header = json.loads(raw[8:8 + hlen])
+data = raw[8 + hlen:]
+def tensor(name, code):
+    info = header[name]
+    a = array.array(code)
+    a.frombytes(data[info["data_offsets"][0]:info["data_offsets"][1]])
+    return info["shape"], a
+(n,), ids = tensor("input_ids", "i")
+(rows, vocab), logits = tensor("logits", "f")
+assert n == 17 and rows == 17, (n, rows)
+loss = 0.0
+for t in range(16):
+    row = logits[t * vocab:(t + 1) * vocab]
+    m = max(row)
+    loss += m + math.log(sum(math.exp(z - m) for z in row)) - row[ids[t + 1]]
+print(loss / 16)
+PY
+)
+close "$from_dump" "$(jq -r .loss "$tmp/w16.json")" 1e-5 || { echo "FAIL: dumped logits give loss $from_dump"; exit 1; }
+
 # errors name the file
 if "$llmtrain" eval --checkpoint "$tmp/ds" --text "$tmp/held.txt" > "$tmp/err.txt" 2>&1; then echo "FAIL: not a checkpoint"; exit 1; fi
 grep -q "$tmp/ds" "$tmp/err.txt"
@@ -55,4 +83,8 @@ if "$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --stride 33 >
   echo "FAIL: stride > seq_len accepted"; exit 1
 fi
 grep -q "stride" "$tmp/err.txt"
+if "$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --split train > "$tmp/err.txt" 2>&1; then
+  echo "FAIL: --split without --data accepted"; exit 1
+fi
+grep -q -- "--split requires --data" "$tmp/err.txt"
 echo "eval: matches the trainer's val_loss at steps 5 and 10; $((n - 1)) tokens / $bytes bytes scored at strides 32 and 5"

@@ -12,16 +12,20 @@ common=(--config "$config" --set "data.cache_dir=$tmp/cache")
 
 "$llmtrain" train "${common[@]}" --out "$tmp/straight" > "$tmp/straight.log" 2>&1
 
-kills=0
+# 8 kills at random moments; on a loaded machine they may all land before the first checkpoint, so the
+# killing goes on until at least one kill came after a checkpoint existed (the next start must resume).
+kills=0 late_kills=0
 for attempt in $(seq 1 60); do
   "$llmtrain" train "${common[@]}" --out "$tmp/killed" --resume >> "$tmp/killed.log" 2>&1 &
   pid=$!
-  if [ $kills -lt 8 ]; then
+  if [ $kills -lt 8 ] || [ $late_kills -eq 0 ]; then
     # a random moment between 0.2 and 1.7 s after the start
     sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep 0.2; sleep "$((RANDOM % 2))"
+    checkpoints=$(ls "$tmp/killed/checkpoints" 2>/dev/null | grep -c '^step_' || true)
     if kill -9 "$pid" 2>/dev/null; then
       wait "$pid" 2>/dev/null || true
       kills=$((kills + 1))
+      [ "$checkpoints" -gt 0 ] && late_kills=$((late_kills + 1))
       continue
     fi
   fi

@@ -40,6 +40,18 @@ diff "$tmp/expected.txt" "$tmp/summary.txt" || { echo "FAIL: summary differs"; e
 [ "$(od -An -tu1 -j16 -N8 "$tmp/plot.png" | tr -s ' ' | sed 's/^ //')" = "0 0 3 132 0 0 4 76" ] || {
   echo "FAIL: image size"; exit 1; }
 
+# a synthetic-task run adds the accuracy panel (6 panels: 900 x 1320 pixels)
+mkdir -p "$tmp/c"
+cat > "$tmp/c/metrics.jsonl" <<'JSONL'
+{"step":0,"tokens":0,"val_loss":2.0,"val_acc":0.1}
+{"step":5,"loss":1.0,"lr":1e-3,"grad_norm":1.0,"tokens":640,"tokens_per_s":900.0,"val_loss":0.5,"val_acc":0.8}
+JSONL
+scripts/plot_metrics.py "$tmp/c" --out "$tmp/acc.png" --summary > "$tmp/acc.txt"
+grep -qx "c val_acc 2 5 0.8" "$tmp/acc.txt" || {
+  echo "FAIL: accuracy panel"; exit 1; }
+[ "$(od -An -tu1 -j16 -N8 "$tmp/acc.png" | tr -s ' ' | sed 's/^ //')" = "0 0 3 132 0 0 5 40" ] || {
+  echo "FAIL: image size with the accuracy panel"; exit 1; }
+
 if scripts/plot_metrics.py "$tmp/a" "$tmp/nope" --out "$tmp/x.png" > "$tmp/err.txt" 2>&1; then
   echo "FAIL: a missing run directory was accepted"; exit 1
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `llmtrain train` under `mpirun -np 2` (CTest label mpi): the launcher's environment makes it
 # data parallel; only rank 0 prints progress and writes metrics (one line per step); the run
-# continues on 1 process from the checkpoint of 2; a global batch the ranks cannot share is
+# continues on 1 process from the checkpoint of 2; --set dist.zero1=true reports its sharded
+# optimizer state and gives the same losses bit for bit; a global batch the ranks cannot share is
 # refused on every rank with the reason, and the job fails.
 # Usage: train_cli.sh path/to/llmtrain path/to/mpiexec   (run from the repository root)
 set -euo pipefail
@@ -35,6 +36,14 @@ paste <(losses "$tmp/single") <(losses "$tmp/down") |
   awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) { print "FAIL: resumed step " NR ": " $1 " vs " $2; bad = 1 } }
        END { if (NR != 10) { print "FAIL: " NR " steps"; bad = 1 } exit bad }'
 
+# ZeRO-1 on 2 ranks: the startup line gives the per-rank optimizer state; the losses are the bits
+# of the all-reduce run (metrics.jsonl prints 17 significant digits).
+"$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --set dist.zero1=true --out "$tmp/zero1" \
+  > "$tmp/zero1.log" 2>&1 || { cat "$tmp/zero1.log"; fail "mpirun -np 2 llmtrain train with dist.zero1 failed"; }
+grep -q 'gradients reduced to their ZeRO-1 shards in buckets overlapped with backward; optimizer state .* MiB per rank (ZeRO-1: 1/2 of the moments)' \
+  "$tmp/zero1.log" || { cat "$tmp/zero1.log"; fail "no ZeRO-1 startup line"; }
+[ "$(losses "$tmp/zero1")" = "$(losses "$tmp/dp")" ] || fail "ZeRO-1 losses differ from the all-reduce run"
+
 # batch_tokens 128 = 4 x 32 x 1 micro-batch: two ranks cannot share it.
 if "$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --set train.micro_batch=4 --out "$tmp/bad" \
   > "$tmp/bad.log" 2>&1; then
@@ -42,4 +51,4 @@ if "$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --set train
 fi
 grep -q 'not divisible by micro_batch (4) x seq_len (32) x world size (2)' "$tmp/bad.log" ||
   { cat "$tmp/bad.log"; fail "the error does not give the reason"; }
-echo "train_cli: 2 ranks == 1 process, 2 -> 1 resume, indivisible batch refused"
+echo "train_cli: 2 ranks == 1 process, 2 -> 1 resume, ZeRO-1 == all-reduce, indivisible batch refused"

@@ -99,6 +99,45 @@ void attention_bwd(const T* q, const T* k, const T* v, const T* o, const T* lse,
   }
 }
 
+// The forward's rows t = position .. position + seq_len - 1 over the cached keys and values (§3.3).
+template <typename T>
+void attention_decode(const T* q, const T* k, const T* v, int64_t batch, int64_t seq_len, int64_t heads,
+                      int64_t head_dim, int64_t capacity, int64_t position, double scale, T* k_cache, T* v_cache,
+                      T* o) {
+  std::vector<double> p(static_cast<size_t>(position + seq_len)), acc(static_cast<size_t>(head_dim));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq_len; ++t)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t row = offset(b, t, h, seq_len, heads, head_dim);
+        const int64_t slot = offset(b, position + t, h, capacity, heads, head_dim);
+        std::copy(k + row, k + row + head_dim, k_cache + slot);
+        std::copy(v + row, v + row + head_dim, v_cache + slot);
+      }
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq_len; ++t)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t row = offset(b, t, h, seq_len, heads, head_dim), last = position + t;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t s = 0; s <= last; ++s) {
+          p[s] = scale * dot(q + row, k_cache + offset(b, s, h, capacity, heads, head_dim), head_dim);
+          mx = std::max(mx, p[s]);
+        }
+        double sum = 0.0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t s = 0; s <= last; ++s) {
+          p[s] = std::exp(p[s] - mx);
+          sum += p[s];
+          const T* vs = v_cache + offset(b, s, h, capacity, heads, head_dim);
+          for (int64_t d = 0; d < head_dim; ++d) acc[d] += p[s] * vs[d];
+        }
+        for (int64_t d = 0; d < head_dim; ++d) o[row + d] = static_cast<T>(acc[d] / sum);
+      }
+}
+
+template void attention_decode<float>(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                      int64_t, int64_t, double, float*, float*, float*);
+template void attention_decode<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                       int64_t, int64_t, int64_t, double, double*, double*, double*);
 template void attention_fwd<float>(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
                                    double, float*, float*);
 template void attention_fwd<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,

@@ -19,4 +19,14 @@ template <typename T>
 void attention_bwd(const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t head_dim, double scale, T* dq, T* dk, T* dv);
 
+/// attention_fwd continuing a sequence through a KV cache (decoding: seq_len 1; a prompt: its length): the new
+/// tokens' k, v [batch, seq_len, heads, head_dim] are written into the caches k_cache, v_cache
+/// [batch, capacity, heads, head_dim] at positions position .. position + seq_len - 1 (< capacity), then
+/// o[b,t,h,:] = Σ_{s<=position+t} softmax_s(scale q[b,t,h,:].k_cache[b,s,h,:]) v_cache[b,s,h,:] with q, o
+/// [batch, seq_len, heads, head_dim]. q and k carry their rotary embedding already. Softmax statistics in double.
+template <typename T>
+void attention_decode(const T* q, const T* k, const T* v, int64_t batch, int64_t seq_len, int64_t heads,
+                      int64_t head_dim, int64_t capacity, int64_t position, double scale, T* k_cache, T* v_cache,
+                      T* o);
+
 }  // namespace llmt::cpu

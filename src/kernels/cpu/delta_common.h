@@ -1,7 +1,8 @@
-// Per-(batch, head) helpers shared by the CPU delta-rule cores (gdn.cpp, comba.cpp, kda.cpp):
+// Per-(batch, head) helpers shared by the CPU delta-rule cores (gdn, comba, kda, mdn):
 // copying one head's rows between the [B, T, H, width] layout and dense [T, width] double
 // buffers, states, and small vector products. Internal to src/kernels/cpu.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -27,6 +28,17 @@ void scatter(const Vec& in, const DeltaDims& d, int64_t b, int64_t h, int64_t wi
   for (int64_t t = 0; t < d.seq_len; ++t)
     for (int64_t c = 0; c < width; ++c)
       x[((b * d.seq_len + t) * d.heads + h) * width + c] = static_cast<T>(in[t * width + c]);
+}
+
+// Reads the [K, V] state of head (b, h) from a [B, H, K, V] tensor; zeros when src is null.
+template <typename T>
+Vec load_state(const T* src, const DeltaDims& d, int64_t b, int64_t h) {
+  Vec s(static_cast<size_t>(d.key_dim * d.value_dim), 0.0);
+  if (src != nullptr) {
+    const T* in = src + (b * d.heads + h) * d.key_dim * d.value_dim;
+    std::copy(in, in + d.key_dim * d.value_dim, s.begin());
+  }
+  return s;
 }
 
 // Writes a [K, V] state of head (b, h) into a [B, H, K, V] tensor (nothing when dst is null).

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.h"
 #include "kernels/cpu/delta_common.h"
+#include "kernels/cpu/delta_recurrence.h"
+#include "kernels/cpu/delta_scan.h"
+#include "kernels/cpu/delta_wy.h"
 
 namespace llmt::cpu {
 namespace {
@@ -26,19 +28,19 @@ struct HeadGrads {
   Vec dq, dk, dv, dg, dbeta, ds0;
 };
 
-
-
 template <typename T>
 Head load(const KdaInputs<T>& in, const DeltaDims& d, int64_t b, int64_t h) {
-  Head hd{gather(in.q, d, b, h, d.key_dim), gather(in.k, d, b, h, d.key_dim), gather(in.v, d, b, h, d.value_dim),
-          gather(in.g, d, b, h, d.key_dim), gather(in.beta, d, b, h, 1),     Vec(d.key_dim * d.value_dim, 0.0)};
-  if (in.initial_state != nullptr) {
-    const T* s = in.initial_state + (b * d.heads + h) * d.key_dim * d.value_dim;
-    std::copy(s, s + d.key_dim * d.value_dim, hd.s0.begin());
-  }
-  return hd;
+  return {gather(in.q, d, b, h, d.key_dim), gather(in.k, d, b, h, d.key_dim), gather(in.v, d, b, h, d.value_dim),
+          gather(in.g, d, b, h, d.key_dim), gather(in.beta, d, b, h, 1),     load_state(in.initial_state, d, b, h)};
 }
 
+// Zeroed gradients of one head, with ds0 = dL/dS_T (zeros when d_final_state is null).
+template <typename T>
+HeadGrads zero_grads(const T* d_final_state, const DeltaDims& d, int64_t b, int64_t h) {
+  const int64_t L = d.seq_len, K = d.key_dim, V = d.value_dim;
+  return {Vec(L * K, 0.0), Vec(L * K, 0.0), Vec(L * V, 0.0), Vec(L * K, 0.0), Vec(L, 0.0),
+          load_state(d_final_state, d, b, h)};
+}
 
 template <typename T>
 void store_grads(const HeadGrads& g, const DeltaDims& d, int64_t b, int64_t h, const KdaGrads<T>& out) {
@@ -50,25 +52,10 @@ void store_grads(const HeadGrads& g, const DeltaDims& d, int64_t b, int64_t h, c
   store_state(g.ds0, d, b, h, out.d_initial_state);
 }
 
-
-// One token of the recurrence, S_{t-1} -> S_t in place (layers-delta.md §4.3):
-// S̄ = Diag(e^{g_t}) S;  delta = beta_t (v_t - S̄^T k_t);  S = S̄ + k_t delta^T.
+// One token of the recurrence, S_{t-1} -> S_t in place (layers-delta.md §4.3), per-channel decay.
 void step(const Head& hd, int64_t t, int64_t K, int64_t V, double* S, Vec& delta) {
-  const double beta = hd.beta[t];
-  const double* k = &hd.k[t * K];
-  for (int64_t c = 0; c < K; ++c) {
-    const double alpha = std::exp(hd.g[t * K + c]);
-    for (int64_t j = 0; j < V; ++j) S[c * V + j] *= alpha;
-  }
-  for (int64_t j = 0; j < V; ++j) {
-    double sk = 0.0;
-    for (int64_t c = 0; c < K; ++c) sk += S[c * V + j] * k[c];
-    delta[j] = beta * (hd.v[t * V + j] - sk);
-  }
-  for (int64_t c = 0; c < K; ++c)
-    for (int64_t j = 0; j < V; ++j) S[c * V + j] += k[c] * delta[j];
+  decayed_step(&hd.g[t * K], 1, hd.beta[t], &hd.k[t * K], &hd.v[t * V], K, V, S, delta.data());
 }
-
 
 // Chunk-local quantities of §6.1 (vector form) for tokens [c0, c0 + n) of one head; rows r, j index the chunk.
 // E_rj,c = exp(Γ_r,c - Γ_j,c) is evaluated directly, element-wise, and only for j <= r (exponent <= 0 for
@@ -85,7 +72,7 @@ struct Chunk {
 
 // F1–F3 of §6.1.
 Chunk make_chunk(const Head& hd, int64_t c0, int64_t n, int64_t K, int64_t V) {
-  Chunk c{c0, n, K, Vec(n * K), Vec(n * n, 0.0), Vec(n * n, 0.0), Vec(n * V, 0.0), Vec(n * K, 0.0)};
+  Chunk c{c0, n, K, Vec(n * K), Vec(n * n, 0.0), {}, Vec(n * V, 0.0), Vec(n * K, 0.0)};
   for (int64_t m = 0; m < K; ++m) {
     double acc = 0.0;
     for (int64_t r = 0; r < n; ++r) c.gam[r * K + m] = acc += hd.g[(c0 + r) * K + m];
@@ -99,12 +86,7 @@ Chunk make_chunk(const Head& hd, int64_t c0, int64_t n, int64_t K, int64_t V) {
       c.kke[r * n + j] = s;
       A[r * n + j] = hd.beta[c0 + r] * s;
     }
-  // F2: (I + A) 𝒯 = I by forward substitution, row by row: 𝒯_r = e_r - Σ_{j<r} A_rj 𝒯_j.
-  for (int64_t r = 0; r < n; ++r) {
-    c.tinv[r * n + r] = 1.0;
-    for (int64_t j = 0; j < r; ++j)
-      for (int64_t m = 0; m <= j; ++m) c.tinv[r * n + m] -= A[r * n + j] * c.tinv[j * n + m];
-  }
+  c.tinv = unit_lower_inverse(A, n);
   // F3: U = 𝒯 diag(β) V, W = 𝒯 diag(β) (K ⊙ e^Γ).
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i <= r; ++i) {
@@ -113,15 +95,6 @@ Chunk make_chunk(const Head& hd, int64_t c0, int64_t n, int64_t K, int64_t V) {
       for (int64_t m = 0; m < K; ++m) c.w[r * K + m] += tb * std::exp(c.gam[i * K + m]) * hd.k[(c0 + i) * K + m];
     }
   return c;
-}
-
-// F4: Δ = U - W S_0, [n, V]; row r is δ_r of the recurrence.
-Vec chunk_delta(const Chunk& c, const Vec& S0, int64_t K, int64_t V) {
-  Vec delta(c.u);
-  for (int64_t r = 0; r < c.n; ++r)
-    for (int64_t m = 0; m < K; ++m)
-      for (int64_t j = 0; j < V; ++j) delta[r * V + j] -= c.w[r * K + m] * S0[m * V + j];
-  return delta;
 }
 
 // F5: P_rj = Σ_c q_rc k_jc E_rj,c for j <= r, else 0; [n, n].
@@ -150,10 +123,6 @@ void advance_state(const Head& hd, const Chunk& c, const Vec& delta, int64_t K, 
     }
 }
 
-void check_chunk_size(int64_t chunk_size) {
-  check(chunk_size >= 1, "kda chunk: chunk_size must be >= 1, got {}", chunk_size);
-}
-
 // §6.5 B1–B9 (per-channel form) for one chunk. dO: the head's [T, V] output gradient; S0: the state entering
 // the chunk; dS: on entry dS_C (gradient w.r.t. the state leaving the chunk), on return dS_0 of this chunk.
 // Writes the chunk's rows of g.dq, g.dk, g.dv, g.dbeta, g.dg (dq, dk must be zero on entry).
@@ -161,7 +130,7 @@ void chunk_bwd(const Head& hd, const Vec& dO, const Chunk& c, const Vec& S0, int
                HeadGrads& g) {
   const int64_t n = c.n, c0 = c.c0;
   const double* gC = &c.gam[(n - 1) * K];
-  const Vec delta = chunk_delta(c, S0, K, V);
+  const Vec delta = chunk_delta(c.u, c.w, S0, n, K, V);
   const Vec P = chunk_p(hd, c, K);
   auto q = [&](int64_t r) { return &hd.q[(c0 + r) * K]; };
   auto k = [&](int64_t r) { return &hd.k[(c0 + r) * K]; };
@@ -175,9 +144,8 @@ void chunk_bwd(const Head& hd, const Vec& dO, const Chunk& c, const Vec& S0, int
 
   // B1: dΔ = P^T dO + (K ⊙ e^{Γ_C-Γ}) dS_C.
   Vec ddelta(n * V, 0.0);
+  add_p_transpose(P, dOr(0), n, V, ddelta);
   for (int64_t r = 0; r < n; ++r) {
-    for (int64_t i = r; i < n; ++i)
-      for (int64_t j = 0; j < V; ++j) ddelta[r * V + j] += P[i * n + r] * dOr(i)[j];
     for (int64_t m = 0; m < K; ++m) {
       const double f = std::exp(gC[m] - gam(r, m)) * k(r)[m];
       for (int64_t j = 0; j < V; ++j) ddelta[r * V + j] += f * dS[m * V + j];
@@ -224,18 +192,11 @@ void chunk_bwd(const Head& hd, const Vec& dO, const Chunk& c, const Vec& S0, int
   for (int64_t m = 0; m < K; ++m) dG(n - 1)[m] += std::exp(gC[m]) * dot(&S0[m * V], &dS[m * V], V);
   // B5: dU = dΔ, dW = -dΔ S_0^T; X_U = 𝒯^T dU, X_W = 𝒯^T dW; dv = diag(β) X_U;
   // dβ_r += X_U,r·v_r + X_W,r·K^d_r; dk_rc += β_r e^{Γ_rc} X_W,rc; B8 (v): dΓ_rc += β_r X_W,rc K^d_rc.
-  Vec dW(n * K, 0.0), XU(n * V, 0.0), XW(n * K, 0.0), Kd(n * K);
+  const WyGrads x = wy_grads(c.tinv, ddelta, S0, n, K, V);
+  const Vec &dW = x.dW, &XU = x.XU, &XW = x.XW;
+  Vec Kd(n * K);
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t m = 0; m < K; ++m) {
-      dW[r * K + m] = -dot(&ddelta[r * V], &S0[m * V], V);
-      Kd[r * K + m] = std::exp(gam(r, m)) * k(r)[m];
-    }
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t i = r; i < n; ++i) {
-      const double t = c.tinv[i * n + r];
-      for (int64_t j = 0; j < V; ++j) XU[r * V + j] += t * ddelta[i * V + j];
-      for (int64_t m = 0; m < K; ++m) XW[r * K + m] += t * dW[i * K + m];
-    }
+    for (int64_t m = 0; m < K; ++m) Kd[r * K + m] = std::exp(gam(r, m)) * k(r)[m];
   for (int64_t r = 0; r < n; ++r) {
     const double beta = hd.beta[c0 + r];
     for (int64_t j = 0; j < V; ++j) g.dv[(c0 + r) * V + j] = beta * XU[r * V + j];
@@ -248,21 +209,18 @@ void chunk_bwd(const Head& hd, const Vec& dO, const Chunk& c, const Vec& S0, int
   }
   // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T (lower part; 𝒯 is lower triangular);
   // dA = -tril_{j<r}(𝒯^T d𝒯 𝒯^T).
-  Vec dT(n * n, 0.0), M1(n * n, 0.0);
+  Vec dT(n * n, 0.0);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t r = 0; r <= i; ++r)
       dT[i * n + r] = hd.beta[c0 + r] * (dot(&ddelta[i * V], v(r), V) + dot(&dW[i * K], &Kd[r * K], K));
-  for (int64_t a = 0; a < n; ++a)  // M1 = 𝒯^T d𝒯: both factors vanish unless i >= a and i >= b.
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t i = std::max(a, b); i < n; ++i) M1[a * n + b] += c.tinv[i * n + a] * dT[i * n + b];
+  const Vec M1 = inverse_grad(c.tinv, dT, n);
   // B7 and B8 (vi), with dA_rj = -(M1 𝒯^T)_rj: dβ_r += Σ_j dA_rj Σ_c k_rc k_jc E_rj,c;
   // dk_rc += β_r Σ_j dA_rj k_jc E_rj,c; dk_jc += Σ_r dA_rj β_r k_rc E_rj,c;
   // Y^A_rjc = dA_rj β_r k_rc k_jc E_rj,c: +Y at row r, -Y at row j.
   for (int64_t r = 0; r < n; ++r) {
     const double beta = hd.beta[c0 + r];
     for (int64_t j = 0; j < r; ++j) {
-      double dA = 0.0;
-      for (int64_t m = 0; m <= j; ++m) dA -= M1[r * n + m] * c.tinv[j * n + m];
+      const double dA = inverse_grad_at(M1, c.tinv, n, r, j);
       g.dbeta[c0 + r] += dA * c.kke[r * n + j];
       for (int64_t m = 0; m < K; ++m) {
         const double e = dA * beta * c.E(r, j, m);
@@ -290,124 +248,61 @@ template <typename T>
 void kda_recurrent_fwd(const KdaInputs<T>& in, const DeltaDims& d, T* o, T* final_state) {
   const int64_t K = d.key_dim, V = d.value_dim;
   Vec delta(V);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      Vec S = hd.s0, out(d.seq_len * V);
-      for (int64_t t = 0; t < d.seq_len; ++t) {
-        step(hd, t, K, V, S.data(), delta);
-        read_out(S, &hd.q[t * K], K, V, &out[t * V]);
-      }
-      scatter(out, d, b, h, V, o);
-      store_state(S, d, b, h, final_state);
-    }
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    Vec S = hd.s0, out(d.seq_len * V);
+    recurrent_scan(hd.q, d.seq_len, K, V, [&](int64_t t, double* St) { step(hd, t, K, V, St, delta); }, S, out);
+    scatter(out, d, b, h, V, o);
+    store_state(S, d, b, h, final_state);
+  });
 }
 
-// Reverse-time backward (layers-delta.md §6.4, KDA), per token t = T..1:
-// dS += q_t do_t^T; dq_t = S_t do_t; e = dS^T k_t; dβ_t = e·r_t; dv_t = β_t e; dk_t = dS δ_t - β_t S̄_t e;
-// dS̄ = dS - β_t k_t e^T; dg_t[c] = Σ_v S̄_t[c, v] dS̄[c, v]; dS = Diag(α_t) dS̄.
+// Reverse-time backward (layers-delta.md §6.4, KDA), per token t = T..1: decayed_step_bwd with the
+// per-channel decay.
 template <typename T>
 void kda_recurrent_bwd(const KdaInputs<T>& in, const T* d_o, const T* d_final_state, const DeltaDims& d,
                        const KdaGrads<T>& grads) {
-  const int64_t K = d.key_dim, V = d.value_dim, L = d.seq_len, KV = K * V;
-  constexpr int64_t kSegment = 64;  // checkpoint spacing of the recomputed states
-  const int64_t segments = (L + kSegment - 1) / kSegment;
-  Vec delta(V), e(V), r(V), sbar(KV), states((kSegment + 1) * KV), checkpoints(segments * KV);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      const Vec dO = gather(d_o, d, b, h, V);
-      HeadGrads g{Vec(L * K), Vec(L * K), Vec(L * V), Vec(L * K), Vec(L), Vec(KV, 0.0)};
-      Vec S = hd.s0;
-      for (int64_t t = 0; t < L; ++t) {
-        if (t % kSegment == 0) std::copy(S.begin(), S.end(), checkpoints.begin() + (t / kSegment) * KV);
-        step(hd, t, K, V, S.data(), delta);
-      }
-      Vec& dS = g.ds0;
-      if (d_final_state != nullptr) {
-        const T* src = d_final_state + (b * d.heads + h) * KV;
-        std::copy(src, src + KV, dS.begin());
-      }
-      for (int64_t seg = segments - 1; seg >= 0; --seg) {
-        const int64_t t0 = seg * kSegment, t1 = std::min(L, t0 + kSegment);
-        // states[i] = S_{t0+i} (the state after token t0+i-1), i = 0..t1-t0.
-        std::copy(checkpoints.begin() + seg * KV, checkpoints.begin() + (seg + 1) * KV, states.begin());
-        for (int64_t t = t0; t < t1; ++t) {
-          double* next = &states[(t - t0 + 1) * KV];
-          std::copy(next - KV, next, next);
-          step(hd, t, K, V, next, delta);
-        }
-        for (int64_t t = t1 - 1; t >= t0; --t) {
-          const double* Sprev = &states[(t - t0) * KV];
-          const double* St = &states[(t - t0 + 1) * KV];
-          const double* q = &hd.q[t * K];
-          const double* k = &hd.k[t * K];
-          const double* dout = &dO[t * V];
-          const double beta = hd.beta[t];
-          for (int64_t m = 0; m < K; ++m) {
-            for (int64_t j = 0; j < V; ++j) dS[m * V + j] += q[m] * dout[j];
-            g.dq[t * K + m] = dot(&St[m * V], dout, V);
-          }
-          for (int64_t m = 0; m < K; ++m) {
-            const double alpha = std::exp(hd.g[t * K + m]);
-            for (int64_t j = 0; j < V; ++j) sbar[m * V + j] = alpha * Sprev[m * V + j];
-          }
-          for (int64_t j = 0; j < V; ++j) {
-            double sk = 0.0, ek = 0.0;
-            for (int64_t m = 0; m < K; ++m) {
-              sk += sbar[m * V + j] * k[m];
-              ek += dS[m * V + j] * k[m];
-            }
-            r[j] = hd.v[t * V + j] - sk;
-            e[j] = ek;
-          }
-          g.dbeta[t] = dot(e.data(), r.data(), V);
-          for (int64_t j = 0; j < V; ++j) g.dv[t * V + j] = beta * e[j];
-          for (int64_t m = 0; m < K; ++m)
-            g.dk[t * K + m] = beta * (dot(&dS[m * V], r.data(), V) - dot(&sbar[m * V], e.data(), V));
-          for (int64_t m = 0; m < K; ++m) {
-            const double alpha = std::exp(hd.g[t * K + m]);
-            double dg = 0.0;
-            for (int64_t j = 0; j < V; ++j) {
-              const double dsbar = dS[m * V + j] - beta * k[m] * e[j];
-              dg += sbar[m * V + j] * dsbar;
-              dS[m * V + j] = alpha * dsbar;
-            }
-            g.dg[t * K + m] = dg;
-          }
-        }
-      }
-      store_grads(g, d, b, h, grads);
-    }
+  const int64_t K = d.key_dim, V = d.value_dim;
+  Vec delta(V);
+  TokenScratch w{Vec(K * V), Vec(V), Vec(V)};
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    const Vec dO = gather(d_o, d, b, h, V);
+    HeadGrads g = zero_grads(d_final_state, d, b, h);
+    recurrent_reverse(
+        hd.s0, d.seq_len, K * V, [&](int64_t t, double* S) { step(hd, t, K, V, S, delta); },
+        [&](int64_t t, const double* Sprev, const double* St) {
+          decayed_step_bwd(&hd.g[t * K], 1, hd.beta[t], &hd.q[t * K], &hd.k[t * K], &hd.v[t * V], &dO[t * V], Sprev,
+                           St, K, V, g.ds0.data(), w,
+                           {&g.dq[t * K], &g.dk[t * K], &g.dv[t * V], &g.dbeta[t], &g.dg[t * K]});
+        });
+    store_grads(g, d, b, h, grads);
+  });
 }
 
 // Chunked forward, per chunk: F1–F3 (make_chunk), F4 Δ = U - W S_0, F5/F6 O = (Q ⊙ e^Γ) S_0 + P Δ,
 // F7 state update   (layers-delta.md §6.1, §6.3 KDA)
 template <typename T>
 void kda_chunk_fwd(const KdaInputs<T>& in, const DeltaDims& d, T* o, T* final_state, int64_t chunk_size) {
-  check_chunk_size(chunk_size);
+  check_chunk_size("kda", chunk_size);
   const int64_t K = d.key_dim, V = d.value_dim;
   Vec qe(K);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      Vec S = hd.s0, out(d.seq_len * V, 0.0);
-      for (int64_t c0 = 0; c0 < d.seq_len; c0 += chunk_size) {
-        const Chunk c = make_chunk(hd, c0, std::min(chunk_size, d.seq_len - c0), K, V);
-        const Vec delta = chunk_delta(c, S, K, V);
-        const Vec P = chunk_p(hd, c, K);
-        for (int64_t r = 0; r < c.n; ++r) {
-          double* orow = &out[(c0 + r) * V];
-          for (int64_t m = 0; m < K; ++m) qe[m] = std::exp(c.gam[r * K + m]) * hd.q[(c0 + r) * K + m];
-          read_out(S, qe.data(), K, V, orow);
-          for (int64_t i = 0; i <= r; ++i)
-            for (int64_t j = 0; j < V; ++j) orow[j] += P[r * c.n + i] * delta[i * V + j];
-        }
-        advance_state(hd, c, delta, K, V, S);
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    Vec S = hd.s0, out(d.seq_len * V, 0.0);
+    for (int64_t c0 = 0; c0 < d.seq_len; c0 += chunk_size) {
+      const Chunk c = make_chunk(hd, c0, std::min(chunk_size, d.seq_len - c0), K, V);
+      const Vec delta = chunk_delta(c.u, c.w, S, c.n, K, V);
+      for (int64_t r = 0; r < c.n; ++r) {
+        for (int64_t m = 0; m < K; ++m) qe[m] = std::exp(c.gam[r * K + m]) * hd.q[(c0 + r) * K + m];
+        read_out(S, qe.data(), K, V, &out[(c0 + r) * V]);
       }
-      scatter(out, d, b, h, V, o);
-      store_state(S, d, b, h, final_state);
+      add_intra(chunk_p(hd, c, K), delta, c.n, V, &out[c0 * V]);
+      advance_state(hd, c, delta, K, V, S);
     }
+    scatter(out, d, b, h, V, o);
+    store_state(S, d, b, h, final_state);
+  });
 }
 
 // Chunked backward: recompute the chunk-start states h[n] (FLA fwd_h), then B1–B9 chunk by chunk in
@@ -415,33 +310,18 @@ void kda_chunk_fwd(const KdaInputs<T>& in, const DeltaDims& d, T* o, T* final_st
 template <typename T>
 void kda_chunk_bwd(const KdaInputs<T>& in, const T* d_o, const T* d_final_state, const DeltaDims& d,
                    const KdaGrads<T>& grads, int64_t chunk_size) {
-  check_chunk_size(chunk_size);
-  const int64_t K = d.key_dim, V = d.value_dim, L = d.seq_len, KV = K * V;
-  const int64_t chunks = (L + chunk_size - 1) / chunk_size;
-  Vec starts(chunks * KV);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      const Vec dO = gather(d_o, d, b, h, V);
-      HeadGrads g{Vec(L * K, 0.0), Vec(L * K, 0.0), Vec(L * V, 0.0), Vec(L * K, 0.0), Vec(L, 0.0), Vec(KV, 0.0)};
-      Vec S = hd.s0;
-      for (int64_t n = 0; n < chunks; ++n) {
-        std::copy(S.begin(), S.end(), starts.begin() + n * KV);
-        const Chunk c = make_chunk(hd, n * chunk_size, std::min(chunk_size, L - n * chunk_size), K, V);
-        advance_state(hd, c, chunk_delta(c, S, K, V), K, V, S);
-      }
-      Vec& dS = g.ds0;
-      if (d_final_state != nullptr) {
-        const T* src = d_final_state + (b * d.heads + h) * KV;
-        std::copy(src, src + KV, dS.begin());
-      }
-      for (int64_t n = chunks - 1; n >= 0; --n) {
-        const Chunk c = make_chunk(hd, n * chunk_size, std::min(chunk_size, L - n * chunk_size), K, V);
-        const Vec S0(starts.begin() + n * KV, starts.begin() + (n + 1) * KV);
-        chunk_bwd(hd, dO, c, S0, K, V, dS, g);
-      }
-      store_grads(g, d, b, h, grads);
-    }
+  check_chunk_size("kda", chunk_size);
+  const int64_t K = d.key_dim, V = d.value_dim;
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    const Vec dO = gather(d_o, d, b, h, V);
+    HeadGrads g = zero_grads(d_final_state, d, b, h);
+    chunk_reverse(
+        hd.s0, d.seq_len, chunk_size, [&](int64_t c0, int64_t n) { return make_chunk(hd, c0, n, K, V); },
+        [&](const Chunk& c, Vec& S) { advance_state(hd, c, chunk_delta(c.u, c.w, S, c.n, K, V), K, V, S); },
+        [&](const Chunk& c, const Vec& S0) { chunk_bwd(hd, dO, c, S0, K, V, g.ds0, g); });
+    store_grads(g, d, b, h, grads);
+  });
 }
 
 template void kda_recurrent_fwd<float>(const KdaInputs<float>&, const DeltaDims&, float*, float*);

@@ -9,39 +9,21 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/gdn.h"  // DeltaDims
+#include "kernels/cpu/gdn.h"  // DeltaDims, GdnInputs, GdnGrads
 
 namespace llmt::cpu {
 
-/// Inputs of the KDA core (layers-delta.md §4.3 step 4). q: [B, T, H, K], the query after L2 norm and the
-/// scale s (q̂ of §2.2); k: [B, T, H, K], the L2-normalised key k̂; v: [B, T, H, V]; g: [B, T, H, K], the
-/// per-token, per-key-channel log-decay g_{t,c} <= 0 (output of the KDA gate, §4.3 step 2; not a cumsum);
-/// beta: [B, T, H], post-sigmoid, in (0, 1); initial_state: [B, H, K, V] or nullptr for S_0 = 0.
-/// The core does not rely on the norms or ranges (g > 0 is computed as written, but may overflow in the
-/// chunked form).
+/// Inputs of the KDA core (layers-delta.md §4.3 step 4): the fields of GdnInputs with the same meaning,
+/// except g: [B, T, H, K], the per-token, per-key-channel log-decay g_{t,c} <= 0 (output of the KDA gate,
+/// §4.3 step 2; not a cumsum). The core does not rely on the norms or ranges (g > 0 is computed as written,
+/// but may overflow in the chunked form).
 template <typename T>
-struct KdaInputs {
-  const T* q;
-  const T* k;
-  const T* v;
-  const T* g;
-  const T* beta;
-  const T* initial_state;
-};
+using KdaInputs = GdnInputs<T>;
 
-/// Gradients of the KDA core, same shapes as the matching KdaInputs fields; all are OVERWRITTEN.
-/// dg: [B, T, H, K], the gradient w.r.t. the per-token per-channel log-decay g_{t,c} (what §5 consumes).
-/// d_initial_state may be nullptr (not computed); when non-null it receives dL/dS_0 (also when the
-/// input S_0 was nullptr).
+/// Gradients of the KDA core: the fields of GdnGrads, same shapes as the matching KdaInputs fields, all
+/// OVERWRITTEN; dg: [B, T, H, K], the gradient w.r.t. the per-channel log-decay g_{t,c} (what §5 consumes).
 template <typename T>
-struct KdaGrads {
-  T* dq;
-  T* dk;
-  T* dv;
-  T* dg;
-  T* dbeta;
-  T* d_initial_state;
-};
+using KdaGrads = GdnGrads<T>;
 
 /// Token-by-token recurrence of §4.3 (the oracle; FLA `naive_recurrent_kda` / `fused_recurrent_kda`).
 /// Writes o [B, T, H, V] and, when final_state is non-null, S_T into final_state [B, H, K, V].

@@ -410,12 +410,18 @@ Unpacked unpack(const T* xbc, const T* dt_raw, const T* dt_bias, const T* A_log,
 // Δ = softplus(dt_raw + dt_bias), A = -exp(A_log), y = SSD(x, Δ, A, B, C) + D x   (§2.2 steps 3–5)
 template <typename T>
 void mamba2_ssd_fwd(const T* xbc, const T* dt_raw, const T* dt_bias, const T* A_log, const T* D, const Mamba2Dims& d,
-                    int64_t chunk_size, T* y) {
+                    int64_t chunk_size, T* y, T* state) {
   check_dims(d);
   const Unpacked u = unpack(xbc, dt_raw, dt_bias, A_log, D, d);
-  Vec out(u.x.size());
-  mamba2_chunk_fwd<double>(u.inputs(), d, out.data(), nullptr, chunk_size);
+  Vec out(u.x.size()), carried;
+  Mamba2Inputs<double> in = u.inputs();
+  if (state != nullptr) {
+    carried.assign(state, state + d.batch * d.heads * d.head_dim * d.state_dim);
+    in.initial_state = carried.data();
+  }
+  mamba2_chunk_fwd<double>(in, d, out.data(), state != nullptr ? carried.data() : nullptr, chunk_size);
   std::copy(out.begin(), out.end(), y);
+  if (state != nullptr) std::copy(carried.begin(), carried.end(), state);
 }
 
 // §2.6.2 steps 3–5: the core's gradients, d(dt_raw) = dΔ σ(dt_raw + dt_bias), d dt_bias = Σ d(dt_raw),
@@ -467,9 +473,9 @@ template void mamba2_chunk_bwd<double>(const Mamba2Inputs<double>&, const double
                                        const Mamba2Grads<double>&, int64_t);
 
 template void mamba2_ssd_fwd<float>(const float*, const float*, const float*, const float*, const float*,
-                                    const Mamba2Dims&, int64_t, float*);
+                                    const Mamba2Dims&, int64_t, float*, float*);
 template void mamba2_ssd_fwd<double>(const double*, const double*, const double*, const double*, const double*,
-                                     const Mamba2Dims&, int64_t, double*);
+                                     const Mamba2Dims&, int64_t, double*, double*);
 template void mamba2_ssd_bwd<float>(const float*, const float*, const float*, const float*, const float*, const float*,
                                     const Mamba2Dims&, int64_t, float*, float*, float*, float*, float*);
 template void mamba2_ssd_bwd<double>(const double*, const double*, const double*, const double*, const double*,

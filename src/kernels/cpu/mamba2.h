@@ -72,13 +72,14 @@ void mamba2_chunk_bwd(const Mamba2Inputs<T>& in, const T* d_y, const T* d_final_
                       const Mamba2Grads<T>& grads, int64_t chunk_size = 256);
 
 /// The layer's SSD step (§2.2 steps 3–5, §2.6.2 steps 3–5): split the conv output, discretise, run the
-/// chunked core (zero initial state). xbc: [B, T, H P + 2 G N], each row [x (H P) | B (G N) | C (G N)];
-/// dt_raw: [B, T, H]; dt_bias, A_log, D: [H]; y: [B, T, H P]. Δ = softplus(dt_raw + dt_bias) (the
-/// identity above 20), A = -exp(A_log). Arithmetic in double for any T. Throws llmt::Error for bad
-/// sizes (as mamba2_chunk_fwd).
+/// chunked core. xbc: [B, T, H P + 2 G N], each row [x (H P) | B (G N) | C (G N)]; dt_raw: [B, T, H];
+/// dt_bias, A_log, D: [H]; y: [B, T, H P]. Δ = softplus(dt_raw + dt_bias) (the identity above 20),
+/// A = -exp(A_log). Arithmetic in double for any T. state: [B, H, P, N] or nullptr
+/// (zero initial state); when given, the SSD continues from it and it receives the final state (a decode
+/// step is T = 1, layers-ssm-attn.md §2.8). Throws llmt::Error for bad sizes (as mamba2_chunk_fwd).
 template <typename T>
 void mamba2_ssd_fwd(const T* xbc, const T* dt_raw, const T* dt_bias, const T* A_log, const T* D,
-                    const Mamba2Dims& dims, int64_t chunk_size, T* y);
+                    const Mamba2Dims& dims, int64_t chunk_size, T* y, T* state = nullptr);
 
 /// Backward of mamba2_ssd_fwd given dy [B, T, H P]: dxbc [B, T, H P + 2 G N] and ddt_raw [B, T, H] are
 /// OVERWRITTEN; ddt_bias, dA_log, dD [H] ACCUMULATE (dΔ σ(dt_raw + dt_bias) summed; dA · A; dD).

@@ -34,12 +34,13 @@ struct Forward {
   }
 };
 
+// The prep (from `phase0`, nullptr: φ_{-1} = 0) and the up-projected v = x ∘ mimo_x of every token; y unset.
 template <typename T>
-Forward run_forward(const T* x, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr, const Mamba3LayerDims& d,
-                    const Mamba3Options& opt) {
+Forward prepare(const T* x, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr, const Mamba3LayerDims& d,
+                const Mamba3Options& opt, const T* phase0) {
   check_params(pr, d, opt);
   const int64_t H = d.heads, R = d.rank, P = d.head_dim, rows = d.batch * d.seq_len;
-  Forward f{mamba3_prep_fwd(bc, raw, pr.prep, d, opt), Vec(rows * H * R * P), Vec(rows * H * R * P), Vec(H),
+  Forward f{mamba3_prep_fwd(bc, raw, pr.prep, d, opt, phase0), Vec(rows * H * R * P), Vec(rows * H * R * P), Vec(H),
             {d.batch, d.seq_len, H, P, d.state_dim, R}};
   for (int64_t h = 0; h < H; ++h) f.D[h] = pr.D[h];
   for (int64_t e = 0; e < rows * H; ++e)
@@ -48,6 +49,13 @@ Forward run_forward(const T* x, const T* bc, const T* raw, const Mamba3LayerPara
         const double scale = pr.mimo_x ? static_cast<double>(pr.mimo_x[((e % H) * R + r) * P + p]) : 1.0;
         f.v[(e * R + r) * P + p] = x[e * P + p] * scale;
       }
+  return f;
+}
+
+template <typename T>
+Forward run_forward(const T* x, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr, const Mamba3LayerDims& d,
+                    const Mamba3Options& opt) {
+  Forward f = prepare(x, bc, raw, pr, d, opt, static_cast<const T*>(nullptr));
   mamba3_chunk_fwd<double>(f.inputs(), f.core, f.y.data(), opt.chunk_size);
   return f;
 }
@@ -74,12 +82,10 @@ void gate(const double* y, const T* z, const Mamba3LayerParams<T>& pr, int64_t h
   }
 }
 
-}  // namespace
-
+// out = Σ_r mimo_o[h,r] ∘ gate(y_r) (§4.3.2–4.3.4) from the core output y [rows, H, R, P].
 template <typename T>
-void mamba3_layer_fwd(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr,
-                      const Mamba3LayerDims& d, const Mamba3Options& opt, T* out) {
-  const Forward f = run_forward(x, bc, raw, pr, d, opt);
+void write_output(const Vec& y, const T* z, const Mamba3LayerParams<T>& pr, const Mamba3LayerDims& d,
+                  const Mamba3Options& opt, T* out) {
   const int64_t H = d.heads, R = d.rank, P = d.head_dim, rows = d.batch * d.seq_len;
   Gate g{Vec(P), Vec(P), Vec(P)};
   Vec o(P);
@@ -87,13 +93,58 @@ void mamba3_layer_fwd(const T* x, const T* z, const T* bc, const T* raw, const M
     const int64_t h = e % H;
     std::fill(o.begin(), o.end(), 0.0);
     for (int64_t r = 0; r < R; ++r) {
-      gate(&f.y[(e * R + r) * P], z + e * P, pr, h, r, R, P, opt.eps, g);
+      gate(&y[(e * R + r) * P], z + e * P, pr, h, r, R, P, opt.eps, g);
       for (int64_t p = 0; p < P; ++p)
         o[p] += (pr.mimo_o ? static_cast<double>(pr.mimo_o[(h * R + r) * P + p]) : 1.0) * g.yn[p] * g.zr[p] *
                 sigmoid(g.zr[p]);
     }
     for (int64_t p = 0; p < P; ++p) out[e * P + p] = static_cast<T>(o[p]);
   }
+}
+
+}  // namespace
+
+template <typename T>
+void mamba3_layer_fwd(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr,
+                      const Mamba3LayerDims& d, const Mamba3Options& opt, T* out) {
+  write_output(run_forward(x, bc, raw, pr, d, opt).y, z, pr, d, opt, out);
+}
+
+// §4.6 per token: H = α H + ε α W_prev + γ W; y_r = H q_r + D v_r; then k, v and φ of the token are carried.
+template <typename T>
+void mamba3_layer_step(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& pr,
+                       const Mamba3LayerDims& d, const Mamba3Options& opt, const Mamba3Carry<T>& carry, T* out) {
+  Forward f = prepare(x, bc, raw, pr, d, opt, carry.phase);
+  const int64_t H = d.heads, R = d.rank, P = d.head_dim, N = d.state_dim, S = d.angles;
+  for (int64_t bh = 0; bh < d.batch * H; ++bh)  // the carry of (b, h)
+    for (int64_t t = 0; t < d.seq_len; ++t) {
+      const int64_t e = ((bh / H) * d.seq_len + t) * H + bh % H;  // token t of (b, h)
+      const double alpha = std::exp(f.prep.a[e]), beta = f.prep.eps[e] * alpha, gamma = f.prep.gamma[e];
+      T* Hs = carry.state + bh * P * N;
+      T* kp = carry.k_prev + bh * R * N;
+      T* vp = carry.v_prev + bh * R * P;
+      const double* k = &f.prep.k[e * R * N];
+      const double* v = &f.v[e * R * P];
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) {
+          double w_prev = 0.0, w = 0.0;
+          for (int64_t r = 0; r < R; ++r) {
+            w_prev += static_cast<double>(vp[r * P + p]) * kp[r * N + n];
+            w += v[r * P + p] * k[r * N + n];
+          }
+          Hs[p * N + n] = static_cast<T>(alpha * Hs[p * N + n] + beta * w_prev + gamma * w);
+        }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t p = 0; p < P; ++p) {
+          double acc = f.D[e % H] * v[r * P + p];
+          for (int64_t n = 0; n < N; ++n) acc += static_cast<double>(Hs[p * N + n]) * f.prep.q[(e * R + r) * N + n];
+          f.y[(e * R + r) * P + p] = acc;
+        }
+      for (int64_t i = 0; i < R * N; ++i) kp[i] = static_cast<T>(k[i]);
+      for (int64_t i = 0; i < R * P; ++i) vp[i] = static_cast<T>(v[i]);
+      for (int64_t i = 0; i < S; ++i) carry.phase[bh * S + i] = static_cast<T>(f.prep.phi[e * S + i]);
+    }
+  write_output(f.y, z, pr, d, opt, out);
 }
 
 // §4.5 step 1 (gate, output norm, MIMO down/up-projections), step 2 (core), steps 3–7 (prep backward).
@@ -165,6 +216,8 @@ void mamba3_layer_bwd(const T* dout, const T* x, const T* z, const T* bc, const 
 #define LLMT_MAMBA3_LAYER(T)                                                                                      \
   template void mamba3_layer_fwd<T>(const T*, const T*, const T*, const T*, const Mamba3LayerParams<T>&,          \
                                     const Mamba3LayerDims&, const Mamba3Options&, T*);                            \
+  template void mamba3_layer_step<T>(const T*, const T*, const T*, const T*, const Mamba3LayerParams<T>&,         \
+                                     const Mamba3LayerDims&, const Mamba3Options&, const Mamba3Carry<T>&, T*);     \
   template void mamba3_layer_bwd<T>(const T*, const T*, const T*, const T*, const T*, const Mamba3LayerParams<T>&, \
                                     const Mamba3LayerDims&, const Mamba3Options&, T*, T*, T*, T*,                 \
                                     const Mamba3LayerGrads<T>&);

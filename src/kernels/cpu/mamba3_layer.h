@@ -38,6 +38,28 @@ template <typename T>
 void mamba3_layer_fwd(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& params,
                       const Mamba3LayerDims& dims, const Mamba3Options& opt, T* out);
 
+/// What a Mamba-3 layer carries from one decode step to the next (layers-ssm-attn.md §4.6), all zero at the
+/// start of a sequence: state [B, H, P, N], the true H_t; k_prev [B, H, R, N], the rotated, biased B̄ (k) of
+/// the last token; v_prev [B, H, R, P], its up-projected x (x ∘ mimo_x; x for SISO); phase [B, H, S], its
+/// rotary phase φ.
+template <typename T>
+struct Mamba3Carry {
+  T* state;
+  T* k_prev;
+  T* v_prev;
+  T* phase;
+};
+
+/// mamba3_layer_fwd continuing a sequence by its recurrence (§4.3.2–4.3.3, the decode step of §4.6, token by
+/// token; decoding: seq_len 1; a prompt: its length): x, z [B, T, H P], bc, raw and params as mamba3_layer_fwd.
+/// Starts from `carry` and leaves the carry of the last token in it: per token
+/// H = α H + β W_prev + γ W (β = ε α, W_prev = Σ_r v_prev,r k_prev,r^T), y_r = H q_r + D v_r, then the gate,
+/// output norm and down-projection of mamba3_layer_fwd into out [B, T, H P]. Over a sequence the outputs equal
+/// mamba3_layer_fwd's (up to rounding). Throws llmt::Error as mamba3_layer_fwd.
+template <typename T>
+void mamba3_layer_step(const T* x, const T* z, const T* bc, const T* raw, const Mamba3LayerParams<T>& params,
+                       const Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3Carry<T>& carry, T* out);
+
 /// Backward of mamba3_layer_fwd given dout [B, T, H P] (everything is recomputed from the inputs):
 /// dx, dz [B, T, H P], dbc, draw OVERWRITTEN; the parameter gradients ACCUMULATED.
 template <typename T>

@@ -53,7 +53,7 @@ void rotate(double* u, const double* phi, const Mamba3LayerDims& d, double sign)
 
 template <typename T>
 Mamba3Prep mamba3_prep_fwd(const T* bc, const T* raw, const Mamba3PrepParams<T>& pr, const Mamba3LayerDims& d,
-                           const Mamba3Options& opt) {
+                           const Mamba3Options& opt, const T* phase0) {
   check_dims(d);
   const int64_t H = d.heads, R = d.rank, N = d.state_dim, G = d.groups, S = d.angles, rows = d.batch * d.seq_len;
   const int64_t RGN = R * G * N, W = 3 * H + S;
@@ -91,7 +91,9 @@ Mamba3Prep mamba3_prep_fwd(const T* bc, const T* raw, const Mamba3PrepParams<T>&
         p.eps[e] = (1.0 - lam) * dt;
         double* phi = &p.phi[e * S];
         for (int64_t i = 0; i < S; ++i) {
-          const double prev = t > 0 ? p.phi[((row - 1) * H + h) * S + i] : 0.0;
+          const double prev = t > 0                ? p.phi[((row - 1) * H + h) * S + i]
+                              : phase0 != nullptr ? static_cast<double>(phase0[(b * H + h) * S + i])
+                                                  : 0.0;
           phi[i] = std::fmod(prev + dt * p.theta[row * S + i], 2.0 * kPi);
         }
         for (int64_t r = 0; r < R; ++r) {
@@ -207,7 +209,7 @@ void mamba3_prep_bwd(const Mamba3Prep& p, const Vec& dq, const Vec& dk, const Ve
 
 #define LLMT_MAMBA3_PREP(T)                                                                                       \
   template Mamba3Prep mamba3_prep_fwd<T>(const T*, const T*, const Mamba3PrepParams<T>&, const Mamba3LayerDims&,  \
-                                         const Mamba3Options&);                                                   \
+                                         const Mamba3Options&, const T*);                                       \
   template void mamba3_prep_bwd<T>(const Mamba3Prep&, const Vec&, const Vec&, const Vec&, const Vec&, const Vec&, \
                                    const T*, const Mamba3PrepParams<T>&, const Mamba3LayerDims&,        \
                                    const Mamba3Options&, T*, T*, const Mamba3PrepGrads<T>&);

@@ -47,11 +47,12 @@ struct Mamba3Prep {
   std::vector<double> dt, lam, A, clamped, theta, phi, nb, nc, rb, rc;
 };
 
-/// Forward of §4.3.1 (rotation pairs per Mamba3Options::rank). Throws llmt::Error when 2 S > N or G does
-/// not divide H.
+/// Forward of §4.3.1 (rotation pairs per Mamba3Options::rank). phase0: [B, H, S], the phases φ carried
+/// from the tokens before this call (decode, §4.6 angle_state), or nullptr for φ_{-1} = 0. Throws
+/// llmt::Error when 2 S > N or G does not divide H.
 template <typename T>
 Mamba3Prep mamba3_prep_fwd(const T* bc, const T* raw, const Mamba3PrepParams<T>& params,
-                           const Mamba3LayerDims& dims, const Mamba3Options& opt);
+                           const Mamba3LayerDims& dims, const Mamba3Options& opt, const T* phase0 = nullptr);
 
 /// Backward of mamba3_prep_fwd (§4.5 steps 3–6) given the core's gradients dq, dk [B, T, H, R, N] and da,
 /// dgamma, deps [B, T, H] (double): dbc [B, T, 2 R G N] and draw [B, T, 3 H + S] OVERWRITTEN, the parameter

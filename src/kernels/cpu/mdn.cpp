@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.h"
 #include "kernels/cpu/delta_common.h"
+#include "kernels/cpu/delta_scan.h"
 
 namespace llmt::cpu {
 namespace {
@@ -26,16 +26,6 @@ struct Head {
 struct HeadGrads {
   Vec dq, dk, dv, dla, dbeta, dlm, deta, ds0, dm0, dkhat, dp;
 };
-
-template <typename T>
-Vec load_state(const T* src, const DeltaDims& d, int64_t b, int64_t h) {
-  Vec s(static_cast<size_t>(d.key_dim * d.value_dim), 0.0);
-  if (src != nullptr) {
-    const T* p = src + (b * d.heads + h) * d.key_dim * d.value_dim;
-    std::copy(p, p + d.key_dim * d.value_dim, s.begin());
-  }
-  return s;
-}
 
 template <typename T>
 Head load(const MdnInputs<T>& in, const DeltaDims& d, int64_t b, int64_t h) {
@@ -67,11 +57,16 @@ HeadGrads zero_grads(const DeltaDims& d) {
           Vec(L, 0.0),     Vec(K * V, 0.0), Vec(K * V, 0.0), Vec(L * K, 0.0), Vec(L * K, 0.0)};
 }
 
-template <typename T>
-void load_carry(const T* src, const DeltaDims& d, int64_t b, int64_t h, Vec& dst) {
-  if (src == nullptr) return;
-  const T* p = src + (b * d.heads + h) * d.key_dim * d.value_dim;
-  std::copy(p, p + d.key_dim * d.value_dim, dst.begin());
+// The two states of one head, S and M [K, V], as the chunked backward carries them.
+struct States {
+  Vec S, M;
+};
+
+// [S; M] [2K, V], the packed state of the token scans.
+Vec pack(const Vec& S, const Vec& M) {
+  Vec sm(S);
+  sm.insert(sm.end(), M.begin(), M.end());
+  return sm;
 }
 
 // The read key p = α k and the write key k̂ = η k (mdn.md §4.4, §7.2 last line):
@@ -215,10 +210,6 @@ void advance_states(const Head& hd, const Chunk& c, const Vec& vt, int64_t K, in
         M[m * V + jj] -= gm * x;
       }
   }
-}
-
-void check_chunk_size(int64_t chunk_size) {
-  check(chunk_size >= 1, "mdn chunk: chunk_size must be >= 1, got {}", chunk_size);
 }
 
 // d log-gate of the segment-sum matrix L (L[i, r] = exp(Σ_{u=r+1..i} x_u), r <= i) given dL:
@@ -399,22 +390,20 @@ void chunk_bwd(const Head& hd, const Vec& dO, const Chunk& c, const Vec& S0, con
 }  // namespace
 
 // ṽ_t = v_t - S_{t-1}^T p_t; M_t = μ_t M_{t-1} - k̂_t ṽ_t^T; S_t = α_t S_{t-1} - β_t M_t; o_t = S_t^T q_t  (mdn.md §5)
+// The scans carry the two states packed as SM = [S; M] [2K, V].
 template <typename T>
 void mdn_recurrent_fwd(const MdnInputs<T>& in, const DeltaDims& d, T* o, T* final_state, T* final_momentum) {
-  const int64_t K = d.key_dim, V = d.value_dim;
+  const int64_t K = d.key_dim, V = d.value_dim, KV = K * V;
   Vec vt(V);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      Vec S = hd.s0, M = hd.m0, out(d.seq_len * V);
-      for (int64_t t = 0; t < d.seq_len; ++t) {
-        step(hd, t, K, V, S.data(), M.data(), vt.data());
-        read_out(S, &hd.q[t * K], K, V, &out[t * V]);
-      }
-      scatter(out, d, b, h, V, o);
-      store_state(S, d, b, h, final_state);
-      store_state(M, d, b, h, final_momentum);
-    }
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    Vec SM = pack(hd.s0, hd.m0), out(d.seq_len * V);
+    recurrent_scan(
+        hd.q, d.seq_len, K, V, [&](int64_t t, double* x) { step(hd, t, K, V, x, x + KV, vt.data()); }, SM, out);
+    scatter(out, d, b, h, V, o);
+    store_state(Vec(SM.begin(), SM.begin() + KV), d, b, h, final_state);
+    store_state(Vec(SM.begin() + KV, SM.end()), d, b, h, final_momentum);
+  });
 }
 
 // Reverse-time backward (mdn.md §7.2), per token t = T..1 with G = dL/dS_t, H = dL/dM_t:
@@ -424,82 +413,60 @@ template <typename T>
 void mdn_recurrent_bwd(const MdnInputs<T>& in, const T* d_o, const T* d_final_state, const T* d_final_momentum,
                        const DeltaDims& d, const MdnGrads<T>& grads) {
   const int64_t K = d.key_dim, V = d.value_dim, L = d.seq_len, KV = K * V;
-  constexpr int64_t kSegment = 64;  // checkpoint spacing of the recomputed states
-  const int64_t segments = (L + kSegment - 1) / kSegment;
-  Vec vt(V), dvt(V), s_states((kSegment + 1) * KV), m_states((kSegment + 1) * KV), s_ckpt(segments * KV),
-      m_ckpt(segments * KV);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      const Vec dO = gather(d_o, d, b, h, V);
-      HeadGrads g = zero_grads(d);
-      Vec S = hd.s0, M = hd.m0;
-      for (int64_t t = 0; t < L; ++t) {
-        if (t % kSegment == 0) {
-          std::copy(S.begin(), S.end(), s_ckpt.begin() + (t / kSegment) * KV);
-          std::copy(M.begin(), M.end(), m_ckpt.begin() + (t / kSegment) * KV);
-        }
-        step(hd, t, K, V, S.data(), M.data(), vt.data());
+  Vec vt(V), dvt(V);
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    const Vec dO = gather(d_o, d, b, h, V);
+    HeadGrads g = zero_grads(d);
+    Vec& dS = g.ds0;
+    Vec& dM = g.dm0;
+    dS = load_state(d_final_state, d, b, h);
+    dM = load_state(d_final_momentum, d, b, h);
+    auto token_bwd = [&](int64_t t, const double* SMprev, const double* SMt) {
+      const double* Sprev = SMprev;
+      const double* St = SMt;
+      const double* Mprev = SMprev + KV;
+      const double* Mt = SMt + KV;
+      const double* q = &hd.q[t * K];
+      const double* kh = &hd.khat[t * K];
+      const double* p = &hd.p[t * K];
+      const double* dout = &dO[t * V];
+      const double alpha = std::exp(hd.la[t]), mu = std::exp(hd.lm[t]), beta = hd.beta[t];
+      for (int64_t j = 0; j < V; ++j) {  // ṽ_t from S_{t-1}
+        double sp = 0.0;
+        for (int64_t m = 0; m < K; ++m) sp += Sprev[m * V + j] * p[m];
+        vt[j] = hd.v[t * V + j] - sp;
       }
-      Vec& dS = g.ds0;
-      Vec& dM = g.dm0;
-      load_carry(d_final_state, d, b, h, dS);
-      load_carry(d_final_momentum, d, b, h, dM);
-      for (int64_t seg = segments - 1; seg >= 0; --seg) {
-        const int64_t t0 = seg * kSegment, t1 = std::min(L, t0 + kSegment);
-        // *_states[i] = state after token t0+i-1, i = 0..t1-t0.
-        std::copy(s_ckpt.begin() + seg * KV, s_ckpt.begin() + (seg + 1) * KV, s_states.begin());
-        std::copy(m_ckpt.begin() + seg * KV, m_ckpt.begin() + (seg + 1) * KV, m_states.begin());
-        for (int64_t t = t0; t < t1; ++t) {
-          double* sn = &s_states[(t - t0 + 1) * KV];
-          double* mn = &m_states[(t - t0 + 1) * KV];
-          std::copy(sn - KV, sn, sn);
-          std::copy(mn - KV, mn, mn);
-          step(hd, t, K, V, sn, mn, vt.data());
-        }
-        for (int64_t t = t1 - 1; t >= t0; --t) {
-          const double* Sprev = &s_states[(t - t0) * KV];
-          const double* St = &s_states[(t - t0 + 1) * KV];
-          const double* Mprev = &m_states[(t - t0) * KV];
-          const double* Mt = &m_states[(t - t0 + 1) * KV];
-          const double* q = &hd.q[t * K];
-          const double* kh = &hd.khat[t * K];
-          const double* p = &hd.p[t * K];
-          const double* dout = &dO[t * V];
-          const double alpha = std::exp(hd.la[t]), mu = std::exp(hd.lm[t]), beta = hd.beta[t];
-          for (int64_t j = 0; j < V; ++j) {  // ṽ_t from S_{t-1}
-            double sp = 0.0;
-            for (int64_t m = 0; m < K; ++m) sp += Sprev[m * V + j] * p[m];
-            vt[j] = hd.v[t * V + j] - sp;
-          }
-          for (int64_t m = 0; m < K; ++m) {
-            for (int64_t j = 0; j < V; ++j) dS[m * V + j] += q[m] * dout[j];
-            g.dq[t * K + m] = dot(&St[m * V], dout, V);
-          }
-          for (int64_t x = 0; x < KV; ++x) dM[x] -= beta * dS[x];
-          g.dbeta[t] = -dot(Mt, dS.data(), KV);
-          for (int64_t j = 0; j < V; ++j) {
-            double s = 0.0;
-            for (int64_t m = 0; m < K; ++m) s += dM[m * V + j] * kh[m];
-            dvt[j] = -s;
-            g.dv[t * V + j] = -s;
-          }
-          for (int64_t m = 0; m < K; ++m) {
-            g.dkhat[t * K + m] = -dot(&dM[m * V], vt.data(), V);
-            g.dp[t * K + m] = -dot(&Sprev[m * V], dvt.data(), V);
-          }
-          g.dla[t] = alpha * dot(Sprev, dS.data(), KV);
-          g.dlm[t] = mu * dot(Mprev, dM.data(), KV);
-          for (int64_t m = 0; m < K; ++m)
-            for (int64_t j = 0; j < V; ++j) {
-              dS[m * V + j] = alpha * dS[m * V + j] - p[m] * dvt[j];
-              dM[m * V + j] *= mu;
-            }
-        }
+      for (int64_t m = 0; m < K; ++m) {
+        for (int64_t j = 0; j < V; ++j) dS[m * V + j] += q[m] * dout[j];
+        g.dq[t * K + m] = dot(&St[m * V], dout, V);
       }
-      finish(hd, L, K, g);
-      store_grads(g, d, b, h, grads);
-    }
+      for (int64_t x = 0; x < KV; ++x) dM[x] -= beta * dS[x];
+      g.dbeta[t] = -dot(Mt, dS.data(), KV);
+      for (int64_t j = 0; j < V; ++j) {
+        double s = 0.0;
+        for (int64_t m = 0; m < K; ++m) s += dM[m * V + j] * kh[m];
+        dvt[j] = -s;
+        g.dv[t * V + j] = -s;
+      }
+      for (int64_t m = 0; m < K; ++m) {
+        g.dkhat[t * K + m] = -dot(&dM[m * V], vt.data(), V);
+        g.dp[t * K + m] = -dot(&Sprev[m * V], dvt.data(), V);
+      }
+      g.dla[t] = alpha * dot(Sprev, dS.data(), KV);
+      g.dlm[t] = mu * dot(Mprev, dM.data(), KV);
+      for (int64_t m = 0; m < K; ++m)
+        for (int64_t j = 0; j < V; ++j) {
+          dS[m * V + j] = alpha * dS[m * V + j] - p[m] * dvt[j];
+          dM[m * V + j] *= mu;
+        }
+    };
+    recurrent_reverse(
+        pack(hd.s0, hd.m0), L, 2 * KV, [&](int64_t t, double* x) { step(hd, t, K, V, x, x + KV, vt.data()); },
+        token_bwd);
+    finish(hd, L, K, g);
+    store_grads(g, d, b, h, grads);
+  });
 }
 
 // Chunked forward (mdn.md §6.2 with §6.4's coefficients, §6.5 for the last chunk): per chunk make_chunk,
@@ -507,32 +474,31 @@ void mdn_recurrent_bwd(const MdnInputs<T>& in, const T* d_o, const T* d_final_st
 template <typename T>
 void mdn_chunk_fwd(const MdnInputs<T>& in, const DeltaDims& d, T* o, T* final_state, T* final_momentum,
                    int64_t chunk_size) {
-  check_chunk_size(chunk_size);
+  check_chunk_size("mdn", chunk_size);
   const int64_t K = d.key_dim, V = d.value_dim;
   Vec sq(V), mq(V);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      Vec S = hd.s0, M = hd.m0, out(d.seq_len * V, 0.0);
-      for (int64_t c0 = 0; c0 < d.seq_len; c0 += chunk_size) {
-        const Chunk c = make_chunk(hd, c0, std::min(chunk_size, d.seq_len - c0), K);
-        const Vec vt = residuals(hd, c, S, M, K, V);
-        for (int64_t i = 0; i < c.n; ++i) {
-          double* orow = &out[(c0 + i) * V];
-          read_out(S, &hd.q[(c0 + i) * K], K, V, sq.data());
-          read_out(M, &hd.q[(c0 + i) * K], K, V, mq.data());
-          for (int64_t j = 0; j < V; ++j) orow[j] = c.abar[i] * sq[j] - c.b[i] * mq[j];
-          for (int64_t jj = 0; jj <= i; ++jj) {
-            const double e = c.gam[i * c.n + jj] * c.qk[i * c.n + jj];
-            for (int64_t j = 0; j < V; ++j) orow[j] += e * vt[jj * V + j];
-          }
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    Vec S = hd.s0, M = hd.m0, out(d.seq_len * V, 0.0);
+    for (int64_t c0 = 0; c0 < d.seq_len; c0 += chunk_size) {
+      const Chunk c = make_chunk(hd, c0, std::min(chunk_size, d.seq_len - c0), K);
+      const Vec vt = residuals(hd, c, S, M, K, V);
+      for (int64_t i = 0; i < c.n; ++i) {
+        double* orow = &out[(c0 + i) * V];
+        read_out(S, &hd.q[(c0 + i) * K], K, V, sq.data());
+        read_out(M, &hd.q[(c0 + i) * K], K, V, mq.data());
+        for (int64_t j = 0; j < V; ++j) orow[j] = c.abar[i] * sq[j] - c.b[i] * mq[j];
+        for (int64_t jj = 0; jj <= i; ++jj) {
+          const double e = c.gam[i * c.n + jj] * c.qk[i * c.n + jj];
+          for (int64_t j = 0; j < V; ++j) orow[j] += e * vt[jj * V + j];
         }
-        advance_states(hd, c, vt, K, V, S, M);
       }
-      scatter(out, d, b, h, V, o);
-      store_state(S, d, b, h, final_state);
-      store_state(M, d, b, h, final_momentum);
+      advance_states(hd, c, vt, K, V, S, M);
     }
+    scatter(out, d, b, h, V, o);
+    store_state(S, d, b, h, final_state);
+    store_state(M, d, b, h, final_momentum);
+  });
 }
 
 // Chunked backward (mdn.md §7.3): recompute the chunk-start states (S, M) by a forward scan, then
@@ -540,35 +506,21 @@ void mdn_chunk_fwd(const MdnInputs<T>& in, const DeltaDims& d, T* o, T* final_st
 template <typename T>
 void mdn_chunk_bwd(const MdnInputs<T>& in, const T* d_o, const T* d_final_state, const T* d_final_momentum,
                    const DeltaDims& d, const MdnGrads<T>& grads, int64_t chunk_size) {
-  check_chunk_size(chunk_size);
-  const int64_t K = d.key_dim, V = d.value_dim, L = d.seq_len, KV = K * V;
-  const int64_t chunks = (L + chunk_size - 1) / chunk_size;
-  Vec s_starts(chunks * KV), m_starts(chunks * KV);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const Head hd = load(in, d, b, h);
-      const Vec dO = gather(d_o, d, b, h, V);
-      HeadGrads g = zero_grads(d);
-      Vec S = hd.s0, M = hd.m0;
-      for (int64_t n = 0; n < chunks; ++n) {
-        std::copy(S.begin(), S.end(), s_starts.begin() + n * KV);
-        std::copy(M.begin(), M.end(), m_starts.begin() + n * KV);
-        const Chunk c = make_chunk(hd, n * chunk_size, std::min(chunk_size, L - n * chunk_size), K);
-        advance_states(hd, c, residuals(hd, c, S, M, K, V), K, V, S, M);
-      }
-      Vec& dS = g.ds0;
-      Vec& dM = g.dm0;
-      load_carry(d_final_state, d, b, h, dS);
-      load_carry(d_final_momentum, d, b, h, dM);
-      for (int64_t n = chunks - 1; n >= 0; --n) {
-        const Chunk c = make_chunk(hd, n * chunk_size, std::min(chunk_size, L - n * chunk_size), K);
-        const Vec S0(s_starts.begin() + n * KV, s_starts.begin() + (n + 1) * KV);
-        const Vec M0(m_starts.begin() + n * KV, m_starts.begin() + (n + 1) * KV);
-        chunk_bwd(hd, dO, c, S0, M0, K, V, dS, dM, g);
-      }
-      finish(hd, L, K, g);
-      store_grads(g, d, b, h, grads);
-    }
+  check_chunk_size("mdn", chunk_size);
+  const int64_t K = d.key_dim, V = d.value_dim;
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const Head hd = load(in, d, b, h);
+    const Vec dO = gather(d_o, d, b, h, V);
+    HeadGrads g = zero_grads(d);
+    g.ds0 = load_state(d_final_state, d, b, h);
+    g.dm0 = load_state(d_final_momentum, d, b, h);
+    chunk_reverse(
+        States{hd.s0, hd.m0}, d.seq_len, chunk_size, [&](int64_t c0, int64_t n) { return make_chunk(hd, c0, n, K); },
+        [&](const Chunk& c, States& x) { advance_states(hd, c, residuals(hd, c, x.S, x.M, K, V), K, V, x.S, x.M); },
+        [&](const Chunk& c, const States& x0) { chunk_bwd(hd, dO, c, x0.S, x0.M, K, V, g.ds0, g.dm0, g); });
+    finish(hd, d.seq_len, K, g);
+    store_grads(g, d, b, h, grads);
+  });
 }
 
 template void mdn_recurrent_fwd<float>(const MdnInputs<float>&, const DeltaDims&, float*, float*, float*);

@@ -11,6 +11,12 @@ namespace llmt::cpu {
 template <typename T>
 void rope_fwd(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
 
+/// rope_fwd at absolute positions position0 .. position0 + seq_len - 1 (decode: the position of the new
+/// token in its sequence, seq_len 1).
+template <typename T>
+void rope_fwd_at(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+                 int64_t position0);
+
 /// Backward of rope_fwd, in place on dx (the transpose rotation: sin -> -sin).
 template <typename T>
 void rope_bwd(T* dx, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);

@@ -72,6 +72,32 @@ void short_conv_silu_bwd(const T* dy, const T* x, const T* w, const T* pre, int6
   for (int64_t c = 0; c < channels; ++c) dbias[c] = static_cast<T>(dbias[c] + db_acc[static_cast<size_t>(c)]);
 }
 
+// The forward's pre_t[c] = bias[c] + Σ_i w[c,i] u_{t-W+1+i}[c] over u = [window; x] (window = the W - 1 inputs
+// before x), then the window becomes the last W - 1 rows of u.
+template <typename T>
+void short_conv_silu_step(const T* x, const T* w, int64_t batch, int64_t seq_len, int64_t channels, int64_t width,
+                          T* window, T* y, const T* bias) {
+  check(width >= 1, "short_conv: width must be >= 1, got {}", width);
+  const int64_t hist = width - 1, len = hist + seq_len;
+  std::vector<double> u(static_cast<size_t>(len * channels));
+  for (int64_t b = 0; b < batch; ++b) {
+    T* win = window + b * hist * channels;
+    std::copy(win, win + hist * channels, u.begin());
+    std::copy(x + b * seq_len * channels, x + (b + 1) * seq_len * channels, u.begin() + hist * channels);
+    for (int64_t t = 0; t < seq_len; ++t)
+      for (int64_t c = 0; c < channels; ++c) {
+        double acc = bias != nullptr ? static_cast<double>(bias[c]) : 0.0;
+        for (int64_t i = 0; i < width; ++i) acc += static_cast<double>(w[c * width + i]) * u[(t + i) * channels + c];
+        y[(b * seq_len + t) * channels + c] = static_cast<T>(acc / (1.0 + std::exp(-acc)));
+      }
+    for (int64_t i = 0; i < hist * channels; ++i) win[i] = static_cast<T>(u[seq_len * channels + i]);
+  }
+}
+
+template void short_conv_silu_step<float>(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
+                                          float*, const float*);
+template void short_conv_silu_step<double>(const double*, const double*, int64_t, int64_t, int64_t, int64_t, double*,
+                                           double*, const double*);
 template void short_conv_silu_fwd<float>(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
                                          float*, const float*);
 template void short_conv_silu_fwd<double>(const double*, const double*, int64_t, int64_t, int64_t, int64_t, double*,

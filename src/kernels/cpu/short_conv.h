@@ -21,4 +21,13 @@ template <typename T>
 void short_conv_silu_bwd(const T* dy, const T* x, const T* w, const T* pre, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, T* dx, T* dw, T* dbias = nullptr);
 
+/// short_conv_silu_fwd continuing a sequence (decoding: seq_len 1; a prompt: its length): x, y
+/// [batch, seq_len, channels], the new tokens and y = silu(pre) of them; window [batch, width - 1, channels], the
+/// width - 1 inputs before x, oldest first (zeros at the start of a sequence), replaced by the last width - 1
+/// inputs of [window; x]. w and bias as in short_conv_silu_fwd. Arithmetic in double. Throws llmt::Error
+/// unless width >= 1.
+template <typename T>
+void short_conv_silu_step(const T* x, const T* w, int64_t batch, int64_t seq_len, int64_t channels, int64_t width,
+                          T* window, T* y, const T* bias = nullptr);
+
 }  // namespace llmt::cpu

@@ -1,7 +1,7 @@
 // The CUDA backend: the CPU backend's shape/dtype checks, then the launchers of ops.cuh on
 // one stream, and cuBLAS for matmul (fp32 accumulation; fp32 operands without TF32, or bf16
 // operands on the tensor cores). Activations of the Transformer's ops are f32 or bf16; the
-// delta-rule and Mamba2 ops, the residual stream, gradients and optimizer state are f32.
+// delta-rule, Mamba2 and Mamba-3 ops, the residual stream, gradients and optimizer state are f32.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -53,6 +53,13 @@ const int32_t* i32(const Tensor& t, const char* op) {
   return static_cast<const int32_t*>(t.data);
 }
 
+/// The f32 pointers of a Mamba3Params (nullptr for the absent ones); throws naming the op for another dtype.
+Mamba3Ptrs mamba3_ptrs(const Backend::Mamba3Params& p, const char* op) {
+  const auto f = [&](const Tensor& t) -> const float* { return t.data ? f32(t, op) : nullptr; };
+  return {f(p.dt_bias), f(p.B_bias), f(p.C_bias), f(p.B_norm), f(p.C_norm),
+          f(p.D),       f(p.mimo_x), f(p.mimo_z), f(p.mimo_o), f(p.norm)};
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
@@ -92,6 +99,7 @@ class CudaBackend final : public Backend {
     cudaFree(ptr);
   }
   size_t peak_allocated_bytes() const override { return allocations_.peak(); }
+  void* native_stream() const override { return stream_; }
   void fill_zero(const Tensor& t) override {
     if (t.bytes()) LLMT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
@@ -416,6 +424,28 @@ class CudaBackend final : public Backend {
                          scratch(mamba2_ssd_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
                          stream_);
   }
+  // ---- Mamba-3 (checks as the CPU backend's; f32 as Mamba2) ----
+  void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                  const Mamba3Options& opt, const Tensor& out) override {
+    const char* op = "mamba3_fwd";
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
+    cuda::mamba3_fwd(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, f32(out, op),
+                     scratch(mamba3_fwd_scratch_bytes(d, opt)), stream_);
+  }
+  void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
+                  const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx, const Tensor& dz,
+                  const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams) override {
+    const char* op = "mamba3_bwd";
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, op);
+    mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
+    const Mamba3Ptrs p = mamba3_ptrs(params, op);
+    const auto g = [&](const Tensor& t) { return t.data ? f32(t, op) : nullptr; };
+    const Mamba3GradPtrs gp{g(dparams.dt_bias), g(dparams.B_bias), g(dparams.C_bias), g(dparams.B_norm),
+                            g(dparams.C_norm),  g(dparams.D),      g(dparams.mimo_x), g(dparams.mimo_z),
+                            g(dparams.mimo_o),  g(dparams.norm)};
+    cuda::mamba3_bwd(f32(dout, op), f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), p, d, opt, f32(dx, op),
+                     f32(dz, op), f32(dbc, op), f32(draw, op), gp, scratch(mamba3_bwd_scratch_bytes(d, opt)), stream_);
+  }
   void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
                   const Tensor& rinv) override {
     const int64_t rows = x.numel() / dim;
@@ -480,9 +510,7 @@ class CudaBackend final : public Backend {
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    delta_core_dims(q, v, g, beta, false, "gdn_chunk_fwd");
-    check_same(v, o, "gdn_chunk_fwd");
-    check_same(q, k, "gdn_chunk_fwd");
+    delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd");
     const char* op = "gdn_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
@@ -495,10 +523,7 @@ class CudaBackend final : public Backend {
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    delta_core_dims(q, v, g, beta, false, "gdn_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk}) check_same(q, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "gdn_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "gdn_chunk_bwd");
+    delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd");
     const char* op = "gdn_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
@@ -536,9 +561,7 @@ class CudaBackend final : public Backend {
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
-    delta_core_dims(q, v, g, beta, false, "comba_chunk_fwd");
-    check_same(v, o, "comba_chunk_fwd");
-    for (const Tensor* t : {&k, &p}) check_same(q, *t, "comba_chunk_fwd");
+    delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd");
     const char* op = "comba_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
@@ -552,10 +575,7 @@ class CudaBackend final : public Backend {
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
-    delta_core_dims(q, v, g, beta, false, "comba_chunk_bwd");
-    for (const Tensor* t : {&k, &p, &dq, &dk, &dp}) check_same(q, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "comba_chunk_bwd");
-    for (const Tensor* t : {&dg, &dbeta}) check_same(g, *t, "comba_chunk_bwd");
+    delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd");
     const char* op = "comba_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
@@ -570,9 +590,7 @@ class CudaBackend final : public Backend {
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, const Tensor& o) override {
-    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, true, "kda_chunk_fwd");
-    check_same(v, o, "kda_chunk_fwd");
-    check_same(q, k, "kda_chunk_fwd");
+    const DeltaCoreDims d = delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd");
     const char* op = "kda_chunk_fwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
     float* po = f32(o, op);
@@ -586,10 +604,7 @@ class CudaBackend final : public Backend {
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dg, const Tensor& dbeta) override {
-    const DeltaCoreDims d = delta_core_dims(q, v, g, beta, true, "kda_chunk_bwd");
-    for (const Tensor* t : {&k, &dq, &dk, &dg}) check_same(q, *t, "kda_chunk_bwd");
-    for (const Tensor* t : {&d_o, &dv}) check_same(v, *t, "kda_chunk_bwd");
-    check_same(beta, dbeta, "kda_chunk_bwd");
+    const DeltaCoreDims d = delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd");
     const char* op = "kda_chunk_bwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
                 *pdo = f32(d_o, op);
@@ -689,6 +704,83 @@ class CudaBackend final : public Backend {
                         stream_);
   }
 
+  // ---- incremental decoding (checks as the CPU backend's, backend_util.h; attention in f32 or bf16, the
+  // recurrent ops f32: the layers keep those activations and states in the master dtype) ----
+  void rope_fwd_at(const Tensor& x, double theta, int64_t position) override {
+    check(x.ndim == 4 && x.shape[3] % 2 == 0 && position >= 0,
+          "rope_fwd_at: x must be [B, T, H, Dh] with even Dh and position >= 0, got {} at {}", x.shape_str(), position);
+    dispatch(x, "rope_fwd_at", [&](auto zero) {
+      using T = decltype(zero);
+      cuda::rope_fwd_at(ptr<T>(x), x.shape[0], x.shape[1], x.shape[2], x.shape[3], theta, position, stream_);
+    });
+  }
+  void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                        const Tensor& v_cache, int64_t position, double scale, const Tensor& o) override {
+    check_attention_decode(q, k, v, k_cache, v_cache, position, o);
+    dispatch(q, "attention_decode", [&](auto zero) {
+      using T = decltype(zero);
+      cuda::attention_decode(ptr<T>(q), ptr<T>(k), ptr<T>(v), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                             k_cache.shape[1], position, scale, ptr<T>(k_cache), ptr<T>(v_cache), ptr<T>(o), stream_);
+    });
+  }
+  void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
+                              const Tensor& y) override {
+    const char* op = "short_conv_silu_decode";
+    const int64_t W = short_conv_decode_width(x, w, bias, window, y);
+    cuda::short_conv_silu_decode(f32(x, op), f32(w, op), optional_f32(bias, op), x.shape[0], x.shape[1],
+                                 x.shape[2], W, window.numel() ? f32(window, op) : nullptr, f32(y, op), stream_);
+  }
+  void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t, const Tensor& state, const Tensor& o) override {
+    delta_decode(q, k, v, g, beta, state, o, false, "gdn_decode", cuda::gdn_decode);
+  }
+  void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  int64_t, const Tensor& state, const Tensor& o) override {
+    delta_decode(q, k, v, g, beta, state, o, true, "kda_decode", cuda::kda_decode);
+  }
+  void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
+                    const Tensor& beta, int64_t, const Tensor& state, const Tensor& o) override {
+    const char* op = "comba_decode";
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, false, op);
+    for (const Tensor* t : {&k, &p}) check_same(q, *t, op);
+    check_same(v, o, op);
+    cuda::comba_decode(f32(q, op), f32(k, op), f32(v, op), f32(p, op), f32(g, op), f32(beta, op), d.batch, d.seq_len,
+                       d.heads, d.key_dim, d.value_dim, f32(state, op), f32(o, op), stream_);
+  }
+  void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
+                  const Tensor& log_mu, const Tensor& eta, int64_t, const Tensor& state, const Tensor& momentum,
+                  const Tensor& o) override {
+    const char* op = "mdn_decode";
+    const DeltaCoreDims d = delta_decode_dims(q, v, log_alpha, beta, state, false, op);
+    check_same(q, k, op);
+    check_same(v, o, op);
+    check_same(state, momentum, op);
+    for (const Tensor* t : {&log_mu, &eta}) check_same(beta, *t, op);
+    cuda::mdn_decode(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
+                     f32(eta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, f32(state, op),
+                     f32(momentum, op), f32(o, op), stream_);
+  }
+  void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
+                         const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t, const Tensor& state,
+                         const Tensor& y) override {
+    const char* op = "mamba2_ssd_decode";
+    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
+    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, xbc.dtype, op, "state [B, H, P, N]");
+    cuda::mamba2_ssd_decode(f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op), d.batch,
+                            d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(state, op), f32(y, op),
+                            stream_);
+  }
+  void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
+                     const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {
+    const char* op = "mamba3_decode";
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
+    check_mamba3_carry(carry, d, x.dtype);
+    const cuda::Mamba3CarryPtrs c{f32(carry.state, op), f32(carry.k_prev, op), f32(carry.v_prev, op),
+                                  carry.phase.numel() ? f32(carry.phase, op) : nullptr};
+    cuda::mamba3_decode(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, c,
+                        f32(out, op), scratch(mamba3_fwd_scratch_bytes(d, opt)), stream_);
+  }
+
  private:
   /// The f32 data of an optional tensor (nullptr for a default-constructed one).
   static const float* optional_f32(const Tensor& t, const char* op) {
@@ -717,11 +809,7 @@ class CudaBackend final : public Backend {
   void gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
                  const Tensor& dt_bias, const Tensor& da, const Tensor& db, const Tensor& dA_log,
                  const Tensor& ddt_bias, const char* op) {
-    const GateDims gd = gate_dims(a, b, A_log, dt_bias, dg, dbeta, op);
-    check_same(a, da, op);
-    check_same(b, db, op);
-    check_same(A_log, dA_log, op);
-    check_same(dt_bias, ddt_bias, op);
+    const GateDims gd = gate_bwd_dims(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, op);
     const float *pdg = f32(dg, op), *pdbeta = f32(dbeta, op), *pa = f32(a, op), *pb = f32(b, op),
                 *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
     float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
@@ -742,6 +830,17 @@ class CudaBackend final : public Backend {
     LLMT_CUDA_CHECK(cudaMemcpyAsync(&host, result_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     LLMT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return host;
+  }
+
+  /// gdn_decode / kda_decode: the checks, then `launch` (cuda::gdn_decode or cuda::kda_decode).
+  template <typename Launch>
+  void delta_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                    const Tensor& state, const Tensor& o, bool per_channel, const char* op, Launch launch) {
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, per_channel, op);
+    check_same(q, k, op);
+    check_same(v, o, op);
+    launch(f32(q, op), f32(k, op), f32(v, op), f32(g, op), f32(beta, op), d.batch, d.seq_len, d.heads, d.key_dim,
+           d.value_dim, f32(state, op), f32(o, op), stream_);
   }
 
   /// Scratch of at least `bytes` bytes, shared by the ops (they run in order on one stream);

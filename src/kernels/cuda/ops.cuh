@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/mamba3_prep.h"
+#include "kernels/mamba3_options.h"
 #include "kernels/mdn_gate_options.h"
 
 namespace llmt::cuda {
@@ -193,6 +195,43 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim);
 
+// mamba3.cu, mamba3_prep.cu, mamba3_core.cu: the Mamba-3 layer op between in_proj and out_proj (semantics:
+// src/kernels/cpu/mamba3_layer.h mamba3_layer_fwd/bwd; layers-ssm-attn.md §4.3–4.5), zero initial state, fp32
+// storage, fp32 state and products (Δ, the phases, the chunk-local cumsum and the parameter sums in double).
+// x, z, out, dout, dx, dz [B, T, H P]; bc, dbc [B, T, 2 R G N]; raw, draw [B, T, 3 H + S]; the parameters as
+// Backend::Mamba3Params (mimo_* nullptr for R = 1, norm nullptr without opt.outproj_norm). The backward
+// OVERWRITES dx, dz, dbc, draw and ACCUMULATES the parameter gradients (fixed-order sums, no atomics). The core
+// is chunked in 64 / R tokens whatever opt.chunk_size. `scratch` must hold mamba3_{fwd,bwd}_scratch_bytes
+// (O(B T H R (N + P)) floats for q, k, v, y and O(B H (T R / 64) P N) for the chunk states). Throws
+// llmt::Error when R > 64, G does not divide H, 2 S > N, or the core's shared memory (about
+// 4 (2 (N + 1) + 4 (P + 1) + 3 65) 64 bytes in the backward) exceeds the device's.
+struct Mamba3Ptrs {
+  const float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
+};
+struct Mamba3GradPtrs {
+  float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
+};
+void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, void* scratch,
+                cudaStream_t stream);
+size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt);
+void mamba3_bwd(const float* dout, const float* x, const float* z, const float* bc, const float* raw,
+                const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* dx,
+                float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads, void* scratch, cudaStream_t stream);
+size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt);
+/// The Mamba-3 carry between decode steps (Backend::Mamba3Carry): state [B, H, P, N], k_prev [B, H, R, N],
+/// v_prev [B, H, R, P], phase [B, H, S] (nullptr when S = 0).
+struct Mamba3CarryPtrs {
+  float *state, *k_prev, *v_prev, *phase;
+};
+/// mamba3_fwd continuing `carry` by the recurrence of §4.6 (semantics: cpu::mamba3_layer_step; the prep from the
+/// carried phases, the step kernel of mamba3_decode.cu token by token, the gate), the carry updated in place.
+/// `scratch` must hold mamba3_fwd_scratch_bytes. Throws as mamba3_fwd, and when 2 R (N + P) floats exceed
+/// 48 KiB of shared memory.
+void mamba3_decode(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                   const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, float* out,
+                   void* scratch, cudaStream_t stream);
+
 // mdn_gates.cu (semantics: src/kernels/cpu/mdn_gates.h, mdn.md §4.2, §4.4, §7.4), fp32 storage, arithmetic in
 // double. z_*, log_alpha, beta, log_mu, eta, dz_* [rows, heads]; A_log, dt_bias, Mu_log, mu_bias, log_factor and
 // their gradients [heads]. Without momentum (opt.momentum false) z_mu, z_eta, d_log_mu, d_eta, dz_mu, dz_eta,
@@ -238,5 +277,44 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    cudaStream_t stream);
 size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
+
+// decode.cu, decode_attention.cu: incremental decoding (semantics: the CPU backend's *_decode ops,
+// kernels/backend.h): T new tokens per batch row continuing a carried state, updated in place. The recurrent
+// ops run the one-token update T times in one launch (one block per (batch, head) or (value tile, head, batch),
+// the state on chip between tokens); fp32 states and arithmetic.
+/// cpu::short_conv_silu_step: x, y [B, T, C]; w [C, W]; bias [C] or nullptr; window [B, W - 1, C].
+void short_conv_silu_decode(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
+                            int64_t channels, int64_t width, float* window, float* y, cudaStream_t stream);
+/// The delta-rule recurrences (cpu::{gdn,kda,comba,mdn}_recurrent_fwd from a state): q, k, p [B, T, H, K];
+/// v, o [B, T, H, V]; g, log_alpha, beta, log_mu, eta [B, T, H] (KDA's g [B, T, H, K]); state, momentum
+/// [B, H, K, V]. Throws llmt::Error when (K 16 (1 or 2 for MDN) + 3 K + 272) floats exceed 48 KiB.
+void gdn_decode(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
+                int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
+                cudaStream_t stream);
+void kda_decode(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
+                int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
+                cudaStream_t stream);
+void comba_decode(const float* q, const float* k, const float* v, const float* p, const float* g, const float* beta,
+                  int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state,
+                  float* o, cudaStream_t stream);
+void mdn_decode(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
+                const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                int64_t value_dim, float* state, float* momentum, float* o, cudaStream_t stream);
+/// cpu::mamba2_ssd_fwd with a state: xbc [B, T, H P + 2 G N]; dt_raw [B, T, H]; dt_bias, A_log, D [H];
+/// state [B, H, P, N]; y [B, T, H P].
+void mamba2_ssd_decode(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
+                       const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                       int64_t state_dim, int64_t groups, float* state, float* y, cudaStream_t stream);
+/// cpu::rope_fwd_at: rope_fwd of x [B, T, H, Dh] at positions position .. position + T - 1 (rope.cu).
+template <typename T>
+void rope_fwd_at(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
+                 int64_t position, cudaStream_t stream);
+/// cpu::attention_decode: q, k, v, o [B, T, H, Dh] (float or bf16); k_cache, v_cache [B, capacity, H, Dh];
+/// k, v stored at positions position .. position + T - 1, then one block per (b, t, h) runs an online softmax
+/// over cache positions 0 .. position + t (fp32 arithmetic).
+template <typename T>
+void attention_decode(const T* q, const T* k, const T* v, int64_t batch, int64_t seq_len, int64_t heads,
+                      int64_t head_dim, int64_t capacity, int64_t position, double scale, T* k_cache, T* v_cache,
+                      T* o, cudaStream_t stream);
 
 }  // namespace llmt::cuda

@@ -1,0 +1,95 @@
+// Pieces shared by the Mamba-3 layer files (mamba3.cu: the launchers and the scratch; mamba3_prep.cu: the
+// per-token prep, gate and parameter sums; mamba3_core.cu: the chunked core). Layouts as src/kernels/cpu/
+// mamba3_prep.h and mamba3.h: rows = B T tokens, E = rows H (token, head) pairs; q, k [B, T, H, R, N]; v, y
+// [B, T, H, R, P]; per-(token, head) scalars [B, T, H]; φ [B, T, H, S].
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace llmt::cuda::m3 {
+
+/// Rows of one core chunk (Lc tokens x R ranks): the chunk length is Lc = max(1, kRows / R), 64 for SISO and
+/// 64 / R for MIMO (the reference chunk sizes of §4.4; the result does not depend on it beyond rounding).
+constexpr int kRows = 64;
+
+/// Sizes of one call: the layer's B, T, H, P, N, G, R, S; W = 3 H + S (raw's width); rows = B T; E = rows H;
+/// Lc tokens per core chunk, nc chunks.
+struct Sizes {
+  int64_t B, T, H, P, N, G, R, S, W, rows, E, Lc, nc;
+};
+
+inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
+  const int64_t Lc = std::max<int64_t>(1, kRows / d.rank);
+  return {d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, d.rank, d.angles, 3 * d.heads + d.angles,
+          d.batch * d.seq_len, d.batch * d.seq_len * d.heads, Lc, ceil_div(d.seq_len, Lc)};
+}
+
+/// The scratch of one call, carved by mamba3.cu. Forward (also recomputed by the backward): dt = Δ, lam = λ,
+/// A, clamped (1 where the A_floor clamp is active), a = A Δ, gam = γ, eps = ε, sig = σ (γ_t + ε_{t+1}) [E];
+/// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised
+/// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
+/// q, k [E R N]; v, y [E R P]; rs (output-norm reciprocal RMS) [E R]; G (chunk-local cumsum of a, double)
+/// [B H nc Lc]; states (the state entering each chunk) [B H nc P N].
+/// Backward: dy, dv [E R P]; dq, dk [E R N] (then the un-rotated gradients); da, dgam, dsig [E]; dstates (the
+/// adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then
+/// the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms;
+/// dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G] (BCNorm backward means);
+/// gmean [E R] (output-norm backward means);
+/// partial (double): the column sums' partials.
+struct Buffers {
+  float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
+  double *dtd, *theta, *G;
+  float* states;
+  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
+  double *dDp, *partial;
+};
+
+/// Column-sum partial buffer: at most kSplits row ranges of the widest column sum.
+constexpr int64_t kSplits = 128;
+
+// mamba3.cu
+/// out[c] += Σ_{row < rows} in[row ld + c] for c < cols (a double sum in a fixed order: kSplits-bounded row
+/// ranges, then their partials; uses buf.partial).
+void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffers& buf, float* out,
+            cudaStream_t stream);
+
+// mamba3_prep.cu
+/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x. phase0: [B, H, S], the phases
+/// carried into the first token (decoding, §4.6), or nullptr for 0.
+void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0 = nullptr);
+/// §4.5 steps 3–6 from buf.dq, dk, da, dgam, dsig: dbc, draw overwritten, the prep parameter gradients and
+/// dD (from buf.dDp) accumulated.
+void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
+              float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream);
+
+// mamba3_gate.cu
+/// §4.3.4: optional per-head RMSNorm_P of y, the gate, the MIMO down-projection into out.
+void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
+              float* out, cudaStream_t stream);
+/// §4.5 step 1: dy (into buf.dy) and dz from dout; the gate's parameter gradients accumulated into g.
+void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
+              const Buffers& buf, float* dz, const Mamba3GradPtrs& g, cudaStream_t stream);
+/// dx = Σ_r dv ∘ mimo_x (dv for SISO); dmimo_x accumulated.
+void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, float* dx,
+            const Mamba3GradPtrs& g, cudaStream_t stream);
+
+// mamba3_core.cu
+/// Chunked core forward (§4.4): G, the entering states, y.
+void core_fwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream);
+/// Chunked core backward (§4.5 step 2) after core_fwd: dq, dk (rotated, σ split included), dv, da, dgam
+/// (diagonal + dσ), dsig (dσ, for ε_{t+1}), dDp.
+void core_bwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream);
+/// Throws llmt::Error unless the core's shared memory and grids fit the device.
+void core_check(const Sizes& s);
+
+// mamba3_decode.cu
+/// The recurrence of §4.6 over the prepped tokens (cpu::mamba3_layer_step's core), continuing `carry`:
+/// per token H = α H + ε α W_prev + γ W, y_r = H q_r + D v_r into buf.y; then k, v, φ are carried.
+/// carry: state [B, H, P, N], k_prev [B, H, R, N], v_prev [B, H, R, P], phase [B, H, S] (null when S = 0).
+void step_fwd(const float* D, const Sizes& s, const Buffers& buf, float* state, float* k_prev, float* v_prev,
+              float* phase, cudaStream_t stream);
+
+}  // namespace llmt::cuda::m3

@@ -1,0 +1,476 @@
+// The chunked Mamba-3 core on the GPU (layers-ssm-attn.md §4.4, §4.5 step 2 and the σ split of step 4;
+// semantics: src/kernels/cpu/mamba3.h mamba3_chunk_fwd/bwd). A chunk holds Lc tokens x R ranks = up to
+// kRows = 64 rows ρ = (i, r). With the chunk-local inclusive cumsum G of a, σ_j = γ_j + ε_{j+1},
+// E_ij = e^{min(G_i - G_j, 0)}, f_j = e^{Γ - G_j} (Γ = the chunk's last G):
+//   y_ρ = e^{G_i} S_in q_ρ + Σ_{ρ', j<i} E_ij σ_j (q_ρ·k_ρ') v_ρ' + γ_i Σ_{r'} (q_ρ·k_(i,r')) v_(i,r') + D v_ρ
+//   S_out = e^Γ S_in + Σ_{ρ'} f_j σ_j v_ρ' k_ρ'^T
+// Phases: G per (b, h, chunk) (one thread each); each chunk's state contribution (forward: Σ f σ v k^T;
+// backward: Σ e^{G_i} dy q^T, the chunk's part of dS_in); a scan over the chunks to the entering states
+// (forward) or the adjoints of the leaving states (backward), one thread per state element; then one block
+// per chunk for y (forward) or every gradient (backward). Products in fp32, G and the scalar sums in
+// double. No atomics: the same inputs give the same bits.
+#include "kernels/cuda/mamba3.cuh"
+
+namespace llmt::cuda::m3 {
+namespace {
+
+constexpr int kCoreThreads = 256;  // one team: a 16 x 16 grid of threads, each owning 4 x 4 entries of a 64 x 64 tile
+constexpr int kBwdThreads = 2 * kCoreThreads;  // the backward block: two teams on different tiles
+constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
+
+// Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk))
+__global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
+  const int64_t n = s.B * s.H * s.nc;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = idx % s.nc, h = (idx / s.nc) % s.H, b = idx / (s.nc * s.H);
+    double acc = 0.0;
+    for (int64_t i = 0; i < s.Lc; ++i) {
+      const int64_t t = c * s.Lc + i;
+      if (t < s.T) acc += a[(b * s.T + t) * s.H + h];
+      G[idx * s.Lc + i] = acc;
+    }
+  }
+}
+
+// The (b, h, chunk) of this block (grid (nc, H, B)) and its first token, token count n and row count n R.
+struct Chunk {
+  int64_t b, h, c, bh, t0;
+  int n, nr;
+};
+
+__device__ Chunk this_chunk(const Sizes& s) {
+  Chunk k;
+  k.c = blockIdx.x;
+  k.h = blockIdx.y;
+  k.b = blockIdx.z;
+  k.bh = k.b * s.H + k.h;
+  k.t0 = k.c * s.Lc;
+  k.n = static_cast<int>(s.T - k.t0 < s.Lc ? s.T - k.t0 : s.Lc);
+  k.nr = k.n * static_cast<int>(s.R);
+  return k;
+}
+
+// buf[ρ][0:width) (row stride ld) = src's row ρ = (i, r) of the chunk, src [B, T, H, R, width], times
+// scale[i] when given; for ρ < nr. Reached by the whole block.
+__device__ void load_rows(float* buf, int ld, const float* src, int64_t width, const Sizes& s, const Chunk& k,
+                          const float* scale = nullptr) {
+  for (int64_t e = threadIdx.x; e < k.nr * width; e += blockDim.x) {
+    const int64_t rho = e / width, col = e % width, i = rho / s.R;
+    float v = src[(((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + rho % s.R) * width + col];
+    if (scale != nullptr) v *= scale[i];
+    buf[rho * ld + col] = v;
+  }
+}
+
+// The per-token G, σ, γ of the chunk into shared arrays (entries past n: G = Γ, σ = γ = 0).
+__device__ void load_scalars(const double* G, const float* sig, const float* gam, const Sizes& s, const Chunk& k,
+                             double* Gs, float* sg, float* gm) {
+  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {
+    Gs[i] = G[(k.bh * s.nc + k.c) * s.Lc + i];
+    const bool in = i < k.n;
+    const int64_t e = (k.b * s.T + k.t0 + i) * s.H + k.h;
+    sg[i] = in ? sig[e] : 0.0f;
+    gm[i] = in ? gam[e] : 0.0f;
+  }
+}
+
+// e^{min(gi - gj, 0)}; a NaN difference stays NaN, as std::min in the CPU reference.
+__device__ __forceinline__ float decay(double gi, double gj) {
+  const double d = gi - gj;
+  return expf(static_cast<float>(0.0 < d ? 0.0 : d));
+}
+
+// acc[q][c] += Σ_{kk<K} A[m a_row + kk a_k] B[kk b_k + n b_col] with m = m0 + ty + 16 q, n = n0 + tx + 16 c (ty, tx:
+// the thread's place in its team's 16 x 16 grid; a team of kCoreThreads covers a 64 x 64 tile); fixed kk order. Rows
+// m >= M and columns n >= Nn read row M - 1 and column Nn - 1 instead (in bounds; their entries are not used).
+__device__ __forceinline__ void mma_tile(int m0, int n0, int M, int Nn, int K, const float* A, int a_row, int a_k,
+                                         const float* B, int b_k, int b_col, float (&acc)[4][4]) {
+  const int ty = threadIdx.x % kCoreThreads / 16, tx = threadIdx.x % 16;
+  const float* a[4];
+  const float* b[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    a[q] = A + min(m0 + ty + 16 * q, M - 1) * a_row;
+    b[q] = B + min(n0 + tx + 16 * q, Nn - 1) * b_col;
+  }
+  for (int kk = 0; kk < K; ++kk) {
+    float av[4], bv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      av[q] = a[q][kk * a_k];
+      bv[q] = b[q][kk * b_k];
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[q][c] = fmaf(av[q], bv[c], acc[q][c]);
+  }
+}
+
+// Calls f(m, n, acc[q][c]) for the thread's entries of the tile at (m0, n0) with m < M, n < Nn.
+template <class F>
+__device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (&acc)[4][4], F f) {
+  const int ty = threadIdx.x % kCoreThreads / 16, tx = threadIdx.x % 16;
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int m = m0 + ty + 16 * q, n = n0 + tx + 16 * c;
+      if (m < M && n < Nn) f(m, n, acc[q][c]);
+    }
+}
+
+// A chunk's state contribution out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] (u [.., P], w [.., N] in the core layout) into
+// out [B, H, nc, P, N]. to_end: weights f_i σ_i (forward: u = v, w = k); else e^{G_i} (backward: u = dy, w = q).
+// Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats.
+__global__ void __launch_bounds__(kCoreThreads) outer_kernel(const float* u, const float* w, const double* G,
+                                                             const float* sig, Sizes s, bool to_end, float* out) {
+  extern __shared__ float smem[];
+  const int P1 = static_cast<int>(s.P) + 1, N1 = static_cast<int>(s.N) + 1;
+  float* U = smem;
+  float* Wt = smem + kRows * P1;
+  __shared__ float scale[kRows];
+  const Chunk k = this_chunk(s);
+  const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
+  for (int i = threadIdx.x; i < k.n; i += blockDim.x) {
+    const double Gi = G[g0 + i], gam = G[g0 + s.Lc - 1];
+    scale[i] = to_end ? expf(static_cast<float>(gam - Gi)) * sig[(k.b * s.T + k.t0 + i) * s.H + k.h]
+                      : expf(static_cast<float>(Gi));
+  }
+  __syncthreads();
+  load_rows(U, P1, u, s.P, s, k, scale);
+  load_rows(Wt, N1, w, s.N, s, k);
+  __syncthreads();
+  float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N);
+  for (int p0 = 0; p0 < P; p0 += kRows)
+    for (int n0 = 0; n0 < N; n0 += kRows) {
+      float acc[4][4] = {};
+      mma_tile(p0, n0, P, N, k.nr, U, 1, P1, Wt, N1, 1, acc);
+      tile_each(p0, n0, P, N, acc, [&](int p, int n, float v) { o[p * s.N + n] = v; });
+    }
+}
+
+// Contributions -> in place the states entering each chunk (forward: S_in_0 = 0, S_in_{c+1} = e^{Γ_c} S_in_c
+// + U_c) or the adjoints of the states leaving each chunk (reverse: dS_out_{nc-1} = 0, dS_out_{c-1} =
+// e^{Γ_c} dS_out_c + V_c).   (one thread per (b, h, p, n))
+__global__ void scan_kernel(float* st, const double* G, Sizes s, bool reverse) {
+  const int64_t PN = s.P * s.N, n = s.B * s.H * PN;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t bh = idx / PN, e = idx % PN;
+    constexpr int kAhead = 8;  // contributions and decays loaded ahead, so that the loads overlap
+    float carry = 0.0f;
+    for (int64_t q0 = 0; q0 < s.nc; q0 += kAhead) {
+      float contrib[kAhead], decay_c[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int64_t q = q0 + u, c = reverse ? s.nc - 1 - q : q;
+        contrib[u] = q < s.nc ? st[(bh * s.nc + c) * PN + e] : 0.0f;
+        decay_c[u] = q < s.nc ? expf(static_cast<float>(G[(bh * s.nc + c) * s.Lc + s.Lc - 1])) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int64_t q = q0 + u, c = reverse ? s.nc - 1 - q : q;
+        if (q >= s.nc) break;
+        st[(bh * s.nc + c) * PN + e] = carry;
+        carry = decay_c[u] * carry + contrib[u];
+      }
+    }
+  }
+}
+
+// y of one chunk (the formula at the top). Grid (nc, H, B); dynamic shared memory
+// kRows (2 (N + 1) + (P + 1) + kSq) floats.
+__global__ void __launch_bounds__(kCoreThreads) fwd_out_kernel(const float* q, const float* kk, const float* v,
+                                                               const float* D, const double* G, const float* sig,
+                                                               const float* gam, const float* states, Sizes s,
+                                                               float* y) {
+  extern __shared__ float smem[];
+  const int N1 = static_cast<int>(s.N) + 1, P1 = static_cast<int>(s.P) + 1, R = static_cast<int>(s.R);
+  float* Q = smem;
+  float* K = Q + kRows * N1;
+  float* V = K + kRows * N1;
+  float* Sc = V + kRows * P1;
+  __shared__ double Gs[kRows];
+  __shared__ float sg[kRows], gm[kRows];
+  const Chunk k = this_chunk(s);
+  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
+  load_rows(Q, N1, q, s.N, s, k);
+  load_rows(K, N1, kk, s.N, s, k);
+  load_rows(V, P1, v, s.P, s, k);
+  __syncthreads();
+  // Sc[ρ][ρ'] = E_ij σ_j (q_ρ·k_ρ') for j < i, γ_i (q_ρ·k_ρ') for j = i, 0 for j > i.
+  const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
+  {
+    float acc[4][4] = {};
+    mma_tile(0, 0, k.nr, k.nr, N, Q, N1, 1, K, 1, N1, acc);
+    tile_each(0, 0, k.nr, k.nr, acc, [&](int rho, int rp, float d) {
+      const int i = rho / R, j = rp / R;
+      Sc[rho * kSq + rp] = j < i ? decay(Gs[i], Gs[j]) * sg[j] * d : j == i ? gm[i] * d : 0.0f;
+    });
+  }
+  __syncthreads();
+  // y^T[p][ρ] = e^{G_i} Σ_n S_in[p][n] q_ρ[n] + Σ_ρ' v_ρ'[p] Sc[ρ][ρ'] + D v_ρ[p].
+  const float* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
+  const float Dh = D[k.h];
+  for (int p0 = 0; p0 < P; p0 += kRows) {
+    float acc[4][4] = {};
+    mma_tile(p0, 0, P, k.nr, N, sin, N, 1, Q, 1, N1, acc);
+    const int tx = threadIdx.x % 16;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int rho = tx + 16 * c;
+      const float ei = rho < k.nr ? expf(static_cast<float>(Gs[rho / R])) : 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[q][c] *= ei;
+    }
+    mma_tile(p0, 0, P, k.nr, k.nr, V, 1, P1, Sc, 1, kSq, acc);
+    tile_each(p0, 0, P, k.nr, acc, [&](int p, int rho, float v) {
+      y[(((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * s.P + p] = fmaf(Dh, V[rho * P1 + p], v);
+    });
+  }
+}
+
+// Every gradient of one chunk (§4.5 step 2, cpu/mamba3.cpp chunk_bwd and the σ split), given the entering state
+// S_in and the adjoint dS of the leaving state. With Sqk = q_ρ·k_ρ', Sdv = dy_ρ·v_ρ' and, for j < i, the
+// coefficients Adq = Sdv E σ_j, Bdv = σ_j Sqk E (for j = i: γ_i Sdv, γ_i Sqk):
+//   dq_ρ = e^{G_i} S_in^T dy_ρ + Σ_ρ' Adq_ρρ' k_ρ'
+//   dk_ρ = Σ_ρ2 Adq_ρ2ρ q_ρ2 + σ_j f_j dS^T v_ρ                 (σ split included)
+//   dv_ρ = Σ_ρ2 Bdv_ρ2ρ dy_ρ2 + f_j σ_j dS k_ρ + D dy_ρ
+//   dγ_i = Σ_{r,r'} Sdv Sqk (diagonal block) + dσ_i;  dσ_j = Σ_{ρ: i>j} Sdv E Sqk + Z_j,  Z_j = f_j Σ_r v·(dS k)
+//   da_k = Σ_{i>=k>j} σ_j Sdv E Sqk + Σ_{i>=k} inter_i + Σ_{j<k} σ_j Z_j + e^Γ <dS, S_in>,
+//   inter_i = e^{G_i} Σ_r dy_ρ·(S_in q_ρ)   (the pairs of Σ_{i>=k} dG_i that cancel are left out, as mamba2.cu)
+// Writes dq, dk, dv, da, dgam, dsig (dσ, for ε_{t+1}) and dDp (Σ v·dy). Grid (nc, H, B) of kBwdThreads (the two teams
+// take different tiles); dynamic shared memory
+// kRows (2 (N + 1) + 4 (P + 1) + 3 kSq) floats.
+__global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
+    const float* q, const float* kk, const float* v, const float* dy, const float* D, const double* G,
+    const float* sig, const float* gam, const float* states, const float* dstates, Sizes s, float* dq, float* dk,
+    float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+  extern __shared__ float smem[];
+  const int N1 = static_cast<int>(s.N) + 1, P1 = static_cast<int>(s.P) + 1, R = static_cast<int>(s.R);
+  float* Q = smem;
+  float* K = Q + kRows * N1;
+  float* V = K + kRows * N1;
+  float* DY = V + kRows * P1;
+  float* S1 = DY + kRows * P1;  // e^{G_i} dy_ρ[p] (S_in q_ρ)[p]
+  float* S2 = S1 + kRows * P1;  // f_j v_ρ[p] (dS k_ρ)[p]
+  float* Bdv = S2 + kRows * P1;
+  float* Adq = Bdv + kRows * kSq;
+  float* Yb = Adq + kRows * kSq;  // Sdv E Sqk (j < i), Sdv Sqk (j = i)
+  __shared__ double Gs[kRows], inter[kRows], zs[kRows], dgd[kRows], dsi[kRows], cross[kRows], vdy[kRows];
+  __shared__ float sg[kRows], gm[kRows];
+  const Chunk k = this_chunk(s);
+  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
+  load_rows(Q, N1, q, s.N, s, k);
+  load_rows(K, N1, kk, s.N, s, k);
+  load_rows(V, P1, v, s.P, s, k);
+  load_rows(DY, P1, dy, s.P, s, k);
+  __syncthreads();
+  const int N = static_cast<int>(s.N), P = static_cast<int>(s.P);
+  // Team 1: Sdv into Adq's place; team 0: Sqk, then the coefficients from both.
+  const int team = threadIdx.x / kCoreThreads;
+  float sqk[4][4] = {};
+  if (team == 1) {
+    float sdv[4][4] = {};
+    mma_tile(0, 0, k.nr, k.nr, P, DY, P1, 1, V, 1, P1, sdv);
+    tile_each(0, 0, k.nr, k.nr, sdv, [&](int rho, int rp, float v) { Adq[rho * kSq + rp] = v; });
+  } else {
+    mma_tile(0, 0, k.nr, k.nr, N, Q, N1, 1, K, 1, N1, sqk);
+  }
+  __syncthreads();
+  if (team == 0)
+    tile_each(0, 0, k.nr, k.nr, sqk, [&](int rho, int rp, float qk) {
+      const int i = rho / R, j = rp / R;
+      const float dv_ = Adq[rho * kSq + rp];
+      float a = 0.0f, b = 0.0f, y = 0.0f;
+      if (j < i) {
+        const float E = decay(Gs[i], Gs[j]);
+        y = dv_ * E * qk;
+        a = dv_ * E * sg[j];
+        b = sg[j] * qk * E;
+      } else if (j == i) {
+        y = dv_ * qk;
+        a = gm[i] * dv_;
+        b = gm[i] * qk;
+      }
+      Adq[rho * kSq + rp] = a;
+      Bdv[rho * kSq + rp] = b;
+      Yb[rho * kSq + rp] = y;
+    });
+  __syncthreads();
+  const int64_t base = k.bh * s.nc + k.c;
+  const float* sin = states + base * s.P * s.N;
+  const float* dS = dstates + base * s.P * s.N;
+  const double gam_end = Gs[s.Lc - 1];
+  auto at = [&](int rho, int64_t width) {  // offset of row ρ in the core layout
+    return (((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * width;
+  };
+  auto scale_rows = [&](float(&acc)[4][4], auto&& f) {  // acc row ρ *= f(ρ) (0 past nr)
+    const int ty = threadIdx.x % kCoreThreads / 16;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int rho = ty + 16 * q;
+      const float v = rho < k.nr ? f(rho) : 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[q][c] *= v;
+    }
+  };
+  // dq (team 0), dk (team 1) per N tile (rows ρ, columns n).
+  for (int n0 = 0; n0 < N; n0 += kRows) {
+    float acc[4][4] = {};
+    if (team == 0) {
+      mma_tile(0, n0, k.nr, N, P, DY, P1, 1, sin, N, 1, acc);
+      scale_rows(acc, [&](int rho) { return expf(static_cast<float>(Gs[rho / R])); });
+      mma_tile(0, n0, k.nr, N, k.nr, Adq, kSq, 1, K, N1, 1, acc);
+      tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dq[at(rho, s.N) + n] = v; });
+    } else {
+      mma_tile(0, n0, k.nr, N, P, V, P1, 1, dS, N, 1, acc);
+      scale_rows(acc, [&](int rho) {
+        const int i = rho / R;
+        return sg[i] * expf(static_cast<float>(gam_end - Gs[i]));
+      });
+      mma_tile(0, n0, k.nr, N, k.nr, Adq, 1, kSq, Q, N1, 1, acc);
+      tile_each(0, n0, k.nr, N, acc, [&](int rho, int n, float v) { dk[at(rho, s.N) + n] = v; });
+    }
+  }
+  // Per P tile, transposed (rows p, columns ρ): team 0 the row term S1; team 1 S2 and dv.
+  const float Dh = D[k.h];
+  for (int p0 = 0; p0 < P; p0 += kRows) {
+    float acc[4][4] = {};
+    if (team == 0) {
+      mma_tile(p0, 0, P, k.nr, N, sin, N, 1, Q, 1, N1, acc);
+      tile_each(p0, 0, P, k.nr, acc, [&](int p, int rho, float u) {
+        S1[rho * P1 + p] = expf(static_cast<float>(Gs[rho / R])) * DY[rho * P1 + p] * u;
+      });
+      continue;
+    }
+    mma_tile(p0, 0, P, k.nr, N, dS, N, 1, K, 1, N1, acc);
+    const int ty = threadIdx.x % kCoreThreads / 16, tx = threadIdx.x % 16;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int p = p0 + ty + 16 * q, rho = tx + 16 * c, i = rho / R;
+        const float w = acc[q][c];
+        acc[q][c] = 0.0f;
+        if (p >= P || rho >= k.nr) continue;
+        const float f = expf(static_cast<float>(gam_end - Gs[i]));
+        S2[rho * P1 + p] = f * V[rho * P1 + p] * w;
+        acc[q][c] = f * sg[i] * w;
+      }
+    mma_tile(p0, 0, P, k.nr, k.nr, DY, 1, P1, Bdv, kSq, 1, acc);
+    tile_each(p0, 0, P, k.nr, acc,
+              [&](int p, int rho, float v) { dv[at(rho, s.P) + p] = fmaf(Dh, DY[rho * P1 + p], v); });
+  }
+  // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in).
+  double sd = 0.0;
+  for (int64_t e = threadIdx.x; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(dS[e]) * sin[e];
+  sd = block_reduce(sd, SumOp{}, 0.0);  // synchronises the block
+  // Per-token sums (thread per token), in double and a fixed order.
+  for (int t = threadIdx.x; t < k.n; t += blockDim.x) {
+    double in = 0.0, z = 0.0, d = 0.0, si = 0.0, cr = 0.0, vd = 0.0;
+    for (int r = 0; r < R; ++r) {
+      const int rho = t * R + r;
+      for (int p = 0; p < s.P; ++p) {
+        in += S1[rho * P1 + p];
+        z += S2[rho * P1 + p];
+        vd += static_cast<double>(V[rho * P1 + p]) * DY[rho * P1 + p];
+      }
+      for (int r2 = 0; r2 < R; ++r2) d += Yb[rho * kSq + t * R + r2];
+    }
+    for (int rho = (t + 1) * R; rho < k.nr; ++rho)
+      for (int r2 = 0; r2 < R; ++r2) si += Yb[rho * kSq + t * R + r2];
+    for (int rho = t * R; rho < k.nr; ++rho)
+      for (int rp = 0; rp < t * R; ++rp) cr += static_cast<double>(sg[rp / R]) * Yb[rho * kSq + rp];
+    inter[t] = in;
+    zs[t] = z;
+    dgd[t] = d;
+    dsi[t] = si;
+    cross[t] = cr;
+    vdy[t] = vd;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const double state = exp(gam_end) * sd;
+    double suffix = 0.0, prefix = 0.0, dD = 0.0;
+    for (int t = k.n - 1; t >= 0; --t) {
+      suffix += inter[t];
+      cross[t] += suffix;  // now Σ_{i>=t} inter_i + the cross term
+    }
+    for (int t = 0; t < k.n; ++t) {
+      const int64_t e = (k.b * s.T + k.t0 + t) * s.H + k.h;
+      da[e] = static_cast<float>(cross[t] + prefix + state);
+      prefix += static_cast<double>(sg[t]) * zs[t];
+      const double ds = dsi[t] + zs[t];
+      dsig[e] = static_cast<float>(ds);
+      dgam[e] = static_cast<float>(dgd[t] + ds);
+      dD += vdy[t];
+    }
+    dDp[base] = dD;
+  }
+}
+
+size_t out_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + (s.P + 1) + kSq); }
+size_t bwd_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + 4 * (s.P + 1) + 3 * kSq); }
+size_t outer_smem(const Sizes& s) { return sizeof(float) * kRows * (s.P + 1 + s.N + 1); }
+
+template <typename K>
+size_t smem_for(K kernel, size_t bytes) {
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  return bytes;
+}
+
+dim3 chunk_grid(const Sizes& s) {
+  return dim3(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
+}
+
+// G, the chunk contributions of the forward states and the scan to the entering states.
+void forward_states(const Sizes& s, const Buffers& buf, cudaStream_t stream) {
+  cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
+  LLMT_CUDA_CHECK_LAUNCH();
+  outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(
+      buf.v, buf.k, buf.G, buf.sig, s, true, buf.states);
+  LLMT_CUDA_CHECK_LAUNCH();
+  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.states, buf.G, s, false);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void core_check(const Sizes& s) {
+  int dev = 0, optin = 0;
+  LLMT_CUDA_CHECK(cudaGetDevice(&dev));
+  LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles.
+  const size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
+  check(need <= static_cast<size_t>(optin),
+        "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
+        "device has {}",
+        need, s.P, s.N, optin);
+  check(s.R <= kRows, "mamba3 (cuda): mimo_rank {} exceeds {}", s.R, kRows);
+  check(s.H <= 65535 && s.B <= 65535 && s.nc <= 2147483647LL, "mamba3 (cuda): grid too large (B {} H {} T {})", s.B,
+        s.H, s.T);
+}
+
+void core_fwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream) {
+  forward_states(s, buf, stream);
+  fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
+      buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+void core_bwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream) {
+  // dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T, then the reverse scan to each chunk's dS_out.
+  outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(
+      buf.dy, buf.q, buf.G, buf.sig, s, false, buf.dstates);
+  LLMT_CUDA_CHECK_LAUNCH();
+  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.dstates, buf.G, s, true);
+  LLMT_CUDA_CHECK_LAUNCH();
+  bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
+      buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
+      buf.da, buf.dgam, buf.dsig, buf.dDp);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace llmt::cuda::m3
