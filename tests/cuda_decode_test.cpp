@@ -25,6 +25,7 @@
 
 #include "core/rng.h"
 #include "cuda_mamba3_util.h"
+#include "decode_cases.h"
 #include "cuda_test_util.h"
 #include "kernels/backend.h"
 #include "model/config.h"
@@ -210,7 +211,7 @@ TEST_CASE("cuda decode: mamba3_decode continues its carry", "[gpu][decode]") {
 
 // ---- the model ----
 
-constexpr int64_t kVocab = 64, kBatch = 2, kLen = 20;
+constexpr int64_t kVocab = kDecodeVocab, kBatch = 2, kLen = 20;
 
 /// The largest |a - b| over each row of V logits relative to that row's largest |b|, maximised over the rows.
 double logits_error(const std::vector<double>& a, const std::vector<double>& b, int64_t V) {
@@ -225,15 +226,6 @@ double logits_error(const std::vector<double>& a, const std::vector<double>& b, 
     worst = std::max(worst, err / scale);
   }
   return worst;
-}
-
-/// The tiny model of configs/tiny/<type>.json with `sets`, chunks of 8, init std 0.1, a vocabulary of 64.
-ModelConfig tiny(const std::string& type, std::vector<std::string> sets) {
-  sets.push_back("model.init.std=0.1");
-  if (type != "transformer") sets.push_back("model." + type + ".chunk_size=8");
-  ModelConfig m = load_config("configs/tiny/" + type + ".json", sets).model;
-  m.vocab_size = kVocab;
-  return m;
 }
 
 /// The logits after each segment of both sequences (a prompt of 9 tokens, then single tokens) [kLen - 8 rows
@@ -271,27 +263,8 @@ Decoded decode_sequences(Backend& be, const ModelConfig& config, DType compute) 
 
 TEST_CASE("cuda decode: model prefill + decode on the GPU match the CPU and the GPU's full forward",
           "[gpu][decode][model]") {
-  struct MixerCase {
-    std::string name, type;
-    std::vector<std::string> sets;
-  };
-  const std::vector<MixerCase> mixers = {
-      {"transformer", "transformer", {}},
-      {"gdn", "gdn", {}},
-      {"comba", "comba", {}},
-      {"kda", "kda", {}},
-      {"mdn", "mdn", {}},
-      {"mdn without momentum or output correction", "mdn",
-       {"model.mdn.momentum=false", "model.mdn.output_correction=false"}},
-      {"mamba2", "mamba2", {}},
-      {"mamba3 SISO", "mamba3", {}},
-      {"mamba3 MIMO rank 2, output norm, heavy-tail A", "mamba3",
-       {"model.mamba3.mimo_rank=2", "model.mamba3.outproj_norm=true", "model.mamba3.A_act=heavy_tail"}},
-      {"mdn 3:1 hybrid with attention", "mdn",
-       {"model.n_layers=4", "model.attn_layers=[3]", R"(model.attn={"num_heads":2,"head_dim":32})"}},
-  };
-  for (const MixerCase& m : mixers) {
-    const ModelConfig config = tiny(m.type, m.sets);
+  for (const DecodeCase& m : decode_cases()) {
+    const ModelConfig config = decode_tiny(m.type, m.sets);
     SECTION(m.name + " (fp32)") {
       const Decoded g = decode_sequences(gpu(), config, DType::f32), c = decode_sequences(cpu(), config, DType::f32);
       CHECK(logits_error(g.steps, c.steps, kVocab) < 1e-4);

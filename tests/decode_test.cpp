@@ -19,15 +19,17 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "decode_cases.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/model.h"
 
 using namespace llmt;
+using namespace llmt::test;
 
 namespace {
 
-constexpr int64_t kVocab = 64, kBatch = 2, kLen = 20;
+constexpr int64_t kVocab = kDecodeVocab, kBatch = 2, kLen = 20;
 
 std::vector<int32_t> random_ids(int64_t n, uint64_t stream) {
   Philox rng(5, stream);
@@ -44,16 +46,6 @@ double row_error(const double* a, const double* b, int64_t V) {
     scale = std::max(scale, std::abs(b[i]));
   }
   return err / scale;
-}
-
-/// The model of configs/tiny/<type>.json with `sets` (load_config overrides), chunks of 8, init std 0.1 and a
-/// vocabulary of 64 (set on the parsed model: the config's tokenizer would refuse it).
-ModelConfig tiny(const std::string& type, std::vector<std::string> sets) {
-  sets.push_back("model.init.std=0.1");
-  if (type != "transformer") sets.push_back("model." + type + ".chunk_size=8");
-  ModelConfig m = load_config("configs/tiny/" + type + ".json", sets).model;
-  m.vocab_size = kVocab;
-  return m;
 }
 
 /// Checks decoding against the full forward in `dtype` to `tol` relative, feeding both sequences in segments:
@@ -77,7 +69,7 @@ void check_decode_matches_forward(const ModelConfig& config, DType dtype, double
       CHECK(row_error(&step[b * V], &full[(b * kLen + t) * V], V) < tol);
     }
   };
-  for (const std::vector<int64_t> prompts : {std::vector<int64_t>{}, {9}, {5, 7}, {kLen}}) {
+  for (const std::vector<int64_t>& prompts : {std::vector<int64_t>{}, {9}, {5, 7}, {kLen}}) {
     INFO("prompts of " << Catch::Detail::stringify(prompts) << " tokens, then single tokens");
     DecodeState state = model.start_decode(kBatch, kLen);
     std::vector<int32_t> segment;
@@ -100,37 +92,22 @@ void check_decode_matches_forward(const ModelConfig& config, DType dtype, double
 }  // namespace
 
 TEST_CASE("decode: prefill + decode steps equal the full forward at every position", "[decode]") {
-  struct Case {
-    std::string name, type;
-    std::vector<std::string> sets;
-  };
-  const std::vector<Case> cases = {
-      {"transformer", "transformer", {}},
-      {"gdn", "gdn", {}},
-      {"comba", "comba", {}},
-      {"kda", "kda", {}},
-      {"mdn", "mdn", {}},
-      {"mdn without momentum or output correction", "mdn",
-       {"model.mdn.momentum=false", "model.mdn.output_correction=false"}},
-      {"mamba2", "mamba2", {}},
-      {"mamba3 SISO", "mamba3", {}},
-      {"mamba3 MIMO rank 2, output norm, heavy-tail A", "mamba3",
-       {"model.mamba3.mimo_rank=2", "model.mamba3.outproj_norm=true", "model.mamba3.A_act=heavy_tail"}},
-      {"mdn 3:1 hybrid with attention", "mdn",
-       {"model.n_layers=4", "model.attn_layers=[3]", R"(model.attn={"num_heads":2,"head_dim":32})"}},
-  };
-  for (const Case& c : cases) {
-    SECTION(c.name + " (float64)") { check_decode_matches_forward(tiny(c.type, c.sets), DType::f64, 1e-12); }
+  for (const DecodeCase& c : decode_cases()) {
+    SECTION(c.name + " (float64)") {
+      check_decode_matches_forward(decode_tiny(c.type, c.sets), DType::f64, 1e-12);
+    }
     // float32 (what llmtrain generate runs): the decode path keeps its states in float32 between tokens while
     // the chunked forward keeps them in double within a call, so the two differ by float32 rounding (observed
     // below 4e-6 relative).
-    SECTION(c.name + " (float32)") { check_decode_matches_forward(tiny(c.type, c.sets), DType::f32, 1e-5); }
+    SECTION(c.name + " (float32)") {
+      check_decode_matches_forward(decode_tiny(c.type, c.sets), DType::f32, 1e-5);
+    }
   }
 }
 
 TEST_CASE("decode: bad ids and a foreign state are clear errors", "[decode]") {
   auto be = make_cpu_backend();
-  Model model(tiny("gdn", {}));
+  Model model(decode_tiny("gdn", {}));
   model.allocate(*be, DType::f64);
   model.params().initialize(1);
   DecodeState state = model.start_decode(1, 4);

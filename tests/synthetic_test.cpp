@@ -179,7 +179,7 @@ TEST_CASE("synthetic: windows label only the answers; ranks read slices of one o
   SyntheticSource a("parity", c, 42, T);
   std::vector<int32_t> w(4 * (T + 1)), inputs(4 * T), targets(4 * T);
   a.next(4, 0, 1, w.data());
-  split_windows(w, 4, T, inputs, targets);
+  split_windows(w.data(), 4, T, inputs, targets);
   for (int64_t b = 0; b < 4; ++b) {
     const SyntheticExample ex = a.train_example(static_cast<uint64_t>(b));
     for (int64_t t = 0; t < T; ++t) {
@@ -333,7 +333,7 @@ TEST_CASE("synthetic: evaluate_synthetic pools the per-point results and re-plan
     for (int64_t j = 0; j < c.eval_examples; ++j) {
       std::vector<int32_t> w(T + 1), inputs(T), targets(T);
       SyntheticSource::to_window(source.eval_example(s, j), T + 1, w.data());
-      split_windows(w, 1, T, inputs, targets);
+      split_windows(w.data(), 1, T, inputs, targets);
       std::vector<uint8_t> correct(T);
       set_loss += model.forward(inputs.data(), targets.data(), false, 0.0, correct.data());
       set_right += correct[T - 1];

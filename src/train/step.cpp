@@ -8,7 +8,7 @@
 
 namespace llmt {
 
-void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
+void split_windows(const int32_t* windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
                    std::vector<int32_t>& targets) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq_len; ++t) {
@@ -91,8 +91,7 @@ StepResult StepRunner::run(double lr, const WindowSource& next) {
   const bool hooked = dist_.overlap || !dist_.zero1;
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches_; ++micro) {
-    const std::vector<int32_t> w(windows_.begin() + micro * window, windows_.begin() + (micro + 1) * window);
-    split_windows(w, train_.micro_batch, train_.seq_len, inputs_, targets_);
+    split_windows(windows_.data() + micro * window, train_.micro_batch, train_.seq_len, inputs_, targets_);
     loss_sum += model_.forward(inputs_.data(), targets_.data(), true, 1.0 / targets_per_step);
     if (micro + 1 == micro_batches_ && hooked) {
       model_.backward([&](int64_t begin, int64_t end) { buckets.ready(begin, end); });

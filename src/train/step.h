@@ -78,7 +78,7 @@ std::pair<int64_t, int64_t> zero1_shard(const ParamStore& params, int rank, int 
 
 /// Splits windows [batch, seq_len + 1] (window encoding above) into inputs [:, :-1] (token ids) and targets
 /// [:, 1:] (token ids, -1 where the entry carries no label).
-void split_windows(const std::vector<int32_t>& windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
+void split_windows(const int32_t* windows, int64_t batch, int64_t seq_len, std::vector<int32_t>& inputs,
                    std::vector<int32_t>& targets);
 
 }  // namespace llmt

@@ -54,7 +54,7 @@ nlohmann::json evaluate_synthetic(Model& model, const SyntheticSource& source, i
           std::fill(win, win + T + 1, -1);
         }
       }
-      split_windows(windows, B, T, inputs, targets);
+      split_windows(windows.data(), B, T, inputs, targets);
       t.loss_sum += model.forward(inputs.data(), targets.data(), false, 0.0, correct.data());
       for (size_t b = 0; b < batch.size(); ++b) {
         bool all_right = true;

@@ -186,7 +186,7 @@ double Trainer::evaluate_tokens() {
         std::fill(win, win + T + 1, -1);  // padding rows: token 0, no labels (window encoding, step.h)
       }
     }
-    split_windows(windows_, B, T, inputs_, targets_);
+    split_windows(windows_.data(), B, T, inputs_, targets_);
     loss_sum += model_->forward(inputs_.data(), targets_.data(), false, 0.0);
   }
   return comm_.all_reduce_scalar(loss_sum, ReduceOp::sum) / static_cast<double>(n * T);
