@@ -40,10 +40,10 @@ int generate(const GenerateArgs& args) {
   std::vector<int32_t> ids = tokenizer->encode(args.prompt);
   check(!ids.empty(), "generate: --prompt gives no tokens (an empty prompt); give some text to continue");
 
-  // "auto" is the CPU until the CUDA decode kernels (--backend cuda) have passed their GPU tests
-  // (tests/cuda_decode_test.cpp); cuda computes in train.precision's dtype, the CPU in fp32 whatever the
-  // checkpoint was trained in (its bf16 is GPU-only).
-  const auto backend = make_backend(args.backend == "auto" ? "cpu" : args.backend);
+  // "auto" is the GPU where one is visible (tests/cuda_decode_test.cpp checks its decode ops against the
+  // CPU), else the CPU; cuda computes in train.precision's dtype, the CPU in fp32 whatever the checkpoint
+  // was trained in (its bf16 is GPU-only).
+  const auto backend = make_backend(args.backend);
   const DType compute =
       backend->name() == "cpu" ? DType::f32 : compute_dtype_for(config.train.precision, *backend);
   Model model(config.model);

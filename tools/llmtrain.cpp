@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
           [](const std::string& v) { return v.find('-') == std::string::npos ? "" : "must be a non-negative integer"; },
           "UINT"));
   g->add_option("--backend", gen.backend,
-                "cpu (default; auto means cpu too) or cuda (the CUDA decode kernels: not yet verified on a GPU)")
+                "auto (default: cuda where a GPU is visible, else cpu), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
   try {

@@ -27,6 +27,13 @@ std::pair<int64_t, int64_t> zero1_shard(const ParamStore& params, int rank, int 
   return {rank * c, (rank + 1) * c};
 }
 
+std::unique_ptr<AdamW> make_optimizer(ParamStore& params, const TrainConfig& train, const DistConfig& dist,
+                                      const Communicator& comm) {
+  if (!dist.zero1) return std::make_unique<AdamW>(params, train);
+  const auto [begin, end] = zero1_shard(params, comm.rank(), comm.world_size());
+  return std::make_unique<AdamW>(params, train, begin, end);
+}
+
 StepRunner::StepRunner(Model& model, AdamW& optimizer, const TrainConfig& train, Communicator& comm,
                        const DistConfig& dist)
     : model_(model),

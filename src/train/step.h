@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,16 @@ class StepRunner {
 /// c = params.padded_total() / world. Throws llmt::Error when `world` does not divide it (allocate
 /// the model with a pad_multiple that `world` divides).
 std::pair<int64_t, int64_t> zero1_shard(const ParamStore& params, int rank, int world);
+
+/// Pad multiple of the flat parameter buffer for `world` ranks (Model::allocate's pad_multiple):
+/// world x 16 elements, so ZeRO-1's shards are equal and start 64-byte aligned.
+inline int64_t param_pad_multiple(int world) { return static_cast<int64_t>(world) * 16; }
+
+/// The AdamW of this rank: over all parameters, or with dist.zero1 over the rank's zero1_shard only
+/// (moments for the shard alone). The model must have been allocated with param_pad_multiple(world).
+/// Shared by the trainer and `llmtrain bench`, so that both run the configured data-parallel mode.
+std::unique_ptr<AdamW> make_optimizer(ParamStore& params, const TrainConfig& train, const DistConfig& dist,
+                                      const Communicator& comm);
 
 /// Splits windows [batch, seq_len + 1] (window encoding above) into inputs [:, :-1] (token ids) and targets
 /// [:, 1:] (token ids, -1 where the entry carries no label).

@@ -75,15 +75,10 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
   }
 
   model_ = std::make_unique<Model>(config_.model);
-  // Padded to world size x 16 elements: ZeRO-1's shards are equal and start 64-byte aligned.
-  model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_), comm_.world_size() * 16);
+  model_->allocate(*backend_, DType::f32, compute_dtype_for(tc.precision, *backend_),
+                   param_pad_multiple(comm_.world_size()));
   model_->plan(tc.micro_batch, tc.seq_len, tc.recompute);
-  if (config_.dist.zero1) {
-    const auto [begin, end] = zero1_shard(model_->params(), comm_.rank(), comm_.world_size());
-    optimizer_ = std::make_unique<AdamW>(model_->params(), tc, begin, end);
-  } else {
-    optimizer_ = std::make_unique<AdamW>(model_->params(), tc);
-  }
+  optimizer_ = make_optimizer(model_->params(), tc, config_.dist, comm_);
   step_ = std::make_unique<StepRunner>(*model_, *optimizer_, config_.train, comm_, config_.dist);
   windows_.resize(tc.micro_batch * (tc.seq_len + 1));
   inputs_.resize(tc.micro_batch * tc.seq_len);
