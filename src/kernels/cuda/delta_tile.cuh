@@ -1,10 +1,10 @@
 // 64 x 64 shared-memory tiles for the chunk-parallel delta-rule kernels (layers-delta.md §6): a chunk of
 // at most 64 tokens is one tile's rows; key and value channels are cut into 64-wide column tiles.
 // 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16).
-// Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots). Two layouts:
-//   Simt  exact fp32 fma on the CUDA cores (KDA, MDN);
-//   Tc    the tensor cores (GDN, Comba): each product rounds both fp32 operand tiles to bf16 once, into
-//         bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16 bf16 -> fp32 fragments.
+// Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Two layouts:
+//   Simt  exact fp32 fma on the CUDA cores (KDA, MDN, and GDN / Comba of fp32 models);
+//   Tc    the tensor cores (GDN / Comba of bf16 models): each product rounds both fp32 operand tiles to bf16
+//         once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16 bf16 -> fp32 fragments.
 // (Rounding fp32 tiles to bf16 fragment element by fragment element was measured slower than Simt:
 // docs/BENCHMARKS.md.) Every product sums its depth in a fixed order (deterministic). Shared tiles are fp32,
 // row-major, with a padded leading dimension (65) so that a tile and its transpose are both read with few
@@ -48,6 +48,7 @@ struct Grid16 {
 
 /// fp32 products on the CUDA cores. Exact fp32 fma in depth order.
 struct Simt : Grid16 {
+  using Operand = float;  // what the products read their operands as
   /// acc += op(A) op(B) over depth 64: op(A)[r][d] = TA ? A[d][r] : A[r][d], op(B)[d][c] = TB ? B[c][d] : B[d][c];
   /// A, B shared tiles (leading dimension kLd).
   template <bool TA, bool TB>
@@ -70,6 +71,7 @@ struct Simt : Grid16 {
 /// Tensor-core products: bf16 operands, fp32 accumulation. The scratch (static shared memory, one per kernel):
 /// the two operands as bf16 tiles (leading dimension kLdB) and the fp32 product tile (leading dimension kLdO).
 struct Tc : Grid16 {
+  using Operand = __nv_bfloat16;  // what the products read their operands as
   static constexpr int kLdB = 72;  // bf16: a multiple of 8 (WMMA); 16 rows = 2304 bytes (32-byte aligned fragments)
   // floats: a multiple of 4 (WMMA). (80 would spare the Grid16 reads a 2-way bank conflict, but the 2 KiB
   // more would leave no room for two 4-tile blocks (wu, out: 75 KiB + this scratch) on one SM.)
