@@ -1,6 +1,7 @@
 // GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
 // mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
-// B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. MDN gates:
+// B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. GDN and Comba
+// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
 // the backward. Forward and forward + backward, timed with CUDA events over
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <type_traits>
 
 #include "bench_util.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -39,7 +41,10 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
-// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only).
+// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the GDN and
+// Comba products' operand type (float: exact fp32; __nv_bfloat16: the tensor cores); KDA and MDN are fp32 only
+// (P = float).
+template <typename P>
 void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
   const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
@@ -61,40 +66,41 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
                                                                                 save_residuals),
                                         llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
                                                                                 save_residuals))
-                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
-                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C));
+                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
+                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
   const auto fwd = [&] {
     if (comba)
-      llmt::cuda::comba_chunk_fwd(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+      llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (kda)
       llmt::cuda::kda_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (mdn)
       llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
                                 nullptr);
     else
-      llmt::cuda::gdn_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+      llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
   };
   const auto bwd = [&] {
     if (comba)
-      llmt::cuda::comba_chunk_bwd(q, k, v, p, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg, db, scratch,
-                                  nullptr);
+      llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg, db,
+                                     scratch, nullptr);
     else if (kda)
       llmt::cuda::kda_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
     else if (mdn)
       llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
                                 dg, db, dlm, deta, scratch, nullptr);
     else
-      llmt::cuda::gdn_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
+      llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
+                                   nullptr);
   };
   const float f = bench::time_ms(iters, fwd);
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
   const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
+  const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel" : "bf16 tensor cores";
   const double mib = 1 << 20, saved_bytes = save_residuals ? static_cast<double>(sizeof(float) * nv) : 0.0;
-  std::printf("| %s (ours, fp32 chunk-parallel) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB "
-              "| %.0f MiB |\n",
-              name, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
+  std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB | %.0f MiB |\n", name,
+              products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
               static_cast<long>(s.K), static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / mib,
               saved_bytes / mib);
   for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
@@ -109,9 +115,12 @@ int main(int argc, char** argv) {
   std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch | saved Ṽ |\n|---|---|---|---|---|---|\n");
   const Shape a{"a", 4, 4096, 16, 128, 128}, c{"c", 4, 4096, 6, 256, 512};
   for (const Shape& s : {a, c})
-    for (const Core core : {Core::kGdn, Core::kComba}) bench_core(s, iters, core);
-  bench_core(a, iters, Core::kKda);
+    for (const Core core : {Core::kGdn, Core::kComba}) {
+      bench_core<float>(s, iters, core);
+      bench_core<__nv_bfloat16>(s, iters, core);
+    }
+  bench_core<float>(a, iters, Core::kKda);
   for (const Shape& s : {a, c})
-    for (const bool save_residuals : {true, false}) bench_core(s, iters, Core::kMdn, save_residuals);
+    for (const bool save_residuals : {true, false}) bench_core<float>(s, iters, Core::kMdn, save_residuals);
   return 0;
 }

@@ -2,9 +2,11 @@
 // chunked GDN core, the Comba gates, the chunked Comba core and the chunked KDA core) against the CPU reference
 // backend: each op runs through make_backend("cuda") and make_cpu_backend() on the same fresh
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
-// ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with
-// every output finite. The ops that reduce (dw, dA_log, ddt_bias, ddecay, dD, and the GDN, Comba
-// and KDA backwards) must give bit-identical results when run twice.
+// ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with every output
+// finite. The GDN and Comba cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
+// compute (bf16 operands on the tensor cores, kBf16CoreTol), on fresh inputs each. The ops that reduce (dw,
+// dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
+// run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -147,48 +149,81 @@ TEST_CASE("cuda delta: KDA channel-wise gates forward and backward, deterministi
 
 namespace {
 
-// One GDN core case (kda: the KDA core, g per key channel [B, T, H, K], through kda_chunk_*): forward o and
-// backward dq, dk, dv, dg, dbeta against the CPU reference, then the backward once more on the GPU, bit-identical.
+// The GDN and Comba cores' tolerance for a compute dtype (f32: exact fp32 products; bf16: bf16 operands).
+double core_tol(DType compute) { return compute == DType::bf16 ? kBf16CoreTol : kTol; }
+
+// The batch of the GDN and Comba sweeps: 2, or 8 with bf16 compute (see kBf16CoreTol).
+int64_t sweep_batch(DType compute) { return compute == DType::bf16 ? 8 : 2; }
+
+// Which core check_gdn runs: GDN with the given compute dtype, or KDA (fp32 products only; g per key channel
+// [B, T, H, K], through kda_chunk_*).
+struct GdnCore {
+  DType compute;
+  bool kda;
+};
+constexpr GdnCore kda_core{DType::f32, true};
+GdnCore gdn_core(DType compute) { return {compute, false}; }
+
+// One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
+// backward once more on the GPU, bit-identical.
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
-               bool kda = false) {
-  const std::string tag = std::string(kda ? "kda" : "gdn") + " B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+               GdnCore core) {
+  const bool kda = core.kda;
+  const std::string tag = std::string(kda ? "kda" : "gdn") + " (" + dtype_name(core.compute) + " compute) B=" +
+                          std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                           " K=" + std::to_string(K) + " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) +
                           " g in [" + std::to_string(g_lo) + ", 0)";
   INFO(tag);
+  const double tol = core_tol(core.compute);
   const int64_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = nb * (kda ? K : 1);
   const auto gate_pair = [&](const std::vector<float>& x) { return kda ? both(x, {B, T, H, K}) : both(x, {B, T, H}); };
-  const auto fwd = kda ? &Backend::kda_chunk_fwd : &Backend::gdn_chunk_fwd;
-  const auto bwd = kda ? &Backend::kda_chunk_bwd : &Backend::gdn_chunk_bwd;
   Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
   Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
   Pair v = both(randn(nv, seed + 3), {B, T, H, V});
   Pair g = gate_pair(uniform(ng, seed + 4, g_lo, 0.0));
   Pair beta = both(sigmoid_of(randn(nb, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
-  (gpu().*fwd)(*q.g, *k.g, *v.g, *g.g, *beta.g, chunk, *o.g);
-  (cpu().*fwd)(*q.c, *k.c, *v.c, *g.c, *beta.c, chunk, *o.c);
-  require_close(o, "o " + tag);
-
   Pair d_o = both(randn(nv, seed + 7), {B, T, H, V});
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
   Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
-  (gpu().*bwd)(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
-  (cpu().*bwd)(*q.c, *k.c, *v.c, *g.c, *beta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dg.c, *dbeta.c);
-  require_close(dq, "dq " + tag);
-  require_close(dk, "dk " + tag);
-  require_close(dv, "dv " + tag);
+  // The core's forward / backward on the GPU (on_gpu) or the CPU, on that backend's tensors.
+  const auto fwd = [&](bool on_gpu) {
+    const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
+    Backend& be = on_gpu ? gpu() : cpu();
+    if (kda)
+      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, t(o));
+    else
+      be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o));
+  };
+  const auto bwd = [&](bool on_gpu) {
+    const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
+    Backend& be = on_gpu ? gpu() : cpu();
+    if (kda)
+      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, t(dq), t(dk), t(dv), t(dg), t(dbeta));
+    else
+      be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, core.compute, t(dq), t(dk), t(dv), t(dg),
+                       t(dbeta));
+  };
+  fwd(true);
+  fwd(false);
+  require_close(o, "o " + tag, tol);
+  bwd(true);
+  bwd(false);
+  require_close(dq, "dq " + tag, tol);
+  require_close(dk, "dk " + tag, tol);
+  require_close(dv, "dv " + tag, tol);
   // With T = 1 and no initial state dg is exactly 0 (the decay acts on a zero state), while
   // the GPU's chunk formula leaves fp32 cancellation residue of ~1e-9. Measure dg's error
   // against the size of its sibling per-token gradient dbeta instead of against zero.
   double dbeta_scale = 0;
   for (float x : get(cpu(), *dbeta.c)) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
-  require_close(dg, "dg " + tag, kTol, dbeta_scale);
-  require_close(dbeta, "dbeta " + tag);
+  require_close(dg, "dg " + tag, tol, dbeta_scale);
+  require_close(dbeta, "dbeta " + tag, tol);
 
   std::vector<std::vector<float>> first;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) first.push_back(get(gpu(), *p->g));
-  (gpu().*bwd)(*q.g, *k.g, *v.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dg.g, *dbeta.g);
+  bwd(true);
   const char* names[] = {"dq", "dk", "dv", "dg", "dbeta"};
   size_t i = 0;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) {
@@ -199,27 +234,44 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
 
 }  // namespace
 
-TEST_CASE("cuda delta: GDN chunked core forward and backward, deterministic", "[cuda][delta][gdn]") {
+TEST_CASE("cuda delta: GDN chunked core forward and backward, fp32 and bf16 compute, deterministic",
+          "[cuda][delta][gdn]") {
   uint64_t seed = 100;
   for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
     for (const int64_t T : {1, 63, 64, 65, 200})
       for (const int64_t chunk : {16, 64})
-        for (const double g_lo : {-5.0, -0.05}) {
-          check_gdn(2, T, 3, kv.first, kv.second, chunk, g_lo, seed);
-          seed += 20;
-        }
+        for (const double g_lo : {-5.0, -0.05})
+          for (const DType compute : {DType::f32, DType::bf16}) {
+            check_gdn(sweep_batch(compute), T, 3, kv.first, kv.second, chunk, g_lo, seed, gdn_core(compute));
+            seed += 20;
+          }
 }
 
-TEST_CASE("cuda delta: GDN chunked core, long sequence T = 4096", "[cuda][delta][gdn]") {
-  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 1000);
+TEST_CASE("cuda delta: GDN chunked core, long sequence T = 4096, fp32 and bf16 compute", "[cuda][delta][gdn]") {
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 1700, gdn_core(DType::f32));
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 1750, gdn_core(DType::bf16));
+}
+
+TEST_CASE("cuda delta: GDN chunked core at the model's head sizes (K = V = 128; K = 256, V = 512), fp32 and bf16 "
+          "compute",
+          "[cuda][delta][gdn]") {
+  uint64_t seed = 1800;
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    check_gdn(1, 4096, 2, 128, 128, 64, -5.0, seed, gdn_core(compute));        // T = 4096, strong decay
+    check_gdn(2, 4000, 1, 128, 128, 64, -0.05, seed + 20, gdn_core(compute));  // ragged T (last chunk: 32 tokens)
+    check_gdn(1, 1000, 2, 256, 512, 64, -0.05, seed + 40, gdn_core(compute));  // ragged T, 4 key and 8 value tiles
+    check_gdn(1, 300, 1, 256, 512, 64, -5.0, seed + 60, gdn_core(compute));
+    seed += 100;
+  }
 }
 
 TEST_CASE("cuda delta: GDN core refuses chunk_size above the kernel's limit", "[cuda][delta][gdn]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
-  REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, *o.g),
-                      Catch::Contains("chunk_size"));
+  for (const DType compute : {DType::f32, DType::bf16})
+    REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g),
+                        Catch::Contains("chunk_size"));
 }
 
 TEST_CASE("cuda delta: Comba gates forward and backward with both, one or none of decay / D", "[cuda][delta][comba]") {
@@ -271,13 +323,16 @@ TEST_CASE("cuda delta: Comba gates forward and backward with both, one or none o
 
 namespace {
 
-// One Comba core case: forward o and backward dq, dk, dv, dp, dg, dbeta against the CPU reference, then
-// the backward once more on the GPU, bit-identical. p̂ is drawn as unit rows independent of k̂.
-void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed) {
-  const std::string tag = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-                          " K=" + std::to_string(K) + " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) +
-                          " g in [" + std::to_string(g_lo) + ", 0)";
+// One Comba core case with the given compute dtype: forward o and backward dq, dk, dv, dp, dg, dbeta against the
+// CPU reference, then the backward once more on the GPU, bit-identical. p̂ is drawn as unit rows independent of k̂.
+void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
+                 DType compute) {
+  const std::string tag = std::string("(") + dtype_name(compute) + " compute) B=" + std::to_string(B) +
+                          " T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" + std::to_string(K) +
+                          " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) + " g in [" +
+                          std::to_string(g_lo) + ", 0)";
   INFO(tag);
+  const double tol = core_tol(compute);
   const int64_t nk = B * T * H * K, nv = B * T * H * V, ng = B * T * H;
   Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
   Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
@@ -286,33 +341,33 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
   Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
   Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
-  gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, *o.g);
-  cpu().comba_chunk_fwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, chunk, *o.c);
-  require_close(o, "comba o " + tag);
+  gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, compute, *o.g);
+  cpu().comba_chunk_fwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, chunk, compute, *o.c);
+  require_close(o, "comba o " + tag, tol);
 
   Pair d_o = both(randn(nv, seed + 7), {B, T, H, V});
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V}), dp = both(randn(nk, seed + 14), {B, T, H, K});
   Pair dg = both(randn(ng, seed + 11), {B, T, H}), dbeta = both(randn(ng, seed + 12), {B, T, H});
-  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dp.g, *dg.g,
-                        *dbeta.g);
-  cpu().comba_chunk_bwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, *d_o.c, chunk, *dq.c, *dk.c, *dv.c, *dp.c, *dg.c,
-                        *dbeta.c);
-  require_close(dq, "comba dq " + tag);
-  require_close(dk, "comba dk " + tag);
-  require_close(dv, "comba dv " + tag);
-  require_close(dp, "comba dp " + tag);
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, compute, *dq.g, *dk.g, *dv.g, *dp.g,
+                        *dg.g, *dbeta.g);
+  cpu().comba_chunk_bwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, *d_o.c, chunk, compute, *dq.c, *dk.c, *dv.c, *dp.c,
+                        *dg.c, *dbeta.c);
+  require_close(dq, "comba dq " + tag, tol);
+  require_close(dk, "comba dk " + tag, tol);
+  require_close(dv, "comba dv " + tag, tol);
+  require_close(dp, "comba dp " + tag, tol);
   // As for GDN: with T = 1 and no initial state dg is exactly 0 on the CPU, while the GPU's chunk
   // formula leaves fp32 cancellation residue; measure dg against the size of dbeta.
   double dbeta_scale = 0;
   for (float x : get(cpu(), *dbeta.c)) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
-  require_close(dg, "comba dg " + tag, kTol, dbeta_scale);
-  require_close(dbeta, "comba dbeta " + tag);
+  require_close(dg, "comba dg " + tag, tol, dbeta_scale);
+  require_close(dbeta, "comba dbeta " + tag, tol);
 
   std::vector<std::vector<float>> first;
   for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) first.push_back(get(gpu(), *x->g));
-  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, *dq.g, *dk.g, *dv.g, *dp.g, *dg.g,
-                        *dbeta.g);
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, compute, *dq.g, *dk.g, *dv.g, *dp.g,
+                        *dg.g, *dbeta.g);
   const char* names[] = {"dq", "dk", "dv", "dp", "dg", "dbeta"};
   size_t i = 0;
   for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) {
@@ -323,27 +378,43 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
 
 }  // namespace
 
-TEST_CASE("cuda delta: Comba chunked core forward and backward, deterministic", "[cuda][delta][comba]") {
+TEST_CASE("cuda delta: Comba chunked core forward and backward, fp32 and bf16 compute, deterministic",
+          "[cuda][delta][comba]") {
   uint64_t seed = 2000;
   for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
     for (const int64_t T : {1, 63, 64, 65, 200})
       for (const int64_t chunk : {16, 64})
-        for (const double g_lo : {-5.0, -0.05}) {
-          check_comba(2, T, 3, kv.first, kv.second, chunk, g_lo, seed);
-          seed += 20;
-        }
+        for (const double g_lo : {-5.0, -0.05})
+          for (const DType compute : {DType::f32, DType::bf16}) {
+            check_comba(sweep_batch(compute), T, 3, kv.first, kv.second, chunk, g_lo, seed, compute);
+            seed += 20;
+          }
 }
 
-TEST_CASE("cuda delta: Comba chunked core, long sequence T = 4096", "[cuda][delta][comba]") {
-  check_comba(1, 4096, 2, 64, 64, 64, -0.05, 3000);
+TEST_CASE("cuda delta: Comba chunked core, long sequence T = 4096, fp32 and bf16 compute", "[cuda][delta][comba]") {
+  check_comba(1, 4096, 2, 64, 64, 64, -0.05, 3700, DType::f32);
+  check_comba(1, 4096, 2, 64, 64, 64, -0.05, 3750, DType::bf16);
+}
+
+TEST_CASE("cuda delta: Comba chunked core at the model's head sizes (K = V = 128; K = 256, V = 512), fp32 and bf16 "
+          "compute",
+          "[cuda][delta][comba]") {
+  uint64_t seed = 3800;
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    check_comba(1, 4096, 2, 128, 128, 64, -5.0, seed, compute);        // T = 4096, strong decay
+    check_comba(2, 4000, 1, 128, 128, 64, -0.05, seed + 20, compute);  // ragged T
+    check_comba(1, 1000, 2, 256, 512, 64, -0.05, seed + 40, compute);  // ragged T, 4 key and 8 value tiles
+    seed += 100;
+  }
 }
 
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
-  REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*q.g, *q.g, *v.g, *q.g, *g.g, *beta.g, 128, *o.g),
-                      Catch::Contains("chunk_size"));
+  for (const DType compute : {DType::f32, DType::bf16})
+    REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*q.g, *q.g, *v.g, *q.g, *g.g, *beta.g, 128, compute, *o.g),
+                        Catch::Contains("chunk_size"));
 }
 
 TEST_CASE("cuda delta: KDA chunked core forward and backward, deterministic", "[cuda][delta][kda]") {
@@ -352,7 +423,7 @@ TEST_CASE("cuda delta: KDA chunked core forward and backward, deterministic", "[
     for (const int64_t T : {1, 63, 64, 65, 200})
       for (const int64_t chunk : {16, 64})
         for (const double g_lo : {-5.0, -0.05}) {
-          check_gdn(2, T, 3, kv.first, kv.second, chunk, g_lo, seed, true);
+          check_gdn(2, T, 3, kv.first, kv.second, chunk, g_lo, seed, kda_core);
           seed += 20;
         }
 }
@@ -360,19 +431,19 @@ TEST_CASE("cuda delta: KDA chunked core forward and backward, deterministic", "[
 TEST_CASE("cuda delta: KDA chunked core at the model's head size, K = V = 128, with strong decay", "[cuda][delta][kda]") {
   // g down to -20 per channel (layers-delta.md 11.2): e^{Γ} underflows inside a chunk; the kernel must form
   // e^{Γ_r - Γ_j} directly (never e^{Γ_r} e^{-Γ_j}, which overflows) to match the CPU.
-  check_gdn(1, 130, 2, 128, 128, 64, -20.0, 6000, true);
-  check_gdn(1, 130, 2, 128, 128, 64, -0.01, 6100, true);
+  check_gdn(1, 130, 2, 128, 128, 64, -20.0, 6000, kda_core);
+  check_gdn(1, 130, 2, 128, 128, 64, -0.01, 6100, kda_core);
 }
 
 TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K = 256", "[cuda][delta][kda]") {
   // Partial second key and value tiles (K = 80, V = 70; chunk 32), and four key tiles (K = 256: four state
   // tiles in the scans).
-  check_gdn(1, 100, 2, 80, 70, 32, -1.0, 6200, true);
-  check_gdn(1, 70, 1, 256, 64, 64, -2.0, 6300, true);
+  check_gdn(1, 100, 2, 80, 70, 32, -1.0, 6200, kda_core);
+  check_gdn(1, 70, 1, 256, 64, 64, -2.0, 6300, kda_core);
 }
 
 TEST_CASE("cuda delta: KDA chunked core, long sequence T = 4096", "[cuda][delta][kda]") {
-  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, true);
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, kda_core);
 }
 
 TEST_CASE("cuda delta: KDA core refuses chunk_size above the kernel's limit", "[cuda][delta][kda]") {

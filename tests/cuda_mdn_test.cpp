@@ -220,12 +220,12 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g, *residuals.g);
   require_bit_identical(o_first, get(gpu(), *o.g), "o (save_residuals vs recompute) " + tag);
   require_close(residuals, "saved residuals " + tag);
-  // MDN with μ = 0, η = 1 is GDN with g = log α (mdn.md §5). Both GPU cores are within kTol of CPU references
-  // that agree to double rounding, so they agree within 2 kTol (triangle inequality).
+  // MDN with μ = 0, η = 1 is GDN with g = log α (mdn.md §5). Both GPU cores (GDN with fp32 products) are within
+  // kTol of CPU references that agree to double rounding, so they agree within 2 kTol (triangle inequality).
   const bool vs_gdn = regime == Regime::no_momentum;
   if (vs_gdn) {
     llmt::OwnedTensor o_gdn = on(gpu(), randn(nv, seed + 5), {B, T, H, V});
-    gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, chunk, *o_gdn);
+    gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, chunk, llmt::DType::f32, *o_gdn);
     require_close(get(gpu(), *o_gdn), o_first, "mdn (no momentum) vs gdn on the GPU: o " + tag, 2 * kTol);
   }
 
@@ -262,7 +262,7 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     llmt::OwnedTensor gv = on(gpu(), randn(nv, seed + 16), {B, T, H, V});
     llmt::OwnedTensor gg = on(gpu(), randn(nb, seed + 17), {B, T, H});
     llmt::OwnedTensor gb = on(gpu(), randn(nb, seed + 18), {B, T, H});
-    gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *d_o.g, chunk, *gq, *gk, *gv, *gg, *gb);
+    gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *d_o.g, chunk, llmt::DType::f32, *gq, *gk, *gv, *gg, *gb);
     const std::pair<const llmt::OwnedTensor*, const Pair*> same[] = {{&gq, &dq}, {&gk, &dk}, {&gv, &dv}, {&gg, &dla},
                                                                       {&gb, &dbeta}};
     // GDN's own dg guarantee is relative to the scale of dβ (cuda_delta_test), so that comparison uses it too.

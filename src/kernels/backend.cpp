@@ -41,12 +41,12 @@ void Backend::gdn_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const T
                             const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "gdn_gates_bwd");
 }
-void Backend::gdn_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+void Backend::gdn_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, DType,
                             const Tensor&) {
   missing(*this, "gdn_chunk_fwd");
 }
 void Backend::gdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, int64_t, DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
   missing(*this, "gdn_chunk_bwd");
 }
@@ -76,12 +76,12 @@ void Backend::comba_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const
   missing(*this, "comba_gates_bwd");
 }
 void Backend::comba_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, int64_t, const Tensor&) {
+                              const Tensor&, int64_t, DType, const Tensor&) {
   missing(*this, "comba_chunk_fwd");
 }
 void Backend::comba_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, const Tensor&, const Tensor&) {
+                              const Tensor&, const Tensor&, int64_t, DType, const Tensor&, const Tensor&,
+                              const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "comba_chunk_bwd");
 }
 

@@ -145,11 +145,14 @@ class Backend {
                              const Tensor& A_log, const Tensor& dt_bias, const Tensor& da, const Tensor& db,
                              const Tensor& dA_log, const Tensor& ddt_bias);
   /// GDN core, chunked (zero initial state): q, k [B, T, H, K]; v, o [B, T, H, V]; g, beta [B, T, H].
-  /// Gradients overwritten.
+  /// Gradients overwritten. `compute` is the layer's compute dtype (ParamStore::compute_dtype): the CUDA
+  /// backend runs the core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands
+  /// and fp32 accumulation for bf16 (kernels/cuda/gdn_comba.cu, "Precision"); the CPU backend computes in the
+  /// tensors' dtype for either.
   virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             int64_t chunk_size, const Tensor& o);
+                             int64_t chunk_size, DType compute, const Tensor& o);
   virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                             const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
                              const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
   /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):
   /// f, g [rows, H * K]; b, beta [rows, H]; A_log [H]; dt_bias [H * K]; g = -exp(A_log_h) softplus(f + dt_bias),
@@ -179,13 +182,13 @@ class Backend {
   /// Comba core, chunked (zero initial state; layers-delta.md §4.2, §6.2): q = q̂ (corrected, normalised,
   /// scaled), k = k̂, p = p̂ [B, T, H, K]; v, o [B, T, H, V]; g (log-decay), beta [B, T, H]. Recurrence
   /// r_t = v_t - S_{t-1}^T p̂_t, S_t = alpha_t S_{t-1} + beta_t k̂_t r_t^T, o_t = S_t^T q̂_t.
-  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten.
+  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten. `compute` as for gdn_chunk_fwd.
   virtual void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                               const Tensor& beta, int64_t chunk_size, const Tensor& o);
+                               const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o);
   virtual void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                               const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq,
-                               const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
-                               const Tensor& dbeta);
+                               const Tensor& beta, const Tensor& d_o, int64_t chunk_size, DType compute,
+                               const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp,
+                               const Tensor& dg, const Tensor& dbeta);
 
   // ---- Mamba2 (layers-ssm-attn.md §1.4, §2; semantics: src/kernels/cpu/{short_conv,mamba2}.h) ----
   /// Depthwise causal conv with a per-channel bias + SiLU (§1.4): x, pre, y [B, T, C]; w [C, 1, W]; bias [C].

@@ -44,14 +44,14 @@ void CombaMixer::core_forward(const MixerState* state) {
     return be.comba_decode(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
                            per_token(beta_), c_.chunk_size, (*state)[kCoreState], heads_v(o_));
   be.comba_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
-                     per_token(beta_), c_.chunk_size, heads_v(o_));
+                     per_token(beta_), c_.chunk_size, store_.compute_dtype(), heads_v(o_));
 }
 
 void CombaMixer::core_backward() {
   Backend& be = store_.backend();
   be.comba_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
-                     per_token(beta_), heads_v(do_), c_.chunk_size, heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_),
-                     heads_k(dphat_), per_token(dg_), per_token(dbeta_));
+                     per_token(beta_), heads_v(do_), c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_),
+                     heads_k(dkhat_), heads_v(dvc_), heads_k(dphat_), per_token(dg_), per_token(dbeta_));
   // L2 norms: dq' (= dq, the correction is q' = q - ...), dk, dp.
   be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
   be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);

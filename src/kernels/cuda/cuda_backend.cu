@@ -32,13 +32,17 @@ float* f32(const Tensor& t, const char* op) {
   return static_cast<float*>(t.data);
 }
 
-/// Calls f(T{}) with T = float or __nv_bfloat16 according to the tensor's dtype; throws
-/// naming the op for any other dtype.
+/// Calls f(T{}) with T = float or __nv_bfloat16 according to `dtype`; throws naming the op for any other dtype.
+template <typename F>
+void dispatch(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::bf16) return f(__nv_bfloat16{});
+  check(dtype == DType::f32, "{}: the cuda backend supports f32 and bf16, got {}", op, dtype_name(dtype));
+  f(float{});
+}
+/// dispatch on the tensor's dtype.
 template <typename F>
 void dispatch(const Tensor& t, const char* op, F&& f) {
-  if (t.dtype == DType::bf16) return f(__nv_bfloat16{});
-  check(t.dtype == DType::f32, "{}: the cuda backend supports f32 and bf16, got {}", op, dtype_name(t.dtype));
-  f(float{});
+  dispatch(t.dtype, op, std::forward<F>(f));
 }
 
 template <typename T>
@@ -509,7 +513,7 @@ class CudaBackend final : public Backend {
     gates_bwd(dg, dbeta, f, b, A_log, dt_bias, df, db, dA_log, ddt_bias, "kda_gates_bwd");
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     int64_t chunk_size, const Tensor& o) override {
+                     int64_t chunk_size, DType compute, const Tensor& o) override {
     delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd");
     const char* op = "gdn_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -517,12 +521,15 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
-    cuda::gdn_chunk_fwd(pq, pk, pv, pg, pbeta, B, T, H, K, V, chunk_size, po,
-                        scratch(gdn_chunk_fwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+    dispatch(compute, op, [&](auto zero) {  // the products' operand type (gdn_comba.cu, Precision)
+      using P = decltype(zero);
+      cuda::gdn_chunk_fwd<P>(pq, pk, pv, pg, pbeta, B, T, H, K, V, chunk_size, po,
+                             scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
+    });
   }
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     const Tensor& dg, const Tensor& dbeta) override {
+                     const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
+                     const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
     delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd");
     const char* op = "gdn_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -531,8 +538,11 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
-    cuda::gdn_chunk_bwd(pq, pk, pv, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
-                        scratch(gdn_chunk_bwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+    dispatch(compute, op, [&](auto zero) {
+      using P = decltype(zero);
+      cuda::gdn_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+                             scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
+    });
   }
   void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,
                        const Tensor& p) override {
@@ -560,7 +570,7 @@ class CudaBackend final : public Backend {
     cuda::comba_gates_bwd(pdq, pdp, pk, pdecay, pD, rows, heads, dim, pdk, pddecay, pdD, stream_);
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                       const Tensor& beta, int64_t chunk_size, const Tensor& o) override {
+                       const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o) override {
     delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd");
     const char* op = "comba_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -569,12 +579,16 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
-    cuda::comba_chunk_fwd(pq, pk, pv, pp, pg, pbeta, B, T, H, K, V, chunk_size, po,
-                          scratch(comba_chunk_fwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+    dispatch(compute, op, [&](auto zero) {
+      using P = decltype(zero);
+      cuda::comba_chunk_fwd<P>(pq, pk, pv, pp, pg, pbeta, B, T, H, K, V, chunk_size, po,
+                               scratch(cuda::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
+    });
   }
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                       const Tensor& beta, const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
-                       const Tensor& dv, const Tensor& dp, const Tensor& dg, const Tensor& dbeta) override {
+                       const Tensor& beta, const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq,
+                       const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
+                       const Tensor& dbeta) override {
     delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd");
     const char* op = "comba_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -584,8 +598,12 @@ class CudaBackend final : public Backend {
           *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
-    cuda::comba_chunk_bwd(pq, pk, pv, pp, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
-                          scratch(comba_chunk_bwd_scratch_bytes(B, T, H, K, V, chunk_size)), stream_);
+    dispatch(compute, op, [&](auto zero) {
+      using P = decltype(zero);
+      cuda::comba_chunk_bwd<P>(pq, pk, pv, pp, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg,
+                               pdbeta, scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)),
+                               stream_);
+    });
   }
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,

@@ -26,13 +26,13 @@ struct Chunk {
   template <typename A, typename P>
   __device__ P* in(const A& a, P* p, int64_t dim, int64_t c0) const { return p + gate(a, 0) * dim + c0; }
   /// Element (row 0, column c0) of the chunk in a [B H, T', dim] scratch tensor (rows dim apart).
-  template <typename A>
-  __device__ float* rows(const A& a, float* p, int64_t dim, int64_t c0) const {
+  template <typename A, typename P>
+  __device__ P* rows(const A& a, P* p, int64_t dim, int64_t c0) const {
     return p + (bh * a.NC * a.C + t0) * dim + c0;
   }
   /// Element (k0, v0) of this chunk's state in a [B H, chunks, K, V] scratch tensor (rows V apart).
-  template <typename A>
-  __device__ float* state(const A& a, float* p, int64_t k0, int64_t v0) const {
+  template <typename A, typename P>
+  __device__ P* state(const A& a, P* p, int64_t k0, int64_t v0) const {
     return p + ((bh * a.NC + chunk) * a.K + k0) * a.V + v0;
   }
   /// This chunk's 64 x 64 matrix in a [B H, chunks, 64, 64] scratch tensor.
@@ -41,27 +41,28 @@ struct Chunk {
 };
 
 /// out.v[i][j] = src[r * stride + c] for the thread's elements (r, c) = (L::row(i), L::col(j)) with r < rows,
-/// c < cols, else 0; the 16 loads are independent (issued together).
-template <typename L>
-__device__ __forceinline__ void load_acc(Acc& out, const float* src, int64_t stride, int rows, int cols) {
+/// c < cols, else 0; src float or bf16. The 16 loads are independent (issued together).
+template <typename L, typename E>
+__device__ __forceinline__ void load_acc(Acc& out, const E* src, int64_t stride, int rows, int cols) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = L::row(i), c = L::col(j);
-      out.v[i][j] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
+      out.v[i][j] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
     }
 }
 
-/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols.
-template <typename L, typename F>
-__device__ __forceinline__ void store_acc(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) {
+/// dst[r * stride + c] = f(r, c, acc) for the thread's elements with r < rows, c < cols; dst float or bf16
+/// (rounded to nearest even).
+template <typename L, typename E, typename F>
+__device__ __forceinline__ void store_acc(const Acc& acc, E* dst, int64_t stride, int rows, int cols, F f) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = L::row(i), c = L::col(j);
-      if (r < rows && c < cols) dst[r * stride + c] = f(r, c, acc.v[i][j]);
+      if (r < rows && c < cols) dst[r * stride + c] = from_f32<E>(f(r, c, acc.v[i][j]));
     }
 }
 
@@ -70,18 +71,35 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
+/// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p
+/// (prefetch.global.L2, one 128-byte line per thread and step; no effect on any result). The scans call it
+/// for the next chunk's operands so that their loads wait for the L2, not for memory.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t stride_bytes, int rows, int64_t row_bytes) {
+#ifdef __CUDA_ARCH__
+  const int64_t per_row = (row_bytes + 127) / 128;
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += kThreads) {
+    const char* line = static_cast<const char*>(p) + i / per_row * stride_bytes + i % per_row * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+#endif
+}
+
 /// Columns of the 64-wide tile starting at column c0 of a dim-wide matrix.
 __device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
   return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);
 }
 
 /// kernel<<<grid, kThreads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
-/// refuses (llmt::Error naming `what` and key_dim) above the 227 KiB a block may have.
+/// refuses (llmt::Error naming `what` and key_dim) when they and the kernel's static shared memory (e.g. the
+/// tensor-core scratch of tile::Tc) exceed the 227 KiB a block may have.
 template <typename Kernel, typename... Args>
 void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
             const Args&... args) {
-  check(smem <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
-        key_dim, smem);
+  cudaFuncAttributes attr{};
+  LLMT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const size_t total = smem + attr.sharedSizeBytes;
+  check(total <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
+        key_dim, total);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<grid, kThreads, smem, stream>>>(args...);
   LLMT_CUDA_CHECK_LAUNCH();

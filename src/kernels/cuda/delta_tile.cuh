@@ -1,14 +1,20 @@
 // 64 x 64 shared-memory tiles for the chunk-parallel delta-rule kernels (layers-delta.md §6): a chunk of
 // at most 64 tokens is one tile's rows; key and value channels are cut into 64-wide column tiles.
-// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns; which
-// ones is the layout's choice. Kernels are written against a layout L (L::row, L::col, L::mma, the reduction
-// slots); today's one is Simt (exact fp32 on the CUDA cores). (A tensor-core layout that reads fp32 tiles
-// and rounds them to bf16 fragment by fragment was measured slower than Simt: docs/BENCHMARKS.md.) Every
-// product sums its depth in a fixed order (deterministic). Shared tiles are fp32, row-major, with a padded
-// leading dimension (65) so that a tile and its transpose are both read with few bank conflicts. All
-// functions must be reached by every thread of the block.
+// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16).
+// Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Two layouts:
+//   Simt  exact fp32 fma on the CUDA cores (KDA, MDN, and GDN / Comba of fp32 models);
+//   Tc    the tensor cores (GDN / Comba of bf16 models): each product rounds both fp32 operand tiles to bf16
+//         once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16 bf16 -> fp32 fragments.
+// (Rounding fp32 tiles to bf16 fragment element by fragment element was measured slower than Simt:
+// docs/BENCHMARKS.md.) Every product sums its depth in a fixed order (deterministic). Shared tiles are fp32,
+// row-major, with a padded leading dimension (65) so that a tile and its transpose are both read with few
+// bank conflicts. All functions must be reached by every thread of the block.
 #pragma once
+#include <cuda_bf16.h>
+#include <mma.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 
@@ -30,15 +36,19 @@ struct Acc {
   }
 };
 
-/// fp32 products on the CUDA cores. Thread (ty, tx) = (threadIdx.x / 16, threadIdx.x % 16) owns rows ty + 16 i
-/// and columns tx + 16 j. Exact fp32 fma in depth order.
-struct Simt {
+/// The thread -> accumulator element map of both layouts: thread (ty, tx) = (threadIdx.x / 16, threadIdx.x % 16)
+/// owns rows ty + 16 i and columns tx + 16 j.
+struct Grid16 {
   __device__ static __forceinline__ int row(int i) { return static_cast<int>(threadIdx.x >> 4) + 16 * i; }
   __device__ static __forceinline__ int col(int j) { return static_cast<int>(threadIdx.x & 15) + 16 * j; }
   /// Which of the 16 threads sharing a row (column) this thread is, for fixed-order reductions.
   __device__ static __forceinline__ int row_slot() { return static_cast<int>(threadIdx.x & 15); }
   __device__ static __forceinline__ int col_slot() { return static_cast<int>(threadIdx.x >> 4); }
+};
 
+/// fp32 products on the CUDA cores. Exact fp32 fma in depth order.
+struct Simt : Grid16 {
+  using Operand = float;  // what the products read their operands as
   /// acc += op(A) op(B) over depth 64: op(A)[r][d] = TA ? A[d][r] : A[r][d], op(B)[d][c] = TB ? B[c][d] : B[d][c];
   /// A, B shared tiles (leading dimension kLd).
   template <bool TA, bool TB>
@@ -55,6 +65,69 @@ struct Simt {
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc.v[i][j] = fmaf(a[i], b[j], acc.v[i][j]);
     }
+  }
+};
+
+/// Tensor-core products: bf16 operands, fp32 accumulation. The scratch (static shared memory, one per kernel):
+/// the two operands as bf16 tiles (leading dimension kLdB) and the fp32 product tile (leading dimension kLdO).
+struct Tc : Grid16 {
+  using Operand = __nv_bfloat16;  // what the products read their operands as
+  static constexpr int kLdB = 72;  // bf16: a multiple of 8 (WMMA); 16 rows = 2304 bytes (32-byte aligned fragments)
+  // floats: a multiple of 4 (WMMA). (80 would spare the Grid16 reads a 2-way bank conflict, but the 2 KiB
+  // more would leave no room for two 4-tile blocks (wu, out: 75 KiB + this scratch) on one SM.)
+  static constexpr int kLdO = 72;
+  struct alignas(128) Scratch {
+    __nv_bfloat16 a[kN * kLdB], b[kN * kLdB];
+    float o[kN * kLdO];
+  };
+  __device__ static __forceinline__ Scratch& scratch() {
+    __shared__ __align__(128) unsigned char raw[sizeof(Scratch)];  // raw bytes: no constructor runs
+    return *reinterpret_cast<Scratch*>(raw);
+  }
+
+  /// acc += op(A) op(B) as Simt::mma, with every element of A and B rounded to bf16 (nearest even) and the
+  /// products summed in fp32 on the tensor cores (depth in 16-wide steps, in order), then added to acc.
+  /// Warp w computes the 16 x 32 block (rows 16 (w / 2), columns 32 (w % 2)) of the product. Two barriers;
+  /// A and B are read before the first one (they may be overwritten once it returns).
+  template <bool TA, bool TB>
+  __device__ static __forceinline__ void mma(const float* A, const float* B, Acc& acc) {
+    namespace wmma = nvcuda::wmma;
+    using LA = typename std::conditional<TA, wmma::col_major, wmma::row_major>::type;
+    using LB = typename std::conditional<TB, wmma::col_major, wmma::row_major>::type;
+    Scratch& sc = scratch();
+    // Both tiles as stored (a transposed operand is a col_major load). A previous call's readers of sc.a/sc.b
+    // finished before its second barrier, which every thread has passed.
+    for (int it = 0; it < kN * kN / 2 / kThreads; ++it) {
+      const int p = static_cast<int>(threadIdx.x) + it * kThreads, r = p >> 5, c = 2 * (p & 31);
+      *reinterpret_cast<__nv_bfloat162*>(sc.a + r * kLdB + c) = __floats2bfloat162_rn(A[r * kLd + c], A[r * kLd + c + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(sc.b + r * kLdB + c) = __floats2bfloat162_rn(B[r * kLd + c], B[r * kLd + c + 1]);
+    }
+    __syncthreads();  // (also: a previous call's readers of sc.o are done)
+    const int warp = static_cast<int>(threadIdx.x >> 5), r0 = 16 * (warp >> 1), c0 = 32 * (warp & 1);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> out[2];
+    wmma::fill_fragment(out[0], 0.0f);
+    wmma::fill_fragment(out[1], 0.0f);
+#pragma unroll
+    for (int d = 0; d < kN; d += 16) {
+      // Fragment element (i, k) of op(A) is A[r0 + i][d + k] (row_major at sc.a + r0 kLdB + d) or A[d + k][r0 + i]
+      // (col_major at sc.a + d kLdB + r0); likewise op(B) (k, j) is B[d + k][c + j] or B[c + j][d + k].
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
+      wmma::load_matrix_sync(fa, TA ? sc.a + d * kLdB + r0 : sc.a + r0 * kLdB + d, kLdB);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LB> fb;
+        const int c = c0 + 16 * j;
+        wmma::load_matrix_sync(fb, TB ? sc.b + c * kLdB + d : sc.b + d * kLdB + c, kLdB);
+        wmma::mma_sync(out[j], fa, fb, out[j]);
+      }
+    }
+    wmma::store_matrix_sync(sc.o + r0 * kLdO + c0, out[0], kLdO, wmma::mem_row_major);
+    wmma::store_matrix_sync(sc.o + r0 * kLdO + c0 + 16, out[1], kLdO, wmma::mem_row_major);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc.v[i][j] += sc.o[row(i) * kLdO + col(j)];
   }
 };
 
@@ -85,11 +158,12 @@ __device__ __forceinline__ void load(float* s, const E* src, int64_t stride, int
   load(s, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
-/// dst[r * stride + c] = s[r][c] for r < rows, c < cols.
-__device__ __forceinline__ void store(const float* s, float* dst, int64_t stride, int rows, int cols) {
+/// dst[r * stride + c] = s[r][c] for r < rows, c < cols; dst float or bf16 (rounded to nearest even).
+template <typename E>
+__device__ __forceinline__ void store(const float* s, E* dst, int64_t stride, int rows, int cols) {
   for (int idx = threadIdx.x; idx < kN * kN; idx += kThreads) {
     const int r = idx >> 6, c = idx & 63;
-    if (r < rows && c < cols) dst[r * stride + c] = s[r * kLd + c];
+    if (r < rows && c < cols) dst[r * stride + c] = from_f32<E>(s[r * kLd + c]);
   }
 }
 
@@ -119,21 +193,61 @@ __device__ __forceinline__ void reduce_rows_cols(const float row_part[4], const 
   __syncthreads();
 }
 
-/// (I + A) 𝒯 = I by forward substitution (layers-delta.md §6.1 F2): A strictly lower, 𝒯 must hold the identity
-/// on entry; rows >= n stay identity. Both shared tiles. Columns are independent: column m is solved by the 4
-/// lanes 4m .. 4m + 3 of one warp, row by row, 𝒯_rm = -Σ_{m<=j<r} A_rj 𝒯_jm with lane p summing j = m + p (mod 4)
-/// and a fixed butterfly combining the four partial sums. Ends with a barrier.
+/// (I + A) 𝒯 = I (layers-delta.md §6.1 F2): A strictly lower, 𝒯 must hold the identity on entry; rows >= n
+/// stay identity. Both shared tiles. Blocked in 16 x 16 blocks (L = I + A, block rows i > j:
+/// 𝒯_ij = -𝒯_ii Σ_{j<=k<i} A_ik 𝒯_kj):
+///   1. the four diagonal blocks 𝒯_ii by forward substitution, all at once: column m is solved by the 4 lanes
+///      4m .. 4m + 3 of one warp, row by row, 𝒯_rm = -Σ_{m<=j<r} A_rj 𝒯_jm with lane p summing j = m + p
+///      (mod 4) and a fixed butterfly combining the four partial sums (15 steps instead of 63);
+///   2. block rows i = 1, 2, 3 in turn: X = Σ_k A_ik 𝒯_kj into the (still zero) off-diagonal blocks of row i,
+///      then 𝒯_ij = -𝒯_ii X_ij.
+/// Fixed summation orders (deterministic). Ends with a barrier.
 __device__ __forceinline__ void tril_inverse(const float* A, float* Tm, int n) {
   const int m = static_cast<int>(threadIdx.x >> 2), part = static_cast<int>(threadIdx.x & 3);
-  for (int r = 1; r < n; ++r) {
+  const int b0 = m & ~15;  // first row of column m's diagonal block (uniform over a warp)
+  for (int rl = 1; rl < 16; ++rl) {
+    const int r = b0 + rl;
     float s = 0.0f;
-    for (int j = m + part; j < r; j += 4) s += A[r * kLd + j] * Tm[j * kLd + m];
+    if (r < n)
+      for (int j = m + part; j < r; j += 4) s += A[r * kLd + j] * Tm[j * kLd + m];
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
-    if (part == 0 && m < r) Tm[r * kLd + m] = -s;
+    if (part == 0 && m < r && r < n) Tm[r * kLd + m] = -s;
     __syncwarp();
   }
   __syncthreads();
+  constexpr int kPer = 3;  // off-diagonal elements of a block row per thread: 16 x 48 <= 3 x 256
+  for (int i = 1; i < 4; ++i) {
+    const int r0 = 16 * i, w = 16 * i;  // block row i: rows r0 .. r0 + 15, off-diagonal columns 0 .. w - 1
+    float x[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {  // X_rc = Σ_{c<=k<r0} A_rk 𝒯_kc
+      const int idx = static_cast<int>(threadIdx.x) + e * kThreads, r = r0 + idx / w, c = idx % w;
+      x[e] = 0.0f;
+      if (idx < 16 * w && r < n)
+        for (int k = c; k < r0; ++k) x[e] += A[r * kLd + k] * Tm[k * kLd + c];
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
+      if (idx < 16 * w) Tm[(r0 + idx / w) * kLd + idx % w] = x[e];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {  // 𝒯_rc = -Σ_{r0<=l<=r} 𝒯_rl X_lc
+      const int idx = static_cast<int>(threadIdx.x) + e * kThreads, r = r0 + idx / w, c = idx % w;
+      x[e] = 0.0f;
+      if (idx < 16 * w)
+        for (int l = r0; l <= r; ++l) x[e] -= Tm[r * kLd + l] * Tm[l * kLd + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
+      if (idx < 16 * w) Tm[(r0 + idx / w) * kLd + idx % w] = x[e];
+    }
+    __syncthreads();
+  }
 }
 
 /// Carves consecutive shared-memory regions out of the dynamic shared buffer (16-byte aligned).

@@ -1,8 +1,21 @@
-// Gated DeltaNet and Comba cores, chunked, fp32 (layers-delta.md §6.1 F1–F7, §6.2, §6.5 B1–B9), zero
-// initial state; same results as src/kernels/cpu/{gdn,comba}.cpp up to fp32 rounding. Comba differs only
-// where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their backward (wy
-// phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of FLA, §6.3),
-// every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
+// Gated DeltaNet and Comba cores, chunked (layers-delta.md §6.1 F1–F7, §6.2, §6.5 B1–B9), zero initial
+// state; same results as src/kernels/cpu/{gdn,comba}.cpp up to the rounding below.
+// Precision: the launchers' P (the layer's compute dtype) picks the products' layout (delta_tile.cuh) and
+// the element type of the scratch W, U/Δ, dW, h, dh; all other code is shared.
+// P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
+// results are the CPU's up to fp32 rounding.
+// P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
+// (tile::Tc) with BOTH operand tiles rounded to bf16 and fp32 accumulation: the inputs q, k, v, p̂ (scaled
+// by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
+// products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
+// intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
+// states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
+// of dΓ (iv) as rounded values. Everything else is fp32: the gates and their cumulative sums (double), A and
+// its inverse 𝒯 (forward substitution), the running states S, dS (shared memory), the scratch 𝒯, dΔ, dΓ,
+// the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg).
+// Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
+// backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
+// FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
 //   forward:  wu    (per chunk)          A, 𝒯 = (I + A)^{-1}, W, U                       (F1–F3)
 //             scan  (per value tile)     h[n] = S entering chunk n; Δ = U - W S; S update  (F4, F7)
 //             out   (per chunk, v tile)  O = (Q ⊙ e^Γ) h[n] + P Δ                          (F5, F6)
@@ -12,9 +25,10 @@
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
-// Scratch (global, fp32): W, U/Δ, dΔ, dW [B H, T', *] (T' = chunks x chunk_size), 𝒯 [B H, chunks, 64, 64],
-// h, dh [B H, chunks, K, V], dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
+// Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
+// chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
@@ -36,35 +50,40 @@ using tile::kN;
 /// e^x in fp32 of a log-decay difference formed in double.
 __device__ __forceinline__ float expd(double x) { return expf(static_cast<float>(x)); }
 
-// Inputs, outputs and scratch of one core call (p, dp: Comba only); q, k, v, p of element type E (float
-// today; the hook for bf16 operands).
-template <typename E>
+// Inputs, outputs and scratch of one core call whose products have layout L (p, dp: Comba only); q, k, v, p
+// of element type E (float today; the hook for bf16 inputs). The scratch W, U/Δ, dW, h, dh is stored in the
+// type the products read their operands as (L::Operand; see Precision).
+template <typename L, typename E>
 struct GdnFast {
+  using S = typename L::Operand;
   const E *q, *k, *v, *p;
   const float *g, *beta, *d_o;
   float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
   int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
-  float *W, *U, *Tm, *h, *dD, *dh, *dW, *dgam;
+  float *Tm, *dD, *dgam;
+  S *W, *U, *dW, *h, *dh;
 };
 
-/// Scratch layout in floats (forward: W, U, h; backward: all).
+/// Scratch layout in floats (forward: W, U, h; backward: all); W, U, h, dh, dW have elements of `stored`
+/// bytes (4: fp32; 2: bf16, two per float).
 struct GdnScratch {
   int64_t W, U, h, Tm, dD, dh, dW, dgam, total;
-  GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward) {
+  GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, int64_t stored) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
-    W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(BH * NC * K * V);
+    const auto take_s = [&](int64_t n) { return take((n * stored + 3) / 4); };  // floats that hold n elements
+    W = take_s(BH * Tp * K), U = take_s(BH * Tp * V), h = take_s(BH * NC * K * V);
     Tm = dD = dh = dW = dgam = 0;
     if (backward) {
-      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(BH * NC * K * V), dW = take(BH * Tp * K);
+      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take_s(BH * NC * K * V), dW = take_s(BH * Tp * K);
       dgam = take(BH * Tp);
     }
     total = at;
   }
 };
 
-// Γ_r (double, inclusive cumsum of g over the chunk; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
+// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
 // g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
 template <typename A>
 __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
@@ -75,9 +94,17 @@ __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta
     beta[r] = in ? a.beta[ch.gate(a, r)] : 0.0f;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double acc = 0.0;
-    for (int i = 0; i < kN; ++i) gam[i] = acc += tmp[i];
+  if (threadIdx.x < 32) {  // warp 0: lane l owns rows 2l, 2l + 1; a fixed shuffle scan over the lanes' pairs
+    const int l = static_cast<int>(threadIdx.x);
+    const double a0 = tmp[2 * l], pair = a0 + tmp[2 * l + 1];
+    double incl = pair;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (l >= o) incl += y;
+    }
+    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
+    gam[2 * l + 1] = incl;
   }
   __syncthreads();
 }
@@ -101,7 +128,7 @@ constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 // F1–F3 (Comba: F1', F3') for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
 // keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<E> a, bool keep_T) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -151,10 +178,29 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<E> a, bo
   }
 }
 
+// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows, and U (forward)
+// or q, dO and dΔ (backward) in value columns v0 .. v0 + vc - 1.
+template <typename L, typename E>
+__device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward) {
+  using tile::prefetch_l2;
+  const int64_t K = a.K, V = a.V, H = a.H, e = sizeof(E), es = sizeof(typename L::Operand);
+  prefetch_l2(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
+  prefetch_l2(a.beta + nx.gate(a, 0), 4 * H, nx.n, 4);
+  prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
+  prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
+  if (!backward) {
+    prefetch_l2(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
+    return;
+  }
+  prefetch_l2(nx.in(a, a.q, K, 0), e * H * K, nx.n, e * K);
+  prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
+  prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
+}
+
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
 // chunk n) and Δ = U - W h[n] (over U). The K x 64 state lives in shared memory (ceil(K / 64) tiles).
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -165,6 +211,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) 
   for (int kt = 0; kt < nkt; ++kt) tile::clear(S + kt * tile::kTileFloats);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
     load_gates(a, ch, s.gam, s.beta, s.tmp);  // (its barrier also orders the state update before the store)
     for (int kt = 0; kt < nkt; ++kt)
       tile::store(S + kt * tile::kTileFloats, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
@@ -176,7 +223,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) 
       L::template mma<false, false>(sX, S + kt * tile::kTileFloats, acc);
       __syncthreads();
     }
-    float* U = ch.rows(a, a.U, V, v0);
+    typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
     load_acc<L>(d, U, V, ch.n, vc);
 #pragma unroll
@@ -212,7 +259,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<E> a) 
 // Accumulates P = mask_{j<=r}(e^{Γ_r-Γ_j} Q K^T) of the chunk into the shared tile sP (sQ, sK scratch tiles);
 // when sH is given, also acc_o += Q h[n][:, v0:v0+64] (sH scratch).
 template <typename L, typename E>
-__device__ void chunk_p(const GdnFast<E>& a, const Chunk& ch, const double* gam, float* sQ, float* sK, float* sP,
+__device__ void chunk_p(const GdnFast<L, E>& a, const Chunk& ch, const double* gam, float* sQ, float* sK, float* sP,
                         float* sH, int64_t v0, Acc* acc_o) {
   const int64_t K = a.K;
   Acc acc;
@@ -235,15 +282,16 @@ __device__ void chunk_p(const GdnFast<E>& a, const Chunk& ch, const double* gam,
     }
 }
 
-// F5, F6 for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: O = (Q ⊙ e^Γ) h[n] + P Δ.
+// F5, F6 for head blockIdx.y and (chunk, value tile) = blockIdx.x / nvt, blockIdx.x % nvt: O = (Q ⊙ e^Γ) h[n] + P Δ.
+// (The value tiles of a chunk are neighbours in the grid, so their reloads of the chunk's q, k hit the L2.)
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<E> a) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sQ = cv.tile(), *sK = cv.tile(), *sH = cv.tile(), *sP = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  const int64_t V = a.V, nvt = (V + kN - 1) / kN, v0 = blockIdx.x % nvt * kN;
+  const Chunk ch(a, blockIdx.x / nvt, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   Acc acc_o;
   acc_o.zero();
@@ -265,15 +313,15 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<E> a) {
 
 // ---- backward phases ----
 
-// B1 (intra-chunk part) for chunk blockIdx.x, head blockIdx.y, value tile blockIdx.z: dΔ = P^T dO.
+// B1 (intra-chunk part) for head blockIdx.y and (chunk, value tile) as gdn_out_kernel: dΔ = P^T dO.
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<E> a) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sQ = cv.tile(), *sK = cv.tile(), *sP = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t V = a.V, v0 = static_cast<int64_t>(blockIdx.z) * kN;
+  const int64_t V = a.V, nvt = (V + kN - 1) / kN, v0 = blockIdx.x % nvt * kN;
+  const Chunk ch(a, blockIdx.x / nvt, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   chunk_p<L>(a, ch, s.gam, sQ, sK, sP, nullptr, v0, nullptr);
   tile::load(sQ, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));  // dO (sQ reused)
@@ -288,7 +336,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<E>
 // (= dS_C, the gradient of the state leaving chunk n), completes dΔ += K^g dS_C, then
 // dS <- e^{Γ_C} dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<E> a) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -299,6 +347,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<E>
   for (int kt = 0; kt < nkt; ++kt) tile::clear(dS + kt * tile::kTileFloats);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
     load_gates(a, ch, s.gam, s.beta, s.tmp);
     for (int kt = 0; kt < nkt; ++kt)
       tile::store(dS + kt * tile::kTileFloats, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
@@ -352,7 +401,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<E>
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
 // chunk blockIdx.x of head blockIdx.y.
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> a) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -423,7 +472,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> 
     dk2.zero();
     L::template mma<false, false>(sdP, sZ, dq2);
     L::template mma<true, false>(sdP, sX, dk2);
-    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0), *dW = ch.rows(a, a.dW, K, k0);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+    typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -437,7 +487,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> 
         if (r < ch.n && c < kc) {
           dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
           dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
-          dW[r * K + c] = -dws.v[i][j];
+          dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
         }
       }
     __syncthreads();
@@ -453,7 +503,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<E> 
 // Comba (§6.5 "Comba changes"): the row vectors x = p̂ with Γ^ex; their gradient goes to dP̂ (written here),
 // the row terms of dΓ to dΓ^ex, and dg_t = Σ_{r>=t} dΓ_r + Σ_{r>t} dΓ^ex_r.
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<E> a) {
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -610,8 +660,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<E> a
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
 
-template <typename Kernel, typename E, typename... Extra>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast<E>& a, Extra... extra) {
+template <typename Kernel, typename L, typename E, typename... Extra>
+void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast<L, E>& a, Extra... extra) {
   tile::launch("gdn chunk", a.K, kernel, grid, smem, stream, a, extra...);
 }
 
@@ -620,26 +670,29 @@ void check_chunk(int64_t chunk_size) {
         kGdnMaxChunk, chunk_size);
 }
 
-/// The products' layout (delta_tile.cuh).
-using Layout = tile::Simt;
+/// The products' layout for operand type P (delta_tile.cuh): exact fp32 (float) or the tensor cores (bf16).
+template <typename P>
+using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Tc>;
 
-template <typename E>
-GdnFast<E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
-                     int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
-  GdnFast<E> a{};
+template <typename L, typename E>
+GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
+                        int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
+  using S = typename L::Operand;
+  GdnFast<L, E> a{};
   a.q = q, a.k = k, a.v = v, a.p = p, a.g = g, a.beta = beta;
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
-  const GdnScratch l(B, T, H, K, V, C, backward);
+  const GdnScratch l(B, T, H, K, V, C, backward, sizeof(S));
   float* base = static_cast<float*>(scratch);
-  a.W = base + l.W, a.U = base + l.U, a.h = base + l.h;
-  if (backward) a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  const auto stored = [&](int64_t at) { return reinterpret_cast<S*>(base + at); };
+  a.W = stored(l.W), a.U = stored(l.U), a.h = stored(l.h);
+  if (backward)
+    a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = stored(l.dh), a.dW = stored(l.dW), a.dgam = base + l.dgam;
   return a;
 }
 
 // wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
-template <bool kComba, typename E>
-void forward_states(const GdnFast<E>& a, bool keep_T, cudaStream_t stream) {
-  using L = Layout;
+template <bool kComba, typename L, typename E>
+void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
@@ -648,27 +701,28 @@ void forward_states(const GdnFast<E>& a, bool keep_T, cudaStream_t stream) {
 }
 
 // Forward (F1–F7): o [B, T, H, V].
-template <bool kComba, typename E>
+template <bool kComba, typename P, typename E>
 void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
               int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
               void* scratch, cudaStream_t stream) {
-  using L = Layout;
+  using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  GdnFast<E> a = make_args(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
+  GdnFast<L, E> a =
+      make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
   forward_states<kComba>(a, false, stream);
   launch(gdn_out_kernel<L, E>,
-         dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads), static_cast<unsigned>(ceil_div(value_dim, kN))),
+         dim3(static_cast<unsigned>(a.NC * ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads)),
          smem_for(4), stream, a);
 }
 
 // Backward (B1–B9): gradients overwritten (dp: Comba only).
-template <bool kComba, typename E>
+template <bool kComba, typename P, typename E>
 void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, const float* d_o,
               int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
               float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
-  using L = Layout;
+  using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
   if (value_dim == 0) {  // o = 0: every gradient is 0
@@ -678,14 +732,15 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
     for (float* x : {dg, dbeta}) LLMT_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float) * rows, stream));
     return;
   }
-  GdnFast<E> a = make_args(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
+  GdnFast<L, E> a =
+      make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
   forward_states<kComba>(a, true, stream);
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(gdn_dv_local_kernel<L, E>, dim3(NC, BH, nvt), smem_for(3), stream, a);
+  launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
   launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
   launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
   launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
@@ -693,53 +748,83 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
 
 }  // namespace
 
+template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  return sizeof(float) * static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, false).total);
+  return sizeof(float) *
+         static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, sizeof(P)).total);
 }
 
+template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  return sizeof(float) * static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
+  return sizeof(float) *
+         static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, sizeof(P)).total);
 }
 
+template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size) {
-  return gdn_chunk_fwd_scratch_bytes(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+  return gdn_chunk_fwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size);
 }
 
+template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size) {
-  return gdn_chunk_bwd_scratch_bytes(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+  return gdn_chunk_bwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size);
 }
 
+template <typename P>
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream) {
-  core_fwd<false, float>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, scratch,
-                         stream);
+  core_fwd<false, P, float>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o,
+                            scratch, stream);
 }
 
+template <typename P>
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
                    void* scratch, cudaStream_t stream) {
-  core_bwd<false, float>(q, k, v, nullptr, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk,
-                         dv, nullptr, dg, dbeta, scratch, stream);
+  core_bwd<false, P, float>(q, k, v, nullptr, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size,
+                            dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
 }
 
+template <typename P>
 void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                      int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream) {
-  core_fwd<true, float>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, scratch, stream);
+  core_fwd<true, P, float>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, scratch,
+                           stream);
 }
 
+template <typename P>
 void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
                      int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
                      float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
-  core_bwd<true, float>(q, k, v, p, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk, dv, dp,
-                        dg, dbeta, scratch, stream);
+  core_bwd<true, P, float>(q, k, v, p, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk,
+                           dv, dp, dg, dbeta, scratch, stream);
 }
+
+#define LLMT_INSTANTIATE_GDN_COMBA(P)                                                                               \
+  template size_t gdn_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);             \
+  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);             \
+  template size_t comba_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);           \
+  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);           \
+  template void gdn_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);         \
+  template void gdn_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,      \
+                                 float*, float*, void*, cudaStream_t);                                              \
+  template void comba_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*,            \
+                                   const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,      \
+                                   void*, cudaStream_t);                                                            \
+  template void comba_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*,            \
+                                   const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,         \
+                                   int64_t, float*, float*, float*, float*, float*, float*, void*, cudaStream_t);
+LLMT_INSTANTIATE_GDN_COMBA(float)
+LLMT_INSTANTIATE_GDN_COMBA(__nv_bfloat16)
 
 }  // namespace llmt::cuda

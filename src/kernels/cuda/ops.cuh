@@ -123,37 +123,49 @@ void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const
                      int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD,
                      cudaStream_t stream);
 
-// gdn_comba.cu: the chunked GDN core (semantics: src/kernels/cpu/gdn.h, zero initial state), fp32,
-// chunk-parallel (64 x 64 tiles; chunk_size <= 64 tokens per tile).
+// gdn_comba.cu: the chunked GDN core (semantics: src/kernels/cpu/gdn.h, zero initial state), fp32 tensors,
+// chunk-parallel (64 x 64 tiles; chunk_size <= 64 tokens per tile). P is the type the tile products read their
+// operands as, from the layer's compute dtype (gdn_comba.cu "Precision"; instantiated for both):
+//   float          exact fp32 products on the CUDA cores, fp32 scratch (fp32 models; ~1e-6 of the CPU result);
+//   __nv_bfloat16  the tensor cores with bf16 operands and fp32 accumulation, bf16 scratch W, U, h, dh, dW
+//                  (bf16 models; ~1e-2 of the fp32 result). Its backward refuses key_dim > 448 (shared memory).
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes.
+// overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes<P>.
 constexpr int64_t kGdnMaxChunk = 64;
+template <typename P>
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream);
+template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
+template <typename P>
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
                    void* scratch, cudaStream_t stream);
+template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
 
-// gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), fp32, the
-// GDN kernels with Comba's A and W (layers-delta.md §6.2).
+// gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), the GDN
+// kernels with Comba's A and W (layers-delta.md §6.2), same P, precision and limits.
 // q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kCombaMaxChunk. `scratch` must hold comba_chunk_{fwd,bwd}_scratch_bytes.
+// overwritten. 1 <= chunk_size <= kCombaMaxChunk. `scratch` must hold comba_chunk_{fwd,bwd}_scratch_bytes<P>.
 constexpr int64_t kCombaMaxChunk = 64;
+template <typename P>
 void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                      int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream);
+template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
+template <typename P>
 void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
                      int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
                      float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
+template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
 
