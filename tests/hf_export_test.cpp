@@ -358,6 +358,10 @@ TEST_CASE("export refuses what FLA has no class for, naming the mixer or key") {
   };
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/gdn.json", {"model.gdn.output_gate=sigmoid"})),
                     Contains("model.gdn.output_gate"));
+  CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/comba.json", {"model.comba.output_correction=false"})),
+                    Contains("model.comba.output_correction"));
+  CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/comba.json", {"model.comba.inner_decay=false"})),
+                    Contains("model.comba.inner_decay"));
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/mdn.json", {"model.mdn.momentum=false"})),
                     Contains("model.mdn.momentum"));
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/mamba2.json", {"model.mamba2.n_groups=2"})),

@@ -223,6 +223,13 @@ json hf_config(const ModelConfig& m) {
     return c;
   }
   if (m.type == "comba") {
+    // FLA's CombaBlock passes neither use_output_correction nor use_inner_decay to its Comba layer, so
+    // CombaForCausalLM always has both (parameters D and decay) whatever config.json says.
+    check(m.comba.output_correction && m.comba.inner_decay,
+          "export: mixer comba: FLA's CombaForCausalLM always builds its layers with use_output_correction and "
+          "use_inner_decay (CombaBlock does not pass the keys on), but model.comba.output_correction is {} and "
+          "model.comba.inner_decay is {}",
+          m.comba.output_correction, m.comba.inner_decay);
     json c = delta_keys(m, m.comba, "comba", "sigmoid", "comba", "CombaForCausalLM");
     c["use_output_gate"] = true;
     c["use_output_correction"] = m.comba.output_correction;
