@@ -44,6 +44,7 @@ Compatibility shims, each reported in the JSON ("notes"), none changing the func
 import argparse
 import builtins
 import importlib
+import importlib.machinery
 import json
 import os
 import re
@@ -83,6 +84,8 @@ def install_flash_attn_stand_in(notes):
         raise NotImplementedError("flash_attn stand-in: no varlen attention (padding masks / cu_seqlens)")
 
     mod = types.ModuleType("flash_attn")
+    # transformers' availability probe calls importlib.util.find_spec, which needs a spec on the module
+    mod.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None)
     mod.flash_attn_func = flash_attn_func
     mod.flash_attn_varlen_func = flash_attn_varlen_func
     mod.__version__ = "0.0.0+stand-in"
@@ -92,7 +95,8 @@ def install_flash_attn_stand_in(notes):
 
 def import_fla_models(fla_src, model_type, notes):
     """fla.models.<model_type> from the source tree fla_src, without the package __init__s of fla,
-    fla.layers and fla.models (they import every model of the tree)."""
+    fla.layers, fla.models and fla.ops (they import every model / kernel of the tree, and the MDN authors'
+    trimmed copy lacks some of what its fla.ops __init__ imports)."""
     root = os.path.join(os.path.abspath(fla_src), "fla")
     if not os.path.isfile(os.path.join(root, "models", model_type, "__init__.py")):
         raise LoadError(f"{fla_src}: no fla/models/{model_type} (FLA has no class for model_type {model_type}"
@@ -100,7 +104,7 @@ def import_fla_models(fla_src, model_type, notes):
                            if model_type == "momentum_deltanet" else "") + ")")
     for name in [n for n in sys.modules if n == "fla" or n.startswith("fla.")]:
         del sys.modules[name]
-    for name, sub in (("fla", ""), ("fla.layers", "layers"), ("fla.models", "models")):
+    for name, sub in (("fla", ""), ("fla.layers", "layers"), ("fla.models", "models"), ("fla.ops", "ops")):
         pkg = types.ModuleType(name)
         pkg.__path__ = [os.path.join(root, sub) if sub else root]
         pkg.__package__ = name
@@ -157,10 +161,12 @@ def load_reference(hf_dir, fla_src, device, notes):
         if mt == "transformer" or cfg.get("attn"):
             install_flash_attn_stand_in(notes)
         mod, version = import_fla_models(fla_src, mt, notes)
-        cls = [getattr(mod, n) for n in dir(mod) if n.endswith("ForCausalLM")]
-        if len(cls) != 1:
-            raise LoadError(f"fla.models.{mt} exports {len(cls)} *ForCausalLM classes")
-        cls = cls[0]
+        # the class config.json names (a module may export several, e.g. a multi-token-prediction variant)
+        arch = (cfg.get("architectures") or [None])[0]
+        cls = getattr(mod, arch, None) if arch else None
+        if cls is None:
+            found = [n for n in dir(mod) if n.endswith("ForCausalLM")]
+            raise LoadError(f"fla.models.{mt} has no class {arch!r} (config.json's architectures); it has {found}")
         notes.append(f"FLA {version} from {fla_src}")
         tied = cfg.get("tie_word_embeddings", False)
         import transformers
