@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `llmtrain train` under `mpirun -np 2` (CTest label mpi): the launcher's environment makes it
+# `llmtrain train` under `mpirun -np 2` (CTest label mpi; the first run through scripts/launch/mpirun.sh): the
+# launcher's environment makes it
 # data parallel; only rank 0 prints progress and writes metrics (one line per step); the run
 # continues on 1 process from the checkpoint of 2; --set dist.zero1=true reports its sharded
 # optimizer state and gives the same losses bit for bit; a global batch the ranks cannot share is
@@ -13,8 +14,11 @@ common=(--config tests/configs/kill_resume.json --set "data.cache_dir=$tmp/cache
         --set train.warmup_tokens=256 --set checkpoint.interval_steps=5 --set checkpoint.keep=2)
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$mpiexec" -np 2 --oversubscribe "$llmtrain" train "${common[@]}" --out "$tmp/dp" > "$tmp/dp.log" 2>&1 ||
-  { cat "$tmp/dp.log"; fail "mpirun -np 2 llmtrain train exited with an error"; }
+# Started through the launch script of the docs (scripts/launch/mpirun.sh, which execs mpirun); the Slurm batch
+# script at least parses.
+LLMTRAIN="$llmtrain" MPIRUN_ARGS=--oversubscribe scripts/launch/mpirun.sh 2 "${common[1]}" "${common[@]:2}" \
+  --out "$tmp/dp" > "$tmp/dp.log" 2>&1 || { cat "$tmp/dp.log"; fail "scripts/launch/mpirun.sh 2 exited with an error"; }
+bash -n scripts/launch/slurm.sbatch || fail "scripts/launch/slurm.sbatch does not parse"
 [ "$(grep -c 'data parallel: 2 ranks (mpi communicator)' "$tmp/dp.log")" -eq 1 ] ||
   { cat "$tmp/dp.log"; fail "expected one 'data parallel: 2 ranks' line (rank 0 only)"; }
 [ "$(grep -c '"loss"' "$tmp/dp/metrics.jsonl")" -eq 10 ] || fail "expected 10 step lines in metrics.jsonl"
