@@ -305,6 +305,18 @@ struct ScanShared {
   }
   __device__ float* x(int64_t kt) const { return slabs + kt * tile::kTileFloats; }
   __device__ float* y(int64_t kt) const { return slabs + (KT + kt) * tile::kTileFloats; }
+  /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K], loaded one key tile
+  /// at a time into the work tile sK): S_0^T k_i, M_0^T k_i forward, dS^T k_r, dM^T k_r backward. Barriers inside.
+  __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, float* sK, tile::Acc& xs,
+                                   tile::Acc& xm) const {
+    for (int64_t kt = 0; kt < KT; ++kt) {
+      tile::load(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      __syncthreads();
+      tile::Simt::mma<false, false>(sK, x(kt), xs);
+      tile::Simt::mma<false, false>(sK, y(kt), xm);
+      __syncthreads();
+    }
+  }
   /// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = (X, Y) (no barrier).
   __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, float* dst) const {
     for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
@@ -351,13 +363,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
       // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
       tile::Acc xs, xm;
       xs.zero(), xm.zero();
-      for (int64_t kt = 0; kt < sh.KT; ++kt) {
-        tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
-        __syncthreads();
-        L::mma<false, false>(sK, sh.x(kt), xs);
-        L::mma<false, false>(sK, sh.y(kt), xm);
-        __syncthreads();
-      }
+      sh.keys_times_slabs(a, ch, n, sK, xs, xm);
       const float* v = ch.in(a, a.v, V, v0);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -498,13 +504,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
     // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
     tile::Acc xs, xm, xe;
     xs.zero(), xm.zero(), xe.zero();
-    for (int64_t kt = 0; kt < sh.KT; ++kt) {
-      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
-      __syncthreads();
-      L::mma<false, false>(sK, sh.x(kt), xs);
-      L::mma<false, false>(sK, sh.y(kt), xm);
-      __syncthreads();
-    }
+    sh.keys_times_slabs(a, ch, n, sK, xs, xm);
     __syncthreads();  // sE, sD filled (also when K = 0)
     L::mma<true, false>(sE, sD, xe);
 #pragma unroll
