@@ -246,3 +246,19 @@ TEST_CASE("white_space_pattern rewrites \\s and \\S only", "[tokenizer]") {
   CHECK(llmt::white_space_pattern(R"(\s+(?!\S)|[^\s\p{L}]|\\s)") ==
         R"(\p{White_Space}+(?!\P{White_Space})|[^\p{White_Space}\p{L}]|\\s)");
 }
+
+TEST_CASE("complete_utf8_prefix stops before a character whose bytes have not all come", "[tokenizer]") {
+  using llmt::complete_utf8_prefix;
+  CHECK(complete_utf8_prefix("") == 0);
+  CHECK(complete_utf8_prefix("abc") == 3);
+  const std::string euro = "\xE2\x82\xAC";      // U+20AC: 3 bytes
+  const std::string emoji = "\xF0\x9F\x98\x80";  // U+1F600: 4 bytes
+  CHECK(complete_utf8_prefix("a" + euro) == 4);
+  CHECK(complete_utf8_prefix("a" + euro.substr(0, 1)) == 1);
+  CHECK(complete_utf8_prefix("a" + euro.substr(0, 2)) == 1);
+  CHECK(complete_utf8_prefix(emoji) == 4);
+  for (size_t k = 1; k < 4; ++k) CHECK(complete_utf8_prefix("xy" + emoji.substr(0, k)) == 2);
+  CHECK(complete_utf8_prefix("\xC3\xA9") == 2);                // é complete
+  CHECK(complete_utf8_prefix(std::string("\xC3", 1)) == 0);    // é's lead byte alone
+  CHECK(complete_utf8_prefix(std::string("\x80\x80", 2)) == 2);  // stray continuation bytes: nothing to wait for
+}

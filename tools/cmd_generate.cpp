@@ -61,13 +61,33 @@ int generate(const GenerateArgs& args) {
   std::vector<double> logits(static_cast<size_t>(config.model.vocab_size));
   model.prefill(ids.data(), n_prompt, state, logits.data());
   Philox rng(args.seed, 0x67656e);  // stream "gen"
+  // The text is printed as it grows: after each token, the part of decode(ids) not yet printed, up to the last
+  // complete UTF-8 character (byte-level BPE tokens may split one) and without a trailing U+FFFD (a SentencePiece
+  // byte-fallback character still incomplete). Decoding the ids as a whole each time keeps the output identical
+  // to decoding them once at the end.
+  std::string printed;
+  const auto print_new = [&](bool final) {
+    const std::string text = tokenizer->decode(ids);
+    size_t upto = final ? text.size() : complete_utf8_prefix(text);
+    static constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
+    while (!final && upto >= 3 && text.compare(upto - 3, 3, kReplacement) == 0) upto -= 3;
+    size_t same = 0;  // decode(ids) extends what was printed (checked, not assumed)
+    while (same < printed.size() && same < text.size() && printed[same] == text[same]) ++same;
+    if (same < printed.size() && !final) return;  // wait: the end repairs what it can
+    if (upto > same) std::fwrite(text.data() + same, 1, upto - same, stdout);
+    std::fflush(stdout);
+    printed.assign(text, 0, std::max(upto, same));
+  };
+  print_new(false);
   for (int64_t i = 0; i < args.max_new_tokens; ++i) {
     if (i > 0) model.decode(&ids.back(), state, logits.data());
     const int32_t next = sample_token(logits.data(), vocab, sampling, rng);
     if (next == tokenizer->eos_id()) break;
     ids.push_back(next);
+    print_new(false);
   }
-  fmt::print("{}\n", tokenizer->decode(ids));
+  print_new(true);
+  std::fputs("\n", stdout);
   return 0;
 #endif
 }

@@ -33,6 +33,11 @@ class Tokenizer {
   virtual const std::string& hash() const = 0;  ///< FNV-1a 64 (hex) of the files loaded
 };
 
+/// Length in bytes of the longest prefix of `text` that does not end inside a UTF-8 sequence: text.size(),
+/// unless the last 1-3 bytes are the start of a multi-byte character whose continuation bytes have not
+/// come yet (a byte-level BPE token may end mid-character). For printing decoded text as it grows.
+size_t complete_utf8_prefix(const std::string& text);
+
 /// "gpt2", "llama3", "llama3.1", a tokenizer.json, a directory (tokenizer.json or
 /// encoder.json + vocab.bpe) -> BpeTokenizer; a path ending in ".model" -> SentencePiece.
 /// Throws llmt::Error naming the file, or saying which library the build lacks.
