@@ -6,11 +6,11 @@
 #
 # Usage (repository root, on a machine with a GPU, PyTorch, Triton and transformers):
 #   FLA_SRC=path/to/flash-linear-attention MDN_FLA_SRC=path/to/MomentumDeltaNet/flash-linear-attention \
-#     [PYLIB=dir-with-einops-and-mamba_ssm-sources] [ONLY="gdn mamba3"] [LLMTRAIN=build/llmtrain] \
+#     [PYLIB=dir-with-einops-and-mamba_ssm-sources] [ONLY="gdn mamba3"] [JOBS=8] [LLMTRAIN=build/llmtrain] \
 #     [OUT=interop-out] [TOTAL_S=225] scripts/interop_all.sh
 # Writes $OUT/interop.log and $OUT/interop/<type>.{log,json}; big files (HF exports, logits: ~100 MB each) go
 # to $WORK (default a temporary folder). Triton compiles and autotunes FLA's kernels on first use (minutes per
-# model): give TOTAL_S room, or run a few types at a time with ONLY. Exit status 0 (see the table).
+# model): give TOTAL_S room, run fewer at once with JOBS, or a few types with ONLY. Exit status 0 (see the table).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,6 +19,8 @@ WORK=${WORK:-$(mktemp -d /tmp/interop.XXXXXX)}
 mkdir -p "$OUT/interop" "$WORK"
 LOG=$OUT/interop.log
 B=${LLMTRAIN:-$root/build/llmtrain}
+JOBS=${JOBS:-8}   # model types at once (each compiles and autotunes its Triton kernels on first use)
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "JOBS=$JOBS: give a positive number of model types to run at once" >&2; exit 2; }
 FLA_SRC=${FLA_SRC:--}
 MDN_FLA_SRC=${MDN_FLA_SRC:--}
 [ -n "${PYLIB:-}" ] && export PYTHONPATH=$PYLIB${PYTHONPATH:+:$PYTHONPATH}
@@ -117,6 +119,7 @@ set -f  # the --set values hold [ ] (no globbing)
 start=$(date +%s)
 deadline=$(( start + TOTAL_S ))
 for line in "${TYPES[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done  # at most JOBS types at once
   read -r name config fla sets <<< "$line"
   # shellcheck disable=SC2086
   pipeline "$name" "$config" "$fla" $sets > "$OUT/interop/$name.log" 2>&1 &
