@@ -181,14 +181,7 @@ TEST_CASE("cuda decode: mamba3_decode continues its carry", "[gpu][decode]") {
                                Case{2, T, 3, 8, 16, 1, 4, 0, true});            // MIMO rank 4, no rotation
   const std::string tag = c.tag();
   INFO(tag);
-  Mamba3Options opt;
-  opt.head_dim = c.P;
-  opt.n_groups = c.G;
-  opt.rank = c.R;
-  opt.chunk_size = 64 / c.R;
-  opt.heavy_tail = c.heavy_tail;
-  opt.outproj_norm = c.norm;
-  opt.A_floor = c.A_floor;
+  const Mamba3Options opt = c.options();
   const int64_t HP = c.H * c.P, BC = 2 * c.R * c.G * c.N, W = 3 * c.H + c.S, BT = c.B * c.T, BH = c.B * c.H;
   Pair x = both(randn(BT * HP, 1), {c.B, c.T, HP}), z = both(randn(BT * HP, 2), {c.B, c.T, HP});
   Pair bc = both(randn(BT * BC, 3), {c.B, c.T, BC}), raw = both(randn(BT * W, 4), {c.B, c.T, W});

@@ -37,14 +37,7 @@ Case mild(Case c) {  // Mamba's init: Δ around 0.01 to 0.05
 void check_mamba3(const Case& c) {
   const std::string tag = c.tag();
   INFO(tag);
-  Mamba3Options opt;
-  opt.head_dim = c.P;
-  opt.n_groups = c.G;
-  opt.rank = c.R;
-  opt.chunk_size = 64 / c.R;
-  opt.heavy_tail = c.heavy_tail;
-  opt.outproj_norm = c.norm;
-  opt.A_floor = c.A_floor;
+  const Mamba3Options opt = c.options();
   const int64_t HP = c.H * c.P, BC = 2 * c.R * c.G * c.N, W = 3 * c.H + c.S, BT = c.B * c.T;
   const uint64_t s = c.seed * 100;
   Pair x = both(randn(BT * HP, s + 1), {c.B, c.T, HP}), z = both(randn(BT * HP, s + 2), {c.B, c.T, HP});

@@ -7,6 +7,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/backend.h"
+#include "kernels/mamba3_options.h"
 
 namespace llmt::test {
 
@@ -16,6 +17,18 @@ struct Case {
   bool norm = false, heavy_tail = false;
   double A_floor = 1e-4, bias_lo = -1.5, bias_hi = -0.5;
   uint64_t seed = 1;
+  /// The layer options of this case (chunk 64 / rank, as the model sets it).
+  Mamba3Options options() const {
+    Mamba3Options opt;
+    opt.head_dim = P;
+    opt.n_groups = G;
+    opt.rank = R;
+    opt.chunk_size = 64 / R;
+    opt.heavy_tail = heavy_tail;
+    opt.outproj_norm = norm;
+    opt.A_floor = A_floor;
+    return opt;
+  }
   std::string tag() const {
     return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) + " P=" +
            std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) + " R=" + std::to_string(R) +

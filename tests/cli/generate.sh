@@ -12,10 +12,8 @@ llmtrain=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$llmtrain" prepare-data --input tests/fixtures/slimpajama_derived.jsonl.zst --out "$tmp/ds" --val-fraction 0.2 \
-    --threads 1 --quiet > /dev/null
-"$llmtrain" train --config tests/configs/eval_tiny.json --set "data.dataset=$tmp/ds" --out "$tmp/run" \
-    > "$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; exit 1; }
+source tests/cli_tiny_run.sh
+train_tiny_run "$llmtrain" "$tmp"
 
 gen() { "$llmtrain" generate --checkpoint "$tmp/run" --prompt "The history of" "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }

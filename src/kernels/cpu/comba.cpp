@@ -89,13 +89,9 @@ template <typename T>
 void comba_recurrent_fwd(const CombaInputs<T>& in, const DeltaDims& d, T* o, T* final_state) {
   const int64_t K = d.key_dim, V = d.value_dim;
   Vec r(V);
-  for_each_head(d, [&](int64_t b, int64_t h) {
-    const ScalarHead hd = load(in, d, b, h);
-    Vec S = hd.s0, out(d.seq_len * V);
-    recurrent_scan(hd.q, d.seq_len, K, V, [&](int64_t t, double* St) { step(hd, t, K, V, St, r); }, S, out);
-    scatter(out, d, b, h, V, o);
-    store_state(S, d, b, h, final_state);
-  });
+  recurrent_forward(
+      d, [&](int64_t b, int64_t h) { return load(in, d, b, h); },
+      [&](const ScalarHead& hd, int64_t t, double* St) { step(hd, t, K, V, St, r); }, o, final_state);
 }
 
 // Reverse-time backward (layers-delta.md §6.4, Comba): step_bwd for t = T..1 on recomputed states.

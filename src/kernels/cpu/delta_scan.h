@@ -33,6 +33,20 @@ void recurrent_scan(const Vec& q, int64_t T, int64_t K, int64_t V, Step step, Ve
   }
 }
 
+/// The token-by-token forward of every head: hd = load_head(b, h) (a head with members q [T, K] and s0 [K, V]),
+/// then recurrent_scan with step(hd, t, S); o [B, T, H, V] and, unless null, final_state [B, H, K, V] written.
+template <class T, class LoadHead, class Step>
+void recurrent_forward(const DeltaDims& d, LoadHead load_head, Step step, T* o, T* final_state) {
+  const int64_t K = d.key_dim, V = d.value_dim;
+  for_each_head(d, [&](int64_t b, int64_t h) {
+    const auto hd = load_head(b, h);
+    Vec S = hd.s0, out(d.seq_len * V);
+    recurrent_scan(hd.q, d.seq_len, K, V, [&](int64_t t, double* St) { step(hd, t, St); }, S, out);
+    scatter(out, d, b, h, V, o);
+    store_state(S, d, b, h, final_state);
+  });
+}
+
 /// Reverse-time sweep of one head for the exact recurrent backward (§6.4): the states S_{t-1}, S_t
 /// (each [K, V], KV = K V doubles) are recomputed with step(t, S) from checkpoints of s0 taken every 64
 /// tokens (memory ~ (T/64 + 65) K V doubles), and token_bwd(t, S_{t-1}, S_t) is called for t = T-1..0.

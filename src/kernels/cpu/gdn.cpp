@@ -42,13 +42,9 @@ template <typename T>
 void gdn_recurrent_fwd(const GdnInputs<T>& in, const DeltaDims& d, T* o, T* final_state) {
   const int64_t K = d.key_dim, V = d.value_dim;
   Vec delta(V);
-  for_each_head(d, [&](int64_t b, int64_t h) {
-    const ScalarHead hd = load(in, d, b, h);
-    Vec S = hd.s0, out(d.seq_len * V);
-    recurrent_scan(hd.q, d.seq_len, K, V, [&](int64_t t, double* St) { step(hd, t, K, V, St, delta); }, S, out);
-    scatter(out, d, b, h, V, o);
-    store_state(S, d, b, h, final_state);
-  });
+  recurrent_forward(
+      d, [&](int64_t b, int64_t h) { return load(in, d, b, h); },
+      [&](const ScalarHead& hd, int64_t t, double* St) { step(hd, t, K, V, St, delta); }, o, final_state);
 }
 
 // Reverse-time backward (layers-delta.md §6.4), per token t = T..1: decayed_step_bwd with the scalar decay.

@@ -59,21 +59,24 @@ size_t carve(const Sizes& s, bool backward, void* base, Buffers* out) {
   return off;
 }
 
-// Throws unless the sizes are valid for the layer and the kernels.
-void check_sizes(const Sizes& s) {
+// The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
+// checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
+// carved into buf for the forward or the backward. Returns false when there is nothing to compute.
+bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool backward,
+           void* scratch, Sizes& s, Buffers& buf) {
+  s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
         s.S, s.N);
   m3::core_check(s);
-}
-
-Mamba3Ptrs checked(const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt) {
   const bool mimo = p.mimo_x != nullptr && p.mimo_z != nullptr && p.mimo_o != nullptr;
   const bool siso = p.mimo_x == nullptr && p.mimo_z == nullptr && p.mimo_o == nullptr;
   check(s.R == 1 ? siso : mimo, "mamba3: mimo_x, mimo_z, mimo_o must be given exactly when rank > 1 (rank {})", s.R);
   check((p.norm != nullptr) == opt.outproj_norm,
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
-  return p;
+  if (s.E == 0) return false;
+  carve(s, backward, scratch, &buf);
+  return true;
 }
 
 // partial[sp cols + c] = Σ_{row in range sp} in[row ld + c].   (grid (column blocks, splits))
@@ -122,12 +125,10 @@ size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Op
 void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
                 const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, void* scratch,
                 cudaStream_t stream) {
-  const Sizes s = m3::make_sizes(dims);
-  check_sizes(s);
-  const Mamba3Ptrs p = checked(params, s, opt);
-  if (s.E == 0) return;
+  Sizes s;
   Buffers buf;
-  carve(s, false, scratch, &buf);
+  if (!begin(params, dims, opt, false, scratch, s, buf)) return;
+  const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, stream);
   m3::gate_fwd(z, p, s, opt, buf, out, stream);
@@ -136,12 +137,10 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
 void mamba3_decode(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
                    const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, float* out,
                    void* scratch, cudaStream_t stream) {
-  const Sizes s = m3::make_sizes(dims);
-  check_sizes(s);
-  const Mamba3Ptrs p = checked(params, s, opt);
-  if (s.E == 0) return;
+  Sizes s;
   Buffers buf;
-  carve(s, false, scratch, &buf);
+  if (!begin(params, dims, opt, false, scratch, s, buf)) return;
+  const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
   m3::gate_fwd(z, p, s, opt, buf, out, stream);
@@ -151,12 +150,10 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* dx,
                 float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads, void* scratch,
                 cudaStream_t stream) {
-  const Sizes s = m3::make_sizes(dims);
-  check_sizes(s);
-  const Mamba3Ptrs p = checked(params, s, opt);
-  if (s.E == 0) return;
+  Sizes s;
   Buffers buf;
-  carve(s, true, scratch, &buf);
+  if (!begin(params, dims, opt, true, scratch, s, buf)) return;
+  const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, stream);
   m3::gate_bwd(dout, z, p, s, opt, buf, dz, grads, stream);
