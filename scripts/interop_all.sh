@@ -144,7 +144,8 @@ for n in names:
         be = "cuda" if "cuda" in os.path.basename(r["logits"]) else "cpu"
         worst = max(r["variants"], key=lambda v: r["variants"][v]["ratio"])
         status = ("ok" if r["ok"] else "TOO DIFFERENT") + f" (tol {r['tol']:g}, worst variant {worst}; " + \
-            ", ".join(f"{v} {x['ratio']:.2e}" for v, x in r["variants"].items()) + f"; {r['class']})"
+            ", ".join(f"{v} {x['ratio']:.2e}" for v, x in r["variants"].items()) + f"; {r['class']})" + \
+            "".join(f"; variant {v} FAILED: {m[:120]}" for v, m in r.get("failed_variants", {}).items())
         rows.append((n, be, f"{r['max_abs_diff']:.3e}", f"{r['max_abs_logit']:.3f}", f"{r['ratio']:.2e}",
                      f"{r['argmax_agree']:.4f}", status))
 w = [max(len(r[i]) for r in rows) for i in range(6)]

@@ -217,6 +217,36 @@ TEST_CASE("synthetic: windows label only the answers; ranks read slices of one o
   CHECK_THROWS_WITH(SyntheticSource("parity", c, 42, 20), Catch::Contains("max_length"));
 }
 
+TEST_CASE("synthetic: the length curriculum bounds example i's length by a line from the start length to max_length",
+          "[synthetic]") {
+  SyntheticConfig c;
+  c.min_length = 3;
+  c.max_length = 103;
+  const int64_t T = 110;
+  c.curriculum_tokens = 100 * T;  // the bound reaches max_length at example 100
+  c.curriculum_start_length = 13;
+  const SyntheticSource s("parity", c, 7, T);
+  CHECK(s.longest_train_length(0) == 13);
+  CHECK(s.longest_train_length(50) == 58);   // 13 + 90 * 50 / 100
+  CHECK(s.longest_train_length(99) == 102);  // 13 + 89.1, rounded down
+  CHECK(s.longest_train_length(100) == 103);
+  CHECK(s.longest_train_length(1000000) == 103);
+  // Every drawn length lies in [min_length, bound]; the bound is reached (uniform draw) and early examples
+  // stay short. A parity example is its bits, '=' and the answer: tokens = length + 2.
+  int64_t longest_early = 0, longest_late = 0;
+  for (uint64_t i = 0; i < 400; ++i) {
+    const auto len = static_cast<int64_t>(s.train_example(i).tokens.size()) - 2;
+    REQUIRE(len >= c.min_length);
+    REQUIRE(len <= s.longest_train_length(i));
+    (i < 10 ? longest_early : longest_late) = std::max(i < 10 ? longest_early : longest_late, len);
+  }
+  CHECK(longest_early <= 13 + 9);
+  CHECK(longest_late == 103);
+  // Without the curriculum the bound is max_length from the first example.
+  c.curriculum_tokens = 0;
+  CHECK(SyntheticSource("parity", c, 7, T).longest_train_length(0) == 103);
+}
+
 TEST_CASE("synthetic: config keys, the vocabulary and sequence-length checks", "[synthetic][config]") {
   nlohmann::json j = {
       {"model", {{"type", "transformer"}, {"d_model", 16}, {"n_layers", 1}, {"vocab_size", 16},
@@ -244,6 +274,15 @@ TEST_CASE("synthetic: config keys, the vocabulary and sequence-length checks", "
   CHECK_THROWS_WITH(parse_config(parity), Catch::Contains("train.seq_len >= 301"));
   parity["data"]["synthetic"] = {{"brackets", true}};
   CHECK_THROWS_WITH(parse_config(parity), Catch::Contains("unknown key data.synthetic.brackets"));
+  parity["data"]["synthetic"] = {{"max_length", 100}, {"curriculum_tokens", 4096}};
+  CHECK(parse_config(parity).data.synthetic.curriculum_start_length == 3);  // min_length
+  parity["data"]["synthetic"]["curriculum_start_length"] = 101;
+  CHECK_THROWS_WITH(parse_config(parity), Catch::Contains("curriculum_start_length (101)"));
+  parity["data"]["synthetic"] = {{"curriculum_tokens", -1}};
+  CHECK_THROWS_WITH(parse_config(parity), Catch::Contains("curriculum_tokens"));
+  nlohmann::json mqar_curriculum = j;
+  mqar_curriculum["data"]["synthetic"]["curriculum_tokens"] = 4096;
+  CHECK_THROWS_WITH(parse_config(mqar_curriculum), Catch::Contains("data.synthetic.curriculum_tokens"));
   parity["data"]["synthetic"] = nlohmann::json::object();
   parity["model"]["vocab_size"] = 2;
   CHECK_THROWS_WITH(parse_config(parity), Catch::Contains("model.vocab_size (2)"));

@@ -60,9 +60,20 @@ SyntheticExample SyntheticSource::train_example(uint64_t i) const {
     return make(p, false, config_.train_points[p][0], config_.train_points[p][1], i);
   }
   Philox rng(seed_, stream_of(i, kLengthSet, false));
+  const int64_t longest = longest_train_length(i);
   const int64_t length =
-      config_.min_length + static_cast<int64_t>(rng.below(static_cast<uint64_t>(config_.max_length - config_.min_length + 1)));
+      config_.min_length + static_cast<int64_t>(rng.below(static_cast<uint64_t>(longest - config_.min_length + 1)));
   return make(0, false, length, 0, i);
+}
+
+int64_t SyntheticSource::longest_train_length(uint64_t i) const {
+  if (task_ == "mqar" || config_.curriculum_tokens <= 0) return config_.max_length;
+  const int64_t start = std::max(config_.curriculum_start_length, config_.min_length);
+  // Example i starts after i windows of seq_len tokens; integer arithmetic (in long double to avoid overflow).
+  const long double done = static_cast<long double>(i) * static_cast<long double>(seq_len_);
+  if (done >= static_cast<long double>(config_.curriculum_tokens)) return config_.max_length;
+  return start + static_cast<int64_t>(static_cast<long double>(config_.max_length - start) * done /
+                                      static_cast<long double>(config_.curriculum_tokens));
 }
 
 SyntheticExample SyntheticSource::eval_example(size_t set, int64_t j) const {

@@ -7,7 +7,7 @@
 //
 // Training example i (i = 0, 1, ... over the whole run, all ranks together) is a pure function of (seed, i):
 // MQAR cycles through data.synthetic.train_points (point i mod P), parity / modarith draw the length uniformly
-// from [min_length, max_length]. The position (LoaderState.index = examples handed out) is what checkpoints
+// from [min_length, max_length] (or, with the length curriculum, [min_length, longest_train_length(i)]). The position (LoaderState.index = examples handed out) is what checkpoints
 // save. Evaluation sets are a separate stream: example j of set s depends on (seed, s, j) only.
 #pragma once
 #include <cstdint>
@@ -42,6 +42,10 @@ class SyntheticSource {
   void set_state(const LoaderState& s) { state_ = s; }
 
   SyntheticExample train_example(uint64_t i) const;
+  /// The longest length training example i may draw (parity / modarith): max_length, or with the length
+  /// curriculum (data.synthetic.curriculum_tokens > 0) curriculum_start_length + (max_length -
+  /// curriculum_start_length) * min(1, i * seq_len / curriculum_tokens), rounded down. mqar: max_length (unused).
+  int64_t longest_train_length(uint64_t i) const;
   const std::vector<SyntheticEvalSet>& eval_sets() const { return eval_sets_; }
   SyntheticExample eval_example(size_t set, int64_t j) const;
   /// Classes of the single answer (parity 2, modarith 5) for the scaled accuracy; 0 for mqar (not scaled).

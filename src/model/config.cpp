@@ -436,6 +436,13 @@ void parse_synthetic(ObjectReader r, const std::string& source, SyntheticConfig&
     s.max_length = r.positive("max_length", dflt(s.max_length));
     check(s.min_length <= s.max_length, "config: data.synthetic.min_length ({}) exceeds max_length ({})",
           s.min_length, s.max_length);
+    s.curriculum_tokens = r.integer("curriculum_tokens", dflt(s.curriculum_tokens));
+    check(s.curriculum_tokens >= 0, "config: data.synthetic.curriculum_tokens must be >= 0 (0: no curriculum), got {}",
+          s.curriculum_tokens);
+    s.curriculum_start_length = r.positive("curriculum_start_length", dflt(s.min_length));
+    check(s.min_length <= s.curriculum_start_length && s.curriculum_start_length <= s.max_length,
+          "config: data.synthetic.curriculum_start_length ({}) must lie in [min_length, max_length] = [{}, {}]",
+          s.curriculum_start_length, s.min_length, s.max_length);
     const std::vector<int64_t> lengths = r.integers("eval_lengths");
     if (!lengths.empty()) s.eval_lengths = lengths;
     r.json_value("eval_lengths", json(s.eval_lengths));
