@@ -269,22 +269,37 @@ TEST_CASE("cuda: cross_entropy with negative targets, deterministic", "[cuda]") 
       labelled += targets[r] >= 0;
     }
     const double grad_scale = 1.0 / static_cast<double>(labelled);
-    const auto logits0 = randn(s.rows * s.vocab, 91, 3.0);
+    auto logits0 = randn(s.rows * s.vocab, 91, 3.0);
+    // Every 4th labelled row: the target's logit is the row's maximum, tied with another entry (a tie is
+    // wrong); every 4th + 2: the target is the unique maximum.
+    for (int64_t r = 0; r < s.rows; r += 2) {
+      const int64_t t = targets[static_cast<size_t>(r)];
+      if (t < 0) continue;
+      float* z = logits0.data() + r * s.vocab;
+      z[t] = *std::max_element(z, z + s.vocab) + 1.0f;
+      if (r % 4 == 0) z[(t + 1 + r % (s.vocab - 1)) % s.vocab] = z[t];
+    }
     Pair logits = both(logits0, {s.rows, s.vocab});
     Pair t = both(targets, {s.rows});
     Pair losses = both(randn(s.rows, 92), {s.rows});
     Pair correct = both(randn(s.rows, 93), {s.rows});  // every entry must be written
     gpu().cross_entropy(*logits.g, *t.g, grad_scale, *losses.g, *correct.g);
     cpu().cross_entropy(*logits.c, *t.c, grad_scale, *losses.c, *correct.c);
-    // The argmax flags equal the CPU's (random logits: no ties) and an independent host argmax.
+    // The argmax flags equal the CPU's and an independent host count: 1 iff the target beats every other logit.
     const auto flags = get(gpu(), *correct.g);
+    int64_t right = 0, ties = 0;
     for (int64_t r = 0; r < s.rows; ++r) {
-      int64_t best = 0;
-      for (int64_t j = 1; j < s.vocab; ++j)
-        if (logits0[static_cast<size_t>(r * s.vocab + j)] > logits0[static_cast<size_t>(r * s.vocab + best)]) best = j;
-      const float expect = targets[static_cast<size_t>(r)] == best ? 1.0f : 0.0f;
+      const int64_t t = targets[static_cast<size_t>(r)];
+      int64_t reaching = 0;  // other logits >= the target's
+      for (int64_t j = 0; t >= 0 && j < s.vocab; ++j)
+        reaching += j != t && logits0[static_cast<size_t>(r * s.vocab + j)] >= logits0[static_cast<size_t>(r * s.vocab + t)];
+      const float expect = t >= 0 && reaching == 0 ? 1.0f : 0.0f;
       REQUIRE(flags[static_cast<size_t>(r)] == expect);
+      right += expect > 0;
+      ties += t >= 0 && r % 4 == 0;
     }
+    CHECK(right > 0);
+    CHECK(ties > 0);
     require_bit_identical(flags, get(cpu(), *correct.c), "cross_entropy correct");
     const double g = gpu().sum(*losses.g), c = cpu().sum(*losses.c);
     CHECK(std::isfinite(g));

@@ -31,7 +31,11 @@ double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, in
     const double z_target = static_cast<double>(z[target]);
     T mx = z[0];
     for (int64_t j = 1; j < vocab; ++j) mx = std::max(mx, z[j]);
-    if (correct) correct[r] = z[target] >= mx ? T(1) : T(0);
+    if (correct) {
+      bool unique = true;  // no other logit reaches the target's
+      for (int64_t j = 0; j < vocab; ++j) unique = unique && (j == target || z[j] < z[target]);
+      correct[r] = unique ? T(1) : T(0);
+    }
     double sum = 0.0;
     for (int64_t j = 0; j < vocab; ++j) {
       z[j] = std::exp(z[j] - mx);

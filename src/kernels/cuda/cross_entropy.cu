@@ -29,7 +29,8 @@ __device__ void for_each_strided(const T* z, int64_t n, F f) {
 
 // loss_r = logsumexp(z_r) - z_r[t_r];  dz_r = grad_scale (softmax(z_r) - onehot(t_r));
 // t_r < 0: loss 0, gradient 0; t_r >= vocab: loss and gradient NaN (a kernel cannot throw).
-// correct (optional): 1 where z_r[t_r] equals the row maximum, else 0 (0 without a label).
+// correct (optional): 1 where z_r[t_r] is larger than every other logit of the row (a tie is wrong), else 0
+// (0 without a label).
 // Two passes over the row: the max and the sum of exponentials together (each thread keeps
 // a running max m_t and Σ exp(z - m_t), rescaled when m_t grows, then the block combines
 // Σ_t exp(m_t - max) sum_t), then the gradient.
@@ -49,9 +50,10 @@ __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t 
       continue;
     }
     const double z_target = to_f32(z[target]);
-    float m = -INFINITY;
+    float m = -INFINITY, m_other = -INFINITY;  // m_other: the largest logit but the target's
     double sum = 0.0;
-    for_each_strided(z, vocab, [&](int64_t, float zj) {
+    for_each_strided(z, vocab, [&](int64_t j, float zj) {
+      if (j != target) m_other = fmaxf(m_other, zj);
       if (zj == -INFINITY) return;  // adds exp(-inf) = 0; -inf - -inf would be NaN
       if (zj > m) {
         sum *= exp(static_cast<double>(m) - zj);
@@ -60,6 +62,7 @@ __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t 
       sum += expf(zj - m);
     });
     const float mx = block_reduce(m, MaxOp{}, -INFINITY);
+    const float mx_other = correct ? block_reduce(m_other, MaxOp{}, -INFINITY) : 0.0f;  // uniform branch
     sum = m == -INFINITY ? 0.0 : sum * exp(static_cast<double>(m) - mx);
     sum = block_reduce(sum, SumOp{}, 0.0);
     const float scale = static_cast<float>(grad_scale / sum), gs = static_cast<float>(grad_scale);
@@ -69,7 +72,7 @@ __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t 
     });
     if (threadIdx.x == 0) {
       losses[r] = static_cast<float>(static_cast<double>(mx) + log(sum) - z_target);
-      if (correct) correct[r] = z_target >= mx ? 1.0f : 0.0f;  // mx is the maximum of the same fp32 values
+      if (correct) correct[r] = static_cast<float>(z_target) > mx_other ? 1.0f : 0.0f;  // the same fp32 values
     }
   }
 }
