@@ -242,8 +242,16 @@ TEST_CASE("synthetic: the length curriculum bounds example i's length by a line 
   }
   CHECK(longest_early <= 13 + 9);
   CHECK(longest_late == 103);
+  // A hold of 30 examples' tokens shifts the ramp by 30 examples.
+  c.curriculum_hold_tokens = 30 * T;
+  const SyntheticSource held("parity", c, 7, T);
+  CHECK(held.longest_train_length(29) == 13);
+  CHECK(held.longest_train_length(30) == 13);
+  CHECK(held.longest_train_length(80) == 58);
+  CHECK(held.longest_train_length(130) == 103);
   // Without the curriculum the bound is max_length from the first example.
   c.curriculum_tokens = 0;
+  c.curriculum_hold_tokens = 0;
   CHECK(SyntheticSource("parity", c, 7, T).longest_train_length(0) == 103);
 }
 

@@ -67,12 +67,14 @@ SyntheticExample SyntheticSource::train_example(uint64_t i) const {
 }
 
 int64_t SyntheticSource::longest_train_length(uint64_t i) const {
-  if (task_ == "mqar" || config_.curriculum_tokens <= 0) return config_.max_length;
+  if (task_ == "mqar" || (config_.curriculum_tokens <= 0 && config_.curriculum_hold_tokens <= 0))
+    return config_.max_length;
   const int64_t start = std::max(config_.curriculum_start_length, config_.min_length);
-  // Example i starts after i windows of seq_len tokens; integer arithmetic (in long double to avoid overflow).
-  const long double done = static_cast<long double>(i) * static_cast<long double>(seq_len_);
-  if (done >= static_cast<long double>(config_.curriculum_tokens)) return config_.max_length;
-  return start + static_cast<int64_t>(static_cast<long double>(config_.max_length - start) * done /
+  // Example i starts after i windows of seq_len tokens (long double: no overflow, exact at these sizes).
+  const long double ramp = static_cast<long double>(static_cast<long double>(i) * seq_len_ - config_.curriculum_hold_tokens);
+  if (ramp < 0) return start;
+  if (ramp >= static_cast<long double>(config_.curriculum_tokens)) return config_.max_length;
+  return start + static_cast<int64_t>(static_cast<long double>(config_.max_length - start) * ramp /
                                       static_cast<long double>(config_.curriculum_tokens));
 }
 

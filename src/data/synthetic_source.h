@@ -43,8 +43,9 @@ class SyntheticSource {
 
   SyntheticExample train_example(uint64_t i) const;
   /// The longest length training example i may draw (parity / modarith): max_length, or with the length
-  /// curriculum (data.synthetic.curriculum_tokens > 0) curriculum_start_length + (max_length -
-  /// curriculum_start_length) * min(1, i * seq_len / curriculum_tokens), rounded down. mqar: max_length (unused).
+  /// curriculum (data.synthetic.curriculum_tokens or curriculum_hold_tokens > 0), with u = i * seq_len - hold
+  /// tokens: curriculum_start_length while u < 0, then curriculum_start_length + (max_length -
+  /// curriculum_start_length) * min(1, u / curriculum_tokens), rounded down. mqar: max_length (unused).
   int64_t longest_train_length(uint64_t i) const;
   const std::vector<SyntheticEvalSet>& eval_sets() const { return eval_sets_; }
   SyntheticExample eval_example(size_t set, int64_t j) const;

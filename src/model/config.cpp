@@ -439,6 +439,9 @@ void parse_synthetic(ObjectReader r, const std::string& source, SyntheticConfig&
     s.curriculum_tokens = r.integer("curriculum_tokens", dflt(s.curriculum_tokens));
     check(s.curriculum_tokens >= 0, "config: data.synthetic.curriculum_tokens must be >= 0 (0: no curriculum), got {}",
           s.curriculum_tokens);
+    s.curriculum_hold_tokens = r.integer("curriculum_hold_tokens", dflt(s.curriculum_hold_tokens));
+    check(s.curriculum_hold_tokens >= 0, "config: data.synthetic.curriculum_hold_tokens must be >= 0, got {}",
+          s.curriculum_hold_tokens);
     s.curriculum_start_length = r.positive("curriculum_start_length", dflt(s.min_length));
     check(s.min_length <= s.curriculum_start_length && s.curriculum_start_length <= s.max_length,
           "config: data.synthetic.curriculum_start_length ({}) must lie in [min_length, max_length] = [{}, {}]",

@@ -196,9 +196,11 @@ struct SyntheticConfig {
                                                    {1024, 256}, {2048, 256}, {2048, 512}};
   double power_a = 0.01;  ///< mqar: query gap g has P ~ (g + 1)^(power_a - 1)
   int64_t min_length = 3, max_length = 160;  ///< parity / modarith: training lengths, uniform
-  /// parity / modarith length curriculum: over the first curriculum_tokens training tokens the longest training
-  /// length grows linearly from curriculum_start_length to max_length (0: no curriculum, max_length throughout)
+  /// parity / modarith length curriculum: the longest training length stays at curriculum_start_length for the
+  /// first curriculum_hold_tokens training tokens, then grows linearly to max_length over the next
+  /// curriculum_tokens (both 0: no curriculum, max_length throughout)
   int64_t curriculum_tokens = 0;
+  int64_t curriculum_hold_tokens = 0;
   int64_t curriculum_start_length = 0;  ///< resolved to min_length when not given
   std::vector<int64_t> eval_lengths{256};     ///< parity / modarith: evaluation lengths
   bool brackets = false;                      ///< modarith: with brackets (operators + -)
