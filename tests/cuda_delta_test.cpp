@@ -4,7 +4,8 @@
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
 // ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with every output
 // finite. The GDN and Comba cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
-// compute (bf16 operands on the tensor cores, kBf16CoreTol), on fresh inputs each. The ops that reduce (dw,
+// compute (bf16 operands on the tensor cores, kBf16CoreTol; the default mma.sync tiles, and a few cases on the
+// previous WMMA tiles), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
@@ -21,6 +22,7 @@
 
 #include "core/rng.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/ops.cuh"
 #include "cuda_test_util.h"
 
 using namespace llmt::test;
@@ -406,6 +408,21 @@ TEST_CASE("cuda delta: Comba chunked core at the model's head sizes (K = V = 128
     check_comba(1, 1000, 2, 256, 512, 64, -0.05, seed + 40, compute);  // ragged T, 4 key and 8 value tiles
     seed += 100;
   }
+}
+
+TEST_CASE("cuda delta: GDN and Comba bf16 cores on the previous WMMA tiles (GdnBf16Tiles::kWmma) and a key_dim "
+          "beyond the mma scan's shared memory",
+          "[cuda][delta][gdn][comba]") {
+  struct Restore {  // the default (kMma) again, also when a check throws
+    ~Restore() { llmt::cuda::set_gdn_bf16_tiles(llmt::cuda::GdnBf16Tiles::kMma); }
+  } restore;
+  llmt::cuda::set_gdn_bf16_tiles(llmt::cuda::GdnBf16Tiles::kWmma);
+  check_gdn(sweep_batch(DType::bf16), 65, 3, 64, 128, 16, -5.0, 5100, gdn_core(DType::bf16));
+  check_gdn(2, 4000, 1, 128, 128, 64, -0.05, 5120, gdn_core(DType::bf16));
+  check_comba(sweep_batch(DType::bf16), 200, 3, 16, 32, 64, -0.05, 5140, DType::bf16);
+  check_comba(1, 1000, 2, 256, 512, 64, -0.05, 5160, DType::bf16);
+  llmt::cuda::set_gdn_bf16_tiles(llmt::cuda::GdnBf16Tiles::kMma);
+  check_gdn(1, 300, 1, 320, 64, 64, -1.0, 5180, gdn_core(DType::bf16));  // K = 320: mma wu and out, Tc scan
 }
 
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {

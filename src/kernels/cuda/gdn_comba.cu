@@ -5,7 +5,9 @@
 // P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
 // results are the CPU's up to fp32 rounding.
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
-// (tile::Tc) with BOTH operand tiles rounded to bf16 and fp32 accumulation: the inputs q, k, v, p̂ (scaled
+// with BOTH operand tiles rounded to bf16 and fp32 accumulation (forward phases on tile::Mma: bf16 operand
+// tiles, register accumulators; backward phases on tile::Tc; GdnBf16Tiles::kWmma: all on tile::Tc, the same
+// rounding points, another fp32 summation order): the inputs q, k, v, p̂ (scaled
 // by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
@@ -27,6 +29,7 @@
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
 // chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
+#include <atomic>
 #include <initializer_list>
 #include <type_traits>
 
@@ -83,15 +86,24 @@ struct GdnScratch {
   }
 };
 
-// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
-// g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
+// Thread r < 64: row r's g and β of the chunk (0 for rows >= n), into registers (first half of load_gates).
 template <typename A>
-__device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
+__device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r) {
   const int r = static_cast<int>(threadIdx.x);
   if (r < kN) {
     const bool in = r < ch.n;
-    tmp[r] = in ? a.g[ch.gate(a, r)] : 0.0f;
-    beta[r] = in ? a.beta[ch.gate(a, r)] : 0.0f;
+    g_r = in ? a.g[ch.gate(a, r)] : 0.0f;
+    b_r = in ? a.beta[ch.gate(a, r)] : 0.0f;
+  }
+}
+
+// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r and g_r
+// itself in tmp (Γ^ex_r = Γ_r - g_r) from fetch_gates' registers (second half of load_gates).
+__device__ void scan_gates(float g_r, float b_r, double* gam, float* beta, float* tmp) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < kN) {
+    tmp[r] = g_r;
+    beta[r] = b_r;
   }
   __syncthreads();
   if (threadIdx.x < 32) {  // warp 0: lane l owns rows 2l, 2l + 1; a fixed shuffle scan over the lanes' pairs
@@ -107,6 +119,14 @@ __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta
     gam[2 * l + 1] = incl;
   }
   __syncthreads();
+}
+
+// Γ_r, β_r (0 for rows >= n) and g_r in tmp for the chunk (fetch_gates, then scan_gates).
+template <typename A>
+__device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
+  float g_r = 0.0f, b_r = 0.0f;
+  fetch_gates(a, ch, g_r, b_r);
+  scan_gates(g_r, b_r, gam, beta, tmp);
 }
 
 // Small per-block arrays at the start of the dynamic shared memory.
@@ -309,6 +329,204 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<L, E> a
       const int r = L::row(i), c = L::col(j);
       if (r < ch.n && c < tile_cols(V, v0)) o[r * a.H * V + c] = expd(s.gam[r]) * acc_o.v[i][j] + acc.v[i][j];
     }
+}
+
+// ---- forward phases on bf16 operand tiles (tile::Mma; bf16 models, GdnBf16Tiles::kMma) ----
+// The same phases and rounding points as the kernels above with L = Tc: every product operand is rounded to
+// bf16 once, as it is loaded into a bf16 shared tile (q, k, v, p̂ with their fp32 gate factors; W, U/Δ, h
+// are bf16 already) or as it is formed (𝒯, P, Δ, S), and the products add straight into register
+// accumulators (over all key tiles of a sum). Gates, A, 𝒯 (forward substitution), the running state S and
+// the element-wise steps stay fp32. a: the arguments of the bf16 instantiation (L = Tc; only the scratch
+// element type matters here).
+using tile::kLdH;
+using tile::kTileHalves;
+using tile::Mma;
+using bf16 = __nv_bfloat16;
+
+// Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
+constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
+
+// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel.
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sA = cv.tile(), *sT = cv.tile();
+  bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const int64_t K = a.K, V = a.V;
+  const E* x = kComba ? a.p : a.k;
+  Acc acc;
+  acc.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    if (kComba) tile::load_h(hK, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    __syncthreads();
+    Mma::mma<false, true>(hX, kComba ? hK : hX, acc);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r e^{Γ_r-Γ_j} x_r·k_j (j < r); Comba: Γ^ex_r
+      const int r = Mma::row(i), c = Mma::col(j);
+      sA[r * kLd + c] =
+          c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
+      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+    }
+  __syncthreads();
+  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
+  const auto id = [](int, int, float x) { return x; };
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
+                 [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+    __syncthreads();
+    acc.zero();
+    Mma::mma<false, false>(hT, hX, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
+    __syncthreads();
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+    tile::load_h(hX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    acc.zero();
+    Mma::mma<false, false>(hT, hX, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
+    __syncthreads();
+  }
+}
+
+// Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
+// and K^g tiles (bf16) and Δ (bf16).
+constexpr size_t scan_mma_smem(int nkt) {
+  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+}
+
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
+// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
+// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
+// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* S = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) S[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
+  fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
+    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    const double gC = s.gam[ch.n - 1];
+    const float aC = expd(gC);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
+    }
+    typename L::Operand* U = ch.rows(a, a.U, V, v0);
+    Acc d;
+    load_acc<Mma>(d, U, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, U, V, ch.n, vc, [](int, int, float x) { return x; });
+    tile::store_acc_h(d, hD, [](int, int, float x) { return x; });
+    __syncthreads();  // hD complete; every read of hS (W S) done
+    if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
+      acc.zero();
+      Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
+      float* St = S + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + acc.v[i][j];
+          acc.v[i][j] = e;
+        }
+      tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+    }
+  }
+}
+
+// Shared memory of gdn_out_mma_kernel for nkt key tiles: bf16 Q (all key tiles), K then h (all key tiles of
+// one value tile), P and Δ.
+constexpr size_t out_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+
+// F5, F6 for chunk blockIdx.x of head blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once (the sum
+// over the key tiles in registers), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed in registers).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hKH = cv.take<bf16>(kTileHalves * nkt),
+       *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hKH + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  Acc qk;
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qk);
+  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
+  __syncthreads();  // hP complete; the K tiles are read (hKH takes h next)
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h(hKH + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ
+    __syncthreads();
+    Acc qh, pd;
+    qh.zero();
+    pd.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qh);
+    Mma::mma<false, false>(hP, hD, pd);
+    float* o = ch.in(a, a.o, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        if (r < ch.n && c < vc) o[r * a.H * V + c] = expd(s.gam[r]) * qh.v[i][j] + pd.v[i][j];
+      }
+    __syncthreads();  // hKH, hD are read
+  }
 }
 
 // ---- backward phases ----
@@ -690,12 +908,32 @@ GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const fl
   return a;
 }
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
+std::atomic<int> g_bf16_tiles{static_cast<int>(GdnBf16Tiles::kMma)};
+
+/// Whether the bf16 forward phases run on tile::Mma (P = bf16 and GdnBf16Tiles::kMma).
+template <typename L>
+bool use_mma() {
+  return std::is_same_v<typename L::Operand, __nv_bfloat16> &&
+         g_bf16_tiles.load(std::memory_order_relaxed) == static_cast<int>(GdnBf16Tiles::kMma);
+}
+
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). With tile::Mma the scan needs ~47 KiB of shared memory per
+// key tile (K <= 256 fits); larger key_dim keeps the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
+  if constexpr (std::is_same_v<typename L::Operand, __nv_bfloat16>) {
+    if (use_mma<L>()) {
+      launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
+      if (scan_mma_smem(nkt) <= 227 * 1024)
+        launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+      else
+        launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+      return;
+    }
+  }
   launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
   launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
 }
@@ -712,6 +950,14 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
       make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
   forward_states<kComba>(a, false, stream);
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+    if (use_mma<L>() && out_mma_smem(nkt) <= 227 * 1024) {
+      launch(gdn_out_mma_kernel<L, E>, dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads)),
+             out_mma_smem(nkt), stream, a);
+      return;
+    }
+  }
   launch(gdn_out_kernel<L, E>,
          dim3(static_cast<unsigned>(a.NC * ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads)),
          smem_for(4), stream, a);
@@ -747,6 +993,9 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
 }
 
 }  // namespace
+
+void set_gdn_bf16_tiles(GdnBf16Tiles tiles) { g_bf16_tiles.store(static_cast<int>(tiles)); }
+GdnBf16Tiles gdn_bf16_tiles() { return static_cast<GdnBf16Tiles>(g_bf16_tiles.load()); }
 
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,

@@ -132,6 +132,14 @@ void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
 // overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes<P>.
 constexpr int64_t kGdnMaxChunk = 64;
+/// Which tensor-core tiles the bf16 (P = __nv_bfloat16) GDN and Comba cores use (process-wide; for benchmarks
+/// and tests of the previous path): kMma (default) bf16 operand tiles kept in shared memory and mma.sync
+/// accumulators in registers for the forward phases (wu, scan, out; also the backward's recomputation of them),
+/// the remaining backward phases on tile::Tc; kWmma every phase on tile::Tc (fp32 tiles, WMMA per product;
+/// the path before kMma). Numerically the same rounding points; results differ only in fp32 summation order.
+enum class GdnBf16Tiles { kMma, kWmma };
+void set_gdn_bf16_tiles(GdnBf16Tiles tiles);
+GdnBf16Tiles gdn_bf16_tiles();
 template <typename P>
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
