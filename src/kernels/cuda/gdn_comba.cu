@@ -5,9 +5,9 @@
 // P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
 // results are the CPU's up to fp32 rounding.
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
-// with BOTH operand tiles rounded to bf16 and fp32 accumulation (forward phases on tile::Mma: bf16 operand
-// tiles, register accumulators; backward phases on tile::Tc; GdnBf16Tiles::kWmma: all on tile::Tc, the same
-// rounding points, another fp32 summation order): the inputs q, k, v, p̂ (scaled
+// with BOTH operand tiles rounded to bf16 and fp32 accumulation (wu, scan, out, dv_local, bwd_scan on
+// tile::Mma: bf16 operand tiles, register accumulators; dqk, wy on tile::Tc; GdnBf16Tiles::kWmma: all on
+// tile::Tc, the same rounding points, another fp32 summation order): the inputs q, k, v, p̂ (scaled
 // by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
@@ -874,6 +874,128 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
   }
 }
 
+// ---- backward phases on tile::Mma ----
+
+// Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), P and dO.
+constexpr size_t dv_local_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+
+// B1 (intra-chunk part) for chunk blockIdx.x of head blockIdx.y, every value tile, as gdn_dv_local_kernel:
+// P once (Q K^T summed over the key tiles in registers), then dΔ = P^T dO per value tile.
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  Acc acc;
+  acc.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, acc);
+  tile::store_acc_h(acc, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();  // hP (first pass) and hO complete
+    acc.zero();
+    Mma::mma<true, false>(hP, hO, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, [](int, int, float x) { return x; });
+    __syncthreads();  // hO is read
+  }
+}
+
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the fp32 dS (per thread, as the scan's S), its
+// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). About 52 KiB per key tile.
+constexpr size_t bwd_scan_mma_smem(int nkt) {
+  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2);
+}
+
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
+// gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
+// registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ. The gates of the chunk before are
+// fetched during that update.
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* dS = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) dS[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
+  fetch_gates(a, Chunk(a, a.NC - 1, blockIdx.y), g_r, b_r);
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
+    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    const double gC = s.gam[ch.n - 1];
+    const float aC = expd(gC);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
+      tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(s.gam[r]); });
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+    }
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    float* dD = ch.rows(a, a.dD, V, v0);
+    Acc d;
+    load_acc<Mma>(d, dD, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, dD, V, ch.n, vc, [](int, int, float x) { return x; });
+    tile::store_acc_h(d, hE, [](int, int, float x) { return x; });
+    __syncthreads();  // hE complete; every read of hS (K^g dS) done
+    if (chunk > 0) fetch_gates(a, Chunk(a, chunk - 1, blockIdx.y), g_r, b_r);  // in flight during B2
+    for (int kt = 0; kt < nkt; ++kt) {  // B2
+      Acc qd, wd;
+      qd.zero();
+      wd.zero();
+      Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
+      Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
+      float* St = dS + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + qd.v[i][j] - wd.v[i][j];
+          qd.v[i][j] = e;
+        }
+      tile::store_acc_h(qd, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+    }
+  }
+}
+
 // ---- host side ----
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
@@ -986,8 +1108,16 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
-  launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+  // tile::Mma for dv_local and (key_dim <= 192: ~52 KiB of shared memory per key tile) bwd_scan; else tile::Tc.
+  bool mma_dv = false, mma_scan = false;
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    mma_dv = use_mma<L>() && dv_local_mma_smem(nkt) <= 227 * 1024;
+    mma_scan = use_mma<L>() && bwd_scan_mma_smem(nkt) <= 227 * 1024;
+    if (mma_dv) launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
+    if (mma_scan) launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+  }
+  if (!mma_dv) launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
+  if (!mma_scan) launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
   launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
   launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
 }
