@@ -5,8 +5,8 @@
 // P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
 // results are the CPU's up to fp32 rounding.
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
-// with BOTH operand tiles rounded to bf16 and fp32 accumulation (wu, scan, out, dv_local, bwd_scan on
-// tile::Mma: bf16 operand tiles, register accumulators; dqk, wy on tile::Tc; GdnBf16Tiles::kWmma: all on
+// with BOTH operand tiles rounded to bf16 and fp32 accumulation (wu, scan, out, dv_local, bwd_scan, dqk on
+// tile::Mma: bf16 operand tiles, register accumulators; wy on tile::Tc; GdnBf16Tiles::kWmma: all on
 // tile::Tc, the same rounding points, another fp32 summation order): the inputs q, k, v, p̂ (scaled
 // by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
@@ -996,6 +996,116 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   }
 }
 
+// Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
+// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ).
+constexpr size_t dqk_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6); }
+
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of head
+// blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
+// the key tiles, dO Δ^T over the value tiles, dO h^T, Δ dh^T, dΔ h^T over the value tiles); the element-wise
+// terms read q, k in fp32 (from global memory, at the thread's elements) and h, dh as stored (bf16).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hH = cv.take<bf16>(kTileHalves),
+       *hD = cv.take<bf16>(kTileHalves), *hG = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const double gC = s.gam[ch.n - 1];
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  Acc qk, dp;
+  qk.zero();
+  dp.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
+    __syncthreads();
+    Mma::mma<false, true>(hO, hD, dp);
+    __syncthreads();
+  }
+  float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B3: dP ⊙ E (masked); B8 (ii)
+      const int r = Mma::row(i), c = Mma::col(j);
+      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
+      dp.v[i][j] = d;
+      const float y = d * qk.v[i][j];
+      row_part[i] += y;
+      col_part[j] -= y;
+    }
+  tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
+  float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int64_t k0 = kt * kN;
+    const int kc = tile_cols(K, k0);
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile_cols(V, v0);
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+      tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      __syncthreads();
+      Mma::mma<false, true>(hO, hH, dqs);
+      Mma::mma<false, true>(hD, hG, dks);
+      Mma::mma<false, true>(hE, hH, dws);
+      for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+        const int r = idx >> 6, c = idx & 63;
+        sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
+      }
+      __syncthreads();
+    }
+    Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
+    dq2.zero();
+    dk2.zero();
+    Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
+    Mma::mma<true, false>(hdP, hQ + kt * kTileHalves, dk2);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
+        row_part[i] += eg * xq.v[i][j] * dqs.v[i][j];  // (i)
+        const float z = ekg * xk.v[i][j] * dks.v[i][j];
+        row_part[i] -= z;  // (iii), every row
+        kz += z;           // (iii), at row C
+        if (r < ch.n && c < kc) {
+          dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
+          dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
+          dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
+        }
+      }
+  }
+  tile::reduce_rows_cols<Mma>(row_part, col_part, s.red, s.out1);
+  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n)
+    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+}
+
 // ---- host side ----
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
@@ -1118,7 +1228,12 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   }
   if (!mma_dv) launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
   if (!mma_scan) launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-  launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
+  bool mma_dqk = false;
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    mma_dqk = use_mma<L>() && dqk_mma_smem(nkt) <= 227 * 1024;
+    if (mma_dqk) launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
+  }
+  if (!mma_dqk) launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
   launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
 }
 
