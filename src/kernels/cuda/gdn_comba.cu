@@ -5,8 +5,8 @@
 // P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
 // results are the CPU's up to fp32 rounding.
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
-// with BOTH operand tiles rounded to bf16 and fp32 accumulation (wu, scan, out, dv_local, bwd_scan, dqk on
-// tile::Mma: bf16 operand tiles, register accumulators; wy on tile::Tc; GdnBf16Tiles::kWmma: all on
+// with BOTH operand tiles rounded to bf16 and fp32 accumulation (every phase on tile::Mma: bf16 operand
+// tiles, register accumulators; the two scans on tile::Tc when key_dim is too large for their shared memory; GdnBf16Tiles::kWmma: all on
 // tile::Tc, the same rounding points, another fp32 summation order): the inputs q, k, v, p̂ (scaled
 // by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
@@ -1106,6 +1106,171 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
 }
 
+// Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles.
+constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves;
+
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as gdn_bwd_wy_kernel: the same products on
+// bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
+// thread's elements (global memory, as the fp32 tiles held them).
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  bf16 *hT = cv.take<bf16>(kTileHalves), *hdT = cv.take<bf16>(kTileHalves), *hM = cv.take<bf16>(kTileHalves),
+       *hX = cv.take<bf16>(kTileHalves), *hY = cv.take<bf16>(kTileHalves), *hZ = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
+  const E* x = kComba ? a.p : a.k;
+  float* dx = kComba ? a.dp : a.dk;
+  Acc kk;
+  kk.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    if (kComba) tile::load_h(hY, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    __syncthreads();
+    Mma::mma<false, true>(hX, kComba ? hY : hX, kk);
+    __syncthreads();
+  }
+  // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
+  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  float ex_part[4] = {0, 0, 0, 0};
+  float(&row_x)[4] = kComba ? ex_part : row_part;
+  Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
+  dtv.zero();
+  dtw.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    Acc vv;
+    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+    Acc xu;
+    xu.zero();
+    Mma::mma<true, false>(hT, hZ, xu);
+    Mma::mma<false, true>(hZ, hY, dtv);
+    float* dv = ch.in(a, a.dv, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        db_part[i] += xu.v[i][j] * vv.v[i][j];
+        if (r < ch.n && c < vc) dv[r * a.H * V + c] = s.beta[r] * xu.v[i][j];
+      }
+    __syncthreads();
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
+    const int kc = tile_cols(K, k0);
+    tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+    Acc xv;
+    load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    Acc xw;
+    xw.zero();
+    Mma::mma<true, false>(hT, hZ, xw);
+    Mma::mma<false, true>(hZ, hX, dtw);
+    float* dxt = ch.in(a, dx, K, k0);
+    Acc d;  // dK so far (GDN); Comba writes dP̂ here first
+    if (kComba)
+      d.zero();
+    else
+      load_acc<Mma>(d, dxt, a.H * K, ch.n, kc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i);
+        const float eg = expd(s.row_gam<kComba>(r)), xk = xw.v[i][j] * xv.v[i][j] * eg;
+        db_part[i] += xk;
+        row_x[i] += s.beta[r] * xk;
+        d.v[i][j] += s.beta[r] * eg * xw.v[i][j];
+      }
+    store_acc<Mma>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    __syncthreads();
+  }
+  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = Mma::row(i), c = Mma::col(j);
+      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
+    }
+  tile::store_acc_h(dtv, hdT, [](int, int, float x) { return x; });
+  __syncthreads();
+  Acc m;
+  m.zero();
+  Mma::mma<true, false>(hT, hdT, m);  // M1 = 𝒯^T d𝒯
+  tile::store_acc_h(m, hM, [](int, int, float x) { return x; });
+  __syncthreads();  // hM complete; hdT is read
+  m.zero();
+  Mma::mma<false, true>(hM, hT, m);  // M1 𝒯^T
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
+      const int r = Mma::row(i), c = Mma::col(j);
+      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
+      m.v[i][j] = dae;
+      db_part[i] += dae * kk.v[i][j];
+      const float y = dae * s.beta[r] * kk.v[i][j];
+      row_x[i] += y;
+      col_part[j] -= y;
+    }
+  tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
+    const int kc = tile_cols(K, k0);
+    tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    tile::load_h(hZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, [&](int r) { return s.beta[r]; });
+    __syncthreads();  // (the first pass: hdT too)
+    Acc xr, yc;
+    xr.zero();
+    yc.zero();
+    Mma::mma<false, false>(hdT, hX, xr);
+    Mma::mma<true, false>(hdT, hZ, yc);
+    float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
+    Acc dxo, dko;
+    load_acc<Mma>(dxo, dxt, a.H * K, ch.n, kc);
+    if (kComba) load_acc<Mma>(dko, dk, a.H * K, ch.n, kc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        dxo.v[i][j] += s.beta[Mma::row(i)] * xr.v[i][j];
+        if (kComba)
+          dko.v[i][j] += yc.v[i][j];
+        else
+          dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
+      }
+    store_acc<Mma>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    if (kComba) store_acc<Mma>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    __syncthreads();
+  }
+  tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
+  tile::reduce_rows_cols<Mma>(row_part, col_part, s.red, s.out2);
+  if (kComba) tile::reduce_rows_cols<Mma>(ex_part, none, s.red, s.out3);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n) {
+    a.dbeta[ch.gate(a, r)] = s.out1[r];
+    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r)
+    float acc = 0.0f, acc_ex = 0.0f;
+    for (int i = ch.n - 1; i >= 0; --i) {
+      acc += s.out2[i];
+      a.dg[ch.gate(a, i)] = acc + acc_ex;
+      if (kComba) acc_ex += s.out3[i];
+    }
+  }
+}
+
 // ---- host side ----
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
@@ -1234,6 +1399,12 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
     if (mma_dqk) launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
   }
   if (!mma_dqk) launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (use_mma<L>()) {
+      launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, dim3(NC, BH), kWyMmaSmem, stream, a);
+      return;
+    }
+  }
   launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
 }
 

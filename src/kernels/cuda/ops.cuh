@@ -135,9 +135,8 @@ constexpr int64_t kGdnMaxChunk = 64;
 /// Which tensor-core tiles the bf16 (P = __nv_bfloat16) GDN and Comba cores use (process-wide; for benchmarks
 /// and tests of the previous path): kMma (default) bf16 operand tiles kept in shared memory and mma.sync
 /// accumulators in registers (tile::Mma) for the forward phases (wu, scan, out; also the backward's
-/// recomputation of wu and scan) and the backward's dv_local, bwd_scan and dqk (the scans fall back to tile::Tc
-/// when their shared memory would not fit: forward key_dim > 256, backward key_dim > 192), the backward's wy on
-/// tile::Tc; kWmma every phase on tile::Tc (fp32 tiles, WMMA per product; the path before kMma). The same
+/// recomputation of wu and scan) and every backward phase (the scans fall back to tile::Tc when their shared
+/// memory would not fit: forward key_dim > 256, backward key_dim > 192); kWmma every phase on tile::Tc (fp32 tiles, WMMA per product; the path before kMma). The same
 /// rounding points either way; results differ only in fp32 summation order.
 enum class GdnBf16Tiles { kMma, kWmma };
 void set_gdn_bf16_tiles(GdnBf16Tiles tiles);
