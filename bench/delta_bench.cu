@@ -1,8 +1,7 @@
 // GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
 // mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. GDN and Comba
-// three times: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'), the
-// latter on the previous WMMA tiles (tile::Tc) and on the mma.sync tiles (tile::Mma, the default). MDN gates:
+// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
 // the backward. Forward and forward + backward, timed with CUDA events over
@@ -98,9 +97,7 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
   const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
-  const char* products = std::is_same_v<P, float>                                               ? "fp32 chunk-parallel"
-                         : llmt::cuda::gdn_bf16_tiles() == llmt::cuda::GdnBf16Tiles::kMma ? "bf16 mma.sync tiles"
-                                                                                          : "bf16 WMMA tiles (previous)";
+  const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel" : "bf16 tensor cores";
   const double mib = 1 << 20, saved_bytes = save_residuals ? static_cast<double>(sizeof(float) * nv) : 0.0;
   std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB | %.0f MiB |\n", name,
               products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
@@ -120,10 +117,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) {
       bench_core<float>(s, iters, core);
-      for (const auto tiles : {llmt::cuda::GdnBf16Tiles::kWmma, llmt::cuda::GdnBf16Tiles::kMma}) {
-        llmt::cuda::set_gdn_bf16_tiles(tiles);
-        bench_core<__nv_bfloat16>(s, iters, core);
-      }
+      bench_core<__nv_bfloat16>(s, iters, core);
     }
   bench_core<float>(a, iters, Core::kKda);
   for (const Shape& s : {a, c})

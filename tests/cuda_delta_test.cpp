@@ -4,8 +4,8 @@
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
 // ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with every output
 // finite. The GDN and Comba cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
-// compute (bf16 operands on the tensor cores, kBf16CoreTol; the default mma.sync tiles, and a few cases on the
-// previous WMMA tiles), on fresh inputs each. The ops that reduce (dw,
+// compute (bf16 operands on the tensor cores, kBf16CoreTol; with a key_dim beyond the mma scans' shared memory
+// also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
@@ -410,19 +410,15 @@ TEST_CASE("cuda delta: Comba chunked core at the model's head sizes (K = V = 128
   }
 }
 
-TEST_CASE("cuda delta: GDN and Comba bf16 cores on the previous WMMA tiles (GdnBf16Tiles::kWmma) and a key_dim "
-          "beyond the mma scan's shared memory",
+TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma scans' shared memory (tile::Tc scans)",
           "[cuda][delta][gdn][comba]") {
-  struct Restore {  // the default (kMma) again, also when a check throws
-    ~Restore() { llmt::cuda::set_gdn_bf16_tiles(llmt::cuda::GdnBf16Tiles::kMma); }
-  } restore;
-  llmt::cuda::set_gdn_bf16_tiles(llmt::cuda::GdnBf16Tiles::kWmma);
-  check_gdn(sweep_batch(DType::bf16), 65, 3, 64, 128, 16, -5.0, 5100, gdn_core(DType::bf16));
-  check_gdn(2, 4000, 1, 128, 128, 64, -0.05, 5120, gdn_core(DType::bf16));
-  check_comba(sweep_batch(DType::bf16), 200, 3, 16, 32, 64, -0.05, 5140, DType::bf16);
-  check_comba(1, 1000, 2, 256, 512, 64, -0.05, 5160, DType::bf16);
-  llmt::cuda::set_gdn_bf16_tiles(llmt::cuda::GdnBf16Tiles::kMma);
-  check_gdn(1, 300, 1, 320, 64, 64, -1.0, 5180, gdn_core(DType::bf16));  // K = 320: mma wu and out, Tc scan
+  // K = 320 (> 256): both scans on tile::Tc, every other phase on tile::Mma. K = 200 (> 192, a partial fourth key
+  // tile): the forward scan on Mma, the backward's on Tc. (K = 256, the backward's Tc scan at full key tiles, is
+  // in the head-size cases above.)
+  check_gdn(1, 300, 1, 320, 64, 64, -1.0, 5180, gdn_core(DType::bf16));
+  check_comba(1, 300, 1, 320, 64, 64, -1.0, 5200, DType::bf16);
+  check_gdn(2, 130, 1, 200, 96, 64, -5.0, 5220, gdn_core(DType::bf16));
+  check_comba(2, 130, 1, 200, 96, 64, -0.05, 5240, DType::bf16);
 }
 
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {

@@ -3,12 +3,13 @@
 // 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16).
 // Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Three layouts:
 //   Simt  exact fp32 fma on the CUDA cores (KDA, MDN, and GDN / Comba of fp32 models);
-//   Tc    the tensor cores on fp32 tiles (GDN / Comba of bf16 models with GdnBf16Tiles::kWmma, the previous
-//         path, and their scans' fallback for a large key_dim): each product rounds both fp32 operand tiles to
-//         bf16 once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16 bf16 -> fp32 fragments;
-//   Mma   the tensor cores on bf16 tiles (GDN / Comba of bf16 models, the default): the operands are bf16 in shared
-//         memory from the moment they are loaded (load_h) or formed (store_acc_h), and mma.sync m16n8k16 (with
-//         ldmatrix, bf16_mma.cuh) adds every product straight into the register accumulators.
+//   Tc    the tensor cores on fp32 tiles (the scans of GDN / Comba bf16 models whose key_dim is too large for
+//         the Mma scans' shared memory: forward key_dim > 256, backward > 192): each product rounds both fp32
+//         operand tiles to bf16 once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16
+//         bf16 -> fp32 fragments;
+//   Mma   the tensor cores on bf16 tiles (every other phase of GDN / Comba bf16 models): the operands are bf16 in
+//         shared memory from the moment they are loaded (load_h) or formed (store_acc_h), and mma.sync m16n8k16
+//         (with ldmatrix, bf16_mma.cuh) adds every product straight into the register accumulators.
 // (Rounding fp32 tiles to bf16 fragment element by fragment element was measured slower than Simt:
 // docs/BENCHMARKS.md.) Every product sums its depth in a fixed order (deterministic). Shared tiles are fp32,
 // row-major, with a padded leading dimension (65) so that a tile and its transpose are both read with few
@@ -78,9 +79,7 @@ struct Simt : Grid16 {
 struct Tc : Grid16 {
   using Operand = __nv_bfloat16;  // what the products read their operands as
   static constexpr int kLdB = 72;  // bf16: a multiple of 8 (WMMA); 16 rows = 2304 bytes (32-byte aligned fragments)
-  // floats: a multiple of 4 (WMMA). (80 would spare the Grid16 reads a 2-way bank conflict, but the 2 KiB
-  // more would leave no room for two 4-tile blocks (wu, out: 75 KiB + this scratch) on one SM.)
-  static constexpr int kLdO = 72;
+  static constexpr int kLdO = 72;  // floats: a multiple of 4 (WMMA)
   struct alignas(128) Scratch {
     __nv_bfloat16 a[kN * kLdB], b[kN * kLdB];
     float o[kN * kLdO];
@@ -137,7 +136,7 @@ struct Tc : Grid16 {
 };
 
 /// Tensor-core products on bf16 operand tiles that stay in shared memory, accumulated in registers (GDN /
-/// Comba of bf16 models, the default; tile::Tc is the previous path). A bf16 tile is 64 x 64 bf16 with
+/// Comba of bf16 models; tile::Tc only for their scans at a large key_dim). A bf16 tile is 64 x 64 bf16 with
 /// leading dimension kLdH (144 bytes: every row 16-byte aligned for ldmatrix, and the 8 rows of an 8 x 8
 /// matrix start in 8 different 4-bank groups, so ldmatrix and the bf16x2 stores of an Acc are conflict-free).
 /// Operands are rounded to bf16 once, when a kernel loads them (load_h) or writes them (store_acc_h); mma

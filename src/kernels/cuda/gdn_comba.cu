@@ -5,10 +5,11 @@
 // P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
 // results are the CPU's up to fp32 rounding.
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
-// with BOTH operand tiles rounded to bf16 and fp32 accumulation (every phase on tile::Mma: bf16 operand
-// tiles, register accumulators; the two scans on tile::Tc when key_dim is too large for their shared memory; GdnBf16Tiles::kWmma: all on
-// tile::Tc, the same rounding points, another fp32 summation order): the inputs q, k, v, p̂ (scaled
-// by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
+// with BOTH operand tiles rounded to bf16 and fp32 accumulation (the *_mma_kernel phases on tile::Mma: bf16
+// operand tiles in shared memory, register accumulators; only when key_dim is too large for an Mma scan's
+// shared memory (forward key_dim > 256, backward > 192) does that scan run as gdn_scan_kernel /
+// gdn_bwd_scan_kernel on tile::Tc: the same rounding points, another fp32 summation order): the inputs q, k,
+// v, p̂ (scaled by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
 // states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
@@ -29,7 +30,6 @@
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
 // chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
-#include <atomic>
 #include <initializer_list>
 #include <type_traits>
 
@@ -143,7 +143,7 @@ struct Small {
 };
 constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
-// ---- forward phases ----
+// ---- forward phases on layout L (fp32 models: L = Simt; the bf16 scan's large-key_dim fallback: L = Tc) ----
 
 // F1–F3 (Comba: F1', F3') for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
 // keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
@@ -331,13 +331,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<L, E> a
     }
 }
 
-// ---- forward phases on bf16 operand tiles (tile::Mma; bf16 models, GdnBf16Tiles::kMma) ----
-// The same phases and rounding points as the kernels above with L = Tc: every product operand is rounded to
-// bf16 once, as it is loaded into a bf16 shared tile (q, k, v, p̂ with their fp32 gate factors; W, U/Δ, h
-// are bf16 already) or as it is formed (𝒯, P, Δ, S), and the products add straight into register
-// accumulators (over all key tiles of a sum). Gates, A, 𝒯 (forward substitution), the running state S and
-// the element-wise steps stay fp32. a: the arguments of the bf16 instantiation (L = Tc; only the scratch
-// element type matters here).
+// ---- forward phases on bf16 operand tiles (tile::Mma; bf16 models) ----
+// The phases above with the bf16 rounding points of "Precision": every product operand is rounded to bf16
+// once, as it is loaded into a bf16 shared tile (q, k, v, p̂ with their fp32 gate factors; W, U/Δ, h are
+// bf16 already) or as it is formed (𝒯, P, Δ, S), and the products add straight into register accumulators
+// (over all key tiles of a sum). Gates, A, 𝒯 (forward substitution), the running state S and the
+// element-wise steps stay fp32. a: the arguments of the bf16 instantiation (L = Tc, the layout of the scans'
+// fallback; here only its scratch element type, bf16, matters).
 using tile::kLdH;
 using tile::kTileHalves;
 using tile::Mma;
@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, 
   }
 }
 
-// ---- backward phases ----
+// ---- backward phases on layout L (fp32 models: L = Simt; the bf16 bwd_scan's large-key_dim fallback: L = Tc) ----
 
 // B1 (intra-chunk part) for head blockIdx.y and (chunk, value tile) as gdn_out_kernel: dΔ = P^T dO.
 template <typename L, typename E>
@@ -1285,7 +1285,8 @@ void check_chunk(int64_t chunk_size) {
         kGdnMaxChunk, chunk_size);
 }
 
-/// The products' layout for operand type P (delta_tile.cuh): exact fp32 (float) or the tensor cores (bf16).
+/// The layout L of GdnFast for operand type P (delta_tile.cuh): exact fp32 (float), or for bf16 tile::Tc, on which
+/// the scans' large-key_dim fallback runs (the Mma phases take only its scratch element type from it).
 template <typename P>
 using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Tc>;
 
@@ -1305,34 +1306,31 @@ GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const fl
   return a;
 }
 
-std::atomic<int> g_bf16_tiles{static_cast<int>(GdnBf16Tiles::kMma)};
+/// Whether P (the products' operand type) is bf16: the phases on tile::Mma (else the fp32 Simt kernels).
+template <typename P>
+constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 
-/// Whether the bf16 forward phases run on tile::Mma (P = bf16 and GdnBf16Tiles::kMma).
-template <typename L>
-bool use_mma() {
-  return std::is_same_v<typename L::Operand, __nv_bfloat16> &&
-         g_bf16_tiles.load(std::memory_order_relaxed) == static_cast<int>(GdnBf16Tiles::kMma);
-}
+/// Dynamic shared memory a block may have (sm_90); the Mma scans fit under it up to a key_dim, beyond which the
+/// Tc scans take over.
+constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). With tile::Mma the scan needs ~47 KiB of shared memory per
-// key tile (K <= 256 fits); larger key_dim keeps the tile::Tc scan (same scratch formats).
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~47 KiB of shared memory per key tile
+// (key_dim <= 256 fits); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  if constexpr (std::is_same_v<typename L::Operand, __nv_bfloat16>) {
-    if (use_mma<L>()) {
-      launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
-      if (scan_mma_smem(nkt) <= 227 * 1024)
-        launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
-      else
-        launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
-      return;
-    }
+  if constexpr (kBf16<typename L::Operand>) {
+    launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
+    if (scan_mma_smem(nkt) <= kMaxBlockSmem)
+      launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+    else
+      launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+  } else {
+    launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
+    launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
   }
-  launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
-  launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
 }
 
 // Forward (F1–F7): o [B, T, H, V].
@@ -1347,17 +1345,12 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
       make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
   forward_states<kComba>(a, false, stream);
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-    if (use_mma<L>() && out_mma_smem(nkt) <= 227 * 1024) {
-      launch(gdn_out_mma_kernel<L, E>, dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads)),
-             out_mma_smem(nkt), stream, a);
-      return;
-    }
-  }
-  launch(gdn_out_kernel<L, E>,
-         dim3(static_cast<unsigned>(a.NC * ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads)),
-         smem_for(4), stream, a);
+  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
+  if constexpr (kBf16<P>)
+    launch(gdn_out_mma_kernel<L, E>, dim3(NC, BH), out_mma_smem(static_cast<int>(ceil_div(key_dim, kN))), stream, a);
+  else
+    launch(gdn_out_kernel<L, E>, dim3(NC * static_cast<unsigned>(ceil_div(value_dim, kN)), BH), smem_for(4), stream,
+           a);
 }
 
 // Backward (B1–B9): gradients overwritten (dp: Comba only).
@@ -1383,35 +1376,24 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  // tile::Mma for dv_local and (key_dim <= 192: ~52 KiB of shared memory per key tile) bwd_scan; else tile::Tc.
-  bool mma_dv = false, mma_scan = false;
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    mma_dv = use_mma<L>() && dv_local_mma_smem(nkt) <= 227 * 1024;
-    mma_scan = use_mma<L>() && bwd_scan_mma_smem(nkt) <= 227 * 1024;
-    if (mma_dv) launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
-    if (mma_scan) launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+  if constexpr (kBf16<P>) {
+    // The Mma bwd_scan needs ~52 KiB of shared memory per key tile (key_dim <= 192 fits); else the tile::Tc one.
+    launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
+    if (bwd_scan_mma_smem(nkt) <= kMaxBlockSmem)
+      launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+    else
+      launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+    launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
+    launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, dim3(NC, BH), kWyMmaSmem, stream, a);
+  } else {
+    launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
+    launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+    launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
+    launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
   }
-  if (!mma_dv) launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
-  if (!mma_scan) launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-  bool mma_dqk = false;
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    mma_dqk = use_mma<L>() && dqk_mma_smem(nkt) <= 227 * 1024;
-    if (mma_dqk) launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
-  }
-  if (!mma_dqk) launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    if (use_mma<L>()) {
-      launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, dim3(NC, BH), kWyMmaSmem, stream, a);
-      return;
-    }
-  }
-  launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
 }
 
 }  // namespace
-
-void set_gdn_bf16_tiles(GdnBf16Tiles tiles) { g_bf16_tiles.store(static_cast<int>(tiles)); }
-GdnBf16Tiles gdn_bf16_tiles() { return static_cast<GdnBf16Tiles>(g_bf16_tiles.load()); }
 
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,

@@ -128,19 +128,12 @@ void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const
 // operands as, from the layer's compute dtype (gdn_comba.cu "Precision"; instantiated for both):
 //   float          exact fp32 products on the CUDA cores, fp32 scratch (fp32 models; ~1e-6 of the CPU result);
 //   __nv_bfloat16  the tensor cores with bf16 operands and fp32 accumulation, bf16 scratch W, U, h, dh, dW
-//                  (bf16 models; ~1e-2 of the fp32 result). Its backward refuses key_dim > 448 (shared memory).
+//                  (bf16 models; ~1e-2 of the fp32 result): mma.sync on bf16 tiles in shared memory (tile::Mma),
+//                  except a scan whose shared memory would not fit (forward key_dim > 256, backward > 192),
+//                  which runs on tile::Tc (WMMA on fp32 tiles). Its backward refuses key_dim > 448 (shared memory).
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
 // overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes<P>.
 constexpr int64_t kGdnMaxChunk = 64;
-/// Which tensor-core tiles the bf16 (P = __nv_bfloat16) GDN and Comba cores use (process-wide; for benchmarks
-/// and tests of the previous path): kMma (default) bf16 operand tiles kept in shared memory and mma.sync
-/// accumulators in registers (tile::Mma) for the forward phases (wu, scan, out; also the backward's
-/// recomputation of wu and scan) and every backward phase (the scans fall back to tile::Tc when their shared
-/// memory would not fit: forward key_dim > 256, backward key_dim > 192); kWmma every phase on tile::Tc (fp32 tiles, WMMA per product; the path before kMma). The same
-/// rounding points either way; results differ only in fp32 summation order.
-enum class GdnBf16Tiles { kMma, kWmma };
-void set_gdn_bf16_tiles(GdnBf16Tiles tiles);
-GdnBf16Tiles gdn_bf16_tiles();
 template <typename P>
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
