@@ -111,7 +111,6 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   BENCH_CHECK(cudaFree(scratch));
 }
 
-
 // ---- --phases: the bf16 GDN core kernel by kernel ----
 
 // H200 ceilings for the floors (spec sheet): HBM3e bandwidth and dense bf16 tensor-core throughput.
@@ -127,6 +126,8 @@ struct Cost {
   double unique, issued, flops;
 };
 
+/// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
+/// for another name.
 Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
