@@ -6,16 +6,19 @@
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
 // the backward. Forward and forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
-// Usage: delta_bench [iterations]   (default 10)
+// With --phases instead: the bf16 GDN forward and backward at shapes (a) and (c) kernel by kernel (phases()).
+// Usage: delta_bench [iterations] [--phases]   (default 10 iterations)
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
-#include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
+#include <vector>
 
 #include "bench_util.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -108,12 +111,250 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   BENCH_CHECK(cudaFree(scratch));
 }
 
+// ---- --phases: the bf16 GDN core kernel by kernel ----
+
+// H200 ceilings for the floors (spec sheet): HBM3e bandwidth and dense bf16 tensor-core throughput.
+constexpr double kHbmBytesPerS = 4.8e12, kBf16FlopPerS = 990e12;
+
+// Bytes and tile-product FLOPs of one phase of the bf16 GDN core (gdn_comba.cu's *_mma_kernel, and the Tc scans,
+// which move the same data), counted from the kernels for fp32 inputs, chunk 64, T a multiple of 64 and K, V
+// multiples of 64 (every tile full). unique: every tensor element the phase reads or writes, once (what HBM must
+// move at least); issued: the global loads and stores as the kernel issues them (re-reads per value or key tile
+// included, L2 prefetches not); flops: 2 M N depth per tile product (the CUDA-core work is not counted). backward:
+// wu keeps 𝒯.
+struct Cost {
+  double unique, issued, flops;
+};
+
+/// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
+/// for another name.
+Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
+  const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
+  const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
+  const double gates = 8 * N;                                     // g, β (fp32)
+  if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a chunk)
+    const double tm = backward ? 4 * 64 * N : 0;
+    return {gates + 4 * N * K + 4 * N * V + 2 * N * K + 2 * N * V + tm,
+            gates + 8 * N * K + 4 * N * V + 2 * N * K + 2 * N * V + tm, 2 * 64 * N * (2 * K + V)};
+  }
+  if (std::strcmp(phase, "scan") == 0)  // per value tile: gates, W (bf16), k; U read and Δ written (bf16); h (bf16)
+    return {gates + 6 * N * K + 4 * N * V + 2 * S, nvt * (gates + 6 * N * K) + 4 * N * V + 2 * S, 4 * N * K * V};
+  if (std::strcmp(phase, "out") == 0) {  // q, k; h, Δ (bf16); o
+    const double b = gates + 8 * N * K + 2 * S + 2 * N * V + 4 * N * V;
+    return {b, b, 2 * N * (64 * K + K * V + 64 * V)};
+  }
+  if (std::strcmp(phase, "dv_local") == 0) {  // q, k, dO; dΔ (fp32)
+    const double b = gates + 8 * N * K + 8 * N * V;
+    return {b, b, 128 * N * (K + V)};
+  }
+  if (std::strcmp(phase, "bwd_scan") == 0)  // per value tile: gates, k, q, W (bf16); dO; dΔ read and written; dh (bf16)
+    return {gates + 10 * N * K + 12 * N * V + 2 * S, nvt * (gates + 10 * N * K) + 12 * N * V + 2 * S, 6 * N * K * V};
+  if (std::strcmp(phase, "dqk") == 0)  // q, k (issued again in fp32 per key tile); dO, Δ (bf16; issued once more
+                                       // per key tile); h, dh (bf16); dΔ (per key tile); dq, dk; dW (bf16); dΓ
+    return {gates + 8 * N * K + 10 * N * V + 4 * S + 10 * N * K + 4 * N,
+            gates + 16 * N * K + (1 + nkt) * 6 * N * V + 4 * S + nkt * 4 * N * V + 10 * N * K + 4 * N,
+            64 * N * (6 * K + 2 * V) + 6 * N * K * V};
+  if (std::strcmp(phase, "wy") == 0)  // 𝒯; k (issued 5 times), v (twice), dΔ, dW (bf16), dΓ; dk read and written
+                                      // (issued twice each); dv, dβ, dg
+    return {gates + 256 * N + 4 * N * K + 8 * N * V + 2 * N * K + 4 * N + 8 * N * K + 4 * N * V + 8 * N,
+            gates + 256 * N + 20 * N * K + 12 * N * V + 2 * N * K + 4 * N + 16 * N * K + 4 * N * V + 8 * N,
+            64 * N * (10 * K + 4 * V + 256)};
+  return {0, 0, 0};
+}
+
+// The phase of each GDN kernel (gdn_comba.cu), by the kernel's name.
+struct PhaseKernel {
+  const char *kernel, *phase;
+};
+constexpr PhaseKernel kPhaseKernels[] = {
+    {"gdn_wu_mma_kernel", "wu"},           {"gdn_scan_mma_kernel", "scan"},
+    {"gdn_scan_kernel", "scan"},           {"gdn_out_mma_kernel", "out"},
+    {"gdn_dv_local_mma_kernel", "dv_local"}, {"gdn_bwd_scan_mma_kernel", "bwd_scan"},
+    {"gdn_bwd_scan_kernel", "bwd_scan"},   {"gdn_bwd_dqk_mma_kernel", "dqk"},
+    {"gdn_bwd_wy_mma_kernel", "wy"}};
+
+/// The dependencies of a graph node.
+std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t node) {
+  size_t n = 0;
+#if CUDART_VERSION >= 13000
+  BENCH_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n));
+  std::vector<cudaGraphNode_t> d(n);
+  if (n > 0) BENCH_CHECK(cudaGraphNodeGetDependencies(node, d.data(), nullptr, &n));
+#else
+  BENCH_CHECK(cudaGraphNodeGetDependencies(node, nullptr, &n));
+  std::vector<cudaGraphNode_t> d(n);
+  if (n > 0) BENCH_CHECK(cudaGraphNodeGetDependencies(node, d.data(), &n));
+#endif
+  return d;
+}
+
+/// The kernel launches that f(stream) makes, in order, with their arguments: f runs under stream capture (so
+/// nothing executes) into `graph`, whose kernel nodes are read back in dependency order. The arguments live in
+/// the graph: keep it until the launches are done with. Exits on a node that is not a kernel.
+template <typename F>
+std::vector<cudaKernelNodeParams> capture_launches(cudaStream_t stream, F f, cudaGraph_t& graph) {
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  f(stream);
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  size_t n = 0;
+  BENCH_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n), order;
+  BENCH_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  std::vector<std::vector<cudaGraphNode_t>> deps;
+  for (cudaGraphNode_t x : nodes) deps.push_back(dependencies(x));
+  std::vector<bool> placed(n, false);
+  while (order.size() < n)
+    for (size_t i = 0; i < n; ++i)  // a node whose dependencies are all placed
+      if (!placed[i] && std::all_of(deps[i].begin(), deps[i].end(), [&](cudaGraphNode_t d) {
+            return std::find(order.begin(), order.end(), d) != order.end();
+          })) {
+        placed[i] = true;
+        order.push_back(nodes[i]);
+      }
+  std::vector<cudaKernelNodeParams> launches;
+  for (cudaGraphNode_t x : order) {
+    cudaGraphNodeType type{};
+    BENCH_CHECK(cudaGraphNodeGetType(x, &type));
+    if (type != cudaGraphNodeTypeKernel) {
+      std::fprintf(stderr, "delta_bench --phases: the op made a graph node of type %d, not a kernel\n",
+                   static_cast<int>(type));
+      std::exit(1);
+    }
+    cudaKernelNodeParams p{};
+    BENCH_CHECK(cudaGraphKernelNodeGetParams(x, &p));
+    launches.push_back(p);
+  }
+  return launches;
+}
+
+/// Mean GPU milliseconds of each launch: the launches in order on `stream` with an event before each and after
+/// the last (so each sees the caches its predecessors left), `iters` times after 3 warm-ups.
+std::vector<double> time_launches(const std::vector<cudaKernelNodeParams>& launches, cudaStream_t stream, int iters) {
+  const size_t n = launches.size();
+  std::vector<cudaEvent_t> ev(n + 1);
+  for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventCreate(&e));
+  std::vector<double> ms(n, 0.0);
+  for (int it = -3; it < iters; ++it) {
+    for (size_t i = 0; i < n; ++i) {
+      const cudaKernelNodeParams& p = launches[i];
+      BENCH_CHECK(cudaEventRecord(ev[i], stream));
+      BENCH_CHECK(cudaLaunchKernel(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, stream));
+    }
+    BENCH_CHECK(cudaEventRecord(ev[n], stream));
+    BENCH_CHECK(cudaEventSynchronize(ev[n]));
+    for (size_t i = 0; it >= 0 && i < n; ++i) {
+      float x = 0.f;
+      BENCH_CHECK(cudaEventElapsedTime(&x, ev[i], ev[i + 1]));
+      ms[i] += x / iters;
+    }
+  }
+  for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventDestroy(e));
+  return ms;
+}
+
+/// Prints one table: each launch of f (the bf16 GDN forward, or backward when `backward`) with its kernel, grid,
+/// dynamic shared memory, registers, resident blocks per SM, waves, mean GPU ms, share of the sum, bytes (unique,
+/// issued), GFLOP, floor (max of unique bytes at kHbmBytesPerS and FLOPs at kBf16FlopPerS) and time / floor; then
+/// the sum and the op timed as one call.
+template <typename F>
+void print_phases(const Shape& s, int iters, bool backward, F f) {
+  cudaStream_t stream = nullptr;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  const std::vector<cudaKernelNodeParams> launches = capture_launches(stream, f, graph);
+  const std::vector<double> ms = time_launches(launches, stream, iters);
+  int device = 0, sms = 0;
+  BENCH_CHECK(cudaGetDevice(&device));
+  BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  double total = 0, unique = 0, issued = 0, flops = 0, floor_ms = 0;
+  for (double x : ms) total += x;
+  std::printf("\n%s, shape %s B=%ld T=%ld H=%ld K=%ld V=%ld (floors at %.1f TB/s, %.0f TFLOP/s)\n\n",
+              backward ? "GDN bf16 backward" : "GDN bf16 forward", s.name, static_cast<long>(s.B),
+              static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K), static_cast<long>(s.V),
+              kHbmBytesPerS / 1e12, kBf16FlopPerS / 1e12);
+  std::printf("| phase | kernel | grid | smem KiB | regs | blocks/SM | waves | GPU ms | share | MB unique | MB issued "
+              "| GFLOP | floor ms | x floor |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const cudaKernelNodeParams& p = launches[i];
+    const char* name = nullptr;
+    if (cudaFuncGetName(&name, p.func) != cudaSuccess || name == nullptr) {
+      name = "?";
+      (void)cudaGetLastError();
+    }
+    const PhaseKernel* pk = nullptr;
+    for (const PhaseKernel& x : kPhaseKernels)
+      if (std::strstr(name, x.kernel) != nullptr) pk = &x;
+    cudaFuncAttributes attr{};
+    BENCH_CHECK(cudaFuncGetAttributes(&attr, p.func));
+    int per_sm = 0;
+    BENCH_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p.func,
+                                                              static_cast<int>(p.blockDim.x * p.blockDim.y),
+                                                              p.sharedMemBytes));
+    const long blocks = static_cast<long>(p.gridDim.x) * p.gridDim.y * p.gridDim.z;
+    const double waves = per_sm > 0 ? static_cast<double>(blocks) / (static_cast<double>(per_sm) * sms) : 0.0;
+    const Cost cost = pk ? gdn_bf16_cost(pk->phase, s, backward) : Cost{0, 0, 0};
+    const double fl = 1e3 * std::max(cost.unique / kHbmBytesPerS, cost.flops / kBf16FlopPerS);
+    unique += cost.unique, issued += cost.issued, flops += cost.flops, floor_ms += fl;
+    std::printf("| %s | %s | %ux%u | %.1f | %d | %d | %.2f | %.3f | %.0f%% | %.0f | %.0f | %.1f | %.3f | %.1f |\n",
+                pk ? pk->phase : "?", pk ? pk->kernel : name, p.gridDim.x, p.gridDim.y,
+                static_cast<double>(p.sharedMemBytes) / 1024, attr.numRegs, per_sm, waves, ms[i],
+                100 * ms[i] / total, cost.unique / 1e6, cost.issued / 1e6, cost.flops / 1e9, fl,
+                fl > 0 ? ms[i] / fl : 0.0);
+  }
+  std::printf("| sum | | | | | | | %.3f | 100%% | %.0f | %.0f | %.1f | %.3f | %.1f |\n", total, unique / 1e6,
+              issued / 1e6, flops / 1e9, floor_ms, total / floor_ms);
+  const float one_call = bench::time_ms(iters, [&] { f(nullptr); });
+  std::printf("\nthe op as one call (default stream): %.3f ms\n", one_call);
+  BENCH_CHECK(cudaGraphDestroy(graph));
+  BENCH_CHECK(cudaStreamDestroy(stream));
+}
+
+/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs.
+void phases(const Shape& s, int iters) {
+  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
+  const bool full_tiles = s.T % C == 0 && s.K % 64 == 0 && s.V % 64 == 0;
+  if (!full_tiles) {
+    std::fprintf(stderr, "delta_bench --phases: the cost model needs T a multiple of 64 and full 64-wide tiles\n");
+    std::exit(1);
+  }
+  const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));
+  float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
+  float *v = random_buffer(nv, 3, -1.f, 1.f), *g = random_buffer(nb, 4, -0.1f, -0.001f);
+  float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
+  float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
+  float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
+  using P = __nv_bfloat16;
+  void* scratch = nullptr;
+  BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
+                                            llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C))));
+  BENCH_CHECK(cudaDeviceSynchronize());
+  print_phases(s, iters, false, [&](cudaStream_t st) {
+    llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, st);
+  });
+  print_phases(s, iters, true, [&](cudaStream_t st) {
+    llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, st);
+  });
+  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db}) BENCH_CHECK(cudaFree(x));
+  BENCH_CHECK(cudaFree(scratch));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
-  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch | saved Ṽ |\n|---|---|---|---|---|---|\n");
+  int iters = 10;
+  bool by_phase = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--phases") == 0)
+      by_phase = true;
+    else
+      iters = std::atoi(argv[i]);
+  }
   const Shape a{"a", 4, 4096, 16, 128, 128}, c{"c", 4, 4096, 6, 256, 512};
+  if (by_phase) {
+    for (const Shape& s : {a, c}) phases(s, iters);
+    return 0;
+  }
+  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch | saved Ṽ |\n|---|---|---|---|---|---|\n");
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) {
       bench_core<float>(s, iters, core);

@@ -4,7 +4,8 @@
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
 // ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with every output
 // finite. The GDN and Comba cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
-// compute (bf16 operands on the tensor cores, kBf16CoreTol), on fresh inputs each. The ops that reduce (dw,
+// compute (bf16 operands on the tensor cores, kBf16CoreTol; with a key_dim beyond the mma scans' shared memory
+// also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
@@ -21,6 +22,7 @@
 
 #include "core/rng.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/ops.cuh"
 #include "cuda_test_util.h"
 
 using namespace llmt::test;
@@ -406,6 +408,18 @@ TEST_CASE("cuda delta: Comba chunked core at the model's head sizes (K = V = 128
     check_comba(1, 1000, 2, 256, 512, 64, -0.05, seed + 40, compute);  // ragged T, 4 key and 8 value tiles
     seed += 100;
   }
+}
+
+TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma scans' shared memory (tile::Tc scans)",
+          "[cuda][delta][gdn][comba]") {
+  // K = 320 (> 256): both scans on tile::Tc, every other phase on tile::Mma. K = 200 (> 192, a partial fourth key
+  // tile): the forward scan on Mma, the backward's on Tc. (K = 256, the backward's Tc scan at full key tiles, is
+  // in the head-size cases above.) Each Tc scan gets a weak decay (-0.05): with g down to -5 the state carried
+  // from chunk to chunk is too small for an error in it to show at kBf16CoreTol.
+  check_gdn(1, 300, 1, 320, 64, 64, -1.0, 5180, gdn_core(DType::bf16));
+  check_comba(1, 300, 1, 320, 64, 64, -0.05, 5200, DType::bf16);
+  check_gdn(2, 130, 1, 200, 96, 64, -0.05, 5220, gdn_core(DType::bf16));
+  check_comba(2, 130, 1, 200, 96, 64, -1.0, 5240, DType::bf16);
 }
 
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {

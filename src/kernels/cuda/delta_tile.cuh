@@ -1,10 +1,15 @@
 // 64 x 64 shared-memory tiles for the chunk-parallel delta-rule kernels (layers-delta.md §6): a chunk of
 // at most 64 tokens is one tile's rows; key and value channels are cut into 64-wide column tiles.
 // 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16).
-// Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Two layouts:
+// Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Three layouts:
 //   Simt  exact fp32 fma on the CUDA cores (KDA, MDN, and GDN / Comba of fp32 models);
-//   Tc    the tensor cores (GDN / Comba of bf16 models): each product rounds both fp32 operand tiles to bf16
-//         once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16 bf16 -> fp32 fragments.
+//   Tc    the tensor cores on fp32 tiles (the scans of GDN / Comba bf16 models whose key_dim is too large for
+//         the Mma scans' shared memory: forward key_dim > 256, backward > 192): each product rounds both fp32
+//         operand tiles to bf16 once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16
+//         bf16 -> fp32 fragments;
+//   Mma   the tensor cores on bf16 tiles (every other phase of GDN / Comba bf16 models): the operands are bf16 in
+//         shared memory from the moment they are loaded (load_h) or formed (store_acc_h), and mma.sync m16n8k16
+//         (with ldmatrix, bf16_mma.cuh) adds every product straight into the register accumulators.
 // (Rounding fp32 tiles to bf16 fragment element by fragment element was measured slower than Simt:
 // docs/BENCHMARKS.md.) Every product sums its depth in a fixed order (deterministic). Shared tiles are fp32,
 // row-major, with a padded leading dimension (65) so that a tile and its transpose are both read with few
@@ -16,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/bf16_mma.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace llmt::cuda::tile {
@@ -73,9 +79,7 @@ struct Simt : Grid16 {
 struct Tc : Grid16 {
   using Operand = __nv_bfloat16;  // what the products read their operands as
   static constexpr int kLdB = 72;  // bf16: a multiple of 8 (WMMA); 16 rows = 2304 bytes (32-byte aligned fragments)
-  // floats: a multiple of 4 (WMMA). (80 would spare the Grid16 reads a 2-way bank conflict, but the 2 KiB
-  // more would leave no room for two 4-tile blocks (wu, out: 75 KiB + this scratch) on one SM.)
-  static constexpr int kLdO = 72;
+  static constexpr int kLdO = 72;  // floats: a multiple of 4 (WMMA)
   struct alignas(128) Scratch {
     __nv_bfloat16 a[kN * kLdB], b[kN * kLdB];
     float o[kN * kLdO];
@@ -130,6 +134,121 @@ struct Tc : Grid16 {
       for (int j = 0; j < 4; ++j) acc.v[i][j] += sc.o[row(i) * kLdO + col(j)];
   }
 };
+
+/// Tensor-core products on bf16 operand tiles that stay in shared memory, accumulated in registers (GDN /
+/// Comba of bf16 models; tile::Tc only for their scans at a large key_dim). A bf16 tile is 64 x 64 bf16 with
+/// leading dimension kLdH (144 bytes: every row 16-byte aligned for ldmatrix, and the 8 rows of an 8 x 8
+/// matrix start in 8 different 4-bank groups, so ldmatrix and the bf16x2 stores of an Acc are conflict-free).
+/// Operands are rounded to bf16 once, when a kernel loads them (load_h) or writes them (store_acc_h); mma
+/// adds op(A) op(B) straight into the fp32 accumulators, so a sum over several tiles (key tiles of Q K^T,
+/// W S, Q h) never leaves the registers. Warp w computes rows 32 (w / 4) .. +31, columns 16 (w % 4) .. +15 as
+/// 2 x 2 m16n8k16 fragments (bf16_mma.cuh); the fragment elements of a thread are 4 rows x 4 columns, so an
+/// Acc is used as with the other layouts (row(i), col(j)):
+///   row(i) = 32 (w / 4) + 16 (i / 2) + 8 (i % 2) + l / 4,   col(j) = 16 (w % 4) + 8 (j / 2) + 2 (l % 4) + j % 2
+/// (l the lane); acc.v[i][j] is element 2 (i % 2) + j % 2 of fragment (i / 2, j / 2).
+constexpr int kLdH = 72;
+constexpr int kTileHalves = kN * kLdH;
+struct Mma {
+  using Operand = __nv_bfloat16;
+  __device__ static __forceinline__ int warp() { return static_cast<int>(threadIdx.x >> 5); }
+  __device__ static __forceinline__ int lane() { return static_cast<int>(threadIdx.x & 31); }
+  __device__ static __forceinline__ int row(int i) {
+    return 32 * (warp() >> 2) + 16 * (i >> 1) + 8 * (i & 1) + (lane() >> 2);
+  }
+  __device__ static __forceinline__ int col(int j) {
+    return 16 * (warp() & 3) + 8 * (j >> 1) + 2 * (lane() & 3) + (j & 1);
+  }
+  /// Which of the 16 threads sharing a row (column) this thread is, for fixed-order reductions.
+  __device__ static __forceinline__ int row_slot() { return 4 * (warp() & 3) + (lane() & 3); }
+  __device__ static __forceinline__ int col_slot() { return 8 * (warp() >> 2) + (lane() >> 2); }
+
+  /// acc += op(A) op(B) over depth 64, A and B bf16 tiles (kLdH): op(A)[r][d] = TA ? A[d][r] : A[r][d],
+  /// op(B)[d][c] = TB ? B[c][d] : B[d][c]. Products exact, sums in fp32 on the tensor cores, depth in 16-wide
+  /// steps in order. No barrier: the caller orders the tiles' writes before the call.
+  template <bool TA, bool TB>
+  __device__ static __forceinline__ void mma(const __nv_bfloat16* A, const __nv_bfloat16* B, Acc& acc) {
+    const int r0 = 32 * (warp() >> 2), c0 = 16 * (warp() & 3);
+    const int m = lane() >> 3, i = lane() & 7;  // this lane addresses row i of 8 x 8 matrix m
+#pragma unroll
+    for (int d = 0; d < kN; d += 16) {
+      uint32_t a[2][4], b[4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {  // matrix m of op(A): rows + 8 (m % 2), depth + 8 (m / 2)
+        const int rr = r0 + 16 * mt + 8 * (m & 1), dd = d + 8 * (m >> 1);
+        if (TA)
+          ::llmt::cuda::mma::ldsm_x4_trans(a[mt], A + (dd + i) * kLdH + rr);
+        else
+          ::llmt::cuda::mma::ldsm_x4(a[mt], A + (rr + i) * kLdH + dd);
+      }
+      {  // matrix m of op(B): depth + 8 (m % 2), columns + 8 (m / 2); b[2 nt], b[2 nt + 1] feed fragment column nt
+        const int dd = d + 8 * (m & 1), cc = c0 + 8 * (m >> 1);
+        if (TB)
+          ::llmt::cuda::mma::ldsm_x4(b, B + (cc + i) * kLdH + dd);
+        else
+          ::llmt::cuda::mma::ldsm_x4_trans(b, B + (dd + i) * kLdH + cc);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          float c[4] = {acc.v[2 * mt][2 * nt], acc.v[2 * mt][2 * nt + 1], acc.v[2 * mt + 1][2 * nt],
+                        acc.v[2 * mt + 1][2 * nt + 1]};
+          ::llmt::cuda::mma::mma_16816(c, a[mt], b[2 * nt], b[2 * nt + 1]);
+          acc.v[2 * mt][2 * nt] = c[0], acc.v[2 * mt][2 * nt + 1] = c[1];
+          acc.v[2 * mt + 1][2 * nt] = c[2], acc.v[2 * mt + 1][2 * nt + 1] = c[3];
+        }
+    }
+  }
+};
+
+/// s[r][c] = bf16(scale(r) * src[r * stride + c]) for r < rows, c < cols, else 0: a bf16 tile (kLdH) from
+/// float or bf16 (a bf16 source with scale 1 is copied exactly). Each thread handles column pairs (a warp
+/// reads one 64-wide row, coalesced; bf16x2 stores); all 16 loads of a thread are issued before the stores.
+template <typename E, typename Scale>
+__device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t stride, int rows, int cols,
+                                       Scale scale) {
+  constexpr int kPer = kN * kN / 2 / kThreads;
+  float x[kPer][2];
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    x[it][0] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
+    x[it][1] = r < rows && c + 1 < cols ? to_f32(src[r * stride + c + 1]) : 0.0f;
+  }
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    const float f = r < rows ? scale(r) : 0.0f;
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
+  }
+}
+template <typename E>
+__device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t stride, int rows, int cols) {
+  load_h(s, src, stride, rows, cols, [](int) { return 1.0f; });
+}
+
+/// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2
+/// stores of column pairs j = 0, 1 and 2, 3).
+template <typename F>
+__device__ __forceinline__ void store_acc_h(const Acc& acc, __nv_bfloat16* s, F f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      const int r = Mma::row(i), c = Mma::col(j);
+      *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) =
+          __floats2bfloat162_rn(f(r, c, acc.v[i][j]), f(r, c + 1, acc.v[i][j + 1]));
+    }
+}
+
+/// dst[r * stride + c] = s[r][c] for r < rows, c < cols: a bf16 tile to a bf16 tensor.
+__device__ __forceinline__ void store_h(const __nv_bfloat16* s, __nv_bfloat16* dst, int64_t stride, int rows,
+                                        int cols) {
+  for (int idx = threadIdx.x; idx < kN * kN; idx += kThreads) {
+    const int r = idx >> 6, c = idx & 63;
+    if (r < rows && c < cols) dst[r * stride + c] = s[r * kLdH + c];
+  }
+}
 
 /// s[r][c] = scale(r, c) * src[r * stride + c] for r < rows, c < cols, else 0 (coalesced along c). src: float
 /// or bf16. All 16 loads of a thread are issued before the first shared store, so they overlap.

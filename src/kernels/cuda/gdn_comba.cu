@@ -5,8 +5,11 @@
 // P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt) and fp32 scratch, so the
 // results are the CPU's up to fp32 rounding.
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
-// (tile::Tc) with BOTH operand tiles rounded to bf16 and fp32 accumulation: the inputs q, k, v, p̂ (scaled
-// by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
+// with BOTH operand tiles rounded to bf16 and fp32 accumulation (the *_mma_kernel phases on tile::Mma: bf16
+// operand tiles in shared memory, register accumulators; only when key_dim is too large for an Mma scan's
+// shared memory (forward key_dim > 256, backward > 192) does that scan run as gdn_scan_kernel /
+// gdn_bwd_scan_kernel on tile::Tc: the same rounding points, another fp32 summation order): the inputs q, k,
+// v, p̂ (scaled by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
 // states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
@@ -83,15 +86,24 @@ struct GdnScratch {
   }
 };
 
-// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r (0 for rows >= n) and
-// g_r itself in tmp (Γ^ex_r = Γ_r - g_r).
+// Thread r < 64: row r's g and β of the chunk (0 for rows >= n), into registers (first half of load_gates).
 template <typename A>
-__device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
+__device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r) {
   const int r = static_cast<int>(threadIdx.x);
   if (r < kN) {
     const bool in = r < ch.n;
-    tmp[r] = in ? a.g[ch.gate(a, r)] : 0.0f;
-    beta[r] = in ? a.beta[ch.gate(a, r)] : 0.0f;
+    g_r = in ? a.g[ch.gate(a, r)] : 0.0f;
+    b_r = in ? a.beta[ch.gate(a, r)] : 0.0f;
+  }
+}
+
+// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r and g_r
+// itself in tmp (Γ^ex_r = Γ_r - g_r) from fetch_gates' registers (second half of load_gates).
+__device__ void scan_gates(float g_r, float b_r, double* gam, float* beta, float* tmp) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < kN) {
+    tmp[r] = g_r;
+    beta[r] = b_r;
   }
   __syncthreads();
   if (threadIdx.x < 32) {  // warp 0: lane l owns rows 2l, 2l + 1; a fixed shuffle scan over the lanes' pairs
@@ -109,6 +121,14 @@ __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta
   __syncthreads();
 }
 
+// Γ_r, β_r (0 for rows >= n) and g_r in tmp for the chunk (fetch_gates, then scan_gates).
+template <typename A>
+__device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta, float* tmp) {
+  float g_r = 0.0f, b_r = 0.0f;
+  fetch_gates(a, ch, g_r, b_r);
+  scan_gates(g_r, b_r, gam, beta, tmp);
+}
+
 // Small per-block arrays at the start of the dynamic shared memory.
 struct Small {
   double* gam;
@@ -123,7 +143,7 @@ struct Small {
 };
 constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
-// ---- forward phases ----
+// ---- forward phases on layout L (fp32 models: L = Simt; the bf16 scan's large-key_dim fallback: L = Tc) ----
 
 // F1–F3 (Comba: F1', F3') for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
 // keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
@@ -311,7 +331,205 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<L, E> a
     }
 }
 
-// ---- backward phases ----
+// ---- forward phases on bf16 operand tiles (tile::Mma; bf16 models) ----
+// The phases above with the bf16 rounding points of "Precision": every product operand is rounded to bf16
+// once, as it is loaded into a bf16 shared tile (q, k, v, p̂ with their fp32 gate factors; W, U/Δ, h are
+// bf16 already) or as it is formed (𝒯, P, Δ, S), and the products add straight into register accumulators
+// (over all key tiles of a sum). Gates, A, 𝒯 (forward substitution), the running state S and the
+// element-wise steps stay fp32. a: the arguments of the bf16 instantiation (L = Tc, the layout of the scans'
+// fallback; here only its scratch element type, bf16, matters).
+using tile::kLdH;
+using tile::kTileHalves;
+using tile::Mma;
+using bf16 = __nv_bfloat16;
+
+// Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
+constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
+
+// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel.
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sA = cv.tile(), *sT = cv.tile();
+  bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const int64_t K = a.K, V = a.V;
+  const E* x = kComba ? a.p : a.k;
+  Acc acc;
+  acc.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    if (kComba) tile::load_h(hK, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    __syncthreads();
+    Mma::mma<false, true>(hX, kComba ? hK : hX, acc);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r e^{Γ_r-Γ_j} x_r·k_j (j < r); Comba: Γ^ex_r
+      const int r = Mma::row(i), c = Mma::col(j);
+      sA[r * kLd + c] =
+          c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
+      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+    }
+  __syncthreads();
+  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
+  const auto id = [](int, int, float x) { return x; };
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
+                 [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+    __syncthreads();
+    acc.zero();
+    Mma::mma<false, false>(hT, hX, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
+    __syncthreads();
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+    tile::load_h(hX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    acc.zero();
+    Mma::mma<false, false>(hT, hX, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
+    __syncthreads();
+  }
+}
+
+// Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
+// and K^g tiles (bf16) and Δ (bf16).
+constexpr size_t scan_mma_smem(int nkt) {
+  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+}
+
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
+// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
+// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
+// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* S = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) S[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
+  fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
+    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    const double gC = s.gam[ch.n - 1];
+    const float aC = expd(gC);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
+    }
+    typename L::Operand* U = ch.rows(a, a.U, V, v0);
+    Acc d;
+    load_acc<Mma>(d, U, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, U, V, ch.n, vc, [](int, int, float x) { return x; });
+    tile::store_acc_h(d, hD, [](int, int, float x) { return x; });
+    __syncthreads();  // hD complete; every read of hS (W S) done
+    if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
+      acc.zero();
+      Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
+      float* St = S + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + acc.v[i][j];
+          acc.v[i][j] = e;
+        }
+      tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+    }
+  }
+}
+
+// Shared memory of gdn_out_mma_kernel for nkt key tiles: bf16 Q (all key tiles), K then h (all key tiles of
+// one value tile), P and Δ.
+constexpr size_t out_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+
+// F5, F6 for chunk blockIdx.x of head blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once (the sum
+// over the key tiles in registers), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed in registers).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hKH = cv.take<bf16>(kTileHalves * nkt),
+       *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hKH + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  Acc qk;
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qk);
+  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
+  __syncthreads();  // hP complete; the K tiles are read (hKH takes h next)
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h(hKH + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ
+    __syncthreads();
+    Acc qh, pd;
+    qh.zero();
+    pd.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qh);
+    Mma::mma<false, false>(hP, hD, pd);
+    float* o = ch.in(a, a.o, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        if (r < ch.n && c < vc) o[r * a.H * V + c] = expd(s.gam[r]) * qh.v[i][j] + pd.v[i][j];
+      }
+    __syncthreads();  // hKH, hD are read
+  }
+}
+
+// ---- backward phases on layout L (fp32 models: L = Simt; the bf16 bwd_scan's large-key_dim fallback: L = Tc) ----
 
 // B1 (intra-chunk part) for head blockIdx.y and (chunk, value tile) as gdn_out_kernel: dΔ = P^T dO.
 template <typename L, typename E>
@@ -656,6 +874,403 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
   }
 }
 
+// ---- backward phases on tile::Mma ----
+
+// Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), P and dO.
+constexpr size_t dv_local_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+
+// B1 (intra-chunk part) for chunk blockIdx.x of head blockIdx.y, every value tile, as gdn_dv_local_kernel:
+// P once (Q K^T summed over the key tiles in registers), then dΔ = P^T dO per value tile.
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  Acc acc;
+  acc.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, acc);
+  tile::store_acc_h(acc, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();  // hP (first pass) and hO complete
+    acc.zero();
+    Mma::mma<true, false>(hP, hO, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, [](int, int, float x) { return x; });
+    __syncthreads();  // hO is read
+  }
+}
+
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the fp32 dS (per thread, as the scan's S), its
+// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). About 52 KiB per key tile.
+constexpr size_t bwd_scan_mma_smem(int nkt) {
+  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2);
+}
+
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
+// gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
+// registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ. The gates of the chunk before are
+// fetched during that update.
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* dS = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) dS[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
+  fetch_gates(a, Chunk(a, a.NC - 1, blockIdx.y), g_r, b_r);
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
+    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    const double gC = s.gam[ch.n - 1];
+    const float aC = expd(gC);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
+      tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(s.gam[r]); });
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+    }
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    float* dD = ch.rows(a, a.dD, V, v0);
+    Acc d;
+    load_acc<Mma>(d, dD, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, dD, V, ch.n, vc, [](int, int, float x) { return x; });
+    tile::store_acc_h(d, hE, [](int, int, float x) { return x; });
+    __syncthreads();  // hE complete; every read of hS (K^g dS) done
+    if (chunk > 0) fetch_gates(a, Chunk(a, chunk - 1, blockIdx.y), g_r, b_r);  // in flight during B2
+    for (int kt = 0; kt < nkt; ++kt) {  // B2
+      Acc qd, wd;
+      qd.zero();
+      wd.zero();
+      Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
+      Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
+      float* St = dS + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + qd.v[i][j] - wd.v[i][j];
+          qd.v[i][j] = e;
+        }
+      tile::store_acc_h(qd, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+    }
+  }
+}
+
+// Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
+// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ).
+constexpr size_t dqk_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6); }
+
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of head
+// blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
+// the key tiles, dO Δ^T over the value tiles, dO h^T, Δ dh^T, dΔ h^T over the value tiles); the element-wise
+// terms read q, k in fp32 (from global memory, at the thread's elements) and h, dh as stored (bf16).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hH = cv.take<bf16>(kTileHalves),
+       *hD = cv.take<bf16>(kTileHalves), *hG = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const double gC = s.gam[ch.n - 1];
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  Acc qk, dp;
+  qk.zero();
+  dp.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
+    __syncthreads();
+    Mma::mma<false, true>(hO, hD, dp);
+    __syncthreads();
+  }
+  float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B3: dP ⊙ E (masked); B8 (ii)
+      const int r = Mma::row(i), c = Mma::col(j);
+      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
+      dp.v[i][j] = d;
+      const float y = d * qk.v[i][j];
+      row_part[i] += y;
+      col_part[j] -= y;
+    }
+  tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
+  float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int64_t k0 = kt * kN;
+    const int kc = tile_cols(K, k0);
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile_cols(V, v0);
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+      tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      __syncthreads();
+      Mma::mma<false, true>(hO, hH, dqs);
+      Mma::mma<false, true>(hD, hG, dks);
+      Mma::mma<false, true>(hE, hH, dws);
+      for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+        const int r = idx >> 6, c = idx & 63;
+        sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
+      }
+      __syncthreads();
+    }
+    Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
+    dq2.zero();
+    dk2.zero();
+    Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
+    Mma::mma<true, false>(hdP, hQ + kt * kTileHalves, dk2);
+    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
+        row_part[i] += eg * xq.v[i][j] * dqs.v[i][j];  // (i)
+        const float z = ekg * xk.v[i][j] * dks.v[i][j];
+        row_part[i] -= z;  // (iii), every row
+        kz += z;           // (iii), at row C
+        if (r < ch.n && c < kc) {
+          dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
+          dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
+          dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
+        }
+      }
+  }
+  tile::reduce_rows_cols<Mma>(row_part, col_part, s.red, s.out1);
+  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n)
+    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+}
+
+// Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles.
+constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves;
+
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as gdn_bwd_wy_kernel: the same products on
+// bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
+// thread's elements (global memory, as the fp32 tiles held them).
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  bf16 *hT = cv.take<bf16>(kTileHalves), *hdT = cv.take<bf16>(kTileHalves), *hM = cv.take<bf16>(kTileHalves),
+       *hX = cv.take<bf16>(kTileHalves), *hY = cv.take<bf16>(kTileHalves), *hZ = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
+  const E* x = kComba ? a.p : a.k;
+  float* dx = kComba ? a.dp : a.dk;
+  Acc kk;
+  kk.zero();
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    if (kComba) tile::load_h(hY, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+    __syncthreads();
+    Mma::mma<false, true>(hX, kComba ? hY : hX, kk);
+    __syncthreads();
+  }
+  // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
+  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  float ex_part[4] = {0, 0, 0, 0};
+  float(&row_x)[4] = kComba ? ex_part : row_part;
+  Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
+  dtv.zero();
+  dtw.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    Acc vv;
+    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+    Acc xu;
+    xu.zero();
+    Mma::mma<true, false>(hT, hZ, xu);
+    Mma::mma<false, true>(hZ, hY, dtv);
+    float* dv = ch.in(a, a.dv, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        db_part[i] += xu.v[i][j] * vv.v[i][j];
+        if (r < ch.n && c < vc) dv[r * a.H * V + c] = s.beta[r] * xu.v[i][j];
+      }
+    __syncthreads();
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
+    const int kc = tile_cols(K, k0);
+    tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+    Acc xv;
+    load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    Acc xw;
+    xw.zero();
+    Mma::mma<true, false>(hT, hZ, xw);
+    Mma::mma<false, true>(hZ, hX, dtw);
+    float* dxt = ch.in(a, dx, K, k0);
+    Acc d;  // dK so far (GDN); Comba writes dP̂ here first
+    if (kComba)
+      d.zero();
+    else
+      load_acc<Mma>(d, dxt, a.H * K, ch.n, kc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i);
+        const float eg = expd(s.row_gam<kComba>(r)), xk = xw.v[i][j] * xv.v[i][j] * eg;
+        db_part[i] += xk;
+        row_x[i] += s.beta[r] * xk;
+        d.v[i][j] += s.beta[r] * eg * xw.v[i][j];
+      }
+    store_acc<Mma>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    __syncthreads();
+  }
+  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = Mma::row(i), c = Mma::col(j);
+      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
+    }
+  tile::store_acc_h(dtv, hdT, [](int, int, float x) { return x; });
+  __syncthreads();
+  Acc m;
+  m.zero();
+  Mma::mma<true, false>(hT, hdT, m);  // M1 = 𝒯^T d𝒯
+  tile::store_acc_h(m, hM, [](int, int, float x) { return x; });
+  __syncthreads();  // hM complete; hdT is read
+  m.zero();
+  Mma::mma<false, true>(hM, hT, m);  // M1 𝒯^T
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
+      const int r = Mma::row(i), c = Mma::col(j);
+      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
+      m.v[i][j] = dae;
+      db_part[i] += dae * kk.v[i][j];
+      const float y = dae * s.beta[r] * kk.v[i][j];
+      row_x[i] += y;
+      col_part[j] -= y;
+    }
+  tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
+    const int kc = tile_cols(K, k0);
+    tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    tile::load_h(hZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, [&](int r) { return s.beta[r]; });
+    __syncthreads();  // (the first pass: hdT too)
+    Acc xr, yc;
+    xr.zero();
+    yc.zero();
+    Mma::mma<false, false>(hdT, hX, xr);
+    Mma::mma<true, false>(hdT, hZ, yc);
+    float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
+    Acc dxo, dko;
+    load_acc<Mma>(dxo, dxt, a.H * K, ch.n, kc);
+    if (kComba) load_acc<Mma>(dko, dk, a.H * K, ch.n, kc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        dxo.v[i][j] += s.beta[Mma::row(i)] * xr.v[i][j];
+        if (kComba)
+          dko.v[i][j] += yc.v[i][j];
+        else
+          dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
+      }
+    store_acc<Mma>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    if (kComba) store_acc<Mma>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    __syncthreads();
+  }
+  tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
+  tile::reduce_rows_cols<Mma>(row_part, col_part, s.red, s.out2);
+  if (kComba) tile::reduce_rows_cols<Mma>(ex_part, none, s.red, s.out3);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n) {
+    a.dbeta[ch.gate(a, r)] = s.out1[r];
+    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r)
+    float acc = 0.0f, acc_ex = 0.0f;
+    for (int i = ch.n - 1; i >= 0; --i) {
+      acc += s.out2[i];
+      a.dg[ch.gate(a, i)] = acc + acc_ex;
+      if (kComba) acc_ex += s.out3[i];
+    }
+  }
+}
+
 // ---- host side ----
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
@@ -670,7 +1285,8 @@ void check_chunk(int64_t chunk_size) {
         kGdnMaxChunk, chunk_size);
 }
 
-/// The products' layout for operand type P (delta_tile.cuh): exact fp32 (float) or the tensor cores (bf16).
+/// The layout L of GdnFast for operand type P (delta_tile.cuh): exact fp32 (float), or for bf16 tile::Tc, on which
+/// the scans' large-key_dim fallback runs (the Mma phases take only its scratch element type from it).
 template <typename P>
 using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Tc>;
 
@@ -690,14 +1306,31 @@ GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const fl
   return a;
 }
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
+/// Whether P (the products' operand type) is bf16: the phases on tile::Mma (else the fp32 Simt kernels).
+template <typename P>
+constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
+
+/// Dynamic shared memory a block may have (sm_90); the Mma scans fit under it up to a key_dim, beyond which the
+/// Tc scans take over.
+constexpr size_t kMaxBlockSmem = 227 * 1024;
+
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~47 KiB of shared memory per key tile
+// (key_dim <= 256 fits); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
-  launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+  if constexpr (kBf16<typename L::Operand>) {
+    launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
+    if (scan_mma_smem(nkt) <= kMaxBlockSmem)
+      launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+    else
+      launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+  } else {
+    launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
+    launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
+  }
 }
 
 // Forward (F1–F7): o [B, T, H, V].
@@ -712,9 +1345,12 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
       make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
   forward_states<kComba>(a, false, stream);
-  launch(gdn_out_kernel<L, E>,
-         dim3(static_cast<unsigned>(a.NC * ceil_div(value_dim, kN)), static_cast<unsigned>(batch * heads)),
-         smem_for(4), stream, a);
+  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
+  if constexpr (kBf16<P>)
+    launch(gdn_out_mma_kernel<L, E>, dim3(NC, BH), out_mma_smem(static_cast<int>(ceil_div(key_dim, kN))), stream, a);
+  else
+    launch(gdn_out_kernel<L, E>, dim3(NC * static_cast<unsigned>(ceil_div(value_dim, kN)), BH), smem_for(4), stream,
+           a);
 }
 
 // Backward (B1–B9): gradients overwritten (dp: Comba only).
@@ -740,10 +1376,21 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
-  launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-  launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
-  launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
+  if constexpr (kBf16<P>) {
+    // The Mma bwd_scan needs ~52 KiB of shared memory per key tile (key_dim <= 192 fits); else the tile::Tc one.
+    launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
+    if (bwd_scan_mma_smem(nkt) <= kMaxBlockSmem)
+      launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+    else
+      launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+    launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
+    launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, dim3(NC, BH), kWyMmaSmem, stream, a);
+  } else {
+    launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
+    launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
+    launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
+    launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
+  }
 }
 
 }  // namespace
