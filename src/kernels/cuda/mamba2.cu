@@ -217,15 +217,44 @@ __global__ void ssd_scan_kernel(float* st, const double* G, Sizes s, bool revers
   }
 }
 
+// A 64 x 64 fp32 tile on its way from global memory into a bf16 shared tile, split into tile::load_h's two halves
+// (the same elements per thread, the same products and rounding) so that the loads of the next chunk are in
+// flight during the current chunk's product: fetch issues the loads (0 outside rows x cols), put writes
+// s[r][c] = bf16(scale(r) x[r][c]) (0 for r >= rows).
+struct TileInFlight {
+  static constexpr int kPer = kL * kL / 2 / kSsdThreads;  // column pairs per thread
+  float x[kPer][2];
+  int rows;
+  __device__ __forceinline__ void fetch(const float* src, int64_t stride, int rows_, int cols) {
+    rows = rows_;
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * kSsdThreads, r = idx >> 5, c = 2 * (idx & 31);
+      x[it][0] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
+      x[it][1] = r < rows && c + 1 < cols ? src[r * stride + c + 1] : 0.0f;
+    }
+  }
+  template <typename Scale>
+  __device__ __forceinline__ void put(__nv_bfloat16* s, Scale scale) const {
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * kSsdThreads, r = idx >> 5, c = 2 * (idx & 31);
+      const float f = r < rows ? scale(r) : 0.0f;
+      *reinterpret_cast<__nv_bfloat162*>(s + r * tile::kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
+    }
+  }
+};
+
 // (bf16 models) ssd_chunk_outer_kernel and ssd_scan_kernel in one pass: the block of one (b, h, P tile, N tile)
 // walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in registers):
 // out[b, h, k] = R (bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T over chunk k's tokens i (u_i w_i and v_i
 // rounded to bf16, tile::Mma). Forward (u = x, v = B, w_i = e^{Γ-G_i} Δ_i): out = the states entering the
 // chunks; reverse (u = dy, v = C, w_i = e^{G_i}): out = the adjoints of the states leaving them. u, v, u_row as
-// in ssd_chunk_outer_kernel. Grid (B H, PT, NT); 2 bf16 tiles of dynamic shared memory.
-__global__ void __launch_bounds__(kSsdThreads) ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v,
-                                                                     const float* dt, const double* G, Sizes s,
-                                                                     bool reverse, __nv_bfloat16* out) {
+// in ssd_chunk_outer_kernel. The next chunk's u, v tiles are loaded into registers during the current
+// chunk's product. Grid (B H, PT, NT); 2 bf16 tiles of dynamic shared memory.
+__global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 registers
+    ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, Sizes s,
+                          bool reverse, __nv_bfloat16* out) {
   using L = tile::Mma;
   extern __shared__ __align__(16) char smem_raw[];
   __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -235,11 +264,19 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_state_scan_kernel(const float
   const int64_t bh = blockIdx.x, pt = blockIdx.y, nt = blockIdx.z, b = bh / s.H, h = bh % s.H;
   const int64_t g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
   const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
+  const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
+  TileInFlight fu, fv;  // chunk q's u, v (fetched during chunk q - 1)
+  const auto fetch = [&](int64_t q) {
+    const int64_t c0 = chunk(q) * kL;
+    const int nv = imin(kL, s.T - c0);
+    fu.fetch(u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np);
+    fv.fetch(v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
+  };
+  if (s.nc > 1) fetch(0);
   Acc R;
   R.zero();
   for (int64_t q = 0; q < s.nc; ++q) {
-    const int64_t k = reverse ? s.nc - 1 - q : q, bhk = bh * s.nc + k, c0 = k * kL;
-    const int nv = imin(kL, s.T - c0);
+    const int64_t bhk = bh * s.nc + chunk(q);
     __nv_bfloat16* o = out + bhk * s.P * s.N + p0 * s.N + n0;
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
@@ -254,8 +291,9 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_state_scan_kernel(const float
       if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
     }
     __syncthreads();  // w, gam written; the previous chunk's mma (reading bu, bv) is done
-    tile::load_h(bu, u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np, [&](int r) { return w[r]; });
-    tile::load_h(bv, v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
+    fu.put(bu, [&](int r) { return w[r]; });
+    fv.put(bv, [](int) { return 1.0f; });
+    if (q + 1 < s.nc - 1) fetch(q + 1);
     const float e = gam;
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
