@@ -251,7 +251,7 @@ struct TileInFlight {
 // rounded to bf16, tile::Mma). Forward (u = x, v = B, w_i = e^{Γ-G_i} Δ_i): out = the states entering the
 // chunks; reverse (u = dy, v = C, w_i = e^{G_i}): out = the adjoints of the states leaving them. u, v, u_row as
 // in ssd_chunk_outer_kernel. The next chunk's u, v tiles are loaded into registers during the current
-// chunk's product. Grid (B H, PT, NT); 2 bf16 tiles of dynamic shared memory.
+// chunk's product (and its G, Δ). Grid (B H, PT, NT); 2 bf16 tiles of dynamic shared memory.
 __global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 registers
     ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, Sizes s,
                           bool reverse, __nv_bfloat16* out) {
@@ -265,12 +265,19 @@ __global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 re
   const int64_t g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
   const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
   const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
-  TileInFlight fu, fv;  // chunk q's u, v (fetched during chunk q - 1)
+  TileInFlight fu, fv;            // chunk q's u, v (fetched during chunk q - 1)
+  double Gi = 0.0, last = 0.0;    // and (threads < kL) its G_i, Γ, Δ_i
+  float di = 0.0f;
   const auto fetch = [&](int64_t q) {
-    const int64_t c0 = chunk(q) * kL;
+    const int64_t c0 = chunk(q) * kL, bhk = bh * s.nc + chunk(q);
     const int nv = imin(kL, s.T - c0);
     fu.fetch(u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np);
     fv.fetch(v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
+    if (threadIdx.x < kL) {
+      Gi = G[bhk * kL + threadIdx.x];
+      last = G[bhk * kL + kL - 1];
+      di = dt[bhk * kL + threadIdx.x];
+    }
   };
   if (s.nc > 1) fetch(0);
   Acc R;
@@ -285,9 +292,7 @@ __global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 re
       }
     if (q == s.nc - 1) break;  // the state past the last chunk is not needed
     if (threadIdx.x < kL) {
-      const double Gi = G[bhk * kL + threadIdx.x], last = G[bhk * kL + kL - 1];
-      w[threadIdx.x] =
-          reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * dt[bhk * kL + threadIdx.x];
+      w[threadIdx.x] = reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * di;
       if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
     }
     __syncthreads();  // w, gam written; the previous chunk's mma (reading bu, bv) is done
