@@ -3,11 +3,15 @@
 // make_cpu_backend() on the same fresh Philox inputs (never zeros; overwritten outputs start from
 // random garbage, accumulated ones from random values), and every output must agree to
 // max|gpu - cpu| / max|cpu| <= kTol (1e-5) over the whole tensor, with every value finite on both
-// sides. The backward passes run twice and must give bit-identical results. A NaN in an input must
+// sides. The SSD core runs with both compute dtypes: f32 (exact fp32 products) at kTol and bf16 (bf16
+// operands on the tensor cores, kernels/cuda/mamba2.cu "Precision") at kBf16CoreTol (2e-2; the per-head
+// parameter sums against a floor, head_sum_scales), against the CPU reference (double arithmetic inside).
+// The passes run twice and must give bit-identical results. A NaN in an input must
 // reach the same outputs as on the CPU (the kernels never mask one). main() (catch_main_gpu.cpp)
 // skips without a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -43,8 +47,10 @@ struct SsdCase {
   int64_t B, T, H, P, N, G, chunk;
   double a_lo, a_hi, bias_lo, bias_hi;
   uint64_t seed;
+  llmt::DType compute = llmt::DType::f32;  // the core's compute dtype (mamba2.cu, Precision)
   std::string tag() const {
-    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+    return std::string("(") + llmt::dtype_name(compute) + " compute) B=" + std::to_string(B) +
+           " T=" + std::to_string(T) + " H=" + std::to_string(H) +
            " P=" + std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) +
            " chunk=" + std::to_string(chunk) + " -A in [" + std::to_string(a_lo) + ", " + std::to_string(a_hi) +
            ") dt_bias in [" + std::to_string(bias_lo) + ", " + std::to_string(bias_hi) + ")";
@@ -63,6 +69,15 @@ SsdCase strong(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G,
   return {B, T, H, P, N, G, chunk, 1.0, 16.0, kStrongBias[0], kStrongBias[1], seed};
 }
 
+// c with the given compute dtype.
+SsdCase with(SsdCase c, llmt::DType compute) {
+  c.compute = compute;
+  return c;
+}
+
+// The compute dtypes every SSD case runs with.
+constexpr llmt::DType kComputes[2] = {llmt::DType::f32, llmt::DType::bf16};
+
 // The SSD's inputs on both backends.
 struct SsdInputs {
   Pair xbc, dt_raw, dt_bias, A_log, D;
@@ -77,19 +92,62 @@ SsdInputs ssd_inputs(const SsdCase& c) {
           both(randn(c.H, c.seed + 5), {c.H})};
 }
 
-// Forward y and backward dxbc, ddt_raw, ddt_bias, dA_log, dD against the CPU reference, then y and the
-// backward once more on the GPU, bit-identical.
+// The scales of the per-head sums ddt_bias, dA_log, dD [H] for bf16 compute: each adds B T per-token terms whose
+// bf16 errors are independent, so its error grows like the terms' root-sum-square while the sum itself may
+// cancel far below it (a CPU emulation of the bf16 kernels saw 3e-2 of max|ref| with H = 2 heads, and
+// <= 1e-2 of this scale). Per head, sqrt(Σ_{b,t} term²) with the terms from the inputs and the CPU reference:
+// ddt_raw (ddt_bias); A Δ da = Δ ddt_raw / σ - x·(dx - D dy) (dA_log; dx = Δ v̄ + D dy and
+// ddt_raw = σ (x·v̄ + A da), σ = σ(dt_raw + dt_bias) the derivative of Δ); x·dy (dD). The largest over heads.
+struct HeadSumScales {
+  double dt_bias = 0, A_log = 0, D = 0;
+};
+HeadSumScales head_sum_scales(const SsdCase& c, const SsdInputs& in, const Pair& dy, const Pair& dxbc,
+                              const Pair& ddt_raw) {
+  const int64_t XD = c.H * c.P, W = XD + 2 * c.G * c.N;
+  const auto xbc = get(cpu(), *in.xbc.c), dt_raw = get(cpu(), *in.dt_raw.c), bias = get(cpu(), *in.dt_bias.c),
+             D = get(cpu(), *in.D.c), dyh = get(cpu(), *dy.c), dx = get(cpu(), *dxbc.c), g = get(cpu(), *ddt_raw.c);
+  std::vector<double> sb(c.H), sa(c.H), sd(c.H);
+  for (int64_t r = 0; r < c.B * c.T; ++r)
+    for (int64_t h = 0; h < c.H; ++h) {
+      const double v = static_cast<double>(dt_raw[r * c.H + h]) + bias[h];
+      const double delta = v > 20.0 ? v : std::log1p(std::exp(v)), sigma = v > 20.0 ? 1.0 : 1.0 / (1.0 + std::exp(-v));
+      double xdy = 0.0, xvbar = 0.0;  // x·dy and x·(Δ v̄)
+      for (int64_t p = 0; p < c.P; ++p) {
+        const double x = xbc[r * W + h * c.P + p], d = dyh[r * XD + h * c.P + p];
+        xdy += x * d;
+        xvbar += x * (dx[r * W + h * c.P + p] - D[h] * d);
+      }
+      const double gr = g[r * c.H + h], da = delta * gr / sigma - xvbar;
+      sb[h] += gr * gr;
+      sa[h] += da * da;
+      sd[h] += xdy * xdy;
+    }
+  HeadSumScales out;
+  for (int64_t h = 0; h < c.H; ++h) {
+    out.dt_bias = std::max(out.dt_bias, std::sqrt(sb[h]));
+    out.A_log = std::max(out.A_log, std::sqrt(sa[h]));
+    out.D = std::max(out.D, std::sqrt(sd[h]));
+  }
+  return out;
+}
+
+// Forward y and backward dxbc, ddt_raw, ddt_bias, dA_log, dD against the CPU reference (bf16 compute: the
+// per-head sums against at least head_sum_scales), then y and the backward once more on the GPU, bit-identical.
 void check_ssd(const SsdCase& c) {
   const std::string tag = c.tag();
   INFO(tag);
+  const double tol = c.compute == llmt::DType::bf16 ? kBf16CoreTol : kTol;
   const int64_t W = c.H * c.P + 2 * c.G * c.N, XD = c.H * c.P;
   SsdInputs in = ssd_inputs(c);
   Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
-  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, *y.g);
-  cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, *y.c);
-  require_close(y, "y " + tag);
+  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
+                       *y.g);
+  cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, c.compute,
+                       *y.c);
+  require_close(y, "y " + tag, tol);
   const auto y_first = get(gpu(), *y.g);
-  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, *y.g);
+  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
+                       *y.g);
   require_bit_identical(y_first, get(gpu(), *y.g), "y " + tag);
 
   Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
@@ -102,15 +160,17 @@ void check_ssd(const SsdCase& c) {
   auto run = [&](Backend& be, bool on_gpu) {
     auto t = [&](Pair& p) -> const llmt::Tensor& { return on_gpu ? *p.g : *p.c; };
     be.mamba2_ssd_bwd(t(dy), t(in.xbc), t(in.dt_raw), t(in.dt_bias), t(in.A_log), t(in.D), c.P, c.G, c.chunk,
-                      t(dxbc), t(ddt_raw), t(ddt_bias), t(dA_log), t(dD));
+                      c.compute, t(dxbc), t(ddt_raw), t(ddt_bias), t(dA_log), t(dD));
   };
   run(gpu(), true);
   run(cpu(), false);
-  require_close(dxbc, "dxbc " + tag);
-  require_close(ddt_raw, "ddt_raw " + tag);
-  require_close(ddt_bias, "ddt_bias " + tag);
-  require_close(dA_log, "dA_log " + tag);
-  require_close(dD, "dD " + tag);
+  require_close(dxbc, "dxbc " + tag, tol);
+  require_close(ddt_raw, "ddt_raw " + tag, tol);
+  const HeadSumScales floor =
+      c.compute == llmt::DType::bf16 ? head_sum_scales(c, in, dy, dxbc, ddt_raw) : HeadSumScales{1e-30, 1e-30, 1e-30};
+  require_close(ddt_bias, "ddt_bias " + tag, tol, floor.dt_bias);
+  require_close(dA_log, "dA_log " + tag, tol, floor.A_log);
+  require_close(dD, "dD " + tag, tol, floor.D);
 
   std::vector<std::vector<float>> first;
   for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) first.push_back(get(gpu(), *p->g));
@@ -174,63 +234,79 @@ TEST_CASE("cuda mamba2: SSD forward and backward, small shapes, mild and strong 
   // T around the kernel's 64-token chunks and the layer's chunk_size (not multiples of either);
   // P, N below, at and across the 64-wide tiles; G = 1, 2 and H (one head per group).
   uint64_t seed = 100;
-  for (const int64_t T : {1, 5, 63, 64, 65, 200})
-    for (const bool strong_decay : {false, true}) {
-      const auto make = strong_decay ? strong : mild;
-      check_ssd(make(2, T, 4, 16, 8, 2, 64, seed));
-      check_ssd(make(1, T, 3, 5, 3, 3, 16, seed + 20));
-      check_ssd(make(2, T, 2, 80, 70, 1, 256, seed + 40));
-      seed += 100;
-    }
+  // bf16: 4 times the batch, so that each output's largest element is a typical one (with T = 1 and 3 heads, a
+  // per-token gradient can be a cancelled C·B of 3 terms; the emulation saw 1.6e-2 of max|ref| at B = 1).
+  for (const llmt::DType compute : kComputes)
+    for (const int64_t T : {1, 5, 63, 64, 65, 200})
+      for (const bool strong_decay : {false, true}) {
+        const auto make = strong_decay ? strong : mild;
+        const int64_t m = compute == llmt::DType::bf16 ? 4 : 1;
+        check_ssd(with(make(2 * m, T, 4, 16, 8, 2, 64, seed), compute));
+        check_ssd(with(make(1 * m, T, 3, 5, 3, 3, 16, seed + 20), compute));
+        check_ssd(with(make(2 * m, T, 2, 80, 70, 1, 256, seed + 40), compute));
+        seed += 100;
+      }
 }
 
 TEST_CASE("cuda mamba2: SSD at the tiny config's shape (8 heads x 32, d_state 16, chunk 64)", "[cuda][mamba2]") {
-  check_ssd(mild(3, 67, 8, 32, 16, 1, 64, 2000));
+  for (const llmt::DType compute : kComputes) check_ssd(with(mild(3, 67, 8, 32, 16, 1, 64, 2000), compute));
 }
 
 TEST_CASE("cuda mamba2: SSD at the 1.3B head shape (64 heads x 64, d_state 128, 1 group)", "[cuda][mamba2]") {
-  check_ssd(mild(1, 300, 64, 64, 128, 1, 256, 3000));
-  check_ssd(strong(2, 130, 64, 64, 128, 1, 256, 3100));
+  for (const llmt::DType compute : kComputes) {
+    check_ssd(with(mild(1, 300, 64, 64, 128, 1, 256, 3000), compute));
+    check_ssd(with(strong(2, 130, 64, 64, 128, 1, 256, 3100), compute));
+  }
 }
 
 TEST_CASE("cuda mamba2: SSD, long sequence T = 4096", "[cuda][mamba2]") {
-  check_ssd(mild(1, 4096, 2, 64, 128, 1, 256, 4000));
-  check_ssd(strong(1, 4096, 2, 64, 128, 2, 256, 4100));
+  for (const llmt::DType compute : kComputes) {
+    check_ssd(with(mild(1, 4096, 2, 64, 128, 1, 256, 4000), compute));
+    check_ssd(with(strong(1, 4096, 2, 64, 128, 2, 256, 4100), compute));
+  }
 }
 
 TEST_CASE("cuda mamba2: a NaN in dt_raw reaches the same outputs as on the CPU", "[cuda][mamba2]") {
-  const SsdCase c = mild(1, 150, 2, 16, 8, 1, 64, 5000);
-  const int64_t XD = c.H * c.P, W = XD + 2 * c.G * c.N;
-  SsdInputs in = ssd_inputs(c);
-  auto dt = get(cpu(), *in.dt_raw.c);
-  dt[70 * c.H + 1] = std::numeric_limits<float>::quiet_NaN();  // token 70, head 1
-  gpu().upload(dt.data(), *in.dt_raw.g);
-  cpu().upload(dt.data(), *in.dt_raw.c);
-  Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
-  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, *y.g);
-  cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, *y.c);
-  const auto yc = non_finite(get(cpu(), *y.c));
-  REQUIRE(!yc.empty());
-  CHECK(non_finite(get(gpu(), *y.g)) == yc);
+  for (const llmt::DType compute : kComputes) {
+    const SsdCase c = with(mild(1, 150, 2, 16, 8, 1, 64, 5000), compute);
+    INFO(c.tag());
+    const int64_t XD = c.H * c.P, W = XD + 2 * c.G * c.N;
+    SsdInputs in = ssd_inputs(c);
+    auto dt = get(cpu(), *in.dt_raw.c);
+    dt[70 * c.H + 1] = std::numeric_limits<float>::quiet_NaN();  // token 70, head 1
+    gpu().upload(dt.data(), *in.dt_raw.g);
+    cpu().upload(dt.data(), *in.dt_raw.c);
+    Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
+    gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
+                         *y.g);
+    cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, c.compute,
+                         *y.c);
+    const auto yc = non_finite(get(cpu(), *y.c));
+    REQUIRE(!yc.empty());
+    CHECK(non_finite(get(gpu(), *y.g)) == yc);
 
-  Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
-  Pair dxbc = both(randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
-  Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
-  Pair ddt_bias = both(randn(c.H, c.seed + 10), {c.H}), dA_log = both(randn(c.H, c.seed + 11), {c.H});
-  Pair dD = both(randn(c.H, c.seed + 12), {c.H});
-  gpu().mamba2_ssd_bwd(*dy.g, *in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk,
-                       *dxbc.g, *ddt_raw.g, *ddt_bias.g, *dA_log.g, *dD.g);
-  cpu().mamba2_ssd_bwd(*dy.c, *in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk,
-                       *dxbc.c, *ddt_raw.c, *ddt_bias.c, *dA_log.c, *dD.c);
-  CHECK(!non_finite(get(gpu(), *dxbc.g)).empty());
-  for (const Pair* p : {&ddt_bias, &dA_log, &dD}) CHECK(non_finite(get(gpu(), *p->g)) == non_finite(get(cpu(), *p->c)));
-  CHECK(!non_finite(get(gpu(), *dA_log.g)).empty());
+    Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
+    Pair dxbc = both(randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
+    Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
+    Pair ddt_bias = both(randn(c.H, c.seed + 10), {c.H}), dA_log = both(randn(c.H, c.seed + 11), {c.H});
+    Pair dD = both(randn(c.H, c.seed + 12), {c.H});
+    gpu().mamba2_ssd_bwd(*dy.g, *in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk,
+                         c.compute, *dxbc.g, *ddt_raw.g, *ddt_bias.g, *dA_log.g, *dD.g);
+    cpu().mamba2_ssd_bwd(*dy.c, *in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk,
+                         c.compute, *dxbc.c, *ddt_raw.c, *ddt_bias.c, *dA_log.c, *dD.c);
+    CHECK(!non_finite(get(gpu(), *dxbc.g)).empty());
+    for (const Pair* p : {&ddt_bias, &dA_log, &dD})
+      CHECK(non_finite(get(gpu(), *p->g)) == non_finite(get(cpu(), *p->c)));
+    CHECK(!non_finite(get(gpu(), *dA_log.g)).empty());
+  }
 }
 
 TEST_CASE("cuda mamba2: SSD refuses n_groups that do not divide the heads and chunk_size < 1", "[cuda][mamba2]") {
   const SsdCase c = mild(1, 8, 3, 4, 4, 2, 4, 6000);  // xbc width 3*4 + 2*2*4 = 28: shapes fine, 2 does not divide 3
   SsdInputs in = ssd_inputs(c);
   Pair y = both(randn(c.B * c.T * c.H * c.P, 1), {c.B, c.T, c.H * c.P});
-  CHECK_THROWS(gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, 64, *y.g));
-  CHECK_THROWS(gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, 1, 0, *y.g));
+  CHECK_THROWS(
+      gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, 64, c.compute, *y.g));
+  CHECK_THROWS(
+      gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, 1, 0, c.compute, *y.g));
 }

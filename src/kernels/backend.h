@@ -201,14 +201,17 @@ class Backend {
   /// [x | B | C], the conv output), dt_raw [B, T, H], dt_bias, A_log, D [H], y [B, T, H P];
   /// Δ = softplus(dt_raw + dt_bias), A = -exp(A_log), y = SSD(x, Δ, A, B, C) + D x. H is dt_raw's last
   /// dimension; N follows from xbc's width. Backward (§2.6): dxbc, ddt_raw overwritten; ddt_bias, dA_log, dD
-  /// accumulated.
+  /// accumulated. `compute` is the layer's compute dtype (ParamStore::compute_dtype): the CUDA backend runs the
+  /// core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands and fp32
+  /// accumulation for bf16 (kernels/cuda/mamba2.cu, "Precision"); the CPU backend computes in the tensors'
+  /// dtype for either.
   virtual void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
-                              const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                              const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType compute,
                               const Tensor& y);
   virtual void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
                               const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups,
-                              int64_t chunk_size, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
-                              const Tensor& dA_log, const Tensor& dD);
+                              int64_t chunk_size, DType compute, const Tensor& dxbc, const Tensor& ddt_raw,
+                              const Tensor& ddt_bias, const Tensor& dA_log, const Tensor& dD);
   // ---- Mamba-3 (layers-ssm-attn.md §4; semantics: src/kernels/cpu/{mamba3_layer,mamba3_prep,mamba3}.h) ----
   /// The Mamba-3 layer parameters (§4.2): dt_bias, D [H]; B_bias, C_bias [H, R, N]; B_norm, C_norm [N];
   /// mimo_x, mimo_z, mimo_o [H, R, P] (default-constructed for SISO, R = 1); norm [H P] (default-constructed

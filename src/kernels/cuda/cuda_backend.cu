@@ -402,31 +402,44 @@ class CudaBackend final : public Backend {
                               scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
   }
   void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
-                      const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
+                      const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType compute,
                       const Tensor& y) override {
     const char* op = "mamba2_ssd_fwd";
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
-    cuda::mamba2_ssd_fwd(f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op), d.batch,
-                         d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(y, op),
-                         scratch(mamba2_ssd_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
-                         stream_);
+    const float *pxbc = f32(xbc, op), *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op), *pA = f32(A_log, op),
+                *pD = f32(D, op);
+    float* py = f32(y, op);
+    dispatch(compute, op, [&](auto zero) {  // the products' operand type (mamba2.cu, Precision)
+      using P = decltype(zero);
+      cuda::mamba2_ssd_fwd<P>(
+          pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, py,
+          scratch(cuda::mamba2_ssd_fwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
+          stream_);
+    });
   }
   void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
                       const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
-                      const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias, const Tensor& dA_log,
-                      const Tensor& dD) override {
+                      DType compute, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
+                      const Tensor& dA_log, const Tensor& dD) override {
     const char* op = "mamba2_ssd_bwd";
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, op);
     check_same(xbc, dxbc, op);
     check_same(dt_raw, ddt_raw, op);
     for (const Tensor* t : {&ddt_bias, &dA_log, &dD}) check_same(D, *t, op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
-    cuda::mamba2_ssd_bwd(f32(dy, op), f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op),
-                         d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(dxbc, op),
-                         f32(ddt_raw, op), f32(ddt_bias, op), f32(dA_log, op), f32(dD, op),
-                         scratch(mamba2_ssd_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
-                         stream_);
+    const float *pdy = f32(dy, op), *pxbc = f32(xbc, op), *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op),
+                *pA = f32(A_log, op), *pD = f32(D, op);
+    float *pdxbc = f32(dxbc, op), *pddt = f32(ddt_raw, op), *pdbias = f32(ddt_bias, op), *pdA = f32(dA_log, op),
+          *pdD = f32(dD, op);
+    dispatch(compute, op, [&](auto zero) {
+      using P = decltype(zero);
+      cuda::mamba2_ssd_bwd<P>(
+          pdy, pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, pdxbc, pddt,
+          pdbias, pdA, pdD,
+          scratch(cuda::mamba2_ssd_bwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
+          stream_);
+    });
   }
   // ---- Mamba-3 (checks as the CPU backend's; f32 as Mamba2) ----
   void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,

@@ -1,30 +1,56 @@
 // Mamba2's SSD step on the GPU (layers-ssm-attn.md §2.2 steps 3–5, chunked §2.5, backward §2.6.3), with
 // the semantics of src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd: Δ = softplus(dt_raw + dt_bias) (the
 // identity above 20), A = -exp(A_log), S_t = e^{Δ_t A} S_{t-1} + Δ_t x_t B_t^T, y_t = S_t C_t + D x_t,
-// zero initial state. State and products in fp32; Δ, the chunk-local cumsum G and the per-head
-// parameter sums in double.
+// zero initial state. Δ, the chunk-local cumsum G and the per-head parameter sums in double.
 //
 // The sequence is cut into chunks of kL = 64 tokens (the kernel's own length: the SSD result does not
 // depend on the chunk length beyond rounding, so the layer's chunk_size only has to be valid). Phases:
 //   prep:   Δ and G per (b, h, chunk)                                  (one thread per chunk)
-//   outer:  each chunk's state contribution Σ_i w_i u_i v_i^T           (blocks over b, h, chunk, P/N tiles)
-//   scan:   the states entering (forward) or leaving (backward) chunks  (one thread per state element)
+//   states: the states entering (forward) or the adjoints of the states leaving (backward) each chunk,
+//           fp32: outer  each chunk's contribution Σ_i w_i u_i v_i^T    (blocks over b, h, chunk, P/N tiles)
+//                 scan   the running sum over the chunks                (one thread per state element)
+//           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles)
 //   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, h, chunk, P tile)
 //   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
 // then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
 // No atomics: the same inputs give the same bits.
+//
+// Precision: the launchers' P (the layer's compute dtype) picks the products' layout (delta_tile.cuh) and the
+// element type of the stored states and state adjoints; the fwd and bwd kernels are shared.
+// P = float (fp32 models): exact fp32 products on the CUDA cores (tile::Simt), fp32 states; the CPU's results
+// up to fp32 rounding.
+// P = __nv_bfloat16 (bf16 models; the precision of the official SSD kernels): every 64 x 64 x 64 tile product
+// on the tensor cores (tile::Mma: bf16 operand tiles in shared memory, fp32 accumulators in registers), each
+// operand rounded to bf16 once, when loaded or formed: x (times its fp32 weight e^{Γ-G_i} Δ_i in the state
+// sums), B, C, dy (times e^{G_i} in the adjoint sums), the stored states S_in and adjoints dS (bf16, as
+// the official kernels store them), and the intra-chunk masks M = (C B^T ∘ E) Δ, CB ∘ E and dcb. The running
+// states of state_scan are fp32 registers (rounded only when stored). Apart from the products they feed, the
+// rounded C, x and the stored S_in, dS enter the dot products of dΔ and dA (inter, z, x·v̄, <dS, S_in>).
+// Everything else is fp32 or double as for P = float: the decays e^{G}, every element-wise and reduction step,
+// the D skip (read in fp32 from xbc, dy) and dcb ∘ CB of the intra-chunk da.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
 
-constexpr int kL = 64;                 // chunk length and tile edge
-constexpr int kPad = kL + 1;           // shared row stride: conflict-free row and column reads
-constexpr int kTile = kL * kPad;       // floats per shared tile
-constexpr int kSsdThreads = 256;       // 16 x 16 threads, each owning a 4 x 4 piece of a 64 x 64 tile
+using tile::Acc;
+constexpr int kL = tile::kN;           // chunk length and tile edge (64)
+constexpr int kPad = tile::kLd;        // fp32 shared row stride (65): conflict-free row and column reads
+constexpr int kTile = kL * kPad;       // floats per fp32 shared tile
+constexpr int kSsdThreads = tile::kThreads;  // 256, each owning a 4 x 4 piece (Acc) of a 64 x 64 tile
+
+// The layout whose products read operands of type P (Precision), its tiles' leading dimension and size in
+// elements: fp32 tiles (tile::Simt, kPad) or bf16 tiles (tile::Mma, tile::kLdH).
+template <typename P>
+using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Mma>;
+template <typename P>
+constexpr int kLdOf = std::is_same_v<P, float> ? kPad : tile::kLdH;
+template <typename P>
+constexpr int kTileOf = kL * kLdOf<P>;
 
 // Sizes of one call. W = H P + 2 G N is xbc's row width, [x | B | C]; nc chunks of kL tokens;
 // PT, NT the 64-wide tiles of P and N.
@@ -49,26 +75,29 @@ Sizes make_sizes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim
 
 // The scratch carved into its arrays (256-byte aligned), or only sized when base is null.
 // dt [B, H, nc kL] (Δ, 0 past T); G [B, H, nc kL] (chunk-local inclusive cumsum of Δ A, flat past T);
-// states [B, H, nc, P, N] (chunk contributions, then the entering states); backward only: dstates (the
-// states' adjoints), dBh, dCh [B, H, nc kL, N] (per-head dB, dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
+// states [B, H, nc, P, N] of element type S (fp32: the chunk contributions, then the entering states; bf16:
+// the entering states); backward only: dstates (the adjoints of the states leaving each chunk, same type),
+// dBh, dCh [B, H, nc kL, N] (per-head dB, dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
+template <typename S>
 struct Scratch {
   float* dt = nullptr;
   double* G = nullptr;
-  float* states = nullptr;
-  float* dstates = nullptr;
+  S* states = nullptr;
+  S* dstates = nullptr;
   float* dBh = nullptr;
   float* dCh = nullptr;
   double* partials = nullptr;
 };
 
-size_t carve(const Sizes& s, bool backward, void* base, Scratch* out) {
+template <typename S>
+size_t carve(const Sizes& s, bool backward, void* base, Scratch<S>* out) {
   size_t off = 0;
   auto take = [&](auto*& p, int64_t n) {
     using T = std::remove_reference_t<decltype(*p)>;
     if (base != nullptr) p = reinterpret_cast<T*>(static_cast<char*>(base) + off);
     off += (static_cast<size_t>(n) * sizeof(T) + 255) / 256 * 256;
   };
-  Scratch sc;
+  Scratch<S> sc;
   const int64_t bh = s.B * s.H, rows = bh * s.nc * kL, states = bh * s.nc * s.P * s.N;
   take(sc.dt, rows);
   take(sc.G, rows);
@@ -104,40 +133,24 @@ __global__ void ssd_prep_kernel(const float* dt_raw, const float* dt_bias, const
   }
 }
 
-// buf[r][c] = src[r * stride + c] (times scale[r] when given) for r < rows, c < cols, 0 elsewhere in the
-// 64 x 64 tile. Reached by the whole block.
-__device__ void load_tile(float* buf, const float* src, int64_t stride, int rows, int cols,
-                          const float* scale = nullptr) {
+// t[r][c] = scale(r) src[r * stride + c] for r < rows, c < cols, 0 elsewhere in the 64 x 64 tile: an fp32 tile
+// (exact products; one element per thread and step, which keeps the fp32 kernels' registers low) or a bf16 tile
+// (the product rounded once; tile::load_h); src float or bf16. Reached by the whole block.
+template <typename Scale>
+__device__ __forceinline__ void load_tile(float* t, const float* src, int64_t stride, int rows, int cols, Scale scale) {
   for (int e = threadIdx.x; e < kL * kL; e += blockDim.x) {
     const int r = e / kL, c = e % kL;
-    float v = 0.0f;
-    if (r < rows && c < cols) {
-      v = src[r * stride + c];
-      if (scale != nullptr) v *= scale[r];
-    }
-    buf[r * kPad + c] = v;
+    t[r * kPad + c] = r < rows && c < cols ? src[r * stride + c] * scale(r) : 0.0f;
   }
 }
-
-// acc[a][c] += Σ_{k<64} A(ty + 16a, k) B(tx + 16c, k) over shared 64 x 64 tiles, where A(r, k) is
-// A[r][k] (TA: A[k][r]) and B(col, k) is B[col][k] (TB: B[k][col]); fixed k order.
-template <bool TA, bool TB>
-__device__ __forceinline__ void mma64(const float* A, const float* B, float (&acc)[4][4]) {
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-#pragma unroll 4
-  for (int k = 0; k < kL; ++k) {
-    float a[4], b[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int row = ty + 16 * q, col = tx + 16 * q;
-      a[q] = TA ? A[k * kPad + row] : A[row * kPad + k];
-      b[q] = TB ? B[k * kPad + col] : B[col * kPad + k];
-    }
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[q][c] = fmaf(a[q], b[c], acc[q][c]);
-  }
+template <typename E, typename Scale>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* t, const E* src, int64_t stride, int rows, int cols,
+                                          Scale scale) {
+  tile::load_h(t, src, stride, rows, cols, scale);
+}
+template <typename T, typename E>
+__device__ __forceinline__ void load_tile(T* t, const E* src, int64_t stride, int rows, int cols) {
+  load_tile(t, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
 // e^{min(gi - gj, 0)}, the intra-chunk decay E_ij (j <= i); a NaN difference stays NaN, as std::min in the
@@ -149,8 +162,9 @@ __device__ __forceinline__ float decay(double gi, double gj) {
 
 __device__ __forceinline__ int imin(int64_t a, int64_t b) { return static_cast<int>(a < b ? a : b); }
 
-// A chunk's state contribution out[p][n] = Σ_i w_i u_i[p] v_i[n] over its tokens i, written to
-// out[b, h, chunk, P, N]. u (b, t, h, p) = u[(b T + t) u_row + h P + p]; v (b, t, g, n) = v[(b T + t) W + g N + n].
+// (fp32 models; bf16 models: ssd_state_scan_kernel) A chunk's state contribution out[p][n] = Σ_i w_i u_i[p] v_i[n]
+// over its tokens i, written to out[b, h, chunk, P, N]. u (b, t, h, p) = u[(b T + t) u_row + h P + p];
+// v (b, t, g, n) = v[(b T + t) W + g N + n].
 // to_end: w_i = e^{Γ - G_i} Δ_i (forward: u = x, v = B, the state written by the chunk, §2.5 step 3);
 // else w_i = e^{G_i} (backward: u = dy, v = C, the chunk's Σ_i e^{G_i} dy_i C_i^T of dS_in, §2.6.3 a).
 // Grid (nc, H, B PT NT).
@@ -171,21 +185,21 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_chunk_outer_kernel(const floa
                             : expf(static_cast<float>(Gi));
   }
   __syncthreads();
-  load_tile(bu, u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np, w);
+  load_tile(bu, u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np, [&](int r) { return w[r]; });
   load_tile(bv, v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
   __syncthreads();
-  float acc[4][4] = {};
-  mma64<true, true>(bu, bv, acc);  // acc[p][n] = Σ_i (w_i u_i[p]) v_i[n]
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  Acc acc;
+  acc.zero();
+  tile::Simt::mma<true, false>(bu, bv, acc);  // acc[p][n] = Σ_i (w_i u_i[p]) v_i[n]
   float* o = out + bhk * s.P * s.N;
   for (int a = 0; a < 4; ++a)
     for (int c = 0; c < 4; ++c) {
-      const int p = ty + 16 * a, n = tx + 16 * c;
-      if (p < np && n < nn) o[(p0 + p) * s.N + n0 + n] = acc[a][c];
+      const int p = tile::Simt::row(a), n = tile::Simt::col(c);
+      if (p < np && n < nn) o[(p0 + p) * s.N + n0 + n] = acc.v[a][c];
     }
 }
 
-// The chunks' contributions -> in place the states entering each chunk (forward: S_in_0 = 0,
+// (fp32 models) The chunks' contributions -> in place the states entering each chunk (forward: S_in_0 = 0,
 // S_in_{k+1} = e^{Γ_k} S_in_k + U_k) or the adjoints of the states leaving each chunk (reverse:
 // dS_out_{nc-1} = 0, dS_out_{k-1} = e^{Γ_k} dS_out_k + V_k).   (one thread per (b, h, p, n))
 __global__ void ssd_scan_kernel(float* st, const double* G, Sizes s, bool reverse) {
@@ -203,63 +217,159 @@ __global__ void ssd_scan_kernel(float* st, const double* G, Sizes s, bool revers
   }
 }
 
+// A 64 x 64 fp32 tile on its way from global memory into a bf16 shared tile, split into tile::load_h's two halves
+// (the same elements per thread, the same products and rounding) so that the loads of the next chunk are in
+// flight during the current chunk's product: fetch issues the loads (0 outside rows x cols), put writes
+// s[r][c] = bf16(scale(r) x[r][c]) (0 for r >= rows).
+struct TileInFlight {
+  static constexpr int kPer = kL * kL / 2 / kSsdThreads;  // column pairs per thread
+  float x[kPer][2];
+  int rows;
+  __device__ __forceinline__ void fetch(const float* src, int64_t stride, int rows_, int cols) {
+    rows = rows_;
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * kSsdThreads, r = idx >> 5, c = 2 * (idx & 31);
+      x[it][0] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
+      x[it][1] = r < rows && c + 1 < cols ? src[r * stride + c + 1] : 0.0f;
+    }
+  }
+  template <typename Scale>
+  __device__ __forceinline__ void put(__nv_bfloat16* s, Scale scale) const {
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * kSsdThreads, r = idx >> 5, c = 2 * (idx & 31);
+      const float f = r < rows ? scale(r) : 0.0f;
+      *reinterpret_cast<__nv_bfloat162*>(s + r * tile::kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
+    }
+  }
+};
+
+// (bf16 models) ssd_chunk_outer_kernel and ssd_scan_kernel in one pass: the block of one (b, h, P tile, N tile)
+// walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in registers):
+// out[b, h, k] = R (bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T over chunk k's tokens i (u_i w_i and v_i
+// rounded to bf16, tile::Mma). Forward (u = x, v = B, w_i = e^{Γ-G_i} Δ_i): out = the states entering the
+// chunks; reverse (u = dy, v = C, w_i = e^{G_i}): out = the adjoints of the states leaving them. u, v, u_row as
+// in ssd_chunk_outer_kernel. The next chunk's u, v tiles are loaded into registers during the current
+// chunk's product (and its G, Δ). Grid (B H, PT, NT); 2 bf16 tiles of dynamic shared memory.
+__global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 registers
+    ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, Sizes s,
+                          bool reverse, __nv_bfloat16* out) {
+  using L = tile::Mma;
+  extern __shared__ __align__(16) char smem_raw[];
+  __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* bv = bu + tile::kTileHalves;
+  __shared__ float w[kL];
+  __shared__ float gam;
+  const int64_t bh = blockIdx.x, pt = blockIdx.y, nt = blockIdx.z, b = bh / s.H, h = bh % s.H;
+  const int64_t g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
+  const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
+  const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
+  TileInFlight fu, fv;            // chunk q's u, v (fetched during chunk q - 1)
+  double Gi = 0.0, last = 0.0;    // and (threads < kL) its G_i, Γ, Δ_i
+  float di = 0.0f;
+  const auto fetch = [&](int64_t q) {
+    const int64_t c0 = chunk(q) * kL, bhk = bh * s.nc + chunk(q);
+    const int nv = imin(kL, s.T - c0);
+    fu.fetch(u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np);
+    fv.fetch(v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
+    if (threadIdx.x < kL) {
+      Gi = G[bhk * kL + threadIdx.x];
+      last = G[bhk * kL + kL - 1];
+      di = dt[bhk * kL + threadIdx.x];
+    }
+  };
+  if (s.nc > 1) fetch(0);
+  Acc R;
+  R.zero();
+  for (int64_t q = 0; q < s.nc; ++q) {
+    const int64_t bhk = bh * s.nc + chunk(q);
+    __nv_bfloat16* o = out + bhk * s.P * s.N + p0 * s.N + n0;
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int p = L::row(a), n = L::col(c);
+        if (p < np && n < nn) o[p * s.N + n] = __float2bfloat16_rn(R.v[a][c]);
+      }
+    if (q == s.nc - 1) break;  // the state past the last chunk is not needed
+    if (threadIdx.x < kL) {
+      w[threadIdx.x] = reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * di;
+      if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
+    }
+    __syncthreads();  // w, gam written; the previous chunk's mma (reading bu, bv) is done
+    fu.put(bu, [&](int r) { return w[r]; });
+    fv.put(bv, [](int) { return 1.0f; });
+    if (q + 1 < s.nc - 1) fetch(q + 1);
+    const float e = gam;
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
+    __syncthreads();  // bu, bv complete
+    L::mma<true, false>(bu, bv, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
+  }
+}
+
 // Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
-// + e^{G_i} S_in C_i + D x_i. Grid (nc, H, B PT); 3 tiles of dynamic shared memory.
+// + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
+// the entering states. Grid (nc, H, B PT); 3 tiles (kTileOf<P>) of dynamic shared memory.
+template <typename P>
 __global__ void __launch_bounds__(kSsdThreads) ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt,
-                                                                  const double* G, const float* states, Sizes s,
+                                                                  const double* G, const P* states, Sizes s,
                                                                   float* y) {
-  extern __shared__ float smem[];
-  float* bc = smem;
-  float* bs = smem + kTile;
-  float* bb = smem + 2 * kTile;
+  using L = Layout<P>;
+  constexpr int ld = kLdOf<P>;
+  extern __shared__ __align__(16) char smem_raw[];
+  P* bc = reinterpret_cast<P*>(smem_raw);
+  P* bs = bc + kTileOf<P>;
+  P* bb = bc + 2 * kTileOf<P>;
   __shared__ double Gs[kL];
   __shared__ float dts[kL];
   const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
   const int64_t g = h / (s.H / s.G), bhk = (b * s.H + h) * s.nc + k, c0 = k * kL, p0 = pt * kL;
   const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   if (threadIdx.x < kL) {
     Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
     dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
   }
   const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
-  const float* sin = states + bhk * s.P * s.N + p0 * s.N;
-  float acc[4][4] = {}, m[4][4] = {};
+  const P* sin = states + bhk * s.P * s.N + p0 * s.N;
+  Acc acc, m;
+  acc.zero();
+  m.zero();
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
     load_tile(bc, row + s.XD + s.GN + g * s.N + n0, s.W, nv, nn);
     load_tile(bs, sin + n0, s.N, np, nn);
     load_tile(bb, row + s.XD + g * s.N + n0, s.W, nv, nn);
     __syncthreads();
-    mma64<false, false>(bc, bs, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
-    mma64<false, false>(bc, bb, m);    // m[i][j] = C_i·B_j
+    L::template mma<false, true>(bc, bs, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
+    L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
     __syncthreads();
   }
   for (int a = 0; a < 4; ++a) {
-    const int i = ty + 16 * a;
+    const int i = L::row(a);
     const float ei = expf(static_cast<float>(Gs[i]));
     for (int c = 0; c < 4; ++c) {
-      const int j = tx + 16 * c;
-      acc[a][c] *= ei;
-      bc[i * kPad + j] = j <= i ? m[a][c] * decay(Gs[i], Gs[j]) * dts[j] : 0.0f;
+      const int j = L::col(c);
+      acc.v[a][c] *= ei;
+      bc[i * ld + j] = from_f32<P>(j <= i ? m.v[a][c] * decay(Gs[i], Gs[j]) * dts[j] : 0.0f);
     }
   }
   load_tile(bs, row + h * s.P + p0, s.W, nv, np);  // x
   __syncthreads();
-  mma64<false, true>(bc, bs, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
+  L::template mma<false, false>(bc, bs, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
   const float Dh = D[h];
   for (int a = 0; a < 4; ++a)
     for (int c = 0; c < 4; ++c) {
-      const int i = ty + 16 * a, p = tx + 16 * c;
-      if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc[a][c] + Dh * bs[i * kPad + p];
+      const int i = L::row(a), p = L::col(c);
+      if (i < nv && p < np)
+        y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * row[i * s.W + h * s.P + p0 + p];
     }
 }
 
-// Sums v over the 16 threads of each row group (tx = 0..15) in tx order: out[ty + 16a] = Σ_tx v[a].
+// Sums v over the 16 threads sharing each row of layout L in slot order: out[L::row(a)] = Σ_slot v[a].
 // Reached by the whole block; red is a [kL][17] shared scratch.
+template <typename L>
 __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  for (int a = 0; a < 4; ++a) red[ty + 16 * a][tx] = v[a];
+  for (int a = 0; a < 4; ++a) red[L::row(a)][L::row_slot()] = v[a];
   __syncthreads();
   if (threadIdx.x < kL) {
     float t = 0.0f;
@@ -270,8 +380,8 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 }
 
 // All gradients of one (b, h, chunk), §2.6.3 a–h, given the entering state S_in and the adjoint dS of
-// the state leaving it (both [P, N]). With E_ij = e^{G_i-G_j} (j <= i), CB_ij = C_i·B_j,
-// dcb_ij = (dy_i·x_j) Δ_j E_ij, f_j = e^{Γ-G_j}:
+// the state leaving it (both [P, N], element type P), products in the layout L of the compute dtype P
+// (Precision). With E_ij = e^{G_i-G_j} (j <= i), CB_ij = C_i·B_j, dcb_ij = (dy_i·x_j) Δ_j E_ij, f_j = e^{Γ-G_j}:
 //   dC_i = e^{G_i} S_in^T dy_i + Σ_j dcb_ij B_j                 -> dCh (summed over the group later)
 //   dB_j = Σ_i dcb_ij C_i + f_j Δ_j dS^T x_j                     -> dBh
 //   v̄_j = Σ_i CB_ij E_ij dy_i + f_j dS B_j;  dx_j = Δ_j v̄_j + D dy_j
@@ -280,23 +390,29 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
 // would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
 // + e^Γ <dS, S_in>. Writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy)
-// to partials. Grid (nc, H, B); 4 tiles of dynamic shared memory.
+// to partials. Grid (nc, H, B); dynamic shared memory: 4 tiles (kTileOf<P>), and for bf16 an fp32 tile for
+// dcb ∘ CB (fp32: in b0).
+template <typename P>
 __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
-    const float* dt, const double* G, const float* states, const float* dstates, Sizes s, float* dxbc,
-    float* ddt_raw, float* dBh, float* dCh, double* partials) {
-  extern __shared__ float smem[];
-  float* mdcb = smem;           // dcb[i][j]
-  float* mw = smem + kTile;     // CB_ij E_ij
-  float* b0 = smem + 2 * kTile;
-  float* b1 = smem + 3 * kTile;
+    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, float* dxbc, float* ddt_raw,
+    float* dBh, float* dCh, double* partials) {
+  using L = Layout<P>;
+  constexpr int ld = kLdOf<P>;
+  extern __shared__ __align__(16) char smem_raw[];
+  P* mdcb = reinterpret_cast<P*>(smem_raw);  // dcb[i][j]
+  P* mw = mdcb + kTileOf<P>;                 // CB_ij E_ij
+  P* b0 = mdcb + 2 * kTileOf<P>;
+  P* b1 = mdcb + 3 * kTileOf<P>;
+  float* cprod =  // dcb ∘ CB
+      std::is_same_v<P, float> ? reinterpret_cast<float*>(b0) : reinterpret_cast<float*>(mdcb + 4 * kTileOf<P>);
   __shared__ double Gs[kL];
   __shared__ float dts[kL], cross[kL], inter[kL], diag[kL], xv[kL], zz[kL];
   __shared__ float red[kL][17];
   const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / (s.H / s.G), bh = b * s.H + h, bhk = bh * s.nc + k, c0 = k * kL;
   const int nv = imin(kL, s.T - c0);
-  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  const int tid = threadIdx.x;
   if (tid < kL) {
     Gs[tid] = G[bhk * kL + tid];
     dts[tid] = dt[bhk * kL + tid];
@@ -306,17 +422,19 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   const float* bs = row + s.XD + g * s.N;
   const float* cs = row + s.XD + s.GN + g * s.N;
   const float* dys = dy + (b * s.T + c0) * s.XD + h * s.P;
-  const float* sin = states + bhk * s.P * s.N;
-  const float* dS = dstates + bhk * s.P * s.N;
+  const P* sin = states + bhk * s.P * s.N;
+  const P* dS = dstates + bhk * s.P * s.N;
 
   // CB_ij and DX_ij = dy_i·x_j over the whole N and P.
-  float cb[4][4] = {}, dx[4][4] = {};
+  Acc cb, dx;
+  cb.zero();
+  dx.zero();
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
     load_tile(b0, cs + n0, s.W, nv, nn);
     load_tile(b1, bs + n0, s.W, nv, nn);
     __syncthreads();
-    mma64<false, false>(b0, b1, cb);
+    L::template mma<false, true>(b0, b1, cb);
     __syncthreads();
   }
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
@@ -324,26 +442,26 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     load_tile(b0, dys + p0, s.XD, nv, np);
     load_tile(b1, xs + p0, s.W, nv, np);
     __syncthreads();
-    mma64<false, false>(b0, b1, dx);
+    L::template mma<false, true>(b0, b1, dx);
     __syncthreads();
   }
   for (int a = 0; a < 4; ++a)
     for (int c = 0; c < 4; ++c) {
-      const int i = ty + 16 * a, j = tx + 16 * c;
-      if (i == j) diag[i] = dx[a][c];
+      const int i = L::row(a), j = L::col(c);
+      if (i == j) diag[i] = dx.v[a][c];
       const bool on = j <= i;  // masked entries exactly 0 (a NaN elsewhere does not leak into them)
       const float E = on ? decay(Gs[i], Gs[j]) : 0.0f;
-      const float dcb = on ? dx[a][c] * dts[j] * E : 0.0f;
-      mdcb[i * kPad + j] = dcb;
-      mw[i * kPad + j] = on ? cb[a][c] * E : 0.0f;
-      b0[i * kPad + j] = dcb * cb[a][c];
+      const float dcb = on ? dx.v[a][c] * dts[j] * E : 0.0f;
+      mdcb[i * ld + j] = from_f32<P>(dcb);
+      mw[i * ld + j] = from_f32<P>(on ? cb.v[a][c] * E : 0.0f);
+      cprod[i * kPad + j] = dcb * cb.v[a][c];
     }
   __syncthreads();
   // Intra-chunk part of da_k: the entries of dcb ∘ CB with i >= k > j (rows, then columns, in order).
   if (tid < kL) {
     double t = 0.0;
     for (int i = tid; i < kL; ++i)
-      for (int j = 0; j < tid; ++j) t += b0[i * kPad + j];
+      for (int j = 0; j < tid; ++j) t += cprod[i * kPad + j];
     cross[tid] = static_cast<float>(t);
   }
   __syncthreads();
@@ -352,60 +470,62 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   float gi[4] = {};
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
-    float acc[4][4] = {};
+    Acc acc;
+    acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       load_tile(b0, dys + p0, s.XD, nv, np);
       load_tile(b1, sin + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      mma64<false, true>(b0, b1, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
+      L::template mma<false, false>(b0, b1, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
       __syncthreads();
     }
     load_tile(b0, cs + n0, s.W, nv, nn);
     load_tile(b1, bs + n0, s.W, nv, nn);
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
-      const int i = ty + 16 * a;
+      const int i = L::row(a);
       const float ei = expf(static_cast<float>(Gs[i]));
       for (int c = 0; c < 4; ++c) {
-        acc[a][c] *= ei;
-        gi[a] += b0[i * kPad + tx + 16 * c] * acc[a][c];
+        acc.v[a][c] *= ei;
+        gi[a] += to_f32(b0[i * ld + L::col(c)]) * acc.v[a][c];
       }
     }
-    mma64<false, true>(mdcb, b1, acc);  // acc[i][n] += Σ_j dcb_ij B_j[n]
+    L::template mma<false, false>(mdcb, b1, acc);  // acc[i][n] += Σ_j dcb_ij B_j[n]
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
-        const int i = ty + 16 * a, n = tx + 16 * c;
-        if (n < nn) dCh[(bh * s.nc * kL + c0 + i) * s.N + n0 + n] = acc[a][c];
+        const int i = L::row(a), n = L::col(c);
+        if (n < nn) dCh[(bh * s.nc * kL + c0 + i) * s.N + n0 + n] = acc.v[a][c];
       }
     __syncthreads();
   }
-  row_sum16(gi, red, inter);
+  row_sum16<L>(gi, red, inter);
 
   // dB per N tile.
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
-    float acc[4][4] = {};
+    Acc acc;
+    acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       load_tile(b0, xs + p0, s.W, nv, np);
       load_tile(b1, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      mma64<false, true>(b0, b1, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
+      L::template mma<false, false>(b0, b1, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
       __syncthreads();
     }
     for (int a = 0; a < 4; ++a) {
-      const int j = ty + 16 * a;
+      const int j = L::row(a);
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j])) * dts[j];
-      for (int c = 0; c < 4; ++c) acc[a][c] *= f;
+      for (int c = 0; c < 4; ++c) acc.v[a][c] *= f;
     }
     load_tile(b0, cs + n0, s.W, nv, nn);
     __syncthreads();
-    mma64<true, true>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
+    L::template mma<true, false>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
-        const int j = ty + 16 * a, n = tx + 16 * c;
-        if (n < nn) dBh[(bh * s.nc * kL + c0 + j) * s.N + n0 + n] = acc[a][c];
+        const int j = L::row(a), n = L::col(c);
+        if (n < nn) dBh[(bh * s.nc * kL + c0 + j) * s.N + n0 + n] = acc.v[a][c];
       }
     __syncthreads();
   }
@@ -415,42 +535,43 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   const float Dh = D[h];
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
     const int np = imin(kL, s.P - p0);
-    float acc[4][4] = {};
+    Acc acc;
+    acc.zero();
     for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
       const int nn = imin(kL, s.N - n0);
       load_tile(b0, bs + n0, s.W, nv, nn);
       load_tile(b1, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      mma64<false, false>(b0, b1, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
+      L::template mma<false, true>(b0, b1, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
       __syncthreads();
     }
     load_tile(b0, xs + p0, s.W, nv, np);
     load_tile(b1, dys + p0, s.XD, nv, np);
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
-      const int j = ty + 16 * a;
+      const int j = L::row(a);
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j]));
       for (int c = 0; c < 4; ++c) {
-        acc[a][c] *= f;
-        zp[a] += b0[j * kPad + tx + 16 * c] * acc[a][c];
+        acc.v[a][c] *= f;
+        zp[a] += to_f32(b0[j * ld + L::col(c)]) * acc.v[a][c];
       }
     }
-    mma64<true, true>(mw, b1, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
+    L::template mma<true, false>(mw, b1, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
-        const int j = ty + 16 * a, p = tx + 16 * c;
-        xvp[a] += b0[j * kPad + p] * acc[a][c];
+        const int j = L::row(a), p = L::col(c);
+        xvp[a] += to_f32(b0[j * ld + p]) * acc.v[a][c];
         if (j < nv && p < np)
-          dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc[a][c] + Dh * b1[j * kPad + p];
+          dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dys[j * s.XD + p0 + p];
       }
     __syncthreads();
   }
-  row_sum16(zp, red, zz);
-  row_sum16(xvp, red, xv);
+  row_sum16<L>(zp, red, zz);
+  row_sum16<L>(xvp, red, xv);
 
   // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in).
   double sd = 0.0;
-  for (int64_t e = tid; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(dS[e]) * sin[e];
+  for (int64_t e = tid; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(to_f32(dS[e])) * to_f32(sin[e]);
   sd = block_reduce(sd, SumOp{}, 0.0);
 
   if (tid == 0) {
@@ -522,52 +643,85 @@ void check_grid(const Sizes& s) {
 }
 
 template <typename K>
-size_t smem_for(K kernel, int tiles) {
-  const size_t bytes = sizeof(float) * kTile * tiles;
+size_t smem_for(K kernel, size_t bytes) {
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   return bytes;
 }
+template <typename P>
+constexpr size_t tiles_bytes(int tiles) {
+  return sizeof(P) * kTileOf<P> * tiles;
+}
 
-// Δ, G and the chunk states: contributions (forward: from x, B) and the scan to the entering states.
+// Δ, G and the states entering the chunks (forward: from x, B), into sc.states. P = float: the contributions
+// and the scan over them; bf16: the fused state_scan.
+template <typename P>
 void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const Sizes& s,
-                    const Scratch& sc, cudaStream_t stream) {
+                    const Scratch<P>& sc, cudaStream_t stream) {
   ssd_prep_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
   LLMT_CUDA_CHECK_LAUNCH();
-  const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-  ssd_chunk_outer_kernel<<<grid, kSsdThreads, smem_for(ssd_chunk_outer_kernel, 2), stream>>>(
-      xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true, sc.states);
+  if constexpr (std::is_same_v<P, float>) {
+    const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
+    ssd_chunk_outer_kernel<<<grid, kSsdThreads, smem_for(ssd_chunk_outer_kernel, tiles_bytes<float>(2)), stream>>>(
+        xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true, sc.states);
+    LLMT_CUDA_CHECK_LAUNCH();
+    ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.states, sc.G, s, false);
+  } else {
+    const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
+    ssd_state_scan_kernel<<<grid, kSsdThreads, smem_for(ssd_state_scan_kernel, tiles_bytes<P>(2)), stream>>>(
+        xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, false, sc.states);
+  }
   LLMT_CUDA_CHECK_LAUNCH();
-  ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.states, sc.G, s, false);
+}
+
+// The adjoints of the states leaving the chunks, into sc.dstates (Σ_i e^{G_i} dy_i C_i^T per chunk, summed in
+// reverse), as forward_states.
+template <typename P>
+void reverse_states(const float* dy, const float* xbc, const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
+  if constexpr (std::is_same_v<P, float>) {
+    const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
+    ssd_chunk_outer_kernel<<<grid, kSsdThreads, smem_for(ssd_chunk_outer_kernel, tiles_bytes<float>(2)), stream>>>(
+        dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, false, sc.dstates);
+    LLMT_CUDA_CHECK_LAUNCH();
+    ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.dstates, sc.G, s, true);
+  } else {
+    const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
+    ssd_state_scan_kernel<<<grid, kSsdThreads, smem_for(ssd_state_scan_kernel, tiles_bytes<P>(2)), stream>>>(
+        dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, true, sc.dstates);
+  }
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
+template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim) {
-  return carve(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, nullptr, nullptr);
+  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, nullptr, nullptr);
 }
 
+template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim) {
-  return carve(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, nullptr, nullptr);
+  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, nullptr, nullptr);
 }
 
+template <typename P>
 void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
                     int64_t groups, float* y, void* scratch, cudaStream_t stream) {
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
-  Scratch sc;
+  Scratch<P> sc;
   carve(s, false, scratch, &sc);
   forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
-  ssd_fwd_out_kernel<<<grid, kSsdThreads, smem_for(ssd_fwd_out_kernel, 3), stream>>>(xbc, D, sc.dt, sc.G, sc.states,
-                                                                                     s, y);
+  ssd_fwd_out_kernel<P><<<grid, kSsdThreads, smem_for(ssd_fwd_out_kernel<P>, tiles_bytes<P>(3)), stream>>>(
+      xbc, D, sc.dt, sc.G, sc.states, s, y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename P>
 void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                     int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
@@ -575,18 +729,14 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
-  Scratch sc;
+  Scratch<P> sc;
   carve(s, true, scratch, &sc);
   forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
-  // dS_in contributions Σ_i e^{G_i} dy_i C_i^T, then the reverse scan to each chunk's dS_out.
-  const dim3 outer(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-  ssd_chunk_outer_kernel<<<outer, kSsdThreads, smem_for(ssd_chunk_outer_kernel, 2), stream>>>(
-      dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, false, sc.dstates);
-  LLMT_CUDA_CHECK_LAUNCH();
-  ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.dstates, sc.G, s, true);
-  LLMT_CUDA_CHECK_LAUNCH();
+  reverse_states(dy, xbc, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
-  ssd_bwd_chunk_kernel<<<grid, kSsdThreads, smem_for(ssd_bwd_chunk_kernel, 4), stream>>>(
+  // bf16: the fp32 tile of dcb ∘ CB after the 4 operand tiles.
+  const size_t smem = tiles_bytes<P>(4) + (std::is_same_v<P, float> ? 0 : tiles_bytes<float>(1));
+  ssd_bwd_chunk_kernel<P><<<grid, kSsdThreads, smem_for(ssd_bwd_chunk_kernel<P>, smem), stream>>>(
       dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G, sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh,
       sc.partials);
   LLMT_CUDA_CHECK_LAUNCH();
@@ -596,5 +746,16 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
       sc.partials, A_log, s, ddt_bias, dA_log, dD);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+
+#define LLMT_INSTANTIATE_MAMBA2(P)                                                                                  \
+  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                     \
+  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                     \
+  template void mamba2_ssd_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,    \
+                                  int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);        \
+  template void mamba2_ssd_bwd<P>(const float*, const float*, const float*, const float*, const float*,             \
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,       \
+                                  float*, float*, float*, float*, void*, cudaStream_t);
+LLMT_INSTANTIATE_MAMBA2(float)
+LLMT_INSTANTIATE_MAMBA2(__nv_bfloat16)
 
 }  // namespace llmt::cuda

@@ -189,21 +189,29 @@ size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
                                    int64_t value_dim, int64_t chunk_size);
 
 // mamba2.cu: Mamba2's SSD step (semantics: src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd, zero initial
-// state; layers-ssm-attn.md §2.5, §2.6), fp32 state and products. xbc, dxbc [B, T, H P + 2 G N] (rows
-// [x | B | C]); dt_raw, ddt_raw [B, T, H]; dt_bias, A_log, D, ddt_bias, dA_log, dD [H]; y, dy [B, T, H P].
-// Overwritten: y, dxbc, ddt_raw; accumulated (fixed-order sums, no atomics): ddt_bias, dA_log, dD. The
-// kernels chunk the sequence into 64 tokens whatever the layer's chunk_size (the result does not
-// depend on it beyond rounding). G must divide H. `scratch` must hold mamba2_ssd_{fwd,bwd}_scratch_bytes
-// (O(B H (T/64) P N) floats: the chunk states).
+// state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors. P is the type the tile products read their operands as,
+// from the layer's compute dtype (mamba2.cu "Precision"; instantiated for both):
+//   float          exact fp32 products on the CUDA cores, fp32 stored states (fp32 models; ~1e-6 of the CPU);
+//   __nv_bfloat16  the tensor cores (tile::Mma) with bf16 operands and fp32 accumulation, bf16 stored states and
+//                  state adjoints (bf16 models; ~1e-2 of the fp32 result).
+// xbc, dxbc [B, T, H P + 2 G N] (rows [x | B | C]); dt_raw, ddt_raw [B, T, H]; dt_bias, A_log, D, ddt_bias,
+// dA_log, dD [H]; y, dy [B, T, H P]. Overwritten: y, dxbc, ddt_raw; accumulated (fixed-order sums, no
+// atomics): ddt_bias, dA_log, dD. The kernels chunk the sequence into 64 tokens whatever the layer's
+// chunk_size (the result does not depend on it beyond rounding). G must divide H. `scratch` must hold
+// mamba2_ssd_{fwd,bwd}_scratch_bytes<P> (O(B H (T/64) P N) elements of P: the chunk states).
+template <typename P>
 void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
                     int64_t groups, float* y, void* scratch, cudaStream_t stream);
+template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim);
+template <typename P>
 void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                     int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
                     float* dD, void* scratch, cudaStream_t stream);
+template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim);
 
