@@ -51,14 +51,26 @@ __device__ Chunk this_chunk(const Sizes& s) {
 }
 
 // buf[ρ][0:width) (row stride ld) = src's row ρ = (i, r) of the chunk, src [B, T, H, R, width], times
-// scale[i] when given; for ρ < nr. Reached by the whole block.
+// scale[i] when given; for ρ < nr. Each thread issues kBatch loads before its shared stores, so that they
+// overlap (these blocks run few warps per SM); 32-bit indices within the chunk. Reached by the whole block.
 __device__ void load_rows(float* buf, int ld, const float* src, int64_t width, const Sizes& s, const Chunk& k,
                           const float* scale = nullptr) {
-  for (int64_t e = threadIdx.x; e < k.nr * width; e += blockDim.x) {
-    const int64_t rho = e / width, col = e % width, i = rho / s.R;
-    float v = src[(((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + rho % s.R) * width + col];
-    if (scale != nullptr) v *= scale[i];
-    buf[rho * ld + col] = v;
+  constexpr int kBatch = 8;
+  const int w = static_cast<int>(width), R = static_cast<int>(s.R), total = k.nr * w;
+  const int64_t token_stride = s.H * s.R * width;
+  const float* base = src + ((k.b * s.T + k.t0) * s.H + k.h) * s.R * width;
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), rho = e / w, i = rho / R;
+      v[u] = e < total ? base[i * token_stride + (rho - i * R) * width + (e - rho * w)] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), rho = e / w;
+      if (e < total) buf[rho * ld + e - rho * w] = scale != nullptr ? v[u] * scale[rho / R] : v[u];
+    }
   }
 }
 
@@ -122,8 +134,9 @@ __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (
 
 // A chunk's state contribution out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] (u [.., P], w [.., N] in the core layout) into
 // out [B, H, nc, P, N]. to_end: weights f_i σ_i (forward: u = v, w = k); else e^{G_i} (backward: u = dy, w = q).
-// Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats.
-__global__ void __launch_bounds__(kCoreThreads) outer_kernel(const float* u, const float* w, const double* G,
+// Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats (49 KiB at P = 64, N = 128: 4 blocks per
+// SM, which the register bound keeps possible).
+__global__ void __launch_bounds__(kCoreThreads, 4) outer_kernel(const float* u, const float* w, const double* G,
                                                              const float* sig, Sizes s, bool to_end, float* out) {
   extern __shared__ float smem[];
   const int P1 = static_cast<int>(s.P) + 1, N1 = static_cast<int>(s.N) + 1;
