@@ -22,6 +22,8 @@ namespace {
 constexpr int kCoreThreads = 256;  // one team: a 16 x 16 grid of threads, each owning 4 x 4 entries of a 64 x 64 tile
 constexpr int kBwdThreads = 2 * kCoreThreads;  // the backward block: two teams on different tiles
 constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
+constexpr int kGroups = kBwdThreads / kRows;  // bwd_chunk_kernel's threads per token in its per-token sums
+constexpr int kTokenSums = 6;                 // ... and how many sums per token
 
 // Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk))
 __global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
@@ -277,6 +279,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
   float* Adq = Bdv + kRows * kSq;
   float* Yb = Adq + kRows * kSq;  // Sdv E Sqk (j < i), Sdv Sqk (j = i)
   __shared__ double Gs[kRows], inter[kRows], zs[kRows], dgd[kRows], dsi[kRows], cross[kRows], vdy[kRows];
+  __shared__ double part[kTokenSums * kGroups * kRows];  // the per-token sums' group partials
   __shared__ float sg[kRows], gm[kRows];
   const Chunk k = this_chunk(s);
   load_scalars(G, sig, gam, s, k, Gs, sg, gm);
@@ -385,28 +388,43 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
   double sd = 0.0;
   for (int64_t e = threadIdx.x; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(dS[e]) * sin[e];
   sd = block_reduce(sd, SumOp{}, 0.0);  // synchronises the block
-  // Per-token sums (thread per token), in double and a fixed order.
-  for (int t = threadIdx.x; t < k.n; t += blockDim.x) {
+  // Per-token sums in double. Thread (g, t) = (threadIdx.x / kRows, threadIdx.x % kRows) adds the terms of token t
+  // whose channel p (inter, z, v·dy) or row ρ (dσ, cross) is g mod kGroups; then thread t adds the kGroups partials
+  // in group order (a fixed order: the same bits every run).
+  {
+    const int g = threadIdx.x / kRows, t = threadIdx.x % kRows;
     double in = 0.0, z = 0.0, d = 0.0, si = 0.0, cr = 0.0, vd = 0.0;
-    for (int r = 0; r < R; ++r) {
-      const int rho = t * R + r;
-      for (int p = 0; p < s.P; ++p) {
-        in += S1[rho * P1 + p];
-        z += S2[rho * P1 + p];
-        vd += static_cast<double>(V[rho * P1 + p]) * DY[rho * P1 + p];
+    if (t < k.n) {
+      for (int r = 0; r < R; ++r) {
+        const int rho = t * R + r;
+        for (int p = g; p < P; p += kGroups) {
+          in += S1[rho * P1 + p];
+          z += S2[rho * P1 + p];
+          vd += static_cast<double>(V[rho * P1 + p]) * DY[rho * P1 + p];
+        }
+        if (g == 0)
+          for (int r2 = 0; r2 < R; ++r2) d += Yb[rho * kSq + t * R + r2];
       }
-      for (int r2 = 0; r2 < R; ++r2) d += Yb[rho * kSq + t * R + r2];
+      for (int rho = (t + 1) * R + g; rho < k.nr; rho += kGroups)
+        for (int r2 = 0; r2 < R; ++r2) si += Yb[rho * kSq + t * R + r2];
+      for (int rho = t * R + g; rho < k.nr; rho += kGroups)
+        for (int j = 0; j < t; ++j) {
+          const double sj = sg[j];
+          for (int r2 = 0; r2 < R; ++r2) cr += sj * Yb[rho * kSq + j * R + r2];
+        }
     }
-    for (int rho = (t + 1) * R; rho < k.nr; ++rho)
-      for (int r2 = 0; r2 < R; ++r2) si += Yb[rho * kSq + t * R + r2];
-    for (int rho = t * R; rho < k.nr; ++rho)
-      for (int rp = 0; rp < t * R; ++rp) cr += static_cast<double>(sg[rp / R]) * Yb[rho * kSq + rp];
-    inter[t] = in;
-    zs[t] = z;
-    dgd[t] = d;
-    dsi[t] = si;
-    cross[t] = cr;
-    vdy[t] = vd;
+    const double mine[kTokenSums] = {in, z, d, si, cr, vd};
+    for (int q = 0; q < kTokenSums; ++q) part[(q * kGroups + g) * kRows + t] = mine[q];
+  }
+  __syncthreads();
+  if (threadIdx.x < k.n) {
+    const int t = threadIdx.x;
+    double* out[kTokenSums] = {inter, zs, dgd, dsi, cross, vdy};
+    for (int q = 0; q < kTokenSums; ++q) {
+      double acc = 0.0;
+      for (int g = 0; g < kGroups; ++g) acc += part[(q * kGroups + g) * kRows + t];
+      out[q][t] = acc;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -614,9 +632,9 @@ void core_check(const Sizes& s, bool bf16) {
   int dev = 0, optin = 0;
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles;
-  // fwd_out_mma_kernel's 64 doubles and 2 64 floats.
-  size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
+  // The static arrays of bwd_chunk_kernel (and block_reduce's) take (7 + kTokenSums kGroups) 64 doubles, 2 64
+  // floats and 32 doubles; fwd_out_mma_kernel's 64 doubles and 2 64 floats.
+  size_t need = bwd_smem(s) + 8 * ((7 + kTokenSums * kGroups) * kRows + 32) + 4 * 2 * kRows;
   if (bf16) need = std::max(need, fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows);
   check(need <= static_cast<size_t>(optin),
         "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
