@@ -132,6 +132,8 @@ __global__ void qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
     int64_t i = 0;
     bool first = true;
     const int64_t m = partner(n, s, i, first);
+    float sn = 0.0f, cs = 1.0f;  // the rotation of the pair, shared by k and q
+    if (m >= 0) sincosf(buf.phi[e * s.S + i], &sn, &cs);
     for (int which = 0; which < 2; ++which) {
       const float* nrm = which == 0 ? buf.nb : buf.ncn;
       const float* w = which == 0 ? p.B_norm : p.C_norm;
@@ -140,8 +142,6 @@ __global__ void qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
       float out = u;
       if (m >= 0) {
         const float um = fmaf(nrm[src + m], w[m], bb[bias + m]);
-        float sn, cs;
-        sincosf(buf.phi[e * s.S + i], &sn, &cs);
         out = first ? u * cs - um * sn : um * sn + u * cs;
       }
       (which == 0 ? buf.k : buf.q)[idx] = out;
