@@ -279,7 +279,6 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
   float* Adq = Bdv + kRows * kSq;
   float* Yb = Adq + kRows * kSq;  // Sdv E Sqk (j < i), Sdv Sqk (j = i)
   __shared__ double Gs[kRows], inter[kRows], zs[kRows], dgd[kRows], dsi[kRows], cross[kRows], vdy[kRows];
-  __shared__ double part[kTokenSums * kGroups * kRows];  // the per-token sums' group partials
   __shared__ float sg[kRows], gm[kRows];
   const Chunk k = this_chunk(s);
   load_scalars(G, sig, gam, s, k, Gs, sg, gm);
@@ -391,6 +390,9 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
   // Per-token sums in double. Thread (g, t) = (threadIdx.x / kRows, threadIdx.x % kRows) adds the terms of token t
   // whose channel p (inter, z, v·dy) or row ρ (dσ, cross) is g mod kGroups; then thread t adds the kGroups partials
   // in group order (a fixed order: the same bits every run).
+  // The group partials go where Bdv and Adq were (free since block_reduce's barrier; 8-byte aligned).
+  static_assert(kTokenSums * kGroups * kRows * sizeof(double) <= 2 * kRows * kSq * sizeof(float), "partials");
+  double* part = reinterpret_cast<double*>(Bdv);
   {
     const int g = threadIdx.x / kRows, t = threadIdx.x % kRows;
     double in = 0.0, z = 0.0, d = 0.0, si = 0.0, cr = 0.0, vd = 0.0;
@@ -632,9 +634,9 @@ void core_check(const Sizes& s, bool bf16) {
   int dev = 0, optin = 0;
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  // The static arrays of bwd_chunk_kernel (and block_reduce's) take (7 + kTokenSums kGroups) 64 doubles, 2 64
-  // floats and 32 doubles; fwd_out_mma_kernel's 64 doubles and 2 64 floats.
-  size_t need = bwd_smem(s) + 8 * ((7 + kTokenSums * kGroups) * kRows + 32) + 4 * 2 * kRows;
+  // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles;
+  // fwd_out_mma_kernel's 64 doubles and 2 64 floats.
+  size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
   if (bf16) need = std::max(need, fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows);
   check(need <= static_cast<size_t>(optin),
         "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
