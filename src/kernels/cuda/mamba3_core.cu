@@ -591,7 +591,9 @@ size_t out_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) 
 size_t bwd_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + 4 * (s.P + 1) + 3 * kSq); }
 size_t outer_smem(const Sizes& s) { return sizeof(float) * kRows * (s.P + 1 + s.N + 1); }
 int64_t tiles64(int64_t n) { return ceil_div(n, 64); }
-size_t outer_mma_smem(const Sizes& s) { return 2 * tile::kTileHalves * static_cast<size_t>(tiles64(s.P) + tiles64(s.N)); }
+size_t outer_mma_smem(const Sizes& s) {
+  return 2 * tile::kTileHalves * static_cast<size_t>(tiles64(s.P) + tiles64(s.N));
+}
 size_t fwd_out_mma_smem(const Sizes& s) {
   const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
   return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + nP + nP * nN + 1);
