@@ -1,6 +1,7 @@
 // GPU time of the CUDA Mamba-3 layer op (src/kernels/cuda/mamba3*.cu, fp32: prep, chunked core, gate) at the
 // 1.5B heads of configs/mamba3-paper/1.5b (64 heads x 64, d_state 128, 32 angles, one group), B = 4, T = 4096,
-// SISO and MIMO (R = 4), without the output norm (as the configs). Forward (mamba3_fwd) and forward + backward
+// SISO and MIMO (R = 4), without the output norm (as the configs); each with the core's products in fp32 and on
+// the tensor cores (Mamba3Options::bf16_products, the path of bf16 models). Forward (mamba3_fwd) and forward + backward
 // (mamba3_fwd then mamba3_bwd, which recomputes the forward), timed with CUDA events over repeated launches
 // after warm-up; the projections are not included.
 // Usage: mamba3_bench [iterations]   (default 10)
@@ -20,6 +21,7 @@ namespace {
 struct Shape {
   const char* name;
   int64_t B, T, H, P, N, G, R, S;
+  bool bf16;  // Mamba3Options::bf16_products
 };
 
 float* alloc(int64_t n) {
@@ -68,6 +70,7 @@ void bench_shape(const Shape& s, int iters) {
   opt.n_groups = s.G;
   opt.rank = s.R;
   opt.chunk_size = 64 / s.R;
+  opt.bf16_products = s.bf16;
   const size_t scratch_bytes = std::max(mamba3_fwd_scratch_bytes(d, opt), mamba3_bwd_scratch_bytes(d, opt));
   void* scratch;
   BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
@@ -79,10 +82,10 @@ void bench_shape(const Shape& s, int iters) {
   };
   const float ms_fwd = bench::time_ms(iters, fwd), ms_fb = bench::time_ms(iters, fwd_bwd);
   BENCH_CHECK(cudaGetLastError());
-  std::printf("| %-4s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %6.0f |\n", s.name,
-              static_cast<long long>(s.B), static_cast<long long>(s.T), static_cast<long long>(s.H),
-              static_cast<long long>(s.P), static_cast<long long>(s.N), static_cast<long long>(s.G),
-              static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd, ms_fb,
+  std::printf("| %-4s | %s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %6.0f |\n",
+              s.name, s.bf16 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
+              static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
+              static_cast<long long>(s.G), static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd, ms_fb,
               static_cast<double>(scratch_bytes) / (1 << 20));
   for (float* q : owned) BENCH_CHECK(cudaFree(q));
   BENCH_CHECK(cudaFree(scratch));
@@ -94,9 +97,13 @@ int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("Mamba-3 layer op (fp32, src/kernels/cuda/mamba3*.cu) on %s, mean of %d runs\n\n", prop.name, iters);
-  std::printf("| mode | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|\n");
-  const Shape shapes[] = {{"siso", 4, 4096, 64, 64, 128, 1, 1, 32}, {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32}};
+  std::printf("Mamba-3 layer op (fp32 tensors, src/kernels/cuda/mamba3*.cu) on %s, mean of %d runs\n\n", prop.name,
+              iters);
+  std::printf("| mode | products | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
+  const Shape shapes[] = {{"siso", 4, 4096, 64, 64, 128, 1, 1, 32, false},
+                          {"siso", 4, 4096, 64, 64, 128, 1, 1, 32, true},
+                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, false},
+                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true}};
   for (const Shape& s : shapes) bench_shape(s, iters);
   return 0;
 }

@@ -3,10 +3,11 @@
 // clamp), mild and strong decay, T around and across the core's chunks (64 / R tokens), ragged T, and T = 4096.
 // Each call runs through make_backend("cuda") and make_cpu_backend() on the same fresh Philox inputs (overwritten
 // outputs start from random garbage, accumulated parameter gradients from random values), and every output must
-// agree to max|gpu - cpu| / max|cpu| <= kTol (1e-5) over the whole tensor with every value finite on both sides.
-// Both passes run twice on the GPU and must give bit-identical results. The op is f32 on the GPU (as Mamba2's:
-// the model keeps these activations in the master dtype); a bf16 input is refused. main() (catch_main_gpu.cpp)
-// skips without a GPU.
+// agree to max|gpu - cpu| / max|cpu| <= kTol (1e-5) over the whole tensor with every value finite on both sides
+// (a NaN never passes). Both passes run twice on the GPU and must give bit-identical results. The op is f32 on
+// the GPU (as Mamba2's: the model keeps these activations in the master dtype); a bf16 input is refused. With
+// Mamba3Options::bf16_products (bf16 models: the core's products on the tensor cores with bf16 operands) the
+// bound is kBf16Tol (2e-2) against the same fp32 CPU reference. main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -26,6 +27,8 @@ using llmt::Backend;
 using llmt::OwnedTensor;
 using llmt::Mamba3Options;
 
+constexpr double kBf16Tol = 2e-2;
+
 Case mild(Case c) {  // Mamba's init: Δ around 0.01 to 0.05
   c.bias_lo = -5.0;
   c.bias_hi = -3.0;
@@ -37,6 +40,7 @@ Case mild(Case c) {  // Mamba's init: Δ around 0.01 to 0.05
 void check_mamba3(const Case& c) {
   const std::string tag = c.tag();
   INFO(tag);
+  const double tol = c.bf16 ? kBf16Tol : kTol;
   const Mamba3Options opt = c.options();
   const int64_t HP = c.H * c.P, BC = 2 * c.R * c.G * c.N, W = 3 * c.H + c.S, BT = c.B * c.T;
   const uint64_t s = c.seed * 100;
@@ -48,7 +52,7 @@ void check_mamba3(const Case& c) {
   Pair out = both(randn(BT * HP, s + 5), {c.B, c.T, HP});
   gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g);
   cpu().mamba3_fwd(*x.c, *z.c, *bc.c, *raw.c, pc, opt, *out.c);
-  require_close(out, "out " + tag);
+  require_close(out, "out " + tag, tol);
   const auto out_first = get(gpu(), *out.g);
   gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g);
   require_bit_identical(out_first, get(gpu(), *out.g), "out " + tag);
@@ -68,7 +72,7 @@ void check_mamba3(const Case& c) {
   run(cpu(), false);
   std::vector<std::pair<const Pair*, std::string>> all = {{&dx, "dx"}, {&dz, "dz"}, {&dbc, "dbc"}, {&draw, "draw"}};
   for (size_t i = 0; i < grads.pairs.size(); ++i) all.push_back({&grads.pairs[i], "d" + grads.names[i]});
-  for (const auto& [p, name] : all) require_close(*p, name + " " + tag);
+  for (const auto& [p, name] : all) require_close(*p, name + " " + tag, tol);
 
   std::vector<std::vector<float>> first;
   for (const auto& [p, name] : all) first.push_back(get(gpu(), *p->g));
@@ -128,6 +132,23 @@ TEST_CASE("cuda mamba3: long sequence T = 4096 and a ragged T = 1001, SISO and M
     check_mamba3(mild({1, 4096, 2, 64, 128, 1, 4, 32, norm, false, 1e-4, 0, 0, seed + 1}));
     check_mamba3({2, 1001, 2, 64, 128, 1, 1, 32, norm, false, 1e-4, -1.5, -0.5, seed + 2});
     check_mamba3({2, 1001, 2, 64, 128, 1, 4, 32, norm, false, 1e-4, -1.5, -0.5, seed + 3});
+  }
+}
+
+Case bf16(Case c) {
+  c.bf16 = true;
+  return c;
+}
+
+TEST_CASE("cuda mamba3: bf16 products (tensor cores), SISO and MIMO (R = 2, 4), T = 4096 and ragged T",
+          "[cuda][mamba3]") {
+  // Fresh inputs (seeds unused above); the 1.5B head shape, the long sequence, a T that is no multiple of the
+  // chunk, with and without the norm; P and N across the 64-wide tiles.
+  for (const int64_t R : {1, 2, 4}) {
+    const uint64_t seed = 200 + 10 * static_cast<uint64_t>(R);
+    check_mamba3(bf16(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
+    check_mamba3(bf16({2, 1001, 2, 64, 128, 1, R, 32, R != 2, false, 1e-4, -1.5, -0.5, seed + 1}));
+    check_mamba3(bf16({1, 150, 3, 80, 70, 1, R, 17, false, true, 0.5, -1.5, -0.5, seed + 2}));
   }
 }
 

@@ -17,6 +17,7 @@ struct Case {
   bool norm = false, heavy_tail = false;
   double A_floor = 1e-4, bias_lo = -1.5, bias_hi = -0.5;
   uint64_t seed = 1;
+  bool bf16 = false;  ///< Mamba3Options::bf16_products (the CUDA core's tensor-core path of bf16 models)
   /// The layer options of this case (chunk 64 / rank, as the model sets it).
   Mamba3Options options() const {
     Mamba3Options opt;
@@ -27,6 +28,7 @@ struct Case {
     opt.heavy_tail = heavy_tail;
     opt.outproj_norm = norm;
     opt.A_floor = A_floor;
+    opt.bf16_products = bf16;
     return opt;
   }
   std::string tag() const {
@@ -34,7 +36,7 @@ struct Case {
            std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) + " R=" + std::to_string(R) +
            " S=" + std::to_string(S) + (norm ? " outproj_norm" : "") + (heavy_tail ? " heavy_tail" : "") +
            " A_floor=" + std::to_string(A_floor) + " dt_bias in [" + std::to_string(bias_lo) + ", " +
-           std::to_string(bias_hi) + ")";
+           std::to_string(bias_hi) + ")" + (bf16 ? " bf16 products" : "");
   }
 };
 

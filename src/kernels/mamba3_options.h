@@ -15,6 +15,9 @@ struct Mamba3Options {
   bool heavy_tail = false;   ///< A_t = -f(dd_A), f(x) = 1 + x (x >= 0), 1 / (1 - x) (x < 0); false: softplus
   bool outproj_norm = false; ///< per-head RMSNorm_P of y before the gate (is_outproj_norm, §4.3.4)
   double eps = 1e-5;         ///< BCNorm and output-norm epsilon
+  /// The CUDA core's products on the tensor cores, bf16 operands and fp32 sums (the model sets it for a bf16
+  /// compute dtype; cuda/mamba3_core.cu "Precision"); false: exact fp32 products. The CPU backend ignores it.
+  bool bf16_products = false;
 };
 
 }  // namespace llmt

@@ -118,6 +118,12 @@ MixerState Mamba3Mixer::decode_state(int64_t batch, int64_t) const {
   return s;
 }
 
+Mamba3Options Mamba3Mixer::layer_options() const {
+  Mamba3Options o = opt_;
+  o.bf16_products = store_.compute_dtype() == DType::bf16;
+  return o;
+}
+
 void Mamba3Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state) {
   Backend& be = store_.backend();
   const Tensor w_in = store_.param(w_in_);
@@ -128,10 +134,10 @@ void Mamba3Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state)
   be.matmul(x, false, in_rows(w_in, 2 * inner_ + bc_dim_, raw_dim_), true, raw_, false);
   // Sections 4.3.1-4.3.4: scalars, rotation, chunked core, output norm, gate, MIMO down-projection.
   if (state != nullptr)
-    be.mamba3_decode(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_,
+    be.mamba3_decode(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(),
                      {(*state)[0], (*state)[1], (*state)[2], (*state)[3]}, seq3(o_));
   else
-    be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_, seq3(o_));
+    be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(), seq3(o_));
   be.matmul(o_c_.data ? converted(be, o_, o_c_) : o_, false, store_.param(w_out_), true, y, false);
 }
 
@@ -139,7 +145,7 @@ void Mamba3Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   Backend& be = store_.backend();
   be.matmul(dy, false, store_.param(w_out_), false, do_, false);                        // do = dy W_out
   be.matmul(dy, true, o_c_.data ? o_c_ : o_, false, store_.grad(w_out_), true);     // dW_out += dy^T o
-  be.mamba3_bwd(seq3(do_), seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), opt_, seq3(dxs_),
+  be.mamba3_bwd(seq3(do_), seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(), seq3(dxs_),
                 seq3(dz_), seq3(dbc_), seq3(draw_), params(true));
   // in_proj: dx = [dz | dx | dB|dC | dscalars] W_in, dW_in += [...]^T x, part by part.
   const Tensor w_in = store_.param(w_in_), g_in = store_.grad(w_in_);

@@ -36,6 +36,8 @@ class Mamba3Mixer : public Mixer {
   Tensor seq3(const Tensor& t) const { return t.reshape({batch_, seq_len_, t.shape[1]}); }
   /// The layer op's parameters (master values) or their gradients; absent ones default-constructed.
   Backend::Mamba3Params params(bool grads) const;
+  /// opt_ for the store's compute dtype: bf16 products in the CUDA core for bf16 (Mamba3Options::bf16_products).
+  Mamba3Options layer_options() const;
 
   ParamStore& store_;
   const Mamba3Config c_;

@@ -68,7 +68,7 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
         s.S, s.N);
-  m3::core_check(s);
+  m3::core_check(s, opt.bf16_products);
   const bool mimo = p.mimo_x != nullptr && p.mimo_z != nullptr && p.mimo_o != nullptr;
   const bool siso = p.mimo_x == nullptr && p.mimo_z == nullptr && p.mimo_o == nullptr;
   check(s.R == 1 ? siso : mimo, "mamba3: mimo_x, mimo_z, mimo_o must be given exactly when rank > 1 (rank {})", s.R);
@@ -130,7 +130,7 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
   if (!begin(params, dims, opt, false, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
-  m3::core_fwd(p.D, s, buf, stream);
+  m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
   m3::gate_fwd(z, p, s, opt, buf, out, stream);
 }
 
@@ -155,9 +155,9 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
   if (!begin(params, dims, opt, true, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
-  m3::core_fwd(p.D, s, buf, stream);
+  m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
   m3::gate_bwd(dout, z, p, s, opt, buf, dz, grads, stream);
-  m3::core_bwd(p.D, s, buf, stream);
+  m3::core_bwd(p.D, s, buf, opt.bf16_products, stream);
   m3::up_bwd(x, p, s, buf, dx, grads, stream);
   m3::prep_bwd(raw, p, s, opt, buf, dbc, draw, grads, stream);
 }

@@ -77,13 +77,14 @@ void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& 
             const Mamba3GradPtrs& g, cudaStream_t stream);
 
 // mamba3_core.cu
-/// Chunked core forward (§4.4): G, the entering states, y.
-void core_fwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream);
+/// Chunked core forward (§4.4): G, the entering states, y. bf16: Mamba3Options::bf16_products (mamba3_core.cu
+/// "Precision").
+void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream);
 /// Chunked core backward (§4.5 step 2) after core_fwd: dq, dk (rotated, σ split included), dv, da, dgam
 /// (diagonal + dσ), dsig (dσ, for ε_{t+1}), dDp.
-void core_bwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream);
-/// Throws llmt::Error unless the core's shared memory and grids fit the device.
-void core_check(const Sizes& s);
+void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream);
+/// Throws llmt::Error unless the core's shared memory and grids fit the device (with bf16: its kernels too).
+void core_check(const Sizes& s, bool bf16);
 
 // mamba3_decode.cu
 /// The recurrence of §4.6 over the prepped tokens (cpu::mamba3_layer_step's core), continuing `carry`:

@@ -9,6 +9,11 @@
 // (forward) or the adjoints of the leaving states (backward), one thread per state element; then one block
 // per chunk for y (forward) or every gradient (backward). Products in fp32, G and the scalar sums in
 // double. No atomics: the same inputs give the same bits.
+// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions (outer_mma_kernel)
+// and y (fwd_out_mma_kernel) run on the tensor cores (tile::Mma: q, k, v, the states and the masked scores
+// rounded to bf16 once into shared bf16 tiles, fp32 accumulation in registers); G, the scan, the states
+// (fp32) and the backward's bwd_chunk_kernel are the fp32 path's. Otherwise every product is exact fp32.
+#include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
@@ -17,6 +22,8 @@ namespace {
 constexpr int kCoreThreads = 256;  // one team: a 16 x 16 grid of threads, each owning 4 x 4 entries of a 64 x 64 tile
 constexpr int kBwdThreads = 2 * kCoreThreads;  // the backward block: two teams on different tiles
 constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
+constexpr int kGroups = kBwdThreads / kRows;  // bwd_chunk_kernel's threads per token in its per-token sums
+constexpr int kTokenSums = 6;                 // ... and how many sums per token
 
 // Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk))
 __global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
@@ -51,14 +58,26 @@ __device__ Chunk this_chunk(const Sizes& s) {
 }
 
 // buf[ρ][0:width) (row stride ld) = src's row ρ = (i, r) of the chunk, src [B, T, H, R, width], times
-// scale[i] when given; for ρ < nr. Reached by the whole block.
+// scale[i] when given; for ρ < nr. Each thread issues kBatch loads before its shared stores, so that they
+// overlap (these blocks run few warps per SM); 32-bit indices within the chunk. Reached by the whole block.
 __device__ void load_rows(float* buf, int ld, const float* src, int64_t width, const Sizes& s, const Chunk& k,
                           const float* scale = nullptr) {
-  for (int64_t e = threadIdx.x; e < k.nr * width; e += blockDim.x) {
-    const int64_t rho = e / width, col = e % width, i = rho / s.R;
-    float v = src[(((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + rho % s.R) * width + col];
-    if (scale != nullptr) v *= scale[i];
-    buf[rho * ld + col] = v;
+  constexpr int kBatch = 8;
+  const int w = static_cast<int>(width), R = static_cast<int>(s.R), total = k.nr * w;
+  const int64_t token_stride = s.H * s.R * width;
+  const float* base = src + ((k.b * s.T + k.t0) * s.H + k.h) * s.R * width;
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), rho = e / w, i = rho / R;
+      v[u] = e < total ? base[i * token_stride + (rho - i * R) * width + (e - rho * w)] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), rho = e / w;
+      if (e < total) buf[rho * ld + e - rho * w] = scale != nullptr ? v[u] * scale[rho / R] : v[u];
+    }
   }
 }
 
@@ -122,8 +141,9 @@ __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (
 
 // A chunk's state contribution out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] (u [.., P], w [.., N] in the core layout) into
 // out [B, H, nc, P, N]. to_end: weights f_i σ_i (forward: u = v, w = k); else e^{G_i} (backward: u = dy, w = q).
-// Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats.
-__global__ void __launch_bounds__(kCoreThreads) outer_kernel(const float* u, const float* w, const double* G,
+// Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats (49 KiB at P = 64, N = 128: 4 blocks per
+// SM, which the register bound keeps possible).
+__global__ void __launch_bounds__(kCoreThreads, 4) outer_kernel(const float* u, const float* w, const double* G,
                                                              const float* sig, Sizes s, bool to_end, float* out) {
   extern __shared__ float smem[];
   const int P1 = static_cast<int>(s.P) + 1, N1 = static_cast<int>(s.N) + 1;
@@ -367,28 +387,46 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
   double sd = 0.0;
   for (int64_t e = threadIdx.x; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(dS[e]) * sin[e];
   sd = block_reduce(sd, SumOp{}, 0.0);  // synchronises the block
-  // Per-token sums (thread per token), in double and a fixed order.
-  for (int t = threadIdx.x; t < k.n; t += blockDim.x) {
+  // Per-token sums in double. Thread (g, t) = (threadIdx.x / kRows, threadIdx.x % kRows) adds the terms of token t
+  // whose channel p (inter, z, v·dy) or row ρ (dσ, cross) is g mod kGroups; then thread t adds the kGroups partials
+  // in group order (a fixed order: the same bits every run).
+  // The group partials go where Bdv and Adq were (free since block_reduce's barrier; 8-byte aligned).
+  static_assert(kTokenSums * kGroups * kRows * sizeof(double) <= 2 * kRows * kSq * sizeof(float), "partials");
+  double* part = reinterpret_cast<double*>(Bdv);
+  {
+    const int g = threadIdx.x / kRows, t = threadIdx.x % kRows;
     double in = 0.0, z = 0.0, d = 0.0, si = 0.0, cr = 0.0, vd = 0.0;
-    for (int r = 0; r < R; ++r) {
-      const int rho = t * R + r;
-      for (int p = 0; p < s.P; ++p) {
-        in += S1[rho * P1 + p];
-        z += S2[rho * P1 + p];
-        vd += static_cast<double>(V[rho * P1 + p]) * DY[rho * P1 + p];
+    if (t < k.n) {
+      for (int r = 0; r < R; ++r) {
+        const int rho = t * R + r;
+        for (int p = g; p < P; p += kGroups) {
+          in += S1[rho * P1 + p];
+          z += S2[rho * P1 + p];
+          vd += static_cast<double>(V[rho * P1 + p]) * DY[rho * P1 + p];
+        }
+        if (g == 0)
+          for (int r2 = 0; r2 < R; ++r2) d += Yb[rho * kSq + t * R + r2];
       }
-      for (int r2 = 0; r2 < R; ++r2) d += Yb[rho * kSq + t * R + r2];
+      for (int rho = (t + 1) * R + g; rho < k.nr; rho += kGroups)
+        for (int r2 = 0; r2 < R; ++r2) si += Yb[rho * kSq + t * R + r2];
+      for (int rho = t * R + g; rho < k.nr; rho += kGroups)
+        for (int j = 0; j < t; ++j) {
+          const double sj = sg[j];
+          for (int r2 = 0; r2 < R; ++r2) cr += sj * Yb[rho * kSq + j * R + r2];
+        }
     }
-    for (int rho = (t + 1) * R; rho < k.nr; ++rho)
-      for (int r2 = 0; r2 < R; ++r2) si += Yb[rho * kSq + t * R + r2];
-    for (int rho = t * R; rho < k.nr; ++rho)
-      for (int rp = 0; rp < t * R; ++rp) cr += static_cast<double>(sg[rp / R]) * Yb[rho * kSq + rp];
-    inter[t] = in;
-    zs[t] = z;
-    dgd[t] = d;
-    dsi[t] = si;
-    cross[t] = cr;
-    vdy[t] = vd;
+    const double mine[kTokenSums] = {in, z, d, si, cr, vd};
+    for (int q = 0; q < kTokenSums; ++q) part[(q * kGroups + g) * kRows + t] = mine[q];
+  }
+  __syncthreads();
+  if (threadIdx.x < k.n) {
+    const int t = threadIdx.x;
+    double* out[kTokenSums] = {inter, zs, dgd, dsi, cross, vdy};
+    for (int q = 0; q < kTokenSums; ++q) {
+      double acc = 0.0;
+      for (int g = 0; g < kGroups; ++g) acc += part[(q * kGroups + g) * kRows + t];
+      out[q][t] = acc;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -411,9 +449,155 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_kernel(
   }
 }
 
+// tile::Mma's bf16 tiles of a matrix of 64 nrt rows x 64 nct columns: element (r, c) is entry
+// (r % 64) kLdH + c % 64 of tile (r / 64) nct + c / 64.
+__device__ __forceinline__ int h_at(int r, int c, int nct) {
+  return ((r >> 6) * nct + (c >> 6)) * tile::kTileHalves + (r & 63) * tile::kLdH + (c & 63);
+}
+
+// dst (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row(r)[c]) for r < rows, c < cols, else 0; row(r) is a
+// float pointer. Each thread issues kBatch loads before its stores. Reached by the whole block.
+template <typename Row, typename Scale>
+__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
+  constexpr int kBatch = 8;
+  const int wc = 64 * nct, total = 64 * nrt * wc;
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
+      v[u] = e < total && r < rows && c < cols ? row(r)[c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
+      if (e < total) dst[h_at(r, c, nct)] = __float2bfloat16_rn(r < rows ? scale(r) * v[u] : 0.0f);
+    }
+  }
+}
+
+// Row ρ = (i, r) of the chunk in src [B, T, H, R, width] (the core layout).
+__device__ __forceinline__ const float* chunk_row(const float* src, int64_t width, const Sizes& s, const Chunk& k,
+                                                  int rho) {
+  const int R = static_cast<int>(s.R), i = rho / R;
+  return src + (((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + (rho - i * R)) * width;
+}
+
+// outer_kernel on the tensor cores (bf16 models): out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] with bf16(w_i u_ρ) and
+// bf16(w_ρ) operands, fp32 sums. Grid (nc, H, B) of tile::kThreads; dynamic shared memory outer_mma_smem.
+__global__ void __launch_bounds__(tile::kThreads) outer_mma_kernel(const float* u, const float* w, const double* G,
+                                                                   const float* sig, Sizes s, bool to_end,
+                                                                   float* out) {
+  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
+  const int R = static_cast<int>(s.R);
+  tile::Carve cv{reinterpret_cast<char*>(smem)};
+  __nv_bfloat16* U = cv.take<__nv_bfloat16>(nP * tile::kTileHalves);  // rows ρ, columns p
+  __nv_bfloat16* W = cv.take<__nv_bfloat16>(nN * tile::kTileHalves);  // rows ρ, columns n
+  __shared__ float scale[kRows];
+  const Chunk k = this_chunk(s);
+  const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
+  for (int i = threadIdx.x; i < k.n; i += blockDim.x) {
+    const double Gi = G[g0 + i], gam = G[g0 + s.Lc - 1];
+    scale[i] = to_end ? expf(static_cast<float>(gam - Gi)) * sig[(k.b * s.T + k.t0 + i) * s.H + k.h]
+                      : expf(static_cast<float>(Gi));
+  }
+  __syncthreads();
+  load_tiles_h(U, 1, nP, k.nr, P, [&](int rho) { return chunk_row(u, s.P, s, k, rho); },
+               [&](int rho) { return scale[rho / R]; });
+  load_tiles_h(W, 1, nN, k.nr, N, [&](int rho) { return chunk_row(w, s.N, s, k, rho); }, [](int) { return 1.0f; });
+  __syncthreads();
+  float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
+  for (int pt = 0; pt < nP; ++pt)
+    for (int nt = 0; nt < nN; ++nt) {
+      tile::Acc acc;
+      acc.zero();
+      tile::Mma::mma<true, false>(U + pt * tile::kTileHalves, W + nt * tile::kTileHalves, acc);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int p = 64 * pt + tile::Mma::row(i), n = 64 * nt + tile::Mma::col(j);
+          if (p < P && n < N) o[p * s.N + n] = acc.v[i][j];
+        }
+    }
+}
+
+// fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
+// + D v_ρ[p] with bf16 q, k, v, S_in and Sc (the masked, scaled scores of fwd_out_kernel, rounded once), fp32
+// sums; D v in fp32. Grid (nc, H, B) of tile::kThreads; dynamic shared memory fwd_out_mma_smem.
+__global__ void __launch_bounds__(tile::kThreads) fwd_out_mma_kernel(const float* q, const float* kk, const float* v,
+                                                                     const float* D, const double* G,
+                                                                     const float* sig, const float* gam,
+                                                                     const float* states, Sizes s, float* y) {
+  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
+  const int R = static_cast<int>(s.R);
+  constexpr int kT = tile::kTileHalves;
+  tile::Carve cv{reinterpret_cast<char*>(smem)};
+  __nv_bfloat16* Q = cv.take<__nv_bfloat16>(nN * kT);        // rows ρ, columns n
+  __nv_bfloat16* K = cv.take<__nv_bfloat16>(nN * kT);        // rows ρ, columns n
+  __nv_bfloat16* V = cv.take<__nv_bfloat16>(nP * kT);        // rows ρ, columns p
+  __nv_bfloat16* Sin = cv.take<__nv_bfloat16>(nP * nN * kT);  // rows p, columns n
+  __nv_bfloat16* Sc = cv.take<__nv_bfloat16>(kT);            // rows ρ, columns ρ'
+  __shared__ double Gs[kRows];
+  __shared__ float sg[kRows], gm[kRows];
+  const Chunk k = this_chunk(s);
+  const float* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
+  const auto one = [](int) { return 1.0f; };
+  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
+  load_tiles_h(Q, 1, nN, k.nr, N, [&](int rho) { return chunk_row(q, s.N, s, k, rho); }, one);
+  load_tiles_h(K, 1, nN, k.nr, N, [&](int rho) { return chunk_row(kk, s.N, s, k, rho); }, one);
+  load_tiles_h(V, 1, nP, k.nr, P, [&](int rho) { return chunk_row(v, s.P, s, k, rho); }, one);
+  load_tiles_h(Sin, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  __syncthreads();
+  {
+    tile::Acc acc;
+    acc.zero();
+    for (int nt = 0; nt < nN; ++nt) tile::Mma::mma<false, true>(Q + nt * kT, K + nt * kT, acc);
+    tile::store_acc_h(acc, Sc, [&](int rho, int rp, float d) {
+      if (rho >= k.nr || rp >= k.nr) return 0.0f;
+      const int i = rho / R, j = rp / R;
+      return j < i ? decay(Gs[i], Gs[j]) * sg[j] * d : j == i ? gm[i] * d : 0.0f;
+    });
+  }
+  __syncthreads();
+  const float Dh = D[k.h];
+  for (int pt = 0; pt < nP; ++pt) {
+    tile::Acc acc;
+    acc.zero();
+    for (int nt = 0; nt < nN; ++nt) tile::Mma::mma<false, true>(Q + nt * kT, Sin + (pt * nN + nt) * kT, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int rho = tile::Mma::row(i);
+      const float ei = rho < k.nr ? expf(static_cast<float>(Gs[rho / R])) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc.v[i][j] *= ei;
+    }
+    tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int rho = tile::Mma::row(i), p = 64 * pt + tile::Mma::col(j);
+        if (rho >= k.nr || p >= P) continue;
+        const int64_t o = (chunk_row(v, s.P, s, k, rho) - v) + p;
+        y[o] = fmaf(Dh, v[o], acc.v[i][j]);
+      }
+  }
+}
+
 size_t out_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + (s.P + 1) + kSq); }
 size_t bwd_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + 4 * (s.P + 1) + 3 * kSq); }
 size_t outer_smem(const Sizes& s) { return sizeof(float) * kRows * (s.P + 1 + s.N + 1); }
+int64_t tiles64(int64_t n) { return ceil_div(n, 64); }
+size_t outer_mma_smem(const Sizes& s) {
+  return 2 * tile::kTileHalves * static_cast<size_t>(tiles64(s.P) + tiles64(s.N));
+}
+size_t fwd_out_mma_smem(const Sizes& s) {
+  const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
+  return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + nP + nP * nN + 1);
+}
 
 template <typename K>
 size_t smem_for(K kernel, size_t bytes) {
@@ -425,25 +609,37 @@ dim3 chunk_grid(const Sizes& s) {
   return dim3(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
 }
 
+// A chunk's state contributions (outer_kernel or, for bf16 products, outer_mma_kernel) into out.
+void outer(const float* u, const float* w, bool to_end, float* out, const Sizes& s, const Buffers& buf, bool bf16,
+           cudaStream_t stream) {
+  if (bf16)
+    outer_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(outer_mma_kernel, outer_mma_smem(s)), stream>>>(
+        u, w, buf.G, buf.sig, s, to_end, out);
+  else
+    outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig,
+                                                                                                 s, to_end, out);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
 // G, the chunk contributions of the forward states and the scan to the entering states.
-void forward_states(const Sizes& s, const Buffers& buf, cudaStream_t stream) {
+void forward_states(const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
   LLMT_CUDA_CHECK_LAUNCH();
-  outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(
-      buf.v, buf.k, buf.G, buf.sig, s, true, buf.states);
-  LLMT_CUDA_CHECK_LAUNCH();
+  outer(buf.v, buf.k, true, buf.states, s, buf, bf16, stream);
   scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.states, buf.G, s, false);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void core_check(const Sizes& s) {
+void core_check(const Sizes& s, bool bf16) {
   int dev = 0, optin = 0;
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles.
-  const size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
+  // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles;
+  // fwd_out_mma_kernel's 64 doubles and 2 64 floats.
+  size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
+  if (bf16) need = std::max(need, fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows);
   check(need <= static_cast<size_t>(optin),
         "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
         "device has {}",
@@ -453,18 +649,20 @@ void core_check(const Sizes& s) {
         s.H, s.T);
 }
 
-void core_fwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream) {
-  forward_states(s, buf, stream);
-  fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
-      buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
+void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
+  forward_states(s, buf, bf16, stream);
+  if (bf16)
+    fwd_out_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(fwd_out_mma_kernel, fwd_out_mma_smem(s)), stream>>>(
+        buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
+  else
+    fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
+        buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-void core_bwd(const float* D, const Sizes& s, const Buffers& buf, cudaStream_t stream) {
+void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   // dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T, then the reverse scan to each chunk's dS_out.
-  outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(
-      buf.dy, buf.q, buf.G, buf.sig, s, false, buf.dstates);
-  LLMT_CUDA_CHECK_LAUNCH();
+  outer(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
   scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.dstates, buf.G, s, true);
   LLMT_CUDA_CHECK_LAUNCH();
   bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(

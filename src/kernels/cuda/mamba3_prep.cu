@@ -66,6 +66,21 @@ __global__ void theta_kernel(const float* raw, Sizes s, double* theta) {
     theta[idx] = kPi * tanh(static_cast<double>(raw[(idx / s.S) * s.W + 3 * s.H + idx % s.S]));
 }
 
+// fmod(x, 2π), bit for bit, without the library call for |x| < 4π (the phase steps): fmod is exact, and so is
+// sign(x) (|x| - 2π) for 2π <= |x| < 4π (Sterbenz's lemma; a zero keeps x's sign, as fmod's); other x (and
+// NaN) go to fmod.
+__device__ __forceinline__ double mod_2pi(double x) {
+  constexpr double k2Pi = 2.0 * kPi;
+  const double ax = fabs(x);
+  if (ax < k2Pi) return x;
+  if (ax < 2.0 * k2Pi) return copysign(ax - k2Pi, x);
+  return fmod(x, k2Pi);
+}
+
+// Steps loaded ahead by the sequential scans along T (phase_kernel, phase_bwd_kernel), so that their loads
+// overlap instead of each step waiting for its own.
+constexpr int kAhead = 16;
+
 // φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π from φ_{-1} = phase0[b, h, i] (0 when phase0 is null).
 // (one thread per (b, h, i))
 __global__ void phase_kernel(const double* dtd, const double* theta, const float* phase0, Sizes s, float* phi) {
@@ -73,10 +88,19 @@ __global__ void phase_kernel(const double* dtd, const double* theta, const float
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, h = (idx / s.S) % s.H, b = idx / (s.S * s.H);
     double acc = phase0 != nullptr ? static_cast<double>(phase0[idx]) : 0.0;
-    for (int64_t t = 0; t < s.T; ++t) {
-      const int64_t row = b * s.T + t;
-      acc = fmod(acc + dtd[row * s.H + h] * theta[row * s.S + i], 2.0 * kPi);
-      phi[(row * s.H + h) * s.S + i] = static_cast<float>(acc);
+    for (int64_t t0 = 0; t0 < s.T; t0 += kAhead) {
+      double step[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int64_t row = b * s.T + t0 + u;
+        step[u] = t0 + u < s.T ? dtd[row * s.H + h] * theta[row * s.S + i] : 0.0;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        if (t0 + u >= s.T) break;
+        acc = mod_2pi(acc + step[u]);
+        phi[((b * s.T + t0 + u) * s.H + h) * s.S + i] = static_cast<float>(acc);
+      }
     }
   }
 }
@@ -108,6 +132,8 @@ __global__ void qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
     int64_t i = 0;
     bool first = true;
     const int64_t m = partner(n, s, i, first);
+    float sn = 0.0f, cs = 1.0f;  // the rotation of the pair, shared by k and q
+    if (m >= 0) sincosf(buf.phi[e * s.S + i], &sn, &cs);
     for (int which = 0; which < 2; ++which) {
       const float* nrm = which == 0 ? buf.nb : buf.ncn;
       const float* w = which == 0 ? p.B_norm : p.C_norm;
@@ -116,8 +142,6 @@ __global__ void qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
       float out = u;
       if (m >= 0) {
         const float um = fmaf(nrm[src + m], w[m], bb[bias + m]);
-        float sn, cs;
-        sincosf(buf.phi[e * s.S + i], &sn, &cs);
         out = first ? u * cs - um * sn : um * sn + u * cs;
       }
       (which == 0 ? buf.k : buf.q)[idx] = out;
@@ -165,10 +189,17 @@ __global__ void phase_bwd_kernel(Sizes s, float* dphi) {
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, h = (idx / s.S) % s.H, b = idx / (s.S * s.H);
     double acc = 0.0;
-    for (int64_t t = s.T - 1; t >= 0; --t) {
-      float* d = dphi + ((b * s.T + t) * s.H + h) * s.S + i;
-      acc += *d;
-      *d = static_cast<float>(acc);
+    for (int64_t q0 = 0; q0 < s.T; q0 += kAhead) {  // q: steps from the end, t = T - 1 - q
+      float d[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        d[u] = q0 + u < s.T ? dphi[((b * s.T + s.T - 1 - q0 - u) * s.H + h) * s.S + i] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        if (q0 + u >= s.T) break;
+        acc += d[u];
+        dphi[((b * s.T + s.T - 1 - q0 - u) * s.H + h) * s.S + i] = static_cast<float>(acc);
+      }
     }
   }
 }
