@@ -22,11 +22,13 @@ llmt_install_missing() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# llmt_build [TARGET...]: configure build/ and build the targets (default: everything, tests included).
+# LLMT_CUDA=OFF skips the CUDA backend even where nvcc is installed (default AUTO: built when found).
 llmt_build() {
   local jobs
   jobs=$(nproc)
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-  cmake --build build -j "$jobs"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLMT_CUDA="${LLMT_CUDA:-AUTO}"
+  cmake --build build -j "$jobs" ${1:+--target "$@"}
 }
 
 # The Node helper that converts parquet for prepare-data (tools/parquet2jsonl.mjs): its npm

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 source scripts/common.sh
 llmt_install_missing
 llmt_install_node_tools
-llmt_build
+llmt_build llmtrain
 run="runs/tiny-transformer-$(date +%Y%m%d-%H%M%S)"
 ./build/llmtrain train --config configs/tiny/transformer.json --out "$run" "$@"
 first=$(grep -m1 '"val_loss"' "$run/metrics.jsonl" | sed -E 's/.*"val_loss":([^,}]*).*/\1/')

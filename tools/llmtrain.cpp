@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   m->add_option("--out", im.out, "run directory; receives config.json and checkpoints/step_00000000")->required();
 
   llmt::cli::GenerateArgs gen;
-  CLI::App* g = app.add_subcommand("generate", "continue a prompt with a checkpoint's model and print the text (CPU)");
+  CLI::App* g = app.add_subcommand("generate", "continue a prompt with a checkpoint's model and print the text (GPU when one is visible, else CPU; --backend)");
   g->add_option("--checkpoint", gen.checkpoint, "checkpoint directory, or a run directory (its newest checkpoint)")
       ->required()->check(CLI::ExistingDirectory);
   g->add_option("--prompt", gen.prompt, "the text to continue (tokenized with the checkpoint's data.tokenizer)")

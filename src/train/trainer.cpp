@@ -221,6 +221,9 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
     nlohmann::json rec = {{"step", state_.step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                           {"tokens", state_.tokens}, {"tokens_per_s", tokens_per_s}};
     if (r.skipped) rec["skipped"] = true;
+    const SyntheticConfig& sc = config_.data.synthetic;
+    if (synthetic_ && (sc.curriculum_tokens > 0 || sc.curriculum_hold_tokens > 0) && state_.loader.index > 0)
+      rec["curriculum_max_length"] = synthetic_->longest_train_length(state_.loader.index - 1);  // the step's last example
     const bool last = state_.step == N;
     const auto every = [&](int64_t interval) { return interval > 0 && state_.step % interval == 0; };
     if (every(config_.eval.interval_steps) || last) rec.update(evaluate());

@@ -34,6 +34,15 @@ jq -e -s 'map(select(.val_acc != null)) | length == 3 and all(
   and (.eval_points | map(.name)) == ["L12", "L20"] and (.eval_points | all(has("scaled_acc"))))' "$p" > /dev/null \
   || fail "parity: accuracy fields"
 
+# The length curriculum: 1 step (128 tokens) at length 4, then 4 -> 12 over 256 tokens; every step's record
+# names the bound of its last example (example i = 4 step - 1: 4, 4 + 8·96/256, 4 + 8·224/256, 12).
+"$llmtrain" train --config tests/configs/parity_tiny.json --out "$tmp/cur" --set data.synthetic.curriculum_tokens=256 \
+  data.synthetic.curriculum_hold_tokens=128 data.synthetic.curriculum_start_length=4 > "$tmp/cur.log" 2>&1 \
+  || { cat "$tmp/cur.log"; fail "curriculum run"; }
+[ "$(jq -c -s 'map(select(.loss != null) | .curriculum_max_length)' "$tmp/cur/metrics.jsonl")" = "[4,7,11,12]" ] \
+  || fail "curriculum_max_length: $(jq -c -s 'map(.curriculum_max_length)' "$tmp/cur/metrics.jsonl")"
+jq -e -s 'all(has("curriculum_max_length") | not)' "$p" > /dev/null || fail "curriculum_max_length without a curriculum"
+
 # A vocabulary smaller than the task's ids is refused with the key named.
 if "$llmtrain" train --config tests/configs/parity_tiny.json --set model.vocab_size=2 --out "$tmp/bad" > "$tmp/bad.log" 2>&1; then
   fail "vocab_size 2 accepted"
