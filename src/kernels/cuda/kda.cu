@@ -22,7 +22,21 @@
 // Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
 // e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]. Fixed summation orders,
 // no atomics: deterministic.
+// Precision: the launchers' P (the layer's compute dtype) picks the layout of the plain tile products.
+// P = float (fp32 models): every phase in exact fp32 on the CUDA cores (tile::Simt); the CPU's results up to
+// fp32 rounding.
+// P = __nv_bfloat16 (bf16 models): the phases that are nothing but tile products run on the tensor cores
+// (tile::Mma: bf16 operand tiles in shared memory, mma.sync, fp32 register accumulators): the forward scan
+// (W S, (K^g)^T Δ), the output (Q^g h, P Δ), dΔ = P^T dO and the backward scan (K^g dS, (Q^g)^T dO, W^T dΔ).
+// Their operands are rounded to bf16 once, where the tile is loaded (W, K^g, Q^g, P, U/Δ, h, dO, dΔ: fp32
+// scratch or input, already carrying their fp32 decay factors) or formed (Δ, the running S, dS, dΔ); the
+// running states, every accumulation, the decay factors and all element-wise steps stay fp32, as does every
+// value written to the scratch (h[n], dh[n] are the fp32 states). The per-chunk phases whose sums carry a
+// per-channel decay inside (wu: A, P and the triangular inverse; dqk, wy: the dP- and dA-weighted sums,
+// dΓ) run in fp32 for both P, so they are the same kernels; a bf16 model's gradients through them see the
+// bf16-rounded states and Δ of the phases above.
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
@@ -708,6 +722,235 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
   if (r < ch.n) a.dbeta[ch.gate(a, r)] = s.out1[r];
 }
 
+// ---- phases on tile::Mma (bf16 models; see Precision) ----
+
+using tile::kLdH;
+using tile::kTileHalves;
+using tile::Mma;
+using bf16 = __nv_bfloat16;
+
+/// Writes the thread's 16 elements of a per-thread fp32 state tile (element (Mma::row(i), Mma::col(j)) at
+/// St[(4 i + j) kThreads], St already offset by the thread id) to the [K, V] state block at dst (rows V
+/// apart), rows < rows, columns < cols.
+__device__ __forceinline__ void store_state(const float* St, float* dst, int64_t V, int rows, int cols) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = Mma::row(i), c = Mma::col(j);
+      if (r < rows && c < cols) dst[r * V + c] = St[(4 * i + j) * tile::kThreads];
+    }
+}
+
+// Shared memory of kda_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
+// key tile, thread-major: read and written only by their owner), its bf16 copy, the chunk's W and K^g tiles
+// (bf16, all key tiles) and Δ (bf16). About 47 KiB per key tile.
+constexpr size_t scan_mma_smem(int nkt) {
+  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+}
+
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as kda_scan_kernel: stores h[n] (the
+// fp32 state entering chunk n) and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W
+// and K^g, rounded to bf16), W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per
+// key tile S = Diag(e^{Γ_C}) S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S).
+__global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* S = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) S[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk + 1 < a.NC) {  // the next chunk's W, K^g rows (contiguous) and U columns into L2
+      const Chunk nx(a, chunk + 1, blockIdx.y);
+      tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.U, V, v0), 4 * V, nx.n, 4 * vc);
+    }
+    __syncthreads();  // the last chunk's readers of hW, hK, hD and writers of hS are done
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      store_state(S + kt * 16 * tile::kThreads + tid, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n]
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+    }
+    float* U = ch.rows(a, a.U, V, v0);
+    Acc d;
+    load_acc<Mma>(d, U, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, U, V, ch.n, vc, Same{});
+    tile::store_acc_h(d, hD, Same{});
+    __syncthreads();  // hD complete; every read of hS (W S) done
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = Diag(e^{Γ_C}) S + (K ⊙ e^{Γ_C-Γ})^T Δ
+      acc.zero();
+      Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
+      float* St = S + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float aC = state_decay<Mma>(a, ch, kt * kN, i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + acc.v[i][j];
+          acc.v[i][j] = e;
+        }
+      }
+      tile::store_acc_h(acc, hS + kt * kTileHalves, Same{});
+    }
+  }
+}
+
+// Shared memory of kda_out_mma_kernel for nkt key tiles: bf16 Q^g and h (all key tiles), P and Δ.
+constexpr size_t out_mma_smem(int nkt) { return sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+
+// F6 for chunk blockIdx.x of head blockIdx.y, every value tile, as kda_out_kernel: Q^g and P loaded once,
+// then per value tile O = Q^g h[n] + P Δ (summed over the key tiles in registers).
+__global__ void __launch_bounds__(tile::kThreads) kda_out_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hH = cv.take<bf16>(kTileHalves * nkt),
+       *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  for (int kt = 0; kt < nkt; ++kt)
+    tile::load_h(hQ + kt * kTileHalves, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+  tile::load_h(hP, ch.square(a, a.P), kN, kN, kN);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h(hH + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hQ + kt * kTileHalves, hH + kt * kTileHalves, acc);
+    Mma::mma<false, false>(hP, hD, acc);
+    store_acc<Mma>(acc, ch.in(a, a.o, V, v0), a.H * V, ch.n, vc, Same{});
+    __syncthreads();  // hH, hD are read
+  }
+}
+
+// Shared memory of kda_dv_local_mma_kernel: bf16 P and dO.
+constexpr size_t kDvLocalMmaSmem = sizeof(bf16) * kTileHalves * 2;
+
+// B1 (intra-chunk part) for chunk blockIdx.x of head blockIdx.y, every value tile, as kda_dv_local_kernel:
+// P loaded once, then dΔ = P^T dO per value tile.
+__global__ void __launch_bounds__(tile::kThreads) kda_dv_local_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  bf16 *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t V = a.V;
+  tile::load_h(hP, ch.square(a, a.P), kN, kN, kN);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();  // hP (first pass) and hO complete
+    Acc acc;
+    acc.zero();
+    Mma::mma<true, false>(hP, hO, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, Same{});
+    __syncthreads();  // hO is read
+  }
+}
+
+// Shared memory of kda_bwd_scan_mma_kernel for nkt key tiles: the fp32 dS (per thread, as the scan's S), its
+// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). About 52 KiB per key tile.
+constexpr size_t bwd_scan_mma_smem(int nkt) {
+  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2);
+}
+
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
+// kda_bwd_scan_kernel: stores dh[n] (fp32 dS_C), dΔ += K^g dS_C (summed over the key tiles in registers),
+// then per key tile dS = Diag(e^{Γ_C}) dS + (Q^g)^T dO - W^T dΔ.
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* dS = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) dS[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk > 0) {  // the previous chunk's K^g, Q^g, W rows (contiguous), dO and dΔ columns into L2
+      const Chunk nx(a, chunk - 1, blockIdx.y);
+      tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.Qg, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * a.H * V, nx.n, 4 * vc);
+      tile::prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
+    }
+    __syncthreads();  // the last chunk's readers of hK, hQ, hW, hO, hE and writers of hS are done
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      store_state(dS + kt * 16 * tile::kThreads + tid, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n]
+      tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hQ + kt * kTileHalves, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+    }
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    float* dD = ch.rows(a, a.dD, V, v0);
+    Acc d;
+    load_acc<Mma>(d, dD, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, dD, V, ch.n, vc, Same{});
+    tile::store_acc_h(d, hE, Same{});
+    __syncthreads();  // hE complete; every read of hS (K^g dS) done
+    for (int kt = 0; kt < nkt; ++kt) {  // B2
+      Acc qd, wd;
+      qd.zero();
+      wd.zero();
+      Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
+      Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
+      float* St = dS + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float aC = state_decay<Mma>(a, ch, kt * kN, i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + qd.v[i][j] - wd.v[i][j];
+          qd.v[i][j] = e;
+        }
+      }
+      tile::store_acc_h(qd, hS + kt * kTileHalves, Same{});
+    }
+  }
+}
+
 // ---- host side ----
 
 /// Dynamic shared memory of a kernel with `tiles` float tiles (Γ's two included) and, when `small`, the
@@ -740,14 +983,26 @@ KdaFast make_args(const float* q, const float* k, const float* v, const float* g
   return a;
 }
 
-// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T).
+/// Whether P (the compute dtype's operand type) runs the bf16 phases on tile::Mma.
+template <typename P>
+constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
+
+/// Whether a tile::Mma kernel needing `smem` bytes fits one block (227 KiB); else its fp32 version runs.
+bool fits(size_t smem) { return smem <= 227 * 1024; }
+
+// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: the scan on tile::Mma (~47 KiB of
+// shared memory per key tile: key_dim <= 256).
+template <typename P>
 void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   using L = Layout;
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
-  launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
+  if (kBf16<P> && fits(scan_mma_smem(nkt)))
+    launch(kda_scan_mma_kernel, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+  else
+    launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
 }
 
 }  // namespace
@@ -762,6 +1017,7 @@ size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
   return sizeof(float) * static_cast<size_t>(KdaScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
 }
 
+template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream) {
@@ -769,13 +1025,17 @@ void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
-  forward_states(a, false, stream);
-  launch(kda_out_kernel<Layout>,
-         dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads),
-              static_cast<unsigned>(ceil_div(value_dim, kN))),
-         smem_for(3, false), stream, a);
+  forward_states<P>(a, false, stream);
+  const unsigned NC = static_cast<unsigned>(a.NC), BH = static_cast<unsigned>(batch * heads);
+  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+  if (kBf16<P> && fits(out_mma_smem(nkt)))
+    launch(kda_out_mma_kernel, dim3(NC, BH), out_mma_smem(nkt), stream, a);
+  else
+    launch(kda_out_kernel<Layout>, dim3(NC, BH, static_cast<unsigned>(ceil_div(value_dim, kN))), smem_for(3, false),
+           stream, a);
 }
 
+template <typename P>
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
@@ -792,14 +1052,30 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
-  forward_states(a, true, stream);
+  forward_states<P>(a, true, stream);
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
-  launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
+  if (kBf16<P>)
+    launch(kda_dv_local_mma_kernel, dim3(NC, BH), kDvLocalMmaSmem, stream, a);
+  else
+    launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
+  if (kBf16<P> && fits(bwd_scan_mma_smem(nkt)))  // key_dim <= 192
+    launch(kda_bwd_scan_mma_kernel, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+  else
+    launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
   launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
   launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
 }
+
+#define LLMT_KDA_INSTANTIATE(P)                                                                                     \
+  template void kda_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);          \
+  template void kda_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,       \
+                                 float*, float*, void*, cudaStream_t);
+LLMT_KDA_INSTANTIATE(float)
+LLMT_KDA_INSTANTIATE(__nv_bfloat16)
+#undef LLMT_KDA_INSTANTIATE
 
 }  // namespace llmt::cuda
