@@ -3,7 +3,7 @@
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. GDN and Comba
 // three times: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'), the
 // latter on the previous WMMA tiles (tile::Tc) and on the mma.sync tiles (tile::Mma, the default); KDA twice: fp32
-// products and bf16 compute (its scans, output and dΔ = P^T dO on tile::Mma, kda.cu "Precision"). MDN gates:
+// products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
 // the backward. Forward and forward + backward, timed with CUDA events over

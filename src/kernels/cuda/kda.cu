@@ -25,16 +25,17 @@
 // Precision: the launchers' P (the layer's compute dtype) picks the layout of the plain tile products.
 // P = float (fp32 models): every phase in exact fp32 on the CUDA cores (tile::Simt); the CPU's results up to
 // fp32 rounding.
-// P = __nv_bfloat16 (bf16 models): the phases that are nothing but tile products run on the tensor cores
-// (tile::Mma: bf16 operand tiles in shared memory, mma.sync, fp32 register accumulators): the forward scan
-// (W S, (K^g)^T Δ), the output (Q^g h, P Δ), dΔ = P^T dO and the backward scan (K^g dS, (Q^g)^T dO, W^T dΔ).
-// Their operands are rounded to bf16 once, where the tile is loaded (W, K^g, Q^g, P, U/Δ, h, dO, dΔ: fp32
-// scratch or input, already carrying their fp32 decay factors) or formed (Δ, the running S, dS, dΔ); the
-// running states, every accumulation, the decay factors and all element-wise steps stay fp32, as does every
-// value written to the scratch (h[n], dh[n] are the fp32 states). The per-chunk phases whose sums carry a
-// per-channel decay inside (wu: A, P and the triangular inverse; dqk, wy: the dP- and dA-weighted sums,
-// dΓ) run in fp32 for both P, so they are the same kernels; a bf16 model's gradients through them see the
-// bf16-rounded states and Δ of the phases above.
+// P = __nv_bfloat16 (bf16 models): the tile products of the forward and of the backward's recomputation and
+// scan run on the tensor cores (tile::Mma: bf16 operand tiles in shared memory, mma.sync, fp32 register
+// accumulators): in wu the off-diagonal 16 x 16 sub-blocks of A and P (operands scaled to their sub-chunk
+// reference before rounding, so every factor is e^{x <= 0}), W = 𝒯 diag(β) (K ⊙ e^Γ), U = 𝒯 diag(β) V; the
+// forward scan (W S, (K^g)^T Δ); the output (Q^g h, P Δ); dΔ = P^T dO; the backward scan (K^g dS, (Q^g)^T dO,
+// W^T dΔ). Their operands are rounded to bf16 once, where the tile is loaded or formed (q, k with their decay
+// factors, 𝒯, the β-scaled rows, W, K^g, Q^g, P, U/Δ, h, dO, dΔ, the running S, dS); the diagonal sub-blocks
+// of A and P (element-wise, §7.3), 𝒯, the running states, every accumulation, the decay factors and all
+// element-wise steps stay fp32, as does every value written to the scratch (h[n], dh[n] are the fp32 states).
+// The backward's per-chunk phases dqk and wy (the dP- and dA-weighted decayed sums, dΓ) are fp32 for both P
+// (the same kernels); a bf16 model's gradients through them see the bf16-rounded A, P, W, U, states and Δ.
 #include <initializer_list>
 #include <type_traits>
 
@@ -742,6 +743,160 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
     }
 }
 
+// Shared memory of kda_wu_mma_kernel: Small, Γ (two fp32 tiles), fp32 A, 𝒯, q, k tiles, and bf16 tiles: q and k
+// scaled to their sub-chunk starts, and k's 96 left-variant rows.
+constexpr size_t kWuMmaSmem =
+    kSmallBytes + 6 * sizeof(float) * tile::kTileFloats + sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
+
+/// The off-diagonal 16 x 16 sub-blocks of the decayed grams on the tensor cores: acc(r, c) += Σ_d Xr[r][d]
+/// Yv[left_base(a) + c][d] (a = a(r)) for the thread's fragment elements whose column sub-chunk is earlier
+/// than their row sub-chunk (c < 16 a), that is Σ_d X_rd Y_cd e^{Γ_rd - Γ_cd} with both factors' exponents <= 0
+/// (the sub-chunk reference trick, above); other elements untouched. Xr: bf16 rows of X scaled to their
+/// sub-chunk start (scale_rows_to_start), Yv: bf16 left variants of Y (96 rows). Warp w's 2 x 2 fragments
+/// (tile::Mma) cover row sub-chunks 2 (w / 4) + mt and column sub-chunk w % 4, so the test is warp-uniform.
+__device__ void offdiag_gram_mma(const bf16* Xr, const bf16* Yv, Acc& acc) {
+  const int w = Mma::warp(), l = Mma::lane(), b = w & 3, m = l >> 3, i = l & 7;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const int a = 2 * (w >> 2) + mt;
+    if (b >= a) continue;
+#pragma unroll
+    for (int d = 0; d < kN; d += 16) {
+      uint32_t fa[4], fb[4];  // as Mma::mma<false, true>: op(A) rows of sub-chunk a, op(B) columns of sub-chunk b
+      ::llmt::cuda::mma::ldsm_x4(fa, Xr + (16 * a + 8 * (m & 1) + i) * kLdH + d + 8 * (m >> 1));
+      ::llmt::cuda::mma::ldsm_x4(fb, Yv + (left_base(a) + 16 * b + 8 * (m >> 1) + i) * kLdH + d + 8 * (m & 1));
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float c[4] = {acc.v[2 * mt][2 * nt], acc.v[2 * mt][2 * nt + 1], acc.v[2 * mt + 1][2 * nt],
+                      acc.v[2 * mt + 1][2 * nt + 1]};
+        ::llmt::cuda::mma::mma_16816(c, fa, fb[2 * nt], fb[2 * nt + 1]);
+        acc.v[2 * mt][2 * nt] = c[0], acc.v[2 * mt][2 * nt + 1] = c[1];
+        acc.v[2 * mt + 1][2 * nt] = c[2], acc.v[2 * mt + 1][2 * nt + 1] = c[3];
+      }
+    }
+  }
+}
+
+/// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3): thread t
+/// owns row r = 16 (t / 64) + (t / 4) % 16 and columns c = 16 (t / 64) + 4 (t % 4) + e, e = 0..3, and adds
+/// qk[e] += Σ_d q_rd k_cd E (c <= r) and kk[e] += Σ_d k_rd k_cd E (c < r), E = e^{Γ_rd - Γ_cd} formed once for
+/// both. X = q, Z = k (fp32 tiles).
+__device__ void diag_grams(const float* X, const float* Z, const Gam& G, float qk[4], float kk[4]) {
+  const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
+    if (c > r) continue;
+    float sq = qk[e], sk = kk[e];
+    for (int d = 0; d < kN; ++d) {
+      const float z = Z[c * kLd + d] * G.exp_diff(r * kLd + d, c * kLd + d);
+      sq = fmaf(X[r * kLd + d], z, sq);
+      sk = fmaf(Z[r * kLd + d], z, sk);
+    }
+    qk[e] = sq, kk[e] = c < r ? sk : 0.0f;
+  }
+}
+
+// F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y, as kda_wu_kernel: the off-diagonal sub-blocks of A and
+// P on the tensor cores (bf16 operands scaled to their sub-chunk references, offdiag_gram_mma), the diagonal
+// ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 diag(β) (K ⊙ e^Γ) and U = 𝒯 diag(β) V on the tensor cores
+// (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch.
+__global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
+  bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves), *hZv = cv.take<bf16>(96 * kLdH);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_beta(a, ch, s.beta);
+  Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
+  kk.zero();
+  qk.zero();
+  float dqk[4] = {0, 0, 0, 0}, dkk[4] = {0, 0, 0, 0};  // diagonal sub-blocks (diag_grams)
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier: the last key tile's readers are done)
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
+      const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
+      const float e = G.exp_diff(r * kLd + c, ref);
+      hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
+      hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
+    }
+    for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {  // left_variants of k, in bf16
+      const int q = idx >> 6, c = idx & 63, sa = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(sa);
+      hZv[q * kLdH + c] = __float2bfloat16_rn(sZ[j * kLd + c] * G.exp_diff(16 * sa * kLd + c, j * kLd + c));
+    }
+    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
+    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+      const int r = idx >> 6, c = idx & 63;
+      if (r < ch.n && c < kc) {
+        qg[r * K + c] = G.exp_at(r * kLd + c) * sX[r * kLd + c];
+        kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
+      }
+    }
+    if (static_cast<int>(threadIdx.x) < kc)
+      a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
+    diag_grams(sX, sZ, G, dqk, dkk);
+    __syncthreads();  // the bf16 operands complete
+    offdiag_gram_mma(hZr, hZv, kk);
+    offdiag_gram_mma(hXr, hZv, qk);
+  }
+  __syncthreads();  // every read of sX (diag_grams) done: it takes P
+  float* sP = sX;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
+      const int r = Mma::row(i), c = Mma::col(j);
+      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+      if ((r >> 4) == (c >> 4)) continue;
+      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
+      sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
+    }
+  {  // the diagonal blocks
+    const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
+      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * dkk[e] : 0.0f;
+      sP[r * kLd + c] = c <= r && r < ch.n ? dqk[e] : 0.0f;
+    }
+  }
+  __syncthreads();
+  tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
+  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  bf16 *hT = hXr, *hY = hZr;
+  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load_rc(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc,
+                  [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); });
+    __syncthreads();
+    tile::load_h(hY, sZ, kLd, kN, kN);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    Mma::mma<false, false>(hT, hY, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, kc, Same{});
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+    __syncthreads();  // the last product's readers of hY are done
+    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    Mma::mma<false, false>(hT, hY, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), Same{});
+  }
+}
+
 // Shared memory of kda_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
 // key tile, thread-major: read and written only by their owner), its bf16 copy, the chunk's W and K^g tiles
 // (bf16, all key tiles) and Δ (bf16). About 47 KiB per key tile.
@@ -990,15 +1145,18 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Whether a tile::Mma kernel needing `smem` bytes fits one block (227 KiB); else its fp32 version runs.
 bool fits(size_t smem) { return smem <= 227 * 1024; }
 
-// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: the scan on tile::Mma (~47 KiB of
-// shared memory per key tile: key_dim <= 256).
+// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: both on tile::Mma (the scan needs
+// ~47 KiB of shared memory per key tile: key_dim <= 256 there).
 template <typename P>
 void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   using L = Layout;
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
+  if (kBf16<P>)
+    launch(kda_wu_mma_kernel, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
+  else
+    launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
   if (kBf16<P> && fits(scan_mma_smem(nkt)))
     launch(kda_scan_mma_kernel, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
   else

@@ -182,9 +182,10 @@ size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t hea
 // chunk-parallel (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile). P is the type the scan /
 // output products read their operands as, from the layer's compute dtype (kda.cu "Precision"; both instantiated):
 //   float          exact fp32 products on the CUDA cores (fp32 models; ~1e-6 of the CPU result);
-//   __nv_bfloat16  the state scans, the output and dΔ = P^T dO on the tensor cores (bf16 operands, fp32
-//                  accumulation; bf16 models, ~1e-2 of the fp32 result); the per-channel decayed intra-chunk
-//                  sums and the other backward phases stay fp32. The scratch is fp32 either way.
+//   __nv_bfloat16  the forward's tile products (A and P off their diagonal sub-blocks, W, U, the scan, the
+//                  output), dΔ = P^T dO and the backward scan on the tensor cores (bf16 operands, fp32
+//                  accumulation; bf16 models, ~1e-2 of the fp32 result); the diagonal sub-blocks and the
+//                  backward's dqk / wy phases stay fp32. The scratch is fp32 either way.
 // q, k, g, dq, dk, dg [B, T, H, K] (g: per-channel log-decay); v, o, d_o, dv [B, T, H, V]; beta, dbeta [B, T, H];
 // gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes.
 constexpr int64_t kKdaMaxChunk = 64;
