@@ -1,7 +1,8 @@
 // GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
 // mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. GDN and Comba
-// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'). MDN gates:
+// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'); KDA
+// twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
 // the backward. Forward and forward + backward, timed with CUDA events over
@@ -45,7 +46,7 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
 // into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the GDN and
-// Comba products' operand type (float: exact fp32; __nv_bfloat16: the tensor cores); KDA and MDN are fp32 only
+// Comba / KDA products' operand type (float: exact fp32; __nv_bfloat16: the tensor cores); MDN is fp32 only
 // (P = float).
 template <typename P>
 void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
@@ -76,7 +77,7 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
     if (comba)
       llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (kda)
-      llmt::cuda::kda_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+      llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (mdn)
       llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
                                 nullptr);
@@ -88,7 +89,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
       llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg, db,
                                      scratch, nullptr);
     else if (kda)
-      llmt::cuda::kda_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
+      llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
+                                   nullptr);
     else if (mdn)
       llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
                                 dg, db, dlm, deta, scratch, nullptr);
@@ -361,6 +363,7 @@ int main(int argc, char** argv) {
       bench_core<__nv_bfloat16>(s, iters, core);
     }
   bench_core<float>(a, iters, Core::kKda);
+  bench_core<__nv_bfloat16>(a, iters, Core::kKda);
   for (const Shape& s : {a, c})
     for (const bool save_residuals : {true, false}) bench_core<float>(s, iters, Core::kMdn, save_residuals);
   return 0;

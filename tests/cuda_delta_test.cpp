@@ -3,9 +3,9 @@
 // backend: each op runs through make_backend("cuda") and make_cpu_backend() on the same fresh
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
 // ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with every output
-// finite. The GDN and Comba cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
-// compute (bf16 operands on the tensor cores, kBf16CoreTol; with a key_dim beyond the mma scans' shared memory
-// also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
+// finite. The GDN, Comba and KDA cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
+// compute (bf16 operands on the tensor cores, kBf16CoreTol; GDN / Comba with a key_dim beyond the mma scans'
+// shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice.
 // main() (catch_main_gpu.cpp) skips without a GPU.
@@ -151,20 +151,20 @@ TEST_CASE("cuda delta: KDA channel-wise gates forward and backward, deterministi
 
 namespace {
 
-// The GDN and Comba cores' tolerance for a compute dtype (f32: exact fp32 products; bf16: bf16 operands).
+// The delta-rule cores' tolerance for a compute dtype (f32: exact fp32 products; bf16: bf16 operands).
 double core_tol(DType compute) { return compute == DType::bf16 ? kBf16CoreTol : kTol; }
 
-// The batch of the GDN and Comba sweeps: 2, or 8 with bf16 compute (see kBf16CoreTol).
+// The batch of the GDN, Comba and KDA sweeps: 2, or 8 with bf16 compute (see kBf16CoreTol).
 int64_t sweep_batch(DType compute) { return compute == DType::bf16 ? 8 : 2; }
 
-// Which core check_gdn runs: GDN with the given compute dtype, or KDA (fp32 products only; g per key channel
-// [B, T, H, K], through kda_chunk_*).
+// Which core check_gdn runs, with which compute dtype: GDN, or KDA (g per key channel [B, T, H, K], through
+// kda_chunk_*).
 struct GdnCore {
   DType compute;
   bool kda;
 };
-constexpr GdnCore kda_core{DType::f32, true};
 GdnCore gdn_core(DType compute) { return {compute, false}; }
+GdnCore kda_core(DType compute) { return {compute, true}; }
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
 // backward once more on the GPU, bit-identical.
@@ -194,7 +194,7 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
-      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, t(o));
+      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o));
     else
       be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o));
   };
@@ -202,7 +202,8 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
-      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, t(dq), t(dk), t(dv), t(dg), t(dbeta));
+      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, core.compute, t(dq), t(dk), t(dv), t(dg),
+                       t(dbeta));
     else
       be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, core.compute, t(dq), t(dk), t(dv), t(dg),
                        t(dbeta));
@@ -431,38 +432,56 @@ TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", 
                         Catch::Contains("chunk_size"));
 }
 
-TEST_CASE("cuda delta: KDA chunked core forward and backward, deterministic", "[cuda][delta][kda]") {
+TEST_CASE("cuda delta: KDA chunked core forward and backward, fp32 and bf16 compute, deterministic",
+          "[cuda][delta][kda]") {
   uint64_t seed = 5000;
   for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
     for (const int64_t T : {1, 63, 64, 65, 200})
       for (const int64_t chunk : {16, 64})
-        for (const double g_lo : {-5.0, -0.05}) {
-          check_gdn(2, T, 3, kv.first, kv.second, chunk, g_lo, seed, kda_core);
-          seed += 20;
-        }
+        for (const double g_lo : {-5.0, -0.05})
+          for (const DType compute : {DType::f32, DType::bf16}) {
+            check_gdn(sweep_batch(compute), T, 3, kv.first, kv.second, chunk, g_lo, seed, kda_core(compute));
+            seed += 20;
+          }
 }
 
-TEST_CASE("cuda delta: KDA chunked core at the model's head size, K = V = 128, with strong decay", "[cuda][delta][kda]") {
+TEST_CASE("cuda delta: KDA chunked core at the model's head size, K = V = 128, with strong decay, fp32 and bf16 "
+          "compute",
+          "[cuda][delta][kda]") {
   // g down to -20 per channel (layers-delta.md 11.2): e^{Γ} underflows inside a chunk; the kernel must form
   // e^{Γ_r - Γ_j} directly (never e^{Γ_r} e^{-Γ_j}, which overflows) to match the CPU.
-  check_gdn(1, 130, 2, 128, 128, 64, -20.0, 6000, kda_core);
-  check_gdn(1, 130, 2, 128, 128, 64, -0.01, 6100, kda_core);
+  uint64_t seed = 6000;
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    check_gdn(1, 130, 2, 128, 128, 64, -20.0, seed, kda_core(compute));
+    check_gdn(1, 130, 2, 128, 128, 64, -0.01, seed + 100, kda_core(compute));
+    check_gdn(1, 4096, 2, 128, 128, 64, -5.0, seed + 200, kda_core(compute));    // T = 4096, strong decay
+    check_gdn(2, 4000, 1, 128, 128, 64, -0.05, seed + 300, kda_core(compute));   // ragged T (last chunk: 32 tokens)
+    seed += 1000;
+  }
 }
 
-TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K = 256", "[cuda][delta][kda]") {
+TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K = 256, fp32 and bf16 compute",
+          "[cuda][delta][kda]") {
   // Partial second key and value tiles (K = 80, V = 70; chunk 32), and four key tiles (K = 256: four state
-  // tiles in the scans).
-  check_gdn(1, 100, 2, 80, 70, 32, -1.0, 6200, kda_core);
-  check_gdn(1, 70, 1, 256, 64, 64, -2.0, 6300, kda_core);
+  // tiles in the scans; with bf16 the backward scan falls back to fp32 tiles, its shared memory too large).
+  uint64_t seed = 6200;
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    check_gdn(1, 100, 2, 80, 70, 32, -1.0, seed, kda_core(compute));
+    check_gdn(1, 70, 1, 256, 64, 64, -2.0, seed + 100, kda_core(compute));
+    seed += 1000;
+  }
 }
 
-TEST_CASE("cuda delta: KDA chunked core, long sequence T = 4096", "[cuda][delta][kda]") {
-  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, kda_core);
+TEST_CASE("cuda delta: KDA chunked core, long sequence T = 4096, fp32 and bf16 compute", "[cuda][delta][kda]") {
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, kda_core(DType::f32));
+  check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7050, kda_core(DType::bf16));
 }
 
 TEST_CASE("cuda delta: KDA core refuses chunk_size above the kernel's limit", "[cuda][delta][kda]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair g = both(uniform(2 * 8 * 4, 3, -1.0, 0.0), {1, 8, 2, 4}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
-  REQUIRE_THROWS_WITH(gpu().kda_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, *o.g), Catch::Contains("chunk_size"));
+  for (const DType compute : {DType::f32, DType::bf16})
+    REQUIRE_THROWS_WITH(gpu().kda_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g),
+                        Catch::Contains("chunk_size"));
 }

@@ -59,11 +59,11 @@ void Backend::kda_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const T
   missing(*this, "kda_gates_bwd");
 }
 void Backend::kda_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
-                            const Tensor&) {
+                            DType, const Tensor&) {
   missing(*this, "kda_chunk_fwd");
 }
 void Backend::kda_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, int64_t, DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
   missing(*this, "kda_chunk_bwd");
 }

@@ -165,10 +165,12 @@ class Backend {
   /// KDA core, chunked (zero initial state; layers-delta.md §4.3, §6.1, §6.5): q = q̂, k = k̂, g (per-channel
   /// log-decay) [B, T, H, K]; v, o [B, T, H, V]; beta [B, T, H]. Recurrence S̄_t = Diag(e^{g_t}) S_{t-1},
   /// δ_t = β_t (v_t - S̄_t^T k̂_t), S_t = S̄_t + k̂_t δ_t^T, o_t = S_t^T q̂_t. Gradients dq, dk, dv, dg, dbeta overwritten.
+  /// `compute` as for gdn_chunk_fwd: the CUDA backend runs the forward's tile products and the backward's scans
+  /// on the tensor cores for bf16 and everything in exact fp32 for f32 (kernels/cuda/kda.cu, "Precision").
   virtual void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             int64_t chunk_size, const Tensor& o);
+                             int64_t chunk_size, DType compute, const Tensor& o);
   virtual void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                             const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
                              const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
   /// Comba inner decay + output correction before the L2 norm (layers-delta.md §4.2 steps 2-3), per head h:
   /// s = sigmoid(decay_h), p = s k, q_out = q - D_h s k. q, k, q_out, p [rows, H * K]; decay, D [H], or a

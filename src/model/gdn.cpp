@@ -22,11 +22,12 @@ void GdnMixer::core_forward(const MixerState* state) {
     return (be.*decode)(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
                         c_.chunk_size, (*state)[kCoreState], heads_v(o_));
   }
-  if (scalar)  // the GDN core's products in the compute dtype (bf16 operands on the tensor cores, or fp32)
+  // The core's products in the compute dtype (bf16 operands on the tensor cores, or fp32).
+  if (scalar)
     return be.gdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
                             c_.chunk_size, store_.compute_dtype(), heads_v(o_));
   be.kda_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), c_.chunk_size,
-                   heads_v(o_));
+                   store_.compute_dtype(), heads_v(o_));
 }
 
 void GdnMixer::core_backward() {
@@ -37,7 +38,7 @@ void GdnMixer::core_backward() {
                      decay_view(dg_), per_token(dbeta_));
   else
     be.kda_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), heads_v(do_),
-                     c_.chunk_size, heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), decay_view(dg_),
+                     c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), decay_view(dg_),
                      per_token(dbeta_));
   be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
   be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);

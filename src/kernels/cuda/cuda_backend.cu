@@ -620,21 +620,25 @@ class CudaBackend final : public Backend {
   }
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     int64_t chunk_size, const Tensor& o) override {
+                     int64_t chunk_size, DType compute, const Tensor& o) override {
     const DeltaCoreDims d = delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd");
     const char* op = "kda_chunk_fwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
-    cuda::kda_chunk_fwd(pq, pk, pv, pg, pbeta, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, po,
-                        scratch(cuda::kda_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                                                                  chunk_size)),
-                        stream_);
+    dispatch(compute, op, [&](auto zero) {  // the products' operand type (kda.cu, Precision)
+      using P = decltype(zero);
+      cuda::kda_chunk_fwd<P>(pq, pk, pv, pg, pbeta, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
+                             po,
+                             scratch(cuda::kda_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim,
+                                                                       d.value_dim, chunk_size)),
+                             stream_);
+    });
   }
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& d_o, int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     const Tensor& dg, const Tensor& dbeta) override {
+                     const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
+                     const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
     const DeltaCoreDims d = delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd");
     const char* op = "kda_chunk_bwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
@@ -642,11 +646,14 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
-    cuda::kda_chunk_bwd(pq, pk, pv, pg, pbeta, pdo, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
-                        pdq, pdk, pdv, pdg, pdbeta,
-                        scratch(cuda::kda_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                                                                  chunk_size)),
-                        stream_);
+    dispatch(compute, op, [&](auto zero) {
+      using P = decltype(zero);
+      cuda::kda_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                             chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+                             scratch(cuda::kda_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim,
+                                                                       d.value_dim, chunk_size)),
+                             stream_);
+    });
   }
 
   // MDN (mdn.md; semantics cpu/mdn_gates.h, cpu/mdn.h): f32 only, like the other delta-rule ops.

@@ -22,7 +22,22 @@
 // Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
 // e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]. Fixed summation orders,
 // no atomics: deterministic.
+// Precision: the launchers' P (the layer's compute dtype) picks the layout of the plain tile products.
+// P = float (fp32 models): every phase in exact fp32 on the CUDA cores (tile::Simt); the CPU's results up to
+// fp32 rounding.
+// P = __nv_bfloat16 (bf16 models): the tile products of the forward and of the backward's recomputation and
+// scan run on the tensor cores (tile::Mma: bf16 operand tiles in shared memory, mma.sync, fp32 register
+// accumulators): in wu the off-diagonal 16 x 16 sub-blocks of A and P (operands scaled to their sub-chunk
+// reference before rounding, so every factor is e^{x <= 0}), W = 𝒯 diag(β) (K ⊙ e^Γ), U = 𝒯 diag(β) V; the
+// forward scan (W S, (K^g)^T Δ); the output (Q^g h, P Δ); dΔ = P^T dO; the backward scan (K^g dS, (Q^g)^T dO,
+// W^T dΔ). Their operands are rounded to bf16 once, where the tile is loaded or formed (q, k with their decay
+// factors, 𝒯, the β-scaled rows, W, K^g, Q^g, P, U/Δ, h, dO, dΔ, the running S, dS); the diagonal sub-blocks
+// of A and P (element-wise, §7.3), 𝒯, the running states, every accumulation, the decay factors and all
+// element-wise steps stay fp32, as does every value written to the scratch (h[n], dh[n] are the fp32 states).
+// The backward's per-chunk phases dqk and wy (the dP- and dA-weighted decayed sums, dΓ) are fp32 for both P
+// (the same kernels); a bf16 model's gradients through them see the bf16-rounded A, P, W, U, states and Δ.
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
@@ -708,6 +723,389 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
   if (r < ch.n) a.dbeta[ch.gate(a, r)] = s.out1[r];
 }
 
+// ---- phases on tile::Mma (bf16 models; see Precision) ----
+
+using tile::kLdH;
+using tile::kTileHalves;
+using tile::Mma;
+using bf16 = __nv_bfloat16;
+
+/// Writes the thread's 16 elements of a per-thread fp32 state tile (element (Mma::row(i), Mma::col(j)) at
+/// St[(4 i + j) kThreads], St already offset by the thread id) to the [K, V] state block at dst (rows V
+/// apart), rows < rows, columns < cols.
+__device__ __forceinline__ void store_state(const float* St, float* dst, int64_t V, int rows, int cols) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = Mma::row(i), c = Mma::col(j);
+      if (r < rows && c < cols) dst[r * V + c] = St[(4 * i + j) * tile::kThreads];
+    }
+}
+
+// Shared memory of kda_wu_mma_kernel: Small, Γ (two fp32 tiles), fp32 A, 𝒯, q, k tiles, and bf16 tiles: q and k
+// scaled to their sub-chunk starts, and k's 96 left-variant rows.
+constexpr size_t kWuMmaSmem =
+    kSmallBytes + 6 * sizeof(float) * tile::kTileFloats + sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
+
+/// The off-diagonal 16 x 16 sub-blocks of the decayed grams on the tensor cores: acc(r, c) += Σ_d Xr[r][d]
+/// Yv[left_base(a) + c][d] (a = a(r)) for the thread's fragment elements whose column sub-chunk is earlier
+/// than their row sub-chunk (c < 16 a), that is Σ_d X_rd Y_cd e^{Γ_rd - Γ_cd} with both factors' exponents <= 0
+/// (the sub-chunk reference trick, above); other elements untouched. Xr: bf16 rows of X scaled to their
+/// sub-chunk start (scale_rows_to_start), Yv: bf16 left variants of Y (96 rows). Warp w's 2 x 2 fragments
+/// (tile::Mma) cover row sub-chunks 2 (w / 4) + mt and column sub-chunk w % 4, so the test is warp-uniform.
+__device__ void offdiag_gram_mma(const bf16* Xr, const bf16* Yv, Acc& acc) {
+  const int w = Mma::warp(), l = Mma::lane(), b = w & 3, m = l >> 3, i = l & 7;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const int a = 2 * (w >> 2) + mt;
+    if (b >= a) continue;
+#pragma unroll
+    for (int d = 0; d < kN; d += 16) {
+      uint32_t fa[4], fb[4];  // as Mma::mma<false, true>: op(A) rows of sub-chunk a, op(B) columns of sub-chunk b
+      ::llmt::cuda::mma::ldsm_x4(fa, Xr + (16 * a + 8 * (m & 1) + i) * kLdH + d + 8 * (m >> 1));
+      ::llmt::cuda::mma::ldsm_x4(fb, Yv + (left_base(a) + 16 * b + 8 * (m >> 1) + i) * kLdH + d + 8 * (m & 1));
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float c[4] = {acc.v[2 * mt][2 * nt], acc.v[2 * mt][2 * nt + 1], acc.v[2 * mt + 1][2 * nt],
+                      acc.v[2 * mt + 1][2 * nt + 1]};
+        ::llmt::cuda::mma::mma_16816(c, fa, fb[2 * nt], fb[2 * nt + 1]);
+        acc.v[2 * mt][2 * nt] = c[0], acc.v[2 * mt][2 * nt + 1] = c[1];
+        acc.v[2 * mt + 1][2 * nt] = c[2], acc.v[2 * mt + 1][2 * nt + 1] = c[3];
+      }
+    }
+  }
+}
+
+/// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3): thread t
+/// owns row r = 16 (t / 64) + (t / 4) % 16 and columns c = 16 (t / 64) + 4 (t % 4) + e, e = 0..3, and adds
+/// qk[e] += Σ_d q_rd k_cd E (c <= r) and kk[e] += Σ_d k_rd k_cd E (c < r), E = e^{Γ_rd - Γ_cd} formed once for
+/// both. X = q, Z = k (fp32 tiles).
+__device__ void diag_grams(const float* X, const float* Z, const Gam& G, float qk[4], float kk[4]) {
+  const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
+    if (c > r) continue;
+    float sq = qk[e], sk = kk[e];
+    for (int d = 0; d < kN; ++d) {
+      const float z = Z[c * kLd + d] * G.exp_diff(r * kLd + d, c * kLd + d);
+      sq = fmaf(X[r * kLd + d], z, sq);
+      sk = fmaf(Z[r * kLd + d], z, sk);
+    }
+    qk[e] = sq, kk[e] = c < r ? sk : 0.0f;
+  }
+}
+
+// F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y, as kda_wu_kernel: the off-diagonal sub-blocks of A and
+// P on the tensor cores (bf16 operands scaled to their sub-chunk references, offdiag_gram_mma), the diagonal
+// ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 diag(β) (K ⊙ e^Γ) and U = 𝒯 diag(β) V on the tensor cores
+// (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch.
+__global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
+  bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves), *hZv = cv.take<bf16>(96 * kLdH);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_beta(a, ch, s.beta);
+  Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
+  kk.zero();
+  qk.zero();
+  float dqk[4] = {0, 0, 0, 0}, dkk[4] = {0, 0, 0, 0};  // diagonal sub-blocks (diag_grams)
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier: the last key tile's readers are done)
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
+      const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
+      const float e = G.exp_diff(r * kLd + c, ref);
+      hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
+      hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
+    }
+    for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {  // left_variants of k, in bf16
+      const int q = idx >> 6, c = idx & 63, sa = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(sa);
+      hZv[q * kLdH + c] = __float2bfloat16_rn(sZ[j * kLd + c] * G.exp_diff(16 * sa * kLd + c, j * kLd + c));
+    }
+    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
+    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
+      const int r = idx >> 6, c = idx & 63;
+      if (r < ch.n && c < kc) {
+        qg[r * K + c] = G.exp_at(r * kLd + c) * sX[r * kLd + c];
+        kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
+      }
+    }
+    if (static_cast<int>(threadIdx.x) < kc)
+      a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
+    diag_grams(sX, sZ, G, dqk, dkk);
+    __syncthreads();  // the bf16 operands complete
+    offdiag_gram_mma(hZr, hZv, kk);
+    offdiag_gram_mma(hXr, hZv, qk);
+  }
+  __syncthreads();  // every read of sX (diag_grams) done: it takes P
+  float* sP = sX;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
+      const int r = Mma::row(i), c = Mma::col(j);
+      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+      if ((r >> 4) == (c >> 4)) continue;
+      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
+      sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
+    }
+  {  // the diagonal blocks
+    const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
+      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * dkk[e] : 0.0f;
+      sP[r * kLd + c] = c <= r && r < ch.n ? dqk[e] : 0.0f;
+    }
+  }
+  __syncthreads();
+  tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
+  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  bf16 *hT = hXr, *hY = hZr;
+  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load_rc(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc,
+                  [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); });
+    __syncthreads();
+    tile::load_h(hY, sZ, kLd, kN, kN);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    Mma::mma<false, false>(hT, hY, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, kc, Same{});
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+    __syncthreads();  // the last product's readers of hY are done
+    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    Mma::mma<false, false>(hT, hY, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), Same{});
+  }
+}
+
+// Shared memory of kda_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
+// key tile, thread-major: read and written only by their owner), its bf16 copy, the chunk's W and K^g tiles
+// (bf16, all key tiles) and Δ (bf16). About 47 KiB per key tile.
+constexpr size_t scan_mma_smem(int nkt) {
+  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+}
+
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as kda_scan_kernel: stores h[n] (the
+// fp32 state entering chunk n) and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W
+// and K^g, rounded to bf16), W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per
+// key tile S = Diag(e^{Γ_C}) S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S).
+__global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* S = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) S[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk + 1 < a.NC) {  // the next chunk's W, K^g rows (contiguous) and U columns into L2
+      const Chunk nx(a, chunk + 1, blockIdx.y);
+      tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.U, V, v0), 4 * V, nx.n, 4 * vc);
+    }
+    __syncthreads();  // the last chunk's readers of hW, hK, hD and writers of hS are done
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      store_state(S + kt * 16 * tile::kThreads + tid, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n]
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+    }
+    float* U = ch.rows(a, a.U, V, v0);
+    Acc d;
+    load_acc<Mma>(d, U, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, U, V, ch.n, vc, Same{});
+    tile::store_acc_h(d, hD, Same{});
+    __syncthreads();  // hD complete; every read of hS (W S) done
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = Diag(e^{Γ_C}) S + (K ⊙ e^{Γ_C-Γ})^T Δ
+      acc.zero();
+      Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
+      float* St = S + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float aC = state_decay<Mma>(a, ch, kt * kN, i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + acc.v[i][j];
+          acc.v[i][j] = e;
+        }
+      }
+      tile::store_acc_h(acc, hS + kt * kTileHalves, Same{});
+    }
+  }
+}
+
+// Shared memory of kda_out_mma_kernel for nkt key tiles: bf16 Q^g and h (all key tiles), P and Δ.
+constexpr size_t out_mma_smem(int nkt) { return sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+
+// F6 for chunk blockIdx.x of head blockIdx.y, every value tile, as kda_out_kernel: Q^g and P loaded once,
+// then per value tile O = Q^g h[n] + P Δ (summed over the key tiles in registers).
+__global__ void __launch_bounds__(tile::kThreads) kda_out_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hH = cv.take<bf16>(kTileHalves * nkt),
+       *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  for (int kt = 0; kt < nkt; ++kt)
+    tile::load_h(hQ + kt * kTileHalves, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+  tile::load_h(hP, ch.square(a, a.P), kN, kN, kN);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h(hH + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hQ + kt * kTileHalves, hH + kt * kTileHalves, acc);
+    Mma::mma<false, false>(hP, hD, acc);
+    store_acc<Mma>(acc, ch.in(a, a.o, V, v0), a.H * V, ch.n, vc, Same{});
+    __syncthreads();  // hH, hD are read
+  }
+}
+
+// Shared memory of kda_dv_local_mma_kernel: bf16 P and dO.
+constexpr size_t kDvLocalMmaSmem = sizeof(bf16) * kTileHalves * 2;
+
+// B1 (intra-chunk part) for chunk blockIdx.x of head blockIdx.y, every value tile, as kda_dv_local_kernel:
+// P loaded once, then dΔ = P^T dO per value tile.
+__global__ void __launch_bounds__(tile::kThreads) kda_dv_local_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  bf16 *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t V = a.V;
+  tile::load_h(hP, ch.square(a, a.P), kN, kN, kN);
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();  // hP (first pass) and hO complete
+    Acc acc;
+    acc.zero();
+    Mma::mma<true, false>(hP, hO, acc);
+    store_acc<Mma>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, Same{});
+    __syncthreads();  // hO is read
+  }
+}
+
+// Shared memory of kda_bwd_scan_mma_kernel for nkt key tiles: the fp32 dS (per thread, as the scan's S), its
+// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). About 52 KiB per key tile.
+constexpr size_t bwd_scan_mma_smem(int nkt) {
+  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2);
+}
+
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
+// kda_bwd_scan_kernel: stores dh[n] (fp32 dS_C), dΔ += K^g dS_C (summed over the key tiles in registers),
+// then per key tile dS = Diag(e^{Γ_C}) dS + (Q^g)^T dO - W^T dΔ.
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* dS = cv.take<float>(16 * tile::kThreads * nkt);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) dS[e * tile::kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+    const Chunk ch(a, chunk, blockIdx.y);
+    if (chunk > 0) {  // the previous chunk's K^g, Q^g, W rows (contiguous), dO and dΔ columns into L2
+      const Chunk nx(a, chunk - 1, blockIdx.y);
+      tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.Qg, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+      tile::prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * a.H * V, nx.n, 4 * vc);
+      tile::prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
+    }
+    __syncthreads();  // the last chunk's readers of hK, hQ, hW, hO, hE and writers of hS are done
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      store_state(dS + kt * 16 * tile::kThreads + tid, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n]
+      tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hQ + kt * kTileHalves, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+    }
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    float* dD = ch.rows(a, a.dD, V, v0);
+    Acc d;
+    load_acc<Mma>(d, dD, V, ch.n, vc);
+    __syncthreads();
+    Acc acc;
+    acc.zero();
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+        const int r = Mma::row(i), c = Mma::col(j);
+        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
+      }
+    store_acc<Mma>(d, dD, V, ch.n, vc, Same{});
+    tile::store_acc_h(d, hE, Same{});
+    __syncthreads();  // hE complete; every read of hS (K^g dS) done
+    for (int kt = 0; kt < nkt; ++kt) {  // B2
+      Acc qd, wd;
+      qd.zero();
+      wd.zero();
+      Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
+      Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
+      float* St = dS + kt * 16 * tile::kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float aC = state_decay<Mma>(a, ch, kt * kN, i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + qd.v[i][j] - wd.v[i][j];
+          qd.v[i][j] = e;
+        }
+      }
+      tile::store_acc_h(qd, hS + kt * kTileHalves, Same{});
+    }
+  }
+}
+
 // ---- host side ----
 
 /// Dynamic shared memory of a kernel with `tiles` float tiles (Γ's two included) and, when `small`, the
@@ -740,14 +1138,29 @@ KdaFast make_args(const float* q, const float* k, const float* v, const float* g
   return a;
 }
 
-// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T).
+/// Whether P (the compute dtype's operand type) runs the bf16 phases on tile::Mma.
+template <typename P>
+constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
+
+/// Whether a tile::Mma kernel needing `smem` bytes fits one block (227 KiB); else its fp32 version runs.
+bool fits(size_t smem) { return smem <= 227 * 1024; }
+
+// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: both on tile::Mma (the scan needs
+// ~47 KiB of shared memory per key tile: key_dim <= 256 there).
+template <typename P>
 void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   using L = Layout;
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
-  launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
+  if (kBf16<P>)
+    launch(kda_wu_mma_kernel, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
+  else
+    launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
+  if (kBf16<P> && fits(scan_mma_smem(nkt)))
+    launch(kda_scan_mma_kernel, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+  else
+    launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
 }
 
 }  // namespace
@@ -762,6 +1175,7 @@ size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
   return sizeof(float) * static_cast<size_t>(KdaScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
 }
 
+template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream) {
@@ -769,13 +1183,17 @@ void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
-  forward_states(a, false, stream);
-  launch(kda_out_kernel<Layout>,
-         dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(batch * heads),
-              static_cast<unsigned>(ceil_div(value_dim, kN))),
-         smem_for(3, false), stream, a);
+  forward_states<P>(a, false, stream);
+  const unsigned NC = static_cast<unsigned>(a.NC), BH = static_cast<unsigned>(batch * heads);
+  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+  if (kBf16<P> && fits(out_mma_smem(nkt)))
+    launch(kda_out_mma_kernel, dim3(NC, BH), out_mma_smem(nkt), stream, a);
+  else
+    launch(kda_out_kernel<Layout>, dim3(NC, BH, static_cast<unsigned>(ceil_div(value_dim, kN))), smem_for(3, false),
+           stream, a);
 }
 
+template <typename P>
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
@@ -792,14 +1210,30 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
-  forward_states(a, true, stream);
+  forward_states<P>(a, true, stream);
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
-  launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
+  if (kBf16<P>)
+    launch(kda_dv_local_mma_kernel, dim3(NC, BH), kDvLocalMmaSmem, stream, a);
+  else
+    launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
+  if (kBf16<P> && fits(bwd_scan_mma_smem(nkt)))  // key_dim <= 192
+    launch(kda_bwd_scan_mma_kernel, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+  else
+    launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
   launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
   launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
 }
+
+#define LLMT_KDA_INSTANTIATE(P)                                                                                     \
+  template void kda_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);          \
+  template void kda_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,       \
+                                 float*, float*, void*, cudaStream_t);
+LLMT_KDA_INSTANTIATE(float)
+LLMT_KDA_INSTANTIATE(__nv_bfloat16)
+#undef LLMT_KDA_INSTANTIATE
 
 }  // namespace llmt::cuda

@@ -171,16 +171,24 @@ template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
 
-// kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32, chunk-parallel
-// (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile).
+// kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32 tensors,
+// chunk-parallel (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile). P is the type the scan /
+// output products read their operands as, from the layer's compute dtype (kda.cu "Precision"; both instantiated):
+//   float          exact fp32 products on the CUDA cores (fp32 models; ~1e-6 of the CPU result);
+//   __nv_bfloat16  the forward's tile products (A and P off their diagonal sub-blocks, W, U, the scan, the
+//                  output), dΔ = P^T dO and the backward scan on the tensor cores (bf16 operands, fp32
+//                  accumulation; bf16 models, ~1e-2 of the fp32 result); the diagonal sub-blocks and the
+//                  backward's dqk / wy phases stay fp32. The scratch is fp32 either way.
 // q, k, g, dq, dk, dg [B, T, H, K] (g: per-channel log-decay); v, o, d_o, dv [B, T, H, V]; beta, dbeta [B, T, H];
 // gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes.
 constexpr int64_t kKdaMaxChunk = 64;
+template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    void* scratch, cudaStream_t stream);
 size_t kda_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
+template <typename P>
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
                    const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
