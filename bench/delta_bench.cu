@@ -5,7 +5,7 @@
 // latter on the previous WMMA tiles (tile::Tc) and on the mma.sync tiles (tile::Mma, the default). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
-// the backward. Forward and forward + backward, timed with CUDA events over
+// the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
 // Usage: delta_bench [iterations]   (default 10)
 #include <cuda_runtime.h>
@@ -42,8 +42,8 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
-// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the GDN and
-// Comba products' operand type (float: exact fp32; __nv_bfloat16: the tensor cores); KDA and MDN are fp32 only
+// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the GDN, Comba
+// and MDN products' operand type (float: exact fp32; __nv_bfloat16: the tensor cores); KDA is fp32 only
 // (P = float).
 template <typename P>
 void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
@@ -76,8 +76,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
     else if (kda)
       llmt::cuda::kda_chunk_fwd(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (mdn)
-      llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
-                                nullptr);
+      llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
+                                   nullptr);
     else
       llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
   };
@@ -88,8 +88,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
     else if (kda)
       llmt::cuda::kda_chunk_bwd(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, nullptr);
     else if (mdn)
-      llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
-                                dg, db, dlm, deta, scratch, nullptr);
+      llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
+                                   dv, dg, db, dlm, deta, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
                                    nullptr);
@@ -98,9 +98,10 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
   const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
-  const char* products = std::is_same_v<P, float>                                               ? "fp32 chunk-parallel"
-                         : llmt::cuda::gdn_bf16_tiles() == llmt::cuda::GdnBf16Tiles::kMma ? "bf16 mma.sync tiles"
-                                                                                          : "bf16 WMMA tiles (previous)";
+  const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel"
+                          : mdn || llmt::cuda::gdn_bf16_tiles() == llmt::cuda::GdnBf16Tiles::kMma
+                              ? "bf16 mma.sync tiles"
+                              : "bf16 WMMA tiles (previous)";
   const double mib = 1 << 20, saved_bytes = save_residuals ? static_cast<double>(sizeof(float) * nv) : 0.0;
   std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB | %.0f MiB |\n", name,
               products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
@@ -127,6 +128,9 @@ int main(int argc, char** argv) {
     }
   bench_core<float>(a, iters, Core::kKda);
   for (const Shape& s : {a, c})
-    for (const bool save_residuals : {true, false}) bench_core<float>(s, iters, Core::kMdn, save_residuals);
+    for (const bool save_residuals : {true, false}) {
+      bench_core<float>(s, iters, Core::kMdn, save_residuals);
+      bench_core<__nv_bfloat16>(s, iters, Core::kMdn, save_residuals);
+    }
   return 0;
 }
