@@ -430,6 +430,31 @@ struct ScanShared {
   }
 };
 
+/// Asks the L2 for what a scan reads of chunk `chunk` of (batch, head) bh (value columns v0 .. v0 + vc - 1; no effect
+/// on any result): its coefficient image (vectors, then 𝒯 for kSolve and the backward, Γ, L_U, and Q K̂^T for the
+/// backward), its k rows, and v (kSolve), Ṽ (the states-only scan) or q and dO rows (backward). Issued one chunk
+/// ahead, so the next chunk's loads wait for the L2, not for memory.
+__device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk, int64_t v0, int vc, bool solve,
+                                    bool backward) {
+  using tile::prefetch_l2;
+  const tile::Chunk nx(a, chunk, bh);
+  const int64_t C = a.C, K = a.K, V = a.V, H = a.H;
+  const float* img = coef_image(a, bh, chunk);
+  prefetch_l2(img, 0, 1, 4 * kChunkVectors * C);
+  const int64_t mat = 4 * static_cast<int64_t>(nx.n) * nx.n;  // the leading n x n of a matrix slot
+  if (solve || backward) prefetch_l2(image_matrix(img, C, kT), 0, 1, mat);
+  prefetch_l2(image_matrix(img, C, kLU), 0, 1, mat);
+  prefetch_l2(image_matrix(img, C, kG), 0, 1, mat);
+  if (backward) prefetch_l2(image_matrix(img, C, kQK), 0, 1, mat);
+  prefetch_l2(nx.in(a, a.k, K, 0), 4 * H * K, nx.n, 4 * K);
+  if (backward) {
+    prefetch_l2(nx.in(a, a.q, K, 0), 4 * H * K, nx.n, 4 * K);
+    prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
+  } else {
+    prefetch_l2(nx.in(a, solve ? a.v : a.vt, V, v0), 4 * H * V, nx.n, 4 * vc);
+  }
+}
+
 /// The scans' grid: value tiles x (batch, head).
 dim3 scan_grid(int64_t V, int64_t BH) {
   return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
@@ -455,6 +480,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
+    if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, kSolve, false);
     __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
@@ -594,6 +620,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
+    if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, false, true);
     __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
