@@ -220,11 +220,18 @@ __device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chu
   return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
-// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
-// tiles: two operand tiles of L for the key products (QK, PK: the only products; everything else fp32). Reached by
-// all threads; ends with a barrier.
+/// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse (Mma: 16 x 16 blocks, on two
+/// extra fp32 tiles) rather than row by row in place (Simt: the exact order of the CPU's forward substitution).
 template <typename L>
-__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, Op<L>* const tiles[2]) {
+constexpr bool blocked_inverse() { return std::is_same_v<L, tile::Mma>; }
+
+// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (fp32: the
+// row-by-row tril_inverse, or with blocked_inverse<L> tile::tril_inverse on the fp32 tiles inv[0] (W), inv[1] (𝒯),
+// copied into cs.T). tiles: two operand tiles of L for the key products (QK, PK: the only products; everything
+// else fp32). Reached by all threads; ends with a barrier.
+template <typename L>
+__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, Op<L>* const tiles[2],
+                             float* const inv[2]) {
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n;
@@ -300,12 +307,24 @@ __device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const Chun
     cs.W[idx] = j < i ? cs.G[(i - 1) * n + j] * cs.PK[idx] : 0.0f;
     cs.T[idx] = i == j ? 1.0f : 0.0f;
   }
-  __syncthreads();
-  tril_inverse(cs.W, cs.T, n);
+  if constexpr (blocked_inverse<L>()) {
+    for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {  // the same W and identity, zero padded
+      const int i = idx / kN, j = idx % kN;
+      inv[0][i * tile::kLd + j] = i < n && j < i ? cs.G[(i - 1) * n + j] * cs.PK[i * n + j] : 0.0f;
+      inv[1][i * tile::kLd + j] = i == j ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    tile::tril_inverse(inv[0], inv[1], n);  // ends with a barrier
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) cs.T[idx] = inv[1][(idx / n) * tile::kLd + idx % n];
+    __syncthreads();
+  } else {
+    __syncthreads();
+    tril_inverse(cs.W, cs.T, n);
+  }
 }
 
 // coef kernel, grid (NC, B H): chunk_coeffs for one chunk, then the whole ChunkSmem copied to its coef image.
-// Shared: coef_bytes(C), then 2 operand tiles of L.
+// Shared: coef_bytes(C), then 2 operand tiles of L, then (blocked_inverse<L>) 2 fp32 tiles (coef_smem<L>).
 template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -315,7 +334,8 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
   carve_chunk(s, a.C, cs);
   tile::Carve cv{smem + coef_bytes(a.C)};
   Op<L>* const t[2] = {op_tile<L>(cv), op_tile<L>(cv)};
-  chunk_coeffs<L>(a, ch, cs, t);
+  float* const inv[2] = {blocked_inverse<L>() ? cv.tile() : nullptr, blocked_inverse<L>() ? cv.tile() : nullptr};
+  chunk_coeffs<L>(a, ch, cs, t, inv);
   copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
 }
 
@@ -453,6 +473,12 @@ __device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk,
   } else {
     prefetch_l2(nx.in(a, solve ? a.v : a.vt, V, v0), 4 * H * V, nx.n, 4 * vc);
   }
+}
+
+/// Shared bytes of the coef kernel on layout L (mdn_coef_kernel).
+template <typename L>
+constexpr size_t coef_smem(int64_t C) {
+  return coef_bytes(C) + 2 * op_bytes<L>() + (blocked_inverse<L>() ? tile::smem_bytes(2, 0) : 0);
 }
 
 /// The scans' grid: value tiles x (batch, head).
@@ -1005,7 +1031,7 @@ size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); 
 template <typename L>
 void run_coef_scan(const MdnArgs& a, cudaStream_t stream) {
   const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
-  tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk, coef_bytes(a.C) + 2 * op_bytes<L>(), stream, a);
+  tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk, coef_smem<L>(a.C), stream, a);
   if (a.V == 0) return;
   const auto scan = a.vt_out != nullptr ? mdn_scan_kernel<L, true> : mdn_scan_kernel<L, false>;
   tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H), scan_bytes<L>(a.K, a.C), stream, a);
