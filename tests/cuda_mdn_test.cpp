@@ -260,6 +260,13 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   if (regime == Regime::no_momentum) {  // μ = 0: no gradient path to log μ, exactly 0 on both sides
     for (float x : get(gpu(), *dlm.g)) REQUIRE(x == 0.0f);
     for (float x : get(cpu(), *dlm.c)) REQUIRE(x == 0.0f);
+  } else if (regime == Regime::mu_near_zero && compute == DType::bf16) {
+    // d log μ = μ dμ vanishes with μ (~1e-10 here) and sums terms of both signs: its bf16 error is held against
+    // the scale of the other log-gate gradient, d log α (CPU emulation of the kernels: 1e-11 of it; against its
+    // own scale 2.6e-3 .. 1.8e-2 over 7 draws, too close to kBf16CoreTol for a test).
+    double dla_scale = 0;
+    for (float x : get(cpu(), *dla.c)) dla_scale = std::max(dla_scale, std::abs(static_cast<double>(x)));
+    require_close(dlm, "dlog_mu " + tag, tol, dla_scale);
   } else {
     require_close(dlm, "dlog_mu " + tag, tol);
   }
