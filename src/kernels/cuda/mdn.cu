@@ -56,6 +56,11 @@ using bf16 = __nv_bfloat16;
 // L = tile::Simt: fp32 tiles (row stride tile::kLd); L = tile::Mma: bf16 tiles (row stride tile::kLdH), every
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
+/// Blocks per SM that the out kernel is compiled for: 2 on tile::Mma (128 registers, no spills: two blocks fit
+/// beside their 47 KiB of shared memory), 1 on tile::Simt.
+template <typename L>
+constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
+
 /// Operand tile element type of layout L (float or bf16).
 template <typename L>
 using Op = typename L::Operand;
@@ -577,7 +582,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
 // O = Diag(ᾱ) (Q S_0) - Diag(b) (Q M_0) + E Ṽ with E = (Q K̂^T) ⊙ Γ. Shared: the chunk's vectors
 // (kChunkVectors * C floats), then the operand tiles E, Q, S_0, M_0, Ṽ (Mma: each rounded to bf16 once).
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t K = a.K, V = a.V, C = a.C;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
