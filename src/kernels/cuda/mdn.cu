@@ -14,8 +14,8 @@
 // the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile). fp32 stays fp32: the running states S, M
 // and their gradients (shared slabs), Ṽ and the saved residuals, the global scratch (coefficient images, chunk
 // states, rowk, dew), the coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
-// double, forward substitution in fp32), the products' results, and every element-wise and reduction step (the
-// whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
+// double, the inverse in fp32: row by row on Simt, blocked in 16 x 16 blocks on Mma), the products' results, and
+// every element-wise and reduction step (the whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
 //   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
 //                             W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
 //                             that later kernels copy back into shared memory;
