@@ -5,7 +5,8 @@
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
-// the backward. Forward and forward + backward, timed with CUDA events over
+// the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
+// forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
 // With --phases instead: the bf16 GDN forward and backward at shapes (a) and (c) kernel by kernel (phases()).
 // Usage: delta_bench [iterations] [--phases]   (default 10 iterations)
@@ -45,9 +46,8 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
-// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the GDN and
-// Comba / KDA products' operand type (float: exact fp32; __nv_bfloat16: the tensor cores); MDN is fp32 only
-// (P = float).
+// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the products'
+// operand type (float: exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core.
 template <typename P>
 void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
   const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
@@ -79,8 +79,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
     else if (kda)
       llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (mdn)
-      llmt::cuda::mdn_chunk_fwd(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
-                                nullptr);
+      llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
+                                   nullptr);
     else
       llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
   };
@@ -92,8 +92,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
       llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
                                    nullptr);
     else if (mdn)
-      llmt::cuda::mdn_chunk_bwd(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
-                                dg, db, dlm, deta, scratch, nullptr);
+      llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
+                                   dv, dg, db, dlm, deta, scratch, nullptr);
     else
       llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
                                    nullptr);
@@ -365,6 +365,9 @@ int main(int argc, char** argv) {
   bench_core<float>(a, iters, Core::kKda);
   bench_core<__nv_bfloat16>(a, iters, Core::kKda);
   for (const Shape& s : {a, c})
-    for (const bool save_residuals : {true, false}) bench_core<float>(s, iters, Core::kMdn, save_residuals);
+    for (const bool save_residuals : {true, false}) {
+      bench_core<float>(s, iters, Core::kMdn, save_residuals);
+      bench_core<__nv_bfloat16>(s, iters, Core::kMdn, save_residuals);
+    }
   return 0;
 }

@@ -8,6 +8,8 @@
 // T = 4096. Every backward (and the core's forward) is run twice and must be bit-identical. The core also runs with
 // save_residuals (mdn.md §7.1): the forward's saved corrected values Ṽ are held to the CPU's at kTol, and the
 // forward's o and every gradient of the backward that reads them must be bit-identical to the recompute path's.
+// The core runs with fp32 compute (exact fp32 products, kTol) and with bf16 compute (bf16 operands on the tensor
+// cores, kBf16CoreTol, every check above except the comparison with the GDN core), on fresh inputs each.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -28,6 +30,7 @@ using namespace llmt::test;
 namespace {
 
 using llmt::Backend;
+using llmt::DType;
 using llmt::MdnGateOptions;
 using llmt::Tensor;
 
@@ -153,6 +156,9 @@ namespace {
 /// The gate regimes of the core tests (mdn.md §8.3-8.4, §12.1, §12.3).
 enum class Regime { normal, strong_decay, mu_much_less_than_alpha, mu_near_zero, no_momentum };
 
+// The core's tolerance for a compute dtype (f32: exact fp32 products; bf16: bf16 operands, cuda_test_util.h).
+double core_tol(DType compute) { return compute == DType::bf16 ? kBf16CoreTol : kTol; }
+
 const char* name_of(Regime r) {
   switch (r) {
     case Regime::normal: return "normal";
@@ -194,15 +200,17 @@ Gates gates_for(Regime r, size_t n, uint64_t seed) {
   return g;
 }
 
-// One core case: forward o and backward dq, dk, dv, d log α, dβ, d log μ, dη against the CPU reference (recompute
-// path, no residuals tensor), then on the GPU the forward with save_residuals (o bit-identical, Ṽ against the CPU's),
-// the recompute backward once more and the backward reading the saved Ṽ, both bit-identical to the first. Without
-// momentum the GPU's MDN output must also match its GDN core (g = log α), and d log μ must be exactly 0 (μ = 0 has
-// no gradient path).
-void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, Regime regime, uint64_t seed) {
+// One core case with the products' compute dtype `compute` (tolerance core_tol): forward o and backward dq, dk,
+// dv, d log α, dβ, d log μ, dη against the CPU reference (recompute path, no residuals tensor), then on the GPU the
+// forward with save_residuals (o bit-identical, Ṽ against the CPU's), the recompute backward once more and the
+// backward reading the saved Ṽ, both bit-identical to the first. Without momentum d log μ must be exactly 0 (μ = 0
+// has no gradient path), and with fp32 compute the GPU's MDN must also match its GDN core (g = log α).
+void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, Regime regime, uint64_t seed,
+               DType compute = DType::f32) {
+  const double tol = core_tol(compute);
   const std::string tag = std::string(name_of(regime)) + " B=" + std::to_string(B) + " T=" + std::to_string(T) +
                           " H=" + std::to_string(H) + " K=" + std::to_string(K) + " V=" + std::to_string(V) +
-                          " chunk=" + std::to_string(chunk);
+                          " chunk=" + std::to_string(chunk) + (compute == DType::bf16 ? " bf16" : " fp32");
   INFO(tag);
   const int64_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H;
   const Gates gt = gates_for(regime, static_cast<size_t>(nb), seed + 20);
@@ -213,16 +221,16 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair eta = both(gt.eta, {B, T, H});
   Pair o = both(randn(nv, seed + 4), {B, T, H, V}), residuals = both(randn(nv, seed + 19), {B, T, H, V});
   const Tensor recompute;  // no residuals tensor: the backward recomputes Ṽ
-  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g, recompute);
-  cpu().mdn_chunk_fwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, chunk, *o.c, *residuals.c);
-  require_close(o, "o " + tag);
+  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, compute, *o.g, recompute);
+  cpu().mdn_chunk_fwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, chunk, DType::f32, *o.c, *residuals.c);
+  require_close(o, "o " + tag, tol);
   const auto o_first = get(gpu(), *o.g);
-  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, *o.g, *residuals.g);
+  gpu().mdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, chunk, compute, *o.g, *residuals.g);
   require_bit_identical(o_first, get(gpu(), *o.g), "o (save_residuals vs recompute) " + tag);
-  require_close(residuals, "saved residuals " + tag);
+  require_close(residuals, "saved residuals " + tag, tol);
   // MDN with μ = 0, η = 1 is GDN with g = log α (mdn.md §5). Both GPU cores (GDN with fp32 products) are within
   // kTol of CPU references that agree to double rounding, so they agree within 2 kTol (triangle inequality).
-  const bool vs_gdn = regime == Regime::no_momentum;
+  const bool vs_gdn = regime == Regime::no_momentum && compute == DType::f32;
   if (vs_gdn) {
     llmt::OwnedTensor o_gdn = on(gpu(), randn(nv, seed + 5), {B, T, H, V});
     gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, chunk, llmt::DType::f32, *o_gdn);
@@ -235,25 +243,32 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dla = both(randn(nb, seed + 10), {B, T, H}), dbeta = both(randn(nb, seed + 11), {B, T, H});
   Pair dlm = both(randn(nb, seed + 12), {B, T, H}), deta = both(randn(nb, seed + 13), {B, T, H});
   const auto run_gpu = [&](const Tensor& saved) {
-    gpu().mdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, *d_o.g, saved, chunk, *dq.g, *dk.g, *dv.g,
-                        *dla.g, *dbeta.g, *dlm.g, *deta.g);
+    gpu().mdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *lm.g, *eta.g, *d_o.g, saved, chunk, compute, *dq.g, *dk.g,
+                        *dv.g, *dla.g, *dbeta.g, *dlm.g, *deta.g);
   };
   run_gpu(recompute);
-  cpu().mdn_chunk_bwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, *d_o.c, recompute, chunk, *dq.c, *dk.c,
-                      *dv.c, *dla.c, *dbeta.c, *dlm.c, *deta.c);
-  require_close(dq, "dq " + tag);
-  require_close(dk, "dk " + tag);
-  require_close(dv, "dv " + tag);
-  require_close(dbeta, "dbeta " + tag);
-  require_close(deta, "deta " + tag);
+  cpu().mdn_chunk_bwd(*q.c, *k.c, *v.c, *la.c, *beta.c, *lm.c, *eta.c, *d_o.c, recompute, chunk, DType::f32, *dq.c,
+                      *dk.c, *dv.c, *dla.c, *dbeta.c, *dlm.c, *deta.c);
+  require_close(dq, "dq " + tag, tol);
+  require_close(dk, "dk " + tag, tol);
+  require_close(dv, "dv " + tag, tol);
+  require_close(dbeta, "dbeta " + tag, tol);
+  require_close(deta, "deta " + tag, tol);
   // The log-gate gradients are formed from segment sums of dL ⊙ L (no cancellation), so they are held to the
   // same bound as the others, against their own scale (exactly 0 on both sides at T = 1).
-  require_close(dla, "dlog_alpha " + tag);
+  require_close(dla, "dlog_alpha " + tag, tol);
   if (regime == Regime::no_momentum) {  // μ = 0: no gradient path to log μ, exactly 0 on both sides
     for (float x : get(gpu(), *dlm.g)) REQUIRE(x == 0.0f);
     for (float x : get(cpu(), *dlm.c)) REQUIRE(x == 0.0f);
+  } else if (regime == Regime::mu_near_zero && compute == DType::bf16) {
+    // d log μ = μ dμ vanishes with μ (~1e-10 here) and sums terms of both signs: its bf16 error is held against
+    // the scale of the other log-gate gradient, d log α (CPU emulation of the kernels: 1e-11 of it; against its
+    // own scale 2.6e-3 .. 1.8e-2 over 7 draws, too close to kBf16CoreTol for a test).
+    double dla_scale = 0;
+    for (float x : get(cpu(), *dla.c)) dla_scale = std::max(dla_scale, std::abs(static_cast<double>(x)));
+    require_close(dlm, "dlog_mu " + tag, tol, dla_scale);
   } else {
-    require_close(dlm, "dlog_mu " + tag);
+    require_close(dlm, "dlog_mu " + tag, tol);
   }
 
   if (vs_gdn) {  // the GDN backward: dk through both uses of k, dg = d log α (incl. the read path), dβ, dq, dv
@@ -328,10 +343,45 @@ TEST_CASE("cuda mdn: save_residuals at T = 4096 in the extreme gate regimes (mu 
   check_mdn(1, 4096, 2, 64, 64, 64, Regime::strong_decay, 7300);
 }
 
+// bf16 compute: the sweeps use B = 8 (at least 24 tokens; see kBf16CoreTol), fresh inputs (other seeds).
+TEST_CASE("cuda mdn: bf16 compute, chunked core, partial and full chunks, every gate regime, deterministic",
+          "[cuda][mdn]") {
+  uint64_t seed = 9000;
+  for (const auto& kv : {std::pair<int64_t, int64_t>{16, 32}, std::pair<int64_t, int64_t>{64, 128}})
+    for (const int64_t T : {1, 63, 64, 65, 200})
+      for (const int64_t chunk : {16, 64}) {
+        check_mdn(8, T, 3, kv.first, kv.second, chunk, Regime::normal, seed, DType::bf16);
+        seed += 40;
+      }
+  for (const Regime r : kAllRegimes)
+    for (const int64_t T : {65, 200}) {
+      check_mdn(8, T, 3, 32, 64, 64, r, seed, DType::bf16);
+      seed += 40;
+    }
+}
+
+TEST_CASE("cuda mdn: bf16 compute at the model's head sizes (K = V = 128; K = 128, V = 256; K = 256, V = 512)",
+          "[cuda][mdn]") {
+  check_mdn(1, 130, 2, 128, 128, 64, Regime::normal, 11000, DType::bf16);
+  check_mdn(1, 130, 2, 128, 256, 64, Regime::mu_much_less_than_alpha, 11100, DType::bf16);
+  check_mdn(1, 200, 2, 256, 512, 64, Regime::normal, 11200, DType::bf16);
+}
+
+TEST_CASE("cuda mdn: bf16 compute, T = 4096 and a ragged T = 4001 in every gate regime", "[cuda][mdn]") {
+  uint64_t seed = 12000;
+  for (const Regime r : kAllRegimes) {
+    check_mdn(1, 4096, 2, 64, 64, 64, r, seed, DType::bf16);
+    check_mdn(1, 4001, 2, 128, 128, 64, r, seed + 20, DType::bf16);
+    seed += 40;
+  }
+}
+
 TEST_CASE("cuda mdn: core refuses chunk_size above the kernel's limit", "[cuda][mdn]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair la = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(uniform(16, 4, 0.1, 0.5), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
-  REQUIRE_THROWS_WITH(gpu().mdn_chunk_fwd(*q.g, *q.g, *v.g, *la.g, *beta.g, *la.g, *beta.g, 128, *o.g, Tensor()),
-                      Catch::Contains("chunk_size"));
+  for (const DType compute : {DType::f32, DType::bf16})
+    REQUIRE_THROWS_WITH(
+        gpu().mdn_chunk_fwd(*q.g, *q.g, *v.g, *la.g, *beta.g, *la.g, *beta.g, 128, compute, *o.g, Tensor()),
+        Catch::Contains("chunk_size"));
 }

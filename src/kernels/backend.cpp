@@ -126,11 +126,11 @@ void Backend::mdn_correction_bwd(const Tensor&, const Tensor&, const Tensor&, co
   missing(*this, "mdn_correction_bwd");
 }
 void Backend::mdn_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, const Tensor&, int64_t, const Tensor&, const Tensor&) {
+                            const Tensor&, const Tensor&, int64_t, DType, const Tensor&, const Tensor&) {
   missing(*this, "mdn_chunk_fwd");
 }
 void Backend::mdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&,
+                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, DType, const Tensor&,
                             const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "mdn_chunk_bwd");
 }

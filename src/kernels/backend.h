@@ -263,12 +263,16 @@ class Backend {
   /// backward given the same tensor reads them instead of recomputing them (CUDA: gradients bit-identical to
   /// the recompute; the CPU reference writes them but its backward always recomputes in double).
   /// Backward: dq, dk (through both p = α k_n and k̂ = η k_n), dv, dlog_alpha, dbeta, dlog_mu, deta OVERWRITTEN.
+  /// `compute` as for gdn_chunk_fwd: the CUDA backend's tile products in exact fp32 (f32) or on the tensor cores
+  /// with bf16 operands and fp32 accumulation (bf16; kernels/cuda/mdn.cu, "Precision"); the CPU backend computes
+  /// in the tensors' dtype for either.
   virtual void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
                              const Tensor& beta, const Tensor& log_mu, const Tensor& eta, int64_t chunk_size,
-                             const Tensor& o, const Tensor& residuals);
+                             DType compute, const Tensor& o, const Tensor& residuals);
   virtual void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha,
                              const Tensor& beta, const Tensor& log_mu, const Tensor& eta, const Tensor& d_o,
-                             const Tensor& residuals, int64_t chunk_size, const Tensor& dq, const Tensor& dk,
+                             const Tensor& residuals, int64_t chunk_size, DType compute, const Tensor& dq,
+                             const Tensor& dk,
                              const Tensor& dv, const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
                              const Tensor& deta);
 

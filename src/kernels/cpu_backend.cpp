@@ -565,7 +565,7 @@ class CpuBackend final : public Backend {
     });
   }
   void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
-                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o,
+                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, DType, const Tensor& o,
                      const Tensor& residuals) override {
     const cpu::DeltaDims d = delta_dims(q, v, log_alpha, beta, false, "mdn_chunk_fwd");
     check_same(v, o, "mdn_chunk_fwd");
@@ -583,7 +583,7 @@ class CpuBackend final : public Backend {
   // The reference recomputes Ṽ in double whether or not `residuals` holds the forward's (backend.h).
   void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
                      const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, const Tensor& residuals,
-                     int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     int64_t chunk_size, DType, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
                      const Tensor& deta) override {
     const cpu::DeltaDims d = delta_dims(q, v, log_alpha, beta, false, "mdn_chunk_bwd");

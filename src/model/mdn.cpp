@@ -98,16 +98,18 @@ void MdnMixer::core_forward(const MixerState* state) {
     return be.mdn_decode(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
                          per_token(log_mu_), per_token(eta_), c_.chunk_size, (*state)[kCoreState],
                          (*state)[kCoreState + 1], heads_v(o_));
+  // The core's products in the compute dtype (bf16 operands on the tensor cores, or fp32).
   be.mdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
-                   per_token(log_mu_), per_token(eta_), c_.chunk_size, heads_v(o_), residuals());
+                   per_token(log_mu_), per_token(eta_), c_.chunk_size, store_.compute_dtype(), heads_v(o_),
+                   residuals());
 }
 
 void MdnMixer::core_backward() {
   Backend& be = store_.backend();
   be.mdn_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), per_token(g_), per_token(beta_),
-                   per_token(log_mu_), per_token(eta_), heads_v(do_), residuals(), c_.chunk_size, heads_k(dqhat_),
-                   heads_k(dkhat_), heads_v(dvc_), per_token(dg_), per_token(dbeta_), per_token(dlog_mu_),
-                   per_token(deta_));
+                   per_token(log_mu_), per_token(eta_), heads_v(do_), residuals(), c_.chunk_size,
+                   store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), per_token(dg_),
+                   per_token(dbeta_), per_token(dlog_mu_), per_token(deta_));
   // L2 norms: dq' (= dq: the correction passes dq' through to q) and dk.
   be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
   be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);

@@ -708,7 +708,7 @@ class CudaBackend final : public Backend {
                              f32(dk, op), f32(dD_log, op), stream_);
   }
   void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
-                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, const Tensor& o,
+                     const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, DType compute, const Tensor& o,
                      const Tensor& residuals) override {
     const char* op = "mdn_chunk_fwd";
     const DeltaCoreDims d = delta_core_dims(q, v, log_alpha, beta, false, op);
@@ -719,16 +719,18 @@ class CudaBackend final : public Backend {
     for (const Tensor* t : {&beta, &log_mu, &eta}) check_same(log_alpha, *t, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kMdnMaxChunk,
           "mdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kMdnMaxChunk, chunk_size);
-    cuda::mdn_chunk_fwd(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
-                        f32(eta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, f32(o, op),
-                        saved ? f32(residuals, op) : nullptr,
-                        scratch(cuda::mdn_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                                                                  chunk_size, saved)),
-                        stream_);
+    void* scr = scratch(cuda::mdn_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                                                          chunk_size, saved));
+    dispatch(compute, op, [&](auto zero) {  // the products' operand type (mdn.cu, Precision)
+      using P = decltype(zero);
+      cuda::mdn_chunk_fwd<P>(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
+                             f32(eta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, f32(o, op),
+                             saved ? f32(residuals, op) : nullptr, scr, stream_);
+    });
   }
   void mdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
                      const Tensor& log_mu, const Tensor& eta, const Tensor& d_o, const Tensor& residuals,
-                     int64_t chunk_size, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                      const Tensor& dlog_alpha, const Tensor& dbeta, const Tensor& dlog_mu,
                      const Tensor& deta) override {
     const char* op = "mdn_chunk_bwd";
@@ -740,13 +742,15 @@ class CudaBackend final : public Backend {
     for (const Tensor* t : {&beta, &log_mu, &eta, &dlog_alpha, &dbeta, &dlog_mu, &deta}) check_same(log_alpha, *t, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kMdnMaxChunk,
           "mdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kMdnMaxChunk, chunk_size);
-    cuda::mdn_chunk_bwd(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
-                        f32(eta, op), f32(d_o, op), optional_f32(residuals, op), d.batch, d.seq_len,
-                        d.heads, d.key_dim, d.value_dim, chunk_size, f32(dq, op), f32(dk, op), f32(dv, op),
-                        f32(dlog_alpha, op), f32(dbeta, op), f32(dlog_mu, op), f32(deta, op),
-                        scratch(cuda::mdn_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                                                                  chunk_size, saved)),
-                        stream_);
+    void* scr = scratch(cuda::mdn_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
+                                                          chunk_size, saved));
+    dispatch(compute, op, [&](auto zero) {  // the products' operand type (mdn.cu, Precision)
+      using P = decltype(zero);
+      cuda::mdn_chunk_bwd<P>(f32(q, op), f32(k, op), f32(v, op), f32(log_alpha, op), f32(beta, op), f32(log_mu, op),
+                             f32(eta, op), f32(d_o, op), optional_f32(residuals, op), d.batch, d.seq_len, d.heads,
+                             d.key_dim, d.value_dim, chunk_size, f32(dq, op), f32(dk, op), f32(dv, op),
+                             f32(dlog_alpha, op), f32(dbeta, op), f32(dlog_mu, op), f32(deta, op), scr, stream_);
+    });
   }
 
   // ---- incremental decoding (checks as the CPU backend's, backend_util.h; attention in f32 or bf16, the

@@ -1,8 +1,21 @@
-// MDN (Momentum DeltaNet) core, chunked, fp32 (mdn.md §6.2 with the stable coefficients of §6.4, §6.5 for a
-// shorter last chunk; backward §7.3), zero initial states. Mirrors src/kernels/cpu/mdn.cpp (mdn_chunk_fwd,
+// MDN (Momentum DeltaNet) core, chunked, fp32 tensors (mdn.md §6.2 with the stable coefficients of §6.4, §6.5 for
+// a shorter last chunk; backward §7.3), zero initial states. Mirrors src/kernels/cpu/mdn.cpp (mdn_chunk_fwd,
 // mdn_chunk_bwd) step by step. Chunk-parallel design (layers-delta.md §6, as gdn_comba.cu / kda.cu), 256 threads
 // (tile::kThreads) per block, grids built with tile::launch; products over K or V on the 64 x 64 shared tiles of
-// delta_tile.cuh (tile::Simt, exact fp32):
+// delta_tile.cuh, every kernel with products written once against a layout L (see Precision):
+// Precision: the launchers' P (the layer's compute dtype) picks L; everything else is shared.
+// P = float (fp32 models): L = tile::Simt, exact fp32 products on the CUDA cores (results the CPU's up to fp32
+// rounding).
+// P = __nv_bfloat16 (bf16 models; the authors' and FLA's precision): L = tile::Mma, every 64 x 64 x 64 product on the
+// tensor cores (mma.sync m16n8k16, ldmatrix) with both operands bf16 tiles in shared memory and fp32 accumulation
+// in registers (sums over several key or value tiles never leave them). Each operand is rounded to bf16 once,
+// where it is loaded or formed (scaled first in fp32 where it carries a gate factor): q, k, η k, α k, v-side
+// tiles (v via R, Ṽ, dO, dR), 𝒯, E = (Q K̂^T) ⊙ Γ, R, the scaled Ṽ and dR rows, the scaled dO rows, dEG, dWG and
+// the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile). fp32 stays fp32: the running states S, M
+// and their gradients (shared slabs), Ṽ and the saved residuals, the global scratch (coefficient images, chunk
+// states, rowk, dew), the coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
+// double, the inverse in fp32: row by row on Simt, blocked in 16 x 16 blocks on Mma), the products' results, and
+// every element-wise and reduction step (the whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
 //   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
 //                             W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
 //                             that later kernels copy back into shared memory;
@@ -26,14 +39,71 @@
 // summation order and block reductions use a fixed tree: deterministic, no atomics. Value columns are
 // independent in the scans (every state column j depends only on column j of V, dO, Ṽ, dR), so a value tile's
 // scan is exact without the others.
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
+#include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace llmt::cuda {
 namespace {
 
 using tile::kN;
+using bf16 = __nv_bfloat16;
+
+// ---- operand tiles of a layout (see Precision above) ----
+// L = tile::Simt: fp32 tiles (row stride tile::kLd); L = tile::Mma: bf16 tiles (row stride tile::kLdH), every
+// element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
+
+/// Blocks per SM that the out kernel is compiled for: 2 on tile::Mma (128 registers, no spills: two blocks fit
+/// beside their 47 KiB of shared memory), 1 on tile::Simt.
+template <typename L>
+constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
+
+/// Operand tile element type of layout L (float or bf16).
+template <typename L>
+using Op = typename L::Operand;
+/// Row stride of L's operand tiles.
+template <typename L>
+constexpr int op_ld() { return std::is_same_v<Op<L>, float> ? tile::kLd : tile::kLdH; }
+/// Bytes of one operand tile of L rounded up to 16 (what op_tile carves).
+template <typename L>
+constexpr size_t op_bytes() { return (sizeof(Op<L>) * kN * op_ld<L>() + 15) / 16 * 16; }
+/// Carves one operand tile of L.
+template <typename L>
+__device__ Op<L>* op_tile(tile::Carve& cv) { return cv.take<Op<L>>(kN * op_ld<L>()); }
+
+/// s = scale(r) * src rows (rows < `rows`, columns < `cols`, else 0) into an fp32 (tile::load) or bf16
+/// (tile::load_h: rounded once) operand tile.
+template <typename E, typename Scale>
+__device__ void load_op(float* s, const E* src, int64_t stride, int rows, int cols, Scale scale) {
+  tile::load(s, src, stride, rows, cols, scale);
+}
+template <typename E, typename Scale>
+__device__ void load_op(bf16* s, const E* src, int64_t stride, int rows, int cols, Scale scale) {
+  tile::load_h(s, src, stride, rows, cols, scale);
+}
+template <typename T, typename E>
+__device__ void load_op(T* s, const E* src, int64_t stride, int rows, int cols) {
+  load_op(s, src, stride, rows, cols, [](int) { return 1.0f; });
+}
+
+/// s[r][c] = f(r, c, acc element) for the thread's elements of L (an Acc into an operand tile; no barrier).
+template <typename L, typename F>
+__device__ void put_op(const tile::Acc& acc, Op<L>* s, F f) {
+  if constexpr (std::is_same_v<L, tile::Mma>) {
+    tile::store_acc_h(acc, s, f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        s[r * tile::kLd + c] = f(r, c, acc.v[i][j]);
+      }
+  }
+}
 
 /// Σ_i x[i] y[i] in index order (fp32 fma).
 __device__ inline float dotf(const float* x, const float* y, int64_t n) {
@@ -155,9 +225,18 @@ __device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chu
   return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
-// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (tril_inverse).
-// tiles: two shared tiles for the key products. Reached by all threads; ends with a barrier.
-__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, float* const tiles[2]) {
+/// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse (Mma: 16 x 16 blocks, on two
+/// extra fp32 tiles) rather than row by row in place (Simt: the exact order of the CPU's forward substitution).
+template <typename L>
+constexpr bool blocked_inverse() { return std::is_same_v<L, tile::Mma>; }
+
+// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (fp32: the
+// row-by-row tril_inverse, or with blocked_inverse<L> tile::tril_inverse on the fp32 tiles inv[0] (W), inv[1] (𝒯),
+// copied into cs.T). tiles: two operand tiles of L for the key products (QK, PK: the only products; everything
+// else fp32). Reached by all threads; ends with a barrier.
+template <typename L>
+__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, Op<L>* const tiles[2],
+                             float* const inv[2]) {
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n;
@@ -216,16 +295,16 @@ __device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const Chun
   xq.zero(), xp.zero();
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile::tile_cols(K, k0);
-    tile::load(tiles[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
-    tile::load(tiles[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
+    load_op(tiles[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
+    load_op(tiles[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
     __syncthreads();
-    tile::Simt::mma<false, true>(tiles[0], tiles[1], xq);
-    tile::Simt::mma<false, true>(tiles[1], tiles[1], xp);
+    L::template mma<false, true>(tiles[0], tiles[1], xq);
+    L::template mma<false, true>(tiles[1], tiles[1], xp);
     __syncthreads();
   }
-  tile::store_acc<tile::Simt>(xq, cs.QK, n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
-  tile::store_acc<tile::Simt>(xp, cs.PK, n, n, n,
-                              [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
+  tile::store_acc<L>(xq, cs.QK, n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
+  tile::store_acc<L>(xp, cs.PK, n, n, n,
+                     [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
   __syncthreads();
   // W_ij = Γ_{i-1,j} p_i·k̂_j (j < i); 𝒯 starts as the identity.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -233,12 +312,25 @@ __device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const Chun
     cs.W[idx] = j < i ? cs.G[(i - 1) * n + j] * cs.PK[idx] : 0.0f;
     cs.T[idx] = i == j ? 1.0f : 0.0f;
   }
-  __syncthreads();
-  tril_inverse(cs.W, cs.T, n);
+  if constexpr (blocked_inverse<L>()) {
+    for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {  // the same W and identity, zero padded
+      const int i = idx / kN, j = idx % kN;
+      inv[0][i * tile::kLd + j] = i < n && j < i ? cs.G[(i - 1) * n + j] * cs.PK[i * n + j] : 0.0f;
+      inv[1][i * tile::kLd + j] = i == j ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    tile::tril_inverse(inv[0], inv[1], n);  // ends with a barrier
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) cs.T[idx] = inv[1][(idx / n) * tile::kLd + idx % n];
+    __syncthreads();
+  } else {
+    __syncthreads();
+    tril_inverse(cs.W, cs.T, n);
+  }
 }
 
 // coef kernel, grid (NC, B H): chunk_coeffs for one chunk, then the whole ChunkSmem copied to its coef image.
-// Shared: coef_bytes(C), then 2 tiles.
+// Shared: coef_bytes(C), then 2 operand tiles of L, then (blocked_inverse<L>) 2 fp32 tiles (coef_smem<L>).
+template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   float* s = reinterpret_cast<float*>(smem);
@@ -246,8 +338,9 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
   ChunkSmem cs;
   carve_chunk(s, a.C, cs);
   tile::Carve cv{smem + coef_bytes(a.C)};
-  float* const t[2] = {cv.tile(), cv.tile()};
-  chunk_coeffs(a, ch, cs, t);
+  Op<L>* const t[2] = {op_tile<L>(cv), op_tile<L>(cv)};
+  float* const inv[2] = {blocked_inverse<L>() ? cv.tile() : nullptr, blocked_inverse<L>() ? cv.tile() : nullptr};
+  chunk_coeffs<L>(a, ch, cs, t, inv);
   copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
 }
 
@@ -266,12 +359,12 @@ __device__ const float* load_chunk_vectors(const MdnArgs& a, int64_t bh, int64_t
   return img;
 }
 
-/// s[r][c] = f(r, c) for r, c < n, else 0 (a 64 x 64 shared tile; no barrier).
-template <typename F>
-__device__ void fill_square(float* s, int n, F f) {
+/// s[r][c] = f(r, c) for r, c < n, else 0 (an operand tile of L, fp32 or rounded to bf16 once; no barrier).
+template <typename L, typename F>
+__device__ void fill_square(Op<L>* s, int n, F f) {
   for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
     const int r = idx / kN, c = idx % kN;
-    s[r * tile::kLd + c] = r < n && c < n ? f(r, c) : 0.0f;
+    s[r * op_ld<L>() + c] = from_f32<Op<L>>(r < n && c < n ? f(r, c) : 0.0f);
   }
 }
 
@@ -280,40 +373,74 @@ __host__ __device__ constexpr int64_t key_tiles(int64_t K) { return (K + kN - 1)
 
 constexpr int kScanWork = 5;  // work tiles of a scan
 
-/// Shared bytes of a scan: the vectors, gl, ul (kChunkVectors * C + 2 C floats), kScanWork work tiles and the two
-/// state(-gradient) slabs as 2 key_tiles(K) tiles.
+/// Operand tiles the scans stage the slabs of one key tile into (bf16 copies for tile::Mma; Simt reads the fp32
+/// slabs themselves).
+template <typename L>
+constexpr int stage_tiles() { return std::is_same_v<L, tile::Mma> ? 2 : 0; }
+
+/// Shared bytes of a scan on layout L: the vectors, gl, ul (kChunkVectors * C + 2 C floats), kScanWork work
+/// operand tiles, the stage tiles, and the two fp32 state(-gradient) slabs as 2 key_tiles(K) fp32 tiles.
+template <typename L>
 constexpr size_t scan_bytes(int64_t K, int64_t C) {
-  return tile::smem_bytes(kScanWork + 2 * static_cast<int>(key_tiles(K)), padded_bytes(kChunkVectors * C + 2 * C));
+  return tile::smem_bytes(2 * static_cast<int>(key_tiles(K)), padded_bytes(kChunkVectors * C + 2 * C)) +
+         (kScanWork + stage_tiles<L>()) * op_bytes<L>();
 }
 
-// Shared memory of a scan (scan_bytes): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:] [C]; the work
-// tiles w; the slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of key tile kt at x(kt), Y at
-// y(kt). Constructed by all threads; zeroes the slabs (no barrier).
+// Shared memory of a scan on layout L (scan_bytes<L>): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:]
+// [C]; the work operand tiles w; the fp32 slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of
+// key tile kt at x(kt), Y at y(kt); for tile::Mma the stage tiles hx, hy (bf16 copies of one key tile's slabs,
+// stage()). The slabs stay fp32 on both layouts (the running states are never rounded; only their operand
+// copies are). Constructed by all threads; zeroes the slabs (no barrier).
+template <typename L>
 struct ScanShared {
   ChunkSmem cs;
   float *gl, *ul;
-  float* w[kScanWork];
+  Op<L>* w[kScanWork];
+  Op<L>* stage_t[2];
   float* slabs;
   int64_t KT;
   __device__ ScanShared(char* smem, int64_t K, int64_t C) : KT(key_tiles(K)) {
     tile::Carve cv{smem};
     gl = carve_vectors(cv.take<float>(kChunkVectors * C + 2 * C), C, cs);
     ul = gl + C;
-    for (float*& t : w) t = cv.tile();
+    for (Op<L>*& t : w) t = op_tile<L>(cv);
+    for (int i = 0; i < stage_tiles<L>(); ++i) stage_t[i] = op_tile<L>(cv);
     slabs = cv.take<float>(2 * KT * tile::kTileFloats);
     for (int64_t idx = threadIdx.x; idx < 2 * KT * tile::kTileFloats; idx += blockDim.x) slabs[idx] = 0.0f;
   }
   __device__ float* x(int64_t kt) const { return slabs + kt * tile::kTileFloats; }
   __device__ float* y(int64_t kt) const { return slabs + (KT + kt) * tile::kTileFloats; }
+  /// The operand views of key tile kt's slabs: the fp32 slabs (Simt), or (Mma) bf16 copies that stage(kt) writes
+  /// (valid after a barrier that follows it).
+  __device__ const Op<L>* xo(int64_t kt) const {
+    if constexpr (stage_tiles<L>() > 0) return stage_t[0];
+    else return x(kt);
+  }
+  __device__ const Op<L>* yo(int64_t kt) const {
+    if constexpr (stage_tiles<L>() > 0) return stage_t[1];
+    else return y(kt);
+  }
+  /// Mma: the slabs of key tile kt rounded to bf16 into the stage tiles (no barrier); Simt: nothing.
+  __device__ void stage(int64_t kt) const {
+    if constexpr (stage_tiles<L>() > 0) {
+      const float *X = x(kt), *Y = y(kt);
+      for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+        const int r = idx / kN, c = idx % kN;
+        stage_t[0][r * op_ld<L>() + c] = from_f32<Op<L>>(X[r * tile::kLd + c]);
+        stage_t[1][r * op_ld<L>() + c] = from_f32<Op<L>>(Y[r * tile::kLd + c]);
+      }
+    }
+  }
   /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K], loaded one key tile
   /// at a time into the work tile sK): S_0^T k_i, M_0^T k_i forward, dS^T k_r, dM^T k_r backward. Barriers inside.
-  __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, float* sK, tile::Acc& xs,
+  __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, Op<L>* sK, tile::Acc& xs,
                                    tile::Acc& xm) const {
     for (int64_t kt = 0; kt < KT; ++kt) {
-      tile::load(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      stage(kt);
       __syncthreads();
-      tile::Simt::mma<false, false>(sK, x(kt), xs);
-      tile::Simt::mma<false, false>(sK, y(kt), xm);
+      L::template mma<false, false>(sK, xo(kt), xs);
+      L::template mma<false, false>(sK, yo(kt), xm);
       __syncthreads();
     }
   }
@@ -328,43 +455,76 @@ struct ScanShared {
   }
 };
 
+/// Asks the L2 for what a scan reads of chunk `chunk` of (batch, head) bh (value columns v0 .. v0 + vc - 1; no effect
+/// on any result): its coefficient image (vectors, then 𝒯 for kSolve and the backward, Γ, L_U, and Q K̂^T for the
+/// backward), its k rows, and v (kSolve), Ṽ (the states-only scan) or q and dO rows (backward). Issued one chunk
+/// ahead, so the next chunk's loads wait for the L2, not for memory.
+__device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk, int64_t v0, int vc, bool solve,
+                                    bool backward) {
+  using tile::prefetch_l2;
+  const tile::Chunk nx(a, chunk, bh);
+  const int64_t C = a.C, K = a.K, V = a.V, H = a.H;
+  const float* img = coef_image(a, bh, chunk);
+  prefetch_l2(img, 0, 1, 4 * kChunkVectors * C);
+  const int64_t mat = 4 * static_cast<int64_t>(nx.n) * nx.n;  // the leading n x n of a matrix slot
+  if (solve || backward) prefetch_l2(image_matrix(img, C, kT), 0, 1, mat);
+  prefetch_l2(image_matrix(img, C, kLU), 0, 1, mat);
+  prefetch_l2(image_matrix(img, C, kG), 0, 1, mat);
+  if (backward) prefetch_l2(image_matrix(img, C, kQK), 0, 1, mat);
+  prefetch_l2(nx.in(a, a.k, K, 0), 4 * H * K, nx.n, 4 * K);
+  if (backward) {
+    prefetch_l2(nx.in(a, a.q, K, 0), 4 * H * K, nx.n, 4 * K);
+    prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
+  } else {
+    prefetch_l2(nx.in(a, solve ? a.v : a.vt, V, v0), 4 * H * V, nx.n, 4 * vc);
+  }
+}
+
+/// Shared bytes of the coef kernel on layout L (mdn_coef_kernel).
+template <typename L>
+constexpr size_t coef_smem(int64_t C) {
+  return coef_bytes(C) + 2 * op_bytes<L>() + (blocked_inverse<L>() ? tile::smem_bytes(2, 0) : 0);
+}
+
 /// The scans' grid: value tiles x (batch, head).
 dim3 scan_grid(int64_t V, int64_t BH) {
   return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
 }
 
-// scan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64
-// shared tiles (tile::Simt): store (S_0, M_0); the chunk's Ṽ: with kSolve R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i -
-// b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0) and Ṽ = 𝒯 R (stored to vt_out), else read from vt (the forward's,
-// saved); then per key tile
+// scan kernel on layout L, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk
+// (§6.2), on 64 x 64 shared tiles: store (S_0, M_0); the chunk's Ṽ: with kSolve R_i = v_i - α_i (ᾱ_{i-1} S_0^T
+// k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0) and Ṽ = 𝒯 R (stored to vt_out), else read from vt (the
+// forward's, saved); then per key tile
 // (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
-// Shared: ScanShared with the work tiles sK (the chunk's key rows of one key tile), sA (R, then η Γ_{n,:} ⊙ Ṽ
-// rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded; kSolve only).
-template <bool kSolve>
+// Shared: ScanShared<L> with the work tiles sK (the chunk's key rows of one key tile), sA (R, then
+// η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded; kSolve only). Operands of Mma: k, 𝒯, R,
+// S_0, M_0 (stage) and the two scaled Ṽ tiles, each rounded to bf16 where formed; S, M, Ṽ stay fp32.
+template <typename L, bool kSolve>
 __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
-  using L = tile::Simt;
   constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanShared sh(smem, K, C);
+  const ScanShared<L> sh(smem, K, C);
   const ChunkSmem& cs = sh.cs;
-  float *sK = sh.w[0], *sA = sh.w[1], *sB = sh.w[2], *sT = sh.w[3];
+  Op<L> *sK = sh.w[0], *sA = sh.w[1], *sB = sh.w[2], *sT = sh.w[3];
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
+    if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, kSolve, false);
     __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
     tile::Acc xv;
     if constexpr (kSolve) {
       const float* Timg = image_matrix(img, C, kT);
-      fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
       // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
       tile::Acc xs, xm;
       xs.zero(), xm.zero();
       sh.keys_times_slabs(a, ch, n, sK, xs, xm);
       const float* v = ch.in(a, a.v, V, v0);
+      tile::Acc xr;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -375,28 +535,23 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
             const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
             x = v[r * a.H * V + c] - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
           }
-          sA[r * kLd + c] = x;
+          xr.v[i][j] = x;
         }
+      put_op<L>(xr, sA, tile::Same{});
       __syncthreads();
       xv.zero();
-      L::mma<false, false>(sT, sA, xv);
+      L::template mma<false, false>(sT, sA, xv);
       tile::store_acc<L>(xv, ch.in(a, a.vt_out, V, v0), a.H * V, n, vc, tile::Same{});
     } else {
       tile::load_acc<L>(xv, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
     }
     if (chunk + 1 == a.NC) break;  // no one reads the final states
     __syncthreads();                // readers of R (sA; kSolve) are done
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        sA[r * kLd + c] = r < n ? cs.eta[r] * sh.gl[r] * xv.v[i][j] : 0.0f;
-        sB[r * kLd + c] = r < n ? -cs.eta[r] * sh.ul[r] * xv.v[i][j] : 0.0f;
-      }
+    put_op<L>(xv, sA, [&](int r, int, float x) { return r < n ? cs.eta[r] * sh.gl[r] * x : 0.0f; });
+    put_op<L>(xv, sB, [&](int r, int, float x) { return r < n ? -cs.eta[r] * sh.ul[r] * x : 0.0f; });
     const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
     for (int64_t kt = 0; kt < sh.KT; ++kt) {
-      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
       __syncthreads();
       float *Sk = sh.x(kt), *Mk = sh.y(kt);
       tile::Acc ns, nm;
@@ -408,8 +563,8 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
           ns.v[i][j] = aC * Sk[e] - bC * Mk[e];
           nm.v[i][j] = mC * Mk[e];
         }
-      L::mma<true, false>(sK, sA, ns);
-      L::mma<true, false>(sK, sB, nm);
+      L::template mma<true, false>(sK, sA, ns);
+      L::template mma<true, false>(sK, sB, nm);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -423,25 +578,26 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   }
 }
 
-// out kernel, grid (NC, B H), per value tile on 64 x 64 shared tiles (tile::Simt, key tiles in order):
+// out kernel on layout L, grid (NC, B H), per value tile on 64 x 64 shared tiles (key tiles in order):
 // O = Diag(ᾱ) (Q S_0) - Diag(b) (Q M_0) + E Ṽ with E = (Q K̂^T) ⊙ Γ. Shared: the chunk's vectors
-// (kChunkVectors * C floats), then the tiles E, Q, S_0, M_0, Ṽ.
-__global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
+// (kChunkVectors * C floats), then the operand tiles E, Q, S_0, M_0, Ṽ (Mma: each rounded to bf16 once).
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
-  using L = tile::Simt;
   const int64_t K = a.K, V = a.V, C = a.C;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   const int n = ch.n;
   tile::Carve cv{smem};
   ChunkSmem cs;
   carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
-  float *sE = cv.tile(), *sQ = cv.tile(), *sS = cv.tile(), *sM = cv.tile(), *sV = cv.tile();
+  Op<L> *sE = op_tile<L>(cv), *sQ = op_tile<L>(cv), *sS = op_tile<L>(cv), *sM = op_tile<L>(cv),
+        *sV = op_tile<L>(cv);
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
   copy_floats(cs.la, img, kChunkVectors * C);
   for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
     const int r = idx / kN, c = idx % kN;
-    sE[r * tile::kLd + c] = r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f;
+    sE[r * op_ld<L>() + c] = from_f32<Op<L>>(r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f);
   }
   const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
   const float* M0 = S0 + K * V;
@@ -452,17 +608,17 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
     xs.zero(), xm.zero(), xe.zero();
     for (int64_t k0 = 0; k0 < K; k0 += kN) {
       const int kc = tile::tile_cols(K, k0);
-      tile::load(sQ, ch.in(a, a.q, K, k0), a.H * K, n, kc);
-      tile::load(sS, S0 + k0 * V + v0, V, kc, vc);
-      tile::load(sM, M0 + k0 * V + v0, V, kc, vc);
+      load_op(sQ, ch.in(a, a.q, K, k0), a.H * K, n, kc);
+      load_op(sS, S0 + k0 * V + v0, V, kc, vc);
+      load_op(sM, M0 + k0 * V + v0, V, kc, vc);
       __syncthreads();
-      L::mma<false, false>(sQ, sS, xs);
-      L::mma<false, false>(sQ, sM, xm);
+      L::template mma<false, false>(sQ, sS, xs);
+      L::template mma<false, false>(sQ, sM, xm);
       __syncthreads();
     }
-    tile::load(sV, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
+    load_op(sV, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
     __syncthreads();
-    L::mma<false, false>(sE, sV, xe);
+    L::template mma<false, false>(sE, sV, xe);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -474,66 +630,68 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_out_kernel(MdnArgs a) {
   }
 }
 
-// bscan kernel, grid scan_grid: value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), on 64 x 64 shared
-// tiles (tile::Simt), carrying dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk): store them (dstates);
-// dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r) with E = (Q K̂^T) ⊙ Γ;
+// bscan kernel on layout L, grid scan_grid: value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), on 64 x 64
+// shared tiles, carrying dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk; fp32 slabs): store them
+// (dstates); dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r) with E = (Q K̂^T) ⊙ Γ;
 // dR = 𝒯^T dṼ (= dv, written); then per key tile
 // dS_0 = ᾱ_n dS + Q^T Diag(ᾱ) dO - K^T Diag(α ᾱ⁻) dR, dM_0 = -b_n dS + μ̄_n dM - Q^T Diag(b) dO + K^T Diag(α b⁻) dR
 // (ᾱ⁻_i = ᾱ_{i-1}, b⁻_i = b_{i-1}; ᾱ_{-1} = 1, b_{-1} = 0) become the previous chunk's (dS, dM).
-// Shared: ScanShared with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO rows),
-// sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows).
+// Shared: ScanShared<L> with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO
+// rows), sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows). Operands of
+// Mma: q, k, E, 𝒯, dO and its scaled copies (scaled in fp32, then rounded), dṼ, the scaled dR, the staged dS, dM.
+template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
-  using L = tile::Simt;
   constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanShared sh(smem, K, C);
+  const ScanShared<L> sh(smem, K, C);
   const ChunkSmem& cs = sh.cs;
-  float *sK = sh.w[0], *sE = sh.w[1], *sT = sh.w[2], *sD = sh.w[3], *sX = sh.w[4];
+  Op<L> *sK = sh.w[0], *sE = sh.w[1], *sT = sh.w[2], *sD = sh.w[3], *sX = sh.w[4];
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
+    if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, false, true);
     __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
-    fill_square(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
-    fill_square(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
-    tile::load(sD, ch.in(a, a.d_o, V, v0), a.H * V, n, vc);
+    fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+    fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+    const float* dO = ch.in(a, a.d_o, V, v0);
+    load_op(sD, dO, a.H * V, n, vc);
     sh.store(K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
     // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
     tile::Acc xs, xm, xe;
     xs.zero(), xm.zero(), xe.zero();
     sh.keys_times_slabs(a, ch, n, sK, xs, xm);
     __syncthreads();  // sE, sD filled (also when K = 0)
-    L::mma<true, false>(sE, sD, xe);
+    L::template mma<true, false>(sE, sD, xe);
+    tile::Acc xd;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        sX[r * kLd + c] = r < n ? xe.v[i][j] + cs.eta[r] * (sh.gl[r] * xs.v[i][j] - sh.ul[r] * xm.v[i][j]) : 0.0f;
+        const int r = L::row(i);
+        xd.v[i][j] = r < n ? xe.v[i][j] + cs.eta[r] * (sh.gl[r] * xs.v[i][j] - sh.ul[r] * xm.v[i][j]) : 0.0f;
       }
+    put_op<L>(xd, sX, tile::Same{});
     __syncthreads();
     tile::Acc xr;
     xr.zero();
-    L::mma<true, false>(sT, sX, xr);
+    L::template mma<true, false>(sT, sX, xr);
     tile::store_acc<L>(xr, ch.in(a, a.dv, V, v0), a.H * V, n, vc, tile::Same{});
     if (chunk == 0) break;  // no one reads the gradients of the initial states
     __syncthreads();        // readers of E, 𝒯, dO, dṼ are done
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j), e = r * kLd + c;
-        const bool in = r < n;
-        const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
-        const float d = sD[e];  // zero in padded rows and columns
-        sD[e] = in ? cs.abar[r] * d : 0.0f;
-        sE[e] = in ? -cs.bb[r] * d : 0.0f;
-        sT[e] = in ? -cs.alpha[r] * am * xr.v[i][j] : 0.0f;
-        sX[e] = in ? cs.alpha[r] * bm * xr.v[i][j] : 0.0f;
-      }
+    load_op(sD, dO, a.H * V, n, vc, [&](int r) { return cs.abar[r]; });
+    load_op(sE, dO, a.H * V, n, vc, [&](int r) { return -cs.bb[r]; });
+    put_op<L>(xr, sT, [&](int r, int, float x) {
+      const float am = r > 0 ? cs.abar[r - 1] : 1.0f;
+      return r < n ? -cs.alpha[r] * am * x : 0.0f;
+    });
+    put_op<L>(xr, sX, [&](int r, int, float x) {
+      const float bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+      return r < n ? cs.alpha[r] * bm * x : 0.0f;
+    });
     const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
     for (int64_t kt = 0; kt < sh.KT; ++kt) {
       const int kc = tile::tile_cols(K, kt * kN);
@@ -547,15 +705,15 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
           ns.v[i][j] = aC * Sk[e];
           nm.v[i][j] = -bC * Sk[e] + mC * Mk[e];
         }
-      tile::load(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
+      load_op(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
       __syncthreads();
-      L::mma<true, false>(sK, sD, ns);
-      L::mma<true, false>(sK, sE, nm);
+      L::template mma<true, false>(sK, sD, ns);
+      L::template mma<true, false>(sK, sE, nm);
       __syncthreads();
-      tile::load(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+      load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
       __syncthreads();
-      L::mma<true, false>(sK, sT, ns);
-      L::mma<true, false>(sK, sX, nm);
+      L::template mma<true, false>(sK, sT, ns);
+      L::template mma<true, false>(sK, sX, nm);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -577,37 +735,39 @@ struct VRows {
 };
 
 /// x += A1 B1^T, y += A2 B2^T (64 x 64, depth = the V value channels, tiles and channels in order) through the
-/// shared tiles t[0..3]. Ends with a barrier.
+/// operand tiles t[0..3] of L. Ends with a barrier.
+template <typename L>
 __device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2,
-                                float* const t[4], tile::Acc& x, tile::Acc& y) {
+                                Op<L>* const t[4], tile::Acc& x, tile::Acc& y) {
   const VRows* ops[4] = {&a1, &b1, &a2, &b2};
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
 #pragma unroll
-    for (int o = 0; o < 4; ++o) tile::load(t[o], ops[o]->p + v0, ops[o]->stride, ops[o]->rows, vc);
+    for (int o = 0; o < 4; ++o) load_op(t[o], ops[o]->p + v0, ops[o]->stride, ops[o]->rows, vc);
     __syncthreads();
-    tile::Simt::mma<false, true>(t[0], t[1], x);
-    tile::Simt::mma<false, true>(t[2], t[3], y);
+    L::template mma<false, true>(t[0], t[1], x);
+    L::template mma<false, true>(t[2], t[3], y);
     __syncthreads();
   }
 }
 
-// brow kernel, grid (NC, B H): the backward's products for one chunk on 64 x 64 shared tiles (tile::Simt):
+// brow kernel on layout L, grid (NC, B H): the backward's products for one chunk on 64 x 64 shared tiles:
 // dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
 // dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
 // M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
-// padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 tiles.
+// padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 operand tiles (Mma: dO, dR, Ṽ, S_0,
+// M_0, dS, dM, q, η k, α k and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32).
+template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
-  using L = tile::Simt;
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   const int n = ch.n;
   tile::Carve cv{smem};
   ChunkSmem cs;
   carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
-  float* const t[4] = {cv.tile(), cv.tile(), cv.tile(), cv.tile()};
-  float *sEG = cv.tile(), *sWG = cv.tile();
+  Op<L>* const t[4] = {op_tile<L>(cv), op_tile<L>(cv), op_tile<L>(cv), op_tile<L>(cv)};
+  Op<L> *sEG = op_tile<L>(cv), *sWG = op_tile<L>(cv);
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float* G = image_matrix(img, C, kG);
   copy_floats(cs.la, img, kChunkVectors * C);
@@ -615,18 +775,12 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
       VT{ch.in(a, a.vt, V, 0), a.H * V, n};
   tile::Acc x, y;
   x.zero(), y.zero();
-  products_over_v(V, dO, VT, dR, VT, t, x, y);
+  products_over_v<L>(V, dO, VT, dR, VT, t, x, y);
   float* dew = dew_pair(a, ch.bh, ch.chunk);
   tile::store_acc<L>(x, dew, kN, kN, kN, tile::Same{});
   tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = L::row(i), c = L::col(j), e = r * tile::kLd + c;
-      sEG[e] = r < n && c <= r ? x.v[i][j] * G[r * n + c] : 0.0f;
-      sWG[e] = r < n && c < r ? -y.v[i][j] * G[(r - 1) * n + c] : 0.0f;
-    }
+  put_op<L>(x, sEG, [&](int r, int c, float e) { return r < n && c <= r ? e * G[r * n + c] : 0.0f; });
+  put_op<L>(y, sWG, [&](int r, int c, float e) { return r < n && c < r ? -e * G[(r - 1) * n + c] : 0.0f; });
   const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
   const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
@@ -636,7 +790,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
     const auto pair = [&](RowkSlot p, RowkSlot q, const VRows& a1, const VRows& b1, const VRows& a2,
                           const VRows& b2) {
       x.zero(), y.zero();
-      products_over_v(V, a1, b1, a2, b2, t, x, y);
+      products_over_v<L>(V, a1, b1, a2, b2, t, x, y);
       tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
       tile::store_acc<L>(y, slot(q) + k0, K, n, kc, tile::Same{});
     };
@@ -646,19 +800,19 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
     // dEG K̂, dWG K̂ (K̂ = η k), dEG^T Q + dWG^T P (P = α k), summed over the chunk's rows in order.
     const float *kk = ch.in(a, a.k, K, k0), *qq = ch.in(a, a.q, K, k0);
     x.zero(), y.zero();
-    tile::load(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
-    tile::load(t[1], qq, a.H * K, n, kc);
+    load_op(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
+    load_op(t[1], qq, a.H * K, n, kc);
     __syncthreads();
-    L::mma<false, false>(sEG, t[0], x);
-    L::mma<false, false>(sWG, t[0], y);
+    L::template mma<false, false>(sEG, t[0], x);
+    L::template mma<false, false>(sWG, t[0], y);
     tile::store_acc<L>(x, slot(kEK) + k0, K, n, kc, tile::Same{});
     tile::store_acc<L>(y, slot(kWK) + k0, K, n, kc, tile::Same{});
     x.zero();
-    L::mma<true, false>(sEG, t[1], x);
+    L::template mma<true, false>(sEG, t[1], x);
     __syncthreads();
-    tile::load(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
+    load_op(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
     __syncthreads();
-    L::mma<true, false>(sWG, t[0], x);
+    L::template mma<true, false>(sWG, t[0], x);
     tile::store_acc<L>(x, slot(kKQP) + k0, K, n, kc, tile::Same{});
     __syncthreads();
   }
@@ -877,15 +1031,20 @@ MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* lo
 
 size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
 
-// coef, then the scan: solving for Ṽ into a.vt_out, or (a.vt_out null) advancing the states from the saved Ṽ
-// (a.vt). Shared by mdn_chunk_fwd and the backward's recompute.
+// coef, then the scan (layout L): solving for Ṽ into a.vt_out, or (a.vt_out null) advancing the states from the
+// saved Ṽ (a.vt). Shared by mdn_chunk_fwd and the backward's recompute.
+template <typename L>
 void run_coef_scan(const MdnArgs& a, cudaStream_t stream) {
   const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
-  tile::launch("mdn chunk", a.K, mdn_coef_kernel, per_chunk, tile::smem_bytes(2, coef_bytes(a.C)), stream, a);
+  tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk, coef_smem<L>(a.C), stream, a);
   if (a.V == 0) return;
-  const auto scan = a.vt_out != nullptr ? mdn_scan_kernel<true> : mdn_scan_kernel<false>;
-  tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H), scan_bytes(a.K, a.C), stream, a);
+  const auto scan = a.vt_out != nullptr ? mdn_scan_kernel<L, true> : mdn_scan_kernel<L, false>;
+  tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H), scan_bytes<L>(a.K, a.C), stream, a);
 }
+
+/// The products' layout of compute type P (Precision): float -> tile::Simt, __nv_bfloat16 -> tile::Mma.
+template <typename P>
+using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Mma>;
 
 }  // namespace
 
@@ -899,27 +1058,31 @@ size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
   return floats_bytes(ScratchLayout(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_residuals).bwd_end);
 }
 
+template <typename P>
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
                    int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, float* residuals,
                    void* scratch, cudaStream_t stream) {
+  using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
                           chunk_size, scratch, false, residuals != nullptr);
   args.o = o;
   if (residuals != nullptr) args.vt = args.vt_out = residuals;
-  run_coef_scan(args, stream);
+  run_coef_scan<L>(args, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  tile::launch("mdn chunk", key_dim, mdn_out_kernel, per_chunk,
-               tile::smem_bytes(5, padded_bytes(kChunkVectors * chunk_size)), stream, args);
+  tile::launch("mdn chunk", key_dim, mdn_out_kernel<L>, per_chunk,
+               padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), stream, args);
 }
 
+template <typename P>
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, const float* d_o, const float* residuals, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
                    float* dq, float* dk, float* dv, float* dlog_alpha, float* dbeta, float* dlog_mu, float* deta,
                    void* scratch, cudaStream_t stream) {
+  using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
   MdnArgs args = mdn_args(q, k, v, log_alpha, beta, log_mu, eta, batch, seq_len, heads, key_dim, value_dim,
@@ -928,16 +1091,27 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   if (residuals != nullptr) args.vt = residuals;  // vt_out stays null: the scan reads the saved Ṽ
   args.dq = dq, args.dk = dk, args.dv = dv, args.dla = dlog_alpha, args.dbeta = dbeta, args.dlm = dlog_mu,
   args.deta = deta;
-  run_coef_scan(args, stream);
+  run_coef_scan<L>(args, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
   if (value_dim > 0)
-    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel, scan_grid(value_dim, batch * heads),
-                 scan_bytes(key_dim, chunk_size), stream, args);
-  tile::launch("mdn chunk", key_dim, mdn_brow_kernel, per_chunk,
-               tile::smem_bytes(6, padded_bytes(kChunkVectors * chunk_size)), stream, args);
+    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel<L>, scan_grid(value_dim, batch * heads),
+                 scan_bytes<L>(key_dim, chunk_size), stream, args);
+  tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
+               padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
   tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
                floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
 }
+
+#define LLMT_INSTANTIATE_MDN(P)                                                                                    \
+  template void mdn_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*,             \
+                                 const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, \
+                                 float*, float*, void*, cudaStream_t);                                             \
+  template void mdn_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*,             \
+                                 const float*, const float*, const float*, const float*, int64_t, int64_t,         \
+                                 int64_t, int64_t, int64_t, int64_t, float*, float*, float*, float*, float*,       \
+                                 float*, float*, void*, cudaStream_t);
+LLMT_INSTANTIATE_MDN(float)
+LLMT_INSTANTIATE_MDN(__nv_bfloat16)
 
 }  // namespace llmt::cuda

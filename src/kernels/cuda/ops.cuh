@@ -283,7 +283,10 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
                         int64_t dim, float* dk, float* dD_log, cudaStream_t stream);
 
 // mdn.cu: the chunked MDN core (semantics: src/kernels/cpu/mdn.h mdn_chunk_fwd / mdn_chunk_bwd, zero initial
-// states), fp32. q, k, dq, dk [B, T, H, K] (k = k_n, the L2-normalised key; dk through both p = α k and
+// states), fp32 tensors. P is the type the tile products read their operands as, from the layer's compute dtype
+// (mdn.cu "Precision"; instantiated for both): float: exact fp32 products on the CUDA cores (fp32 models; ~1e-6
+// of the CPU result); __nv_bfloat16: the tensor cores (mma.sync) with bf16 operands and fp32 accumulation
+// (bf16 models; ~1e-2 of the fp32 result). Same scratch, same shared-memory limits (below) for both. q, k, dq, dk [B, T, H, K] (k = k_n, the L2-normalised key; dk through both p = α k and
 // k̂ = η k); v, o, d_o, dv [B, T, H, V]; log_alpha, beta, log_mu (-inf allowed), eta and their gradients
 // [B, T, H]; gradients overwritten. 1 <= chunk_size <= kMdnMaxChunk, else llmt::Error. Chunk-parallel (see
 // mdn.cu). residuals [B, T, H, V] or nullptr (mdn.md §7.1, model.mdn.save_residuals): when given, the forward
@@ -292,16 +295,19 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // are bit-identical either way. `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes with saved_residuals =
 // (residuals != nullptr): per chunk per (batch, head) the chunk's coefficients (7 C² + 8 C floats) and both
 // entering states (2 K V), plus Ṽ (B T H V floats) unless saved_residuals; the backward adds both exit state
-// gradients (2 K V), 11 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 5 + 2 ceil(K / 64)
-// tiles of 64 x 65 floats plus 10 C floats (214 KB at K = 256, C = 64; a larger key_dim is refused with
-// llmt::Error), the per-chunk backward kernel 11 C² + 13 C floats (183 KB at C = 64).
+// gradients (2 K V), 11 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 2 ceil(K / 64)
+// fp32 state tiles of 64 x 65 floats, 10 C floats and 5 operand tiles (fp32: 64 x 65 floats; bf16: 5 + 2 of 64 x 72
+// bf16): 214 KB fp32, 196 KB bf16 at K = 256, C = 64; a larger key_dim is refused with llmt::Error on both paths;
+// the per-chunk backward kernel 11 C² + 13 C floats (183 KB at C = 64).
 constexpr int64_t kMdnMaxChunk = 64;
+template <typename P>
 void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads,
                    int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o, float* residuals,
                    void* scratch, cudaStream_t stream);
 size_t mdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size, bool saved_residuals);
+template <typename P>
 void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                    const float* log_mu, const float* eta, const float* d_o, const float* residuals, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
