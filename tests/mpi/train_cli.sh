@@ -19,6 +19,25 @@ fail() { echo "FAIL: $*"; exit 1; }
 LLMTRAIN="$llmtrain" MPIRUN_ARGS=--oversubscribe scripts/launch/mpirun.sh 2 "${common[1]}" "${common[@]:2}" \
   --out "$tmp/dp" > "$tmp/dp.log" 2>&1 || { cat "$tmp/dp.log"; fail "scripts/launch/mpirun.sh 2 exited with an error"; }
 bash -n scripts/launch/slurm.sbatch || fail "scripts/launch/slurm.sbatch does not parse"
+# The batch script asks for USR1 before the limit and requeues itself when the trainer exits 75 (preempted),
+# only then: run with stand-ins for srun (exits with $FAKE_RC) and scontrol (records its arguments).
+mkdir "$tmp/fakebin"
+printf '#!/bin/sh\nexit "$FAKE_RC"\n' > "$tmp/fakebin/srun"
+printf '#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n' > "$tmp/fakebin/scontrol"
+chmod +x "$tmp/fakebin/srun" "$tmp/fakebin/scontrol"
+grep -q '^#SBATCH --signal=USR1@' scripts/launch/slurm.sbatch || fail "slurm.sbatch: no #SBATCH --signal=USR1@..."
+grep -q '^#SBATCH --requeue' scripts/launch/slurm.sbatch || fail "slurm.sbatch: no #SBATCH --requeue"
+for rc in 75 0 1; do
+  rc_seen=0
+  PATH="$tmp/fakebin:$PATH" FAKE_RC=$rc SCONTROL_LOG="$tmp/scontrol.$rc" SLURM_JOB_ID=4242 \
+    bash scripts/launch/slurm.sbatch configs/tiny/gdn.json > /dev/null 2>&1 || rc_seen=$?
+  [ "$rc_seen" -eq "$rc" ] || fail "slurm.sbatch exited $rc_seen after the trainer's $rc"
+  if [ "$rc" -eq 75 ]; then
+    [ "$(cat "$tmp/scontrol.$rc" 2>/dev/null)" = "requeue 4242" ] || fail "slurm.sbatch did not requeue job 4242 after exit 75"
+  else
+    [ ! -e "$tmp/scontrol.$rc" ] || fail "slurm.sbatch called scontrol after exit $rc"
+  fi
+done
 [ "$(grep -c 'data parallel: 2 ranks (mpi communicator)' "$tmp/dp.log")" -eq 1 ] ||
   { cat "$tmp/dp.log"; fail "expected one 'data parallel: 2 ranks' line (rank 0 only)"; }
 [ "$(grep -c '"loss"' "$tmp/dp/metrics.jsonl")" -eq 10 ] || fail "expected 10 step lines in metrics.jsonl"
