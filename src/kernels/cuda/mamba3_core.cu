@@ -139,6 +139,18 @@ __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (
     }
 }
 
+// The per-token weights of a chunk's state contribution (outer_kernel, outer_mma_kernel): scale[i] = f_i σ_i =
+// e^{Γ - G_i} σ_i (to_end, forward) or e^{G_i} (backward), i < k.n. The caller synchronises before reading.
+__device__ void outer_weights(const double* G, const float* sig, const Sizes& s, const Chunk& k, bool to_end,
+                              float* scale) {
+  const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
+  for (int i = threadIdx.x; i < k.n; i += blockDim.x) {
+    const double Gi = G[g0 + i], gam = G[g0 + s.Lc - 1];
+    scale[i] = to_end ? expf(static_cast<float>(gam - Gi)) * sig[(k.b * s.T + k.t0 + i) * s.H + k.h]
+                      : expf(static_cast<float>(Gi));
+  }
+}
+
 // A chunk's state contribution out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] (u [.., P], w [.., N] in the core layout) into
 // out [B, H, nc, P, N]. to_end: weights f_i σ_i (forward: u = v, w = k); else e^{G_i} (backward: u = dy, w = q).
 // Grid (nc, H, B); dynamic shared memory kRows (P + 1 + N + 1) floats (49 KiB at P = 64, N = 128: 4 blocks per
@@ -151,12 +163,7 @@ __global__ void __launch_bounds__(kCoreThreads, 4) outer_kernel(const float* u, 
   float* Wt = smem + kRows * P1;
   __shared__ float scale[kRows];
   const Chunk k = this_chunk(s);
-  const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
-  for (int i = threadIdx.x; i < k.n; i += blockDim.x) {
-    const double Gi = G[g0 + i], gam = G[g0 + s.Lc - 1];
-    scale[i] = to_end ? expf(static_cast<float>(gam - Gi)) * sig[(k.b * s.T + k.t0 + i) * s.H + k.h]
-                      : expf(static_cast<float>(Gi));
-  }
+  outer_weights(G, sig, s, k, to_end, scale);
   __syncthreads();
   load_rows(U, P1, u, s.P, s, k, scale);
   load_rows(Wt, N1, w, s.N, s, k);
@@ -496,12 +503,7 @@ __global__ void __launch_bounds__(tile::kThreads) outer_mma_kernel(const float* 
   __nv_bfloat16* W = cv.take<__nv_bfloat16>(nN * tile::kTileHalves);  // rows ρ, columns n
   __shared__ float scale[kRows];
   const Chunk k = this_chunk(s);
-  const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
-  for (int i = threadIdx.x; i < k.n; i += blockDim.x) {
-    const double Gi = G[g0 + i], gam = G[g0 + s.Lc - 1];
-    scale[i] = to_end ? expf(static_cast<float>(gam - Gi)) * sig[(k.b * s.T + k.t0 + i) * s.H + k.h]
-                      : expf(static_cast<float>(Gi));
-  }
+  outer_weights(G, sig, s, k, to_end, scale);
   __syncthreads();
   load_tiles_h(U, 1, nP, k.nr, P, [&](int rho) { return chunk_row(u, s.P, s, k, rho); },
                [&](int rho) { return scale[rho / R]; });
