@@ -717,6 +717,88 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
     ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
 }
 
+// ---- steps the wy kernels share, on product layout PL (gdn_bwd_wy_kernel: Simt; gdn_bwd_wy_mma_kernel: Mma) ----
+
+// B6, in place in dtv: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T from dtv = dΔ V^T and dtw = dW K^T, lower part.
+template <typename PL, bool kComba>
+__device__ __forceinline__ void wy_dT(Acc& dtv, const Acc& dtw, const Small& s) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = PL::row(i), c = PL::col(j);
+      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
+    }
+}
+
+// In place in m (= M1 𝒯^T): dA (j < r) times E; its B7 dβ and B8 (vi) terms into the thread's partials (kk = X K^T).
+template <typename PL, bool kComba>
+__device__ __forceinline__ void wy_dae(Acc& m, const Acc& kk, const Small& s, const Chunk& ch, float (&db_part)[4],
+                                       float (&row_x)[4], float (&col_part)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = PL::row(i), c = PL::col(j);
+      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
+      m.v[i][j] = dae;
+      db_part[i] += dae * kk.v[i][j];
+      const float y = dae * s.beta[r] * kk.v[i][j];
+      row_x[i] += y;
+      col_part[j] -= y;
+    }
+}
+
+// B7 for key tile k0 (kc columns): dX_r += β_r (dAE K)_r (xr); (dAE^T (β X))_j (yc) goes to dK (Comba) or to dX
+// (GDN: x = k).
+template <typename PL, bool kComba, typename L, typename E>
+__device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
+                                            float* dx, const Acc& xr, const Acc& yc) {
+  const int64_t K = a.K;
+  float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
+  Acc dxo, dko;
+  load_acc<PL>(dxo, dxt, a.H * K, ch.n, kc);
+  if (kComba) load_acc<PL>(dko, dk, a.H * K, ch.n, kc);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      dxo.v[i][j] += s.beta[PL::row(i)] * xr.v[i][j];
+      if (kComba)
+        dko.v[i][j] += yc.v[i][j];
+      else
+        dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
+    }
+  store_acc<PL>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+  if (kComba) store_acc<PL>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+}
+
+// The block's dβ (B7) and dg (B9) from the thread's partials: dΓ = its row and column terms plus the dΓ scratch of
+// gdn_bwd_dqk_kernel, dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r).
+template <typename PL, bool kComba, typename L, typename E>
+__device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
+                                          const float (&db_part)[4], const float (&row_part)[4],
+                                          const float (&col_part)[4], const float (&ex_part)[4]) {
+  const float none[4] = {0, 0, 0, 0};
+  tile::reduce_rows_cols<PL>(db_part, none, s.red, s.out1);
+  tile::reduce_rows_cols<PL>(row_part, col_part, s.red, s.out2);
+  if (kComba) tile::reduce_rows_cols<PL>(ex_part, none, s.red, s.out3);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n) {
+    a.dbeta[ch.gate(a, r)] = s.out1[r];
+    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // B9
+    float acc = 0.0f, acc_ex = 0.0f;
+    for (int i = ch.n - 1; i >= 0; --i) {
+      acc += s.out2[i];
+      a.dg[ch.gate(a, i)] = acc + acc_ex;
+      if (kComba) acc_ex += s.out3[i];
+    }
+  }
+}
+
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
 // Comba (§6.5 "Comba changes"): the row vectors x = p̂ with Γ^ex; their gradient goes to dP̂ (written here),
 // the row terms of dΓ to dΓ^ex, and dg_t = Σ_{r>=t} dΓ_r + Σ_{r>t} dΓ^ex_r.
@@ -742,7 +824,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
     __syncthreads();
   }
   // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
-  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   float ex_part[4] = {0, 0, 0, 0};
   float(&row_x)[4] = kComba ? ex_part : row_part;
   Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
@@ -796,13 +878,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
     store_acc<L>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
     __syncthreads();
   }
+  wy_dT<L, kComba>(dtv, dtw, s);  // B6
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-      const int r = L::row(i), c = L::col(j);
-      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
-    }
+    for (int j = 0; j < 4; ++j) sdT[L::row(i) * kLd + L::col(j)] = dtv.v[i][j];
   __syncthreads();
   Acc m;
   m.zero();
@@ -814,18 +894,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
   __syncthreads();
   m.zero();
   L::template mma<false, true>(sM, sT, m);  // M1 𝒯^T
+  wy_dae<L, kComba>(m, kk, s, ch, db_part, row_x, col_part);  // dA (j < r) times E, into sdT; B7 dβ; B8 (vi)
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into sdT; B7 dβ; B8 (vi)
-      const int r = L::row(i), c = L::col(j);
-      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
-      sdT[r * kLd + c] = dae;
-      db_part[i] += dae * kk.v[i][j];
-      const float y = dae * s.beta[r] * kk.v[i][j];
-      row_x[i] += y;
-      col_part[j] -= y;
-    }
+    for (int j = 0; j < 4; ++j) sdT[L::row(i) * kLd + L::col(j)] = m.v[i][j];
   __syncthreads();
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
     const int kc = tile_cols(K, k0);
@@ -837,41 +910,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
     yc.zero();
     L::template mma<false, false>(sdT, sX, xr);
     L::template mma<true, false>(sdT, sZ, yc);
-    float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
-    Acc dxo, dko;
-    load_acc<L>(dxo, dxt, a.H * K, ch.n, kc);
-    if (kComba) load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        dxo.v[i][j] += s.beta[L::row(i)] * xr.v[i][j];
-        if (kComba)
-          dko.v[i][j] += yc.v[i][j];
-        else
-          dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
-      }
-    store_acc<L>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
-    if (kComba) store_acc<L>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    wy_b7_store<L, kComba>(a, ch, s, k0, kc, dx, xr, yc);
     __syncthreads();
   }
-  tile::reduce_rows_cols<L>(db_part, none, s.red, s.out1);
-  tile::reduce_rows_cols<L>(row_part, col_part, s.red, s.out2);
-  if (kComba) tile::reduce_rows_cols<L>(ex_part, none, s.red, s.out3);
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < ch.n) {
-    a.dbeta[ch.gate(a, r)] = s.out1[r];
-    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r)
-    float acc = 0.0f, acc_ex = 0.0f;
-    for (int i = ch.n - 1; i >= 0; --i) {
-      acc += s.out2[i];
-      a.dg[ch.gate(a, i)] = acc + acc_ex;
-      if (kComba) acc_ex += s.out3[i];
-    }
-  }
+  wy_finish<L, kComba>(a, ch, s, db_part, row_part, col_part, ex_part);  // dβ; B9
 }
 
 // ---- backward phases on tile::Mma ----
@@ -1136,7 +1178,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
     __syncthreads();
   }
   // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
-  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   float ex_part[4] = {0, 0, 0, 0};
   float(&row_x)[4] = kComba ? ex_part : row_part;
   Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
@@ -1194,14 +1236,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
     store_acc<Mma>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
     __syncthreads();
   }
-  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = Mma::row(i), c = Mma::col(j);
-      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
-    }
+  wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
   tile::store_acc_h(dtv, hdT, [](int, int, float x) { return x; });
   __syncthreads();
   Acc m;
@@ -1211,18 +1246,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
   __syncthreads();  // hM complete; hdT is read
   m.zero();
   Mma::mma<false, true>(hM, hT, m);  // M1 𝒯^T
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
-      const int r = Mma::row(i), c = Mma::col(j);
-      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
-      m.v[i][j] = dae;
-      db_part[i] += dae * kk.v[i][j];
-      const float y = dae * s.beta[r] * kk.v[i][j];
-      row_x[i] += y;
-      col_part[j] -= y;
-    }
+  wy_dae<Mma, kComba>(m, kk, s, ch, db_part, row_x, col_part);  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
   tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
     const int kc = tile_cols(K, k0);
@@ -1234,41 +1258,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
     yc.zero();
     Mma::mma<false, false>(hdT, hX, xr);
     Mma::mma<true, false>(hdT, hZ, yc);
-    float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
-    Acc dxo, dko;
-    load_acc<Mma>(dxo, dxt, a.H * K, ch.n, kc);
-    if (kComba) load_acc<Mma>(dko, dk, a.H * K, ch.n, kc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        dxo.v[i][j] += s.beta[Mma::row(i)] * xr.v[i][j];
-        if (kComba)
-          dko.v[i][j] += yc.v[i][j];
-        else
-          dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
-      }
-    store_acc<Mma>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
-    if (kComba) store_acc<Mma>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+    wy_b7_store<Mma, kComba>(a, ch, s, k0, kc, dx, xr, yc);
     __syncthreads();
   }
-  tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
-  tile::reduce_rows_cols<Mma>(row_part, col_part, s.red, s.out2);
-  if (kComba) tile::reduce_rows_cols<Mma>(ex_part, none, s.red, s.out3);
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < ch.n) {
-    a.dbeta[ch.gate(a, r)] = s.out1[r];
-    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r)
-    float acc = 0.0f, acc_ex = 0.0f;
-    for (int i = ch.n - 1; i >= 0; --i) {
-      acc += s.out2[i];
-      a.dg[ch.gate(a, i)] = acc + acc_ex;
-      if (kComba) acc_ex += s.out3[i];
-    }
-  }
+  wy_finish<Mma, kComba>(a, ch, s, db_part, row_part, col_part, ex_part);  // dβ; B9
 }
 
 // ---- host side ----
