@@ -616,6 +616,65 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<L,
   }
 }
 
+// ---- steps the dqk kernels share, on product layout PL (gdn_bwd_dqk_kernel: Simt; gdn_bwd_dqk_mma_kernel: Mma) ----
+
+// B3, in place in dp (= dO Δ^T): dP ⊙ E (masked); B8 (ii) into the thread's partials (qk = Q K^T).
+template <typename PL>
+__device__ __forceinline__ void dqk_dP(Acc& dp, const Acc& qk, const Small& s, float (&row_part)[4],
+                                       float (&col_part)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = PL::row(i), c = PL::col(j);
+      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
+      dp.v[i][j] = d;
+      const float y = d * qk.v[i][j];
+      row_part[i] += y;
+      col_part[j] -= y;
+    }
+}
+
+// Key tile k0 (kc columns): dQ (B3), dK (B4), dW = -dΔ h^T and dΓ terms (i), (iii) of B8 from the products
+// dqs = dO h^T, dks = Δ dS_C^T, dws = dΔ h^T, dq2 = dP K, dk2 = dP^T Q; xq(i, j), xk(i, j): q, k in fp32 at the
+// thread's element (i, j).
+template <typename PL, typename L, typename E, typename Xq, typename Xk>
+__device__ __forceinline__ void dqk_store(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
+                                          double gC, Xq xq, Xk xk, const Acc& dqs, const Acc& dks, const Acc& dws,
+                                          const Acc& dq2, const Acc& dk2, float (&row_part)[4], float& kz) {
+  const int64_t K = a.K;
+  float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+  typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = PL::row(i), c = PL::col(j);
+      const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
+      row_part[i] += eg * xq(i, j) * dqs.v[i][j];  // (i)
+      const float z = ekg * xk(i, j) * dks.v[i][j];
+      row_part[i] -= z;  // (iii), every row
+      kz += z;           // (iii), at row C
+      if (r < ch.n && c < kc) {
+        dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
+        dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
+        dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
+      }
+    }
+}
+
+// The block's dΓ terms of B8 into the dΓ scratch: the row and column partials, (iii) at row C (kz: the thread's
+// share) and (iv) (sd: the thread's share of Σ h ⊙ dh).
+template <typename PL, typename L, typename E>
+__device__ __forceinline__ void dqk_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, double gC,
+                                           const float (&row_part)[4], const float (&col_part)[4], float kz, float sd) {
+  tile::reduce_rows_cols<PL>(row_part, col_part, s.red, s.out1);
+  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n)
+    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+}
+
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
 // chunk blockIdx.x of head blockIdx.y.
 template <typename L, typename E>
@@ -647,17 +706,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
     __syncthreads();
   }
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
+  dqk_dP<L>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B3: dP ⊙ E (masked); B8 (ii)
-      const int r = L::row(i), c = L::col(j);
-      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
-      sdP[r * kLd + c] = d;
-      const float y = d * qk.v[i][j];
-      row_part[i] += y;
-      col_part[j] -= y;
-    }
+    for (int j = 0; j < 4; ++j) sdP[L::row(i) * kLd + L::col(j)] = dp.v[i][j];
   float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
@@ -690,31 +743,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
     dk2.zero();
     L::template mma<false, false>(sdP, sZ, dq2);
     L::template mma<true, false>(sdP, sX, dk2);
-    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
-    typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
-        row_part[i] += eg * sX[r * kLd + c] * dqs.v[i][j];  // (i)
-        const float z = ekg * sZ[r * kLd + c] * dks.v[i][j];
-        row_part[i] -= z;  // (iii), every row
-        kz += z;           // (iii), at row C
-        if (r < ch.n && c < kc) {
-          dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
-          dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
-          dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
-        }
-      }
+    dqk_store<L>(a, ch, s, k0, kc, gC, [&](int i, int j) { return sX[L::row(i) * kLd + L::col(j)]; },
+                 [&](int i, int j) { return sZ[L::row(i) * kLd + L::col(j)]; }, dqs, dks, dws, dq2, dk2, row_part, kz);
     __syncthreads();
   }
-  tile::reduce_rows_cols<L>(row_part, col_part, s.red, s.out1);
-  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < ch.n)
-    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+  dqk_finish<L>(a, ch, s, gC, row_part, col_part, kz, sd);
 }
 
 // ---- steps the wy kernels share, on product layout PL (gdn_bwd_wy_kernel: Simt; gdn_bwd_wy_mma_kernel: Mma) ----
@@ -1078,17 +1111,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     __syncthreads();
   }
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B3: dP ⊙ E (masked); B8 (ii)
-      const int r = Mma::row(i), c = Mma::col(j);
-      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
-      dp.v[i][j] = d;
-      const float y = d * qk.v[i][j];
-      row_part[i] += y;
-      col_part[j] -= y;
-    }
+  dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
   tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
   float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
   for (int kt = 0; kt < nkt; ++kt) {
@@ -1120,32 +1143,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     dk2.zero();
     Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
     Mma::mma<true, false>(hdP, hQ + kt * kTileHalves, dk2);
-    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
     load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
-    typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c = Mma::col(j);
-        const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
-        row_part[i] += eg * xq.v[i][j] * dqs.v[i][j];  // (i)
-        const float z = ekg * xk.v[i][j] * dks.v[i][j];
-        row_part[i] -= z;  // (iii), every row
-        kz += z;           // (iii), at row C
-        if (r < ch.n && c < kc) {
-          dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
-          dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
-          dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
-        }
-      }
+    dqk_store<Mma>(a, ch, s, k0, kc, gC, [&](int i, int j) { return xq.v[i][j]; },
+                   [&](int i, int j) { return xk.v[i][j]; }, dqs, dks, dws, dq2, dk2, row_part, kz);
   }
-  tile::reduce_rows_cols<Mma>(row_part, col_part, s.red, s.out1);
-  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < ch.n)
-    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+  dqk_finish<Mma>(a, ch, s, gC, row_part, col_part, kz, sd);
 }
 
 // Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles.
