@@ -71,6 +71,31 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
+/// Zeroes the running state of an Mma scan before its first chunk: the fp32 slab of nkt key tiles, thread-major
+/// (the thread's 16 elements of each key tile kThreads apart from S[threadIdx.x]), and its bf16 copy (nkt tiles).
+__device__ __forceinline__ void clear_state(float* S, __nv_bfloat16* hS, int nkt) {
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 16 * nkt; ++e) S[e * kThreads + tid] = 0.0f;
+  for (int idx = tid; idx < kTileHalves * nkt; idx += kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+}
+
+/// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements: d
+/// (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside; stored back to dst (rows
+/// stride apart) and, as the next products' operand, to the bf16 tile h.
+template <bool kAdd, typename E>
+__device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_t stride, int rows, int cols,
+                                          __nv_bfloat16* h) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = Mma::row(i), c = Mma::col(j);
+      d.v[i][j] = r < rows && c < cols ? (kAdd ? d.v[i][j] + acc.v[i][j] : d.v[i][j] - acc.v[i][j]) : 0.0f;
+    }
+  store_acc<Mma>(d, dst, stride, rows, cols, Same{});
+  store_acc_h(d, h, Same{});
+}
+
 /// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p
 /// (prefetch.global.L2, one 128-byte line per thread and step; no effect on any result). The scans call it
 /// for the next chunk's operands so that their loads wait for the L2, not for memory.

@@ -425,8 +425,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
-  for (int e = 0; e < 16 * nkt; ++e) S[e * tile::kThreads + tid] = 0.0f;
-  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  tile::clear_state(S, hS, nkt);
   float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
   fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
@@ -449,15 +448,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
-        const int r = Mma::row(i), c = Mma::col(j);
-        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
-      }
-    store_acc<Mma>(d, U, V, ch.n, vc, [](int, int, float x) { return x; });
-    tile::store_acc_h(d, hD, [](int, int, float x) { return x; });
+    tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) done
     if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
@@ -1013,8 +1004,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
        *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
-  for (int e = 0; e < 16 * nkt; ++e) dS[e * tile::kThreads + tid] = 0.0f;
-  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  tile::clear_state(dS, hS, nkt);
   float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
   fetch_gates(a, Chunk(a, a.NC - 1, blockIdx.y), g_r, b_r);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
@@ -1040,15 +1030,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
-        const int r = Mma::row(i), c = Mma::col(j);
-        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
-      }
-    store_acc<Mma>(d, dD, V, ch.n, vc, [](int, int, float x) { return x; });
-    tile::store_acc_h(d, hE, [](int, int, float x) { return x; });
+    tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
     __syncthreads();  // hE complete; every read of hS (K^g dS) done
     if (chunk > 0) fetch_gates(a, Chunk(a, chunk - 1, blockIdx.y), g_r, b_r);  // in flight during B2
     for (int kt = 0; kt < nkt; ++kt) {  // B2

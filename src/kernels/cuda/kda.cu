@@ -918,8 +918,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a)
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
-  for (int e = 0; e < 16 * nkt; ++e) S[e * tile::kThreads + tid] = 0.0f;
-  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  tile::clear_state(S, hS, nkt);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
     if (chunk + 1 < a.NC) {  // the next chunk's W, K^g rows (contiguous) and U columns into L2
@@ -942,15 +941,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a)
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // F4: Δ = U - W S (0 outside the chunk)
-        const int r = Mma::row(i), c = Mma::col(j);
-        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] - acc.v[i][j] : 0.0f;
-      }
-    store_acc<Mma>(d, U, V, ch.n, vc, Same{});
-    tile::store_acc_h(d, hD, Same{});
+    tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) done
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = Diag(e^{Γ_C}) S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
@@ -1046,8 +1037,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
        *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
-  for (int e = 0; e < 16 * nkt; ++e) dS[e * tile::kThreads + tid] = 0.0f;
-  for (int idx = tid; idx < kTileHalves * nkt; idx += tile::kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  tile::clear_state(dS, hS, nkt);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
     if (chunk > 0) {  // the previous chunk's K^g, Q^g, W rows (contiguous), dO and dΔ columns into L2
@@ -1074,15 +1064,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
-        const int r = Mma::row(i), c = Mma::col(j);
-        d.v[i][j] = r < ch.n && c < vc ? d.v[i][j] + acc.v[i][j] : 0.0f;
-      }
-    store_acc<Mma>(d, dD, V, ch.n, vc, Same{});
-    tile::store_acc_h(d, hE, Same{});
+    tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
     __syncthreads();  // hE complete; every read of hS (K^g dS) done
     for (int kt = 0; kt < nkt; ++kt) {  // B2
       Acc qd, wd;
