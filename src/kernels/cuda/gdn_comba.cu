@@ -468,6 +468,22 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   }
 }
 
+// Q K^T of the chunk on tile::Mma into qk (the sum over the nkt key tiles in registers), q and k of every key tile
+// loaded into the bf16 tiles hQ, hK first (kept there for the caller's later products).
+template <typename L, typename E>
+__device__ __forceinline__ void chunk_qk_mma(const GdnFast<L, E>& a, const Chunk& ch, int nkt, bf16* hQ, bf16* hK,
+                                             Acc& qk) {
+  const int64_t K = a.K;
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  __syncthreads();
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+}
+
 // Shared memory of gdn_out_mma_kernel for nkt key tiles: bf16 Q (all key tiles), K then h (all key tiles of
 // one value tile), P and Δ.
 constexpr size_t out_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
@@ -486,15 +502,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, 
        *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
-  for (int kt = 0; kt < nkt; ++kt) {
-    const int kc = tile_cols(K, kt * kN);
-    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
-    tile::load_h(hKH + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
-  }
-  __syncthreads();
   Acc qk;
-  qk.zero();
-  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qk);
+  chunk_qk_mma(a, ch, nkt, hQ, hKH, qk);
   tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
   __syncthreads();  // hP complete; the K tiles are read (hKH takes h next)
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
@@ -959,15 +968,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
        *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
-  for (int kt = 0; kt < nkt; ++kt) {
-    const int kc = tile_cols(K, kt * kN);
-    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
-    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
-  }
-  __syncthreads();
   Acc acc;
-  acc.zero();
-  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, acc);
+  chunk_qk_mma(a, ch, nkt, hQ, hK, acc);
   tile::store_acc_h(acc, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile_cols(V, v0);
@@ -1075,16 +1077,9 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const double gC = s.gam[ch.n - 1];
-  for (int kt = 0; kt < nkt; ++kt) {
-    const int kc = tile_cols(K, kt * kN);
-    tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
-    tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
-  }
-  __syncthreads();
   Acc qk, dp;
-  qk.zero();
   dp.zero();
-  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
   for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
     tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
     tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
