@@ -806,8 +806,8 @@ __device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk&
   if (kComba) store_acc<PL>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
 }
 
-// The block's dβ (B7) and dg (B9) from the thread's partials: dΓ = its row and column terms plus the dΓ scratch of
-// gdn_bwd_dqk_kernel, dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r).
+// The block's dβ (B7) and dg (B9) from the thread's partials: dΓ = their row and column terms plus the dΓ scratch
+// (the dqk kernel's terms), dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r).
 template <typename PL, bool kComba, typename L, typename E>
 __device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
                                           const float (&db_part)[4], const float (&row_part)[4],
