@@ -52,8 +52,37 @@ grep -qx "c val_acc 2 5 0.8" "$tmp/acc.txt" || {
 [ "$(od -An -tu1 -j16 -N8 "$tmp/acc.png" | tr -s ' ' | sed 's/^ //')" = "0 0 3 132 0 0 5 40" ] || {
   echo "FAIL: image size with the accuracy panel"; exit 1; }
 
+# --panels keeps the training loss only; --points adds a panel per evaluation point: its scaled_acc where
+# given (state tracking), else its acc (MQAR); a run without the point draws nothing there (3 panels: 900 x 660)
+mkdir -p "$tmp/p" "$tmp/q"
+cat > "$tmp/p/metrics.jsonl" <<'JSONL'
+{"step":10,"loss":0.7,"eval_points":[{"name":"L40","acc":0.9,"scaled_acc":0.8},{"name":"L256","acc":0.6,"scaled_acc":0.2}]}
+{"step":20,"loss":0.1,"eval_points":[{"name":"L40","acc":1.0,"scaled_acc":1.0},{"name":"L256","acc":0.995,"scaled_acc":0.99}]}
+JSONL
+cat > "$tmp/q/metrics.jsonl" <<'JSONL'
+{"step":30,"loss":8.3,"eval_points":[{"name":"L512_kv32","acc":0.25}]}
+JSONL
+scripts/plot_metrics.py "$tmp/p" "$tmp/q" --out "$tmp/pts.png" --panels loss --points L256,L512_kv32 --summary > "$tmp/pts.txt"
+cat > "$tmp/pts-expected.txt" <<'TXT'
+p loss 2 20 0.1
+p point:L256 2 20 0.99
+p point:L512_kv32 0 -
+q loss 1 30 8.3
+q point:L256 0 -
+q point:L512_kv32 1 30 0.25
+wrote TMP/pts.png
+TXT
+sed -i "s|TMP|$tmp|" "$tmp/pts-expected.txt"
+diff "$tmp/pts-expected.txt" "$tmp/pts.txt" || { echo "FAIL: --panels / --points summary differs"; exit 1; }
+[ "$(od -An -tu1 -j16 -N8 "$tmp/pts.png" | tr -s ' ' | sed 's/^ //')" = "0 0 3 132 0 0 2 148" ] || {
+  echo "FAIL: image size with --panels loss and two --points"; exit 1; }
+if scripts/plot_metrics.py "$tmp/p" --out "$tmp/x.png" --panels loss,accuracy > "$tmp/err.txt" 2>&1; then
+  echo "FAIL: an unknown panel was accepted"; exit 1
+fi
+grep -q "unknown panel 'accuracy' (allowed: loss, val_loss" "$tmp/err.txt" || { echo "FAIL: unknown panel message"; exit 1; }
+
 if scripts/plot_metrics.py "$tmp/a" "$tmp/nope" --out "$tmp/x.png" > "$tmp/err.txt" 2>&1; then
   echo "FAIL: a missing run directory was accepted"; exit 1
 fi
 grep -q "$tmp/nope/metrics.jsonl: not found" "$tmp/err.txt"
-echo "plot_metrics: two runs drawn (points as expected), 900x1100 PNG; missing file named"
+echo "plot_metrics: two runs drawn (points as expected), 900x1100 PNG; --panels / --points; missing file named"
