@@ -1,6 +1,7 @@
 // Preemption (docs/PREEMPTION.md): SIGTERM or SIGUSR1 asks the trainer to finish the current
 // step, write a checkpoint and exit with kPreemptedExitCode; a second signal ends the process
-// at once (exit code 128 + the signal number, as if killed by it).
+// at once (exit code 128 + the signal number, as if killed by it), except the same signal again
+// within 1 s: one request delivered twice, as timeout(1) and Slurm do (the process and its group).
 #pragma once
 
 namespace llmt {

@@ -2,7 +2,7 @@
 # Preemption (docs/PREEMPTION.md): SIGUSR1 or SIGTERM makes a training run finish its step,
 # write a checkpoint at that step and exit 75; resuming then gives per-step losses, gradient
 # norms and validation losses identical to an uninterrupted run. A second signal ends the
-# run at once with 128 + a signal number.
+# run at once with 128 + a signal number; the same signal twice at once counts as one.
 # Usage: preempt.sh path/to/llmtrain   (run from the repository root)
 set -euo pipefail
 llmtrain=$1
@@ -48,4 +48,16 @@ kill -USR1 $pid; kill -TERM $pid
 rc=0; wait $pid || rc=$?
 [ $rc -eq 138 ] || [ $rc -eq 143 ] || { echo "FAIL: two signals: exit code $rc, expected 138 or 143"; tail "$tmp/twice.log"; exit 1; }
 [ ! -d "$tmp/twice/checkpoints" ] || { echo "FAIL: two signals: a checkpoint was written"; exit 1; }
-echo "preempt: $preempts preemptions (exit 75) resumed to metrics identical to the uninterrupted run; second signal exits $rc"
+# The same signal twice at once (timeout(1) and Slurm signal the process and its process group): one request,
+# so the run still writes its checkpoint and exits 75.
+"$llmtrain" train "${common[@]}" --out "$tmp/dup" > "$tmp/dup.log" 2>&1 &
+pid=$!
+wait_lines "$tmp/dup" 10
+kill -TERM $pid; kill -TERM $pid
+dup_rc=0; wait $pid || dup_rc=$?
+[ $dup_rc -eq 75 ] || { echo "FAIL: SIGTERM twice at once: exit code $dup_rc, expected 75"; tail "$tmp/dup.log"; exit 1; }
+last=$(tail -1 "$tmp/dup/metrics.jsonl" | jq .step)
+[ -f "$(printf '%s/dup/checkpoints/step_%08d/state.json' "$tmp" "$last")" ] || {
+  echo "FAIL: SIGTERM twice at once: no checkpoint at step $last"; exit 1; }
+
+echo "preempt: $preempts preemptions (exit 75) resumed to metrics identical to the uninterrupted run; second signal exits $rc; the same signal twice at once: one checkpoint, exit 75"
