@@ -183,7 +183,7 @@ constexpr PhaseKernel kPhaseKernels[] = {
 /// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
 /// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 7 matrices of 64 x 64;
 /// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), the chunk-start state pairs (S_0, M_0) and their
-/// gradients (8 K V bytes a chunk each), brow's rowk rows (kRowkSlots = 11 of [64, K] a chunk: 9 written by
+/// gradients (bf16, the operand type: 4 K V bytes a chunk each), brow's rowk rows (kRowkSlots = 11 of [64, K] a chunk: 9 written by
 /// brow, 2 by bchunk) and dew (dO Ṽ^T, dR Ṽ^T). backward: the scan is the states-only one (it reads the saved
 /// Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops (segment sums, Γ, the
 /// triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused multiply-add.
@@ -191,7 +191,7 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
   const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 7 * mat, last_rows = 2 * 4 * 64;
-  const double st = nch * 8 * K * V;  // one [NC, 2, K, V] fp32 state (or state-gradient) scratch
+  const double st = nch * 4 * K * V;  // one [NC, 2, K, V] bf16 state (or state-gradient) scratch
   if (std::strcmp(phase, "coef") == 0)  // gates, q, k; the image written whole
     return {16 * N + 8 * N * K + nch * image, 16 * N + 8 * N * K + nch * image, 256 * N * K, nch * 7 * c3 / 6};
   if (std::strcmp(phase, "scan") == 0 && !backward)  // per value tile: vectors, last rows, 𝒯, k (twice); v; Ṽ, states

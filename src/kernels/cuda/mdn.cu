@@ -11,9 +11,12 @@
 // in registers (sums over several key or value tiles never leave them). Each operand is rounded to bf16 once,
 // where it is loaded or formed (scaled first in fp32 where it carries a gate factor): q, k, η k, α k, v-side
 // tiles (v via R, Ṽ, dO, dR), 𝒯, E = (Q K̂^T) ⊙ Γ, R, the scaled Ṽ and dR rows, the scaled dO rows, dEG, dWG and
-// the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile). fp32 stays fp32: the running states S, M
-// and their gradients (shared slabs), Ṽ and the saved residuals, the global scratch (coefficient images, chunk
-// states, rowk, dew), the coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
+// the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile, and rounded once more, to the same bf16,
+// where the scans store them: the chunk-state scratch holds operand-type elements, bf16 on Mma as FLA's h, so
+// out and brow load exactly the operands they used to round from fp32, and bchunk's sums ⟨S_0, dS⟩, ⟨M_0, dS⟩,
+// ⟨M_0, dM⟩ read the rounded states). fp32 stays fp32: the running states S, M and their gradients (shared
+// slabs), Ṽ and the saved residuals, the rest of the global scratch (coefficient images, rowk, dew), the
+// coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
 // double, the inverse in fp32: row by row on Simt, blocked in 16 x 16 blocks on Mma), the products' results, and
 // every element-wise and reduction step (the whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
 //   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
@@ -56,8 +59,8 @@ using bf16 = __nv_bfloat16;
 // L = tile::Simt: fp32 tiles (row stride tile::kLd); L = tile::Mma: bf16 tiles (row stride tile::kLdH), every
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
-/// Blocks per SM that the out kernel is compiled for: 2 on tile::Mma (128 registers, no spills: two blocks fit
-/// beside their 47 KiB of shared memory), 1 on tile::Simt.
+/// Blocks per SM that the out kernel is compiled for: 2 on tile::Mma (128 registers, 8 bytes of spill since the
+/// chunk states it loads are bf16: two blocks fit beside their 47 KiB of shared memory), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
 
@@ -130,8 +133,8 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // bscan, brow and the states-only scan; vt_out: where the solving scan writes Ṽ (the same buffer as vt), null when
 // vt holds the forward's saved Ṽ (the backward with save_residuals). Global scratch (ScratchLayout):
 // coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
-// chunk), Ṽ unless the caller keeps it, and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving
-// each chunk), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
+// chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
+// dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each chunk; Op<L> as states), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o, *vt;
@@ -220,9 +223,11 @@ __device__ float* rowk_slot(const MdnArgs& a, int64_t bh, int64_t chunk, RowkSlo
 __device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) {
   return a.dew + (bh * a.NC + chunk) * 2 * kN * kN;
 }
-/// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor.
-__device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
-  return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
+/// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor of
+/// elements E (the operand type of the kernels' layout; the fp32-sized region is used from its start).
+template <typename E>
+__device__ E* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
+  return reinterpret_cast<E*>(p) + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
 /// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse (Mma: 16 x 16 blocks, on two
@@ -444,13 +449,14 @@ struct ScanShared {
       __syncthreads();
     }
   }
-  /// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = (X, Y) (no barrier).
-  __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, float* dst) const {
+  /// dst (a [2, K, V] state pair of operand elements, value columns v0 .. v0 + vc - 1) = (X, Y), rounded to
+  /// Op<L> (no barrier).
+  __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, Op<L>* dst) const {
     for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
       const int64_t m = idx / vc, kt = m / kN;
       const int j = static_cast<int>(idx % vc), e = static_cast<int>(m % kN) * tile::kLd + j;
-      dst[m * V + v0 + j] = x(kt)[e];
-      dst[K * V + m * V + v0 + j] = y(kt)[e];
+      dst[m * V + v0 + j] = from_f32<Op<L>>(x(kt)[e]);
+      dst[K * V + m * V + v0 + j] = from_f32<Op<L>>(y(kt)[e]);
     }
   }
 };
@@ -514,7 +520,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
     if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, kSolve, false);
     __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
-    sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
+    sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.states, bh, chunk));
     tile::Acc xv;
     if constexpr (kSolve) {
       const float* Timg = image_matrix(img, C, kT);
@@ -599,8 +605,8 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
     const int r = idx / kN, c = idx % kN;
     sE[r * op_ld<L>() + c] = from_f32<Op<L>>(r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f);
   }
-  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
-  const float* M0 = S0 + K * V;
+  const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
+  const Op<L>* M0 = S0 + K * V;
   float* o = ch.in(a, a.o, V, 0);
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
@@ -659,7 +665,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
     fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
     const float* dO = ch.in(a, a.d_o, V, v0);
     load_op(sD, dO, a.H * V, n, vc);
-    sh.store(K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
+    sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.dstates, bh, chunk));
     // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
     tile::Acc xs, xm, xe;
     xs.zero(), xm.zero(), xe.zero();
@@ -727,23 +733,26 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   }
 }
 
-// An operand of the value-dimension products: `rows` rows of V floats, `stride` apart (rows beyond it read as 0).
+// An operand of the value-dimension products: `rows` rows of V elements E (float, or the chunk states' operand
+// type), `stride` apart (rows beyond it read as 0).
+template <typename E>
 struct VRows {
-  const float* p;
+  const E* p;
   int64_t stride;
   int rows;
 };
 
 /// x += A1 B1^T, y += A2 B2^T (64 x 64, depth = the V value channels, tiles and channels in order) through the
 /// operand tiles t[0..3] of L. Ends with a barrier.
-template <typename L>
-__device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2,
-                                Op<L>* const t[4], tile::Acc& x, tile::Acc& y) {
-  const VRows* ops[4] = {&a1, &b1, &a2, &b2};
+template <typename L, typename E1, typename E2, typename E3, typename E4>
+__device__ void products_over_v(int64_t V, const VRows<E1>& a1, const VRows<E2>& b1, const VRows<E3>& a2,
+                                const VRows<E4>& b2, Op<L>* const t[4], tile::Acc& x, tile::Acc& y) {
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
-#pragma unroll
-    for (int o = 0; o < 4; ++o) load_op(t[o], ops[o]->p + v0, ops[o]->stride, ops[o]->rows, vc);
+    load_op(t[0], a1.p + v0, a1.stride, a1.rows, vc);
+    load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
+    load_op(t[2], a2.p + v0, a2.stride, a2.rows, vc);
+    load_op(t[3], b2.p + v0, b2.stride, b2.rows, vc);
     __syncthreads();
     L::template mma<false, true>(t[0], t[1], x);
     L::template mma<false, true>(t[2], t[3], y);
@@ -771,7 +780,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float* G = image_matrix(img, C, kG);
   copy_floats(cs.la, img, kChunkVectors * C);
-  const VRows dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
+  const VRows<float> dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
       VT{ch.in(a, a.vt, V, 0), a.H * V, n};
   tile::Acc x, y;
   x.zero(), y.zero();
@@ -781,14 +790,14 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
   put_op<L>(x, sEG, [&](int r, int c, float e) { return r < n && c <= r ? e * G[r * n + c] : 0.0f; });
   put_op<L>(y, sWG, [&](int r, int c, float e) { return r < n && c < r ? -e * G[(r - 1) * n + c] : 0.0f; });
-  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
-  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
+  const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
+  const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile::tile_cols(K, k0);
-    const VRows s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc}, h{dS + KV + k0 * V, V, kc};
-    const auto pair = [&](RowkSlot p, RowkSlot q, const VRows& a1, const VRows& b1, const VRows& a2,
-                          const VRows& b2) {
+    const VRows<Op<L>> s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc},
+        h{dS + KV + k0 * V, V, kc};
+    const auto pair = [&](RowkSlot p, RowkSlot q, const auto& a1, const auto& b1, const auto& a2, const auto& b2) {
       x.zero(), y.zero();
       products_over_v<L>(V, a1, b1, a2, b2, t, x, y);
       tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
@@ -823,11 +832,13 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
 // Y (then the segment prefix of L_A), dLU (then the segment prefix of L_U). dW reuses ChunkSmem::W.
 constexpr int kBwdVectors = 5, kBwdMatrices = 4;
 
-// bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the chunk
-// (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
+// bchunk kernel on layout L (which only sets the chunk states' element type, Op<L>: every step is fp32 or double
+// on the CUDA cores), grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the
+// chunk (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
 // Scratch: the chunk's rowk slots (RowkSlot).
 // Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
+template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
@@ -847,10 +858,10 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   float* Y = dG + C * C;
   float* dLU = Y + C * C;
   float* dW = cs.W;
-  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
-  const float* M0 = S0 + KV;
-  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
-  const float* dM = dS + KV;
+  const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
+  const Op<L>* M0 = S0 + KV;
+  const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
+  const Op<L>* dM = dS + KV;
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
   const float *SdO = slot(kSdO), *MdO = slot(kMdO), *SdR = slot(kSdR), *MdR = slot(kMdR), *GV = slot(kGV),
               *HV = slot(kHV), *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
@@ -860,9 +871,9 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
   double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
   for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-    s_ds += static_cast<double>(S0[idx]) * dS[idx];
-    m_ds += static_cast<double>(M0[idx]) * dS[idx];
-    m_dm += static_cast<double>(M0[idx]) * dM[idx];
+    s_ds += static_cast<double>(to_f32(S0[idx])) * to_f32(dS[idx]);
+    m_ds += static_cast<double>(to_f32(M0[idx])) * to_f32(dS[idx]);
+    m_dm += static_cast<double>(to_f32(M0[idx])) * to_f32(dM[idx]);
   }
   s_ds = block_reduce(s_ds, SumOp{}, 0.0);
   m_ds = block_reduce(m_ds, SumOp{}, 0.0);
@@ -1099,7 +1110,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
                padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
-  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
+  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk,
                floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
 }
 
