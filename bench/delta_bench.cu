@@ -212,12 +212,15 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
     return {nch * (vec + mat) + 12 * N * V + 2 * st + 8 * N * K + nch * 2 * mat + 36 * N * K,
             nch * (vec + mat) + (4 + 6 * nkt) * 4 * N * V + 3 * st + 12 * N * K + nch * 2 * mat + 36 * N * K,
             N * (256 * V + 12 * K * V + 512 * K)};
-  if (std::strcmp(phase, "bchunk") == 0)  // the image; states, dstates; dew; rowk (9 slots read, 2 written and read
-                                          // back); q, k; dq, dk and the 4 gate gradients. Issued: 14 slot reads,
-                                          // dk̂ and dp read twice each, q once, k 6 times.
-    return {nch * image + 2 * st + nch * 2 * mat + 36 * N * K + 16 * N * K + 8 * N * K + 8 * N * K + 16 * N,
-            nch * image + 2 * st + nch * 2 * mat + 56 * N * K + 24 * N * K + 28 * N * K + 8 * N * K + 16 * N, 0,
+  if (std::strcmp(phase, "bchunk") == 0) {  // of the image the vectors, L_A, L_U, Q K̂^T, P K̂^T and Γ's last row;
+                                            // states, dstates; dew; rowk (9 slots read, 2 written and read back);
+                                            // q, k; dq, dk and the 4 gate gradients. Issued: 15 slot reads, dk̂ and
+                                            // dp read twice each, q once, k 3 times.
+    const double img = vec + 4 * mat + 4 * 64;
+    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 16 * N * K + 8 * N * K + 8 * N * K + 16 * N,
+            nch * img + 2 * st + nch * 2 * mat + 60 * N * K + 24 * N * K + 16 * N * K + 8 * N * K + 16 * N, 0,
             nch * (6 * K * V + 2 * K * 64 * 8 + 24 * 64 * K + 4 * c3 / 6 + 4 * 64 * 64)};
+  }
   return {0, 0, 0};
 }
 

@@ -108,13 +108,6 @@ __device__ void put_op(const tile::Acc& acc, Op<L>* s, F f) {
   }
 }
 
-/// Σ_i x[i] y[i] in index order (fp32 fma).
-__device__ inline float dotf(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
-  return s;
-}
-
 /// (I + W) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} W_rj 𝒯_jm (m < r).
 /// sW [n, n] strictly lower; sT [n, n] must hold the identity on entry. Reached by all threads (barriers).
 __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
@@ -827,17 +820,38 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   }
 }
 
-// The bchunk kernel's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
-// (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); matrices [n, n] dE, dG (dΓ),
-// Y (then the segment prefix of L_A), dLU (then the segment prefix of L_U). dW reuses ChunkSmem::W.
+// The bchunk kernel's shared memory after the chunk's vectors and its L_A, L_U [C, C] (copied from its coef image;
+// Γ's last row, Q K̂^T and P K̂^T are each read once, from the image in global memory): vectors [C] dabar
+// (dL/dᾱ), db (dL/db), dmbar (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); the row dots
+// [kRowDots, C] (RowDot); matrices [n, n] dW, dG (dΓ), Y (then the segment prefix of L_A), dLU (then the segment
+// prefix of L_U). About 103 KiB at C = 64: two blocks per SM.
 constexpr int kBwdVectors = 5, kBwdMatrices = 4;
+/// The dot products over K of chunk row r that bchunk combines, by pairs sharing their left factor:
+/// q_r·(S_0 dO_r), q_r·(M_0 dO_r); k_r·(S_0 dR_r), k_r·(M_0 dR_r); k_r·(dM Ṽ_r), k_r·(dS Ṽ_r) (row 0's k·(S_0 dR),
+/// k·(M_0 dR) are not used).
+enum RowDot { kQSdO, kQMdO, kKSdR, kKMdR, kKHV, kKGV, kRowDots };
+
+/// Floats of the bchunk kernel's shared memory for chunk size C.
+constexpr int64_t bchunk_floats(int64_t C) {
+  return (kChunkVectors + kBwdVectors + kRowDots) * C + (2 + kBwdMatrices) * C * C;
+}
+
+/// (Σ_i x[i] y[i], Σ_i x[i] z[i]), each in index order (fp32 fma), in one pass over x.
+__device__ inline float2 dotf2(const float* x, const float* y, const float* z, int64_t n) {
+  float s = 0.0f, t = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    s = fmaf(x[i], y[i], s);
+    t = fmaf(x[i], z[i], t);
+  }
+  return make_float2(s, t);
+}
 
 // bchunk kernel on layout L (which only sets the chunk states' element type, Op<L>: every step is fp32 or double
 // on the CUDA cores), grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the
 // chunk (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch: the chunk's rowk slots (RowkSlot).
-// Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
+// Scratch: the chunk's rowk slots (RowkSlot). Shared: bchunk_floats(C) floats (see kBwdVectors). The row dots are
+// summed one pair per thread (3 n pairs), the per-row and per-element steps on all threads.
 template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -846,18 +860,21 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n, last = n - 1;
-  ChunkSmem cs;
-  float* s = carve_chunk(reinterpret_cast<float*>(smem), C, cs);
-  float* dabar = s;
+  ChunkSmem cs{};
+  cs.LA = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
+  cs.LU = cs.LA + C * C;
+  float* dabar = cs.LU + C * C;
   float* db = dabar + C;
   float* dmbar = db + C;
   float* dlul = dmbar + C;
   float* kdp = dlul + C;
-  float* dE = kdp + C;
-  float* dG = dE + C * C;
+  float* dots = kdp + C;
+  float* dW = dots + kRowDots * C;
+  float* dG = dW + C * C;
   float* Y = dG + C * C;
   float* dLU = Y + C * C;
-  float* dW = cs.W;
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK), *PK = image_matrix(img, C, kPK);
   const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
   const Op<L>* M0 = S0 + KV;
   const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
@@ -866,8 +883,14 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   const float *SdO = slot(kSdO), *MdO = slot(kMdO), *SdR = slot(kSdR), *MdR = slot(kMdR), *GV = slot(kGV),
               *HV = slot(kHV), *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
   float *dKH = slot(kDKH), *dP = slot(kDP);
-  copy_floats(reinterpret_cast<float*>(smem), coef_image(a, ch.bh, ch.chunk), coef_floats(C));
-  __syncthreads();
+  copy_floats(cs.la, img, kChunkVectors * C);
+  copy_floats(cs.LA, image_matrix(img, C, kLA), 2 * C * C);  // L_A, L_U (adjacent in the image)
+  // dW_ij = -dR_i·Ṽ_j (j < i), from brow's products.
+  const float* dew = dew_pair(a, ch.bh, ch.chunk);
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
+  }
   // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
   double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
   for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
@@ -878,35 +901,35 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   s_ds = block_reduce(s_ds, SumOp{}, 0.0);
   m_ds = block_reduce(m_ds, SumOp{}, 0.0);
   m_dm = block_reduce(m_dm, SumOp{}, 0.0);
-
-  // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed), from brow's products.
-  const float* dew = dew_pair(a, ch.bh, ch.chunk);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    dE[idx] = j <= i ? dew[i * kN + j] : 0.0f;
-    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
+  for (int idx = threadIdx.x; idx < 3 * n; idx += blockDim.x) {
+    const int pair = idx / n, r = idx % n;
+    const RowkSlot y = pair == 0 ? kSdO : pair == 1 ? kSdR : kHV, z = pair == 0 ? kMdO : pair == 1 ? kMdR : kGV;
+    const float2 d = dotf2(pair == 0 ? hv.q(c0 + r) : hv.k(c0 + r), slot(y) + r * K, slot(z) + r * K, K);
+    dots[2 * pair * C + r] = d.x;
+    dots[(2 * pair + 1) * C + r] = d.y;
   }
   __syncthreads();
+  const float *qSdO = dots + kQSdO * C, *qMdO = dots + kQMdO * C, *kSdR = dots + kKSdR * C,
+              *kMdR = dots + kKMdR * C, *kHV = dots + kKHV * C, *kGV = dots + kKGV * C;
 
-  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j).
+  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j), with dE_ij = dO_i·Ṽ_j
+  // (j <= i) from brow's products.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, j = idx % n;
     float d = 0.0f;
     if (j <= i) {
-      d = dE[idx] * cs.QK[idx];
-      if (i + 1 < n) d += dW[(i + 1) * n + j] * cs.PK[(i + 1) * n + j];
-      if (i == last) d += cs.eta[j] * dotf(hv.k(c0 + j), GV + j * K, K);
+      d = dew[i * kN + j] * QK[idx];
+      if (i + 1 < n) d += dW[(i + 1) * n + j] * PK[(i + 1) * n + j];
+      if (i == last) d += cs.eta[j] * kGV[j];
     }
     dG[idx] = d;
   }
   // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float* qi = hv.q(c0 + i);
-    float da = dotf(qi, SdO + i * K, K), dbi = -dotf(qi, MdO + i * K, K), dmb = 0.0f;
+    float da = qSdO[i], dbi = -qMdO[i], dmb = 0.0f;
     if (i + 1 < n) {
-      const float* kn = hv.k(c0 + i + 1);
-      da -= cs.alpha[i + 1] * dotf(kn, SdR + (i + 1) * K, K);
-      dbi += cs.alpha[i + 1] * dotf(kn, MdR + (i + 1) * K, K);
+      da -= cs.alpha[i + 1] * kSdR[i + 1];
+      dbi += cs.alpha[i + 1] * kMdR[i + 1];
     }
     if (i == last) {
       da += static_cast<float>(s_ds);
@@ -916,7 +939,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     dabar[i] = da;
     db[i] = dbi;
     dmbar[i] = dmb;
-    dlul[i] = -cs.eta[i] * dotf(hv.k(c0 + i), HV + i * K, K);
+    dlul[i] = -cs.eta[i] * kHV[i];
   }
   // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
   // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
@@ -928,7 +951,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
     a.dq[hv.tok(c0 + i) * K + m] = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx] + EK[idx];
     dP[idx] = -am * SdR[idx] + bm * MdR[idx] + WK[idx];
-    dKH[idx] = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
+    dKH[idx] = G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
   }
   __syncthreads();
 
@@ -938,9 +961,9 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
   }
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float* ki = hv.k(c0 + i);
-    a.deta[hv.tok(c0 + i)] = dotf(ki, dKH + i * K, K);
-    kdp[i] = dotf(ki, dP + i * K, K);
+    const float2 d = dotf2(hv.k(c0 + i), dKH + i * K, dP + i * K, K);
+    a.deta[hv.tok(c0 + i)] = d.x;
+    kdp[i] = d.y;
   }
   // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -1111,7 +1134,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
   tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk,
-               floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
+               floats_bytes(bchunk_floats(C)), stream, args);
 }
 
 #define LLMT_INSTANTIATE_MDN(P)                                                                                    \
