@@ -59,8 +59,9 @@ using bf16 = __nv_bfloat16;
 // L = tile::Simt: fp32 tiles (row stride tile::kLd); L = tile::Mma: bf16 tiles (row stride tile::kLdH), every
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
-/// Blocks per SM that the out kernel is compiled for: 2 on tile::Mma (128 registers, 8 bytes of spill since the
-/// chunk states it loads are bf16: two blocks fit beside their 47 KiB of shared memory), 1 on tile::Simt.
+/// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out with 8 bytes of
+/// spill since the chunk states it loads are bf16, brow with 144 (186 registers unbounded, one block per SM); two
+/// blocks fit beside their 47 / 57 KiB of shared memory), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
 
@@ -760,7 +761,7 @@ __device__ void products_over_v(int64_t V, const VRows<E1>& a1, const VRows<E2>&
 // padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 operand tiles (Mma: dO, dR, Ṽ, S_0,
 // M_0, dS, dM, q, η k, α k and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32).
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
