@@ -182,11 +182,12 @@ constexpr PhaseKernel kPhaseKernels[] = {
 /// The Cost of kernel `phase` (coef, scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu, L = tile::Mma)
 /// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
 /// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 7 matrices of 64 x 64;
-/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), the chunk-start state pairs (S_0, M_0) and their
-/// gradients (bf16, the operand type: 4 K V bytes a chunk each), brow's rowk rows (kRowkSlots = 11 of [64, K] a chunk: 9 written by
-/// brow, 2 by bchunk) and dew (dO Ṽ^T, dR Ṽ^T). backward: the scan is the states-only one (it reads the saved
-/// Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops (segment sums, Γ, the
-/// triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused multiply-add.
+/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 11 of [64, K] a
+/// chunk: 9 written by brow, 2 by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
+/// their gradients are bf16 (the operand type: 4 K V bytes a chunk each). backward: the scan is the states-only
+/// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
+/// (segment sums, Γ, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
+/// multiply-add.
 Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
@@ -198,11 +199,11 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
     return {nch * (vec + last_rows + mat) + 4 * N * K + 8 * N * V + st,
             nvt * (nch * (vec + last_rows + mat) + 8 * N * K) + 8 * N * V + st, N * V * (8 * K + 128)};
   if (std::strcmp(phase, "scan") == 0)  // per value tile: vectors, last rows, k; saved Ṽ; states
-    return {nch * (vec + last_rows) + 4 * N * K + 4 * N * V + st, nvt * (nch * (vec + last_rows) + 4 * N * K) + 4 * N * V + st,
-            N * V * 4 * K};
+    return {nch * (vec + last_rows) + 4 * N * K + 4 * N * V + st,
+            nvt * (nch * (vec + last_rows) + 4 * N * K) + 4 * N * V + st, N * V * 4 * K};
   if (std::strcmp(phase, "out") == 0)  // vectors, Γ, Q K̂^T; states; q (per value tile); Ṽ; o
-    return {nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V, nch * (vec + 2 * mat) + st + nvt * 4 * N * K + 8 * N * V,
-            N * V * (4 * K + 128)};
+    return {nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V,
+            nch * (vec + 2 * mat) + st + nvt * 4 * N * K + 8 * N * V, N * V * (4 * K + 128)};
   if (std::strcmp(phase, "bscan") == 0)  // per value tile: vectors, last rows, 𝒯, Γ, Q K̂^T, k (twice), q; dO
                                          // (issued 3 times); dstates; dv
     return {nch * (vec + last_rows + 3 * mat) + 8 * N * K + 8 * N * V + st,
@@ -342,8 +343,9 @@ void print_phases(const Shape& s, int iters, bool backward, const PhaseTable& ta
               static_cast<long>(s.H), static_cast<long>(s.K), static_cast<long>(s.V), kHbmBytesPerS / 1e12,
               kBf16FlopPerS / 1e12);
   if (table.core) std::printf(", CUDA cores %.0f TFLOP/s", kFp32FlopPerS / 1e12);
-  std::printf(")\n\n| phase | kernel | grid | smem KiB | regs | blocks/SM | waves | GPU ms | share | MB unique | MB issued "
-              "| GFLOP |%s floor ms | x floor |\n|---|---|---|---|---|---|---|---|---|---|---|---|%s---|---|\n",
+  std::printf(")\n\n| phase | kernel | grid | smem KiB | regs | blocks/SM | waves | GPU ms | share | MB unique "
+              "| MB issued | GFLOP |%s floor ms | x floor |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|%s---|---|\n",
               table.core ? " core GFLOP |" : "", table.core ? "---|" : "");
   for (size_t i = 0; i < launches.size(); ++i) {
     const cudaKernelNodeParams& p = launches[i];
@@ -429,13 +431,15 @@ void mdn_phases(const Shape& s, int iters) {
   float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *res = random_buffer(nv, 18, 0.f, 0.f);
-  float *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f), *dv = random_buffer(nv, 10, 0.f, 0.f);
+  float *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
+  float* dv = random_buffer(nv, 10, 0.f, 0.f);
   float *dla = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   using P = __nv_bfloat16;
   void* scratch = nullptr;
-  BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true),
-                                            llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true))));
+  const size_t bytes = std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true),
+                                llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true));
+  BENCH_CHECK(cudaMalloc(&scratch, bytes));
   BENCH_CHECK(cudaDeviceSynchronize());
   print_phases(s, iters, false, kMdnTable, [&](cudaStream_t st) {
     llmt::cuda::mdn_chunk_fwd<P>(q, k, v, la, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, res, scratch, st);
