@@ -8,8 +8,10 @@
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
 // forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
-// With --phases instead: the bf16 GDN forward and backward at shapes (a) and (c) kernel by kernel (phases()).
-// Usage: delta_bench [iterations] [--phases]   (default 10 iterations)
+// With --phases instead: a bf16 core's forward and backward at shapes (a) and (c) kernel by kernel (print_phases):
+// `--phases` or `--phases gdn` the GDN core (gdn_phases), `--phases mdn` the MDN core with save_residuals
+// (mdn_phases), `--phases all` both.
+// Usage: delta_bench [iterations] [--phases [gdn|mdn|all]]   (default 10 iterations)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <type_traits>
 #include <vector>
 
@@ -113,19 +116,20 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   BENCH_CHECK(cudaFree(scratch));
 }
 
-// ---- --phases: the bf16 GDN core kernel by kernel ----
+// ---- --phases: a bf16 core kernel by kernel ----
 
-// H200 ceilings for the floors (spec sheet): HBM3e bandwidth and dense bf16 tensor-core throughput.
-constexpr double kHbmBytesPerS = 4.8e12, kBf16FlopPerS = 990e12;
+// H200 ceilings for the floors (spec sheet): HBM3e bandwidth, dense bf16 tensor-core throughput and fp32 CUDA-core
+// throughput (the MDN table's CUDA-core work; its double sums are counted at this rate too).
+constexpr double kHbmBytesPerS = 4.8e12, kBf16FlopPerS = 990e12, kFp32FlopPerS = 67e12;
 
 // Bytes and tile-product FLOPs of one phase of the bf16 GDN core (gdn_comba.cu's *_mma_kernel, and the Tc scans,
 // which move the same data), counted from the kernels for fp32 inputs, chunk 64, T a multiple of 64 and K, V
 // multiples of 64 (every tile full). unique: every tensor element the phase reads or writes, once (what HBM must
 // move at least); issued: the global loads and stores as the kernel issues them (re-reads per value or key tile
 // included, L2 prefetches not); flops: 2 M N depth per tile product (the CUDA-core work is not counted). backward:
-// wu keeps 𝒯.
+// wu keeps 𝒯. core: FLOPs on the CUDA cores (MDN's coefficients and backward chunk; 0 where not counted).
 struct Cost {
-  double unique, issued, flops;
+  double unique, issued, flops, core = 0;
 };
 
 /// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
@@ -174,6 +178,69 @@ constexpr PhaseKernel kPhaseKernels[] = {
     {"gdn_dv_local_mma_kernel", "dv_local"}, {"gdn_bwd_scan_mma_kernel", "bwd_scan"},
     {"gdn_bwd_scan_kernel", "bwd_scan"},   {"gdn_bwd_dqk_mma_kernel", "dqk"},
     {"gdn_bwd_wy_mma_kernel", "wy"}};
+
+/// The Cost of kernel `phase` (coef, scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu, L = tile::Mma)
+/// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
+/// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 7 matrices of 64 x 64;
+/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 11 of [64, K] a
+/// chunk: 9 written by brow, 2 by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
+/// their gradients are bf16 (the operand type: 4 K V bytes a chunk each). backward: the scan is the states-only
+/// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
+/// (segment sums, Γ, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
+/// multiply-add.
+Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
+  const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
+  const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
+  const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 7 * mat, last_rows = 2 * 4 * 64;
+  const double st = nch * 4 * K * V;  // one [NC, 2, K, V] bf16 state (or state-gradient) scratch
+  if (std::strcmp(phase, "coef") == 0)  // gates, q, k; the image written whole
+    return {16 * N + 8 * N * K + nch * image, 16 * N + 8 * N * K + nch * image, 256 * N * K, nch * 7 * c3 / 6};
+  if (std::strcmp(phase, "scan") == 0 && !backward)  // per value tile: vectors, last rows, 𝒯, k (twice); v; Ṽ, states
+    return {nch * (vec + last_rows + mat) + 4 * N * K + 8 * N * V + st,
+            nvt * (nch * (vec + last_rows + mat) + 8 * N * K) + 8 * N * V + st, N * V * (8 * K + 128)};
+  if (std::strcmp(phase, "scan") == 0)  // per value tile: vectors, last rows, k; saved Ṽ; states
+    return {nch * (vec + last_rows) + 4 * N * K + 4 * N * V + st,
+            nvt * (nch * (vec + last_rows) + 4 * N * K) + 4 * N * V + st, N * V * 4 * K};
+  if (std::strcmp(phase, "out") == 0)  // vectors, Γ, Q K̂^T; states; q (per value tile); Ṽ; o
+    return {nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V,
+            nch * (vec + 2 * mat) + st + nvt * 4 * N * K + 8 * N * V, N * V * (4 * K + 128)};
+  if (std::strcmp(phase, "bscan") == 0)  // per value tile: vectors, last rows, 𝒯, Γ, Q K̂^T, k (twice), q; dO
+                                         // (issued 3 times); dstates; dv
+    return {nch * (vec + last_rows + 3 * mat) + 8 * N * K + 8 * N * V + st,
+            nvt * (nch * (vec + last_rows + 3 * mat) + 12 * N * K) + 16 * N * V + st, N * V * (12 * K + 256)};
+  if (std::strcmp(phase, "brow") == 0)  // vectors, Γ; dO, dR, Ṽ (issued 4 + 6 per key tile); states, dstates
+                                        // (S_0, M_0 issued twice); q, k (k twice per key tile); dew, 9 rowk slots
+    return {nch * (vec + mat) + 12 * N * V + 2 * st + 8 * N * K + nch * 2 * mat + 36 * N * K,
+            nch * (vec + mat) + (4 + 6 * nkt) * 4 * N * V + 3 * st + 12 * N * K + nch * 2 * mat + 36 * N * K,
+            N * (256 * V + 12 * K * V + 512 * K)};
+  if (std::strcmp(phase, "bchunk") == 0) {  // of the image the vectors, L_A, L_U, Q K̂^T, P K̂^T and Γ's last row;
+                                            // states, dstates; dew; rowk (9 slots read, 2 written and read back);
+                                            // q, k; dq, dk and the 4 gate gradients. Issued: 15 slot reads, dk̂ and
+                                            // dp read twice each, q once, k 3 times.
+    const double img = vec + 4 * mat + 4 * 64;
+    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 16 * N * K + 8 * N * K + 8 * N * K + 16 * N,
+            nch * img + 2 * st + nch * 2 * mat + 60 * N * K + 24 * N * K + 16 * N * K + 8 * N * K + 16 * N, 0,
+            nch * (6 * K * V + 2 * K * 64 * 8 + 24 * 64 * K + 4 * c3 / 6 + 4 * 64 * 64)};
+  }
+  return {0, 0, 0};
+}
+
+// The kernel of each MDN phase (mdn.cu), by the kernel's name.
+constexpr PhaseKernel kMdnKernels[] = {{"mdn_coef_kernel", "coef"},   {"mdn_scan_kernel", "scan"},
+                                       {"mdn_out_kernel", "out"},     {"mdn_bscan_kernel", "bscan"},
+                                       {"mdn_brow_kernel", "brow"},   {"mdn_bchunk_kernel", "bchunk"}};
+
+/// What print_phases needs of a core: its name in the titles, its kernels' phases, their Cost, and whether the
+/// Cost counts CUDA-core work (a "core GFLOP" column and kFp32FlopPerS in the floor).
+struct PhaseTable {
+  const char* name;
+  const PhaseKernel *kernels, *kernels_end;
+  Cost (*cost)(const char* phase, const Shape& s, bool backward);
+  bool core;
+};
+constexpr PhaseTable kGdnTable{"GDN bf16", std::begin(kPhaseKernels), std::end(kPhaseKernels), gdn_bf16_cost, false};
+constexpr PhaseTable kMdnTable{"MDN bf16 save_residuals", std::begin(kMdnKernels), std::end(kMdnKernels),
+                               mdn_bf16_cost, true};
 
 /// The dependencies of a graph node.
 std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t node) {
@@ -254,12 +321,13 @@ std::vector<double> time_launches(const std::vector<cudaKernelNodeParams>& launc
   return ms;
 }
 
-/// Prints one table: each launch of f (the bf16 GDN forward, or backward when `backward`) with its kernel, grid,
-/// dynamic shared memory, registers, resident blocks per SM, waves, mean GPU ms, share of the sum, bytes (unique,
-/// issued), GFLOP, floor (max of unique bytes at kHbmBytesPerS and FLOPs at kBf16FlopPerS) and time / floor; then
-/// the sum and the op timed as one call.
+/// Prints one table: each launch of f (the forward of table's core, or its backward when `backward`) with its
+/// kernel, grid, dynamic shared memory, registers, resident blocks per SM, waves, mean GPU ms, share of the sum,
+/// bytes (unique, issued), GFLOP (with table.core also the CUDA-core GFLOP), floor (max of unique bytes at
+/// kHbmBytesPerS, FLOPs at kBf16FlopPerS and CUDA-core FLOPs at kFp32FlopPerS) and time / floor; then the sum and
+/// the op timed as one call.
 template <typename F>
-void print_phases(const Shape& s, int iters, bool backward, F f) {
+void print_phases(const Shape& s, int iters, bool backward, const PhaseTable& table, F f) {
   cudaStream_t stream = nullptr;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
@@ -268,14 +336,17 @@ void print_phases(const Shape& s, int iters, bool backward, F f) {
   int device = 0, sms = 0;
   BENCH_CHECK(cudaGetDevice(&device));
   BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  double total = 0, unique = 0, issued = 0, flops = 0, floor_ms = 0;
+  double total = 0, unique = 0, issued = 0, flops = 0, core = 0, floor_ms = 0;
   for (double x : ms) total += x;
-  std::printf("\n%s, shape %s B=%ld T=%ld H=%ld K=%ld V=%ld (floors at %.1f TB/s, %.0f TFLOP/s)\n\n",
-              backward ? "GDN bf16 backward" : "GDN bf16 forward", s.name, static_cast<long>(s.B),
-              static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K), static_cast<long>(s.V),
-              kHbmBytesPerS / 1e12, kBf16FlopPerS / 1e12);
-  std::printf("| phase | kernel | grid | smem KiB | regs | blocks/SM | waves | GPU ms | share | MB unique | MB issued "
-              "| GFLOP | floor ms | x floor |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n%s %s, shape %s B=%ld T=%ld H=%ld K=%ld V=%ld (floors at %.1f TB/s, %.0f TFLOP/s", table.name,
+              backward ? "backward" : "forward", s.name, static_cast<long>(s.B), static_cast<long>(s.T),
+              static_cast<long>(s.H), static_cast<long>(s.K), static_cast<long>(s.V), kHbmBytesPerS / 1e12,
+              kBf16FlopPerS / 1e12);
+  if (table.core) std::printf(", CUDA cores %.0f TFLOP/s", kFp32FlopPerS / 1e12);
+  std::printf(")\n\n| phase | kernel | grid | smem KiB | regs | blocks/SM | waves | GPU ms | share | MB unique "
+              "| MB issued | GFLOP |%s floor ms | x floor |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|%s---|---|\n",
+              table.core ? " core GFLOP |" : "", table.core ? "---|" : "");
   for (size_t i = 0; i < launches.size(); ++i) {
     const cudaKernelNodeParams& p = launches[i];
     const char* name = nullptr;
@@ -284,8 +355,8 @@ void print_phases(const Shape& s, int iters, bool backward, F f) {
       (void)cudaGetLastError();
     }
     const PhaseKernel* pk = nullptr;
-    for (const PhaseKernel& x : kPhaseKernels)
-      if (std::strstr(name, x.kernel) != nullptr) pk = &x;
+    for (const PhaseKernel* x = table.kernels; x != table.kernels_end; ++x)
+      if (std::strstr(name, x->kernel) != nullptr) pk = x;
     cudaFuncAttributes attr{};
     BENCH_CHECK(cudaFuncGetAttributes(&attr, p.func));
     int per_sm = 0;
@@ -294,31 +365,40 @@ void print_phases(const Shape& s, int iters, bool backward, F f) {
                                                               p.sharedMemBytes));
     const long blocks = static_cast<long>(p.gridDim.x) * p.gridDim.y * p.gridDim.z;
     const double waves = per_sm > 0 ? static_cast<double>(blocks) / (static_cast<double>(per_sm) * sms) : 0.0;
-    const Cost cost = pk ? gdn_bf16_cost(pk->phase, s, backward) : Cost{0, 0, 0};
-    const double fl = 1e3 * std::max(cost.unique / kHbmBytesPerS, cost.flops / kBf16FlopPerS);
-    unique += cost.unique, issued += cost.issued, flops += cost.flops, floor_ms += fl;
-    std::printf("| %s | %s | %ux%u | %.1f | %d | %d | %.2f | %.3f | %.0f%% | %.0f | %.0f | %.1f | %.3f | %.1f |\n",
+    const Cost cost = pk ? table.cost(pk->phase, s, backward) : Cost{0, 0, 0};
+    const double fl = 1e3 * std::max({cost.unique / kHbmBytesPerS, cost.flops / kBf16FlopPerS,
+                                      cost.core / kFp32FlopPerS});
+    unique += cost.unique, issued += cost.issued, flops += cost.flops, core += cost.core, floor_ms += fl;
+    char core_col[32] = "";
+    if (table.core) std::snprintf(core_col, sizeof core_col, " %.2f |", cost.core / 1e9);
+    std::printf("| %s | %s | %ux%u | %.1f | %d | %d | %.2f | %.3f | %.0f%% | %.0f | %.0f | %.1f |%s %.3f | %.1f |\n",
                 pk ? pk->phase : "?", pk ? pk->kernel : name, p.gridDim.x, p.gridDim.y,
                 static_cast<double>(p.sharedMemBytes) / 1024, attr.numRegs, per_sm, waves, ms[i],
-                100 * ms[i] / total, cost.unique / 1e6, cost.issued / 1e6, cost.flops / 1e9, fl,
+                100 * ms[i] / total, cost.unique / 1e6, cost.issued / 1e6, cost.flops / 1e9, core_col, fl,
                 fl > 0 ? ms[i] / fl : 0.0);
   }
-  std::printf("| sum | | | | | | | %.3f | 100%% | %.0f | %.0f | %.1f | %.3f | %.1f |\n", total, unique / 1e6,
-              issued / 1e6, flops / 1e9, floor_ms, total / floor_ms);
+  char core_sum[32] = "";
+  if (table.core) std::snprintf(core_sum, sizeof core_sum, " %.2f |", core / 1e9);
+  std::printf("| sum | | | | | | | %.3f | 100%% | %.0f | %.0f | %.1f |%s %.3f | %.1f |\n", total, unique / 1e6,
+              issued / 1e6, flops / 1e9, core_sum, floor_ms, total / floor_ms);
   const float one_call = bench::time_ms(iters, [&] { f(nullptr); });
   std::printf("\nthe op as one call (default stream): %.3f ms\n", one_call);
   BENCH_CHECK(cudaGraphDestroy(graph));
   BENCH_CHECK(cudaStreamDestroy(stream));
 }
 
-/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs.
-void phases(const Shape& s, int iters) {
-  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
-  const bool full_tiles = s.T % C == 0 && s.K % 64 == 0 && s.V % 64 == 0;
-  if (!full_tiles) {
+/// Exits unless shape s has the full tiles the cost models count (T a multiple of 64, K and V of 64).
+void check_full_tiles(const Shape& s) {
+  if (s.T % 64 != 0 || s.K % 64 != 0 || s.V % 64 != 0) {
     std::fprintf(stderr, "delta_bench --phases: the cost model needs T a multiple of 64 and full 64-wide tiles\n");
     std::exit(1);
   }
+}
+
+/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs.
+void gdn_phases(const Shape& s, int iters) {
+  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
+  check_full_tiles(s);
   const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));
   float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
   float *v = random_buffer(nv, 3, -1.f, 1.f), *g = random_buffer(nb, 4, -0.1f, -0.001f);
@@ -330,13 +410,45 @@ void phases(const Shape& s, int iters) {
   BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
                                             llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C))));
   BENCH_CHECK(cudaDeviceSynchronize());
-  print_phases(s, iters, false, [&](cudaStream_t st) {
+  print_phases(s, iters, false, kGdnTable, [&](cudaStream_t st) {
     llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, st);
   });
-  print_phases(s, iters, true, [&](cudaStream_t st) {
+  print_phases(s, iters, true, kGdnTable, [&](cudaStream_t st) {
     llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, st);
   });
   for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db}) BENCH_CHECK(cudaFree(x));
+  BENCH_CHECK(cudaFree(scratch));
+}
+
+/// The bf16 MDN core's forward and backward with save_residuals (the layer's default) at shape s, phase by phase
+/// (print_phases), on bench_core's MDN inputs; the backward reads the Ṽ its forward saved.
+void mdn_phases(const Shape& s, int iters) {
+  const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
+  check_full_tiles(s);
+  const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));
+  float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
+  float *v = random_buffer(nv, 3, -1.f, 1.f), *la = random_buffer(nb, 4, -0.1f, -0.001f);
+  float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
+  float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
+  float *o = random_buffer(nv, 7, 0.f, 0.f), *res = random_buffer(nv, 18, 0.f, 0.f);
+  float *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
+  float* dv = random_buffer(nv, 10, 0.f, 0.f);
+  float *dla = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
+  float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
+  using P = __nv_bfloat16;
+  void* scratch = nullptr;
+  const size_t bytes = std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true),
+                                llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true));
+  BENCH_CHECK(cudaMalloc(&scratch, bytes));
+  BENCH_CHECK(cudaDeviceSynchronize());
+  print_phases(s, iters, false, kMdnTable, [&](cudaStream_t st) {
+    llmt::cuda::mdn_chunk_fwd<P>(q, k, v, la, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, res, scratch, st);
+  });
+  print_phases(s, iters, true, kMdnTable, [&](cudaStream_t st) {
+    llmt::cuda::mdn_chunk_bwd<P>(q, k, v, la, beta, lm, eta, d_o, res, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dla,
+                                 db, dlm, deta, scratch, st);
+  });
+  for (float* x : {q, k, v, la, beta, d_o, lm, eta, o, res, dq, dk, dv, dla, db, dlm, deta}) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -344,16 +456,25 @@ void phases(const Shape& s, int iters) {
 
 int main(int argc, char** argv) {
   int iters = 10;
-  bool by_phase = false;
+  bool by_phase = false, gdn = true, mdn = false;  // which cores --phases prints
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--phases") == 0)
+    if (std::strcmp(argv[i], "--phases") == 0) {
       by_phase = true;
-    else
+      const char* which = i + 1 < argc ? argv[i + 1] : "";
+      if (std::strcmp(which, "gdn") == 0 || std::strcmp(which, "mdn") == 0 || std::strcmp(which, "all") == 0) {
+        gdn = std::strcmp(which, "mdn") != 0, mdn = std::strcmp(which, "gdn") != 0;
+        ++i;
+      }
+    } else {
       iters = std::atoi(argv[i]);
+    }
   }
   const Shape a{"a", 4, 4096, 16, 128, 128}, c{"c", 4, 4096, 6, 256, 512};
   if (by_phase) {
-    for (const Shape& s : {a, c}) phases(s, iters);
+    for (const Shape& s : {a, c}) {
+      if (gdn) gdn_phases(s, iters);
+      if (mdn) mdn_phases(s, iters);
+    }
     return 0;
   }
   std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch | saved Ṽ |\n|---|---|---|---|---|---|\n");

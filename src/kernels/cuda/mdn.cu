@@ -11,9 +11,12 @@
 // in registers (sums over several key or value tiles never leave them). Each operand is rounded to bf16 once,
 // where it is loaded or formed (scaled first in fp32 where it carries a gate factor): q, k, η k, α k, v-side
 // tiles (v via R, Ṽ, dO, dR), 𝒯, E = (Q K̂^T) ⊙ Γ, R, the scaled Ṽ and dR rows, the scaled dO rows, dEG, dWG and
-// the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile). fp32 stays fp32: the running states S, M
-// and their gradients (shared slabs), Ṽ and the saved residuals, the global scratch (coefficient images, chunk
-// states, rowk, dew), the coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
+// the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile, and rounded once more, to the same bf16,
+// where the scans store them: the chunk-state scratch holds operand-type elements, bf16 on Mma as FLA's h, so
+// out and brow load exactly the operands they used to round from fp32, and bchunk's sums ⟨S_0, dS⟩, ⟨M_0, dS⟩,
+// ⟨M_0, dM⟩ read the rounded states). fp32 stays fp32: the running states S, M and their gradients (shared
+// slabs), Ṽ and the saved residuals, the rest of the global scratch (coefficient images, rowk, dew), the
+// coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
 // double, the inverse in fp32: row by row on Simt, blocked in 16 x 16 blocks on Mma), the products' results, and
 // every element-wise and reduction step (the whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
 //   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
@@ -56,8 +59,9 @@ using bf16 = __nv_bfloat16;
 // L = tile::Simt: fp32 tiles (row stride tile::kLd); L = tile::Mma: bf16 tiles (row stride tile::kLdH), every
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
-/// Blocks per SM that the out kernel is compiled for: 2 on tile::Mma (128 registers, no spills: two blocks fit
-/// beside their 47 KiB of shared memory), 1 on tile::Simt.
+/// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out with 8 bytes of
+/// spill since the chunk states it loads are bf16, brow with 144 (186 registers unbounded, one block per SM); two
+/// blocks fit beside their 47 / 57 KiB of shared memory), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
 
@@ -105,13 +109,6 @@ __device__ void put_op(const tile::Acc& acc, Op<L>* s, F f) {
   }
 }
 
-/// Σ_i x[i] y[i] in index order (fp32 fma).
-__device__ inline float dotf(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s = fmaf(x[i], y[i], s);
-  return s;
-}
-
 /// (I + W) 𝒯 = I by forward substitution, row by row: 𝒯_r,m = -Σ_{m<=j<r} W_rj 𝒯_jm (m < r).
 /// sW [n, n] strictly lower; sT [n, n] must hold the identity on entry. Reached by all threads (barriers).
 __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
@@ -130,8 +127,8 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // bscan, brow and the states-only scan; vt_out: where the solving scan writes Ṽ (the same buffer as vt), null when
 // vt holds the forward's saved Ṽ (the backward with save_residuals). Global scratch (ScratchLayout):
 // coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
-// chunk), Ṽ unless the caller keeps it, and for the backward dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving
-// each chunk), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
+// chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
+// dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each chunk; Op<L> as states), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o, *vt;
@@ -220,9 +217,11 @@ __device__ float* rowk_slot(const MdnArgs& a, int64_t bh, int64_t chunk, RowkSlo
 __device__ float* dew_pair(const MdnArgs& a, int64_t bh, int64_t chunk) {
   return a.dew + (bh * a.NC + chunk) * 2 * kN * kN;
 }
-/// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor.
-__device__ float* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
-  return p + (bh * a.NC + chunk) * 2 * a.K * a.V;
+/// The state pair (S then M, [2, K, V]) of `chunk` of (batch, head) bh in a [B H, NC, 2, K, V] scratch tensor of
+/// elements E (the operand type of the kernels' layout; the fp32-sized region is used from its start).
+template <typename E>
+__device__ E* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) {
+  return reinterpret_cast<E*>(p) + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
 /// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse (Mma: 16 x 16 blocks, on two
@@ -444,13 +443,14 @@ struct ScanShared {
       __syncthreads();
     }
   }
-  /// dst (a [2, K, V] state pair, value columns v0 .. v0 + vc - 1) = (X, Y) (no barrier).
-  __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, float* dst) const {
+  /// dst (a [2, K, V] state pair of operand elements, value columns v0 .. v0 + vc - 1) = (X, Y), rounded to
+  /// Op<L> (no barrier).
+  __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, Op<L>* dst) const {
     for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
       const int64_t m = idx / vc, kt = m / kN;
       const int j = static_cast<int>(idx % vc), e = static_cast<int>(m % kN) * tile::kLd + j;
-      dst[m * V + v0 + j] = x(kt)[e];
-      dst[K * V + m * V + v0 + j] = y(kt)[e];
+      dst[m * V + v0 + j] = from_f32<Op<L>>(x(kt)[e]);
+      dst[K * V + m * V + v0 + j] = from_f32<Op<L>>(y(kt)[e]);
     }
   }
 };
@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
     if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, kSolve, false);
     __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
-    sh.store(K, V, v0, vc, state_pair(a, a.states, bh, chunk));
+    sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.states, bh, chunk));
     tile::Acc xv;
     if constexpr (kSolve) {
       const float* Timg = image_matrix(img, C, kT);
@@ -599,8 +599,8 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
     const int r = idx / kN, c = idx % kN;
     sE[r * op_ld<L>() + c] = from_f32<Op<L>>(r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f);
   }
-  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
-  const float* M0 = S0 + K * V;
+  const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
+  const Op<L>* M0 = S0 + K * V;
   float* o = ch.in(a, a.o, V, 0);
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
@@ -659,7 +659,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
     fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
     const float* dO = ch.in(a, a.d_o, V, v0);
     load_op(sD, dO, a.H * V, n, vc);
-    sh.store(K, V, v0, vc, state_pair(a, a.dstates, bh, chunk));
+    sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.dstates, bh, chunk));
     // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
     tile::Acc xs, xm, xe;
     xs.zero(), xm.zero(), xe.zero();
@@ -727,23 +727,26 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   }
 }
 
-// An operand of the value-dimension products: `rows` rows of V floats, `stride` apart (rows beyond it read as 0).
+// An operand of the value-dimension products: `rows` rows of V elements E (float, or the chunk states' operand
+// type), `stride` apart (rows beyond it read as 0).
+template <typename E>
 struct VRows {
-  const float* p;
+  const E* p;
   int64_t stride;
   int rows;
 };
 
 /// x += A1 B1^T, y += A2 B2^T (64 x 64, depth = the V value channels, tiles and channels in order) through the
 /// operand tiles t[0..3] of L. Ends with a barrier.
-template <typename L>
-__device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, const VRows& a2, const VRows& b2,
-                                Op<L>* const t[4], tile::Acc& x, tile::Acc& y) {
-  const VRows* ops[4] = {&a1, &b1, &a2, &b2};
+template <typename L, typename E1, typename E2, typename E3, typename E4>
+__device__ void products_over_v(int64_t V, const VRows<E1>& a1, const VRows<E2>& b1, const VRows<E3>& a2,
+                                const VRows<E4>& b2, Op<L>* const t[4], tile::Acc& x, tile::Acc& y) {
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
-#pragma unroll
-    for (int o = 0; o < 4; ++o) load_op(t[o], ops[o]->p + v0, ops[o]->stride, ops[o]->rows, vc);
+    load_op(t[0], a1.p + v0, a1.stride, a1.rows, vc);
+    load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
+    load_op(t[2], a2.p + v0, a2.stride, a2.rows, vc);
+    load_op(t[3], b2.p + v0, b2.stride, b2.rows, vc);
     __syncthreads();
     L::template mma<false, true>(t[0], t[1], x);
     L::template mma<false, true>(t[2], t[3], y);
@@ -758,7 +761,7 @@ __device__ void products_over_v(int64_t V, const VRows& a1, const VRows& b1, con
 // padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 operand tiles (Mma: dO, dR, Ṽ, S_0,
 // M_0, dS, dM, q, η k, α k and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32).
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
@@ -771,7 +774,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float* G = image_matrix(img, C, kG);
   copy_floats(cs.la, img, kChunkVectors * C);
-  const VRows dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
+  const VRows<float> dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
       VT{ch.in(a, a.vt, V, 0), a.H * V, n};
   tile::Acc x, y;
   x.zero(), y.zero();
@@ -781,14 +784,14 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
   put_op<L>(x, sEG, [&](int r, int c, float e) { return r < n && c <= r ? e * G[r * n + c] : 0.0f; });
   put_op<L>(y, sWG, [&](int r, int c, float e) { return r < n && c < r ? -e * G[(r - 1) * n + c] : 0.0f; });
-  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
-  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
+  const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
+  const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile::tile_cols(K, k0);
-    const VRows s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc}, h{dS + KV + k0 * V, V, kc};
-    const auto pair = [&](RowkSlot p, RowkSlot q, const VRows& a1, const VRows& b1, const VRows& a2,
-                          const VRows& b2) {
+    const VRows<Op<L>> s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc},
+        h{dS + KV + k0 * V, V, kc};
+    const auto pair = [&](RowkSlot p, RowkSlot q, const auto& a1, const auto& b1, const auto& a2, const auto& b2) {
       x.zero(), y.zero();
       products_over_v<L>(V, a1, b1, a2, b2, t, x, y);
       tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
@@ -818,16 +821,39 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_brow_kernel(MdnArgs a) {
   }
 }
 
-// The bchunk kernel's extra shared memory after the ChunkSmem: vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
-// (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); matrices [n, n] dE, dG (dΓ),
-// Y (then the segment prefix of L_A), dLU (then the segment prefix of L_U). dW reuses ChunkSmem::W.
+// The bchunk kernel's shared memory after the chunk's vectors and its L_A, L_U [C, C] (copied from its coef image;
+// Γ's last row, Q K̂^T and P K̂^T are each read once, from the image in global memory): vectors [C] dabar
+// (dL/dᾱ), db (dL/db), dmbar (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); the row dots
+// [kRowDots, C] (RowDot); matrices [n, n] dW, dG (dΓ), Y (then the segment prefix of L_A), dLU (then the segment
+// prefix of L_U). About 103 KiB at C = 64: two blocks per SM.
 constexpr int kBwdVectors = 5, kBwdMatrices = 4;
+/// The dot products over K of chunk row r that bchunk combines, by pairs sharing their left factor:
+/// q_r·(S_0 dO_r), q_r·(M_0 dO_r); k_r·(S_0 dR_r), k_r·(M_0 dR_r); k_r·(dM Ṽ_r), k_r·(dS Ṽ_r) (row 0's k·(S_0 dR),
+/// k·(M_0 dR) are not used).
+enum RowDot { kQSdO, kQMdO, kKSdR, kKMdR, kKHV, kKGV, kRowDots };
 
-// bchunk kernel, grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the chunk
-// (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
+/// Floats of the bchunk kernel's shared memory for chunk size C.
+constexpr int64_t bchunk_floats(int64_t C) {
+  return (kChunkVectors + kBwdVectors + kRowDots) * C + (2 + kBwdMatrices) * C * C;
+}
+
+/// (Σ_i x[i] y[i], Σ_i x[i] z[i]), each in index order (fp32 fma), in one pass over x.
+__device__ inline float2 dotf2(const float* x, const float* y, const float* z, int64_t n) {
+  float s = 0.0f, t = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    s = fmaf(x[i], y[i], s);
+    t = fmaf(x[i], z[i], t);
+  }
+  return make_float2(s, t);
+}
+
+// bchunk kernel on layout L (which only sets the chunk states' element type, Op<L>: every step is fp32 or double
+// on the CUDA cores), grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the
+// chunk (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch: the chunk's rowk slots (RowkSlot).
-// Shared: the chunk's ChunkSmem (copied from its coef image), then kBwdVectors * C + kBwdMatrices * C * C floats.
+// Scratch: the chunk's rowk slots (RowkSlot). Shared: bchunk_floats(C) floats (see kBwdVectors). The row dots are
+// summed one pair per thread (3 n pairs), the per-row and per-element steps on all threads.
+template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
@@ -835,67 +861,76 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n, last = n - 1;
-  ChunkSmem cs;
-  float* s = carve_chunk(reinterpret_cast<float*>(smem), C, cs);
-  float* dabar = s;
+  ChunkSmem cs{};
+  cs.LA = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
+  cs.LU = cs.LA + C * C;
+  float* dabar = cs.LU + C * C;
   float* db = dabar + C;
   float* dmbar = db + C;
   float* dlul = dmbar + C;
   float* kdp = dlul + C;
-  float* dE = kdp + C;
-  float* dG = dE + C * C;
+  float* dots = kdp + C;
+  float* dW = dots + kRowDots * C;
+  float* dG = dW + C * C;
   float* Y = dG + C * C;
   float* dLU = Y + C * C;
-  float* dW = cs.W;
-  const float* S0 = state_pair(a, a.states, ch.bh, ch.chunk);
-  const float* M0 = S0 + KV;
-  const float* dS = state_pair(a, a.dstates, ch.bh, ch.chunk);
-  const float* dM = dS + KV;
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK), *PK = image_matrix(img, C, kPK);
+  const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
+  const Op<L>* M0 = S0 + KV;
+  const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
+  const Op<L>* dM = dS + KV;
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
   const float *SdO = slot(kSdO), *MdO = slot(kMdO), *SdR = slot(kSdR), *MdR = slot(kMdR), *GV = slot(kGV),
               *HV = slot(kHV), *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
   float *dKH = slot(kDKH), *dP = slot(kDP);
-  copy_floats(reinterpret_cast<float*>(smem), coef_image(a, ch.bh, ch.chunk), coef_floats(C));
-  __syncthreads();
+  copy_floats(cs.la, img, kChunkVectors * C);
+  copy_floats(cs.LA, image_matrix(img, C, kLA), 2 * C * C);  // L_A, L_U (adjacent in the image)
+  // dW_ij = -dR_i·Ṽ_j (j < i), from brow's products.
+  const float* dew = dew_pair(a, ch.bh, ch.chunk);
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
+  }
   // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
   double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
   for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-    s_ds += static_cast<double>(S0[idx]) * dS[idx];
-    m_ds += static_cast<double>(M0[idx]) * dS[idx];
-    m_dm += static_cast<double>(M0[idx]) * dM[idx];
+    s_ds += static_cast<double>(to_f32(S0[idx])) * to_f32(dS[idx]);
+    m_ds += static_cast<double>(to_f32(M0[idx])) * to_f32(dS[idx]);
+    m_dm += static_cast<double>(to_f32(M0[idx])) * to_f32(dM[idx]);
   }
   s_ds = block_reduce(s_ds, SumOp{}, 0.0);
   m_ds = block_reduce(m_ds, SumOp{}, 0.0);
   m_dm = block_reduce(m_dm, SumOp{}, 0.0);
-
-  // dE_ij = dO_i·Ṽ_j (j <= i); dW_ij = -dR_i·Ṽ_j (j < i) (into W: 𝒯 is formed), from brow's products.
-  const float* dew = dew_pair(a, ch.bh, ch.chunk);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    dE[idx] = j <= i ? dew[i * kN + j] : 0.0f;
-    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
+  for (int idx = threadIdx.x; idx < 3 * n; idx += blockDim.x) {
+    const int pair = idx / n, r = idx % n;
+    const RowkSlot y = pair == 0 ? kSdO : pair == 1 ? kSdR : kHV, z = pair == 0 ? kMdO : pair == 1 ? kMdR : kGV;
+    const float2 d = dotf2(pair == 0 ? hv.q(c0 + r) : hv.k(c0 + r), slot(y) + r * K, slot(z) + r * K, K);
+    dots[2 * pair * C + r] = d.x;
+    dots[(2 * pair + 1) * C + r] = d.y;
   }
   __syncthreads();
+  const float *qSdO = dots + kQSdO * C, *qMdO = dots + kQMdO * C, *kSdR = dots + kKSdR * C,
+              *kMdR = dots + kKMdR * C, *kHV = dots + kKHV * C, *kGV = dots + kKGV * C;
 
-  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j).
+  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j), with dE_ij = dO_i·Ṽ_j
+  // (j <= i) from brow's products.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, j = idx % n;
     float d = 0.0f;
     if (j <= i) {
-      d = dE[idx] * cs.QK[idx];
-      if (i + 1 < n) d += dW[(i + 1) * n + j] * cs.PK[(i + 1) * n + j];
-      if (i == last) d += cs.eta[j] * dotf(hv.k(c0 + j), GV + j * K, K);
+      d = dew[i * kN + j] * QK[idx];
+      if (i + 1 < n) d += dW[(i + 1) * n + j] * PK[(i + 1) * n + j];
+      if (i == last) d += cs.eta[j] * kGV[j];
     }
     dG[idx] = d;
   }
   // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float* qi = hv.q(c0 + i);
-    float da = dotf(qi, SdO + i * K, K), dbi = -dotf(qi, MdO + i * K, K), dmb = 0.0f;
+    float da = qSdO[i], dbi = -qMdO[i], dmb = 0.0f;
     if (i + 1 < n) {
-      const float* kn = hv.k(c0 + i + 1);
-      da -= cs.alpha[i + 1] * dotf(kn, SdR + (i + 1) * K, K);
-      dbi += cs.alpha[i + 1] * dotf(kn, MdR + (i + 1) * K, K);
+      da -= cs.alpha[i + 1] * kSdR[i + 1];
+      dbi += cs.alpha[i + 1] * kMdR[i + 1];
     }
     if (i == last) {
       da += static_cast<float>(s_ds);
@@ -905,7 +940,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     dabar[i] = da;
     db[i] = dbi;
     dmbar[i] = dmb;
-    dlul[i] = -cs.eta[i] * dotf(hv.k(c0 + i), HV + i * K, K);
+    dlul[i] = -cs.eta[i] * kHV[i];
   }
   // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
   // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
@@ -917,7 +952,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
     a.dq[hv.tok(c0 + i) * K + m] = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx] + EK[idx];
     dP[idx] = -am * SdR[idx] + bm * MdR[idx] + WK[idx];
-    dKH[idx] = cs.G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
+    dKH[idx] = G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
   }
   __syncthreads();
 
@@ -927,9 +962,9 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
   }
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float* ki = hv.k(c0 + i);
-    a.deta[hv.tok(c0 + i)] = dotf(ki, dKH + i * K, K);
-    kdp[i] = dotf(ki, dP + i * K, K);
+    const float2 d = dotf2(hv.k(c0 + i), dKH + i * K, dP + i * K, K);
+    a.deta[hv.tok(c0 + i)] = d.x;
+    kdp[i] = d.y;
   }
   // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -1099,8 +1134,8 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
                padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
-  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel, per_chunk,
-               floats_bytes(coef_floats(C) + kBwdVectors * C + kBwdMatrices * C * C), stream, args);
+  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk,
+               floats_bytes(bchunk_floats(C)), stream, args);
 }
 
 #define LLMT_INSTANTIATE_MDN(P)                                                                                    \
