@@ -9,10 +9,11 @@
 // (forward) or the adjoints of the leaving states (backward), one thread per state element; then one block
 // per chunk for y (forward) or every gradient (backward). Products in fp32, G and the scalar sums in
 // double. No atomics: the same inputs give the same bits.
-// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions (outer_mma_kernel)
-// and y (fwd_out_mma_kernel) run on the tensor cores (tile::Mma: q, k, v, the states and the masked scores
-// rounded to bf16 once into shared bf16 tiles, fp32 accumulation in registers); G, the scan, the states
-// (fp32) and the backward's bwd_chunk_kernel are the fp32 path's. Otherwise every product is exact fp32.
+// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions (outer_mma_kernel),
+// y (fwd_out_mma_kernel) and the chunk gradients (bwd_chunk_mma_kernel) run on the tensor cores (tile::Mma: q,
+// k, v, dy, the states, their adjoints and the masked score / coefficient tiles rounded to bf16 once into shared
+// bf16 tiles, fp32 accumulation in registers; the per-token sums in double from the fp32 accumulators); G, the
+// scan and the states (fp32) are the fp32 path's. Otherwise every product is exact fp32.
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
@@ -589,6 +590,306 @@ __global__ void __launch_bounds__(tile::kThreads) fwd_out_mma_kernel(const float
   }
 }
 
+// The 16 threads of the Mma map that share a row: lanes l, l ^ 1, l ^ 2, l ^ 3 add their part[i] (a fixed
+// butterfly: all four get the same bits), then lane l % 4 == 0 stores the warp's sum for row Mma::row(i) at
+// red[(w % 4) kRows + row] (red [4][kRows]: one entry per warp w % 4 holding columns of the row). No barrier.
+__device__ __forceinline__ void put_row_parts(const double (&part)[4], double* red) {
+  const int lane = tile::Mma::lane(), warp = tile::Mma::warp();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    double v = part[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if ((lane & 3) == 0) red[(warp & 3) * kRows + tile::Mma::row(i)] = v;
+  }
+}
+
+// As put_row_parts for columns: lanes l ^ 4, 8, 16 share column Mma::col(j); the warp's sum goes to
+// red[(w / 4) kRows + col] (red [2][kRows]).
+__device__ __forceinline__ void put_col_parts(const double (&part)[4], double* red) {
+  const int lane = tile::Mma::lane(), warp = tile::Mma::warp();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    double v = part[j];
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    if ((lane >> 2) == 0) red[(warp >> 2) * kRows + tile::Mma::col(j)] = v;
+  }
+}
+
+// Warp-collective: the sum of x over the warp (a butterfly: every lane gets the same bits).
+__device__ __forceinline__ double warp_sum(double x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Warp-collective, lane l holding the values x0, x1 of tokens 2l, 2l + 1: ex0, ex1 = their exclusive prefix
+// sums in token order (a Hillis-Steele scan of the pair sums; fixed order).
+__device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex0, double& ex1) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  double inc = x0 + x1;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += up;
+  }
+  const double before = __shfl_up_sync(0xffffffffu, inc, 1);
+  ex0 = lane > 0 ? before : 0.0;
+  ex1 = ex0 + x0;
+}
+
+// dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
+// (row stride cols; 0 outside). Returns this thread's Σ src X over the elements it replaced (each thread reads
+// X only where it then writes, so no barrier is needed before). Reached by the whole block.
+__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src) {
+  constexpr int kBatch = 8;
+  const int wc = 64 * nct, total = 64 * nrt * wc;
+  double dot = 0.0;
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
+      v[u] = e < total && r < rows && c < cols ? src[r * cols + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
+      if (e >= total) continue;
+      __nv_bfloat16& x = dst[h_at(r, c, nct)];
+      dot += static_cast<double>(v[u]) * __bfloat162float(x);
+      x = __float2bfloat16_rn(v[u]);
+    }
+  }
+  return dot;
+}
+
+// bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, v, dy,
+// S_in, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every product on
+// tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (and the dD sum from
+// fp32 v, dy) as per-row / per-column double partials in a fixed order, so no fp32 S1, S2, Yb tiles: with
+// W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
+// σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
+// token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
+// scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for dq
+// and inter, then dS for dk, dv). Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
+// dynamic shared memory bwd_mma_smem.
+__global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
+    const float* q, const float* kk, const float* v, const float* dy, const float* D, const double* G,
+    const float* sig, const float* gam, const float* states, const float* dstates, Sizes s, float* dq, float* dk,
+    float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
+  const int R = static_cast<int>(s.R);
+  constexpr int kT = tile::kTileHalves;
+  using tile::Mma;
+  tile::Carve cv{reinterpret_cast<char*>(smem)};
+  __nv_bfloat16* Q = cv.take<__nv_bfloat16>(nN * kT);       // rows ρ, columns n
+  __nv_bfloat16* K = cv.take<__nv_bfloat16>(nN * kT);       // rows ρ, columns n
+  __nv_bfloat16* V = cv.take<__nv_bfloat16>(nP * kT);       // rows ρ, columns p
+  __nv_bfloat16* DY = cv.take<__nv_bfloat16>(nP * kT);      // rows ρ, columns p
+  __nv_bfloat16* S = cv.take<__nv_bfloat16>(nP * nN * kT);  // rows p, columns n: S_in, then dS
+  __nv_bfloat16* Adq = cv.take<__nv_bfloat16>(kT);          // rows ρ, columns ρ'
+  __nv_bfloat16* Bdv = cv.take<__nv_bfloat16>(kT);          // rows ρ, columns ρ'
+  // Per-row double partials (put_row_parts / put_col_parts): the diagonal-block Yb, rowW, colY (columns),
+  // inter / e^{G_i}, Z / f_j, v·dy.
+  enum { kDiag, kRowW, kColY, kInter, kZ, kVdy, kParts };
+  __shared__ double red[kParts][4 * kRows];
+  __shared__ double Gs[kRows];
+  __shared__ float sg[kRows], gm[kRows], eg[kRows], fe[kRows];  // σ, γ, e^{G_i}, f_i = e^{Γ - G_i}
+  const Chunk k = this_chunk(s);
+  const int64_t base = k.bh * s.nc + k.c;
+  const float* sin = states + base * s.P * s.N;
+  const float* dS = dstates + base * s.P * s.N;
+  const auto one = [](int) { return 1.0f; };
+  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
+  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {  // (the entries this thread just wrote)
+    eg[i] = expf(static_cast<float>(Gs[i]));
+    fe[i] = expf(static_cast<float>(G[base * s.Lc + s.Lc - 1] - Gs[i]));
+  }
+  load_tiles_h(Q, 1, nN, k.nr, N, [&](int rho) { return chunk_row(q, s.N, s, k, rho); }, one);
+  load_tiles_h(K, 1, nN, k.nr, N, [&](int rho) { return chunk_row(kk, s.N, s, k, rho); }, one);
+  load_tiles_h(V, 1, nP, k.nr, P, [&](int rho) { return chunk_row(v, s.P, s, k, rho); }, one);
+  load_tiles_h(DY, 1, nP, k.nr, P, [&](int rho) { return chunk_row(dy, s.P, s, k, rho); }, one);
+  load_tiles_h(S, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  __syncthreads();
+  // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
+  {
+    tile::Acc sqk, sdv;
+    sqk.zero();
+    sdv.zero();
+    for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, K + nt * kT, sqk);
+    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, true>(DY + pt * kT, V + pt * kT, sdv);
+    double diag[4] = {}, roww[4] = {}, coly[4] = {};
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int rho = Mma::row(a), rp = Mma::col(c), i = rho / R, j = rp / R;
+        const float qk = sqk.v[a][c], dv_ = sdv.v[a][c];
+        float adq = 0.0f, bdv = 0.0f;
+        if (rho < k.nr && rp < k.nr && j < i) {
+          const float E = decay(Gs[i], Gs[j]), y = dv_ * E * qk;
+          adq = dv_ * E * sg[j];
+          bdv = sg[j] * qk * E;
+          coly[c] += y;
+          roww[a] += static_cast<double>(sg[j]) * y;
+        } else if (rho < k.nr && j == i) {
+          adq = gm[i] * dv_;
+          bdv = gm[i] * qk;
+          diag[a] += dv_ * qk;
+        }
+        sdv.v[a][c] = adq;
+        sqk.v[a][c] = bdv;
+      }
+    const auto same = [](int, int, float x) { return x; };
+    tile::store_acc_h(sdv, Adq, same);
+    tile::store_acc_h(sqk, Bdv, same);
+    put_row_parts(diag, red[kDiag]);
+    put_row_parts(roww, red[kRowW]);
+    put_col_parts(coly, red[kColY]);
+  }
+  __syncthreads();
+  auto at = [&](int rho, int64_t width) {  // offset of row ρ in the core layout
+    return (((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * width;
+  };
+  auto scale_rows = [&](tile::Acc& acc, const float* w) {  // acc row ρ *= w[i] (0 past nr)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int rho = Mma::row(a);
+      const float x = rho < k.nr ? w[rho / R] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
+    }
+  };
+  auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int rho = Mma::row(a), col = c0 + Mma::col(c);
+        if (rho < k.nr && col < width) out[at(rho, width) + col] = acc.v[a][c];
+      }
+  };
+  // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] per P tile.
+  for (int nt = 0; nt < nN; ++nt) {
+    tile::Acc acc;
+    acc.zero();
+    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(DY + pt * kT, S + (pt * nN + nt) * kT, acc);
+    scale_rows(acc, eg);
+    Mma::mma<false, false>(Adq, K + nt * kT, acc);
+    store_rows(acc, 64 * nt, N, dq);
+  }
+  {
+    double inter[4] = {};
+    for (int pt = 0; pt < nP; ++pt) {
+      tile::Acc acc;
+      acc.zero();
+      for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, S + (pt * nN + nt) * kT, acc);
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int rho = Mma::row(a), p = 64 * pt + Mma::col(c);
+          if (rho < k.nr && p < P) inter[a] += dy[at(rho, s.P) + p] * acc.v[a][c];
+        }
+    }
+    put_row_parts(inter, red[kInter]);
+  }
+  __syncthreads();  // S_in's readers are done
+  double sd = swap_tiles_dot(S, nP, nN, P, N, dS);
+  sd = block_reduce(sd, SumOp{}, 0.0);  // <dS, S_in>; synchronises the block (dS in S)
+  // dk per N tile.
+  for (int nt = 0; nt < nN; ++nt) {
+    tile::Acc acc;
+    acc.zero();
+    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(V + pt * kT, S + (pt * nN + nt) * kT, acc);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int rho = Mma::row(a);
+      const float x = rho < k.nr ? sg[rho / R] * fe[rho / R] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
+    }
+    Mma::mma<true, false>(Adq, Q + nt * kT, acc);
+    store_rows(acc, 64 * nt, N, dk);
+  }
+  // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] and v·dy (fp32 v, dy).
+  {
+    const float Dh = D[k.h];
+    double z[4] = {}, vdy[4] = {};
+    for (int pt = 0; pt < nP; ++pt) {
+      tile::Acc acc;
+      acc.zero();
+      for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(K + nt * kT, S + (pt * nN + nt) * kT, acc);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        const int rho = Mma::row(a);
+        const float x = rho < k.nr ? sg[rho / R] * fe[rho / R] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int p = 64 * pt + Mma::col(c);
+          if (rho < k.nr && p < P) {
+            const int64_t o = at(rho, s.P) + p;
+            const float vo = v[o];
+            z[a] += vo * acc.v[a][c];
+            vdy[a] += static_cast<double>(vo) * dy[o];
+          }
+          acc.v[a][c] *= x;
+        }
+      }
+      Mma::mma<true, false>(Bdv, DY + pt * kT, acc);
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int rho = Mma::row(a), p = 64 * pt + Mma::col(c);
+          if (rho >= k.nr || p >= P) continue;
+          const int64_t o = at(rho, s.P) + p;
+          dv[o] = fmaf(Dh, dy[o], acc.v[a][c]);
+        }
+    }
+    put_row_parts(z, red[kZ]);
+    put_row_parts(vdy, red[kVdy]);
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  // Warp 0: the per-token sums (lane l: tokens 2l, 2l + 1), then da by one scan.
+  const int lane = static_cast<int>(threadIdx.x);
+  auto row_sum = [&](int q, int t) {  // Σ over token t's rows of part q (4 warp entries per row; 2 for kColY)
+    double acc = 0.0;
+    for (int r = 0; r < R; ++r)
+      for (int w = 0; w < (q == kColY ? 2 : 4); ++w) acc += red[q][w * kRows + t * R + r];
+    return acc;
+  };
+  double dsg[2], dgm[2], step[2], inter[2], vd[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int t = 2 * lane + u;
+    dsg[u] = dgm[u] = step[u] = inter[u] = vd[u] = 0.0;
+    if (t >= k.n) continue;
+    inter[u] = eg[t] * row_sum(kInter, t);
+    dsg[u] = row_sum(kColY, t) + fe[t] * row_sum(kZ, t);
+    dgm[u] = row_sum(kDiag, t) + dsg[u];
+    step[u] = sg[t] * dsg[u] - row_sum(kRowW, t) - inter[u];
+    vd[u] = row_sum(kVdy, t);
+  }
+  double ex[2];
+  warp_excl_scan2(step[0], step[1], ex[0], ex[1]);
+  const double dD = warp_sum(vd[0] + vd[1]);
+  const double state = exp(Gs[s.Lc - 1]) * sd + warp_sum(inter[0] + inter[1]);
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int t = 2 * lane + u;
+    if (t >= k.n) continue;
+    const int64_t e = (k.b * s.T + k.t0 + t) * s.H + k.h;
+    da[e] = static_cast<float>(state + ex[u]);
+    dsig[e] = static_cast<float>(dsg[u]);
+    dgam[e] = static_cast<float>(dgm[u]);
+  }
+  if (lane == 0) dDp[base] = dD;
+}
+
 size_t out_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + (s.P + 1) + kSq); }
 size_t bwd_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + 4 * (s.P + 1) + 3 * kSq); }
 size_t outer_smem(const Sizes& s) { return sizeof(float) * kRows * (s.P + 1 + s.N + 1); }
@@ -599,6 +900,10 @@ size_t outer_mma_smem(const Sizes& s) {
 size_t fwd_out_mma_smem(const Sizes& s) {
   const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
   return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + nP + nP * nN + 1);
+}
+size_t bwd_mma_smem(const Sizes& s) {
+  const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
+  return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + 2 * nP + nP * nN + 2);
 }
 
 template <typename K>
@@ -639,9 +944,11 @@ void core_check(const Sizes& s, bool bf16) {
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles;
-  // fwd_out_mma_kernel's 64 doubles and 2 64 floats.
-  size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
-  if (bf16) need = std::max(need, fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows);
+  // fwd_out_mma_kernel's 64 doubles and 2 64 floats; bwd_chunk_mma_kernel's 25 64 doubles and 4 64 floats
+  // (and block_reduce's 32 doubles).
+  const size_t need = bf16 ? std::max(fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows,
+                                      bwd_mma_smem(s) + 8 * (25 * kRows + 32) + 4 * 4 * kRows)
+                           : bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
   check(need <= static_cast<size_t>(optin),
         "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
         "device has {}",
@@ -667,9 +974,14 @@ void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
   outer(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
   scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.dstates, buf.G, s, true);
   LLMT_CUDA_CHECK_LAUNCH();
-  bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
-      buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
-      buf.da, buf.dgam, buf.dsig, buf.dDp);
+  if (bf16)
+    bwd_chunk_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(bwd_chunk_mma_kernel, bwd_mma_smem(s)), stream>>>(
+        buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
+        buf.da, buf.dgam, buf.dsig, buf.dDp);
+  else
+    bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
+        buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
+        buf.da, buf.dgam, buf.dsig, buf.dDp);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
