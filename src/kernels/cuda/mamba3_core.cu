@@ -9,11 +9,12 @@
 // (forward) or the adjoints of the leaving states (backward), one thread per state element; then one block
 // per chunk for y (forward) or every gradient (backward). Products in fp32, G and the scalar sums in
 // double. No atomics: the same inputs give the same bits.
-// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions (outer_mma_kernel),
-// y (fwd_out_mma_kernel) and the chunk gradients (bwd_chunk_mma_kernel) run on the tensor cores (tile::Mma: q,
-// k, v, dy, the states, their adjoints and the masked score / coefficient tiles rounded to bf16 once into shared
-// bf16 tiles, fp32 accumulation in registers; the per-token sums in double from the fp32 accumulators); G, the
-// scan and the states (fp32) are the fp32 path's. Otherwise every product is exact fp32.
+// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions and the scan in one
+// pass (state_scan_mma_kernel, the running state in fp32 registers), y (fwd_out_mma_kernel) and the chunk
+// gradients (bwd_chunk_mma_kernel) run on the tensor cores (tile::Mma: q, k, v, dy, the states, their adjoints
+// and the masked score / coefficient tiles rounded to bf16 once into shared bf16 tiles, fp32 accumulation in
+// registers; the per-token sums in double from the fp32 accumulators); G and the stored states (fp32) are the
+// fp32 path's. Otherwise every product is exact fp32.
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
@@ -40,23 +41,24 @@ __global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
   }
 }
 
-// The (b, h, chunk) of this block (grid (nc, H, B)) and its first token, token count n and row count n R.
+// A (b, h, chunk) (this_chunk: this block's, grid (nc, H, B)) and its first token, token count n and row count n R.
 struct Chunk {
   int64_t b, h, c, bh, t0;
   int n, nr;
 };
 
-__device__ Chunk this_chunk(const Sizes& s) {
+__device__ Chunk make_chunk(const Sizes& s, int64_t b, int64_t h, int64_t c) {
   Chunk k;
-  k.c = blockIdx.x;
-  k.h = blockIdx.y;
-  k.b = blockIdx.z;
+  k.c = c;
+  k.h = h;
+  k.b = b;
   k.bh = k.b * s.H + k.h;
   k.t0 = k.c * s.Lc;
   k.n = static_cast<int>(s.T - k.t0 < s.Lc ? s.T - k.t0 : s.Lc);
   k.nr = k.n * static_cast<int>(s.R);
   return k;
 }
+__device__ Chunk this_chunk(const Sizes& s) { return make_chunk(s, blockIdx.z, blockIdx.y, blockIdx.x); }
 
 // buf[ρ][0:width) (row stride ld) = src's row ρ = (i, r) of the chunk, src [B, T, H, R, width], times
 // scale[i] when given; for ρ < nr. Each thread issues kBatch loads before its shared stores, so that they
@@ -140,7 +142,7 @@ __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (
     }
 }
 
-// The per-token weights of a chunk's state contribution (outer_kernel, outer_mma_kernel): scale[i] = f_i σ_i =
+// The per-token weights of a chunk's state contribution (outer_kernel, state_scan_mma_kernel): scale[i] = f_i σ_i =
 // e^{Γ - G_i} σ_i (to_end, forward) or e^{G_i} (backward), i < k.n. The caller synchronises before reading.
 __device__ void outer_weights(const double* G, const float* sig, const Sizes& s, const Chunk& k, bool to_end,
                               float* scale) {
@@ -520,39 +522,87 @@ __device__ __forceinline__ const float* chunk_row(const float* src, int64_t widt
   return src + (((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + (rho - i * R)) * width;
 }
 
-// outer_kernel on the tensor cores (bf16 models): out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] with bf16(w_i u_ρ) and
-// bf16(w_ρ) operands, fp32 sums. Grid (nc, H, B) of tile::kThreads; dynamic shared memory outer_mma_smem.
-__global__ void __launch_bounds__(tile::kThreads) outer_mma_kernel(const float* u, const float* w, const double* G,
-                                                                   const float* sig, Sizes s, bool to_end,
-                                                                   float* out) {
-  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
-  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
-  const int R = static_cast<int>(s.R);
-  tile::Carve cv{reinterpret_cast<char*>(smem)};
-  __nv_bfloat16* U = cv.take<__nv_bfloat16>(nP * tile::kTileHalves);  // rows ρ, columns p
-  __nv_bfloat16* W = cv.take<__nv_bfloat16>(nN * tile::kTileHalves);  // rows ρ, columns n
-  __shared__ float scale[kRows];
-  const Chunk k = this_chunk(s);
-  outer_weights(G, sig, s, k, to_end, scale);
-  __syncthreads();
-  load_tiles_h(U, 1, nP, k.nr, P, [&](int rho) { return chunk_row(u, s.P, s, k, rho); },
-               [&](int rho) { return scale[rho / R]; });
-  load_tiles_h(W, 1, nN, k.nr, N, [&](int rho) { return chunk_row(w, s.N, s, k, rho); }, [](int) { return 1.0f; });
-  __syncthreads();
-  float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
-  for (int pt = 0; pt < nP; ++pt)
-    for (int nt = 0; nt < nN; ++nt) {
-      tile::Acc acc;
-      acc.zero();
-      tile::Mma::mma<true, false>(U + pt * tile::kTileHalves, W + nt * tile::kTileHalves, acc);
+// 64 rows x 64 columns of a chunk's rows on their way into a bf16 tile, so that the next chunk's loads are in
+// flight during the current chunk's product: fetch loads x = src row ρ, columns c0 .. c0 + 63 (0 for ρ >= nr or
+// c0 + c >= cols; src [B, T, H, R, width], the core layout), put stores bf16(scale[ρ / R] x) (0 for ρ >= nr).
+struct RowsInFlight {
+  static constexpr int kPer = kRows * 64 / tile::kThreads;
+  float x[kPer];
+  int nr;
+  __device__ __forceinline__ void fetch(const float* src, int64_t width, int c0, int cols, const Sizes& s,
+                                        const Chunk& k) {
+    nr = k.nr;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int p = 64 * pt + tile::Mma::row(i), n = 64 * nt + tile::Mma::col(j);
-          if (p < P && n < N) o[p * s.N + n] = acc.v[i][j];
-        }
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 6, c = c0 + (idx & 63);
+      x[it] = r < k.nr && c < cols ? chunk_row(src, width, s, k, r)[c] : 0.0f;
     }
+  }
+  __device__ __forceinline__ void put(__nv_bfloat16* t, const float* scale, int R) const {
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 6;
+      t[r * tile::kLdH + (idx & 63)] = __float2bfloat16_rn(r < nr ? scale[r / R] * x[it] : 0.0f);
+    }
+  }
+};
+
+// outer_kernel and scan_kernel in one pass on the tensor cores (bf16 models): the block of one (b, h, P tile,
+// N tile) walks the chunks (backward: from the last) with the running state S (64 x 64 fp32, in registers):
+// out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) bf16(w_ρ)^T (tile::Mma; the weights of
+// outer_weights). to_end (u = v, w = k): out = the states entering the chunks; else (u = dy, w = q): the
+// adjoints of the states leaving them. The next chunk's rows are fetched during the current chunk's product.
+// Grid (B H, P tiles, N tiles) of tile::kThreads; 2 bf16 tiles of dynamic shared memory.
+__global__ void __launch_bounds__(tile::kThreads, 2) state_scan_mma_kernel(const float* u, const float* w,
+                                                                          const double* G, const float* sig,
+                                                                          Sizes s, bool to_end, float* out) {
+  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
+  __nv_bfloat16* U = reinterpret_cast<__nv_bfloat16*>(smem);  // rows ρ, columns p
+  __nv_bfloat16* W = U + tile::kTileHalves;                    // rows ρ, columns n
+  __shared__ float scale[kRows], ones[kRows];
+  __shared__ float decay_c;
+  const int64_t b = blockIdx.x / s.H, h = blockIdx.x % s.H;
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), R = static_cast<int>(s.R);
+  const int p0 = 64 * static_cast<int>(blockIdx.y), n0 = 64 * static_cast<int>(blockIdx.z);
+  const auto chunk = [&](int64_t q) { return make_chunk(s, b, h, to_end ? q : s.nc - 1 - q); };
+  for (int i = threadIdx.x; i < kRows; i += blockDim.x) ones[i] = 1.0f;
+  RowsInFlight fu, fw;  // chunk q's rows (fetched during chunk q - 1)
+  if (s.nc > 1) {
+    const Chunk k0 = chunk(0);
+    fu.fetch(u, s.P, p0, P, s, k0);
+    fw.fetch(w, s.N, n0, N, s, k0);
+  }
+  tile::Acc S;
+  S.zero();
+  for (int64_t q = 0; q < s.nc; ++q) {
+    const Chunk k = chunk(q);
+    float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int p = p0 + tile::Mma::row(a), n = n0 + tile::Mma::col(j);
+        if (p < P && n < N) o[p * s.N + n] = S.v[a][j];
+      }
+    if (q == s.nc - 1) break;  // the state past the last chunk is not needed
+    outer_weights(G, sig, s, k, to_end, scale);
+    if (threadIdx.x == 0) decay_c = expf(static_cast<float>(G[(k.bh * s.nc + k.c) * s.Lc + s.Lc - 1]));
+    __syncthreads();  // scale, decay_c (and ones) written; the previous chunk's product (reading U, W) is done
+    fu.put(U, scale, R);
+    fw.put(W, ones, R);
+    if (q + 1 < s.nc - 1) {
+      const Chunk kn = chunk(q + 1);
+      fu.fetch(u, s.P, p0, P, s, kn);
+      fw.fetch(w, s.N, n0, N, s, kn);
+    }
+    const float e = decay_c;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) S.v[a][j] *= e;
+    __syncthreads();  // U, W complete
+    tile::Mma::mma<true, false>(U, W, S);  // S[p][n] += Σ_ρ (w_i u_ρ[p]) w_ρ[n]
+  }
 }
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
@@ -695,8 +745,8 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 
 // bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, v, dy,
 // S_in, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every product on
-// tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (and the dD sum from
-// fp32 v, dy) as per-row / per-column double partials in a fixed order, so no fp32 S1, S2, Yb tiles: with
+// tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (inter, Z and v·dy
+// with fp32 dy, v) as per-row / per-column double partials in a fixed order, so no fp32 S1, S2, Yb tiles: with
 // W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
 // σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
@@ -923,9 +973,6 @@ size_t out_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) 
 size_t bwd_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + 4 * (s.P + 1) + 3 * kSq); }
 size_t outer_smem(const Sizes& s) { return sizeof(float) * kRows * (s.P + 1 + s.N + 1); }
 int64_t tiles64(int64_t n) { return ceil_div(n, 64); }
-size_t outer_mma_smem(const Sizes& s) {
-  return 2 * tile::kTileHalves * static_cast<size_t>(tiles64(s.P) + tiles64(s.N));
-}
 size_t fwd_out_mma_smem(const Sizes& s) {
   const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
   return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + nP + nP * nN + 1);
@@ -945,25 +992,31 @@ dim3 chunk_grid(const Sizes& s) {
   return dim3(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
 }
 
-// A chunk's state contributions (outer_kernel or, for bf16 products, outer_mma_kernel) into out.
-void outer(const float* u, const float* w, bool to_end, float* out, const Sizes& s, const Buffers& buf, bool bf16,
-           cudaStream_t stream) {
-  if (bf16)
-    outer_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(outer_mma_kernel, outer_mma_smem(s)), stream>>>(
+// The chunk states into out: to_end (u = v, w = k) the states entering each chunk, else (u = dy, w = q) the
+// adjoints of the states leaving each chunk. fp32: each chunk's contribution (outer_kernel), then scan_kernel;
+// bf16 products: both in state_scan_mma_kernel.
+void chunk_states(const float* u, const float* w, bool to_end, float* out, const Sizes& s, const Buffers& buf,
+                  bool bf16, cudaStream_t stream) {
+  if (bf16) {
+    const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles64(s.P)),
+                    static_cast<unsigned>(tiles64(s.N)));
+    state_scan_mma_kernel<<<grid, tile::kThreads, smem_for(state_scan_mma_kernel, 4 * tile::kTileHalves), stream>>>(
         u, w, buf.G, buf.sig, s, to_end, out);
-  else
-    outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig,
-                                                                                                 s, to_end, out);
+    LLMT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig, s,
+                                                                                               to_end, out);
+  LLMT_CUDA_CHECK_LAUNCH();
+  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(out, buf.G, s, !to_end);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-// G, the chunk contributions of the forward states and the scan to the entering states.
+// G and the states entering each chunk.
 void forward_states(const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
   LLMT_CUDA_CHECK_LAUNCH();
-  outer(buf.v, buf.k, true, buf.states, s, buf, bf16, stream);
-  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.states, buf.G, s, false);
-  LLMT_CUDA_CHECK_LAUNCH();
+  chunk_states(buf.v, buf.k, true, buf.states, s, buf, bf16, stream);
 }
 
 }  // namespace
@@ -983,8 +1036,8 @@ void core_check(const Sizes& s, bool bf16) {
         "device has {}",
         need, s.P, s.N, optin);
   check(s.R <= kRows, "mamba3 (cuda): mimo_rank {} exceeds {}", s.R, kRows);
-  check(s.H <= 65535 && s.B <= 65535 && s.nc <= 2147483647LL, "mamba3 (cuda): grid too large (B {} H {} T {})", s.B,
-        s.H, s.T);
+  check(s.H <= 65535 && s.B <= 65535 && s.nc <= 2147483647LL && s.B * s.H <= 2147483647LL,
+        "mamba3 (cuda): grid too large (B {} H {} T {})", s.B, s.H, s.T);
 }
 
 void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
@@ -999,10 +1052,8 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
 }
 
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
-  // dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T, then the reverse scan to each chunk's dS_out.
-  outer(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
-  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.dstates, buf.G, s, true);
-  LLMT_CUDA_CHECK_LAUNCH();
+  // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
+  chunk_states(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
   if (bf16)
     bwd_chunk_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(bwd_chunk_mma_kernel, bwd_mma_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
