@@ -9,10 +9,12 @@
 // (forward) or the adjoints of the leaving states (backward), one thread per state element; then one block
 // per chunk for y (forward) or every gradient (backward). Products in fp32, G and the scalar sums in
 // double. No atomics: the same inputs give the same bits.
-// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions (outer_mma_kernel)
-// and y (fwd_out_mma_kernel) run on the tensor cores (tile::Mma: q, k, v, the states and the masked scores
-// rounded to bf16 once into shared bf16 tiles, fp32 accumulation in registers); G, the scan, the states
-// (fp32) and the backward's bwd_chunk_kernel are the fp32 path's. Otherwise every product is exact fp32.
+// Precision (Mamba3Options::bf16_products, set for bf16 models): the chunk contributions and the scan in one
+// pass (state_scan_mma_kernel, the running state in fp32 registers), y (fwd_out_mma_kernel) and the chunk
+// gradients (bwd_chunk_mma_kernel) run on the tensor cores (tile::Mma: q, k, v, dy, the states, their adjoints
+// and the masked score / coefficient tiles rounded to bf16 once into shared bf16 tiles, fp32 accumulation in
+// registers; the per-token sums in double from the fp32 accumulators); G and the stored states (fp32) are the
+// fp32 path's. Otherwise every product is exact fp32.
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
@@ -39,23 +41,24 @@ __global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
   }
 }
 
-// The (b, h, chunk) of this block (grid (nc, H, B)) and its first token, token count n and row count n R.
+// A (b, h, chunk) (this_chunk: this block's, grid (nc, H, B)) and its first token, token count n and row count n R.
 struct Chunk {
   int64_t b, h, c, bh, t0;
   int n, nr;
 };
 
-__device__ Chunk this_chunk(const Sizes& s) {
+__device__ Chunk make_chunk(const Sizes& s, int64_t b, int64_t h, int64_t c) {
   Chunk k;
-  k.c = blockIdx.x;
-  k.h = blockIdx.y;
-  k.b = blockIdx.z;
+  k.c = c;
+  k.h = h;
+  k.b = b;
   k.bh = k.b * s.H + k.h;
   k.t0 = k.c * s.Lc;
   k.n = static_cast<int>(s.T - k.t0 < s.Lc ? s.T - k.t0 : s.Lc);
   k.nr = k.n * static_cast<int>(s.R);
   return k;
 }
+__device__ Chunk this_chunk(const Sizes& s) { return make_chunk(s, blockIdx.z, blockIdx.y, blockIdx.x); }
 
 // buf[ρ][0:width) (row stride ld) = src's row ρ = (i, r) of the chunk, src [B, T, H, R, width], times
 // scale[i] when given; for ρ < nr. Each thread issues kBatch loads before its shared stores, so that they
@@ -139,7 +142,7 @@ __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (
     }
 }
 
-// The per-token weights of a chunk's state contribution (outer_kernel, outer_mma_kernel): scale[i] = f_i σ_i =
+// The per-token weights of a chunk's state contribution (outer_kernel, state_scan_mma_kernel): scale[i] = f_i σ_i =
 // e^{Γ - G_i} σ_i (to_end, forward) or e^{G_i} (backward), i < k.n. The caller synchronises before reading.
 __device__ void outer_weights(const double* G, const float* sig, const Sizes& s, const Chunk& k, bool to_end,
                               float* scale) {
@@ -462,10 +465,39 @@ __device__ __forceinline__ int h_at(int r, int c, int nct) {
   return ((r >> 6) * nct + (c >> 6)) * tile::kTileHalves + (r & 63) * tile::kLdH + (c & 63);
 }
 
+// load_tiles_h when every row is 16-byte aligned and cols % 4 == 0: the same values, read as float4 (kBatch of
+// them in flight per thread, twice the bytes of the scalar loop) and stored as 4 bf16.
+template <typename Row, typename Scale>
+__device__ void load_tiles_h4(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
+  constexpr int kBatch = 4;
+  const int wq = 16 * nct, total = 64 * nrt * wq;  // quads of columns
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wq, c = 4 * (e - r * wq);
+      v[u] = e < total && r < rows && c < cols ? *reinterpret_cast<const float4*>(row(r) + c)
+                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wq, c = 4 * (e - r * wq);
+      if (e >= total) continue;
+      const float f = r < rows ? scale(r) : 0.0f;
+      __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(dst + h_at(r, c, nct));
+      d[0] = __floats2bfloat162_rn(f * v[u].x, f * v[u].y);
+      d[1] = __floats2bfloat162_rn(f * v[u].z, f * v[u].w);
+    }
+  }
+}
+
 // dst (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row(r)[c]) for r < rows, c < cols, else 0; row(r) is a
-// float pointer. Each thread issues kBatch loads before its stores. Reached by the whole block.
+// float pointer with row(r) - row(0) a multiple of cols floats (so every row is 16-byte aligned when row(0) is and
+// cols % 4 == 0: then load_tiles_h4). Each thread issues kBatch loads before its stores. Reached by the whole block.
 template <typename Row, typename Scale>
 __device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
+  if (cols % 4 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
+    return load_tiles_h4(dst, nrt, nct, rows, cols, row, scale);
   constexpr int kBatch = 8;
   const int wc = 64 * nct, total = 64 * nrt * wc;
   for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
@@ -490,39 +522,87 @@ __device__ __forceinline__ const float* chunk_row(const float* src, int64_t widt
   return src + (((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + (rho - i * R)) * width;
 }
 
-// outer_kernel on the tensor cores (bf16 models): out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] with bf16(w_i u_ρ) and
-// bf16(w_ρ) operands, fp32 sums. Grid (nc, H, B) of tile::kThreads; dynamic shared memory outer_mma_smem.
-__global__ void __launch_bounds__(tile::kThreads) outer_mma_kernel(const float* u, const float* w, const double* G,
-                                                                   const float* sig, Sizes s, bool to_end,
-                                                                   float* out) {
-  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
-  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
-  const int R = static_cast<int>(s.R);
-  tile::Carve cv{reinterpret_cast<char*>(smem)};
-  __nv_bfloat16* U = cv.take<__nv_bfloat16>(nP * tile::kTileHalves);  // rows ρ, columns p
-  __nv_bfloat16* W = cv.take<__nv_bfloat16>(nN * tile::kTileHalves);  // rows ρ, columns n
-  __shared__ float scale[kRows];
-  const Chunk k = this_chunk(s);
-  outer_weights(G, sig, s, k, to_end, scale);
-  __syncthreads();
-  load_tiles_h(U, 1, nP, k.nr, P, [&](int rho) { return chunk_row(u, s.P, s, k, rho); },
-               [&](int rho) { return scale[rho / R]; });
-  load_tiles_h(W, 1, nN, k.nr, N, [&](int rho) { return chunk_row(w, s.N, s, k, rho); }, [](int) { return 1.0f; });
-  __syncthreads();
-  float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
-  for (int pt = 0; pt < nP; ++pt)
-    for (int nt = 0; nt < nN; ++nt) {
-      tile::Acc acc;
-      acc.zero();
-      tile::Mma::mma<true, false>(U + pt * tile::kTileHalves, W + nt * tile::kTileHalves, acc);
+// 64 rows x 64 columns of a chunk's rows on their way into a bf16 tile, so that the next chunk's loads are in
+// flight during the current chunk's product: fetch loads x = src row ρ, columns c0 .. c0 + 63 (0 for ρ >= nr or
+// c0 + c >= cols; src [B, T, H, R, width], the core layout), put stores bf16(scale[ρ / R] x) (0 for ρ >= nr).
+struct RowsInFlight {
+  static constexpr int kPer = kRows * 64 / tile::kThreads;
+  float x[kPer];
+  int nr;
+  __device__ __forceinline__ void fetch(const float* src, int64_t width, int c0, int cols, const Sizes& s,
+                                        const Chunk& k) {
+    nr = k.nr;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int p = 64 * pt + tile::Mma::row(i), n = 64 * nt + tile::Mma::col(j);
-          if (p < P && n < N) o[p * s.N + n] = acc.v[i][j];
-        }
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 6, c = c0 + (idx & 63);
+      x[it] = r < k.nr && c < cols ? chunk_row(src, width, s, k, r)[c] : 0.0f;
     }
+  }
+  __device__ __forceinline__ void put(__nv_bfloat16* t, const float* scale, int R) const {
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 6;
+      t[r * tile::kLdH + (idx & 63)] = __float2bfloat16_rn(r < nr ? scale[r / R] * x[it] : 0.0f);
+    }
+  }
+};
+
+// outer_kernel and scan_kernel in one pass on the tensor cores (bf16 models): the block of one (b, h, P tile,
+// N tile) walks the chunks (backward: from the last) with the running state S (64 x 64 fp32, in registers):
+// out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) bf16(w_ρ)^T (tile::Mma; the weights of
+// outer_weights). to_end (u = v, w = k): out = the states entering the chunks; else (u = dy, w = q): the
+// adjoints of the states leaving them. The next chunk's rows are fetched during the current chunk's product.
+// Grid (B H, P tiles, N tiles) of tile::kThreads; 2 bf16 tiles of dynamic shared memory.
+__global__ void __launch_bounds__(tile::kThreads, 2) state_scan_mma_kernel(const float* u, const float* w,
+                                                                          const double* G, const float* sig,
+                                                                          Sizes s, bool to_end, float* out) {
+  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
+  __nv_bfloat16* U = reinterpret_cast<__nv_bfloat16*>(smem);  // rows ρ, columns p
+  __nv_bfloat16* W = U + tile::kTileHalves;                    // rows ρ, columns n
+  __shared__ float scale[kRows], ones[kRows];
+  __shared__ float decay_c;
+  const int64_t b = blockIdx.x / s.H, h = blockIdx.x % s.H;
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), R = static_cast<int>(s.R);
+  const int p0 = 64 * static_cast<int>(blockIdx.y), n0 = 64 * static_cast<int>(blockIdx.z);
+  const auto chunk = [&](int64_t q) { return make_chunk(s, b, h, to_end ? q : s.nc - 1 - q); };
+  for (int i = threadIdx.x; i < kRows; i += blockDim.x) ones[i] = 1.0f;
+  RowsInFlight fu, fw;  // chunk q's rows (fetched during chunk q - 1)
+  if (s.nc > 1) {
+    const Chunk k0 = chunk(0);
+    fu.fetch(u, s.P, p0, P, s, k0);
+    fw.fetch(w, s.N, n0, N, s, k0);
+  }
+  tile::Acc S;
+  S.zero();
+  for (int64_t q = 0; q < s.nc; ++q) {
+    const Chunk k = chunk(q);
+    float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int p = p0 + tile::Mma::row(a), n = n0 + tile::Mma::col(j);
+        if (p < P && n < N) o[p * s.N + n] = S.v[a][j];
+      }
+    if (q == s.nc - 1) break;  // the state past the last chunk is not needed
+    outer_weights(G, sig, s, k, to_end, scale);
+    if (threadIdx.x == 0) decay_c = expf(static_cast<float>(G[(k.bh * s.nc + k.c) * s.Lc + s.Lc - 1]));
+    __syncthreads();  // scale, decay_c (and ones) written; the previous chunk's product (reading U, W) is done
+    fu.put(U, scale, R);
+    fw.put(W, ones, R);
+    if (q + 1 < s.nc - 1) {
+      const Chunk kn = chunk(q + 1);
+      fu.fetch(u, s.P, p0, P, s, kn);
+      fw.fetch(w, s.N, n0, N, s, kn);
+    }
+    const float e = decay_c;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) S.v[a][j] *= e;
+    __syncthreads();  // U, W complete
+    tile::Mma::mma<true, false>(U, W, S);  // S[p][n] += Σ_ρ (w_i u_ρ[p]) w_ρ[n]
+  }
 }
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
@@ -589,16 +669,317 @@ __global__ void __launch_bounds__(tile::kThreads) fwd_out_mma_kernel(const float
   }
 }
 
+// The 16 threads of the Mma map that share a row: lanes l, l ^ 1, l ^ 2, l ^ 3 add their part[i] (a fixed
+// butterfly: all four get the same bits), then lane l % 4 == 0 stores the warp's sum for row Mma::row(i) at
+// red[(w % 4) kRows + row] (red [4][kRows]: one entry per warp w % 4 holding columns of the row). No barrier.
+__device__ __forceinline__ void put_row_parts(const double (&part)[4], double* red) {
+  const int lane = tile::Mma::lane(), warp = tile::Mma::warp();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    double v = part[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if ((lane & 3) == 0) red[(warp & 3) * kRows + tile::Mma::row(i)] = v;
+  }
+}
+
+// As put_row_parts for columns: lanes l ^ 4, 8, 16 share column Mma::col(j); the warp's sum goes to
+// red[(w / 4) kRows + col] (red [2][kRows]).
+__device__ __forceinline__ void put_col_parts(const double (&part)[4], double* red) {
+  const int lane = tile::Mma::lane(), warp = tile::Mma::warp();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    double v = part[j];
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    if ((lane >> 2) == 0) red[(warp >> 2) * kRows + tile::Mma::col(j)] = v;
+  }
+}
+
+// Warp-collective: the sum of x over the warp (a butterfly: every lane gets the same bits).
+__device__ __forceinline__ double warp_sum(double x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Warp-collective, lane l holding the values x0, x1 of tokens 2l, 2l + 1: ex0, ex1 = their exclusive prefix
+// sums in token order (a Hillis-Steele scan of the pair sums; fixed order).
+__device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex0, double& ex1) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  double inc = x0 + x1;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += up;
+  }
+  const double before = __shfl_up_sync(0xffffffffu, inc, 1);
+  ex0 = lane > 0 ? before : 0.0;
+  ex1 = ex0 + x0;
+}
+
+// dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
+// (row stride cols; 0 outside). Returns this thread's Σ src X over the elements it replaced (each thread reads
+// X only where it then writes, so no barrier is needed before). Reached by the whole block.
+__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src) {
+  constexpr int kBatch = 8;
+  const int wc = 64 * nct, total = 64 * nrt * wc;
+  double dot = 0.0;
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
+      v[u] = e < total && r < rows && c < cols ? src[r * cols + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
+      if (e >= total) continue;
+      __nv_bfloat16& x = dst[h_at(r, c, nct)];
+      dot += static_cast<double>(v[u]) * __bfloat162float(x);
+      x = __float2bfloat16_rn(v[u]);
+    }
+  }
+  return dot;
+}
+
+// bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, v, dy,
+// S_in, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every product on
+// tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (inter, Z and v·dy
+// with fp32 dy, v) as per-row / per-column double partials in a fixed order, so no fp32 S1, S2, Yb tiles: with
+// W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
+// σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
+// token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
+// scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for dq
+// and inter, then dS for dk, dv). Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
+// dynamic shared memory bwd_mma_smem.
+__global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
+    const float* q, const float* kk, const float* v, const float* dy, const float* D, const double* G,
+    const float* sig, const float* gam, const float* states, const float* dstates, Sizes s, float* dq, float* dk,
+    float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+  extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
+  const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
+  const int R = static_cast<int>(s.R);
+  constexpr int kT = tile::kTileHalves;
+  using tile::Mma;
+  tile::Carve cv{reinterpret_cast<char*>(smem)};
+  __nv_bfloat16* Q = cv.take<__nv_bfloat16>(nN * kT);       // rows ρ, columns n
+  __nv_bfloat16* K = cv.take<__nv_bfloat16>(nN * kT);       // rows ρ, columns n
+  __nv_bfloat16* V = cv.take<__nv_bfloat16>(nP * kT);       // rows ρ, columns p
+  __nv_bfloat16* DY = cv.take<__nv_bfloat16>(nP * kT);      // rows ρ, columns p
+  __nv_bfloat16* S = cv.take<__nv_bfloat16>(nP * nN * kT);  // rows p, columns n: S_in, then dS
+  __nv_bfloat16* Adq = cv.take<__nv_bfloat16>(kT);          // rows ρ, columns ρ'
+  __nv_bfloat16* Bdv = cv.take<__nv_bfloat16>(kT);          // rows ρ, columns ρ'
+  // Per-row double partials (put_row_parts / put_col_parts): the diagonal-block Yb, rowW, colY (columns),
+  // inter / e^{G_i}, Z / f_j, v·dy.
+  enum { kDiag, kRowW, kColY, kInter, kZ, kVdy, kParts };
+  __shared__ double red[kParts][4 * kRows];
+  __shared__ double Gs[kRows];
+  __shared__ float sg[kRows], gm[kRows], eg[kRows], fe[kRows];  // σ, γ, e^{G_i}, f_i = e^{Γ - G_i}
+  const Chunk k = this_chunk(s);
+  const int64_t base = k.bh * s.nc + k.c;
+  const float* sin = states + base * s.P * s.N;
+  const float* dS = dstates + base * s.P * s.N;
+  const auto one = [](int) { return 1.0f; };
+  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
+  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {  // (the entries this thread just wrote)
+    eg[i] = expf(static_cast<float>(Gs[i]));
+    fe[i] = expf(static_cast<float>(G[base * s.Lc + s.Lc - 1] - Gs[i]));
+  }
+  load_tiles_h(Q, 1, nN, k.nr, N, [&](int rho) { return chunk_row(q, s.N, s, k, rho); }, one);
+  load_tiles_h(K, 1, nN, k.nr, N, [&](int rho) { return chunk_row(kk, s.N, s, k, rho); }, one);
+  load_tiles_h(V, 1, nP, k.nr, P, [&](int rho) { return chunk_row(v, s.P, s, k, rho); }, one);
+  load_tiles_h(DY, 1, nP, k.nr, P, [&](int rho) { return chunk_row(dy, s.P, s, k, rho); }, one);
+  load_tiles_h(S, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  __syncthreads();
+  // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
+  {
+    tile::Acc sqk, sdv;
+    sqk.zero();
+    sdv.zero();
+    for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, K + nt * kT, sqk);
+    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, true>(DY + pt * kT, V + pt * kT, sdv);
+    double diag[4] = {}, roww[4] = {}, coly[4] = {};
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int rho = Mma::row(a), rp = Mma::col(c), i = rho / R, j = rp / R;
+        const float qk = sqk.v[a][c], dv_ = sdv.v[a][c];
+        float adq = 0.0f, bdv = 0.0f;
+        if (rho < k.nr && rp < k.nr && j < i) {
+          const float E = decay(Gs[i], Gs[j]), y = dv_ * E * qk;
+          adq = dv_ * E * sg[j];
+          bdv = sg[j] * qk * E;
+          coly[c] += y;
+          roww[a] += static_cast<double>(sg[j]) * y;
+        } else if (rho < k.nr && j == i) {
+          adq = gm[i] * dv_;
+          bdv = gm[i] * qk;
+          diag[a] += dv_ * qk;
+        }
+        sdv.v[a][c] = adq;
+        sqk.v[a][c] = bdv;
+      }
+    const auto same = [](int, int, float x) { return x; };
+    tile::store_acc_h(sdv, Adq, same);
+    tile::store_acc_h(sqk, Bdv, same);
+    put_row_parts(diag, red[kDiag]);
+    put_row_parts(roww, red[kRowW]);
+    put_col_parts(coly, red[kColY]);
+  }
+  __syncthreads();
+  auto at = [&](int rho, int64_t width) {  // offset of row ρ in the core layout
+    return (((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * width;
+  };
+  auto scale_rows = [&](tile::Acc& acc, const float* w) {  // acc row ρ *= w[i] (0 past nr)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int rho = Mma::row(a);
+      const float x = rho < k.nr ? w[rho / R] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
+    }
+  };
+  auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int rho = Mma::row(a), col = c0 + Mma::col(c);
+        if (rho < k.nr && col < width) out[at(rho, width) + col] = acc.v[a][c];
+      }
+  };
+  // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] per P tile.
+  for (int nt = 0; nt < nN; ++nt) {
+    tile::Acc acc;
+    acc.zero();
+    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(DY + pt * kT, S + (pt * nN + nt) * kT, acc);
+    scale_rows(acc, eg);
+    Mma::mma<false, false>(Adq, K + nt * kT, acc);
+    store_rows(acc, 64 * nt, N, dq);
+  }
+  {
+    double inter[4] = {};
+    for (int pt = 0; pt < nP; ++pt) {
+      tile::Acc acc;
+      acc.zero();
+      for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, S + (pt * nN + nt) * kT, acc);
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int rho = Mma::row(a), p = 64 * pt + Mma::col(c);
+          if (rho < k.nr && p < P) inter[a] += dy[at(rho, s.P) + p] * acc.v[a][c];
+        }
+    }
+    put_row_parts(inter, red[kInter]);
+  }
+  __syncthreads();  // S_in's readers are done
+  double sd = swap_tiles_dot(S, nP, nN, P, N, dS);
+  sd = block_reduce(sd, SumOp{}, 0.0);  // <dS, S_in>; synchronises the block (dS in S)
+  // dk per N tile.
+  for (int nt = 0; nt < nN; ++nt) {
+    tile::Acc acc;
+    acc.zero();
+    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(V + pt * kT, S + (pt * nN + nt) * kT, acc);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int rho = Mma::row(a);
+      const float x = rho < k.nr ? sg[rho / R] * fe[rho / R] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
+    }
+    Mma::mma<true, false>(Adq, Q + nt * kT, acc);
+    store_rows(acc, 64 * nt, N, dk);
+  }
+  // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] and v·dy (fp32 v, dy).
+  {
+    const float Dh = D[k.h];
+    double z[4] = {}, vdy[4] = {};
+    for (int pt = 0; pt < nP; ++pt) {
+      tile::Acc acc;
+      acc.zero();
+      for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(K + nt * kT, S + (pt * nN + nt) * kT, acc);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        const int rho = Mma::row(a);
+        const float x = rho < k.nr ? sg[rho / R] * fe[rho / R] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int p = 64 * pt + Mma::col(c);
+          if (rho < k.nr && p < P) {
+            const int64_t o = at(rho, s.P) + p;
+            const float vo = v[o];
+            z[a] += vo * acc.v[a][c];
+            vdy[a] += static_cast<double>(vo) * dy[o];
+          }
+          acc.v[a][c] *= x;
+        }
+      }
+      Mma::mma<true, false>(Bdv, DY + pt * kT, acc);
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int rho = Mma::row(a), p = 64 * pt + Mma::col(c);
+          if (rho >= k.nr || p >= P) continue;
+          const int64_t o = at(rho, s.P) + p;
+          dv[o] = fmaf(Dh, dy[o], acc.v[a][c]);
+        }
+    }
+    put_row_parts(z, red[kZ]);
+    put_row_parts(vdy, red[kVdy]);
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  // Warp 0: the per-token sums (lane l: tokens 2l, 2l + 1), then da by one scan.
+  const int lane = static_cast<int>(threadIdx.x);
+  auto row_sum = [&](int q, int t) {  // Σ over token t's rows of part q (4 warp entries per row; 2 for kColY)
+    double acc = 0.0;
+    for (int r = 0; r < R; ++r)
+      for (int w = 0; w < (q == kColY ? 2 : 4); ++w) acc += red[q][w * kRows + t * R + r];
+    return acc;
+  };
+  double dsg[2], dgm[2], step[2], inter[2], vd[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int t = 2 * lane + u;
+    dsg[u] = dgm[u] = step[u] = inter[u] = vd[u] = 0.0;
+    if (t >= k.n) continue;
+    inter[u] = eg[t] * row_sum(kInter, t);
+    dsg[u] = row_sum(kColY, t) + fe[t] * row_sum(kZ, t);
+    dgm[u] = row_sum(kDiag, t) + dsg[u];
+    step[u] = sg[t] * dsg[u] - row_sum(kRowW, t) - inter[u];
+    vd[u] = row_sum(kVdy, t);
+  }
+  double ex[2];
+  warp_excl_scan2(step[0], step[1], ex[0], ex[1]);
+  const double dD = warp_sum(vd[0] + vd[1]);
+  const double state = exp(Gs[s.Lc - 1]) * sd + warp_sum(inter[0] + inter[1]);
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int t = 2 * lane + u;
+    if (t >= k.n) continue;
+    const int64_t e = (k.b * s.T + k.t0 + t) * s.H + k.h;
+    da[e] = static_cast<float>(state + ex[u]);
+    dsig[e] = static_cast<float>(dsg[u]);
+    dgam[e] = static_cast<float>(dgm[u]);
+  }
+  if (lane == 0) dDp[base] = dD;
+}
+
 size_t out_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + (s.P + 1) + kSq); }
 size_t bwd_smem(const Sizes& s) { return sizeof(float) * kRows * (2 * (s.N + 1) + 4 * (s.P + 1) + 3 * kSq); }
 size_t outer_smem(const Sizes& s) { return sizeof(float) * kRows * (s.P + 1 + s.N + 1); }
 int64_t tiles64(int64_t n) { return ceil_div(n, 64); }
-size_t outer_mma_smem(const Sizes& s) {
-  return 2 * tile::kTileHalves * static_cast<size_t>(tiles64(s.P) + tiles64(s.N));
-}
 size_t fwd_out_mma_smem(const Sizes& s) {
   const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
   return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + nP + nP * nN + 1);
+}
+size_t bwd_mma_smem(const Sizes& s) {
+  const int64_t nP = tiles64(s.P), nN = tiles64(s.N);
+  return 2 * tile::kTileHalves * static_cast<size_t>(2 * nN + 2 * nP + nP * nN + 2);
 }
 
 template <typename K>
@@ -611,25 +992,31 @@ dim3 chunk_grid(const Sizes& s) {
   return dim3(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
 }
 
-// A chunk's state contributions (outer_kernel or, for bf16 products, outer_mma_kernel) into out.
-void outer(const float* u, const float* w, bool to_end, float* out, const Sizes& s, const Buffers& buf, bool bf16,
-           cudaStream_t stream) {
-  if (bf16)
-    outer_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(outer_mma_kernel, outer_mma_smem(s)), stream>>>(
+// The chunk states into out: to_end (u = v, w = k) the states entering each chunk, else (u = dy, w = q) the
+// adjoints of the states leaving each chunk. fp32: each chunk's contribution (outer_kernel), then scan_kernel;
+// bf16 products: both in state_scan_mma_kernel.
+void chunk_states(const float* u, const float* w, bool to_end, float* out, const Sizes& s, const Buffers& buf,
+                  bool bf16, cudaStream_t stream) {
+  if (bf16) {
+    const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles64(s.P)),
+                    static_cast<unsigned>(tiles64(s.N)));
+    state_scan_mma_kernel<<<grid, tile::kThreads, smem_for(state_scan_mma_kernel, 4 * tile::kTileHalves), stream>>>(
         u, w, buf.G, buf.sig, s, to_end, out);
-  else
-    outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig,
-                                                                                                 s, to_end, out);
+    LLMT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig, s,
+                                                                                               to_end, out);
+  LLMT_CUDA_CHECK_LAUNCH();
+  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(out, buf.G, s, !to_end);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-// G, the chunk contributions of the forward states and the scan to the entering states.
+// G and the states entering each chunk.
 void forward_states(const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
   LLMT_CUDA_CHECK_LAUNCH();
-  outer(buf.v, buf.k, true, buf.states, s, buf, bf16, stream);
-  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.states, buf.G, s, false);
-  LLMT_CUDA_CHECK_LAUNCH();
+  chunk_states(buf.v, buf.k, true, buf.states, s, buf, bf16, stream);
 }
 
 }  // namespace
@@ -639,16 +1026,18 @@ void core_check(const Sizes& s, bool bf16) {
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles;
-  // fwd_out_mma_kernel's 64 doubles and 2 64 floats.
-  size_t need = bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
-  if (bf16) need = std::max(need, fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows);
+  // fwd_out_mma_kernel's 64 doubles and 2 64 floats; bwd_chunk_mma_kernel's 25 64 doubles and 4 64 floats
+  // (and block_reduce's 32 doubles).
+  const size_t need = bf16 ? std::max(fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows,
+                                      bwd_mma_smem(s) + 8 * (25 * kRows + 32) + 4 * 4 * kRows)
+                           : bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
   check(need <= static_cast<size_t>(optin),
         "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
         "device has {}",
         need, s.P, s.N, optin);
   check(s.R <= kRows, "mamba3 (cuda): mimo_rank {} exceeds {}", s.R, kRows);
-  check(s.H <= 65535 && s.B <= 65535 && s.nc <= 2147483647LL, "mamba3 (cuda): grid too large (B {} H {} T {})", s.B,
-        s.H, s.T);
+  check(s.H <= 65535 && s.B <= 65535 && s.nc <= 2147483647LL && s.B * s.H <= 2147483647LL,
+        "mamba3 (cuda): grid too large (B {} H {} T {})", s.B, s.H, s.T);
 }
 
 void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
@@ -663,13 +1052,16 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
 }
 
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
-  // dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T, then the reverse scan to each chunk's dS_out.
-  outer(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
-  scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(buf.dstates, buf.G, s, true);
-  LLMT_CUDA_CHECK_LAUNCH();
-  bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
-      buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
-      buf.da, buf.dgam, buf.dsig, buf.dDp);
+  // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
+  chunk_states(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
+  if (bf16)
+    bwd_chunk_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(bwd_chunk_mma_kernel, bwd_mma_smem(s)), stream>>>(
+        buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
+        buf.da, buf.dgam, buf.dsig, buf.dDp);
+  else
+    bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
+        buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
+        buf.da, buf.dgam, buf.dsig, buf.dDp);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
