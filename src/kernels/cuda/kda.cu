@@ -25,17 +25,19 @@
 // Precision: the launchers' P (the layer's compute dtype) picks the layout of the plain tile products.
 // P = float (fp32 models): every phase in exact fp32 on the CUDA cores (tile::Simt); the CPU's results up to
 // fp32 rounding.
-// P = __nv_bfloat16 (bf16 models): the tile products of the forward and of the backward's recomputation and
-// scan run on the tensor cores (tile::Mma: bf16 operand tiles in shared memory, mma.sync, fp32 register
-// accumulators): in wu the off-diagonal 16 x 16 sub-blocks of A and P (operands scaled to their sub-chunk
-// reference before rounding, so every factor is e^{x <= 0}), W = 𝒯 diag(β) (K ⊙ e^Γ), U = 𝒯 diag(β) V; the
-// forward scan (W S, (K^g)^T Δ); the output (Q^g h, P Δ); dΔ = P^T dO; the backward scan (K^g dS, (Q^g)^T dO,
-// W^T dΔ). Their operands are rounded to bf16 once, where the tile is loaded or formed (q, k with their decay
-// factors, 𝒯, the β-scaled rows, W, K^g, Q^g, P, U/Δ, h, dO, dΔ, the running S, dS); the diagonal sub-blocks
-// of A and P (element-wise, §7.3), 𝒯, the running states, every accumulation, the decay factors and all
-// element-wise steps stay fp32, as does every value written to the scratch (h[n], dh[n] are the fp32 states).
-// The backward's per-chunk phases dqk and wy (the dP- and dA-weighted decayed sums, dΓ) are fp32 for both P
-// (the same kernels); a bf16 model's gradients through them see the bf16-rounded A, P, W, U, states and Δ.
+// P = __nv_bfloat16 (bf16 models): every tile product runs on the tensor cores (tile::Mma: bf16 operand tiles
+// in shared memory, mma.sync, fp32 register accumulators): in wu the off-diagonal 16 x 16 sub-blocks of A and P
+// (operands scaled to their sub-chunk reference before rounding, so every factor is e^{x <= 0}),
+// W = 𝒯 diag(β) (K ⊙ e^Γ), U = 𝒯 diag(β) V; the forward scan (W S, (K^g)^T Δ); the output (Q^g h, P Δ);
+// dΔ = P^T dO; the backward scan (K^g dS, (Q^g)^T dO, W^T dΔ); dqk (dO Δ^T, dO h^T, Δ dh^T, dΔ h^T and the
+// off-diagonal sub-blocks of the dP-weighted decayed sums); wy (𝒯^T dΔ, dΔ V^T, 𝒯^T dW, dW (K^d)^T, 𝒯^T d𝒯,
+// M1 𝒯^T and the off-diagonal sub-blocks of the dA-weighted decayed sums). Their operands are rounded to bf16
+// once, where the tile is loaded or formed (q, k with their decay factors or as sub-chunk variants, 𝒯, the
+// β-scaled rows, W, K^g, Q^g, K^d, P, U/Δ, h, dh, dO, dΔ, dW, v, the running S, dS, dP, d𝒯, M1, dA, β dA); the
+// diagonal sub-blocks of A, P and of the backward's decayed sums (element-wise, §7.3, from fp32 dP, dA, q, k),
+// 𝒯, the running states, every accumulation, the decay factors and all element-wise steps (dΓ, dβ, with
+// q, k, v, h, dh in fp32) stay fp32, as does every value written to the scratch (h[n], dh[n] are the fp32
+// states).
 #include <initializer_list>
 #include <type_traits>
 
@@ -51,11 +53,15 @@ using tile::Acc;
 using tile::Carve;
 using tile::Chunk;
 using tile::kLd;
+using tile::kLdH;
 using tile::kN;
+using tile::kTileHalves;
 using tile::load_acc;
+using tile::Mma;
 using tile::Same;
 using tile::store_acc;
 using tile::tile_cols;
+using bf16 = __nv_bfloat16;
 
 /// The chunk's cumulative log-decay Γ for one key tile: two shared 64 x 64 tiles (leading dimension kLd), Γ at
 /// tile index x being hi[x] + lo[x] (lo: the rounding residue of the double cumsum).
@@ -170,19 +176,27 @@ __device__ void scale_rows_to_start(const float* X, const Gam& G, float* Xr) {
   }
 }
 
-/// Yv[left_base(a) + j][c] = Y[j][c] e^{ζ_ac - Γ_jc} for a = 1..3, j < 16a (no barrier).
-__device__ void left_variants(const float* Y, const Gam& G, float* Yv) {
+/// Leading dimension of a variant buffer of element type T: kLd (fp32 tiles) or kLdH (bf16 tiles).
+template <typename T>
+constexpr int variant_ld = std::is_same_v<T, float> ? kLd : kLdH;
+
+/// Yv[left_base(a) + j][c] = Y[j][c] e^{ζ_ac - Γ_jc} for a = 1..3, j < 16a (no barrier); Yv fp32 or bf16
+/// (rounded once, the fp32 product).
+template <typename T>
+__device__ void left_variants(const float* Y, const Gam& G, T* Yv) {
   for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
     const int q = idx >> 6, c = idx & 63, a = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(a);
-    Yv[q * kLd + c] = Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c);
+    Yv[q * variant_ld<T> + c] = from_f32<T>(Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c));
   }
 }
 
-/// Yw[right_base(a) + r - 16(a + 1)][c] = Y[r][c] e^{Γ_rc - η_ac} for a = 0..2, r >= 16(a + 1) (no barrier).
-__device__ void right_variants(const float* Y, const Gam& G, float* Yw) {
+/// Yw[right_base(a) + r - 16(a + 1)][c] = Y[r][c] e^{Γ_rc - η_ac} for a = 0..2, r >= 16(a + 1) (no barrier);
+/// Yw fp32 or bf16 (rounded once, the fp32 product).
+template <typename T>
+__device__ void right_variants(const float* Y, const Gam& G, T* Yw) {
   for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
     const int q = idx >> 6, c = idx & 63, a = q < 48 ? 0 : q < 80 ? 1 : 2, r = q - right_base(a) + 16 * (a + 1);
-    Yw[q * kLd + c] = Y[r * kLd + c] * G.exp_diff(r * kLd + c, (16 * a + 15) * kLd + c);
+    Yw[q * variant_ld<T> + c] = from_f32<T>(Y[r * kLd + c] * G.exp_diff(r * kLd + c, (16 * a + 15) * kLd + c));
   }
 }
 
@@ -493,6 +507,40 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_kernel(KdaFast a)
   }
 }
 
+/// The dqk kernels' step per key tile k0 (kc channels) after the products: dQ, dK (B3, B4) of the tile and its dΓ
+/// terms (i)–(iv) of B8 into the dΓ scratch, from dqs = dO h^T, dks = Δ dS_C^T, the decayed sums dq2, dk2 (see
+/// kda_bwd_dqk_kernel), sd[i] = the thread's share of Σ_v h ⊙ dh of state row (channel) L::row(i) and the fp32
+/// q, k tiles sX, sZ. Ends with the barrier of reduce_rows_cols (then stores the dΓ tile).
+template <typename L>
+__device__ void dqk_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const Gam& G,
+                          const float* sX, const float* sZ, const Acc& dqs, const Acc& dks, const Acc& dq2,
+                          const Acc& dk2, const float (&sd)[4]) {
+  const int64_t K = a.K;
+  float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
+  float zc[4] = {0, 0, 0, 0}, sdc[4];
+  Acc dgam;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    sdc[i] = G.exp_at((ch.n - 1) * kLd + L::row(i)) * sd[i];  // B8 (iv): state row = channel row(i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      const float eg = G.exp_at(r * kLd + c), ekg = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c);
+      const float dqv = eg * dqs.v[i][j] + dq2.v[i][j], zk = ekg * dks.v[i][j];
+      const float z = sZ[r * kLd + c] * zk;
+      dgam.v[i][j] = sX[r * kLd + c] * dqv - sZ[r * kLd + c] * dk2.v[i][j] - z;  // (i), (ii), (iii) rows
+      if (r < ch.n) zc[j] += z;  // (iii) at row C
+      if (r < ch.n && c < kc) {
+        dq[r * a.H * K + c] = dqv;                // B3
+        dk[r * a.H * K + c] = dk2.v[i][j] + zk;   // B4
+      }
+    }
+  }
+  tile::reduce_rows_cols<L>(sdc, zc, s.red, s.out1);  // out1[c]: the row-C extra of channel c
+  store_acc<L>(dgam, ch.rows(a, a.dgam, K, k0), K, ch.n, kc,
+               [&](int r, int c, float x) { return r == ch.n - 1 ? x + s.out1[c] : x; });
+}
+
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
 // chunk blockIdx.x of head blockIdx.y. Per element (r, c), with dq2 = Σ_{j<=r} dP_rj k_jc E_rj,c and
 // dk2 = Σ_{i>=r} dP_ir q_ic E_ir,c: dΓ_rc = q_rc (e^{Γ_rc} (dO h^T)_rc + dq2) - k_rc (dk2 + z_rc) with
@@ -563,30 +611,63 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
     dk2.zero();
     decayed_left<L>(sdP, sZ, sY, G, dq2);
     decayed_right<L>(sdP, sX, sD, G, dk2);
-    float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
-    float zc[4] = {0, 0, 0, 0}, sdc[4];
-    Acc dgam;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sdc[i] = G.exp_at((ch.n - 1) * kLd + L::row(i)) * sd[i];  // B8 (iv): state row = channel row(i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        const float eg = G.exp_at(r * kLd + c), ekg = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c);
-        const float dqv = eg * dqs.v[i][j] + dq2.v[i][j], zk = ekg * dks.v[i][j];
-        const float z = sZ[r * kLd + c] * zk;
-        dgam.v[i][j] = sX[r * kLd + c] * dqv - sZ[r * kLd + c] * dk2.v[i][j] - z;  // (i), (ii), (iii) rows
-        if (r < ch.n) zc[j] += z;  // (iii) at row C
-        if (r < ch.n && c < kc) {
-          dq[r * a.H * K + c] = dqv;                // B3
-          dk[r * a.H * K + c] = dk2.v[i][j] + zk;   // B4
-        }
-      }
-    }
-    tile::reduce_rows_cols<L>(sdc, zc, s.red, s.out1);  // out1[c]: the row-C extra of channel c
-    store_acc<L>(dgam, ch.rows(a, a.dgam, K, k0), K, ch.n, kc,
-                 [&](int r, int c, float x) { return r == ch.n - 1 ? x + s.out1[c] : x; });
+    dqk_store<L>(a, ch, s, k0, kc, G, sX, sZ, dqs, dks, dq2, dk2, sd);
   }
+}
+
+/// The wy kernels' B5 W-side step for key tile k0 (kc channels) after X_W = 𝒯^T dW (xw): dK += β X_W ⊙ e^Γ
+/// and B8 (v) dΓ += β X_W ⊙ K^d (read-modify-write of the dK and dΓ scratch at the thread's elements); db_part[i]
+/// += the thread's share of X_W ⊙ K^d of row L::row(i). kd: the fp32 K^d = K ⊙ e^Γ tile.
+template <typename L>
+__device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const Gam& G,
+                           const float* kd, const Acc& xw, float (&db_part)[4]) {
+  const int64_t K = a.K;
+  float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
+  Acc dko, dgo;
+  load_acc<L>(dko, dk, a.H * K, ch.n, kc);
+  load_acc<L>(dgo, dgam, K, ch.n, kc);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      const float xk = xw.v[i][j] * kd[r * kLd + c];
+      db_part[i] += xk;
+      dgo.v[i][j] += s.beta[r] * xk;
+      dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
+    }
+  store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
+  store_acc<L>(dgo, dgam, K, ch.n, kc, Same{});
+}
+
+/// The wy kernels' B7 step for key tile k0 (kc channels) after the decayed sums xr, yc (see kda_bwd_wy_kernel):
+/// dK += β xr + yc, B8 (vi), db_part[i] += the thread's share of Σ_c k ⊙ xr of row L::row(i), then B9: dg of the
+/// tile = the reverse cumsum of its dΓ (the scratch's terms plus (vi)) over the chunk's rows. k: the fp32 k tile;
+/// sY, sZ: free fp32 tiles (the dΓ tile and its cumsum). Reads k before its first barrier; ends with a barrier.
+template <typename L>
+__device__ void wy_b7_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const float* k,
+                            const Acc& xr, const Acc& yc, float* sY, float* sZ, float (&db_part)[4]) {
+  const int64_t K = a.K;
+  float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
+  Acc dko, dgo;
+  load_acc<L>(dko, dk, a.H * K, ch.n, kc);
+  load_acc<L>(dgo, dgam, K, ch.n, kc);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      const float kv = k[r * kLd + c];
+      db_part[i] += kv * xr.v[i][j];
+      dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
+      // dΓ of rows >= n stays 0 (load_acc), so the reverse cumsum below starts at row n - 1.
+      sY[r * kLd + c] = r < ch.n ? dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
+    }
+  store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
+  __syncthreads();
+  reverse_cumsum_cols(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
+  tile::store(sZ, ch.in(a, a.dg, K, k0), a.H * K, ch.n, kc);
+  __syncthreads();
 }
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
@@ -638,22 +719,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     xw.zero();
     L::template mma<true, false>(sT, sZ, xw);
     L::template mma<false, true>(sZ, sX, dtw);
-    float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
-    Acc dko, dgo;
-    load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-    load_acc<L>(dgo, dgam, K, ch.n, kc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        const float xk = xw.v[i][j] * sX[r * kLd + c];
-        db_part[i] += xk;
-        dgo.v[i][j] += s.beta[r] * xk;
-        dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
-      }
-    store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
-    store_acc<L>(dgo, dgam, K, ch.n, kc, Same{});
+    wy_w_store<L>(a, ch, s, k0, kc, G, sX, xw, db_part);
     __syncthreads();
   }
 #pragma unroll
@@ -697,26 +763,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     yc.zero();
     decayed_left<L>(sdT, sX, sV, G, xr);
     decayed_right<L>(sM, sX, sW, G, yc);
-    float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
-    Acc dko, dgo;
-    load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-    load_acc<L>(dgo, dgam, K, ch.n, kc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        const float kv = sX[r * kLd + c];
-        db_part[i] += kv * xr.v[i][j];
-        dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
-        // dΓ of rows >= n stays 0 (load_acc), so the reverse cumsum below starts at row n - 1.
-        sY[r * kLd + c] = r < ch.n ? dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
-      }
-    store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
-    __syncthreads();
-    reverse_cumsum_cols(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
-    tile::store(sZ, ch.in(a, a.dg, K, k0), a.H * K, ch.n, kc);
-    __syncthreads();
+    wy_b7_store<L>(a, ch, s, k0, kc, sX, xr, yc, sY, sZ, db_part);
   }
   tile::reduce_rows_cols<L>(db_part, none, s.red, s.out1);
   const int r = static_cast<int>(threadIdx.x);
@@ -724,11 +771,6 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
 }
 
 // ---- phases on tile::Mma (bf16 models; see Precision) ----
-
-using tile::kLdH;
-using tile::kTileHalves;
-using tile::Mma;
-using bf16 = __nv_bfloat16;
 
 /// Writes the thread's 16 elements of a per-thread fp32 state tile (element (Mma::row(i), Mma::col(j)) at
 /// St[(4 i + j) kThreads], St already offset by the thread id) to the [K, V] state block at dst (rows V
@@ -748,6 +790,19 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
 constexpr size_t kWuMmaSmem =
     kSmallBytes + 6 * sizeof(float) * tile::kTileFloats + sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
 
+/// acc += A B on fragment row mt of the warp's tile::Mma block (rows 16 mt .. 16 mt + 15 of its 32): fa the 16 x 16
+/// op(A) fragment, fb[2 nt], fb[2 nt + 1] the op(B) fragment of columns 8 nt .. 8 nt + 7, nt = 0, 1 (as Mma::mma).
+__device__ __forceinline__ void mma_rows(Acc& acc, int mt, const uint32_t (&fa)[4], const uint32_t (&fb)[4]) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    float c[4] = {acc.v[2 * mt][2 * nt], acc.v[2 * mt][2 * nt + 1], acc.v[2 * mt + 1][2 * nt],
+                  acc.v[2 * mt + 1][2 * nt + 1]};
+    ::llmt::cuda::mma::mma_16816(c, fa, fb[2 * nt], fb[2 * nt + 1]);
+    acc.v[2 * mt][2 * nt] = c[0], acc.v[2 * mt][2 * nt + 1] = c[1];
+    acc.v[2 * mt + 1][2 * nt] = c[2], acc.v[2 * mt + 1][2 * nt + 1] = c[3];
+  }
+}
+
 /// The off-diagonal 16 x 16 sub-blocks of the decayed grams on the tensor cores: acc(r, c) += Σ_d Xr[r][d]
 /// Yv[left_base(a) + c][d] (a = a(r)) for the thread's fragment elements whose column sub-chunk is earlier
 /// than their row sub-chunk (c < 16 a), that is Σ_d X_rd Y_cd e^{Γ_rd - Γ_cd} with both factors' exponents <= 0
@@ -765,14 +820,33 @@ __device__ void offdiag_gram_mma(const bf16* Xr, const bf16* Yv, Acc& acc) {
       uint32_t fa[4], fb[4];  // as Mma::mma<false, true>: op(A) rows of sub-chunk a, op(B) columns of sub-chunk b
       ::llmt::cuda::mma::ldsm_x4(fa, Xr + (16 * a + 8 * (m & 1) + i) * kLdH + d + 8 * (m >> 1));
       ::llmt::cuda::mma::ldsm_x4(fb, Yv + (left_base(a) + 16 * b + 8 * (m >> 1) + i) * kLdH + d + 8 * (m & 1));
+      mma_rows(acc, mt, fa, fb);
+    }
+  }
+}
+
+/// The off-diagonal sub-blocks of decayed_left (kRight = false) or decayed_right (kRight = true) on the tensor
+/// cores, the sums that left_finish / right_finish take as `off`: for the thread's fragment elements (r, c) of row
+/// sub-chunk a = r / 16, acc(r, c) += Σ_{j < 16a} M[r][j] Yx[left_base(a) + j][c] (left; Yx: bf16 left_variants
+/// of Y) or Σ_{j >= 16a + 16} M[j][r] Yx[right_base(a) + j - 16a - 16][c] (right; Yx: bf16 right_variants of Y);
+/// other elements untouched (a = 0, resp. a = 3, add nothing). M: a bf16 tile. Warp w's 2 x 2 fragments
+/// (tile::Mma) cover row sub-chunks 2 (w / 4) + mt, so the depth range is warp-uniform.
+template <bool kRight>
+__device__ void offdiag_mma(const bf16* M, const bf16* Yx, Acc& acc) {
+  const int w = Mma::warp(), l = Mma::lane(), c0 = 16 * (w & 3), m = l >> 3, i = l & 7;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        float c[4] = {acc.v[2 * mt][2 * nt], acc.v[2 * mt][2 * nt + 1], acc.v[2 * mt + 1][2 * nt],
-                      acc.v[2 * mt + 1][2 * nt + 1]};
-        ::llmt::cuda::mma::mma_16816(c, fa, fb[2 * nt], fb[2 * nt + 1]);
-        acc.v[2 * mt][2 * nt] = c[0], acc.v[2 * mt][2 * nt + 1] = c[1];
-        acc.v[2 * mt + 1][2 * nt] = c[2], acc.v[2 * mt + 1][2 * nt + 1] = c[3];
-      }
+  for (int mt = 0; mt < 2; ++mt) {
+    const int a = 2 * (w >> 2) + mt, d0 = kRight ? 16 * a + 16 : 0, d1 = kRight ? kN : 16 * a;
+    const int y0 = kRight ? right_base(a) - d0 : left_base(a);  // Yx row of depth index 0
+    for (int d = d0; d < d1; d += 16) {
+      uint32_t fa[4], fb[4];  // as Mma::mma<kRight, false>: op(A) rows of sub-chunk a, op(B) the 64-wide Yx rows
+      const int rr = 16 * a + 8 * (m & 1), dd = d + 8 * (m >> 1);
+      if (kRight)
+        ::llmt::cuda::mma::ldsm_x4_trans(fa, M + (dd + i) * kLdH + rr);
+      else
+        ::llmt::cuda::mma::ldsm_x4(fa, M + (rr + i) * kLdH + dd);
+      ::llmt::cuda::mma::ldsm_x4_trans(fb, Yx + (y0 + d + 8 * (m & 1) + i) * kLdH + c0 + 8 * (m >> 1));
+      mma_rows(acc, mt, fa, fb);
     }
   }
 }
@@ -827,10 +901,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
       hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
       hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
     }
-    for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {  // left_variants of k, in bf16
-      const int q = idx >> 6, c = idx & 63, sa = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(sa);
-      hZv[q * kLdH + c] = __float2bfloat16_rn(sZ[j * kLd + c] * G.exp_diff(16 * sa * kLd + c, j * kLd + c));
-    }
+    left_variants(sZ, G, hZv);
     float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
       const int r = idx >> 6, c = idx & 63;
@@ -1088,6 +1159,253 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
   }
 }
 
+/// The diagonal 16 x 16 sub-blocks of a decayed_left and a decayed_right sum at once, element-wise in fp32 (§7.3):
+/// thread t takes sub-chunk a = t / 64 and channel c = t % 64 and, with E = e^{Γ_rc - Γ_jc} formed once per pair
+/// j <= r of the sub-chunk, writes DL[r][c] = Σ_{16a <= j <= r} ML[r][j] YL[j][c] E and
+/// DR[j][c] = Σ_{j <= r < 16a + 16} MR[r][j] YR[r][c] E for the sub-chunk's rows (j, r in increasing order). All
+/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier.
+__device__ void diag_pairs(const float* ML, const float* YL, const float* MR, const float* YR, const Gam& G,
+                           float* DL, float* DR) {
+  const int t = static_cast<int>(threadIdx.x), c = t & 63, r0 = 16 * (t >> 6);
+  float dr[16];
+#pragma unroll
+  for (int q = 0; q < 16; ++q) dr[q] = 0.0f;
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = r0 + rr;
+    const float yr = YR[r * kLd + c];
+    float dl = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj <= rr; ++jj) {
+      const int j = r0 + jj;
+      const float e = G.exp_diff(r * kLd + c, j * kLd + c);
+      dl = fmaf(ML[r * kLd + j] * YL[j * kLd + c], e, dl);
+      dr[jj] = fmaf(MR[r * kLd + j] * yr, e, dr[jj]);
+    }
+    DL[r * kLd + c] = dl;
+  }
+#pragma unroll
+  for (int q = 0; q < 16; ++q) DR[(r0 + q) * kLd + c] = dr[q];
+}
+
+/// A decayed_left (kRight = false) or decayed_right (true) sum on the Mma element map from its parts:
+/// acc(r, c) = e^{Γ_rc - ζ_ac} acc(r, c) + D[r][c] (left) or e^{η_ac - Γ_rc} acc(r, c) + D[r][c] (right), a = r / 16,
+/// acc the off-diagonal sum of offdiag_mma (0 for a = 0, resp. a = 3; the factor is <= 1 there too), D the diagonal
+/// one of diag_pairs.
+template <bool kRight>
+__device__ __forceinline__ void decayed_finish(const float* D, const Gam& G, Acc& acc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = Mma::row(i), c = Mma::col(j), x = r * kLd + c;
+      const float e = kRight ? G.exp_diff((r | 15) * kLd + c, x) : G.exp_diff(x, (r & ~15) * kLd + c);
+      acc.v[i][j] = fmaf(e, acc.v[i][j], D[x]);
+    }
+}
+
+// Shared memory of kda_bwd_dqk_mma_kernel: Small, Γ (two fp32 tiles), fp32 dP, q, k, the two diagonal parts, and
+// bf16 dP and a region of five bf16 tiles: the operands dO, h, Δ, dh, dΔ of one (key tile, value tile) step, then
+// k's left and q's right variants (96 rows each).
+constexpr size_t kDqkMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
+
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 for chunk blockIdx.x of head
+// blockIdx.y, as kda_bwd_dqk_kernel: dO Δ^T, and per key tile dO h^T, Δ dS_C^T, dΔ h^T (over the value tiles)
+// on bf16 tiles with register accumulators; the decayed sums dq2 = Σ_{j<=r} dP_rj k_jc E_rj,c and
+// dk2 = Σ_{i>=r} dP_ir q_ic E_ir,c with their off-diagonal sub-blocks on the tensor cores (offdiag_mma: bf16 dP
+// and bf16 variants of k, q) and their diagonal ones in fp32 (diag_pairs: fp32 dP, q, k); Σ h ⊙ dh of (iv)
+// from the fp32 states (global memory, at the thread's elements).
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sdP = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sDL = cv.tile(), *sDR = cv.tile();
+  bf16 *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(5 * kTileHalves);
+  bf16 *hH = hO + kTileHalves, *hD = hO + 2 * kTileHalves, *hG = hO + 3 * kTileHalves, *hE = hO + 4 * kTileHalves;
+  bf16 *hKv = hO, *hQw = hO + 96 * kLdH;  // the variants, once a key tile's products are done
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  Acc dp;
+  dp.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
+    __syncthreads();
+    Mma::mma<false, true>(hO, hD, dp);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B3: dP = tril_{j<=r}(dO Δ^T), fp32 and bf16 (read after the next barrier)
+      const int r = Mma::row(i), c = Mma::col(j);
+      dp.v[i][j] = c <= r ? dp.v[i][j] : 0.0f;
+      sdP[r * kLd + c] = dp.v[i][j];
+    }
+  tile::store_acc_h(dp, hdP, Same{});
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {
+    const int kc = tile_cols(K, k0);
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    float sd[4] = {0, 0, 0, 0};  // Σ_v h ⊙ dh of state rows (channels) Mma::row(i), this thread's share
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile_cols(V, v0);
+      float *h = ch.state(a, a.h, k0, v0), *dh = ch.state(a, a.dh, k0, v0);
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load_h(hH, h, V, kc, vc);
+      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+      tile::load_h(hG, dh, V, kc, vc);
+      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      Acc hv, gv;
+      load_acc<Mma>(hv, h, V, kc, vc);
+      load_acc<Mma>(gv, dh, V, kc, vc);
+      __syncthreads();
+      Mma::mma<false, true>(hO, hH, dqs);
+      Mma::mma<false, true>(hD, hG, dks);
+      Mma::mma<false, true>(hE, hH, dws);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sd[i] += hv.v[i][j] * gv.v[i][j];
+      __syncthreads();
+    }
+    store_acc<Mma>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    left_variants(sZ, G, hKv);
+    right_variants(sX, G, hQw);
+    diag_pairs(sdP, sZ, sdP, sX, G, sDL, sDR);
+    __syncthreads();
+    Acc dq2, dk2;
+    dq2.zero();
+    dk2.zero();
+    offdiag_mma<false>(hdP, hKv, dq2);
+    offdiag_mma<true>(hdP, hQw, dk2);
+    decayed_finish<false>(sDL, G, dq2);
+    decayed_finish<true>(sDR, G, dk2);
+    // (dqk_store's barrier: hKv, hQw, sDL, sDR are read before the next key tile writes them)
+    dqk_store<Mma>(a, ch, s, k0, kc, G, sX, sZ, dqs, dks, dq2, dk2, sd);
+  }
+}
+
+// Shared memory of kda_bwd_wy_mma_kernel: Small, Γ (two fp32 tiles), fp32 K^d (then k), dΓ and its cumsum, dA,
+// β dA, and bf16 𝒯, d𝒯 (then dA), M1 (then β dA) and a region of three bf16 tiles: two operand tiles, then k's
+// left and right variants (96 rows each).
+constexpr size_t kWyMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
+
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as kda_bwd_wy_kernel: 𝒯^T dΔ, dΔ V^T,
+// 𝒯^T dW, dW (K^d)^T, 𝒯^T d𝒯 and M1 𝒯^T on bf16 tiles (𝒯 rounded once) with register accumulators; the decayed
+// sums xr = Σ_{j<r} dA_rj k_jc E_rj,c and yc = Σ_{r>j} β_r dA_rj k_rc E_rj,c with their off-diagonal sub-blocks
+// on the tensor cores (offdiag_mma: bf16 dA, β dA and variants of k) and their diagonal ones in fp32 (diag_pairs:
+// fp32 dA, β dA, k); v read in fp32 at the thread's elements (global memory) for dβ.
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  const Gam G{cv.tile(), cv.tile()};
+  float *sX = cv.tile(), *sY = cv.tile(), *sZ = cv.tile(), *sA = cv.tile(), *sB = cv.tile();
+  bf16 *hT = cv.take<bf16>(kTileHalves), *hA = cv.take<bf16>(kTileHalves), *hB = cv.take<bf16>(kTileHalves),
+       *hY = cv.take<bf16>(3 * kTileHalves);
+  bf16 *hZ = hY + kTileHalves, *hKv = hY, *hKw = hY + 96 * kLdH;  // hKv, hKw: in B7
+  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  load_beta(a, ch, s.beta);
+  tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
+  float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
+  Acc dtv, dtw;  // dΔ V^T, dW (K^d)^T
+  dtv.zero();
+  dtw.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+    const int vc = tile_cols(V, v0);
+    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    Acc vv;
+    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+    Acc x;
+    x.zero();
+    Mma::mma<true, false>(hT, hZ, x);
+    Mma::mma<false, true>(hZ, hY, dtv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) db_part[i] += x.v[i][j] * vv.v[i][j];
+    store_acc<Mma>(x, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return s.beta[r] * y; });
+    __syncthreads();
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);
+    tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+    tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
+    __syncthreads();
+    tile::load_h(hY, sX, kLd, kN, kN);  // K^d in bf16
+    __syncthreads();
+    Acc xw;
+    xw.zero();
+    Mma::mma<true, false>(hT, hZ, xw);
+    Mma::mma<false, true>(hZ, hY, dtw);
+    wy_w_store<Mma>(a, ch, s, k0, kc, G, sX, xw, db_part);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
+      const int r = Mma::row(i), c = Mma::col(j);
+      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
+    }
+  tile::store_acc_h(dtv, hA, Same{});
+  __syncthreads();
+  Acc m;
+  m.zero();
+  Mma::mma<true, false>(hT, hA, m);  // M1 = 𝒯^T d𝒯
+  tile::store_acc_h(m, hB, Same{});
+  __syncthreads();  // hB complete; hA is read
+  m.zero();
+  Mma::mma<false, true>(hB, hT, m);  // M1 𝒯^T
+  __syncthreads();  // hB is read: hA, hB take dA, β dA below
+  Acc bm;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // dA (j < r < n) into sA, hA; β_r dA_rj into sB, hB
+      const int r = Mma::row(i), c = Mma::col(j);
+      m.v[i][j] = c < r && r < ch.n ? -m.v[i][j] : 0.0f;
+      bm.v[i][j] = s.beta[r] * m.v[i][j];
+      sA[r * kLd + c] = m.v[i][j];
+      sB[r * kLd + c] = bm.v[i][j];
+    }
+  tile::store_acc_h(m, hA, Same{});
+  tile::store_acc_h(bm, hB, Same{});
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7, B8 (vi), B9
+    const int kc = tile_cols(K, k0);
+    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sA, sB, hA, hB)
+    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    __syncthreads();
+    left_variants(sX, G, hKv);
+    right_variants(sX, G, hKw);
+    diag_pairs(sA, sX, sB, sX, G, sY, sZ);  // into sY, sZ: free until wy_b7_store, which reads them first
+    __syncthreads();
+    Acc xr, yc;
+    xr.zero();
+    yc.zero();
+    offdiag_mma<false>(hA, hKv, xr);
+    offdiag_mma<true>(hB, hKw, yc);
+    decayed_finish<false>(sY, G, xr);
+    decayed_finish<true>(sZ, G, yc);
+    wy_b7_store<Mma>(a, ch, s, k0, kc, sX, xr, yc, sY, sZ, db_part);
+  }
+  tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < ch.n) a.dbeta[ch.gate(a, r)] = s.out1[r];
+}
+
 // ---- host side ----
 
 /// Dynamic shared memory of a kernel with `tiles` float tiles (Γ's two included) and, when `small`, the
@@ -1128,7 +1446,7 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 bool fits(size_t smem) { return smem <= 227 * 1024; }
 
 // wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: both on tile::Mma (the scan needs
-// ~47 KiB of shared memory per key tile: key_dim <= 256 there).
+// 16 + 27 KiB of shared memory per key tile and 9 KiB: key_dim <= 320 there).
 template <typename P>
 void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   using L = Layout;
@@ -1200,12 +1518,17 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
     launch(kda_dv_local_mma_kernel, dim3(NC, BH), kDvLocalMmaSmem, stream, a);
   else
     launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
-  if (kBf16<P> && fits(bwd_scan_mma_smem(nkt)))  // key_dim <= 192
+  if (kBf16<P> && fits(bwd_scan_mma_smem(nkt)))  // key_dim <= 256 (226 KiB at 256)
     launch(kda_bwd_scan_mma_kernel, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
   else
     launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
-  launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
-  launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
+  if (kBf16<P>) {
+    launch(kda_bwd_dqk_mma_kernel, dim3(NC, BH), kDqkMmaSmem, stream, a);
+    launch(kda_bwd_wy_mma_kernel, dim3(NC, BH), kWyMmaSmem, stream, a);
+  } else {
+    launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
+    launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
+  }
 }
 
 #define LLMT_KDA_INSTANTIATE(P)                                                                                     \
