@@ -71,12 +71,18 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
+/// Zeroes nkt bf16 tiles (kLdH) at hS: the bf16 copy of an Mma scan's running state before its first chunk.
+__device__ __forceinline__ void clear_h(__nv_bfloat16* hS, int nkt) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTileHalves * nkt; idx += kThreads)
+    hS[idx] = __float2bfloat16_rn(0.0f);
+}
+
 /// Zeroes the running state of an Mma scan before its first chunk: the fp32 slab of nkt key tiles, thread-major
 /// (the thread's 16 elements of each key tile kThreads apart from S[threadIdx.x]), and its bf16 copy (nkt tiles).
 __device__ __forceinline__ void clear_state(float* S, __nv_bfloat16* hS, int nkt) {
   const int tid = static_cast<int>(threadIdx.x);
   for (int e = 0; e < 16 * nkt; ++e) S[e * kThreads + tid] = 0.0f;
-  for (int idx = tid; idx < kTileHalves * nkt; idx += kThreads) hS[idx] = __float2bfloat16_rn(0.0f);
+  clear_h(hS, nkt);
 }
 
 /// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements: d

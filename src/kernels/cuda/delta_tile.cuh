@@ -4,7 +4,7 @@
 // Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Three layouts:
 //   Simt  exact fp32 fma on the CUDA cores (KDA, MDN, and GDN / Comba of fp32 models);
 //   Tc    the tensor cores on fp32 tiles (the scans of GDN / Comba bf16 models whose key_dim is too large for
-//         the Mma scans' shared memory: forward key_dim > 256, backward > 192): each product rounds both fp32
+//         the Mma scans' shared memory or registers: key_dim > 256): each product rounds both fp32
 //         operand tiles to bf16 once, into bf16 shared tiles, and multiplies them with WMMA 16 x 16 x 16
 //         bf16 -> fp32 fragments;
 //   Mma   the tensor cores on bf16 tiles (every other phase of GDN / Comba bf16 models): the operands are bf16 in

@@ -7,14 +7,14 @@
 // P = __nv_bfloat16 (bf16 models; FLA's precision): every 64 x 64 x 64 tile product runs on the tensor cores
 // with BOTH operand tiles rounded to bf16 and fp32 accumulation (the *_mma_kernel phases on tile::Mma: bf16
 // operand tiles in shared memory, register accumulators; only when key_dim is too large for an Mma scan's
-// shared memory (forward key_dim > 256, backward > 192) does that scan run as gdn_scan_kernel /
+// shared memory or registers (key_dim > 256) does that scan run as gdn_scan_kernel /
 // gdn_bwd_scan_kernel on tile::Tc: the same rounding points, another fp32 summation order): the inputs q, k,
 // v, p̂ (scaled by their fp32 gate factors β, e^Γ, e^{Γ_C-Γ} before rounding), 𝒯 (for W, U and the backward's 𝒯^T
 // products), W, U/Δ, dO, dΔ, dW, the states h[n], dh[n] and the running S, dS as operands, and the
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
 // states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
 // of dΓ (iv) as rounded values. Everything else is fp32: the gates and their cumulative sums (double), A and
-// its inverse 𝒯 (forward substitution), the running states S, dS (shared memory), the scratch 𝒯, dΔ, dΓ,
+// its inverse 𝒯 (forward substitution), the running states S (shared memory) and dS (registers), the scratch 𝒯, dΔ, dΓ,
 // the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg).
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
@@ -982,16 +982,19 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
   }
 }
 
-// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the fp32 dS (per thread, as the scan's S), its
-// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). About 52 KiB per key tile.
-constexpr size_t bwd_scan_mma_smem(int nkt) {
-  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2);
-}
+// The most key tiles gdn_bwd_scan_mma_kernel carries (key_dim <= 256): its running dS lives in registers, an Acc
+// (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc bwd_scan.
+constexpr int kBwdScanMaxKt = 4;
+
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the bf16 copy of dS (the products' operand), the
+// chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). 36 KiB per key tile (172 KiB at key_dim 256).
+constexpr size_t bwd_scan_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (4 * nkt + 2); }
 
 // B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
 // gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
-// registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ. The gates of the chunk before are
-// fetched during that update.
+// registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
+// the thread's elements of the Mma map) and its bf16 copy in shared memory. The gates of the chunk before are
+// fetched during that update. key_dim <= 64 kBwdScanMaxKt (launcher).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1001,12 +1004,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
-  float* dS = cv.take<float>(16 * tile::kThreads * nkt);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
        *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
-  const int tid = static_cast<int>(threadIdx.x);
-  tile::clear_state(dS, hS, nkt);
+  Acc dS[kBwdScanMaxKt];  // tiles >= nkt unused
+#pragma unroll
+  for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
+  tile::clear_h(hS, nkt);
   float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
   fetch_gates(a, Chunk(a, a.NC - 1, blockIdx.y), g_r, b_r);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
@@ -1035,22 +1039,19 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
     __syncthreads();  // hE complete; every read of hS (K^g dS) done
     if (chunk > 0) fetch_gates(a, Chunk(a, chunk - 1, blockIdx.y), g_r, b_r);  // in flight during B2
-    for (int kt = 0; kt < nkt; ++kt) {  // B2
+#pragma unroll
+    for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
+      if (kt >= nkt) break;
       Acc qd, wd;
       qd.zero();
       wd.zero();
       Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
       Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
-      float* St = dS + kt * 16 * tile::kThreads + tid;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float& e = St[(4 * i + j) * tile::kThreads];
-          e = aC * e + qd.v[i][j] - wd.v[i][j];
-          qd.v[i][j] = e;
-        }
-      tile::store_acc_h(qd, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+        for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
+      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
     }
   }
 }
@@ -1350,9 +1351,9 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   if constexpr (kBf16<P>) {
-    // The Mma bwd_scan needs ~52 KiB of shared memory per key tile (key_dim <= 192 fits); else the tile::Tc one.
+    // The Mma bwd_scan keeps dS in registers for up to kBwdScanMaxKt key tiles (key_dim <= 256); else the tile::Tc one.
     launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
-    if (bwd_scan_mma_smem(nkt) <= kMaxBlockSmem)
+    if (nkt <= kBwdScanMaxKt)
       launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
     else
       launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
