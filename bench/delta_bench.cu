@@ -129,10 +129,11 @@ struct Cost {
 };
 
 /// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
-/// for another name.
-Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
+/// for another name. nvt: the value tiles of a scan (its grid's x: V / 64, or V / 32 for narrow value tiles), each
+/// of which reads the key-side operands of every chunk.
+Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward, double nvt) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
-  const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
+  const double nkt = K / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
   if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a chunk)
     const double tm = backward ? 4 * 64 * N : 0;
@@ -294,7 +295,7 @@ void print_phases(const Shape& s, int iters, bool backward, F f) {
                                                               p.sharedMemBytes));
     const long blocks = static_cast<long>(p.gridDim.x) * p.gridDim.y * p.gridDim.z;
     const double waves = per_sm > 0 ? static_cast<double>(blocks) / (static_cast<double>(per_sm) * sms) : 0.0;
-    const Cost cost = pk ? gdn_bf16_cost(pk->phase, s, backward) : Cost{0, 0, 0};
+    const Cost cost = pk ? gdn_bf16_cost(pk->phase, s, backward, p.gridDim.x) : Cost{0, 0, 0};
     const double fl = 1e3 * std::max(cost.unique / kHbmBytesPerS, cost.flops / kBf16FlopPerS);
     unique += cost.unique, issued += cost.issued, flops += cost.flops, floor_ms += fl;
     std::printf("| %s | %s | %ux%u | %.1f | %d | %d | %.2f | %.3f | %.0f%% | %.0f | %.0f | %.1f | %.3f | %.1f |\n",
