@@ -413,14 +413,22 @@ TEST_CASE("cuda delta: Comba chunked core at the model's head sizes (K = V = 128
 
 TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma scans' shared memory (tile::Tc scans)",
           "[cuda][delta][gdn][comba]") {
-  // K = 320 (> 256): both scans on tile::Tc, every other phase on tile::Mma. K = 200 (> 192, a partial fourth key
-  // tile): the forward scan on Mma, the backward's on Tc. (K = 256, the backward's Tc scan at full key tiles, is
-  // in the head-size cases above.) Each Tc scan gets a weak decay (-0.05): with g down to -5 the state carried
-  // from chunk to chunk is too small for an error in it to show at kBf16CoreTol.
+  // K = 320 (> 256): both scans on tile::Tc, every other phase on tile::Mma. K = 200 (a partial fourth key tile):
+  // both scans on Mma with four key tiles, their most (K = 256, full key tiles, is in the head-size cases above).
+  // Weak or moderate decays (-0.05, -1): with g down to -5 the state carried from chunk to chunk is too small for
+  // an error in it to show at kBf16CoreTol.
   check_gdn(1, 300, 1, 320, 64, 64, -1.0, 5180, gdn_core(DType::bf16));
   check_comba(1, 300, 1, 320, 64, 64, -0.05, 5200, DType::bf16);
   check_gdn(2, 130, 1, 200, 96, 64, -0.05, 5220, gdn_core(DType::bf16));
   check_comba(2, 130, 1, 200, 96, 64, -1.0, 5240, DType::bf16);
+}
+
+TEST_CASE("cuda delta: GDN and Comba bf16 cores with a partial 32-wide value tile (the scans' narrow value tiles)",
+          "[cuda][delta][gdn][comba]") {
+  // key_dim <= 128: both scans on 32-wide value tiles (128-thread blocks); V = 80: two full tiles and one of 16
+  // columns, V = 40: one full and one of 8.
+  check_gdn(1, 200, 2, 128, 80, 64, -0.05, 5260, gdn_core(DType::bf16));
+  check_comba(2, 130, 1, 100, 40, 32, -1.0, 5280, DType::bf16);
 }
 
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {
