@@ -129,7 +129,7 @@ void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const
 //   float          exact fp32 products on the CUDA cores, fp32 scratch (fp32 models; ~1e-6 of the CPU result);
 //   __nv_bfloat16  the tensor cores with bf16 operands and fp32 accumulation, bf16 scratch W, U, h, dh, dW
 //                  (bf16 models; ~1e-2 of the fp32 result): mma.sync on bf16 tiles in shared memory (tile::Mma),
-//                  except a scan whose shared memory would not fit (forward key_dim > 256, backward > 192),
+//                  except a scan whose shared memory would not fit (key_dim > 256, forward and backward),
 //                  which runs on tile::Tc (WMMA on fp32 tiles). Its backward refuses key_dim > 448 (shared memory).
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
 // overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes<P>.
