@@ -133,10 +133,11 @@ struct Cost {
 };
 
 /// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
-/// for another name.
-Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
+/// for another name. nvt: the value tiles of a scan (its grid's x: V / 64, or V / 32 for narrow value tiles), each
+/// of which reads the key-side operands of every chunk.
+Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward, double nvt) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
-  const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
+  const double nkt = K / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
   if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a chunk)
     const double tm = backward ? 4 * 64 * N : 0;
@@ -188,7 +189,7 @@ constexpr PhaseKernel kPhaseKernels[] = {
 /// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
 /// (segment sums, Γ, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
 /// multiply-add.
-Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
+Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward, double /*grid_x: not needed*/) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
   const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 7 * mat, last_rows = 2 * 4 * 64;
@@ -235,7 +236,7 @@ constexpr PhaseKernel kMdnKernels[] = {{"mdn_coef_kernel", "coef"},   {"mdn_scan
 struct PhaseTable {
   const char* name;
   const PhaseKernel *kernels, *kernels_end;
-  Cost (*cost)(const char* phase, const Shape& s, bool backward);
+  Cost (*cost)(const char* phase, const Shape& s, bool backward, double grid_x);  // grid_x: the launch's grid x
   bool core;
 };
 constexpr PhaseTable kGdnTable{"GDN bf16", std::begin(kPhaseKernels), std::end(kPhaseKernels), gdn_bf16_cost, false};
@@ -365,7 +366,7 @@ void print_phases(const Shape& s, int iters, bool backward, const PhaseTable& ta
                                                               p.sharedMemBytes));
     const long blocks = static_cast<long>(p.gridDim.x) * p.gridDim.y * p.gridDim.z;
     const double waves = per_sm > 0 ? static_cast<double>(blocks) / (static_cast<double>(per_sm) * sms) : 0.0;
-    const Cost cost = pk ? table.cost(pk->phase, s, backward) : Cost{0, 0, 0};
+    const Cost cost = pk ? table.cost(pk->phase, s, backward, p.gridDim.x) : Cost{0, 0, 0};
     const double fl = 1e3 * std::max({cost.unique / kHbmBytesPerS, cost.flops / kBf16FlopPerS,
                                       cost.core / kFp32FlopPerS});
     unique += cost.unique, issued += cost.issued, flops += cost.flops, core += cost.core, floor_ms += fl;

@@ -71,9 +71,11 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
-/// Zeroes nkt bf16 tiles (kLdH) at hS: the bf16 copy of an Mma scan's running state before its first chunk.
+/// Zeroes nkt bf16 tiles (kLdH) at hS, by a block of kT threads: the bf16 copy of an Mma scan's running state
+/// before its first chunk.
+template <int kT = kThreads>
 __device__ __forceinline__ void clear_h(__nv_bfloat16* hS, int nkt) {
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTileHalves * nkt; idx += kThreads)
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTileHalves * nkt; idx += kT)
     hS[idx] = __float2bfloat16_rn(0.0f);
 }
 
@@ -85,55 +87,63 @@ __device__ __forceinline__ void clear_state(float* S, __nv_bfloat16* hS, int nkt
   clear_h(hS, nkt);
 }
 
-/// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements: d
-/// (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside; stored back to dst (rows
-/// stride apart) and, as the next products' operand, to the bf16 tile h.
-template <bool kAdd, typename E>
+/// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements (map
+/// of M, an MmaCols): d (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside;
+/// stored back to dst (rows stride apart) and, as the next products' operand, to the bf16 tile h.
+template <bool kAdd, typename M = Mma, typename E>
 __device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_t stride, int rows, int cols,
                                           __nv_bfloat16* h) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int r = Mma::row(i), c = Mma::col(j);
+      const int r = M::row(i), c = M::col(j);
       d.v[i][j] = r < rows && c < cols ? (kAdd ? d.v[i][j] + acc.v[i][j] : d.v[i][j] - acc.v[i][j]) : 0.0f;
     }
-  store_acc<Mma>(d, dst, stride, rows, cols, Same{});
-  store_acc_h(d, h, Same{});
+  store_acc<M>(d, dst, stride, rows, cols, Same{});
+  store_acc_h<M>(d, h, Same{});
 }
 
 /// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p
-/// (prefetch.global.L2, one 128-byte line per thread and step; no effect on any result). The scans call it
-/// for the next chunk's operands so that their loads wait for the L2, not for memory.
+/// (prefetch.global.L2, one 128-byte line per thread and step of a block of kT threads; no effect on any
+/// result). The scans call it for the next chunk's operands so that their loads wait for the L2, not for memory.
+template <int kT = kThreads>
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t stride_bytes, int rows, int64_t row_bytes) {
 #ifdef __CUDA_ARCH__
   const int64_t per_row = (row_bytes + 127) / 128;
-  for (int64_t i = threadIdx.x; i < rows * per_row; i += kThreads) {
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += kT) {
     const char* line = static_cast<const char*>(p) + i / per_row * stride_bytes + i % per_row * 128;
     asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
 #endif
 }
 
-/// Columns of the 64-wide tile starting at column c0 of a dim-wide matrix.
-__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
-  return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);
+/// Columns of the `width`-wide tile (64 unless given) starting at column c0 of a dim-wide matrix.
+__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0, int width = kN) {
+  return static_cast<int>(dim - c0 < width ? dim - c0 : width);
 }
 
-/// kernel<<<grid, kThreads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
+/// kernel<<<grid, threads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
 /// refuses (llmt::Error naming `what` and key_dim) when they and the kernel's static shared memory (e.g. the
 /// tensor-core scratch of tile::Tc) exceed the 227 KiB a block may have.
 template <typename Kernel, typename... Args>
-void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
-            const Args&... args) {
+void launch_n(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, int threads, size_t smem,
+              cudaStream_t stream, const Args&... args) {
   cudaFuncAttributes attr{};
   LLMT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   const size_t total = smem + attr.sharedSizeBytes;
   check(total <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
         key_dim, total);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(args...);
+  kernel<<<grid, threads, smem, stream>>>(args...);
   LLMT_CUDA_CHECK_LAUNCH();
+}
+
+/// launch_n with kThreads threads (every tile kernel but the scans' narrow value tiles).
+template <typename Kernel, typename... Args>
+void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
+            const Args&... args) {
+  launch_n(what, key_dim, kernel, grid, kThreads, smem, stream, args...);
 }
 
 }  // namespace llmt::cuda::tile
