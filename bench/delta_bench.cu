@@ -182,8 +182,8 @@ constexpr PhaseKernel kPhaseKernels[] = {
 /// The Cost of kernel `phase` (coef, scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu, L = tile::Mma)
 /// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
 /// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 7 matrices of 64 x 64;
-/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 11 of [64, K] a
-/// chunk: 9 written by brow, 2 by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
+/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 9 of [64, K] a
+/// chunk, written by brow, read by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
 /// their gradients are bf16 (the operand type: 4 K V bytes a chunk each). backward: the scan is the states-only
 /// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
 /// (segment sums, Γ, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
@@ -214,12 +214,12 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
             nch * (vec + mat) + (4 + 6 * nkt) * 4 * N * V + 3 * st + 12 * N * K + nch * 2 * mat + 36 * N * K,
             N * (256 * V + 12 * K * V + 512 * K)};
   if (std::strcmp(phase, "bchunk") == 0) {  // of the image the vectors, L_A, L_U, Q K̂^T, P K̂^T and Γ's last row;
-                                            // states, dstates; dew; rowk (9 slots read, 2 written and read back);
-                                            // q, k; dq, dk and the 4 gate gradients. Issued: 15 slot reads, dk̂ and
-                                            // dp read twice each, q once, k 3 times.
+                                            // states, dstates; dew; rowk (9 slots read); q, k; dq, dk and the 4
+                                            // gate gradients. Issued: each slot, q and k once (dk̂ and dp stay in
+                                            // shared memory), L_A twice more (dL_U's sums, dβ's).
     const double img = vec + 4 * mat + 4 * 64;
-    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 16 * N * K + 8 * N * K + 8 * N * K + 16 * N,
-            nch * img + 2 * st + nch * 2 * mat + 60 * N * K + 24 * N * K + 16 * N * K + 8 * N * K + 16 * N, 0,
+    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N,
+            nch * (img + 2 * mat) + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N, 0,
             nch * (6 * K * V + 2 * K * 64 * 8 + 24 * 64 * K + 4 * c3 / 6 + 4 * 64 * 64)};
   }
   return {0, 0, 0};
