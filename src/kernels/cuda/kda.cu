@@ -1204,10 +1204,33 @@ __device__ __forceinline__ void decayed_finish(const float* D, const Gam& G, Acc
     }
 }
 
-// Shared memory of kda_bwd_dqk_mma_kernel: Small, Γ (two fp32 tiles), fp32 dP, q, k, the two diagonal parts, and
-// bf16 dP and a region of five bf16 tiles: the operands dO, h, Δ, dh, dΔ of one (key tile, value tile) step, then
-// k's left and q's right variants (96 rows each).
-constexpr size_t kDqkMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
+/// The decayed_left sum L(r, c) = Σ_{j<=r} ML[r][j] YL[j][c] E_rj,c and the decayed_right sum
+/// R(j, c) = Σ_{r>=j} MR[r][j] YR[r][c] E_rj,c of one key tile on the Mma element map (the step the two Mma
+/// backward kernels share): YL's left variants into hYv and YR's right variants into hYw (96 rows each), the
+/// diagonal sub-blocks in fp32 (diag_pairs from the fp32 ML, MR into DL, DR), a barrier, then the off-diagonal
+/// ones on the tensor cores (offdiag_mma from the bf16 copies hML, hMR) and decayed_finish. Expects YL, YR, Γ
+/// and ML, MR (fp32 and bf16) complete; ends without a barrier (hYv, hYw, DL, DR are read until the caller's next).
+__device__ __forceinline__ void decayed_sums(const float* ML, const bf16* hML, const float* YL, const float* MR,
+                                             const bf16* hMR, const float* YR, const Gam& G, bf16* hYv, bf16* hYw,
+                                             float* DL, float* DR, Acc& left, Acc& right) {
+  left_variants(YL, G, hYv);
+  right_variants(YR, G, hYw);
+  diag_pairs(ML, YL, MR, YR, G, DL, DR);
+  __syncthreads();
+  left.zero();
+  right.zero();
+  offdiag_mma<false>(hML, hYv, left);
+  offdiag_mma<true>(hMR, hYw, right);
+  decayed_finish<false>(DL, G, left);
+  decayed_finish<true>(DR, G, right);
+}
+
+// Shared memory of the two Mma backward kernels: Small, Γ (two fp32 tiles), five more fp32 tiles and six bf16 ones.
+// kda_bwd_dqk_mma_kernel: fp32 dP, q, k, the two diagonal parts; bf16 dP and a region of five bf16 tiles: the
+// operands dO, h, Δ, dh, dΔ of one (key tile, value tile) step, then k's left and q's right variants (96 rows each).
+// kda_bwd_wy_mma_kernel: fp32 K^d (then k), dΓ and its cumsum, dA, β dA; bf16 𝒯, d𝒯 (then dA), M1 (then β dA) and
+// a region of three bf16 tiles: two operand tiles, then k's left and right variants (96 rows each).
+constexpr size_t kBwdMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 for chunk blockIdx.x of head
 // blockIdx.y, as kda_bwd_dqk_kernel: dO Δ^T, and per key tile dO h^T, Δ dS_C^T, dΔ h^T (over the value tiles)
@@ -1228,13 +1251,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   const int64_t K = a.K, V = a.V;
   Acc dp;
   dp.zero();
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
-    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
-    __syncthreads();
-    Mma::mma<false, true>(hO, hD, dp);
-    __syncthreads();
-  }
+  tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -1253,19 +1270,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
     float sd[4] = {0, 0, 0, 0};  // Σ_v h ⊙ dh of state rows (channels) Mma::row(i), this thread's share
     for (int64_t v0 = 0; v0 < V; v0 += kN) {
       const int vc = tile_cols(V, v0);
-      float *h = ch.state(a, a.h, k0, v0), *dh = ch.state(a, a.dh, k0, v0);
-      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-      tile::load_h(hH, h, V, kc, vc);
-      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-      tile::load_h(hG, dh, V, kc, vc);
-      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
       Acc hv, gv;
-      load_acc<Mma>(hv, h, V, kc, vc);
-      load_acc<Mma>(gv, dh, V, kc, vc);
-      __syncthreads();
-      Mma::mma<false, true>(hO, hH, dqs);
-      Mma::mma<false, true>(hD, hG, dks);
-      Mma::mma<false, true>(hE, hH, dws);
+      load_acc<Mma>(hv, ch.state(a, a.h, k0, v0), V, kc, vc);
+      load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      tile::state_products(a, ch, k0, kc, v0, vc, hO, hH, hD, hG, hE, dqs, dks, dws);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -1277,26 +1285,12 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    left_variants(sZ, G, hKv);
-    right_variants(sX, G, hQw);
-    diag_pairs(sdP, sZ, sdP, sX, G, sDL, sDR);
-    __syncthreads();
     Acc dq2, dk2;
-    dq2.zero();
-    dk2.zero();
-    offdiag_mma<false>(hdP, hKv, dq2);
-    offdiag_mma<true>(hdP, hQw, dk2);
-    decayed_finish<false>(sDL, G, dq2);
-    decayed_finish<true>(sDR, G, dk2);
+    decayed_sums(sdP, hdP, sZ, sdP, hdP, sX, G, hKv, hQw, sDL, sDR, dq2, dk2);
     // (dqk_store's barrier: hKv, hQw, sDL, sDR are read before the next key tile writes them)
     dqk_store<Mma>(a, ch, s, k0, kc, G, sX, sZ, dqs, dks, dq2, dk2, sd);
   }
 }
-
-// Shared memory of kda_bwd_wy_mma_kernel: Small, Γ (two fp32 tiles), fp32 K^d (then k), dΓ and its cumsum, dA,
-// β dA, and bf16 𝒯, d𝒯 (then dA), M1 (then β dA) and a region of three bf16 tiles: two operand tiles, then k's
-// left and right variants (96 rows each).
-constexpr size_t kWyMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as kda_bwd_wy_kernel: 𝒯^T dΔ, dΔ V^T,
 // 𝒯^T dW, dW (K^d)^T, 𝒯^T d𝒯 and M1 𝒯^T on bf16 tiles (𝒯 rounded once) with register accumulators; the decayed
@@ -1313,31 +1307,14 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
        *hY = cv.take<bf16>(3 * kTileHalves);
   bf16 *hZ = hY + kTileHalves, *hKv = hY, *hKw = hY + 96 * kLdH;  // hKv, hKw: in B7
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K;
   load_beta(a, ch, s.beta);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
   Acc dtv, dtw;  // dΔ V^T, dW (K^d)^T
   dtv.zero();
   dtw.zero();
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
-    const int vc = tile_cols(V, v0);
-    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    Acc vv;
-    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();
-    Acc x;
-    x.zero();
-    Mma::mma<true, false>(hT, hZ, x);
-    Mma::mma<false, true>(hZ, hY, dtv);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) db_part[i] += x.v[i][j] * vv.v[i][j];
-    store_acc<Mma>(x, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return s.beta[r] * y; });
-    __syncthreads();
-  }
+  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
     load_gamma(a, ch, k0, sX, s.part, G);
@@ -1360,15 +1337,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
       const int r = Mma::row(i), c = Mma::col(j);
       dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
     }
-  tile::store_acc_h(dtv, hA, Same{});
-  __syncthreads();
   Acc m;
-  m.zero();
-  Mma::mma<true, false>(hT, hA, m);  // M1 = 𝒯^T d𝒯
-  tile::store_acc_h(m, hB, Same{});
-  __syncthreads();  // hB complete; hA is read
-  m.zero();
-  Mma::mma<false, true>(hB, hT, m);  // M1 𝒯^T
+  tile::wy_m1(dtv, hT, hA, hB, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
   __syncthreads();  // hB is read: hA, hB take dA, β dA below
   Acc bm;
 #pragma unroll
@@ -1388,17 +1358,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sA, sB, hA, hB)
     tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    left_variants(sX, G, hKv);
-    right_variants(sX, G, hKw);
-    diag_pairs(sA, sX, sB, sX, G, sY, sZ);  // into sY, sZ: free until wy_b7_store, which reads them first
-    __syncthreads();
-    Acc xr, yc;
-    xr.zero();
-    yc.zero();
-    offdiag_mma<false>(hA, hKv, xr);
-    offdiag_mma<true>(hB, hKw, yc);
-    decayed_finish<false>(sY, G, xr);
-    decayed_finish<true>(sZ, G, yc);
+    Acc xr, yc;  // diagonal parts into sY, sZ: free until wy_b7_store, which reads them first
+    decayed_sums(sA, hA, sX, sB, hB, sX, G, hKv, hKw, sY, sZ, xr, yc);
     wy_b7_store<Mma>(a, ch, s, k0, kc, sX, xr, yc, sY, sZ, db_part);
   }
   tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
@@ -1523,8 +1484,8 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   else
     launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
   if (kBf16<P>) {
-    launch(kda_bwd_dqk_mma_kernel, dim3(NC, BH), kDqkMmaSmem, stream, a);
-    launch(kda_bwd_wy_mma_kernel, dim3(NC, BH), kWyMmaSmem, stream, a);
+    launch(kda_bwd_dqk_mma_kernel, dim3(NC, BH), kBwdMmaSmem, stream, a);
+    launch(kda_bwd_wy_mma_kernel, dim3(NC, BH), kBwdMmaSmem, stream, a);
   } else {
     launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
     launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);
