@@ -134,23 +134,32 @@ __device__ __forceinline__ void acc_dO_delta(const A& a, const Chunk& ch, __nv_b
   }
 }
 
-/// One value tile v0 (vc columns) of an Mma bwd_dqk kernel's state products for key tile k0 (kc rows): dO, h,
-/// Δ, dh, dΔ into the bf16 tiles hO, hH, hD, hG, hE (h, dh: the chunk's states in a.h, a.dh), a barrier, then
-/// dqs += dO h^T, dks += Δ dh^T, dws += dΔ h^T. Ends without a barrier (the tiles are read until the caller's next).
-template <typename A>
-__device__ __forceinline__ void state_products(const A& a, const Chunk& ch, int64_t k0, int kc, int64_t v0, int vc,
-                                               __nv_bfloat16* hO, __nv_bfloat16* hH, __nv_bfloat16* hD,
-                                               __nv_bfloat16* hG, __nv_bfloat16* hE, Acc& dqs, Acc& dks, Acc& dws) {
+/// The state products of an Mma bwd_dqk kernel for key tile k0 (kc rows), over the value tiles: dqs = dO h^T,
+/// dks = Δ dh^T, dws = dΔ h^T (zeroed first). Per value tile v0 (vc columns): dO, h, Δ, dh, dΔ into the bf16 tiles
+/// hO, hH, hD, hG, hE (h, dh: the chunk's states in a.h, a.dh), a barrier, the three products, per_tile(v0, vc)
+/// (the kernel's own use of the tile: its Σ h ⊙ dh share) and a barrier.
+template <typename A, typename F>
+__device__ __forceinline__ void state_products(const A& a, const Chunk& ch, int64_t k0, int kc, __nv_bfloat16* hO,
+                                               __nv_bfloat16* hH, __nv_bfloat16* hD, __nv_bfloat16* hG,
+                                               __nv_bfloat16* hE, Acc& dqs, Acc& dks, Acc& dws, F per_tile) {
   const int64_t V = a.V;
-  load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-  load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
-  load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-  load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
-  load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-  __syncthreads();
-  Mma::mma<false, true>(hO, hH, dqs);
-  Mma::mma<false, true>(hD, hG, dks);
-  Mma::mma<false, true>(hE, hH, dws);
+  dqs.zero();
+  dks.zero();
+  dws.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+    load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+    load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+    load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    __syncthreads();
+    Mma::mma<false, true>(hO, hH, dqs);
+    Mma::mma<false, true>(hD, hG, dks);
+    Mma::mma<false, true>(hE, hH, dws);
+    per_tile(v0, vc);
+    __syncthreads();
+  }
 }
 
 /// B5, U side of an Mma bwd_wy kernel, over the value tiles: X_U = 𝒯^T dΔ (𝒯 in the bf16 tile hT, dΔ from a.dD),

@@ -1090,18 +1090,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    dqs.zero();
-    dks.zero();
-    dws.zero();
-    for (int64_t v0 = 0; v0 < V; v0 += kN) {
-      const int vc = tile_cols(V, v0);
-      tile::state_products(a, ch, k0, kc, v0, vc, hO, hH, hD, hG, hE, dqs, dks, dws);
+    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t, int) {
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
       }
-      __syncthreads();
-    }
+    });
     Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
     dq2.zero();
     dk2.zero();

@@ -615,6 +615,19 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
   }
 }
 
+/// The dK and dΓ scratch tiles of key tile k0 (kc channels) at the thread's elements, read for the wy kernels'
+/// read-modify-write: dk, dgam point at the tiles, dko, dgo hold their values (0 outside the chunk's n x kc).
+template <typename L>
+struct DkDgam {
+  float *dk, *dgam;
+  Acc dko, dgo;
+  __device__ DkDgam(const KdaFast& a, const Chunk& ch, int64_t k0, int kc)
+      : dk(ch.in(a, a.dk, a.K, k0)), dgam(ch.rows(a, a.dgam, a.K, k0)) {
+    load_acc<L>(dko, dk, a.H * a.K, ch.n, kc);
+    load_acc<L>(dgo, dgam, a.K, ch.n, kc);
+  }
+};
+
 /// The wy kernels' B5 W-side step for key tile k0 (kc channels) after X_W = 𝒯^T dW (xw): dK += β X_W ⊙ e^Γ
 /// and B8 (v) dΓ += β X_W ⊙ K^d (read-modify-write of the dK and dΓ scratch at the thread's elements); db_part[i]
 /// += the thread's share of X_W ⊙ K^d of row L::row(i). kd: the fp32 K^d = K ⊙ e^Γ tile.
@@ -622,10 +635,7 @@ template <typename L>
 __device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const Gam& G,
                            const float* kd, const Acc& xw, float (&db_part)[4]) {
   const int64_t K = a.K;
-  float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
-  Acc dko, dgo;
-  load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-  load_acc<L>(dgo, dgam, K, ch.n, kc);
+  DkDgam<L> t(a, ch, k0, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -633,11 +643,39 @@ __device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, in
       const int r = L::row(i), c = L::col(j);
       const float xk = xw.v[i][j] * kd[r * kLd + c];
       db_part[i] += xk;
-      dgo.v[i][j] += s.beta[r] * xk;
-      dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
+      t.dgo.v[i][j] += s.beta[r] * xk;
+      t.dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
     }
-  store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
-  store_acc<L>(dgo, dgam, K, ch.n, kc, Same{});
+  store_acc<L>(t.dko, t.dk, a.H * K, ch.n, kc, Same{});
+  store_acc<L>(t.dgo, t.dgam, K, ch.n, kc, Same{});
+}
+
+/// The wy kernels' B5 W-side products for key tile k0 (kc channels) once their operand tiles (L's operand type P:
+/// T = 𝒯, Z = dW, X = K^d) are complete: X_W = 𝒯^T dW, dtw += dW (K^d)^T, then wy_w_store (kd: K^d in fp32) and
+/// a barrier.
+template <typename L, typename P>
+__device__ __forceinline__ void wy_w_step(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
+                                          const Gam& G, const P* T, const P* Z, const P* X, const float* kd, Acc& dtw,
+                                          float (&db_part)[4]) {
+  Acc xw;
+  xw.zero();
+  L::template mma<true, false>(T, Z, xw);
+  L::template mma<false, true>(Z, X, dtw);
+  wy_w_store<L>(a, ch, s, k0, kc, G, kd, xw, db_part);
+  __syncthreads();
+}
+
+/// B6 on L's element map: dtv = d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, i.e. β_c (dtv + dtw) in the lower part
+/// (c <= r), 0 above.
+template <typename L>
+__device__ __forceinline__ void wy_dT(Acc& dtv, const Acc& dtw, const float* beta) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      dtv.v[i][j] = c <= r ? beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
+    }
 }
 
 /// The wy kernels' B7 step for key tile k0 (kc channels) after the decayed sums xr, yc (see kda_bwd_wy_kernel):
@@ -648,10 +686,7 @@ template <typename L>
 __device__ void wy_b7_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const float* k,
                             const Acc& xr, const Acc& yc, float* sY, float* sZ, float (&db_part)[4]) {
   const int64_t K = a.K;
-  float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
-  Acc dko, dgo;
-  load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-  load_acc<L>(dgo, dgam, K, ch.n, kc);
+  DkDgam<L> t(a, ch, k0, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -659,11 +694,11 @@ __device__ void wy_b7_store(const KdaFast& a, const Chunk& ch, const Small& s, i
       const int r = L::row(i), c = L::col(j);
       const float kv = k[r * kLd + c];
       db_part[i] += kv * xr.v[i][j];
-      dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
+      t.dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
       // dΓ of rows >= n stays 0 (load_acc), so the reverse cumsum below starts at row n - 1.
-      sY[r * kLd + c] = r < ch.n ? dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
+      sY[r * kLd + c] = r < ch.n ? t.dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
     }
-  store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
+  store_acc<L>(t.dko, t.dk, a.H * K, ch.n, kc, Same{});
   __syncthreads();
   reverse_cumsum_cols(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
   tile::store(sZ, ch.in(a, a.dg, K, k0), a.H * K, ch.n, kc);
@@ -715,20 +750,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
     tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
     __syncthreads();
-    Acc xw;
-    xw.zero();
-    L::template mma<true, false>(sT, sZ, xw);
-    L::template mma<false, true>(sZ, sX, dtw);
-    wy_w_store<L>(a, ch, s, k0, kc, G, sX, xw, db_part);
-    __syncthreads();
+    wy_w_step<L>(a, ch, s, k0, kc, G, sT, sZ, sX, sX, dtw, db_part);
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-      const int r = L::row(i), c = L::col(j);
-      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
-    }
+  wy_dT<L>(dtv, dtw, s.beta);  // B6
+  store_acc<L>(dtv, sdT, kLd, kN, kN, Same{});
   __syncthreads();
   Acc m;
   m.zero();
@@ -1264,22 +1289,16 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    dqs.zero();
-    dks.zero();
-    dws.zero();
     float sd[4] = {0, 0, 0, 0};  // Σ_v h ⊙ dh of state rows (channels) Mma::row(i), this thread's share
-    for (int64_t v0 = 0; v0 < V; v0 += kN) {
-      const int vc = tile_cols(V, v0);
-      Acc hv, gv;
+    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t v0, int vc) {
+      Acc hv, gv;  // h, dh in fp32 at the thread's elements
       load_acc<Mma>(hv, ch.state(a, a.h, k0, v0), V, kc, vc);
       load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0), V, kc, vc);
-      tile::state_products(a, ch, k0, kc, v0, vc, hO, hH, hD, hG, hE, dqs, dks, dws);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) sd[i] += hv.v[i][j] * gv.v[i][j];
-      __syncthreads();
-    }
+    });
     store_acc<Mma>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
     load_gamma(a, ch, k0, sX, s.part, G);
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
@@ -1323,20 +1342,9 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     __syncthreads();
     tile::load_h(hY, sX, kLd, kN, kN);  // K^d in bf16
     __syncthreads();
-    Acc xw;
-    xw.zero();
-    Mma::mma<true, false>(hT, hZ, xw);
-    Mma::mma<false, true>(hZ, hY, dtw);
-    wy_w_store<Mma>(a, ch, s, k0, kc, G, sX, xw, db_part);
-    __syncthreads();
+    wy_w_step<Mma>(a, ch, s, k0, kc, G, hT, hZ, hY, sX, dtw, db_part);
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-      const int r = Mma::row(i), c = Mma::col(j);
-      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
-    }
+  wy_dT<Mma>(dtv, dtw, s.beta);  // B6
   Acc m;
   tile::wy_m1(dtv, hT, hA, hB, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
   __syncthreads();  // hB is read: hA, hB take dA, β dA below
