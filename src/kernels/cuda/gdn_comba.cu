@@ -1081,13 +1081,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   Acc qk, dp;
   dp.zero();
   chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
-    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
-    __syncthreads();
-    Mma::mma<false, true>(hO, hD, dp);
-    __syncthreads();
-  }
+  tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
   tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
@@ -1096,26 +1090,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    dqs.zero();
-    dks.zero();
-    dws.zero();
-    for (int64_t v0 = 0; v0 < V; v0 += kN) {
-      const int vc = tile_cols(V, v0);
-      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-      tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
-      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-      tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
-      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-      __syncthreads();
-      Mma::mma<false, true>(hO, hH, dqs);
-      Mma::mma<false, true>(hD, hG, dks);
-      Mma::mma<false, true>(hE, hH, dws);
+    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t, int) {
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
       }
-      __syncthreads();
-    }
+    });
     Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
     dq2.zero();
     dk2.zero();
@@ -1144,7 +1124,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
   bf16 *hT = cv.take<bf16>(kTileHalves), *hdT = cv.take<bf16>(kTileHalves), *hM = cv.take<bf16>(kTileHalves),
        *hX = cv.take<bf16>(kTileHalves), *hY = cv.take<bf16>(kTileHalves), *hZ = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   const E* x = kComba ? a.p : a.k;
@@ -1165,28 +1145,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
   Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
   dtv.zero();
   dtw.zero();
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
-    const int vc = tile_cols(V, v0);
-    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    Acc vv;
-    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();
-    Acc xu;
-    xu.zero();
-    Mma::mma<true, false>(hT, hZ, xu);
-    Mma::mma<false, true>(hZ, hY, dtv);
-    float* dv = ch.in(a, a.dv, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c = Mma::col(j);
-        db_part[i] += xu.v[i][j] * vv.v[i][j];
-        if (r < ch.n && c < vc) dv[r * a.H * V + c] = s.beta[r] * xu.v[i][j];
-      }
-    __syncthreads();
-  }
+  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
     tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
@@ -1218,15 +1177,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
     __syncthreads();
   }
   wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
-  tile::store_acc_h(dtv, hdT, [](int, int, float x) { return x; });
-  __syncthreads();
   Acc m;
-  m.zero();
-  Mma::mma<true, false>(hT, hdT, m);  // M1 = 𝒯^T d𝒯
-  tile::store_acc_h(m, hM, [](int, int, float x) { return x; });
-  __syncthreads();  // hM complete; hdT is read
-  m.zero();
-  Mma::mma<false, true>(hM, hT, m);  // M1 𝒯^T
+  tile::wy_m1(dtv, hT, hdT, hM, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
   wy_dae<Mma, kComba>(m, kk, s, ch, db_part, row_x, col_part);  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
   tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
