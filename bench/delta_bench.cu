@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench_util.cuh"
+#include "phases.h"
 #include "kernels/cuda/ops.cuh"
 
 namespace {
@@ -118,26 +119,21 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
 
 // ---- --phases: a bf16 core kernel by kernel ----
 
-// H200 ceilings for the floors (spec sheet): HBM3e bandwidth, dense bf16 tensor-core throughput and fp32 CUDA-core
-// throughput (the MDN table's CUDA-core work; its double sums are counted at this rate too).
-constexpr double kHbmBytesPerS = 4.8e12, kBf16FlopPerS = 990e12, kFp32FlopPerS = 67e12;
+// The floors' ceilings, Cost, PhaseKernel, PhaseTable and the capture / timing / printing: bench/phases.h. The
+// costs below are counted for fp32 inputs, chunk 64, T a multiple of 64 and K, V multiples of 64 (every tile full).
+using bench::Cost;
+using bench::PhaseKernel;
+using PhaseTable = bench::PhaseTable<Shape>;
 
 // Bytes and tile-product FLOPs of one phase of the bf16 GDN core (gdn_comba.cu's *_mma_kernel, and the Tc scans,
-// which move the same data), counted from the kernels for fp32 inputs, chunk 64, T a multiple of 64 and K, V
-// multiples of 64 (every tile full). unique: every tensor element the phase reads or writes, once (what HBM must
-// move at least); issued: the global loads and stores as the kernel issues them (re-reads per value or key tile
-// included, L2 prefetches not); flops: 2 M N depth per tile product (the CUDA-core work is not counted). backward:
-// wu keeps 𝒯. core: FLOPs on the CUDA cores (MDN's coefficients and backward chunk; 0 where not counted).
-struct Cost {
-  double unique, issued, flops, core = 0;
-};
+// which move the same data), as bench::Cost counts them: issued includes the re-reads per value or key tile; flops
+// counts the tile products only (the CUDA-core work is not counted). backward: wu keeps 𝒯.
 
 /// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
-/// for another name. nvt: the value tiles of a scan (its grid's x: V / 64, or V / 32 for narrow value tiles), each
-/// of which reads the key-side operands of every chunk.
-Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward, double nvt) {
+/// for another name.
+Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
-  const double nkt = K / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
+  const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
   if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a chunk)
     const double tm = backward ? 4 * 64 * N : 0;
@@ -170,9 +166,6 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward, double nvt)
 }
 
 // The phase of each GDN kernel (gdn_comba.cu), by the kernel's name.
-struct PhaseKernel {
-  const char *kernel, *phase;
-};
 constexpr PhaseKernel kPhaseKernels[] = {
     {"gdn_wu_mma_kernel", "wu"},           {"gdn_scan_mma_kernel", "scan"},
     {"gdn_scan_kernel", "scan"},           {"gdn_out_mma_kernel", "out"},
@@ -183,13 +176,13 @@ constexpr PhaseKernel kPhaseKernels[] = {
 /// The Cost of kernel `phase` (coef, scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu, L = tile::Mma)
 /// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
 /// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 7 matrices of 64 x 64;
-/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 11 of [64, K] a
-/// chunk: 9 written by brow, 2 by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
+/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 9 of [64, K] a
+/// chunk, written by brow, read by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
 /// their gradients are bf16 (the operand type: 4 K V bytes a chunk each). backward: the scan is the states-only
 /// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
 /// (segment sums, Γ, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
 /// multiply-add.
-Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward, double /*grid_x: not needed*/) {
+Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
   const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 7 * mat, last_rows = 2 * 4 * 64;
@@ -215,12 +208,12 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward, double /*gr
             nch * (vec + mat) + (4 + 6 * nkt) * 4 * N * V + 3 * st + 12 * N * K + nch * 2 * mat + 36 * N * K,
             N * (256 * V + 12 * K * V + 512 * K)};
   if (std::strcmp(phase, "bchunk") == 0) {  // of the image the vectors, L_A, L_U, Q K̂^T, P K̂^T and Γ's last row;
-                                            // states, dstates; dew; rowk (9 slots read, 2 written and read back);
-                                            // q, k; dq, dk and the 4 gate gradients. Issued: 15 slot reads, dk̂ and
-                                            // dp read twice each, q once, k 3 times.
+                                            // states, dstates; dew; rowk (9 slots read); q, k; dq, dk and the 4
+                                            // gate gradients. Issued: each slot, q and k once (dk̂ and dp stay in
+                                            // shared memory), L_A twice more (dL_U's sums, dβ's).
     const double img = vec + 4 * mat + 4 * 64;
-    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 16 * N * K + 8 * N * K + 8 * N * K + 16 * N,
-            nch * img + 2 * st + nch * 2 * mat + 60 * N * K + 24 * N * K + 16 * N * K + 8 * N * K + 16 * N, 0,
+    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N,
+            nch * (img + 2 * mat) + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N, 0,
             nch * (6 * K * V + 2 * K * 64 * 8 + 24 * 64 * K + 4 * c3 / 6 + 4 * 64 * 64)};
   }
   return {0, 0, 0};
@@ -231,161 +224,18 @@ constexpr PhaseKernel kMdnKernels[] = {{"mdn_coef_kernel", "coef"},   {"mdn_scan
                                        {"mdn_out_kernel", "out"},     {"mdn_bscan_kernel", "bscan"},
                                        {"mdn_brow_kernel", "brow"},   {"mdn_bchunk_kernel", "bchunk"}};
 
-/// What print_phases needs of a core: its name in the titles, its kernels' phases, their Cost, and whether the
-/// Cost counts CUDA-core work (a "core GFLOP" column and kFp32FlopPerS in the floor).
-struct PhaseTable {
-  const char* name;
-  const PhaseKernel *kernels, *kernels_end;
-  Cost (*cost)(const char* phase, const Shape& s, bool backward, double grid_x);  // grid_x: the launch's grid x
-  bool core;
-};
 constexpr PhaseTable kGdnTable{"GDN bf16", std::begin(kPhaseKernels), std::end(kPhaseKernels), gdn_bf16_cost, false};
 constexpr PhaseTable kMdnTable{"MDN bf16 save_residuals", std::begin(kMdnKernels), std::end(kMdnKernels),
                                mdn_bf16_cost, true};
 
-/// The dependencies of a graph node.
-std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t node) {
-  size_t n = 0;
-#if CUDART_VERSION >= 13000
-  BENCH_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n));
-  std::vector<cudaGraphNode_t> d(n);
-  if (n > 0) BENCH_CHECK(cudaGraphNodeGetDependencies(node, d.data(), nullptr, &n));
-#else
-  BENCH_CHECK(cudaGraphNodeGetDependencies(node, nullptr, &n));
-  std::vector<cudaGraphNode_t> d(n);
-  if (n > 0) BENCH_CHECK(cudaGraphNodeGetDependencies(node, d.data(), &n));
-#endif
-  return d;
-}
-
-/// The kernel launches that f(stream) makes, in order, with their arguments: f runs under stream capture (so
-/// nothing executes) into `graph`, whose kernel nodes are read back in dependency order. The arguments live in
-/// the graph: keep it until the launches are done with. Exits on a node that is not a kernel.
-template <typename F>
-std::vector<cudaKernelNodeParams> capture_launches(cudaStream_t stream, F f, cudaGraph_t& graph) {
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  f(stream);
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  size_t n = 0;
-  BENCH_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
-  std::vector<cudaGraphNode_t> nodes(n), order;
-  BENCH_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
-  std::vector<std::vector<cudaGraphNode_t>> deps;
-  for (cudaGraphNode_t x : nodes) deps.push_back(dependencies(x));
-  std::vector<bool> placed(n, false);
-  while (order.size() < n)
-    for (size_t i = 0; i < n; ++i)  // a node whose dependencies are all placed
-      if (!placed[i] && std::all_of(deps[i].begin(), deps[i].end(), [&](cudaGraphNode_t d) {
-            return std::find(order.begin(), order.end(), d) != order.end();
-          })) {
-        placed[i] = true;
-        order.push_back(nodes[i]);
-      }
-  std::vector<cudaKernelNodeParams> launches;
-  for (cudaGraphNode_t x : order) {
-    cudaGraphNodeType type{};
-    BENCH_CHECK(cudaGraphNodeGetType(x, &type));
-    if (type != cudaGraphNodeTypeKernel) {
-      std::fprintf(stderr, "delta_bench --phases: the op made a graph node of type %d, not a kernel\n",
-                   static_cast<int>(type));
-      std::exit(1);
-    }
-    cudaKernelNodeParams p{};
-    BENCH_CHECK(cudaGraphKernelNodeGetParams(x, &p));
-    launches.push_back(p);
-  }
-  return launches;
-}
-
-/// Mean GPU milliseconds of each launch: the launches in order on `stream` with an event before each and after
-/// the last (so each sees the caches its predecessors left), `iters` times after 3 warm-ups.
-std::vector<double> time_launches(const std::vector<cudaKernelNodeParams>& launches, cudaStream_t stream, int iters) {
-  const size_t n = launches.size();
-  std::vector<cudaEvent_t> ev(n + 1);
-  for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventCreate(&e));
-  std::vector<double> ms(n, 0.0);
-  for (int it = -3; it < iters; ++it) {
-    for (size_t i = 0; i < n; ++i) {
-      const cudaKernelNodeParams& p = launches[i];
-      BENCH_CHECK(cudaEventRecord(ev[i], stream));
-      BENCH_CHECK(cudaLaunchKernel(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, stream));
-    }
-    BENCH_CHECK(cudaEventRecord(ev[n], stream));
-    BENCH_CHECK(cudaEventSynchronize(ev[n]));
-    for (size_t i = 0; it >= 0 && i < n; ++i) {
-      float x = 0.f;
-      BENCH_CHECK(cudaEventElapsedTime(&x, ev[i], ev[i + 1]));
-      ms[i] += x / iters;
-    }
-  }
-  for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventDestroy(e));
-  return ms;
-}
-
-/// Prints one table: each launch of f (the forward of table's core, or its backward when `backward`) with its
-/// kernel, grid, dynamic shared memory, registers, resident blocks per SM, waves, mean GPU ms, share of the sum,
-/// bytes (unique, issued), GFLOP (with table.core also the CUDA-core GFLOP), floor (max of unique bytes at
-/// kHbmBytesPerS, FLOPs at kBf16FlopPerS and CUDA-core FLOPs at kFp32FlopPerS) and time / floor; then the sum and
-/// the op timed as one call.
+/// Prints one table of bench::print_phases for f (the forward of table's core, or its backward when `backward`)
+/// at shape s, titled "shape <name> B=.. T=.. H=.. K=.. V=..".
 template <typename F>
 void print_phases(const Shape& s, int iters, bool backward, const PhaseTable& table, F f) {
-  cudaStream_t stream = nullptr;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph = nullptr;
-  const std::vector<cudaKernelNodeParams> launches = capture_launches(stream, f, graph);
-  const std::vector<double> ms = time_launches(launches, stream, iters);
-  int device = 0, sms = 0;
-  BENCH_CHECK(cudaGetDevice(&device));
-  BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  double total = 0, unique = 0, issued = 0, flops = 0, core = 0, floor_ms = 0;
-  for (double x : ms) total += x;
-  std::printf("\n%s %s, shape %s B=%ld T=%ld H=%ld K=%ld V=%ld (floors at %.1f TB/s, %.0f TFLOP/s", table.name,
-              backward ? "backward" : "forward", s.name, static_cast<long>(s.B), static_cast<long>(s.T),
-              static_cast<long>(s.H), static_cast<long>(s.K), static_cast<long>(s.V), kHbmBytesPerS / 1e12,
-              kBf16FlopPerS / 1e12);
-  if (table.core) std::printf(", CUDA cores %.0f TFLOP/s", kFp32FlopPerS / 1e12);
-  std::printf(")\n\n| phase | kernel | grid | smem KiB | regs | blocks/SM | waves | GPU ms | share | MB unique "
-              "| MB issued | GFLOP |%s floor ms | x floor |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|%s---|---|\n",
-              table.core ? " core GFLOP |" : "", table.core ? "---|" : "");
-  for (size_t i = 0; i < launches.size(); ++i) {
-    const cudaKernelNodeParams& p = launches[i];
-    const char* name = nullptr;
-    if (cudaFuncGetName(&name, p.func) != cudaSuccess || name == nullptr) {
-      name = "?";
-      (void)cudaGetLastError();
-    }
-    const PhaseKernel* pk = nullptr;
-    for (const PhaseKernel* x = table.kernels; x != table.kernels_end; ++x)
-      if (std::strstr(name, x->kernel) != nullptr) pk = x;
-    cudaFuncAttributes attr{};
-    BENCH_CHECK(cudaFuncGetAttributes(&attr, p.func));
-    int per_sm = 0;
-    BENCH_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p.func,
-                                                              static_cast<int>(p.blockDim.x * p.blockDim.y),
-                                                              p.sharedMemBytes));
-    const long blocks = static_cast<long>(p.gridDim.x) * p.gridDim.y * p.gridDim.z;
-    const double waves = per_sm > 0 ? static_cast<double>(blocks) / (static_cast<double>(per_sm) * sms) : 0.0;
-    const Cost cost = pk ? table.cost(pk->phase, s, backward, p.gridDim.x) : Cost{0, 0, 0};
-    const double fl = 1e3 * std::max({cost.unique / kHbmBytesPerS, cost.flops / kBf16FlopPerS,
-                                      cost.core / kFp32FlopPerS});
-    unique += cost.unique, issued += cost.issued, flops += cost.flops, core += cost.core, floor_ms += fl;
-    char core_col[32] = "";
-    if (table.core) std::snprintf(core_col, sizeof core_col, " %.2f |", cost.core / 1e9);
-    std::printf("| %s | %s | %ux%u | %.1f | %d | %d | %.2f | %.3f | %.0f%% | %.0f | %.0f | %.1f |%s %.3f | %.1f |\n",
-                pk ? pk->phase : "?", pk ? pk->kernel : name, p.gridDim.x, p.gridDim.y,
-                static_cast<double>(p.sharedMemBytes) / 1024, attr.numRegs, per_sm, waves, ms[i],
-                100 * ms[i] / total, cost.unique / 1e6, cost.issued / 1e6, cost.flops / 1e9, core_col, fl,
-                fl > 0 ? ms[i] / fl : 0.0);
-  }
-  char core_sum[32] = "";
-  if (table.core) std::snprintf(core_sum, sizeof core_sum, " %.2f |", core / 1e9);
-  std::printf("| sum | | | | | | | %.3f | 100%% | %.0f | %.0f | %.1f |%s %.3f | %.1f |\n", total, unique / 1e6,
-              issued / 1e6, flops / 1e9, core_sum, floor_ms, total / floor_ms);
-  const float one_call = bench::time_ms(iters, [&] { f(nullptr); });
-  std::printf("\nthe op as one call (default stream): %.3f ms\n", one_call);
-  BENCH_CHECK(cudaGraphDestroy(graph));
-  BENCH_CHECK(cudaStreamDestroy(stream));
+  char shape[128];
+  std::snprintf(shape, sizeof shape, "shape %s B=%ld T=%ld H=%ld K=%ld V=%ld", s.name, static_cast<long>(s.B),
+                static_cast<long>(s.T), static_cast<long>(s.H), static_cast<long>(s.K), static_cast<long>(s.V));
+  bench::print_phases(s, shape, iters, backward, table, f, "delta_bench");
 }
 
 /// Exits unless shape s has the full tiles the cost models count (T a multiple of 64, K and V of 64).

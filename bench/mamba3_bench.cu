@@ -4,16 +4,22 @@
 // the tensor cores (Mamba3Options::bf16_products, the path of bf16 models). Forward (mamba3_fwd) and forward + backward
 // (mamba3_fwd then mamba3_bwd, which recomputes the forward), timed with CUDA events over repeated launches
 // after warm-up; the projections are not included.
-// Usage: mamba3_bench [iterations]   (default 10)
+// With --phases instead: the SISO op with bf16 products, forward and backward, kernel by kernel (mamba3_phases:
+// bench/phases.h's table with the cost model mamba3_siso_cost).
+// Usage: mamba3_bench [iterations] [--phases]   (default 10 iterations)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "bench_util.cuh"
+#include "phases.h"
 #include "kernels/cuda/ops.cuh"
 
 namespace {
@@ -30,55 +36,81 @@ float* alloc(int64_t n) {
   return p;
 }
 
+/// The device buffers of one Mamba-3 op call at shape s (fp32 tensors: x, z, B|C, raw scalars, dout and their
+/// gradients; the parameters and their gradients; the scratch of the larger of the forward and the backward) with
+/// bench_shape's inputs, and the op's forward and backward on a given stream. Frees them on destruction.
+struct Op {
+  std::vector<float*> owned;
+  float *x, *z, *bc, *raw, *out, *dout, *dx, *dz, *dbc, *draw;
+  llmt::cuda::Mamba3Ptrs p{};
+  llmt::cuda::Mamba3GradPtrs g{};
+  llmt::cpu::Mamba3LayerDims d{};
+  llmt::Mamba3Options opt;
+  size_t scratch_bytes = 0;
+  void* scratch = nullptr;
+
+  explicit Op(const Shape& s) {
+    using namespace llmt::cuda;
+    const int64_t rows = s.B * s.T, HP = s.H * s.P, BC = 2 * s.R * s.G * s.N, W = 3 * s.H + s.S;
+    const int64_t RN = s.H * s.R * s.N, RP = s.H * s.R * s.P;
+    auto take = [&](int64_t n) { return owned.emplace_back(alloc(n)); };
+    x = take(rows * HP), z = take(rows * HP), bc = take(rows * BC), raw = take(rows * W);
+    out = take(rows * HP), dout = take(rows * HP), dx = take(rows * HP), dz = take(rows * HP);
+    dbc = take(rows * BC), draw = take(rows * W);
+    const int64_t sizes[] = {s.H, RN, RN, s.N, s.N, s.H, RP, RP, RP};
+    float* prm[9];
+    float* grd[9];
+    for (int i = 0; i < 9; ++i) {
+      prm[i] = take(sizes[i]);
+      grd[i] = take(sizes[i]);
+      bench::fill_uniform(prm[i], sizes[i], 10 + i, 0.5f, 1.5f);
+      BENCH_CHECK(cudaMemset(grd[i], 0, sizes[i] * sizeof(float)));
+    }
+    const bool mimo = s.R > 1;
+    p = Mamba3Ptrs{prm[0], prm[1], prm[2], prm[3], prm[4], prm[5],
+                   mimo ? prm[6] : nullptr, mimo ? prm[7] : nullptr, mimo ? prm[8] : nullptr, nullptr};
+    g = Mamba3GradPtrs{grd[0], grd[1], grd[2], grd[3], grd[4], grd[5],
+                       mimo ? grd[6] : nullptr, mimo ? grd[7] : nullptr, mimo ? grd[8] : nullptr, nullptr};
+    // x, z, B, C, dout ~ U(-1, 1); dd_dt in [-1, 1) with dt_bias in [-5, -3) (Δ around 0.02); dd_A, trap, angles
+    // in [-1, 1).
+    bench::fill_uniform(x, rows * HP, 1, -1.f, 1.f);
+    bench::fill_uniform(z, rows * HP, 2, -1.f, 1.f);
+    bench::fill_uniform(bc, rows * BC, 3, -1.f, 1.f);
+    bench::fill_uniform(raw, rows * W, 4, -1.f, 1.f);
+    bench::fill_uniform(dout, rows * HP, 5, -1.f, 1.f);
+    bench::fill_uniform(prm[0], s.H, 6, -5.f, -3.f);
+    BENCH_CHECK(cudaDeviceSynchronize());
+
+    d = llmt::cpu::Mamba3LayerDims{s.B, s.T, s.H, s.P, s.N, s.G, s.R, s.S};
+    opt.head_dim = s.P;
+    opt.n_groups = s.G;
+    opt.rank = s.R;
+    opt.chunk_size = 64 / s.R;
+    opt.bf16_products = s.bf16;
+    scratch_bytes = std::max(mamba3_fwd_scratch_bytes(d, opt), mamba3_bwd_scratch_bytes(d, opt));
+    BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
+  }
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  ~Op() {
+    for (float* q : owned) BENCH_CHECK(cudaFree(q));
+    BENCH_CHECK(cudaFree(scratch));
+  }
+  /// mamba3_fwd on stream.
+  void fwd(cudaStream_t stream) { llmt::cuda::mamba3_fwd(x, z, bc, raw, p, d, opt, out, scratch, stream); }
+  /// mamba3_bwd on stream (recomputes the forward).
+  void bwd(cudaStream_t stream) {
+    llmt::cuda::mamba3_bwd(dout, x, z, bc, raw, p, d, opt, dx, dz, dbc, draw, g, scratch, stream);
+  }
+};
+
 // Times one shape and prints its table row.
 void bench_shape(const Shape& s, int iters) {
-  using namespace llmt::cuda;
-  const int64_t rows = s.B * s.T, HP = s.H * s.P, BC = 2 * s.R * s.G * s.N, W = 3 * s.H + s.S;
-  const int64_t RN = s.H * s.R * s.N, RP = s.H * s.R * s.P;
-  std::vector<float*> owned;
-  auto take = [&](int64_t n) { return owned.emplace_back(alloc(n)); };
-  float *x = take(rows * HP), *z = take(rows * HP), *bc = take(rows * BC), *raw = take(rows * W);
-  float *out = take(rows * HP), *dout = take(rows * HP), *dx = take(rows * HP), *dz = take(rows * HP);
-  float *dbc = take(rows * BC), *draw = take(rows * W);
-  const int64_t sizes[] = {s.H, RN, RN, s.N, s.N, s.H, RP, RP, RP};
-  float* prm[9];
-  float* grd[9];
-  for (int i = 0; i < 9; ++i) {
-    prm[i] = take(sizes[i]);
-    grd[i] = take(sizes[i]);
-    bench::fill_uniform(prm[i], sizes[i], 10 + i, 0.5f, 1.5f);
-    BENCH_CHECK(cudaMemset(grd[i], 0, sizes[i] * sizeof(float)));
-  }
-  const bool mimo = s.R > 1;
-  const Mamba3Ptrs p{prm[0], prm[1], prm[2], prm[3], prm[4], prm[5],
-                     mimo ? prm[6] : nullptr, mimo ? prm[7] : nullptr, mimo ? prm[8] : nullptr, nullptr};
-  const Mamba3GradPtrs g{grd[0], grd[1], grd[2], grd[3], grd[4], grd[5],
-                         mimo ? grd[6] : nullptr, mimo ? grd[7] : nullptr, mimo ? grd[8] : nullptr, nullptr};
-  // x, z, B, C, dout ~ U(-1, 1); dd_dt in [-1, 1) with dt_bias in [-5, -3) (Δ around 0.02); dd_A, trap, angles
-  // in [-1, 1).
-  bench::fill_uniform(x, rows * HP, 1, -1.f, 1.f);
-  bench::fill_uniform(z, rows * HP, 2, -1.f, 1.f);
-  bench::fill_uniform(bc, rows * BC, 3, -1.f, 1.f);
-  bench::fill_uniform(raw, rows * W, 4, -1.f, 1.f);
-  bench::fill_uniform(dout, rows * HP, 5, -1.f, 1.f);
-  bench::fill_uniform(prm[0], s.H, 6, -5.f, -3.f);
-  BENCH_CHECK(cudaDeviceSynchronize());
-
-  const llmt::cpu::Mamba3LayerDims d{s.B, s.T, s.H, s.P, s.N, s.G, s.R, s.S};
-  llmt::Mamba3Options opt;
-  opt.head_dim = s.P;
-  opt.n_groups = s.G;
-  opt.rank = s.R;
-  opt.chunk_size = 64 / s.R;
-  opt.bf16_products = s.bf16;
-  const size_t scratch_bytes = std::max(mamba3_fwd_scratch_bytes(d, opt), mamba3_bwd_scratch_bytes(d, opt));
-  void* scratch;
-  BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
-
-  auto fwd = [&] { mamba3_fwd(x, z, bc, raw, p, d, opt, out, scratch, 0); };
+  Op op(s);
+  auto fwd = [&] { op.fwd(nullptr); };
   auto fwd_bwd = [&] {
-    fwd();
-    mamba3_bwd(dout, x, z, bc, raw, p, d, opt, dx, dz, dbc, draw, g, scratch, 0);
+    op.fwd(nullptr);
+    op.bwd(nullptr);
   };
   const float ms_fwd = bench::time_ms(iters, fwd), ms_fb = bench::time_ms(iters, fwd_bwd);
   BENCH_CHECK(cudaGetLastError());
@@ -86,24 +118,175 @@ void bench_shape(const Shape& s, int iters) {
               s.name, s.bf16 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
               static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
               static_cast<long long>(s.G), static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd, ms_fb,
-              static_cast<double>(scratch_bytes) / (1 << 20));
-  for (float* q : owned) BENCH_CHECK(cudaFree(q));
-  BENCH_CHECK(cudaFree(scratch));
+              static_cast<double>(op.scratch_bytes) / (1 << 20));
+}
+
+// ---- --phases: the bf16 SISO op kernel by kernel ----
+
+using bench::Cost;
+using bench::PhaseKernel;
+
+/// The Cost (bench/phases.h: bytes unique and issued, tensor-core FLOPs) of phase `phase` of the Mamba-3 SISO op
+/// with bf16 products (src/kernels/cuda/mamba3{,_prep,_gate,_core}.cu; the phase names of kMamba3Kernels) at shape
+/// s, counted from the kernels for fp32 tensors, R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
+/// P, N multiples of 64 (every chunk and tile full); zeros for another name. Notation: E = B T H (token, head)
+/// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N] (fp32). Scratch
+/// scalars fp32 except Δ (dtd), θ, G and dDp (double). An array read and written in place counts twice. The
+/// tile products (state_scan_mma, fwd_out_mma, bwd_chunk_mma) count 2 M N depth each; the elementwise kernels'
+/// arithmetic is not counted (they are bound by memory or by their serial chains, not FLOPs).
+Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
+  const double E = static_cast<double>(s.B * s.T * s.H), rows = static_cast<double>(s.B * s.T);
+  const double H = static_cast<double>(s.H), P = static_cast<double>(s.P), N = static_cast<double>(s.N);
+  const double S = static_cast<double>(s.S), St = E * P * N / 64, nP = P / 64, nN = N / 64;
+  const double splits = std::clamp<double>(std::floor(rows / 256), 1, 128);  // mamba3.cu colsum's row ranges
+  const auto is = [&](const char* name) { return std::strcmp(phase, name) == 0; };
+  const auto both = [](double b) { return Cost{b, b, 0}; };
+  // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward
+  if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the next token's ε); Δ, λ, A, clamp,
+                    // a, γ, ε, σ written (fp32) and Δ (double)
+    return {12 * E + 40 * E, 20 * E + 40 * E, 0};
+  if (is("theta")) return both(4 * rows * S + 8 * rows * S);  // raw's angles; θ (double)
+  if (is("phase"))  // one thread per (b, h, i) along T: Δ (double, issued per angle), θ (double, issued per head); φ
+    return {8 * E + 8 * rows * S + 4 * E * S, 8 * E * S + 8 * E * S + 4 * E * S, 0};
+  if (is("bcnorm"))  // B|C (issued twice: sum of squares, then the scaled copy); n̂_B, n̂_C; their 1 / RMS
+    return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
+  if (is("qk"))  // φ (issued per rotated channel); n̂_B, n̂_C (shared by the H heads; issued per head, twice for a
+                 // rotated channel) and their weight and bias likewise; k, q written
+    return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 8 * E * N,
+            8 * E * S + 3 * 8 * E * (N + 2 * S) + 8 * E * N, 0};
+  if (is("up")) return both(8 * E * P);  // v = x (R = 1)
+  // core (mamba3_core.cu core_fwd), in the forward and again in the backward
+  if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
+  if (is("states") || is("dstates")) {
+    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, or dy) per N tile, w (k, or q) per P tile; per
+    // token G_i and Γ (double) and (forward) σ per (P, N) tile; the states (or their adjoints) written, fp32
+    const double sig = is("states") ? 4 * E : 0;
+    return {4 * E * P + 4 * E * N + 8 * E + sig + 4 * St,
+            nN * 4 * E * P + nP * 4 * E * N + nP * nN * (16 * E + sig) + 4 * St, 2 * E * P * N};
+  }
+  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k, v (v again for D v), S_in; G (double), σ, γ; y written.
+                // Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
+    return {8 * E * N + 8 * E * P + 4 * St + 16 * E, 8 * E * N + 12 * E * P + 4 * St + 16 * E,
+            2 * E * (64 * N + P * N + 64 * P)};
+  if (is("gate")) return both(12 * E * P);  // out_kernel: y, z; out
+  // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
+  if (is("dy") || is("dz")) return both(16 * E * P);  // dout, z, y; dy (or dz)
+  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS; G (double), σ, γ; dq, dk, dv, da,
+                     // dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile, Z).
+                     // Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
+                     // Adq^T Q; dv: K dS^T, Bdv^T dY
+    return {16 * E * N + 12 * E * P + 8 * St + 28 * E + E / 8, 16 * E * N + 28 * E * P + 8 * St + 28 * E + E / 8,
+            2 * E * (192 * N + 128 * P + 4 * P * N)};
+  if (is("dx")) return both(8 * E * P);  // dv; dx (R = 1)
+  if (is("rot_bwd"))  // per (token, head, angle): φ; the rotated pair of k, q read, of dk, dq read and written; dφ
+    return both(4 * E * S + 48 * E * S + 4 * E * S);
+  if (is("phase_bwd")) return both(8 * E * S);  // dφ read and written in place (reverse cumsum along T)
+  if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle
+    return {8 * E + 4 * E * S + 8 * rows * S, 8 * E * S + 4 * E * S + 8 * rows * S, 0};
+  if (is("scalar_bwd"))  // per (token, head): θ (double, issued per head), dψ; raw's dd_dt, dd_A, trap; Δ (double);
+                         // dγ, dσ, da, A, clamp; draw's 3 columns
+    return {8 * rows * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E,
+            8 * E * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E, 0};
+  if (is("bcnorm_dn")) return both(8 * E * N + 24 * rows * N);  // dk, dq over the heads; n̂; dn̂ and dn̂ ∘ n̂ written
+  if (is("bcnorm_mean"))  // dn̂, n̂ (the weight issued per row); the means
+    return {16 * rows * N + 8 * rows, 24 * rows * N + 8 * rows, 0};
+  if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS and the means (issued per element), the weight (issued per row); dB|C
+    return {24 * rows * N + 16 * rows, 48 * rows * N, 0};
+  // colsum (mamba3.cu): partial: rows x cols read, splits x cols doubles written; final: the partials, out += sum
+  const auto part = [&](double r, double cols) { return both(4 * r * cols + 8 * splits * cols); };
+  const auto fin = [&](double cols) { return both(8 * splits * cols + 8 * cols); };
+  if (is("sum dB_bias") || is("sum dC_bias")) return part(rows, H * N);  // dk or dq [rows, H N]
+  if (is("sum dB_norm") || is("sum dC_norm")) return part(rows, N);      // dn̂ ∘ n̂ [rows, N]
+  if (is("sum ddt_bias")) return part(rows, H);                          // draw's dd_dt columns
+  if (is("fin dB_bias") || is("fin dC_bias")) return fin(H * N);
+  if (is("fin dB_norm") || is("fin dC_norm")) return fin(N);
+  if (is("fin ddt_bias")) return fin(H);
+  if (is("dD")) return both(8 * E / 64 + 8 * H);  // dDp (double, per chunk); dD read and written
+  return {0, 0, 0};
+}
+
+// The phase of each kernel of the SISO bf16 op, by the kernel's name (and launch number within the op where a
+// kernel runs more than once with different roles). "dx_kernel" before "bcnorm_dx_kernel": the last match wins.
+constexpr PhaseKernel kMamba3Kernels[] = {
+    {"token_kernel", "token"},
+    {"theta_kernel", "theta"},
+    {"phase_kernel", "phase"},
+    {"bcnorm_kernel", "bcnorm"},
+    {"qk_kernel", "qk"},
+    {"up_kernel", "up"},
+    {"cumsum_kernel", "cumsum"},
+    {"state_scan_mma_kernel", "states", 0},
+    {"state_scan_mma_kernel", "dstates", 1},
+    {"fwd_out_mma_kernel", "y"},
+    {"out_kernel", "gate"},
+    {"dy_kernel", "dy"},
+    {"dz_kernel", "dz"},
+    {"bwd_chunk_mma_kernel", "dchunk"},
+    {"dx_kernel", "dx"},
+    {"rot_bwd_kernel", "rot_bwd"},
+    {"phase_bwd_kernel", "phase_bwd"},
+    {"angle_bwd_kernel", "angle_bwd"},
+    {"scalar_bwd_kernel", "scalar_bwd"},
+    {"bcnorm_dn_kernel", "bcnorm_dn"},
+    {"bcnorm_mean_kernel", "bcnorm_mean"},
+    {"bcnorm_dx_kernel", "bcnorm_dx"},
+    {"colsum_partial_kernel", "sum dB_bias", 0},
+    {"colsum_partial_kernel", "sum dC_bias", 1},
+    {"colsum_partial_kernel", "sum dB_norm", 2},
+    {"colsum_partial_kernel", "sum dC_norm", 3},
+    {"colsum_partial_kernel", "sum ddt_bias", 4},
+    {"colsum_final_kernel", "fin dB_bias", 0},
+    {"colsum_final_kernel", "fin dC_bias", 1},
+    {"colsum_final_kernel", "fin dB_norm", 2},
+    {"colsum_final_kernel", "fin dC_norm", 3},
+    {"colsum_final_kernel", "fin ddt_bias", 4},
+    {"dD_kernel", "dD"}};
+
+constexpr bench::PhaseTable<Shape> kMamba3Table{"Mamba-3 SISO bf16 op", std::begin(kMamba3Kernels),
+                                                std::end(kMamba3Kernels), mamba3_siso_cost, false};
+
+/// The SISO bf16 op's forward (mamba3_fwd) and backward (mamba3_bwd, with its recomputed forward) at shape s,
+/// kernel by kernel (bench::print_phases), on bench_shape's inputs. Exits unless s is what mamba3_siso_cost
+/// counts.
+void mamba3_phases(const Shape& s, int iters) {
+  if (s.R != 1 || s.G != 1 || !s.bf16 || s.S <= 0 || s.T % 64 != 0 || s.P % 64 != 0 || s.N % 64 != 0) {
+    std::fprintf(stderr, "mamba3_bench --phases: the cost model counts SISO, one group, bf16 products, S > 0, T a "
+                         "multiple of 64 and P, N multiples of 64\n");
+    std::exit(1);
+  }
+  Op op(s);
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld P=%lld N=%lld S=%lld", static_cast<long long>(s.B),
+                static_cast<long long>(s.T), static_cast<long long>(s.H), static_cast<long long>(s.P),
+                static_cast<long long>(s.N), static_cast<long long>(s.S));
+  bench::print_phases(s, shape, iters, false, kMamba3Table, [&](cudaStream_t st) { op.fwd(st); }, "mamba3_bench");
+  bench::print_phases(s, shape, iters, true, kMamba3Table, [&](cudaStream_t st) { op.bwd(st); }, "mamba3_bench");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = argc > 1 ? std::atoi(argv[1]) : 10;
+  int iters = 10;
+  bool by_phase = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--phases") == 0)
+      by_phase = true;
+    else
+      iters = std::atoi(argv[i]);
+  }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("Mamba-3 layer op (fp32 tensors, src/kernels/cuda/mamba3*.cu) on %s, mean of %d runs\n\n", prop.name,
               iters);
-  std::printf("| mode | products | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
   const Shape shapes[] = {{"siso", 4, 4096, 64, 64, 128, 1, 1, 32, false},
                           {"siso", 4, 4096, 64, 64, 128, 1, 1, 32, true},
                           {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, false},
                           {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true}};
+  if (by_phase) {
+    mamba3_phases(shapes[1], iters);
+    return 0;
+  }
+  std::printf("| mode | products | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, iters);
   return 0;
 }

@@ -423,14 +423,6 @@ TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma sc
   check_comba(2, 130, 1, 200, 96, 64, -1.0, 5240, DType::bf16);
 }
 
-TEST_CASE("cuda delta: GDN and Comba bf16 cores with a partial 32-wide value tile (the scans' narrow value tiles)",
-          "[cuda][delta][gdn][comba]") {
-  // key_dim <= 128: both scans on 32-wide value tiles (128-thread blocks); V = 80: two full tiles and one of 16
-  // columns, V = 40: one full and one of 8.
-  check_gdn(1, 200, 2, 128, 80, 64, -0.05, 5260, gdn_core(DType::bf16));
-  check_comba(2, 130, 1, 100, 40, 32, -1.0, 5280, DType::bf16);
-}
-
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});

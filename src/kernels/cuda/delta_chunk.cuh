@@ -1,7 +1,7 @@
-// Per-chunk indexing, accumulator I/O and launching shared by the chunk-parallel delta-rule cores
-// (gdn_comba.cu, kda.cu; layers-delta.md §6) on the 64 x 64 tiles of delta_tile.cuh. A core's argument
-// struct A provides B, T, H, K, V, C (chunk size <= 64) and NC = ceil(T / C); its token tensors are
-// [B, T, H, dim], its per-chunk scratch [B H, T', dim] with T' = NC C, its states [B H, NC, K, V].
+// Per-chunk indexing, accumulator I/O, launching and the Mma backward kernels' common steps, shared by the
+// chunk-parallel delta-rule cores (gdn_comba.cu, kda.cu; layers-delta.md §6) on the 64 x 64 tiles of delta_tile.cuh.
+// A core's argument struct A provides B, T, H, K, V, C (chunk size <= 64) and NC = ceil(T / C); its token tensors
+// are [B, T, H, dim], its per-chunk scratch [B H, T', dim] with T' = NC C, its states [B H, NC, K, V].
 #pragma once
 #include <cstdint>
 
@@ -71,11 +71,9 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
-/// Zeroes nkt bf16 tiles (kLdH) at hS, by a block of kT threads: the bf16 copy of an Mma scan's running state
-/// before its first chunk.
-template <int kT = kThreads>
+/// Zeroes nkt bf16 tiles (kLdH) at hS: the bf16 copy of an Mma scan's running state before its first chunk.
 __device__ __forceinline__ void clear_h(__nv_bfloat16* hS, int nkt) {
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTileHalves * nkt; idx += kT)
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTileHalves * nkt; idx += kThreads)
     hS[idx] = __float2bfloat16_rn(0.0f);
 }
 
@@ -87,63 +85,139 @@ __device__ __forceinline__ void clear_state(float* S, __nv_bfloat16* hS, int nkt
   clear_h(hS, nkt);
 }
 
-/// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements (map
-/// of M, an MmaCols): d (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside;
-/// stored back to dst (rows stride apart) and, as the next products' operand, to the bf16 tile h.
-template <bool kAdd, typename M = Mma, typename E>
+/// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements: d
+/// (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside; stored back to dst (rows
+/// stride apart) and, as the next products' operand, to the bf16 tile h.
+template <bool kAdd, typename E>
 __device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_t stride, int rows, int cols,
                                           __nv_bfloat16* h) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int r = M::row(i), c = M::col(j);
+      const int r = Mma::row(i), c = Mma::col(j);
       d.v[i][j] = r < rows && c < cols ? (kAdd ? d.v[i][j] + acc.v[i][j] : d.v[i][j] - acc.v[i][j]) : 0.0f;
     }
-  store_acc<M>(d, dst, stride, rows, cols, Same{});
-  store_acc_h<M>(d, h, Same{});
+  store_acc<Mma>(d, dst, stride, rows, cols, Same{});
+  store_acc_h(d, h, Same{});
 }
 
 /// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p
-/// (prefetch.global.L2, one 128-byte line per thread and step of a block of kT threads; no effect on any
-/// result). The scans call it for the next chunk's operands so that their loads wait for the L2, not for memory.
-template <int kT = kThreads>
+/// (prefetch.global.L2, one 128-byte line per thread and step; no effect on any result). The scans call it
+/// for the next chunk's operands so that their loads wait for the L2, not for memory.
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t stride_bytes, int rows, int64_t row_bytes) {
 #ifdef __CUDA_ARCH__
   const int64_t per_row = (row_bytes + 127) / 128;
-  for (int64_t i = threadIdx.x; i < rows * per_row; i += kT) {
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += kThreads) {
     const char* line = static_cast<const char*>(p) + i / per_row * stride_bytes + i % per_row * 128;
     asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
 #endif
 }
 
-/// Columns of the `width`-wide tile (64 unless given) starting at column c0 of a dim-wide matrix.
-__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0, int width = kN) {
-  return static_cast<int>(dim - c0 < width ? dim - c0 : width);
+/// Columns of the 64-wide tile starting at column c0 of a dim-wide matrix.
+__device__ __forceinline__ int tile_cols(int64_t dim, int64_t c0) {
+  return static_cast<int>(dim - c0 < kN ? dim - c0 : kN);
 }
 
-/// kernel<<<grid, threads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
+/// dp += dO Δ^T over the value tiles (B3 of an Mma bwd_dqk kernel): dO (a.d_o, token rows) and Δ (a.U, scratch
+/// rows) of each value tile through the bf16 tiles hO, hD. Ends with a barrier.
+template <typename A>
+__device__ __forceinline__ void acc_dO_delta(const A& a, const Chunk& ch, __nv_bfloat16* hO, __nv_bfloat16* hD,
+                                             Acc& dp) {
+  for (int64_t v0 = 0; v0 < a.V; v0 += kN) {
+    load_h(hO, ch.in(a, a.d_o, a.V, v0), a.H * a.V, ch.n, tile_cols(a.V, v0));
+    load_h(hD, ch.rows(a, a.U, a.V, v0), a.V, ch.n, tile_cols(a.V, v0));
+    __syncthreads();
+    Mma::mma<false, true>(hO, hD, dp);
+    __syncthreads();
+  }
+}
+
+/// The state products of an Mma bwd_dqk kernel for key tile k0 (kc rows), over the value tiles: dqs = dO h^T,
+/// dks = Δ dh^T, dws = dΔ h^T (zeroed first). Per value tile v0 (vc columns): dO, h, Δ, dh, dΔ into the bf16 tiles
+/// hO, hH, hD, hG, hE (h, dh: the chunk's states in a.h, a.dh), a barrier, the three products, per_tile(v0, vc)
+/// (the kernel's own use of the tile: its Σ h ⊙ dh share) and a barrier.
+template <typename A, typename F>
+__device__ __forceinline__ void state_products(const A& a, const Chunk& ch, int64_t k0, int kc, __nv_bfloat16* hO,
+                                               __nv_bfloat16* hH, __nv_bfloat16* hD, __nv_bfloat16* hG,
+                                               __nv_bfloat16* hE, Acc& dqs, Acc& dks, Acc& dws, F per_tile) {
+  const int64_t V = a.V;
+  dqs.zero();
+  dks.zero();
+  dws.zero();
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+    load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+    load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+    load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    __syncthreads();
+    Mma::mma<false, true>(hO, hH, dqs);
+    Mma::mma<false, true>(hD, hG, dks);
+    Mma::mma<false, true>(hE, hH, dws);
+    per_tile(v0, vc);
+    __syncthreads();
+  }
+}
+
+/// B5, U side of an Mma bwd_wy kernel, over the value tiles: X_U = 𝒯^T dΔ (𝒯 in the bf16 tile hT, dΔ from a.dD),
+/// dV = β X_U into a.dv, dtv += dΔ V^T and db_part[i] += Σ_j X_U ⊙ v at the thread's elements (row Mma::row(i);
+/// v read in fp32 from a.v, as the bf16 operand through hY; dΔ through hZ). Expects hT complete; ends with a barrier.
+template <typename A>
+__device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
+                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4]) {
+  const int64_t V = a.V;
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+    const int vc = tile_cols(V, v0);
+    load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    Acc vv;
+    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+    Acc xu;
+    xu.zero();
+    Mma::mma<true, false>(hT, hZ, xu);
+    Mma::mma<false, true>(hZ, hY, dtv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) db_part[i] += xu.v[i][j] * vv.v[i][j];
+    store_acc<Mma>(xu, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return beta[r] * y; });
+    __syncthreads();
+  }
+}
+
+/// m = M1 𝒯^T with M1 = 𝒯^T d𝒯 (B7 of an Mma bwd_wy kernel, before dA's sign, mask and factors): d𝒯 (the
+/// accumulator dT) rounded into the bf16 tile hdT, M1 into hM; 𝒯 in the bf16 tile hT. Expects hT complete and
+/// hdT, hM free; ends without a barrier (hM is read by the last product).
+__device__ __forceinline__ void wy_m1(const Acc& dT, const __nv_bfloat16* hT, __nv_bfloat16* hdT, __nv_bfloat16* hM,
+                                      Acc& m) {
+  store_acc_h(dT, hdT, Same{});
+  __syncthreads();
+  m.zero();
+  Mma::mma<true, false>(hT, hdT, m);  // M1 = 𝒯^T d𝒯
+  store_acc_h(m, hM, Same{});
+  __syncthreads();  // hM complete; hdT is read
+  m.zero();
+  Mma::mma<false, true>(hM, hT, m);  // M1 𝒯^T
+}
+
+/// kernel<<<grid, kThreads, smem, stream>>>(args...) after allowing `smem` bytes of dynamic shared memory;
 /// refuses (llmt::Error naming `what` and key_dim) when they and the kernel's static shared memory (e.g. the
 /// tensor-core scratch of tile::Tc) exceed the 227 KiB a block may have.
 template <typename Kernel, typename... Args>
-void launch_n(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, int threads, size_t smem,
-              cudaStream_t stream, const Args&... args) {
+void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
+            const Args&... args) {
   cudaFuncAttributes attr{};
   LLMT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   const size_t total = smem + attr.sharedSizeBytes;
   check(total <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
         key_dim, total);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, threads, smem, stream>>>(args...);
+  kernel<<<grid, kThreads, smem, stream>>>(args...);
   LLMT_CUDA_CHECK_LAUNCH();
-}
-
-/// launch_n with kThreads threads (every tile kernel but the scans' narrow value tiles).
-template <typename Kernel, typename... Args>
-void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream,
-            const Args&... args) {
-  launch_n(what, key_dim, kernel, grid, kThreads, smem, stream, args...);
 }
 
 }  // namespace llmt::cuda::tile

@@ -1,7 +1,6 @@
 // 64 x 64 shared-memory tiles for the chunk-parallel delta-rule kernels (layers-delta.md §6): a chunk of
 // at most 64 tokens is one tile's rows; key and value channels are cut into 64-wide column tiles.
-// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16; the
-// GDN / Comba scans' narrow value tiles: 128 threads on 64 x 32 products, MmaCols<2>).
+// 256 threads per block, each owning 16 elements of a 64 x 64 product (Acc) as 4 rows x 4 columns (Grid16).
 // Kernels are written against a layout L (L::row, L::col, L::mma, the reduction slots, L::Operand). Three layouts:
 //   Simt  exact fp32 fma on the CUDA cores (KDA, MDN, and GDN / Comba of fp32 models);
 //   Tc    the tensor cores on fp32 tiles (the scans of GDN / Comba bf16 models whose key_dim is too large for
@@ -142,43 +141,33 @@ struct Tc : Grid16 {
 /// matrix start in 8 different 4-bank groups, so ldmatrix and the bf16x2 stores of an Acc are conflict-free).
 /// Operands are rounded to bf16 once, when a kernel loads them (load_h) or writes them (store_acc_h); mma
 /// adds op(A) op(B) straight into the fp32 accumulators, so a sum over several tiles (key tiles of Q K^T,
-/// W S, Q h) never leaves the registers. The product is 64 rows x 16 kWarpCols columns on 2 x kWarpCols warps:
-/// warp w computes rows 32 (w / kWarpCols) .. +31, columns 16 (w % kWarpCols) .. +15 as 2 x 2 m16n8k16
-/// fragments (bf16_mma.cuh); the fragment elements of a thread are 4 rows x 4 columns, so an Acc is used as
-/// with the other layouts (row(i), col(j)):
-///   row(i) = 32 (w / kWarpCols) + 16 (i / 2) + 8 (i % 2) + l / 4,
-///   col(j) = 16 (w % kWarpCols) + 8 (j / 2) + 2 (l % 4) + j % 2
-/// (l the lane); acc.v[i][j] is element 2 (i % 2) + j % 2 of fragment (i / 2, j / 2). Mma (kWarpCols = 4: 64 x 64
-/// on kThreads threads) is every Mma phase's layout; MmaCols<2> (64 x 32 on 128 threads) that of the scans' narrow
-/// value tiles. The operand tiles are 64 x 64 either way (a 32-wide operand uses the first 32 columns).
+/// W S, Q h) never leaves the registers. Warp w computes rows 32 (w / 4) .. +31, columns 16 (w % 4) .. +15 as
+/// 2 x 2 m16n8k16 fragments (bf16_mma.cuh); the fragment elements of a thread are 4 rows x 4 columns, so an
+/// Acc is used as with the other layouts (row(i), col(j)):
+///   row(i) = 32 (w / 4) + 16 (i / 2) + 8 (i % 2) + l / 4,   col(j) = 16 (w % 4) + 8 (j / 2) + 2 (l % 4) + j % 2
+/// (l the lane); acc.v[i][j] is element 2 (i % 2) + j % 2 of fragment (i / 2, j / 2).
 constexpr int kLdH = 72;
 constexpr int kTileHalves = kN * kLdH;
-template <int kWarpCols>
-struct MmaCols {
+struct Mma {
   using Operand = __nv_bfloat16;
-  static constexpr int kCols = 16 * kWarpCols;     // columns of the product
-  static constexpr int kThreads = 64 * kWarpCols;  // threads of the block
   __device__ static __forceinline__ int warp() { return static_cast<int>(threadIdx.x >> 5); }
   __device__ static __forceinline__ int lane() { return static_cast<int>(threadIdx.x & 31); }
   __device__ static __forceinline__ int row(int i) {
-    return 32 * (warp() / kWarpCols) + 16 * (i >> 1) + 8 * (i & 1) + (lane() >> 2);
+    return 32 * (warp() >> 2) + 16 * (i >> 1) + 8 * (i & 1) + (lane() >> 2);
   }
   __device__ static __forceinline__ int col(int j) {
-    return 16 * (warp() % kWarpCols) + 8 * (j >> 1) + 2 * (lane() & 3) + (j & 1);
+    return 16 * (warp() & 3) + 8 * (j >> 1) + 2 * (lane() & 3) + (j & 1);
   }
-  /// Which of the 16 threads sharing a row (column) this thread is, for fixed-order reductions (64 x 64 only).
-  __device__ static __forceinline__ int row_slot() {
-    static_assert(kWarpCols == 4, "16 threads share a row of the 64 x 64 product");
-    return 4 * (warp() & 3) + (lane() & 3);
-  }
-  __device__ static __forceinline__ int col_slot() { return 8 * (warp() / kWarpCols) + (lane() >> 2); }
+  /// Which of the 16 threads sharing a row (column) this thread is, for fixed-order reductions.
+  __device__ static __forceinline__ int row_slot() { return 4 * (warp() & 3) + (lane() & 3); }
+  __device__ static __forceinline__ int col_slot() { return 8 * (warp() >> 2) + (lane() >> 2); }
 
   /// acc += op(A) op(B) over depth 64, A and B bf16 tiles (kLdH): op(A)[r][d] = TA ? A[d][r] : A[r][d],
   /// op(B)[d][c] = TB ? B[c][d] : B[d][c]. Products exact, sums in fp32 on the tensor cores, depth in 16-wide
   /// steps in order. No barrier: the caller orders the tiles' writes before the call.
   template <bool TA, bool TB>
   __device__ static __forceinline__ void mma(const __nv_bfloat16* A, const __nv_bfloat16* B, Acc& acc) {
-    const int r0 = 32 * (warp() / kWarpCols), c0 = 16 * (warp() % kWarpCols);
+    const int r0 = 32 * (warp() >> 2), c0 = 16 * (warp() & 3);
     const int m = lane() >> 3, i = lane() & 7;  // this lane addresses row i of 8 x 8 matrix m
 #pragma unroll
     for (int d = 0; d < kN; d += 16) {
@@ -211,54 +200,51 @@ struct MmaCols {
     }
   }
 };
-using Mma = MmaCols<4>;
 
 /// s[r][c] = bf16(scale(r) * src[r * stride + c]) for r < rows, c < cols, else 0: a bf16 tile (kLdH) from
-/// float or bf16 (a bf16 source with scale 1 is copied exactly), by a block of kT threads. Each thread handles
-/// column pairs (a warp reads one 64-wide row, coalesced; bf16x2 stores); all 2048 / kT loads of a thread are
-/// issued before the stores.
-template <int kT = kThreads, typename E, typename Scale>
+/// float or bf16 (a bf16 source with scale 1 is copied exactly). Each thread handles column pairs (a warp
+/// reads one 64-wide row, coalesced; bf16x2 stores); all 16 loads of a thread are issued before the stores.
+template <typename E, typename Scale>
 __device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t stride, int rows, int cols,
                                        Scale scale) {
-  constexpr int kPer = kN * kN / 2 / kT;
+  constexpr int kPer = kN * kN / 2 / kThreads;
   float x[kPer][2];
 #pragma unroll
   for (int it = 0; it < kPer; ++it) {
-    const int idx = static_cast<int>(threadIdx.x) + it * kT, r = idx >> 5, c = 2 * (idx & 31);
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
     x[it][0] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
     x[it][1] = r < rows && c + 1 < cols ? to_f32(src[r * stride + c + 1]) : 0.0f;
   }
 #pragma unroll
   for (int it = 0; it < kPer; ++it) {
-    const int idx = static_cast<int>(threadIdx.x) + it * kT, r = idx >> 5, c = 2 * (idx & 31);
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
     const float f = r < rows ? scale(r) : 0.0f;
     *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
   }
 }
-template <int kT = kThreads, typename E>
+template <typename E>
 __device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t stride, int rows, int cols) {
-  load_h<kT>(s, src, stride, rows, cols, [](int) { return 1.0f; });
+  load_h(s, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
-/// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (map of M, an MmaCols): an Acc into a bf16 tile
-/// (bf16x2 stores of column pairs j = 0, 1 and 2, 3).
-template <typename M = Mma, typename F>
+/// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2
+/// stores of column pairs j = 0, 1 and 2, 3).
+template <typename F>
 __device__ __forceinline__ void store_acc_h(const Acc& acc, __nv_bfloat16* s, F f) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; j += 2) {
-      const int r = M::row(i), c = M::col(j);
+      const int r = Mma::row(i), c = Mma::col(j);
       *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) =
           __floats2bfloat162_rn(f(r, c, acc.v[i][j]), f(r, c + 1, acc.v[i][j + 1]));
     }
 }
 
-/// dst[r * stride + c] = s[r][c] for r < rows, c < cols: a bf16 tile to a bf16 tensor, by a block of kT threads.
-template <int kT = kThreads>
+/// dst[r * stride + c] = s[r][c] for r < rows, c < cols: a bf16 tile to a bf16 tensor.
 __device__ __forceinline__ void store_h(const __nv_bfloat16* s, __nv_bfloat16* dst, int64_t stride, int rows,
                                         int cols) {
-  for (int idx = threadIdx.x; idx < kN * kN; idx += kT) {
+  for (int idx = threadIdx.x; idx < kN * kN; idx += kThreads) {
     const int r = idx >> 6, c = idx & 63;
     if (r < rows && c < cols) dst[r * stride + c] = s[r * kLdH + c];
   }

@@ -14,7 +14,7 @@
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
 // states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
 // of dΓ (iv) as rounded values. Everything else is fp32: the gates and their cumulative sums (double), A and
-// its inverse 𝒯 (forward substitution), the running states S, dS (registers), the scratch 𝒯, dΔ, dΓ,
+// its inverse 𝒯 (forward substitution), the running states S (shared memory) and dS (registers), the scratch 𝒯, dΔ, dΓ,
 // the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg).
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
@@ -199,22 +199,22 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a,
 }
 
 // Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows, and U (forward)
-// or q, dO and dΔ (backward) in value columns v0 .. v0 + vc - 1; a block of kT threads.
-template <int kT = tile::kThreads, typename L, typename E>
+// or q, dO and dΔ (backward) in value columns v0 .. v0 + vc - 1.
+template <typename L, typename E>
 __device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward) {
   using tile::prefetch_l2;
   const int64_t K = a.K, V = a.V, H = a.H, e = sizeof(E), es = sizeof(typename L::Operand);
-  prefetch_l2<kT>(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
-  prefetch_l2<kT>(a.beta + nx.gate(a, 0), 4 * H, nx.n, 4);
-  prefetch_l2<kT>(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
-  prefetch_l2<kT>(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
+  prefetch_l2(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
+  prefetch_l2(a.beta + nx.gate(a, 0), 4 * H, nx.n, 4);
+  prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
+  prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
   if (!backward) {
-    prefetch_l2<kT>(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
+    prefetch_l2(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
     return;
   }
-  prefetch_l2<kT>(nx.in(a, a.q, K, 0), e * H * K, nx.n, e * K);
-  prefetch_l2<kT>(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
-  prefetch_l2<kT>(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
+  prefetch_l2(nx.in(a, a.q, K, 0), e * H * K, nx.n, e * K);
+  prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
+  prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
@@ -401,84 +401,69 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E
   }
 }
 
-// The most key tiles an Mma scan carries (key_dim <= 256): its running state (S, or dS) lives in registers, an Acc
-// (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc scans.
-constexpr int kScanMaxKt = 4;
+// Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
+// and K^g tiles (bf16) and Δ (bf16).
+constexpr size_t scan_mma_smem(int nkt) {
+  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+}
 
-// The Mma scans' narrow value tiles: 32 wide on 128 threads (tile::MmaCols<2>), for up to kScanNarrowKt key
-// tiles, where two such blocks fit on an SM (shared memory); else 64 wide (Mma). A scan is a latency-bound chain
-// over the chunks with one block per (batch, head, value tile); where the 64-wide grid gives an SM one block
-// (B=4, H=16, K=V=128: 128 blocks on 132 SMs), the narrow grid gives it two, each with the same work per warp and
-// chunk (a warp's 32 x 16 block of every product), so that one block's waits (barriers, L2 loads) can overlap the
-// other's work. Either width gives the same bits (every product element sums the same operands in the same order).
-using ScanNarrow = tile::MmaCols<2>;
-constexpr int kScanNarrowKt = 2;
-
-// The most key tiles a scan on layout M carries: the Accs of its running state.
-template <typename M>
-constexpr int kScanKt = std::is_same_v<M, ScanNarrow> ? kScanNarrowKt : kScanMaxKt;
-
-// Shared memory of gdn_scan_mma_kernel for nkt key tiles: the bf16 copy of S (the products' operand), the chunk's
-// W and K^g tiles (bf16) and Δ (bf16). 27 KiB per key tile.
-constexpr size_t scan_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (3 * nkt + 1); }
-
-// F4, F7 for value tile blockIdx.x (M::kCols wide: M is Mma or ScanNarrow) of head blockIdx.y, chunks in order,
-// as gdn_scan_kernel: stores h[n] (bf16) and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles
-// of W and K^g = K ⊙ e^{Γ_C-Γ}), W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per
-// key tile S = e^{Γ_C} S + (K^g)^T Δ, S fp32 in registers (key tile kt at the thread's elements of M's map) and its
-// bf16 copy in shared memory (the next W S and h[n+1]). key_dim <= 64 kScanKt<M> (launcher).
-template <typename L, typename E, typename M>
-__global__ void __launch_bounds__(M::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
+// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
+// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
+// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
+// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
-  constexpr int kT = M::kThreads;
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
-  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * M::kCols;
-  const int vc = tile_cols(V, v0, M::kCols);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
+  float* S = cv.take<float>(16 * tile::kThreads * nkt);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
-  Acc S[kScanKt<M>];  // tiles >= nkt unused
-#pragma unroll
-  for (int kt = 0; kt < kScanKt<M>; ++kt) S[kt].zero();
-  tile::clear_h<kT>(hS, nkt);
+  const int tid = static_cast<int>(threadIdx.x);
+  tile::clear_state(S, hS, nkt);
   float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
   fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk + 1 < a.NC) prefetch_chunk<kT>(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
     scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
-      tile::store_h<kT>(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      tile::load_h<kT>(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-      tile::load_h<kT>(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
-                       [&](int r) { return expd(gC - s.gam[r]); });
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
     }
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
-    load_acc<M>(d, U, V, ch.n, vc);
+    load_acc<Mma>(d, U, V, ch.n, vc);
     __syncthreads();
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt)
-      M::template mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
-    tile::delta_out<false, M>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) done
     if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
-#pragma unroll
-    for (int kt = 0; kt < kScanKt<M>; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ (S[kt]: registers)
-      if (kt >= nkt) break;
+    for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
-      M::template mma<true, false>(hK + kt * kTileHalves, hD, acc);
+      Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
+      float* St = S + kt * 16 * tile::kThreads + tid;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) S[kt].v[i][j] = aC * S[kt].v[i][j] + acc.v[i][j];
-      tile::store_acc_h<M>(S[kt], hS + kt * kTileHalves, tile::Same{});
+        for (int j = 0; j < 4; ++j) {
+          float& e = St[(4 * i + j) * tile::kThreads];
+          e = aC * e + acc.v[i][j];
+          acc.v[i][j] = e;
+        }
+      tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
     }
   }
 }
@@ -997,74 +982,76 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
   }
 }
 
+// The most key tiles gdn_bwd_scan_mma_kernel carries (key_dim <= 256): its running dS lives in registers, an Acc
+// (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc bwd_scan.
+constexpr int kBwdScanMaxKt = 4;
+
 // Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the bf16 copy of dS (the products' operand), the
 // chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). 36 KiB per key tile (172 KiB at key_dim 256).
 constexpr size_t bwd_scan_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (4 * nkt + 2); }
 
-// B1 (state part) and B2 for value tile blockIdx.x (M::kCols wide: M is Mma or ScanNarrow) of head blockIdx.y,
-// chunks in reverse, as gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the
-// key tiles in registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key
-// tile kt at the thread's elements of M's map) and its bf16 copy in shared memory. The gates of the chunk before
-// are fetched during that update. key_dim <= 64 kScanKt<M> (launcher).
-template <typename L, typename E, typename M>
-__global__ void __launch_bounds__(M::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
+// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
+// gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
+// registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
+// the thread's elements of the Mma map) and its bf16 copy in shared memory. The gates of the chunk before are
+// fetched during that update. key_dim <= 64 kBwdScanMaxKt (launcher).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
-  constexpr int kT = M::kThreads;
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
-  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * M::kCols;
-  const int vc = tile_cols(V, v0, M::kCols);
+  const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
        *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
-  Acc dS[kScanKt<M>];  // tiles >= nkt unused
+  Acc dS[kBwdScanMaxKt];  // tiles >= nkt unused
 #pragma unroll
-  for (int kt = 0; kt < kScanKt<M>; ++kt) dS[kt].zero();
-  tile::clear_h<kT>(hS, nkt);
+  for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
+  tile::clear_h(hS, nkt);
   float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
   fetch_gates(a, Chunk(a, a.NC - 1, blockIdx.y), g_r, b_r);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk > 0) prefetch_chunk<kT>(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
+    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
     scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
-      tile::store_h<kT>(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
-      tile::load_h<kT>(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
-                       [&](int r) { return expd(gC - s.gam[r]); });
-      tile::load_h<kT>(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc,
-                       [&](int r) { return expd(s.gam[r]); });
-      tile::load_h<kT>(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
+      tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(s.gam[r]); });
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
     }
-    tile::load_h<kT>(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
     float* dD = ch.rows(a, a.dD, V, v0);
     Acc d;
-    load_acc<M>(d, dD, V, ch.n, vc);
+    load_acc<Mma>(d, dD, V, ch.n, vc);
     __syncthreads();
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt)
-      M::template mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
-    tile::delta_out<true, M>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
     __syncthreads();  // hE complete; every read of hS (K^g dS) done
     if (chunk > 0) fetch_gates(a, Chunk(a, chunk - 1, blockIdx.y), g_r, b_r);  // in flight during B2
 #pragma unroll
-    for (int kt = 0; kt < kScanKt<M>; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
+    for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
       if (kt >= nkt) break;
       Acc qd, wd;
       qd.zero();
       wd.zero();
-      M::template mma<true, false>(hQ + kt * kTileHalves, hO, qd);
-      M::template mma<true, false>(hW + kt * kTileHalves, hE, wd);
+      Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
+      Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
-      tile::store_acc_h<M>(dS[kt], hS + kt * kTileHalves, tile::Same{});
+      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
     }
   }
 }
@@ -1094,13 +1081,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   Acc qk, dp;
   dp.zero();
   chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
-    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
-    __syncthreads();
-    Mma::mma<false, true>(hO, hD, dp);
-    __syncthreads();
-  }
+  tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
   tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
@@ -1109,26 +1090,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    dqs.zero();
-    dks.zero();
-    dws.zero();
-    for (int64_t v0 = 0; v0 < V; v0 += kN) {
-      const int vc = tile_cols(V, v0);
-      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-      tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
-      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-      tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
-      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-      __syncthreads();
-      Mma::mma<false, true>(hO, hH, dqs);
-      Mma::mma<false, true>(hD, hG, dks);
-      Mma::mma<false, true>(hE, hH, dws);
+    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t, int) {
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
       }
-      __syncthreads();
-    }
+    });
     Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
     dq2.zero();
     dk2.zero();
@@ -1157,7 +1124,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
   bf16 *hT = cv.take<bf16>(kTileHalves), *hdT = cv.take<bf16>(kTileHalves), *hM = cv.take<bf16>(kTileHalves),
        *hX = cv.take<bf16>(kTileHalves), *hY = cv.take<bf16>(kTileHalves), *hZ = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   const E* x = kComba ? a.p : a.k;
@@ -1178,28 +1145,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
   Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
   dtv.zero();
   dtw.zero();
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
-    const int vc = tile_cols(V, v0);
-    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    Acc vv;
-    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();
-    Acc xu;
-    xu.zero();
-    Mma::mma<true, false>(hT, hZ, xu);
-    Mma::mma<false, true>(hZ, hY, dtv);
-    float* dv = ch.in(a, a.dv, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c = Mma::col(j);
-        db_part[i] += xu.v[i][j] * vv.v[i][j];
-        if (r < ch.n && c < vc) dv[r * a.H * V + c] = s.beta[r] * xu.v[i][j];
-      }
-    __syncthreads();
-  }
+  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
     tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
@@ -1231,15 +1177,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<
     __syncthreads();
   }
   wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
-  tile::store_acc_h(dtv, hdT, [](int, int, float x) { return x; });
-  __syncthreads();
   Acc m;
-  m.zero();
-  Mma::mma<true, false>(hT, hdT, m);  // M1 = 𝒯^T d𝒯
-  tile::store_acc_h(m, hM, [](int, int, float x) { return x; });
-  __syncthreads();  // hM complete; hdT is read
-  m.zero();
-  Mma::mma<false, true>(hM, hT, m);  // M1 𝒯^T
+  tile::wy_m1(dtv, hT, hdT, hM, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
   wy_dae<Mma, kComba>(m, kk, s, ch, db_part, row_x, col_part);  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
   tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
@@ -1297,37 +1236,12 @@ GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const fl
 template <typename P>
 constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 
-/// The Mma scan, forward (gdn_scan_mma_kernel) or backward (gdn_bwd_scan_mma_kernel), on value tiles of layout M:
-/// grid (value tiles, B H), M::kThreads threads.
-template <typename M, typename L, typename E>
-void launch_scan_mma(const GdnFast<L, E>& a, bool backward, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.V, M::kCols)), static_cast<unsigned>(a.B * a.H));
-  const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  if (backward)
-    tile::launch_n("gdn chunk", a.K, gdn_bwd_scan_mma_kernel<L, E, M>, grid, M::kThreads, bwd_scan_mma_smem(nkt),
-                   stream, a);
-  else
-    tile::launch_n("gdn chunk", a.K, gdn_scan_mma_kernel<L, E, M>, grid, M::kThreads, scan_mma_smem(nkt), stream, a);
-}
+/// Dynamic shared memory a block may have (sm_90); the Mma scans fit under it up to a key_dim, beyond which the
+/// Tc scans take over.
+constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-/// The bf16 scan (backward: bwd_scan): on tile::Mma with 32-wide value tiles (ScanNarrow) up to kScanNarrowKt key
-/// tiles, 64-wide up to kScanMaxKt (key_dim <= 256; the running state in registers); beyond, the tile::Tc scan (same
-/// scratch formats).
-template <typename L, typename E>
-void scan_bf16(const GdnFast<L, E>& a, bool backward, cudaStream_t stream) {
-  const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.V, kN)), static_cast<unsigned>(a.B * a.H));
-  if (nkt <= kScanNarrowKt)
-    launch_scan_mma<ScanNarrow>(a, backward, stream);
-  else if (nkt <= kScanMaxKt)
-    launch_scan_mma<Mma>(a, backward, stream);
-  else if (backward)
-    launch(gdn_bwd_scan_kernel<L, E>, grid, smem_for(4 + nkt), stream, a);
-  else
-    launch(gdn_scan_kernel<L, E>, grid, smem_for(2 + nkt), stream, a);
-}
-
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T).
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~47 KiB of shared memory per key tile
+// (key_dim <= 256 fits); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
@@ -1335,7 +1249,10 @@ void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
     launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
-    scan_bf16(a, false, stream);
+    if (scan_mma_smem(nkt) <= kMaxBlockSmem)
+      launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+    else
+      launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
   } else {
     launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
     launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
@@ -1386,8 +1303,12 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   if constexpr (kBf16<P>) {
+    // The Mma bwd_scan keeps dS in registers for up to kBwdScanMaxKt key tiles (key_dim <= 256); else the tile::Tc one.
     launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
-    scan_bf16(a, true, stream);
+    if (nkt <= kBwdScanMaxKt)
+      launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+    else
+      launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
     launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
     launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, dim3(NC, BH), kWyMmaSmem, stream, a);
   } else {

@@ -615,6 +615,19 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
   }
 }
 
+/// The dK and dΓ scratch tiles of key tile k0 (kc channels) at the thread's elements, read for the wy kernels'
+/// read-modify-write: dk, dgam point at the tiles, dko, dgo hold their values (0 outside the chunk's n x kc).
+template <typename L>
+struct DkDgam {
+  float *dk, *dgam;
+  Acc dko, dgo;
+  __device__ DkDgam(const KdaFast& a, const Chunk& ch, int64_t k0, int kc)
+      : dk(ch.in(a, a.dk, a.K, k0)), dgam(ch.rows(a, a.dgam, a.K, k0)) {
+    load_acc<L>(dko, dk, a.H * a.K, ch.n, kc);
+    load_acc<L>(dgo, dgam, a.K, ch.n, kc);
+  }
+};
+
 /// The wy kernels' B5 W-side step for key tile k0 (kc channels) after X_W = 𝒯^T dW (xw): dK += β X_W ⊙ e^Γ
 /// and B8 (v) dΓ += β X_W ⊙ K^d (read-modify-write of the dK and dΓ scratch at the thread's elements); db_part[i]
 /// += the thread's share of X_W ⊙ K^d of row L::row(i). kd: the fp32 K^d = K ⊙ e^Γ tile.
@@ -622,10 +635,7 @@ template <typename L>
 __device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const Gam& G,
                            const float* kd, const Acc& xw, float (&db_part)[4]) {
   const int64_t K = a.K;
-  float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
-  Acc dko, dgo;
-  load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-  load_acc<L>(dgo, dgam, K, ch.n, kc);
+  DkDgam<L> t(a, ch, k0, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -633,11 +643,39 @@ __device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, in
       const int r = L::row(i), c = L::col(j);
       const float xk = xw.v[i][j] * kd[r * kLd + c];
       db_part[i] += xk;
-      dgo.v[i][j] += s.beta[r] * xk;
-      dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
+      t.dgo.v[i][j] += s.beta[r] * xk;
+      t.dko.v[i][j] += s.beta[r] * G.exp_at(r * kLd + c) * xw.v[i][j];
     }
-  store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
-  store_acc<L>(dgo, dgam, K, ch.n, kc, Same{});
+  store_acc<L>(t.dko, t.dk, a.H * K, ch.n, kc, Same{});
+  store_acc<L>(t.dgo, t.dgam, K, ch.n, kc, Same{});
+}
+
+/// The wy kernels' B5 W-side products for key tile k0 (kc channels) once their operand tiles (L's operand type P:
+/// T = 𝒯, Z = dW, X = K^d) are complete: X_W = 𝒯^T dW, dtw += dW (K^d)^T, then wy_w_store (kd: K^d in fp32) and
+/// a barrier.
+template <typename L, typename P>
+__device__ __forceinline__ void wy_w_step(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
+                                          const Gam& G, const P* T, const P* Z, const P* X, const float* kd, Acc& dtw,
+                                          float (&db_part)[4]) {
+  Acc xw;
+  xw.zero();
+  L::template mma<true, false>(T, Z, xw);
+  L::template mma<false, true>(Z, X, dtw);
+  wy_w_store<L>(a, ch, s, k0, kc, G, kd, xw, db_part);
+  __syncthreads();
+}
+
+/// B6 on L's element map: dtv = d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, i.e. β_c (dtv + dtw) in the lower part
+/// (c <= r), 0 above.
+template <typename L>
+__device__ __forceinline__ void wy_dT(Acc& dtv, const Acc& dtw, const float* beta) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i), c = L::col(j);
+      dtv.v[i][j] = c <= r ? beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
+    }
 }
 
 /// The wy kernels' B7 step for key tile k0 (kc channels) after the decayed sums xr, yc (see kda_bwd_wy_kernel):
@@ -648,10 +686,7 @@ template <typename L>
 __device__ void wy_b7_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const float* k,
                             const Acc& xr, const Acc& yc, float* sY, float* sZ, float (&db_part)[4]) {
   const int64_t K = a.K;
-  float *dk = ch.in(a, a.dk, K, k0), *dgam = ch.rows(a, a.dgam, K, k0);
-  Acc dko, dgo;
-  load_acc<L>(dko, dk, a.H * K, ch.n, kc);
-  load_acc<L>(dgo, dgam, K, ch.n, kc);
+  DkDgam<L> t(a, ch, k0, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -659,11 +694,11 @@ __device__ void wy_b7_store(const KdaFast& a, const Chunk& ch, const Small& s, i
       const int r = L::row(i), c = L::col(j);
       const float kv = k[r * kLd + c];
       db_part[i] += kv * xr.v[i][j];
-      dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
+      t.dko.v[i][j] += s.beta[r] * xr.v[i][j] + yc.v[i][j];
       // dΓ of rows >= n stays 0 (load_acc), so the reverse cumsum below starts at row n - 1.
-      sY[r * kLd + c] = r < ch.n ? dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
+      sY[r * kLd + c] = r < ch.n ? t.dgo.v[i][j] + kv * (s.beta[r] * xr.v[i][j] - yc.v[i][j]) : 0.0f;
     }
-  store_acc<L>(dko, dk, a.H * K, ch.n, kc, Same{});
+  store_acc<L>(t.dko, t.dk, a.H * K, ch.n, kc, Same{});
   __syncthreads();
   reverse_cumsum_cols(sY, sZ);  // B9: dg_t = Σ_{r >= t in the chunk} dΓ_r, per channel
   tile::store(sZ, ch.in(a, a.dg, K, k0), a.H * K, ch.n, kc);
@@ -715,20 +750,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
     tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
     __syncthreads();
-    Acc xw;
-    xw.zero();
-    L::template mma<true, false>(sT, sZ, xw);
-    L::template mma<false, true>(sZ, sX, dtw);
-    wy_w_store<L>(a, ch, s, k0, kc, G, sX, xw, db_part);
-    __syncthreads();
+    wy_w_step<L>(a, ch, s, k0, kc, G, sT, sZ, sX, sX, dtw, db_part);
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-      const int r = L::row(i), c = L::col(j);
-      sdT[r * kLd + c] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
-    }
+  wy_dT<L>(dtv, dtw, s.beta);  // B6
+  store_acc<L>(dtv, sdT, kLd, kN, kN, Same{});
   __syncthreads();
   Acc m;
   m.zero();
@@ -1204,10 +1229,33 @@ __device__ __forceinline__ void decayed_finish(const float* D, const Gam& G, Acc
     }
 }
 
-// Shared memory of kda_bwd_dqk_mma_kernel: Small, Γ (two fp32 tiles), fp32 dP, q, k, the two diagonal parts, and
-// bf16 dP and a region of five bf16 tiles: the operands dO, h, Δ, dh, dΔ of one (key tile, value tile) step, then
-// k's left and q's right variants (96 rows each).
-constexpr size_t kDqkMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
+/// The decayed_left sum L(r, c) = Σ_{j<=r} ML[r][j] YL[j][c] E_rj,c and the decayed_right sum
+/// R(j, c) = Σ_{r>=j} MR[r][j] YR[r][c] E_rj,c of one key tile on the Mma element map (the step the two Mma
+/// backward kernels share): YL's left variants into hYv and YR's right variants into hYw (96 rows each), the
+/// diagonal sub-blocks in fp32 (diag_pairs from the fp32 ML, MR into DL, DR), a barrier, then the off-diagonal
+/// ones on the tensor cores (offdiag_mma from the bf16 copies hML, hMR) and decayed_finish. Expects YL, YR, Γ
+/// and ML, MR (fp32 and bf16) complete; ends without a barrier (hYv, hYw, DL, DR are read until the caller's next).
+__device__ __forceinline__ void decayed_sums(const float* ML, const bf16* hML, const float* YL, const float* MR,
+                                             const bf16* hMR, const float* YR, const Gam& G, bf16* hYv, bf16* hYw,
+                                             float* DL, float* DR, Acc& left, Acc& right) {
+  left_variants(YL, G, hYv);
+  right_variants(YR, G, hYw);
+  diag_pairs(ML, YL, MR, YR, G, DL, DR);
+  __syncthreads();
+  left.zero();
+  right.zero();
+  offdiag_mma<false>(hML, hYv, left);
+  offdiag_mma<true>(hMR, hYw, right);
+  decayed_finish<false>(DL, G, left);
+  decayed_finish<true>(DR, G, right);
+}
+
+// Shared memory of the two Mma backward kernels: Small, Γ (two fp32 tiles), five more fp32 tiles and six bf16 ones.
+// kda_bwd_dqk_mma_kernel: fp32 dP, q, k, the two diagonal parts; bf16 dP and a region of five bf16 tiles: the
+// operands dO, h, Δ, dh, dΔ of one (key tile, value tile) step, then k's left and q's right variants (96 rows each).
+// kda_bwd_wy_mma_kernel: fp32 K^d (then k), dΓ and its cumsum, dA, β dA; bf16 𝒯, d𝒯 (then dA), M1 (then β dA) and
+// a region of three bf16 tiles: two operand tiles, then k's left and right variants (96 rows each).
+constexpr size_t kBwdMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 for chunk blockIdx.x of head
 // blockIdx.y, as kda_bwd_dqk_kernel: dO Δ^T, and per key tile dO h^T, Δ dS_C^T, dΔ h^T (over the value tiles)
@@ -1228,13 +1276,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   const int64_t K = a.K, V = a.V;
   Acc dp;
   dp.zero();
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
-    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
-    __syncthreads();
-    Mma::mma<false, true>(hO, hD, dp);
-    __syncthreads();
-  }
+  tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -1247,56 +1289,27 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    dqs.zero();
-    dks.zero();
-    dws.zero();
     float sd[4] = {0, 0, 0, 0};  // Σ_v h ⊙ dh of state rows (channels) Mma::row(i), this thread's share
-    for (int64_t v0 = 0; v0 < V; v0 += kN) {
-      const int vc = tile_cols(V, v0);
-      float *h = ch.state(a, a.h, k0, v0), *dh = ch.state(a, a.dh, k0, v0);
-      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-      tile::load_h(hH, h, V, kc, vc);
-      tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-      tile::load_h(hG, dh, V, kc, vc);
-      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-      Acc hv, gv;
-      load_acc<Mma>(hv, h, V, kc, vc);
-      load_acc<Mma>(gv, dh, V, kc, vc);
-      __syncthreads();
-      Mma::mma<false, true>(hO, hH, dqs);
-      Mma::mma<false, true>(hD, hG, dks);
-      Mma::mma<false, true>(hE, hH, dws);
+    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t v0, int vc) {
+      Acc hv, gv;  // h, dh in fp32 at the thread's elements
+      load_acc<Mma>(hv, ch.state(a, a.h, k0, v0), V, kc, vc);
+      load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0), V, kc, vc);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) sd[i] += hv.v[i][j] * gv.v[i][j];
-      __syncthreads();
-    }
+    });
     store_acc<Mma>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
     load_gamma(a, ch, k0, sX, s.part, G);
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    left_variants(sZ, G, hKv);
-    right_variants(sX, G, hQw);
-    diag_pairs(sdP, sZ, sdP, sX, G, sDL, sDR);
-    __syncthreads();
     Acc dq2, dk2;
-    dq2.zero();
-    dk2.zero();
-    offdiag_mma<false>(hdP, hKv, dq2);
-    offdiag_mma<true>(hdP, hQw, dk2);
-    decayed_finish<false>(sDL, G, dq2);
-    decayed_finish<true>(sDR, G, dk2);
+    decayed_sums(sdP, hdP, sZ, sdP, hdP, sX, G, hKv, hQw, sDL, sDR, dq2, dk2);
     // (dqk_store's barrier: hKv, hQw, sDL, sDR are read before the next key tile writes them)
     dqk_store<Mma>(a, ch, s, k0, kc, G, sX, sZ, dqs, dks, dq2, dk2, sd);
   }
 }
-
-// Shared memory of kda_bwd_wy_mma_kernel: Small, Γ (two fp32 tiles), fp32 K^d (then k), dΓ and its cumsum, dA,
-// β dA, and bf16 𝒯, d𝒯 (then dA), M1 (then β dA) and a region of three bf16 tiles: two operand tiles, then k's
-// left and right variants (96 rows each).
-constexpr size_t kWyMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as kda_bwd_wy_kernel: 𝒯^T dΔ, dΔ V^T,
 // 𝒯^T dW, dW (K^d)^T, 𝒯^T d𝒯 and M1 𝒯^T on bf16 tiles (𝒯 rounded once) with register accumulators; the decayed
@@ -1313,31 +1326,14 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
        *hY = cv.take<bf16>(3 * kTileHalves);
   bf16 *hZ = hY + kTileHalves, *hKv = hY, *hKw = hY + 96 * kLdH;  // hKv, hKw: in B7
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K;
   load_beta(a, ch, s.beta);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
   Acc dtv, dtw;  // dΔ V^T, dW (K^d)^T
   dtv.zero();
   dtw.zero();
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
-    const int vc = tile_cols(V, v0);
-    tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    Acc vv;
-    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();
-    Acc x;
-    x.zero();
-    Mma::mma<true, false>(hT, hZ, x);
-    Mma::mma<false, true>(hZ, hY, dtv);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) db_part[i] += x.v[i][j] * vv.v[i][j];
-    store_acc<Mma>(x, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return s.beta[r] * y; });
-    __syncthreads();
-  }
+  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
     load_gamma(a, ch, k0, sX, s.part, G);
@@ -1346,29 +1342,11 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     __syncthreads();
     tile::load_h(hY, sX, kLd, kN, kN);  // K^d in bf16
     __syncthreads();
-    Acc xw;
-    xw.zero();
-    Mma::mma<true, false>(hT, hZ, xw);
-    Mma::mma<false, true>(hZ, hY, dtw);
-    wy_w_store<Mma>(a, ch, s, k0, kc, G, sX, xw, db_part);
-    __syncthreads();
+    wy_w_step<Mma>(a, ch, s, k0, kc, G, hT, hZ, hY, sX, dtw, db_part);
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B6: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T, lower part
-      const int r = Mma::row(i), c = Mma::col(j);
-      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + dtw.v[i][j]) : 0.0f;
-    }
-  tile::store_acc_h(dtv, hA, Same{});
-  __syncthreads();
+  wy_dT<Mma>(dtv, dtw, s.beta);  // B6
   Acc m;
-  m.zero();
-  Mma::mma<true, false>(hT, hA, m);  // M1 = 𝒯^T d𝒯
-  tile::store_acc_h(m, hB, Same{});
-  __syncthreads();  // hB complete; hA is read
-  m.zero();
-  Mma::mma<false, true>(hB, hT, m);  // M1 𝒯^T
+  tile::wy_m1(dtv, hT, hA, hB, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
   __syncthreads();  // hB is read: hA, hB take dA, β dA below
   Acc bm;
 #pragma unroll
@@ -1388,17 +1366,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sA, sB, hA, hB)
     tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    left_variants(sX, G, hKv);
-    right_variants(sX, G, hKw);
-    diag_pairs(sA, sX, sB, sX, G, sY, sZ);  // into sY, sZ: free until wy_b7_store, which reads them first
-    __syncthreads();
-    Acc xr, yc;
-    xr.zero();
-    yc.zero();
-    offdiag_mma<false>(hA, hKv, xr);
-    offdiag_mma<true>(hB, hKw, yc);
-    decayed_finish<false>(sY, G, xr);
-    decayed_finish<true>(sZ, G, yc);
+    Acc xr, yc;  // diagonal parts into sY, sZ: free until wy_b7_store, which reads them first
+    decayed_sums(sA, hA, sX, sB, hB, sX, G, hKv, hKw, sY, sZ, xr, yc);
     wy_b7_store<Mma>(a, ch, s, k0, kc, sX, xr, yc, sY, sZ, db_part);
   }
   tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
@@ -1523,8 +1492,8 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   else
     launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
   if (kBf16<P>) {
-    launch(kda_bwd_dqk_mma_kernel, dim3(NC, BH), kDqkMmaSmem, stream, a);
-    launch(kda_bwd_wy_mma_kernel, dim3(NC, BH), kWyMmaSmem, stream, a);
+    launch(kda_bwd_dqk_mma_kernel, dim3(NC, BH), kBwdMmaSmem, stream, a);
+    launch(kda_bwd_wy_mma_kernel, dim3(NC, BH), kBwdMmaSmem, stream, a);
   } else {
     launch(kda_bwd_dqk_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a);
     launch(kda_bwd_wy_kernel<L>, dim3(NC, BH), smem_for(12, true), stream, a);

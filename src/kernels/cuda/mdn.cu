@@ -207,8 +207,8 @@ __device__ void copy_floats(float* dst, const float* src, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 /// Slots [C, K] of a chunk's rowk scratch: S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i, dM Ṽ_i, the key-side
-/// sums of dq, dp, dk̂ (brow), then dk̂, dp (bchunk).
-enum RowkSlot { kSdO, kMdO, kSdR, kMdR, kGV, kHV, kEK, kWK, kKQP, kDKH, kDP, kRowkSlots };
+/// sums of dq, dp, dk̂ (all written by brow, read by bchunk).
+enum RowkSlot { kSdO, kMdO, kSdR, kMdR, kGV, kHV, kEK, kWK, kKQP, kRowkSlots };
 /// Slot `slot` of chunk `chunk` of (batch, head) bh in the rowk scratch.
 __device__ float* rowk_slot(const MdnArgs& a, int64_t bh, int64_t chunk, RowkSlot slot) {
   return a.rowk + ((bh * a.NC + chunk) * kRowkSlots + slot) * a.C * a.K;
@@ -821,78 +821,111 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
   }
 }
 
-// The bchunk kernel's shared memory after the chunk's vectors and its L_A, L_U [C, C] (copied from its coef image;
-// Γ's last row, Q K̂^T and P K̂^T are each read once, from the image in global memory): vectors [C] dabar
-// (dL/dᾱ), db (dL/db), dmbar (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); the row dots
-// [kRowDots, C] (RowDot); matrices [n, n] dW, dG (dΓ), Y (then the segment prefix of L_A), dLU (then the segment
-// prefix of L_U). About 103 KiB at C = 64: two blocks per SM.
-constexpr int kBwdVectors = 5, kBwdMatrices = 4;
+// The bchunk kernel's shared memory: the chunk's vectors, then vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
+// (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); the row dots [kRowDots, C] (RowDot);
+// L_U (copied from the coef image; L_A, Γ's last row, Q K̂^T and P K̂^T are read from the image in global memory,
+// L_A along rows or as one broadcast element a warp); then one region that first stages key columns for the row
+// dots (kStaged planes [C, kColStride]) and then holds the matrices [n, n] dG (dΓ), Y (then dL_A ⊙ L_A, then its
+// segment prefix), dLU (then the segment prefix of L_U). Matrix rows are bchunk_ld(C) floats apart (odd: a column
+// read by consecutive threads hits distinct banks). About 70 KiB at C = 64: three blocks per SM.
+constexpr int kBwdVectors = 5, kBwdMatrices = 3;
 /// The dot products over K of chunk row r that bchunk combines, by pairs sharing their left factor:
 /// q_r·(S_0 dO_r), q_r·(M_0 dO_r); k_r·(S_0 dR_r), k_r·(M_0 dR_r); k_r·(dM Ṽ_r), k_r·(dS Ṽ_r) (row 0's k·(S_0 dR),
 /// k·(M_0 dR) are not used).
 enum RowDot { kQSdO, kQMdO, kKSdR, kKMdR, kKHV, kKGV, kRowDots };
+/// Key columns bchunk stages per step of its row dots, and the row stride of a staged plane (odd, as bchunk_ld).
+constexpr int kColStep = 16, kColStride = kColStep + 1;
+/// Staged planes of a key-column step: q, k and the rowk slots of the row dots (the pair of dot d is planes
+/// 2 + 2d, 3 + 2d against q for d = 0, else k), then dk̂ and dp formed in the step (dot 3: k·dk̂, k·dp).
+enum Staged { kStQ, kStK, kStSdO, kStMdO, kStSdR, kStMdR, kStHV, kStGV, kStDKH, kStDP, kStaged };
+static_assert(4 * kMdnMaxChunk <= tile::kThreads, "bchunk gives each row dot pair its own thread");
 
+/// Blocks per SM that bchunk is compiled for (at most 85 registers; 80 unbounded): three fit beside its 70 KiB
+/// of shared memory at C = 64.
+constexpr int kBchunkBlocksPerSm = 3;
+/// Row stride of bchunk's shared matrices (odd).
+constexpr int64_t bchunk_ld(int64_t C) { return C | 1; }
+/// Floats of bchunk's shared region that stages key columns, then holds dG, Y, dLU.
+constexpr int64_t bchunk_region(int64_t C) {
+  return kStaged * kColStride * C > kBwdMatrices * C * bchunk_ld(C) ? kStaged * kColStride * C
+                                                                    : kBwdMatrices * C * bchunk_ld(C);
+}
 /// Floats of the bchunk kernel's shared memory for chunk size C.
 constexpr int64_t bchunk_floats(int64_t C) {
-  return (kChunkVectors + kBwdVectors + kRowDots) * C + (2 + kBwdMatrices) * C * C;
+  return (kChunkVectors + kBwdVectors + kRowDots) * C + C * bchunk_ld(C) + bchunk_region(C);
 }
 
-/// (Σ_i x[i] y[i], Σ_i x[i] z[i]), each in index order (fp32 fma), in one pass over x.
-__device__ inline float2 dotf2(const float* x, const float* y, const float* z, int64_t n) {
-  float s = 0.0f, t = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    s = fmaf(x[i], y[i], s);
-    t = fmaf(x[i], z[i], t);
+/// dst[r * ld + c] = src[r * n + c] for r, c < n (block-strided; no barrier).
+__device__ void copy_square(float* dst, const float* src, int n, int ld) {
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) dst[idx / n * ld + idx % n] = src[idx];
+}
+
+/// A row-major source of staged key columns: element (r, m) at p[r * stride + m].
+struct RowSource {
+  const float* p;
+  int64_t stride;
+};
+
+/// Plane p < kStDKH of `stage` (kColStride floats a row) = key columns k0 .. k0 + kc - 1 of src[p], rows < n
+/// (block-strided, coalesced along the columns; no barrier).
+__device__ void stage_columns(float* stage, int64_t C, const RowSource (&src)[kStDKH], int n, int64_t k0, int kc) {
+#pragma unroll
+  for (int p = 0; p < kStDKH; ++p)
+    for (int e = threadIdx.x; e < n * kc; e += blockDim.x) {
+      const int r = e / kc, c = e % kc;
+      stage[(p * C + r) * kColStride + c] = src[p].p[r * src[p].stride + k0 + c];
+    }
+}
+
+/// acc += (Σ_c x[c] y[c], Σ_c x[c] z[c]) over c < kc, each in column order (fp32 fma): one step of dot products
+/// over K summed in key order across the column steps.
+__device__ inline void dotf2_step(const float* x, const float* y, const float* z, int kc, float2& acc) {
+  for (int c = 0; c < kc; ++c) {
+    acc.x = fmaf(x[c], y[c], acc.x);
+    acc.y = fmaf(x[c], z[c], acc.y);
   }
-  return make_float2(s, t);
 }
 
 // bchunk kernel on layout L (which only sets the chunk states' element type, Op<L>: every step is fp32 or double
 // on the CUDA cores), grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the
 // chunk (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Scratch: the chunk's rowk slots (RowkSlot). Shared: bchunk_floats(C) floats (see kBwdVectors). The row dots are
-// summed one pair per thread (3 n pairs), the per-row and per-element steps on all threads.
+// Shared: bchunk_floats(C) floats (see kBwdVectors). One pass over the key columns, kColStep at a time staged in
+// shared memory, forms dq, dk, dk̂, dp element-wise and continues the row dots (3 n pairs over the rowk slots and
+// n pairs k·dk̂, k·dp, one pair per thread, each summed in column order); dk̂ and dp never leave the block. The
+// per-row and per-element steps after it run on all threads.
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
-  const int n = ch.n, last = n - 1;
+  const int n = ch.n, last = n - 1, ld = static_cast<int>(bchunk_ld(C));
   ChunkSmem cs{};
-  cs.LA = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
-  cs.LU = cs.LA + C * C;
-  float* dabar = cs.LU + C * C;
+  float* dabar = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
   float* db = dabar + C;
   float* dmbar = db + C;
   float* dlul = dmbar + C;
   float* kdp = dlul + C;
   float* dots = kdp + C;
-  float* dW = dots + kRowDots * C;
-  float* dG = dW + C * C;
-  float* Y = dG + C * C;
-  float* dLU = Y + C * C;
+  cs.LU = dots + kRowDots * C;
+  float* stage = cs.LU + C * ld;
+  float* dG = stage;
+  float* Y = dG + C * ld;
+  float* dLU = Y + C * ld;
   const float* img = coef_image(a, ch.bh, ch.chunk);
-  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK), *PK = image_matrix(img, C, kPK);
+  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK), *PK = image_matrix(img, C, kPK),
+              *LA = image_matrix(img, C, kLA);
   const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
   const Op<L>* M0 = S0 + KV;
   const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
   const Op<L>* dM = dS + KV;
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
-  const float *SdO = slot(kSdO), *MdO = slot(kMdO), *SdR = slot(kSdR), *MdR = slot(kMdR), *GV = slot(kGV),
-              *HV = slot(kHV), *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
-  float *dKH = slot(kDKH), *dP = slot(kDP);
+  const float *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
   copy_floats(cs.la, img, kChunkVectors * C);
-  copy_floats(cs.LA, image_matrix(img, C, kLA), 2 * C * C);  // L_A, L_U (adjacent in the image)
-  // dW_ij = -dR_i·Ṽ_j (j < i), from brow's products.
-  const float* dew = dew_pair(a, ch.bh, ch.chunk);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    dW[idx] = j < i ? -dew[kN * kN + i * kN + j] : 0.0f;
-  }
-  // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions).
+  copy_square(cs.LU, image_matrix(img, C, kLU), n, ld);
+  // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions; their barriers also publish the copies).
   double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
   for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
     s_ds += static_cast<double>(to_f32(S0[idx])) * to_f32(dS[idx]);
@@ -902,28 +935,62 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   s_ds = block_reduce(s_ds, SumOp{}, 0.0);
   m_ds = block_reduce(m_ds, SumOp{}, 0.0);
   m_dm = block_reduce(m_dm, SumOp{}, 0.0);
-  for (int idx = threadIdx.x; idx < 3 * n; idx += blockDim.x) {
-    const int pair = idx / n, r = idx % n;
-    const RowkSlot y = pair == 0 ? kSdO : pair == 1 ? kSdR : kHV, z = pair == 0 ? kMdO : pair == 1 ? kMdR : kGV;
-    const float2 d = dotf2(pair == 0 ? hv.q(c0 + r) : hv.k(c0 + r), slot(y) + r * K, slot(z) + r * K, K);
-    dots[2 * pair * C + r] = d.x;
-    dots[(2 * pair + 1) * C + r] = d.y;
+
+  // Per key-column step: dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
+  // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
+  // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i
+  // (the sums over j and r from brow: EK, WK, KQP); dk = η dk̂ + α dp (p = α k, k̂ = η k); then thread
+  // t < 4 n continues dot t / n of row t % n (RowDot pairs, then dη = k·dk̂ and k·dp for d log α).
+  const RowSource src[kStDKH] = {{hv.q(c0), a.H * K}, {hv.k(c0), a.H * K}, {slot(kSdO), K}, {slot(kMdO), K},
+                                 {slot(kSdR), K},     {slot(kMdR), K},     {slot(kHV), K},  {slot(kGV), K}};
+  const auto plane = [&](int p, int r) { return stage + (p * C + r) * kColStride; };
+  const int dot = static_cast<int>(threadIdx.x) / n, row = static_cast<int>(threadIdx.x) % n;
+  float2 acc = make_float2(0.0f, 0.0f);
+  for (int64_t k0 = 0; k0 < K; k0 += kColStep) {
+    const int kc = static_cast<int>(K - k0 < kColStep ? K - k0 : kColStep);
+    stage_columns(stage, C, src, n, k0, kc);
+    __syncthreads();
+    for (int e = threadIdx.x; e < n * kc; e += blockDim.x) {
+      const int i = e / kc, c = e % kc;
+      const int64_t idx = i * K + k0 + c;
+      const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
+      const float dp = -am * plane(kStSdR, i)[c] + bm * plane(kStMdR, i)[c] + WK[idx];
+      const float dkh =
+          G[last * n + i] * plane(kStGV, i)[c] - cs.LU[last * ld + i] * plane(kStHV, i)[c] + KQP[idx];
+      const int64_t out = hv.tok(c0 + i) * K + k0 + c;
+      a.dq[out] = cs.abar[i] * plane(kStSdO, i)[c] - cs.bb[i] * plane(kStMdO, i)[c] + EK[idx];
+      a.dk[out] = cs.eta[i] * dkh + cs.alpha[i] * dp;
+      plane(kStDKH, i)[c] = dkh;
+      plane(kStDP, i)[c] = dp;
+    }
+    __syncthreads();
+    if (dot < 4)
+      dotf2_step(plane(dot == 0 ? kStQ : kStK, row), plane(2 + 2 * dot, row), plane(3 + 2 * dot, row), kc, acc);
+    __syncthreads();
+  }
+  if (dot < 3) {
+    dots[2 * dot * C + row] = acc.x;
+    dots[(2 * dot + 1) * C + row] = acc.y;
+  } else if (dot == 3) {
+    a.deta[hv.tok(c0 + row)] = acc.x;
+    kdp[row] = acc.y;
   }
   __syncthreads();
   const float *qSdO = dots + kQSdO * C, *qMdO = dots + kQMdO * C, *kSdR = dots + kKSdR * C,
               *kMdR = dots + kKMdR * C, *kHV = dots + kKHV * C, *kGV = dots + kKGV * C;
 
   // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j), with dE_ij = dO_i·Ṽ_j
-  // (j <= i) from brow's products.
+  // and dW_ij = -dR_i·Ṽ_j (j < i) from brow's products.
+  const float* dew = dew_pair(a, ch.bh, ch.chunk);
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, j = idx % n;
     float d = 0.0f;
     if (j <= i) {
       d = dew[i * kN + j] * QK[idx];
-      if (i + 1 < n) d += dW[(i + 1) * n + j] * PK[(i + 1) * n + j];
+      if (i + 1 < n) d += -dew[kN * kN + (i + 1) * kN + j] * PK[(i + 1) * n + j];
       if (i == last) d += cs.eta[j] * kGV[j];
     }
-    dG[idx] = d;
+    dG[i * ld + j] = d;
   }
   // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -942,39 +1009,16 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     dmbar[i] = dmb;
     dlul[i] = -cs.eta[i] * kHV[i];
   }
-  // dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
-  // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
-  // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i
-  // (the sums over j and r from brow: EK, WK, KQP).
-  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / K);
-    const int64_t m = idx % K;
-    const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-    a.dq[hv.tok(c0 + i) * K + m] = cs.abar[i] * SdO[idx] - cs.bb[i] * MdO[idx] + EK[idx];
-    dP[idx] = -am * SdR[idx] + bm * MdR[idx] + WK[idx];
-    dKH[idx] = G[last * n + i] * GV[idx] - cs.LU[last * n + i] * HV[idx] + KQP[idx];
-  }
   __syncthreads();
-
-  // dk = η dk̂ + α dp (p = α k, k̂ = η k); dη = k·dk̂; k·dp (for d log α).
-  for (int64_t idx = threadIdx.x; idx < n * K; idx += blockDim.x) {
-    const int i = static_cast<int>(idx / K);
-    a.dk[hv.tok(c0 + i) * K + idx % K] = cs.eta[i] * dKH[idx] + cs.alpha[i] * dP[idx];
-  }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float2 d = dotf2(hv.k(c0 + i), dKH + i * K, dP + i * K, K);
-    a.deta[hv.tok(c0 + i)] = d.x;
-    kdp[i] = d.y;
-  }
   // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
     const int i = idx / n, r = idx % n;
     float y = 0.0f;
     if (r <= i) {
       y = db[i] * cs.mbar[r];
-      for (int j = 0; j <= r; ++j) y += dG[i * n + j] * cs.LU[r * n + j];
+      for (int j = 0; j <= r; ++j) y += dG[i * ld + j] * cs.LU[r * ld + j];
     }
-    Y[idx] = y;
+    Y[i * ld + r] = y;
   }
   // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r).
   for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -982,18 +1026,20 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
     float du = 0.0f;
     if (j <= r) {
       float t = 0.0f;
-      for (int i = r; i < n; ++i) t += cs.LA[i * n + r] * dG[i * n + j];
+      for (int i = r; i < n; ++i) t += LA[i * n + r] * dG[i * ld + j];
       du = cs.beta[r] * t + (r == last ? dlul[j] : 0.0f);
     }
-    dLU[idx] = du;
+    dLU[r * ld + j] = du;
   }
   __syncthreads();
-  // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i.
+  // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i; Y_ir becomes dL_A[i,r] L_A[i,r].
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
     float dbeta = 0.0f, dmb = 0.0f;
     for (int i = r; i < n; ++i) {
-      dbeta += cs.LA[i * n + r] * Y[i * n + r];
-      dmb += cs.LA[i * n + r] * db[i];
+      const float la = LA[i * n + r], y = Y[i * ld + r];
+      dbeta += la * y;
+      dmb += la * db[i];
+      Y[i * ld + r] = cs.beta[r] * y * la;
     }
     a.dbeta[hv.tok(c0 + r)] = dbeta;
     dmbar[r] += cs.beta[r] * dmb;
@@ -1004,9 +1050,10 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     float run_a = 0.0f, run_u = 0.0f;
     for (int u = 0; u <= i; ++u) {
-      const float za = cs.beta[u] * Y[i * n + u] * cs.LA[i * n + u], zu = dLU[i * n + u] * cs.LU[i * n + u];
-      Y[i * n + u] = run_a;
-      dLU[i * n + u] = run_u;
+      const int e = i * ld + u;
+      const float za = Y[e], zu = dLU[e] * cs.LU[e];
+      Y[e] = run_a;
+      dLU[e] = run_u;
       run_a += za;
       run_u += zu;
     }
@@ -1016,8 +1063,8 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bchunk_kernel(MdnArgs a) {
   for (int u = threadIdx.x; u < n; u += blockDim.x) {
     double ga = 0.0, gu = 0.0;
     for (int i = u; i < n; ++i) {
-      ga += static_cast<double>(Y[i * n + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
-      gu += static_cast<double>(dLU[i * n + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
+      ga += static_cast<double>(Y[i * ld + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
+      gu += static_cast<double>(dLU[i * ld + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
     }
     a.dla[hv.tok(c0 + u)] = static_cast<float>(ga + static_cast<double>(cs.alpha[u]) * kdp[u]);
     a.dlm[hv.tok(c0 + u)] = static_cast<float>(gu);
