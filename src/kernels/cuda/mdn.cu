@@ -126,8 +126,8 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. vt: Ṽ [B, T, H, V], read by out,
 // bscan, brow and the states-only scan; vt_out: where the solving scan writes Ṽ (the same buffer as vt), null when
 // vt holds the forward's saved Ṽ (the backward with save_residuals). Global scratch (ScratchLayout):
-// coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
-// chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
+// coef [B H, NC, coef_floats(C)] (coef images: 8 vectors, 6 matrices), states [B H, NC, 2, K, V] (S_0 then M_0
+// entering each chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
 // dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each chunk; Op<L> as states), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
@@ -227,6 +227,12 @@ constexpr size_t coef_work_bytes(int64_t C) {
   return m > inv ? m : inv;
 }
 
+/// Blocks per SM that the coef kernel is compiled for: 3 on tile::Mma (80 registers, 20 / 28 bytes of spill stores
+/// / loads; 109 registers unbounded, 2 blocks; 3 x 50.5 KiB of shared memory at C = 64), 1 on tile::Simt (168
+/// registers; bounded to 2 it spills around its fp32 products).
+template <typename L>
+constexpr int coef_blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 3 : 1; }
+
 /// Shared bytes of the coef kernel on layout L (mdn_coef_kernel): the 8 vectors, Γ, the reused region.
 template <typename L>
 constexpr size_t coef_smem(int64_t C) {
@@ -249,7 +255,7 @@ constexpr size_t coef_smem(int64_t C) {
 // operand tiles and the inverse (W and 𝒯; step 4). Every value is computed as main's coef computed it (the same
 // expressions in the same order), so the image holds the same bits (W is no longer part of it: no kernel read it).
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads, coef_blocks_per_sm<L>()) mdn_coef_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
@@ -313,14 +319,26 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
     }
   }
   __syncthreads();
-  // 3. Γ and b.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    float g = 0.0f;
-    if (j <= i)
-      for (int r = j; r <= i; ++r) g += cs.LA[i * n + r] * cs.beta[r] * cs.LU[r * n + j];
-    cs.G[idx] = g;
-    gmat(kG)[idx] = g;
+  // 3. Γ and b. Task t: column j = t % 64 of rows i0 .. i0 + 3 (i0 = 4 (t / 64)); the 4 sums share the loads of
+  // β_r and L_U[r,j], each adds its terms r = j .. i in order (a warp: 32 columns of one row group).
+  for (int t = threadIdx.x; t < 16 * kN; t += blockDim.x) {
+    const int j = t % kN, i0 = 4 * (t / kN);
+    if (j >= n || i0 >= n) continue;
+    const int il = i0 + 3 < n ? i0 + 3 : n - 1;  // the group's last row
+    float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = j; r <= il; ++r) {
+      const float br = cs.beta[r], lu = cs.LU[r * n + j];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (r <= i0 + e && i0 + e <= il) g[e] += cs.LA[(i0 + e) * n + r] * br * lu;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (i0 + e <= il) {
+        const int idx = (i0 + e) * n + j;
+        cs.G[idx] = g[e];  // 0 for j > i0 + e (no terms)
+        gmat(kG)[idx] = g[e];
+      }
   }
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
     float s = 0.0f;
