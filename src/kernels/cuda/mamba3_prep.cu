@@ -68,7 +68,7 @@ __device__ __forceinline__ double mod_2pi(double x) {
 
 // Steps loaded ahead by the scans along T (phase_kernel, phase_bwd_kernel), so that their loads overlap instead
 // of each step waiting for its own.
-constexpr int kAhead = 16;
+constexpr int kAhead = 8;
 
 // The scans along T (phase_kernel, phase_bwd_kernel) run per block on kScanLanes consecutive (h, i) pairs of one
 // batch row (one warp wide: coalesced), with T cut into kScanSegs segments of ceil(T / kScanSegs) steps, one warp
@@ -112,7 +112,7 @@ __device__ __forceinline__ double rep_neg(double c) { return signbit(c) ? c : c 
 //   5. each segment walks from it, writing φ.
 // Segments 0 and 1 repeat the sequential recursion's arithmetic exactly; later ones start from a carry that
 // differs from the sequential value by rounding only (a few ulp of 2π in double).
-__global__ void __launch_bounds__(kScanThreads)
+__global__ void __launch_bounds__(kScanThreads, 2)
     phase_kernel(const double* dtd, const double* theta, const float* phase0, Sizes s, float* phi) {
   __shared__ double carry[kScanSegs][kScanLanes];
   __shared__ unsigned char sgn[kScanSegs][kScanLanes];
@@ -311,7 +311,7 @@ __global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
 // kScanLanes), B), kScanThreads threads): each segment's total, the totals of the later segments summed from the
 // last one, then each segment's reverse cumsum from that carry. The last segment repeats the sequential sum
 // exactly; the others group the same double sum differently.
-__global__ void __launch_bounds__(kScanThreads) phase_bwd_kernel(Sizes s, float* dphi) {
+__global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, float* dphi) {
   __shared__ double carry[kScanSegs][kScanLanes];
   const int lane = threadIdx.x % kScanLanes, seg = threadIdx.x / kScanLanes;
   const int64_t HS = s.H * s.S, hi = blockIdx.x * int64_t{kScanLanes} + lane, row0 = blockIdx.y * s.T;
