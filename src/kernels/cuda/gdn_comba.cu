@@ -349,7 +349,8 @@ constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloat
 // F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
 // form (per tile: load_h, barrier, product, barrier; tile::tril_inverse), with fewer exposed load latencies and
 // barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded; X K^T takes
-// two key tiles a step (GDN: hX, hK, each tile times itself; Comba: p and k of one key tile); A is inverted by
+// two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of one key
+// tile, one after the other); A is inverted by
 // tile::tril_inverse_fast; F3's operand tiles (W's, then U's) go through the bf16 tiles hX, hK by turns, each
 // fetched into registers (tile::fetch_h) while the previous one is multiplied and stored (GDN: the first during
 // the inverse), one barrier a tile. At most 80 registers: three blocks an SM, as the shared memory allows.
@@ -381,11 +382,17 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
   acc.zero();
   for (int st = 0; st < nxs; ++st) {
     const int64_t ka = kComba ? kN * st : 2 * kN * st, kb = kComba ? ka : ka + kN;
-    fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
-    put_h(fa, hX, ch.n, one);
-    if (kb < K) {
+    if (kComba) {  // one tile in flight at a time (80 registers)
+      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      put_h(fa, hX, ch.n, one);
       fetch_h(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
       put_h(fa, hK, ch.n, one);
+    } else {  // both key tiles in flight together
+      Frag fb;
+      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      if (kb < K) fetch_h(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      put_h(fa, hX, ch.n, one);
+      if (kb < K) put_h(fb, hK, ch.n, one);
     }
     __syncthreads();
     if (kComba) {
