@@ -227,6 +227,35 @@ __device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t s
   load_h(s, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
+/// A thread's 16 elements of a 64 x 64 tile in load_h's map (column pairs), held in registers between their
+/// global loads (fetch_h) and their store into a bf16 tile (put_h): load_h split in two, so that the loads of
+/// a later tile are in flight while the block computes. fetch_h then put_h stores what load_h stores.
+struct Frag {
+  float x[kN * kN / 2 / kThreads][2];
+};
+template <typename E>
+__device__ __forceinline__ void fetch_h(Frag& f, const E* src, int64_t stride, int rows, int cols) {
+  constexpr int kRowsPer = kThreads / 32;  // rows between a thread's elements it and it + 1
+  const int r0 = static_cast<int>(threadIdx.x) >> 5, c = 2 * (static_cast<int>(threadIdx.x) & 31);
+  const E* p = src + r0 * stride + c;
+  const int64_t step = kRowsPer * stride;
+#pragma unroll
+  for (int it = 0; it < kN * kN / 2 / kThreads; ++it) {
+    const int r = r0 + kRowsPer * it;
+    f.x[it][0] = r < rows && c < cols ? to_f32(p[it * step]) : 0.0f;
+    f.x[it][1] = r < rows && c + 1 < cols ? to_f32(p[it * step + 1]) : 0.0f;
+  }
+}
+template <typename Scale>
+__device__ __forceinline__ void put_h(const Frag& f, __nv_bfloat16* s, int rows, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 2 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    const float g = r < rows ? scale(r) : 0.0f;
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(g * f.x[it][0], g * f.x[it][1]);
+  }
+}
+
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2
 /// stores of column pairs j = 0, 1 and 2, 3).
 template <typename F>
@@ -365,6 +394,62 @@ __device__ __forceinline__ void tril_inverse(const float* A, float* Tm, int n) {
       const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
       if (idx < 16 * w) Tm[(r0 + idx / w) * kLd + idx % w] = x[e];
     }
+    __syncthreads();
+  }
+}
+
+/// tril_inverse with the same result bit for bit (every element summed in the same order; the terms added here
+/// in addition are exact zeros of 𝒯's upper triangle, which leave an fp32 sum unchanged) and a shorter dependent
+/// chain; A's strictly upper triangle is used as scratch (clobbered). A strictly lower (zero rows >= n), 𝒯 the
+/// identity on entry, both shared tiles.
+///   1. thread m < 64 solves column m of its diagonal block in registers, row by row; its four partial sums per
+///      row are tril_inverse's lanes' (j ≡ m + p mod 4, here kept by j mod 4) combined in the butterfly's order;
+///   2. block rows i = 1, 2, 3: thread (rl, q) = (tid / 16, tid % 16) forms row 16 i + rl, columns q + 16 j
+///      (j < i) of X = Σ_k A_ik 𝒯_kj with unrolled loops (X^T into A's upper triangle), then 𝒯_ij = -𝒯_ii X.
+/// Ends with a barrier.
+__device__ __forceinline__ void tril_inverse_fast(float* A, float* Tm, int n) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kN) {
+    const int m = tid, b0 = m & ~15, mm = m & 15;
+    float t[16];
+#pragma unroll
+    for (int rl = 0; rl < 16; ++rl) {
+      const int r = b0 + rl;
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int jl = 0; jl < rl; ++jl) s[jl & 3] += A[r * kLd + b0 + jl] * t[jl];
+      const float tot = (m & 1) ? (s[1] + s[2]) + (s[3] + s[0]) : (s[0] + s[1]) + (s[2] + s[3]);
+      t[rl] = rl < mm ? 0.0f : rl == mm ? 1.0f : r < n ? -tot : 0.0f;
+      if (rl > mm) Tm[r * kLd + m] = t[rl];
+    }
+  }
+  __syncthreads();
+  const int rl = tid >> 4, q = tid & 15;
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {
+    const int r0 = 16 * i, r = r0 + rl;
+    float x[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kb = 0; kb < i; ++kb)
+#pragma unroll
+      for (int kk = 0; kk < 16; ++kk) {  // X_rc = Σ_{c<=k<r0} A_rk 𝒯_kc (𝒯_kc = 0 for k < c)
+        const int k = 16 * kb + kk;
+        const float av = A[r * kLd + k];
+#pragma unroll
+        for (int j = 0; j <= kb; ++j) x[j] += av * Tm[k * kLd + q + 16 * j];
+      }
+#pragma unroll
+    for (int j = 0; j < i; ++j) A[(q + 16 * j) * kLd + r] = x[j];
+    __syncthreads();
+    float y[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {  // 𝒯_rc = -Σ_{r0<=l<=r} 𝒯_rl X_lc (𝒯_rl = 0 for l > r)
+      const float tv = Tm[r * kLd + r0 + l];
+#pragma unroll
+      for (int j = 0; j < i; ++j) y[j] -= tv * A[(q + 16 * j) * kLd + r0 + l];
+    }
+#pragma unroll
+    for (int j = 0; j < i; ++j) Tm[r * kLd + q + 16 * j] = y[j];
     __syncthreads();
   }
 }

@@ -346,26 +346,61 @@ using bf16 = __nv_bfloat16;
 // Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
 constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
 
-// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel.
+// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
+// form (per tile: load_h, barrier, product, barrier; tile::tril_inverse), with fewer exposed load latencies and
+// barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded; X K^T takes
+// two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of one key
+// tile, one after the other); A is inverted by
+// tile::tril_inverse_fast; F3's operand tiles (W's, then U's) go through the bf16 tiles hX, hK by turns, each
+// fetched into registers (tile::fetch_h) while the previous one is multiplied and stored (GDN: the first during
+// the inverse), one barrier a tile. At most 80 registers: three blocks an SM, as the shared memory allows.
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
+__global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  using tile::fetch_h;
+  using tile::Frag;
+  using tile::put_h;
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sA = cv.tile(), *sT = cv.tile();
   bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K, V = a.V, HK = a.H * K;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nvt = static_cast<int>((V + kN - 1) / kN);
   const E* x = kComba ? a.p : a.k;
+  const auto one = [](int) { return 1.0f; };
+  // X K^T in steps: GDN (x = k) key tiles 2 st, 2 st + 1 into hX, hK (each tile times itself); Comba p and k of
+  // key tile st.
+  const int nxs = kComba ? nkt : (nkt + 1) / 2;
+  tile::prefetch_l2(ch.in(a, a.k, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
+  if (kComba) tile::prefetch_l2(ch.in(a, x, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
+  tile::prefetch_l2(ch.in(a, a.v, V, 0), sizeof(E) * a.H * V, ch.n, sizeof(E) * V);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  Frag fa;
   Acc acc;
   acc.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
-    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
-    if (kComba) tile::load_h(hK, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+  for (int st = 0; st < nxs; ++st) {
+    const int64_t ka = kComba ? kN * st : 2 * kN * st, kb = kComba ? ka : ka + kN;
+    if (kComba) {  // one tile in flight at a time (80 registers)
+      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      put_h(fa, hX, ch.n, one);
+      fetch_h(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      put_h(fa, hK, ch.n, one);
+    } else {  // both key tiles in flight together
+      Frag fb;
+      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      if (kb < K) fetch_h(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      put_h(fa, hX, ch.n, one);
+      if (kb < K) put_h(fb, hK, ch.n, one);
+    }
     __syncthreads();
-    Mma::mma<false, true>(hX, kComba ? hK : hX, acc);
+    if (kComba) {
+      Mma::mma<false, true>(hX, hK, acc);
+    } else {
+      Mma::mma<false, true>(hX, hX, acc);
+      if (kb < K) Mma::mma<false, true>(hK, hK, acc);
+    }
     __syncthreads();
   }
 #pragma unroll
@@ -377,28 +412,38 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E
           c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
     }
+  // F3's operand tiles t < nt: W's (x ⊙ β e^Γ, key tile t; Comba: e^{Γ^ex}), then U's (v ⊙ β, value tile t - nkt).
+  const int nt = nkt + nvt;
+  const auto fetch_t = [&](int t, Frag& f) {
+    if (t < nkt)
+      fetch_h(f, ch.in(a, x, K, kN * t), HK, ch.n, tile_cols(K, kN * t));
+    else
+      fetch_h(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
+  };
+  if (!kComba) fetch_t(0, fa);  // in flight during the inverse (Comba: after it, for want of registers)
   __syncthreads();
-  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier)
+  if (kComba) fetch_t(0, fa);
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  const auto id = [](int, int, float x) { return x; };
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
-    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
-                 [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+  const auto id = [](int, int, float v) { return v; };
+  // Tile t: f (tile t) into buffer h (hX, hK by turns; the product that last read h came before the previous
+  // barrier), the fetch of tile t + 1 into f, a barrier, the product and its store.
+  const auto step = [&](int t, Frag& f, bf16* h) {
+    if (t < nkt)
+      put_h(f, h, ch.n, [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+    else
+      put_h(f, h, ch.n, [&](int r) { return s.beta[r]; });
+    if (t + 1 < nt) fetch_t(t + 1, f);
     __syncthreads();
     acc.zero();
-    Mma::mma<false, false>(hT, hX, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
-    __syncthreads();
-  }
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
-    tile::load_h(hX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
-    __syncthreads();
-    acc.zero();
-    Mma::mma<false, false>(hT, hX, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
-    __syncthreads();
-  }
+    Mma::mma<false, false>(hT, h, acc);
+    if (t < nkt)
+      store_acc<Mma>(acc, ch.rows(a, a.W, K, kN * t), K, ch.n, tile_cols(K, kN * t), id);
+    else
+      store_acc<Mma>(acc, ch.rows(a, a.U, V, kN * (t - nkt)), V, ch.n, tile_cols(V, kN * (t - nkt)), id);
+  };
+  for (int t = 0; t < nt; ++t) step(t, fa, (t & 1) ? hK : hX);  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ), U = 𝒯 diag(β) V
 }
 
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
@@ -1114,9 +1159,10 @@ constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves;
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as gdn_bwd_wy_kernel: the same products on
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
-// thread's elements (global memory, as the fp32 tiles held them).
+// thread's elements (global memory, as the fp32 tiles held them). At most 128 registers: two blocks an SM (16
+// warps to hide its loads' latency; ptxas spills ~100 bytes a thread to fit, against 188 registers and one block).
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
+__global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
