@@ -310,18 +310,22 @@ __device__ __forceinline__ void stage_async(float* g, const float* src, int64_t 
   }
 }
 
-/// load_h(s, src, ...) (scale 1) from the thread's own pieces of a staging tile filled by stage_async (same rows,
-/// cols): s[r][c] = bf16(f x) with f = 1 for r < rows, else 0, x the staged value (0 outside rows x cols): the
-/// elements and rounding of load_h, another thread -> element map.
-__device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
+/// load_h(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile filled by
+/// stage_async (same src, rows, cols): s[r][c] = bf16(f x) with f = scale(r) for r < rows, else 0, x the staged
+/// value (0 outside rows x cols): the elements and rounding of load_h, another thread -> element map.
+template <typename Scale>
+__device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows, Scale scale) {
 #pragma unroll
   for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
     const float4 x = *reinterpret_cast<const float4*>(g + r * kN + c);
-    const float f = r < rows ? 1.0f : 0.0f;
+    const float f = r < rows ? scale(r) : 0.0f;
     *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x.x, f * x.y);
     *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c + 2) = __floats2bfloat162_rn(f * x.z, f * x.w);
   }
+}
+__device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
+  put_h_staged(s, g, rows, [](int) { return 1.0f; });
 }
 
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2

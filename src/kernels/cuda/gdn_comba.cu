@@ -416,7 +416,7 @@ constexpr int kScanMaxKt = 4;
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
 // key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
 // the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles and Δ (bf16).
-// 217.5 KiB at key_dim 256.
+// 218 KiB at key_dim 256.
 constexpr size_t scan_mma_smem(int nkt) {
   return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 1);
 }
@@ -1042,12 +1042,17 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
 // (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc bwd_scan.
 constexpr int kBwdScanMaxKt = 4;
 
+// Whether gdn_bwd_scan_mma_kernel stages the chunk before's k and q in fp32 shared memory (cp.async; 32 KiB per
+// key tile): key_dim <= 128. A larger key_dim loads them into registers, one key tile at a time.
+__host__ __device__ constexpr bool bwd_scan_kq_staged(int nkt) { return nkt <= 2; }
+
 // Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the bf16 copy of dS (the products' operand), the
 // chunk's K^g and Q^g tiles, two buffers of its W tiles (bf16; the chunk before's land by cp.async while this
-// one computes), dO and dΔ (bf16) and the fp32 staging tile of the chunk before's dO (cp.async). 45 KiB per key
-// tile plus 34 KiB (214.5 KiB at key_dim 256).
+// one computes), dO and dΔ (bf16), the fp32 staging tiles of the chunk before's dO and (key_dim <= 128) k, q.
+// 189 KiB at key_dim 128, 215 KiB at 256.
 constexpr size_t bwd_scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (5 * nkt + 2) + sizeof(float) * tile::kStageFloats;
+  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
+         sizeof(float) * tile::kStageFloats * (1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
 }
 
 // B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
@@ -1056,7 +1061,9 @@ constexpr size_t bwd_scan_mma_smem(int nkt) {
 // the thread's elements of the Mma map) and its bf16 copy in shared memory. key_dim <= 64 kBwdScanMaxKt
 // (launcher). Loads run one chunk ahead where they can: the chunk before's W tiles (cp.async into the other W
 // buffer, issued at the start of a chunk), its dO (cp.async into an fp32 staging tile, issued once this chunk's
-// dO is converted), its dΔ and gates (registers); k and q of a key tile are loaded together. Where W or dO is
+// dO is converted), its dΔ and gates (registers); within a chunk k, q of key tile 0 are issued first thing
+// (before the gates' scan) and those of tile kt + 1 before tile kt is converted (a chunk ahead, or two tiles
+// ahead, they need more registers than there are: spills). Where W or dO is
 // not 16-byte aligned (key_dim % 8 or H value_dim % 4 != 0) that operand is loaded synchronously (load_h)
 // instead. Same arithmetic either way.
 template <typename L, typename E>
@@ -1072,8 +1079,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
        *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
   float* gO = cv.take<float>(tile::kStageFloats);
+  float* gKQ = bwd_scan_kq_staged(nkt) ? cv.take<float>(2 * nkt * tile::kStageFloats) : nullptr;  // k, q per tile
   const bool w_async = tile::async_ok_h(a.W, K);
   const bool o_async = tile::async_ok_f(a.d_o, a.H * V);
+  const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, a.H * K) && tile::async_ok_f(a.q, a.H * K);
   // The W tiles of chunk c into W buffer c % 2 (cp.async).
   const auto issue_w = [&](int64_t c) {
     const Chunk nx(a, c, blockIdx.y);
@@ -1085,6 +1094,23 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const auto issue_o = [&](int64_t c) {
     const Chunk nx(a, c, blockIdx.y);
     tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+  };
+  // k and q of all key tiles of chunk c into their staging tiles (cp.async).
+  const auto issue_kq = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::stage_async(gKQ + 2 * kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
+      tile::stage_async(gKQ + (2 * kt + 1) * tile::kStageFloats, nx.in(a, a.q, K, kt * kN), a.H * K, nx.n, kc);
+    }
+  };
+  // Else k and q of key tile kt of chunk c into x[0], x[1] (registers; put_h converts them).
+  using KQ = float[2][tile::kHPer][2];
+  KQ kq;
+  const auto fetch_kq = [&](KQ& x, const Chunk& c, int kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::fetch_h(x[0], c.in(a, a.k, K, kt * kN), a.H * K, c.n, kc);
+    tile::fetch_h(x[1], c.in(a, a.q, K, kt * kN), a.H * K, c.n, kc);
   };
   // The chunk before's dΔ and gates, in flight in registers until that chunk uses them.
   Acc dd;
@@ -1100,11 +1126,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   tile::clear_h(hS, nkt);
   if (w_async) issue_w(a.NC - 1);
   if (o_async) issue_o(a.NC - 1);
+  if (kq_async) issue_kq(a.NC - 1);
   tile::cp_async_commit();
   fetch_next(a.NC - 1);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
     if (chunk > 1) prefetch_chunk(a, Chunk(a, chunk - 2, blockIdx.y), v0, vc, true);
+    if (!kq_async) fetch_kq(kq, ch, 0);  // (in flight during the gates' scan; the other key tiles one by one below)
     scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
     // The other W buffer was last read by the chunk after's B2, before the barrier above.
     if (w_async && chunk > 0) issue_w(chunk - 1);
@@ -1112,17 +1140,31 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
-    for (int kt = 0; kt < nkt; ++kt) {
+    // K^g, Q^g (and W where synchronous) of key tile kt from the registers x.
+    const auto put_kq = [&](const KQ& x, int kt) {
       const int kc = tile_cols(K, kt * kN);
       tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
-      float kq[2][tile::kHPer][2];
-      tile::fetch_h(kq[0], ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
-      tile::fetch_h(kq[1], ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
-      tile::put_h(hK + kt * kTileHalves, kq[0], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
-      tile::put_h(hQ + kt * kTileHalves, kq[1], ch.n, [&](int r) { return expd(s.gam[r]); });
+      tile::put_h(hK + kt * kTileHalves, x[0], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
+      tile::put_h(hQ + kt * kTileHalves, x[1], ch.n, [&](int r) { return expd(s.gam[r]); });
       if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+    };
+    tile::cp_async_wait<1>();  // this chunk's W, dO, k, q (all but the group just committed)
+    if (kq_async) {
+      for (int kt = 0; kt < nkt; ++kt) {  // from the thread's own staged pieces (its wait suffices)
+        const int kc = tile_cols(K, kt * kN);
+        tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
+        tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, ch.n,
+                           [&](int r) { return expd(gC - s.gam[r]); });
+        tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, ch.n,
+                           [&](int r) { return expd(s.gam[r]); });
+        if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      }
+    } else {
+      for (int kt = 0; kt < nkt; ++kt) {
+        if (kt > 0) fetch_kq(kq, ch, kt);
+        put_kq(kq, kt);
+      }
     }
-    tile::cp_async_wait<1>();  // this chunk's W and dO (all but the group just committed)
     if (o_async)
       tile::put_h_staged(hO, gO, ch.n);  // the thread's own pieces (its wait suffices)
     else
@@ -1137,6 +1179,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
     __syncthreads();  // hE complete; every read of hS (K^g dS) and of the staging tile done
     if (o_async && chunk > 0) issue_o(chunk - 1);
+    if (kq_async && chunk > 0) issue_kq(chunk - 1);
     tile::cp_async_commit();
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
