@@ -269,14 +269,15 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-/// Whether a bf16 tensor of rows `stride` elements apart, starting at p, can be read by load_h_async (every
-/// tile row and 8-column piece 16-byte aligned).
-__device__ __forceinline__ bool async_ok_h(const void* p, int64_t stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 8 == 0;
+/// Whether load_h_async can read tiles of a bf16 tensor starting at p whose rows all start a multiple of `dim`
+/// elements after p (and whose tiles start at multiples of 64 columns): every row and 8-column piece 16-byte
+/// aligned. (For [B, T, H, dim] tensors pass dim, not the row stride H dim.)
+__device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;
 }
-/// Whether an fp32 tensor of rows `stride` elements apart, starting at p, can be read by stage_async.
-__device__ __forceinline__ bool async_ok_f(const void* p, int64_t stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0;
+/// As async_ok_h for stage_async and an fp32 tensor (4-column pieces).
+__device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 4 == 0;
 }
 
 /// load_h(s, src, stride, rows, cols) of a bf16 src (scale 1: the same bits) by cp.async: each thread copies two
@@ -299,7 +300,7 @@ constexpr int kStageFloats = kN * kN;
 /// Copies the fp32 64 x 64 tile at src (rows stride apart) into the staging tile g by cp.async, rows >= rows and
 /// columns >= cols zero-filled: thread t copies the 16-byte pieces idx = t + it kThreads (it < 4), row idx / 16,
 /// columns 4 (idx % 16) .. + 3, and put_h_staged reads back exactly these pieces (so the thread's own
-/// cp_async_wait suffices; no barrier between). async_ok_f(src, stride) must hold.
+/// cp_async_wait suffices; no barrier between). async_ok_f must hold for the tensor.
 __device__ __forceinline__ void stage_async(float* g, const float* src, int64_t stride, int rows, int cols) {
 #pragma unroll
   for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {

@@ -1064,7 +1064,7 @@ constexpr size_t bwd_scan_mma_smem(int nkt) {
 // dO is converted), its dΔ and gates (registers); within a chunk k, q of key tile 0 are issued first thing
 // (before the gates' scan) and those of tile kt + 1 before tile kt is converted (a chunk ahead, or two tiles
 // ahead, they need more registers than there are: spills). Where W or dO is
-// not 16-byte aligned (key_dim % 8 or H value_dim % 4 != 0) that operand is loaded synchronously (load_h)
+// not 16-byte aligned (key_dim % 8 != 0, value_dim % 4 != 0) that operand is loaded synchronously (load_h)
 // instead. Same arithmetic either way.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
@@ -1081,8 +1081,9 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   float* gO = cv.take<float>(tile::kStageFloats);
   float* gKQ = bwd_scan_kq_staged(nkt) ? cv.take<float>(2 * nkt * tile::kStageFloats) : nullptr;  // k, q per tile
   const bool w_async = tile::async_ok_h(a.W, K);
-  const bool o_async = tile::async_ok_f(a.d_o, a.H * V);
-  const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, a.H * K) && tile::async_ok_f(a.q, a.H * K);
+  // (Every row of dO, k, q starts a multiple of V or K elements after the tensor's start.)
+  const bool o_async = tile::async_ok_f(a.d_o, V);
+  const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
   // The W tiles of chunk c into W buffer c % 2 (cp.async).
   const auto issue_w = [&](int64_t c) {
     const Chunk nx(a, c, blockIdx.y);
