@@ -401,13 +401,42 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E
   }
 }
 
-// The small arrays of the Mma scans: Γ (double), β and g of the chunk (scan_gates).
+// The small array of the Mma scans: Γ of the chunk (double; scan_gate_pair).
 struct ScanSmall {
   double* gam;
-  float *beta, *tmp;
-  __device__ explicit ScanSmall(Carve& cv) : gam(cv.take<double>(kN)), beta(cv.take<float>(kN)), tmp(cv.take<float>(kN)) {}
+  __device__ explicit ScanSmall(Carve& cv) : gam(cv.take<double>(kN)) {}
 };
-constexpr size_t kScanSmallBytes = 8 * kN + 2 * 4 * kN;
+constexpr size_t kScanSmallBytes = 8 * kN;
+
+// The scans' gates: lane l of warp 0 holds g of rows 2l, 2l + 1 of the chunk (0 for rows >= n) in g0, g1, the
+// pairs scan_gates' warp 0 reads from shared memory; the scans need no β.
+template <typename A>
+__device__ void fetch_gate_pair(const A& a, const Chunk& ch, float& g0, float& g1) {
+  const int l = static_cast<int>(threadIdx.x);
+  if (l < 32) {
+    g0 = 2 * l < ch.n ? a.g[ch.gate(a, 2 * l)] : 0.0f;
+    g1 = 2 * l + 1 < ch.n ? a.g[ch.gate(a, 2 * l + 1)] : 0.0f;
+  }
+}
+
+// Γ as scan_gates (the same sums in the same order) from fetch_gate_pair's registers: one barrier instead of two
+// (no shared g to publish first). Its barrier also orders the previous chunk's state update before what follows;
+// the previous chunk read Γ only before its own barriers.
+__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+  if (threadIdx.x < 32) {
+    const int l = static_cast<int>(threadIdx.x);
+    const double a0 = g0, pair = a0 + g1;
+    double incl = pair;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (l >= o) incl += y;
+    }
+    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
+    gam[2 * l + 1] = incl;
+  }
+  __syncthreads();
+}
 
 // The most key tiles gdn_scan_mma_kernel carries (key_dim <= 256; its shared memory allows no more): the next
 // chunk's k is prefetched into registers, 16 floats per thread and key tile.
@@ -453,7 +482,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   // The next chunk's k (key tiles < nkt), U and gates, in flight in registers until that chunk uses them.
   float kx[kScanMaxKt][tile::kHPer][2];
   typename L::Operand ux[4][4];
-  float g_r = 0.0f, b_r = 0.0f;
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
   const auto fetch_next = [&](int64_t c) {
     const Chunk nx(a, c, blockIdx.y);
 #pragma unroll
@@ -467,7 +496,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
         const int r = Mma::row(i), c2 = Mma::col(j);
         ux[i][j] = r < nx.n && c2 < vc ? U[r * V + c2] : __float2bfloat16_rn(0.0f);
       }
-    fetch_gates(a, nx, g_r, b_r);
+    fetch_gate_pair(a, nx, g0, g1);
   };
   tile::clear_state(S, hS, nkt);
   if (w_async) issue_w(0);
@@ -480,7 +509,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
     if (w_async && chunk + 1 < a.NC) issue_w(chunk + 1);
     tile::cp_async_commit();  // (possibly empty: one group per chunk)
     if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, blockIdx.y), v0, vc, false);
-    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
@@ -1115,11 +1144,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   };
   // The chunk before's dΔ and gates, in flight in registers until that chunk uses them.
   Acc dd;
-  float g_r = 0.0f, b_r = 0.0f;
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
   const auto fetch_next = [&](int64_t c) {
     const Chunk nx(a, c, blockIdx.y);
     load_acc<Mma>(dd, nx.rows(a, a.dD, V, v0), V, nx.n, vc);
-    fetch_gates(a, nx, g_r, b_r);
+    fetch_gate_pair(a, nx, g0, g1);
   };
   Acc dS[kBwdScanMaxKt];  // tiles >= nkt unused
 #pragma unroll
@@ -1134,7 +1163,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     const Chunk ch(a, chunk, blockIdx.y);
     if (chunk > 1) prefetch_chunk(a, Chunk(a, chunk - 2, blockIdx.y), v0, vc, true);
     if (!kq_async) fetch_kq(kq, ch, 0);  // (in flight during the gates' scan; the other key tiles one by one below)
-    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     // The other W buffer was last read by the chunk after's B2, before the barrier above.
     if (w_async && chunk > 0) issue_w(chunk - 1);
     tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here and dO(c - 1) below, per chunk)
