@@ -175,20 +175,21 @@ constexpr PhaseKernel kPhaseKernels[] = {
 
 /// The Cost of kernel `phase` (coef, scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu, L = tile::Mma)
 /// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
-/// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 7 matrices of 64 x 64;
+/// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 6 matrices of 64 x 64;
 /// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 9 of [64, K] a
 /// chunk, written by brow, read by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
 /// their gradients are bf16 (the operand type: 4 K V bytes a chunk each). backward: the scan is the states-only
 /// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
-/// (segment sums, Γ, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
-/// multiply-add.
+/// (coef: the O(n^2) segment sums, Γ's 3 operations a term, the triangular inverse; bchunk's reductions, row dots
+/// and O(n^3) sums), 2 per fused multiply-add.
 Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
-  const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 7 * mat, last_rows = 2 * 4 * 64;
+  const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 6 * mat, last_rows = 2 * 4 * 64;
   const double st = nch * 4 * K * V;  // one [NC, 2, K, V] bf16 state (or state-gradient) scratch
   if (std::strcmp(phase, "coef") == 0)  // gates, q, k; the image written whole
-    return {16 * N + 8 * N * K + nch * image, 16 * N + 8 * N * K + nch * image, 256 * N * K, nch * 7 * c3 / 6};
+    return {16 * N + 8 * N * K + nch * image, 16 * N + 8 * N * K + nch * image, 256 * N * K,
+            nch * (5 * c3 / 6 + 64 * 64)};
   if (std::strcmp(phase, "scan") == 0 && !backward)  // per value tile: vectors, last rows, 𝒯, k (twice); v; Ṽ, states
     return {nch * (vec + last_rows + mat) + 4 * N * K + 8 * N * V + st,
             nvt * (nch * (vec + last_rows + mat) + 8 * N * K) + 8 * N * V + st, N * V * (8 * K + 128)};

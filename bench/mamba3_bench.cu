@@ -146,14 +146,18 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
                     // a, γ, ε, σ written (fp32) and Δ (double)
     return {12 * E + 40 * E, 20 * E + 40 * E, 0};
   if (is("theta")) return both(4 * rows * S + 8 * rows * S);  // raw's angles; θ (double)
-  if (is("phase"))  // one thread per (b, h, i) along T: Δ (double, issued per angle), θ (double, issued per head); φ
-    return {8 * E + 8 * rows * S + 4 * E * S, 8 * E * S + 8 * E * S + 4 * E * S, 0};
+  if (is("phase"))  // per (b, h, i), T in 16 segments walked three times (the totals; both representatives, every
+                    // segment but the first; φ written): Δ (double, issued per angle), θ (double, issued per head)
+    return {8 * E + 8 * rows * S + 4 * E * S, (1 + 15.0 / 16 + 1) * 16 * E * S + 4 * E * S, 0};
   if (is("bcnorm"))  // B|C (issued twice: sum of squares, then the scaled copy); n̂_B, n̂_C; their 1 / RMS
     return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
-  if (is("qk"))  // φ (issued per rotated channel); n̂_B, n̂_C (shared by the H heads; issued per head, twice for a
-                 // rotated channel) and their weight and bias likewise; k, q written
+  if (is("qk")) {  // per rotation pair: φ; n̂_B, n̂_C staged per block (rows of qk_rows, kQkThreads kQkPairs = 512
+                   // pairs of the row's H N / 2): issued once per column block; weights and biases per row block;
+                   // k, q written
+    const double qk_rows = std::clamp<double>(std::floor(8192 / (2 * N)), 1, 32), cols = std::ceil(H * N / 2 / 512);
     return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 8 * E * N,
-            8 * E * S + 3 * 8 * E * (N + 2 * S) + 8 * E * N, 0};
+            4 * E * S + cols * 8 * rows * N + std::ceil(rows / qk_rows) * 16 * H * N + 8 * E * N, 0};
+  }
   if (is("up")) return both(8 * E * P);  // v = x (R = 1)
   // core (mamba3_core.cu core_fwd), in the forward and again in the backward
   if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
@@ -180,7 +184,8 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   if (is("dx")) return both(8 * E * P);  // dv; dx (R = 1)
   if (is("rot_bwd"))  // per (token, head, angle): φ; the rotated pair of k, q read, of dk, dq read and written; dφ
     return both(4 * E * S + 48 * E * S + 4 * E * S);
-  if (is("phase_bwd")) return both(8 * E * S);  // dφ read and written in place (reverse cumsum along T)
+  if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
+    return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle
     return {8 * E + 4 * E * S + 8 * rows * S, 8 * E * S + 4 * E * S + 8 * rows * S, 0};
   if (is("scalar_bwd"))  // per (token, head): θ (double, issued per head), dψ; raw's dd_dt, dd_A, trap; Δ (double);

@@ -128,6 +128,13 @@ TEST_CASE("cuda mamba3: P and N across the core's 64-wide tiles (P = 80, N = 70)
   check_mamba3({1, 40, 2, 80, 70, 1, 2, 10, true, false, 1e-4, -1.5, -0.5, 61});
 }
 
+TEST_CASE("cuda mamba3: SISO with an odd d_state (N = 9: a lone unrotated channel) and R G N = 8192 (the q, k "
+          "kernel's one-row blocks, 64 KB of shared memory)",
+          "[cuda][mamba3]") {
+  check_mamba3({2, 70, 3, 16, 9, 1, 1, 4, false, false, 1e-4, -1.5, -0.5, 62});
+  check_mamba3({1, 37, 8, 16, 256, 8, 4, 5, true, false, 1e-4, -1.5, -0.5, 63});
+}
+
 TEST_CASE("cuda mamba3: heavy-tail A with the A_floor clamp active, no rotation (S = 0)", "[cuda][mamba3]") {
   // A_floor = 0.5 clamps the tokens with f(dd_A) < 0.5 (dd_A < -1 under the heavy tail).
   check_mamba3({2, 70, 4, 16, 8, 1, 1, 4, true, true, 0.5, -1.5, -0.5, 7});

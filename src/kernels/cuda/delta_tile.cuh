@@ -201,30 +201,161 @@ struct Mma {
   }
 };
 
+/// A thread's share of a 64 x 64 tile as load_h reads it: x[it] = (src[r][c], src[r][c + 1]) for
+/// (r, c) = (idx / 32, 2 (idx % 32)), idx = threadIdx.x + it kThreads, as float (0 outside rows x cols).
+constexpr int kHPer = kN * kN / 2 / kThreads;
+using HRegs = float[kHPer][2];
+
+/// First half of load_h: the thread's 16 elements of src into x (all loads issued together, nothing waits for
+/// them here: a caller may keep x in flight across other work and hand it to put_h later).
+template <typename E>
+__device__ __forceinline__ void fetch_h(HRegs& x, const E* src, int64_t stride, int rows, int cols) {
+#pragma unroll
+  for (int it = 0; it < kHPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    x[it][0] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
+    x[it][1] = r < rows && c + 1 < cols ? to_f32(src[r * stride + c + 1]) : 0.0f;
+  }
+}
+
+/// Second half of load_h: s[r][c] = bf16(f * x) with f = scale(r) for r < rows, else 0 (bf16x2 stores).
+template <typename Scale>
+__device__ __forceinline__ void put_h(__nv_bfloat16* s, const HRegs& x, int rows, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kHPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    const float f = r < rows ? scale(r) : 0.0f;
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
+  }
+}
+
 /// s[r][c] = bf16(scale(r) * src[r * stride + c]) for r < rows, c < cols, else 0: a bf16 tile (kLdH) from
 /// float or bf16 (a bf16 source with scale 1 is copied exactly). Each thread handles column pairs (a warp
 /// reads one 64-wide row, coalesced; bf16x2 stores); all 16 loads of a thread are issued before the stores.
 template <typename E, typename Scale>
 __device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t stride, int rows, int cols,
                                        Scale scale) {
-  constexpr int kPer = kN * kN / 2 / kThreads;
-  float x[kPer][2];
-#pragma unroll
-  for (int it = 0; it < kPer; ++it) {
-    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
-    x[it][0] = r < rows && c < cols ? to_f32(src[r * stride + c]) : 0.0f;
-    x[it][1] = r < rows && c + 1 < cols ? to_f32(src[r * stride + c + 1]) : 0.0f;
-  }
-#pragma unroll
-  for (int it = 0; it < kPer; ++it) {
-    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
-    const float f = r < rows ? scale(r) : 0.0f;
-    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
-  }
+  HRegs x;
+  fetch_h(x, src, stride, rows, cols);
+  put_h(s, x, rows, scale);
 }
 template <typename E>
 __device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t stride, int rows, int cols) {
   load_h(s, src, stride, rows, cols, [](int) { return 1.0f; });
+}
+
+/// A thread's 16 elements of a 64 x 64 tile in load_h's map (column pairs), held in registers between their
+/// global loads (fetch_h) and their store into a bf16 tile (put_h): load_h split in two, so that the loads of
+/// a later tile are in flight while the block computes. fetch_h then put_h stores what load_h stores.
+struct Frag {
+  float x[kN * kN / 2 / kThreads][2];
+};
+template <typename E>
+__device__ __forceinline__ void fetch_h(Frag& f, const E* src, int64_t stride, int rows, int cols) {
+  constexpr int kRowsPer = kThreads / 32;  // rows between a thread's elements it and it + 1
+  const int r0 = static_cast<int>(threadIdx.x) >> 5, c = 2 * (static_cast<int>(threadIdx.x) & 31);
+  const E* p = src + r0 * stride + c;
+  const int64_t step = kRowsPer * stride;
+#pragma unroll
+  for (int it = 0; it < kN * kN / 2 / kThreads; ++it) {
+    const int r = r0 + kRowsPer * it;
+    f.x[it][0] = r < rows && c < cols ? to_f32(p[it * step]) : 0.0f;
+    f.x[it][1] = r < rows && c + 1 < cols ? to_f32(p[it * step + 1]) : 0.0f;
+  }
+}
+template <typename Scale>
+__device__ __forceinline__ void put_h(const Frag& f, __nv_bfloat16* s, int rows, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 2 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    const float g = r < rows ? scale(r) : 0.0f;
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(g * f.x[it][0], g * f.x[it][1]);
+  }
+}
+
+// ---- cp.async (sm_80+): global -> shared copies that complete in the background ----
+// A thread's copies are grouped by cp_async_commit; cp_async_wait<N> returns once all but the newest N of the
+// thread's committed groups have landed. Another thread reads them only after that wait and a barrier.
+
+/// 16 bytes into shared dst: the first `bytes` (0 .. 16) from global src, the rest zero (src is not read when
+/// bytes = 0). dst and src 16-byte aligned. .cg: cached in L2 only.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src), "r"(bytes) : "memory");
+#endif
+}
+/// Closes the thread's current group of cp.async copies (an empty group is allowed).
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/// Waits until at most N of the thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/// Whether load_h_async can read tiles of a bf16 tensor starting at p whose rows all start a multiple of `dim`
+/// elements after p (and whose tiles start at multiples of 64 columns): every row and 8-column piece 16-byte
+/// aligned. (For [B, T, H, dim] tensors pass dim, not the row stride H dim.)
+__device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;
+}
+/// As async_ok_h for stage_async and an fp32 tensor (4-column pieces).
+__device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 4 == 0;
+}
+
+/// load_h(s, src, stride, rows, cols) of a bf16 src (scale 1: the same bits) by cp.async: each thread copies two
+/// 16-byte pieces (8 columns of a row), rows >= rows and columns >= cols zero-filled. src + c0 with c0 the tile's
+/// first column: every tile start and stride 16-byte aligned (async_ok_h). Lands at cp_async_wait.
+__device__ __forceinline__ void load_h_async(__nv_bfloat16* s, const __nv_bfloat16* src, int64_t stride, int rows,
+                                             int cols) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 3, c = 8 * (idx & 7);
+    const int m = cols - c < 8 ? (cols - c > 0 ? cols - c : 0) : 8;
+    const int bytes = r < rows ? 2 * m : 0;
+    cp_async16(s + r * kLdH + c, bytes > 0 ? src + r * stride + c : src, bytes);
+  }
+}
+
+/// The fp32 staging tile of stage_async: 64 x 64 floats, rows 64 apart (16 KiB).
+constexpr int kStageFloats = kN * kN;
+
+/// Copies the fp32 64 x 64 tile at src (rows stride apart) into the staging tile g by cp.async, rows >= rows and
+/// columns >= cols zero-filled: thread t copies the 16-byte pieces idx = t + it kThreads (it < 4), row idx / 16,
+/// columns 4 (idx % 16) .. + 3, and put_h_staged reads back exactly these pieces (so the thread's own
+/// cp_async_wait suffices; no barrier between). async_ok_f must hold for the tensor.
+__device__ __forceinline__ void stage_async(float* g, const float* src, int64_t stride, int rows, int cols) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
+    const int m = cols - c < 4 ? (cols - c > 0 ? cols - c : 0) : 4;
+    const int bytes = r < rows ? 4 * m : 0;
+    cp_async16(g + r * kN + c, bytes > 0 ? src + r * stride + c : src, bytes);
+  }
+}
+
+/// load_h(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile filled by
+/// stage_async (same src, rows, cols): s[r][c] = bf16(f x) with f = scale(r) for r < rows, else 0, x the staged
+/// value (0 outside rows x cols): the elements and rounding of load_h, another thread -> element map.
+template <typename Scale>
+__device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
+    const float4 x = *reinterpret_cast<const float4*>(g + r * kN + c);
+    const float f = r < rows ? scale(r) : 0.0f;
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x.x, f * x.y);
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c + 2) = __floats2bfloat162_rn(f * x.z, f * x.w);
+  }
+}
+__device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
+  put_h_staged(s, g, rows, [](int) { return 1.0f; });
 }
 
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2
@@ -365,6 +496,62 @@ __device__ __forceinline__ void tril_inverse(const float* A, float* Tm, int n) {
       const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
       if (idx < 16 * w) Tm[(r0 + idx / w) * kLd + idx % w] = x[e];
     }
+    __syncthreads();
+  }
+}
+
+/// tril_inverse with the same result bit for bit (every element summed in the same order; the terms added here
+/// in addition are exact zeros of 𝒯's upper triangle, which leave an fp32 sum unchanged) and a shorter dependent
+/// chain; A's strictly upper triangle is used as scratch (clobbered). A strictly lower (zero rows >= n), 𝒯 the
+/// identity on entry, both shared tiles.
+///   1. thread m < 64 solves column m of its diagonal block in registers, row by row; its four partial sums per
+///      row are tril_inverse's lanes' (j ≡ m + p mod 4, here kept by j mod 4) combined in the butterfly's order;
+///   2. block rows i = 1, 2, 3: thread (rl, q) = (tid / 16, tid % 16) forms row 16 i + rl, columns q + 16 j
+///      (j < i) of X = Σ_k A_ik 𝒯_kj with unrolled loops (X^T into A's upper triangle), then 𝒯_ij = -𝒯_ii X.
+/// Ends with a barrier.
+__device__ __forceinline__ void tril_inverse_fast(float* A, float* Tm, int n) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kN) {
+    const int m = tid, b0 = m & ~15, mm = m & 15;
+    float t[16];
+#pragma unroll
+    for (int rl = 0; rl < 16; ++rl) {
+      const int r = b0 + rl;
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int jl = 0; jl < rl; ++jl) s[jl & 3] += A[r * kLd + b0 + jl] * t[jl];
+      const float tot = (m & 1) ? (s[1] + s[2]) + (s[3] + s[0]) : (s[0] + s[1]) + (s[2] + s[3]);
+      t[rl] = rl < mm ? 0.0f : rl == mm ? 1.0f : r < n ? -tot : 0.0f;
+      if (rl > mm) Tm[r * kLd + m] = t[rl];
+    }
+  }
+  __syncthreads();
+  const int rl = tid >> 4, q = tid & 15;
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {
+    const int r0 = 16 * i, r = r0 + rl;
+    float x[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kb = 0; kb < i; ++kb)
+#pragma unroll
+      for (int kk = 0; kk < 16; ++kk) {  // X_rc = Σ_{c<=k<r0} A_rk 𝒯_kc (𝒯_kc = 0 for k < c)
+        const int k = 16 * kb + kk;
+        const float av = A[r * kLd + k];
+#pragma unroll
+        for (int j = 0; j <= kb; ++j) x[j] += av * Tm[k * kLd + q + 16 * j];
+      }
+#pragma unroll
+    for (int j = 0; j < i; ++j) A[(q + 16 * j) * kLd + r] = x[j];
+    __syncthreads();
+    float y[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {  // 𝒯_rc = -Σ_{r0<=l<=r} 𝒯_rl X_lc (𝒯_rl = 0 for l > r)
+      const float tv = Tm[r * kLd + r0 + l];
+#pragma unroll
+      for (int j = 0; j < i; ++j) y[j] -= tv * A[(q + 16 * j) * kLd + r0 + l];
+    }
+#pragma unroll
+    for (int j = 0; j < i; ++j) Tm[r * kLd + q + 16 * j] = y[j];
     __syncthreads();
   }
 }

@@ -346,26 +346,61 @@ using bf16 = __nv_bfloat16;
 // Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
 constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
 
-// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel.
+// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
+// form (per tile: load_h, barrier, product, barrier; tile::tril_inverse), with fewer exposed load latencies and
+// barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded; X K^T takes
+// two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of one key
+// tile, one after the other); A is inverted by
+// tile::tril_inverse_fast; F3's operand tiles (W's, then U's) go through the bf16 tiles hX, hK by turns, each
+// fetched into registers (tile::fetch_h) while the previous one is multiplied and stored (GDN: the first during
+// the inverse), one barrier a tile. At most 80 registers: three blocks an SM, as the shared memory allows.
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
+__global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  using tile::fetch_h;
+  using tile::Frag;
+  using tile::put_h;
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sA = cv.tile(), *sT = cv.tile();
   bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K, V = a.V, HK = a.H * K;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nvt = static_cast<int>((V + kN - 1) / kN);
   const E* x = kComba ? a.p : a.k;
+  const auto one = [](int) { return 1.0f; };
+  // X K^T in steps: GDN (x = k) key tiles 2 st, 2 st + 1 into hX, hK (each tile times itself); Comba p and k of
+  // key tile st.
+  const int nxs = kComba ? nkt : (nkt + 1) / 2;
+  tile::prefetch_l2(ch.in(a, a.k, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
+  if (kComba) tile::prefetch_l2(ch.in(a, x, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
+  tile::prefetch_l2(ch.in(a, a.v, V, 0), sizeof(E) * a.H * V, ch.n, sizeof(E) * V);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  Frag fa;
   Acc acc;
   acc.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
-    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
-    if (kComba) tile::load_h(hK, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+  for (int st = 0; st < nxs; ++st) {
+    const int64_t ka = kComba ? kN * st : 2 * kN * st, kb = kComba ? ka : ka + kN;
+    if (kComba) {  // one tile in flight at a time (80 registers)
+      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      put_h(fa, hX, ch.n, one);
+      fetch_h(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      put_h(fa, hK, ch.n, one);
+    } else {  // both key tiles in flight together
+      Frag fb;
+      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      if (kb < K) fetch_h(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      put_h(fa, hX, ch.n, one);
+      if (kb < K) put_h(fb, hK, ch.n, one);
+    }
     __syncthreads();
-    Mma::mma<false, true>(hX, kComba ? hK : hX, acc);
+    if (kComba) {
+      Mma::mma<false, true>(hX, hK, acc);
+    } else {
+      Mma::mma<false, true>(hX, hX, acc);
+      if (kb < K) Mma::mma<false, true>(hK, hK, acc);
+    }
     __syncthreads();
   }
 #pragma unroll
@@ -377,80 +412,174 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_mma_kernel(GdnFast<L, E
           c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
     }
+  // F3's operand tiles t < nt: W's (x ⊙ β e^Γ, key tile t; Comba: e^{Γ^ex}), then U's (v ⊙ β, value tile t - nkt).
+  const int nt = nkt + nvt;
+  const auto fetch_t = [&](int t, Frag& f) {
+    if (t < nkt)
+      fetch_h(f, ch.in(a, x, K, kN * t), HK, ch.n, tile_cols(K, kN * t));
+    else
+      fetch_h(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
+  };
+  if (!kComba) fetch_t(0, fa);  // in flight during the inverse (Comba: after it, for want of registers)
   __syncthreads();
-  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier)
+  if (kComba) fetch_t(0, fa);
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  const auto id = [](int, int, float x) { return x; };
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
-    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
-                 [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+  const auto id = [](int, int, float v) { return v; };
+  // Tile t: f (tile t) into buffer h (hX, hK by turns; the product that last read h came before the previous
+  // barrier), the fetch of tile t + 1 into f, a barrier, the product and its store.
+  const auto step = [&](int t, Frag& f, bf16* h) {
+    if (t < nkt)
+      put_h(f, h, ch.n, [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+    else
+      put_h(f, h, ch.n, [&](int r) { return s.beta[r]; });
+    if (t + 1 < nt) fetch_t(t + 1, f);
     __syncthreads();
     acc.zero();
-    Mma::mma<false, false>(hT, hX, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
-    __syncthreads();
-  }
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
-    tile::load_h(hX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
-    __syncthreads();
-    acc.zero();
-    Mma::mma<false, false>(hT, hX, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
-    __syncthreads();
+    Mma::mma<false, false>(hT, h, acc);
+    if (t < nkt)
+      store_acc<Mma>(acc, ch.rows(a, a.W, K, kN * t), K, ch.n, tile_cols(K, kN * t), id);
+    else
+      store_acc<Mma>(acc, ch.rows(a, a.U, V, kN * (t - nkt)), V, ch.n, tile_cols(V, kN * (t - nkt)), id);
+  };
+  for (int t = 0; t < nt; ++t) step(t, fa, (t & 1) ? hK : hX);  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ), U = 𝒯 diag(β) V
+}
+
+// The small array of the Mma scans: Γ of the chunk (double; scan_gate_pair).
+struct ScanSmall {
+  double* gam;
+  __device__ explicit ScanSmall(Carve& cv) : gam(cv.take<double>(kN)) {}
+};
+constexpr size_t kScanSmallBytes = 8 * kN;
+
+// The scans' gates: lane l of warp 0 holds g of rows 2l, 2l + 1 of the chunk (0 for rows >= n) in g0, g1, the
+// pairs scan_gates' warp 0 reads from shared memory; the scans need no β.
+template <typename A>
+__device__ void fetch_gate_pair(const A& a, const Chunk& ch, float& g0, float& g1) {
+  const int l = static_cast<int>(threadIdx.x);
+  if (l < 32) {
+    g0 = 2 * l < ch.n ? a.g[ch.gate(a, 2 * l)] : 0.0f;
+    g1 = 2 * l + 1 < ch.n ? a.g[ch.gate(a, 2 * l + 1)] : 0.0f;
   }
 }
 
+// Γ as scan_gates (the same sums in the same order) from fetch_gate_pair's registers: one barrier instead of two
+// (no shared g to publish first). Its barrier also orders the previous chunk's state update before what follows;
+// the previous chunk read Γ only before its own barriers.
+__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+  if (threadIdx.x < 32) {
+    const int l = static_cast<int>(threadIdx.x);
+    const double a0 = g0, pair = a0 + g1;
+    double incl = pair;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (l >= o) incl += y;
+    }
+    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
+    gam[2 * l + 1] = incl;
+  }
+  __syncthreads();
+}
+
+// The most key tiles gdn_scan_mma_kernel carries (key_dim <= 256; its shared memory allows no more): the next
+// chunk's k is prefetched into registers, 16 floats per thread and key tile.
+constexpr int kScanMaxKt = 4;
+
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
-// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
-// and K^g tiles (bf16) and Δ (bf16).
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
+// the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles and Δ (bf16).
+// 218 KiB at key_dim 256.
 constexpr size_t scan_mma_smem(int nkt) {
-  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 1);
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
-// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
-// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
-// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
+// and Δ = U - W h[n] (over U). Per chunk: K^g = K ⊙ e^{Γ_C-Γ} of all key tiles into bf16 tiles, W S summed over
+// the key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S
+// fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]). Loads run one chunk ahead: the next
+// chunk's W tiles by cp.async into the other W buffer (issued at the start of a chunk, waited for before its
+// W S), its k (all key tiles), U and gates into registers (issued once this chunk's are used), so a chunk waits
+// only for loads issued a chunk earlier. Where W is not 16-byte aligned (key_dim % 8 != 0) W is loaded
+// synchronously (load_h) instead. Same arithmetic either way.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  ScanSmall s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile_cols(V, v0);
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);  // <= kScanMaxKt (launcher)
   float* S = cv.take<float>(16 * tile::kThreads * nkt);
-  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
+  const bool w_async = tile::async_ok_h(a.W, K);
+  // The W tiles of chunk c into W buffer c % 2 (cp.async; one commit group per call).
+  const auto issue_w = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    bf16* dst = hW + (c & 1) * nkt * kTileHalves;
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
+  };
+  // The next chunk's k (key tiles < nkt), U and gates, in flight in registers until that chunk uses them.
+  float kx[kScanMaxKt][tile::kHPer][2];
+  typename L::Operand ux[4][4];
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
+  const auto fetch_next = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+#pragma unroll
+    for (int kt = 0; kt < kScanMaxKt; ++kt)
+      if (kt < nkt) tile::fetch_h(kx[kt], nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, tile_cols(K, kt * kN));
+    const typename L::Operand* U = nx.rows(a, a.U, V, v0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = Mma::row(i), c2 = Mma::col(j);
+        ux[i][j] = r < nx.n && c2 < vc ? U[r * V + c2] : __float2bfloat16_rn(0.0f);
+      }
+    fetch_gate_pair(a, nx, g0, g1);
+  };
   tile::clear_state(S, hS, nkt);
-  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
-  fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
+  if (w_async) issue_w(0);
+  tile::cp_async_commit();
+  fetch_next(0);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
-    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    // The other W buffer was last read by the previous chunk's W S, which every thread finished before that
+    // chunk's second barrier.
+    if (w_async && chunk + 1 < a.NC) issue_w(chunk + 1);
+    tile::cp_async_commit();  // (possibly empty: one group per chunk)
+    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, blockIdx.y), v0, vc, false);
+    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
-    for (int kt = 0; kt < nkt; ++kt) {
+    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
+#pragma unroll
+    for (int kt = 0; kt < kScanMaxKt; ++kt) {
+      if (kt >= nkt) break;
       const int kc = tile_cols(K, kt * kN);
       tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
-                   [&](int r) { return expd(gC - s.gam[r]); });
+      tile::put_h(hK + kt * kTileHalves, kx[kt], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
+      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
     }
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
-    load_acc<Mma>(d, U, V, ch.n, vc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d.v[i][j] = to_f32(ux[i][j]);
+    if (chunk + 1 < a.NC) fetch_next(chunk + 1);  // in flight until the next chunk
+    tile::cp_async_wait<1>();  // this chunk's W (all but the group just committed)
     __syncthreads();
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) done
-    if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
@@ -466,6 +595,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
       tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
     }
   }
+  tile::cp_async_wait<0>();
 }
 
 // Q K^T of the chunk on tile::Mma into qk (the sum over the nkt key tiles in registers), q and k of every key tile
@@ -986,59 +1116,146 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
 // (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc bwd_scan.
 constexpr int kBwdScanMaxKt = 4;
 
+// Whether gdn_bwd_scan_mma_kernel stages the chunk before's k and q in fp32 shared memory (cp.async; 32 KiB per
+// key tile): key_dim <= 128. A larger key_dim loads them into registers, one key tile at a time.
+__host__ __device__ constexpr bool bwd_scan_kq_staged(int nkt) { return nkt <= 2; }
+
 // Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the bf16 copy of dS (the products' operand), the
-// chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). 36 KiB per key tile (172 KiB at key_dim 256).
-constexpr size_t bwd_scan_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (4 * nkt + 2); }
+// chunk's K^g and Q^g tiles, two buffers of its W tiles (bf16; the chunk before's land by cp.async while this
+// one computes), dO and dΔ (bf16), the fp32 staging tiles of the chunk before's dO and (key_dim <= 128) k, q.
+// 189 KiB at key_dim 128, 215 KiB at 256.
+constexpr size_t bwd_scan_mma_smem(int nkt) {
+  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
+         sizeof(float) * tile::kStageFloats * (1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
+}
 
 // B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
 // gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
 // registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
-// the thread's elements of the Mma map) and its bf16 copy in shared memory. The gates of the chunk before are
-// fetched during that update. key_dim <= 64 kBwdScanMaxKt (launcher).
+// the thread's elements of the Mma map) and its bf16 copy in shared memory. key_dim <= 64 kBwdScanMaxKt
+// (launcher). Loads run one chunk ahead where they can: the chunk before's W tiles (cp.async into the other W
+// buffer, issued at the start of a chunk), its dO (cp.async into an fp32 staging tile, issued once this chunk's
+// dO is converted), its dΔ and gates (registers); within a chunk k, q of key tile 0 are issued first thing
+// (before the gates' scan) and those of tile kt + 1 before tile kt is converted (a chunk ahead, or two tiles
+// ahead, they need more registers than there are: spills). Where W or dO is
+// not 16-byte aligned (key_dim % 8 != 0, value_dim % 4 != 0) that operand is loaded synchronously (load_h)
+// instead. Same arithmetic either way.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  ScanSmall s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  float* gO = cv.take<float>(tile::kStageFloats);
+  float* gKQ = bwd_scan_kq_staged(nkt) ? cv.take<float>(2 * nkt * tile::kStageFloats) : nullptr;  // k, q per tile
+  const bool w_async = tile::async_ok_h(a.W, K);
+  // (Every row of dO, k, q starts a multiple of V or K elements after the tensor's start.)
+  const bool o_async = tile::async_ok_f(a.d_o, V);
+  const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
+  // The W tiles of chunk c into W buffer c % 2 (cp.async).
+  const auto issue_w = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    bf16* dst = hW + (c & 1) * nkt * kTileHalves;
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
+  };
+  // The dO tile of chunk c into the staging tile (cp.async).
+  const auto issue_o = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+  };
+  // k and q of all key tiles of chunk c into their staging tiles (cp.async).
+  const auto issue_kq = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::stage_async(gKQ + 2 * kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
+      tile::stage_async(gKQ + (2 * kt + 1) * tile::kStageFloats, nx.in(a, a.q, K, kt * kN), a.H * K, nx.n, kc);
+    }
+  };
+  // Else k and q of key tile kt of chunk c into x[0], x[1] (registers; put_h converts them).
+  using KQ = float[2][tile::kHPer][2];
+  KQ kq;
+  const auto fetch_kq = [&](KQ& x, const Chunk& c, int kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::fetch_h(x[0], c.in(a, a.k, K, kt * kN), a.H * K, c.n, kc);
+    tile::fetch_h(x[1], c.in(a, a.q, K, kt * kN), a.H * K, c.n, kc);
+  };
+  // The chunk before's dΔ and gates, in flight in registers until that chunk uses them.
+  Acc dd;
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
+  const auto fetch_next = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    load_acc<Mma>(dd, nx.rows(a, a.dD, V, v0), V, nx.n, vc);
+    fetch_gate_pair(a, nx, g0, g1);
+  };
   Acc dS[kBwdScanMaxKt];  // tiles >= nkt unused
 #pragma unroll
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
   tile::clear_h(hS, nkt);
-  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
-  fetch_gates(a, Chunk(a, a.NC - 1, blockIdx.y), g_r, b_r);
+  if (w_async) issue_w(a.NC - 1);
+  if (o_async) issue_o(a.NC - 1);
+  if (kq_async) issue_kq(a.NC - 1);
+  tile::cp_async_commit();
+  fetch_next(a.NC - 1);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
-    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    if (chunk > 1) prefetch_chunk(a, Chunk(a, chunk - 2, blockIdx.y), v0, vc, true);
+    if (!kq_async) fetch_kq(kq, ch, 0);  // (in flight during the gates' scan; the other key tiles one by one below)
+    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
+    // The other W buffer was last read by the chunk after's B2, before the barrier above.
+    if (w_async && chunk > 0) issue_w(chunk - 1);
+    tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here and dO(c - 1) below, per chunk)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
-    for (int kt = 0; kt < nkt; ++kt) {
+    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
+    // K^g, Q^g (and W where synchronous) of key tile kt from the registers x.
+    const auto put_kq = [&](const KQ& x, int kt) {
       const int kc = tile_cols(K, kt * kN);
       tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
-      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
-                   [&](int r) { return expd(gC - s.gam[r]); });
-      tile::load_h(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc,
-                   [&](int r) { return expd(s.gam[r]); });
-      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::put_h(hK + kt * kTileHalves, x[0], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
+      tile::put_h(hQ + kt * kTileHalves, x[1], ch.n, [&](int r) { return expd(s.gam[r]); });
+      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+    };
+    tile::cp_async_wait<1>();  // this chunk's W, dO, k, q (all but the group just committed)
+    if (kq_async) {
+      for (int kt = 0; kt < nkt; ++kt) {  // from the thread's own staged pieces (its wait suffices)
+        const int kc = tile_cols(K, kt * kN);
+        tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
+        tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, ch.n,
+                           [&](int r) { return expd(gC - s.gam[r]); });
+        tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, ch.n,
+                           [&](int r) { return expd(s.gam[r]); });
+        if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      }
+    } else {
+      for (int kt = 0; kt < nkt; ++kt) {
+        if (kt > 0) fetch_kq(kq, ch, kt);
+        put_kq(kq, kt);
+      }
     }
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    if (o_async)
+      tile::put_h_staged(hO, gO, ch.n);  // the thread's own pieces (its wait suffices)
+    else
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
     float* dD = ch.rows(a, a.dD, V, v0);
-    Acc d;
-    load_acc<Mma>(d, dD, V, ch.n, vc);
+    Acc d = dd;
+    if (chunk > 0) fetch_next(chunk - 1);  // in flight until the chunk before
     __syncthreads();
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
-    __syncthreads();  // hE complete; every read of hS (K^g dS) done
-    if (chunk > 0) fetch_gates(a, Chunk(a, chunk - 1, blockIdx.y), g_r, b_r);  // in flight during B2
+    __syncthreads();  // hE complete; every read of hS (K^g dS) and of the staging tile done
+    if (o_async && chunk > 0) issue_o(chunk - 1);
+    if (kq_async && chunk > 0) issue_kq(chunk - 1);
+    tile::cp_async_commit();
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
       if (kt >= nkt) break;
@@ -1046,7 +1263,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       qd.zero();
       wd.zero();
       Mma::mma<true, false>(hQ + kt * kTileHalves, hO, qd);
-      Mma::mma<true, false>(hW + kt * kTileHalves, hE, wd);
+      Mma::mma<true, false>(hWc + kt * kTileHalves, hE, wd);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -1054,6 +1271,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
     }
   }
+  tile::cp_async_wait<0>();
 }
 
 // Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
@@ -1114,9 +1332,10 @@ constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves;
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as gdn_bwd_wy_kernel: the same products on
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
-// thread's elements (global memory, as the fp32 tiles held them).
+// thread's elements (global memory, as the fp32 tiles held them). At most 128 registers: two blocks an SM (16
+// warps to hide its loads' latency; ptxas spills ~100 bytes a thread to fit, against 188 registers and one block).
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
+__global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1240,7 +1459,7 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Tc scans take over.
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~47 KiB of shared memory per key tile
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~52 KiB of shared memory per key tile
 // (key_dim <= 256 fits); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
@@ -1249,7 +1468,7 @@ void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
     launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
-    if (scan_mma_smem(nkt) <= kMaxBlockSmem)
+    if (nkt <= kScanMaxKt && scan_mma_smem(nkt) <= kMaxBlockSmem)
       launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
     else
       launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);

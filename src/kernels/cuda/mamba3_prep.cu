@@ -1,7 +1,8 @@
 // Mamba-3 per-token scalars and vectors on the GPU (layers-ssm-attn.md §4.3.1, backward §4.5 steps 3–6;
 // semantics: src/kernels/cpu/mamba3_prep.h). Elementwise kernels over (token, head) pairs, except the phase
-// φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, which run one thread per
-// (batch, head, angle) along the sequence. Δ, θ, φ and every per-row sum in double; q, k stored in fp32.
+// φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
+// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel). Δ, θ, φ and every
+// per-row sum in double; q, k stored in fp32.
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
@@ -21,20 +22,6 @@ __device__ double delta(const float* rw, int64_t h, const float* dt_bias) {
 // ε = (1 - λ) Δ of head h in raw row rw (H heads).
 __device__ double eps_of(const float* rw, int64_t H, int64_t h, const float* dt_bias) {
   return (1.0 - sigmoid_d(static_cast<double>(rw[2 * H + h]))) * delta(rw, h, dt_bias);
-}
-
-// The rotated pair of state channel n (§4.3.1): SISO (2i, 2i + 1), MIMO (i, i + N/2), for angles i < S. Returns
-// the partner channel and sets i and whether n is the pair's first; -1 for an unrotated channel.
-__device__ int64_t partner(int64_t n, const Sizes& s, int64_t& i, bool& first) {
-  if (s.R == 1) {
-    i = n / 2;
-    first = n % 2 == 0;
-    return i < s.S ? (first ? n + 1 : n - 1) : -1;
-  }
-  const int64_t half = s.N / 2;
-  first = n < half;
-  i = first ? n : n - half;
-  return i < s.S ? (first ? n + half : n - half) : -1;
 }
 
 // Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1}.
@@ -69,40 +56,112 @@ __global__ void theta_kernel(const float* raw, Sizes s, double* theta) {
 // fmod(x, 2π), bit for bit, without the library call for |x| < 4π (the phase steps): fmod is exact, and so is
 // sign(x) (|x| - 2π) for 2π <= |x| < 4π (Sterbenz's lemma; a zero keeps x's sign, as fmod's); other x (and
 // NaN) go to fmod.
+// (The fmod call kept out of line: the unrolled scans inline mod_2pi at every step.)
+__device__ __noinline__ double fmod_2pi(double x) { return fmod(x, 2.0 * kPi); }
 __device__ __forceinline__ double mod_2pi(double x) {
   constexpr double k2Pi = 2.0 * kPi;
   const double ax = fabs(x);
   if (ax < k2Pi) return x;
   if (ax < 2.0 * k2Pi) return copysign(ax - k2Pi, x);
-  return fmod(x, k2Pi);
+  return fmod_2pi(x);
 }
 
-// Steps loaded ahead by the sequential scans along T (phase_kernel, phase_bwd_kernel), so that their loads
-// overlap instead of each step waiting for its own.
-constexpr int kAhead = 16;
+// Steps loaded ahead by the scans along T (phase_kernel, phase_bwd_kernel), so that their loads overlap instead
+// of each step waiting for its own.
+constexpr int kAhead = 8;
 
-// φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π from φ_{-1} = phase0[b, h, i] (0 when phase0 is null).
-// (one thread per (b, h, i))
-__global__ void phase_kernel(const double* dtd, const double* theta, const float* phase0, Sizes s, float* phi) {
-  const int64_t n = s.B * s.H * s.S;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = idx % s.S, h = (idx / s.S) % s.H, b = idx / (s.S * s.H);
-    double acc = phase0 != nullptr ? static_cast<double>(phase0[idx]) : 0.0;
-    for (int64_t t0 = 0; t0 < s.T; t0 += kAhead) {
-      double step[kAhead];
+// The scans along T (phase_kernel, phase_bwd_kernel) run per block on kScanLanes consecutive (h, i) pairs of one
+// batch row (one warp wide: coalesced), with T cut into kScanSegs segments of ceil(T / kScanSegs) steps, one warp
+// per segment: each warp walks its segment, the segment totals are scanned in shared memory, then each warp walks
+// its segment again from its carry.
+constexpr int kScanLanes = 32, kScanSegs = 16, kScanThreads = kScanLanes * kScanSegs;
+
+// f(t, Δ_t θ_t[i]) for t = tb, ..., te - 1 in order (rows row0 + t, head h, angle i), kAhead steps loaded at once.
+template <typename F>
+__device__ __forceinline__ void walk_steps(const double* dtd, const double* theta, const Sizes& s, int64_t row0,
+                                           int64_t h, int64_t i, int64_t tb, int64_t te, F&& f) {
+  const double* pd = dtd + (row0 + tb) * s.H + h;
+  const double* pt = theta + (row0 + tb) * s.S + i;
+  const int H = static_cast<int>(s.H), S = static_cast<int>(s.S);
+  for (int64_t t0 = tb; t0 < te; t0 += kAhead, pd += kAhead * s.H, pt += kAhead * s.S) {
+    double step[kAhead];
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const int64_t row = b * s.T + t0 + u;
-        step[u] = t0 + u < s.T ? dtd[row * s.H + h] * theta[row * s.S + i] : 0.0;
-      }
+    for (int u = 0; u < kAhead; ++u) step[u] = t0 + u < te ? pd[u * H] * pt[u * S] : 0.0;
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        if (t0 + u >= s.T) break;
-        acc = mod_2pi(acc + step[u]);
-        phi[((b * s.T + t0 + u) * s.H + h) * s.S + i] = static_cast<float>(acc);
-      }
+    for (int u = 0; u < kAhead; ++u) {
+      if (t0 + u >= te) break;
+      f(t0 + u, step[u]);
     }
   }
+}
+
+// The two representatives in (-2π, 2π) of the angle of c (|c| < 2π): the one >= 0 (sign bit clear) and the one
+// < 0 (sign bit set). mod_2pi's result has the sign of its argument, so which one the sequential recursion holds
+// depends on its path.
+__device__ __forceinline__ double rep_pos(double c) { return signbit(c) ? c + 2.0 * kPi : c; }
+__device__ __forceinline__ double rep_neg(double c) { return signbit(c) ? c : c - 2.0 * kPi; }
+
+// φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π from φ_{-1} = phase0[b, h, i] (0 when phase0 is null), the sequential
+// recursion's values rebuilt in parallel over T (grid (ceil(H S / kScanLanes), B), kScanThreads threads; a warp per
+// segment of T, a lane per (h, i)):
+//   1. each segment's own recursion from 0 (segment 0: from φ_{-1}, so its end is the exact φ entering segment 1);
+//   2. the carries: c_1 = that end, c_{j+1} = (c_j + total_j) mod 2π (equal to the recursion's φ up to rounding,
+//      and up to the representative: the recursion's value is rep_pos(c_j) or rep_neg(c_j));
+//   3. each segment j >= 1 walks from both representatives of c_j and keeps which sign each ends with;
+//   4. the signs chained from segment 0's end pick each segment's representative;
+//   5. each segment walks from it, writing φ.
+// Segments 0 and 1 repeat the sequential recursion's arithmetic exactly; later ones start from a carry that
+// differs from the sequential value by rounding only (a few ulp of 2π in double).
+__global__ void __launch_bounds__(kScanThreads, 2)
+    phase_kernel(const double* dtd, const double* theta, const float* phase0, Sizes s, float* phi) {
+  __shared__ double carry[kScanSegs][kScanLanes];
+  __shared__ unsigned char sgn[kScanSegs][kScanLanes];
+  const int lane = threadIdx.x % kScanLanes, seg = threadIdx.x / kScanLanes;
+  const int64_t HS = s.H * s.S, hi = blockIdx.x * int64_t{kScanLanes} + lane, b = blockIdx.y, row0 = b * s.T;
+  const bool valid = hi < HS;
+  const int64_t h = valid ? hi / s.S : 0, i = valid ? hi % s.S : 0;
+  const int64_t len = (s.T + kScanSegs - 1) / kScanSegs, tb = std::min<int64_t>(s.T, seg * len),
+                te = std::min<int64_t>(s.T, tb + len);
+  const double start = valid && phase0 != nullptr ? static_cast<double>(phase0[b * HS + hi]) : 0.0;
+  double acc = seg == 0 ? start : 0.0;
+  if (valid) walk_steps(dtd, theta, s, row0, h, i, tb, te, [&](int64_t, double st) { acc = mod_2pi(acc + st); });
+  carry[seg][lane] = acc;
+  __syncthreads();
+  if (seg == 0) {  // carry[j] = c_j for j >= 1; carry[0] keeps segment 0's end
+    double c = carry[0][lane];
+    for (int j = 1; j < kScanSegs; ++j) {
+      const double total = carry[j][lane];
+      carry[j][lane] = c;
+      c = mod_2pi(c + total);
+    }
+  }
+  __syncthreads();
+  const double c = carry[seg][lane];
+  if (seg > 0) {  // the end's sign from each representative: bit 0 from rep_pos, bit 1 from rep_neg
+    double from_pos = rep_pos(c), from_neg = rep_neg(c);
+    if (valid)
+      walk_steps(dtd, theta, s, row0, h, i, tb, te, [&](int64_t, double st) {
+        from_pos = mod_2pi(from_pos + st);
+        from_neg = mod_2pi(from_neg + st);
+      });
+    sgn[seg][lane] = static_cast<unsigned char>((signbit(from_pos) ? 1 : 0) | (signbit(from_neg) ? 2 : 0));
+  }
+  __syncthreads();
+  if (seg == 0) {  // sgn[j] = the sign entering segment j (1: negative)
+    unsigned neg = signbit(carry[0][lane]) ? 1 : 0;
+    for (int j = 1; j < kScanSegs; ++j) {
+      const unsigned map = sgn[j][lane];
+      sgn[j][lane] = static_cast<unsigned char>(neg);
+      neg = (map >> neg) & 1u;
+    }
+  }
+  __syncthreads();
+  if (!valid) return;
+  acc = seg == 0 ? start : sgn[seg][lane] != 0 ? rep_neg(c) : rep_pos(c);
+  walk_steps(dtd, theta, s, row0, h, i, tb, te, [&](int64_t t, double st) {
+    acc = mod_2pi(acc + st);
+    phi[(row0 + t) * HS + hi] = static_cast<float>(acc);
+  });
 }
 
 // RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps).
@@ -121,30 +180,95 @@ __global__ void bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf)
   }
 }
 
-// k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C.   (one thread per (token, head, r, n))
-__global__ void qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  const int64_t n_all = s.E * s.R * s.N;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t n = idx % s.N, r = (idx / s.N) % s.R, e = idx / (s.N * s.R);
-    const int64_t row = e / s.H, h = e % s.H, g = h / (s.H / s.G);
-    const int64_t src = (row * s.R * s.G + r * s.G + g) * s.N, bias = (h * s.R + r) * s.N;
-    int64_t i = 0;
-    bool first = true;
-    const int64_t m = partner(n, s, i, first);
-    float sn = 0.0f, cs = 1.0f;  // the rotation of the pair, shared by k and q
-    if (m >= 0) sincosf(buf.phi[e * s.S + i], &sn, &cs);
-    for (int which = 0; which < 2; ++which) {
-      const float* nrm = which == 0 ? buf.nb : buf.ncn;
-      const float* w = which == 0 ? p.B_norm : p.C_norm;
-      const float* bb = which == 0 ? p.B_bias : p.C_bias;
-      const float u = fmaf(nrm[src + n], w[n], bb[bias + n]);
-      float out = u;
-      if (m >= 0) {
-        const float um = fmaf(nrm[src + m], w[m], bb[bias + m]);
-        out = first ? u * cs - um * sn : um * sn + u * cs;
+// qk_kernel: threads per block, rotation pairs per thread and row, and the rows per block (as many as fit
+// kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
+constexpr int kQkThreads = 256, kQkPairs = 2, kQkSmemFloats = 8192, kQkMaxRows = 32;
+
+// Rows per qk_kernel block for R G N channels of n̂_B and of n̂_C per row.
+int64_t qk_rows(int64_t RGN) { return std::clamp<int64_t>(kQkSmemFloats / (2 * RGN), 1, kQkMaxRows); }
+
+// k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C. Grid (row blocks of `rows` rows, column blocks of
+// kQkThreads kQkPairs pairs); a thread owns kQkPairs channel pairs (h, r, u) of every row of its block: channels
+// (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the second channel absent for u = (N - 1) / 2,
+// N odd), rotated by φ[h, u] when u < S. Its weights and biases are loaded once; the block's rows of n̂_B, n̂_C
+// are staged in shared memory (rows R G N floats each), φ is read and its sincos taken once per rotated pair,
+// and k, q are written once (SISO with even N: as float2).
+__global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows) {
+  extern __shared__ float smem[];
+  const int N = static_cast<int>(s.N), R = static_cast<int>(s.R), H = static_cast<int>(s.H);
+  const int S = static_cast<int>(s.S), RGN = static_cast<int>(s.R * s.G * s.N), half = N / 2, U = (N + 1) / 2;
+  const int hpg = static_cast<int>(s.H / s.G);
+  const int64_t row0 = blockIdx.x * int64_t{rows};
+  const int nrows = static_cast<int>(std::min<int64_t>(rows, s.rows - row0));
+  float* sb = smem;               // [rows, R G N] n̂_B
+  float* sc = smem + rows * RGN;  // [rows, R G N] n̂_C
+  for (int j = threadIdx.x; j < nrows * RGN; j += blockDim.x) {
+    sb[j] = buf.nb[row0 * RGN + j];
+    sc[j] = buf.ncn[row0 * RGN + j];
+  }
+  // The owned pairs: channels c0, c1 (-1: none) at offset o within a row of k, q (the (h, r) row's start) and
+  // src within a row of n̂; φ offset f within a row of φ (-1: not rotated); weights and biases of c0, c1.
+  int c0[kQkPairs], c1[kQkPairs], o[kQkPairs], src[kQkPairs], f[kQkPairs];
+  float wb0[kQkPairs], wb1[kQkPairs], wc0[kQkPairs], wc1[kQkPairs];
+  float bb0[kQkPairs], bb1[kQkPairs], bc0[kQkPairs], bc1[kQkPairs];
+#pragma unroll
+  for (int k = 0; k < kQkPairs; ++k) {
+    const int q = (blockIdx.y * kQkPairs + k) * kQkThreads + threadIdx.x;
+    c0[k] = -1;
+    if (q >= H * R * U) continue;
+    const int u = q % U, hr = q / U, r = hr % R, h = hr / R, g = h / hpg;
+    c0[k] = R == 1 ? 2 * u : u < half ? u : N - 1;
+    c1[k] = R == 1 ? (2 * u + 1 < N ? 2 * u + 1 : -1) : u < half ? u + half : -1;
+    o[k] = hr * N;
+    src[k] = (r * static_cast<int>(s.G) + g) * N;
+    f[k] = u < S ? h * S + u : -1;
+    wb0[k] = p.B_norm[c0[k]];
+    wc0[k] = p.C_norm[c0[k]];
+    bb0[k] = p.B_bias[o[k] + c0[k]];
+    bc0[k] = p.C_bias[o[k] + c0[k]];
+    wb1[k] = c1[k] >= 0 ? p.B_norm[c1[k]] : 0.0f;
+    wc1[k] = c1[k] >= 0 ? p.C_norm[c1[k]] : 0.0f;
+    bb1[k] = c1[k] >= 0 ? p.B_bias[o[k] + c1[k]] : 0.0f;
+    bc1[k] = c1[k] >= 0 ? p.C_bias[o[k] + c1[k]] : 0.0f;
+  }
+  __syncthreads();
+  const bool pair2 = R == 1 && N % 2 == 0;  // (c0, c1) adjacent and 8-byte aligned in k, q
+  const int64_t HRN = s.H * s.R * s.N;
+  for (int rr = 0; rr < nrows; ++rr) {
+    const int64_t row = row0 + rr;
+    float* krow = buf.k + row * HRN;
+    float* qrow = buf.q + row * HRN;
+    const float* phrow = buf.phi + row * s.H * s.S;
+#pragma unroll
+    for (int k = 0; k < kQkPairs; ++k) {
+      if (c0[k] < 0) continue;
+      float sn = 0.0f, cs = 1.0f;
+      if (f[k] >= 0) sincosf(phrow[f[k]], &sn, &cs);
+      const float* nb = sb + rr * RGN + src[k];
+      const float* nc = sc + rr * RGN + src[k];
+      const float ub = fmaf(nb[c0[k]], wb0[k], bb0[k]), uc = fmaf(nc[c0[k]], wc0[k], bc0[k]);
+      if (c1[k] < 0) {  // a lone unrotated channel
+        krow[o[k] + c0[k]] = ub;
+        qrow[o[k] + c0[k]] = uc;
+        continue;
       }
-      (which == 0 ? buf.k : buf.q)[idx] = out;
+      const float ubm = fmaf(nb[c1[k]], wb1[k], bb1[k]), ucm = fmaf(nc[c1[k]], wc1[k], bc1[k]);
+      float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
+      if (f[k] >= 0) {
+        k0 = ub * cs - ubm * sn;
+        k1 = ub * sn + ubm * cs;
+        q0 = uc * cs - ucm * sn;
+        q1 = uc * sn + ucm * cs;
+      }
+      if (pair2) {
+        *reinterpret_cast<float2*>(krow + o[k] + c0[k]) = make_float2(k0, k1);
+        *reinterpret_cast<float2*>(qrow + o[k] + c0[k]) = make_float2(q0, q1);
+      } else {
+        krow[o[k] + c0[k]] = k0;
+        krow[o[k] + c1[k]] = k1;
+        qrow[o[k] + c0[k]] = q0;
+        qrow[o[k] + c1[k]] = q1;
+      }
     }
   }
 }
@@ -183,25 +307,49 @@ __global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// dψ_t = Σ_{s>=t} dφ_s in place.   (one thread per (b, h, i))
-__global__ void phase_bwd_kernel(Sizes s, float* dphi) {
-  const int64_t n = s.B * s.H * s.S;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = idx % s.S, h = (idx / s.S) % s.H, b = idx / (s.S * s.H);
-    double acc = 0.0;
-    for (int64_t q0 = 0; q0 < s.T; q0 += kAhead) {  // q: steps from the end, t = T - 1 - q
+// dψ_t = Σ_{s>=t} dφ_s in place (double sums), in parallel over T as phase_kernel (grid (ceil(H S /
+// kScanLanes), B), kScanThreads threads): each segment's total, the totals of the later segments summed from the
+// last one, then each segment's reverse cumsum from that carry. The last segment repeats the sequential sum
+// exactly; the others group the same double sum differently.
+__global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, float* dphi) {
+  __shared__ double carry[kScanSegs][kScanLanes];
+  const int lane = threadIdx.x % kScanLanes, seg = threadIdx.x / kScanLanes;
+  const int64_t HS = s.H * s.S, hi = blockIdx.x * int64_t{kScanLanes} + lane, row0 = blockIdx.y * s.T;
+  const bool valid = hi < HS;
+  const int64_t len = (s.T + kScanSegs - 1) / kScanSegs, tb = std::min<int64_t>(s.T, seg * len),
+                te = std::min<int64_t>(s.T, tb + len);
+  // f(t, dφ_t) for t = te - 1, ..., tb (kAhead loaded at once)
+  const auto walk = [&](auto&& f) {
+    for (int64_t t0 = te - 1; t0 >= tb; t0 -= kAhead) {
       float d[kAhead];
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u)
-        d[u] = q0 + u < s.T ? dphi[((b * s.T + s.T - 1 - q0 - u) * s.H + h) * s.S + i] : 0.0f;
+      for (int u = 0; u < kAhead; ++u) d[u] = t0 - u >= tb ? dphi[(row0 + t0 - u) * HS + hi] : 0.0f;
 #pragma unroll
       for (int u = 0; u < kAhead; ++u) {
-        if (q0 + u >= s.T) break;
-        acc += d[u];
-        dphi[((b * s.T + s.T - 1 - q0 - u) * s.H + h) * s.S + i] = static_cast<float>(acc);
+        if (t0 - u < tb) break;
+        f(t0 - u, d[u]);
       }
     }
+  };
+  double acc = 0.0;
+  if (valid) walk([&](int64_t, float d) { acc += d; });
+  carry[seg][lane] = acc;
+  __syncthreads();
+  if (seg == 0) {  // carry[j] = Σ of the totals of segments j + 1, ...
+    double c = 0.0;
+    for (int j = kScanSegs - 1; j >= 0; --j) {
+      const double total = carry[j][lane];
+      carry[j][lane] = c;
+      c += total;
+    }
   }
+  __syncthreads();
+  if (!valid) return;
+  acc = carry[seg][lane];
+  walk([&](int64_t t, float d) {
+    acc += d;
+    dphi[(row0 + t) * HS + hi] = static_cast<float>(acc);
+  });
 }
 
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
@@ -301,12 +449,20 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
     LLMT_CUDA_CHECK_LAUNCH();
-    phase_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
+    const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
+    phase_kernel<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
   LLMT_CUDA_CHECK_LAUNCH();
-  qk_kernel<<<grid_for(s.E * s.R * s.N), kThreads, 0, stream>>>(p, s, buf);
+  const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
+  const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
+  if (qk_smem > 48 * 1024)
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(qk_smem)));
+  const dim3 qk_grid(static_cast<unsigned>(ceil_div(s.rows, qk_r)),
+                     static_cast<unsigned>(ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs)));
+  qk_kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r));
   LLMT_CUDA_CHECK_LAUNCH();
   up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
   LLMT_CUDA_CHECK_LAUNCH();
@@ -317,7 +473,8 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   if (s.S > 0) {
     rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
     LLMT_CUDA_CHECK_LAUNCH();
-    phase_bwd_kernel<<<grid_for(s.B * s.H * s.S, 64), 64, 0, stream>>>(s, buf.dphi);
+    const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
+    phase_bwd_kernel<<<scan_grid, kScanThreads, 0, stream>>>(s, buf.dphi);
     LLMT_CUDA_CHECK_LAUNCH();
     angle_bwd_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, buf.dtd, s, buf.dphi, draw);
     LLMT_CUDA_CHECK_LAUNCH();

@@ -19,9 +19,9 @@
 // coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
 // double, the inverse in fp32: row by row on Simt, blocked in 16 x 16 blocks on Mma), the products' results, and
 // every element-wise and reduction step (the whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
-//   coef   (chunks, B H)      per chunk: the chunk-local coefficients (ChunkSmem: L_A, L_U, Γ, the key products,
-//                             W, 𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
-//                             that later kernels copy back into shared memory;
+//   coef   (chunks, B H)      per chunk: the chunk-local coefficients (L_A, L_U, Γ, the key products,
+//                             𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
+//                             (each value written by the thread that forms it) that later kernels read back;
 //   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
 //                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
 //                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
@@ -126,8 +126,8 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. vt: Ṽ [B, T, H, V], read by out,
 // bscan, brow and the states-only scan; vt_out: where the solving scan writes Ṽ (the same buffer as vt), null when
 // vt holds the forward's saved Ṽ (the backward with save_residuals). Global scratch (ScratchLayout):
-// coef [B H, NC, coef_floats(C)] (ChunkSmem images), states [B H, NC, 2, K, V] (S_0 then M_0 entering each
-// chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
+// coef [B H, NC, coef_floats(C)] (coef images: 8 vectors, 6 matrices), states [B H, NC, 2, K, V] (S_0 then M_0
+// entering each chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
 // dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each chunk; Op<L> as states), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 struct MdnArgs {
@@ -150,27 +150,26 @@ struct HeadView {
 // state). Vectors [C]: la, lm, beta, eta as loaded; alpha = e^{la}; abar_i = e^{Σ_{u<=i} la_u},
 // mbar_i = e^{Σ_{u<=i} lm_u}; bb = L_A (β ⊙ μ̄). Matrices [n, n] (row stride n): LA[i,r] = e^{Σ_{u=r+1..i} la_u}
 // (r <= i), LU[r,j] likewise with lm (j <= r), G = Γ = L_A Diag(β) L_U, QK[i,j] = q_i·k̂_j (j <= i),
-// PK[i,j] = p_i·k̂_j (j < i) with p = α k, k̂ = η k; W = (P K̂^T) ⊙ Γ⁻ (Γ shifted down one row) and
-// T = (I + W)^{-1}.
+// PK[i,j] = p_i·k̂_j (j < i) with p = α k, k̂ = η k; T = 𝒯 = (I + W)^{-1} with W = (P K̂^T) ⊙ Γ⁻ (Γ shifted down
+// one row; formed and inverted by the coef kernel, not kept in the image). Each kernel points the members it
+// uses at its own shared memory.
 struct ChunkSmem {
   float *la, *lm, *beta, *eta, *alpha, *abar, *mbar, *bb;
-  float *LA, *LU, *G, *QK, *PK, *W, *T;
+  float *LA, *LU, *G, *QK, *PK, *T;
 };
 
-constexpr int kChunkVectors = 8, kChunkMatrices = 7;
-/// Matrix slots of a ChunkSmem image (the order of carve_chunk).
-enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kW, kT };
+constexpr int kChunkVectors = 8, kChunkMatrices = 6;
+/// Matrix slots of a coef image, in order.
+enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kT };
 
-/// Floats of one ChunkSmem (and of its image in the coef scratch): 8 vectors [C], then 7 matrices [C, C] of which
-/// the leading n x n (row stride n, n the chunk's length) are used.
+/// Floats of a chunk's coef image: 8 vectors [C] (rows >= n zero), then 6 matrices [C, C] (ChunkMatrix) of which
+/// the leading n x n (row stride n, n the chunk's length) are written and read.
 __host__ __device__ constexpr int64_t coef_floats(int64_t C) { return kChunkVectors * C + kChunkMatrices * C * C; }
 
 /// Bytes of n floats rounded up to 16 (what tile::Carve::take<float>(n) advances).
 __host__ __device__ constexpr size_t padded_bytes(int64_t n) {
   return (sizeof(float) * static_cast<size_t>(n) + 15) / 16 * 16;
 }
-/// Bytes of a ChunkSmem rounded up to 16 (where the coef kernel's tiles start).
-__host__ __device__ constexpr size_t coef_bytes(int64_t C) { return padded_bytes(coef_floats(C)); }
 
 /// Points the vectors of `cs` at `s` (kChunkVectors * C floats, order la, lm, beta, eta, alpha, abar, mbar, bb);
 /// returns the first float after them.
@@ -179,17 +178,6 @@ __device__ float* carve_vectors(float* s, int64_t C, ChunkSmem& cs) {
   for (float** v : vectors) {
     *v = s;
     s += C;
-  }
-  return s;
-}
-
-// Carves a ChunkSmem from `s` (coef_floats(C) floats); returns the first float after it.
-__device__ float* carve_chunk(float* s, int64_t C, ChunkSmem& cs) {
-  s = carve_vectors(s, C, cs);
-  float** matrices[kChunkMatrices] = {&cs.LA, &cs.LU, &cs.G, &cs.QK, &cs.PK, &cs.W, &cs.T};
-  for (float** m : matrices) {
-    *m = s;
-    s += C * C;
   }
   return s;
 }
@@ -225,122 +213,182 @@ __device__ E* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) 
 }
 
 /// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse (Mma: 16 x 16 blocks, on two
-/// extra fp32 tiles) rather than row by row in place (Simt: the exact order of the CPU's forward substitution).
+/// fp32 tiles) rather than row by row in place (Simt: the exact order of the CPU's forward substitution).
 template <typename L>
 constexpr bool blocked_inverse() { return std::is_same_v<L, tile::Mma>; }
 
-// §6.4 for chunk ch (tokens t0 .. t0 + n - 1): the ChunkSmem coefficients, then 𝒯 = (I + W)^{-1} (fp32: the
-// row-by-row tril_inverse, or with blocked_inverse<L> tile::tril_inverse on the fp32 tiles inv[0] (W), inv[1] (𝒯),
-// copied into cs.T). tiles: two operand tiles of L for the key products (QK, PK: the only products; everything
-// else fp32). Reached by all threads; ends with a barrier.
+/// Bytes of the coef kernel's reused region (coef_smem): L_A and L_U (2 [C, C] matrices), then the 2 operand tiles
+/// of the key products, then I + W's inverse (Mma: 2 fp32 tiles; Simt: W and 𝒯 as 2 [C, C] matrices).
 template <typename L>
-__device__ void chunk_coeffs(const MdnArgs& a, const tile::Chunk& ch, const ChunkSmem& cs, Op<L>* const tiles[2],
-                             float* const inv[2]) {
-  const HeadView hv{a, ch.b, ch.h};
-  const int64_t c0 = ch.t0;
-  const int n = ch.n;
-  const int64_t K = hv.a.K;
-  for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    const int64_t t = hv.tok(c0 + r);
-    cs.la[r] = hv.a.la[t];
-    cs.lm[r] = hv.a.lm[t];
-    cs.beta[r] = hv.a.beta[t];
-    cs.eta[r] = hv.a.eta[t];
-    cs.alpha[r] = expf(cs.la[r]);
-  }
-  __syncthreads();
-  // Segment sums in double, summed u = r+1..i in order (as the CPU), exponentiated in fp32.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, r = idx % n;
-    float fa = 0.0f, fu = 0.0f;
-    if (r <= i) {
-      double sa = 0.0, su = 0.0;
-      for (int u = r + 1; u <= i; ++u) {
-        sa += cs.la[u];
-        su += cs.lm[u];
-      }
-      fa = r == i ? 1.0f : expf(static_cast<float>(sa));
-      fu = r == i ? 1.0f : expf(static_cast<float>(su));
-    }
-    cs.LA[idx] = fa;
-    cs.LU[idx] = fu;
-  }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    double sa = 0.0, su = 0.0;
-    for (int u = 0; u <= i; ++u) {
-      sa += cs.la[u];
-      su += cs.lm[u];
-    }
-    cs.abar[i] = expf(static_cast<float>(sa));
-    cs.mbar[i] = expf(static_cast<float>(su));
-  }
-  __syncthreads();
-  // Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    float g = 0.0f;
-    if (j <= i)
-      for (int r = j; r <= i; ++r) g += cs.LA[i * n + r] * cs.beta[r] * cs.LU[r * n + j];
-    cs.G[idx] = g;
-  }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    float s = 0.0f;
-    for (int r = 0; r <= i; ++r) s += cs.LA[i * n + r] * cs.beta[r] * cs.mbar[r];
-    cs.bb[i] = s;
-  }
-  // The key products on the shared tiles (Q rows, K rows), key tiles in order:
-  // QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0.
-  tile::Acc xq, xp;
-  xq.zero(), xp.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {
-    const int kc = tile::tile_cols(K, k0);
-    load_op(tiles[0], ch.in(a, a.q, K, k0), a.H * K, n, kc);
-    load_op(tiles[1], ch.in(a, a.k, K, k0), a.H * K, n, kc);
-    __syncthreads();
-    L::template mma<false, true>(tiles[0], tiles[1], xq);
-    L::template mma<false, true>(tiles[1], tiles[1], xp);
-    __syncthreads();
-  }
-  tile::store_acc<L>(xq, cs.QK, n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
-  tile::store_acc<L>(xp, cs.PK, n, n, n,
-                     [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
-  __syncthreads();
-  // W_ij = Γ_{i-1,j} p_i·k̂_j (j < i); 𝒯 starts as the identity.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    cs.W[idx] = j < i ? cs.G[(i - 1) * n + j] * cs.PK[idx] : 0.0f;
-    cs.T[idx] = i == j ? 1.0f : 0.0f;
-  }
-  if constexpr (blocked_inverse<L>()) {
-    for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {  // the same W and identity, zero padded
-      const int i = idx / kN, j = idx % kN;
-      inv[0][i * tile::kLd + j] = i < n && j < i ? cs.G[(i - 1) * n + j] * cs.PK[i * n + j] : 0.0f;
-      inv[1][i * tile::kLd + j] = i == j ? 1.0f : 0.0f;
-    }
-    __syncthreads();
-    tile::tril_inverse(inv[0], inv[1], n);  // ends with a barrier
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) cs.T[idx] = inv[1][(idx / n) * tile::kLd + idx % n];
-    __syncthreads();
-  } else {
-    __syncthreads();
-    tril_inverse(cs.W, cs.T, n);
-  }
+constexpr size_t coef_work_bytes(int64_t C) {
+  const size_t ops = 2 * op_bytes<L>(), mats = 2 * padded_bytes(C * C);
+  const size_t inv = blocked_inverse<L>() ? tile::smem_bytes(2, 0) : mats;
+  const size_t m = ops > mats ? ops : mats;
+  return m > inv ? m : inv;
 }
 
-// coef kernel, grid (NC, B H): chunk_coeffs for one chunk, then the whole ChunkSmem copied to its coef image.
-// Shared: coef_bytes(C), then 2 operand tiles of L, then (blocked_inverse<L>) 2 fp32 tiles (coef_smem<L>).
+/// Blocks per SM that the coef kernel is compiled for: 3 on tile::Mma (80 registers, 20 / 28 bytes of spill stores
+/// / loads; 109 registers unbounded, 2 blocks; 3 x 50.5 KiB of shared memory at C = 64), 1 on tile::Simt (168
+/// registers; bounded to 2 it spills around its fp32 products).
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_coef_kernel(MdnArgs a) {
+constexpr int coef_blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 3 : 1; }
+
+/// Shared bytes of the coef kernel on layout L (mdn_coef_kernel): the 8 vectors, Γ, the reused region.
+template <typename L>
+constexpr size_t coef_smem(int64_t C) {
+  return padded_bytes(kChunkVectors * C) + padded_bytes(C * C) + coef_work_bytes<L>(C);
+}
+
+// coef kernel, grid (NC, B H): §6.4 for chunk ch (tokens t0 .. t0 + n - 1), every coefficient written to the
+// chunk's coef image (vectors [C], zero at rows >= n; matrices the leading n x n of their [C, C] slots) by the
+// thread that forms it; shared memory holds only what a later step reads. Steps (barriers between):
+// 1. the gates (la, lm, β, η, α = e^{la});
+// 2. the segment sums in double, one thread per column r of L_A or L_U (and r = -1: ᾱ, μ̄), down the rows
+//    i = r+1 .. n-1 adding la_i (lm_i) in order: each sum Σ_{u=r+1..i} in the CPU's order, O(n^2) in all (main's
+//    O(n^3) per-element loops gave the same bits), exponentiated in fp32;
+// 3. Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r;
+// 4. the key products on two operand tiles of L, key tiles in order (the only products; Mma: bf16 operands):
+//    QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0, written from the accumulators;
+//    W_ij = Γ_{i-1,j} PK_ij (j < i) from them, 𝒯 = (I + W)^{-1} in fp32 (Simt: tril_inverse, row by row, the
+//    CPU's order; Mma: tile::tril_inverse, 16 x 16 blocks), written to the image.
+// Shared (coef_smem<L>): the vectors, Γ [n, n], then one region reused by L_A and L_U [n, n] (steps 2-3), the
+// operand tiles and the inverse (W and 𝒯; step 4). Every value is computed as main's coef computed it (the same
+// expressions in the same order), so the image holds the same bits (W is no longer part of it: no kernel read it).
+template <typename L>
+__global__ void __launch_bounds__(tile::kThreads, coef_blocks_per_sm<L>()) mdn_coef_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
-  float* s = reinterpret_cast<float*>(smem);
+  const int64_t C = a.C, K = a.K;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
-  ChunkSmem cs;
-  carve_chunk(s, a.C, cs);
-  tile::Carve cv{smem + coef_bytes(a.C)};
-  Op<L>* const t[2] = {op_tile<L>(cv), op_tile<L>(cv)};
-  float* const inv[2] = {blocked_inverse<L>() ? cv.tile() : nullptr, blocked_inverse<L>() ? cv.tile() : nullptr};
-  chunk_coeffs<L>(a, ch, cs, t, inv);
-  copy_floats(coef_image(a, ch.bh, ch.chunk), s, coef_floats(a.C));
+  const HeadView hv{a, ch.b, ch.h};
+  const int n = ch.n;
+  tile::Carve cv{smem};
+  ChunkSmem cs{};
+  carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
+  cs.G = cv.take<float>(C * C);
+  char* const work = cv.p;
+  float* const img = coef_image(a, ch.bh, ch.chunk);
+  // Image matrix m, image vector v (the carve_vectors order) at row r.
+  const auto gmat = [&](int m) { return img + kChunkVectors * C + m * C * C; };
+  const auto gvec = [&](int v, int r) -> float& { return img[v * C + r]; };
+
+  // 1. Gates.
+  for (int r = threadIdx.x; r < C; r += blockDim.x) {
+    float la = 0.0f, lm = 0.0f, be = 0.0f, et = 0.0f, al = 0.0f;
+    if (r < n) {
+      const int64_t t = hv.tok(ch.t0 + r);
+      la = a.la[t], lm = a.lm[t], be = a.beta[t], et = a.eta[t];
+      al = expf(la);
+    }
+    cs.la[r] = la, cs.lm[r] = lm, cs.beta[r] = be, cs.eta[r] = et, cs.alpha[r] = al;
+    gvec(0, r) = la, gvec(1, r) = lm, gvec(2, r) = be, gvec(3, r) = et, gvec(4, r) = al;
+  }
+  __syncthreads();
+  // 2. Segment sums: thread t < 2 (n + 1) walks column r = t % (n + 1) - 1 of L_A (t < n + 1) or L_U.
+  cs.LA = reinterpret_cast<float*>(work);
+  cs.LU = cs.LA + C * C;
+  for (int t = threadIdx.x; t < 2 * (n + 1); t += blockDim.x) {
+    const int w = t / (n + 1), r = t % (n + 1) - 1;
+    const float* lg = w == 0 ? cs.la : cs.lm;
+    if (r < 0) {  // ᾱ_i = e^{Σ_{u<=i} la_u}, μ̄_i likewise
+      float* bar = w == 0 ? cs.abar : cs.mbar;
+      double sum = 0.0;
+      for (int i = 0; i < C; ++i) {
+        float x = 0.0f;
+        if (i < n) {
+          sum += lg[i];
+          x = expf(static_cast<float>(sum));
+        }
+        bar[i] = x;
+        gvec(w == 0 ? 5 : 6, i) = x;
+      }
+    } else {
+      float* M = w == 0 ? cs.LA : cs.LU;
+      float* gM = gmat(w == 0 ? kLA : kLU);
+      double sum = 0.0;
+      for (int i = 0; i < n; ++i) {
+        float x = 0.0f;
+        if (i == r) {
+          x = 1.0f;
+        } else if (i > r) {
+          sum += lg[i];
+          x = expf(static_cast<float>(sum));
+        }
+        M[i * n + r] = x;
+        gM[i * n + r] = x;
+      }
+    }
+  }
+  __syncthreads();
+  // 3. Γ and b. Task t: column j = t % 64 of rows i0 .. i0 + 3 (i0 = 4 (t / 64)); the 4 sums share the loads of
+  // β_r and L_U[r,j], each adds its terms r = j .. i in order (a warp: 32 columns of one row group).
+  for (int t = threadIdx.x; t < 16 * kN; t += blockDim.x) {
+    const int j = t % kN, i0 = 4 * (t / kN);
+    if (j >= n || i0 >= n) continue;
+    const int il = i0 + 3 < n ? i0 + 3 : n - 1;  // the group's last row
+    float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = j; r <= il; ++r) {
+      const float br = cs.beta[r], lu = cs.LU[r * n + j];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (r <= i0 + e && i0 + e <= il) g[e] += cs.LA[(i0 + e) * n + r] * br * lu;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (i0 + e <= il) {
+        const int idx = (i0 + e) * n + j;
+        cs.G[idx] = g[e];  // 0 for j > i0 + e (no terms)
+        gmat(kG)[idx] = g[e];
+      }
+  }
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {
+    float s = 0.0f;
+    if (i < n)
+      for (int r = 0; r <= i; ++r) s += cs.LA[i * n + r] * cs.beta[r] * cs.mbar[r];
+    gvec(7, i) = s;
+  }
+  __syncthreads();  // L_A, L_U are dead: the region takes the operand tiles, then the inverse
+  // 4. The key products, W (zero padded) from them, 𝒯 = (I + W)^{-1}.
+  tile::Acc xq, xp;
+  {
+    Op<L>* const t0 = reinterpret_cast<Op<L>*>(work);
+    Op<L>* const t1 = reinterpret_cast<Op<L>*>(work + op_bytes<L>());
+    xq.zero(), xp.zero();
+    for (int64_t k0 = 0; k0 < K; k0 += kN) {
+      const int kc = tile::tile_cols(K, k0);
+      load_op(t0, ch.in(a, a.q, K, k0), a.H * K, n, kc);
+      load_op(t1, ch.in(a, a.k, K, k0), a.H * K, n, kc);
+      __syncthreads();
+      L::template mma<false, true>(t0, t1, xq);
+      L::template mma<false, true>(t1, t1, xp);
+      __syncthreads();  // the operand tiles are read (the last one: the region takes W and 𝒯)
+    }
+  }
+  tile::store_acc<L>(xq, gmat(kQK), n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
+  tile::store_acc<L>(xp, gmat(kPK), n, n, n,
+                     [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
+  const auto w_of = [&](int i, int j, float x) {
+    return i < n && j < i ? cs.G[(i - 1) * n + j] * (cs.alpha[i] * cs.eta[j] * x) : 0.0f;
+  };
+  if constexpr (blocked_inverse<L>()) {
+    float* const inv0 = reinterpret_cast<float*>(work);
+    float* const inv1 = inv0 + tile::kTileFloats;
+    tile::store_acc<L>(xp, inv0, tile::kLd, kN, kN, w_of);
+    for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+      const int i = idx / kN, j = idx % kN;
+      inv1[i * tile::kLd + j] = i == j ? 1.0f : 0.0f;
+    }
+    __syncthreads();
+    tile::tril_inverse(inv0, inv1, n);  // ends with a barrier
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) gmat(kT)[idx] = inv1[(idx / n) * tile::kLd + idx % n];
+  } else {
+    float* const W = reinterpret_cast<float*>(work);
+    float* const T = W + C * C;
+    tile::store_acc<L>(xp, W, n, n, n, w_of);
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) T[idx] = idx / n == idx % n ? 1.0f : 0.0f;
+    __syncthreads();
+    tril_inverse(W, T, n);  // ends with a barrier (n > 1); for n = 1 each thread reads only its own T element
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) gmat(kT)[idx] = T[idx];
+  }
 }
 
 /// Copies chunk `chunk`'s vectors (into cs) and the last rows gl = Γ_{n-1,:}, ul = L_U[n-1,:] from its coef image
@@ -478,12 +526,6 @@ __device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk,
   } else {
     prefetch_l2(nx.in(a, solve ? a.v : a.vt, V, v0), 4 * H * V, nx.n, 4 * vc);
   }
-}
-
-/// Shared bytes of the coef kernel on layout L (mdn_coef_kernel).
-template <typename L>
-constexpr size_t coef_smem(int64_t C) {
-  return coef_bytes(C) + 2 * op_bytes<L>() + (blocked_inverse<L>() ? tile::smem_bytes(2, 0) : 0);
 }
 
 /// The scans' grid: value tiles x (batch, head).

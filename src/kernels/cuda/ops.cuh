@@ -293,7 +293,7 @@ void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log,
 // writes the corrected values Ṽ there (cpu mdn_chunk_fwd's vt_out) and the backward reads them instead of
 // solving for them again (it still recomputes the chunk coefficients and the chunk-start states); the gradients
 // are bit-identical either way. `scratch` must hold mdn_chunk_{fwd,bwd}_scratch_bytes with saved_residuals =
-// (residuals != nullptr): per chunk per (batch, head) the chunk's coefficients (7 C² + 8 C floats) and both
+// (residuals != nullptr): per chunk per (batch, head) the chunk's coefficients (6 C² + 8 C floats) and both
 // entering states (2 K V), plus Ṽ (B T H V floats) unless saved_residuals; the backward adds both exit state
 // gradients (2 K V), 11 C K and 2 64² floats. Shared memory per block: the value-tile scans hold 2 ceil(K / 64)
 // fp32 state tiles of 64 x 65 floats, 10 C floats and 5 operand tiles (fp32: 64 x 65 floats; bf16: 5 + 2 of 64 x 72
