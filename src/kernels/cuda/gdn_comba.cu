@@ -483,103 +483,61 @@ __device__ void scan_gate_pair(float g0, float g1, double* gam) {
   __syncthreads();
 }
 
-// The most key tiles gdn_scan_mma_kernel carries (key_dim <= 256; its shared memory allows no more): the next
-// chunk's k is prefetched into registers, 16 floats per thread and key tile.
+// The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).
 constexpr int kScanMaxKt = 4;
 
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
-// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
-// the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles and Δ (bf16).
-// 218 KiB at key_dim 256.
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
+// and K^g tiles (bf16) and Δ (bf16). 43 KiB per key tile plus 18.9 KiB (190.9 KiB at key_dim 256).
 constexpr size_t scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 1);
+  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
-// and Δ = U - W h[n] (over U). Per chunk: K^g = K ⊙ e^{Γ_C-Γ} of all key tiles into bf16 tiles, W S summed over
-// the key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S
-// fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]). Loads run one chunk ahead: the next
-// chunk's W tiles by cp.async into the other W buffer (issued at the start of a chunk, waited for before its
-// W S), its k (all key tiles), U and gates into registers (issued once this chunk's are used), so a chunk waits
-// only for loads issued a chunk earlier. Where W is not 16-byte aligned (key_dim % 8 != 0) W is loaded
-// synchronously (load_h) instead. Same arithmetic either way.
+// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
+// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
+// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
+// No next-chunk prefetch beyond the gates (registers) and the L2 prefetch of the next chunk: holding the next
+// chunk's k / U in registers and a second W buffer made this kernel slower on the H200 (216 registers).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  ScanSmall s(cv);
+  Small s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile_cols(V, v0);
-  const int nkt = static_cast<int>((K + kN - 1) / kN);  // <= kScanMaxKt (launcher)
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
   float* S = cv.take<float>(16 * tile::kThreads * nkt);
-  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
-  const bool w_async = tile::async_ok_h(a.W, K);
-  // The W tiles of chunk c into W buffer c % 2 (cp.async; one commit group per call).
-  const auto issue_w = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
-    bf16* dst = hW + (c & 1) * nkt * kTileHalves;
-    for (int kt = 0; kt < nkt; ++kt)
-      tile::load_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
-  };
-  // The next chunk's k (key tiles < nkt), U and gates, in flight in registers until that chunk uses them.
-  float kx[kScanMaxKt][tile::kHPer][2];
-  typename L::Operand ux[4][4];
-  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
-  const auto fetch_next = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
-#pragma unroll
-    for (int kt = 0; kt < kScanMaxKt; ++kt)
-      if (kt < nkt) tile::fetch_h(kx[kt], nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, tile_cols(K, kt * kN));
-    const typename L::Operand* U = nx.rows(a, a.U, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c2 = Mma::col(j);
-        ux[i][j] = r < nx.n && c2 < vc ? U[r * V + c2] : __float2bfloat16_rn(0.0f);
-      }
-    fetch_gate_pair(a, nx, g0, g1);
-  };
   tile::clear_state(S, hS, nkt);
-  if (w_async) issue_w(0);
-  tile::cp_async_commit();
-  fetch_next(0);
+  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
+  fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    // The other W buffer was last read by the previous chunk's W S, which every thread finished before that
-    // chunk's second barrier.
-    if (w_async && chunk + 1 < a.NC) issue_w(chunk + 1);
-    tile::cp_async_commit();  // (possibly empty: one group per chunk)
-    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, blockIdx.y), v0, vc, false);
-    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
+    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
-    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
-#pragma unroll
-    for (int kt = 0; kt < kScanMaxKt; ++kt) {
-      if (kt >= nkt) break;
+    for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      tile::put_h(hK + kt * kTileHalves, kx[kt], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
-      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
     }
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d.v[i][j] = to_f32(ux[i][j]);
-    if (chunk + 1 < a.NC) fetch_next(chunk + 1);  // in flight until the next chunk
-    tile::cp_async_wait<1>();  // this chunk's W (all but the group just committed)
+    load_acc<Mma>(d, U, V, ch.n, vc);
     __syncthreads();
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) done
+    if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
@@ -595,7 +553,6 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
       tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
     }
   }
-  tile::cp_async_wait<0>();
 }
 
 // Q K^T of the chunk on tile::Mma into qk (the sum over the nkt key tiles in registers), q and k of every key tile
@@ -1459,8 +1416,8 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Tc scans take over.
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~52 KiB of shared memory per key tile
-// (key_dim <= 256 fits); a larger key_dim runs the tile::Tc scan (same scratch formats).
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~43 KiB of shared memory per key tile
+// and runs up to key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
