@@ -488,9 +488,9 @@ constexpr int kScanMaxKt = 4;
 
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
 // key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
-// and K^g tiles (bf16) and Δ (bf16). 43 KiB per key tile plus 18.9 KiB (190.9 KiB at key_dim 256).
+// and K^g tiles (bf16) and Δ (bf16). 43 KiB per key tile (181.5 KiB at key_dim 256).
 constexpr size_t scan_mma_smem(int nkt) {
-  return kSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  ScanSmall s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
@@ -513,12 +513,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
   tile::clear_state(S, hS, nkt);
-  float g_r = 0.0f, b_r = 0.0f;  // the gates of the chunk to come (fetched one chunk ahead)
-  fetch_gates(a, Chunk(a, 0, blockIdx.y), g_r, b_r);
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
+  fetch_gate_pair(a, Chunk(a, 0, blockIdx.y), g0, g1);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
     if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
-    scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);  // (its barrier also orders the last update before what follows)
+    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     for (int kt = 0; kt < nkt; ++kt) {
@@ -536,8 +536,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
-    __syncthreads();  // hD complete; every read of hS (W S) done
-    if (chunk + 1 < a.NC) fetch_gates(a, Chunk(a, chunk + 1, blockIdx.y), g_r, b_r);  // in flight during F7
+    __syncthreads();  // hD complete; every read of hS (W S) and of Γ done
+    if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, blockIdx.y), g0, g1);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
