@@ -1232,8 +1232,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
 }
 
 // Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
-// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ).
-constexpr size_t dqk_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6); }
+// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ), plus (dbl) a second set of the bf16
+// scratch tiles h, Δ, dh, filled by cp.async during the step before.
+__host__ __device__ constexpr size_t dqk_mma_smem(int nkt, bool dbl) {
+  return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6 + (dbl ? 3 : 0));
+}
+// Whether the second set fits: 227 KiB a block, less 1 KiB for the kernel's static shared memory (block_reduce).
+__host__ __device__ constexpr bool dqk_mma_double(int nkt) { return dqk_mma_smem(nkt, true) + 1024 <= 227 * 1024; }
+__host__ __device__ constexpr size_t dqk_mma_smem(int nkt) { return dqk_mma_smem(nkt, dqk_mma_double(nkt)); }
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of head
 // blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
@@ -1247,16 +1253,30 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   Small s(cv);
   const int64_t K = a.K, V = a.V;
   const int nkt = static_cast<int>((K + kN - 1) / kN);
+  const bool dbl = dqk_mma_double(nkt);
   bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hH = cv.take<bf16>(kTileHalves),
-       *hD = cv.take<bf16>(kTileHalves), *hG = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  // h, Δ, dh of a (key tile, value tile) step: set step % 2 (3 tiles each, set 1 after set 0) when dbl, else set 0.
+  bf16* hHDG = cv.take<bf16>((dbl ? 6 : 3) * kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int nvt = static_cast<int>((V + kN - 1) / kN), nsteps = nkt * nvt;
+  // cp.async of the bf16 scratch tiles h, Δ, dh when every tile start is 16-byte aligned, else load_h in the step.
+  const bool async = dbl && tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
+  auto issue = [&](int step, bf16* t) {  // h, Δ, dh of step (key tile step / nvt, value tile step % nvt) into t
+    const int64_t k0 = (step / nvt) * kN, v0 = (step % nvt) * kN;
+    const int kc = tile_cols(K, k0), vc = tile_cols(V, v0);
+    tile::load_h_async(t, ch.state(a, a.h, k0, v0), V, kc, vc);
+    tile::load_h_async(t + kTileHalves, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+    tile::load_h_async(t + 2 * kTileHalves, ch.state(a, a.dh, k0, v0), V, kc, vc);
+    tile::cp_async_commit();
+  };
+  if (async) issue(0, hHDG);  // lands during Q K^T and dO Δ^T (which use other tiles)
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const double gC = s.gam[ch.n - 1];
   Acc qk, dp;
   dp.zero();
   chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
-  tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
+  tile::acc_dO_delta(a, ch, hO, hdP, dp);  // dO Δ^T (Δ through hdP: written below, after its last barrier)
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
   tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
@@ -1264,20 +1284,46 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   for (int kt = 0; kt < nkt; ++kt) {
     const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
-    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t, int) {
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T (tile::state_products, the next step's h, Δ, dh in flight)
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    for (int vt = 0; vt < nvt; ++vt) {
+      const int step = kt * nvt + vt;
+      const int64_t v0 = vt * kN;
+      const int vc = tile_cols(V, v0);
+      bf16* t = hHDG + (dbl && (step & 1) ? 3 * kTileHalves : 0);
+      bf16 *hH = t, *hD = t + kTileHalves, *hG = t + 2 * kTileHalves;
+      const bool more = step + 1 < nsteps;
+      if (async && more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));  // that set's last reads: before the last barrier
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      if (!async) {
+        tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+        tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+        tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      } else if (more) {
+        tile::cp_async_wait<1>();  // this step's group (the next one's still in flight)
+      } else {
+        tile::cp_async_wait<0>();
+      }
+      __syncthreads();
+      Mma::mma<false, true>(hO, hH, dqs);
+      Mma::mma<false, true>(hD, hG, dks);
+      Mma::mma<false, true>(hE, hH, dws);
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
       }
-    });
+      __syncthreads();
+    }
     Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
+    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);  // (issued before the two products)
+    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     dq2.zero();
     dk2.zero();
     Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
     Mma::mma<true, false>(hdP, hQ + kt * kTileHalves, dk2);
-    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
-    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     dqk_store<Mma>(a, ch, s, k0, kc, gC, [&](int i, int j) { return xq.v[i][j]; },
                    [&](int i, int j) { return xk.v[i][j]; }, dqs, dks, dws, dq2, dk2, row_part, kz);
   }
