@@ -483,26 +483,22 @@ __device__ void scan_gate_pair(float g0, float g1, double* gam) {
   __syncthreads();
 }
 
-// The most key tiles gdn_scan_mma_kernel carries (key_dim <= 256; its shared memory allows no more): the next
-// chunk's k is prefetched into registers, 16 floats per thread and key tile.
+// The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).
 constexpr int kScanMaxKt = 4;
 
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
-// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
-// the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles and Δ (bf16).
-// 218 KiB at key_dim 256.
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
+// and K^g tiles (bf16) and Δ (bf16). 43 KiB per key tile (181.5 KiB at key_dim 256).
 constexpr size_t scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 1);
+  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
-// and Δ = U - W h[n] (over U). Per chunk: K^g = K ⊙ e^{Γ_C-Γ} of all key tiles into bf16 tiles, W S summed over
-// the key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S
-// fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]). Loads run one chunk ahead: the next
-// chunk's W tiles by cp.async into the other W buffer (issued at the start of a chunk, waited for before its
-// W S), its k (all key tiles), U and gates into registers (issued once this chunk's are used), so a chunk waits
-// only for loads issued a chunk earlier. Where W is not 16-byte aligned (key_dim % 8 != 0) W is loaded
-// synchronously (load_h) instead. Same arithmetic either way.
+// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
+// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
+// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
+// No next-chunk prefetch beyond the gates (registers) and the L2 prefetch of the next chunk: holding the next
+// chunk's k / U in registers and a second W buffer made this kernel slower on the H200 (216 registers).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -511,75 +507,37 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   ScanSmall s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile_cols(V, v0);
-  const int nkt = static_cast<int>((K + kN - 1) / kN);  // <= kScanMaxKt (launcher)
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
   float* S = cv.take<float>(16 * tile::kThreads * nkt);
-  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
   const int tid = static_cast<int>(threadIdx.x);
-  const bool w_async = tile::async_ok_h(a.W, K);
-  // The W tiles of chunk c into W buffer c % 2 (cp.async; one commit group per call).
-  const auto issue_w = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
-    bf16* dst = hW + (c & 1) * nkt * kTileHalves;
-    for (int kt = 0; kt < nkt; ++kt)
-      tile::load_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
-  };
-  // The next chunk's k (key tiles < nkt), U and gates, in flight in registers until that chunk uses them.
-  float kx[kScanMaxKt][tile::kHPer][2];
-  typename L::Operand ux[4][4];
-  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
-  const auto fetch_next = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
-#pragma unroll
-    for (int kt = 0; kt < kScanMaxKt; ++kt)
-      if (kt < nkt) tile::fetch_h(kx[kt], nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, tile_cols(K, kt * kN));
-    const typename L::Operand* U = nx.rows(a, a.U, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c2 = Mma::col(j);
-        ux[i][j] = r < nx.n && c2 < vc ? U[r * V + c2] : __float2bfloat16_rn(0.0f);
-      }
-    fetch_gate_pair(a, nx, g0, g1);
-  };
   tile::clear_state(S, hS, nkt);
-  if (w_async) issue_w(0);
-  tile::cp_async_commit();
-  fetch_next(0);
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
+  fetch_gate_pair(a, Chunk(a, 0, blockIdx.y), g0, g1);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    // The other W buffer was last read by the previous chunk's W S, which every thread finished before that
-    // chunk's second barrier.
-    if (w_async && chunk + 1 < a.NC) issue_w(chunk + 1);
-    tile::cp_async_commit();  // (possibly empty: one group per chunk)
-    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, blockIdx.y), v0, vc, false);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
     scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
-    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
-#pragma unroll
-    for (int kt = 0; kt < kScanMaxKt; ++kt) {
-      if (kt >= nkt) break;
+    for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      tile::put_h(hK + kt * kTileHalves, kx[kt], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
-      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
+                   [&](int r) { return expd(gC - s.gam[r]); });
     }
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d.v[i][j] = to_f32(ux[i][j]);
-    if (chunk + 1 < a.NC) fetch_next(chunk + 1);  // in flight until the next chunk
-    tile::cp_async_wait<1>();  // this chunk's W (all but the group just committed)
+    load_acc<Mma>(d, U, V, ch.n, vc);
     __syncthreads();
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
-    __syncthreads();  // hD complete; every read of hS (W S) done
+    __syncthreads();  // hD complete; every read of hS (W S) and of Γ done
+    if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, blockIdx.y), g0, g1);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
@@ -595,7 +553,6 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
       tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
     }
   }
-  tile::cp_async_wait<0>();
 }
 
 // Q K^T of the chunk on tile::Mma into qk (the sum over the nkt key tiles in registers), q and k of every key tile
@@ -1275,8 +1232,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
 }
 
 // Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
-// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ).
-constexpr size_t dqk_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6); }
+// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ), plus (dbl) a second set of the bf16
+// scratch tiles h, Δ, dh, filled by cp.async during the step before.
+__host__ __device__ constexpr size_t dqk_mma_smem(int nkt, bool dbl) {
+  return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6 + (dbl ? 3 : 0));
+}
+// Whether the second set fits: 227 KiB a block, less 1 KiB for the kernel's static shared memory (block_reduce).
+__host__ __device__ constexpr bool dqk_mma_double(int nkt) { return dqk_mma_smem(nkt, true) + 1024 <= 227 * 1024; }
+__host__ __device__ constexpr size_t dqk_mma_smem(int nkt) { return dqk_mma_smem(nkt, dqk_mma_double(nkt)); }
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of head
 // blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
@@ -1290,16 +1253,30 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   Small s(cv);
   const int64_t K = a.K, V = a.V;
   const int nkt = static_cast<int>((K + kN - 1) / kN);
+  const bool dbl = dqk_mma_double(nkt);
   bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hH = cv.take<bf16>(kTileHalves),
-       *hD = cv.take<bf16>(kTileHalves), *hG = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  // h, Δ, dh of a (key tile, value tile) step: set step % 2 (3 tiles each, set 1 after set 0) when dbl, else set 0.
+  bf16* hHDG = cv.take<bf16>((dbl ? 6 : 3) * kTileHalves);
   const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const int nvt = static_cast<int>((V + kN - 1) / kN), nsteps = nkt * nvt;
+  // cp.async of the bf16 scratch tiles h, Δ, dh when every tile start is 16-byte aligned, else load_h in the step.
+  const bool async = dbl && tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
+  auto issue = [&](int step, bf16* t) {  // h, Δ, dh of step (key tile step / nvt, value tile step % nvt) into t
+    const int64_t k0 = (step / nvt) * kN, v0 = (step % nvt) * kN;
+    const int kc = tile_cols(K, k0), vc = tile_cols(V, v0);
+    tile::load_h_async(t, ch.state(a, a.h, k0, v0), V, kc, vc);
+    tile::load_h_async(t + kTileHalves, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+    tile::load_h_async(t + 2 * kTileHalves, ch.state(a, a.dh, k0, v0), V, kc, vc);
+    tile::cp_async_commit();
+  };
+  if (async) issue(0, hHDG);  // lands during Q K^T and dO Δ^T (which use other tiles)
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const double gC = s.gam[ch.n - 1];
   Acc qk, dp;
   dp.zero();
   chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
-  tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
+  tile::acc_dO_delta(a, ch, hO, hdP, dp);  // dO Δ^T (Δ through hdP: written below, after its last barrier)
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
   tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
@@ -1307,20 +1284,46 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   for (int kt = 0; kt < nkt; ++kt) {
     const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
-    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
-    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t, int) {
+    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T (tile::state_products, the next step's h, Δ, dh in flight)
+    dqs.zero();
+    dks.zero();
+    dws.zero();
+    for (int vt = 0; vt < nvt; ++vt) {
+      const int step = kt * nvt + vt;
+      const int64_t v0 = vt * kN;
+      const int vc = tile_cols(V, v0);
+      bf16* t = hHDG + (dbl && (step & 1) ? 3 * kTileHalves : 0);
+      bf16 *hH = t, *hD = t + kTileHalves, *hG = t + 2 * kTileHalves;
+      const bool more = step + 1 < nsteps;
+      if (async && more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));  // that set's last reads: before the last barrier
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      if (!async) {
+        tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+        tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+        tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      } else if (more) {
+        tile::cp_async_wait<1>();  // this step's group (the next one's still in flight)
+      } else {
+        tile::cp_async_wait<0>();
+      }
+      __syncthreads();
+      Mma::mma<false, true>(hO, hH, dqs);
+      Mma::mma<false, true>(hD, hG, dks);
+      Mma::mma<false, true>(hE, hH, dws);
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
       }
-    });
+      __syncthreads();
+    }
     Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
+    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);  // (issued before the two products)
+    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     dq2.zero();
     dk2.zero();
     Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
     Mma::mma<true, false>(hdP, hQ + kt * kTileHalves, dk2);
-    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
-    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     dqk_store<Mma>(a, ch, s, k0, kc, gC, [&](int i, int j) { return xq.v[i][j]; },
                    [&](int i, int j) { return xk.v[i][j]; }, dqs, dks, dws, dq2, dk2, row_part, kz);
   }
@@ -1459,8 +1462,8 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Tc scans take over.
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~52 KiB of shared memory per key tile
-// (key_dim <= 256 fits); a larger key_dim runs the tile::Tc scan (same scratch formats).
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~43 KiB of shared memory per key tile
+// and runs up to key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
