@@ -482,8 +482,21 @@ struct ScanShared {
   /// at a time into the work tile sK): S_0^T k_i, M_0^T k_i forward, dS^T k_r, dM^T k_r backward. Barriers inside.
   __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, Op<L>* sK, tile::Acc& xs,
                                    tile::Acc& xm) const {
+    // Mma: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored and
+    // multiplied; put_h stores what load_op stores.
+    constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;
+    [[maybe_unused]] tile::HRegs kf;
+    if constexpr (kMmaK) {
+      if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, a.K, 0), a.H * a.K, n, tile::tile_cols(a.K, 0));
+    }
     for (int64_t kt = 0; kt < KT; ++kt) {
-      load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      if constexpr (kMmaK) {
+        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
+        if (kt + 1 < KT)
+          tile::fetch_h(kf, ch.in(a, a.k, a.K, (kt + 1) * kN), a.H * a.K, n, tile::tile_cols(a.K, (kt + 1) * kN));
+      } else {
+        load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      }
       stage(kt);
       __syncthreads();
       L::template mma<false, false>(sK, xo(kt), xs);
