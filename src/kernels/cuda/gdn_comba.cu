@@ -1233,13 +1233,25 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
 
 // Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
 // operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ), plus (dbl) a second set of the bf16
-// scratch tiles h, Δ, dh, filled by cp.async during the step before.
-__host__ __device__ constexpr size_t dqk_mma_smem(int nkt, bool dbl) {
-  return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6 + (dbl ? 3 : 0));
+// scratch tiles h, Δ, dh, filled by cp.async during the step before, plus (stg) two fp32 staging tiles for the
+// dO and dΔ of the next step (cp.async, 16 KiB each).
+__host__ __device__ constexpr size_t dqk_mma_smem(int nkt, bool dbl, bool stg) {
+  return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6 + (dbl ? 3 : 0)) +
+         (stg ? 2 * sizeof(float) * tile::kStageFloats : 0);
 }
 // Whether the second set fits: 227 KiB a block, less 1 KiB for the kernel's static shared memory (block_reduce).
-__host__ __device__ constexpr bool dqk_mma_double(int nkt) { return dqk_mma_smem(nkt, true) + 1024 <= 227 * 1024; }
-__host__ __device__ constexpr size_t dqk_mma_smem(int nkt) { return dqk_mma_smem(nkt, dqk_mma_double(nkt)); }
+__host__ __device__ constexpr bool dqk_mma_double(int nkt) {
+  return dqk_mma_smem(nkt, true, false) + 1024 <= 227 * 1024;
+}
+// Whether the dO, dΔ staging tiles fit as well (key_dim <= 320: 213 KiB at 5 key tiles; else dO, dΔ by load_h).
+__host__ __device__ constexpr bool dqk_mma_staged(int nkt) {
+  return dqk_mma_double(nkt) && dqk_mma_smem(nkt, true, true) + 1024 <= 227 * 1024;
+}
+__host__ __device__ constexpr size_t dqk_mma_smem(int nkt) {
+  return dqk_mma_smem(nkt, dqk_mma_double(nkt), dqk_mma_staged(nkt));
+}
+static_assert(dqk_mma_staged(2) && dqk_mma_staged(4) && dqk_mma_staged(5) && !dqk_mma_staged(6), "dqk staging");
+static_assert(dqk_mma_double(7) && !dqk_mma_double(8), "dqk second set");
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of head
 // blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
@@ -1258,16 +1270,24 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
        *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
   // h, Δ, dh of a (key tile, value tile) step: set step % 2 (3 tiles each, set 1 after set 0) when dbl, else set 0.
   bf16* hHDG = cv.take<bf16>((dbl ? 6 : 3) * kTileHalves);
+  // dO, dΔ (fp32) of a step, staged by cp.async during the step before (where dqk_mma_staged).
+  float* gOE = dqk_mma_staged(nkt) ? cv.take<float>(2 * tile::kStageFloats) : nullptr;
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int nvt = static_cast<int>((V + kN - 1) / kN), nsteps = nkt * nvt;
   // cp.async of the bf16 scratch tiles h, Δ, dh when every tile start is 16-byte aligned, else load_h in the step.
   const bool async = dbl && tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
+  // With them, dO and dΔ (fp32) by cp.async where the staging tiles fit and every row is 16-byte aligned.
+  const bool staged = async && dqk_mma_staged(nkt) && tile::async_ok_f(a.d_o, V) && tile::async_ok_f(a.dD, V);
   auto issue = [&](int step, bf16* t) {  // h, Δ, dh of step (key tile step / nvt, value tile step % nvt) into t
     const int64_t k0 = (step / nvt) * kN, v0 = (step % nvt) * kN;
     const int kc = tile_cols(K, k0), vc = tile_cols(V, v0);
     tile::load_h_async(t, ch.state(a, a.h, k0, v0), V, kc, vc);
     tile::load_h_async(t + kTileHalves, ch.rows(a, a.U, V, v0), V, ch.n, vc);
     tile::load_h_async(t + 2 * kTileHalves, ch.state(a, a.dh, k0, v0), V, kc, vc);
+    if (staged) {  // dO, dΔ of step into the staging tiles (same group)
+      tile::stage_async(gOE, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::stage_async(gOE + tile::kStageFloats, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    }
     tile::cp_async_commit();
   };
   if (async) issue(0, hHDG);  // lands during Q K^T and dO Δ^T (which use other tiles)
@@ -1295,19 +1315,27 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
       bf16* t = hHDG + (dbl && (step & 1) ? 3 * kTileHalves : 0);
       bf16 *hH = t, *hD = t + kTileHalves, *hG = t + 2 * kTileHalves;
       const bool more = step + 1 < nsteps;
-      if (async && more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));  // that set's last reads: before the last barrier
-      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-      if (!async) {
-        tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
-        tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-        tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
-      } else if (more) {
-        tile::cp_async_wait<1>();  // this step's group (the next one's still in flight)
+      if (staged) {
+        tile::cp_async_wait<0>();  // this step's group (the only one in flight)
+        tile::put_h_staged(hO, gOE, ch.n);  // the thread's own pieces (its wait suffices)
+        tile::put_h_staged(hE, gOE + tile::kStageFloats, ch.n);
+        __syncthreads();  // every read of the staging tiles done: the next step's copies may land
+        if (more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));
       } else {
-        tile::cp_async_wait<0>();
+        if (async && more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));  // that set's last reads: before the last barrier
+        tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+        tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+        if (!async) {
+          tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+          tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+          tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+        } else if (more) {
+          tile::cp_async_wait<1>();  // this step's group (the next one's still in flight)
+        } else {
+          tile::cp_async_wait<0>();
+        }
+        __syncthreads();
       }
-      __syncthreads();
       Mma::mma<false, true>(hO, hH, dqs);
       Mma::mma<false, true>(hD, hG, dks);
       Mma::mma<false, true>(hE, hH, dws);

@@ -482,8 +482,21 @@ struct ScanShared {
   /// at a time into the work tile sK): S_0^T k_i, M_0^T k_i forward, dS^T k_r, dM^T k_r backward. Barriers inside.
   __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, Op<L>* sK, tile::Acc& xs,
                                    tile::Acc& xm) const {
+    // Mma: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored and
+    // multiplied; put_h stores what load_op stores.
+    constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;
+    [[maybe_unused]] tile::HRegs kf;
+    if constexpr (kMmaK) {
+      if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, a.K, 0), a.H * a.K, n, tile::tile_cols(a.K, 0));
+    }
     for (int64_t kt = 0; kt < KT; ++kt) {
-      load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      if constexpr (kMmaK) {
+        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
+        if (kt + 1 < KT)
+          tile::fetch_h(kf, ch.in(a, a.k, a.K, (kt + 1) * kN), a.H * a.K, n, tile::tile_cols(a.K, (kt + 1) * kN));
+      } else {
+        load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
+      }
       stage(kt);
       __syncthreads();
       L::template mma<false, false>(sK, xo(kt), xs);
@@ -542,7 +555,7 @@ dim3 scan_grid(int64_t V, int64_t BH) {
 // η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded; kSolve only). Operands of Mma: k, 𝒯, R,
 // S_0, M_0 (stage) and the two scaled Ṽ tiles, each rounded to bf16 where formed; S, M, Ṽ stay fp32.
 template <typename L, bool kSolve>
-__global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
@@ -550,6 +563,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
   const ScanShared<L> sh(smem, K, C);
   const ChunkSmem& cs = sh.cs;
   Op<L> *sK = sh.w[0], *sA = sh.w[1], *sB = sh.w[2], *sT = sh.w[3];
+  constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: k through fetch_h / put_h
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
@@ -588,12 +602,25 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_scan_kernel(MdnArgs a) {
       tile::load_acc<L>(xv, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
     }
     if (chunk + 1 == a.NC) break;  // no one reads the final states
-    __syncthreads();                // readers of R (sA; kSolve) are done
+    // Mma: key tile kt's k rows are fetched into registers (tile::fetch_h) one tile ahead, so that their global
+    // loads are in flight while the block forms the scaled Ṽ tiles and multiplies the previous key tile; put_h
+    // then stores what load_op stores.
+    [[maybe_unused]] tile::HRegs kf;
+    if constexpr (kMmaK) {
+      if (sh.KT > 0) tile::fetch_h(kf, ch.in(a, a.k, K, 0), a.H * K, n, tile::tile_cols(K, 0));
+    }
+    __syncthreads();  // readers of R (sA; kSolve) are done
     put_op<L>(xv, sA, [&](int r, int, float x) { return r < n ? cs.eta[r] * sh.gl[r] * x : 0.0f; });
     put_op<L>(xv, sB, [&](int r, int, float x) { return r < n ? -cs.eta[r] * sh.ul[r] * x : 0.0f; });
     const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
     for (int64_t kt = 0; kt < sh.KT; ++kt) {
-      load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      if constexpr (kMmaK) {
+        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
+        if (kt + 1 < sh.KT)
+          tile::fetch_h(kf, ch.in(a, a.k, K, (kt + 1) * kN), a.H * K, n, tile::tile_cols(K, (kt + 1) * kN));
+      } else {
+        load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+      }
       __syncthreads();
       float *Sk = sh.x(kt), *Mk = sh.y(kt);
       tile::Acc ns, nm;
@@ -690,6 +717,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   const ScanShared<L> sh(smem, K, C);
   const ChunkSmem& cs = sh.cs;
   Op<L> *sK = sh.w[0], *sE = sh.w[1], *sT = sh.w[2], *sD = sh.w[3], *sX = sh.w[4];
+  constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: q, k, dO through fetch_h / put_h
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
@@ -723,9 +751,23 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
     L::template mma<true, false>(sT, sX, xr);
     tile::store_acc<L>(xr, ch.in(a, a.dv, V, v0), a.H * V, n, vc, tile::Same{});
     if (chunk == 0) break;  // no one reads the gradients of the initial states
-    __syncthreads();        // readers of E, 𝒯, dO, dṼ are done
-    load_op(sD, dO, a.H * V, n, vc, [&](int r) { return cs.abar[r]; });
-    load_op(sE, dO, a.H * V, n, vc, [&](int r) { return -cs.bb[r]; });
+    // Mma: the q and k tiles of the update are fetched into registers (tile::fetch_h) one step ahead (q of key
+    // tile 0 here, k of tile kt during the q product of tile kt, q of tile kt + 1 during its k product), so that
+    // their global loads are in flight while the block computes; put_h then stores what load_op stores. The dO
+    // rows are fetched once for both scaled copies (load_op = fetch_h + put_h).
+    [[maybe_unused]] tile::HRegs kf;
+    if constexpr (kMmaK) {
+      tile::HRegs df;
+      tile::fetch_h(df, dO, a.H * V, n, vc);
+      if (sh.KT > 0) tile::fetch_h(kf, ch.in(a, a.q, K, 0), a.H * K, n, tile::tile_cols(K, 0));
+      __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
+      tile::put_h(sD, df, n, [&](int r) { return cs.abar[r]; });
+      tile::put_h(sE, df, n, [&](int r) { return -cs.bb[r]; });
+    } else {
+      __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
+      load_op(sD, dO, a.H * V, n, vc, [&](int r) { return cs.abar[r]; });
+      load_op(sE, dO, a.H * V, n, vc, [&](int r) { return -cs.bb[r]; });
+    }
     put_op<L>(xr, sT, [&](int r, int, float x) {
       const float am = r > 0 ? cs.abar[r - 1] : 1.0f;
       return r < n ? -cs.alpha[r] * am * x : 0.0f;
@@ -747,12 +789,23 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
           ns.v[i][j] = aC * Sk[e];
           nm.v[i][j] = -bC * Sk[e] + mC * Mk[e];
         }
-      load_op(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
+      if constexpr (kMmaK) {
+        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
+        tile::fetch_h(kf, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+      } else {
+        load_op(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
+      }
       __syncthreads();
       L::template mma<true, false>(sK, sD, ns);
       L::template mma<true, false>(sK, sE, nm);
       __syncthreads();
-      load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+      if constexpr (kMmaK) {
+        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
+        if (kt + 1 < sh.KT)
+          tile::fetch_h(kf, ch.in(a, a.q, K, (kt + 1) * kN), a.H * K, n, tile::tile_cols(K, (kt + 1) * kN));
+      } else {
+        load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+      }
       __syncthreads();
       L::template mma<true, false>(sK, sT, ns);
       L::template mma<true, false>(sK, sX, nm);
