@@ -305,7 +305,7 @@ __device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;
 }
 /// As async_ok_h for stage_async and an fp32 tensor (4-column pieces).
-__device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
+__host__ __device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 4 == 0;
 }
 
