@@ -25,6 +25,7 @@
 //   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
 //                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
 //                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
+//                             bf16: the next chunk's operands land by cp.async while a chunk runs;
 //   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
 // The backward recomputes coef and the chunk-start states: with the forward's Ṽ saved (save_residuals, mdn.md
 // §7.1: the authors' design, chunk states recomputed, corrected values saved) the scan only advances the states
@@ -32,7 +33,8 @@
 // Both give the same states bit for bit (the same Ṽ bits, the same state-update code). Then
 //   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
 //                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
-//                             and carries (dS, dM) to the chunk start;
+//                             and carries (dS, dM) to the chunk start; bf16: the chunk before's operands land by
+//                             cp.async while a chunk runs;
 //   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
 //                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
 //   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
@@ -485,13 +487,13 @@ struct ScanShared {
   }
   /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K]): S_0^T k_i,
   /// M_0^T k_i forward, dS^T k_r, dM^T k_r backward. kKeysIn: sK holds all KT key tiles already (op_bytes<L>()
-  /// apart; the first barrier inside orders their writes before the products); else they are loaded one key tile at a time into
-  /// the work tile sK. Barriers inside.
+  /// apart; the first barrier inside orders their writes before the products); else they are loaded one key
+  /// tile at a time into the work tile sK. Barriers inside.
   template <bool kKeysIn = false>
   __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, Op<L>* sK, tile::Acc& xs,
                                    tile::Acc& xm) const {
-    // Mma: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored and
-    // multiplied; put_h stores what load_op stores.
+    // Mma, loading: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored
+    // and multiplied; put_h stores what load_op stores.
     constexpr bool kMmaK = std::is_same_v<Op<L>, bf16> && !kKeysIn;
     [[maybe_unused]] tile::HRegs kf;
     if constexpr (kMmaK) {
@@ -555,11 +557,18 @@ dim3 scan_grid(int64_t V, int64_t BH) {
   return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
 }
 
+/// fp32 staging tiles the bscan carves (sh.g): dO when it stages, then Γ and Q K̂^T with stage_e (𝒯 takes the
+/// room of the two bf16 stage tiles, which hold a staging tile).
+constexpr int bscan_staged(bool stage, bool stage_e) { return stage ? (stage_e ? 3 : 1) : 0; }
+static_assert(stage_tiles<tile::Mma>() * op_bytes<tile::Mma>() >= sizeof(float) * tile::kStageFloats,
+              "the bscan's 𝒯 staging tile fits in the stage tiles");
+
 /// Dynamic shared memory a block may have (sm_90; the kernels have no static shared memory).
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
 /// Key tiles up to which the bf16 scan stages a chunk's k rows (fp32, cp.async) and keeps them as bf16 operand
-/// tiles for the whole chunk (key_dim <= 128: 48 KiB per key tile with its slabs; 194.5 KiB at K = V = 128).
+/// tiles for the whole chunk: key_dim <= 128 (57.5 KiB per key tile: its two fp32 slab tiles, its bf16 tile and
+/// its fp32 staging tile; the solving scan takes 194.5 KiB at key_dim 128).
 constexpr int64_t kScanStagedKeyTiles = 2;
 
 /// Work tiles of the scan: sA, sB, sT, then sK (all KT key tiles with kStageK, else one).
@@ -580,9 +589,9 @@ static_assert(scan_bytes<tile::Mma>(kScanStagedKeyTiles * kN, kMdnMaxChunk, scan
 // forward's, saved); then per key tile
 // (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
 // Shared: ScanShared<L> with the work tiles sA (R, then η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯,
-// zero padded; kSolve only), sK (the chunk's key rows: one key tile at a time, or with kStageK all KT tiles, converted
-// once per chunk for both uses). Operands of Mma: k, 𝒯, R, S_0, M_0 (stage) and the two scaled Ṽ tiles, each rounded
-// to bf16 where formed; S, M, Ṽ stay fp32.
+// zero padded; kSolve only), sK (the chunk's key rows: one key tile at a time, or with kStageK all KT tiles,
+// converted once per chunk for both uses). Operands of Mma: k, 𝒯, R, S_0, M_0 (stage) and the two scaled Ṽ tiles,
+// each rounded to bf16 where formed; S, M, Ṽ stay fp32.
 // Loads one chunk ahead (Mma, `stage`: the launcher found the staging tiles room in shared memory): the next
 // chunk's 𝒯 (when C and its length are multiples of 4 and the scratch is 16-byte aligned), its v or Ṽ rows (when
 // that tensor is, async_ok_f) and with kStageK (key_dim <= kScanStagedKeyTiles tiles, k aligned) its k rows land
@@ -632,8 +641,9 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
                       // thread's staged pieces have landed
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.states, bh, chunk));
-    if constexpr (kStageK)
-      for (int64_t kt = 0; kt < KT; ++kt) tile::put_h_staged(sK + kt * kN * op_ld<L>(), gK + kt * tile::kStageFloats, n);
+    if constexpr (kStageK)  // (the thread's own pieces: its wait suffices)
+      for (int64_t kt = 0; kt < KT; ++kt)
+        tile::put_h_staged(sK + kt * kN * op_ld<L>(), gK + kt * tile::kStageFloats, n);
     tile::Acc xv;
     if constexpr (kSolve) {
       const float* Timg = image_matrix(img, C, kT);
@@ -657,7 +667,8 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
           float x = 0.0f;
           if (r < n && c < vc) {
             const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
-            x = (v_async ? gV[r * kN + c] : v[r * a.H * V + c]) - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
+            const float vr = v_async ? gV[r * kN + c] : v[r * a.H * V + c];
+            x = vr - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
           }
           xr.v[i][j] = x;
         }
@@ -783,28 +794,70 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
 // Shared: ScanShared<L> with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO
 // rows), sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows). Operands of
 // Mma: q, k, E, 𝒯, dO and its scaled copies (scaled in fp32, then rounded), dṼ, the scaled dR, the staged dS, dM.
+// Loads one chunk ahead (Mma, `stage`: key_dim > 0 and the launcher found one fp32 staging tile room in shared
+// memory, three with stage_e): the chunk before's 𝒯 and, with stage_e, Γ and Q K̂^T (when C and its length are
+// multiples of 4 and the scratch is 16-byte aligned), and its dO rows (when d_o is, async_ok_f) land by cp.async
+// in fp32 staging tiles while this chunk updates the carries: 𝒯 in the room of the stage tiles (idle from the
+// update to the next keys_times_slabs), dO, Γ, Q K̂^T in sh.g. Issued after the update's first barrier (every read
+// of the staging tiles is before it), waited for (cp_async_wait + the barrier) at the chunk's start, then
+// converted by put_h_staged (𝒯, dO and both scaled copies of dO) and put_h_staged_product (E = Γ ⊙ Q K̂^T): what
+// fill_square, load_op and put_h store. Operands that are not staged are loaded as without staging. The same bits
+// either way.
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a, bool stage, bool stage_e) {
   extern __shared__ __align__(16) char smem[];
   constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanShared<L> sh(smem, K, C, kBscanWork, 0);
+  constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: q, k, dO through fetch_h / put_h
+  const bool stg = kMmaK && stage, stg_e = stg && stage_e;
+  const ScanShared<L> sh(smem, K, C, kBscanWork, bscan_staged(stg, stg_e));
   const ChunkSmem& cs = sh.cs;
   Op<L> *sK = sh.w(0), *sE = sh.w(1), *sT = sh.w(2), *sD = sh.w(3), *sX = sh.w(4);
-  constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: q, k, dO through fetch_h / put_h
+  // Staging tiles: 𝒯 in the stage tiles' room; dO, then (stage_e) Γ, Q K̂^T in sh.g.
+  float* gT = stg ? reinterpret_cast<float*>(sh.stage_t[0]) : nullptr;
+  float *gO = sh.g, *gG = gO + tile::kStageFloats, *gQK = gG + tile::kStageFloats;
+  const bool o_async = stg && tile::async_ok_f(a.d_o, V);
+  const bool c_aligned = stg && tile::async_ok_f(a.coef, C);
+  const auto t_async = [&](int n) { return c_aligned && n % 4 == 0; };  // (rows of the matrices are n floats apart)
+  const auto e_async = [&](int n) { return stg_e && t_async(n); };
+  // The staged operands of chunk c into the staging tiles (cp.async, one group).
+  const auto issue = [&](int64_t c) {
+    const tile::Chunk nx(a, c, bh);
+    const float* im = coef_image(a, bh, c);
+    if (t_async(nx.n)) tile::stage_async(gT, image_matrix(im, C, kT), nx.n, nx.n, nx.n);
+    if (e_async(nx.n)) {
+      tile::stage_async(gG, image_matrix(im, C, kG), nx.n, nx.n, nx.n);
+      tile::stage_async(gQK, image_matrix(im, C, kQK), nx.n, nx.n, nx.n);
+    }
+    if (o_async) tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+    tile::cp_async_commit();
+  };
+  if (stg) issue(a.NC - 1);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
     if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, false, true);
-    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done
+    if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
+    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done; every
+                      // thread's staged pieces have landed
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
-    fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
-    fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
     const float* dO = ch.in(a, a.d_o, V, v0);
-    load_op(sD, dO, a.H * V, n, vc);
+    if constexpr (kMmaK) {
+      if (t_async(n)) tile::put_h_staged(sT, gT, n);
+      else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      if (e_async(n)) tile::put_h_staged_product(sE, gG, gQK);
+      else fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+      if (o_async) tile::put_h_staged(sD, gO, n);
+      else load_op(sD, dO, a.H * V, n, vc);
+    } else {
+      fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+      load_op(sD, dO, a.H * V, n, vc);
+    }
     sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.dstates, bh, chunk));
+    if (t_async(n)) __syncthreads();  // every read of 𝒯's staging tile done before stage() writes the stage tiles
     // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
     tile::Acc xs, xm, xe;
     xs.zero(), xm.zero(), xe.zero();
@@ -829,15 +882,20 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
     // Mma: the q and k tiles of the update are fetched into registers (tile::fetch_h) one step ahead (q of key
     // tile 0 here, k of tile kt during the q product of tile kt, q of tile kt + 1 during its k product), so that
     // their global loads are in flight while the block computes; put_h then stores what load_op stores. The dO
-    // rows are fetched once for both scaled copies (load_op = fetch_h + put_h).
+    // rows are fetched once for both scaled copies (load_op = fetch_h + put_h), or read from their staging tile.
     [[maybe_unused]] tile::HRegs kf;
     if constexpr (kMmaK) {
       tile::HRegs df;
-      tile::fetch_h(df, dO, a.H * V, n, vc);
+      if (!o_async) tile::fetch_h(df, dO, a.H * V, n, vc);
       if (sh.KT > 0) tile::fetch_h(kf, ch.in(a, a.q, K, 0), a.H * K, n, tile::tile_cols(K, 0));
       __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
-      tile::put_h(sD, df, n, [&](int r) { return cs.abar[r]; });
-      tile::put_h(sE, df, n, [&](int r) { return -cs.bb[r]; });
+      if (o_async) {
+        tile::put_h_staged(sD, gO, n, [&](int r) { return cs.abar[r]; });
+        tile::put_h_staged(sE, gO, n, [&](int r) { return -cs.bb[r]; });
+      } else {
+        tile::put_h(sD, df, n, [&](int r) { return cs.abar[r]; });
+        tile::put_h(sE, df, n, [&](int r) { return -cs.bb[r]; });
+      }
     } else {
       __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
       load_op(sD, dO, a.H * V, n, vc, [&](int r) { return cs.abar[r]; });
@@ -870,7 +928,8 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
       } else {
         load_op(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
       }
-      __syncthreads();
+      __syncthreads();  // (kt = 0: also every read of the staging tiles is done)
+      if (stg && kt == 0) issue(chunk - 1);
       L::template mma<true, false>(sK, sD, ns);
       L::template mma<true, false>(sK, sE, nm);
       __syncthreads();
@@ -1356,9 +1415,17 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   args.deta = deta;
   run_coef_scan<L>(args, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  if (value_dim > 0)
+  if (value_dim > 0) {
+    // Mma: the chunk before's operands staged where their staging tiles fit (𝒯 and dO up to key_dim 256, Γ and
+    // Q K̂^T as well up to key_dim 128; nothing at key_dim 0).
+    const auto bytes = [&](bool stage, bool stage_e) {
+      return scan_bytes<L>(key_dim, chunk_size, kBscanWork, bscan_staged(stage, stage_e));
+    };
+    const bool stage = std::is_same_v<L, tile::Mma> && key_dim > 0 && bytes(true, false) <= kMaxBlockSmem;
+    const bool stage_e = stage && bytes(true, true) <= kMaxBlockSmem;
     tile::launch("mdn chunk", key_dim, mdn_bscan_kernel<L>, scan_grid(value_dim, batch * heads),
-                 scan_bytes<L>(key_dim, chunk_size, kBscanWork, 0), stream, args);
+                 bytes(stage, stage_e), stream, args, stage, stage_e);
+  }
   tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
                padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
