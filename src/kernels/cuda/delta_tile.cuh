@@ -305,7 +305,7 @@ __device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;
 }
 /// As async_ok_h for stage_async and an fp32 tensor (4-column pieces).
-__device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
+__host__ __device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 4 == 0;
 }
 
@@ -356,6 +356,20 @@ __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, i
 }
 __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
   put_h_staged(s, g, rows, [](int) { return 1.0f; });
+}
+
+/// s[r][c] = bf16(x y) with x, y the thread's own pieces of two staging tiles filled by stage_async (the same
+/// rows and cols; 0 outside them, so s is 0 there): a bf16 tile of an element-wise product, formed in fp32 and
+/// rounded once.
+__device__ __forceinline__ void put_h_staged_product(__nv_bfloat16* s, const float* gx, const float* gy) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
+    const float4 x = *reinterpret_cast<const float4*>(gx + r * kN + c);
+    const float4 y = *reinterpret_cast<const float4*>(gy + r * kN + c);
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c + 2) = __floats2bfloat162_rn(x.z * y.z, x.w * y.w);
+  }
 }
 
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2
