@@ -166,7 +166,8 @@ Case bf16(Case c) {
 TEST_CASE("cuda mamba3: bf16 products (tensor cores), SISO and MIMO (R = 2, 4), T = 4096 and ragged T",
           "[cuda][mamba3]") {
   // Fresh inputs (seeds unused above); the 1.5B head shape, the long sequence, a T that is no multiple of the
-  // chunk, with and without the norm; P and N across the 64-wide tiles.
+  // chunk, with and without the norm; P and N across the 64-wide tiles. The state scan stages the chunks' rows by
+  // cp.async at N = 128 and loads them synchronously at N = 70 (rows not 16-byte aligned).
   for (const int64_t R : {1, 2, 4}) {
     const uint64_t seed = 200 + 10 * static_cast<uint64_t>(R);
     check_mamba3(bf16(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
