@@ -2,10 +2,13 @@
 // 1.5B heads of configs/mamba3-paper/1.5b (64 heads x 64, d_state 128, 32 angles, one group), B = 4, T = 4096,
 // SISO and MIMO (R = 4), without the output norm (as the configs); each with the core's products in fp32 and on
 // the tensor cores (Mamba3Options::bf16_products, the path of bf16 models). Forward (mamba3_fwd) and forward + backward
-// (mamba3_fwd then mamba3_bwd, which recomputes the forward), timed with CUDA events over repeated launches
-// after warm-up; the projections are not included.
-// With --phases instead: the SISO op with bf16 products, forward and backward, kernel by kernel (mamba3_phases:
-// bench/phases.h's table with the cost model mamba3_siso_cost).
+// (mamba3_fwd then mamba3_bwd) in both modes of model.mamba3.save_states: "recompute" (no saved set: the backward
+// recomputes the core's forward) and "saved" (the forward writes G, the chunk-entering states and y into the saved
+// set, the backward reads them), timed with CUDA events over repeated launches after warm-up; the projections are not
+// included.
+// With --phases instead: the SISO op with bf16 products kernel by kernel (mamba3_phases: bench/phases.h's table with
+// the cost model mamba3_siso_cost): the forward writing the saved set, the backward reading it, and the backward
+// without it (recomputing the core's forward).
 // Usage: mamba3_bench [iterations] [--phases]   (default 10 iterations)
 #include <cuda_runtime.h>
 
@@ -37,8 +40,9 @@ float* alloc(int64_t n) {
 }
 
 /// The device buffers of one Mamba-3 op call at shape s (fp32 tensors: x, z, B|C, raw scalars, dout and their
-/// gradients; the parameters and their gradients; the scratch of the larger of the forward and the backward) with
-/// bench_shape's inputs, and the op's forward and backward on a given stream. Frees them on destruction.
+/// gradients; the parameters and their gradients; the scratch of the larger of the forward and the backward without
+/// a saved set; the saved set) with bench_shape's inputs, and the op's forward and backward on a given stream, with
+/// or without the saved set. Frees them on destruction.
 struct Op {
   std::vector<float*> owned;
   float *x, *z, *bc, *raw, *out, *dout, *dx, *dz, *dbc, *draw;
@@ -46,8 +50,9 @@ struct Op {
   llmt::cuda::Mamba3GradPtrs g{};
   llmt::cpu::Mamba3LayerDims d{};
   llmt::Mamba3Options opt;
-  size_t scratch_bytes = 0;
+  size_t scratch_bytes = 0, saved_bytes = 0;
   void* scratch = nullptr;
+  float* saved = nullptr;
 
   explicit Op(const Shape& s) {
     using namespace llmt::cuda;
@@ -87,38 +92,50 @@ struct Op {
     opt.rank = s.R;
     opt.chunk_size = 64 / s.R;
     opt.bf16_products = s.bf16;
-    scratch_bytes = std::max(mamba3_fwd_scratch_bytes(d, opt), mamba3_bwd_scratch_bytes(d, opt));
+    scratch_bytes = std::max(mamba3_fwd_scratch_bytes(d, opt, false), mamba3_bwd_scratch_bytes(d, opt, false));
     BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
+    saved_bytes = mamba3_saved_bytes(d);
+    BENCH_CHECK(cudaMalloc(&saved, saved_bytes));
   }
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
   ~Op() {
     for (float* q : owned) BENCH_CHECK(cudaFree(q));
     BENCH_CHECK(cudaFree(scratch));
+    BENCH_CHECK(cudaFree(saved));
   }
-  /// mamba3_fwd on stream.
-  void fwd(cudaStream_t stream) { llmt::cuda::mamba3_fwd(x, z, bc, raw, p, d, opt, out, scratch, stream); }
-  /// mamba3_bwd on stream (recomputes the forward).
-  void bwd(cudaStream_t stream) {
-    llmt::cuda::mamba3_bwd(dout, x, z, bc, raw, p, d, opt, dx, dz, dbc, draw, g, scratch, stream);
+  /// mamba3_fwd on stream; with save, writing the saved set.
+  void fwd(cudaStream_t stream, bool save) {
+    llmt::cuda::mamba3_fwd(x, z, bc, raw, p, d, opt, out, save ? saved : nullptr, scratch, stream);
+  }
+  /// mamba3_bwd on stream: with from_saved reading the saved set of the last fwd(save = true), else recomputing
+  /// the core's forward.
+  void bwd(cudaStream_t stream, bool from_saved) {
+    llmt::cuda::mamba3_bwd(dout, x, z, bc, raw, from_saved ? saved : nullptr, p, d, opt, dx, dz, dbc, draw, g,
+                           scratch, stream);
   }
 };
 
 // Times one shape and prints its table row.
 void bench_shape(const Shape& s, int iters) {
   Op op(s);
-  auto fwd = [&] { op.fwd(nullptr); };
-  auto fwd_bwd = [&] {
-    op.fwd(nullptr);
-    op.bwd(nullptr);
+  auto fwd = [&] { op.fwd(nullptr, false); };
+  auto fwd_bwd = [&](bool kept) {
+    return [&op, kept] {
+      op.fwd(nullptr, kept);
+      op.bwd(nullptr, kept);
+    };
   };
-  const float ms_fwd = bench::time_ms(iters, fwd), ms_fb = bench::time_ms(iters, fwd_bwd);
+  const float ms_fwd = bench::time_ms(iters, fwd), ms_recompute = bench::time_ms(iters, fwd_bwd(false)),
+              ms_saved = bench::time_ms(iters, fwd_bwd(true));
   BENCH_CHECK(cudaGetLastError());
-  std::printf("| %-4s | %s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %6.0f |\n",
+  std::printf("| %-4s | %s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %8.3f | %6.0f "
+              "| %6.0f |\n",
               s.name, s.bf16 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
               static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
-              static_cast<long long>(s.G), static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd, ms_fb,
-              static_cast<double>(op.scratch_bytes) / (1 << 20));
+              static_cast<long long>(s.G), static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd,
+              ms_recompute, ms_saved, static_cast<double>(op.scratch_bytes) / (1 << 20),
+              static_cast<double>(op.saved_bytes) / (1 << 20));
 }
 
 // ---- --phases: the bf16 SISO op kernel by kernel ----
@@ -250,9 +267,9 @@ constexpr PhaseKernel kMamba3Kernels[] = {
 constexpr bench::PhaseTable<Shape> kMamba3Table{"Mamba-3 SISO bf16 op", std::begin(kMamba3Kernels),
                                                 std::end(kMamba3Kernels), mamba3_siso_cost, false};
 
-/// The SISO bf16 op's forward (mamba3_fwd) and backward (mamba3_bwd, with its recomputed forward) at shape s,
-/// kernel by kernel (bench::print_phases), on bench_shape's inputs. Exits unless s is what mamba3_siso_cost
-/// counts.
+/// The SISO bf16 op's forward (mamba3_fwd writing the saved set), its backward reading the saved set and its
+/// backward recomputing the core's forward (mamba3_bwd) at shape s, kernel by kernel (bench::print_phases), on
+/// bench_shape's inputs. Exits unless s is what mamba3_siso_cost counts.
 void mamba3_phases(const Shape& s, int iters) {
   if (s.R != 1 || s.G != 1 || !s.bf16 || s.S <= 0 || s.T % 64 != 0 || s.P % 64 != 0 || s.N % 64 != 0) {
     std::fprintf(stderr, "mamba3_bench --phases: the cost model counts SISO, one group, bf16 products, S > 0, T a "
@@ -264,8 +281,19 @@ void mamba3_phases(const Shape& s, int iters) {
   std::snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld P=%lld N=%lld S=%lld", static_cast<long long>(s.B),
                 static_cast<long long>(s.T), static_cast<long long>(s.H), static_cast<long long>(s.P),
                 static_cast<long long>(s.N), static_cast<long long>(s.S));
-  bench::print_phases(s, shape, iters, false, kMamba3Table, [&](cudaStream_t st) { op.fwd(st); }, "mamba3_bench");
-  bench::print_phases(s, shape, iters, true, kMamba3Table, [&](cudaStream_t st) { op.bwd(st); }, "mamba3_bench");
+  // The forward's timed launches leave the saved set written for the backward that reads it.
+  bench::print_phases(s, shape, iters, false, kMamba3Table, [&](cudaStream_t st) { op.fwd(st, true); },
+                      "mamba3_bench");
+  // Reading the saved set, the backward's only state_scan_mma_kernel launch is the dstates scan (the last match wins).
+  std::vector<PhaseKernel> kept(std::begin(kMamba3Kernels), std::end(kMamba3Kernels));
+  kept.push_back({"state_scan_mma_kernel", "dstates"});
+  const bench::PhaseTable<Shape> kept_table{"Mamba-3 SISO bf16 op (reading the saved set)", kept.data(),
+                                            kept.data() + kept.size(), mamba3_siso_cost, false};
+  bench::print_phases(s, shape, iters, true, kept_table, [&](cudaStream_t st) { op.bwd(st, true); }, "mamba3_bench");
+  bench::PhaseTable<Shape> recompute_table = kMamba3Table;
+  recompute_table.name = "Mamba-3 SISO bf16 op (recomputing the core's forward)";
+  bench::print_phases(s, shape, iters, true, recompute_table, [&](cudaStream_t st) { op.bwd(st, false); },
+                      "mamba3_bench");
 }
 
 }  // namespace
@@ -291,7 +319,8 @@ int main(int argc, char** argv) {
     mamba3_phases(shapes[1], iters);
     return 0;
   }
-  std::printf("| mode | products | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
+  std::printf("| mode | products | sizes | GPU ms fwd | GPU ms f+b recompute | GPU ms f+b saved | scratch MiB | saved "
+              "MiB |\n|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, iters);
   return 0;
 }

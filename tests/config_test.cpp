@@ -653,7 +653,15 @@ TEST_CASE("config: mamba3 block, its defaults and its checks", "[config][mamba3]
   CHECK_FALSE(m.outproj_norm);
   CHECK(m.bc_bias_init == 1.0);
   CHECK(m.init_style == "mamba_ssm");
+  CHECK(m.save_states);
+  CHECK(c.resolved["model"]["mamba3"]["save_states"] == true);
   CHECK(c.model.residual_rescale_n == 8);
+  SECTION("save_states is a bool") {
+    j["model"]["mamba3"]["save_states"] = false;
+    CHECK_FALSE(llmt::parse_config(j).model.mamba3.save_states);
+    j["model"]["mamba3"]["save_states"] = "yes";
+    CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.save_states") && Catch::Contains("true or false"));
+  }
   SECTION("an unknown key is named with the allowed keys") {
     j["model"]["mamba3"]["rank"] = 4;
     CHECK_THAT(parse_error(j), Catch::Contains("model.mamba3.rank") && Catch::Contains("mimo_rank"));

@@ -423,6 +423,18 @@ TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma sc
   check_comba(2, 130, 1, 200, 96, 64, -1.0, 5240, DType::bf16);
 }
 
+TEST_CASE("cuda delta: GDN and Comba bf16 cores with 3 key tiles and with the Mma scans' synchronous loads",
+          "[cuda][delta][gdn][comba]") {
+  // K = 136: three key tiles, the forward scan's k staging at its largest (222.5 KiB of shared memory). K = 90,
+  // V = 70: no row of W, k, U, dO 16-byte aligned, every operand the scans copy by cp.async elsewhere is loaded
+  // synchronously. K = 100, V = 72: W synchronous, k, U, dO by cp.async.
+  check_gdn(1, 200, 2, 136, 128, 64, -0.05, 5260, gdn_core(DType::bf16));
+  check_comba(1, 200, 2, 136, 64, 64, -1.0, 5280, DType::bf16);
+  check_gdn(2, 130, 1, 90, 70, 64, -1.0, 5300, gdn_core(DType::bf16));
+  check_comba(2, 130, 1, 90, 70, 64, -0.05, 5320, DType::bf16);
+  check_gdn(2, 130, 1, 100, 72, 64, -0.05, 5340, gdn_core(DType::bf16));
+}
+
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});

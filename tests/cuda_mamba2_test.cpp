@@ -232,7 +232,9 @@ TEST_CASE("cuda mamba2: conv + bias + SiLU forward and backward (dw, dbias accum
 TEST_CASE("cuda mamba2: SSD forward and backward, small shapes, mild and strong decay, deterministic",
           "[cuda][mamba2]") {
   // T around the kernel's 64-token chunks and the layer's chunk_size (not multiples of either);
-  // P, N below, at and across the 64-wide tiles; G = 1, 2 and H (one head per group).
+  // P, N below, at and across the 64-wide tiles; G = 1, 2 and H (one head per group). (bf16: the state scan
+  // stages its tiles by cp.async at P = 16, N = 8 and loads them synchronously where rows are not 16-byte aligned,
+  // P = 5 and N = 70.)
   uint64_t seed = 100;
   // bf16: 4 times the batch, so that each output's largest element is a typical one (with T = 1 and 3 heads, a
   // per-token gradient can be a cancelled C·B of 3 terms; the emulation saw 1.6e-2 of max|ref| at B = 1).

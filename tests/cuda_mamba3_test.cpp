@@ -8,7 +8,10 @@
 // the GPU (as Mamba2's: the model keeps these activations in the master dtype); a bf16 input is refused. With
 // Mamba3Options::bf16_products (bf16 models: the core's products on the tensor cores with bf16 operands) the
 // bound is kBf16Tol (2e-2) against the same fp32 CPU reference (d dt_bias, a sum over tokens that cancels, against
-// the root-sum-square of its terms; check_mamba3). main() (catch_main_gpu.cpp) skips without a GPU.
+// the root-sum-square of its terms; check_mamba3). Every case also runs the forward with a saved set
+// (model.mamba3.save_states: Backend::mamba3_saved_numel) and the backward reading it instead of recomputing the
+// core's forward: out and every gradient bit-identical to the recompute. main() (catch_main_gpu.cpp) skips without
+// a GPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -39,7 +42,7 @@ Case mild(Case c) {  // Mamba's init: Δ around 0.01 to 0.05
 }
 
 // Forward out and backward dx, dz, dbc, draw and every parameter gradient against the CPU reference, then both
-// passes once more on the GPU, bit-identical.
+// passes once more on the GPU, bit-identical; then both with a saved set, bit-identical to the recompute.
 void check_mamba3(const Case& c) {
   const std::string tag = c.tag();
   INFO(tag);
@@ -53,11 +56,11 @@ void check_mamba3(const Case& c) {
   const Backend::Mamba3Params pg = prm.on(true), pc = prm.on(false);
 
   Pair out = both(randn(BT * HP, s + 5), {c.B, c.T, HP});
-  gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g);
-  cpu().mamba3_fwd(*x.c, *z.c, *bc.c, *raw.c, pc, opt, *out.c);
+  gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g, llmt::Tensor());
+  cpu().mamba3_fwd(*x.c, *z.c, *bc.c, *raw.c, pc, opt, *out.c, llmt::Tensor());
   require_close(out, "out " + tag, tol);
   const auto out_first = get(gpu(), *out.g);
-  gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g);
+  gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g, llmt::Tensor());
   require_bit_identical(out_first, get(gpu(), *out.g), "out " + tag);
 
   Pair dout = both(randn(BT * HP, s + 6), {c.B, c.T, HP});
@@ -66,9 +69,9 @@ void check_mamba3(const Case& c) {
   Params grads = make_params(c, s + 40, true);
   std::vector<std::vector<float>> start;
   for (const Pair& p : grads.pairs) start.push_back(get(cpu(), *p.c));
-  auto run = [&](Backend& be, bool on_gpu) {
+  auto run = [&](Backend& be, bool on_gpu, const llmt::Tensor& saved = llmt::Tensor()) {
     auto t = [&](Pair& p) -> const llmt::Tensor& { return on_gpu ? *p.g : *p.c; };
-    be.mamba3_bwd(t(dout), t(x), t(z), t(bc), t(raw), on_gpu ? pg : pc, opt, t(dx), t(dz), t(dbc), t(draw),
+    be.mamba3_bwd(t(dout), t(x), t(z), t(bc), t(raw), saved, on_gpu ? pg : pc, opt, t(dx), t(dz), t(dbc), t(draw),
                   grads.on(on_gpu));
   };
   run(gpu(), true);
@@ -95,6 +98,19 @@ void check_mamba3(const Case& c) {
   for (size_t i = 0; i < grads.pairs.size(); ++i) gpu().upload(start[i].data(), *grads.pairs[i].g);
   run(gpu(), true);
   for (size_t i = 0; i < all.size(); ++i) require_bit_identical(first[i], get(gpu(), *all[i].first->g), all[i].second);
+
+  // model.mamba3.save_states: the forward writes G, the chunk-entering states and y into `saved` (from garbage),
+  // the backward reads them instead of recomputing the core's forward.
+  const int64_t n_saved = gpu().mamba3_saved_numel(c.B, c.T, c.H, c.N, opt);
+  REQUIRE(n_saved > 0);
+  const OwnedTensor saved(gpu(), llmt::DType::f32, {n_saved});
+  gpu().upload(randn(static_cast<size_t>(n_saved), s + 50).data(), *saved);
+  gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g, *saved);
+  require_bit_identical(out_first, get(gpu(), *out.g), "out (save_states) " + tag);
+  for (size_t i = 0; i < grads.pairs.size(); ++i) gpu().upload(start[i].data(), *grads.pairs[i].g);
+  run(gpu(), true, *saved);
+  for (size_t i = 0; i < all.size(); ++i)
+    require_bit_identical(first[i], get(gpu(), *all[i].first->g), all[i].second + " (save_states vs recompute)");
 }
 
 }  // namespace
@@ -166,7 +182,8 @@ Case bf16(Case c) {
 TEST_CASE("cuda mamba3: bf16 products (tensor cores), SISO and MIMO (R = 2, 4), T = 4096 and ragged T",
           "[cuda][mamba3]") {
   // Fresh inputs (seeds unused above); the 1.5B head shape, the long sequence, a T that is no multiple of the
-  // chunk, with and without the norm; P and N across the 64-wide tiles.
+  // chunk, with and without the norm; P and N across the 64-wide tiles. The state scan stages the chunks' rows by
+  // cp.async at N = 128 and loads them synchronously at N = 70 (rows not 16-byte aligned).
   for (const int64_t R : {1, 2, 4}) {
     const uint64_t seed = 200 + 10 * static_cast<uint64_t>(R);
     check_mamba3(bf16(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
@@ -185,6 +202,6 @@ TEST_CASE("cuda mamba3: bf16 activations are refused with an error naming the op
   const Backend::Mamba3Params prm{*p[0], *p[1], *p[2], *p[3], *p[4], *p[5], {}, {}, {}, {}};
   Mamba3Options opt;
   opt.head_dim = P;
-  REQUIRE_THROWS_WITH(gpu().mamba3_fwd(*x, *z, *bc, *raw, prm, opt, *out),
+  REQUIRE_THROWS_WITH(gpu().mamba3_fwd(*x, *z, *bc, *raw, prm, opt, *out, llmt::Tensor()),
                       Catch::Contains("mamba3_fwd") && Catch::Contains("f32"));
 }

@@ -367,6 +367,17 @@ TEST_CASE("cuda mdn: bf16 compute at the model's head sizes (K = V = 128; K = 12
   check_mdn(1, 200, 2, 256, 512, 64, Regime::normal, 11200, DType::bf16);
 }
 
+// The bf16 scan stages the next chunk's 𝒯, v (or Ṽ) and, for key_dim <= 128, k rows by cp.async where they are
+// 16-byte aligned; these shapes take its synchronous fallbacks: key and value dims not multiples of 4 (k and v
+// loaded directly, k one key tile ahead in registers), chunk 13 (𝒯 rows not aligned), and with chunk 64 a last
+// chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged).
+TEST_CASE("cuda mdn: bf16 compute, the scan's synchronous fallbacks (unaligned dims, chunk 13, ragged last chunk)",
+          "[cuda][mdn]") {
+  check_mdn(8, 100, 3, 30, 50, 13, Regime::normal, 13000, DType::bf16);
+  check_mdn(8, 130, 2, 130, 70, 64, Regime::mu_much_less_than_alpha, 13100, DType::bf16);
+  check_mdn(8, 66, 2, 62, 36, 64, Regime::strong_decay, 13200, DType::bf16);
+}
+
 TEST_CASE("cuda mdn: bf16 compute, T = 4096 and a ragged T = 4001 in every gate regime", "[cuda][mdn]") {
   uint64_t seed = 12000;
   for (const Regime r : kAllRegimes) {

@@ -280,17 +280,17 @@ TEST_CASE("mamba3 backend op: the CPU backend matches the kernel and checks its 
                     D = put(p.D, {2}), mx = put(p.mimo_x, {2, 2, 3}), mz = put(p.mimo_z, {2, 2, 3}),
                     mo = put(p.mimo_o, {2, 2, 3}), out = put(Vec(p.x.size()), {B, T, HP});
   llmt::Backend::Mamba3Params prm{*dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mx, *mz, *mo, llmt::Tensor()};
-  be->mamba3_fwd(*x, *z, *bc, *raw, prm, opt, *out);
+  be->mamba3_fwd(*x, *z, *bc, *raw, prm, opt, *out, llmt::Tensor());
   Vec got(p.x.size());
   be->download(*out, got.data());
   CHECK(got == forward<double>(p));
   // SISO options with MIMO parameters, a missing output-norm weight, and a raw width below 3 H.
   Mamba3Options siso = opt;
   siso.rank = 1;
-  CHECK_THROWS_AS(be->mamba3_fwd(*x, *z, *bc, *raw, prm, siso, *out), llmt::Error);
+  CHECK_THROWS_AS(be->mamba3_fwd(*x, *z, *bc, *raw, prm, siso, *out, llmt::Tensor()), llmt::Error);
   Mamba3Options normed = opt;
   normed.outproj_norm = true;
-  CHECK_THROWS_AS(be->mamba3_fwd(*x, *z, *bc, *raw, prm, normed, *out), llmt::Error);
+  CHECK_THROWS_AS(be->mamba3_fwd(*x, *z, *bc, *raw, prm, normed, *out, llmt::Tensor()), llmt::Error);
   const OwnedTensor narrow = put(Vec(static_cast<size_t>(B * T * 5)), {B, T, 5});
-  CHECK_THROWS_AS(be->mamba3_fwd(*x, *z, *bc, *narrow, prm, opt, *out), llmt::Error);
+  CHECK_THROWS_AS(be->mamba3_fwd(*x, *z, *bc, *narrow, prm, opt, *out, llmt::Tensor()), llmt::Error);
 }

@@ -1,7 +1,8 @@
 // train.recompute (Model::plan): with per-block recomputation the loss and every gradient are
 // bit-identical to the run that keeps all activations, for every mixer type, mixer-only blocks
 // and hybrids; and the planned activation memory shrinks to one block's saved set. Also
-// model.mdn.save_residuals: its saved bytes, and the same loss and gradients on the CPU.
+// model.mdn.save_residuals: its saved bytes, and the same loss and gradients on the CPU; model.mamba3.save_states:
+// nothing kept by the CPU backend, the same loss and gradients.
 #include <catch2/catch.hpp>
 
 #include <functional>
@@ -38,6 +39,9 @@ ModelConfig tiny() {
   m.mamba2.d_state = 3;
   m.mamba2.n_groups = 2;
   m.mamba2.chunk_size = 4;
+  m.mamba3.head_dim = 4;
+  m.mamba3.d_state = 4;
+  m.mamba3.chunk_size = 4;
   return m;
 }
 
@@ -85,6 +89,11 @@ TEST_CASE("recompute: loss and gradients are bit-identical to keeping every bloc
       {"mdn without saved residuals", [](ModelConfig& m) {
          m.type = "mdn";
          m.mdn.save_residuals = false;
+       }},
+      {"mamba3", [](ModelConfig& m) { m.type = "mamba3"; }},
+      {"mamba3 without saved states", [](ModelConfig& m) {
+         m.type = "mamba3";
+         m.mamba3.save_states = false;
        }},
       {"mamba2 (mixer-only blocks)",
        [](ModelConfig& m) {
@@ -143,5 +152,23 @@ TEST_CASE("model.mdn.save_residuals: B T H d_v more saved floats per MDN layer, 
   const size_t vt_bytes = (sizeof(float) * 2 * 6 * m.mdn.num_heads * m.mdn.value_dim() + 255) / 256 * 256;
   CHECK(saved.bytes.saved == recomputed.bytes.saved + 2 * vt_bytes);
   CHECK(saved.bytes.residual == recomputed.bytes.residual);
+  CHECK(saved.bytes.scratch == recomputed.bytes.scratch);
+}
+
+TEST_CASE("model.mamba3.save_states: the CPU backend keeps nothing, the same loss and gradients", "[model][mamba3]") {
+  // The CPU reference's backward recomputes the forward in double (Backend::mamba3_saved_numel is 0 there), so the
+  // switch changes neither the gradients nor the planned memory on the CPU (the CUDA backend's saved set and its
+  // bit-identical gradients: tests/cuda_mamba3_test.cpp).
+  ModelConfig m = tiny();
+  m.type = "mamba3";
+  m.attn_layers = {1};
+  auto be = make_cpu_backend();
+  CHECK(be->mamba3_saved_numel(2, 6, 4, m.mamba3.d_state, Mamba3Options{}) == 0);
+  const Run saved = train_step(m, false);
+  m.mamba3.save_states = false;
+  const Run recomputed = train_step(m, false);
+  CHECK(saved.loss == recomputed.loss);
+  CHECK(saved.grads == recomputed.grads);
+  CHECK(saved.bytes.saved == recomputed.bytes.saved);
   CHECK(saved.bytes.scratch == recomputed.bytes.scratch);
 }

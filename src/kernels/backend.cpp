@@ -102,14 +102,15 @@ void Backend::mamba2_ssd_bwd(const Tensor&, const Tensor&, const Tensor&, const 
   missing(*this, "mamba2_ssd_bwd");
 }
 void Backend::mamba3_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Mamba3Params&,
-                         const Mamba3Options&, const Tensor&) {
+                         const Mamba3Options&, const Tensor&, const Tensor&) {
   missing(*this, "mamba3_fwd");
 }
-void Backend::mamba3_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+void Backend::mamba3_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          const Mamba3Params&, const Mamba3Options&, const Tensor&, const Tensor&, const Tensor&,
                          const Tensor&, const Mamba3Params&) {
   missing(*this, "mamba3_bwd");
 }
+int64_t Backend::mamba3_saved_numel(int64_t, int64_t, int64_t, int64_t, const Mamba3Options&) const { return 0; }
 void Backend::mdn_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MdnGateParams&,
                             const MdnGateOptions&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "mdn_gates_fwd");

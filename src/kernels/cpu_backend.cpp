@@ -324,8 +324,10 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // `saved` is ignored: this backend keeps nothing from the forward (mamba3_saved_numel 0; the backward recomputes
+  // in double).
   void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
-                  const Mamba3Options& opt, const Tensor& out) override {
+                  const Mamba3Options& opt, const Tensor& out, const Tensor&) override {
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, "mamba3_fwd");
     dispatch(x, "mamba3_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -334,8 +336,8 @@ class CpuBackend final : public Backend {
     });
   }
   void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
-                  const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx, const Tensor& dz,
-                  const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams) override {
+                  const Tensor&, const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx,
+                  const Tensor& dz, const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams) override {
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, "mamba3_bwd");
     mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
     dispatch(x, "mamba3_bwd", [&](auto zero) {

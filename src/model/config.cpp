@@ -331,6 +331,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     c.outproj_norm = g.boolean("outproj_norm", c.outproj_norm);
     c.bc_bias_init = g.number("bc_bias_init", dflt(c.bc_bias_init));
     c.init_style = g.choice("init_style", {"mamba_ssm", "fla"}, dflt(c.init_style));
+    c.save_states = g.boolean("save_states", c.save_states);
     g.finish();
     const int64_t inner = c.inner_dim(m.d_model);
     check(inner % c.head_dim == 0, "config: model.mamba3.head_dim ({}) must divide expand * d_model ({})", c.head_dim,

@@ -88,6 +88,11 @@ struct Mamba3Config {
   /// "mamba_ssm" (section 4.8: PyTorch-default U(±1/sqrt(fan_in)) in_proj and out_proj) or "fla"
   /// (N(0, model.init.std^2) for both).
   std::string init_style = "mamba_ssm";
+  /// Keep the core's forward intermediates for the backward (CUDA: the chunk-local cumsum G, the states entering
+  /// each chunk and the core output y, fp32; Backend::mamba3_saved_numel), or (false) recompute them in the
+  /// backward. Same gradients either way; 776 MiB more saved activations per layer at 64 heads x 64, d_state 128,
+  /// SISO and 16384 tokens per micro-batch.
+  bool save_states = true;
   int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
   /// S = floor(N rope_fraction), minus 1 if odd, halved (section 4.1: 32 for N = 128).

@@ -93,6 +93,9 @@ void Mamba3Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   raw_ = saved.take(dt, {rows, raw_dim_});
   // As Mamba2Mixer: activations in the master dtype; the output meeting out_proj also in the compute dtype.
   o_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
+  const int64_t kept =
+      c_.save_states ? store_.backend().mamba3_saved_numel(batch, seq_len, heads_, c_.d_state, layer_options()) : 0;
+  kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 
 void Mamba3Mixer::bind_scratch(ScratchCarver& s) {
@@ -137,7 +140,7 @@ void Mamba3Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state)
     be.mamba3_decode(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(),
                      {(*state)[0], (*state)[1], (*state)[2], (*state)[3]}, seq3(o_));
   else
-    be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(), seq3(o_));
+    be.mamba3_fwd(seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(), seq3(o_), kept_);
   be.matmul(o_c_.data ? converted(be, o_, o_c_) : o_, false, store_.param(w_out_), true, y, false);
 }
 
@@ -145,8 +148,8 @@ void Mamba3Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   Backend& be = store_.backend();
   be.matmul(dy, false, store_.param(w_out_), false, do_, false);                        // do = dy W_out
   be.matmul(dy, true, o_c_.data ? o_c_ : o_, false, store_.grad(w_out_), true);     // dW_out += dy^T o
-  be.mamba3_bwd(seq3(do_), seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), params(false), layer_options(), seq3(dxs_),
-                seq3(dz_), seq3(dbc_), seq3(draw_), params(true));
+  be.mamba3_bwd(seq3(do_), seq3(xs_), seq3(z_), seq3(bc_), seq3(raw_), kept_, params(false), layer_options(),
+                seq3(dxs_), seq3(dz_), seq3(dbc_), seq3(draw_), params(true));
   // in_proj: dx = [dz | dx | dB|dC | dscalars] W_in, dW_in += [...]^T x, part by part.
   const Tensor w_in = store_.param(w_in_), g_in = store_.grad(w_in_);
   const std::pair<const Tensor*, int64_t> parts[] = {

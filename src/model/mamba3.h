@@ -6,6 +6,9 @@
 //   MIMO: v_r = x ∘ mimo_x[r]; o = Σ_r mimo_o[r] ∘ (y_r ∘ silu(z ∘ mimo_z[r]))   mimo_x, mimo_z, mimo_o [H, R, P]
 //   optional output norm before the gate (model.mamba3.outproj_norm)  norm.weight [Di]
 //   out = o W_out^T                                                     out_proj.weight [D, Di] (no bias)
+// With model.mamba3.save_states the layer keeps what the backend's forward saves for its backward
+// (Backend::mamba3_saved_numel; CUDA: the core's G, chunk-entering states and y), so the backward does not
+// recompute the core's forward.
 // Initialisation (section 4.2, 4.8): dt_bias from log-uniform dt, B_bias = C_bias = bc_bias_init (1), norms 1,
 // D = 1, mimo_x = mimo_o = 1/R, mimo_z = 1; in_proj and out_proj U(±1/sqrt(fan_in)) (init_style "mamba_ssm")
 // or N(0, std^2) ("fla"); with model.init.residual_rescale "kaiming_div_sqrt", out_proj is
@@ -47,6 +50,7 @@ class Mamba3Mixer : public Mixer {
       w_out_;
   int64_t batch_ = 0, seq_len_ = 0;
   Tensor z_, xs_, bc_, raw_, o_;  // in_proj parts and the layer op's output (saved, carved by plan)
+  Tensor kept_;                   // the layer op's saved forward intermediates (save_states; else none)
   Tensor o_c_;                    // o_ in the compute dtype (only when that differs)
   Tensor cvt_;                         // scratch for gradients rounded to the compute dtype (ditto)
   Tensor do_, dz_, dxs_, dbc_, draw_;  // backward temporaries (shared scratch)

@@ -305,7 +305,7 @@ __device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;
 }
 /// As async_ok_h for stage_async and an fp32 tensor (4-column pieces).
-__device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
+__host__ __device__ __forceinline__ bool async_ok_f(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 4 == 0;
 }
 
@@ -326,18 +326,24 @@ __device__ __forceinline__ void load_h_async(__nv_bfloat16* s, const __nv_bfloat
 /// The fp32 staging tile of stage_async: 64 x 64 floats, rows 64 apart (16 KiB).
 constexpr int kStageFloats = kN * kN;
 
-/// Copies the fp32 64 x 64 tile at src (rows stride apart) into the staging tile g by cp.async, rows >= rows and
-/// columns >= cols zero-filled: thread t copies the 16-byte pieces idx = t + it kThreads (it < 4), row idx / 16,
-/// columns 4 (idx % 16) .. + 3, and put_h_staged reads back exactly these pieces (so the thread's own
-/// cp_async_wait suffices; no barrier between). async_ok_f must hold for the tensor.
-__device__ __forceinline__ void stage_async(float* g, const float* src, int64_t stride, int rows, int cols) {
+/// Copies an fp32 64 x 64 tile, row r at row(r) (a float pointer to the tile's first column), into the staging
+/// tile g by cp.async, rows >= rows and columns >= cols zero-filled: thread t copies the 16-byte pieces
+/// idx = t + it kThreads (it < 4), row idx / 16, columns 4 (idx % 16) .. + 3, and put_h_staged reads back exactly
+/// these pieces (so the thread's own cp_async_wait suffices; no barrier between). Every row 16-byte aligned
+/// (async_ok_f). row is called for r < rows and for r = 0 (the unread source of the zero-filled pieces).
+template <typename Row>
+__device__ __forceinline__ void stage_async(float* g, Row row, int rows, int cols) {
 #pragma unroll
   for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
     const int m = cols - c < 4 ? (cols - c > 0 ? cols - c : 0) : 4;
     const int bytes = r < rows ? 4 * m : 0;
-    cp_async16(g + r * kN + c, bytes > 0 ? src + r * stride + c : src, bytes);
+    cp_async16(g + r * kN + c, bytes > 0 ? row(r) + c : row(0), bytes);
   }
+}
+/// stage_async of the tile at src, rows stride apart.
+__device__ __forceinline__ void stage_async(float* g, const float* src, int64_t stride, int rows, int cols) {
+  stage_async(g, [=](int r) { return src + r * stride; }, rows, cols);
 }
 
 /// load_h(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile filled by
@@ -356,6 +362,20 @@ __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, i
 }
 __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
   put_h_staged(s, g, rows, [](int) { return 1.0f; });
+}
+
+/// s[r][c] = bf16(x y) with x, y the thread's own pieces of two staging tiles filled by stage_async (the same
+/// rows and cols; 0 outside them, so s is 0 there): a bf16 tile of an element-wise product, formed in fp32 and
+/// rounded once.
+__device__ __forceinline__ void put_h_staged_product(__nv_bfloat16* s, const float* gx, const float* gy) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
+    const float4 x = *reinterpret_cast<const float4*>(gx + r * kN + c);
+    const float4 y = *reinterpret_cast<const float4*>(gy + r * kN + c);
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c + 2) = __floats2bfloat162_rn(x.z * y.z, x.w * y.w);
+  }
 }
 
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2

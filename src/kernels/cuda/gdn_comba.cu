@@ -486,19 +486,32 @@ __device__ void scan_gate_pair(float g0, float g1, double* gam) {
 // The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).
 constexpr int kScanMaxKt = 4;
 
+// Whether gdn_scan_mma_kernel stages the next chunk's k in fp32 shared memory (cp.async; 16 KiB per key tile):
+// key_dim <= 192. At key_dim 256 the staging tiles do not fit beside the rest; k is loaded synchronously there.
+__host__ __device__ constexpr bool scan_k_staged(int nkt) { return nkt <= 3; }
+
 // Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
-// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, the chunk's W
-// and K^g tiles (bf16) and Δ (bf16). 43 KiB per key tile (181.5 KiB at key_dim 256).
+// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
+// the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles, Δ and the next
+// chunk's U (bf16), and (key_dim <= 192) the fp32 staging tiles of the next chunk's k. 154.5 KiB at key_dim
+// 128, 226.5 KiB at 256.
 constexpr size_t scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2) +
+         (scan_k_staged(nkt) ? sizeof(float) * tile::kStageFloats * nkt : 0);
 }
+static_assert(scan_mma_smem(3) <= 227 * 1024 && scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
-// and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W and K^g = K ⊙ e^{Γ_C-Γ}),
-// W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
-// S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S and h[n+1]).
-// No next-chunk prefetch beyond the gates (registers) and the L2 prefetch of the next chunk: holding the next
-// chunk's k / U in registers and a second W buffer made this kernel slower on the H200 (216 registers).
+// and Δ = U - W h[n] (over U). Per chunk: the K^g = K ⊙ e^{Γ_C-Γ} tiles (all key tiles), W S summed over the
+// key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32
+// (shared, per thread) and its bf16 copy (the next W S and h[n+1]). The next chunk's operands are copied by
+// cp.async once the barrier before W S has ordered every read of their buffers, and land while this chunk
+// computes: its W tiles (into the other W buffer), its U tile (into hU; read back at the Mma map into
+// registers) and (key_dim <= 192) its raw k tiles (into the fp32 staging tiles; each thread scales its own
+// staged pieces into K^g, the arithmetic of load_h); the gates a chunk ahead in registers. Where W or U is not
+// 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it is loaded synchronously (load_h, load_acc) instead;
+// so is k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the gates' scan,
+// tile kt + 1 while tile kt is converted). Same arithmetic either way.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -509,32 +522,71 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   float* S = cv.take<float>(16 * tile::kThreads * nkt);
-  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
-       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
+       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves), *hU = cv.take<bf16>(kTileHalves);
+  float* gK = scan_k_staged(nkt) ? cv.take<float>(nkt * tile::kStageFloats) : nullptr;
+  const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
+  // (Every row of k starts a multiple of K elements after the tensor's start.)
+  const bool k_async = scan_k_staged(nkt) && tile::async_ok_f(a.k, K);
+  // The cp.async operands of chunk c (W into W buffer c % 2, k into the staging tiles, U into hU), one group.
+  const auto issue = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      if (w_async)
+        tile::load_h_async(hW + ((c & 1) * nkt + kt) * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+      if (k_async) tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
+    }
+    if (u_async) tile::load_h_async(hU, nx.rows(a, a.U, V, v0), V, nx.n, vc);
+    tile::cp_async_commit();
+  };
   const int tid = static_cast<int>(threadIdx.x);
   tile::clear_state(S, hS, nkt);
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
   fetch_gate_pair(a, Chunk(a, 0, blockIdx.y), g0, g1);
+  issue(0);
+  if (a.NC > 1) prefetch_chunk(a, Chunk(a, 1, blockIdx.y), v0, vc, false);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
+    // (The L2 two chunks ahead: the next chunk's copies are issued during this one.)
+    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, blockIdx.y), v0, vc, false);
+    // Synchronous k: key tile kt of the chunk into x (registers).
+    const auto fetch_k = [&](tile::Frag& x, int kt) {
+      tile::fetch_h(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
+    };
+    tile::Frag kx;  // (synchronous k) the next key tile's k, in flight while the tile before is converted
+    if (!k_async) fetch_k(kx, 0);   // (in flight during the gates' scan)
+    tile::cp_async_wait<0>();       // this chunk's W, k, U (the barrier below makes them visible to every thread)
     scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
+    const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
+    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc,
-                   [&](int r) { return expd(gC - s.gam[r]); });
+      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      if (k_async) {  // the thread's own staged pieces
+        tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, kscale);
+      } else {
+        const tile::Frag x = kx;
+        if (kt + 1 < nkt) fetch_k(kx, kt + 1);
+        tile::put_h(x, hK + kt * kTileHalves, ch.n, kscale);
+      }
     }
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
-    load_acc<Mma>(d, U, V, ch.n, vc);
+    if (u_async)
+      load_acc<Mma>(d, hU, kLdH, ch.n, vc);
+    else
+      load_acc<Mma>(d, U, V, ch.n, vc);
+    // K^g, W complete; every read of the staging tiles and of hU done (the other W buffer was last read before the
+    // chunk before's second barrier)
     __syncthreads();
+    if (chunk + 1 < a.NC) issue(chunk + 1);
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) and of Γ done
     if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, blockIdx.y), g0, g1);  // in flight during F7

@@ -217,63 +217,52 @@ __global__ void ssd_scan_kernel(float* st, const double* G, Sizes s, bool revers
   }
 }
 
-// A 64 x 64 fp32 tile on its way from global memory into a bf16 shared tile, split into tile::load_h's two halves
-// (the same elements per thread, the same products and rounding) so that the loads of the next chunk are in
-// flight during the current chunk's product: fetch issues the loads (0 outside rows x cols), put writes
-// s[r][c] = bf16(scale(r) x[r][c]) (0 for r >= rows).
-struct TileInFlight {
-  static constexpr int kPer = kL * kL / 2 / kSsdThreads;  // column pairs per thread
-  float x[kPer][2];
-  int rows;
-  __device__ __forceinline__ void fetch(const float* src, int64_t stride, int rows_, int cols) {
-    rows = rows_;
-#pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int idx = static_cast<int>(threadIdx.x) + it * kSsdThreads, r = idx >> 5, c = 2 * (idx & 31);
-      x[it][0] = r < rows && c < cols ? src[r * stride + c] : 0.0f;
-      x[it][1] = r < rows && c + 1 < cols ? src[r * stride + c + 1] : 0.0f;
-    }
-  }
-  template <typename Scale>
-  __device__ __forceinline__ void put(__nv_bfloat16* s, Scale scale) const {
-#pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int idx = static_cast<int>(threadIdx.x) + it * kSsdThreads, r = idx >> 5, c = 2 * (idx & 31);
-      const float f = r < rows ? scale(r) : 0.0f;
-      *reinterpret_cast<__nv_bfloat162*>(s + r * tile::kLdH + c) = __floats2bfloat162_rn(f * x[it][0], f * x[it][1]);
-    }
-  }
-};
+// Dynamic shared memory of ssd_state_scan_kernel: the bf16 operand tiles and (staged) the fp32 staging tiles of a
+// chunk's u and v rows (50 KiB).
+constexpr size_t state_scan_smem(bool staged) {
+  return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves + (staged ? sizeof(float) * 2 * tile::kStageFloats : 0);
+}
 
 // (bf16 models) ssd_chunk_outer_kernel and ssd_scan_kernel in one pass: the block of one (b, h, P tile, N tile)
 // walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in registers):
 // out[b, h, k] = R (bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T over chunk k's tokens i (u_i w_i and v_i
 // rounded to bf16, tile::Mma). Forward (u = x, v = B, w_i = e^{Γ-G_i} Δ_i): out = the states entering the
 // chunks; reverse (u = dy, v = C, w_i = e^{G_i}): out = the adjoints of the states leaving them. u, v, u_row as
-// in ssd_chunk_outer_kernel. The next chunk's u, v tiles are loaded into registers during the current
-// chunk's product (and its G, Δ). Grid (B H, PT, NT); 2 bf16 tiles of dynamic shared memory.
-__global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 registers
+// in ssd_chunk_outer_kernel. The next chunk's u, v tiles are copied into fp32 staging tiles by cp.async (kStaged:
+// every row 16-byte aligned), and its G, Δ loaded into registers, during the current chunk's product; each chunk
+// then converts its staged tiles into the bf16 tiles (the thread's own pieces: tile::put_h_staged). Otherwise
+// the tiles are loaded synchronously (tile::load_h); the same bf16 tiles either way. Grid (B H, PT, NT);
+// state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
+template <bool kStaged>
+__global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 blocks per SM (<= 64 registers)
     ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, Sizes s,
                           bool reverse, __nv_bfloat16* out) {
   using L = tile::Mma;
   extern __shared__ __align__(16) char smem_raw[];
   __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* bv = bu + tile::kTileHalves;
+  float* gu = reinterpret_cast<float*>(bv + tile::kTileHalves);  // (kStaged) staged u, v of the next chunk
+  float* gv = gu + tile::kStageFloats;
   __shared__ float w[kL];
   __shared__ float gam;
   const int64_t bh = blockIdx.x, pt = blockIdx.y, nt = blockIdx.z, b = bh / s.H, h = bh % s.H;
   const int64_t g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
   const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
   const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
-  TileInFlight fu, fv;            // chunk q's u, v (fetched during chunk q - 1)
-  double Gi = 0.0, last = 0.0;    // and (threads < kL) its G_i, Γ, Δ_i
+  // Chunk q's token count and the first rows of its u and v tiles.
+  const auto tokens = [&](int64_t q) { return imin(kL, s.T - chunk(q) * kL); };
+  const auto u_at = [&](int64_t q) { return u + (b * s.T + chunk(q) * kL) * u_row + h * s.P + p0; };
+  const auto v_at = [&](int64_t q) { return v + (b * s.T + chunk(q) * kL) * s.W + g * s.N + n0; };
+  double Gi = 0.0, last = 0.0;  // chunk q's G_i, Γ, Δ_i (threads < kL), loaded during chunk q - 1
   float di = 0.0f;
   const auto fetch = [&](int64_t q) {
-    const int64_t c0 = chunk(q) * kL, bhk = bh * s.nc + chunk(q);
-    const int nv = imin(kL, s.T - c0);
-    fu.fetch(u + (b * s.T + c0) * u_row + h * s.P + p0, u_row, nv, np);
-    fv.fetch(v + (b * s.T + c0) * s.W + g * s.N + n0, s.W, nv, nn);
+    if (kStaged) {
+      tile::stage_async(gu, u_at(q), u_row, tokens(q), np);
+      tile::stage_async(gv, v_at(q), s.W, tokens(q), nn);
+      tile::cp_async_commit();
+    }
     if (threadIdx.x < kL) {
+      const int64_t bhk = bh * s.nc + chunk(q);
       Gi = G[bhk * kL + threadIdx.x];
       last = G[bhk * kL + kL - 1];
       di = dt[bhk * kL + threadIdx.x];
@@ -295,14 +284,21 @@ __global__ void __launch_bounds__(kSsdThreads, 2)  // 2 blocks per SM: <= 128 re
       w[threadIdx.x] = reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * di;
       if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
     }
+    if (kStaged) tile::cp_async_wait<0>();  // this chunk's staged tiles (the thread's own pieces)
     __syncthreads();  // w, gam written; the previous chunk's mma (reading bu, bv) is done
-    fu.put(bu, [&](int r) { return w[r]; });
-    fv.put(bv, [](int) { return 1.0f; });
-    if (q + 1 < s.nc - 1) fetch(q + 1);
+    const auto scale = [&](int r) { return w[r]; };
+    if (kStaged) {
+      tile::put_h_staged(bu, gu, tokens(q), scale);
+      tile::put_h_staged(bv, gv, tokens(q));
+    } else {
+      tile::load_h(bu, u_at(q), u_row, tokens(q), np, scale);
+      tile::load_h(bv, v_at(q), s.W, tokens(q), nn);
+    }
     const float e = gam;
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
-    __syncthreads();  // bu, bv complete
+    __syncthreads();  // bu, bv complete; every read of the staging tiles done
+    if (q + 1 < s.nc - 1) fetch(q + 1);
     L::mma<true, false>(bu, bv, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
   }
 }
@@ -652,6 +648,17 @@ constexpr size_t tiles_bytes(int tiles) {
   return sizeof(P) * kTileOf<P> * tiles;
 }
 
+// ssd_state_scan_kernel's launch (arguments as there): staged where every row of u and v is 16-byte aligned.
+void state_scan(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, const Sizes& s,
+                bool reverse, __nv_bfloat16* out, cudaStream_t stream) {
+  // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
+  const bool staged = tile::async_ok_f(u, u_row) && s.P % 4 == 0 && tile::async_ok_f(v, s.W) && s.N % 4 == 0;
+  const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
+  const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
+  kernel<<<grid, kSsdThreads, smem_for(kernel, state_scan_smem(staged)), stream>>>(u, u_row, v, dt, G, s, reverse,
+                                                                                    out);
+}
+
 // Δ, G and the states entering the chunks (forward: from x, B), into sc.states. P = float: the contributions
 // and the scan over them; bf16: the fused state_scan.
 template <typename P>
@@ -666,9 +673,7 @@ void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias,
     LLMT_CUDA_CHECK_LAUNCH();
     ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.states, sc.G, s, false);
   } else {
-    const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-    ssd_state_scan_kernel<<<grid, kSsdThreads, smem_for(ssd_state_scan_kernel, tiles_bytes<P>(2)), stream>>>(
-        xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, false, sc.states);
+    state_scan(xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, false, sc.states, stream);
   }
   LLMT_CUDA_CHECK_LAUNCH();
 }
@@ -684,9 +689,7 @@ void reverse_states(const float* dy, const float* xbc, const Sizes& s, const Scr
     LLMT_CUDA_CHECK_LAUNCH();
     ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.dstates, sc.G, s, true);
   } else {
-    const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-    ssd_state_scan_kernel<<<grid, kSsdThreads, smem_for(ssd_state_scan_kernel, tiles_bytes<P>(2)), stream>>>(
-        dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, true, sc.dstates);
+    state_scan(dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, true, sc.dstates, stream);
   }
   LLMT_CUDA_CHECK_LAUNCH();
 }

@@ -1,9 +1,8 @@
 // The Mamba-3 layer op on the GPU (ops.cuh mamba3_fwd/bwd/decode; layers-ssm-attn.md §4.3–4.6): the scratch, the
 // fixed-order column sums of the parameter gradients, and the order of the phases: prep (mamba3_prep.cu), the
-// chunked core (mamba3_core.cu) or the decode recurrence (mamba3_decode.cu), the gate (mamba3_gate.cu); the
-// backward recomputes the forward first.
-#include <type_traits>
-
+// chunked core (mamba3_core.cu) or the decode recurrence (mamba3_decode.cu), the gate (mamba3_gate.cu). The
+// backward recomputes the prep, and the core's forward unless the forward saved its G, chunk-entering states and
+// y (`saved`, model.mamba3.save_states): then the same kernels' values are read instead of computed twice.
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda {
@@ -12,58 +11,73 @@ namespace {
 using m3::Buffers;
 using m3::Sizes;
 
-// Carves the scratch into buf (256-byte aligned arrays), or only sizes it when base is null.
-size_t carve(const Sizes& s, bool backward, void* base, Buffers* out) {
+// Hands out 256-byte aligned arrays from base (or only counts their bytes when base is null).
+struct Carver {
+  char* base;
   size_t off = 0;
-  auto take = [&](auto*& p, int64_t n) {
-    using T = std::remove_reference_t<decltype(*p)>;
-    if (base != nullptr) p = reinterpret_cast<T*>(static_cast<char*>(base) + off);
+  template <typename T>
+  void take(T*& p, int64_t n) {
+    if (base != nullptr) p = reinterpret_cast<T*>(base + off);
     off += (static_cast<size_t>(n) * sizeof(T) + 255) / 256 * 256;
-  };
+  }
+};
+
+// The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
+// each chunk, y.
+void take_saved(const Sizes& s, Carver& c, Buffers& b) {
+  c.take(b.G, s.B * s.H * s.nc * s.Lc);
+  c.take(b.states, s.B * s.H * s.nc * s.P * s.N);
+  c.take(b.y, s.E * s.R * s.P);
+}
+
+// Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
+// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch.
+size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* base, Buffers* out) {
+  Carver c{static_cast<char*>(base)};
   Buffers b{};
   const int64_t E = s.E, RGN = s.rows * s.R * s.G * s.N, states = s.B * s.H * s.nc * s.P * s.N;
-  for (float** p : {&b.dt, &b.lam, &b.A, &b.clamped, &b.a, &b.gam, &b.eps, &b.sig}) take(*p, E);
-  take(b.dtd, E);
-  take(b.theta, s.rows * s.S);
-  take(b.phi, E * s.S);
-  take(b.nb, RGN);
-  take(b.ncn, RGN);
-  take(b.rb, s.rows * s.R * s.G);
-  take(b.rc, s.rows * s.R * s.G);
-  take(b.q, E * s.R * s.N);
-  take(b.k, E * s.R * s.N);
-  take(b.v, E * s.R * s.P);
-  take(b.y, E * s.R * s.P);
-  take(b.rs, E * s.R);
-  take(b.G, s.B * s.H * s.nc * s.Lc);
-  take(b.states, states);
+  for (float** p : {&b.dt, &b.lam, &b.A, &b.clamped, &b.a, &b.gam, &b.eps, &b.sig}) c.take(*p, E);
+  c.take(b.dtd, E);
+  c.take(b.theta, s.rows * s.S);
+  c.take(b.phi, E * s.S);
+  c.take(b.nb, RGN);
+  c.take(b.ncn, RGN);
+  c.take(b.rb, s.rows * s.R * s.G);
+  c.take(b.rc, s.rows * s.R * s.G);
+  c.take(b.q, E * s.R * s.N);
+  c.take(b.k, E * s.R * s.N);
+  c.take(b.v, E * s.R * s.P);
+  c.take(b.rs, E * s.R);
+  Carver kept{static_cast<char*>(saved_base)};
+  take_saved(s, saved ? kept : c, b);
   if (backward) {
-    for (float** p : {&b.dy, &b.dv, &b.c1, &b.c2}) take(*p, E * s.R * s.P);
-    take(b.dq, E * s.R * s.N);
-    take(b.dk, E * s.R * s.N);
-    for (float** p : {&b.da, &b.dgam, &b.dsig}) take(*p, E);
-    take(b.dstates, states);
-    take(b.dphi, E * s.S);
-    take(b.c3, E * s.P);
-    take(b.cbn, RGN);
-    take(b.ccn, RGN);
-    take(b.dnb, RGN);
-    take(b.dnc, RGN);
-    take(b.mb, 2 * s.rows * s.R * s.G);
-    take(b.gmean, E * s.R);
-    take(b.dDp, s.B * s.H * s.nc);
+    for (float** p : {&b.dy, &b.dv, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
+    c.take(b.dq, E * s.R * s.N);
+    c.take(b.dk, E * s.R * s.N);
+    for (float** p : {&b.da, &b.dgam, &b.dsig}) c.take(*p, E);
+    c.take(b.dstates, states);
+    c.take(b.dphi, E * s.S);
+    c.take(b.c3, E * s.P);
+    c.take(b.cbn, RGN);
+    c.take(b.ccn, RGN);
+    c.take(b.dnb, RGN);
+    c.take(b.dnc, RGN);
+    c.take(b.mb, 2 * s.rows * s.R * s.G);
+    c.take(b.gmean, E * s.R);
+    c.take(b.dDp, s.B * s.H * s.nc);
     const int64_t widest = std::max({s.H * s.R * s.N, s.H * s.R * s.P, s.N, s.H});
-    take(b.partial, m3::kSplits * widest);
+    c.take(b.partial, m3::kSplits * widest);
   }
   if (out != nullptr) *out = b;
-  return off;
+  return c.off;
 }
 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
-// carved into buf for the forward or the backward. Returns false when there is nothing to compute.
+// carved into buf for the forward or the backward (the saved set in `saved` when given). Returns false when there is
+// nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool backward,
-           void* scratch, Sizes& s, Buffers& buf) {
+           const float* saved, void* scratch, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
@@ -75,7 +89,8 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
   check((p.norm != nullptr) == opt.outproj_norm,
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
   if (s.E == 0) return false;
-  carve(s, backward, scratch, &buf);
+  // The saved set is written by the forward only; the backward reads it (Buffers has no const pointers).
+  carve(s, backward, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
   return true;
 }
 
@@ -114,20 +129,27 @@ void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffe
 
 }  // namespace m3
 
-size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&) {
-  return carve(m3::make_sizes(dims), false, nullptr, nullptr);
+size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims) {
+  Buffers b{};
+  Carver c{nullptr};
+  take_saved(m3::make_sizes(dims), c, b);
+  return c.off;
 }
 
-size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&) {
-  return carve(m3::make_sizes(dims), true, nullptr, nullptr);
+size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
+  return carve(m3::make_sizes(dims), false, saved, nullptr, nullptr, nullptr);
+}
+
+size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
+  return carve(m3::make_sizes(dims), true, saved, nullptr, nullptr, nullptr);
 }
 
 void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
-                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, void* scratch,
+                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, float* saved, void* scratch,
                 cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, false, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, false, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
@@ -139,7 +161,7 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
                    void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, false, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, false, nullptr, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
@@ -147,15 +169,15 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
 }
 
 void mamba3_bwd(const float* dout, const float* x, const float* z, const float* bc, const float* raw,
-                const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* dx,
-                float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads, void* scratch,
-                cudaStream_t stream) {
+                const float* saved, const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims,
+                const Mamba3Options& opt, float* dx, float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads,
+                void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, true, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, true, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
-  m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
+  if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
   m3::gate_bwd(dout, z, p, s, opt, buf, dz, grads, stream);
   m3::core_bwd(p.D, s, buf, opt.bf16_products, stream);
   m3::up_bwd(x, p, s, buf, dx, grads, stream);

@@ -31,7 +31,8 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised
 /// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
 /// q, k [E R N]; v, y [E R P]; rs (output-norm reciprocal RMS) [E R]; G (chunk-local cumsum of a, double)
-/// [B H nc Lc]; states (the state entering each chunk) [B H nc P N].
+/// [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states and y (the saved set) lie in the
+/// caller's `saved` memory when mamba3_fwd / mamba3_bwd are given one, else in the scratch.
 /// Backward: dy, dv [E R P]; dq, dk [E R N] (then the un-rotated gradients); da, dgam, dsig [E]; dstates (the
 /// adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then
 /// the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms;

@@ -142,16 +142,19 @@ __device__ __forceinline__ void tile_each(int m0, int n0, int M, int Nn, float (
     }
 }
 
-// The per-token weights of a chunk's state contribution (outer_kernel, state_scan_mma_kernel): scale[i] = f_i σ_i =
-// e^{Γ - G_i} σ_i (to_end, forward) or e^{G_i} (backward), i < k.n. The caller synchronises before reading.
+// The weight of token i in a chunk's state contribution (outer_kernel, state_scan_mma_kernel) from its G_i, the
+// chunk's Γ and σ_i: f_i σ_i = e^{Γ - G_i} σ_i (to_end, forward) or e^{G_i} (backward; σ_i unused).
+__device__ __forceinline__ float outer_weight(double Gi, double gam, float sg, bool to_end) {
+  return to_end ? expf(static_cast<float>(gam - Gi)) * sg : expf(static_cast<float>(Gi));
+}
+
+// scale[i] = outer_weight of token i < k.n of chunk k. The caller synchronises before reading.
 __device__ void outer_weights(const double* G, const float* sig, const Sizes& s, const Chunk& k, bool to_end,
                               float* scale) {
   const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
-  for (int i = threadIdx.x; i < k.n; i += blockDim.x) {
-    const double Gi = G[g0 + i], gam = G[g0 + s.Lc - 1];
-    scale[i] = to_end ? expf(static_cast<float>(gam - Gi)) * sig[(k.b * s.T + k.t0 + i) * s.H + k.h]
-                      : expf(static_cast<float>(Gi));
-  }
+  for (int i = threadIdx.x; i < k.n; i += blockDim.x)
+    scale[i] = outer_weight(G[g0 + i], G[g0 + s.Lc - 1], to_end ? sig[(k.b * s.T + k.t0 + i) * s.H + k.h] : 0.0f,
+                            to_end);
 }
 
 // A chunk's state contribution out[p][n] = Σ_ρ w_i u_ρ[p] w_ρ[n] (u [.., P], w [.., N] in the core layout) into
@@ -522,56 +525,66 @@ __device__ __forceinline__ const float* chunk_row(const float* src, int64_t widt
   return src + (((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + (rho - i * R)) * width;
 }
 
-// 64 rows x 64 columns of a chunk's rows on their way into a bf16 tile, so that the next chunk's loads are in
-// flight during the current chunk's product: fetch loads x = src row ρ, columns c0 .. c0 + 63 (0 for ρ >= nr or
-// c0 + c >= cols; src [B, T, H, R, width], the core layout), put stores bf16(scale[ρ / R] x) (0 for ρ >= nr).
-struct RowsInFlight {
-  static constexpr int kPer = kRows * 64 / tile::kThreads;
-  float x[kPer];
-  int nr;
-  __device__ __forceinline__ void fetch(const float* src, int64_t width, int c0, int cols, const Sizes& s,
-                                        const Chunk& k) {
-    nr = k.nr;
-#pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 6, c = c0 + (idx & 63);
-      x[it] = r < k.nr && c < cols ? chunk_row(src, width, s, k, r)[c] : 0.0f;
-    }
-  }
-  __device__ __forceinline__ void put(__nv_bfloat16* t, const float* scale, int R) const {
-#pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 6;
-      t[r * tile::kLdH + (idx & 63)] = __float2bfloat16_rn(r < nr ? scale[r / R] * x[it] : 0.0f);
-    }
-  }
-};
+// Row ρ = (i, r) of chunk k's rows of src [B, T, H, R, width] (the core layout) from column c0 on, as a function of
+// ρ (one division by R per row; chunk_row's 64-bit products once per chunk).
+__device__ __forceinline__ auto chunk_rows(const float* src, int64_t width, int c0, const Sizes& s, const Chunk& k) {
+  const float* base = chunk_row(src, width, s, k, 0) + c0;
+  const int64_t token = s.H * s.R * width;
+  const int R = static_cast<int>(s.R);
+  return [=](int rho) {
+    const int i = rho / R;
+    return base + i * token + (rho - i * R) * width;
+  };
+}
+
+// Dynamic shared memory of state_scan_mma_kernel: the bf16 operand tiles U, W and (staged) the fp32 staging tiles
+// of a chunk's u and w rows (50 KiB: 4 blocks per SM).
+constexpr size_t state_scan_smem(bool staged) {
+  return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves + (staged ? sizeof(float) * 2 * tile::kStageFloats : 0);
+}
 
 // outer_kernel and scan_kernel in one pass on the tensor cores (bf16 models): the block of one (b, h, P tile,
 // N tile) walks the chunks (backward: from the last) with the running state S (64 x 64 fp32, in registers):
 // out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) bf16(w_ρ)^T (tile::Mma; the weights of
-// outer_weights). to_end (u = v, w = k): out = the states entering the chunks; else (u = dy, w = q): the
-// adjoints of the states leaving them. The next chunk's rows are fetched during the current chunk's product.
-// Grid (B H, P tiles, N tiles) of tile::kThreads; 2 bf16 tiles of dynamic shared memory.
-__global__ void __launch_bounds__(tile::kThreads, 2) state_scan_mma_kernel(const float* u, const float* w,
+// outer_weight). to_end (u = v, w = k): out = the states entering the chunks; else (u = dy, w = q): the
+// adjoints of the states leaving them. The next chunk's rows are copied into fp32 staging tiles by cp.async,
+// and its G_i, Γ, σ_i loaded into registers (thread i), during the current chunk's product; each chunk then
+// converts its staged rows into the bf16 tiles (the thread's own pieces: tile::put_h_staged). Where u or w is not
+// 16-byte aligned row by row (P or N % 4 != 0, or a misaligned pointer) the rows are loaded synchronously
+// (load_tiles_h) instead; the same bf16 tiles either way. Grid (B H, P tiles, N tiles) of tile::kThreads;
+// state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
+template <bool kStaged>
+__global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const float* u, const float* w,
                                                                           const double* G, const float* sig,
                                                                           Sizes s, bool to_end, float* out) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   __nv_bfloat16* U = reinterpret_cast<__nv_bfloat16*>(smem);  // rows ρ, columns p
   __nv_bfloat16* W = U + tile::kTileHalves;                    // rows ρ, columns n
-  __shared__ float scale[kRows], ones[kRows];
+  float* gU = reinterpret_cast<float*>(W + tile::kTileHalves);  // (kStaged) staged u: rows ρ, columns p0 ..
+  float* gW = gU + tile::kStageFloats;                          // (kStaged) staged w: rows ρ, columns n0 ..
+  __shared__ float scale[kRows];
   __shared__ float decay_c;
-  const int64_t b = blockIdx.x / s.H, h = blockIdx.x % s.H;
+  const int H = static_cast<int>(s.H), b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), R = static_cast<int>(s.R);
   const int p0 = 64 * static_cast<int>(blockIdx.y), n0 = 64 * static_cast<int>(blockIdx.z);
   const auto chunk = [&](int64_t q) { return make_chunk(s, b, h, to_end ? q : s.nc - 1 - q); };
-  for (int i = threadIdx.x; i < kRows; i += blockDim.x) ones[i] = 1.0f;
-  RowsInFlight fu, fw;  // chunk q's rows (fetched during chunk q - 1)
-  if (s.nc > 1) {
-    const Chunk k0 = chunk(0);
-    fu.fetch(u, s.P, p0, P, s, k0);
-    fw.fetch(w, s.N, n0, N, s, k0);
-  }
+  double Gi = 0.0, gam = 0.0;  // chunk q's G_i, Γ and (to_end) σ_i, thread i < n (loaded during chunk q - 1)
+  float sg = 0.0f;
+  const auto fetch = [&](const Chunk& k) {
+    if (kStaged) {
+      tile::stage_async(gU, chunk_rows(u, s.P, p0, s, k), k.nr, P - p0);
+      tile::stage_async(gW, chunk_rows(w, s.N, n0, s, k), k.nr, N - n0);
+      tile::cp_async_commit();
+    }
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < k.n) {
+      const int64_t g0 = (k.bh * s.nc + k.c) * s.Lc;
+      Gi = G[g0 + i];
+      gam = G[g0 + s.Lc - 1];
+      if (to_end) sg = sig[(k.b * s.T + k.t0 + i) * s.H + k.h];
+    }
+  };
+  if (s.nc > 1) fetch(chunk(0));
   tile::Acc S;
   S.zero();
   for (int64_t q = 0; q < s.nc; ++q) {
@@ -585,22 +598,25 @@ __global__ void __launch_bounds__(tile::kThreads, 2) state_scan_mma_kernel(const
         if (p < P && n < N) o[p * s.N + n] = S.v[a][j];
       }
     if (q == s.nc - 1) break;  // the state past the last chunk is not needed
-    outer_weights(G, sig, s, k, to_end, scale);
-    if (threadIdx.x == 0) decay_c = expf(static_cast<float>(G[(k.bh * s.nc + k.c) * s.Lc + s.Lc - 1]));
-    __syncthreads();  // scale, decay_c (and ones) written; the previous chunk's product (reading U, W) is done
-    fu.put(U, scale, R);
-    fw.put(W, ones, R);
-    if (q + 1 < s.nc - 1) {
-      const Chunk kn = chunk(q + 1);
-      fu.fetch(u, s.P, p0, P, s, kn);
-      fw.fetch(w, s.N, n0, N, s, kn);
+    if (threadIdx.x < k.n) scale[threadIdx.x] = outer_weight(Gi, gam, sg, to_end);
+    if (threadIdx.x == 0) decay_c = expf(static_cast<float>(gam));
+    if (kStaged) tile::cp_async_wait<0>();  // this chunk's staged rows (the thread's own pieces)
+    __syncthreads();  // scale, decay_c written; the previous chunk's product (reading U, W) is done
+    const auto row_scale = [&](int r) { return scale[r / R]; };
+    if (kStaged) {
+      tile::put_h_staged(U, gU, k.nr, row_scale);
+      tile::put_h_staged(W, gW, k.nr);
+    } else {
+      load_tiles_h(U, 1, 1, k.nr, P - p0, chunk_rows(u, s.P, p0, s, k), row_scale);
+      load_tiles_h(W, 1, 1, k.nr, N - n0, chunk_rows(w, s.N, n0, s, k), [](int) { return 1.0f; });
     }
     const float e = decay_c;
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int j = 0; j < 4; ++j) S.v[a][j] *= e;
-    __syncthreads();  // U, W complete
+    __syncthreads();  // U, W complete; every read of the staging tiles done
+    if (q + 1 < s.nc - 1) fetch(chunk(q + 1));
     tile::Mma::mma<true, false>(U, W, S);  // S[p][n] += Σ_ρ (w_i u_ρ[p]) w_ρ[n]
   }
 }
@@ -1000,8 +1016,10 @@ void chunk_states(const float* u, const float* w, bool to_end, float* out, const
   if (bf16) {
     const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles64(s.P)),
                     static_cast<unsigned>(tiles64(s.N)));
-    state_scan_mma_kernel<<<grid, tile::kThreads, smem_for(state_scan_mma_kernel, 4 * tile::kTileHalves), stream>>>(
-        u, w, buf.G, buf.sig, s, to_end, out);
+    const bool staged = tile::async_ok_f(u, s.P) && tile::async_ok_f(w, s.N);
+    const auto kernel = staged ? state_scan_mma_kernel<true> : state_scan_mma_kernel<false>;
+    kernel<<<grid, tile::kThreads, smem_for(kernel, state_scan_smem(staged)), stream>>>(u, w, buf.G, buf.sig, s, to_end,
+                                                                                       out);
     LLMT_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -25,6 +25,7 @@
 //   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
 //                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
 //                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
+//                             bf16: the next chunk's operands land by cp.async while a chunk runs;
 //   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
 // The backward recomputes coef and the chunk-start states: with the forward's Ṽ saved (save_residuals, mdn.md
 // §7.1: the authors' design, chunk states recomputed, corrected values saved) the scan only advances the states
@@ -32,7 +33,8 @@
 // Both give the same states bit for bit (the same Ṽ bits, the same state-update code). Then
 //   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
 //                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
-//                             and carries (dS, dM) to the chunk start;
+//                             and carries (dS, dM) to the chunk start; bf16: the chunk before's operands land by
+//                             cp.async while a chunk runs;
 //   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
 //                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
 //   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
@@ -418,43 +420,48 @@ __device__ void fill_square(Op<L>* s, int n, F f) {
 /// Key tiles of K.
 __host__ __device__ constexpr int64_t key_tiles(int64_t K) { return (K + kN - 1) / kN; }
 
-constexpr int kScanWork = 5;  // work tiles of a scan
+constexpr int kBscanWork = 5;  // work tiles of the bscan
 
 /// Operand tiles the scans stage the slabs of one key tile into (bf16 copies for tile::Mma; Simt reads the fp32
 /// slabs themselves).
 template <typename L>
 constexpr int stage_tiles() { return std::is_same_v<L, tile::Mma> ? 2 : 0; }
 
-/// Shared bytes of a scan on layout L: the vectors, gl, ul (kChunkVectors * C + 2 C floats), kScanWork work
-/// operand tiles, the stage tiles, and the two fp32 state(-gradient) slabs as 2 key_tiles(K) fp32 tiles.
+/// Shared bytes of a scan on layout L: the vectors, gl, ul (kChunkVectors * C + 2 C floats), `work` work
+/// operand tiles, the stage tiles, the two fp32 state(-gradient) slabs as 2 key_tiles(K) fp32 tiles, and
+/// `staged` fp32 staging tiles (tile::kStageFloats each; cp.async targets).
 template <typename L>
-constexpr size_t scan_bytes(int64_t K, int64_t C) {
+constexpr size_t scan_bytes(int64_t K, int64_t C, int work, int staged) {
   return tile::smem_bytes(2 * static_cast<int>(key_tiles(K)), padded_bytes(kChunkVectors * C + 2 * C)) +
-         (kScanWork + stage_tiles<L>()) * op_bytes<L>();
+         (work + stage_tiles<L>()) * op_bytes<L>() + sizeof(float) * tile::kStageFloats * staged;
 }
 
 // Shared memory of a scan on layout L (scan_bytes<L>): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:]
-// [C]; the work operand tiles w; the fp32 slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of
-// key tile kt at x(kt), Y at y(kt); for tile::Mma the stage tiles hx, hy (bf16 copies of one key tile's slabs,
-// stage()). The slabs stay fp32 on both layouts (the running states are never rounded; only their operand
-// copies are). Constructed by all threads; zeroes the slabs (no barrier).
+// [C]; `work` work operand tiles (contiguous, w(i)); for tile::Mma the stage tiles hx, hy (bf16 copies of one key
+// tile's slabs, stage()); the fp32 slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of key tile
+// kt at x(kt), Y at y(kt); then `staged` contiguous fp32 staging tiles g (the scan's cp.async targets). The slabs
+// stay fp32 on both layouts (the running states are never rounded; only their operand copies are). Constructed by
+// all threads; zeroes the slabs (no barrier).
 template <typename L>
 struct ScanShared {
   ChunkSmem cs;
   float *gl, *ul;
-  Op<L>* w[kScanWork];
+  Op<L>* work;
   Op<L>* stage_t[2];
-  float* slabs;
+  float *slabs, *g;
   int64_t KT;
-  __device__ ScanShared(char* smem, int64_t K, int64_t C) : KT(key_tiles(K)) {
+  __device__ ScanShared(char* smem, int64_t K, int64_t C, int nwork, int staged) : KT(key_tiles(K)) {
     tile::Carve cv{smem};
     gl = carve_vectors(cv.take<float>(kChunkVectors * C + 2 * C), C, cs);
     ul = gl + C;
-    for (Op<L>*& t : w) t = op_tile<L>(cv);
+    work = cv.take<Op<L>>(static_cast<int64_t>(nwork) * kN * op_ld<L>());
     for (int i = 0; i < stage_tiles<L>(); ++i) stage_t[i] = op_tile<L>(cv);
     slabs = cv.take<float>(2 * KT * tile::kTileFloats);
+    g = cv.take<float>(static_cast<int64_t>(staged) * tile::kStageFloats);
     for (int64_t idx = threadIdx.x; idx < 2 * KT * tile::kTileFloats; idx += blockDim.x) slabs[idx] = 0.0f;
   }
+  /// Work tile i (op_bytes<L>() apart: kN op_ld<L>() elements, a multiple of 16 bytes).
+  __device__ Op<L>* w(int64_t i) const { return work + i * kN * op_ld<L>(); }
   __device__ float* x(int64_t kt) const { return slabs + kt * tile::kTileFloats; }
   __device__ float* y(int64_t kt) const { return slabs + (KT + kt) * tile::kTileFloats; }
   /// The operand views of key tile kt's slabs: the fp32 slabs (Simt), or (Mma) bf16 copies that stage(kt) writes
@@ -478,29 +485,33 @@ struct ScanShared {
       }
     }
   }
-  /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K], loaded one key tile
-  /// at a time into the work tile sK): S_0^T k_i, M_0^T k_i forward, dS^T k_r, dM^T k_r backward. Barriers inside.
+  /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K]): S_0^T k_i,
+  /// M_0^T k_i forward, dS^T k_r, dM^T k_r backward. kKeysIn: sK holds all KT key tiles already (op_bytes<L>()
+  /// apart; the first barrier inside orders their writes before the products); else they are loaded one key
+  /// tile at a time into the work tile sK. Barriers inside.
+  template <bool kKeysIn = false>
   __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, Op<L>* sK, tile::Acc& xs,
                                    tile::Acc& xm) const {
-    // Mma: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored and
-    // multiplied; put_h stores what load_op stores.
-    constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;
+    // Mma, loading: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored
+    // and multiplied; put_h stores what load_op stores.
+    constexpr bool kMmaK = std::is_same_v<Op<L>, bf16> && !kKeysIn;
     [[maybe_unused]] tile::HRegs kf;
     if constexpr (kMmaK) {
       if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, a.K, 0), a.H * a.K, n, tile::tile_cols(a.K, 0));
     }
     for (int64_t kt = 0; kt < KT; ++kt) {
+      const Op<L>* kt_tile = kKeysIn ? sK + kt * kN * op_ld<L>() : sK;
       if constexpr (kMmaK) {
         tile::put_h(sK, kf, n, [](int) { return 1.0f; });
         if (kt + 1 < KT)
           tile::fetch_h(kf, ch.in(a, a.k, a.K, (kt + 1) * kN), a.H * a.K, n, tile::tile_cols(a.K, (kt + 1) * kN));
-      } else {
+      } else if constexpr (!kKeysIn) {
         load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
       }
       stage(kt);
       __syncthreads();
-      L::template mma<false, false>(sK, xo(kt), xs);
-      L::template mma<false, false>(sK, yo(kt), xm);
+      L::template mma<false, false>(kt_tile, xo(kt), xs);
+      L::template mma<false, false>(kt_tile, yo(kt), xm);
       __syncthreads();
     }
   }
@@ -546,39 +557,106 @@ dim3 scan_grid(int64_t V, int64_t BH) {
   return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
 }
 
+/// fp32 staging tiles the bscan carves (sh.g): dO when it stages, then Γ and Q K̂^T with stage_e (𝒯 takes the
+/// room of the two bf16 stage tiles, which hold a staging tile).
+constexpr int bscan_staged(bool stage, bool stage_e) { return stage ? (stage_e ? 3 : 1) : 0; }
+static_assert(stage_tiles<tile::Mma>() * op_bytes<tile::Mma>() >= sizeof(float) * tile::kStageFloats,
+              "the bscan's 𝒯 staging tile fits in the stage tiles");
+
+/// Dynamic shared memory a block may have (sm_90; the kernels have no static shared memory).
+constexpr size_t kMaxBlockSmem = 227 * 1024;
+
+/// Key tiles up to which the bf16 scan stages a chunk's k rows (fp32, cp.async) and keeps them as bf16 operand
+/// tiles for the whole chunk: key_dim <= 128 (57.5 KiB per key tile: its two fp32 slab tiles, its bf16 tile and
+/// its fp32 staging tile; the solving scan takes 194.5 KiB at key_dim 128).
+constexpr int64_t kScanStagedKeyTiles = 2;
+
+/// Work tiles of the scan: sA, sB, sT, then sK (all KT key tiles with kStageK, else one).
+constexpr int scan_work(bool stage_k, int64_t KT) { return 3 + static_cast<int>(stage_k ? KT : 1); }
+
+/// fp32 staging tiles of the scan (when it stages): 𝒯 (kSolve), the value rows (v with kSolve, else Ṽ), then the
+/// KT key tiles with kStageK.
+constexpr int scan_staged(bool solve, bool stage_k, int64_t KT) {
+  return (solve ? 2 : 1) + static_cast<int>(stage_k ? KT : 0);
+}
+static_assert(scan_bytes<tile::Mma>(kScanStagedKeyTiles * kN, kMdnMaxChunk, scan_work(true, kScanStagedKeyTiles),
+                                    scan_staged(true, true, kScanStagedKeyTiles)) <= kMaxBlockSmem,
+              "the scan with staged k fits");
+
 // scan kernel on layout L, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk
 // (§6.2), on 64 x 64 shared tiles: store (S_0, M_0); the chunk's Ṽ: with kSolve R_i = v_i - α_i (ᾱ_{i-1} S_0^T
 // k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0) and Ṽ = 𝒯 R (stored to vt_out), else read from vt (the
 // forward's, saved); then per key tile
 // (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
-// Shared: ScanShared<L> with the work tiles sK (the chunk's key rows of one key tile), sA (R, then
-// η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded; kSolve only). Operands of Mma: k, 𝒯, R,
-// S_0, M_0 (stage) and the two scaled Ṽ tiles, each rounded to bf16 where formed; S, M, Ṽ stay fp32.
-template <typename L, bool kSolve>
-__global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a) {
+// Shared: ScanShared<L> with the work tiles sA (R, then η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯,
+// zero padded; kSolve only), sK (the chunk's key rows: one key tile at a time, or with kStageK all KT tiles,
+// converted once per chunk for both uses). Operands of Mma: k, 𝒯, R, S_0, M_0 (stage) and the two scaled Ṽ tiles,
+// each rounded to bf16 where formed; S, M, Ṽ stay fp32.
+// Loads one chunk ahead (Mma, `stage`: the launcher found the staging tiles room in shared memory): the next
+// chunk's 𝒯 (when C and its length are multiples of 4 and the scratch is 16-byte aligned), its v or Ṽ rows (when
+// that tensor is, async_ok_f) and with kStageK (key_dim <= kScanStagedKeyTiles tiles, k aligned) its k rows land
+// by cp.async in the fp32 staging tiles sh.g while this chunk updates the states: issued after the barrier that
+// ends this chunk's reads of them, waited for (cp_async_wait + the barrier) at the next chunk's start, and then
+// converted by put_h_staged (𝒯, k: what fill_square / load_op store) or read as load_acc / the R formation read
+// global memory (v, Ṽ: the same fp32 values). Operands that are not staged are loaded as without staging (k then
+// one key tile ahead in registers, tile::fetch_h). The same bits either way.
+template <typename L, bool kSolve, bool kStageK>
+__global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, bool stage) {
   extern __shared__ __align__(16) char smem[];
   constexpr int kLd = tile::kLd;
+  constexpr bool kMma = std::is_same_v<Op<L>, bf16>;
+  static_assert(kMma || !kStageK, "k staging converts into bf16 tiles");
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanShared<L> sh(smem, K, C);
+  const int64_t KT = key_tiles(K);
+  const bool stg = kMma && stage;
+  const ScanShared<L> sh(smem, K, C, scan_work(kStageK, KT), stg ? scan_staged(kSolve, kStageK, KT) : 0);
   const ChunkSmem& cs = sh.cs;
-  Op<L> *sK = sh.w[0], *sA = sh.w[1], *sB = sh.w[2], *sT = sh.w[3];
-  constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: k through fetch_h / put_h
+  Op<L> *sA = sh.w(0), *sB = sh.w(1), *sT = sh.w(2), *sK = sh.w(3);
+  constexpr bool kFetchK = kMma && !kStageK;  // k through fetch_h / put_h, one key tile ahead
+  // Staging tiles: 𝒯 (kSolve), the value rows, the key tiles.
+  float *gT = sh.g, *gV = sh.g + (kSolve ? tile::kStageFloats : 0), *gK = gV + tile::kStageFloats;
+  const float* vsrc = kSolve ? a.v : a.vt;
+  const bool v_async = stg && tile::async_ok_f(vsrc, V);
+  const bool t_aligned = stg && kSolve && tile::async_ok_f(a.coef, C);
+  const auto t_async = [&](int n) { return t_aligned && n % 4 == 0; };  // (rows of 𝒯 are n floats apart)
+  // The staged operands of chunk c into the staging tiles (cp.async, one group).
+  const auto issue = [&](int64_t c) {
+    const tile::Chunk nx(a, c, bh);
+    if (t_async(nx.n)) tile::stage_async(gT, image_matrix(coef_image(a, bh, c), C, kT), nx.n, nx.n, nx.n);
+    if (v_async) tile::stage_async(gV, nx.in(a, vsrc, V, v0), a.H * V, nx.n, vc);
+    if constexpr (kStageK)
+      for (int64_t kt = 0; kt < KT; ++kt)
+        tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n,
+                          tile::tile_cols(K, kt * kN));
+    tile::cp_async_commit();
+  };
+  if (stg) issue(0);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
     if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, kSolve, false);
-    __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done
+    if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
+    __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done; every
+                      // thread's staged pieces have landed
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.states, bh, chunk));
+    if constexpr (kStageK)  // (the thread's own pieces: its wait suffices)
+      for (int64_t kt = 0; kt < KT; ++kt)
+        tile::put_h_staged(sK + kt * kN * op_ld<L>(), gK + kt * tile::kStageFloats, n);
     tile::Acc xv;
     if constexpr (kSolve) {
       const float* Timg = image_matrix(img, C, kT);
-      fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      if constexpr (kMma) {
+        if (t_async(n)) tile::put_h_staged(sT, gT, n);
+        else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      } else {
+        fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      }
       // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
       tile::Acc xs, xm;
       xs.zero(), xm.zero();
-      sh.keys_times_slabs(a, ch, n, sK, xs, xm);
+      sh.template keys_times_slabs<kStageK>(a, ch, n, sK, xs, xm);
       const float* v = ch.in(a, a.v, V, v0);
       tile::Acc xr;
 #pragma unroll
@@ -589,7 +667,8 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a) 
           float x = 0.0f;
           if (r < n && c < vc) {
             const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
-            x = v[r * a.H * V + c] - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
+            const float vr = v_async ? gV[r * kN + c] : v[r * a.H * V + c];
+            x = vr - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
           }
           xr.v[i][j] = x;
         }
@@ -598,30 +677,37 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a) 
       xv.zero();
       L::template mma<false, false>(sT, sA, xv);
       tile::store_acc<L>(xv, ch.in(a, a.vt_out, V, v0), a.H * V, n, vc, tile::Same{});
+    } else if (v_async) {
+      tile::load_acc<L>(xv, gV, kN, n, vc);
     } else {
       tile::load_acc<L>(xv, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
     }
     if (chunk + 1 == a.NC) break;  // no one reads the final states
-    // Mma: key tile kt's k rows are fetched into registers (tile::fetch_h) one tile ahead, so that their global
+    // kFetchK: key tile kt's k rows are fetched into registers (tile::fetch_h) one tile ahead, so that their global
     // loads are in flight while the block forms the scaled Ṽ tiles and multiplies the previous key tile; put_h
     // then stores what load_op stores.
     [[maybe_unused]] tile::HRegs kf;
-    if constexpr (kMmaK) {
-      if (sh.KT > 0) tile::fetch_h(kf, ch.in(a, a.k, K, 0), a.H * K, n, tile::tile_cols(K, 0));
+    if constexpr (kFetchK) {
+      if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, K, 0), a.H * K, n, tile::tile_cols(K, 0));
     }
-    __syncthreads();  // readers of R (sA; kSolve) are done
+    __syncthreads();  // readers of R (sA; kSolve) and of the staging tiles are done
+    if (stg) issue(chunk + 1);
     put_op<L>(xv, sA, [&](int r, int, float x) { return r < n ? cs.eta[r] * sh.gl[r] * x : 0.0f; });
     put_op<L>(xv, sB, [&](int r, int, float x) { return r < n ? -cs.eta[r] * sh.ul[r] * x : 0.0f; });
     const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
-    for (int64_t kt = 0; kt < sh.KT; ++kt) {
-      if constexpr (kMmaK) {
-        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
-        if (kt + 1 < sh.KT)
-          tile::fetch_h(kf, ch.in(a, a.k, K, (kt + 1) * kN), a.H * K, n, tile::tile_cols(K, (kt + 1) * kN));
-      } else {
-        load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+    if constexpr (kStageK) __syncthreads();  // sA, sB complete (sK holds every key tile since the chunk's start)
+    for (int64_t kt = 0; kt < KT; ++kt) {
+      const Op<L>* kt_tile = kStageK ? sK + kt * kN * op_ld<L>() : sK;
+      if constexpr (!kStageK) {
+        if constexpr (kFetchK) {
+          tile::put_h(sK, kf, n, [](int) { return 1.0f; });
+          if (kt + 1 < KT)
+            tile::fetch_h(kf, ch.in(a, a.k, K, (kt + 1) * kN), a.H * K, n, tile::tile_cols(K, (kt + 1) * kN));
+        } else {
+          load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
+        }
+        __syncthreads();
       }
-      __syncthreads();
       float *Sk = sh.x(kt), *Mk = sh.y(kt);
       tile::Acc ns, nm;
 #pragma unroll
@@ -632,8 +718,8 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a) 
           ns.v[i][j] = aC * Sk[e] - bC * Mk[e];
           nm.v[i][j] = mC * Mk[e];
         }
-      L::template mma<true, false>(sK, sA, ns);
-      L::template mma<true, false>(sK, sB, nm);
+      L::template mma<true, false>(kt_tile, sA, ns);
+      L::template mma<true, false>(kt_tile, sB, nm);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -642,7 +728,7 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a) 
           Sk[e] = ns.v[i][j];
           Mk[e] = nm.v[i][j];
         }
-      __syncthreads();  // readers of sK are done
+      if constexpr (!kStageK) __syncthreads();  // readers of sK are done
     }
   }
 }
@@ -708,28 +794,70 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
 // Shared: ScanShared<L> with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO
 // rows), sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows). Operands of
 // Mma: q, k, E, 𝒯, dO and its scaled copies (scaled in fp32, then rounded), dṼ, the scaled dR, the staged dS, dM.
+// Loads one chunk ahead (Mma, `stage`: key_dim > 0 and the launcher found one fp32 staging tile room in shared
+// memory, three with stage_e): the chunk before's 𝒯 and, with stage_e, Γ and Q K̂^T (when C and its length are
+// multiples of 4 and the scratch is 16-byte aligned), and its dO rows (when d_o is, async_ok_f) land by cp.async
+// in fp32 staging tiles while this chunk updates the carries: 𝒯 in the room of the stage tiles (idle from the
+// update to the next keys_times_slabs), dO, Γ, Q K̂^T in sh.g. Issued after the update's first barrier (every read
+// of the staging tiles is before it), waited for (cp_async_wait + the barrier) at the chunk's start, then
+// converted by put_h_staged (𝒯, dO and both scaled copies of dO) and put_h_staged_product (E = Γ ⊙ Q K̂^T): what
+// fill_square, load_op and put_h store. Operands that are not staged are loaded as without staging. The same bits
+// either way.
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
+__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a, bool stage, bool stage_e) {
   extern __shared__ __align__(16) char smem[];
   constexpr int kLd = tile::kLd;
   const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  const ScanShared<L> sh(smem, K, C);
-  const ChunkSmem& cs = sh.cs;
-  Op<L> *sK = sh.w[0], *sE = sh.w[1], *sT = sh.w[2], *sD = sh.w[3], *sX = sh.w[4];
   constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: q, k, dO through fetch_h / put_h
+  const bool stg = kMmaK && stage, stg_e = stg && stage_e;
+  const ScanShared<L> sh(smem, K, C, kBscanWork, bscan_staged(stg, stg_e));
+  const ChunkSmem& cs = sh.cs;
+  Op<L> *sK = sh.w(0), *sE = sh.w(1), *sT = sh.w(2), *sD = sh.w(3), *sX = sh.w(4);
+  // Staging tiles: 𝒯 in the stage tiles' room; dO, then (stage_e) Γ, Q K̂^T in sh.g.
+  float* gT = stg ? reinterpret_cast<float*>(sh.stage_t[0]) : nullptr;
+  float *gO = sh.g, *gG = gO + tile::kStageFloats, *gQK = gG + tile::kStageFloats;
+  const bool o_async = stg && tile::async_ok_f(a.d_o, V);
+  const bool c_aligned = stg && tile::async_ok_f(a.coef, C);
+  const auto t_async = [&](int n) { return c_aligned && n % 4 == 0; };  // (rows of the matrices are n floats apart)
+  const auto e_async = [&](int n) { return stg_e && t_async(n); };
+  // The staged operands of chunk c into the staging tiles (cp.async, one group).
+  const auto issue = [&](int64_t c) {
+    const tile::Chunk nx(a, c, bh);
+    const float* im = coef_image(a, bh, c);
+    if (t_async(nx.n)) tile::stage_async(gT, image_matrix(im, C, kT), nx.n, nx.n, nx.n);
+    if (e_async(nx.n)) {
+      tile::stage_async(gG, image_matrix(im, C, kG), nx.n, nx.n, nx.n);
+      tile::stage_async(gQK, image_matrix(im, C, kQK), nx.n, nx.n, nx.n);
+    }
+    if (o_async) tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+    tile::cp_async_commit();
+  };
+  if (stg) issue(a.NC - 1);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
     if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, false, true);
-    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done
+    if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
+    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done; every
+                      // thread's staged pieces have landed
     const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
     const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
-    fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
-    fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
     const float* dO = ch.in(a, a.d_o, V, v0);
-    load_op(sD, dO, a.H * V, n, vc);
+    if constexpr (kMmaK) {
+      if (t_async(n)) tile::put_h_staged(sT, gT, n);
+      else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      if (e_async(n)) tile::put_h_staged_product(sE, gG, gQK);
+      else fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+      if (o_async) tile::put_h_staged(sD, gO, n);
+      else load_op(sD, dO, a.H * V, n, vc);
+    } else {
+      fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
+      fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
+      load_op(sD, dO, a.H * V, n, vc);
+    }
     sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.dstates, bh, chunk));
+    if (t_async(n)) __syncthreads();  // every read of 𝒯's staging tile done before stage() writes the stage tiles
     // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
     tile::Acc xs, xm, xe;
     xs.zero(), xm.zero(), xe.zero();
@@ -754,15 +882,20 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
     // Mma: the q and k tiles of the update are fetched into registers (tile::fetch_h) one step ahead (q of key
     // tile 0 here, k of tile kt during the q product of tile kt, q of tile kt + 1 during its k product), so that
     // their global loads are in flight while the block computes; put_h then stores what load_op stores. The dO
-    // rows are fetched once for both scaled copies (load_op = fetch_h + put_h).
+    // rows are fetched once for both scaled copies (load_op = fetch_h + put_h), or read from their staging tile.
     [[maybe_unused]] tile::HRegs kf;
     if constexpr (kMmaK) {
       tile::HRegs df;
-      tile::fetch_h(df, dO, a.H * V, n, vc);
+      if (!o_async) tile::fetch_h(df, dO, a.H * V, n, vc);
       if (sh.KT > 0) tile::fetch_h(kf, ch.in(a, a.q, K, 0), a.H * K, n, tile::tile_cols(K, 0));
       __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
-      tile::put_h(sD, df, n, [&](int r) { return cs.abar[r]; });
-      tile::put_h(sE, df, n, [&](int r) { return -cs.bb[r]; });
+      if (o_async) {
+        tile::put_h_staged(sD, gO, n, [&](int r) { return cs.abar[r]; });
+        tile::put_h_staged(sE, gO, n, [&](int r) { return -cs.bb[r]; });
+      } else {
+        tile::put_h(sD, df, n, [&](int r) { return cs.abar[r]; });
+        tile::put_h(sE, df, n, [&](int r) { return -cs.bb[r]; });
+      }
     } else {
       __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
       load_op(sD, dO, a.H * V, n, vc, [&](int r) { return cs.abar[r]; });
@@ -795,7 +928,8 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
       } else {
         load_op(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
       }
-      __syncthreads();
+      __syncthreads();  // (kt = 0: also every read of the staging tiles is done)
+      if (stg && kt == 0) issue(chunk - 1);
       L::template mma<true, false>(sK, sD, ns);
       L::template mma<true, false>(sK, sE, nm);
       __syncthreads();
@@ -1215,8 +1349,19 @@ void run_coef_scan(const MdnArgs& a, cudaStream_t stream) {
   const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
   tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk, coef_smem<L>(a.C), stream, a);
   if (a.V == 0) return;
-  const auto scan = a.vt_out != nullptr ? mdn_scan_kernel<L, true> : mdn_scan_kernel<L, false>;
-  tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H), scan_bytes<L>(a.K, a.C), stream, a);
+  // Mma: k staged where key_dim <= kScanStagedKeyTiles tiles and k is 16-byte aligned; 𝒯 and the value rows
+  // staged where the staging tiles fit (mdn_scan_kernel checks their alignment itself).
+  constexpr bool kMma = std::is_same_v<L, tile::Mma>;
+  const bool solve = a.vt_out != nullptr;
+  const int64_t KT = key_tiles(a.K);
+  const bool stage_k = kMma && KT <= kScanStagedKeyTiles && tile::async_ok_f(a.k, a.K);
+  const size_t staged = scan_bytes<L>(a.K, a.C, scan_work(stage_k, KT), scan_staged(solve, stage_k, KT));
+  const bool stage = kMma && staged <= kMaxBlockSmem;
+  const bool sk = stage && stage_k;
+  const auto scan = solve ? (sk ? mdn_scan_kernel<L, true, kMma> : mdn_scan_kernel<L, true, false>)
+                          : (sk ? mdn_scan_kernel<L, false, kMma> : mdn_scan_kernel<L, false, false>);
+  tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H),
+               stage ? staged : scan_bytes<L>(a.K, a.C, scan_work(false, KT), 0), stream, a, stage);
 }
 
 /// The products' layout of compute type P (Precision): float -> tile::Simt, __nv_bfloat16 -> tile::Mma.
@@ -1270,9 +1415,17 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   args.deta = deta;
   run_coef_scan<L>(args, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  if (value_dim > 0)
+  if (value_dim > 0) {
+    // Mma: the chunk before's operands staged where their staging tiles fit (𝒯 and dO up to key_dim 256, Γ and
+    // Q K̂^T as well up to key_dim 128; nothing at key_dim 0).
+    const auto bytes = [&](bool stage, bool stage_e) {
+      return scan_bytes<L>(key_dim, chunk_size, kBscanWork, bscan_staged(stage, stage_e));
+    };
+    const bool stage = std::is_same_v<L, tile::Mma> && key_dim > 0 && bytes(true, false) <= kMaxBlockSmem;
+    const bool stage_e = stage && bytes(true, true) <= kMaxBlockSmem;
     tile::launch("mdn chunk", key_dim, mdn_bscan_kernel<L>, scan_grid(value_dim, batch * heads),
-                 scan_bytes<L>(key_dim, chunk_size), stream, args);
+                 bytes(stage, stage_e), stream, args, stage, stage_e);
+  }
   tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
                padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
