@@ -97,18 +97,14 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
   }
 }
 
-// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r and g_r
-// itself in tmp (Γ^ex_r = Γ_r - g_r) from fetch_gates' registers (second half of load_gates).
-__device__ void scan_gates(float g_r, float b_r, double* gam, float* beta, float* tmp) {
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < kN) {
-    tmp[r] = g_r;
-    beta[r] = b_r;
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {  // warp 0: lane l owns rows 2l, 2l + 1; a fixed shuffle scan over the lanes' pairs
+// Γ of the chunk from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle scan
+// over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. Ends with a barrier (Γ visible to the block), which
+// in the Mma scans also orders the previous chunk's state update before what follows (that chunk read Γ only
+// before its own barriers). Lanes of other warps pass anything.
+__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+  if (threadIdx.x < 32) {
     const int l = static_cast<int>(threadIdx.x);
-    const double a0 = tmp[2 * l], pair = a0 + tmp[2 * l + 1];
+    const double a0 = g0, pair = a0 + g1;
     double incl = pair;
     for (int o = 1; o < 32; o <<= 1) {
       const double y = __shfl_up_sync(0xffffffffu, incl, o);
@@ -119,6 +115,20 @@ __device__ void scan_gates(float g_r, float b_r, double* gam, float* beta, float
     gam[2 * l + 1] = incl;
   }
   __syncthreads();
+}
+
+// Γ_r (double, inclusive cumsum of g over the chunk, in a fixed order; rows >= n repeat Γ_{n-1}), β_r and g_r
+// itself in tmp (Γ^ex_r = Γ_r - g_r) from fetch_gates' registers (second half of load_gates): g published to tmp,
+// then scan_gate_pair over its pairs.
+__device__ void scan_gates(float g_r, float b_r, double* gam, float* beta, float* tmp) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < kN) {
+    tmp[r] = g_r;
+    beta[r] = b_r;
+  }
+  __syncthreads();
+  const int l = r & 31;
+  scan_gate_pair(tmp[2 * l], tmp[2 * l + 1], gam);
 }
 
 // Γ_r, β_r (0 for rows >= n) and g_r in tmp for the chunk (fetch_gates, then scan_gates).
@@ -462,25 +472,6 @@ __device__ void fetch_gate_pair(const A& a, const Chunk& ch, float& g0, float& g
     g0 = 2 * l < ch.n ? a.g[ch.gate(a, 2 * l)] : 0.0f;
     g1 = 2 * l + 1 < ch.n ? a.g[ch.gate(a, 2 * l + 1)] : 0.0f;
   }
-}
-
-// Γ as scan_gates (the same sums in the same order) from fetch_gate_pair's registers: one barrier instead of two
-// (no shared g to publish first). Its barrier also orders the previous chunk's state update before what follows;
-// the previous chunk read Γ only before its own barriers.
-__device__ void scan_gate_pair(float g0, float g1, double* gam) {
-  if (threadIdx.x < 32) {
-    const int l = static_cast<int>(threadIdx.x);
-    const double a0 = g0, pair = a0 + g1;
-    double incl = pair;
-    for (int o = 1; o < 32; o <<= 1) {
-      const double y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (l >= o) incl += y;
-    }
-    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
-    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
-    gam[2 * l + 1] = incl;
-  }
-  __syncthreads();
 }
 
 // The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).

@@ -62,8 +62,8 @@ using bf16 = __nv_bfloat16;
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
 /// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out with 8 bytes of
-/// spill since the chunk states it loads are bf16, brow with 144 (186 registers unbounded, one block per SM); two
-/// blocks fit beside their 47 / 57 KiB of shared memory), 1 on tile::Simt.
+/// spill since the chunk states it loads are bf16, brow with 32; two blocks fit beside their 47 KiB of shared
+/// memory), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
 
@@ -965,20 +965,25 @@ struct VRows {
   int rows;
 };
 
-/// x += A1 B1^T, y += A2 B2^T (64 x 64, depth = the V value channels, tiles and channels in order) through the
-/// operand tiles t[0..3] of L. Ends with a barrier.
-template <typename L, typename E1, typename E2, typename E3, typename E4>
-__device__ void products_over_v(int64_t V, const VRows<E1>& a1, const VRows<E2>& b1, const VRows<E3>& a2,
-                                const VRows<E4>& b2, Op<L>* const t[4], tile::Acc& x, tile::Acc& y) {
+/// Products over V (64 x 64, depth = the V value channels, tiles and channels in order) of a pair sharing one
+/// operand U, loaded once per value tile: kSharedLeft: x += U B1^T, y += U B2^T; else x += B1 U^T, y += B2 U^T.
+/// Uses the operand tiles t[0..2] of L (U in t[0]). Ends with a barrier.
+template <bool kSharedLeft, typename L, typename E0, typename E1, typename E2>
+__device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& b1, const VRows<E2>& b2,
+                                Op<L>* const t[3], tile::Acc& x, tile::Acc& y) {
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
-    load_op(t[0], a1.p + v0, a1.stride, a1.rows, vc);
+    load_op(t[0], u.p + v0, u.stride, u.rows, vc);
     load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
-    load_op(t[2], a2.p + v0, a2.stride, a2.rows, vc);
-    load_op(t[3], b2.p + v0, b2.stride, b2.rows, vc);
+    load_op(t[2], b2.p + v0, b2.stride, b2.rows, vc);
     __syncthreads();
-    L::template mma<false, true>(t[0], t[1], x);
-    L::template mma<false, true>(t[2], t[3], y);
+    if constexpr (kSharedLeft) {
+      L::template mma<false, true>(t[0], t[1], x);
+      L::template mma<false, true>(t[0], t[2], y);
+    } else {
+      L::template mma<false, true>(t[1], t[0], x);
+      L::template mma<false, true>(t[2], t[0], y);
+    }
     __syncthreads();
   }
 }
@@ -987,8 +992,10 @@ __device__ void products_over_v(int64_t V, const VRows<E1>& a1, const VRows<E2>&
 // dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
 // dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
 // M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
-// padding. Shared: the chunk's vectors (kChunkVectors * C floats), then 6 operand tiles (Mma: dO, dR, Ṽ, S_0,
-// M_0, dS, dM, q, η k, α k and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32).
+// padding. Each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ), and the
+// key-side sums load η k, q, α k together (one barrier pair). Shared: the chunk's vectors (kChunkVectors * C
+// floats), then 5 operand tiles: 3 work tiles (Mma: dO, dR, Ṽ, S_0, M_0, dS, dM, q, η k, α k) and dEG, dWG, each
+// rounded to bf16 where loaded or formed; the products fp32.
 template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -998,7 +1005,7 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
   tile::Carve cv{smem};
   ChunkSmem cs;
   carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
-  Op<L>* const t[4] = {op_tile<L>(cv), op_tile<L>(cv), op_tile<L>(cv), op_tile<L>(cv)};
+  Op<L>* const t[3] = {op_tile<L>(cv), op_tile<L>(cv), op_tile<L>(cv)};
   Op<L> *sEG = op_tile<L>(cv), *sWG = op_tile<L>(cv);
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float* G = image_matrix(img, C, kG);
@@ -1007,7 +1014,7 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
       VT{ch.in(a, a.vt, V, 0), a.H * V, n};
   tile::Acc x, y;
   x.zero(), y.zero();
-  products_over_v<L>(V, dO, VT, dR, VT, t, x, y);
+  products_over_v<false, L>(V, VT, dO, dR, t, x, y);
   float* dew = dew_pair(a, ch.bh, ch.chunk);
   tile::store_acc<L>(x, dew, kN, kN, kN, tile::Same{});
   tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
@@ -1020,20 +1027,21 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
     const int kc = tile::tile_cols(K, k0);
     const VRows<Op<L>> s{S0 + k0 * V, V, kc}, m{S0 + KV + k0 * V, V, kc}, g{dS + k0 * V, V, kc},
         h{dS + KV + k0 * V, V, kc};
-    const auto pair = [&](RowkSlot p, RowkSlot q, const auto& a1, const auto& b1, const auto& a2, const auto& b2) {
+    const auto pair = [&](RowkSlot p, RowkSlot q, const auto& u, const auto& b1, const auto& b2) {
       x.zero(), y.zero();
-      products_over_v<L>(V, a1, b1, a2, b2, t, x, y);
+      products_over_v<true, L>(V, u, b1, b2, t, x, y);
       tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
       tile::store_acc<L>(y, slot(q) + k0, K, n, kc, tile::Same{});
     };
-    pair(kSdO, kMdO, dO, s, dO, m);
-    pair(kSdR, kMdR, dR, s, dR, m);
-    pair(kGV, kHV, VT, g, VT, h);
+    pair(kSdO, kMdO, dO, s, m);
+    pair(kSdR, kMdR, dR, s, m);
+    pair(kGV, kHV, VT, g, h);
     // dEG K̂, dWG K̂ (K̂ = η k), dEG^T Q + dWG^T P (P = α k), summed over the chunk's rows in order.
     const float *kk = ch.in(a, a.k, K, k0), *qq = ch.in(a, a.q, K, k0);
     x.zero(), y.zero();
     load_op(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
     load_op(t[1], qq, a.H * K, n, kc);
+    load_op(t[2], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
     __syncthreads();
     L::template mma<false, false>(sEG, t[0], x);
     L::template mma<false, false>(sWG, t[0], y);
@@ -1041,10 +1049,7 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
     tile::store_acc<L>(y, slot(kWK) + k0, K, n, kc, tile::Same{});
     x.zero();
     L::template mma<true, false>(sEG, t[1], x);
-    __syncthreads();
-    load_op(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
-    __syncthreads();
-    L::template mma<true, false>(sWG, t[0], x);
+    L::template mma<true, false>(sWG, t[2], x);
     tile::store_acc<L>(x, slot(kKQP) + k0, K, n, kc, tile::Same{});
     __syncthreads();
   }
@@ -1427,7 +1432,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                  bytes(stage, stage_e), stream, args, stage, stage_e);
   }
   tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
-               padded_bytes(kChunkVectors * chunk_size) + 6 * op_bytes<L>(), stream, args);
+               padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), stream, args);
   const int64_t C = chunk_size;
   tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk,
                floats_bytes(bchunk_floats(C)), stream, args);
