@@ -1533,8 +1533,9 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Tc scans take over.
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs ~43 KiB of shared memory per key tile
-// and runs up to key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
+// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs scan_mma_smem (~52 KiB of shared memory
+// per key tile, ~68 KiB with the k staging of key_dim <= 192: 154.5 KiB at key_dim 128, 226.5 at 256) and runs up
+// to key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <bool kComba, typename L, typename E>
 void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
