@@ -3,7 +3,8 @@
 
 Usage: scripts/ncu_line_stalls.py SASS_CSV CUBIN KERNEL [--top N] [--src DIR]
 
-SASS_CSV  the kernel's source page exported by Nsight Compute, one row per SASS instruction:
+SASS_CSV  the kernel's source page exported by Nsight Compute, one row per SASS instruction (where the report
+          holds several launches, the first one's rows are used):
           ncu --section SourceCounters --section WarpStateStats -k regex:KERNEL -c 1 -o rep ./bench ...
           ncu -i rep.ncu-rep --page source --csv --print-source sass > KERNEL.sass.csv
 CUBIN     the cubin of the kernel's .cu file, built with the same nvcc and flags as the profiled binary plus
@@ -99,7 +100,12 @@ def main():
         sys.exit(f"ncu_line_stalls: {args.sass_csv} has no 'Address' header row (not a --page source CSV)")
     hdr = rows[head]
     col = {h: i for i, h in enumerate(hdr)}
-    data = [r for r in rows[head + 1:] if len(r) == len(hdr)]
+    data = []
+    for r in rows[head + 1:]:  # the first profiled launch: its rows end where the next "Kernel Name" row starts
+        if r and r[0] == "Kernel Name":
+            break
+        if len(r) == len(hdr):
+            data.append(r)
     samples = col["Warp Stall Sampling (All Samples)"]
     reasons = [h for h in hdr if h.startswith("stall_") and "(Not Issued)" not in h]
     base = int(data[0][0], 16)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/ncu_line_stalls.py: a hand-written Nsight Compute source-page CSV (4 SASS instructions, 100 samples) and
-# a hand-written `nvdisasm -gi` text of two kernels give the per-line shares counted by hand (an inlined line's
+# a hand-written `nvdisasm -gi` text of two kernels (the CSV holds a second launch, not counted) give the per-line shares counted by hand (an inlined line's
 # samples go to the callee's line as inner and to the kernel body's line as outer), a mismatch count when the CSV
 # is not the disassembled code, and a clear error when the kernel name matches no kernel.
 # Usage: ncu_line_stalls.sh path/to/llmtrain   (the binary is not used; run from the repository root)
@@ -30,6 +30,9 @@ csv() {  # $1: the opcode of the third instruction
 "0x7f0000000010","      LDG.E R2, desc[UR4][R2.64]","10","0","0","10","0"
 "0x7f0000000020","      @!P0  $1 R3, R2, 0x10000, RZ","60","0","60","0","60"
 "0x7f0000000030","      BAR.SYNC.DEFER_BLOCKING 0x0","25","25","0","0","25"
+"Kernel Name","k2()"
+"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_selected","stall_long_sb (Not Issued)"
+"0x7f0000001000","      LDC R1, c[0x0][0x28]","900","0","0","900","0"
 CSV
 }
 csv IMAD.U32 > "$tmp/k.csv"
