@@ -403,7 +403,9 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   float* cprod =  // dcb ∘ CB
       std::is_same_v<P, float> ? reinterpret_cast<float*>(b0) : reinterpret_cast<float*>(mdcb + 4 * kTileOf<P>);
   __shared__ double Gs[kL];
+  __shared__ double zpre[kL], isuf[kL], grs[kL], das[kL];  // tail: Σ_{i<k} Δ_i z_i, Σ_{i>=k} inter_i, ddt_raw_k, da_k
   __shared__ float dts[kL], cross[kL], inter[kL], diag[kL], xv[kL], zz[kL];
+  __shared__ float dtr[kL], hpar[2];  // dt_raw of the chunk's rows; (A_log[h], dt_bias[h])
   __shared__ float red[kL][17];
   const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / (s.H / s.G), bh = b * s.H + h, bhk = bh * s.nc + k, c0 = k * kL;
@@ -413,6 +415,9 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     Gs[tid] = G[bhk * kL + tid];
     dts[tid] = dt[bhk * kL + tid];
   }
+  // The tail's global inputs: loads issued now, stored to dtr / hpar after the CB loop (latency hidden).
+  const float dt_raw_t = tid < nv ? dt_raw[(b * s.T + c0 + tid) * s.H + h] : 0.0f;
+  const float hpar_t = tid == 0 ? A_log[h] : tid == 1 ? dt_bias[h] : 0.0f;
   const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
   const float* xs = row + h * s.P;
   const float* bs = row + s.XD + g * s.N;
@@ -433,6 +438,8 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     L::template mma<false, true>(b0, b1, cb);
     __syncthreads();
   }
+  if (tid < kL) dtr[tid] = dt_raw_t;
+  if (tid < 2) hpar[tid] = hpar_t;
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
     const int np = imin(kL, s.P - p0);
     load_tile(b0, dys + p0, s.XD, nv, np);
@@ -453,12 +460,17 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
       cprod[i * kPad + j] = dcb * cb.v[a][c];
     }
   __syncthreads();
-  // Intra-chunk part of da_k: the entries of dcb ∘ CB with i >= k > j (rows, then columns, in order).
-  if (tid < kL) {
+  // Intra-chunk part of da_k: the entries of dcb ∘ CB with i >= k > j, by the 4 lanes 4k + q of one warp
+  // (balanced: each lane sums rows i = k + q, k + q + 4, ... (columns in order), at most ~280 terms), the
+  // lanes' sums added as (q0 + q1) + (q2 + q3).
+  {
+    const int kk = tid >> 2, q = tid & 3;
     double t = 0.0;
-    for (int i = tid; i < kL; ++i)
-      for (int j = 0; j < tid; ++j) t += cprod[i * kPad + j];
-    cross[tid] = static_cast<float>(t);
+    for (int i = kk + q; i < kL; i += 4)
+      for (int j = 0; j < kk; ++j) t += cprod[i * kPad + j];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    if (q == 0) cross[kk] = static_cast<float>(t);
   }
   __syncthreads();
 
@@ -565,30 +577,63 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   row_sum16<L>(zp, red, zz);
   row_sum16<L>(xvp, red, xv);
 
-  // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in).
+  // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in). Thread tid sums the terms tid + m kSsdThreads in order
+  // of m: in batches of kDot terms whose 2 kDot loads are all issued before the first term is added, then the
+  // remaining (< kDot) terms one by one.
+  constexpr int kDot = 16;
+  const int64_t PN = s.P * s.N;
   double sd = 0.0;
-  for (int64_t e = tid; e < s.P * s.N; e += blockDim.x) sd += static_cast<double>(to_f32(dS[e])) * to_f32(sin[e]);
+  int64_t e = tid;
+  for (; e + (kDot - 1) * kSsdThreads < PN; e += kDot * kSsdThreads) {
+    float u[kDot], w[kDot];
+#pragma unroll
+    for (int q = 0; q < kDot; ++q) {
+      u[q] = to_f32(dS[e + q * kSsdThreads]);
+      w[q] = to_f32(sin[e + q * kSsdThreads]);
+    }
+#pragma unroll
+    for (int q = 0; q < kDot; ++q) sd += static_cast<double>(u[q]) * w[q];
+  }
+#pragma unroll 1
+  for (; e < PN; e += kSsdThreads) sd += static_cast<double>(to_f32(dS[e])) * to_f32(sin[e]);
   sd = block_reduce(sd, SumOp{}, 0.0);
 
+  // da_k = cross_k + Σ_{i<k} Δ_i z_i + e^Γ <dS, S_in> + Σ_{i>=k} inter_i: the two running sums (in order) by
+  // threads 0 and 32 (two warps, concurrently), then da_k and ddt_raw_k by thread k, then the chunk's partials
+  // (rows in descending order) by thread 0.
   if (tid == 0) {
-    const double A = -exp(static_cast<double>(A_log[h])), bias = dt_bias[h];
-    double da[kL], zprefix = 0.0, isuffix = 0.0;
-    const double state = exp(Gs[kL - 1]) * sd;
+    double zprefix = 0.0;
+#pragma unroll 8
     for (int i = 0; i < kL; ++i) {
-      da[i] = static_cast<double>(cross[i]) + zprefix + state;
+      zpre[i] = zprefix;
       zprefix += static_cast<double>(dts[i]) * zz[i];
     }
-    double ddtb = 0.0, dA = 0.0, dD = 0.0;
+  } else if (tid == 32) {
+    double isuffix = 0.0;
+#pragma unroll 8
     for (int i = kL - 1; i >= 0; --i) {
       isuffix += inter[i];
-      da[i] += isuffix;
-      if (i >= nv) continue;
-      const int64_t r = (b * s.T + c0 + i) * s.H + h;
-      const double v = static_cast<double>(dt_raw[r]) + bias;
-      const double gr = (xv[i] + A * da[i]) * (v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v)));
-      ddt_raw[r] = static_cast<float>(gr);
-      ddtb += gr;
-      dA += dts[i] * da[i];
+      isuf[i] = isuffix;
+    }
+  }
+  __syncthreads();
+  if (tid < nv) {
+    const double A = -exp(static_cast<double>(hpar[0])), bias = hpar[1];
+    const double state = exp(Gs[kL - 1]) * sd;
+    const double da = static_cast<double>(cross[tid]) + zpre[tid] + state + isuf[tid];
+    const double v = static_cast<double>(dtr[tid]) + bias;
+    const double gr = (xv[tid] + A * da) * (v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v)));
+    ddt_raw[(b * s.T + c0 + tid) * s.H + h] = static_cast<float>(gr);
+    grs[tid] = gr;
+    das[tid] = da;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double ddtb = 0.0, dA = 0.0, dD = 0.0;
+#pragma unroll 8
+    for (int i = nv - 1; i >= 0; --i) {
+      ddtb += grs[i];
+      dA += dts[i] * das[i];
       dD += diag[i];
     }
     partials[bhk * 3 + 0] = ddtb;
