@@ -426,8 +426,9 @@ TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma sc
 TEST_CASE("cuda delta: GDN and Comba bf16 cores with 3 key tiles and with the Mma scans' synchronous loads",
           "[cuda][delta][gdn][comba]") {
   // K = 136: three key tiles, the forward scan's k staging at its largest (222.5 KiB of shared memory). K = 90,
-  // V = 70: no row of W, k, U, dO 16-byte aligned, every operand the scans copy by cp.async elsewhere is loaded
-  // synchronously. K = 100, V = 72: W synchronous, k, U, dO by cp.async.
+  // V = 70: no row of W, k, U, dO 16-byte aligned, every operand the scans and the backward dqk / wy kernels copy by
+  // cp.async elsewhere is loaded synchronously. K = 100, V = 72: W synchronous, k, U, dO by cp.async; the backward
+  // wy kernel loads its operands synchronously (dW rows not 16-byte aligned).
   check_gdn(1, 200, 2, 136, 128, 64, -0.05, 5260, gdn_core(DType::bf16));
   check_comba(1, 200, 2, 136, 64, 64, -1.0, 5280, DType::bf16);
   check_gdn(2, 130, 1, 90, 70, 64, -1.0, 5300, gdn_core(DType::bf16));

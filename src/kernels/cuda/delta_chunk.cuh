@@ -164,18 +164,18 @@ __device__ __forceinline__ void state_products(const A& a, const Chunk& ch, int6
 
 /// B5, U side of an Mma bwd_wy kernel, over the value tiles: X_U = 𝒯^T dΔ (𝒯 in the bf16 tile hT, dΔ from a.dD),
 /// dV = β X_U into a.dv, dtv += dΔ V^T and db_part[i] += Σ_j X_U ⊙ v at the thread's elements (row Mma::row(i);
-/// v read in fp32 from a.v, as the bf16 operand through hY; dΔ through hZ). Expects hT complete; ends with a barrier.
-template <typename A>
+/// v in fp32 from a.v, as the bf16 operand through hY; dΔ through hZ). operands(v0, vc, vv) brings the value tile
+/// at column v0 (vc columns) in: dΔ into hZ, v into hY and vv (v at the thread's elements, 0 outside ch.n x vc),
+/// ending with a barrier after which hZ and hY are complete. Expects hT complete; ends with a barrier.
+template <typename A, typename Operands>
 __device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
-                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4]) {
+                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4],
+                                          Operands operands) {
   const int64_t V = a.V;
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile_cols(V, v0);
-    load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-    load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
     Acc vv;
-    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();
+    operands(v0, vc, vv);
     Acc xu;
     xu.zero();
     Mma::mma<true, false>(hT, hZ, xu);
@@ -187,6 +187,18 @@ __device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const flo
     store_acc<Mma>(xu, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return beta[r] * y; });
     __syncthreads();
   }
+}
+/// wy_u_side with the operands loaded from global memory in the step (load_h, load_acc).
+template <typename A>
+__device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
+                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4]) {
+  const int64_t V = a.V;
+  wy_u_side(a, ch, beta, hT, hZ, hY, dtv, db_part, [&](int64_t v0, int vc, Acc& vv) {
+    load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+    load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+    __syncthreads();
+  });
 }
 
 /// m = M1 𝒯^T with M1 = 𝒯^T d𝒯 (B7 of an Mma bwd_wy kernel, before dA's sign, mask and factors): d𝒯 (the

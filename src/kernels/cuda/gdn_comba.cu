@@ -1300,6 +1300,10 @@ static_assert(dqk_mma_double(7) && !dqk_mma_double(8), "dqk second set");
 // blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
 // the key tiles, dO Δ^T over the value tiles, dO h^T, Δ dh^T, dΔ h^T over the value tiles); the element-wise
 // terms read q, k in fp32 (from global memory, at the thread's elements) and h, dh as stored (bf16).
+// Load order: g, β are fetched before the q, k tiles of Q K^T (their loads overlap); dO Δ^T is summed during key
+// tile 0's (key tile, value tile) steps from the dO and Δ tiles those steps bring in for dO h^T and Δ dh^T (no
+// loads of its own; dP is formed after that key tile's steps, before its first use); a key tile's fp32 q, k are
+// loaded at the start of its steps, so that their latency is hidden behind them.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1333,20 +1337,22 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
     }
     tile::cp_async_commit();
   };
-  if (async) issue(0, hHDG);  // lands during Q K^T and dO Δ^T (which use other tiles)
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  const double gC = s.gam[ch.n - 1];
+  if (async) issue(0, hHDG);  // lands during Q K^T (which uses other tiles)
+  float g_r = 0.0f, b_r = 0.0f;
+  fetch_gates(a, ch, g_r, b_r);  // in flight with the q, k loads of Q K^T
   Acc qk, dp;
-  dp.zero();
   chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
-  tile::acc_dO_delta(a, ch, hO, hdP, dp);  // dO Δ^T (Δ through hdP: written below, after its last barrier)
+  scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);
+  const double gC = s.gam[ch.n - 1];
+  dp.zero();  // dO Δ^T, summed over the value tiles as key tile 0's steps bring dO and Δ in (hO, hD)
   float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
-  dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
-  tile::store_acc_h(dp, hdP, [](int, int, float x) { return x; });  // (read after the next barrier)
   float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
   for (int kt = 0; kt < nkt; ++kt) {
     const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
+    Acc xq, xk;  // q, k (fp32) at the thread's elements for dqk_store: in flight during the key tile's steps
+    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T (tile::state_products, the next step's h, Δ, dh in flight)
     dqs.zero();
     dks.zero();
@@ -1382,15 +1388,19 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
       Mma::mma<false, true>(hO, hH, dqs);
       Mma::mma<false, true>(hD, hG, dks);
       Mma::mma<false, true>(hE, hH, dws);
+      if (kt == 0) Mma::mma<false, true>(hO, hD, dp);  // dO Δ^T, value tile vt
       for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
         const int r = idx >> 6, c = idx & 63;
         sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
       }
       __syncthreads();
     }
-    Acc dq2, dk2, xq, xk;  // dP K, dP^T Q; q, k (fp32) at the thread's elements
-    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);  // (issued before the two products)
-    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    if (kt == 0) {
+      dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
+      tile::store_acc_h(dp, hdP, tile::Same{});
+      __syncthreads();  // hdP complete
+    }
+    Acc dq2, dk2;  // dP K, dP^T Q
     dq2.zero();
     dk2.zero();
     Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
@@ -1401,13 +1411,22 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   dqk_finish<Mma>(a, ch, s, gC, row_part, col_part, kz, sd);
 }
 
-// Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles.
-constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves;
+// Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles, and three fp32
+// staging tiles for cp.async (16 KiB each; see the kernel): 112 KiB, so that two blocks still fit an SM.
+constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves + 3 * sizeof(float) * tile::kStageFloats;
+static_assert(2 * (kWyMmaSmem + 1024) <= 228 * 1024, "two wy blocks an SM (1 KiB of each block is the system's)");
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as gdn_bwd_wy_kernel: the same products on
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
-// thread's elements (global memory, as the fp32 tiles held them). At most 128 registers: two blocks an SM (16
-// warps to hide its loads' latency; ptxas spills ~100 bytes a thread to fit, against 188 registers and one block).
+// thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
+// loads' latency; ptxas spills some bytes a thread to fit).
+// Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt:
+// key tile kt; dW, x), X K^T (nvt + nkt + kt; x, and k for Comba: after B5, so that its sum is not held in
+// registers through B5), B7 (nvt + 2 nkt + kt; k, x). Where every row is 16-byte aligned, the operands come by
+// cp.async, issued during the step before (the first step's, and 𝒯, at the start): dΔ and k into the staging tile
+// gS, v / x into gX(s) (two, alternating: the U and W steps read them at other threads' elements as well as
+// converting their own pieces), dW (bf16) straight into hdT / hM (free until B6), alternating. Otherwise each step
+// loads its operands (load_h, load_acc). The same bits either way.
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1416,21 +1435,43 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   Small s(cv);
   bf16 *hT = cv.take<bf16>(kTileHalves), *hdT = cv.take<bf16>(kTileHalves), *hM = cv.take<bf16>(kTileHalves),
        *hX = cv.take<bf16>(kTileHalves), *hY = cv.take<bf16>(kTileHalves), *hZ = cv.take<bf16>(kTileHalves);
+  float* gS = cv.take<float>(3 * tile::kStageFloats);
+  const auto gX = [&](int step) { return gS + (1 + (step & 1)) * tile::kStageFloats; };
+  const auto hW = [&](int step) { return step & 1 ? hM : hdT; };
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K;
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
+  const int64_t K = a.K, V = a.V;
+  const int nvt = static_cast<int>((V + kN - 1) / kN), nkt = static_cast<int>((K + kN - 1) / kN);
+  const int w0 = nvt, x0 = nvt + nkt, b0 = nvt + 2 * nkt, nsteps = nvt + 3 * nkt;  // first W, X K^T, B7 step
   const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
-  Acc kk;
-  kk.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // X K^T (GDN: x = k, one tile for both operands)
-    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0));
-    if (kComba) tile::load_h(hY, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
+  const bool staged = tile::async_ok_f(a.Tm, kN) && tile::async_ok_f(a.dD, V) && tile::async_ok_f(a.v, V) &&
+                      tile::async_ok_f(x, K) && tile::async_ok_f(a.k, K) && tile::async_ok_h(a.dW, K);
+  const auto issue = [&](int step) {  // step's operands (see above), one group
+    const bool u = step < w0, w = !u && step < x0;
+    const int64_t c0 = (u ? step : step - (w ? w0 : step < b0 ? x0 : b0)) * kN;  // first value / key column
+    const int cols = tile_cols(u ? V : K, c0);
+    tile::stage_async(gX(step), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K), ch.n, cols);
+    if (w)
+      tile::load_h_async(hW(step), ch.rows(a, a.dW, K, c0), K, ch.n, cols);
+    else if (u || kComba || step >= b0)
+      tile::stage_async(gS, u ? ch.rows(a, a.dD, V, c0) : ch.in(a, a.k, K, c0), u ? V : a.H * K, ch.n, cols);
+    tile::cp_async_commit();
+  };
+  // Start of a staged step: its group landed, the thread's own pieces converted (convert), a barrier (the bf16 tiles
+  // complete; every thread's reads of its own staged pieces and the step before's reads of the other gX done), then
+  // the next step's copies issued.
+  const auto staged_step = [&](int step, auto convert) {
+    tile::cp_async_wait<0>();
+    convert();
     __syncthreads();
-    Mma::mma<false, true>(hX, kComba ? hY : hX, kk);
-    __syncthreads();
+    if (step + 1 < nsteps) issue(step + 1);
+  };
+  if (staged) {
+    tile::stage_async(gX(1), ch.square(a, a.Tm), kN, kN, kN);  // 𝒯 (converted at step 0, before gX(1) is reused)
+    issue(0);
   }
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  if (!staged) tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
   float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
   float ex_part[4] = {0, 0, 0, 0};
@@ -1438,18 +1479,41 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
   dtv.zero();
   dtw.zero();
-  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
-    const int kc = tile_cols(K, k0);
-    tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
-    tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part, [&](int64_t v0, int vc, Acc& vv) {
+    const int vt = static_cast<int>(v0 / kN);
+    if (staged) {
+      staged_step(vt, [&] {
+        if (vt == 0) tile::put_h_staged(hT, gX(1), kN);
+        tile::put_h_staged(hZ, gS, ch.n);
+        tile::put_h_staged(hY, gX(vt), ch.n);
+      });
+      load_acc<Mma>(vv, gX(vt), kN, ch.n, vc);
+    } else {
+      tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+      load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+      __syncthreads();
+    }
+  });
+  for (int kt = 0; kt < nkt; ++kt) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
+    const int64_t k0 = kt * kN;
+    const int kc = tile_cols(K, k0), step = w0 + kt;
+    bf16* hD = staged ? hW(step) : hZ;  // dW
     Acc xv;
-    load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
-    __syncthreads();
+    if (staged) {
+      staged_step(step, [&] { tile::put_h_staged(hX, gX(step), ch.n); });
+      load_acc<Mma>(xv, gX(step), kN, ch.n, kc);
+    } else {
+      tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+      tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+      load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+      __syncthreads();
+    }
     Acc xw;
     xw.zero();
-    Mma::mma<true, false>(hT, hZ, xw);
-    Mma::mma<false, true>(hZ, hX, dtw);
+    Mma::mma<true, false>(hT, hD, xw);
+    Mma::mma<false, true>(hD, hX, dtw);
     float* dxt = ch.in(a, dx, K, k0);
     Acc d;  // dK so far (GDN); Comba writes dP̂ here first
     if (kComba)
@@ -1469,16 +1533,43 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
     store_acc<Mma>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
     __syncthreads();
   }
+  Acc kk;  // X K^T (GDN: x = k, one tile for both operands)
+  kk.zero();
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int64_t k0 = kt * kN;
+    const int kc = tile_cols(K, k0);
+    if (staged) {
+      staged_step(x0 + kt, [&] {
+        tile::put_h_staged(hX, gX(x0 + kt), ch.n);
+        if (kComba) tile::put_h_staged(hY, gS, ch.n);
+      });
+    } else {
+      tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+      if (kComba) tile::load_h(hY, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+      __syncthreads();
+    }
+    Mma::mma<false, true>(hX, kComba ? hY : hX, kk);
+    __syncthreads();
+  }
   wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
   Acc m;
   tile::wy_m1(dtv, hT, hdT, hM, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
   wy_dae<Mma, kComba>(m, kk, s, ch, db_part, row_x, col_part);  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
   tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
+  for (int kt = 0; kt < nkt; ++kt) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
+    const int64_t k0 = kt * kN;
     const int kc = tile_cols(K, k0);
-    tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
-    tile::load_h(hZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, [&](int r) { return s.beta[r]; });
-    __syncthreads();  // (the first pass: hdT too)
+    const auto by_beta = [&](int r) { return s.beta[r]; };
+    if (staged) {  // (the barrier: hdT too, on the first pass)
+      staged_step(b0 + kt, [&] {
+        tile::put_h_staged(hX, gS, ch.n);
+        tile::put_h_staged(hZ, gX(b0 + kt), ch.n, by_beta);
+      });
+    } else {
+      tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+      tile::load_h(hZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, by_beta);
+      __syncthreads();  // (the first pass: hdT too)
+    }
     Acc xr, yc;
     xr.zero();
     yc.zero();
