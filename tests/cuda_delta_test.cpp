@@ -485,6 +485,18 @@ TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K 
   }
 }
 
+TEST_CASE("cuda delta: KDA bf16 core with and without the cp.async staging of wu and the forward scan",
+          "[cuda][delta][kda]") {
+  // K = 90, V = 70: no row of q, k, g, v, W, K^g or e^{Γ_C} 16-byte aligned, so the wu steps and the forward scan
+  // load every tile synchronously. K = 100, V = 72: partial key and value tiles, everything staged. K = 192:
+  // three key tiles, wu staged, the forward scan synchronous (its staging would not fit). B = 2, H = 34, K = V = 128:
+  // 136 scan blocks, more than an H200's 132 SMs, so the launcher runs the scan unstaged (two blocks per SM).
+  check_gdn(2, 130, 1, 90, 70, 64, -1.0, 6400, kda_core(DType::bf16));
+  check_gdn(2, 130, 1, 100, 72, 64, -0.05, 6420, kda_core(DType::bf16));
+  check_gdn(1, 130, 2, 192, 96, 64, -1.0, 6440, kda_core(DType::bf16));
+  check_gdn(2, 70, 34, 128, 128, 64, -1.0, 6460, kda_core(DType::bf16));
+}
+
 TEST_CASE("cuda delta: KDA chunked core, long sequence T = 4096, fp32 and bf16 compute", "[cuda][delta][kda]") {
   check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7000, kda_core(DType::f32));
   check_gdn(1, 4096, 2, 64, 64, 64, -0.05, 7050, kda_core(DType::bf16));

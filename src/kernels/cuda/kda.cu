@@ -132,27 +132,34 @@ __device__ void reverse_cumsum_cols(const float* src, float* dst) {
   __syncthreads();
 }
 
-/// G = Γ_{r, k0 + c}: the chunk-local inclusive cumsum of g over rows, per channel, summed in double (four
-/// threads per channel: 16-row partial sums into `part` [4 x 64], then each part restarts from the total of
-/// the parts before it). Rows >= n repeat Γ_{n-1} = Γ_C; channels past K are 0. stage: a float tile of
-/// scratch (free again on return). Ends with a barrier.
-__device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float* stage, double* part, const Gam& G) {
-  tile::load(stage, ch.in(a, a.g, a.K, k0), a.H * a.K, ch.n, tile_cols(a.K, k0));
-  __syncthreads();
+/// G = Γ: the chunk-local inclusive cumsum over rows, per channel, of the g tile in `stage` (64 x 64 floats, rows
+/// ld apart, 0 outside the chunk's rows and the key tile's channels; written before the caller's last barrier),
+/// summed in double (four threads per channel: 16-row partial sums into `part` [4 x 64], then each part
+/// restarts from the total of the parts before it). Rows >= n repeat Γ_{n-1} = Γ_C; channels past K are 0.
+/// Ends with a barrier.
+__device__ void gamma_cumsum(const float* stage, int ld, double* part, const Gam& G) {
   const int c = static_cast<int>(threadIdx.x & 63), p = static_cast<int>(threadIdx.x >> 6);
   double acc = 0.0;
-  for (int r = 16 * p; r < 16 * p + 16; ++r) acc += stage[r * kLd + c];
+  for (int r = 16 * p; r < 16 * p + 16; ++r) acc += stage[r * ld + c];
   part[p * kN + c] = acc;
   __syncthreads();
   acc = 0.0;
   for (int i = 0; i < p; ++i) acc += part[i * kN + c];
   for (int r = 16 * p; r < 16 * p + 16; ++r) {
-    acc += stage[r * kLd + c];
+    acc += stage[r * ld + c];
     const float hi = static_cast<float>(acc);
     G.hi[r * kLd + c] = hi;
     G.lo[r * kLd + c] = static_cast<float>(acc - hi);
   }
   __syncthreads();
+}
+
+/// G = Γ_{r, k0 + c} of the chunk (gamma_cumsum of g's key tile k0, loaded into stage: a float tile of scratch,
+/// free again on return). Ends with a barrier.
+__device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float* stage, double* part, const Gam& G) {
+  tile::load(stage, ch.in(a, a.g, a.K, k0), a.H * a.K, ch.n, tile_cols(a.K, k0));
+  __syncthreads();
+  gamma_cumsum(stage, kLd, part, G);
 }
 
 // The 16-token sub-chunk reference trick (layers-delta.md §6.3, §7.3). Sub-chunk a holds rows 16a .. 16a + 15;
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
   store_acc<L>(qk, ch.square(a, a.P), kN, kN, kN,  // F5: P (j <= r < n, else 0)
                [&](int r, int c, float x) { return c <= r && r < ch.n ? x : 0.0f; });
   __syncthreads();
-  tile::tril_inverse(sA, sT, ch.n);  // F2
+  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (A's upper triangle is scratch there; A is not read after)
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
     const int kc = tile_cols(K, k0);
@@ -810,10 +817,26 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
     }
 }
 
-// Shared memory of kda_wu_mma_kernel: Small, Γ (two fp32 tiles), fp32 A, 𝒯, q, k tiles, and bf16 tiles: q and k
-// scaled to their sub-chunk starts, and k's 96 left-variant rows.
-constexpr size_t kWuMmaSmem =
-    kSmallBytes + 6 * sizeof(float) * tile::kTileFloats + sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
+// Shared memory of kda_wu_mma_kernel: Small, Γ (two fp32 tiles), fp32 A, 𝒯, q, k tiles, bf16 tiles: q and k
+// scaled to their sub-chunk starts, and k's 96 left-variant rows, and three fp32 staging tiles (cp.async of the
+// next step's g, k, q or v). 188 KiB (one block per SM, as its registers allow).
+constexpr size_t kWuMmaSmem = kSmallBytes + 6 * sizeof(float) * tile::kTileFloats +
+                              sizeof(bf16) * (2 * kTileHalves + 96 * kLdH) + 3 * sizeof(float) * tile::kStageFloats;
+
+/// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
+/// tile::stage_async filled from the same src, rows, cols: s[r][c] = scale(r, c) x for r < rows, c < cols, else
+/// 0 (the elements and arithmetic of load_rc, stage_async's thread -> element map). No barrier.
+template <typename Scale>
+__device__ __forceinline__ void put_rc_staged(float* s, const float* g, int rows, int cols, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 4 / tile::kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 4, c = 4 * (idx & 15);
+    const float4 x4 = *reinterpret_cast<const float4*>(g + r * kN + c);
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[r * kLd + c + e] = r < rows && c + e < cols ? scale(r, c + e) * x[e] : 0.0f;
+  }
+}
 
 /// acc += A B on fragment row mt of the warp's tile::Mma block (rows 16 mt .. 16 mt + 15 of its 32): fa the 16 x 16
 /// op(A) fragment, fb[2 nt], fb[2 nt + 1] the op(B) fragment of columns 8 nt .. 8 nt + 7, nt = 0, 1 (as Mma::mma).
@@ -900,6 +923,11 @@ __device__ void diag_grams(const float* X, const float* Z, const Gam& G, float q
 // P on the tensor cores (bf16 operands scaled to their sub-chunk references, offdiag_gram_mma), the diagonal
 // ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 diag(β) (K ⊙ e^Γ) and U = 𝒯 diag(β) V on the tensor cores
 // (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch.
+// The inputs go through a sequence of steps: j < nkt the A/P key tile j (g, k, q), nkt <= j < 2 nkt F3's key tile
+// j - nkt (g, k), then the value tiles of U (v). Where every row of q, k, g, v is 16-byte aligned (key_dim and
+// value_dim % 4 == 0) the next step's tiles are copied by cp.async into the staging tiles as soon as the step
+// before has read them, and land while it computes; otherwise each step loads its tiles synchronously (tile::load,
+// load_rc, load_h). Same arithmetic either way.
 __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -907,8 +935,38 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   const Gam G{cv.tile(), cv.tile()};
   float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
   bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves), *hZv = cv.take<bf16>(96 * kLdH);
+  float* gS = cv.take<float>(3 * tile::kStageFloats);  // staging: g (or v), k, q of a step
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = 2 * nkt + static_cast<int>((V + kN - 1) / kN);
+  // (Every row of q, k, g starts a multiple of K floats after the tensor's start, of v a multiple of V.)
+  const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K) &&
+                      tile::async_ok_f(a.v, V);
+  const int64_t HK = a.H * K;
+  const auto issue = [&](int j) {  // step j's tiles into the staging tiles, one cp.async group
+    if (j < 2 * nkt) {
+      const int64_t k0 = (j < nkt ? j : j - nkt) * kN;
+      const int kc = tile_cols(K, k0);
+      tile::stage_async(gS, ch.in(a, a.g, K, k0), HK, ch.n, kc);
+      tile::stage_async(gS + tile::kStageFloats, ch.in(a, a.k, K, k0), HK, ch.n, kc);
+      if (j < nkt) tile::stage_async(gS + 2 * tile::kStageFloats, ch.in(a, a.q, K, k0), HK, ch.n, kc);
+    } else {
+      const int64_t v0 = (j - 2 * nkt) * kN;
+      tile::stage_async(gS, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0));
+    }
+    tile::cp_async_commit();
+  };
+  // Γ of key tile k0 from g: staged (the step's copies landed; the barrier publishes them) or loaded.
+  const auto gamma = [&](int64_t k0) {
+    if (staged) {
+      tile::cp_async_wait<0>();
+      __syncthreads();
+      gamma_cumsum(gS, kN, s.part, G);
+    } else {
+      load_gamma(a, ch, k0, sX, s.part, G);
+    }
+  };
+  if (staged) issue(0);
   load_beta(a, ch, s.beta);
   Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
   kk.zero();
@@ -916,9 +974,15 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   float dqk[4] = {0, 0, 0, 0}, dkk[4] = {0, 0, 0, 0};  // diagonal sub-blocks (diag_grams)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier: the last key tile's readers are done)
-    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
-    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    gamma(k0);  // (its first barrier: the last key tile's readers are done)
+    if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
+      put_rc_staged(sX, gS + 2 * tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
+      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
+      issue(static_cast<int>(k0 / kN) + 1);
+    } else {
+      tile::load(sX, ch.in(a, a.q, K, k0), HK, ch.n, kc);
+      tile::load(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc);
+    }
     __syncthreads();
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
       const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
@@ -965,15 +1029,20 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   }
   __syncthreads();
   tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
-  tile::tril_inverse(sA, sT, ch.n);  // F2 (ends with a barrier)
+  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   bf16 *hT = hXr, *hY = hZr;
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, s.part, G);
-    tile::load_rc(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc,
-                  [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); });
+    gamma(k0);
+    const auto scale = [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); };
+    if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
+      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, scale);
+      issue(nkt + static_cast<int>(k0 / kN) + 1);
+    } else {
+      tile::load_rc(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc, scale);
+    }
     __syncthreads();
     tile::load_h(hY, sZ, kLd, kN, kN);
     __syncthreads();
@@ -984,7 +1053,15 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   }
   for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
     __syncthreads();  // the last product's readers of hY are done
-    tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    const auto scale = [&](int r) { return s.beta[r]; };
+    if (staged) {  // the thread's own staged pieces
+      tile::cp_async_wait<0>();
+      tile::put_h_staged(hY, gS, ch.n, scale);
+      const int next = 2 * nkt + static_cast<int>(v0 / kN) + 1;
+      if (next < nsteps) issue(next);
+    } else {
+      tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), scale);
+    }
     __syncthreads();
     Acc acc;
     acc.zero();
@@ -993,18 +1070,30 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   }
 }
 
+// Whether kda_scan_mma_kernel can stage the next chunk's W, K^g (fp32, 32 KiB per key tile) and e^{Γ_C} by
+// cp.async: key_dim <= 128. At three key tiles the staging does not fit beside the rest.
+constexpr bool scan_staged(int nkt) { return nkt <= 2; }
+
 // Shared memory of kda_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
 // key tile, thread-major: read and written only by their owner), its bf16 copy, the chunk's W and K^g tiles
-// (bf16, all key tiles) and Δ (bf16). About 47 KiB per key tile.
-constexpr size_t scan_mma_smem(int nkt) {
-  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1);
+// (bf16, all key tiles) and Δ (bf16); when it stages, the fp32 staging tiles of the next chunk's W and K^g
+// and two buffers of e^{Γ_C}. About 47 KiB per key tile, plus 32.5 KiB per key tile staged (95 KiB at key_dim
+// 128, 160 KiB staged).
+constexpr size_t scan_mma_smem(int nkt, bool stage) {
+  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (3 * nkt + 1) +
+         (stage ? sizeof(float) * (2 * tile::kStageFloats + 2 * kN) * nkt : 0);
 }
 
 // F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as kda_scan_kernel: stores h[n] (the
-// fp32 state entering chunk n) and Δ = U - W h[n] (over U). Per chunk: one wave of loads (all key tiles of W
-// and K^g, rounded to bf16), W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per
-// key tile S = Diag(e^{Γ_C}) S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S).
-__global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a) {
+// fp32 state entering chunk n) and Δ = U - W h[n] (over U). Per chunk: W and K^g of all key tiles into bf16
+// tiles, W S summed over the key tiles in registers, Δ (registers -> bf16 tile), then per key tile
+// S = Diag(e^{Γ_C}) S + (K^g)^T Δ with S fp32 (shared, per thread) and its bf16 copy (the next W S). The next
+// chunk's U is loaded into registers during F7. With stage (launcher: scan_staged) and 16-byte aligned rows of
+// W, K^g, e^{Γ_C} (key_dim % 4 == 0), the next chunk's W and K^g tiles (into fp32 staging tiles; each thread
+// rounds its own staged pieces, the arithmetic of load_h) and e^{Γ_C} (into the other of two buffers) are copied
+// by cp.async while this chunk computes; otherwise W, K^g are loaded synchronously (load_h) and e^{Γ_C} read from
+// global in F7. Same arithmetic either way.
+__global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a, bool stage) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
@@ -1013,39 +1102,80 @@ __global__ void __launch_bounds__(tile::kThreads) kda_scan_mma_kernel(KdaFast a)
   float* S = cv.take<float>(16 * tile::kThreads * nkt);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves);
+  // (stage) W, K^g of key tile kt at staging tiles 2 kt, 2 kt + 1; e^{Γ_C} of chunk c at gC + (c % 2) nkt kN.
+  float* gWK = stage ? cv.take<float>(2 * nkt * tile::kStageFloats) : nullptr;
+  float* gC = stage ? cv.take<float>(2 * nkt * kN) : nullptr;
+  // (Every row of W, K^g and e^{Γ_C} starts a multiple of K floats after the tensor's start.)
+  const bool staged = stage && tile::async_ok_f(a.W, K) && tile::async_ok_f(a.Kg, K) && tile::async_ok_f(a.aC, K);
   const int tid = static_cast<int>(threadIdx.x);
+  // The cp.async operands of chunk c, one group: W, K^g (staging), e^{Γ_C} (channels past K zero-filled).
+  const auto issue = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      tile::stage_async(gWK + 2 * kt * tile::kStageFloats, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+      tile::stage_async(gWK + (2 * kt + 1) * tile::kStageFloats, nx.rows(a, a.Kg, K, kt * kN), K, nx.n, kc);
+    }
+    if (tid < nkt * kN / 4) {
+      const float* src = a.aC + (nx.bh * a.NC + c) * K;
+      const int64_t m = K - 4 * tid < 4 ? (K - 4 * tid > 0 ? K - 4 * tid : 0) : 4;
+      tile::cp_async16(gC + (c & 1) * nkt * kN + 4 * tid, m > 0 ? src + 4 * tid : src, static_cast<int>(4 * m));
+    }
+    tile::cp_async_commit();
+  };
+  // The chunk's W, K^g rows (contiguous) and U columns into L2.
+  const auto prefetch = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+    tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
+    tile::prefetch_l2(nx.rows(a, a.U, V, v0), 4 * V, nx.n, 4 * vc);
+  };
   tile::clear_state(S, hS, nkt);
+  Acc d;  // the chunk's U (loaded a chunk ahead)
+  {
+    const Chunk c0(a, 0, blockIdx.y);
+    load_acc<Mma>(d, c0.rows(a, a.U, V, v0), V, c0.n, vc);
+  }
+  if (staged) issue(0);
+  if (a.NC > 1) prefetch(1);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk + 1 < a.NC) {  // the next chunk's W, K^g rows (contiguous) and U columns into L2
-      const Chunk nx(a, chunk + 1, blockIdx.y);
-      tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
-      tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
-      tile::prefetch_l2(nx.rows(a, a.U, V, v0), 4 * V, nx.n, 4 * vc);
-    }
-    __syncthreads();  // the last chunk's readers of hW, hK, hD and writers of hS are done
+    if (chunk + 2 < a.NC) prefetch(chunk + 2);  // (the next chunk's copies and U loads are issued during this one)
+    if (staged) tile::cp_async_wait<0>();  // this chunk's W, K^g, e^{Γ_C} (the barrier publishes e^{Γ_C})
+    __syncthreads();  // the last chunk's readers of hW, hK, hD, gC and writers of hS are done
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       store_state(S + kt * 16 * tile::kThreads + tid, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n]
-      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-      tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+      if (staged) {  // the thread's own staged pieces
+        tile::put_h_staged(hW + kt * kTileHalves, gWK + 2 * kt * tile::kStageFloats, ch.n);
+        tile::put_h_staged(hK + kt * kTileHalves, gWK + (2 * kt + 1) * tile::kStageFloats, ch.n);
+      } else {
+        tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+        tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+      }
     }
+    // (The staging pieces were read by their own thread above; the other e^{Γ_C} buffer's readers, F7 of the
+    // chunk before, passed the barrier above.)
+    if (staged && chunk + 1 < a.NC) issue(chunk + 1);
     float* U = ch.rows(a, a.U, V, v0);
-    Acc d;
-    load_acc<Mma>(d, U, V, ch.n, vc);
     __syncthreads();
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hW + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
+    if (chunk + 1 < a.NC) {  // the next chunk's U, in flight during F7
+      const Chunk nx(a, chunk + 1, blockIdx.y);
+      load_acc<Mma>(d, nx.rows(a, a.U, V, v0), V, nx.n, vc);
+    }
     __syncthreads();  // hD complete; every read of hS (W S) done
+    const float* aCs = gC + (chunk & 1) * nkt * kN;
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = Diag(e^{Γ_C}) S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
       float* St = S + kt * 16 * tile::kThreads + tid;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float aC = state_decay<Mma>(a, ch, kt * kN, i);
+        const float aC = staged ? aCs[kt * kN + Mma::row(i)] : state_decay<Mma>(a, ch, kt * kN, i);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           float& e = St[(4 * i + j) * tile::kThreads];
@@ -1414,8 +1544,21 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Whether a tile::Mma kernel needing `smem` bytes fits one block (227 KiB); else its fp32 version runs.
 bool fits(size_t smem) { return smem <= 227 * 1024; }
 
+/// The SM count of the device current at the first call (queried once per process).
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    LLMT_CUDA_CHECK(cudaGetDevice(&dev));
+    LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
 // wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: both on tile::Mma (the scan needs
-// 16 + 27 KiB of shared memory per key tile and 9 KiB: key_dim <= 320 there).
+// 16 + 27 KiB of shared memory per key tile and 9 KiB: key_dim <= 320 there). The scan stages its operands
+// (scan_staged: key_dim <= 128) only where its blocks have an SM each anyway (value tiles x heads <= SMs); with
+// more blocks, two unstaged blocks per SM (as their shared memory allows) hide each other's latencies instead.
 template <typename P>
 void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
   using L = Layout;
@@ -1426,8 +1569,9 @@ void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
     launch(kda_wu_mma_kernel, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
   else
     launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
-  if (kBf16<P> && fits(scan_mma_smem(nkt)))
-    launch(kda_scan_mma_kernel, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
+  const bool stage = scan_staged(nkt) && static_cast<int64_t>(nvt) * BH <= sm_count();
+  if (kBf16<P> && fits(scan_mma_smem(nkt, stage)))
+    launch(kda_scan_mma_kernel, dim3(nvt, BH), scan_mma_smem(nkt, stage), stream, a, stage);
   else
     launch(kda_scan_kernel<L>, dim3(nvt, BH), smem_for(2 + nkt, false), stream, a);
 }
