@@ -62,7 +62,7 @@ using bf16 = __nv_bfloat16;
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
 /// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out with 8 bytes of
-/// spill since the chunk states it loads are bf16, brow with 32; two blocks fit beside their 47 KiB of shared
+/// spill since the chunk states it loads are bf16, brow with 20; two blocks fit beside their 47 KiB of shared
 /// memory), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
@@ -967,15 +967,35 @@ struct VRows {
 
 /// Products over V (64 x 64, depth = the V value channels, tiles and channels in order) of a pair sharing one
 /// operand U, loaded once per value tile: kSharedLeft: x += U B1^T, y += U B2^T; else x += B1 U^T, y += B2 U^T.
-/// Uses the operand tiles t[0..2] of L (U in t[0]). Ends with a barrier.
+/// Uses the operand tiles t[0..2] of L (U in t[0]). B1 and B2 rows of bf16 operands (the chunk states on
+/// tile::Mma) are copied by cp.async (tile::load_h_async: the same bits) where every row is 16-byte aligned
+/// (tile::async_ok_h): a value tile's copies are issued before U's loads (for the next tile, right after the
+/// barrier that ends the reads of t[1], t[2]), so both are in flight together; else all three are loaded by
+/// load_op. Ends with a barrier.
 template <bool kSharedLeft, typename L, typename E0, typename E1, typename E2>
 __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& b1, const VRows<E2>& b2,
                                 Op<L>* const t[3], tile::Acc& x, tile::Acc& y) {
+  constexpr bool kCopyB = std::is_same_v<Op<L>, bf16> && std::is_same_v<E1, bf16> && std::is_same_v<E2, bf16>;
+  bool copy_b = false;
+  const auto copy = [&](int64_t v0) {  // B1, B2 of value tile v0 into t[1], t[2] (cp.async, one group)
+    if constexpr (kCopyB) {
+      const int vc = tile::tile_cols(V, v0);
+      tile::load_h_async(t[1], b1.p + v0, b1.stride, b1.rows, vc);
+      tile::load_h_async(t[2], b2.p + v0, b2.stride, b2.rows, vc);
+      tile::cp_async_commit();
+    }
+  };
+  if constexpr (kCopyB) copy_b = tile::async_ok_h(b1.p, b1.stride) && tile::async_ok_h(b2.p, b2.stride);
+  if (copy_b) copy(0);
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
     load_op(t[0], u.p + v0, u.stride, u.rows, vc);
-    load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
-    load_op(t[2], b2.p + v0, b2.stride, b2.rows, vc);
+    if (copy_b) {
+      tile::cp_async_wait<0>();
+    } else {
+      load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
+      load_op(t[2], b2.p + v0, b2.stride, b2.rows, vc);
+    }
     __syncthreads();
     if constexpr (kSharedLeft) {
       L::template mma<false, true>(t[0], t[1], x);
@@ -985,6 +1005,7 @@ __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& 
       L::template mma<false, true>(t[2], t[0], y);
     }
     __syncthreads();
+    if (copy_b && v0 + kN < V) copy(v0 + kN);
   }
 }
 
@@ -992,10 +1013,11 @@ __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& 
 // dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
 // dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
 // M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
-// padding. Each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ), and the
-// key-side sums load η k, q, α k together (one barrier pair). Shared: the chunk's vectors (kChunkVectors * C
-// floats), then 5 operand tiles: 3 work tiles (Mma: dO, dR, Ṽ, S_0, M_0, dS, dM, q, η k, α k) and dEG, dWG, each
-// rounded to bf16 where loaded or formed; the products fp32.
+// padding. Each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ; the bf16
+// chunk states of the rowk pairs by cp.async where aligned, see products_over_v), and the key-side sums load
+// η k, q, α k together (one barrier pair; Mma: k and q read once, into registers). Shared: the chunk's vectors
+// (kChunkVectors * C floats), then 5 operand tiles: 3 work tiles (Mma: dO, dR, Ṽ, S_0, M_0, dS, dM, q, η k, α k)
+// and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32.
 template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -1038,10 +1060,21 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
     pair(kGV, kHV, VT, g, h);
     // dEG K̂, dWG K̂ (K̂ = η k), dEG^T Q + dWG^T P (P = α k), summed over the chunk's rows in order.
     const float *kk = ch.in(a, a.k, K, k0), *qq = ch.in(a, a.q, K, k0);
+    const auto eta = [&](int r) { return cs.eta[r]; };
+    const auto alpha = [&](int r) { return cs.alpha[r]; };
+    if constexpr (std::is_same_v<Op<L>, bf16>) {  // k and q loaded once, all their loads in flight together
+      tile::Frag fk, fq;
+      tile::fetch_h(fk, kk, a.H * K, n, kc);
+      tile::fetch_h(fq, qq, a.H * K, n, kc);
+      tile::put_h(fk, t[0], n, eta);
+      tile::put_h(fq, t[1], n, [](int) { return 1.0f; });
+      tile::put_h(fk, t[2], n, alpha);
+    } else {
+      load_op(t[0], kk, a.H * K, n, kc, eta);
+      load_op(t[1], qq, a.H * K, n, kc);
+      load_op(t[2], kk, a.H * K, n, kc, alpha);
+    }
     x.zero(), y.zero();
-    load_op(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
-    load_op(t[1], qq, a.H * K, n, kc);
-    load_op(t[2], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
     __syncthreads();
     L::template mma<false, false>(sEG, t[0], x);
     L::template mma<false, false>(sWG, t[0], y);
