@@ -370,7 +370,9 @@ TEST_CASE("cuda mdn: bf16 compute at the model's head sizes (K = V = 128; K = 12
 // The bf16 scan stages the next chunk's 𝒯, v (or Ṽ) and, for key_dim <= 128, k rows by cp.async where they are
 // 16-byte aligned; these shapes take its synchronous fallbacks: key and value dims not multiples of 4 (k and v
 // loaded directly, k one key tile ahead in registers), chunk 13 (𝒯 rows not aligned), and with chunk 64 a last
-// chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged).
+// chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged). The same shapes take
+// bchunk's scalar loads (key dims not multiples of 4) and brow's loads of the chunk states without cp.async (value
+// dims not multiples of 8).
 TEST_CASE("cuda mdn: bf16 compute, the scan's synchronous fallbacks (unaligned dims, chunk 13, ragged last chunk)",
           "[cuda][mdn]") {
   check_mdn(8, 100, 3, 30, 50, 13, Regime::normal, 13000, DType::bf16);

@@ -62,7 +62,7 @@ using bf16 = __nv_bfloat16;
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
 /// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out with 8 bytes of
-/// spill since the chunk states it loads are bf16, brow with 32; two blocks fit beside their 47 KiB of shared
+/// spill since the chunk states it loads are bf16, brow with 20; two blocks fit beside their 47 KiB of shared
 /// memory), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
@@ -967,15 +967,35 @@ struct VRows {
 
 /// Products over V (64 x 64, depth = the V value channels, tiles and channels in order) of a pair sharing one
 /// operand U, loaded once per value tile: kSharedLeft: x += U B1^T, y += U B2^T; else x += B1 U^T, y += B2 U^T.
-/// Uses the operand tiles t[0..2] of L (U in t[0]). Ends with a barrier.
+/// Uses the operand tiles t[0..2] of L (U in t[0]). B1 and B2 rows of bf16 operands (the chunk states on
+/// tile::Mma) are copied by cp.async (tile::load_h_async: the same bits) where every row is 16-byte aligned
+/// (tile::async_ok_h): a value tile's copies are issued before U's loads (for the next tile, right after the
+/// barrier that ends the reads of t[1], t[2]), so both are in flight together; else all three are loaded by
+/// load_op. Ends with a barrier.
 template <bool kSharedLeft, typename L, typename E0, typename E1, typename E2>
 __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& b1, const VRows<E2>& b2,
                                 Op<L>* const t[3], tile::Acc& x, tile::Acc& y) {
+  constexpr bool kCopyB = std::is_same_v<Op<L>, bf16> && std::is_same_v<E1, bf16> && std::is_same_v<E2, bf16>;
+  bool copy_b = false;
+  const auto copy = [&](int64_t v0) {  // B1, B2 of value tile v0 into t[1], t[2] (cp.async, one group)
+    if constexpr (kCopyB) {
+      const int vc = tile::tile_cols(V, v0);
+      tile::load_h_async(t[1], b1.p + v0, b1.stride, b1.rows, vc);
+      tile::load_h_async(t[2], b2.p + v0, b2.stride, b2.rows, vc);
+      tile::cp_async_commit();
+    }
+  };
+  if constexpr (kCopyB) copy_b = tile::async_ok_h(b1.p, b1.stride) && tile::async_ok_h(b2.p, b2.stride);
+  if (copy_b) copy(0);
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile::tile_cols(V, v0);
     load_op(t[0], u.p + v0, u.stride, u.rows, vc);
-    load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
-    load_op(t[2], b2.p + v0, b2.stride, b2.rows, vc);
+    if (copy_b) {
+      tile::cp_async_wait<0>();
+    } else {
+      load_op(t[1], b1.p + v0, b1.stride, b1.rows, vc);
+      load_op(t[2], b2.p + v0, b2.stride, b2.rows, vc);
+    }
     __syncthreads();
     if constexpr (kSharedLeft) {
       L::template mma<false, true>(t[0], t[1], x);
@@ -985,6 +1005,7 @@ __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& 
       L::template mma<false, true>(t[2], t[0], y);
     }
     __syncthreads();
+    if (copy_b && v0 + kN < V) copy(v0 + kN);
   }
 }
 
@@ -992,10 +1013,11 @@ __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& 
 // dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
 // dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
 // M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
-// padding. Each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ), and the
-// key-side sums load η k, q, α k together (one barrier pair). Shared: the chunk's vectors (kChunkVectors * C
-// floats), then 5 operand tiles: 3 work tiles (Mma: dO, dR, Ṽ, S_0, M_0, dS, dM, q, η k, α k) and dEG, dWG, each
-// rounded to bf16 where loaded or formed; the products fp32.
+// padding. Each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ; the bf16
+// chunk states of the rowk pairs by cp.async where aligned, see products_over_v), and the key-side sums load
+// η k, q, α k together (one barrier pair; Mma: k and q read once, into registers). Shared: the chunk's vectors
+// (kChunkVectors * C floats), then 5 operand tiles: 3 work tiles (Mma: dO, dR, Ṽ, S_0, M_0, dS, dM, q, η k, α k)
+// and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32.
 template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
@@ -1038,10 +1060,21 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
     pair(kGV, kHV, VT, g, h);
     // dEG K̂, dWG K̂ (K̂ = η k), dEG^T Q + dWG^T P (P = α k), summed over the chunk's rows in order.
     const float *kk = ch.in(a, a.k, K, k0), *qq = ch.in(a, a.q, K, k0);
+    const auto eta = [&](int r) { return cs.eta[r]; };
+    const auto alpha = [&](int r) { return cs.alpha[r]; };
+    if constexpr (std::is_same_v<Op<L>, bf16>) {  // k and q loaded once, all their loads in flight together
+      tile::Frag fk, fq;
+      tile::fetch_h(fk, kk, a.H * K, n, kc);
+      tile::fetch_h(fq, qq, a.H * K, n, kc);
+      tile::put_h(fk, t[0], n, eta);
+      tile::put_h(fq, t[1], n, [](int) { return 1.0f; });
+      tile::put_h(fk, t[2], n, alpha);
+    } else {
+      load_op(t[0], kk, a.H * K, n, kc, eta);
+      load_op(t[1], qq, a.H * K, n, kc);
+      load_op(t[2], kk, a.H * K, n, kc, alpha);
+    }
     x.zero(), y.zero();
-    load_op(t[0], kk, a.H * K, n, kc, [&](int r) { return cs.eta[r]; });
-    load_op(t[1], qq, a.H * K, n, kc);
-    load_op(t[2], kk, a.H * K, n, kc, [&](int r) { return cs.alpha[r]; });
     __syncthreads();
     L::template mma<false, false>(sEG, t[0], x);
     L::template mma<false, false>(sWG, t[0], y);
@@ -1089,26 +1122,44 @@ constexpr int64_t bchunk_floats(int64_t C) {
   return (kChunkVectors + kBwdVectors + kRowDots) * C + C * bchunk_ld(C) + bchunk_region(C);
 }
 
-/// dst[r * ld + c] = src[r * n + c] for r, c < n (block-strided; no barrier).
+/// Elements of each state operand that bchunk's state dots load per thread before their first use.
+constexpr int kDotBatch = 8;
+/// dst[r * ld + c] = src[r * n + c] for r, c < n (no barrier): thread t copies column t % n of rows t / n, + P,
+/// + 2 P, ... (P = blockDim.x / n rows a pass), kCopyBatch rows' loads issued before their stores (unpredicated:
+/// a row past n reads row n - 1 and is not stored).
+constexpr int kCopyBatch = 8;
 __device__ void copy_square(float* dst, const float* src, int n, int ld) {
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) dst[idx / n * ld + idx % n] = src[idx];
+  const int t = static_cast<int>(threadIdx.x), per = static_cast<int>(blockDim.x) / n, c = t % n;
+  if (t >= per * n) return;
+  for (int r0 = t / n; r0 < n; r0 += kCopyBatch * per) {
+    float x[kCopyBatch];
+#pragma unroll
+    for (int j = 0; j < kCopyBatch; ++j) x[j] = src[(r0 + j * per < n ? r0 + j * per : n - 1) * n + c];
+#pragma unroll
+    for (int j = 0; j < kCopyBatch; ++j)
+      if (r0 + j * per < n) dst[(r0 + j * per) * ld + c] = x[j];
+  }
 }
 
-/// A row-major source of staged key columns: element (r, m) at p[r * stride + m].
-struct RowSource {
-  const float* p;
-  int64_t stride;
-};
-
-/// Plane p < kStDKH of `stage` (kColStride floats a row) = key columns k0 .. k0 + kc - 1 of src[p], rows < n
-/// (block-strided, coalesced along the columns; no barrier).
-__device__ void stage_columns(float* stage, int64_t C, const RowSource (&src)[kStDKH], int n, int64_t k0, int kc) {
+/// x[j] = p[j] for j < m (1 .. 4), 0 after: one 16-byte load when vec (p 16-byte aligned, m = 4), else scalar loads.
+__device__ __forceinline__ void load4(float (&x)[4], const float* p, bool vec, int m) {
+  if (vec) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
 #pragma unroll
-  for (int p = 0; p < kStDKH; ++p)
-    for (int e = threadIdx.x; e < n * kc; e += blockDim.x) {
-      const int r = e / kc, c = e % kc;
-      stage[(p * C + r) * kColStride + c] = src[p].p[r * src[p].stride + k0 + c];
-    }
+    for (int j = 0; j < 4; ++j) x[j] = j < m ? p[j] : 0.0f;
+  }
+}
+/// p[j] = x[j] for j < m (1 .. 4): one 16-byte store when vec (p 16-byte aligned, m = 4), else scalar stores.
+__device__ __forceinline__ void store4(float* p, const float (&x)[4], bool vec, int m) {
+  if (vec) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (j < m) p[j] = x[j];
+  }
 }
 
 /// acc += (Σ_c x[c] y[c], Σ_c x[c] z[c]) over c < kc, each in column order (fp32 fma): one step of dot products
@@ -1160,12 +1211,27 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
   copy_floats(cs.la, img, kChunkVectors * C);
   copy_square(cs.LU, image_matrix(img, C, kLU), n, ld);
   // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions; their barriers also publish the copies).
+  // Thread t sums its elements t, t + blockDim.x, ... in that order, loading kDotBatch of them (4 kDotBatch
+  // values) before their first use.
   double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
-  for (int64_t idx = threadIdx.x; idx < KV; idx += blockDim.x) {
-    s_ds += static_cast<double>(to_f32(S0[idx])) * to_f32(dS[idx]);
-    m_ds += static_cast<double>(to_f32(M0[idx])) * to_f32(dS[idx]);
-    m_dm += static_cast<double>(to_f32(M0[idx])) * to_f32(dM[idx]);
+  const auto add = [&](float s, float m, float ds, float dm) {
+    s_ds += static_cast<double>(s) * ds;
+    m_ds += static_cast<double>(m) * ds;
+    m_dm += static_cast<double>(m) * dm;
+  };
+  const int64_t bd = blockDim.x;
+  int64_t i0 = threadIdx.x;
+  for (; i0 + (kDotBatch - 1) * bd < KV; i0 += kDotBatch * bd) {
+    float s[kDotBatch], m[kDotBatch], ds[kDotBatch], dm[kDotBatch];
+#pragma unroll
+    for (int j = 0; j < kDotBatch; ++j) {
+      s[j] = to_f32(S0[i0 + j * bd]), m[j] = to_f32(M0[i0 + j * bd]);
+      ds[j] = to_f32(dS[i0 + j * bd]), dm[j] = to_f32(dM[i0 + j * bd]);
+    }
+#pragma unroll
+    for (int j = 0; j < kDotBatch; ++j) add(s[j], m[j], ds[j], dm[j]);
   }
+  for (; i0 < KV; i0 += bd) add(to_f32(S0[i0]), to_f32(M0[i0]), to_f32(dS[i0]), to_f32(dM[i0]));
   s_ds = block_reduce(s_ds, SumOp{}, 0.0);
   m_ds = block_reduce(m_ds, SumOp{}, 0.0);
   m_dm = block_reduce(m_dm, SumOp{}, 0.0);
@@ -1173,29 +1239,52 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
   // Per key-column step: dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
   // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
   // dk̂_i = Σ_{r>=i} dE_ri Γ_ri q_r + Σ_{r>i} dW_ri Γ_{r-1,i} p_r + Γ_{n,i} dS Ṽ_i - L_U[n,i] dM Ṽ_i
-  // (the sums over j and r from brow: EK, WK, KQP); dk = η dk̂ + α dp (p = α k, k̂ = η k); then thread
-  // t < 4 n continues dot t / n of row t % n (RowDot pairs, then dη = k·dk̂ and k·dp for d log α).
-  const RowSource src[kStDKH] = {{hv.q(c0), a.H * K}, {hv.k(c0), a.H * K}, {slot(kSdO), K}, {slot(kMdO), K},
-                                 {slot(kSdR), K},     {slot(kMdR), K},     {slot(kHV), K},  {slot(kGV), K}};
+  // (the sums over j and r from brow: EK, WK, KQP); dk = η dk̂ + α dp (p = α k, k̂ = η k). Thread t forms these
+  // for row t / 4, columns 4 (t % 4) .. + 3 of the step: it loads all 11 operands of its columns before their
+  // first use (16-byte loads where every row is 16-byte aligned and the step's width is a multiple of 4, else
+  // scalar), writes dq, dk and stages q, k, the rowk slots, dk̂, dp; then thread t < 4 n continues dot t / n of
+  // row t % n (RowDot pairs, then dη = k·dk̂ and k·dp for d log α).
+  static_assert(kColStep == 16 && 4 * kMdnMaxChunk <= tile::kThreads, "bchunk: one 4-column piece a thread");
+  const float* const rowk[kStDKH - kStSdO] = {slot(kSdO), slot(kMdO), slot(kSdR), slot(kMdR), slot(kHV), slot(kGV)};
+  const bool vec_rows = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.rowk, K) &&
+                        tile::async_ok_f(a.dq, K) && tile::async_ok_f(a.dk, K);
+  const int er = static_cast<int>(threadIdx.x) >> 2, ec = 4 * (static_cast<int>(threadIdx.x) & 3);
   const auto plane = [&](int p, int r) { return stage + (p * C + r) * kColStride; };
   const int dot = static_cast<int>(threadIdx.x) / n, row = static_cast<int>(threadIdx.x) % n;
   float2 acc = make_float2(0.0f, 0.0f);
   for (int64_t k0 = 0; k0 < K; k0 += kColStep) {
     const int kc = static_cast<int>(K - k0 < kColStep ? K - k0 : kColStep);
-    stage_columns(stage, C, src, n, k0, kc);
-    __syncthreads();
-    for (int e = threadIdx.x; e < n * kc; e += blockDim.x) {
-      const int i = e / kc, c = e % kc;
-      const int64_t idx = i * K + k0 + c;
-      const float am = i > 0 ? cs.abar[i - 1] : 1.0f, bm = i > 0 ? cs.bb[i - 1] : 0.0f;
-      const float dp = -am * plane(kStSdR, i)[c] + bm * plane(kStMdR, i)[c] + WK[idx];
-      const float dkh =
-          G[last * n + i] * plane(kStGV, i)[c] - cs.LU[last * ld + i] * plane(kStHV, i)[c] + KQP[idx];
-      const int64_t out = hv.tok(c0 + i) * K + k0 + c;
-      a.dq[out] = cs.abar[i] * plane(kStSdO, i)[c] - cs.bb[i] * plane(kStMdO, i)[c] + EK[idx];
-      a.dk[out] = cs.eta[i] * dkh + cs.alpha[i] * dp;
-      plane(kStDKH, i)[c] = dkh;
-      plane(kStDP, i)[c] = dp;
+    const int m = kc - ec < 4 ? kc - ec : 4;
+    if (er < n && m > 0) {
+      const bool vec = vec_rows && kc % 4 == 0;
+      const int64_t idx = er * K + k0 + ec;
+      float x[kStaged][4], wk[4], kqp[4], ek[4], dq[4], dk[4];
+      load4(x[kStQ], hv.q(c0 + er) + k0 + ec, vec, m);
+      load4(x[kStK], hv.k(c0 + er) + k0 + ec, vec, m);
+#pragma unroll
+      for (int p = kStSdO; p < kStDKH; ++p) load4(x[p], rowk[p - kStSdO] + idx, vec, m);
+      load4(wk, WK + idx, vec, m);
+      load4(kqp, KQP + idx, vec, m);
+      load4(ek, EK + idx, vec, m);
+      const float am = er > 0 ? cs.abar[er - 1] : 1.0f, bm = er > 0 ? cs.bb[er - 1] : 0.0f;
+      const float gl = G[last * n + er], ul = cs.LU[last * ld + er];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float dp = -am * x[kStSdR][j] + bm * x[kStMdR][j] + wk[j];
+        const float dkh = gl * x[kStGV][j] - ul * x[kStHV][j] + kqp[j];
+        dq[j] = cs.abar[er] * x[kStSdO][j] - cs.bb[er] * x[kStMdO][j] + ek[j];
+        dk[j] = cs.eta[er] * dkh + cs.alpha[er] * dp;
+        x[kStDKH][j] = dkh;
+        x[kStDP][j] = dp;
+      }
+      const int64_t out = hv.tok(c0 + er) * K + k0 + ec;
+      store4(a.dq + out, dq, vec, m);
+      store4(a.dk + out, dk, vec, m);
+#pragma unroll
+      for (int p = 0; p < kStaged; ++p)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (j < m) plane(p, er)[ec + j] = x[p][j];
     }
     __syncthreads();
     if (dot < 4)
