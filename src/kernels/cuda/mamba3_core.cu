@@ -468,74 +468,104 @@ __device__ __forceinline__ int h_at(int r, int c, int nct) {
   return ((r >> 6) * nct + (c >> 6)) * tile::kTileHalves + (r & 63) * tile::kLdH + (c & 63);
 }
 
-// load_tiles_h when every row is 16-byte aligned and cols % 4 == 0: the same values, read as float4 (kBatch of
-// them in flight per thread, twice the bytes of the scalar loop) and stored as 4 bf16.
-template <typename Row, typename Scale>
-__device__ void load_tiles_h4(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
-  constexpr int kBatch = 4;
-  const int wq = 16 * nct, total = 64 * nrt * wq;  // quads of columns
-  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
-    float4 v[kBatch];
+// load_tiles_h with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
+// takes columns kW (x % (64 / kW)) .. + kW - 1 of every 64-column tile and rows x / (64 / kW) + kStep j of every
+// 64-row tile (the tiles and rows in loops: no division per element), issuing kBatch loads before their stores.
+template <int kW, typename Row, typename Scale>
+__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row,
+                                             Scale scale) {
+  constexpr int kPerRow = 64 / kW, kStep = tile::kThreads / kPerRow, kBatch = kW == 4 ? 4 : 8;
+  static_assert(64 % (kStep * kBatch) == 0, "whole batches per tile");
+  const int x = static_cast<int>(threadIdx.x), c_in = kW * (x % kPerRow), r_in = x / kPerRow;
+  for (int rt = 0; rt < nrt; ++rt)
+    for (int ct = 0; ct < nct; ++ct) {
+      const int c = 64 * ct + c_in;
+      __nv_bfloat16* d = dst + (rt * nct + ct) * tile::kTileHalves + r_in * tile::kLdH + c_in;
+#pragma unroll 1
+      for (int j0 = 0; j0 < 64 / kStep; j0 += kBatch) {
+        float v[kBatch][kW];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wq, c = 4 * (e - r * wq);
-      v[u] = e < total && r < rows && c < cols ? *reinterpret_cast<const float4*>(row(r) + c)
-                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+        for (int u = 0; u < kBatch; ++u) {
+          const int r = 64 * rt + r_in + kStep * (j0 + u);
+          const bool in = r < rows && c < cols;
+          if constexpr (kW == 4) {
+            const float4 t = in ? *reinterpret_cast<const float4*>(row(r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[u][0] = t.x, v[u][1] = t.y, v[u][2] = t.z, v[u][3] = t.w;
+          } else {
+            v[u][0] = in ? row(r)[c] : 0.0f;
+          }
+        }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wq, c = 4 * (e - r * wq);
-      if (e >= total) continue;
-      const float f = r < rows ? scale(r) : 0.0f;
-      __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(dst + h_at(r, c, nct));
-      d[0] = __floats2bfloat162_rn(f * v[u].x, f * v[u].y);
-      d[1] = __floats2bfloat162_rn(f * v[u].z, f * v[u].w);
+        for (int u = 0; u < kBatch; ++u) {
+          const int r = 64 * rt + r_in + kStep * (j0 + u);
+          const float f = r < rows ? scale(r) : 0.0f;
+          __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
+          if constexpr (kW == 4) {
+            reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[u][0], f * v[u][1]);
+            reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[u][2], f * v[u][3]);
+          } else {
+            *o = __float2bfloat16_rn(f * v[u][0]);
+          }
+        }
+      }
     }
-  }
 }
 
 // dst (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row(r)[c]) for r < rows, c < cols, else 0; row(r) is a
 // float pointer with row(r) - row(0) a multiple of cols floats (so every row is 16-byte aligned when row(0) is and
-// cols % 4 == 0: then load_tiles_h4). Each thread issues kBatch loads before its stores. Reached by the whole block.
+// cols % 4 == 0: then float4 loads, else scalar ones). Reached by the whole block of tile::kThreads.
 template <typename Row, typename Scale>
 __device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
   if (cols % 4 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
-    return load_tiles_h4(dst, nrt, nct, rows, cols, row, scale);
-  constexpr int kBatch = 8;
-  const int wc = 64 * nct, total = 64 * nrt * wc;
-  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
-    float v[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
-      v[u] = e < total && r < rows && c < cols ? row(r)[c] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
-      if (e < total) dst[h_at(r, c, nct)] = __float2bfloat16_rn(r < rows ? scale(r) * v[u] : 0.0f);
-    }
+    load_tiles_w<4>(dst, nrt, nct, rows, cols, row, scale);
+  else
+    load_tiles_w<1>(dst, nrt, nct, rows, cols, row, scale);
+}
+
+// Chunk k's rows in the core layout [B, T, H, R, width], R = kR when it is a compile-time constant (1: SISO) or
+// s.R at run time (kR = 0): row ρ = (i, r) = (ρ / R, ρ % R) starts offset(ρ) = (i H R + r) width floats after the
+// chunk's first row, which starts row0 width floats into the tensor (the 64-bit product once per chunk; the
+// offsets within the chunk in 32 bits, which core_check guarantees).
+template <int kR>
+struct ChunkRows {
+  int64_t row0;
+  int R, HR;
+  __device__ ChunkRows(const Sizes& s, const Chunk& k)
+      : row0(((k.b * s.T + k.t0) * s.H + k.h) * s.R),
+        R(kR > 0 ? kR : static_cast<int>(s.R)),
+        HR(static_cast<int>(s.H) * (kR > 0 ? kR : static_cast<int>(s.R))) {}
+  __device__ __forceinline__ int rank() const { return kR > 0 ? kR : R; }
+  __device__ __forceinline__ int token(int rho) const { return rho / rank(); }
+  __device__ __forceinline__ int offset(int rho) const {  // in rows of width floats
+    const int i = token(rho);
+    return i * HR + (rho - i * rank());
   }
-}
+  template <typename T>
+  __device__ __forceinline__ T* base(T* src, int width) const {  // the chunk's first row
+    return src + row0 * width;
+  }
+  // Row ρ from column c0 on, as a function of ρ (load_tiles_h, stage_async).
+  __device__ __forceinline__ auto rows(const float* src, int width, int c0) const {
+    const float* b = base(src, width) + c0;
+    const ChunkRows cr = *this;
+    return [=](int rho) { return b + cr.offset(rho) * width; };
+  }
+};
 
-// Row ρ = (i, r) of the chunk in src [B, T, H, R, width] (the core layout).
-__device__ __forceinline__ const float* chunk_row(const float* src, int64_t width, const Sizes& s, const Chunk& k,
-                                                  int rho) {
-  const int R = static_cast<int>(s.R), i = rho / R;
-  return src + (((k.b * s.T + k.t0 + i) * s.H + k.h) * s.R + (rho - i * R)) * width;
-}
-
-// Row ρ = (i, r) of chunk k's rows of src [B, T, H, R, width] (the core layout) from column c0 on, as a function of
-// ρ (one division by R per row; chunk_row's 64-bit products once per chunk).
-__device__ __forceinline__ auto chunk_rows(const float* src, int64_t width, int c0, const Sizes& s, const Chunk& k) {
-  const float* base = chunk_row(src, width, s, k, 0) + c0;
-  const int64_t token = s.H * s.R * width;
-  const int R = static_cast<int>(s.R);
-  return [=](int rho) {
-    const int i = rho / R;
-    return base + i * token + (rho - i * R) * width;
-  };
-}
+// The rows ρ = Mma::row(a) = (i, r) of a thread's accumulators in chunk rows cr: offset off(a) (ChunkRows, the
+// divisions by R once per thread), token tok(a) = i and whether in(a) (ρ < nr).
+template <int kR>
+struct MmaRows {
+  ChunkRows<kR> cr;
+  int off_[4], nr;
+  __device__ MmaRows(const ChunkRows<kR>& cr_, int nr_) : cr(cr_), nr(nr_) {
+#pragma unroll
+    for (int a = 0; a < 4; ++a) off_[a] = cr.offset(tile::Mma::row(a));
+  }
+  __device__ __forceinline__ int off(int a) const { return off_[a]; }
+  __device__ __forceinline__ int tok(int a) const { return cr.token(tile::Mma::row(a)); }
+  __device__ __forceinline__ bool in(int a) const { return tile::Mma::row(a) < nr; }
+};
 
 // Dynamic shared memory of state_scan_mma_kernel: the bf16 operand tiles U, W and (staged) the fp32 staging tiles
 // of a chunk's u and w rows (50 KiB: 4 blocks per SM).
@@ -572,8 +602,9 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
   float sg = 0.0f;
   const auto fetch = [&](const Chunk& k) {
     if (kStaged) {
-      tile::stage_async(gU, chunk_rows(u, s.P, p0, s, k), k.nr, P - p0);
-      tile::stage_async(gW, chunk_rows(w, s.N, n0, s, k), k.nr, N - n0);
+      const ChunkRows<0> cr(s, k);
+      tile::stage_async(gU, cr.rows(u, P, p0), k.nr, P - p0);
+      tile::stage_async(gW, cr.rows(w, N, n0), k.nr, N - n0);
       tile::cp_async_commit();
     }
     const int i = static_cast<int>(threadIdx.x);
@@ -607,8 +638,9 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
       tile::put_h_staged(U, gU, k.nr, row_scale);
       tile::put_h_staged(W, gW, k.nr);
     } else {
-      load_tiles_h(U, 1, 1, k.nr, P - p0, chunk_rows(u, s.P, p0, s, k), row_scale);
-      load_tiles_h(W, 1, 1, k.nr, N - n0, chunk_rows(w, s.N, n0, s, k), [](int) { return 1.0f; });
+      const ChunkRows<0> cr(s, k);
+      load_tiles_h(U, 1, 1, k.nr, P - p0, cr.rows(u, P, p0), row_scale);
+      load_tiles_h(W, 1, 1, k.nr, N - n0, cr.rows(w, N, n0), [](int) { return 1.0f; });
     }
     const float e = decay_c;
 #pragma unroll
@@ -623,14 +655,16 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
 // + D v_ρ[p] with bf16 q, k, v, S_in and Sc (the masked, scaled scores of fwd_out_kernel, rounded once), fp32
-// sums; D v in fp32. Grid (nc, H, B) of tile::kThreads; dynamic shared memory fwd_out_mma_smem.
-__global__ void __launch_bounds__(tile::kThreads) fwd_out_mma_kernel(const float* q, const float* kk, const float* v,
+// sums; D v in fp32. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
+// tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64, N = 128: three blocks per SM, which
+// __launch_bounds__ states, so that ptxas does not trade spills for a register count the shared memory rules out).
+template <int kR>
+__global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const float* q, const float* kk, const float* v,
                                                                      const float* D, const double* G,
                                                                      const float* sig, const float* gam,
                                                                      const float* states, Sizes s, float* y) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
-  const int R = static_cast<int>(s.R);
   constexpr int kT = tile::kTileHalves;
   tile::Carve cv{reinterpret_cast<char*>(smem)};
   __nv_bfloat16* Q = cv.take<__nv_bfloat16>(nN * kT);        // rows ρ, columns n
@@ -641,13 +675,18 @@ __global__ void __launch_bounds__(tile::kThreads) fwd_out_mma_kernel(const float
   __shared__ double Gs[kRows];
   __shared__ float sg[kRows], gm[kRows];
   const Chunk k = this_chunk(s);
+  const ChunkRows<kR> cr(s, k);
   const float* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
   const auto one = [](int) { return 1.0f; };
   load_scalars(G, sig, gam, s, k, Gs, sg, gm);
-  load_tiles_h(Q, 1, nN, k.nr, N, [&](int rho) { return chunk_row(q, s.N, s, k, rho); }, one);
-  load_tiles_h(K, 1, nN, k.nr, N, [&](int rho) { return chunk_row(kk, s.N, s, k, rho); }, one);
-  load_tiles_h(V, 1, nP, k.nr, P, [&](int rho) { return chunk_row(v, s.P, s, k, rho); }, one);
+#pragma unroll 1
+  for (int o = 0; o < 3; ++o) {  // q, k, v rows into Q, K, V (one copy of the load code)
+    const int cols = o < 2 ? N : P;
+    load_tiles_h(o == 0 ? Q : o == 1 ? K : V, 1, o < 2 ? nN : nP, k.nr, cols,
+                 cr.rows(o == 0 ? q : o == 1 ? kk : v, cols, 0), one);
+  }
   load_tiles_h(Sin, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   {
     tile::Acc acc;
@@ -655,32 +694,34 @@ __global__ void __launch_bounds__(tile::kThreads) fwd_out_mma_kernel(const float
     for (int nt = 0; nt < nN; ++nt) tile::Mma::mma<false, true>(Q + nt * kT, K + nt * kT, acc);
     tile::store_acc_h(acc, Sc, [&](int rho, int rp, float d) {
       if (rho >= k.nr || rp >= k.nr) return 0.0f;
-      const int i = rho / R, j = rp / R;
+      const int i = cr.token(rho), j = cr.token(rp);
       return j < i ? decay(Gs[i], Gs[j]) * sg[j] * d : j == i ? gm[i] * d : 0.0f;
     });
   }
   __syncthreads();
   const float Dh = D[k.h];
+  float ei[4];  // e^{G_i} of the thread's rows (0 past nr)
+#pragma unroll
+  for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
+  const float* vc = cr.base(v, P);
+  float* yc = cr.base(y, P);
   for (int pt = 0; pt < nP; ++pt) {
     tile::Acc acc;
     acc.zero();
     for (int nt = 0; nt < nN; ++nt) tile::Mma::mma<false, true>(Q + nt * kT, Sin + (pt * nN + nt) * kT, acc);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int rho = tile::Mma::row(i);
-      const float ei = rho < k.nr ? expf(static_cast<float>(Gs[rho / R])) : 0.0f;
+    for (int a = 0; a < 4; ++a)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) acc.v[i][j] *= ei;
-    }
+      for (int j = 0; j < 4; ++j) acc.v[a][j] *= ei[a];
     tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int rho = tile::Mma::row(i), p = 64 * pt + tile::Mma::col(j);
-        if (rho >= k.nr || p >= P) continue;
-        const int64_t o = (chunk_row(v, s.P, s, k, rho) - v) + p;
-        y[o] = fmaf(Dh, v[o], acc.v[i][j]);
+        const int p = 64 * pt + tile::Mma::col(j);
+        if (!my.in(a) || p >= P) continue;
+        const int o = my.off(a) * P + p;
+        yc[o] = fmaf(Dh, vc[o], acc.v[a][j]);
       }
   }
 }
@@ -733,25 +774,39 @@ __device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex
   ex1 = ex0 + x0;
 }
 
+// Thread x's elements e = x + kThreads m of a row-major matrix of wc columns as (r, c), walked with one division
+// per thread (next: c + dc < 2 wc, at most one carry into r).
+struct RowWalk {
+  int r, c, dr, dc, wc;
+  __device__ explicit RowWalk(int wc_)
+      : r(static_cast<int>(threadIdx.x) / wc_), c(static_cast<int>(threadIdx.x) - r * wc_),
+        dr(tile::kThreads / wc_), dc(tile::kThreads - dr * wc_), wc(wc_) {}
+  __device__ __forceinline__ void next() {
+    r += dr;
+    c += dc;
+    if (c >= wc) c -= wc, ++r;
+  }
+};
+
 // dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
-// (row stride cols; 0 outside). Returns this thread's Σ src X over the elements it replaced (each thread reads
-// X only where it then writes, so no barrier is needed before). Reached by the whole block.
+// (row stride cols; 0 outside). Returns this thread's Σ src X over the elements it replaced, in element order
+// (each thread reads X only where it then writes, so no barrier is needed before). Reached by the whole block of
+// tile::kThreads.
 __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src) {
   constexpr int kBatch = 8;
   const int wc = 64 * nct, total = 64 * nrt * wc;
   double dot = 0.0;
-  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * blockDim.x) {
+  RowWalk w(wc);
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * tile::kThreads) {
     float v[kBatch];
+    RowWalk l = w;
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
-      v[u] = e < total && r < rows && c < cols ? src[r * cols + c] : 0.0f;
-    }
+    for (int u = 0; u < kBatch; ++u, l.next())
+      v[u] = e0 + u * tile::kThreads < total && l.r < rows && l.c < cols ? src[l.r * cols + l.c] : 0.0f;
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * static_cast<int>(blockDim.x), r = e / wc, c = e - r * wc;
-      if (e >= total) continue;
-      __nv_bfloat16& x = dst[h_at(r, c, nct)];
+    for (int u = 0; u < kBatch; ++u, w.next()) {
+      if (e0 + u * tile::kThreads >= total) continue;
+      __nv_bfloat16& x = dst[h_at(w.r, w.c, nct)];
       dot += static_cast<double>(v[u]) * __bfloat162float(x);
       x = __float2bfloat16_rn(v[u]);
     }
@@ -768,14 +823,14 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
 // scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for dq
 // and inter, then dS for dk, dv). Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
-// dynamic shared memory bwd_mma_smem.
+// dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows).
+template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const float* q, const float* kk, const float* v, const float* dy, const float* D, const double* G,
     const float* sig, const float* gam, const float* states, const float* dstates, Sizes s, float* dq, float* dk,
     float* dv, float* da, float* dgam, float* dsig, double* dDp) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
-  const int R = static_cast<int>(s.R);
   constexpr int kT = tile::kTileHalves;
   using tile::Mma;
   tile::Carve cv{reinterpret_cast<char*>(smem)};
@@ -793,6 +848,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   __shared__ double Gs[kRows];
   __shared__ float sg[kRows], gm[kRows], eg[kRows], fe[kRows];  // σ, γ, e^{G_i}, f_i = e^{Γ - G_i}
   const Chunk k = this_chunk(s);
+  const ChunkRows<kR> cr(s, k);
   const int64_t base = k.bh * s.nc + k.c;
   const float* sin = states + base * s.P * s.N;
   const float* dS = dstates + base * s.P * s.N;
@@ -802,11 +858,14 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     eg[i] = expf(static_cast<float>(Gs[i]));
     fe[i] = expf(static_cast<float>(G[base * s.Lc + s.Lc - 1] - Gs[i]));
   }
-  load_tiles_h(Q, 1, nN, k.nr, N, [&](int rho) { return chunk_row(q, s.N, s, k, rho); }, one);
-  load_tiles_h(K, 1, nN, k.nr, N, [&](int rho) { return chunk_row(kk, s.N, s, k, rho); }, one);
-  load_tiles_h(V, 1, nP, k.nr, P, [&](int rho) { return chunk_row(v, s.P, s, k, rho); }, one);
-  load_tiles_h(DY, 1, nP, k.nr, P, [&](int rho) { return chunk_row(dy, s.P, s, k, rho); }, one);
+#pragma unroll 1
+  for (int o = 0; o < 4; ++o) {  // q, k, v, dy rows into Q, K, V, DY (one copy of the load code)
+    const int cols = o < 2 ? N : P;
+    load_tiles_h(o == 0 ? Q : o == 1 ? K : o == 2 ? V : DY, 1, o < 2 ? nN : nP, k.nr, cols,
+                 cr.rows(o == 0 ? q : o == 1 ? kk : o == 2 ? v : dy, cols, 0), one);
+  }
   load_tiles_h(S, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
   {
@@ -820,16 +879,16 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int rho = Mma::row(a), rp = Mma::col(c), i = rho / R, j = rp / R;
+        const int rp = Mma::col(c), i = my.tok(a), j = cr.token(rp);
         const float qk = sqk.v[a][c], dv_ = sdv.v[a][c];
         float adq = 0.0f, bdv = 0.0f;
-        if (rho < k.nr && rp < k.nr && j < i) {
+        if (my.in(a) && rp < k.nr && j < i) {
           const float E = decay(Gs[i], Gs[j]), y = dv_ * E * qk;
           adq = dv_ * E * sg[j];
           bdv = sg[j] * qk * E;
           coly[c] += y;
           roww[a] += static_cast<double>(sg[j]) * y;
-        } else if (rho < k.nr && j == i) {
+        } else if (my.in(a) && j == i) {
           adq = gm[i] * dv_;
           bdv = gm[i] * qk;
           diag[a] += dv_ * qk;
@@ -845,28 +904,25 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     put_col_parts(coly, red[kColY]);
   }
   __syncthreads();
-  auto at = [&](int rho, int64_t width) {  // offset of row ρ in the core layout
-    return (((k.b * s.T + k.t0 + rho / R) * s.H + k.h) * s.R + rho % R) * width;
-  };
   auto scale_rows = [&](tile::Acc& acc, const float* w) {  // acc row ρ *= w[i] (0 past nr)
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-      const int rho = Mma::row(a);
-      const float x = rho < k.nr ? w[rho / R] : 0.0f;
+      const float x = my.in(a) ? w[my.tok(a)] : 0.0f;
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
   };
   auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
+    float* oc = cr.base(out, width);
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int rho = Mma::row(a), col = c0 + Mma::col(c);
-        if (rho < k.nr && col < width) out[at(rho, width) + col] = acc.v[a][c];
+        const int col = c0 + Mma::col(c);
+        if (my.in(a) && col < width) oc[my.off(a) * width + col] = acc.v[a][c];
       }
   };
-  // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] per P tile.
+  // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] and v·dy (fp32 v, dy) per P tile.
   for (int nt = 0; nt < nN; ++nt) {
     tile::Acc acc;
     acc.zero();
@@ -876,7 +932,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     store_rows(acc, 64 * nt, N, dq);
   }
   {
-    double inter[4] = {};
+    const float* vc = cr.base(v, P);
+    const float* dyc = cr.base(dy, P);
+    double inter[4] = {}, vdy[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
       tile::Acc acc;
       acc.zero();
@@ -885,11 +943,17 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const int rho = Mma::row(a), p = 64 * pt + Mma::col(c);
-          if (rho < k.nr && p < P) inter[a] += dy[at(rho, s.P) + p] * acc.v[a][c];
+          const int p = 64 * pt + Mma::col(c);
+          if (my.in(a) && p < P) {
+            const int o = my.off(a) * P + p;
+            const float dyo = dyc[o];
+            inter[a] += dyo * acc.v[a][c];
+            vdy[a] += static_cast<double>(vc[o]) * dyo;
+          }
         }
     }
     put_row_parts(inter, red[kInter]);
+    put_row_parts(vdy, red[kVdy]);
   }
   __syncthreads();  // S_in's readers are done
   double sd = swap_tiles_dot(S, nP, nN, P, N, dS);
@@ -901,35 +965,31 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(V + pt * kT, S + (pt * nN + nt) * kT, acc);
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-      const int rho = Mma::row(a);
-      const float x = rho < k.nr ? sg[rho / R] * fe[rho / R] : 0.0f;
+      const float x = my.in(a) ? sg[my.tok(a)] * fe[my.tok(a)] : 0.0f;
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
     Mma::mma<true, false>(Adq, Q + nt * kT, acc);
     store_rows(acc, 64 * nt, N, dk);
   }
-  // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] and v·dy (fp32 v, dy).
+  // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] (fp32 v).
   {
     const float Dh = D[k.h];
-    double z[4] = {}, vdy[4] = {};
+    const float* vc = cr.base(v, P);  // the chunk's v, dy, dv rows
+    const float* dyc = cr.base(dy, P);
+    float* dvc = cr.base(dv, P);
+    double z[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(K + nt * kT, S + (pt * nN + nt) * kT, acc);
 #pragma unroll
       for (int a = 0; a < 4; ++a) {
-        const int rho = Mma::row(a);
-        const float x = rho < k.nr ? sg[rho / R] * fe[rho / R] : 0.0f;
+        const float x = my.in(a) ? sg[my.tok(a)] * fe[my.tok(a)] : 0.0f;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int p = 64 * pt + Mma::col(c);
-          if (rho < k.nr && p < P) {
-            const int64_t o = at(rho, s.P) + p;
-            const float vo = v[o];
-            z[a] += vo * acc.v[a][c];
-            vdy[a] += static_cast<double>(vo) * dy[o];
-          }
+          if (my.in(a) && p < P) z[a] += vc[my.off(a) * P + p] * acc.v[a][c];
           acc.v[a][c] *= x;
         }
       }
@@ -938,22 +998,25 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const int rho = Mma::row(a), p = 64 * pt + Mma::col(c);
-          if (rho >= k.nr || p >= P) continue;
-          const int64_t o = at(rho, s.P) + p;
-          dv[o] = fmaf(Dh, dy[o], acc.v[a][c]);
+          const int p = 64 * pt + Mma::col(c);
+          if (!my.in(a) || p >= P) continue;
+          const int o = my.off(a) * P + p;
+          dvc[o] = fmaf(Dh, dyc[o], acc.v[a][c]);
         }
     }
     put_row_parts(z, red[kZ]);
-    put_row_parts(vdy, red[kVdy]);
   }
   __syncthreads();
   if (threadIdx.x >= 32) return;
   // Warp 0: the per-token sums (lane l: tokens 2l, 2l + 1), then da by one scan.
-  const int lane = static_cast<int>(threadIdx.x);
-  auto row_sum = [&](int q, int t) {  // Σ over token t's rows of part q (4 warp entries per row; 2 for kColY)
+  const int lane = static_cast<int>(threadIdx.x), R = cr.rank();
+  // Σ over token t's rows of part q (4 warp entries per row; 2 for kColY): fixed loop bounds (R = 1 in the SISO
+  // kernel), the rank loop not unrolled (small R otherwise).
+  auto row_sum = [&](int q, int t) {
     double acc = 0.0;
+#pragma unroll 1
     for (int r = 0; r < R; ++r)
+#pragma unroll
       for (int w = 0; w < (q == kColY ? 2 : 4); ++w) acc += red[q][w * kRows + t * R + r];
     return acc;
   };
@@ -1054,32 +1117,40 @@ void core_check(const Sizes& s, bool bf16) {
         "device has {}",
         need, s.P, s.N, optin);
   check(s.R <= kRows, "mamba3 (cuda): mimo_rank {} exceeds {}", s.R, kRows);
+  // ChunkRows' 32-bit offsets: a chunk's rows span Lc H R rows of up to max(P, N) floats.
+  check(s.Lc * s.H * s.R * std::max(s.P, s.N) <= 2147483647LL,
+        "mamba3 (cuda): a chunk spans more than 2^31 elements (heads {} rank {} head_dim {} d_state {})", s.H, s.R,
+        s.P, s.N);
   check(s.H <= 65535 && s.B <= 65535 && s.nc <= 2147483647LL && s.B * s.H <= 2147483647LL,
         "mamba3 (cuda): grid too large (B {} H {} T {})", s.B, s.H, s.T);
 }
 
 void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   forward_states(s, buf, bf16, stream);
-  if (bf16)
-    fwd_out_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(fwd_out_mma_kernel, fwd_out_mma_smem(s)), stream>>>(
+  if (bf16) {
+    const auto kernel = s.R == 1 ? fwd_out_mma_kernel<1> : fwd_out_mma_kernel<0>;
+    kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, fwd_out_mma_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
-  else
+  } else {
     fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
+  }
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
   chunk_states(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
-  if (bf16)
-    bwd_chunk_mma_kernel<<<chunk_grid(s), tile::kThreads, smem_for(bwd_chunk_mma_kernel, bwd_mma_smem(s)), stream>>>(
+  if (bf16) {
+    const auto kernel = s.R == 1 ? bwd_chunk_mma_kernel<1> : bwd_chunk_mma_kernel<0>;
+    kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
         buf.da, buf.dgam, buf.dsig, buf.dDp);
-  else
+  } else {
     bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
         buf.da, buf.dgam, buf.dsig, buf.dDp);
+  }
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
