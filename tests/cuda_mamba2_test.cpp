@@ -234,7 +234,9 @@ TEST_CASE("cuda mamba2: SSD forward and backward, small shapes, mild and strong 
   // T around the kernel's 64-token chunks and the layer's chunk_size (not multiples of either);
   // P, N below, at and across the 64-wide tiles; G = 1, 2 and H (one head per group). (bf16: the state scan
   // stages its tiles by cp.async at P = 16, N = 8 and loads them synchronously where rows are not 16-byte aligned,
-  // P = 5 and N = 70.)
+  // P = 5 and N = 70; the output and backward chunk kernels copy their S_in / dS tiles by cp.async where N % 8 = 0,
+  // N = 8 and 72 (P = 80: 2 x 2 tiles, taken in different orders by the dC / dB and the v̄ products), and load them
+  // in place at N = 3 and 70.)
   uint64_t seed = 100;
   // bf16: 4 times the batch, so that each output's largest element is a typical one (with T = 1 and 3 heads, a
   // per-token gradient can be a cancelled C·B of 3 terms; the emulation saw 1.6e-2 of max|ref| at B = 1).
@@ -246,6 +248,7 @@ TEST_CASE("cuda mamba2: SSD forward and backward, small shapes, mild and strong 
         check_ssd(with(make(2 * m, T, 4, 16, 8, 2, 64, seed), compute));
         check_ssd(with(make(1 * m, T, 3, 5, 3, 3, 16, seed + 20), compute));
         check_ssd(with(make(2 * m, T, 2, 80, 70, 1, 256, seed + 40), compute));
+        check_ssd(with(make(1 * m, T, 2, 80, 72, 2, 64, seed + 60), compute));
         seed += 100;
       }
 }

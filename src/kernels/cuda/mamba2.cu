@@ -162,6 +162,41 @@ __device__ __forceinline__ float decay(double gi, double gj) {
 
 __device__ __forceinline__ int imin(int64_t a, int64_t b) { return static_cast<int>(a < b ? a : b); }
 
+// The bf16 state operands (S_in, dS: [P, N] tiles of the stored states, rows s.N apart) of a kernel's sequence
+// of tile products, step t's tile in slot t % kStateRing of a ring of bf16 tiles, copied by cp.async
+// kStateRing - 1 steps ahead of the product that reads it (state_issue), so that its global latency overlaps
+// the products and loads in between. Copies of bf16 are exact: the same tile as load_tile's.
+constexpr int kStateRing = 3;
+
+// (async) Copies step t's tile (src: its first element, rows x cols; null past the last step) into its ring
+// slot, then closes a cp.async group (always: step t's group is then the kStateRing-th newest when
+// state_take(t) waits). The caller's barriers guarantee that the slot's previous reader (the product
+// kStateRing steps before) is done.
+template <typename P>
+__device__ __forceinline__ void state_issue(bool async, P* ring, int t, const P* src, int64_t stride, int rows,
+                                            int cols) {
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (async) {
+      if (src != nullptr) tile::load_h_async(ring + (t % kStateRing) * kTileOf<P>, src, stride, rows, cols);
+      tile::cp_async_commit();
+    }
+  }
+}
+
+// The state operand of step t (src: its first element, rows x cols): (async) its ring slot once the thread's
+// own copies of it have landed, else the tile loaded into fallback (load_tile). Complete for the block after
+// the caller's next barrier.
+template <typename P>
+__device__ __forceinline__ const P* state_take(bool async, P* ring, P* fallback, int t, const P* src,
+                                               int64_t stride, int rows, int cols) {
+  if (async) {
+    tile::cp_async_wait<kStateRing - 1>();
+    return ring + (t % kStateRing) * kTileOf<P>;
+  }
+  load_tile(fallback, src, stride, rows, cols);
+  return fallback;
+}
+
 // (fp32 models; bf16 models: ssd_state_scan_kernel) A chunk's state contribution out[p][n] = Σ_i w_i u_i[p] v_i[n]
 // over its tokens i, written to out[b, h, chunk, P, N]. u (b, t, h, p) = u[(b T + t) u_row + h P + p];
 // v (b, t, g, n) = v[(b T + t) W + g N + n].
@@ -303,61 +338,101 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
   }
 }
 
-// Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
-// + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
-// the entering states. Grid (nc, H, B PT); 3 tiles (kTileOf<P>) of dynamic shared memory.
-template <typename P>
-__global__ void __launch_bounds__(kSsdThreads) ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt,
-                                                                  const double* G, const P* states, Sizes s,
-                                                                  float* y) {
-  using L = Layout<P>;
-  constexpr int ld = kLdOf<P>;
-  extern __shared__ __align__(16) char smem_raw[];
-  P* bc = reinterpret_cast<P*>(smem_raw);
-  P* bs = bc + kTileOf<P>;
-  P* bb = bc + 2 * kTileOf<P>;
-  __shared__ double Gs[kL];
-  __shared__ float dts[kL];
-  const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
-  const int64_t g = h / (s.H / s.G), bhk = (b * s.H + h) * s.nc + k, c0 = k * kL, p0 = pt * kL;
-  const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
-  if (threadIdx.x < kL) {
-    Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
-    dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
-  }
-  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
-  const P* sin = states + bhk * s.P * s.N + p0 * s.N;
-  Acc acc, m;
-  acc.zero();
-  m.zero();
-  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
-    const int nn = imin(kL, s.N - n0);
-    load_tile(bc, row + s.XD + s.GN + g * s.N + n0, s.W, nv, nn);
-    load_tile(bs, sin + n0, s.N, np, nn);
-    load_tile(bb, row + s.XD + g * s.N + n0, s.W, nv, nn);
-    __syncthreads();
-    L::template mma<false, true>(bc, bs, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
-    L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
-    __syncthreads();
-  }
+// ssd_fwd_out_kernel's intra-chunk mask into the tile bc (layout L's accumulator map): M_ij = (C_i·B_j)
+// e^{G_i-G_j} Δ_j for j <= i, else 0, from m = C B^T; and acc (= S_in C_i) scaled by e^{G_i}.
+template <typename L, typename P>
+__device__ __forceinline__ void form_m(const Acc& m, Acc& acc, const double* Gs, const float* dts, P* bc) {
   for (int a = 0; a < 4; ++a) {
     const int i = L::row(a);
     const float ei = expf(static_cast<float>(Gs[i]));
     for (int c = 0; c < 4; ++c) {
       const int j = L::col(c);
       acc.v[a][c] *= ei;
-      bc[i * ld + j] = from_f32<P>(j <= i ? m.v[a][c] * decay(Gs[i], Gs[j]) * dts[j] : 0.0f);
+      bc[i * kLdOf<P> + j] = from_f32<P>(j <= i ? m.v[a][c] * decay(Gs[i], Gs[j]) * dts[j] : 0.0f);
     }
   }
-  load_tile(bs, row + h * s.P + p0, s.W, nv, np);  // x
+}
+
+// Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
+// + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
+// the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(): the C, B tiles and the S_in
+// tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one, loaded
+// in place). The x tile of M x is fetched into registers before M is formed (its latency overlaps that work),
+// and x_i of D x (fp32, the thread's output elements) is loaded then too: loads between the y stores would each
+// wait for the store before them (y may alias xbc).
+template <typename P>
+constexpr size_t fwd_out_smem() {
+  return sizeof(P) * kTileOf<P> * (std::is_same_v<P, float> ? 3 : 2 + kStateRing);
+}
+// Blocks per SM its registers are bounded for: as many as its shared memory allows (fp32 64 registers, 4; bf16
+// 128 registers, 2).
+template <typename P>
+constexpr int kFwdOutBlocks = std::is_same_v<P, float> ? 4 : 2;
+template <typename P>
+__global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
+    ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
+                       float* y) {
+  using L = Layout<P>;
+  extern __shared__ __align__(16) char smem_raw[];
+  P* bc = reinterpret_cast<P*>(smem_raw);
+  P* bb = bc + kTileOf<P>;
+  P* bs = bc + 2 * kTileOf<P>;  // S_in (bf16: the ring)
+  __shared__ double Gs[kL];
+  __shared__ float dts[kL];
+  const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
+  const int64_t g = h / (s.H / s.G), bhk = (b * s.H + h) * s.nc + k, c0 = k * kL, p0 = pt * kL;
+  const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
+  const P* sin = states + bhk * s.P * s.N + p0 * s.N;
+  const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N);
+  // Step t = N tile t: S_in[p0.., t kL..].
+  const auto issue = [&](int t) {
+    const int64_t n0 = int64_t{t} * kL;
+    state_issue(async, bs, t, t < s.NT ? sin + n0 : nullptr, s.N, np, imin(kL, s.N - n0));
+  };
+  for (int t = 0; t < kStateRing - 1; ++t) issue(t);
+  if (threadIdx.x < kL) {
+    Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
+    dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
+  }
+  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  Acc acc, m;
+  acc.zero();
+  m.zero();
+  for (int t = 0; t < s.NT; ++t) {
+    const int64_t n0 = int64_t{t} * kL;
+    const int nn = imin(kL, s.N - n0);
+    issue(t + kStateRing - 1);
+    load_tile(bc, row + s.XD + s.GN + g * s.N + n0, s.W, nv, nn);
+    load_tile(bb, row + s.XD + g * s.N + n0, s.W, nv, nn);
+    const P* st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);
+    __syncthreads();
+    L::template mma<false, true>(bc, st, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
+    L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
+    __syncthreads();
+  }
+  const float* xs = row + h * s.P + p0;
+  float xd[4][4];  // x_i[p] of the thread's outputs (D x)
+  for (int a = 0; a < 4; ++a)
+    for (int c = 0; c < 4; ++c) {
+      const int i = L::row(a), p = L::col(c);
+      xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
+    }
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    tile::HRegs xr;
+    tile::fetch_h(xr, xs, s.W, nv, np);
+    form_m<L>(m, acc, Gs, dts, bc);
+    tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
+  } else {
+    form_m<L>(m, acc, Gs, dts, bc);
+    load_tile(bb, xs, s.W, nv, np);
+  }
   __syncthreads();
-  L::template mma<false, false>(bc, bs, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
+  L::template mma<false, false>(bc, bb, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
   const float Dh = D[h];
   for (int a = 0; a < 4; ++a)
     for (int c = 0; c < 4; ++c) {
       const int i = L::row(a), p = L::col(c);
-      if (i < nv && p < np)
-        y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * row[i * s.W + h * s.P + p0 + p];
+      if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * xd[a][c];
     }
 }
 
@@ -386,10 +461,22 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
 // would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
 // + e^Γ <dS, S_in>. Writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy)
-// to partials. Grid (nc, H, B); dynamic shared memory: 4 tiles (kTileOf<P>), and for bf16 an fp32 tile for
-// dcb ∘ CB (fp32: in b0).
+// to partials. Grid (nc, H, B); dynamic shared memory bwd_chunk_smem<P>(): 4 tiles (kTileOf<P>), and for bf16
+// an fp32 tile for dcb ∘ CB (fp32: in b0) and the ring of S_in / dS tiles. The S_in / dS operands of the dC, dB
+// and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n, p; dB dS[p, n] over
+// n, p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async into the ring kStateRing - 1
+// steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in place (the
+// ring's shared memory unused).
 template <typename P>
-__global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
+constexpr size_t bwd_chunk_smem() {
+  return std::is_same_v<P, float> ? sizeof(P) * kTileOf<P> * 4
+                                  : sizeof(P) * kTileOf<P> * (4 + kStateRing) + sizeof(float) * kTile;
+}
+// Blocks per SM its registers are bounded for: fp32 3 (80 registers), bf16 2 (128 registers).
+template <typename P>
+constexpr int kBwdChunkBlocks = std::is_same_v<P, float> ? 3 : 2;
+template <typename P>
+__global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
     const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
     const float* dt, const double* G, const P* states, const P* dstates, Sizes s, float* dxbc, float* ddt_raw,
     float* dBh, float* dCh, double* partials) {
@@ -425,6 +512,27 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
   const float* dys = dy + (b * s.T + c0) * s.XD + h * s.P;
   const P* sin = states + bhk * s.P * s.N;
   const P* dS = dstates + bhk * s.P * s.N;
+  P* ring = reinterpret_cast<P*>(cprod + kTile);  // (bf16) the S_in / dS ring
+  const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N) &&
+                     tile::async_ok_h(dstates, s.N);
+  // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end). Each
+  // product step first issues the step kStateRing - 1 ahead; its own step is then iss - kStateRing.
+  int iss = 0, iph = 0, ip = 0, in = 0;
+  const auto issue = [&] {
+    const int64_t p0 = int64_t{ip} * kL, n0 = int64_t{in} * kL;
+    state_issue(async, ring, iss++, iph < 3 ? (iph == 0 ? sin : dS) + p0 * s.N + n0 : nullptr, s.N,
+                imin(kL, s.P - p0), imin(kL, s.N - n0));
+    if (iph < 2) {  // dC, dB: p inner
+      if (++ip == s.PT) {
+        ip = 0;
+        if (++in == s.NT) in = 0, ++iph;
+      }
+    } else if (++in == s.NT) {  // v̄: n inner
+      in = 0;
+      if (++ip == s.PT) ip = 0, ++iph;
+    }
+  };
+  for (int t = 0; t < kStateRing - 1; ++t) issue();
 
   // CB_ij and DX_ij = dy_i·x_j over the whole N and P.
   Acc cb, dx;
@@ -482,10 +590,11 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
+      issue();
       load_tile(b0, dys + p0, s.XD, nv, np);
-      load_tile(b1, sin + p0 * s.N + n0, s.N, np, nn);
+      const P* sv = state_take(async, ring, b1, iss - kStateRing, sin + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(b0, b1, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
+      L::template mma<false, false>(b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
       __syncthreads();
     }
     load_tile(b0, cs + n0, s.W, nv, nn);
@@ -516,10 +625,11 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
+      issue();
       load_tile(b0, xs + p0, s.W, nv, np);
-      load_tile(b1, dS + p0 * s.N + n0, s.N, np, nn);
+      const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(b0, b1, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
+      L::template mma<false, false>(b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
       __syncthreads();
     }
     for (int a = 0; a < 4; ++a) {
@@ -547,10 +657,11 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
     acc.zero();
     for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
       const int nn = imin(kL, s.N - n0);
+      issue();
       load_tile(b0, bs + n0, s.W, nv, nn);
-      load_tile(b1, dS + p0 * s.N + n0, s.N, np, nn);
+      const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, true>(b0, b1, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
+      L::template mma<false, true>(b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
       __syncthreads();
     }
     load_tile(b0, xs + p0, s.W, nv, np);
@@ -564,13 +675,21 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_bwd_chunk_kernel(
         zp[a] += to_f32(b0[j * ld + L::col(c)]) * acc.v[a][c];
       }
     }
+    // dy_j[p] of D dy, loaded before the product: loads between the dxbc stores would each wait for the store
+    // before them (dxbc may alias dy).
+    float dyd[4][4];
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int j = L::row(a), p = L::col(c);
+        dyd[a][c] = j < nv && p < np ? dys[j * s.XD + p0 + p] : 0.0f;
+      }
     L::template mma<true, false>(mw, b1, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
         const int j = L::row(a), p = L::col(c);
         xvp[a] += to_f32(b0[j * ld + p]) * acc.v[a][c];
         if (j < nv && p < np)
-          dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dys[j * s.XD + p0 + p];
+          dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dyd[a][c];
       }
     __syncthreads();
   }
@@ -764,7 +883,7 @@ void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias,
   carve(s, false, scratch, &sc);
   forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
-  ssd_fwd_out_kernel<P><<<grid, kSsdThreads, smem_for(ssd_fwd_out_kernel<P>, tiles_bytes<P>(3)), stream>>>(
+  ssd_fwd_out_kernel<P><<<grid, kSsdThreads, smem_for(ssd_fwd_out_kernel<P>, fwd_out_smem<P>()), stream>>>(
       xbc, D, sc.dt, sc.G, sc.states, s, y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
@@ -782,8 +901,7 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
   reverse_states(dy, xbc, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
-  // bf16: the fp32 tile of dcb ∘ CB after the 4 operand tiles.
-  const size_t smem = tiles_bytes<P>(4) + (std::is_same_v<P, float> ? 0 : tiles_bytes<float>(1));
+  const size_t smem = bwd_chunk_smem<P>();
   ssd_bwd_chunk_kernel<P><<<grid, kSsdThreads, smem_for(ssd_bwd_chunk_kernel<P>, smem), stream>>>(
       dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G, sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh,
       sc.partials);
