@@ -162,6 +162,19 @@ __device__ void load_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, float*
   gamma_cumsum(stage, kLd, part, G);
 }
 
+/// G = Γ of key tile k0 (as load_gamma) for the kernels that stage g by cp.async: with staged, from the g tile a
+/// cp.async group copied into gS (tile::stage_async; the thread's copies are waited for, the barrier publishes
+/// them); otherwise g is loaded into stage (a free float tile). One gamma_cumsum for both. Ends with a barrier.
+__device__ void key_gamma(const KdaFast& a, const Chunk& ch, int64_t k0, bool staged, const float* gS, float* stage,
+                          double* part, const Gam& G) {
+  if (staged)
+    tile::cp_async_wait<0>();
+  else
+    tile::load(stage, ch.in(a, a.g, a.K, k0), a.H * a.K, ch.n, tile_cols(a.K, k0));
+  __syncthreads();
+  gamma_cumsum(staged ? gS : stage, staged ? kN : kLd, part, G);
+}
+
 // The 16-token sub-chunk reference trick (layers-delta.md §6.3, §7.3). Sub-chunk a holds rows 16a .. 16a + 15;
 // ζ_a = Γ at row 16a, η_a = Γ at row 16a + 15 (per channel). For j in an earlier sub-chunk than r (a = a(r)):
 // e^{Γ_r - Γ_j} = e^{Γ_r - ζ_a} e^{ζ_a - Γ_j}, and for r in a later sub-chunk than j (a = a(j)):
@@ -956,16 +969,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
     }
     tile::cp_async_commit();
   };
-  // Γ of key tile k0 from g: staged (the step's copies landed; the barrier publishes them) or loaded.
-  const auto gamma = [&](int64_t k0) {
-    if (staged) {
-      tile::cp_async_wait<0>();
-      __syncthreads();
-      gamma_cumsum(gS, kN, s.part, G);
-    } else {
-      load_gamma(a, ch, k0, sX, s.part, G);
-    }
-  };
+  // Γ of key tile k0 from g: staged (the step's copies landed) or loaded into sX.
+  const auto gamma = [&](int64_t k0) { key_gamma(a, ch, k0, staged, gS, sX, s.part, G); };
   if (staged) issue(0);
   load_beta(a, ch, s.beta);
   Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
@@ -1318,20 +1323,23 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
 /// thread t takes sub-chunk a = t / 64 and channel c = t % 64 and, with E = e^{Γ_rc - Γ_jc} formed once per pair
 /// j <= r of the sub-chunk, writes DL[r][c] = Σ_{16a <= j <= r} ML[r][j] YL[j][c] E and
 /// DR[j][c] = Σ_{j <= r < 16a + 16} MR[r][j] YR[r][c] E for the sub-chunk's rows (j, r in increasing order). All
-/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier.
+/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier. The row loop stays rolled
+/// (one copy of the 16 pair steps, left after step rr by a warp-uniform branch): unrolled, the triangle is about
+/// 2,600 instructions run once per key tile, and its warps wait on instruction fetches.
 __device__ void diag_pairs(const float* ML, const float* YL, const float* MR, const float* YR, const Gam& G,
                            float* DL, float* DR) {
   const int t = static_cast<int>(threadIdx.x), c = t & 63, r0 = 16 * (t >> 6);
   float dr[16];
 #pragma unroll
   for (int q = 0; q < 16; ++q) dr[q] = 0.0f;
-#pragma unroll
+#pragma unroll 1
   for (int rr = 0; rr < 16; ++rr) {
     const int r = r0 + rr;
     const float yr = YR[r * kLd + c];
     float dl = 0.0f;
 #pragma unroll
-    for (int jj = 0; jj <= rr; ++jj) {
+    for (int jj = 0; jj < 16; ++jj) {
+      if (jj > rr) break;
       const int j = r0 + jj;
       const float e = G.exp_diff(r * kLd + c, j * kLd + c);
       dl = fmaf(ML[r * kLd + j] * YL[j * kLd + c], e, dl);
@@ -1380,19 +1388,39 @@ __device__ __forceinline__ void decayed_sums(const float* ML, const bf16* hML, c
   decayed_finish<true>(DR, G, right);
 }
 
-// Shared memory of the two Mma backward kernels: Small, Γ (two fp32 tiles), five more fp32 tiles and six bf16 ones.
+// Shared memory of the two Mma backward kernels: Small, Γ (two fp32 tiles), five more fp32 tiles, six bf16 ones and
+// three fp32 staging tiles (cp.async of a key tile's g, k and q or dW: stage_key_tile).
 // kda_bwd_dqk_mma_kernel: fp32 dP, q, k, the two diagonal parts; bf16 dP and a region of five bf16 tiles: the
 // operands dO, h, Δ, dh, dΔ of one (key tile, value tile) step, then k's left and q's right variants (96 rows each).
 // kda_bwd_wy_mma_kernel: fp32 K^d (then k), dΓ and its cumsum, dA, β dA; bf16 𝒯, d𝒯 (then dA), M1 (then β dA) and
 // a region of three bf16 tiles: two operand tiles, then k's left and right variants (96 rows each).
-constexpr size_t kBwdMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves;
+// 225.3 KiB: one block per SM (as the registers allow anyway).
+constexpr size_t kBwdMmaSmem = kSmallBytes + 7 * sizeof(float) * tile::kTileFloats + 6 * sizeof(bf16) * kTileHalves +
+                               3 * sizeof(float) * tile::kStageFloats;
+static_assert(kBwdMmaSmem <= 227 * 1024, "the Mma backward kernels' shared memory exceeds a block's 227 KiB");
+
+/// The Mma backward kernels' cp.async group (one commit) of key tile k0: g and k (token rows) into the staging
+/// tiles gS and gS + kStageFloats and, when x is given (x's tile at key tile k0, rows xs apart), x into
+/// gS + 2 kStageFloats; rows >= ch.n and channels past key_dim zero-filled (tile::stage_async). Every row of g,
+/// k, x 16-byte aligned (tile::async_ok_f).
+__device__ __forceinline__ void stage_key_tile(const KdaFast& a, const Chunk& ch, int64_t k0, float* gS,
+                                               const float* x, int64_t xs) {
+  const int kc = tile_cols(a.K, k0);
+  tile::stage_async(gS, ch.in(a, a.g, a.K, k0), a.H * a.K, ch.n, kc);
+  tile::stage_async(gS + tile::kStageFloats, ch.in(a, a.k, a.K, k0), a.H * a.K, ch.n, kc);
+  if (x != nullptr) tile::stage_async(gS + 2 * tile::kStageFloats, x, xs, ch.n, kc);
+  tile::cp_async_commit();
+}
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 for chunk blockIdx.x of head
 // blockIdx.y, as kda_bwd_dqk_kernel: dO Δ^T, and per key tile dO h^T, Δ dS_C^T, dΔ h^T (over the value tiles)
 // on bf16 tiles with register accumulators; the decayed sums dq2 = Σ_{j<=r} dP_rj k_jc E_rj,c and
 // dk2 = Σ_{i>=r} dP_ir q_ic E_ir,c with their off-diagonal sub-blocks on the tensor cores (offdiag_mma: bf16 dP
 // and bf16 variants of k, q) and their diagonal ones in fp32 (diag_pairs: fp32 dP, q, k); Σ h ⊙ dh of (iv)
-// from the fp32 states (global memory, at the thread's elements).
+// from the fp32 states (global memory, at the thread's elements). Where every row of q, k, g is 16-byte aligned
+// (key_dim % 4 == 0) a key tile's g, k, q are copied by cp.async (stage_key_tile) while the state products before
+// their use run: key tile 0's at the start, the next one's as soon as the staging tiles are read; otherwise they
+// are loaded synchronously (load_gamma, tile::load). Same arithmetic either way.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1402,8 +1430,12 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   bf16 *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(5 * kTileHalves);
   bf16 *hH = hO + kTileHalves, *hD = hO + 2 * kTileHalves, *hG = hO + 3 * kTileHalves, *hE = hO + 4 * kTileHalves;
   bf16 *hKv = hO, *hQw = hO + 96 * kLdH;  // the variants, once a key tile's products are done
+  float* gS = cv.take<float>(3 * tile::kStageFloats);  // staging: g, k, q of a key tile
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V;
+  // (Every row of q, k, g starts a multiple of K floats after the tensor's start.)
+  const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K);
+  if (staged) stage_key_tile(a, ch, 0, gS, ch.in(a, a.q, K, 0), a.H * K);
   Acc dp;
   dp.zero();
   tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
@@ -1420,19 +1452,31 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
     float sd[4] = {0, 0, 0, 0};  // Σ_v h ⊙ dh of state rows (channels) Mma::row(i), this thread's share
-    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t v0, int vc) {
-      Acc hv, gv;  // h, dh in fp32 at the thread's elements
-      load_acc<Mma>(hv, ch.state(a, a.h, k0, v0), V, kc, vc);
-      load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0), V, kc, vc);
+    // h, dh in fp32 at the thread's elements, of the value tile the next per-tile step sums: loaded a value tile
+    // ahead, so that the loads are in flight during the operand loads and products before.
+    Acc hv, gv;
+    load_acc<Mma>(hv, ch.state(a, a.h, k0, 0), V, kc, tile_cols(V, 0));
+    load_acc<Mma>(gv, ch.state(a, a.dh, k0, 0), V, kc, tile_cols(V, 0));
+    tile::state_products(a, ch, k0, kc, hO, hH, hD, hG, hE, dqs, dks, dws, [&](int64_t v0, int) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) sd[i] += hv.v[i][j] * gv.v[i][j];
+      if (v0 + kN < V) {
+        load_acc<Mma>(hv, ch.state(a, a.h, k0, v0 + kN), V, kc, tile_cols(V, v0 + kN));
+        load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0 + kN), V, kc, tile_cols(V, v0 + kN));
+      }
     });
     store_acc<Mma>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
-    load_gamma(a, ch, k0, sX, s.part, G);
-    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
-    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    key_gamma(a, ch, k0, staged, gS, sX, s.part, G);  // (its first barrier: the last key tile's readers are done)
+    if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
+      put_rc_staged(sX, gS + 2 * tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
+      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
+      if (k0 + kN < K) stage_key_tile(a, ch, k0 + kN, gS, ch.in(a, a.q, K, k0 + kN), a.H * K);
+    } else {
+      tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
+      tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    }
     __syncthreads();
     Acc dq2, dk2;
     decayed_sums(sdP, hdP, sZ, sdP, hdP, sX, G, hKv, hQw, sDL, sDR, dq2, dk2);
@@ -1446,6 +1490,11 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
 // sums xr = Σ_{j<r} dA_rj k_jc E_rj,c and yc = Σ_{r>j} β_r dA_rj k_rc E_rj,c with their off-diagonal sub-blocks
 // on the tensor cores (offdiag_mma: bf16 dA, β dA and variants of k) and their diagonal ones in fp32 (diag_pairs:
 // fp32 dA, β dA, k); v read in fp32 at the thread's elements (global memory) for dβ.
+// The key tiles' inputs go through a sequence of steps: j < nkt the W side's key tile j (g, k, dW), then B7's key
+// tile j - nkt (g, k). Where every row of k, g and dW is 16-byte aligned (key_dim % 4 == 0) each step's tiles are
+// copied by cp.async (stage_key_tile): step 0's at the start (landing during the U side), the next step's as soon
+// as the staging tiles are read; otherwise each step loads them synchronously (load_gamma, load_h, load_rc,
+// tile::load). Same arithmetic either way.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1455,8 +1504,17 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
   bf16 *hT = cv.take<bf16>(kTileHalves), *hA = cv.take<bf16>(kTileHalves), *hB = cv.take<bf16>(kTileHalves),
        *hY = cv.take<bf16>(3 * kTileHalves);
   bf16 *hZ = hY + kTileHalves, *hKv = hY, *hKw = hY + 96 * kLdH;  // hKv, hKw: in B7
+  float* gS = cv.take<float>(3 * tile::kStageFloats);  // staging: g, k (and dW) of a step
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K;
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  // (Every row of k, g starts a multiple of K floats after the tensor's start, of dW (scratch) too.)
+  const bool staged = tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K) && tile::async_ok_f(a.dW, K);
+  const auto issue = [&](int j) {  // step j's tiles
+    const int64_t k0 = static_cast<int64_t>(j < nkt ? j : j - nkt) * kN;
+    stage_key_tile(a, ch, k0, gS, j < nkt ? ch.rows(a, a.dW, K, k0) : nullptr, K);
+  };
+  if (staged) issue(0);
   load_beta(a, ch, s.beta);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
@@ -1466,9 +1524,16 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
   tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, s.part, G);
-    tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
-    tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
+    key_gamma(a, ch, k0, staged, gS, sX, s.part, G);
+    const auto kd = [&](int r, int c) { return G.exp_at(r * kLd + c); };
+    if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
+      tile::put_h_staged(hZ, gS + 2 * tile::kStageFloats, ch.n);
+      put_rc_staged(sX, gS + tile::kStageFloats, ch.n, kc, kd);
+      issue(static_cast<int>(k0 / kN) + 1);  // (B7's key tile 0 after the last one)
+    } else {
+      tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+      tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, kd);
+    }
     __syncthreads();
     tile::load_h(hY, sX, kLd, kN, kN);  // K^d in bf16
     __syncthreads();
@@ -1493,8 +1558,13 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
   tile::store_acc_h(bm, hB, Same{});
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7, B8 (vi), B9
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, s.part, G);  // (its first barrier also publishes sA, sB, hA, hB)
-    tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    key_gamma(a, ch, k0, staged, gS, sX, s.part, G);  // (its first barrier also publishes sA, sB, hA, hB)
+    if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
+      put_rc_staged(sX, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
+      if (k0 + kN < K) issue(nkt + static_cast<int>(k0 / kN) + 1);
+    } else {
+      tile::load(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+    }
     __syncthreads();
     Acc xr, yc;  // diagonal parts into sY, sZ: free until wy_b7_store, which reads them first
     decayed_sums(sA, hA, sX, sB, hB, sX, G, hKv, hKw, sY, sZ, xr, yc);
