@@ -485,11 +485,11 @@ TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K 
   }
 }
 
-TEST_CASE("cuda delta: KDA bf16 core with and without the cp.async staging of wu and the forward scan",
+TEST_CASE("cuda delta: KDA bf16 core with and without the cp.async staging of wu and the scans",
           "[cuda][delta][kda]") {
-  // K = 90, V = 70: no row of q, k, g, v, W, K^g or e^{Γ_C} 16-byte aligned, so the wu steps and the forward scan
+  // K = 90, V = 70: no row of q, k, g, v, W, K^g, Q^g or e^{Γ_C} 16-byte aligned, so the wu steps and both scans
   // load every tile synchronously. K = 100, V = 72: partial key and value tiles, everything staged. K = 192:
-  // three key tiles, wu staged, the forward scan synchronous (its staging would not fit). B = 2, H = 34, K = V = 128:
+  // three key tiles, wu staged, both scans synchronous (their staging would not fit). B = 2, H = 34, K = V = 128:
   // 136 scan blocks, more than an H200's 132 SMs, so the launcher runs the scan unstaged (two blocks per SM).
   check_gdn(2, 130, 1, 90, 70, 64, -1.0, 6400, kda_core(DType::bf16));
   check_gdn(2, 130, 1, 100, 72, 64, -0.05, 6420, kda_core(DType::bf16));
