@@ -485,14 +485,14 @@ TEST_CASE("cuda delta: KDA chunked core, head sizes off the 64-wide tiles and K 
   }
 }
 
-TEST_CASE("cuda delta: KDA bf16 core with and without the cp.async staging of wu, the forward scan and the "
-          "backward dqk and wy kernels",
+TEST_CASE("cuda delta: KDA bf16 core with and without the cp.async staging of wu, the scans and the backward dqk "
+          "and wy kernels",
           "[cuda][delta][kda]") {
-  // K = 90, V = 70: no row of q, k, g, v, W, K^g, e^{Γ_C} or dW 16-byte aligned, so the wu steps, the forward scan
-  // and the backward dqk / wy key tiles load every tile synchronously. K = 100, V = 72: partial key and value tiles,
-  // everything staged. K = 192: three key tiles, wu, dqk and wy staged, the forward scan synchronous (its staging
-  // would not fit). B = 2, H = 34, K = V = 128:
-  // 136 scan blocks, more than an H200's 132 SMs, so the launcher runs the scan unstaged (two blocks per SM).
+  // K = 90, V = 70: no row of q, k, g, v, W, K^g, Q^g, e^{Γ_C} or dW 16-byte aligned, so the wu steps, both scans and
+  // the backward dqk / wy key tiles load every tile synchronously. K = 100, V = 72: partial key and value tiles,
+  // everything staged. K = 192: three key tiles, wu, dqk and wy staged, both scans synchronous (their staging would
+  // not fit). B = 2, H = 34, K = V = 128:
+  // 136 scan blocks, more than an H200's 132 SMs, so the launcher runs the forward scan unstaged (two blocks per SM).
   check_gdn(2, 130, 1, 90, 70, 64, -1.0, 6400, kda_core(DType::bf16));
   check_gdn(2, 130, 1, 100, 72, 64, -0.05, 6420, kda_core(DType::bf16));
   check_gdn(1, 130, 2, 192, 96, 64, -1.0, 6440, kda_core(DType::bf16));

@@ -103,14 +103,25 @@ __device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_
 }
 
 /// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p
-/// (prefetch.global.L2, one 128-byte line per thread and step; no effect on any result). The scans call it
-/// for the next chunk's operands so that their loads wait for the L2, not for memory.
+/// (prefetch.global.L2; no effect on any result). The scans call it for the next chunk's operands so that their
+/// loads wait for the L2, not for memory. Line i of the rows ceil(row_bytes / 128) lines each (byte
+/// 128 (i % per_row) of row i / per_row) goes to thread i % kThreads: each thread walks its lines
+/// i = t, t + kThreads, ... with the row and line index stepped by (kThreads / per_row, kThreads % per_row), so the
+/// loop body is one prefetch and a few 32-bit adds (no division per line, not unrolled: small code).
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t stride_bytes, int rows, int64_t row_bytes) {
 #ifdef __CUDA_ARCH__
-  const int64_t per_row = (row_bytes + 127) / 128;
-  for (int64_t i = threadIdx.x; i < rows * per_row; i += kThreads) {
-    const char* line = static_cast<const char*>(p) + i / per_row * stride_bytes + i % per_row * 128;
+  const unsigned per_row = static_cast<unsigned>((row_bytes + 127) >> 7), t = threadIdx.x;
+  if (per_row == 0) return;
+  const unsigned dr = kThreads / per_row, dl = kThreads - dr * per_row;  // (dl < per_row)
+  unsigned r = t / per_row, l = t - r * per_row;
+  const char* row = static_cast<const char*>(p) + static_cast<int64_t>(r) * stride_bytes;
+  const int64_t step = static_cast<int64_t>(dr) * stride_bytes;
+#pragma unroll 1
+  while (static_cast<int>(r) < rows) {
+    const char* line = row + 128 * l;
     asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+    r += dr, l += dl, row += step;
+    if (l >= per_row) l -= per_row, ++r, row += stride_bytes;
   }
 #endif
 }

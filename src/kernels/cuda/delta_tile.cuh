@@ -392,9 +392,21 @@ __device__ __forceinline__ void store_acc_h(const Acc& acc, __nv_bfloat16* s, F 
     }
 }
 
-/// dst[r * stride + c] = s[r][c] for r < rows, c < cols: a bf16 tile to a bf16 tensor.
+/// dst[r * stride + c] = s[r][c] for r < rows, c < cols: a bf16 tile to a bf16 tensor. Where dst is 16-byte
+/// aligned and stride, cols are multiples of 8, by 16-byte pieces (8 columns; piece idx = t + it kThreads: row
+/// idx / 8, columns 8 (idx % 8) ..; a warp stores 4 whole rows), else element by element.
 __device__ __forceinline__ void store_h(const __nv_bfloat16* s, __nv_bfloat16* dst, int64_t stride, int rows,
                                         int cols) {
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && (stride & 7) == 0 && (cols & 7) == 0) {
+    const int r0 = static_cast<int>(threadIdx.x) >> 3, c = 8 * (static_cast<int>(threadIdx.x) & 7);
+#pragma unroll
+    for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
+      const int r = r0 + it * (kThreads / 8);
+      if (r < rows && c < cols)
+        *reinterpret_cast<uint4*>(dst + r * stride + c) = *reinterpret_cast<const uint4*>(s + r * kLdH + c);
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < kN * kN; idx += kThreads) {
     const int r = idx >> 6, c = idx & 63;
     if (r < rows && c < cols) dst[r * stride + c] = s[r * kLdH + c];

@@ -1248,16 +1248,26 @@ __global__ void __launch_bounds__(tile::kThreads) kda_dv_local_mma_kernel(KdaFas
   }
 }
 
+// Whether kda_bwd_scan_mma_kernel stages the chunk before's K^g, Q^g and W (fp32 staging tiles, cp.async; 48 KiB
+// per key tile): key_dim 65 .. 128, where its blocks are one per SM either way (122 KiB, 218 KiB staged). At
+// key_dim <= 64 the staging would cut three blocks per SM to one; past 128 it does not fit.
+constexpr bool bwd_scan_staged(int nkt) { return nkt == 2; }
+
 // Shared memory of kda_bwd_scan_mma_kernel for nkt key tiles: the fp32 dS (per thread, as the scan's S), its
-// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16). About 52 KiB per key tile.
-constexpr size_t bwd_scan_mma_smem(int nkt) {
-  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2);
+// bf16 copy, the chunk's K^g, Q^g and W tiles (bf16), dO and dΔ (bf16); when it stages, the fp32 staging tiles
+// of the chunk before's K^g, Q^g and W. About 52 KiB per key tile, plus 48 KiB per key tile staged.
+constexpr size_t bwd_scan_mma_smem(int nkt, bool stage) {
+  return sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2) +
+         (stage ? sizeof(float) * 3 * tile::kStageFloats * nkt : 0);
 }
 
 // B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
 // kda_bwd_scan_kernel: stores dh[n] (fp32 dS_C), dΔ += K^g dS_C (summed over the key tiles in registers),
-// then per key tile dS = Diag(e^{Γ_C}) dS + (Q^g)^T dO - W^T dΔ.
-__global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFast a) {
+// then per key tile dS = Diag(e^{Γ_C}) dS + (Q^g)^T dO - W^T dΔ. With stage (launcher: bwd_scan_staged) and
+// 16-byte aligned rows of K^g, Q^g, W (key_dim % 4 == 0), the chunk before's K^g, Q^g and W tiles are copied
+// into fp32 staging tiles by cp.async while this chunk computes (each thread rounds its own staged pieces, the
+// arithmetic of load_h); otherwise they are loaded synchronously (load_h). Same arithmetic either way.
+__global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFast a, bool stage) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
@@ -1267,26 +1277,63 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
        *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  // (stage) K^g, Q^g, W of key tile kt at staging tiles 3 kt, 3 kt + 1, 3 kt + 2.
+  float* gKQW = stage ? cv.take<float>(3 * nkt * tile::kStageFloats) : nullptr;
+  // (Every row of K^g, Q^g and W starts a multiple of K floats after the tensor's start.)
+  const bool staged = stage && tile::async_ok_f(a.Kg, K) && tile::async_ok_f(a.Qg, K) && tile::async_ok_f(a.W, K);
   const int tid = static_cast<int>(threadIdx.x);
+  // The cp.async operands of chunk c (K^g, Q^g, W of every key tile), one group.
+  const auto issue = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      float* g = gKQW + 3 * kt * tile::kStageFloats;
+      tile::stage_async(g, nx.rows(a, a.Kg, K, kt * kN), K, nx.n, kc);
+      tile::stage_async(g + tile::kStageFloats, nx.rows(a, a.Qg, K, kt * kN), K, nx.n, kc);
+      tile::stage_async(g + 2 * tile::kStageFloats, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+    }
+    tile::cp_async_commit();
+  };
+  // Chunk c's K^g, Q^g, W rows (contiguous) into L2.
+  const auto prefetch_kqw = [&](int64_t c) {
+    const Chunk nx(a, c, blockIdx.y);
+    tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
+    tile::prefetch_l2(nx.rows(a, a.Qg, K, 0), 0, 1, 4 * nx.n * K);
+    tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+  };
   tile::clear_state(dS, hS, nkt);
+  if (staged) {
+    issue(a.NC - 1);
+    if (a.NC > 1) prefetch_kqw(a.NC - 2);
+  }
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk > 0) {  // the previous chunk's K^g, Q^g, W rows (contiguous), dO and dΔ columns into L2
+    if (chunk > 0) {  // the previous chunk's dO and dΔ columns (and, unstaged, K^g, Q^g, W) into L2
       const Chunk nx(a, chunk - 1, blockIdx.y);
-      tile::prefetch_l2(nx.rows(a, a.Kg, K, 0), 0, 1, 4 * nx.n * K);
-      tile::prefetch_l2(nx.rows(a, a.Qg, K, 0), 0, 1, 4 * nx.n * K);
-      tile::prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, 4 * nx.n * K);
+      if (!staged) prefetch_kqw(chunk - 1);
       tile::prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * a.H * V, nx.n, 4 * vc);
       tile::prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
     }
+    // (staged: the chunk before's copies are issued during this chunk, so its L2 prefetch is two chunks ahead)
+    if (staged && chunk > 1) prefetch_kqw(chunk - 2);
+    if (staged) tile::cp_async_wait<0>();  // this chunk's K^g, Q^g, W (the thread's own pieces: no barrier needed)
     __syncthreads();  // the last chunk's readers of hK, hQ, hW, hO, hE and writers of hS are done
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       store_state(dS + kt * 16 * tile::kThreads + tid, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n]
-      tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
-      tile::load_h(hQ + kt * kTileHalves, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, kc);
-      tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      if (staged) {  // the thread's own staged pieces
+        const float* g = gKQW + 3 * kt * tile::kStageFloats;
+        tile::put_h_staged(hK + kt * kTileHalves, g, ch.n);
+        tile::put_h_staged(hQ + kt * kTileHalves, g + tile::kStageFloats, ch.n);
+        tile::put_h_staged(hW + kt * kTileHalves, g + 2 * tile::kStageFloats, ch.n);
+      } else {
+        tile::load_h(hK + kt * kTileHalves, ch.rows(a, a.Kg, K, kt * kN), K, ch.n, kc);
+        tile::load_h(hQ + kt * kTileHalves, ch.rows(a, a.Qg, K, kt * kN), K, ch.n, kc);
+        tile::load_h(hW + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
+      }
     }
+    // (The staging pieces were read by their own thread above.)
+    if (staged && chunk > 0) issue(chunk - 1);
     tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
     float* dD = ch.rows(a, a.dD, V, v0);
     Acc d;
@@ -1701,8 +1748,9 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
     launch(kda_dv_local_mma_kernel, dim3(NC, BH), kDvLocalMmaSmem, stream, a);
   else
     launch(kda_dv_local_kernel<L>, dim3(NC, BH, nvt), smem_for(2, false), stream, a);
-  if (kBf16<P> && fits(bwd_scan_mma_smem(nkt)))  // key_dim <= 256 (226 KiB at 256)
-    launch(kda_bwd_scan_mma_kernel, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
+  const bool bwd_stage = bwd_scan_staged(nkt);
+  if (kBf16<P> && fits(bwd_scan_mma_smem(nkt, bwd_stage)))  // key_dim <= 256 (226 KiB at 256)
+    launch(kda_bwd_scan_mma_kernel, dim3(nvt, BH), bwd_scan_mma_smem(nkt, bwd_stage), stream, a, bwd_stage);
   else
     launch(kda_bwd_scan_kernel<L>, dim3(nvt, BH), smem_for(4 + nkt, false), stream, a);
   if (kBf16<P>) {

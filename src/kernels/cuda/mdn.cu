@@ -516,8 +516,30 @@ struct ScanShared {
     }
   }
   /// dst (a [2, K, V] state pair of operand elements, value columns v0 .. v0 + vc - 1) = (X, Y), rounded to
-  /// Op<L> (no barrier).
+  /// Op<L> (no barrier). Where dst is 16-byte aligned and V a multiple of kVec (16 bytes of Op<L>: 8 bf16, 4
+  /// fp32), by 16-byte pieces of kVec columns: each block of 64 threads covers kR = 64 / kP rows x kP pieces, a
+  /// warp kR rows x 32 / kR pieces, so that its shared reads X[m][j + i] (bank m + j + i mod 32, kLd odd) fall in
+  /// 32 distinct banks; the same from_f32 of every element. Else element by element.
   __device__ void store(int64_t K, int64_t V, int64_t v0, int vc, Op<L>* dst) const {
+    constexpr int kVec = 16 / sizeof(Op<L>), kP = kN / kVec, kR = kN / kP;  // columns per piece, pieces per row
+    if (reinterpret_cast<uintptr_t>(dst) % 16 == 0 && V % kVec == 0) {
+      const int t = static_cast<int>(threadIdx.x), lane = t & 31;
+      const int j = kVec * (((t >> 5) & 1) * (kP / 2) + lane / kR);  // the piece's first column
+      if (j >= vc) return;
+      constexpr int kStep = tile::kThreads / kP;  // rows between a thread's pieces (4 blocks of kR rows)
+      int m = (t >> 6) * kR + lane % kR;
+      const float *px = x(0) + m * tile::kLd + j, *py = y(0) + m * tile::kLd + j;  // (x(kt) row m % kN: row m)
+      Op<L>* dx = dst + m * V + v0 + j;
+#pragma unroll 1
+      for (; m < K; m += kStep, px += kStep * tile::kLd, py += kStep * tile::kLd, dx += kStep * V) {
+        alignas(16) Op<L> ox[kVec], oy[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) ox[i] = from_f32<Op<L>>(px[i]), oy[i] = from_f32<Op<L>>(py[i]);
+        *reinterpret_cast<uint4*>(dx) = *reinterpret_cast<const uint4*>(ox);
+        *reinterpret_cast<uint4*>(dx + K * V) = *reinterpret_cast<const uint4*>(oy);
+      }
+      return;
+    }
     for (int64_t idx = threadIdx.x; idx < K * vc; idx += blockDim.x) {
       const int64_t m = idx / vc, kt = m / kN;
       const int j = static_cast<int>(idx % vc), e = static_cast<int>(m % kN) * tile::kLd + j;
