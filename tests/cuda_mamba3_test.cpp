@@ -190,7 +190,9 @@ TEST_CASE("cuda mamba3: bf16 products (tensor cores), SISO and MIMO (R = 2, 4), 
     check_mamba3(bf16({2, 1001, 2, 64, 128, 1, R, 32, R != 2, false, 1e-4, -1.5, -0.5, seed + 1}));
     check_mamba3(bf16({1, 150, 3, 80, 70, 1, R, 17, false, true, 0.5, -1.5, -0.5, seed + 2}));
   }
-  // Three 64-wide tiles of N, then of P: the backward's <dS, S_in> walks rows of 192 columns with 256 threads.
+  // Three 64-wide tiles of N, then of P: the backward's <dS, S_in> walks rows of 192 columns with 256 threads and
+  // loads 48 elements per thread, past the 32 it loads ahead (SISO; MIMO loads 16 ahead: N = 128 above goes past
+  // them); the tile loads take two tiles per batch: odd tile counts, and pairs that cross a row of tiles (P = 160).
   check_mamba3(bf16({1, 100, 2, 64, 160, 1, 1, 16, false, false, 1e-4, -1.5, -0.5, 250}));
   check_mamba3(bf16({1, 70, 2, 160, 32, 1, 2, 16, true, false, 1e-4, -1.5, -0.5, 251}));
 }

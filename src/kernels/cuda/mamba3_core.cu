@@ -470,41 +470,51 @@ __device__ __forceinline__ int h_at(int r, int c, int nct) {
 
 // load_tiles_h with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
 // takes columns kW (x % (64 / kW)) .. + kW - 1 of every 64-column tile and rows x / (64 / kW) + kStep j of every
-// 64-row tile (the tiles and rows in loops: no division per element), issuing kBatch loads before their stores.
+// 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) are walked kTiles at a time, and each thread
+// issues its kBatch loads in each of them (kTiles kBatch: 8 float4 loads) before their stores.
 template <int kW, typename Row, typename Scale>
 __device__ __forceinline__ void load_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row,
                                              Scale scale) {
   constexpr int kPerRow = 64 / kW, kStep = tile::kThreads / kPerRow, kBatch = kW == 4 ? 4 : 8;
+  constexpr int kTiles = kW == 4 ? 2 : 1;
   static_assert(64 % (kStep * kBatch) == 0, "whole batches per tile");
-  const int x = static_cast<int>(threadIdx.x), c_in = kW * (x % kPerRow), r_in = x / kPerRow;
-  for (int rt = 0; rt < nrt; ++rt)
-    for (int ct = 0; ct < nct; ++ct) {
-      const int c = 64 * ct + c_in;
-      __nv_bfloat16* d = dst + (rt * nct + ct) * tile::kTileHalves + r_in * tile::kLdH + c_in;
+  const int x = static_cast<int>(threadIdx.x), c_in = kW * (x % kPerRow), r_in = x / kPerRow, nt = nrt * nct;
 #pragma unroll 1
-      for (int j0 = 0; j0 < 64 / kStep; j0 += kBatch) {
-        float v[kBatch][kW];
+  for (int t0 = 0; t0 < nt; t0 += kTiles)
+#pragma unroll 1
+    for (int j0 = 0; j0 < 64 / kStep; j0 += kBatch) {
+      float v[kTiles][kBatch][kW];
+      int r0[kTiles];  // the tile's first row of this thread (rows past nrt tiles when t >= nt: nothing loaded)
+#pragma unroll
+      for (int g = 0; g < kTiles; ++g) {
+        const int t = t0 + g, rt = t / nct, c = 64 * (t - rt * nct) + c_in;
+        r0[g] = 64 * rt + r_in + kStep * j0;
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const int r = 64 * rt + r_in + kStep * (j0 + u);
-          const bool in = r < rows && c < cols;
+          const int r = r0[g] + kStep * u;
+          const bool in = t < nt && r < rows && c < cols;
           if constexpr (kW == 4) {
-            const float4 t = in ? *reinterpret_cast<const float4*>(row(r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            v[u][0] = t.x, v[u][1] = t.y, v[u][2] = t.z, v[u][3] = t.w;
+            const float4 f = in ? *reinterpret_cast<const float4*>(row(r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[g][u][0] = f.x, v[g][u][1] = f.y, v[g][u][2] = f.z, v[g][u][3] = f.w;
           } else {
-            v[u][0] = in ? row(r)[c] : 0.0f;
+            v[g][u][0] = in ? row(r)[c] : 0.0f;
           }
         }
+      }
+#pragma unroll
+      for (int g = 0; g < kTiles; ++g) {
+        if (t0 + g >= nt) break;
+        __nv_bfloat16* d = dst + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const int r = 64 * rt + r_in + kStep * (j0 + u);
+          const int r = r0[g] + kStep * u;
           const float f = r < rows ? scale(r) : 0.0f;
           __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
           if constexpr (kW == 4) {
-            reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[u][0], f * v[u][1]);
-            reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[u][2], f * v[u][3]);
+            reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[g][u][0], f * v[g][u][1]);
+            reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[g][u][2], f * v[g][u][3]);
           } else {
-            *o = __float2bfloat16_rn(f * v[u][0]);
+            *o = __float2bfloat16_rn(f * v[g][u][0]);
           }
         }
       }
@@ -565,6 +575,18 @@ struct MmaRows {
   __device__ __forceinline__ int off(int a) const { return off_[a]; }
   __device__ __forceinline__ int tok(int a) const { return cr.token(tile::Mma::row(a)); }
   __device__ __forceinline__ bool in(int a) const { return tile::Mma::row(a) < nr; }
+  // x[a][c] = rows[off(a) width + c0 + Mma::col(c)] (rows: the chunk's first row, ChunkRows::base) where in(a)
+  // and the column < width, else 0: the fp32 values under the thread's accumulator entries of one column tile,
+  // all 16 loads issued together (ahead of the products whose results they meet).
+  __device__ __forceinline__ void gather(float (&x)[4][4], const float* rows, int width, int c0) const {
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = c0 + tile::Mma::col(c);
+        x[a][c] = in(a) && col < width ? rows[off(a) * width + col] : 0.0f;
+      }
+  }
 };
 
 // Dynamic shared memory of state_scan_mma_kernel: the bf16 operand tiles U, W and (staged) the fp32 staging tiles
@@ -713,6 +735,8 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const fl
     for (int a = 0; a < 4; ++a)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc.v[a][j] *= ei[a];
+    float vo[4][4];  // D v's v: loaded during the last product, before the first y store (no load moves past it)
+    my.gather(vo, vc, P, 64 * pt);
     tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
 #pragma unroll
     for (int a = 0; a < 4; ++a)
@@ -720,8 +744,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const fl
       for (int j = 0; j < 4; ++j) {
         const int p = 64 * pt + tile::Mma::col(j);
         if (!my.in(a) || p >= P) continue;
-        const int o = my.off(a) * P + p;
-        yc[o] = fmaf(Dh, vc[o], acc.v[a][j]);
+        yc[my.off(a) * P + p] = fmaf(Dh, vo[a][j], acc.v[a][j]);
       }
   }
 }
@@ -788,28 +811,55 @@ struct RowWalk {
   }
 };
 
+// Thread x's elements of swap_tiles_dot, from element number e = x + kThreads m and its place w on: v[u] = src
+// element e + u kThreads (row stride cols; 0 outside rows x cols or past total) for u < n, issued together.
+template <int n>
+__device__ __forceinline__ void walk_load(float (&v)[n], int e, RowWalk w, int total, int rows, int cols,
+                                          const float* src) {
+#pragma unroll
+  for (int u = 0; u < n; ++u, w.next())
+    v[u] = e + u * tile::kThreads < total && w.r < rows && w.c < cols ? src[w.r * cols + w.c] : 0.0f;
+}
+
+// The swap of walk_load's n elements (same e, w; w is advanced past them): dot += v[u] X there in element order,
+// then X = bf16(v[u]) (dst nct tiles wide, h_at).
+template <int n>
+__device__ __forceinline__ void walk_swap(const float (&v)[n], int e, RowWalk& w, int total, int nct,
+                                          __nv_bfloat16* dst, double& dot) {
+#pragma unroll
+  for (int u = 0; u < n; ++u, w.next()) {
+    if (e + u * tile::kThreads >= total) continue;
+    __nv_bfloat16& x = dst[h_at(w.r, w.c, nct)];
+    dot += static_cast<double>(v[u]) * __bfloat162float(x);
+    x = __float2bfloat16_rn(v[u]);
+  }
+}
+
+// The first kAhead of the thread's elements of swap_tiles_dot (same arguments), issued together ahead of the
+// swap (32: all of them at P = 64, N = 128).
+template <int kAhead>
+__device__ __forceinline__ void swap_ahead(float (&v)[kAhead], int nrt, int nct, int rows, int cols,
+                                           const float* src) {
+  walk_load(v, static_cast<int>(threadIdx.x), RowWalk(64 * nct), 64 * nrt * 64 * nct, rows, cols, src);
+}
+
 // dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
-// (row stride cols; 0 outside). Returns this thread's Σ src X over the elements it replaced, in element order
+// (row stride cols; 0 outside), the thread's first kAhead elements taken from ahead (swap_ahead), the rest
+// loaded here, kBatch at a time. Returns this thread's Σ src X over the elements it replaced, in element order
 // (each thread reads X only where it then writes, so no barrier is needed before). Reached by the whole block of
 // tile::kThreads.
-__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src) {
+template <int kAhead>
+__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src,
+                                 const float (&ahead)[kAhead]) {
   constexpr int kBatch = 8;
   const int wc = 64 * nct, total = 64 * nrt * wc;
   double dot = 0.0;
   RowWalk w(wc);
-  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * tile::kThreads) {
+  walk_swap(ahead, static_cast<int>(threadIdx.x), w, total, nct, dst, dot);
+  for (int e0 = threadIdx.x + kAhead * tile::kThreads; e0 < total; e0 += kBatch * tile::kThreads) {
     float v[kBatch];
-    RowWalk l = w;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u, l.next())
-      v[u] = e0 + u * tile::kThreads < total && l.r < rows && l.c < cols ? src[l.r * cols + l.c] : 0.0f;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u, w.next()) {
-      if (e0 + u * tile::kThreads >= total) continue;
-      __nv_bfloat16& x = dst[h_at(w.r, w.c, nct)];
-      dot += static_cast<double>(v[u]) * __bfloat162float(x);
-      x = __float2bfloat16_rn(v[u]);
-    }
+    walk_load(v, e0, w, total, rows, cols, src);
+    walk_swap(v, e0, w, total, nct, dst, dot);
   }
   return dot;
 }
@@ -936,6 +986,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const float* dyc = cr.base(dy, P);
     double inter[4] = {}, vdy[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
+      float dyo[4][4];  // inter's dy (loaded ahead of the products)
+      my.gather(dyo, dyc, P, 64 * pt);
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, S + (pt * nN + nt) * kT, acc);
@@ -945,18 +997,20 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
         for (int c = 0; c < 4; ++c) {
           const int p = 64 * pt + Mma::col(c);
           if (my.in(a) && p < P) {
-            const int o = my.off(a) * P + p;
-            const float dyo = dyc[o];
-            inter[a] += dyo * acc.v[a][c];
-            vdy[a] += static_cast<double>(vc[o]) * dyo;
+            inter[a] += dyo[a][c] * acc.v[a][c];
+            vdy[a] += static_cast<double>(vc[my.off(a) * P + p]) * dyo[a][c];
           }
         }
     }
     put_row_parts(inter, red[kInter]);
     put_row_parts(vdy, red[kVdy]);
   }
+  // dS's first elements of the swap, loaded before the barrier (16 in the MIMO kernel: its run-time rank's
+  // registers leave no room for 32).
+  float dS_ahead[kR == 1 ? 32 : 16];
+  swap_ahead(dS_ahead, nP, nN, P, N, dS);
   __syncthreads();  // S_in's readers are done
-  double sd = swap_tiles_dot(S, nP, nN, P, N, dS);
+  double sd = swap_tiles_dot(S, nP, nN, P, N, dS, dS_ahead);
   sd = block_reduce(sd, SumOp{}, 0.0);  // <dS, S_in>; synchronises the block (dS in S)
   // dk per N tile.
   for (int nt = 0; nt < nN; ++nt) {
@@ -980,6 +1034,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     float* dvc = cr.base(dv, P);
     double z[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
+      float vo[4][4], dyo[4][4];  // Z's v, D dy's dy (loaded ahead of the products)
+      my.gather(vo, vc, P, 64 * pt);
+      my.gather(dyo, dyc, P, 64 * pt);
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(K + nt * kT, S + (pt * nN + nt) * kT, acc);
@@ -989,7 +1046,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int p = 64 * pt + Mma::col(c);
-          if (my.in(a) && p < P) z[a] += vc[my.off(a) * P + p] * acc.v[a][c];
+          if (my.in(a) && p < P) z[a] += vo[a][c] * acc.v[a][c];
           acc.v[a][c] *= x;
         }
       }
@@ -1000,8 +1057,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
         for (int c = 0; c < 4; ++c) {
           const int p = 64 * pt + Mma::col(c);
           if (!my.in(a) || p >= P) continue;
-          const int o = my.off(a) * P + p;
-          dvc[o] = fmaf(Dh, dyc[o], acc.v[a][c]);
+          dvc[my.off(a) * P + p] = fmaf(Dh, dyo[a][c], acc.v[a][c]);
         }
     }
     put_row_parts(z, red[kZ]);
