@@ -389,6 +389,14 @@ TEST_CASE("cuda mdn: bf16 compute, T = 4096 and a ragged T = 4001 in every gate 
   }
 }
 
+// Value dim 2048 (32 value tiles): on an H200 (132 SMs, one scan block per SM) one wave of the scans holds 4
+// (batch, head) pairs, so the 6 pairs here run as two groups, the second on the side stream (by_waves in mdn.cu).
+TEST_CASE("cuda mdn: pairs beyond a whole wave of the scan, in two groups on two streams (fp32 and bf16)",
+          "[cuda][mdn]") {
+  check_mdn(2, 130, 3, 64, 2048, 64, Regime::normal, 14000);
+  check_mdn(2, 130, 3, 64, 2048, 64, Regime::mu_much_less_than_alpha, 14100, DType::bf16);
+}
+
 TEST_CASE("cuda mdn: core refuses chunk_size above the kernel's limit", "[cuda][mdn]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair la = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(uniform(16, 4, 0.1, 0.5), {1, 8, 2});

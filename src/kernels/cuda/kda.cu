@@ -45,6 +45,7 @@
 #include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/side_stream.cuh"
 
 namespace llmt::cuda {
 namespace {
@@ -1660,17 +1661,6 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 
 /// Whether a tile::Mma kernel needing `smem` bytes fits one block (227 KiB); else its fp32 version runs.
 bool fits(size_t smem) { return smem <= 227 * 1024; }
-
-/// The SM count of the device current at the first call (queried once per process).
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    LLMT_CUDA_CHECK(cudaGetDevice(&dev));
-    LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
 
 // wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: both on tile::Mma (the scan needs
 // 16 + 27 KiB of shared memory per key tile and 9 KiB: key_dim <= 320 there). The scan stages its operands

@@ -38,6 +38,11 @@
 //   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
 //                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
 //   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
+// Launch order: coef over every (batch, head) pair, then per group of pairs the forward's scan and out, or the
+// backward's bscan, states-only scan, brow and bchunk. Pairs form one group unless the scan's value-tile blocks
+// span more than one wave of the GPU but not a whole number of waves (shape (c): 24 pairs x 8 value tiles, one
+// block per SM): then the last wave's pairs run as a second group on a side stream (by_waves), and the first
+// group's per-chunk kernels fill the SMs that the last wave of scans leaves idle.
 // The segment sums Σ_{u=r+1..i} log α_u and Σ_{u=j+1..r} log μ_u are formed directly in double (never as a
 // difference of cumsums), so every exponent is <= 0, log μ = -inf gives exact zeros (μ = 0: GDN) and μ << α
 // loses nothing to cancellation. Every output and scratch element is computed by one thread with a fixed
@@ -50,6 +55,7 @@
 #include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/side_stream.cuh"
 
 namespace llmt::cuda {
 namespace {
@@ -132,9 +138,11 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // entering each chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
 // dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each chunk; Op<L> as states), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
+// bh0, nbh: the (batch, head) pairs bh0 .. bh0 + nbh - 1 that a launch covers (grid row y is pair bh0 + y; see
+// by_waves).
 struct MdnArgs {
   const float *q, *k, *v, *la, *beta, *lm, *eta, *d_o, *vt;
-  int64_t B, T, H, K, V, C, NC;
+  int64_t B, T, H, K, V, C, NC, bh0, nbh;
   float *o, *dq, *dk, *dv, *dla, *dbeta, *dlm, *deta;
   float *coef, *states, *vt_out, *dstates, *rowk, *dew;
 };
@@ -260,7 +268,7 @@ template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, coef_blocks_per_sm<L>()) mdn_coef_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K;
-  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const HeadView hv{a, ch.b, ch.h};
   const int n = ch.n;
   tile::Carve cv{smem};
@@ -628,7 +636,7 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
   constexpr int kLd = tile::kLd;
   constexpr bool kMma = std::is_same_v<Op<L>, bf16>;
   static_assert(kMma || !kStageK, "k staging converts into bf16 tiles");
-  const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int64_t K = a.K, V = a.V, C = a.C, bh = a.bh0 + blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
   const int64_t KT = key_tiles(K);
   const bool stg = kMma && stage;
@@ -762,7 +770,7 @@ template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t K = a.K, V = a.V, C = a.C;
-  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int n = ch.n;
   tile::Carve cv{smem};
   ChunkSmem cs;
@@ -829,7 +837,7 @@ template <typename L>
 __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a, bool stage, bool stage_e) {
   extern __shared__ __align__(16) char smem[];
   constexpr int kLd = tile::kLd;
-  const int64_t K = a.K, V = a.V, C = a.C, bh = blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int64_t K = a.K, V = a.V, C = a.C, bh = a.bh0 + blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
   constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: q, k, dO through fetch_h / put_h
   const bool stg = kMmaK && stage, stg_e = stg && stage_e;
@@ -1044,7 +1052,7 @@ template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
-  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int n = ch.n;
   tile::Carve cv{smem};
   ChunkSmem cs;
@@ -1205,7 +1213,7 @@ template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
-  const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
+  const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n, last = n - 1, ld = static_cast<int>(bchunk_ld(C));
@@ -1447,7 +1455,7 @@ MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* lo
   MdnArgs args{};
   args.q = q, args.k = k, args.v = v, args.la = log_alpha, args.beta = beta, args.lm = log_mu, args.eta = eta;
   args.B = batch, args.T = seq_len, args.H = heads, args.K = key_dim, args.V = value_dim;
-  args.C = chunk_size, args.NC = ceil_div(seq_len, chunk_size);
+  args.C = chunk_size, args.NC = ceil_div(seq_len, chunk_size), args.bh0 = 0, args.nbh = batch * heads;
   const ScratchLayout l(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_residuals);
   float* s = static_cast<float*>(scratch);
   args.coef = s + l.coef, args.states = s + l.states;
@@ -1458,15 +1466,36 @@ MdnArgs mdn_args(const float* q, const float* k, const float* v, const float* lo
 
 size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
 
-// coef, then the scan (layout L): solving for Ṽ into a.vt_out, or (a.vt_out null) advancing the states from the
-// saved Ṽ (a.vt). Shared by mdn_chunk_fwd and the backward's recompute.
+/// Grid (chunks, pairs) of the per-chunk kernels over the pairs of a.
+dim3 per_chunk(const MdnArgs& a) { return dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.nbh)); }
+
+/// The coef kernel over the pairs of a.
 template <typename L>
-void run_coef_scan(const MdnArgs& a, cudaStream_t stream) {
-  const dim3 per_chunk(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
-  tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk, coef_smem<L>(a.C), stream, a);
-  if (a.V == 0) return;
-  // Mma: k staged where key_dim <= kScanStagedKeyTiles tiles and k is 16-byte aligned; 𝒯 and the value rows
-  // staged where the staging tiles fit (mdn_scan_kernel checks their alignment itself).
+void run_coef(const MdnArgs& a, cudaStream_t stream) {
+  tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk(a), coef_smem<L>(a.C), stream, a);
+}
+
+/// A scan kernel with its dynamic shared memory and launch arguments, chosen once for a launcher's shape.
+template <typename Kernel>
+struct ScanLaunch {
+  Kernel kernel;
+  size_t smem;
+  bool stage, stage_e;  // (stage_e: the bscan's; the scan takes `stage` only)
+  /// Pairs of (batch, head) whose value tiles fill one wave of the GPU (at least 1; the occupancy of `kernel`).
+  int64_t wave_pairs(int64_t V) const {
+    int per_sm = 0;
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    LLMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tile::kThreads, smem));
+    const int64_t pairs = static_cast<int64_t>(per_sm) * sm_count() / ceil_div(V, kN);
+    return pairs > 0 ? pairs : 1;
+  }
+};
+
+/// The scan (layout L) for a's shape: solving for Ṽ into a.vt_out, or (a.vt_out null) advancing the states from
+/// the saved Ṽ (a.vt). Mma: k staged where key_dim <= kScanStagedKeyTiles tiles and k is 16-byte aligned; 𝒯 and
+/// the value rows staged where the staging tiles fit (mdn_scan_kernel checks their alignment itself).
+template <typename L>
+ScanLaunch<void (*)(MdnArgs, bool)> scan_launch(const MdnArgs& a) {
   constexpr bool kMma = std::is_same_v<L, tile::Mma>;
   const bool solve = a.vt_out != nullptr;
   const int64_t KT = key_tiles(a.K);
@@ -1474,10 +1503,55 @@ void run_coef_scan(const MdnArgs& a, cudaStream_t stream) {
   const size_t staged = scan_bytes<L>(a.K, a.C, scan_work(stage_k, KT), scan_staged(solve, stage_k, KT));
   const bool stage = kMma && staged <= kMaxBlockSmem;
   const bool sk = stage && stage_k;
-  const auto scan = solve ? (sk ? mdn_scan_kernel<L, true, kMma> : mdn_scan_kernel<L, true, false>)
-                          : (sk ? mdn_scan_kernel<L, false, kMma> : mdn_scan_kernel<L, false, false>);
-  tile::launch("mdn chunk", a.K, scan, scan_grid(a.V, a.B * a.H),
-               stage ? staged : scan_bytes<L>(a.K, a.C, scan_work(false, KT), 0), stream, a, stage);
+  const auto kernel = solve ? (sk ? mdn_scan_kernel<L, true, kMma> : mdn_scan_kernel<L, true, false>)
+                            : (sk ? mdn_scan_kernel<L, false, kMma> : mdn_scan_kernel<L, false, false>);
+  return {kernel, stage ? staged : scan_bytes<L>(a.K, a.C, scan_work(false, KT), 0), stage, false};
+}
+
+/// The bscan (layout L) for a's shape. Mma: the chunk before's operands staged where their staging tiles fit (𝒯
+/// and dO up to key_dim 256, Γ and Q K̂^T as well up to key_dim 128; nothing at key_dim 0).
+template <typename L>
+ScanLaunch<void (*)(MdnArgs, bool, bool)> bscan_launch(const MdnArgs& a) {
+  const auto bytes = [&](bool stage, bool stage_e) {
+    return scan_bytes<L>(a.K, a.C, kBscanWork, bscan_staged(stage, stage_e));
+  };
+  const bool stage = std::is_same_v<L, tile::Mma> && a.K > 0 && bytes(true, false) <= kMaxBlockSmem;
+  const bool stage_e = stage && bytes(true, true) <= kMaxBlockSmem;
+  return {mdn_bscan_kernel<L>, bytes(stage, stage_e), stage, stage_e};
+}
+
+/// Launches scan s over the value tiles of a's pairs.
+template <typename Kernel>
+void run_scan(const ScanLaunch<Kernel>& s, const MdnArgs& a, cudaStream_t stream) {
+  if constexpr (std::is_same_v<Kernel, void (*)(MdnArgs, bool)>)
+    tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a, s.stage);
+  else
+    tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a, s.stage, s.stage_e);
+}
+
+/// Runs `part(g, s)` (the launches of one phase sequence for the pairs of g, on stream s) for the (batch, head)
+/// pairs of a. A part starts with a sequential scan whose blocks take `wave` pairs per wave of the GPU. When the
+/// pairs fill more than one wave but not a whole number of waves, the scan's last wave would leave SMs idle while
+/// it runs; so the pairs of the whole waves run as one group on `stream` and the rest as a second group on the
+/// calling thread's side stream (greatest priority: its scan blocks take SMs before the first group's later
+/// kernels), and the first group's later kernels run on the SMs the second group's scan leaves free. Launched
+/// first group first (its scan takes the SMs), forked after what `stream` holds, joined back into `stream`. Each
+/// kernel computes the same values whichever group runs it: the results are the same bits either way.
+template <typename Part>
+void by_waves(const MdnArgs& a, int64_t wave, cudaStream_t stream, Part part) {
+  const int64_t pairs = a.B * a.H, rest = pairs % wave;
+  if (pairs <= wave || rest == 0) {
+    part(a, stream);
+    return;
+  }
+  const SideStream& side = SideStream::current();
+  side.fork(stream);
+  MdnArgs first = a, second = a;
+  first.nbh = pairs - rest;
+  second.bh0 = pairs - rest, second.nbh = rest;
+  part(first, stream);
+  part(second, side.stream());
+  side.join(stream);
 }
 
 /// The products' layout of compute type P (Precision): float -> tile::Simt, __nv_bfloat16 -> tile::Mma.
@@ -1508,10 +1582,13 @@ void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
                           chunk_size, scratch, false, residuals != nullptr);
   args.o = o;
   if (residuals != nullptr) args.vt = args.vt_out = residuals;
-  run_coef_scan<L>(args, stream);
-  const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  tile::launch("mdn chunk", key_dim, mdn_out_kernel<L>, per_chunk,
-               padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), stream, args);
+  run_coef<L>(args, stream);
+  const auto scan = scan_launch<L>(args);
+  by_waves(args, scan.wave_pairs(value_dim), stream, [&](const MdnArgs& g, cudaStream_t s) {
+    run_scan(scan, g, s);
+    tile::launch("mdn chunk", key_dim, mdn_out_kernel<L>, per_chunk(g),
+                 padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), s, g);
+  });
 }
 
 template <typename P>
@@ -1529,24 +1606,25 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   if (residuals != nullptr) args.vt = residuals;  // vt_out stays null: the scan reads the saved Ṽ
   args.dq = dq, args.dk = dk, args.dv = dv, args.dla = dlog_alpha, args.dbeta = dbeta, args.dlm = dlog_mu,
   args.deta = deta;
-  run_coef_scan<L>(args, stream);
-  const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  if (value_dim > 0) {
-    // Mma: the chunk before's operands staged where their staging tiles fit (𝒯 and dO up to key_dim 256, Γ and
-    // Q K̂^T as well up to key_dim 128; nothing at key_dim 0).
-    const auto bytes = [&](bool stage, bool stage_e) {
-      return scan_bytes<L>(key_dim, chunk_size, kBscanWork, bscan_staged(stage, stage_e));
-    };
-    const bool stage = std::is_same_v<L, tile::Mma> && key_dim > 0 && bytes(true, false) <= kMaxBlockSmem;
-    const bool stage_e = stage && bytes(true, true) <= kMaxBlockSmem;
-    tile::launch("mdn chunk", key_dim, mdn_bscan_kernel<L>, scan_grid(value_dim, batch * heads),
-                 bytes(stage, stage_e), stream, args, stage, stage_e);
+  run_coef<L>(args, stream);
+  if (value_dim == 0) {  // no states, no bscan: the per-chunk kernels alone
+    tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk(args),
+                 padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), stream, args);
+    tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk(args), floats_bytes(bchunk_floats(chunk_size)),
+                 stream, args);
+    return;
   }
-  tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk,
-               padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), stream, args);
-  const int64_t C = chunk_size;
-  tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk,
-               floats_bytes(bchunk_floats(C)), stream, args);
+  // Per group: the bscan, then the states-only scan (the bscan reads no chunk states; brow reads both), brow, bchunk.
+  const auto scan = scan_launch<L>(args);
+  const auto bscan = bscan_launch<L>(args);
+  by_waves(args, bscan.wave_pairs(value_dim), stream, [&](const MdnArgs& g, cudaStream_t s) {
+    run_scan(bscan, g, s);
+    run_scan(scan, g, s);
+    tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk(g),
+                 padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), s, g);
+    tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk(g), floats_bytes(bchunk_floats(chunk_size)), s,
+                 g);
+  });
 }
 
 #define LLMT_INSTANTIATE_MDN(P)                                                                                    \
