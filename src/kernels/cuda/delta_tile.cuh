@@ -475,72 +475,14 @@ __device__ __forceinline__ void reduce_rows_cols(const float row_part[4], const 
   __syncthreads();
 }
 
-/// (I + A) 𝒯 = I (layers-delta.md §6.1 F2): A strictly lower, 𝒯 must hold the identity on entry; rows >= n
-/// stay identity. Both shared tiles. Blocked in 16 x 16 blocks (L = I + A, block rows i > j:
-/// 𝒯_ij = -𝒯_ii Σ_{j<=k<i} A_ik 𝒯_kj):
-///   1. the four diagonal blocks 𝒯_ii by forward substitution, all at once: column m is solved by the 4 lanes
-///      4m .. 4m + 3 of one warp, row by row, 𝒯_rm = -Σ_{m<=j<r} A_rj 𝒯_jm with lane p summing j = m + p
-///      (mod 4) and a fixed butterfly combining the four partial sums (15 steps instead of 63);
-///   2. block rows i = 1, 2, 3 in turn: X = Σ_k A_ik 𝒯_kj into the (still zero) off-diagonal blocks of row i,
-///      then 𝒯_ij = -𝒯_ii X_ij.
-/// Fixed summation orders (deterministic). Ends with a barrier.
-__device__ __forceinline__ void tril_inverse(const float* A, float* Tm, int n) {
-  const int m = static_cast<int>(threadIdx.x >> 2), part = static_cast<int>(threadIdx.x & 3);
-  const int b0 = m & ~15;  // first row of column m's diagonal block (uniform over a warp)
-  for (int rl = 1; rl < 16; ++rl) {
-    const int r = b0 + rl;
-    float s = 0.0f;
-    if (r < n)
-      for (int j = m + part; j < r; j += 4) s += A[r * kLd + j] * Tm[j * kLd + m];
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    if (part == 0 && m < r && r < n) Tm[r * kLd + m] = -s;
-    __syncwarp();
-  }
-  __syncthreads();
-  constexpr int kPer = 3;  // off-diagonal elements of a block row per thread: 16 x 48 <= 3 x 256
-  for (int i = 1; i < 4; ++i) {
-    const int r0 = 16 * i, w = 16 * i;  // block row i: rows r0 .. r0 + 15, off-diagonal columns 0 .. w - 1
-    float x[kPer];
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {  // X_rc = Σ_{c<=k<r0} A_rk 𝒯_kc
-      const int idx = static_cast<int>(threadIdx.x) + e * kThreads, r = r0 + idx / w, c = idx % w;
-      x[e] = 0.0f;
-      if (idx < 16 * w && r < n)
-        for (int k = c; k < r0; ++k) x[e] += A[r * kLd + k] * Tm[k * kLd + c];
-    }
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
-      if (idx < 16 * w) Tm[(r0 + idx / w) * kLd + idx % w] = x[e];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {  // 𝒯_rc = -Σ_{r0<=l<=r} 𝒯_rl X_lc
-      const int idx = static_cast<int>(threadIdx.x) + e * kThreads, r = r0 + idx / w, c = idx % w;
-      x[e] = 0.0f;
-      if (idx < 16 * w)
-        for (int l = r0; l <= r; ++l) x[e] -= Tm[r * kLd + l] * Tm[l * kLd + c];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
-      if (idx < 16 * w) Tm[(r0 + idx / w) * kLd + idx % w] = x[e];
-    }
-    __syncthreads();
-  }
-}
-
-/// tril_inverse with the same result bit for bit (every element summed in the same order; the terms added here
-/// in addition are exact zeros of 𝒯's upper triangle, which leave an fp32 sum unchanged) and a shorter dependent
-/// chain; A's strictly upper triangle is used as scratch (clobbered). A strictly lower (zero rows >= n), 𝒯 the
-/// identity on entry, both shared tiles.
-///   1. thread m < 64 solves column m of its diagonal block in registers, row by row; its four partial sums per
-///      row are tril_inverse's lanes' (j ≡ m + p mod 4, here kept by j mod 4) combined in the butterfly's order;
+/// (I + A) 𝒯 = I (layers-delta.md §6.1 F2), blocked in 16 x 16 blocks (L = I + A, block rows i > j:
+/// 𝒯_ij = -𝒯_ii Σ_{j<=k<i} A_ik 𝒯_kj). A strictly lower (zero rows >= n; its strictly upper triangle is used as
+/// scratch: clobbered), 𝒯 the identity on entry (rows >= n stay identity); both shared tiles.
+///   1. thread m < 64 solves column m of its diagonal block in registers by forward substitution, row by row:
+///      𝒯_rm = -Σ_{m<=j<r} A_rj 𝒯_jm as four partial sums by j mod 4, combined in a fixed order;
 ///   2. block rows i = 1, 2, 3: thread (rl, q) = (tid / 16, tid % 16) forms row 16 i + rl, columns q + 16 j
 ///      (j < i) of X = Σ_k A_ik 𝒯_kj with unrolled loops (X^T into A's upper triangle), then 𝒯_ij = -𝒯_ii X.
-/// Ends with a barrier.
+/// Fixed summation orders (deterministic). Ends with a barrier.
 __device__ __forceinline__ void tril_inverse_fast(float* A, float* Tm, int n) {
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kN) {

@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a,
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
     }
   __syncthreads();
-  tile::tril_inverse(sA, sT, ch.n);  // F2
+  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (clobbers A's upper triangle: not read after)
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   const auto id = [](int, int, float x) { return x; };
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
@@ -357,7 +357,7 @@ using bf16 = __nv_bfloat16;
 constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
 
 // F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
-// form (per tile: load_h, barrier, product, barrier; tile::tril_inverse), with fewer exposed load latencies and
+// form (per tile: load_h, barrier, product, barrier), with fewer exposed load latencies and
 // barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded; X K^T takes
 // two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of one key
 // tile, one after the other); A is inverted by

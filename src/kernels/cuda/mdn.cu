@@ -222,8 +222,8 @@ __device__ E* state_pair(const MdnArgs& a, float* p, int64_t bh, int64_t chunk) 
   return reinterpret_cast<E*>(p) + (bh * a.NC + chunk) * 2 * a.K * a.V;
 }
 
-/// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse (Mma: 16 x 16 blocks, on two
-/// fp32 tiles) rather than row by row in place (Simt: the exact order of the CPU's forward substitution).
+/// Whether layout L's coef kernel inverts I + W with the blocked tile::tril_inverse_fast (Mma: 16 x 16 blocks, on
+/// two fp32 tiles) rather than row by row in place (Simt: the exact order of the CPU's forward substitution).
 template <typename L>
 constexpr bool blocked_inverse() { return std::is_same_v<L, tile::Mma>; }
 
@@ -237,8 +237,8 @@ constexpr size_t coef_work_bytes(int64_t C) {
   return m > inv ? m : inv;
 }
 
-/// Blocks per SM that the coef kernel is compiled for: 3 on tile::Mma (80 registers, 20 / 28 bytes of spill stores
-/// / loads; 109 registers unbounded, 2 blocks; 3 x 50.5 KiB of shared memory at C = 64), 1 on tile::Simt (168
+/// Blocks per SM that the coef kernel is compiled for: 3 on tile::Mma (80 registers, no spills with
+/// tile::tril_inverse_fast; 3 x 50.5 KiB of shared memory at C = 64), 1 on tile::Simt (168
 /// registers; bounded to 2 it spills around its fp32 products).
 template <typename L>
 constexpr int coef_blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 3 : 1; }
@@ -260,7 +260,7 @@ constexpr size_t coef_smem(int64_t C) {
 // 4. the key products on two operand tiles of L, key tiles in order (the only products; Mma: bf16 operands):
 //    QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0, written from the accumulators;
 //    W_ij = Γ_{i-1,j} PK_ij (j < i) from them, 𝒯 = (I + W)^{-1} in fp32 (Simt: tril_inverse, row by row, the
-//    CPU's order; Mma: tile::tril_inverse, 16 x 16 blocks), written to the image.
+//    CPU's order; Mma: tile::tril_inverse_fast, 16 x 16 blocks), written to the image.
 // Shared (coef_smem<L>): the vectors, Γ [n, n], then one region reused by L_A and L_U [n, n] (steps 2-3), the
 // operand tiles and the inverse (W and 𝒯; step 4). Every value is computed as main's coef computed it (the same
 // expressions in the same order), so the image holds the same bits (W is no longer part of it: no kernel read it).
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(tile::kThreads, coef_blocks_per_sm<L>()) mdn_c
       inv1[i * tile::kLd + j] = i == j ? 1.0f : 0.0f;
     }
     __syncthreads();
-    tile::tril_inverse(inv0, inv1, n);  // ends with a barrier
+    tile::tril_inverse_fast(inv0, inv1, n);  // ends with a barrier (clobbers W's upper triangle: not read after)
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) gmat(kT)[idx] = inv1[(idx / n) * tile::kLd + idx % n];
   } else {
     float* const W = reinterpret_cast<float*>(work);
