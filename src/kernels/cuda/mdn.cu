@@ -773,26 +773,24 @@ constexpr size_t out_bytes(int64_t C, int64_t qtiles, int depth) {
     return padded_bytes(kChunkVectors * C) + 5 * op_bytes<L>();
 }
 
-/// The out kernel's shared layout on tile::Mma (mdn_out_kernel): whether all key tiles of Q stay in shared memory
-/// (q_all; else 2 Q tiles, loaded one key tile at a time), the ring depth, and the bytes (out_bytes). q_all
-/// wherever it fits in kOutMaxSmem with a ring of 2 (key_dim <= 384 at C = 64); then the deepest ring up to
-/// kOutMaxDepth that fits, and no deeper than the steps (key tile, value tile) + 1. Simt: its fixed layout.
+/// The out kernel's shared layout on tile::Mma (mdn_out_kernel): the ring depth and the bytes (out_bytes), with all
+/// key tiles of Q in shared memory: the deepest ring up to kOutMaxDepth that fits in kOutMaxSmem (at least 2), and
+/// no deeper than the steps (key tile, value tile) + 1. Simt: its fixed layout. Throws where Q and a ring of 2 do
+/// not fit (key_dim > 384 at C = 64; the scans refuse key_dim > 320 before).
 struct OutPlan {
-  bool q_all;
   int depth;
   size_t bytes;
 };
 template <typename L>
 OutPlan out_plan(int64_t K, int64_t V, int64_t C) {
   if constexpr (!std::is_same_v<L, tile::Mma>) {
-    return {false, 0, out_bytes<L>(C, 0, 0)};
+    return {0, out_bytes<L>(C, 0, 0)};
   } else {
     const int64_t KT = key_tiles(K), steps = KT * ceil_div(V, kN);
-    const bool q_all = out_bytes<L>(C, KT, 2) <= kOutMaxSmem;
-    const int64_t qt = q_all ? KT : 2;
+    check(out_bytes<L>(C, KT, 2) <= kOutMaxSmem, "mdn chunk (cuda): key_dim {} too large for the out kernel", K);
     int depth = 2;
-    while (depth < kOutMaxDepth && depth <= steps && out_bytes<L>(C, qt, depth + 1) <= kOutMaxSmem) ++depth;
-    return {q_all, depth, out_bytes<L>(C, qt, depth)};
+    while (depth < kOutMaxDepth && depth <= steps && out_bytes<L>(C, KT, depth + 1) <= kOutMaxSmem) ++depth;
+    return {depth, out_bytes<L>(C, KT, depth)};
   }
 }
 static_assert(out_bytes<tile::Mma>(kMdnMaxChunk, 4, 3) <= kOutMaxSmem,
@@ -816,8 +814,8 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 // it is used, two barriers a step.
 // Mma (bf16 tiles, each operand rounded to bf16 once where loaded or formed: the same bits as load_op), kFast (the
 // launcher's choice: Q fits whole and the state scratch allows 16-byte copies) or the fallbacks below: shared
-// (out_plan / out_bytes) ᾱ and b [C] each, then the tiles E, Ṽ, Q (q_all: all KT key tiles, loaded once for every
-// value tile; else 2, step s's Q loaded into tile s % 2) and a ring of `depth` (S_0, M_0) tile pairs, step s's in
+// (out_plan / out_bytes) ᾱ and b [C] each, then the tiles E, Ṽ, Q (all KT key tiles, loaded once for every value
+// tile) and a ring of `depth` (S_0, M_0) tile pairs, step s's in
 // slot s % depth. In flight:
 //   prologue: the ring's copies of steps 0 .. depth - 2 (cp.async, one group a step, as load_h_async: the same
 //     bits as load_op) are issued first; then ᾱ, b, E's inputs (Γ, Q K̂^T) and the Q tiles (two key tiles' loads
@@ -830,15 +828,12 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 //     flight through the next value tile's steps), a barrier, E Ṽ, o stored (column pairs as 8-byte stores where
 //     o is 8-byte aligned). The next write of the Ṽ tile is after the next value tile's first step barrier
 //     (key_dim 0: a barrier of its own).
-// Fallbacks (!kFast; 128 registers without spill: Ṽ is loaded at the value tile's end, as Simt does), the same
+// Fallback (!kFast; 128 registers without spill: Ṽ is loaded at the value tile's end, as Simt does), the same
 // bits: where the chunk states are not 16-byte aligned (V not a multiple of 8, tile::async_ok_h) each step loads
 // its S_0, M_0 tiles synchronously into its slot before its barrier (the slot was last read by step s - depth,
-// before step s - 1's barrier); without q_all (Q does not fit: key_dim > 384 at C = 64, which the scans refuse
-// today) each step loads its Q tile into Q tile s % 2 before its barrier (last read by step s - 2). The sums are
-// those of the Simt order: xs, xm over the key tiles in order, xe from zero, o = ᾱ xs - b xm + xe.
+// before step s - 1's barrier). The sums are those of the Simt order: xs, xm over the key tiles in order, xe from zero, o = ᾱ xs - b xm + xe.
 template <typename L, bool kFast>
-__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a, bool q_whole,
-                                                                                     int depth) {
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a, int depth) {
   extern __shared__ __align__(16) char smem[];
   const int64_t K = a.K, V = a.V, C = a.C;
   const tile::Chunk ch(a, blockIdx.x, blockIdx.y);
@@ -888,11 +883,10 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
   } else {
     constexpr int kTile = tile::kTileHalves;  // bf16 elements of a tile (op_bytes apart)
     const int64_t KT = key_tiles(K);
-    const bool q_all = kFast || q_whole;
     const bool async = kFast || (K > 0 && tile::async_ok_h(S0, V) && tile::async_ok_h(M0, V));
     float* sab = cv.take<float>(2 * C);  // ᾱ [C], then b [C]
     bf16 *sE = op_tile<L>(cv), *sV = op_tile<L>(cv);
-    bf16* sQ = cv.take<bf16>((q_all ? KT : 2) * kTile);
+    bf16* sQ = cv.take<bf16>(KT * kTile);
     bf16* ring = cv.take<bf16>(2 * static_cast<int64_t>(depth) * kTile);  // slot i: S_0 at 2 i kTile, M_0 after
     const auto one = [](int) { return 1.0f; };
     // The pair of step (v0, k0) into a ring slot (async: cp.async, no commit; else load_op).
@@ -944,7 +938,7 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
         }
       }
       const float* q = ch.in(a, a.q, K, 0);
-      const int64_t qrows = a.H * K, qtiles = q_all ? KT : 0;
+      const int64_t qrows = a.H * K, qtiles = KT;
       tile::Frag qa, qb;
       if (qtiles > 0) tile::fetch_h(qa, q, qrows, n, tile::tile_cols(K, 0));
       if (qtiles > 1) tile::fetch_h(qb, q + kN, qrows, n, tile::tile_cols(K, kN));
@@ -968,15 +962,13 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
     }
     const bool o_pairs = reinterpret_cast<uintptr_t>(a.o) % 8 == 0;  // (kFast: V is a multiple of 8)
     int slot = 0;   // ring slot of the step (the step mod depth)
-    int64_t s = 0;  // the step
     for (int64_t v0 = 0; v0 < V; v0 += kN) {
       const int vc = tile::tile_cols(V, v0);
       tile::Acc xs, xm, xe;
       xs.zero(), xm.zero();
       for (int64_t k0 = 0, kt = 0; k0 < K; k0 += kN, ++kt) {
         bf16* sS = ring + 2 * slot * kTile;
-        const bf16* sq = sQ + (q_all ? kt : (s & 1)) * kTile;
-        if (!q_all) load_op(sQ + (s & 1) * kTile, ch.in(a, a.q, K, k0), a.H * K, n, tile::tile_cols(K, k0));
+        const bf16* sq = sQ + kt * kTile;
         if (async)
           cp_async_wait_upto(depth - 2);
         else
@@ -986,7 +978,6 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
         L::template mma<false, false>(sq, sS, xs);
         L::template mma<false, false>(sq, sS + kTile, xm);
         slot = slot + 1 == depth ? 0 : slot + 1;
-        ++s;
       }
       if (K == 0) __syncthreads();  // (no step barrier: the last value tile's E Ṽ read sV)
       if constexpr (!kFast) tile::fetch_h(vf, vt + v0, a.H * V, n, vc);
@@ -1725,14 +1716,14 @@ void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   if (residuals != nullptr) args.vt = args.vt_out = residuals;
   run_coef_scan<L>(args, stream);
   const dim3 per_chunk(static_cast<unsigned>(args.NC), static_cast<unsigned>(batch * heads));
-  // Mma: kFast (Q whole, the chunk states by cp.async) where Q fits and the state scratch allows 16-byte copies (its
+  // Mma: kFast (the chunk states by cp.async) where the state scratch allows 16-byte copies (its
   // start 16-byte aligned and V a multiple of 8: every pair, row and 64-column tile then is, tile::async_ok_h).
   constexpr bool kMma = std::is_same_v<L, tile::Mma>;
   const OutPlan plan = out_plan<L>(key_dim, value_dim, chunk_size);
-  const bool fast = kMma && plan.q_all && key_dim > 0 && value_dim % 8 == 0 &&
+  const bool fast = kMma && key_dim > 0 && value_dim % 8 == 0 &&
                     reinterpret_cast<uintptr_t>(args.states) % 16 == 0;
   tile::launch("mdn chunk", key_dim, fast ? mdn_out_kernel<L, kMma> : mdn_out_kernel<L, false>, per_chunk,
-               plan.bytes, stream, args, plan.q_all, plan.depth);
+               plan.bytes, stream, args, plan.depth);
 }
 
 template <typename P>
