@@ -371,13 +371,23 @@ TEST_CASE("cuda mdn: bf16 compute at the model's head sizes (K = V = 128; K = 12
 // 16-byte aligned; these shapes take its synchronous fallbacks: key and value dims not multiples of 4 (k and v
 // loaded directly, k one key tile ahead in registers), chunk 13 (𝒯 rows not aligned), and with chunk 64 a last
 // chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged). The same shapes take
-// bchunk's scalar loads (key dims not multiples of 4) and brow's loads of the chunk states without cp.async (value
-// dims not multiples of 8).
+// bchunk's scalar loads (key dims not multiples of 4) and brow's and out's loads of the chunk states without
+// cp.async (value dims not multiples of 8; out's synchronous variant, Q still whole).
 TEST_CASE("cuda mdn: bf16 compute, the scan's synchronous fallbacks (unaligned dims, chunk 13, ragged last chunk)",
           "[cuda][mdn]") {
   check_mdn(8, 100, 3, 30, 50, 13, Regime::normal, 13000, DType::bf16);
   check_mdn(8, 130, 2, 130, 70, 64, Regime::mu_much_less_than_alpha, 13100, DType::bf16);
   check_mdn(8, 66, 2, 62, 36, 64, Regime::strong_decay, 13200, DType::bf16);
+}
+
+// The bf16 out kernel keeps a chunk's Q key tiles in shared memory and copies the chunk states by cp.async into a
+// ring of (S_0, M_0) tile pairs, up to 3 (value tile, key tile) steps ahead (out_plan; unaligned value dims take its
+// synchronous loads, above). These shapes run that path with partial last key and value tiles: key_dim 100 and 130
+// (last key tile 36 and 2 rows), value_dim 96 and 136 (last value tile 32 and 8 columns), a ring of 4 over 4 steps
+// (chunk 64, last chunk 2 tokens) and a ring of 3 wrapping over 9 steps (chunk 16, last chunk 4 tokens).
+TEST_CASE("cuda mdn: bf16 compute, the out kernel's cp.async ring with partial key and value tiles", "[cuda][mdn]") {
+  check_mdn(8, 130, 2, 100, 96, 64, Regime::normal, 13300, DType::bf16);
+  check_mdn(8, 100, 2, 130, 136, 16, Regime::mu_much_less_than_alpha, 13400, DType::bf16);
 }
 
 TEST_CASE("cuda mdn: bf16 compute, T = 4096 and a ragged T = 4001 in every gate regime", "[cuda][mdn]") {

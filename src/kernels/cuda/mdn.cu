@@ -26,7 +26,9 @@
 //                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
 //                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
 //                             bf16: the next chunk's operands land by cp.async while a chunk runs;
-//   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ.
+//   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ; bf16: Q's key tiles loaded once
+//                             for all value tiles, the chunk-state tiles by cp.async into a ring up to 3 (value
+//                             tile, key tile) steps ahead, Ṽ one value tile ahead in registers;
 // The backward recomputes coef and the chunk-start states: with the forward's Ṽ saved (save_residuals, mdn.md
 // §7.1: the authors' design, chunk states recomputed, corrected values saved) the scan only advances the states
 // from the saved Ṽ (no triangular solve, no S_0^T k products); without, it solves for Ṽ again as the forward.
@@ -67,9 +69,9 @@ using bf16 = __nv_bfloat16;
 // L = tile::Simt: fp32 tiles (row stride tile::kLd); L = tile::Mma: bf16 tiles (row stride tile::kLdH), every
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
-/// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out with 8 bytes of
-/// spill since the chunk states it loads are bf16, brow with 20; two blocks fit beside their 47 KiB of shared
-/// memory), 1 on tile::Simt.
+/// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out without spill,
+/// brow with 20 bytes; two blocks fit beside brow's 47 KiB of shared memory and out's up to 108.5 KiB, out_plan),
+/// 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
 
@@ -763,55 +765,259 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
   }
 }
 
-// out kernel on layout L, grid (NC, B H), per value tile on 64 x 64 shared tiles (key tiles in order):
-// O = Diag(ᾱ) (Q S_0) - Diag(b) (Q M_0) + E Ṽ with E = (Q K̂^T) ⊙ Γ. Shared: the chunk's vectors
-// (kChunkVectors * C floats), then the operand tiles E, Q, S_0, M_0, Ṽ (Mma: each rounded to bf16 once).
+/// Dynamic shared memory an out block may take on tile::Mma and still run 2 blocks per SM (blocks_per_sm): 228 KiB a
+/// multiprocessor on sm_90, 1 KiB of it reserved per block.
+constexpr size_t kOutMaxSmem = 113 * 1024;
+/// Most (S_0, M_0) tile pairs in the Mma out kernel's ring (the copies of up to 3 steps ahead in flight).
+constexpr int kOutMaxDepth = 4;
+
+/// Shared bytes of the out kernel on layout L. Simt: the chunk's vectors, then the operand tiles E, Q, S_0, M_0, Ṽ.
+/// Mma: ᾱ and b (2 C floats), then the bf16 tiles E, Ṽ, `qtiles` Q tiles and `depth` (S_0, M_0) pairs.
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a) {
+constexpr size_t out_bytes(int64_t C, int64_t qtiles, int depth) {
+  if constexpr (std::is_same_v<L, tile::Mma>)
+    return padded_bytes(2 * C) + static_cast<size_t>(2 + qtiles + 2 * depth) * op_bytes<L>();
+  else
+    return padded_bytes(kChunkVectors * C) + 5 * op_bytes<L>();
+}
+
+/// The out kernel's shared layout on tile::Mma (mdn_out_kernel): the ring depth and the bytes (out_bytes), with all
+/// key tiles of Q in shared memory: the deepest ring up to kOutMaxDepth that fits in kOutMaxSmem (at least 2), and
+/// no deeper than the steps (key tile, value tile) + 1. Simt: its fixed layout. Throws where Q and a ring of 2 do
+/// not fit (key_dim > 384 at C = 64; the scans refuse key_dim > 320 before).
+struct OutPlan {
+  int depth;
+  size_t bytes;
+};
+template <typename L>
+OutPlan out_plan(int64_t K, int64_t V, int64_t C) {
+  if constexpr (!std::is_same_v<L, tile::Mma>) {
+    return {0, out_bytes<L>(C, 0, 0)};
+  } else {
+    const int64_t KT = key_tiles(K), steps = KT * ceil_div(V, kN);
+    check(out_bytes<L>(C, KT, 2) <= kOutMaxSmem, "mdn chunk (cuda): key_dim {} too large for the out kernel", K);
+    int depth = 2;
+    while (depth < kOutMaxDepth && depth <= steps && out_bytes<L>(C, KT, depth + 1) <= kOutMaxSmem) ++depth;
+    return {depth, out_bytes<L>(C, KT, depth)};
+  }
+}
+static_assert(out_bytes<tile::Mma>(kMdnMaxChunk, 4, 3) <= kOutMaxSmem,
+              "out keeps Q whole with a ring of 3 at key_dim 256");
+static_assert(out_bytes<tile::Mma>(kMdnMaxChunk, 2, 4) <= kOutMaxSmem,
+              "out keeps Q whole with a ring of 4 at key_dim 128");
+
+/// Waits until at most n (clamped to 0 .. kOutMaxDepth - 2) of the thread's cp.async groups are in flight.
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  static_assert(kOutMaxDepth - 2 == 2, "cp_async_wait_upto covers the ring's depths");
+  if (n >= 2) tile::cp_async_wait<2>();
+  else if (n == 1) tile::cp_async_wait<1>();
+  else tile::cp_async_wait<0>();
+}
+
+// out kernel on layout L, grid (NC, B H): per value tile v0 (in order), over the key tiles k0 in order,
+// xs += Q_k0 S_0[k0, v0], xm += Q_k0 M_0[k0, v0]; then xe = E Ṽ_v0 with E = (Q K̂^T) ⊙ Γ and
+// O = Diag(ᾱ) xs - Diag(b) xm + xe. A step is one (value tile, key tile) pair, steps in that order (key tiles
+// fastest).
+// Simt (fp32 tiles): the chunk's vectors, then the tiles E, Q, S_0, M_0, Ṽ (out_bytes); every operand loaded when
+// it is used, two barriers a step.
+// Mma (bf16 tiles, each operand rounded to bf16 once where loaded or formed: the same bits as load_op), kFast (the
+// launcher's choice: Q fits whole and the state scratch allows 16-byte copies) or the fallbacks below: shared
+// (out_plan / out_bytes) ᾱ and b [C] each, then the tiles E, Ṽ, Q (all KT key tiles, loaded once for every value
+// tile) and a ring of `depth` (S_0, M_0) tile pairs, step s's in
+// slot s % depth. In flight:
+//   prologue: the ring's copies of steps 0 .. depth - 2 (cp.async, one group a step, as load_h_async: the same
+//     bits as load_op) are issued first; then ᾱ, b, E's inputs (Γ, Q K̂^T) and the Q tiles (two key tiles' loads
+//     at a time, tile::fetch_h) are loaded while they land, and Ṽ's first value tile is fetched into registers;
+//   step s: wait for its own copies (cp_async_wait: depth - 2 newer groups may stay in flight), one barrier (every
+//     thread's copies of step s have landed; every thread's products of step s - 1 are done, so slot (s - 1) %
+//     depth is free), then step s + depth - 1's copies into that slot (one group, empty past the last step), then
+//     the two products: depth - 1 steps' chunk-state tiles in flight behind the products;
+//   end of a value tile: Ṽ's registers into the Ṽ tile (put_h), the next value tile's Ṽ fetched into them (in
+//     flight through the next value tile's steps), a barrier, E Ṽ, o stored (column pairs as 8-byte stores where
+//     o is 8-byte aligned). The next write of the Ṽ tile is after the next value tile's first step barrier
+//     (key_dim 0: a barrier of its own).
+// Fallback (!kFast; 128 registers without spill: Ṽ is loaded at the value tile's end, as Simt does), the same
+// bits: where the chunk states are not 16-byte aligned (V not a multiple of 8, tile::async_ok_h) each step loads
+// its S_0, M_0 tiles synchronously into its slot before its barrier (the slot was last read by step s - depth,
+// before step s - 1's barrier). The sums are those of the Simt order: xs, xm over the key tiles in order, xe from zero, o = ᾱ xs - b xm + xe.
+template <typename L, bool kFast>
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_kernel(MdnArgs a, int depth) {
   extern __shared__ __align__(16) char smem[];
   const int64_t K = a.K, V = a.V, C = a.C;
   const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int n = ch.n;
   tile::Carve cv{smem};
-  ChunkSmem cs;
-  carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
-  Op<L> *sE = op_tile<L>(cv), *sQ = op_tile<L>(cv), *sS = op_tile<L>(cv), *sM = op_tile<L>(cv),
-        *sV = op_tile<L>(cv);
   const float* img = coef_image(a, ch.bh, ch.chunk);
   const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
-  copy_floats(cs.la, img, kChunkVectors * C);
-  for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
-    const int r = idx / kN, c = idx % kN;
-    sE[r * op_ld<L>() + c] = from_f32<Op<L>>(r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f);
-  }
   const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
   const Op<L>* M0 = S0 + K * V;
   float* o = ch.in(a, a.o, V, 0);
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {
-    const int vc = tile::tile_cols(V, v0);
-    tile::Acc xs, xm, xe;
-    xs.zero(), xm.zero(), xe.zero();
-    for (int64_t k0 = 0; k0 < K; k0 += kN) {
-      const int kc = tile::tile_cols(K, k0);
-      load_op(sQ, ch.in(a, a.q, K, k0), a.H * K, n, kc);
-      load_op(sS, S0 + k0 * V + v0, V, kc, vc);
-      load_op(sM, M0 + k0 * V + v0, V, kc, vc);
+  if constexpr (!std::is_same_v<L, tile::Mma>) {
+    ChunkSmem cs;
+    carve_vectors(cv.take<float>(kChunkVectors * C), C, cs);
+    Op<L> *sE = op_tile<L>(cv), *sQ = op_tile<L>(cv), *sS = op_tile<L>(cv), *sM = op_tile<L>(cv),
+          *sV = op_tile<L>(cv);
+    copy_floats(cs.la, img, kChunkVectors * C);
+    for (int idx = threadIdx.x; idx < kN * kN; idx += blockDim.x) {
+      const int r = idx / kN, c = idx % kN;
+      sE[r * op_ld<L>() + c] = from_f32<Op<L>>(r < n && c <= r ? G[r * n + c] * QK[r * n + c] : 0.0f);
+    }
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile::tile_cols(V, v0);
+      tile::Acc xs, xm, xe;
+      xs.zero(), xm.zero(), xe.zero();
+      for (int64_t k0 = 0; k0 < K; k0 += kN) {
+        const int kc = tile::tile_cols(K, k0);
+        load_op(sQ, ch.in(a, a.q, K, k0), a.H * K, n, kc);
+        load_op(sS, S0 + k0 * V + v0, V, kc, vc);
+        load_op(sM, M0 + k0 * V + v0, V, kc, vc);
+        __syncthreads();
+        L::template mma<false, false>(sQ, sS, xs);
+        L::template mma<false, false>(sQ, sM, xm);
+        __syncthreads();
+      }
+      load_op(sV, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
       __syncthreads();
-      L::template mma<false, false>(sQ, sS, xs);
-      L::template mma<false, false>(sQ, sM, xm);
+      L::template mma<false, false>(sE, sV, xe);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = L::row(i), c = L::col(j);
+          if (r < n && c < vc) o[r * a.H * V + v0 + c] = cs.abar[r] * xs.v[i][j] - cs.bb[r] * xm.v[i][j] + xe.v[i][j];
+        }
       __syncthreads();
     }
-    load_op(sV, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
-    __syncthreads();
-    L::template mma<false, false>(sE, sV, xe);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i), c = L::col(j);
-        if (r < n && c < vc) o[r * a.H * V + v0 + c] = cs.abar[r] * xs.v[i][j] - cs.bb[r] * xm.v[i][j] + xe.v[i][j];
+  } else {
+    constexpr int kTile = tile::kTileHalves;  // bf16 elements of a tile (op_bytes apart)
+    const int64_t KT = key_tiles(K);
+    const bool async = kFast || (K > 0 && tile::async_ok_h(S0, V) && tile::async_ok_h(M0, V));
+    float* sab = cv.take<float>(2 * C);  // ᾱ [C], then b [C]
+    bf16 *sE = op_tile<L>(cv), *sV = op_tile<L>(cv);
+    bf16* sQ = cv.take<bf16>(KT * kTile);
+    bf16* ring = cv.take<bf16>(2 * static_cast<int64_t>(depth) * kTile);  // slot i: S_0 at 2 i kTile, M_0 after
+    const auto one = [](int) { return 1.0f; };
+    // The pair of step (v0, k0) into a ring slot (async: cp.async, no commit; else load_op).
+    const auto load_pair = [&](int64_t v0, int64_t k0, bf16* slot, bool by_copy) {
+      const int kc = tile::tile_cols(K, k0), vc = tile::tile_cols(V, v0);
+      if (by_copy) {
+        tile::load_h_async(slot, S0 + k0 * V + v0, V, kc, vc);
+        tile::load_h_async(slot + kTile, M0 + k0 * V + v0, V, kc, vc);
+      } else {
+        load_op(slot, S0 + k0 * V + v0, V, kc, vc);
+        load_op(slot + kTile, M0 + k0 * V + v0, V, kc, vc);
       }
-    __syncthreads();
+    };
+    // Prologue: the copies of steps 0 .. depth - 2, one group a step (empty past the last); (nv0, nk0): the next
+    // step to copy.
+    int64_t nv0 = 0, nk0 = 0;
+    const auto copy_next = [&](bf16* slot) {
+      if (nv0 < V) {
+        load_pair(nv0, nk0, slot, true);
+        nk0 += kN;
+        if (nk0 >= K) nk0 = 0, nv0 += kN;
+      }
+      tile::cp_async_commit();
+    };
+    if (async)
+      for (int i = 0; i + 1 < depth; ++i) copy_next(ring + 2 * i * kTile);
+    // ᾱ and b from the image (its vectors: rows >= n zero).
+    {
+      ChunkSmem iv;  // pointers into the image (read only)
+      carve_vectors(const_cast<float*>(img), C, iv);
+      const int t = static_cast<int>(threadIdx.x);
+      if (t < C) sab[t] = iv.abar[t];
+      else if (t < 2 * C) sab[t] = iv.bb[t - C];
+    }
+    const float* vt = ch.in(a, a.vt, V, 0);
+    tile::Frag vf;  // kFast: the next value tile's Ṽ rows (the first fetched in the prologue)
+    // E = (Q K̂^T) ⊙ Γ (j <= i < n, else 0) in load_h's map (column pairs), all loads issued before the stores;
+    // Q's key tiles two at a time (the first two with E's loads).
+    {
+      float e[tile::kHPer][2][2];
+#pragma unroll
+      for (int it = 0; it < tile::kHPer; ++it) {
+        const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 5, c = 2 * (idx & 31);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const bool in = r < n && c + u <= r;
+          e[it][u][0] = in ? G[r * n + c + u] : 0.0f;
+          e[it][u][1] = in ? QK[r * n + c + u] : 0.0f;
+        }
+      }
+      const float* q = ch.in(a, a.q, K, 0);
+      const int64_t qrows = a.H * K, qtiles = KT;
+      tile::Frag qa, qb;
+      if (qtiles > 0) tile::fetch_h(qa, q, qrows, n, tile::tile_cols(K, 0));
+      if (qtiles > 1) tile::fetch_h(qb, q + kN, qrows, n, tile::tile_cols(K, kN));
+#pragma unroll
+      for (int it = 0; it < tile::kHPer; ++it) {
+        const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 5, c = 2 * (idx & 31);
+        float x[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) x[u] = r < n && c + u <= r ? e[it][u][0] * e[it][u][1] : 0.0f;
+        *reinterpret_cast<__nv_bfloat162*>(sE + r * tile::kLdH + c) = __floats2bfloat162_rn(x[0], x[1]);
+      }
+      if constexpr (kFast) tile::fetch_h(vf, vt, a.H * V, n, tile::tile_cols(V, 0));
+      for (int64_t kt = 0; kt < qtiles; kt += 2) {
+        if (kt > 0) {
+          tile::fetch_h(qa, q + kt * kN, qrows, n, tile::tile_cols(K, kt * kN));
+          if (kt + 1 < qtiles) tile::fetch_h(qb, q + (kt + 1) * kN, qrows, n, tile::tile_cols(K, (kt + 1) * kN));
+        }
+        tile::put_h(qa, sQ + kt * kTile, n, one);
+        if (kt + 1 < qtiles) tile::put_h(qb, sQ + (kt + 1) * kTile, n, one);
+      }
+    }
+    const bool o_pairs = reinterpret_cast<uintptr_t>(a.o) % 8 == 0;  // (kFast: V is a multiple of 8)
+    int slot = 0;   // ring slot of the step (the step mod depth)
+    for (int64_t v0 = 0; v0 < V; v0 += kN) {
+      const int vc = tile::tile_cols(V, v0);
+      tile::Acc xs, xm, xe;
+      xs.zero(), xm.zero();
+      for (int64_t k0 = 0, kt = 0; k0 < K; k0 += kN, ++kt) {
+        bf16* sS = ring + 2 * slot * kTile;
+        const bf16* sq = sQ + kt * kTile;
+        if (async)
+          cp_async_wait_upto(depth - 2);
+        else
+          load_pair(v0, k0, sS, false);
+        __syncthreads();
+        if (async) copy_next(ring + 2 * (slot == 0 ? depth - 1 : slot - 1) * kTile);
+        L::template mma<false, false>(sq, sS, xs);
+        L::template mma<false, false>(sq, sS + kTile, xm);
+        slot = slot + 1 == depth ? 0 : slot + 1;
+      }
+      if (K == 0) __syncthreads();  // (no step barrier: the last value tile's E Ṽ read sV)
+      if constexpr (!kFast) tile::fetch_h(vf, vt + v0, a.H * V, n, vc);
+      tile::put_h(vf, sV, n, one);
+      if (kFast && v0 + kN < V) tile::fetch_h(vf, vt + v0 + kN, a.H * V, n, tile::tile_cols(V, v0 + kN));
+      __syncthreads();
+      xe.zero();
+      L::template mma<false, false>(sE, sV, xe);
+      const float *abar = sab, *bb = sab + C;
+      const auto out = [&](int i, int j) {
+        const int r = L::row(i);
+        return abar[r] * xs.v[i][j] - bb[r] * xm.v[i][j] + xe.v[i][j];
+      };
+      if (kFast && o_pairs) {  // columns j, j + 1 (c even; vc a multiple of 8) as one 8-byte store
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; j += 2) {
+            const int r = L::row(i), c = L::col(j);
+            if (r < n && c < vc)
+              *reinterpret_cast<float2*>(o + r * a.H * V + v0 + c) = make_float2(out(i, j), out(i, j + 1));
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int r = L::row(i), c = L::col(j);
+            if (r < n && c < vc) o[r * a.H * V + v0 + c] = out(i, j);
+          }
+      }
+    }
   }
 }
 
@@ -1584,10 +1790,15 @@ void mdn_chunk_fwd(const float* q, const float* k, const float* v, const float* 
   if (residuals != nullptr) args.vt = args.vt_out = residuals;
   run_coef<L>(args, stream);
   const auto scan = scan_launch<L>(args);
+  // Mma: kFast (the chunk states by cp.async) where the state scratch allows 16-byte copies (its start 16-byte
+  // aligned and V a multiple of 8: every pair, row and 64-column tile then is, tile::async_ok_h).
+  constexpr bool kMma = std::is_same_v<L, tile::Mma>;
+  const OutPlan plan = out_plan<L>(key_dim, value_dim, chunk_size);
+  const bool fast = kMma && key_dim > 0 && value_dim % 8 == 0 && reinterpret_cast<uintptr_t>(args.states) % 16 == 0;
   by_waves(args, scan.wave_pairs(value_dim), stream, [&](const MdnArgs& g, cudaStream_t s) {
     run_scan(scan, g, s);
-    tile::launch("mdn chunk", key_dim, mdn_out_kernel<L>, per_chunk(g),
-                 padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), s, g);
+    tile::launch("mdn chunk", key_dim, fast ? mdn_out_kernel<L, kMma> : mdn_out_kernel<L, false>, per_chunk(g),
+                 plan.bytes, s, g, plan.depth);
   });
 }
 
