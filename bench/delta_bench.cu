@@ -11,7 +11,7 @@
 // With --phases instead: a bf16 core's forward and backward at shapes (a) and (c) kernel by kernel (print_phases):
 // `--phases` or `--phases gdn` the GDN core (gdn_phases), `--phases mdn` the MDN core with save_residuals
 // (mdn_phases), `--phases all` both.
-// Usage: delta_bench [iterations] [--phases [gdn|mdn|all]]   (default 10 iterations)
+// Usage: delta_bench [iterations] [--phases [gdn|mdn|all] [--shape a|c]]   (default 10 iterations)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -196,9 +196,10 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   if (std::strcmp(phase, "scan") == 0)  // per value tile: vectors, last rows, k; saved Ṽ; states
     return {nch * (vec + last_rows) + 4 * N * K + 4 * N * V + st,
             nvt * (nch * (vec + last_rows) + 4 * N * K) + 4 * N * V + st, N * V * 4 * K};
-  if (std::strcmp(phase, "out") == 0)  // vectors, Γ, Q K̂^T; states; q (per value tile); Ṽ; o
-    return {nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V,
-            nch * (vec + 2 * mat) + st + nvt * 4 * N * K + 8 * N * V, N * V * (4 * K + 128)};
+  if (std::strcmp(phase, "out") == 0) {  // vectors, Γ, Q K̂^T; states; q (once per chunk); Ṽ; o
+    const double b = nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V;
+    return {b, b, N * V * (4 * K + 128)};
+  }
   if (std::strcmp(phase, "bscan") == 0)  // per value tile: vectors, last rows, 𝒯, Γ, Q K̂^T, k (twice), q; dO
                                          // (issued 3 times); dstates; dv
     return {nch * (vec + last_rows + 3 * mat) + 8 * N * K + 8 * N * V + st,
@@ -309,6 +310,7 @@ void mdn_phases(const Shape& s, int iters) {
 int main(int argc, char** argv) {
   int iters = 10;
   bool by_phase = false, gdn = true, mdn = false;  // which cores --phases prints
+  const char* only = nullptr;                      // --shape: the one shape --phases prints
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--phases") == 0) {
       by_phase = true;
@@ -317,6 +319,8 @@ int main(int argc, char** argv) {
         gdn = std::strcmp(which, "mdn") != 0, mdn = std::strcmp(which, "gdn") != 0;
         ++i;
       }
+    } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
       iters = std::atoi(argv[i]);
     }
@@ -324,6 +328,7 @@ int main(int argc, char** argv) {
   const Shape a{"a", 4, 4096, 16, 128, 128}, c{"c", 4, 4096, 6, 256, 512};
   if (by_phase) {
     for (const Shape& s : {a, c}) {
+      if (only != nullptr && std::strcmp(only, s.name) != 0) continue;
       if (gdn) gdn_phases(s, iters);
       if (mdn) mdn_phases(s, iters);
     }
