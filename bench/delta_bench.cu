@@ -173,15 +173,16 @@ constexpr PhaseKernel kPhaseKernels[] = {
     {"gdn_bwd_scan_kernel", "bwd_scan"},   {"gdn_bwd_dqk_mma_kernel", "dqk"},
     {"gdn_bwd_wy_mma_kernel", "wy"}};
 
-/// The Cost of kernel `phase` (coef, scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu, L = tile::Mma)
-/// with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full tiles); zeros for
-/// another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 6 matrices of 64 x 64;
-/// vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots = 9 of [64, K] a
-/// chunk, written by brow, read by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and
-/// their gradients are bf16 (the operand type: 4 K V bytes a chunk each). backward: the scan is the states-only
-/// one (it reads the saved Ṽ, no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core loops
-/// (coef: the O(n^2) segment sums, Γ's 3 operations a term, the triangular inverse; bchunk's reductions, row dots
-/// and O(n^3) sums), 2 per fused multiply-add.
+/// The Cost of kernel `phase` (coef, scan, state_scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu,
+/// L = tile::Mma) with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full
+/// tiles); zeros for another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 6
+/// matrices of 64 x 64; vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots
+/// = 9 of [64, K] a chunk, written by brow, read by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs
+/// (S_0, M_0) and their gradients are bf16 (the operand type: 4 K V bytes a chunk each). The forward's scan
+/// solves for Ṽ; the backward's state_scan (one block per value tile and key tile) reads the saved Ṽ (no 𝒯, no
+/// S_0^T k products). core: fp32 / double operations of the CUDA-core loops (coef: the O(n^2) segment sums, Γ's 3
+/// operations a term, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
+/// multiply-add.
 Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
@@ -190,12 +191,13 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   if (std::strcmp(phase, "coef") == 0)  // gates, q, k; the image written whole
     return {16 * N + 8 * N * K + nch * image, 16 * N + 8 * N * K + nch * image, 256 * N * K,
             nch * (5 * c3 / 6 + 64 * 64)};
-  if (std::strcmp(phase, "scan") == 0 && !backward)  // per value tile: vectors, last rows, 𝒯, k (twice); v; Ṽ, states
+  if (std::strcmp(phase, "scan") == 0)  // per value tile: vectors, last rows, 𝒯, k (twice); v; Ṽ, states
     return {nch * (vec + last_rows + mat) + 4 * N * K + 8 * N * V + st,
             nvt * (nch * (vec + last_rows + mat) + 8 * N * K) + 8 * N * V + st, N * V * (8 * K + 128)};
-  if (std::strcmp(phase, "scan") == 0)  // per value tile: vectors, last rows, k; saved Ṽ; states
-    return {nch * (vec + last_rows) + 4 * N * K + 4 * N * V + st,
-            nvt * (nch * (vec + last_rows) + 4 * N * K) + 4 * N * V + st, N * V * 4 * K};
+  if (std::strcmp(phase, "state_scan") == 0)  // per (value tile, key tile): η, the 3 last-row scalars, last rows,
+                                              // its k columns, its Ṽ columns; states
+    return {nch * (4 * 64 + 12 + last_rows) + 4 * N * K + 4 * N * V + st,
+            nvt * nkt * nch * (4 * 64 + 12 + last_rows) + nvt * 4 * N * K + nkt * 4 * N * V + st, N * V * 4 * K};
   if (std::strcmp(phase, "out") == 0) {  // vectors, Γ, Q K̂^T; states; q (once per chunk); Ṽ; o
     const double b = nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V;
     return {b, b, N * V * (4 * K + 128)};
@@ -223,6 +225,7 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
 
 // The kernel of each MDN phase (mdn.cu), by the kernel's name.
 constexpr PhaseKernel kMdnKernels[] = {{"mdn_coef_kernel", "coef"},   {"mdn_scan_kernel", "scan"},
+                                       {"mdn_state_scan_kernel", "state_scan"},
                                        {"mdn_out_kernel", "out"},     {"mdn_bscan_kernel", "bscan"},
                                        {"mdn_brow_kernel", "brow"},   {"mdn_bchunk_kernel", "bchunk"}};
 

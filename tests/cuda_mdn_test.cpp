@@ -367,12 +367,23 @@ TEST_CASE("cuda mdn: bf16 compute at the model's head sizes (K = V = 128; K = 12
   check_mdn(1, 200, 2, 256, 512, 64, Regime::normal, 11200, DType::bf16);
 }
 
+// The backward with saved Ṽ runs one states-only scan block per (value tile, key tile): these shapes give it
+// several key tiles with a partial last one (K = 160: 64 + 64 + 32; K = 100: 64 + 36) and several value tiles,
+// full and partial (V = 192, 100), on both layouts; aligned dims, so the bf16 one stages its Ṽ and k rows.
+TEST_CASE("cuda mdn: several key tiles with a partial last one and several value tiles (save_residuals)",
+          "[cuda][mdn]") {
+  check_mdn(2, 130, 2, 160, 100, 64, Regime::normal, 5200);
+  check_mdn(8, 130, 2, 160, 192, 64, Regime::normal, 11300, DType::bf16);
+  check_mdn(8, 200, 2, 100, 100, 64, Regime::strong_decay, 11400, DType::bf16);
+}
+
 // The bf16 scan stages the next chunk's 𝒯, v (or Ṽ) and, for key_dim <= 128, k rows by cp.async where they are
 // 16-byte aligned; these shapes take its synchronous fallbacks: key and value dims not multiples of 4 (k and v
 // loaded directly, k one key tile ahead in registers), chunk 13 (𝒯 rows not aligned), and with chunk 64 a last
 // chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged). The same shapes take
-// bchunk's scalar loads (key dims not multiples of 4) and brow's and out's loads of the chunk states without
-// cp.async (value dims not multiples of 8; out's synchronous variant, Q still whole).
+// the states-only scan without staging and its element-wise state stores, bchunk's scalar loads (key dims not
+// multiples of 4) and brow's and out's loads of the chunk states without cp.async (value dims not multiples of 8;
+// out's synchronous variant, Q still whole).
 TEST_CASE("cuda mdn: bf16 compute, the scan's synchronous fallbacks (unaligned dims, chunk 13, ragged last chunk)",
           "[cuda][mdn]") {
   check_mdn(8, 100, 3, 30, 50, 13, Regime::normal, 13000, DType::bf16);

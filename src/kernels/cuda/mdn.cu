@@ -30,9 +30,14 @@
 //                             for all value tiles, the chunk-state tiles by cp.async into a ring up to 3 (value
 //                             tile, key tile) steps ahead, Ṽ one value tile ahead in registers;
 // The backward recomputes coef and the chunk-start states: with the forward's Ṽ saved (save_residuals, mdn.md
-// §7.1: the authors' design, chunk states recomputed, corrected values saved) the scan only advances the states
-// from the saved Ṽ (no triangular solve, no S_0^T k products); without, it solves for Ṽ again as the forward.
-// Both give the same states bit for bit (the same Ṽ bits, the same state-update code). Then
+// §7.1: the authors' design, chunk states recomputed, corrected values saved) the states-only scan advances them
+// from the saved Ṽ; without, the scan solves for Ṽ again as the forward. Both give the same states bit for bit
+// (the same Ṽ bits, the same state-update code, advance_states):
+//   state scan (value tiles x key tiles, B H) sequential over chunks; no triangular solve, no S_0^T k products, so
+//                             a key tile's update needs only its own states: one block per key tile, the states
+//                             of its 64 x 64 tile in registers; stores the tile's rows of each chunk's (S_0, M_0);
+//                             bf16: the next chunk's Ṽ and k rows land by cp.async while a chunk runs.
+// Then
 //   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
 //                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
 //                             and carries (dS, dM) to the chunk start; bf16: the chunk before's operands land by
@@ -171,6 +176,8 @@ struct ChunkSmem {
 };
 
 constexpr int kChunkVectors = 8, kChunkMatrices = 6;
+/// Vector slots of a coef image, in order (carve_vectors' order).
+enum ChunkVector { kVecLa, kVecLm, kVecBeta, kVecEta, kVecAlpha, kVecAbar, kVecMbar, kVecBb };
 /// Matrix slots of a coef image, in order.
 enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kT };
 
@@ -474,6 +481,30 @@ struct ScanShared {
   __device__ Op<L>* w(int64_t i) const { return work + i * kN * op_ld<L>(); }
   __device__ float* x(int64_t kt) const { return slabs + kt * tile::kTileFloats; }
   __device__ float* y(int64_t kt) const { return slabs + (KT + kt) * tile::kTileFloats; }
+  /// s, m = the slabs X, Y of key tile kt at the thread's elements of L (no barrier).
+  __device__ void get_states(int64_t kt, tile::Acc& s, tile::Acc& m) const {
+    const float *X = x(kt), *Y = y(kt);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = L::row(i) * tile::kLd + L::col(j);
+        s.v[i][j] = X[e];
+        m.v[i][j] = Y[e];
+      }
+  }
+  /// The slabs X, Y of key tile kt = s, m at the thread's elements of L (no barrier).
+  __device__ void set_states(int64_t kt, const tile::Acc& s, const tile::Acc& m) const {
+    float *X = x(kt), *Y = y(kt);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = L::row(i) * tile::kLd + L::col(j);
+        X[e] = s.v[i][j];
+        Y[e] = m.v[i][j];
+      }
+  }
   /// The operand views of key tile kt's slabs: the fp32 slabs (Simt), or (Mma) bf16 copies that stage(kt) writes
   /// (valid after a barrier that follows it).
   __device__ const Op<L>* xo(int64_t kt) const {
@@ -559,19 +590,18 @@ struct ScanShared {
   }
 };
 
-/// Asks the L2 for what a scan reads of chunk `chunk` of (batch, head) bh (value columns v0 .. v0 + vc - 1; no effect
-/// on any result): its coefficient image (vectors, then 𝒯 for kSolve and the backward, Γ, L_U, and Q K̂^T for the
-/// backward), its k rows, and v (kSolve), Ṽ (the states-only scan) or q and dO rows (backward). Issued one chunk
-/// ahead, so the next chunk's loads wait for the L2, not for memory.
-__device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk, int64_t v0, int vc, bool solve,
-                                    bool backward) {
+/// Asks the L2 for what the solving scan (forward) or the bscan (backward) reads of chunk `chunk` of (batch, head)
+/// bh (value columns v0 .. v0 + vc - 1; no effect on any result): its coefficient image (vectors, 𝒯, Γ, L_U, and
+/// Q K̂^T for the backward), its k rows, and v (forward) or q and dO rows (backward). Issued one chunk ahead, so
+/// the next chunk's loads wait for the L2, not for memory.
+__device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk, int64_t v0, int vc, bool backward) {
   using tile::prefetch_l2;
   const tile::Chunk nx(a, chunk, bh);
   const int64_t C = a.C, K = a.K, V = a.V, H = a.H;
   const float* img = coef_image(a, bh, chunk);
   prefetch_l2(img, 0, 1, 4 * kChunkVectors * C);
   const int64_t mat = 4 * static_cast<int64_t>(nx.n) * nx.n;  // the leading n x n of a matrix slot
-  if (solve || backward) prefetch_l2(image_matrix(img, C, kT), 0, 1, mat);
+  prefetch_l2(image_matrix(img, C, kT), 0, 1, mat);
   prefetch_l2(image_matrix(img, C, kLU), 0, 1, mat);
   prefetch_l2(image_matrix(img, C, kG), 0, 1, mat);
   if (backward) prefetch_l2(image_matrix(img, C, kQK), 0, 1, mat);
@@ -580,7 +610,7 @@ __device__ void prefetch_scan_chunk(const MdnArgs& a, int64_t bh, int64_t chunk,
     prefetch_l2(nx.in(a, a.q, K, 0), 4 * H * K, nx.n, 4 * K);
     prefetch_l2(nx.in(a, a.d_o, V, v0), 4 * H * V, nx.n, 4 * vc);
   } else {
-    prefetch_l2(nx.in(a, solve ? a.v : a.vt, V, v0), 4 * H * V, nx.n, 4 * vc);
+    prefetch_l2(nx.in(a, a.v, V, v0), 4 * H * V, nx.n, 4 * vc);
   }
 }
 
@@ -603,60 +633,73 @@ constexpr size_t kMaxBlockSmem = 227 * 1024;
 /// its fp32 staging tile; the solving scan takes 194.5 KiB at key_dim 128).
 constexpr int64_t kScanStagedKeyTiles = 2;
 
-/// Work tiles of the scan: sA, sB, sT, then sK (all KT key tiles with kStageK, else one).
+/// Work tiles of the solving scan: sA, sB, sT, then sK (all KT key tiles with kStageK, else one).
 constexpr int scan_work(bool stage_k, int64_t KT) { return 3 + static_cast<int>(stage_k ? KT : 1); }
 
-/// fp32 staging tiles of the scan (when it stages): 𝒯 (kSolve), the value rows (v with kSolve, else Ṽ), then the
-/// KT key tiles with kStageK.
-constexpr int scan_staged(bool solve, bool stage_k, int64_t KT) {
-  return (solve ? 2 : 1) + static_cast<int>(stage_k ? KT : 0);
-}
+/// fp32 staging tiles of the solving scan (when it stages): 𝒯, the v rows, then the KT key tiles with kStageK.
+constexpr int scan_staged(bool stage_k, int64_t KT) { return 2 + static_cast<int>(stage_k ? KT : 0); }
 static_assert(scan_bytes<tile::Mma>(kScanStagedKeyTiles * kN, kMdnMaxChunk, scan_work(true, kScanStagedKeyTiles),
-                                    scan_staged(true, true, kScanStagedKeyTiles)) <= kMaxBlockSmem,
+                                    scan_staged(true, kScanStagedKeyTiles)) <= kMaxBlockSmem,
               "the scan with staged k fits");
 
-// scan kernel on layout L, grid scan_grid: value columns v0 .. v0 + vc - 1 of the states, chunk by chunk
-// (§6.2), on 64 x 64 shared tiles: store (S_0, M_0); the chunk's Ṽ: with kSolve R_i = v_i - α_i (ᾱ_{i-1} S_0^T
-// k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0) and Ṽ = 𝒯 R (stored to vt_out), else read from vt (the
-// forward's, saved); then per key tile
-// (S, M) <- (ᾱ_n S_0 - b_n M_0 + K^T Diag(η ⊙ Γ_{n,:}) Ṽ, μ̄_n M_0 - K^T Diag(η ⊙ L_U[n,:]) Ṽ).
-// Shared: ScanShared<L> with the work tiles sA (R, then η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯,
-// zero padded; kSolve only), sK (the chunk's key rows: one key tile at a time, or with kStageK all KT tiles,
-// converted once per chunk for both uses). Operands of Mma: k, 𝒯, R, S_0, M_0 (stage) and the two scaled Ṽ tiles,
-// each rounded to bf16 where formed; S, M, Ṽ stay fp32.
+/// One chunk's update (§6.2) of the states of one key tile at the thread's elements s, m of L (S, M [64, 64]):
+/// (S, M) <- (aC S - bC M + K_c^T sA, mC M + K_c^T sB) with aC = ᾱ_n, bC = b_n, mC = μ̄_n (the chunk's last row),
+/// kt_tile the chunk's key rows of the key tile (K_c [n, 64]), sA = Diag(η ⊙ Γ_{n,:}) Ṽ and
+/// sB = -Diag(η ⊙ L_U[n,:]) Ṽ (operand tiles of L, [n, 64]). Shared by both scans (the same bits from the same
+/// states and operands). No barrier.
+template <typename L>
+__device__ void advance_states(const Op<L>* kt_tile, const Op<L>* sA, const Op<L>* sB, float aC, float bC, float mC,
+                               tile::Acc& s, tile::Acc& m) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float s0 = s.v[i][j], m0 = m.v[i][j];
+      s.v[i][j] = aC * s0 - bC * m0;
+      m.v[i][j] = mC * m0;
+    }
+  L::template mma<true, false>(kt_tile, sA, s);
+  L::template mma<true, false>(kt_tile, sB, m);
+}
+
+// scan kernel on layout L, grid scan_grid (the forward, and the backward without saved Ṽ): value columns
+// v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64 shared tiles: store (S_0, M_0); solve for
+// the chunk's Ṽ = 𝒯 R with R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0),
+// stored to vt_out; then advance_states per key tile. Shared: ScanShared<L> with the work tiles sA (R, then
+// η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded), sK (the chunk's key rows: one key tile at
+// a time, or with kStageK all KT tiles, converted once per chunk for both uses). Operands of Mma: k, 𝒯, R, S_0,
+// M_0 (stage) and the two scaled Ṽ tiles, each rounded to bf16 where formed; S, M, Ṽ stay fp32.
 // Loads one chunk ahead (Mma, `stage`: the launcher found the staging tiles room in shared memory): the next
-// chunk's 𝒯 (when C and its length are multiples of 4 and the scratch is 16-byte aligned), its v or Ṽ rows (when
-// that tensor is, async_ok_f) and with kStageK (key_dim <= kScanStagedKeyTiles tiles, k aligned) its k rows land
-// by cp.async in the fp32 staging tiles sh.g while this chunk updates the states: issued after the barrier that
-// ends this chunk's reads of them, waited for (cp_async_wait + the barrier) at the next chunk's start, and then
-// converted by put_h_staged (𝒯, k: what fill_square / load_op store) or read as load_acc / the R formation read
-// global memory (v, Ṽ: the same fp32 values). Operands that are not staged are loaded as without staging (k then
-// one key tile ahead in registers, tile::fetch_h). The same bits either way.
-template <typename L, bool kSolve, bool kStageK>
+// chunk's 𝒯 (when C and its length are multiples of 4 and the scratch is 16-byte aligned), its v rows (when v is,
+// async_ok_f) and with kStageK (key_dim <= kScanStagedKeyTiles tiles, k aligned) its k rows land by cp.async in
+// the fp32 staging tiles sh.g while this chunk updates the states: issued after the barrier that ends this
+// chunk's reads of them, waited for (cp_async_wait + the barrier) at the next chunk's start, and then converted
+// by put_h_staged (𝒯, k: what fill_square / load_op store) or read by the R formation instead of global memory
+// (v: the same fp32 values). Operands that are not staged are loaded as without staging (k then one key tile
+// ahead in registers, tile::fetch_h). The same bits either way.
+template <typename L, bool kStageK>
 __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, bool stage) {
   extern __shared__ __align__(16) char smem[];
-  constexpr int kLd = tile::kLd;
   constexpr bool kMma = std::is_same_v<Op<L>, bf16>;
   static_assert(kMma || !kStageK, "k staging converts into bf16 tiles");
   const int64_t K = a.K, V = a.V, C = a.C, bh = a.bh0 + blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
   const int64_t KT = key_tiles(K);
   const bool stg = kMma && stage;
-  const ScanShared<L> sh(smem, K, C, scan_work(kStageK, KT), stg ? scan_staged(kSolve, kStageK, KT) : 0);
+  const ScanShared<L> sh(smem, K, C, scan_work(kStageK, KT), stg ? scan_staged(kStageK, KT) : 0);
   const ChunkSmem& cs = sh.cs;
   Op<L> *sA = sh.w(0), *sB = sh.w(1), *sT = sh.w(2), *sK = sh.w(3);
   constexpr bool kFetchK = kMma && !kStageK;  // k through fetch_h / put_h, one key tile ahead
-  // Staging tiles: 𝒯 (kSolve), the value rows, the key tiles.
-  float *gT = sh.g, *gV = sh.g + (kSolve ? tile::kStageFloats : 0), *gK = gV + tile::kStageFloats;
-  const float* vsrc = kSolve ? a.v : a.vt;
-  const bool v_async = stg && tile::async_ok_f(vsrc, V);
-  const bool t_aligned = stg && kSolve && tile::async_ok_f(a.coef, C);
+  // Staging tiles: 𝒯, the v rows, the key tiles.
+  float *gT = sh.g, *gV = sh.g + tile::kStageFloats, *gK = gV + tile::kStageFloats;
+  const bool v_async = stg && tile::async_ok_f(a.v, V);
+  const bool t_aligned = stg && tile::async_ok_f(a.coef, C);
   const auto t_async = [&](int n) { return t_aligned && n % 4 == 0; };  // (rows of 𝒯 are n floats apart)
   // The staged operands of chunk c into the staging tiles (cp.async, one group).
   const auto issue = [&](int64_t c) {
     const tile::Chunk nx(a, c, bh);
     if (t_async(nx.n)) tile::stage_async(gT, image_matrix(coef_image(a, bh, c), C, kT), nx.n, nx.n, nx.n);
-    if (v_async) tile::stage_async(gV, nx.in(a, vsrc, V, v0), a.H * V, nx.n, vc);
+    if (v_async) tile::stage_async(gV, nx.in(a, a.v, V, v0), a.H * V, nx.n, vc);
     if constexpr (kStageK)
       for (int64_t kt = 0; kt < KT; ++kt)
         tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n,
@@ -667,7 +710,7 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
-    if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, kSolve, false);
+    if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, false);
     if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
     __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done; every
                       // thread's staged pieces have landed
@@ -676,44 +719,38 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
     if constexpr (kStageK)  // (the thread's own pieces: its wait suffices)
       for (int64_t kt = 0; kt < KT; ++kt)
         tile::put_h_staged(sK + kt * kN * op_ld<L>(), gK + kt * tile::kStageFloats, n);
-    tile::Acc xv;
-    if constexpr (kSolve) {
-      const float* Timg = image_matrix(img, C, kT);
-      if constexpr (kMma) {
-        if (t_async(n)) tile::put_h_staged(sT, gT, n);
-        else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
-      } else {
-        fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
-      }
-      // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
-      tile::Acc xs, xm;
-      xs.zero(), xm.zero();
-      sh.template keys_times_slabs<kStageK>(a, ch, n, sK, xs, xm);
-      const float* v = ch.in(a, a.v, V, v0);
-      tile::Acc xr;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int r = L::row(i), c = L::col(j);
-          float x = 0.0f;
-          if (r < n && c < vc) {
-            const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
-            const float vr = v_async ? gV[r * kN + c] : v[r * a.H * V + c];
-            x = vr - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
-          }
-          xr.v[i][j] = x;
-        }
-      put_op<L>(xr, sA, tile::Same{});
-      __syncthreads();
-      xv.zero();
-      L::template mma<false, false>(sT, sA, xv);
-      tile::store_acc<L>(xv, ch.in(a, a.vt_out, V, v0), a.H * V, n, vc, tile::Same{});
-    } else if (v_async) {
-      tile::load_acc<L>(xv, gV, kN, n, vc);
+    const float* Timg = image_matrix(img, C, kT);
+    if constexpr (kMma) {
+      if (t_async(n)) tile::put_h_staged(sT, gT, n);
+      else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
     } else {
-      tile::load_acc<L>(xv, ch.in(a, a.vt, V, v0), a.H * V, n, vc);
+      fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
     }
+    // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
+    tile::Acc xs, xm;
+    xs.zero(), xm.zero();
+    sh.template keys_times_slabs<kStageK>(a, ch, n, sK, xs, xm);
+    const float* v = ch.in(a, a.v, V, v0);
+    tile::Acc xr;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = L::row(i), c = L::col(j);
+        float x = 0.0f;
+        if (r < n && c < vc) {
+          const float am = r > 0 ? cs.abar[r - 1] : 1.0f, bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+          const float vr = v_async ? gV[r * kN + c] : v[r * a.H * V + c];
+          x = vr - cs.alpha[r] * (am * xs.v[i][j] - bm * xm.v[i][j]);
+        }
+        xr.v[i][j] = x;
+      }
+    put_op<L>(xr, sA, tile::Same{});
+    __syncthreads();
+    tile::Acc xv;
+    xv.zero();
+    L::template mma<false, false>(sT, sA, xv);
+    tile::store_acc<L>(xv, ch.in(a, a.vt_out, V, v0), a.H * V, n, vc, tile::Same{});
     if (chunk + 1 == a.NC) break;  // no one reads the final states
     // kFetchK: key tile kt's k rows are fetched into registers (tile::fetch_h) one tile ahead, so that their global
     // loads are in flight while the block forms the scaled Ṽ tiles and multiplies the previous key tile; put_h
@@ -722,7 +759,7 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
     if constexpr (kFetchK) {
       if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, K, 0), a.H * K, n, tile::tile_cols(K, 0));
     }
-    __syncthreads();  // readers of R (sA; kSolve) and of the staging tiles are done
+    __syncthreads();  // readers of R (sA) and of the staging tiles are done
     if (stg) issue(chunk + 1);
     put_op<L>(xv, sA, [&](int r, int, float x) { return r < n ? cs.eta[r] * sh.gl[r] * x : 0.0f; });
     put_op<L>(xv, sB, [&](int r, int, float x) { return r < n ? -cs.eta[r] * sh.ul[r] * x : 0.0f; });
@@ -740,28 +777,221 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
         }
         __syncthreads();
       }
-      float *Sk = sh.x(kt), *Mk = sh.y(kt);
-      tile::Acc ns, nm;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = L::row(i) * kLd + L::col(j);
-          ns.v[i][j] = aC * Sk[e] - bC * Mk[e];
-          nm.v[i][j] = mC * Mk[e];
-        }
-      L::template mma<true, false>(kt_tile, sA, ns);
-      L::template mma<true, false>(kt_tile, sB, nm);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = L::row(i) * kLd + L::col(j);
-          Sk[e] = ns.v[i][j];
-          Mk[e] = nm.v[i][j];
-        }
+      tile::Acc s, m;
+      sh.get_states(kt, s, m);
+      advance_states<L>(kt_tile, sA, sB, aC, bC, mC, s, m);
+      sh.set_states(kt, s, m);
       if constexpr (!kStageK) __syncthreads();  // readers of sK are done
     }
+  }
+}
+
+// ---- the states-only scan (the backward with saved Ṽ) ----
+
+/// Blocks per SM that the states-only scan is compiled for: 3 when it stages its rows (tile::Mma: 80 registers,
+/// 60 KiB of shared memory), else 1 (Mma without staging: 249 registers, Simt: 237; bounded to 2, both spill).
+template <bool kStaged>
+constexpr int state_scan_blocks_per_sm() { return kStaged ? 3 : 1; }
+
+/// What the states-only update of a chunk needs of its coefficients (§6.2), in shared memory: g_r = η_r Γ_{n,r},
+/// u_r = -η_r L_U[n,r] (r < n; the last rows of Γ and L_U, 0-based row n - 1), the scalars ᾱ_n, b_n, μ̄_n.
+struct UpdateFactors {
+  float g[kN], u[kN], abar, bb, mbar;
+};
+
+/// A thread's share of a chunk's UpdateFactors, as loaded from its coef image: thread t < n holds η_t, Γ_{n,t},
+/// L_U[n,t]; thread kN + i (i < 3) holds ᾱ_n, b_n, μ̄_n (i = 0, 1, 2) in x[0].
+struct FactorLoads {
+  float x[3];
+};
+
+/// Issues the thread's loads of chunk `chunk`'s UpdateFactors (nothing waits for them here).
+__device__ FactorLoads fetch_factors(const MdnArgs& a, int64_t bh, int64_t chunk) {
+  const int n = tile::Chunk(a, chunk, bh).n, t = static_cast<int>(threadIdx.x);
+  const int64_t C = a.C;
+  const float* img = coef_image(a, bh, chunk);
+  FactorLoads f{};
+  if (t < n) {
+    f.x[0] = img[kVecEta * C + t];
+    f.x[1] = image_matrix(img, C, kG)[(n - 1) * n + t];
+    f.x[2] = image_matrix(img, C, kLU)[(n - 1) * n + t];
+  } else if (t >= kN && t < kN + 3) {
+    const ChunkVector slot = t == kN ? kVecAbar : t == kN + 1 ? kVecBb : kVecMbar;
+    f.x[0] = img[slot * C + n - 1];
+  }
+  return f;
+}
+
+/// Writes the thread's share fetched by fetch_factors (chunk length n) into f: g_t = η_t Γ_{n,t},
+/// u_t = -η_t L_U[n,t] (the products the solving scan forms, in the same order), or its scalar. No barrier.
+__device__ void put_factors(const FactorLoads& x, int n, UpdateFactors& f) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < n) {
+    f.g[t] = x.x[0] * x.x[1];
+    f.u[t] = -x.x[0] * x.x[2];
+  } else if (t == kN) {
+    f.abar = x.x[0];
+  } else if (t == kN + 1) {
+    f.bb = x.x[0];
+  } else if (t == kN + 2) {
+    f.mbar = x.x[0];
+  }
+}
+
+/// Asks the L2 for what a states-only scan block (key columns k0 .. k0 + kc - 1, value columns v0 .. v0 + vc - 1)
+/// reads of chunk `chunk` of (batch, head) bh (no effect on any result): the coef image's vectors and the last
+/// rows of Γ and L_U, its k and Ṽ rows.
+__device__ void prefetch_state_chunk(const MdnArgs& a, int64_t bh, int64_t chunk, int64_t k0, int kc, int64_t v0,
+                                     int vc) {
+  using tile::prefetch_l2;
+  const tile::Chunk nx(a, chunk, bh);
+  const int64_t C = a.C, n = nx.n;
+  const float* img = coef_image(a, bh, chunk);
+  prefetch_l2(img, 0, 1, 4 * kChunkVectors * C);
+  prefetch_l2(image_matrix(img, C, kG) + (n - 1) * n, 0, 1, 4 * n);
+  prefetch_l2(image_matrix(img, C, kLU) + (n - 1) * n, 0, 1, 4 * n);
+  prefetch_l2(nx.in(a, a.k, a.K, k0), 4 * a.H * a.K, nx.n, 4 * kc);
+  prefetch_l2(nx.in(a, a.vt, a.V, v0), 4 * a.H * a.V, nx.n, 4 * vc);
+}
+
+/// x behind an empty asm: the optimizer cannot hoist what is computed from it out of the loop around the call
+/// (under a register bound such hoisted values, held across the loop, spill; recomputed where used they do not).
+__device__ __forceinline__ int unhoisted(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+/// dst[r * V + c] = x at the thread's elements of L with r < rows, c < cols, rounded to Op<L> (from_f32, as
+/// ScanShared::store rounds): a state tile from registers into a [K, V] state. A full Mma tile (rows = cols = 64)
+/// with dst 4-byte aligned and V even is stored by column pairs (c, c + 1 of a thread's j = 0, 1 and j = 2, 3), one
+/// bf16x2 store each; anything else element by element (tile::store_acc, its bounds unhoisted: called in a loop).
+template <typename L>
+__device__ void store_state(const tile::Acc& x, Op<L>* dst, int64_t V, int rows, int cols) {
+  if constexpr (std::is_same_v<L, tile::Mma>) {
+    if (rows == kN && cols == kN && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && V % 2 == 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; j += 2)
+          *reinterpret_cast<__nv_bfloat162*>(dst + L::row(i) * V + L::col(j)) =
+              __floats2bfloat162_rn(x.v[i][j], x.v[i][j + 1]);
+      return;
+    }
+  }
+  tile::store_acc<L>(x, dst, V, unhoisted(rows), unhoisted(cols), tile::Same{});
+}
+
+/// sA = Diag(f.g) R, sB = Diag(f.u) R for the chunk's n rows R (vc columns, rows `stride` apart at src) of an fp32
+/// tensor, rows >= n and columns >= vc zero: two row-scaled operand tiles of L from one global tile (Mma: loaded
+/// once, tile::fetch_h, stored twice, put_h; Simt: load_op twice). No barrier.
+template <typename L>
+__device__ void load_scaled_pair(Op<L>* sA, Op<L>* sB, const float* src, int64_t stride, int n, int vc,
+                                 const UpdateFactors& f) {
+  const auto fg = [&](int r) { return f.g[r]; };
+  const auto fu = [&](int r) { return f.u[r]; };
+  if constexpr (std::is_same_v<L, tile::Mma>) {
+    tile::HRegs x;
+    tile::fetch_h(x, src, stride, n, vc);
+    tile::put_h(sA, x, n, fg);
+    tile::put_h(sB, x, n, fu);
+  } else {
+    load_op(sA, src, stride, n, vc, fg);
+    load_op(sB, src, stride, n, vc, fu);
+  }
+}
+
+/// The states-only scan's grid: (value tile, key tile) pairs, key tiles fastest (neighbouring blocks share their
+/// Ṽ rows), by (batch, head).
+dim3 state_scan_grid(int64_t K, int64_t V, int64_t BH) {
+  return dim3(static_cast<unsigned>(ceil_div(V, kN) * key_tiles(K)), static_cast<unsigned>(BH));
+}
+
+/// Shared bytes of the states-only scan on layout L: the UpdateFactors of two chunks, the operand tiles sA, sB,
+/// sK and, when it stages, the fp32 staging tiles of the Ṽ and k rows (tile::Mma: 1,056 + 3 x 9,216 + 2 x 16,384
+/// = 61,472 bytes; Simt: 1,056 + 3 x 16,640 = 50,976).
+template <typename L>
+constexpr size_t state_scan_bytes(bool staged) {
+  return (2 * sizeof(UpdateFactors) + 15) / 16 * 16 + 3 * op_bytes<L>() +
+         sizeof(float) * tile::kStageFloats * (staged ? 2 : 0);
+}
+
+// states-only scan kernel on layout L, grid state_scan_grid (the backward with saved Ṽ in a.vt; a.vt_out null):
+// one key tile (key rows k0 .. k0 + kc - 1) and one value tile (columns v0 .. v0 + vc - 1) of the states S, M,
+// chunk by chunk (§6.2): store the tile's rows of the entering (S_0, M_0), then advance_states from the chunk's
+// saved Ṽ. Without the solve a key tile's update reads only its own states (no S_0^T k), so each key tile has its
+// own block: its states are the thread's accumulators s, m (fp32 registers, never rounded), stored to the
+// chunk-state scratch by store_state; the same expressions on the same values as the solving scan (its operands
+// formed as there: sK as load_op, sA, sB as put_op of the scaled Ṽ), so the same bits. Shared
+// (state_scan_bytes<L>): the UpdateFactors of two chunks (fac[chunk % 2]), the operand tiles sA (η Γ_{n,:} ⊙ Ṽ
+// rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sK (the chunk's k rows of the key tile), and with kStaged the fp32 staging
+// tiles gV, gK. Operands of Mma: k and the two scaled Ṽ tiles, each rounded to bf16 where formed. Per chunk:
+// store, B1 (the previous update's readers of sA, sB, sK are done; this chunk's rows have landed), the operand
+// tiles, B2, the update. Loads ahead:
+// - kStaged (Mma, Ṽ and k 16-byte aligned with dims multiples of 4: async_ok_f): the next chunk's Ṽ and k rows
+//   land by cp.async in gV, gK while this chunk updates (issued after B2, waited for at the next chunk's B1) and
+//   are converted by put_h_staged (the thread's own pieces); else they are loaded in the step (load_op,
+//   load_scaled_pair: the same bits);
+// - the next chunk's factors are loaded before B1 (fetch_factors) and written into the other fac before B2
+//   (put_factors), so that this chunk's barrier and operand tiles hide their latency;
+// - the L2 is asked for chunk c + 2's rows and factors at chunk c (prefetch_state_chunk).
+// The last chunk's rows are never read (nothing reads the states after it).
+template <typename L, bool kStaged>
+__global__ void __launch_bounds__(tile::kThreads, state_scan_blocks_per_sm<kStaged>())
+    mdn_state_scan_kernel(MdnArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  static_assert(std::is_same_v<L, tile::Mma> || !kStaged, "the staged rows convert into bf16 tiles");
+  // (32-bit block indices: fewer registers under the bound; grid y <= 65535, NC and the tile offsets < 2^31)
+  const int64_t K = a.K, V = a.V;
+  const int KT = static_cast<int>(key_tiles(K)), bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
+  const int k0 = static_cast<int>(blockIdx.x) % KT * kN, v0 = static_cast<int>(blockIdx.x) / KT * kN;
+  const int kc = tile::tile_cols(K, k0), vc = tile::tile_cols(V, v0), last = static_cast<int>(a.NC) - 1;
+  tile::Carve cv{smem};
+  UpdateFactors* fac = cv.take<UpdateFactors>(2);
+  Op<L> *sA = op_tile<L>(cv), *sB = op_tile<L>(cv), *sK = op_tile<L>(cv);
+  float* const gV = kStaged ? cv.take<float>(2 * tile::kStageFloats) : nullptr;
+  float* const gK = kStaged ? gV + tile::kStageFloats : nullptr;
+  // The staged rows of chunk c into gV, gK (cp.async, one group).
+  const auto issue = [&](int c) {
+    const tile::Chunk nx(a, c, bh);
+    tile::stage_async(gV, nx.in(a, a.vt, V, v0), a.H * V, nx.n, vc);
+    tile::stage_async(gK, nx.in(a, a.k, K, k0), a.H * K, nx.n, kc);
+    tile::cp_async_commit();
+  };
+  if (last > 0) {
+    prefetch_state_chunk(a, bh, 0, k0, kc, v0, vc);
+    if (last > 1) prefetch_state_chunk(a, bh, 1, k0, kc, v0, vc);
+    if constexpr (kStaged) issue(0);
+    put_factors(fetch_factors(a, bh, 0), tile::Chunk(a, 0, bh).n, fac[0]);
+  }
+  tile::Acc s, m;
+  s.zero(), m.zero();
+  for (int chunk = 0;; ++chunk) {
+    Op<L>* const S0 = state_pair<Op<L>>(a, a.states, bh, chunk) + k0 * V + v0;
+    store_state<L>(s, S0, V, kc, vc);
+    store_state<L>(m, S0 + K * V, V, kc, vc);
+    if (chunk == last) break;
+    const tile::Chunk ch(a, chunk, bh);
+    const int n = ch.n;
+    const bool next = chunk + 1 < last;  // whether the next chunk updates (reads its rows and factors)
+    if (chunk + 2 < last) prefetch_state_chunk(a, bh, chunk + 2, k0, kc, v0, vc);
+    const FactorLoads next_factors = next ? fetch_factors(a, bh, chunk + 1) : FactorLoads{};
+    if constexpr (kStaged) tile::cp_async_wait<0>();  // this chunk's staged rows (the only group in flight)
+    __syncthreads();  // B1
+    const UpdateFactors& f = fac[chunk % 2];
+    if constexpr (kStaged) {
+      tile::put_h_staged(sK, gK, n);
+      tile::put_h_staged(sA, gV, n, [&](int r) { return f.g[r]; });
+      tile::put_h_staged(sB, gV, n, [&](int r) { return f.u[r]; });
+    } else {
+      load_op(sK, ch.in(a, a.k, K, k0), a.H * K, n, kc);
+      load_scaled_pair<L>(sA, sB, ch.in(a, a.vt, V, v0), a.H * V, n, vc, f);
+    }
+    if (next) put_factors(next_factors, tile::Chunk(a, chunk + 1, bh).n, fac[(chunk + 1) % 2]);
+    __syncthreads();  // B2: sA, sB, sK and the next chunk's factors complete; every read of gV, gK is done
+    if constexpr (kStaged) {
+      if (next) issue(chunk + 1);
+    }
+    advance_states<L>(sK, sA, sB, f.abar, f.bb, f.mbar, s, m);
   }
 }
 
@@ -1073,7 +1303,7 @@ __global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a, bo
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const tile::Chunk ch(a, chunk, bh);
     const int n = ch.n, last = n - 1;
-    if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, false, true);
+    if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, true);
     if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
     __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done; every
                       // thread's staged pieces have landed
@@ -1675,7 +1905,7 @@ size_t floats_bytes(int64_t n) { return sizeof(float) * static_cast<size_t>(n); 
 /// Grid (chunks, pairs) of the per-chunk kernels over the pairs of a.
 dim3 per_chunk(const MdnArgs& a) { return dim3(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.nbh)); }
 
-/// The coef kernel over the pairs of a.
+/// The coef kernel (layout L): the coefficient images of the chunks of a's pairs into a.coef.
 template <typename L>
 void run_coef(const MdnArgs& a, cudaStream_t stream) {
   tile::launch("mdn chunk", a.K, mdn_coef_kernel<L>, per_chunk(a), coef_smem<L>(a.C), stream, a);
@@ -1697,20 +1927,17 @@ struct ScanLaunch {
   }
 };
 
-/// The scan (layout L) for a's shape: solving for Ṽ into a.vt_out, or (a.vt_out null) advancing the states from
-/// the saved Ṽ (a.vt). Mma: k staged where key_dim <= kScanStagedKeyTiles tiles and k is 16-byte aligned; 𝒯 and
-/// the value rows staged where the staging tiles fit (mdn_scan_kernel checks their alignment itself).
+/// The solving scan (layout L) for a's shape: the chunk states into a.states and Ṽ into a.vt_out (the forward's,
+/// and the backward's without saved Ṽ). Mma: k staged where key_dim <= kScanStagedKeyTiles tiles and k is 16-byte
+/// aligned; 𝒯 and the v rows staged where the staging tiles fit (mdn_scan_kernel checks their alignment itself).
 template <typename L>
 ScanLaunch<void (*)(MdnArgs, bool)> scan_launch(const MdnArgs& a) {
   constexpr bool kMma = std::is_same_v<L, tile::Mma>;
-  const bool solve = a.vt_out != nullptr;
   const int64_t KT = key_tiles(a.K);
   const bool stage_k = kMma && KT <= kScanStagedKeyTiles && tile::async_ok_f(a.k, a.K);
-  const size_t staged = scan_bytes<L>(a.K, a.C, scan_work(stage_k, KT), scan_staged(solve, stage_k, KT));
+  const size_t staged = scan_bytes<L>(a.K, a.C, scan_work(stage_k, KT), scan_staged(stage_k, KT));
   const bool stage = kMma && staged <= kMaxBlockSmem;
-  const bool sk = stage && stage_k;
-  const auto kernel = solve ? (sk ? mdn_scan_kernel<L, true, kMma> : mdn_scan_kernel<L, true, false>)
-                            : (sk ? mdn_scan_kernel<L, false, kMma> : mdn_scan_kernel<L, false, false>);
+  const auto kernel = stage && stage_k ? mdn_scan_kernel<L, kMma> : mdn_scan_kernel<L, false>;
   return {kernel, stage ? staged : scan_bytes<L>(a.K, a.C, scan_work(false, KT), 0), stage, false};
 }
 
@@ -1733,6 +1960,22 @@ void run_scan(const ScanLaunch<Kernel>& s, const MdnArgs& a, cudaStream_t stream
     tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a, s.stage);
   else
     tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a, s.stage, s.stage_e);
+}
+
+/// The states-only scan (layout L): the chunk states of a's pairs into a.states from the saved Ṽ (a.vt). The
+/// backward's with saved Ṽ.
+template <typename L>
+void run_state_scan(const MdnArgs& a, cudaStream_t stream) {
+  if (a.V == 0 || a.K == 0) return;  // (no state elements)
+  const dim3 grid = state_scan_grid(a.K, a.V, a.nbh);
+  // Mma: the Ṽ and k rows staged where both tensors are 16-byte aligned with dims multiples of 4.
+  if constexpr (std::is_same_v<L, tile::Mma>) {
+    if (tile::async_ok_f(a.vt, a.V) && tile::async_ok_f(a.k, a.K)) {
+      tile::launch("mdn chunk", a.K, mdn_state_scan_kernel<L, true>, grid, state_scan_bytes<L>(true), stream, a);
+      return;
+    }
+  }
+  tile::launch("mdn chunk", a.K, mdn_state_scan_kernel<L, false>, grid, state_scan_bytes<L>(false), stream, a);
 }
 
 /// Runs `part(g, s)` (the launches of one phase sequence for the pairs of g, on stream s) for the (batch, head)
@@ -1825,12 +2068,14 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                  stream, args);
     return;
   }
-  // Per group: the bscan, then the states-only scan (the bscan reads no chunk states; brow reads both), brow, bchunk.
+  // Per group: the bscan, then the chunk states (the bscan reads none; brow reads both): from the saved Ṽ by the
+  // states-only scan, or by the solving scan; brow, bchunk.
   const auto scan = scan_launch<L>(args);
   const auto bscan = bscan_launch<L>(args);
   by_waves(args, bscan.wave_pairs(value_dim), stream, [&](const MdnArgs& g, cudaStream_t s) {
     run_scan(bscan, g, s);
-    run_scan(scan, g, s);
+    if (residuals != nullptr) run_state_scan<L>(g, s);
+    else run_scan(scan, g, s);
     tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk(g),
                  padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), s, g);
     tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk(g), floats_bytes(bchunk_floats(chunk_size)), s,
