@@ -4,9 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 /// Exits with the failed call and CUDA's message.
 #define BENCH_CHECK(expr)                                                         \
@@ -61,6 +63,34 @@ float time_ms(int iters, F f) {
   BENCH_CHECK(cudaEventDestroy(start));
   BENCH_CHECK(cudaEventDestroy(stop));
   return ms / static_cast<float>(iters);
+}
+
+/// Median milliseconds of `reps` runs of f, each after 3 warm-up runs and each preceded by a write of 256 MiB (more
+/// than the H200's 50 MiB L2, so every run starts with a cold L2), timed with CUDA events around f alone (the
+/// default stream): the method of ../shared/perf-anchors.md (median of 30, L2 flushed before each).
+template <typename F>
+float median_ms_flushed(int reps, F f) {
+  constexpr size_t kFlushBytes = size_t{256} << 20;
+  void* flush = nullptr;
+  BENCH_CHECK(cudaMalloc(&flush, kFlushBytes));
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(static_cast<size_t>(reps));
+  for (float& m : ms) {
+    BENCH_CHECK(cudaMemsetAsync(flush, 0, kFlushBytes));
+    BENCH_CHECK(cudaEventRecord(start));
+    f();
+    BENCH_CHECK(cudaEventRecord(stop));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    BENCH_CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
+  BENCH_CHECK(cudaFree(flush));
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[static_cast<size_t>(reps / 2)];
 }
 
 }  // namespace bench

@@ -7,7 +7,8 @@
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
 // forward + backward, timed with CUDA events over
-// repeated launches (mean after 3 warm-ups). The anchor rows to compare with are FLA's "GPU ms".
+// repeated launches (mean after 3 warm-ups), and forward + backward as the anchors were timed (median of 30 runs,
+// the L2 flushed before each: bench::median_ms_flushed). The anchor rows to compare with are FLA's "GPU ms".
 // With --phases instead: a bf16 core's forward and backward at shapes (a) and (c) kernel by kernel (print_phases):
 // `--phases` or `--phases gdn` the GDN core (gdn_phases), `--phases mdn` the MDN core with save_residuals
 // (mdn_phases), `--phases all` both.
@@ -104,13 +105,14 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   };
   const float f = bench::time_ms(iters, fwd);
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
+  const float fb_cold = bench::median_ms_flushed(30, [&] { fwd(); bwd(); });
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
   const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
   const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel" : "bf16 tensor cores";
   const double mib = 1 << 20, saved_bytes = save_residuals ? static_cast<double>(sizeof(float) * nv) : 0.0;
-  std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.0f MiB | %.0f MiB |\n", name,
-              products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
-              static_cast<long>(s.K), static_cast<long>(s.V), f, fb, static_cast<double>(bytes) / mib,
+  std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.3f | %.0f MiB | %.0f MiB |\n",
+              name, products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
+              static_cast<long>(s.K), static_cast<long>(s.V), f, fb, fb_cold, static_cast<double>(bytes) / mib,
               saved_bytes / mib);
   for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
   if (residuals != nullptr) BENCH_CHECK(cudaFree(residuals));
@@ -337,7 +339,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | scratch | saved Ṽ |\n|---|---|---|---|---|---|\n");
+  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | f+b, L2 flushed, median of 30 | scratch | saved Ṽ |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) {
       bench_core<float>(s, iters, core);
