@@ -436,6 +436,22 @@ TEST_CASE("cuda delta: GDN and Comba bf16 cores with 3 key tiles and with the Mm
   check_gdn(2, 130, 1, 100, 72, 64, -0.05, 5340, gdn_core(DType::bf16));
 }
 
+// Value dim 2048 (32 value tiles): on an H200 (132 SMs) one wave of a scan with one block per SM holds 4 (batch,
+// head) pairs, so the 6 pairs here run as two groups (4 + 2), the second on the side stream (by_waves in
+// gdn_comba.cu). One block per SM: both fp32 scans (registers), both bf16 scans at K = 128 (the forward's shared
+// memory, the backward's registers) and the tile::Tc scans at K = 320. At K = 64 the bf16 forward scan takes two
+// blocks per SM (8 pairs a wave: the forward in one group), the backward's one (the backward in two groups).
+TEST_CASE("cuda delta: GDN and Comba cores with pairs beyond a whole wave of the scans, in two groups on two "
+          "streams (fp32 and bf16 compute)",
+          "[cuda][delta][gdn][comba]") {
+  check_gdn(2, 130, 3, 128, 2048, 64, -1.0, 5400, gdn_core(DType::f32));
+  check_gdn(2, 130, 3, 128, 2048, 64, -0.05, 5420, gdn_core(DType::bf16));
+  check_comba(2, 130, 3, 128, 2048, 64, -0.05, 5440, DType::f32);
+  check_comba(2, 130, 3, 128, 2048, 64, -1.0, 5460, DType::bf16);
+  check_gdn(2, 130, 3, 64, 2048, 64, -1.0, 5480, gdn_core(DType::bf16));
+  check_gdn(2, 70, 3, 320, 2048, 64, -0.05, 5500, gdn_core(DType::bf16));
+}
+
 TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", "[cuda][delta][comba]") {
   Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});

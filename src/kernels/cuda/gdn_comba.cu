@@ -27,12 +27,20 @@
 //             bwd_scan (per value tile)     dh[n] = dS_C of chunk n; dΔ += K^g dS_C; dS_0  (B1, B2)
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
+// Launch order: wu over every (batch, head) pair, then per group of pairs the forward's scan and out, or the
+// backward's scan, dv_local, bwd_scan, dqk and wy. Pairs form one group unless a scan's value-tile blocks span more
+// than one wave of the GPU but not a whole number of waves (shape B = 4, H = 6, key_dim 256, value_dim 512: 24
+// pairs x 8 value tiles, one scan block per SM): then the last wave's pairs run as a second group on a side stream
+// (by_waves, by_waves.cuh), and the first group's per-chunk kernels fill the SMs the last wave of scans leaves idle.
+// Every kernel takes the first pair of its launch (bh0) in its arguments.
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
 // chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
+#include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 
+#include "kernels/cuda/by_waves.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
@@ -55,14 +63,15 @@ __device__ __forceinline__ float expd(double x) { return expf(static_cast<float>
 
 // Inputs, outputs and scratch of one core call whose products have layout L (p, dp: Comba only); q, k, v, p
 // of element type E (float today; the hook for bf16 inputs). The scratch W, U/Δ, dW, h, dh is stored in the
-// type the products read their operands as (L::Operand; see Precision).
+// type the products read their operands as (L::Operand; see Precision). bh0, nbh: the (batch, head) pairs bh0 ..
+// bh0 + nbh - 1 that a launch covers (grid row y is pair bh0 + y; see by_waves).
 template <typename L, typename E>
 struct GdnFast {
   using S = typename L::Operand;
   const E *q, *k, *v, *p;
   const float *g, *beta, *d_o;
   float *o, *dq, *dk, *dv, *dp, *dg, *dbeta;
-  int64_t B, T, H, K, V, C, NC;  // NC = ceil(T / C) chunks
+  int64_t B, T, H, K, V, C, NC, bh0, nbh;  // NC = ceil(T / C) chunks
   float *Tm, *dD, *dgam;
   S *W, *U, *dW, *h, *dh;
 };
@@ -155,7 +164,7 @@ constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
 // ---- forward phases on layout L (fp32 models: L = Simt; the bf16 scan's large-key_dim fallback: L = Tc) ----
 
-// F1–F3 (Comba: F1', F3') for chunk blockIdx.x of head blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
+// F1–F3 (Comba: F1', F3') for chunk blockIdx.x of pair bh0 + blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
 // keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a, bool keep_T) {
@@ -163,7 +172,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a,
   Carve cv{smem};
   Small s(cv);
   float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const int64_t K = a.K, V = a.V;
   const E* x = kComba ? a.p : a.k;
@@ -227,7 +236,7 @@ __device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t 
   prefetch_l2(nx.rows(a, a.dD, V, v0), 4 * V, nx.n, 4 * vc);
 }
 
-// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order: stores h[n] (the state entering
+// F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order: stores h[n] (the state entering
 // chunk n) and Δ = U - W h[n] (over U). The K x 64 state lives in shared memory (ceil(K / 64) tiles).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<L, E> a) {
@@ -236,12 +245,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_kernel(GdnFast<L, E> 
   Small s(cv);
   float *sX = cv.tile(), *sD = cv.tile(), *S = cv.tile();  // S: the first of ceil(K / 64) state tiles
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   for (int kt = 0; kt < nkt; ++kt) tile::clear(S + kt * tile::kTileFloats);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
-    const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, blockIdx.y), v0, vc, false);
+    const Chunk ch(a, chunk, bh);
+    if (chunk + 1 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 1, bh), v0, vc, false);
     load_gates(a, ch, s.gam, s.beta, s.tmp);  // (its barrier also orders the state update before the store)
     for (int kt = 0; kt < nkt; ++kt)
       tile::store(S + kt * tile::kTileFloats, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
@@ -312,7 +322,8 @@ __device__ void chunk_p(const GdnFast<L, E>& a, const Chunk& ch, const double* g
     }
 }
 
-// F5, F6 for head blockIdx.y and (chunk, value tile) = blockIdx.x / nvt, blockIdx.x % nvt: O = (Q ⊙ e^Γ) h[n] + P Δ.
+// F5, F6 for pair bh0 + blockIdx.y and (chunk, value tile) = blockIdx.x / nvt, blockIdx.x % nvt:
+// O = (Q ⊙ e^Γ) h[n] + P Δ.
 // (The value tiles of a chunk are neighbours in the grid, so their reloads of the chunk's q, k hit the L2.)
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<L, E> a) {
@@ -321,7 +332,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_kernel(GdnFast<L, E> a
   Small s(cv);
   float *sQ = cv.tile(), *sK = cv.tile(), *sH = cv.tile(), *sP = cv.tile();
   const int64_t V = a.V, nvt = (V + kN - 1) / kN, v0 = blockIdx.x % nvt * kN;
-  const Chunk ch(a, blockIdx.x / nvt, blockIdx.y);
+  const Chunk ch(a, blockIdx.x / nvt, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   Acc acc_o;
   acc_o.zero();
@@ -356,7 +367,7 @@ using bf16 = __nv_bfloat16;
 // Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
 constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
 
-// F1–F3 for chunk blockIdx.x of head blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
+// F1–F3 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
 // form (per tile: load_h, barrier, product, barrier), with fewer exposed load latencies and
 // barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded; X K^T takes
 // two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of one key
@@ -375,7 +386,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
   Small s(cv);
   float *sA = cv.tile(), *sT = cv.tile();
   bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V, HK = a.H * K;
   const int nkt = static_cast<int>((K + kN - 1) / kN), nvt = static_cast<int>((V + kN - 1) / kN);
   const E* x = kComba ? a.p : a.k;
@@ -492,7 +503,7 @@ constexpr size_t scan_mma_smem(int nkt) {
 }
 static_assert(scan_mma_smem(3) <= 227 * 1024 && scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
 
-// F4, F7 for value tile blockIdx.x of head blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
+// F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
 // and Δ = U - W h[n] (over U). Per chunk: the K^g = K ⊙ e^{Γ_C-Γ} tiles (all key tiles), W S summed over the
 // key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32
 // (shared, per thread) and its bf16 copy (the next W S and h[n+1]). The next chunk's operands are copied by
@@ -510,6 +521,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   Carve cv{smem};
   ScanSmall s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   float* S = cv.take<float>(16 * tile::kThreads * nkt);
@@ -521,7 +533,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   const bool k_async = scan_k_staged(nkt) && tile::async_ok_f(a.k, K);
   // The cp.async operands of chunk c (W into W buffer c % 2, k into the staging tiles, U into hU), one group.
   const auto issue = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
+    const Chunk nx(a, c, bh);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       if (w_async)
@@ -534,13 +546,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   const int tid = static_cast<int>(threadIdx.x);
   tile::clear_state(S, hS, nkt);
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
-  fetch_gate_pair(a, Chunk(a, 0, blockIdx.y), g0, g1);
+  fetch_gate_pair(a, Chunk(a, 0, bh), g0, g1);
   issue(0);
-  if (a.NC > 1) prefetch_chunk(a, Chunk(a, 1, blockIdx.y), v0, vc, false);
+  if (a.NC > 1) prefetch_chunk(a, Chunk(a, 1, bh), v0, vc, false);
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
-    const Chunk ch(a, chunk, blockIdx.y);
+    const Chunk ch(a, chunk, bh);
     // (The L2 two chunks ahead: the next chunk's copies are issued during this one.)
-    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, blockIdx.y), v0, vc, false);
+    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, bh), v0, vc, false);
     // Synchronous k: key tile kt of the chunk into x (registers).
     const auto fetch_k = [&](tile::Frag& x, int kt) {
       tile::fetch_h(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
@@ -580,7 +592,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     __syncthreads();  // hD complete; every read of hS (W S) and of Γ done
-    if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, blockIdx.y), g0, g1);  // in flight during F7
+    if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, bh), g0, g1);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
@@ -618,7 +630,7 @@ __device__ __forceinline__ void chunk_qk_mma(const GdnFast<L, E>& a, const Chunk
 // one value tile), P and Δ.
 constexpr size_t out_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
 
-// F5, F6 for chunk blockIdx.x of head blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once (the sum
+// F5, F6 for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once (the sum
 // over the key tiles in registers), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed in registers).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, E> a) {
@@ -630,7 +642,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, 
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hKH = cv.take<bf16>(kTileHalves * nkt),
        *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   Acc qk;
   chunk_qk_mma(a, ch, nkt, hQ, hKH, qk);
@@ -661,7 +673,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, 
 
 // ---- backward phases on layout L (fp32 models: L = Simt; the bf16 bwd_scan's large-key_dim fallback: L = Tc) ----
 
-// B1 (intra-chunk part) for head blockIdx.y and (chunk, value tile) as gdn_out_kernel: dΔ = P^T dO.
+// B1 (intra-chunk part) for pair bh0 + blockIdx.y and (chunk, value tile) as gdn_out_kernel: dΔ = P^T dO.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
@@ -669,7 +681,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<L,
   Small s(cv);
   float *sQ = cv.tile(), *sK = cv.tile(), *sP = cv.tile();
   const int64_t V = a.V, nvt = (V + kN - 1) / kN, v0 = blockIdx.x % nvt * kN;
-  const Chunk ch(a, blockIdx.x / nvt, blockIdx.y);
+  const Chunk ch(a, blockIdx.x / nvt, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   chunk_p<L>(a, ch, s.gam, sQ, sK, sP, nullptr, v0, nullptr);
   tile::load(sQ, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));  // dO (sQ reused)
@@ -680,7 +692,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_kernel(GdnFast<L,
   store_acc<L>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, tile_cols(V, v0), [](int, int, float x) { return x; });
 }
 
-// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse: stores dh[n]
+// B1 (state part) and B2 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in reverse: stores dh[n]
 // (= dS_C, the gradient of the state leaving chunk n), completes dΔ += K^g dS_C, then
 // dS <- e^{Γ_C} dS_C + (Q ⊙ e^Γ)^T dO - W^T dΔ.
 template <typename L, typename E>
@@ -690,12 +702,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<L,
   Small s(cv);
   float *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sE = cv.tile(), *dS = cv.tile();
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   for (int kt = 0; kt < nkt; ++kt) tile::clear(dS + kt * tile::kTileFloats);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
-    const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, blockIdx.y), v0, vc, true);
+    const Chunk ch(a, chunk, bh);
+    if (chunk > 0) prefetch_chunk(a, Chunk(a, chunk - 1, bh), v0, vc, true);
     load_gates(a, ch, s.gam, s.beta, s.tmp);
     for (int kt = 0; kt < nkt; ++kt)
       tile::store(dS + kt * tile::kTileFloats, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
@@ -806,7 +819,7 @@ __device__ __forceinline__ void dqk_finish(const GdnFast<L, E>& a, const Chunk& 
 }
 
 // B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
-// chunk blockIdx.x of head blockIdx.y.
+// chunk blockIdx.x of pair bh0 + blockIdx.y.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
@@ -814,7 +827,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
   Small s(cv);
   float *sdP = cv.tile(), *sX = cv.tile(), *sZ = cv.tile(), *sY = cv.tile(), *sH = cv.tile(), *sD = cv.tile(),
         *sG = cv.tile(), *sE = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const double gC = s.gam[ch.n - 1];
@@ -962,7 +975,7 @@ __device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& c
   }
 }
 
-// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of pair bh0 + blockIdx.y: dV, dβ, dK += (WY and A parts), dg.
 // Comba (§6.5 "Comba changes"): the row vectors x = p̂ with Γ^ex; their gradient goes to dP̂ (written here),
 // the row terms of dΓ to dΓ^ex, and dg_t = Σ_{r>=t} dΓ_r + Σ_{r>t} dΓ^ex_r.
 template <typename L, typename E, bool kComba>
@@ -971,7 +984,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
   Carve cv{smem};
   Small s(cv);
   float *sT = cv.tile(), *sdT = cv.tile(), *sM = cv.tile(), *sX = cv.tile(), *sY = cv.tile(), *sZ = cv.tile();
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);
@@ -1084,7 +1097,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
 // Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), P and dO.
 constexpr size_t dv_local_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
 
-// B1 (intra-chunk part) for chunk blockIdx.x of head blockIdx.y, every value tile, as gdn_dv_local_kernel:
+// B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel:
 // P once (Q K^T summed over the key tiles in registers), then dΔ = P^T dO per value tile.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
@@ -1096,7 +1109,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
        *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   Acc acc;
   chunk_qk_mma(a, ch, nkt, hQ, hK, acc);
@@ -1129,7 +1142,7 @@ constexpr size_t bwd_scan_mma_smem(int nkt) {
          sizeof(float) * tile::kStageFloats * (1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
 }
 
-// B1 (state part) and B2 for value tile blockIdx.x of head blockIdx.y, chunks in reverse, as
+// B1 (state part) and B2 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in reverse, as
 // gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
 // registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
 // the thread's elements of the Mma map) and its bf16 copy in shared memory. key_dim <= 64 kBwdScanMaxKt
@@ -1147,6 +1160,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   Carve cv{smem};
   ScanSmall s(cv);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
@@ -1160,19 +1174,19 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
   // The W tiles of chunk c into W buffer c % 2 (cp.async).
   const auto issue_w = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
+    const Chunk nx(a, c, bh);
     bf16* dst = hW + (c & 1) * nkt * kTileHalves;
     for (int kt = 0; kt < nkt; ++kt)
       tile::load_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
   };
   // The dO tile of chunk c into the staging tile (cp.async).
   const auto issue_o = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
+    const Chunk nx(a, c, bh);
     tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
   };
   // k and q of all key tiles of chunk c into their staging tiles (cp.async).
   const auto issue_kq = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
+    const Chunk nx(a, c, bh);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       tile::stage_async(gKQ + 2 * kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
@@ -1191,7 +1205,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   Acc dd;
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
   const auto fetch_next = [&](int64_t c) {
-    const Chunk nx(a, c, blockIdx.y);
+    const Chunk nx(a, c, bh);
     load_acc<Mma>(dd, nx.rows(a, a.dD, V, v0), V, nx.n, vc);
     fetch_gate_pair(a, nx, g0, g1);
   };
@@ -1205,8 +1219,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   tile::cp_async_commit();
   fetch_next(a.NC - 1);
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
-    const Chunk ch(a, chunk, blockIdx.y);
-    if (chunk > 1) prefetch_chunk(a, Chunk(a, chunk - 2, blockIdx.y), v0, vc, true);
+    const Chunk ch(a, chunk, bh);
+    if (chunk > 1) prefetch_chunk(a, Chunk(a, chunk - 2, bh), v0, vc, true);
     if (!kq_async) fetch_kq(kq, ch, 0);  // (in flight during the gates' scan; the other key tiles one by one below)
     scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
     // The other W buffer was last read by the chunk after's B2, before the barrier above.
@@ -1296,8 +1310,8 @@ __host__ __device__ constexpr size_t dqk_mma_smem(int nkt) {
 static_assert(dqk_mma_staged(2) && dqk_mma_staged(4) && dqk_mma_staged(5) && !dqk_mma_staged(6), "dqk staging");
 static_assert(dqk_mma_double(7) && !dqk_mma_double(8), "dqk second set");
 
-// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of head
-// blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of pair
+// bh0 + blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
 // the key tiles, dO Δ^T over the value tiles, dO h^T, Δ dh^T, dΔ h^T over the value tiles); the element-wise
 // terms read q, k in fp32 (from global memory, at the thread's elements) and h, dh as stored (bf16).
 // Load order: g, β are fetched before the q, k tiles of Q K^T (their loads overlap); dO Δ^T is summed during key
@@ -1319,7 +1333,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
   bf16* hHDG = cv.take<bf16>((dbl ? 6 : 3) * kTileHalves);
   // dO, dΔ (fp32) of a step, staged by cp.async during the step before (where dqk_mma_staged).
   float* gOE = dqk_mma_staged(nkt) ? cv.take<float>(2 * tile::kStageFloats) : nullptr;
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int nvt = static_cast<int>((V + kN - 1) / kN), nsteps = nkt * nvt;
   // cp.async of the bf16 scratch tiles h, Δ, dh when every tile start is 16-byte aligned, else load_h in the step.
   const bool async = dbl && tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
@@ -1416,7 +1430,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast
 constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves + 3 * sizeof(float) * tile::kStageFloats;
 static_assert(2 * (kWyMmaSmem + 1024) <= 228 * 1024, "two wy blocks an SM (1 KiB of each block is the system's)");
 
-// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of head blockIdx.y, as gdn_bwd_wy_kernel: the same products on
+// B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_bwd_wy_kernel: the same products on
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
 // thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
 // loads' latency; ptxas spills some bytes a thread to fit).
@@ -1438,7 +1452,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   float* gS = cv.take<float>(3 * tile::kStageFloats);
   const auto gX = [&](int step) { return gS + (1 + (step & 1)) * tile::kStageFloats; };
   const auto hW = [&](int step) { return step & 1 ? hM : hdT; };
-  const Chunk ch(a, blockIdx.x, blockIdx.y);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V;
   const int nvt = static_cast<int>((V + kN - 1) / kN), nkt = static_cast<int>((K + kN - 1) / kN);
   const int w0 = nvt, x0 = nvt + nkt, b0 = nvt + 2 * nkt, nsteps = nvt + 3 * nkt;  // first W, X K^T, B7 step
@@ -1585,8 +1599,11 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
 
 constexpr size_t smem_for(int tiles) { return tile::smem_bytes(tiles, kSmallBytes); }
 
+/// Launches kernel on the grid (blocks, a.nbh): grid row y is (batch, head) pair a.bh0 + y.
 template <typename Kernel, typename L, typename E, typename... Extra>
-void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const GdnFast<L, E>& a, Extra... extra) {
+void launch(Kernel kernel, int64_t blocks, size_t smem, cudaStream_t stream, const GdnFast<L, E>& a,
+            Extra... extra) {
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.nbh));
   tile::launch("gdn chunk", a.K, kernel, grid, smem, stream, a, extra...);
 }
 
@@ -1606,7 +1623,7 @@ GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const fl
   using S = typename L::Operand;
   GdnFast<L, E> a{};
   a.q = q, a.k = k, a.v = v, a.p = p, a.g = g, a.beta = beta;
-  a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
+  a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C), a.bh0 = 0, a.nbh = B * H;
   const GdnScratch l(B, T, H, K, V, C, backward, sizeof(S));
   float* base = static_cast<float*>(scratch);
   const auto stored = [&](int64_t at) { return reinterpret_cast<S*>(base + at); };
@@ -1624,27 +1641,54 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Tc scans take over.
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu + scan: W, U -> Δ, h (and 𝒯 when keep_T). bf16: the Mma scan needs scan_mma_smem (~52 KiB of shared memory
-// per key tile, ~68 KiB with the k staging of key_dim <= 192: 154.5 KiB at key_dim 128, 226.5 at 256) and runs up
-// to key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
+// wu: A, 𝒯, W, U of every chunk of a's pairs (F1–F3; 𝒯 kept in scratch when keep_T).
 template <bool kComba, typename L, typename E>
-void forward_states(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
-  const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
-  const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
-  const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  if constexpr (kBf16<typename L::Operand>) {
-    launch(gdn_wu_mma_kernel<L, E, kComba>, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
-    if (nkt <= kScanMaxKt && scan_mma_smem(nkt) <= kMaxBlockSmem)
-      launch(gdn_scan_mma_kernel<L, E>, dim3(nvt, BH), scan_mma_smem(nkt), stream, a);
-    else
-      launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
-  } else {
-    launch(gdn_wu_kernel<L, E, kComba>, dim3(NC, BH), smem_for(4), stream, a, keep_T);
-    launch(gdn_scan_kernel<L, E>, dim3(nvt, BH), smem_for(2 + nkt), stream, a);
-  }
+void run_wu(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
+  if constexpr (kBf16<typename L::Operand>)
+    launch(gdn_wu_mma_kernel<L, E, kComba>, a.NC, kWuMmaSmem, stream, a, keep_T);
+  else
+    launch(gdn_wu_kernel<L, E, kComba>, a.NC, smem_for(4), stream, a, keep_T);
 }
 
-// Forward (F1–F7): o [B, T, H, V].
+/// A scan kernel (one block per value tile and pair) with its dynamic shared memory, chosen for a launcher's shape
+/// (fwd_scan, bwd_scan).
+template <typename L, typename E>
+struct Scan {
+  void (*kernel)(GdnFast<L, E>);
+  size_t smem;
+  /// Pairs of (batch, head) whose value tiles fill one wave of the GPU with this scan (by_waves.cuh).
+  int64_t wave(int64_t V) const { return wave_pairs(kernel, tile::kThreads, smem, ceil_div(V, kN)); }
+  /// Launches it over the value tiles of a's pairs.
+  void run(const GdnFast<L, E>& a, cudaStream_t stream) const { launch(kernel, ceil_div(a.V, kN), smem, stream, a); }
+};
+
+// The forward scan: W, U -> Δ, h (F4, F7). bf16: the Mma scan needs scan_mma_smem (~52 KiB of shared memory per key
+// tile, ~68 KiB with the k staging of key_dim <= 192: 154.5 KiB at key_dim 128, 226.5 at 256) and runs up to
+// key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
+template <typename L, typename E>
+Scan<L, E> fwd_scan(const GdnFast<L, E>& a) {
+  const int nkt = static_cast<int>(ceil_div(a.K, kN));
+  if constexpr (kBf16<typename L::Operand>) {
+    if (nkt <= kScanMaxKt && scan_mma_smem(nkt) <= kMaxBlockSmem)
+      return {gdn_scan_mma_kernel<L, E>, scan_mma_smem(nkt)};
+  }
+  return {gdn_scan_kernel<L, E>, smem_for(2 + nkt)};
+}
+
+// The backward scan: dh, dΔ += K^g dS_C (B1 state part, B2). bf16: the Mma bwd_scan keeps dS in registers for up to
+// kBwdScanMaxKt key tiles (key_dim <= 256); a larger key_dim runs the tile::Tc one.
+template <typename L, typename E>
+Scan<L, E> bwd_scan(const GdnFast<L, E>& a) {
+  const int nkt = static_cast<int>(ceil_div(a.K, kN));
+  if constexpr (kBf16<typename L::Operand>) {
+    if (nkt <= kBwdScanMaxKt) return {gdn_bwd_scan_mma_kernel<L, E>, bwd_scan_mma_smem(nkt)};
+  }
+  return {gdn_bwd_scan_kernel<L, E>, smem_for(4 + nkt)};
+}
+
+// Forward (F1–F7): o [B, T, H, V]. wu over every pair, then per group of pairs (by_waves: two groups on two streams
+// where the scan's value-tile blocks span more than one wave of the GPU but not a whole number of waves) the scan
+// and out.
 template <bool kComba, typename P, typename E>
 void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
               int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
@@ -1655,16 +1699,24 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   GdnFast<L, E> a =
       make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
   a.o = o;
-  forward_states<kComba>(a, false, stream);
-  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
-  if constexpr (kBf16<P>)
-    launch(gdn_out_mma_kernel<L, E>, dim3(NC, BH), out_mma_smem(static_cast<int>(ceil_div(key_dim, kN))), stream, a);
-  else
-    launch(gdn_out_kernel<L, E>, dim3(NC * static_cast<unsigned>(ceil_div(value_dim, kN)), BH), smem_for(4), stream,
-           a);
+  run_wu<kComba>(a, false, stream);
+  const Scan<L, E> scan = fwd_scan(a);
+  const int nkt = static_cast<int>(ceil_div(key_dim, kN));
+  by_waves(a, scan.wave(value_dim), stream, [&](const GdnFast<L, E>& grp, cudaStream_t s) {
+    scan.run(grp, s);
+    if constexpr (kBf16<P>)
+      launch(gdn_out_mma_kernel<L, E>, grp.NC, out_mma_smem(nkt), s, grp);
+    else
+      launch(gdn_out_kernel<L, E>, grp.NC * ceil_div(value_dim, kN), smem_for(4), s, grp);
+  });
 }
 
-// Backward (B1–B9): gradients overwritten (dp: Comba only).
+// Backward (B1–B9): gradients overwritten (dp: Comba only). wu (keeping 𝒯) over every pair, then per group of pairs
+// (by_waves, as the forward) the forward scan (h, Δ), dv_local (dΔ's intra-chunk part), the backward scan (reads
+// W and dΔ, not h or Δ; completes dΔ, stores dh), dqk (reads h, Δ, dh, dΔ; stores dW) and wy (reads 𝒯, dΔ, dW).
+// The groups follow the smaller of the two scans' waves (the one with fewer blocks per SM: a partial last wave
+// leaves SMs idle for a whole scan there): the backward scan's at every shape today (one block per SM; the
+// forward scan takes two at key_dim <= 64 with bf16), which is also the longer of the two.
 template <bool kComba, typename P, typename E>
 void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, const float* d_o,
               int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
@@ -1683,25 +1735,24 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
       make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
-  forward_states<kComba>(a, true, stream);
-  const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
-  const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
+  run_wu<kComba>(a, true, stream);
+  const Scan<L, E> scan = fwd_scan(a), bscan = bwd_scan(a);
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
-  if constexpr (kBf16<P>) {
-    // The Mma bwd_scan keeps dS in registers for up to kBwdScanMaxKt key tiles (key_dim <= 256); else the tile::Tc one.
-    launch(gdn_dv_local_mma_kernel<L, E>, dim3(NC, BH), dv_local_mma_smem(nkt), stream, a);
-    if (nkt <= kBwdScanMaxKt)
-      launch(gdn_bwd_scan_mma_kernel<L, E>, dim3(nvt, BH), bwd_scan_mma_smem(nkt), stream, a);
-    else
-      launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-    launch(gdn_bwd_dqk_mma_kernel<L, E>, dim3(NC, BH), dqk_mma_smem(nkt), stream, a);
-    launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, dim3(NC, BH), kWyMmaSmem, stream, a);
-  } else {
-    launch(gdn_dv_local_kernel<L, E>, dim3(NC * nvt, BH), smem_for(3), stream, a);
-    launch(gdn_bwd_scan_kernel<L, E>, dim3(nvt, BH), smem_for(4 + nkt), stream, a);
-    launch(gdn_bwd_dqk_kernel<L, E>, dim3(NC, BH), smem_for(8), stream, a);
-    launch(gdn_bwd_wy_kernel<L, E, kComba>, dim3(NC, BH), smem_for(6), stream, a);
-  }
+  by_waves(a, std::min(scan.wave(value_dim), bscan.wave(value_dim)), stream,
+           [&](const GdnFast<L, E>& grp, cudaStream_t s) {
+             scan.run(grp, s);
+             if constexpr (kBf16<P>) {
+               launch(gdn_dv_local_mma_kernel<L, E>, grp.NC, dv_local_mma_smem(nkt), s, grp);
+               bscan.run(grp, s);
+               launch(gdn_bwd_dqk_mma_kernel<L, E>, grp.NC, dqk_mma_smem(nkt), s, grp);
+               launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, grp.NC, kWyMmaSmem, s, grp);
+             } else {
+               launch(gdn_dv_local_kernel<L, E>, grp.NC * ceil_div(value_dim, kN), smem_for(3), s, grp);
+               bscan.run(grp, s);
+               launch(gdn_bwd_dqk_kernel<L, E>, grp.NC, smem_for(8), s, grp);
+               launch(gdn_bwd_wy_kernel<L, E, kComba>, grp.NC, smem_for(6), s, grp);
+             }
+           });
 }
 
 }  // namespace

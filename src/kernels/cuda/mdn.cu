@@ -58,11 +58,11 @@
 // scan is exact without the others.
 #include <type_traits>
 
+#include "kernels/cuda/by_waves.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
-#include "kernels/cuda/side_stream.cuh"
 
 namespace llmt::cuda {
 namespace {
@@ -1917,14 +1917,9 @@ struct ScanLaunch {
   Kernel kernel;
   size_t smem;
   bool stage, stage_e;  // (stage_e: the bscan's; the scan takes `stage` only)
-  /// Pairs of (batch, head) whose value tiles fill one wave of the GPU (at least 1; the occupancy of `kernel`).
-  int64_t wave_pairs(int64_t V) const {
-    int per_sm = 0;
-    LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    LLMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tile::kThreads, smem));
-    const int64_t pairs = static_cast<int64_t>(per_sm) * sm_count() / ceil_div(V, kN);
-    return pairs > 0 ? pairs : 1;
-  }
+  /// Pairs of (batch, head) whose value tiles fill one wave of the GPU (at least 1; the occupancy of `kernel`;
+  /// by_waves.cuh).
+  int64_t wave_pairs(int64_t V) const { return cuda::wave_pairs(kernel, tile::kThreads, smem, ceil_div(V, kN)); }
 };
 
 /// The solving scan (layout L) for a's shape: the chunk states into a.states and Ṽ into a.vt_out (the forward's,
@@ -1976,31 +1971,6 @@ void run_state_scan(const MdnArgs& a, cudaStream_t stream) {
     }
   }
   tile::launch("mdn chunk", a.K, mdn_state_scan_kernel<L, false>, grid, state_scan_bytes<L>(false), stream, a);
-}
-
-/// Runs `part(g, s)` (the launches of one phase sequence for the pairs of g, on stream s) for the (batch, head)
-/// pairs of a. A part starts with a sequential scan whose blocks take `wave` pairs per wave of the GPU. When the
-/// pairs fill more than one wave but not a whole number of waves, the scan's last wave would leave SMs idle while
-/// it runs; so the pairs of the whole waves run as one group on `stream` and the rest as a second group on the
-/// calling thread's side stream (greatest priority: its scan blocks take SMs before the first group's later
-/// kernels), and the first group's later kernels run on the SMs the second group's scan leaves free. Launched
-/// first group first (its scan takes the SMs), forked after what `stream` holds, joined back into `stream`. Each
-/// kernel computes the same values whichever group runs it: the results are the same bits either way.
-template <typename Part>
-void by_waves(const MdnArgs& a, int64_t wave, cudaStream_t stream, Part part) {
-  const int64_t pairs = a.B * a.H, rest = pairs % wave;
-  if (pairs <= wave || rest == 0) {
-    part(a, stream);
-    return;
-  }
-  const SideStream& side = SideStream::current();
-  side.fork(stream);
-  MdnArgs first = a, second = a;
-  first.nbh = pairs - rest;
-  second.bh0 = pairs - rest, second.nbh = rest;
-  part(first, stream);
-  part(second, side.stream());
-  side.join(stream);
 }
 
 /// The products' layout of compute type P (Precision): float -> tile::Simt, __nv_bfloat16 -> tile::Mma.
