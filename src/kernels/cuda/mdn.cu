@@ -11,8 +11,9 @@
 // in registers (sums over several key or value tiles never leave them). Each operand is rounded to bf16 once,
 // where it is loaded or formed (scaled first in fp32 where it carries a gate factor): q, k, η k, α k, v-side
 // tiles (v via R, Ṽ, dO, dR), 𝒯, E = (Q K̂^T) ⊙ Γ, R, the scaled Ṽ and dR rows, the scaled dO rows, dEG, dWG and
-// the states S_0, M_0, dS, dM (staged from the fp32 slabs per key tile, and rounded once more, to the same bf16,
-// where the scans store them: the chunk-state scratch holds operand-type elements, bf16 on Mma as FLA's h, so
+// the states S_0, M_0, dS, dM (staged per key tile from the fp32 slabs, or in the solving scan from the registers
+// that hold the new states, and rounded once more, to the same bf16, where the scans store them: the chunk-state
+// scratch holds operand-type elements, bf16 on Mma as FLA's h, so
 // out and brow load exactly the operands they used to round from fp32, and bchunk's sums ⟨S_0, dS⟩, ⟨M_0, dS⟩,
 // ⟨M_0, dM⟩ read the rounded states). fp32 stays fp32: the running states S, M and their gradients (shared
 // slabs), Ṽ and the saved residuals, the rest of the global scratch (coefficient images, rowk, dew), the
@@ -25,7 +26,9 @@
 //   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
 //                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
 //                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
-//                             bf16: the next chunk's operands land by cp.async while a chunk runs;
+//                             a chunk's state update also stores the new states and forms the next chunk's
+//                             S_0^T k, M_0^T k key tile by key tile; bf16: the next chunk's operands land by
+//                             cp.async while a chunk runs;
 //   out    (chunks, B H)      O = Diag(ᾱ) Q S_0 - Diag(b) Q M_0 + ((Q K̂^T) ⊙ Γ) Ṽ; bf16: Q's key tiles loaded once
 //                             for all value tiles, the chunk-state tiles by cp.async into a ring up to 3 (value
 //                             tile, key tile) steps ahead, Ṽ one value tile ahead in registers;
@@ -410,19 +413,50 @@ __global__ void __launch_bounds__(tile::kThreads, coef_blocks_per_sm<L>()) mdn_c
   }
 }
 
+/// Vector elements of a chunk's coef image per thread (kChunkVectors C <= kVecPer kThreads).
+constexpr int kVecPer = static_cast<int>(kChunkVectors * kMdnMaxChunk / tile::kThreads);
+static_assert(kVecPer * tile::kThreads == kChunkVectors * kMdnMaxChunk && kMdnMaxChunk <= tile::kThreads,
+              "every thread loads kVecPer vector elements and at most one element of each last row");
+
+/// A thread's share of a chunk's vectors and last rows as loaded from its coef image (load_chunk_vectors split in
+/// two, as fetch_h / put_h: the loads may stay in flight across other work): x[i] = element t + i kThreads of the
+/// vectors (< kChunkVectors C; t the thread), and for t < n gl = Γ_{n-1,t}, ul = L_U[n-1,t].
+struct VectorLoads {
+  float x[kVecPer], gl, ul;
+};
+
+/// Issues the thread's loads of chunk `chunk`'s vectors and last rows (length n; nothing waits for them here).
+__device__ VectorLoads fetch_chunk_vectors(const MdnArgs& a, int64_t bh, int64_t chunk, int n) {
+  const int64_t C = a.C;
+  const int t = static_cast<int>(threadIdx.x);
+  const float* img = coef_image(a, bh, chunk);
+  VectorLoads x{};
+#pragma unroll
+  for (int i = 0; i < kVecPer; ++i)
+    if (t + i * tile::kThreads < kChunkVectors * C) x.x[i] = img[t + i * tile::kThreads];
+  if (t < n) {
+    x.gl = image_matrix(img, C, kG)[(n - 1) * n + t];
+    x.ul = image_matrix(img, C, kLU)[(n - 1) * n + t];
+  }
+  return x;
+}
+
+/// Writes the thread's share fetched by fetch_chunk_vectors (chunk length n): the vectors (kChunkVectors C floats
+/// from vecs, carve_vectors' order), gl and ul [n]. No barrier.
+__device__ void put_chunk_vectors(const VectorLoads& x, int64_t C, int n, float* vecs, float* gl, float* ul) {
+  const int t = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kVecPer; ++i)
+    if (t + i * tile::kThreads < kChunkVectors * C) vecs[t + i * tile::kThreads] = x.x[i];
+  if (t < n) gl[t] = x.gl, ul[t] = x.ul;
+}
+
 /// Copies chunk `chunk`'s vectors (into cs) and the last rows gl = Γ_{n-1,:}, ul = L_U[n-1,:] from its coef image
 /// (no barrier). Returns the image.
 __device__ const float* load_chunk_vectors(const MdnArgs& a, int64_t bh, int64_t chunk, int n, const ChunkSmem& cs,
                                            float* gl, float* ul) {
-  const int64_t C = a.C;
-  const float* img = coef_image(a, bh, chunk);
-  copy_floats(cs.la, img, kChunkVectors * C);
-  const float *G = image_matrix(img, C, kG), *LU = image_matrix(img, C, kLU);
-  for (int r = threadIdx.x; r < n; r += blockDim.x) {
-    gl[r] = G[(n - 1) * n + r];
-    ul[r] = LU[(n - 1) * n + r];
-  }
-  return img;
+  put_chunk_vectors(fetch_chunk_vectors(a, bh, chunk, n), a.C, n, cs.la, gl, ul);
+  return coef_image(a, bh, chunk);
 }
 
 /// s[r][c] = f(r, c) for r, c < n, else 0 (an operand tile of L, fp32 or rounded to bf16 once; no barrier).
@@ -455,10 +489,11 @@ constexpr size_t scan_bytes(int64_t K, int64_t C, int work, int staged) {
 
 // Shared memory of a scan on layout L (scan_bytes<L>): the chunk's vectors (cs), gl = Γ_{n-1,:}, ul = L_U[n-1,:]
 // [C]; `work` work operand tiles (contiguous, w(i)); for tile::Mma the stage tiles hx, hy (bf16 copies of one key
-// tile's slabs, stage()); the fp32 slab pair X, Y [K, 64] (S, M forward; dS, dM backward) as tiles: X of key tile
-// kt at x(kt), Y at y(kt); then `staged` contiguous fp32 staging tiles g (the scan's cp.async targets). The slabs
-// stay fp32 on both layouts (the running states are never rounded; only their operand copies are). Constructed by
-// all threads; zeroes the slabs (no barrier).
+// tile's slabs, stage(), or in the solving scan of its new states); the fp32 slab pair X, Y [K, 64] (S, M forward;
+// dS, dM backward) as tiles: X of key tile kt at x(kt), Y at y(kt); then `staged` contiguous fp32 staging tiles g
+// (the scan's cp.async targets); `end` is the first byte after them. The slabs stay fp32 on both layouts (the
+// running states are never rounded; only their operand copies are). Constructed by all threads; zeroes the slabs
+// (no barrier).
 template <typename L>
 struct ScanShared {
   ChunkSmem cs;
@@ -466,6 +501,7 @@ struct ScanShared {
   Op<L>* work;
   Op<L>* stage_t[2];
   float *slabs, *g;
+  char* end;
   int64_t KT;
   __device__ ScanShared(char* smem, int64_t K, int64_t C, int nwork, int staged) : KT(key_tiles(K)) {
     tile::Carve cv{smem};
@@ -475,6 +511,7 @@ struct ScanShared {
     for (int i = 0; i < stage_tiles<L>(); ++i) stage_t[i] = op_tile<L>(cv);
     slabs = cv.take<float>(2 * KT * tile::kTileFloats);
     g = cv.take<float>(static_cast<int64_t>(staged) * tile::kStageFloats);
+    end = cv.p;
     for (int64_t idx = threadIdx.x; idx < 2 * KT * tile::kTileFloats; idx += blockDim.x) slabs[idx] = 0.0f;
   }
   /// Work tile i (op_bytes<L>() apart: kN op_ld<L>() elements, a multiple of 16 bytes).
@@ -526,33 +563,29 @@ struct ScanShared {
       }
     }
   }
-  /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K]): S_0^T k_i,
-  /// M_0^T k_i forward, dS^T k_r, dM^T k_r backward. kKeysIn: sK holds all KT key tiles already (op_bytes<L>()
-  /// apart; the first barrier inside orders their writes before the products); else they are loaded one key
-  /// tile at a time into the work tile sK. Barriers inside.
-  template <bool kKeysIn = false>
+  /// xs += K_c X, xm += K_c Y over the key tiles in order (K_c: the chunk's n key rows [n, K], loaded one key
+  /// tile at a time into the work tile sK): dS^T k_r, dM^T k_r (the bscan). Barriers inside.
   __device__ void keys_times_slabs(const MdnArgs& a, const tile::Chunk& ch, int n, Op<L>* sK, tile::Acc& xs,
                                    tile::Acc& xm) const {
-    // Mma, loading: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored
-    // and multiplied; put_h stores what load_op stores.
-    constexpr bool kMmaK = std::is_same_v<Op<L>, bf16> && !kKeysIn;
+    // Mma: key tile kt + 1's k rows are fetched into registers (tile::fetch_h) while tile kt is stored and
+    // multiplied; put_h stores what load_op stores.
+    constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;
     [[maybe_unused]] tile::HRegs kf;
     if constexpr (kMmaK) {
       if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, a.K, 0), a.H * a.K, n, tile::tile_cols(a.K, 0));
     }
     for (int64_t kt = 0; kt < KT; ++kt) {
-      const Op<L>* kt_tile = kKeysIn ? sK + kt * kN * op_ld<L>() : sK;
       if constexpr (kMmaK) {
         tile::put_h(sK, kf, n, [](int) { return 1.0f; });
         if (kt + 1 < KT)
           tile::fetch_h(kf, ch.in(a, a.k, a.K, (kt + 1) * kN), a.H * a.K, n, tile::tile_cols(a.K, (kt + 1) * kN));
-      } else if constexpr (!kKeysIn) {
+      } else {
         load_op(sK, ch.in(a, a.k, a.K, kt * kN), a.H * a.K, n, tile::tile_cols(a.K, kt * kN));
       }
       stage(kt);
       __syncthreads();
-      L::template mma<false, false>(kt_tile, xo(kt), xs);
-      L::template mma<false, false>(kt_tile, yo(kt), xm);
+      L::template mma<false, false>(sK, xo(kt), xs);
+      L::template mma<false, false>(sK, yo(kt), xm);
       __syncthreads();
     }
   }
@@ -628,18 +661,28 @@ static_assert(stage_tiles<tile::Mma>() * op_bytes<tile::Mma>() >= sizeof(float) 
 /// Dynamic shared memory a block may have (sm_90; the kernels have no static shared memory).
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-/// Key tiles up to which the bf16 scan stages a chunk's k rows (fp32, cp.async) and keeps them as bf16 operand
-/// tiles for the whole chunk: key_dim <= 128 (57.5 KiB per key tile: its two fp32 slab tiles, its bf16 tile and
-/// its fp32 staging tile; the solving scan takes 194.5 KiB at key_dim 128).
+/// Key tiles up to which the bf16 scan stages the chunks' k rows (fp32, cp.async) and keeps them as bf16 operand
+/// tiles, the chunk's and the next chunk's: key_dim <= 128 (66.5 KiB per key tile: its two fp32 slab tiles, two
+/// bf16 tiles and its fp32 staging tile; with two key tiles one more stage tile: the solving scan takes 224 KiB at
+/// key_dim 128). At most 2 (the states of key tile 1 are staged in sT and one more work tile, scan_work).
 constexpr int64_t kScanStagedKeyTiles = 2;
+static_assert(kScanStagedKeyTiles <= 2, "the scan stages the states of at most two key tiles at once");
 
-/// Work tiles of the solving scan: sA, sB, sT, then sK (all KT key tiles with kStageK, else one).
-constexpr int scan_work(bool stage_k, int64_t KT) { return 3 + static_cast<int>(stage_k ? KT : 1); }
+/// Work tiles of the solving scan: sA, sB, sT, then with kStageK the key tiles of two chunks (2 KT) and for KT = 2
+/// the M stage tile of key tile 1; else one key tile sK.
+constexpr int scan_work(bool stage_k, int64_t KT) { return 3 + static_cast<int>(stage_k ? 3 * KT - 1 : 1); }
 
 /// fp32 staging tiles of the solving scan (when it stages): 𝒯, the v rows, then the KT key tiles with kStageK.
 constexpr int scan_staged(bool stage_k, int64_t KT) { return 2 + static_cast<int>(stage_k ? KT : 0); }
-static_assert(scan_bytes<tile::Mma>(kScanStagedKeyTiles * kN, kMdnMaxChunk, scan_work(true, kScanStagedKeyTiles),
-                                    scan_staged(true, kScanStagedKeyTiles)) <= kMaxBlockSmem,
+
+/// Shared bytes of the solving scan on layout L (stage_k: kStageK; staged: with its staging tiles): scan_bytes with
+/// its work and staging tiles, then a second buffer of the chunk vectors, gl and ul (padded_bytes as ScanShared's).
+template <typename L>
+constexpr size_t solve_scan_bytes(int64_t K, int64_t C, bool stage_k, bool staged) {
+  return scan_bytes<L>(K, C, scan_work(stage_k, key_tiles(K)), staged ? scan_staged(stage_k, key_tiles(K)) : 0) +
+         padded_bytes(kChunkVectors * C + 2 * C);
+}
+static_assert(solve_scan_bytes<tile::Mma>(kScanStagedKeyTiles * kN, kMdnMaxChunk, true, true) <= kMaxBlockSmem,
               "the scan with staged k fits");
 
 /// One chunk's update (§6.2) of the states of one key tile at the thread's elements s, m of L (S, M [64, 64]):
@@ -662,21 +705,43 @@ __device__ void advance_states(const Op<L>* kt_tile, const Op<L>* sA, const Op<L
   L::template mma<true, false>(kt_tile, sB, m);
 }
 
+/// store_state (with the states-only scan below): a state tile from registers into a [K, V] state, rounded to Op<L>.
+template <typename L>
+__device__ void store_state(const tile::Acc& x, Op<L>* dst, int64_t V, int rows, int cols);
+
 // scan kernel on layout L, grid scan_grid (the forward, and the backward without saved Ṽ): value columns
-// v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64 shared tiles: store (S_0, M_0); solve for
-// the chunk's Ṽ = 𝒯 R with R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0),
-// stored to vt_out; then advance_states per key tile. Shared: ScanShared<L> with the work tiles sA (R, then
-// η Γ_{n,:} ⊙ Ṽ rows), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded), sK (the chunk's key rows: one key tile at
-// a time, or with kStageK all KT tiles, converted once per chunk for both uses). Operands of Mma: k, 𝒯, R, S_0,
-// M_0 (stage) and the two scaled Ṽ tiles, each rounded to bf16 where formed; S, M, Ṽ stay fp32.
-// Loads one chunk ahead (Mma, `stage`: the launcher found the staging tiles room in shared memory): the next
-// chunk's 𝒯 (when C and its length are multiples of 4 and the scratch is 16-byte aligned), its v rows (when v is,
-// async_ok_f) and with kStageK (key_dim <= kScanStagedKeyTiles tiles, k aligned) its k rows land by cp.async in
-// the fp32 staging tiles sh.g while this chunk updates the states: issued after the barrier that ends this
-// chunk's reads of them, waited for (cp_async_wait + the barrier) at the next chunk's start, and then converted
-// by put_h_staged (𝒯, k: what fill_square / load_op store) or read by the R formation instead of global memory
-// (v: the same fp32 values). Operands that are not staged are loaded as without staging (k then one key tile
-// ahead in registers, tile::fetch_h). The same bits either way.
+// v0 .. v0 + vc - 1 of the states, chunk by chunk (§6.2), on 64 x 64 shared tiles: solve for the chunk's
+// Ṽ = 𝒯 R with R_i = v_i - α_i (ᾱ_{i-1} S_0^T k_i - b_{i-1} M_0^T k_i) (ᾱ_{-1} = 1, b_{-1} = 0), stored to vt_out;
+// then, key tile by key tile, advance_states, store the new states as the next chunk's (S_0, M_0) (store_state from
+// the registers: what ScanShared::store stores from the slabs, which stores chunk 0's zero states) and add the next
+// chunk's S_0^T k_i, M_0^T k_i (xs += K_next X, xm += K_next Y, key tiles in order: the sums and bits of
+// ScanShared::keys_times_slabs at that chunk's start), which stay in registers until its R formation.
+// Shared: ScanShared<L> with
+//   work tiles sA (η Γ_{n,:} ⊙ Ṽ rows; on Simt R before), sB (-η L_U[n,:] ⊙ Ṽ rows), sT (𝒯, zero padded), then
+//   the key tiles: with kStageK the chunk's KT key tiles and the next chunk's (k_tile(c, kt) = w(3 + (c % 2) KT +
+//   kt)) and for KT = 2 one more stage tile; else sK (the chunk's key tile kt in the update; the next chunk's in sT);
+//   R in sR (Mma: the stage tile hx(0), idle from the chunk's start to the update, so that the scaled Ṽ tiles need
+//   no barrier after 𝒯 R; Simt: sA);
+//   the new states of key tile kt as the products' operands hx(kt), hy(kt) (Mma: the stage tiles, rounded from the
+//   registers; with kStageK key tile 1's in sT and the extra tile; Simt: the fp32 slabs);
+//   the chunk vectors, gl and ul of chunk c in buffer c % 2 (ScanShared's, then one at sh.end): the next chunk's are
+//   fetched into registers before the update (fetch_chunk_vectors) and written after it.
+// Operands of Mma: k, 𝒯, R, the new S, M and the two scaled Ṽ tiles, each rounded to bf16 where formed; S, M, Ṽ
+// stay fp32. Barriers a chunk: its start, after R, after the scaled Ṽ tiles and the key tiles the update starts
+// with (Simt one more, before the scaled Ṽ tiles overwrite R in sA); in the update with kStageK one (between all
+// key tiles' updates and the products), else two per key tile but the last (after its new states' operand tiles
+// and the next chunk's key tile kt in sT: the products; after sK holds key tile kt + 1).
+// Loads ahead (Mma, `stage`: the launcher found the staging tiles room in shared memory): the next chunk's 𝒯
+// (when C and its length are multiples of 4 and the scratch is 16-byte aligned) and v rows (when v is,
+// async_ok_f) land by cp.async in the fp32 staging tiles sh.g: issued after the barrier that ends this chunk's
+// reads of them (after the R formation), waited for (cp_async_wait + the barrier) at the next chunk's start, and
+// then converted by put_h_staged (𝒯: what fill_square stores) or read by the R formation instead of global memory
+// (v: the same fp32 values). With kStageK (key_dim <= kScanStagedKeyTiles tiles, k aligned) the next chunk's k rows
+// land in the staging tiles gK, issued at the chunk's start (one group before 𝒯 and v's), waited for
+// (cp_async_wait<1>: the thread's own pieces) before the update's first barrier and converted there by
+// put_h_staged into the next chunk's key tiles (chunk 0's before the loop). Operands that are not staged are
+// loaded as without staging (k one key tile ahead in registers, tile::fetch_h: the chunk's and the next chunk's).
+// The same bits either way, and as computing S_0^T k_i, M_0^T k_i from the slabs at the chunk's start.
 template <typename L, bool kStageK>
 __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, bool stage) {
   extern __shared__ __align__(16) char smem[];
@@ -687,49 +752,103 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
   const int64_t KT = key_tiles(K);
   const bool stg = kMma && stage;
   const ScanShared<L> sh(smem, K, C, scan_work(kStageK, KT), stg ? scan_staged(kStageK, KT) : 0);
-  const ChunkSmem& cs = sh.cs;
   Op<L> *sA = sh.w(0), *sB = sh.w(1), *sT = sh.w(2), *sK = sh.w(3);
+  // R: Mma in the first stage tile (idle from the chunk's start to the update's first barrier, so that the scaled
+  // Ṽ tiles need no barrier after 𝒯 R), Simt in sA.
+  Op<L>* const sR = kMma ? sh.stage_t[0] : sA;
   constexpr bool kFetchK = kMma && !kStageK;  // k through fetch_h / put_h, one key tile ahead
+  // Key tile kt of chunk c's k rows: its operand tile (kStageK) or sK; the next chunk's during the update.
+  const auto k_tile = [&](int64_t c, int64_t kt) { return kStageK ? sh.w(3 + (c % 2) * KT + kt) : sK; };
+  const auto next_k_tile = [&](int64_t c, int64_t kt) { return kStageK ? k_tile(c + 1, kt) : sT; };
+  // The operand tiles of key tile kt's new states X, Y for the products.
+  const auto hx = [&](int64_t kt) -> Op<L>* {
+    if constexpr (kMma) return kStageK && kt > 0 ? sT : sh.stage_t[0];
+    else return sh.x(kt);
+  };
+  const auto hy = [&](int64_t kt) -> Op<L>* {
+    if constexpr (kMma) return kStageK && kt > 0 ? sh.w(3 + 2 * KT) : sh.stage_t[1];
+    else return sh.y(kt);
+  };
+  // The buffer of chunk c's vectors, gl and ul (kChunkVectors + 2 rows of C floats).
+  const auto vec_buf = [&](int64_t c) { return c % 2 == 0 ? sh.cs.la : reinterpret_cast<float*>(sh.end); };
+  const auto put_vectors = [&](const VectorLoads& x, int64_t c, int n) {
+    float* const b = vec_buf(c);
+    put_chunk_vectors(x, C, n, b, b + kChunkVectors * C, b + (kChunkVectors + 1) * C);
+  };
+  const auto k_rows = [&](const tile::Chunk& c, int64_t kt) { return c.in(a, a.k, K, kt * kN); };
+  const auto fetch_k = [&](tile::HRegs& x, const tile::Chunk& c, int64_t kt) {
+    tile::fetch_h(x, k_rows(c, kt), a.H * K, c.n, tile::tile_cols(K, kt * kN));
+  };
+  // Key tile kt of chunk c's k rows into dst: kFetchK from x (fetched by fetch_k), then x = key tile kt + 1's;
+  // else (Simt) load_op.
+  const auto put_k = [&](Op<L>* dst, tile::HRegs& x, const tile::Chunk& c, int64_t kt) {
+    if constexpr (kFetchK) {
+      tile::put_h(dst, x, c.n, [](int) { return 1.0f; });
+      if (kt + 1 < KT) fetch_k(x, c, kt + 1);
+    } else {
+      load_op(dst, k_rows(c, kt), a.H * K, c.n, tile::tile_cols(K, kt * kN));
+    }
+  };
   // Staging tiles: 𝒯, the v rows, the key tiles.
   float *gT = sh.g, *gV = sh.g + tile::kStageFloats, *gK = gV + tile::kStageFloats;
   const bool v_async = stg && tile::async_ok_f(a.v, V);
   const bool t_aligned = stg && tile::async_ok_f(a.coef, C);
   const auto t_async = [&](int n) { return t_aligned && n % 4 == 0; };  // (rows of 𝒯 are n floats apart)
-  // The staged operands of chunk c into the staging tiles (cp.async, one group).
-  const auto issue = [&](int64_t c) {
+  // The staged 𝒯 and v rows of chunk c into their staging tiles (cp.async, one group).
+  const auto issue_tv = [&](int64_t c) {
     const tile::Chunk nx(a, c, bh);
     if (t_async(nx.n)) tile::stage_async(gT, image_matrix(coef_image(a, bh, c), C, kT), nx.n, nx.n, nx.n);
     if (v_async) tile::stage_async(gV, nx.in(a, a.v, V, v0), a.H * V, nx.n, vc);
-    if constexpr (kStageK)
-      for (int64_t kt = 0; kt < KT; ++kt)
-        tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n,
-                          tile::tile_cols(K, kt * kN));
     tile::cp_async_commit();
   };
-  if (stg) issue(0);
+  // kStageK: chunk c's k rows into the staging tiles gK (cp.async, one group), and from there (the thread's own
+  // pieces, after its cp_async_wait) into chunk c's key tiles.
+  const auto issue_k = [&](int64_t c) {
+    const tile::Chunk nx(a, c, bh);
+    for (int64_t kt = 0; kt < KT; ++kt)
+      tile::stage_async(gK + kt * tile::kStageFloats, k_rows(nx, kt), a.H * K, nx.n, tile::tile_cols(K, kt * kN));
+    tile::cp_async_commit();
+  };
+  const auto convert_k = [&](int64_t c) {
+    if constexpr (kStageK) {
+      const int n = tile::Chunk(a, c, bh).n;
+      for (int64_t kt = 0; kt < KT; ++kt) tile::put_h_staged(k_tile(c, kt), gK + kt * tile::kStageFloats, n);
+    }
+  };
+  const int n0 = tile::Chunk(a, 0, bh).n;  // (the launchers run no scan without chunks)
+  put_vectors(fetch_chunk_vectors(a, bh, 0, n0), 0, n0);
+  if (stg) issue_tv(0);
+  if constexpr (kStageK) {
+    issue_k(0);
+    tile::cp_async_wait<0>();
+    convert_k(0);
+  }
+  // S_0^T k_i, M_0^T k_i of the chunk's rows: zero for chunk 0 (zero states), else summed by the chunk before's
+  // update.
+  tile::Acc xs, xm;
+  xs.zero(), xm.zero();
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const tile::Chunk ch(a, chunk, bh);
-    const int n = ch.n, last = n - 1;
-    if (chunk + 1 < a.NC) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, false);
-    if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
-    __syncthreads();  // the previous chunk's state update and its readers of the shared buffers are done; every
+    const int n = ch.n;
+    const bool more = chunk + 1 < a.NC;
+    if (more) prefetch_scan_chunk(a, bh, chunk + 1, v0, vc, false);
+    if (stg) tile::cp_async_wait<0>();  // this chunk's staged 𝒯 and v (the only group in flight)
+    __syncthreads();  // the previous chunk's update and its readers of the shared buffers are done; every
                       // thread's staged pieces have landed
-    const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
-    sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.states, bh, chunk));
-    if constexpr (kStageK)  // (the thread's own pieces: its wait suffices)
-      for (int64_t kt = 0; kt < KT; ++kt)
-        tile::put_h_staged(sK + kt * kN * op_ld<L>(), gK + kt * tile::kStageFloats, n);
-    const float* Timg = image_matrix(img, C, kT);
+    if constexpr (kStageK) {
+      if (more) issue_k(chunk + 1);  // (every conversion of gK is before the barrier)
+    }
+    ChunkSmem cs{};
+    float* const gl = carve_vectors(vec_buf(chunk), C, cs);
+    float* const ul = gl + C;
+    if (chunk == 0) sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.states, bh, 0));  // (zero)
+    const float* Timg = image_matrix(coef_image(a, bh, chunk), C, kT);
     if constexpr (kMma) {
       if (t_async(n)) tile::put_h_staged(sT, gT, n);
       else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
     } else {
       fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
     }
-    // S_0^T k_i, M_0^T k_i for the chunk's rows (key tiles in order).
-    tile::Acc xs, xm;
-    xs.zero(), xm.zero();
-    sh.template keys_times_slabs<kStageK>(a, ch, n, sK, xs, xm);
     const float* v = ch.in(a, a.v, V, v0);
     tile::Acc xr;
 #pragma unroll
@@ -745,44 +864,66 @@ __global__ void __launch_bounds__(tile::kThreads, 1) mdn_scan_kernel(MdnArgs a, 
         }
         xr.v[i][j] = x;
       }
-    put_op<L>(xr, sA, tile::Same{});
-    __syncthreads();
+    put_op<L>(xr, sR, tile::Same{});
+    __syncthreads();  // R complete; every read of the staging tiles 𝒯, v is done
+    if (stg && more) issue_tv(chunk + 1);
     tile::Acc xv;
     xv.zero();
-    L::template mma<false, false>(sT, sA, xv);
+    L::template mma<false, false>(sT, sR, xv);
     tile::store_acc<L>(xv, ch.in(a, a.vt_out, V, v0), a.H * V, n, vc, tile::Same{});
-    if (chunk + 1 == a.NC) break;  // no one reads the final states
-    // kFetchK: key tile kt's k rows are fetched into registers (tile::fetch_h) one tile ahead, so that their global
-    // loads are in flight while the block forms the scaled Ṽ tiles and multiplies the previous key tile; put_h
-    // then stores what load_op stores.
-    [[maybe_unused]] tile::HRegs kf;
+    if (!more) break;  // no one reads the final states
+    // The next chunk's vectors, and (kFetchK) key tile 0's k rows of this chunk (kc) and the next (kn), in flight
+    // while the block forms the scaled Ṽ tiles.
+    const tile::Chunk nx(a, chunk + 1, bh);
+    const VectorLoads vx = fetch_chunk_vectors(a, bh, chunk + 1, nx.n);
+    [[maybe_unused]] tile::HRegs kc, kn;
     if constexpr (kFetchK) {
-      if (KT > 0) tile::fetch_h(kf, ch.in(a, a.k, K, 0), a.H * K, n, tile::tile_cols(K, 0));
+      if (KT > 0) fetch_k(kc, ch, 0), fetch_k(kn, nx, 0);
     }
-    __syncthreads();  // readers of R (sA) and of the staging tiles are done
-    if (stg) issue(chunk + 1);
-    put_op<L>(xv, sA, [&](int r, int, float x) { return r < n ? cs.eta[r] * sh.gl[r] * x : 0.0f; });
-    put_op<L>(xv, sB, [&](int r, int, float x) { return r < n ? -cs.eta[r] * sh.ul[r] * x : 0.0f; });
-    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
-    if constexpr (kStageK) __syncthreads();  // sA, sB complete (sK holds every key tile since the chunk's start)
+    if constexpr (!kMma) __syncthreads();  // readers of R (sA) are done
+    put_op<L>(xv, sA, [&](int r, int, float x) { return r < n ? cs.eta[r] * gl[r] * x : 0.0f; });
+    put_op<L>(xv, sB, [&](int r, int, float x) { return r < n ? -cs.eta[r] * ul[r] * x : 0.0f; });
+    if constexpr (kStageK) {
+      tile::cp_async_wait<1>();  // the next chunk's k rows (the group before 𝒯 and v's)
+      convert_k(chunk + 1);
+    } else if (KT > 0) {
+      put_k(sK, kc, ch, 0);
+    }
+    __syncthreads();  // sA, sB and the key tiles complete
+    const float aC = cs.abar[n - 1], bC = cs.bb[n - 1], mC = cs.mbar[n - 1];
+    Op<L>* const st = state_pair<Op<L>>(a, a.states, bh, chunk + 1) + v0;  // the next chunk's (S_0, M_0)
+    const auto products = [&](int64_t kt) {
+      L::template mma<false, false>(next_k_tile(chunk, kt), hx(kt), xs);
+      L::template mma<false, false>(next_k_tile(chunk, kt), hy(kt), xm);
+    };
+    xs.zero(), xm.zero();
     for (int64_t kt = 0; kt < KT; ++kt) {
-      const Op<L>* kt_tile = kStageK ? sK + kt * kN * op_ld<L>() : sK;
-      if constexpr (!kStageK) {
-        if constexpr (kFetchK) {
-          tile::put_h(sK, kf, n, [](int) { return 1.0f; });
-          if (kt + 1 < KT)
-            tile::fetch_h(kf, ch.in(a, a.k, K, (kt + 1) * kN), a.H * K, n, tile::tile_cols(K, (kt + 1) * kN));
-        } else {
-          load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, tile::tile_cols(K, kt * kN));
-        }
-        __syncthreads();
-      }
+      if constexpr (!kStageK) put_k(sT, kn, nx, kt);  // (readers of sT: 𝒯 R, the products of key tile kt - 1)
       tile::Acc s, m;
       sh.get_states(kt, s, m);
-      advance_states<L>(kt_tile, sA, sB, aC, bC, mC, s, m);
+      advance_states<L>(k_tile(chunk, kt), sA, sB, aC, bC, mC, s, m);
       sh.set_states(kt, s, m);
-      if constexpr (!kStageK) __syncthreads();  // readers of sK are done
+      const int rows = tile::tile_cols(K, kt * kN);
+      store_state<L>(s, st + kt * kN * V, V, rows, vc);
+      store_state<L>(m, st + (K + kt * kN) * V, V, rows, vc);
+      if constexpr (kMma) {
+        put_op<L>(s, hx(kt), tile::Same{});
+        put_op<L>(m, hy(kt), tile::Same{});
+      }
+      if constexpr (!kStageK) {
+        __syncthreads();  // key tile kt's new states and the next chunk's key tile kt complete; readers of sK done
+        products(kt);
+        if (kt + 1 < KT) {
+          put_k(sK, kc, ch, kt + 1);
+          __syncthreads();  // sK complete; readers of sT and of the stage tiles done
+        }
+      }
     }
+    if constexpr (kStageK) {
+      __syncthreads();  // every key tile's new states complete
+      for (int64_t kt = 0; kt < KT; ++kt) products(kt);
+    }
+    put_vectors(vx, chunk + 1, nx.n);  // (readers of that buffer: the chunk before's)
   }
 }
 
@@ -1930,10 +2071,10 @@ ScanLaunch<void (*)(MdnArgs, bool)> scan_launch(const MdnArgs& a) {
   constexpr bool kMma = std::is_same_v<L, tile::Mma>;
   const int64_t KT = key_tiles(a.K);
   const bool stage_k = kMma && KT <= kScanStagedKeyTiles && tile::async_ok_f(a.k, a.K);
-  const size_t staged = scan_bytes<L>(a.K, a.C, scan_work(stage_k, KT), scan_staged(stage_k, KT));
+  const size_t staged = solve_scan_bytes<L>(a.K, a.C, stage_k, true);
   const bool stage = kMma && staged <= kMaxBlockSmem;
   const auto kernel = stage && stage_k ? mdn_scan_kernel<L, kMma> : mdn_scan_kernel<L, false>;
-  return {kernel, stage ? staged : scan_bytes<L>(a.K, a.C, scan_work(false, KT), 0), stage, false};
+  return {kernel, stage ? staged : solve_scan_bytes<L>(a.K, a.C, false, false), stage, false};
 }
 
 /// The bscan (layout L) for a's shape. Mma: the chunk before's operands staged where their staging tiles fit (𝒯
