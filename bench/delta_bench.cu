@@ -178,17 +178,18 @@ constexpr PhaseKernel kPhaseKernels[] = {
 /// The Cost of kernel `phase` (coef, scan, state_scan, out, bscan, brow, bchunk) of the bf16 MDN core (mdn.cu,
 /// L = tile::Mma) with save_residuals at shape s, counted as gdn_bf16_cost counts (fp32 inputs, chunk 64, full
 /// tiles); zeros for another name. The fp32 global scratch: the coefficient image of a chunk (8 vectors, 6
-/// matrices of 64 x 64; vectors, Γ_{n,:} and L_U[n,:] are what a scan reads of it), brow's rowk rows (kRowkSlots
-/// = 9 of [64, K] a chunk, written by brow, read by bchunk) and dew (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs
-/// (S_0, M_0) and their gradients are bf16 (the operand type: 4 K V bytes a chunk each). The forward's scan
-/// solves for Ṽ; the backward's state_scan (one block per value tile and key tile) reads the saved Ṽ (no 𝒯, no
-/// S_0^T k products). core: fp32 / double operations of the CUDA-core loops (coef: the O(n^2) segment sums, Γ's 3
-/// operations a term, the triangular inverse; bchunk's reductions, row dots and O(n^3) sums), 2 per fused
-/// multiply-add.
+/// matrices of 64 x 64, and E = Γ ⊙ Q K̂^T as a bf16 64 x 64 tile; vectors, Γ_{n,:} and L_U[n,:] are what a scan
+/// reads of it), brow's rowk rows (kRowkSlots = 9 of [64, K] a chunk, written by brow, read by bchunk) and dew
+/// (dO Ṽ^T, dR Ṽ^T); the chunk-start state pairs (S_0, M_0) and their gradients are bf16 (the operand type: 4 K V
+/// bytes a chunk each). The forward's scan solves for Ṽ; the backward's state_scan (one block per value tile and
+/// key tile) reads the saved Ṽ (no 𝒯, no S_0^T k products). core: fp32 / double operations of the CUDA-core
+/// loops (coef: the O(n^2) segment sums, Γ's 3 operations a term, the triangular inverse; bchunk's reductions, row
+/// dots and O(n^3) sums), 2 per fused multiply-add.
 Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nch = N / 64, nkt = K / 64, nvt = V / 64, c3 = 64.0 * 64 * 64;
-  const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, image = vec + 6 * mat, last_rows = 2 * 4 * 64;
+  const double vec = 4 * 8 * 64, mat = 4 * 64 * 64, e_tile = 2 * 64 * 64, image = vec + 6 * mat + e_tile,
+               last_rows = 2 * 4 * 64;
   const double st = nch * 4 * K * V;  // one [NC, 2, K, V] bf16 state (or state-gradient) scratch
   if (std::strcmp(phase, "coef") == 0)  // gates, q, k; the image written whole
     return {16 * N + 8 * N * K + nch * image, 16 * N + 8 * N * K + nch * image, 256 * N * K,
@@ -204,10 +205,10 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
     const double b = nch * (vec + 2 * mat) + st + 4 * N * K + 8 * N * V;
     return {b, b, N * V * (4 * K + 128)};
   }
-  if (std::strcmp(phase, "bscan") == 0)  // per value tile: vectors, last rows, 𝒯, Γ, Q K̂^T, k (twice), q; dO
-                                         // (issued 3 times); dstates; dv
-    return {nch * (vec + last_rows + 3 * mat) + 8 * N * K + 8 * N * V + st,
-            nvt * (nch * (vec + last_rows + 3 * mat) + 12 * N * K) + 16 * N * V + st, N * V * (12 * K + 256)};
+  if (std::strcmp(phase, "bscan") == 0)  // per value tile: vectors, last rows, 𝒯, E, k (twice), q; dO (once: kept
+                                         // in registers for its scaled copies); dstates; dv
+    return {nch * (vec + last_rows + mat + e_tile) + 8 * N * K + 8 * N * V + st,
+            nvt * (nch * (vec + last_rows + mat + e_tile) + 12 * N * K) + 8 * N * V + st, N * V * (12 * K + 256)};
   if (std::strcmp(phase, "brow") == 0)  // vectors, Γ; dO, dR, Ṽ (issued 3 + 3 per key tile); states, dstates
                                         // (S_0, M_0 issued twice); q, k (k twice per key tile); dew, 9 rowk slots
     return {nch * (vec + mat) + 12 * N * V + 2 * st + 8 * N * K + nch * 2 * mat + 36 * N * K,

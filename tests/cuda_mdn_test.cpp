@@ -381,9 +381,10 @@ TEST_CASE("cuda mdn: several key tiles with a partial last one and several value
 // 16-byte aligned; these shapes take its synchronous fallbacks: key and value dims not multiples of 4 (k and v
 // loaded directly, k one key tile ahead in registers), chunk 13 (𝒯 rows not aligned), and with chunk 64 a last
 // chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged). The same shapes take
-// the states-only scan without staging and its element-wise state stores, bchunk's scalar loads (key dims not
-// multiples of 4) and brow's and out's loads of the chunk states without cp.async (value dims not multiples of 8;
-// out's synchronous variant, Q still whole).
+// the states-only scan without staging and its element-wise state stores, the bscan's element-wise dstates stores
+// (tile::store_h; value dims not multiples of 8), bchunk's scalar loads (key dims not multiples of 4) and brow's
+// and out's loads of the chunk states without cp.async (value dims not multiples of 8; out's synchronous variant,
+// Q still whole).
 TEST_CASE("cuda mdn: bf16 compute, the scan's synchronous fallbacks (unaligned dims, chunk 13, ragged last chunk)",
           "[cuda][mdn]") {
   check_mdn(8, 100, 3, 30, 50, 13, Regime::normal, 13000, DType::bf16);

@@ -244,6 +244,26 @@ __device__ __forceinline__ void load_h(__nv_bfloat16* s, const E* src, int64_t s
   load_h(s, src, stride, rows, cols, [](int) { return 1.0f; });
 }
 
+/// A thread's share of a bf16 64 x 64 tile in put_h's map, as bf16 pairs: p[it] = (src[r][c], src[r][c + 1]) for
+/// (r, c) = (idx / 32, 2 (idx % 32)), idx = threadIdx.x + it kThreads (kHPer registers). fetch_pairs issues the
+/// 4-byte loads (src and stride even: every pair 4-byte aligned) and nothing waits for them there; put_pairs
+/// stores them into a bf16 tile (kLdH): the tile copied exactly, its loads in flight in between.
+using HPairs = __nv_bfloat162[kHPer];
+__device__ __forceinline__ void fetch_pairs(HPairs& p, const __nv_bfloat16* src, int64_t stride) {
+#pragma unroll
+  for (int it = 0; it < kHPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    p[it] = *reinterpret_cast<const __nv_bfloat162*>(src + r * stride + c);
+  }
+}
+__device__ __forceinline__ void put_pairs(__nv_bfloat16* s, const HPairs& p) {
+#pragma unroll
+  for (int it = 0; it < kHPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 5, c = 2 * (idx & 31);
+    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = p[it];
+  }
+}
+
 /// A thread's 16 elements of a 64 x 64 tile in load_h's map (column pairs), held in registers between their
 /// global loads (fetch_h) and their store into a bf16 tile (put_h): load_h split in two, so that the loads of
 /// a later tile are in flight while the block computes. fetch_h then put_h stores what load_h stores.
@@ -362,20 +382,6 @@ __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, i
 }
 __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
   put_h_staged(s, g, rows, [](int) { return 1.0f; });
-}
-
-/// s[r][c] = bf16(x y) with x, y the thread's own pieces of two staging tiles filled by stage_async (the same
-/// rows and cols; 0 outside them, so s is 0 there): a bf16 tile of an element-wise product, formed in fp32 and
-/// rounded once.
-__device__ __forceinline__ void put_h_staged_product(__nv_bfloat16* s, const float* gx, const float* gy) {
-#pragma unroll
-  for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
-    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
-    const float4 x = *reinterpret_cast<const float4*>(gx + r * kN + c);
-    const float4 y = *reinterpret_cast<const float4*>(gy + r * kN + c);
-    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
-    *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c + 2) = __floats2bfloat162_rn(x.z * y.z, x.w * y.w);
-  }
 }
 
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2

@@ -10,19 +10,21 @@
 // tensor cores (mma.sync m16n8k16, ldmatrix) with both operands bf16 tiles in shared memory and fp32 accumulation
 // in registers (sums over several key or value tiles never leave them). Each operand is rounded to bf16 once,
 // where it is loaded or formed (scaled first in fp32 where it carries a gate factor): q, k, η k, α k, v-side
-// tiles (v via R, Ṽ, dO, dR), 𝒯, E = (Q K̂^T) ⊙ Γ, R, the scaled Ṽ and dR rows, the scaled dO rows, dEG, dWG and
-// the states S_0, M_0, dS, dM (staged per key tile from the fp32 slabs, or in the solving scan from the registers
-// that hold the new states, and rounded once more, to the same bf16, where the scans store them: the chunk-state
-// scratch holds operand-type elements, bf16 on Mma as FLA's h, so
-// out and brow load exactly the operands they used to round from fp32, and bchunk's sums ⟨S_0, dS⟩, ⟨M_0, dS⟩,
-// ⟨M_0, dM⟩ read the rounded states). fp32 stays fp32: the running states S, M and their gradients (shared
-// slabs), Ṽ and the saved residuals, the rest of the global scratch (coefficient images, rowk, dew), the
+// tiles (v via R, Ṽ, dO, dR), 𝒯, E = (Q K̂^T) ⊙ Γ (the bscan's formed by the coef kernel, kept in its image), R,
+// the scaled Ṽ and dR rows, the scaled dO rows, dEG, dWG and the states S_0, M_0, dS, dM (staged per key tile from
+// the fp32 slabs, or in the solving scan and the bscan from the registers that hold the new states, and rounded once
+// more, to the same bf16, where the scans store them: the chunk-state scratch holds operand-type elements, bf16 on
+// Mma as FLA's h, so out and brow load exactly the operands they used to round from fp32, and bchunk's sums
+// ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ read the rounded states). fp32 stays fp32: the running states S, M and their
+// gradients (shared slabs), Ṽ and the saved residuals, the rest of the global scratch (coefficient images but E,
+// rowk, dew), the
 // coefficients (L_A, L_U, Γ, b, W and 𝒯 = (I + W)^{-1}: gates and segment sums in
 // double, the inverse in fp32: row by row on Simt, blocked in 16 x 16 blocks on Mma), the products' results, and
 // every element-wise and reduction step (the whole bchunk kernel). The key products Q K̂^T and P K̂^T that feed Γ-weighted W and E are bf16-operand products.
 //   coef   (chunks, B H)      per chunk: the chunk-local coefficients (L_A, L_U, Γ, the key products,
-//                             𝒯 = (I + W)^{-1}, the decay vectors) into global scratch, as one contiguous image
-//                             (each value written by the thread that forms it) that later kernels read back;
+//                             𝒯 = (I + W)^{-1}, the decay vectors; bf16: E = (Q K̂^T) ⊙ Γ as a bf16 tile) into
+//                             global scratch, as one contiguous image (each value written by the thread that forms
+//                             it) that later kernels read back;
 //   scan   (value tiles, B H) sequential over chunks; the two state slabs S, M [K, 64] of a value tile in shared
 //                             memory; stores each chunk's entering states (S_0, M_0) and solves for its corrected
 //                             values Ṽ (stored [B, T, H, V]: into scratch, or into the caller's residuals tensor);
@@ -43,8 +45,10 @@
 // Then
 //   bscan  (value tiles, B H) reverse over chunks; the state-gradient slabs dS, dM [K, 64] in shared memory;
 //                             stores each chunk's exit gradients (dL/dS_next, dL/dM_next), dṼ -> dR = 𝒯^T dṼ = dv,
-//                             and carries (dS, dM) to the chunk start; bf16: the chunk before's operands land by
-//                             cp.async while a chunk runs;
+//                             and carries (dS, dM) to the chunk start; bf16: the chunk before's dS^T k, dM^T k and
+//                             dstates are formed key tile by key tile inside the carry update, and every operand
+//                             (the chunk before's 𝒯, E from the coef image, dO, vectors) is in flight in registers
+//                             ahead of its use;
 //   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
 //                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
 //   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
@@ -144,8 +148,8 @@ __device__ inline void tril_inverse(const float* sW, float* sT, int n) {
 // eta [B, T, H]; gradients shaped as their inputs; NC = ceil(T / C) chunks. vt: Ṽ [B, T, H, V], read by out,
 // bscan, brow and the states-only scan; vt_out: where the solving scan writes Ṽ (the same buffer as vt), null when
 // vt holds the forward's saved Ṽ (the backward with save_residuals). Global scratch (ScratchLayout):
-// coef [B H, NC, coef_floats(C)] (coef images: 8 vectors, 6 matrices), states [B H, NC, 2, K, V] (S_0 then M_0
-// entering each chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
+// coef [B H, NC, coef_floats(C)] (coef images: 8 vectors, 6 matrices, the bf16 E tile), states [B H, NC, 2, K, V]
+// (S_0 then M_0 entering each chunk; elements of the operand type Op<L>, state_pair), Ṽ unless the caller keeps it, and for the backward
 // dstates [B H, NC, 2, K, V] (dL/dS, dL/dM leaving each chunk; Op<L> as states), rowk [B H, NC, kRowkSlots, C, K] (per-row key vectors) and dew [B H, NC, 2, 64, 64]
 // (dO Ṽ^T, dR Ṽ^T). The forward leaves d_o, the gradients, dstates, rowk and dew null, the backward o.
 // bh0, nbh: the (batch, head) pairs bh0 .. bh0 + nbh - 1 that a launch covers (grid row y is pair bh0 + y; see
@@ -184,9 +188,15 @@ enum ChunkVector { kVecLa, kVecLm, kVecBeta, kVecEta, kVecAlpha, kVecAbar, kVecM
 /// Matrix slots of a coef image, in order.
 enum ChunkMatrix { kLA, kLU, kG, kQK, kPK, kT };
 
+/// Float offset of the E slot in a coef image: after the vectors and matrices, rounded up to 4 floats (16 bytes).
+__host__ __device__ constexpr int64_t coef_e_offset(int64_t C) {
+  return (kChunkVectors * C + kChunkMatrices * C * C + 3) / 4 * 4;
+}
 /// Floats of a chunk's coef image: 8 vectors [C] (rows >= n zero), then 6 matrices [C, C] (ChunkMatrix) of which
-/// the leading n x n (row stride n, n the chunk's length) are written and read.
-__host__ __device__ constexpr int64_t coef_floats(int64_t C) { return kChunkVectors * C + kChunkMatrices * C * C; }
+/// the leading n x n (row stride n, n the chunk's length) are written and read, then at coef_e_offset the E slot:
+/// E = (Q K̂^T) ⊙ Γ as a bf16 tile [64, 64] (row stride 64; 0 outside j <= i < n), written by the coef kernel on
+/// tile::Mma only (the bf16 bscan's operand; Simt's image leaves it unwritten).
+__host__ __device__ constexpr int64_t coef_floats(int64_t C) { return coef_e_offset(C) + kN * kN / 2; }
 
 /// Bytes of n floats rounded up to 16 (what tile::Carve::take<float>(n) advances).
 __host__ __device__ constexpr size_t padded_bytes(int64_t n) {
@@ -211,6 +221,11 @@ __device__ float* coef_image(const MdnArgs& a, int64_t bh, int64_t chunk) {
 /// Matrix `m` of an image.
 __device__ const float* image_matrix(const float* img, int64_t C, ChunkMatrix m) {
   return img + kChunkVectors * C + static_cast<int64_t>(m) * C * C;
+}
+/// The E slot of an image (coef_floats).
+__device__ bf16* image_e(float* img, int64_t C) { return reinterpret_cast<bf16*>(img + coef_e_offset(C)); }
+__device__ const bf16* image_e(const float* img, int64_t C) {
+  return reinterpret_cast<const bf16*>(img + coef_e_offset(C));
 }
 /// dst[i] = src[i] for i < n (block-strided; no barrier).
 __device__ void copy_floats(float* dst, const float* src, int64_t n) {
@@ -270,7 +285,8 @@ constexpr size_t coef_smem(int64_t C) {
 //    O(n^3) per-element loops gave the same bits), exponentiated in fp32;
 // 3. Γ_ij = Σ_{r=j..i} L_A[i,r] β_r L_U[r,j];  b_i = Σ_{r<=i} L_A[i,r] β_r μ̄_r;
 // 4. the key products on two operand tiles of L, key tiles in order (the only products; Mma: bf16 operands):
-//    QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0, written from the accumulators;
+//    QK_ij = η_j q_i·k_j (j <= i), PK_ij = α_i η_j k_i·k_j (j < i), else 0, written from the accumulators (Mma:
+//    also E_ij = bf16(Γ_ij QK_ij) of the fp32 values written, j <= i < n, else 0, into the image's E slot);
 //    W_ij = Γ_{i-1,j} PK_ij (j < i) from them, 𝒯 = (I + W)^{-1} in fp32 (Simt: tril_inverse, row by row, the
 //    CPU's order; Mma: tile::tril_inverse_fast, 16 x 16 blocks), written to the image.
 // Shared (coef_smem<L>): the vectors, Γ [n, n], then one region reused by L_A and L_U [n, n] (steps 2-3), the
@@ -386,6 +402,18 @@ __global__ void __launch_bounds__(tile::kThreads, coef_blocks_per_sm<L>()) mdn_c
     }
   }
   tile::store_acc<L>(xq, gmat(kQK), n, n, n, [&](int i, int j, float x) { return j <= i ? cs.eta[j] * x : 0.0f; });
+  if constexpr (std::is_same_v<L, tile::Mma>) {  // E = bf16(Γ ⊙ Q K̂^T) of the values just written, whole tile
+    bf16* const E = image_e(img, C);
+    const auto e = [&](int i, int j, float x) { return i < n && j <= i ? cs.G[i * n + j] * (cs.eta[j] * x) : 0.0f; };
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {
+        const int r = L::row(i), c = L::col(j);
+        *reinterpret_cast<__nv_bfloat162*>(E + r * kN + c) =
+            __floats2bfloat162_rn(e(r, c, xq.v[i][j]), e(r, c + 1, xq.v[i][j + 1]));
+      }
+  }
   tile::store_acc<L>(xp, gmat(kPK), n, n, n,
                      [&](int i, int j, float x) { return j < i ? cs.alpha[i] * cs.eta[j] * x : 0.0f; });
   const auto w_of = [&](int i, int j, float x) {
@@ -471,7 +499,10 @@ __device__ void fill_square(Op<L>* s, int n, F f) {
 /// Key tiles of K.
 __host__ __device__ constexpr int64_t key_tiles(int64_t K) { return (K + kN - 1) / kN; }
 
-constexpr int kBscanWork = 5;  // work tiles of the bscan
+/// Work tiles of the bscan on layout L (mdn_bscan_kernel): 7 bf16 tiles on tile::Mma (besides the 2 stage tiles),
+/// 5 fp32 tiles on Simt.
+template <typename L>
+constexpr int bscan_work() { return std::is_same_v<L, tile::Mma> ? 7 : 5; }
 
 /// Operand tiles the scans stage the slabs of one key tile into (bf16 copies for tile::Mma; Simt reads the fp32
 /// slabs themselves).
@@ -541,6 +572,28 @@ struct ScanShared {
         X[e] = s.v[i][j];
         Y[e] = m.v[i][j];
       }
+  }
+  /// The slabs X, Y of key tile kt in thread-major order: element (i, j) of the thread's Acc at
+  /// x(kt)[4 (i kThreads + threadIdx.x) + j] (likewise Y), as 16-byte accesses without bank conflicts. For a kernel
+  /// whose slab elements are only ever read and written by the thread that owns them (the bf16 bscan): its slabs
+  /// are no tiles then (x, y, stage, store, keys_times_slabs apply to zero slabs only). No barrier.
+  __device__ void get_own(int64_t kt, tile::Acc& s, tile::Acc& m) const {
+    const float4 *X = reinterpret_cast<const float4*>(x(kt)) + threadIdx.x,
+                 *Y = reinterpret_cast<const float4*>(y(kt)) + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 u = X[i * tile::kThreads], w = Y[i * tile::kThreads];
+      s.v[i][0] = u.x, s.v[i][1] = u.y, s.v[i][2] = u.z, s.v[i][3] = u.w;
+      m.v[i][0] = w.x, m.v[i][1] = w.y, m.v[i][2] = w.z, m.v[i][3] = w.w;
+    }
+  }
+  __device__ void set_own(int64_t kt, const tile::Acc& s, const tile::Acc& m) const {
+    float4 *X = reinterpret_cast<float4*>(x(kt)) + threadIdx.x, *Y = reinterpret_cast<float4*>(y(kt)) + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      X[i * tile::kThreads] = make_float4(s.v[i][0], s.v[i][1], s.v[i][2], s.v[i][3]);
+      Y[i * tile::kThreads] = make_float4(m.v[i][0], m.v[i][1], m.v[i][2], m.v[i][3]);
+    }
   }
   /// The operand views of key tile kt's slabs: the fp32 slabs (Simt), or (Mma) bf16 copies that stage(kt) writes
   /// (valid after a barrier that follows it).
@@ -623,7 +676,7 @@ struct ScanShared {
   }
 };
 
-/// Asks the L2 for what the solving scan (forward) or the bscan (backward) reads of chunk `chunk` of (batch, head)
+/// Asks the L2 for what the solving scan (forward) or the fp32 bscan (backward) reads of chunk `chunk` of (batch, head)
 /// bh (value columns v0 .. v0 + vc - 1; no effect on any result): its coefficient image (vectors, 𝒯, Γ, L_U, and
 /// Q K̂^T for the backward), its k rows, and v (forward) or q and dO rows (backward). Issued one chunk ahead, so
 /// the next chunk's loads wait for the L2, not for memory.
@@ -652,14 +705,10 @@ dim3 scan_grid(int64_t V, int64_t BH) {
   return dim3(static_cast<unsigned>(ceil_div(V, kN)), static_cast<unsigned>(BH));
 }
 
-/// fp32 staging tiles the bscan carves (sh.g): dO when it stages, then Γ and Q K̂^T with stage_e (𝒯 takes the
-/// room of the two bf16 stage tiles, which hold a staging tile).
-constexpr int bscan_staged(bool stage, bool stage_e) { return stage ? (stage_e ? 3 : 1) : 0; }
-static_assert(stage_tiles<tile::Mma>() * op_bytes<tile::Mma>() >= sizeof(float) * tile::kStageFloats,
-              "the bscan's 𝒯 staging tile fits in the stage tiles");
-
 /// Dynamic shared memory a block may have (sm_90; the kernels have no static shared memory).
 constexpr size_t kMaxBlockSmem = 227 * 1024;
+static_assert(scan_bytes<tile::Mma>(4 * kN, kMdnMaxChunk, bscan_work<tile::Mma>(), 0) <= kMaxBlockSmem,
+              "the bf16 bscan fits at key_dim 256");
 
 /// Key tiles up to which the bf16 scan stages the chunks' k rows (fp32, cp.async) and keeps them as bf16 operand
 /// tiles, the chunk's and the next chunk's: key_dim <= 128 (66.5 KiB per key tile: its two fp32 slab tiles, two
@@ -1392,173 +1441,233 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_out_ke
   }
 }
 
+/// The bscan's dṼ and dR of a chunk (sE = E, sD = dO, sT = 𝒯, the chunk's vectors, gl and ul ordered before by a
+/// barrier; xs = dS^T k_r, xm = dM^T k_r): dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} xs_r - L_U[n,r] xm_r) (rows
+/// < n, else 0) into sX, then xr = dR = 𝒯^T dṼ, stored to dv (value columns v0 .. v0 + vc - 1). One barrier.
+template <typename L>
+__device__ void bscan_dr(const MdnArgs& a, const tile::Chunk& ch, const ScanShared<L>& sh, const Op<L>* sE,
+                         const Op<L>* sD, const Op<L>* sT, Op<L>* sX, const tile::Acc& xs, const tile::Acc& xm,
+                         int64_t v0, int vc, tile::Acc& xr) {
+  const ChunkSmem& cs = sh.cs;
+  const int n = ch.n;
+  tile::Acc xe, xd;
+  xe.zero();
+  L::template mma<true, false>(sE, sD, xe);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = L::row(i);
+      xd.v[i][j] = r < n ? xe.v[i][j] + cs.eta[r] * (sh.gl[r] * xs.v[i][j] - sh.ul[r] * xm.v[i][j]) : 0.0f;
+    }
+  put_op<L>(xd, sX, tile::Same{});
+  __syncthreads();
+  xr.zero();
+  L::template mma<true, false>(sT, sX, xr);
+  tile::store_acc<L>(xr, ch.in(a, a.dv, a.V, v0), a.H * a.V, n, vc, tile::Same{});
+}
+
+/// The carry update's dR operands from xr = dR (readers of sT, sX done; no barrier): sT = -α ᾱ⁻ ⊙ dR rows,
+/// sX = α b⁻ ⊙ dR rows (rows < n, else 0).
+template <typename L>
+__device__ void put_dr_operands(const tile::Acc& xr, const ChunkSmem& cs, int n, Op<L>* sT, Op<L>* sX) {
+  put_op<L>(xr, sT, [&](int r, int, float x) {
+    const float am = r > 0 ? cs.abar[r - 1] : 1.0f;
+    return r < n ? -cs.alpha[r] * am * x : 0.0f;
+  });
+  put_op<L>(xr, sX, [&](int r, int, float x) {
+    const float bm = r > 0 ? cs.bb[r - 1] : 0.0f;
+    return r < n ? cs.alpha[r] * bm * x : 0.0f;
+  });
+}
+
 // bscan kernel on layout L, grid scan_grid: value columns v0 .. v0 + vc - 1, chunks in reverse (§7.3), on 64 x 64
 // shared tiles, carrying dS = dL/dS_next, dM = dL/dM_next (zero after the last chunk; fp32 slabs): store them
 // (dstates); dṼ_r = Σ_{i>=r} E_ir dO_i + η_r (Γ_{n,r} dS^T k_r - L_U[n,r] dM^T k_r) with E = (Q K̂^T) ⊙ Γ;
-// dR = 𝒯^T dṼ (= dv, written); then per key tile
+// dR = 𝒯^T dṼ (= dv, written; bscan_dr); then per key tile
 // dS_0 = ᾱ_n dS + Q^T Diag(ᾱ) dO - K^T Diag(α ᾱ⁻) dR, dM_0 = -b_n dS + μ̄_n dM - Q^T Diag(b) dO + K^T Diag(α b⁻) dR
 // (ᾱ⁻_i = ᾱ_{i-1}, b⁻_i = b_{i-1}; ᾱ_{-1} = 1, b_{-1} = 0) become the previous chunk's (dS, dM).
-// Shared: ScanShared<L> with the work tiles sK (the chunk's q or k rows of one key tile), sE (E; then -b ⊙ dO
-// rows), sT (𝒯; then -α ᾱ⁻ ⊙ dR rows), sD (dO; then ᾱ ⊙ dO rows), sX (dṼ; then α b⁻ ⊙ dR rows). Operands of
-// Mma: q, k, E, 𝒯, dO and its scaled copies (scaled in fp32, then rounded), dṼ, the scaled dR, the staged dS, dM.
-// Loads one chunk ahead (Mma, `stage`: key_dim > 0 and the launcher found one fp32 staging tile room in shared
-// memory, three with stage_e): the chunk before's 𝒯 and, with stage_e, Γ and Q K̂^T (when C and its length are
-// multiples of 4 and the scratch is 16-byte aligned), and its dO rows (when d_o is, async_ok_f) land by cp.async
-// in fp32 staging tiles while this chunk updates the carries: 𝒯 in the room of the stage tiles (idle from the
-// update to the next keys_times_slabs), dO, Γ, Q K̂^T in sh.g. Issued after the update's first barrier (every read
-// of the staging tiles is before it), waited for (cp_async_wait + the barrier) at the chunk's start, then
-// converted by put_h_staged (𝒯, dO and both scaled copies of dO) and put_h_staged_product (E = Γ ⊙ Q K̂^T): what
-// fill_square, load_op and put_h store. Operands that are not staged are loaded as without staging. The same bits
-// either way.
+// Operands: q, k, E, 𝒯, dO and its scaled copies (scaled in fp32, then rounded), dṼ, the scaled dR, dS and dM
+// (Mma: each rounded to bf16 once, where formed or loaded).
+// tile::Mma: the previous chunk's dS^T k_r, dM^T k_r are software-pipelined into this chunk's update: once a key
+// tile's new (dS, dM) are in registers they are written to the slabs (thread-major, get_own / set_own: no thread
+// reads another's slab elements) and rounded to bf16 into the stage tiles hx, hy, and after the next barrier the
+// previous chunk's k rows of that key tile (sP) multiply them into its (xs, xm) and the same bf16 go to its
+// dstates (tile::store_h); the last key tile's products run after the next chunk start's barrier. Key tiles in
+// order, so (xs, xm) and dstates have the bits of stage + keys_times_slabs + store (the last chunk's: zero, stored
+// from the zero slabs). Per key tile kt (2 barriers; sQ, sK, sP, hx, hy written in turn, each read after the
+// barrier that follows its write and written again after the one that follows its reads):
+//   q_kt -> sQ | B | ns, nm += Q^T (ᾱ dO), Q^T (-b dO); products of kt - 1; k_kt -> sK |
+//   B | ns, nm += K^T (dR scaled); slabs, hx, hy <- (ns, nm); k_kt of the previous chunk -> sP.
+// Every global operand is in flight in registers ahead of its use: q, k and the previous chunk's k rows one key
+// tile ahead (tile::fetch_h, their tile 0 at the chunk start), the previous chunk's vectors and last rows
+// (fetch_chunk_vectors), 𝒯 and dO (fetch_h) and E (its bf16 image slot, written by the coef kernel, fetch_pairs)
+// during this chunk's update; put_h / put_pairs / put_chunk_vectors then store what load_chunk_vectors,
+// fill_square (𝒯, Γ ⊙ Q K̂^T rounded once) and load_op store; dO stays in registers for its scaled copies.
+// Shared: ScanShared<L> (no staging tiles) with the work tiles sQ, sK (the chunk's q, k rows of one key tile), sP
+// (the previous chunk's k rows of one key tile), sD (dO; then ᾱ ⊙ dO rows), sE (E; then -b ⊙ dO rows), sT (𝒯; then
+// -α ᾱ⁻ ⊙ dR rows), sX (dṼ; then α b⁻ ⊙ dR rows) and the stage tiles hx, hy: 9 bf16 tiles (213.5 KiB at key_dim
+// 256, 148.5 KiB at 128).
+// tile::Simt: per chunk, synchronous loads (fill_square, load_op), dstates stored from the slabs (ScanShared::store)
+// and dS^T k_r, dM^T k_r by keys_times_slabs at its start, then the update one key tile at a time through one work
+// tile sK (q, then k rows) with the operand tiles sE, sT, sD, sX as on Mma (5 fp32 tiles).
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a, bool stage, bool stage_e) {
+__global__ void __launch_bounds__(tile::kThreads) mdn_bscan_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
-  constexpr int kLd = tile::kLd;
-  const int64_t K = a.K, V = a.V, C = a.C, bh = a.bh0 + blockIdx.y, v0 = static_cast<int64_t>(blockIdx.x) * kN;
+  const int64_t K = a.K, V = a.V, C = a.C, KT = key_tiles(K), bh = a.bh0 + blockIdx.y;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int vc = tile::tile_cols(V, v0);
-  constexpr bool kMmaK = std::is_same_v<Op<L>, bf16>;  // bf16 operand tiles: q, k, dO through fetch_h / put_h
-  const bool stg = kMmaK && stage, stg_e = stg && stage_e;
-  const ScanShared<L> sh(smem, K, C, kBscanWork, bscan_staged(stg, stg_e));
+  const ScanShared<L> sh(smem, K, C, bscan_work<L>(), 0);
   const ChunkSmem& cs = sh.cs;
-  Op<L> *sK = sh.w(0), *sE = sh.w(1), *sT = sh.w(2), *sD = sh.w(3), *sX = sh.w(4);
-  // Staging tiles: 𝒯 in the stage tiles' room; dO, then (stage_e) Γ, Q K̂^T in sh.g.
-  float* gT = stg ? reinterpret_cast<float*>(sh.stage_t[0]) : nullptr;
-  float *gO = sh.g, *gG = gO + tile::kStageFloats, *gQK = gG + tile::kStageFloats;
-  const bool o_async = stg && tile::async_ok_f(a.d_o, V);
-  const bool c_aligned = stg && tile::async_ok_f(a.coef, C);
-  const auto t_async = [&](int n) { return c_aligned && n % 4 == 0; };  // (rows of the matrices are n floats apart)
-  const auto e_async = [&](int n) { return stg_e && t_async(n); };
-  // The staged operands of chunk c into the staging tiles (cp.async, one group).
-  const auto issue = [&](int64_t c) {
-    const tile::Chunk nx(a, c, bh);
-    const float* im = coef_image(a, bh, c);
-    if (t_async(nx.n)) tile::stage_async(gT, image_matrix(im, C, kT), nx.n, nx.n, nx.n);
-    if (e_async(nx.n)) {
-      tile::stage_async(gG, image_matrix(im, C, kG), nx.n, nx.n, nx.n);
-      tile::stage_async(gQK, image_matrix(im, C, kQK), nx.n, nx.n, nx.n);
+  if constexpr (std::is_same_v<L, tile::Mma>) {
+    bf16 *sQ = sh.w(0), *sK = sh.w(1), *sP = sh.w(2), *sD = sh.w(3), *sE = sh.w(4), *sT = sh.w(5), *sX = sh.w(6);
+    bf16 *hx = sh.stage_t[0], *hy = sh.stage_t[1];
+    const auto one = [](int) { return 1.0f; };
+    // Key tile kt's rows of p (q or k) of chunk c into registers.
+    const auto fetch_rows = [&](tile::HRegs& r, const float* p, const tile::Chunk& c, int64_t kt) {
+      tile::fetch_h(r, c.in(a, p, K, kt * kN), a.H * K, c.n, tile::tile_cols(K, kt * kN));
+    };
+    // What chunk c's start reads, into registers: its vectors and last rows, 𝒯, E, dO.
+    VectorLoads fv{};
+    tile::HRegs fT, fO;
+    tile::HPairs fE;
+    const auto fetch_chunk = [&](int64_t c) {
+      const tile::Chunk nx(a, c, bh);
+      const float* im = coef_image(a, bh, c);
+      fv = fetch_chunk_vectors(a, bh, c, nx.n);
+      tile::fetch_h(fT, image_matrix(im, C, kT), nx.n, nx.n, nx.n);
+      tile::fetch_pairs(fE, image_e(im, C), kN);
+      tile::fetch_h(fO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+    };
+    // The pipelined products of key tile kt (hx, hy, sP written, then a barrier): xs += P_kt bf16(dS_kt),
+    // xm += P_kt bf16(dM_kt); the same bf16 into key tile kt's rows of the dstates pair ds.
+    tile::Acc xs, xm;  // the chunk's dS^T k_r, dM^T k_r (summed during the later chunk's update)
+    const auto products = [&](int64_t kt, bf16* ds) {
+      L::template mma<false, false>(sP, hx, xs);
+      L::template mma<false, false>(sP, hy, xm);
+      const int kc = tile::tile_cols(K, kt * kN);
+      tile::store_h(hx, ds + kt * kN * V + v0, V, kc, vc);
+      tile::store_h(hy, ds + (K + kt * kN) * V + v0, V, kc, vc);
+    };
+    tile::HRegs fq, fk, fp;  // the update's q, k rows and the previous chunk's k rows, one key tile ahead
+    xs.zero(), xm.zero();
+    fetch_chunk(a.NC - 1);
+    for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+      const tile::Chunk ch(a, chunk, bh);
+      const int n = ch.n, last = n - 1;
+      bf16* const ds = state_pair<bf16>(a, a.dstates, bh, chunk);
+      __syncthreads();  // the later chunk's update and its readers of the shared buffers are done
+      if (chunk + 1 == a.NC) sh.store(K, V, v0, vc, ds);  // the zero carry (the slabs as zeroed)
+      else if (KT > 0) products(KT - 1, ds);
+      put_chunk_vectors(fv, C, n, cs.la, sh.gl, sh.ul);
+      tile::put_h(sT, fT, n, one);
+      tile::put_pairs(sE, fE);
+      tile::put_h(sD, fO, n, one);
+      if (chunk > 0 && KT > 0) {
+        fetch_rows(fq, a.q, ch, 0);
+        fetch_rows(fk, a.k, ch, 0);
+        fetch_rows(fp, a.k, tile::Chunk(a, chunk - 1, bh), 0);
+      }
+      __syncthreads();
+      tile::Acc xr;
+      bscan_dr<L>(a, ch, sh, sE, sD, sT, sX, xs, xm, v0, vc, xr);
+      if (chunk == 0) break;  // no one reads the gradients of the initial states
+      __syncthreads();        // readers of E, 𝒯, dO, dṼ are done
+      tile::put_h(sD, fO, n, [&](int r) { return cs.abar[r]; });
+      tile::put_h(sE, fO, n, [&](int r) { return -cs.bb[r]; });
+      put_dr_operands<L>(xr, cs, n, sT, sX);
+      const tile::Chunk pv(a, chunk - 1, bh);
+      bf16* const dp = state_pair<bf16>(a, a.dstates, bh, chunk - 1);
+      fetch_chunk(chunk - 1);
+      xs.zero(), xm.zero();
+      const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+      for (int64_t kt = 0; kt < KT; ++kt) {
+        tile::Acc ns, nm;
+        sh.get_own(kt, ns, nm);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float s = ns.v[i][j], m = nm.v[i][j];
+            ns.v[i][j] = aC * s;
+            nm.v[i][j] = -bC * s + mC * m;
+          }
+        tile::put_h(sQ, fq, n, one);
+        if (kt + 1 < KT) fetch_rows(fq, a.q, ch, kt + 1);
+        __syncthreads();
+        L::template mma<true, false>(sQ, sD, ns);
+        L::template mma<true, false>(sQ, sE, nm);
+        if (kt > 0) products(kt - 1, dp);
+        tile::put_h(sK, fk, n, one);
+        if (kt + 1 < KT) fetch_rows(fk, a.k, ch, kt + 1);
+        __syncthreads();
+        L::template mma<true, false>(sK, sT, ns);
+        L::template mma<true, false>(sK, sX, nm);
+        sh.set_own(kt, ns, nm);
+        tile::store_acc_h(ns, hx, tile::Same{});
+        tile::store_acc_h(nm, hy, tile::Same{});
+        tile::put_h(sP, fp, pv.n, one);
+        if (kt + 1 < KT) fetch_rows(fp, a.k, pv, kt + 1);
+      }
     }
-    if (o_async) tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
-    tile::cp_async_commit();
-  };
-  if (stg) issue(a.NC - 1);
-  for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
-    const tile::Chunk ch(a, chunk, bh);
-    const int n = ch.n, last = n - 1;
-    if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, true);
-    if (stg) tile::cp_async_wait<0>();  // this chunk's staged operands (the only group in flight)
-    __syncthreads();  // the previous chunk's carry update and its readers of the shared buffers are done; every
-                      // thread's staged pieces have landed
-    const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
-    const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
-    const float* dO = ch.in(a, a.d_o, V, v0);
-    if constexpr (kMmaK) {
-      if (t_async(n)) tile::put_h_staged(sT, gT, n);
-      else fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
-      if (e_async(n)) tile::put_h_staged_product(sE, gG, gQK);
-      else fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
-      if (o_async) tile::put_h_staged(sD, gO, n);
-      else load_op(sD, dO, a.H * V, n, vc);
-    } else {
+  } else {
+    constexpr int kLd = tile::kLd;
+    Op<L> *sK = sh.w(0), *sE = sh.w(1), *sT = sh.w(2), *sD = sh.w(3), *sX = sh.w(4);
+    for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
+      const tile::Chunk ch(a, chunk, bh);
+      const int n = ch.n, last = n - 1;
+      if (chunk > 0) prefetch_scan_chunk(a, bh, chunk - 1, v0, vc, true);
+      __syncthreads();  // the later chunk's carry update and its readers of the shared buffers are done
+      const float* img = load_chunk_vectors(a, bh, chunk, n, cs, sh.gl, sh.ul);
+      const float *Timg = image_matrix(img, C, kT), *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK);
+      const float* dO = ch.in(a, a.d_o, V, v0);
       fill_square<L>(sT, n, [&](int r, int c) { return Timg[r * n + c]; });
       fill_square<L>(sE, n, [&](int r, int c) { return G[r * n + c] * QK[r * n + c]; });
       load_op(sD, dO, a.H * V, n, vc);
-    }
-    sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.dstates, bh, chunk));
-    if (t_async(n)) __syncthreads();  // every read of 𝒯's staging tile done before stage() writes the stage tiles
-    // dS^T k_r, dM^T k_r (key tiles in order), E^T dO.
-    tile::Acc xs, xm, xe;
-    xs.zero(), xm.zero(), xe.zero();
-    sh.keys_times_slabs(a, ch, n, sK, xs, xm);
-    __syncthreads();  // sE, sD filled (also when K = 0)
-    L::template mma<true, false>(sE, sD, xe);
-    tile::Acc xd;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = L::row(i);
-        xd.v[i][j] = r < n ? xe.v[i][j] + cs.eta[r] * (sh.gl[r] * xs.v[i][j] - sh.ul[r] * xm.v[i][j]) : 0.0f;
-      }
-    put_op<L>(xd, sX, tile::Same{});
-    __syncthreads();
-    tile::Acc xr;
-    xr.zero();
-    L::template mma<true, false>(sT, sX, xr);
-    tile::store_acc<L>(xr, ch.in(a, a.dv, V, v0), a.H * V, n, vc, tile::Same{});
-    if (chunk == 0) break;  // no one reads the gradients of the initial states
-    // Mma: the q and k tiles of the update are fetched into registers (tile::fetch_h) one step ahead (q of key
-    // tile 0 here, k of tile kt during the q product of tile kt, q of tile kt + 1 during its k product), so that
-    // their global loads are in flight while the block computes; put_h then stores what load_op stores. The dO
-    // rows are fetched once for both scaled copies (load_op = fetch_h + put_h), or read from their staging tile.
-    [[maybe_unused]] tile::HRegs kf;
-    if constexpr (kMmaK) {
-      tile::HRegs df;
-      if (!o_async) tile::fetch_h(df, dO, a.H * V, n, vc);
-      if (sh.KT > 0) tile::fetch_h(kf, ch.in(a, a.q, K, 0), a.H * K, n, tile::tile_cols(K, 0));
-      __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
-      if (o_async) {
-        tile::put_h_staged(sD, gO, n, [&](int r) { return cs.abar[r]; });
-        tile::put_h_staged(sE, gO, n, [&](int r) { return -cs.bb[r]; });
-      } else {
-        tile::put_h(sD, df, n, [&](int r) { return cs.abar[r]; });
-        tile::put_h(sE, df, n, [&](int r) { return -cs.bb[r]; });
-      }
-    } else {
-      __syncthreads();  // readers of E, 𝒯, dO, dṼ are done
+      sh.store(K, V, v0, vc, state_pair<Op<L>>(a, a.dstates, bh, chunk));
+      tile::Acc xs, xm;  // dS^T k_r, dM^T k_r (key tiles in order)
+      xs.zero(), xm.zero();
+      sh.keys_times_slabs(a, ch, n, sK, xs, xm);
+      __syncthreads();  // sE, sD filled (also when K = 0)
+      tile::Acc xr;
+      bscan_dr<L>(a, ch, sh, sE, sD, sT, sX, xs, xm, v0, vc, xr);
+      if (chunk == 0) break;  // no one reads the gradients of the initial states
+      __syncthreads();        // readers of E, 𝒯, dO, dṼ are done
       load_op(sD, dO, a.H * V, n, vc, [&](int r) { return cs.abar[r]; });
       load_op(sE, dO, a.H * V, n, vc, [&](int r) { return -cs.bb[r]; });
-    }
-    put_op<L>(xr, sT, [&](int r, int, float x) {
-      const float am = r > 0 ? cs.abar[r - 1] : 1.0f;
-      return r < n ? -cs.alpha[r] * am * x : 0.0f;
-    });
-    put_op<L>(xr, sX, [&](int r, int, float x) {
-      const float bm = r > 0 ? cs.bb[r - 1] : 0.0f;
-      return r < n ? cs.alpha[r] * bm * x : 0.0f;
-    });
-    const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
-    for (int64_t kt = 0; kt < sh.KT; ++kt) {
-      const int kc = tile::tile_cols(K, kt * kN);
-      float *Sk = sh.x(kt), *Mk = sh.y(kt);
-      tile::Acc ns, nm;
+      put_dr_operands<L>(xr, cs, n, sT, sX);
+      const float aC = cs.abar[last], bC = cs.bb[last], mC = cs.mbar[last];
+      for (int64_t kt = 0; kt < KT; ++kt) {
+        const int kc = tile::tile_cols(K, kt * kN);
+        float *Sk = sh.x(kt), *Mk = sh.y(kt);
+        tile::Acc ns, nm;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = L::row(i) * kLd + L::col(j);
-          ns.v[i][j] = aC * Sk[e];
-          nm.v[i][j] = -bC * Sk[e] + mC * Mk[e];
-        }
-      if constexpr (kMmaK) {
-        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
-        tile::fetch_h(kf, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
-      } else {
+          for (int j = 0; j < 4; ++j) {
+            const int e = L::row(i) * kLd + L::col(j);
+            ns.v[i][j] = aC * Sk[e];
+            nm.v[i][j] = -bC * Sk[e] + mC * Mk[e];
+          }
         load_op(sK, ch.in(a, a.q, K, kt * kN), a.H * K, n, kc);
-      }
-      __syncthreads();  // (kt = 0: also every read of the staging tiles is done)
-      if (stg && kt == 0) issue(chunk - 1);
-      L::template mma<true, false>(sK, sD, ns);
-      L::template mma<true, false>(sK, sE, nm);
-      __syncthreads();
-      if constexpr (kMmaK) {
-        tile::put_h(sK, kf, n, [](int) { return 1.0f; });
-        if (kt + 1 < sh.KT)
-          tile::fetch_h(kf, ch.in(a, a.q, K, (kt + 1) * kN), a.H * K, n, tile::tile_cols(K, (kt + 1) * kN));
-      } else {
+        __syncthreads();
+        L::template mma<true, false>(sK, sD, ns);
+        L::template mma<true, false>(sK, sE, nm);
+        __syncthreads();
         load_op(sK, ch.in(a, a.k, K, kt * kN), a.H * K, n, kc);
+        __syncthreads();
+        L::template mma<true, false>(sK, sT, ns);
+        L::template mma<true, false>(sK, sX, nm);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int e = L::row(i) * kLd + L::col(j);
+            Sk[e] = ns.v[i][j];
+            Mk[e] = nm.v[i][j];
+          }
+        __syncthreads();  // readers of sK are done
       }
-      __syncthreads();
-      L::template mma<true, false>(sK, sT, ns);
-      L::template mma<true, false>(sK, sX, nm);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = L::row(i) * kLd + L::col(j);
-          Sk[e] = ns.v[i][j];
-          Mk[e] = nm.v[i][j];
-        }
-      __syncthreads();  // readers of sK are done
     }
   }
 }
@@ -2057,7 +2166,7 @@ template <typename Kernel>
 struct ScanLaunch {
   Kernel kernel;
   size_t smem;
-  bool stage, stage_e;  // (stage_e: the bscan's; the scan takes `stage` only)
+  bool stage;  // (the solving scan's)
   /// Pairs of (batch, head) whose value tiles fill one wave of the GPU (at least 1; the occupancy of `kernel`;
   /// by_waves.cuh).
   int64_t wave_pairs(int64_t V) const { return cuda::wave_pairs(kernel, tile::kThreads, smem, ceil_div(V, kN)); }
@@ -2074,19 +2183,13 @@ ScanLaunch<void (*)(MdnArgs, bool)> scan_launch(const MdnArgs& a) {
   const size_t staged = solve_scan_bytes<L>(a.K, a.C, stage_k, true);
   const bool stage = kMma && staged <= kMaxBlockSmem;
   const auto kernel = stage && stage_k ? mdn_scan_kernel<L, kMma> : mdn_scan_kernel<L, false>;
-  return {kernel, stage ? staged : solve_scan_bytes<L>(a.K, a.C, false, false), stage, false};
+  return {kernel, stage ? staged : solve_scan_bytes<L>(a.K, a.C, false, false), stage};
 }
 
-/// The bscan (layout L) for a's shape. Mma: the chunk before's operands staged where their staging tiles fit (𝒯
-/// and dO up to key_dim 256, Γ and Q K̂^T as well up to key_dim 128; nothing at key_dim 0).
+/// The bscan (layout L) for a's shape: its shared memory (key_dim up to 256; tile::launch refuses more).
 template <typename L>
-ScanLaunch<void (*)(MdnArgs, bool, bool)> bscan_launch(const MdnArgs& a) {
-  const auto bytes = [&](bool stage, bool stage_e) {
-    return scan_bytes<L>(a.K, a.C, kBscanWork, bscan_staged(stage, stage_e));
-  };
-  const bool stage = std::is_same_v<L, tile::Mma> && a.K > 0 && bytes(true, false) <= kMaxBlockSmem;
-  const bool stage_e = stage && bytes(true, true) <= kMaxBlockSmem;
-  return {mdn_bscan_kernel<L>, bytes(stage, stage_e), stage, stage_e};
+ScanLaunch<void (*)(MdnArgs)> bscan_launch(const MdnArgs& a) {
+  return {mdn_bscan_kernel<L>, scan_bytes<L>(a.K, a.C, bscan_work<L>(), 0), false};
 }
 
 /// Launches scan s over the value tiles of a's pairs.
@@ -2095,7 +2198,7 @@ void run_scan(const ScanLaunch<Kernel>& s, const MdnArgs& a, cudaStream_t stream
   if constexpr (std::is_same_v<Kernel, void (*)(MdnArgs, bool)>)
     tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a, s.stage);
   else
-    tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a, s.stage, s.stage_e);
+    tile::launch("mdn chunk", a.K, s.kernel, scan_grid(a.V, a.nbh), s.smem, stream, a);
 }
 
 /// The states-only scan (layout L): the chunk states of a's pairs into a.states from the saved Ṽ (a.vt). The
