@@ -216,12 +216,11 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
             N * (256 * V + 12 * K * V + 512 * K)};
   if (std::strcmp(phase, "bchunk") == 0) {  // of the image the vectors, L_A, L_U, Q K̂^T, P K̂^T and Γ's last row;
                                             // states, dstates; dew; rowk (9 slots read); q, k; dq, dk and the 4
-                                            // gate gradients. Issued: each slot, q and k once (dk̂ and dp stay in
-                                            // shared memory), L_A twice more (dL_U's sums, dβ's).
+                                            // gate gradients. Issued: each once (dk̂ and dp stay in shared
+                                            // memory, L_A and L_U are copied to it).
     const double img = vec + 4 * mat + 4 * 64;
-    return {nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N,
-            nch * (img + 2 * mat) + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N, 0,
-            nch * (6 * K * V + 2 * K * 64 * 8 + 24 * 64 * K + 4 * c3 / 6 + 4 * 64 * 64)};
+    const double b = nch * img + 2 * st + nch * 2 * mat + 36 * N * K + 8 * N * K + 8 * N * K + 16 * N;
+    return {b, b, 0, nch * (6 * K * V + 2 * K * 64 * 8 + 24 * 64 * K + 4 * c3 / 6 + 4 * 64 * 64)};
   }
   return {0, 0, 0};
 }

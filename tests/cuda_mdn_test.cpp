@@ -332,6 +332,12 @@ TEST_CASE("cuda mdn: chunked core at the model's head sizes (K = 128, V = 256 an
   check_mdn(1, 130, 2, 128, 128, 64, Regime::mu_much_less_than_alpha, 5100);
 }
 
+// fp32 (tile::Simt) with key and value dims not multiples of 4 and chunk 13: bchunk's scalar key-column loads and
+// its state dots without the cp.async ring (K V not a multiple of 4), which every other fp32 shape here skips.
+TEST_CASE("cuda mdn: chunked core with unaligned dims and chunk 13 (fp32)", "[cuda][mdn]") {
+  check_mdn(2, 100, 3, 30, 45, 13, Regime::normal, 5300);
+}
+
 TEST_CASE("cuda mdn: chunked core, long sequence T = 4096", "[cuda][mdn]") {
   check_mdn(1, 4096, 2, 64, 64, 64, Regime::normal, 7000);
   check_mdn(1, 4096, 2, 64, 64, 64, Regime::no_momentum, 7100);
@@ -382,9 +388,9 @@ TEST_CASE("cuda mdn: several key tiles with a partial last one and several value
 // loaded directly, k one key tile ahead in registers), chunk 13 (𝒯 rows not aligned), and with chunk 64 a last
 // chunk of 2 tokens (𝒯 of that chunk only), key_dim 130 (three key tiles: k never staged). The same shapes take
 // the states-only scan without staging and its element-wise state stores, the bscan's element-wise dstates stores
-// (tile::store_h; value dims not multiples of 8), bchunk's scalar loads (key dims not multiples of 4) and brow's
-// and out's loads of the chunk states without cp.async (value dims not multiples of 8; out's synchronous variant,
-// Q still whole).
+// (tile::store_h; value dims not multiples of 8), bchunk's scalar loads (key dims not multiples of 4; K V not a
+// multiple of 8: its state dots without the cp.async ring) and brow's and out's loads of the chunk states without
+// cp.async (value dims not multiples of 8; out's synchronous variant, Q still whole).
 TEST_CASE("cuda mdn: bf16 compute, the scan's synchronous fallbacks (unaligned dims, chunk 13, ragged last chunk)",
           "[cuda][mdn]") {
   check_mdn(8, 100, 3, 30, 50, 13, Regime::normal, 13000, DType::bf16);

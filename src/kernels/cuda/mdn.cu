@@ -1806,11 +1806,14 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
 
 // The bchunk kernel's shared memory: the chunk's vectors, then vectors [C] dabar (dL/dᾱ), db (dL/db), dmbar
 // (dL/dμ̄), dlul (dL/dL_U of the last row, from M_next), kdp (k_i·dp_i); the row dots [kRowDots, C] (RowDot);
-// L_U (copied from the coef image; L_A, Γ's last row, Q K̂^T and P K̂^T are read from the image in global memory,
-// L_A along rows or as one broadcast element a warp); then one region that first stages key columns for the row
-// dots (kStaged planes [C, kColStride]) and then holds the matrices [n, n] dG (dΓ), Y (then dL_A ⊙ L_A, then its
-// segment prefix), dLU (then the segment prefix of L_U). Matrix rows are bchunk_ld(C) floats apart (odd: a column
-// read by consecutive threads hits distinct banks). About 70 KiB at C = 64: three blocks per SM.
+// the matrix LUA [C, ld]: L_U in its lower triangle (LUA[r][j] = L_U[r,j], j <= r) and column r of L_A right of
+// the diagonal of row r (LUA[r][i + 1] = L_A[i,r], i >= r; whence ld > C); then, 16-byte aligned, one region that
+// holds in turn the state dots' cp.async ring (kDotStages stages), the staged key columns of the row dots
+// (kStaged planes [C, kColStride]) and the matrices [n, n] dG (dΓ, then F_A: the segment prefix of
+// dL_A ⊙ L_A), Y, dLU (then in place F_U: the segment prefix of dL_U ⊙ L_U), of which only the lower triangles
+// are written and read. Matrix rows are bchunk_ld(C) floats apart (odd: a column read by consecutive threads
+// hits distinct banks). Γ's last row, Q K̂^T, P K̂^T and dew are read from global memory, each element once.
+// About 70 KiB at C = 64: three blocks per SM.
 constexpr int kBwdVectors = 5, kBwdMatrices = 3;
 /// The dot products over K of chunk row r that bchunk combines, by pairs sharing their left factor:
 /// q_r·(S_0 dO_r), q_r·(M_0 dO_r); k_r·(S_0 dR_r), k_r·(M_0 dR_r); k_r·(dM Ṽ_r), k_r·(dS Ṽ_r) (row 0's k·(S_0 dR),
@@ -1822,39 +1825,140 @@ constexpr int kColStep = 16, kColStride = kColStep + 1;
 /// 2 + 2d, 3 + 2d against q for d = 0, else k), then dk̂ and dp formed in the step (dot 3: k·dk̂, k·dp).
 enum Staged { kStQ, kStK, kStSdO, kStMdO, kStSdR, kStMdR, kStHV, kStGV, kStDKH, kStDP, kStaged };
 static_assert(4 * kMdnMaxChunk <= tile::kThreads, "bchunk gives each row dot pair its own thread");
+/// The state dots' operands (S_0, M_0, dS, dM) and the stages of their cp.async ring; a stage holds one 16-byte
+/// piece of each operand per thread (16 KiB).
+constexpr int kDotOperands = 4, kDotStages = 3;
+constexpr int64_t kDotStageFloats = kDotOperands * tile::kThreads * 4;
 
 /// Blocks per SM that bchunk is compiled for (at most 85 registers; 80 unbounded): three fit beside its 70 KiB
 /// of shared memory at C = 64.
 constexpr int kBchunkBlocksPerSm = 3;
-/// Row stride of bchunk's shared matrices (odd).
-constexpr int64_t bchunk_ld(int64_t C) { return C | 1; }
-/// Floats of bchunk's shared region that stages key columns, then holds dG, Y, dLU.
+/// Row stride of bchunk's shared matrices (odd, above C).
+constexpr int64_t bchunk_ld(int64_t C) { return (C + 1) | 1; }
+/// Floats of bchunk's shared region: the ring, the staged key columns, then dG, Y, dLU.
 constexpr int64_t bchunk_region(int64_t C) {
-  return kStaged * kColStride * C > kBwdMatrices * C * bchunk_ld(C) ? kStaged * kColStride * C
-                                                                    : kBwdMatrices * C * bchunk_ld(C);
+  const int64_t ring = kDotStages * kDotStageFloats, staged = kStaged * kColStride * C,
+                mats = kBwdMatrices * C * bchunk_ld(C), m = staged > mats ? staged : mats;
+  return ring > m ? ring : m;
+}
+/// Floats of bchunk's shared memory before the region (vectors, row dots, LUA), rounded up to 16 bytes.
+constexpr int64_t bchunk_head(int64_t C) {
+  return ((kChunkVectors + kBwdVectors + kRowDots) * C + C * bchunk_ld(C) + 3) / 4 * 4;
 }
 /// Floats of the bchunk kernel's shared memory for chunk size C.
-constexpr int64_t bchunk_floats(int64_t C) {
-  return (kChunkVectors + kBwdVectors + kRowDots) * C + C * bchunk_ld(C) + bchunk_region(C);
+constexpr int64_t bchunk_floats(int64_t C) { return bchunk_head(C) + bchunk_region(C); }
+static_assert(kBchunkBlocksPerSm * (4 * bchunk_floats(kMdnMaxChunk) + 2048) <= 228 * 1024,
+              "bchunk: three blocks per SM (with 1 KiB of static and 1 KiB of reserved shared memory each)");
+
+/// Elements of each state operand that bchunk's state dots load per thread before their first use (without the
+/// ring).
+constexpr int kDotBatch = 8;
+/// Lower-triangle elements of an n x n matrix (n <= kMdnMaxChunk) that each bchunk thread forms of dΓ.
+constexpr int kDgPerThread = (kMdnMaxChunk * (kMdnMaxChunk + 1) / 2 + tile::kThreads - 1) / tile::kThreads;
+
+/// 4 bytes into shared dst from global src (both 4-byte aligned) by cp.async (.ca); lands as tile::cp_async16's.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+#endif
 }
 
-/// Elements of each state operand that bchunk's state dots load per thread before their first use.
-constexpr int kDotBatch = 8;
-/// dst[r * ld + c] = src[r * n + c] for r, c < n (no barrier): thread t copies column t % n of rows t / n, + P,
-/// + 2 P, ... (P = blockDim.x / n rows a pass), kCopyBatch rows' loads issued before their stores (unpredicated:
-/// a row past n reads row n - 1 and is not stored).
-constexpr int kCopyBatch = 8;
-__device__ void copy_square(float* dst, const float* src, int n, int ld) {
-  const int t = static_cast<int>(threadIdx.x), per = static_cast<int>(blockDim.x) / n, c = t % n;
+/// LUA (the bchunk layout) from the image's L_U and L_A (row stride n) by cp.async (no commit, no barrier):
+/// thread t copies column c = t % n of rows t / n, + P, + 2 P, ... (P = kThreads / n rows a pass) of the lower
+/// triangles, L_U[r,c] to LUA[r][c] and L_A[r,c] to LUA[c][r + 1] (coalesced reads; ld odd: no bank conflicts).
+__device__ void copy_lua_async(float* LUA, const float* LU, const float* LA, int n, int ld) {
+  const int t = static_cast<int>(threadIdx.x), per = tile::kThreads / n, c = t % n;
   if (t >= per * n) return;
-  for (int r0 = t / n; r0 < n; r0 += kCopyBatch * per) {
-    float x[kCopyBatch];
+  for (int r = t / n; r < n; r += per)
+    if (c <= r) {
+      cp_async4(LUA + r * ld + c, LU + r * n + c);
+      cp_async4(LUA + c * ld + r + 1, LA + r * n + c);
+    }
+}
+
+/// block_reduce(v, SumOp{}, 0.0)'s butterfly within a warp (every lane gets the same sum).
+__device__ __forceinline__ double butterfly_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// This thread's parts of the state dots ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ of a chunk (elements E; S_0 then M_0 at
+/// S0, dS then dM at dS, K V each): thread t sums its elements t, t + kThreads, ... in that order, in double. With
+/// `ring` (S0 and dS 16-byte aligned, K V a multiple of a 16-byte piece) the four operands stream by cp.async
+/// through the ring at buf (kDotStages stages of kDotStageFloats floats; thread t copies piece t of each operand a
+/// stage): two stages in flight while one is summed, a barrier a stage (all threads call it), the thread's older
+/// cp.async groups landed at the first stage; the caller's barrier must come before buf is reused. Otherwise
+/// kDotBatch elements of each operand (4 kDotBatch loads) are loaded before their first use.
+template <typename E>
+__device__ double3 state_dots(const E* S0, const E* dS, int64_t KV, bool ring, float* buf) {
+  double3 d = make_double3(0.0, 0.0, 0.0);
+  const auto add = [&](float s, float m, float ds, float dm) {
+    d.x += static_cast<double>(s) * ds;
+    d.y += static_cast<double>(m) * ds;
+    d.z += static_cast<double>(m) * dm;
+  };
+  const int t = static_cast<int>(threadIdx.x);
+  const E *M0 = S0 + KV, *dM = dS + KV;
+  if (!ring) {
+    int64_t i0 = t;
+    for (; i0 + (kDotBatch - 1) * tile::kThreads < KV; i0 += kDotBatch * tile::kThreads) {
+      float s[kDotBatch], m[kDotBatch], ds[kDotBatch], dm[kDotBatch];
 #pragma unroll
-    for (int j = 0; j < kCopyBatch; ++j) x[j] = src[(r0 + j * per < n ? r0 + j * per : n - 1) * n + c];
+      for (int j = 0; j < kDotBatch; ++j) {
+        const int64_t e = i0 + j * tile::kThreads;
+        s[j] = to_f32(S0[e]), m[j] = to_f32(M0[e]), ds[j] = to_f32(dS[e]), dm[j] = to_f32(dM[e]);
+      }
 #pragma unroll
-    for (int j = 0; j < kCopyBatch; ++j)
-      if (r0 + j * per < n) dst[(r0 + j * per) * ld + c] = x[j];
+      for (int j = 0; j < kDotBatch; ++j) add(s[j], m[j], ds[j], dm[j]);
+    }
+    for (; i0 < KV; i0 += tile::kThreads) add(to_f32(S0[i0]), to_f32(M0[i0]), to_f32(dS[i0]), to_f32(dM[i0]));
+    return d;
   }
+  constexpr int kPiece = 16 / sizeof(E), kStage = tile::kThreads * kPiece;  // elements: a piece, an operand's stage
+  static_assert(kDotOperands * kStage * sizeof(E) == sizeof(float) * kDotStageFloats, "bchunk: ring stage size");
+  E* const st = reinterpret_cast<E*>(buf);
+  const E* const src[kDotOperands] = {S0, M0, dS, dM};
+  const int stages = static_cast<int>((KV + kStage - 1) / kStage);
+  const auto issue = [&](int s) {  // stage s (none past the last) into slot s % kDotStages, one group
+    const int64_t e = static_cast<int64_t>(s) * kStage + t * kPiece;
+    if (e < KV) {
+      E* const dst = st + (s % kDotStages) * kDotOperands * kStage + t * kPiece;
+#pragma unroll
+      for (int o = 0; o < kDotOperands; ++o) tile::cp_async16(dst + o * kStage, src[o] + e, 16);
+    }
+    tile::cp_async_commit();
+  };
+  issue(0);
+  issue(1);
+  for (int s = 0; s < stages; ++s) {
+    tile::cp_async_wait<1>();  // stage s landed (stage s + 1 may be in flight)
+    __syncthreads();           // ... for every thread, and every thread is done with stage s - 1's slot
+    issue(s + 2);
+    // The thread's kPiece elements of each operand in the stage, read before the first is summed (the slot's
+    // elements past K V are stale and not summed).
+    const E* const x = st + (s % kDotStages) * kDotOperands * kStage + t;
+    const int64_t left = KV - static_cast<int64_t>(s) * kStage - t;
+    const int valid = left < kStage ? static_cast<int>(left) : kStage;
+    float v[kPiece][kDotOperands];
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j)
+#pragma unroll
+      for (int o = 0; o < kDotOperands; ++o) v[j][o] = to_f32(x[o * kStage + j * tile::kThreads]);
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j)
+      if (j * tile::kThreads < valid) add(v[j][0], v[j][1], v[j][2], v[j][3]);
+  }
+  return d;
+}
+
+/// Row of position q in the row order of a lower triangle (row r holds r + 1 elements, from r (r + 1) / 2).
+__device__ __forceinline__ int tri_row(int q) {
+  int r = static_cast<int>((sqrtf(8.0f * static_cast<float>(q) + 1.0f) - 1.0f) * 0.5f);
+  if ((r + 1) * (r + 2) / 2 <= q) ++r;
+  if (r * (r + 1) / 2 > q) --r;
+  return r;
 }
 
 /// x[j] = p[j] for j < m (1 .. 4), 0 after: one 16-byte load when vec (p 16-byte aligned, m = 4), else scalar loads.
@@ -1891,18 +1995,26 @@ __device__ inline void dotf2_step(const float* x, const float* y, const float* z
 // on the CUDA cores), grid (NC, B H), one chunk of §7.3 given the scans' S_0, M_0 (states), dS, dM leaving the
 // chunk (dstates) and brow's products (dew, rowk): dq, dp, dk̂, the coefficient gradients, and through
 // Γ = L_A Diag(β) L_U, b = L_A (β ⊙ μ̄) to dβ, d log α, d log μ (segment sums of dL ⊙ L).
-// Shared: bchunk_floats(C) floats (see kBwdVectors). One pass over the key columns, kColStep at a time staged in
-// shared memory, forms dq, dk, dk̂, dp element-wise and continues the row dots (3 n pairs over the rowk slots and
-// n pairs k·dk̂, k·dp, one pair per thread, each summed in column order); dk̂ and dp never leave the block. The
-// per-row and per-element steps after it run on all threads.
+// Shared: bchunk_floats(C) floats (see kBwdVectors). In flight: the vectors and LUA by cp.async beside the state
+// dots' ring (state_dots; the chunk states stream through the region two stages ahead), whose block sums finish
+// after the key columns (one barrier for the warp sums). One pass over the key columns, kColStep at a time
+// staged in the region, forms dq, dk, dk̂, dp element-wise and continues the row dots (3 n pairs over the rowk
+// slots and n pairs k·dk̂, k·dp, one pair per thread, each summed in column order); dk̂ and dp never leave the
+// block. dΓ's operands go to the L2 during the last step (prefetch_l2) and to registers (all of a thread's) before
+// the barrier that ends the pass. The per-element and per-row steps after it run on all threads, the O(n^3) sums
+// of Y and dL_U as warp tasks of (nearly) equal length, dβ beside the segment prefixes (disjoint threads).
 template <typename L>
 __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk_kernel(MdnArgs a) {
   extern __shared__ __align__(16) char smem[];
+  __shared__ double dot_part[3][tile::kThreads / 32];  // the state dots' warp sums
+  __shared__ float dot_sum[3];                          // ... and block sums (rounded to fp32)
+  constexpr int kWarps = tile::kThreads / 32;
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
   const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const HeadView hv{a, ch.b, ch.h};
   const int64_t c0 = ch.t0;
   const int n = ch.n, last = n - 1, ld = static_cast<int>(bchunk_ld(C));
+  const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
   ChunkSmem cs{};
   float* dabar = carve_vectors(reinterpret_cast<float*>(smem), C, cs);
   float* db = dabar + C;
@@ -1910,47 +2022,30 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
   float* dlul = dmbar + C;
   float* kdp = dlul + C;
   float* dots = kdp + C;
-  cs.LU = dots + kRowDots * C;
-  float* stage = cs.LU + C * ld;
-  float* dG = stage;
-  float* Y = dG + C * ld;
-  float* dLU = Y + C * ld;
+  float* const LUA = dots + kRowDots * C;
+  cs.LU = LUA;
+  float* const region = reinterpret_cast<float*>(smem) + bchunk_head(C);
+  float* const stage = region;
+  float* const dG = region;
+  float* const Y = dG + C * ld;
+  float* const dLU = Y + C * ld;
   const float* img = coef_image(a, ch.bh, ch.chunk);
-  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK), *PK = image_matrix(img, C, kPK),
-              *LA = image_matrix(img, C, kLA);
+  const float *G = image_matrix(img, C, kG), *QK = image_matrix(img, C, kQK), *PK = image_matrix(img, C, kPK);
   const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
-  const Op<L>* M0 = S0 + KV;
   const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
-  const Op<L>* dM = dS + KV;
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
   const float *EK = slot(kEK), *WK = slot(kWK), *KQP = slot(kKQP);
-  copy_floats(cs.la, img, kChunkVectors * C);
-  copy_square(cs.LU, image_matrix(img, C, kLU), n, ld);
-  // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩ (fixed-order block reductions; their barriers also publish the copies).
-  // Thread t sums its elements t, t + blockDim.x, ... in that order, loading kDotBatch of them (4 kDotBatch
-  // values) before their first use.
-  double s_ds = 0.0, m_ds = 0.0, m_dm = 0.0;
-  const auto add = [&](float s, float m, float ds, float dm) {
-    s_ds += static_cast<double>(s) * ds;
-    m_ds += static_cast<double>(m) * ds;
-    m_dm += static_cast<double>(m) * dm;
-  };
-  const int64_t bd = blockDim.x;
-  int64_t i0 = threadIdx.x;
-  for (; i0 + (kDotBatch - 1) * bd < KV; i0 += kDotBatch * bd) {
-    float s[kDotBatch], m[kDotBatch], ds[kDotBatch], dm[kDotBatch];
-#pragma unroll
-    for (int j = 0; j < kDotBatch; ++j) {
-      s[j] = to_f32(S0[i0 + j * bd]), m[j] = to_f32(M0[i0 + j * bd]);
-      ds[j] = to_f32(dS[i0 + j * bd]), dm[j] = to_f32(dM[i0 + j * bd]);
-    }
-#pragma unroll
-    for (int j = 0; j < kDotBatch; ++j) add(s[j], m[j], ds[j], dm[j]);
-  }
-  for (; i0 < KV; i0 += bd) add(to_f32(S0[i0]), to_f32(M0[i0]), to_f32(dS[i0]), to_f32(dM[i0]));
-  s_ds = block_reduce(s_ds, SumOp{}, 0.0);
-  m_ds = block_reduce(m_ds, SumOp{}, 0.0);
-  m_dm = block_reduce(m_dm, SumOp{}, 0.0);
+  for (int i = t; i < kChunkVectors * C; i += tile::kThreads) cp_async4(cs.la + i, img + i);
+  copy_lua_async(LUA, image_matrix(img, C, kLU), image_matrix(img, C, kLA), n, ld);
+  tile::cp_async_commit();
+  // ⟨S_0, dS⟩, ⟨M_0, dS⟩, ⟨M_0, dM⟩: block_reduce's fixed tree, its warp 0 step after the key columns.
+  const bool ring = reinterpret_cast<uintptr_t>(S0) % 16 == 0 && reinterpret_cast<uintptr_t>(dS) % 16 == 0 &&
+                    KV % (16 / sizeof(Op<L>)) == 0;
+  double3 sd = state_dots(S0, dS, KV, ring, region);
+  tile::cp_async_wait<0>();
+  sd.x = butterfly_sum(sd.x), sd.y = butterfly_sum(sd.y), sd.z = butterfly_sum(sd.z);
+  if (lane == 0) dot_part[0][warp] = sd.x, dot_part[1][warp] = sd.y, dot_part[2][warp] = sd.z;
+  __syncthreads();  // publishes the copies and the warp sums; the ring's slots are free for the key columns
 
   // Per key-column step: dq_i = ᾱ_i S_0 dO_i - b_i M_0 dO_i + Σ_{j<=i} dE_ij Γ_ij k̂_j;
   // dp_i = -ᾱ_{i-1} S_0 dR_i + b_{i-1} M_0 dR_i + Σ_{j<i} dW_ij Γ_{i-1,j} k̂_j;
@@ -1964,11 +2059,19 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
   const float* const rowk[kStDKH - kStSdO] = {slot(kSdO), slot(kMdO), slot(kSdR), slot(kMdR), slot(kHV), slot(kGV)};
   const bool vec_rows = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.rowk, K) &&
                         tile::async_ok_f(a.dq, K) && tile::async_ok_f(a.dk, K);
-  const int er = static_cast<int>(threadIdx.x) >> 2, ec = 4 * (static_cast<int>(threadIdx.x) & 3);
+  const int er = t >> 2, ec = 4 * (t & 3);
   const auto plane = [&](int p, int r) { return stage + (p * C + r) * kColStride; };
-  const int dot = static_cast<int>(threadIdx.x) / n, row = static_cast<int>(threadIdx.x) % n;
+  const int dot = t / n, row = t % n;
+  const float gl = er < n ? G[last * n + er] : 0.0f;
   float2 acc = make_float2(0.0f, 0.0f);
+  const float* dew = dew_pair(a, ch.bh, ch.chunk);
+  static_assert(kPK == kQK + 1, "bchunk prefetches Q K^T and P K^T as two rows of one L2 prefetch");
   for (int64_t k0 = 0; k0 < K; k0 += kColStep) {
+    if (k0 > 0) __syncthreads();  // the step before's row dots are done with the planes
+    if (k0 + kColStep >= K) {     // dΓ's operands (rows < n of dew's pair, Q K̂^T, P K̂^T) into the L2 meanwhile
+      tile::prefetch_l2(dew, sizeof(float) * kN * kN, 2, sizeof(float) * kN * n);
+      tile::prefetch_l2(QK, sizeof(float) * C * C, 2, sizeof(float) * n * n);
+    }
     const int kc = static_cast<int>(K - k0 < kColStep ? K - k0 : kColStep);
     const int m = kc - ec < 4 ? kc - ec : 4;
     if (er < n && m > 0) {
@@ -1983,7 +2086,7 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
       load4(kqp, KQP + idx, vec, m);
       load4(ek, EK + idx, vec, m);
       const float am = er > 0 ? cs.abar[er - 1] : 1.0f, bm = er > 0 ? cs.bb[er - 1] : 0.0f;
-      const float gl = G[last * n + er], ul = cs.LU[last * ld + er];
+      const float ul = cs.LU[last * ld + er];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float dp = -am * x[kStSdR][j] + bm * x[kStMdR][j] + wk[j];
@@ -2005,7 +2108,33 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
     __syncthreads();
     if (dot < 4)
       dotf2_step(plane(dot == 0 ? kStQ : kStK, row), plane(2 + 2 * dot, row), plane(3 + 2 * dot, row), kc, acc);
-    __syncthreads();
+  }
+
+  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j), with dE_ij = dO_i·Ṽ_j
+  // and dW_ij = -dR_i·Ṽ_j (j < i) from brow's products, over the lower triangle with rows i and n-1-i folded into
+  // one line of n + 1 positions (position q of line l: row l, column q for q <= l, else row n-1-l, column
+  // q-l-1; an odd n's middle row is the last line, cut at the triangle's end): thread t forms positions t,
+  // t + kThreads, ..., whose operands it loads here, before the barrier that ends the key columns.
+  const int ntri = n * (n + 1) / 2;
+  const auto fold = [&](int p, int& i, int& j) {
+    const int l = p / (n + 1), q = p - l * (n + 1);
+    if (q <= l) {
+      i = l, j = q;
+    } else {
+      i = n - 1 - l, j = q - l - 1;
+    }
+  };
+  float de[kDgPerThread], qk[kDgPerThread], dw[kDgPerThread], pk[kDgPerThread];
+#pragma unroll
+  for (int k = 0; k < kDgPerThread; ++k) {
+    const int p = t + k * tile::kThreads;
+    de[k] = qk[k] = dw[k] = pk[k] = 0.0f;
+    if (p < ntri) {
+      int i, j;
+      fold(p, i, j);
+      de[k] = dew[i * kN + j], qk[k] = QK[i * n + j];
+      if (i + 1 < n) dw[k] = dew[kN * kN + (i + 1) * kN + j], pk[k] = PK[(i + 1) * n + j];
+    }
   }
   if (dot < 3) {
     dots[2 * dot * C + row] = acc.x;
@@ -2014,34 +2143,39 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
     a.deta[hv.tok(c0 + row)] = acc.x;
     kdp[row] = acc.y;
   }
+  if (warp == 0) {
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      const double v = butterfly_sum(lane < kWarps ? dot_part[d][lane] : 0.0);
+      if (lane == 0) dot_sum[d] = static_cast<float>(v);
+    }
+  }
   __syncthreads();
   const float *qSdO = dots + kQSdO * C, *qMdO = dots + kQMdO * C, *kSdR = dots + kKSdR * C,
               *kMdR = dots + kKMdR * C, *kHV = dots + kKHV * C, *kGV = dots + kKGV * C;
-
-  // dΓ_ij = dE_ij (q_i·k̂_j) + dW_{i+1,j} (p_{i+1}·k̂_j) (j <= i) + [i = n-1] k̂_j·(dS Ṽ_j), with dE_ij = dO_i·Ṽ_j
-  // and dW_ij = -dR_i·Ṽ_j (j < i) from brow's products.
-  const float* dew = dew_pair(a, ch.bh, ch.chunk);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    float d = 0.0f;
-    if (j <= i) {
-      d = dew[i * kN + j] * QK[idx];
-      if (i + 1 < n) d += -dew[kN * kN + (i + 1) * kN + j] * PK[(i + 1) * n + j];
-      if (i == last) d += cs.eta[j] * kGV[j];
+#pragma unroll
+  for (int k = 0; k < kDgPerThread; ++k) {
+    const int p = t + k * tile::kThreads;
+    if (p < ntri) {
+      int i, j;
+      fold(p, i, j);
+      float d = __fmul_rn(de[k], qk[k]);
+      if (i + 1 < n) d = fmaf(-dw[k], pk[k], d);
+      if (i == last) d = fmaf(cs.eta[j], kGV[j], d);
+      dG[i * ld + j] = d;
     }
-    dG[i * ld + j] = d;
   }
   // Per row i: dᾱ_i, db_i, dμ̄_i (state terms at the last row), dL_U[n, i] from M_next.
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int i = t; i < n; i += tile::kThreads) {
     float da = qSdO[i], dbi = -qMdO[i], dmb = 0.0f;
     if (i + 1 < n) {
       da -= cs.alpha[i + 1] * kSdR[i + 1];
       dbi += cs.alpha[i + 1] * kMdR[i + 1];
     }
     if (i == last) {
-      da += static_cast<float>(s_ds);
-      dbi -= static_cast<float>(m_ds);
-      dmb = static_cast<float>(m_dm);
+      da += dot_sum[0];
+      dbi -= dot_sum[1];
+      dmb = dot_sum[2];
     }
     dabar[i] = da;
     db[i] = dbi;
@@ -2049,63 +2183,75 @@ __global__ void __launch_bounds__(tile::kThreads, kBchunkBlocksPerSm) mdn_bchunk
     dlul[i] = -cs.eta[i] * kHV[i];
   }
   __syncthreads();
-  // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir.
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, r = idx % n;
-    float y = 0.0f;
-    if (r <= i) {
-      y = db[i] * cs.mbar[r];
-      for (int j = 0; j <= r; ++j) y += dG[i * ld + j] * cs.LU[r * ld + j];
+  // Y_ir = db_i μ̄_r + Σ_{j<=r} dΓ_ij L_U[r,j] (r <= i), so that dL_A[i,r] = β_r Y_ir;
+  // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r). Each sum in that order by one lane of a
+  // warp task: 32 consecutive elements of Y's lower triangle in column order (column r: rows r .. n-1, r + 1
+  // terms each; tasks 0 .. T-1) or of dL_U's in row order (row r: columns 0 .. r, n - r terms each; tasks T ..
+  // 2T-1), so that a task's lanes sum (nearly) as many terms; warp w takes tasks w, w + kWarps, ... (Y's costly
+  // tasks are its last, dL_U's its first: each warp gets about as many terms).
+  const int tasks = (ntri + 31) / 32;
+  for (int k = warp; k < 2 * tasks; k += kWarps) {
+    const int p = 32 * (k < tasks ? k : k - tasks) + lane;
+    const bool on = p < ntri;
+    if (k < tasks) {  // Y: position p in column order is position q = ntri-1-p in row order from the last row up
+      const int q = on ? ntri - 1 - p : 0, rho = tri_row(q);
+      const int r = n - 1 - rho, i = n - 1 - (q - rho * (rho + 1) / 2);
+      const int top = __reduce_max_sync(0xffffffffu, on ? r : 0);
+      const float *g = dG + i * ld, *u = LUA + r * ld;
+      float y = __fmul_rn(db[i], cs.mbar[r]);
+      for (int j = 0; j <= top; ++j) {
+        const float gj = g[j], uj = u[j];
+        if (j <= r) y = fmaf(gj, uj, y);
+      }
+      if (on) Y[i * ld + r] = y;
+    } else {  // dL_U: position p in row order
+      const int r = tri_row(on ? p : 0), j = (on ? p : 0) - r * (r + 1) / 2;
+      const int len = n - r, most = __reduce_max_sync(0xffffffffu, on ? len : 0);
+      const float *la = LUA + r * ld + r + 1, *g = dG + r * ld + j;  // L_A[r+s, r] = la[s], dΓ_{r+s, j} = g[s ld]
+      float sum = 0.0f;
+      for (int s = 0; s < most; ++s)
+        if (s < len) sum = fmaf(la[s], g[s * ld], sum);
+      if (on) dLU[r * ld + j] = __fadd_rn(__fmul_rn(cs.beta[r], sum), r == last ? dlul[j] : 0.0f);
     }
-    Y[i * ld + r] = y;
-  }
-  // dL_U[r,j] = β_r Σ_{i>=r} L_A[i,r] dΓ_ij + [r = n-1] dlul_j (j <= r).
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int r = idx / n, j = idx % n;
-    float du = 0.0f;
-    if (j <= r) {
-      float t = 0.0f;
-      for (int i = r; i < n; ++i) t += LA[i * n + r] * dG[i * ld + j];
-      du = cs.beta[r] * t + (r == last ? dlul[j] : 0.0f);
-    }
-    dLU[r * ld + j] = du;
   }
   __syncthreads();
-  // dβ_r = Σ_{i>=r} L_A[i,r] Y_ir;  dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i; Y_ir becomes dL_A[i,r] L_A[i,r].
-  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+  // Thread r < n: dβ_r = Σ_{i>=r} L_A[i,r] Y_ir, dμ̄_r += β_r Σ_{i>=r} L_A[i,r] db_i. Thread n + i: the segment
+  // prefixes of row i (u <= i), F_A[i,u] = Σ_{r<u} dL_A[i,r] L_A[i,r] (dL_A[i,r] L_A[i,r] = (β_r Y_ir) L_A[i,r])
+  // into dG's place and, in place, F_U[i,u] = Σ_{j<u} dL_U[i,j] L_U[i,j]. Both only read Y: no barrier between.
+  if (t < n) {
+    const int r = t;
+    const float* la = LUA + r * ld + 1;  // L_A[i,r] = la[i]
     float dbeta = 0.0f, dmb = 0.0f;
     for (int i = r; i < n; ++i) {
-      const float la = LA[i * n + r], y = Y[i * ld + r];
-      dbeta += la * y;
-      dmb += la * db[i];
-      Y[i * ld + r] = cs.beta[r] * y * la;
+      dbeta = fmaf(la[i], Y[i * ld + r], dbeta);
+      dmb = fmaf(la[i], db[i], dmb);
     }
     a.dbeta[hv.tok(c0 + r)] = dbeta;
-    dmbar[r] += cs.beta[r] * dmb;
-  }
-  __syncthreads();
-  // Segment prefixes, in place per row: F_A[i,u] = Σ_{r<u} dL_A[i,r] L_A[i,r], F_U[r,u] = Σ_{j<u} dL_U[r,j] L_U[r,j]
-  // (u <= row).
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    dmbar[r] = fmaf(cs.beta[r], dmb, dmbar[r]);
+  } else if (t < 2 * n) {
+    const int i = t - n;
     float run_a = 0.0f, run_u = 0.0f;
     for (int u = 0; u <= i; ++u) {
       const int e = i * ld + u;
-      const float za = Y[e], zu = dLU[e] * cs.LU[e];
-      Y[e] = run_a;
+      const float za = __fmul_rn(__fmul_rn(cs.beta[u], Y[e]), LUA[u * ld + i + 1]), zu = dLU[e];
+      dG[e] = run_a;
       dLU[e] = run_u;
-      run_a += za;
-      run_u += zu;
+      run_a = __fadd_rn(run_a, za);
+      run_u = fmaf(zu, LUA[e], run_u);
     }
   }
   __syncthreads();
   // d log α_u = Σ_{i>=u} (F_A[i,u] + ᾱ_i dᾱ_i) + α_u k_u·dp_u;  d log μ_u = Σ_{i>=u} (F_U[i,u] + μ̄_i dμ̄_i).
-  for (int u = threadIdx.x; u < n; u += blockDim.x) {
+  for (int u = t; u < n; u += tile::kThreads) {
     double ga = 0.0, gu = 0.0;
     for (int i = u; i < n; ++i) {
-      ga += static_cast<double>(Y[i * ld + u]) + static_cast<double>(cs.abar[i]) * dabar[i];
-      gu += static_cast<double>(dLU[i * ld + u]) + static_cast<double>(cs.mbar[i]) * dmbar[i];
+      ga = __dadd_rn(ga, __fma_rn(static_cast<double>(cs.abar[i]), static_cast<double>(dabar[i]),
+                                  static_cast<double>(dG[i * ld + u])));
+      gu = __dadd_rn(gu, __fma_rn(static_cast<double>(cs.mbar[i]), static_cast<double>(dmbar[i]),
+                                  static_cast<double>(dLU[i * ld + u])));
     }
-    a.dla[hv.tok(c0 + u)] = static_cast<float>(ga + static_cast<double>(cs.alpha[u]) * kdp[u]);
+    a.dla[hv.tok(c0 + u)] =
+        static_cast<float>(__fma_rn(static_cast<double>(cs.alpha[u]), static_cast<double>(kdp[u]), ga));
     a.dlm[hv.tok(c0 + u)] = static_cast<float>(gu);
   }
 }
