@@ -209,10 +209,10 @@ Cost mdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
                                          // in registers for its scaled copies); dstates; dv
     return {nch * (vec + last_rows + mat + e_tile) + 8 * N * K + 8 * N * V + st,
             nvt * (nch * (vec + last_rows + mat + e_tile) + 12 * N * K) + 8 * N * V + st, N * V * (12 * K + 256)};
-  if (std::strcmp(phase, "brow") == 0)  // vectors, Γ; dO, dR, Ṽ (issued 3 + 3 per key tile); states, dstates
-                                        // (S_0, M_0 issued twice); q, k (k twice per key tile); dew, 9 rowk slots
-    return {nch * (vec + mat) + 12 * N * V + 2 * st + 8 * N * K + nch * 2 * mat + 36 * N * K,
-            nch * (vec + mat) + (3 + 3 * nkt) * 4 * N * V + 3 * st + 12 * N * K + nch * 2 * mat + 36 * N * K,
+  if (std::strcmp(phase, "brow") == 0)  // η, α, Γ; dO, dR, Ṽ (issued 3 + 3 per key tile); states, dstates
+                                        // (S_0, M_0 issued twice); q, k (once per key tile); dew, 9 rowk slots
+    return {nch * (2 * 4 * 64 + mat) + 12 * N * V + 2 * st + 8 * N * K + nch * 2 * mat + 36 * N * K,
+            nch * (2 * 4 * 64 + mat) + (3 + 3 * nkt) * 4 * N * V + 3 * st + 8 * N * K + nch * 2 * mat + 36 * N * K,
             N * (256 * V + 12 * K * V + 512 * K)};
   if (std::strcmp(phase, "bchunk") == 0) {  // of the image the vectors, L_A, L_U, Q K̂^T, P K̂^T and Γ's last row;
                                             // states, dstates; dew; rowk (9 slots read); q, k; dq, dk and the 4

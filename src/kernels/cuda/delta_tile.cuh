@@ -304,6 +304,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src), "r"(bytes) : "memory");
 #endif
 }
+/// 4 bytes from global src into shared dst (both 4-byte aligned; .ca: cached in L1 and L2).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+#endif
+}
 /// Closes the thread's current group of cp.async copies (an empty group is allowed).
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef __CUDA_ARCH__

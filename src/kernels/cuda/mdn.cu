@@ -50,7 +50,8 @@
 //                             (the chunk before's 𝒯, E from the coef image, dO, vectors) is in flight in registers
 //                             ahead of its use;
 //   brow   (chunks, B H)      the products over V (dO Ṽ^T, dR Ṽ^T, S_0 dO_i, M_0 dO_i, S_0 dR_i, M_0 dR_i, dS Ṽ_i,
-//                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂;
+//                             dM Ṽ_i) and the intra-chunk sums over tokens of dq, dp, dk̂; bf16 (aligned dims): one
+//                             pipeline of (product, value tile) steps, each step's operands by cp.async a step ahead;
 //   bchunk (chunks, B H)      everything else of §7.3 for one chunk (dq, dk, dη, dβ, d log α, d log μ).
 // Launch order: coef over every (batch, head) pair, then per group of pairs the forward's scan and out, or the
 // backward's bscan, states-only scan, brow and bchunk. Pairs form one group unless the scan's value-tile blocks
@@ -82,8 +83,8 @@ using bf16 = __nv_bfloat16;
 // element rounded to bf16 (nearest even) once, when the tile is loaded or formed.
 
 /// Blocks per SM that the out and brow kernels are compiled for: 2 on tile::Mma (128 registers: out without spill,
-/// brow with 20 bytes; two blocks fit beside brow's 47 KiB of shared memory and out's up to 108.5 KiB, out_plan),
-/// 1 on tile::Simt.
+/// brow with 20 bytes, both variants; two blocks fit beside brow's 104.5 KiB of shared memory (47 KiB where it
+/// falls back to brow_direct) and out's up to 108.5 KiB, out_plan), 1 on tile::Simt.
 template <typename L>
 constexpr int blocks_per_sm() { return std::is_same_v<L, tile::Mma> ? 2 : 1; }
 
@@ -1725,17 +1726,66 @@ __device__ void products_over_v(int64_t V, const VRows<E0>& u, const VRows<E1>& 
   }
 }
 
+/// Stores dew = (x, y) = (dO Ṽ^T, dR Ṽ^T) of chunk ch by store(acc, dst, stride, rows, cols) and forms from them the
+/// operand tiles dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i), rows >= n zero;
+/// Γ (rows n apart) read from the coef image in global memory. No barrier.
+template <typename L, typename Store>
+__device__ void brow_dew_out(const MdnArgs& a, const tile::Chunk& ch, const tile::Acc& x, const tile::Acc& y,
+                             const float* G, Op<L>* sEG, Op<L>* sWG, Store store) {
+  const int n = ch.n;
+  float* dew = dew_pair(a, ch.bh, ch.chunk);
+  store(x, dew, kN, kN, kN);
+  store(y, dew + kN * kN, kN, kN, kN);
+  put_op<L>(x, sEG, [&](int r, int c, float e) { return r < n && c <= r ? e * G[r * n + c] : 0.0f; });
+  put_op<L>(y, sWG, [&](int r, int c, float e) { return r < n && c < r ? -e * G[(r - 1) * n + c] : 0.0f; });
+}
+
+/// The key-side sums of key tile k0 (kc columns): (dEG K̂)_i, (dWG K̂)_i into rowk slots kEK, kWK and
+/// (dEG^T Q + dWG^T P)_i into kKQP (summed over the chunk's rows in order; K̂ = η k in t0, q in t1, P = α k in t2),
+/// by store(acc, dst, stride, rows, cols). Expects the operand tiles complete; no barrier.
+template <typename L, typename Slot, typename Store>
+__device__ void brow_key_sums(const Op<L>* sEG, const Op<L>* sWG, const Op<L>* t0, const Op<L>* t1, const Op<L>* t2,
+                              int64_t K, int64_t k0, int n, int kc, tile::Acc& x, tile::Acc& y, Slot slot,
+                              Store store) {
+  x.zero(), y.zero();
+  L::template mma<false, false>(sEG, t0, x);
+  L::template mma<false, false>(sWG, t0, y);
+  store(x, slot(kEK) + k0, K, n, kc);
+  store(y, slot(kWK) + k0, K, n, kc);
+  x.zero();
+  L::template mma<true, false>(sEG, t1, x);
+  L::template mma<true, false>(sWG, t2, x);
+  store(x, slot(kKQP) + k0, K, n, kc);
+}
+
+/// store_acc<tile::Mma>(acc, dst, stride, rows, cols, Same) by column pairs (the thread's columns j, j + 1 of the
+/// Mma map are adjacent): float2 stores, half the store instructions. dst 8-byte aligned, stride and cols even.
+__device__ void store_acc_pairs(const tile::Acc& acc, float* dst, int64_t stride, int rows, int cols) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      const int r = tile::Mma::row(i), c = tile::Mma::col(j);
+      if (r < rows && c < cols)
+        *reinterpret_cast<float2*>(dst + r * stride + c) = make_float2(acc.v[i][j], acc.v[i][j + 1]);
+    }
+}
+
 // brow kernel on layout L, grid (NC, B H): the backward's products for one chunk on 64 x 64 shared tiles:
 // dew [2, 64, 64] = (dO Ṽ^T, dR Ṽ^T) (dR = dv from bscan); from them dEG = dE ⊙ Γ (dE_ij = dO_i·Ṽ_j, j <= i) and
 // dWG = dW ⊙ Γ⁻ (dW_ij = -dR_i·Ṽ_j, j < i); then per key tile the rowk rows [i][m] S_0 dO_i, M_0 dO_i, S_0 dR_i,
 // M_0 dR_i, dS Ṽ_i, dM Ṽ_i and the key-side sums (dEG K̂)_i, (dWG K̂)_i, (dEG^T Q + dWG^T P)_i. Rows >= n are zero
-// padding. Each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ; the bf16
-// chunk states of the rowk pairs by cp.async where aligned, see products_over_v), and the key-side sums load
-// η k, q, α k together (one barrier pair; Mma: k and q read once, into registers). Shared: the chunk's vectors
+// padding. Two variants, the same products in the same order (the same bits):
+// kAsync = false (tile::Simt; tile::Mma where brow_async_ok fails: the launcher's fallback) loads in the step:
+// each product pair loads its shared operand once per value tile (dew: Ṽ; rowk: dO, dR, Ṽ; the bf16 chunk states
+// of the rowk pairs by cp.async where aligned, see products_over_v), and the key-side sums load η k, q, α k
+// together (one barrier pair; Mma: k and q read once, into registers). Shared: the chunk's vectors
 // (kChunkVectors * C floats), then 5 operand tiles: 3 work tiles (Mma: dO, dR, Ṽ, S_0, M_0, dS, dM, q, η k, α k)
 // and dEG, dWG, each rounded to bf16 where loaded or formed; the products fp32.
+// kAsync = true (tile::Mma only): brow_async, the same steps as one pipeline with every operand in flight a step
+// ahead.
 template <typename L>
-__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
+__device__ __forceinline__ void brow_direct(const MdnArgs& a) {
   extern __shared__ __align__(16) char smem[];
   const int64_t C = a.C, K = a.K, V = a.V, KV = K * V;
   const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
@@ -1750,14 +1800,13 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
   copy_floats(cs.la, img, kChunkVectors * C);
   const VRows<float> dO{ch.in(a, a.d_o, V, 0), a.H * V, n}, dR{ch.in(a, a.dv, V, 0), a.H * V, n},
       VT{ch.in(a, a.vt, V, 0), a.H * V, n};
+  const auto store = [](const tile::Acc& acc, float* dst, int64_t stride, int rows, int cols) {
+    tile::store_acc<L>(acc, dst, stride, rows, cols, tile::Same{});
+  };
   tile::Acc x, y;
   x.zero(), y.zero();
   products_over_v<false, L>(V, VT, dO, dR, t, x, y);
-  float* dew = dew_pair(a, ch.bh, ch.chunk);
-  tile::store_acc<L>(x, dew, kN, kN, kN, tile::Same{});
-  tile::store_acc<L>(y, dew + kN * kN, kN, kN, kN, tile::Same{});
-  put_op<L>(x, sEG, [&](int r, int c, float e) { return r < n && c <= r ? e * G[r * n + c] : 0.0f; });
-  put_op<L>(y, sWG, [&](int r, int c, float e) { return r < n && c < r ? -e * G[(r - 1) * n + c] : 0.0f; });
+  brow_dew_out<L>(a, ch, x, y, G, sEG, sWG, store);
   const Op<L>* S0 = state_pair<Op<L>>(a, a.states, ch.bh, ch.chunk);
   const Op<L>* dS = state_pair<Op<L>>(a, a.dstates, ch.bh, ch.chunk);
   const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
@@ -1768,8 +1817,8 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
     const auto pair = [&](RowkSlot p, RowkSlot q, const auto& u, const auto& b1, const auto& b2) {
       x.zero(), y.zero();
       products_over_v<true, L>(V, u, b1, b2, t, x, y);
-      tile::store_acc<L>(x, slot(p) + k0, K, n, kc, tile::Same{});
-      tile::store_acc<L>(y, slot(q) + k0, K, n, kc, tile::Same{});
+      store(x, slot(p) + k0, K, n, kc);
+      store(y, slot(q) + k0, K, n, kc);
     };
     pair(kSdO, kMdO, dO, s, m);
     pair(kSdR, kMdR, dR, s, m);
@@ -1790,17 +1839,160 @@ __global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_k
       load_op(t[1], qq, a.H * K, n, kc);
       load_op(t[2], kk, a.H * K, n, kc, alpha);
     }
-    x.zero(), y.zero();
     __syncthreads();
-    L::template mma<false, false>(sEG, t[0], x);
-    L::template mma<false, false>(sWG, t[0], y);
-    tile::store_acc<L>(x, slot(kEK) + k0, K, n, kc, tile::Same{});
-    tile::store_acc<L>(y, slot(kWK) + k0, K, n, kc, tile::Same{});
-    x.zero();
-    L::template mma<true, false>(sEG, t[1], x);
-    L::template mma<true, false>(sWG, t[2], x);
-    tile::store_acc<L>(x, slot(kKQP) + k0, K, n, kc, tile::Same{});
+    brow_key_sums<L>(sEG, sWG, t[0], t[1], t[2], K, k0, n, kc, x, y, slot, store);
     __syncthreads();
+  }
+}
+
+/// p, unknown to the compiler from here on (an empty volatile asm): a pointer formed from it in a loop is formed
+/// there, not kept live across the loop (brow_async's dew steps: without it the compiler keeps each dew tensor's
+/// per-thread piece addresses in registers through the whole step loop, and spills).
+template <typename T>
+__device__ __forceinline__ T* opaque(T* p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+/// A step of brow_async: key tile kt and, for p = -1, the dew pair's value tile v (kt = 0); p = 0, 1, 2: rowk pair
+/// p's value tile v, the pairs (dO; S_0, M_0), (dR; S_0, M_0), (Ṽ; dS, dM); p = 3: the key-side sums.
+struct BrowStep {
+  int kt, p, v;
+  /// The step after this one (nvt value tiles): the dew steps, then per key tile the three pairs' value tiles in
+  /// order and the key-side sums; kt is past the last key tile after the last step.
+  __device__ BrowStep next(int nvt) const {
+    if (p == 3) return {kt + 1, 0, 0};
+    if (v + 1 < nvt) return {kt, p, v + 1};
+    return {kt, p + 1, 0};
+  }
+};
+
+/// Shared bytes of brow_async for chunk size C: η and α [C], 8 bf16 operand tiles (two slots of U, B1, B2, then
+/// dEG, dWG), 2 fp32 staging tiles (104.5 KiB at C = 64: two blocks per SM).
+constexpr size_t brow_async_bytes(int64_t C) {
+  return padded_bytes(2 * C) + 8 * op_bytes<tile::Mma>() + 2 * sizeof(float) * tile::kStageFloats;
+}
+static_assert(2 * op_bytes<tile::Mma>() >= sizeof(float) * tile::kStageFloats,
+              "brow_async stages the dew steps' dR over dEG and dWG");
+static_assert(kVecAlpha == kVecEta + 1, "brow_async copies η and α as one run of the coef image");
+
+// brow_async (mdn_brow_kernel<tile::Mma, true>): brow's products as one sequence of steps (BrowStep), each step's
+// operands copied by cp.async one step ahead, while the step before computes; one barrier a step. A step's
+// operands land in one of two slots of three bf16 tiles (U, B1, B2). fp32 operands go through the staging tiles
+// g0, g1 (and, for the dew steps, g2 over dEG and dWG, which are formed after the last dew step) and are rounded
+// into the slot by put_h_staged (load_op's elements, scales and rounding):
+//   dew step v:        Ṽ, dO, dR of value tile v (g0, g1, g2 -> U, B1, B2); x += dO Ṽ^T, y += dR Ṽ^T;
+//   pair p's step v:   u = dO, dR, Ṽ (p = 0, 1, 2) of value tile v (g0 -> U) and the bf16 chunk states (S_0, M_0)
+//                      or (dS, dM) of key tile kt straight into B1, B2 (load_h_async); x += U B1^T, y += U B2^T;
+//   key step:          k, q of key tile kt (g0, g1 -> η k, q, α k into U, B1, B2); brow_key_sums.
+// Iteration s: wait for step s's copies (issued at iteration s - 1), round its staged operands into slot s % 2
+// (each thread its own staged pieces), barrier (slot s % 2 complete; every read of slot (s + 1) % 2, by step
+// s - 1, and of the staging tiles done), issue step s + 1 into slot (s + 1) % 2 and the staging tiles, compute
+// step s. A pair's accumulators sum its value tiles in order as brow_direct does (the same bits); results are
+// stored by column pairs (store_acc_pairs). Before step 0's copies: η and α (cp.async, in step 0's group) and an L2
+// prefetch of Γ (read by brow_dew_out after the dew steps). Launched where brow_async_ok holds.
+__device__ __forceinline__ void brow_async(const MdnArgs& a) {
+  using L = tile::Mma;
+  constexpr int kT = tile::kTileHalves;
+  extern __shared__ __align__(16) char smem[];
+  const int64_t C = a.C, K = a.K, V = a.V, KV = K * V, HV = a.H * V, HK = a.H * K;
+  const tile::Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
+  const int n = ch.n, nvt = static_cast<int>((V + kN - 1) / kN), nkt = static_cast<int>((K + kN - 1) / kN);
+  tile::Carve cv{smem};
+  float* const vec = cv.take<float>(2 * C);  // η, α
+  bf16* const slots = cv.take<bf16>(6 * kT);  // slot b: U, B1, B2 at tiles 3 b, 3 b + 1, 3 b + 2
+  bf16 *const sEG = op_tile<L>(cv), *const sWG = op_tile<L>(cv);
+  float *const g0 = cv.take<float>(tile::kStageFloats), *const g1 = cv.take<float>(tile::kStageFloats);
+  float* const g2 = reinterpret_cast<float*>(sEG);
+  const float* img = coef_image(a, ch.bh, ch.chunk);
+  const float* G = image_matrix(img, C, kG);
+  const float *dO = ch.in(a, a.d_o, V, 0), *dR = ch.in(a, a.dv, V, 0), *VT = ch.in(a, a.vt, V, 0);
+  const bf16* S0 = state_pair<bf16>(a, a.states, ch.bh, ch.chunk);
+  const bf16* dS = state_pair<bf16>(a, a.dstates, ch.bh, ch.chunk);
+  const auto slot = [&](RowkSlot p) { return rowk_slot(a, ch.bh, ch.chunk, p); };
+  const int hv = static_cast<int>(HV), hk = static_cast<int>(HK);  // (64 H K, 64 H V < 2^31: brow_async_ok)
+  const auto stage = [&](float* g, const float* src, int stride, int cols) {  // stage_async, 32-bit row offsets
+    tile::stage_async(g, [=](int r) { return src + r * stride; }, n, cols);
+  };
+  const auto issue = [&](const BrowStep& st, int b) {
+    bf16* const u = slots + 3 * b * kT;
+    const int64_t v0 = st.v * kN, k0 = st.kt * kN;
+    const int vc = tile::tile_cols(V, v0), kc = tile::tile_cols(K, k0);
+    if (st.p < 0) {
+      stage(g0, opaque(VT) + v0, hv, vc);
+      stage(g1, opaque(dO) + v0, hv, vc);
+      stage(g2, opaque(dR) + v0, hv, vc);
+    } else if (st.p < 3) {
+      stage(g0, (st.p == 0 ? dO : st.p == 1 ? dR : VT) + v0, hv, vc);
+      const bf16* b1 = (st.p < 2 ? S0 : dS) + k0 * V + v0;
+      tile::load_h_async(u + kT, b1, V, kc, vc);
+      tile::load_h_async(u + 2 * kT, b1 + KV, V, kc, vc);
+    } else {
+      stage(g0, ch.in(a, a.k, K, k0), hk, kc);
+      stage(g1, ch.in(a, a.q, K, k0), hk, kc);
+    }
+    tile::cp_async_commit();
+  };
+  const auto round = [&](const BrowStep& st, int b) {
+    bf16* const u = slots + 3 * b * kT;
+    if (st.p < 3) {
+      tile::put_h_staged(u, g0, n);
+      if (st.p < 0) {
+        tile::put_h_staged(u + kT, g1, n);
+        tile::put_h_staged(u + 2 * kT, g2, n);
+      }
+    } else {
+      tile::put_h_staged(u, g0, n, [&](int r) { return vec[r]; });           // η k
+      tile::put_h_staged(u + kT, g1, n);                                     // q
+      tile::put_h_staged(u + 2 * kT, g0, n, [&](int r) { return vec[C + r]; });  // α k
+    }
+  };
+  tile::Acc x, y;
+  const auto compute = [&](const BrowStep& st, int b) {
+    const bf16 *const u = slots + 3 * b * kT, *const b1 = u + kT, *const b2 = b1 + kT;
+    const int64_t k0 = st.kt * kN;
+    const int kc = tile::tile_cols(K, k0);
+    if (st.p == 3) {
+      brow_key_sums<L>(sEG, sWG, u, b1, b2, K, k0, n, kc, x, y, slot, store_acc_pairs);
+      return;
+    }
+    const bool dew = st.p < 0;  // dew: x += B1 U^T, y += B2 U^T; rowk: x += U B1^T, y += U B2^T
+    if (st.v == 0) x.zero(), y.zero();
+    L::mma<false, true>(dew ? b1 : u, dew ? u : b1, x);
+    L::mma<false, true>(dew ? b2 : u, dew ? u : b2, y);
+    if (st.v + 1 < nvt) return;
+    if (dew) {
+      brow_dew_out<L>(a, ch, x, y, G, sEG, sWG, store_acc_pairs);
+    } else {
+      store_acc_pairs(x, slot(static_cast<RowkSlot>(2 * st.p)) + k0, K, n, kc);
+      store_acc_pairs(y, slot(static_cast<RowkSlot>(2 * st.p + 1)) + k0, K, n, kc);
+    }
+  };
+  for (int i = static_cast<int>(threadIdx.x); i < 2 * C; i += tile::kThreads)
+    tile::cp_async4(vec + i, img + kVecEta * C + i);
+  tile::prefetch_l2(G, 0, 1, sizeof(float) * n * n);
+  BrowStep st{0, -1, 0};
+  issue(st, 0);
+#pragma unroll 1
+  for (int b = 0;; b ^= 1) {
+    tile::cp_async_wait<0>();
+    round(st, b);
+    __syncthreads();
+    const BrowStep nx = st.next(nvt);
+    if (nx.kt < nkt) issue(nx, b ^ 1);
+    compute(st, b);
+    if (nx.kt >= nkt) break;
+    st = nx;
+  }
+}
+
+/// The brow kernel on layout L (the comment above brow_direct): brow_async where kAsync, else brow_direct.
+template <typename L, bool kAsync>
+__global__ void __launch_bounds__(tile::kThreads, blocks_per_sm<L>()) mdn_brow_kernel(MdnArgs a) {
+  if constexpr (kAsync) {
+    static_assert(std::is_same_v<L, tile::Mma>, "brow's pipeline is written for the bf16 tiles of tile::Mma");
+    brow_async(a);
+  } else {
+    brow_direct<L>(a);
   }
 }
 
@@ -2363,6 +2555,33 @@ void run_state_scan(const MdnArgs& a, cudaStream_t stream) {
   tile::launch("mdn chunk", a.K, mdn_state_scan_kernel<L, false>, grid, state_scan_bytes<L>(false), stream, a);
 }
 
+/// Whether brow_async can run on a's tensors: value tiles present, V a multiple of 8 and K of 4 (16-byte pieces),
+/// dO, dR, Ṽ, k, q and the chunk-state scratch 16-byte aligned (every staged fp32 row and every bf16 state tile
+/// then is: tile::async_ok_f, tile::async_ok_h), rowk 8-byte aligned (store_acc_pairs; dew, a multiple of 4 floats
+/// after rowk, then is too) and a tile's row offsets within 32 bits (64 H K, 64 H V < 2^31).
+bool brow_async_ok(const MdnArgs& a) {
+  constexpr int64_t kMaxRowOffset = int64_t{1} << 31;
+  return a.V > 0 && a.V % 8 == 0 && tile::async_ok_f(a.d_o, a.V) && tile::async_ok_f(a.dv, a.V) &&
+         tile::async_ok_f(a.vt, a.V) && tile::async_ok_f(a.k, a.K) && tile::async_ok_f(a.q, a.K) &&
+         tile::async_ok_f(a.states, a.V) && tile::async_ok_f(a.dstates, a.V) &&
+         reinterpret_cast<uintptr_t>(a.rowk) % 8 == 0 && kN * a.H * a.K < kMaxRowOffset &&
+         kN * a.H * a.V < kMaxRowOffset;
+}
+
+/// Launches brow (layout L) over a's pairs: on tile::Mma the pipelined brow_async where brow_async_ok holds, else
+/// brow_direct.
+template <typename L>
+void run_brow(const MdnArgs& a, cudaStream_t stream) {
+  if constexpr (std::is_same_v<L, tile::Mma>) {
+    if (brow_async_ok(a)) {
+      tile::launch("mdn chunk", a.K, mdn_brow_kernel<L, true>, per_chunk(a), brow_async_bytes(a.C), stream, a);
+      return;
+    }
+  }
+  tile::launch("mdn chunk", a.K, mdn_brow_kernel<L, false>, per_chunk(a),
+               padded_bytes(kChunkVectors * a.C) + 5 * op_bytes<L>(), stream, a);
+}
+
 /// The products' layout of compute type P (Precision): float -> tile::Simt, __nv_bfloat16 -> tile::Mma.
 template <typename P>
 using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Mma>;
@@ -2422,8 +2641,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
   args.deta = deta;
   run_coef<L>(args, stream);
   if (value_dim == 0) {  // no states, no bscan: the per-chunk kernels alone
-    tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk(args),
-                 padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), stream, args);
+    run_brow<L>(args, stream);
     tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk(args), floats_bytes(bchunk_floats(chunk_size)),
                  stream, args);
     return;
@@ -2436,8 +2654,7 @@ void mdn_chunk_bwd(const float* q, const float* k, const float* v, const float* 
     run_scan(bscan, g, s);
     if (residuals != nullptr) run_state_scan<L>(g, s);
     else run_scan(scan, g, s);
-    tile::launch("mdn chunk", key_dim, mdn_brow_kernel<L>, per_chunk(g),
-                 padded_bytes(kChunkVectors * chunk_size) + 5 * op_bytes<L>(), s, g);
+    run_brow<L>(g, s);
     tile::launch("mdn chunk", key_dim, mdn_bchunk_kernel<L>, per_chunk(g), floats_bytes(bchunk_floats(chunk_size)), s,
                  g);
   });
