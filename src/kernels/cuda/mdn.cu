@@ -1045,17 +1045,22 @@ __device__ void prefetch_state_chunk(const MdnArgs& a, int64_t bh, int64_t chunk
   prefetch_l2(nx.in(a, a.vt, a.V, v0), 4 * a.H * a.V, nx.n, 4 * vc);
 }
 
-/// x behind an empty asm: the optimizer cannot hoist what is computed from it out of the loop around the call
-/// (under a register bound such hoisted values, held across the loop, spill; recomputed where used they do not).
-__device__ __forceinline__ int unhoisted(int x) {
-  asm volatile("" : "+r"(x));
+/// x behind an empty volatile asm, unknown to the optimizer from here on: what is computed from it in a loop is
+/// computed there, not hoisted out and held across the loop (under a register bound such held values spill;
+/// recomputed where used they do not). T: a 32-bit integer or a pointer. Used by the state scan's stores (their
+/// bounds) and brow_async's dew steps (the dew tensors' addresses).
+template <typename T>
+__device__ __forceinline__ T opaque(T x) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a 32-bit integer or a pointer");
+  if constexpr (sizeof(T) == 4) asm volatile("" : "+r"(x));
+  else asm volatile("" : "+l"(x));
   return x;
 }
 
 /// dst[r * V + c] = x at the thread's elements of L with r < rows, c < cols, rounded to Op<L> (from_f32, as
 /// ScanShared::store rounds): a state tile from registers into a [K, V] state. A full Mma tile (rows = cols = 64)
 /// with dst 4-byte aligned and V even is stored by column pairs (c, c + 1 of a thread's j = 0, 1 and j = 2, 3), one
-/// bf16x2 store each; anything else element by element (tile::store_acc, its bounds unhoisted: called in a loop).
+/// bf16x2 store each; anything else element by element (tile::store_acc, its bounds opaque: called in a loop).
 template <typename L>
 __device__ void store_state(const tile::Acc& x, Op<L>* dst, int64_t V, int rows, int cols) {
   if constexpr (std::is_same_v<L, tile::Mma>) {
@@ -1069,7 +1074,7 @@ __device__ void store_state(const tile::Acc& x, Op<L>* dst, int64_t V, int rows,
       return;
     }
   }
-  tile::store_acc<L>(x, dst, V, unhoisted(rows), unhoisted(cols), tile::Same{});
+  tile::store_acc<L>(x, dst, V, opaque(rows), opaque(cols), tile::Same{});
 }
 
 /// sA = Diag(f.g) R, sB = Diag(f.u) R for the chunk's n rows R (vc columns, rows `stride` apart at src) of an fp32
@@ -1845,14 +1850,6 @@ __device__ __forceinline__ void brow_direct(const MdnArgs& a) {
   }
 }
 
-/// p, unknown to the compiler from here on (an empty volatile asm): a pointer formed from it in a loop is formed
-/// there, not kept live across the loop (brow_async's dew steps: without it the compiler keeps each dew tensor's
-/// per-thread piece addresses in registers through the whole step loop, and spills).
-template <typename T>
-__device__ __forceinline__ T* opaque(T* p) {
-  asm volatile("" : "+l"(p));
-  return p;
-}
 /// A step of brow_async: key tile kt and, for p = -1, the dew pair's value tile v (kt = 0); p = 0, 1, 2: rowk pair
 /// p's value tile v, the pairs (dO; S_0, M_0), (dR; S_0, M_0), (Ṽ; dS, dM); p = 3: the key-side sums.
 struct BrowStep {
