@@ -239,7 +239,11 @@ void launch(const char* what, int64_t key_dim, Kernel kernel, dim3 grid, size_t 
   check(total <= 227 * 1024, "{} (cuda): key_dim {} needs {} bytes of shared memory per block (limit 227 KiB)", what,
         key_dim, total);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+#ifdef LLMT_CUDA_EMU
+  ::emu::launch(kernel, grid, dim3(kThreads), smem, stream, args...);  // the CPU emulator (tests/emu/cuda_emu.h)
+#else
   kernel<<<grid, kThreads, smem, stream>>>(args...);
+#endif
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

@@ -74,6 +74,7 @@ struct Simt : Grid16 {
   }
 };
 
+#ifndef LLMT_CUDA_EMU  // (WMMA: not in the CPU emulator, tests/emu/cuda_emu.h)
 /// Tensor-core products: bf16 operands, fp32 accumulation. The scratch (static shared memory, one per kernel):
 /// the two operands as bf16 tiles (leading dimension kLdB) and the fp32 product tile (leading dimension kLdO).
 struct Tc : Grid16 {
@@ -134,6 +135,7 @@ struct Tc : Grid16 {
       for (int j = 0; j < 4; ++j) acc.v[i][j] += sc.o[row(i) * kLdO + col(j)];
   }
 };
+#endif
 
 /// Tensor-core products on bf16 operand tiles that stay in shared memory, accumulated in registers (GDN /
 /// Comba of bf16 models; tile::Tc only for their scans at a large key_dim). A bf16 tile is 64 x 64 bf16 with
@@ -296,24 +298,31 @@ __device__ __forceinline__ void put_h(const Frag& f, __nv_bfloat16* s, int rows,
 // ---- cp.async (sm_80+): global -> shared copies that complete in the background ----
 // A thread's copies are grouped by cp_async_commit; cp_async_wait<N> returns once all but the newest N of the
 // thread's committed groups have landed. Another thread reads them only after that wait and a barrier.
+// (Under LLMT_CUDA_EMU, the CPU emulator's: tests/emu/cuda_emu.h.)
 
 /// 16 bytes into shared dst: the first `bytes` (0 .. 16) from global src, the rest zero (src is not read when
 /// bytes = 0). dst and src 16-byte aligned. .cg: cached in L2 only.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src), "r"(bytes) : "memory");
+#elif defined(LLMT_CUDA_EMU)
+  ::emu::cp_async(dst, src, 16, bytes);
 #endif
 }
 /// 4 bytes from global src into shared dst (both 4-byte aligned; .ca: cached in L1 and L2).
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+#elif defined(LLMT_CUDA_EMU)
+  ::emu::cp_async(dst, src, 4, 4);
 #endif
 }
 /// Closes the thread's current group of cp.async copies (an empty group is allowed).
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.commit_group;" ::: "memory");
+#elif defined(LLMT_CUDA_EMU)
+  ::emu::cp_async_commit();
 #endif
 }
 /// Waits until at most N of the thread's committed groups are still in flight.
@@ -321,6 +330,8 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif defined(LLMT_CUDA_EMU)
+  ::emu::cp_async_wait(N);
 #endif
 }
 

@@ -75,6 +75,10 @@
 namespace llmt::cuda {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM(smem);  // what the kernels' `extern __shared__ ... smem[]` name (tests/emu/cuda_emu.h)
+#endif
+
 using tile::kN;
 using bf16 = __nv_bfloat16;
 
@@ -2051,6 +2055,8 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
                "l"(src)
                : "memory");
+#elif defined(LLMT_CUDA_EMU)
+  ::emu::cp_async(dst, src, 4, 4);
 #endif
 }
 
