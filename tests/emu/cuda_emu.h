@@ -8,9 +8,9 @@
 //     concurrently; blocks of exactly 256 threads (tile::kThreads, all the kernels it runs use).
 //   - A block's 256 threads are fibers (ucontext) on the calling OS thread, switched cooperatively at the
 //     scheduling points: __syncthreads and the warp collectives (ldmatrix.x4 [.trans], mma.sync m16n8k16 bf16,
-//     __shfl_xor_sync, __reduce_max_sync), which complete when all 32 lanes of the warp have reached them (the same
-//     collective, full mask; anything else aborts). Between two scheduling points a thread runs alone, so the order
-//     in which threads reach them decides every race; `config.schedule` picks that order:
+//     __shfl_xor_sync, __shfl_up_sync, __reduce_max_sync), which complete when all 32 lanes of the warp have reached
+//     them (the same collective, full mask, width 32; anything else aborts). Between two scheduling points a thread
+//     runs alone, so the order in which threads reach them decides every race; `config.schedule` picks that order:
 //       round_robin     threads 0 .. 255 in turn, each to its next scheduling point, warps' collectives in between;
 //       warps_forward   warp by warp (0 .. 7), each warp run to its next barrier before the next one starts
 //                       (lanes 0 .. 31 in turn between its collectives);
@@ -25,6 +25,10 @@
 //   - Dynamic shared memory is filled with 0xff bytes (NaN as fp32 and as bf16) before every block, so a read of
 //     an element no thread wrote propagates NaN; cp.async destinations and ldmatrix rows must lie inside the
 //     launch's dynamic shared memory, 16-byte aligned (checked).
+//   - tile::Tc's WMMA product (delta_tile.cuh; the GDN / Comba bf16 scans at key_dim > 256): under LLMT_CUDA_EMU
+//     the product between its two barriers is scalar code instead (each lane of a warp computes 16 elements of the
+//     warp's 16 x 32 block from the same bf16 operand tiles, exact products summed in depth order in fp32; no warp
+//     collective, so no WMMA fragment layout is checked).
 //   - mma.sync: D = A B + C with the products of the bf16 operands (exact in fp32) added to C in depth order in fp32;
 //     the tensor cores' own accumulation order and rounding are not the hardware's, so results are close to the
 //     GPU's, not bit-identical to them. The fp32 intrinsics (__fadd_rn, __fmul_rn, __fma_rn, __dadd_rn) are exact
@@ -38,7 +42,7 @@
 // What it does not model: performance or timing of any kind; real concurrency (between blocks, between threads
 // between two scheduling points, memory-model reorderings, atomics); L1 / L2 / prefetch (no-ops); hardware-specific
 // behaviour (bank conflicts, register limits, spills, the tensor cores' rounding, __launch_bounds__); WMMA
-// (tile::Tc is compiled out); kernels with other block sizes or partial-warp masks. Static __shared__ arrays become
+// itself (see tile::Tc above); kernels with other block sizes or partial-warp masks. Static __shared__ arrays become
 // static (thread_local) variables shared by the threads of every block, not NaN-filled.
 //
 // A kernel file opts in with, at the namespace of its kernels (a block-scope `extern __shared__ char smem[]` names a
@@ -87,7 +91,7 @@ inline Config config;
 // ---- threads (fibers) ----
 
 enum class State { run, barrier, warp, done };
-enum class Collective { none, ldsm, ldsm_trans, mma, shfl_xor, reduce_max };
+enum class Collective { none, ldsm, ldsm_trans, mma, shfl_xor, shfl_up, reduce_max };
 struct Copy {  // one cp.async: `size` bytes into dst (the source's first bytes, the rest zero)
   void* dst;
   int size;
@@ -103,7 +107,7 @@ struct Thread {
   uint32_t b[2];               // mma B
   float d[4];                  // mma C / D
   uint64_t value;              // shfl / reduce: this lane's operand, then its result
-  int lane_mask;               // shfl_xor
+  int src_lane;                // shfl: the lane whose operand this lane receives
   std::vector<std::vector<Copy>> groups;  // committed cp.async groups, oldest first (at_wait)
   std::vector<Copy> open;                 // copies since the last commit (at_wait)
   char* stack = nullptr;
@@ -199,18 +203,31 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
 inline void check_mask(unsigned mask) {
   if (mask != 0xffffffffu) fail("warp collective with a partial mask (not emulated)");
 }
+/// A shuffle: this lane receives lane src's v (op: which shuffle, so that all 32 lanes are checked to run the same).
 template <typename T>
-T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+T shfl(unsigned mask, T v, int src, Collective op) {
   static_assert(sizeof(T) <= 8, "shfl of a value larger than 8 bytes");
   check_mask(mask);
-  if (width != 32) fail("__shfl_xor_sync with width != 32 (not emulated)");
   Thread& t = self();
   t.value = 0;
   std::memcpy(&t.value, &v, sizeof(T));
-  t.lane_mask = lane_mask;
-  collective(Collective::shfl_xor);
+  t.src_lane = src;
+  collective(op);
   std::memcpy(&v, &self().value, sizeof(T));
   return v;
+}
+template <typename T>
+T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+  if (width != 32) fail("__shfl_xor_sync with width != 32 (not emulated)");
+  const int lane = static_cast<int>(self().tid.x % 32);
+  return shfl(mask, v, (lane ^ lane_mask) & 31, Collective::shfl_xor);
+}
+/// Lanes below delta keep their own value (as on the GPU: no source lane below the warp's first).
+template <typename T>
+T shfl_up(unsigned mask, T v, unsigned delta, int width) {
+  if (width != 32) fail("__shfl_up_sync with width != 32 (not emulated)");
+  const int lane = static_cast<int>(self().tid.x % 32), d = static_cast<int>(delta);
+  return shfl(mask, v, lane >= d ? lane - d : lane, Collective::shfl_up);
 }
 template <typename T>
 T reduce_max(unsigned mask, T v) {
@@ -276,10 +293,10 @@ inline void complete(Thread* w) {
       Thread& x = w[l];
       x.d[0] = C[g][2 * t], x.d[1] = C[g][2 * t + 1], x.d[2] = C[g + 8][2 * t], x.d[3] = C[g + 8][2 * t + 1];
     }
-  } else if (op == Collective::shfl_xor) {
+  } else if (op == Collective::shfl_xor || op == Collective::shfl_up) {
     uint64_t in[32];
     for (int l = 0; l < 32; ++l) in[l] = w[l].value;
-    for (int l = 0; l < 32; ++l) w[l].value = in[(l ^ w[l].lane_mask) & 31];
+    for (int l = 0; l < 32; ++l) w[l].value = in[w[l].src_lane];
   } else if (op == Collective::reduce_max) {
     int64_t m = static_cast<int64_t>(w[0].value);
     for (int l = 1; l < 32; ++l) m = std::max(m, static_cast<int64_t>(w[l].value));
@@ -405,6 +422,10 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block_size, size_t smem_b
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   return ::emu::shfl_xor(mask, v, lane_mask, width);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return ::emu::shfl_up(mask, v, delta, width);
 }
 inline int __reduce_max_sync(unsigned mask, int v) { return ::emu::reduce_max(mask, v); }
 inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return ::emu::reduce_max(mask, v); }

@@ -21,26 +21,14 @@
 
 #include "../cuda_test_host.h"
 #include "cuda_emu.h"
+#include "cuda_emu_test.h"
 #include "kernels/cpu/mdn.h"
 #include "kernels/cuda/ops.cuh"
 
 using namespace llmt::test;
+using namespace llmt::test::emu_test;
 
 namespace {
-
-/// Device-like memory: 256-byte aligned (as cudaMalloc's), filled with 0xff bytes (NaN) or given values.
-struct Buffer {
-  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
-  size_t n = 0;
-  explicit Buffer(size_t count) : n(count) {
-    const size_t bytes = (count * sizeof(float) + 255) / 256 * 256 + 256;
-    p.reset(static_cast<float*>(std::aligned_alloc(256, bytes)));
-    std::memset(p.get(), 0xff, bytes);
-  }
-  explicit Buffer(const std::vector<float>& x) : Buffer(x.size()) { std::memcpy(p.get(), x.data(), x.size() * 4); }
-  float* get() const { return p.get(); }
-  std::vector<float> host() const { return std::vector<float>(p.get(), p.get() + n); }
-};
 
 struct Outputs {
   std::vector<std::vector<float>> v;  // o, Ṽ, then the gradients of the saved-Ṽ and of the recompute backward
@@ -117,23 +105,6 @@ Outputs run_cpu(const Case& c, const Inputs& in) {
   return out;
 }
 
-/// Index of the first element whose bits differ, or -1.
-int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<int64_t>(i);
-  return -1;
-}
-
-const char* name_of(emu::Schedule s) {
-  switch (s) {
-    case emu::Schedule::round_robin: return "round_robin";
-    case emu::Schedule::warps_forward: return "warps_forward";
-    case emu::Schedule::warps_reverse: return "warps_reverse";
-    case emu::Schedule::warps_shuffled: return "warps_shuffled";
-  }
-  return "";
-}
-
 /// What an output is called in messages (index into Outputs::v).
 std::string output_name(size_t i) {
   if (i < kFwd) return kNames[i];
@@ -143,17 +114,10 @@ std::string output_name(size_t i) {
 void check_case(const Case& c) {
   INFO(c.tag());
   const Inputs in(c);
-  // The reference run first (round robin, cp.async at issue); then each of the others must reproduce its bits: the
-  // cp.async mode alone, the schedule alone, both.
-  const emu::Config configs[] = {{emu::Schedule::round_robin, emu::CpAsync::at_issue, 1},
-                                 {emu::Schedule::round_robin, emu::CpAsync::at_wait, 1},
-                                 {emu::Schedule::warps_reverse, emu::CpAsync::at_issue, 1},
-                                 {emu::Schedule::warps_shuffled, emu::CpAsync::at_wait, 7}};
   Outputs first;
-  for (const emu::Config& cfg : configs) {
-    const bool reference = &cfg == configs;
-    INFO("schedule " << name_of(cfg.schedule) << ", cp.async "
-                     << (cfg.cp_async == emu::CpAsync::at_wait ? "at the wait" : "at issue"));
+  for (const emu::Config& cfg : kConfigs) {  // (the first is the reference run)
+    const bool reference = &cfg == kConfigs;
+    INFO("schedule " << name_of(cfg.schedule) << ", cp.async " << name_of(cfg.cp_async));
     Outputs out = run_emulated(c, in, cfg);
     REQUIRE(out.v.size() == static_cast<size_t>(kFwd + 2 * kGrads));
     for (size_t i = 0; i < out.v.size(); ++i) {

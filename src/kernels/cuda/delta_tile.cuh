@@ -74,7 +74,6 @@ struct Simt : Grid16 {
   }
 };
 
-#ifndef LLMT_CUDA_EMU  // (WMMA: not in the CPU emulator, tests/emu/cuda_emu.h)
 /// Tensor-core products: bf16 operands, fp32 accumulation. The scratch (static shared memory, one per kernel):
 /// the two operands as bf16 tiles (leading dimension kLdB) and the fp32 product tile (leading dimension kLdO).
 struct Tc : Grid16 {
@@ -96,9 +95,6 @@ struct Tc : Grid16 {
   /// A and B are read before the first one (they may be overwritten once it returns).
   template <bool TA, bool TB>
   __device__ static __forceinline__ void mma(const float* A, const float* B, Acc& acc) {
-    namespace wmma = nvcuda::wmma;
-    using LA = typename std::conditional<TA, wmma::col_major, wmma::row_major>::type;
-    using LB = typename std::conditional<TB, wmma::col_major, wmma::row_major>::type;
     Scratch& sc = scratch();
     // Both tiles as stored (a transposed operand is a col_major load). A previous call's readers of sc.a/sc.b
     // finished before its second barrier, which every thread has passed.
@@ -109,6 +105,10 @@ struct Tc : Grid16 {
     }
     __syncthreads();  // (also: a previous call's readers of sc.o are done)
     const int warp = static_cast<int>(threadIdx.x >> 5), r0 = 16 * (warp >> 1), c0 = 32 * (warp & 1);
+#ifndef LLMT_CUDA_EMU
+    namespace wmma = nvcuda::wmma;
+    using LA = typename std::conditional<TA, wmma::col_major, wmma::row_major>::type;
+    using LB = typename std::conditional<TB, wmma::col_major, wmma::row_major>::type;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> out[2];
     wmma::fill_fragment(out[0], 0.0f);
     wmma::fill_fragment(out[1], 0.0f);
@@ -128,6 +128,20 @@ struct Tc : Grid16 {
     }
     wmma::store_matrix_sync(sc.o + r0 * kLdO + c0, out[0], kLdO, wmma::mem_row_major);
     wmma::store_matrix_sync(sc.o + r0 * kLdO + c0 + 16, out[1], kLdO, wmma::mem_row_major);
+#else
+    // The CPU emulator (tests/emu/cuda_emu.h) has no WMMA: the warp's 16 x 32 block from the same bf16 tiles, lane l
+    // computing row r0 + l / 2, columns c0 + 16 (l % 2) .. +15, the exact products summed in depth order in fp32.
+    {
+      const int lane = static_cast<int>(threadIdx.x & 31), r = r0 + (lane >> 1);
+      for (int c = c0 + 16 * (lane & 1), ce = c + 16; c < ce; ++c) {
+        float o = 0.0f;
+        for (int d = 0; d < kN; ++d)
+          o += __bfloat162float(TA ? sc.a[d * kLdB + r] : sc.a[r * kLdB + d]) *
+               __bfloat162float(TB ? sc.b[c * kLdB + d] : sc.b[d * kLdB + c]);
+        sc.o[r * kLdO + c] = o;
+      }
+    }
+#endif
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -135,7 +149,6 @@ struct Tc : Grid16 {
       for (int j = 0; j < 4; ++j) acc.v[i][j] += sc.o[row(i) * kLdO + col(j)];
   }
 };
-#endif
 
 /// Tensor-core products on bf16 operand tiles that stay in shared memory, accumulated in registers (GDN /
 /// Comba of bf16 models; tile::Tc only for their scans at a large key_dim). A bf16 tile is 64 x 64 bf16 with

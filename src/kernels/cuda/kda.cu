@@ -50,6 +50,10 @@
 namespace llmt::cuda {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM(smem);  // what the kernels' `extern __shared__ ... smem[]` name (tests/emu/cuda_emu.h)
+#endif
+
 using tile::Acc;
 using tile::Carve;
 using tile::Chunk;

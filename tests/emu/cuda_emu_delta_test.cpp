@@ -1,0 +1,236 @@
+// The GDN, Comba and KDA cores (src/kernels/cuda/gdn_comba.cu, kda.cu) run by the CPU emulator (cuda_emu.h)
+// through their own launchers, no GPU: forward, then backward, on small shapes with a ragged last chunk (T = 130,
+// chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
+// cp.async; GDN and Comba also with a key_dim beyond the Mma scans, K = 320: the tile::Tc scans) and fp32 compute
+// (tile::Simt). Every output must be
+// (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
+//     or a missing cp.async wait changes bits under some schedule or mode);
+// (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
+//     arithmetic): kBf16CoreTol with bf16 compute, kTol with fp32 compute, dg against the scale of dβ
+//     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h).
+// Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../cuda_test_host.h"
+#include "cuda_emu.h"
+#include "cuda_emu_test.h"
+#include "kernels/cpu/comba.h"
+#include "kernels/cpu/gdn.h"
+#include "kernels/cpu/kda.h"
+#include "kernels/cuda/ops.cuh"
+
+using namespace llmt::test;
+using namespace llmt::test::emu_test;
+
+namespace {
+
+enum class Core { gdn, comba, kda };
+
+struct Case {
+  Core core;
+  bool bf16;  // compute dtype: bf16 (tile::Mma phases) or fp32 (tile::Simt)
+  int64_t B, T, H, K, V, C;
+  double g_lo;  // g uniform in [g_lo, 0)
+  uint64_t seed;
+  std::string tag() const {
+    const char* name = core == Core::gdn ? "gdn" : core == Core::comba ? "comba" : "kda";
+    return std::string(name) + (bf16 ? " (bf16" : " (fp32") + " compute) B=" + std::to_string(B) +
+           " T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" + std::to_string(K) +
+           " V=" + std::to_string(V) + " chunk=" + std::to_string(C) + " g in [" + std::to_string(g_lo) + ", 0)";
+  }
+  bool comba() const { return core == Core::comba; }
+  double tol() const { return bf16 ? kBf16CoreTol : kTol; }
+};
+
+/// Inputs as check_gdn's / check_comba's (same Philox streams): unit-length keys (and Comba's p̂), queries of length
+/// K^-1/2, g uniform in [g_lo, 0) ([B, T, H], KDA [B, T, H, K]), β = σ(normal), dL/do normal.
+struct Inputs {
+  std::vector<float> q, k, p, v, g, beta, d_o;
+  explicit Inputs(const Case& c) {
+    const size_t nk = c.B * c.T * c.H * c.K, nv = c.B * c.T * c.H * c.V, nb = c.B * c.T * c.H;
+    q = unit_rows(nk, c.K, c.seed + 1, 1.0 / std::sqrt(static_cast<double>(c.K)));
+    k = unit_rows(nk, c.K, c.seed + 2, 1.0);
+    v = randn(nv, c.seed + 3);
+    g = uniform(c.core == Core::kda ? nk : nb, c.seed + 4, c.g_lo, 0.0);
+    beta = sigmoid_of(randn(nb, c.seed + 5));
+    d_o = randn(nv, c.seed + 7);
+    if (c.comba()) p = unit_rows(nk, c.K, c.seed + 13, 1.0);
+  }
+};
+
+/// o, dq, dk, dv, [dp], dg, dβ.
+struct Outputs {
+  std::vector<std::vector<float>> v;
+};
+std::vector<std::string> output_names(const Case& c) {
+  if (c.comba()) return {"o", "dq", "dk", "dv", "dp", "dg", "dbeta"};
+  return {"o", "dq", "dk", "dv", "dg", "dbeta"};
+}
+
+/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN.
+template <typename P>
+Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
+  namespace cu = llmt::cuda;
+  emu::config = cfg;
+  const int64_t B = c.B, T = c.T, H = c.H, K = c.K, V = c.V, C = c.C;
+  const size_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = in.g.size();
+  const Buffer q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta), d_o(in.d_o);
+  const Buffer p(c.comba() ? in.p : std::vector<float>(1));
+  size_t scratch_bytes = 0;
+  switch (c.core) {
+    case Core::gdn:
+      scratch_bytes = std::max(cu::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C),
+                               cu::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C));
+      break;
+    case Core::comba:
+      scratch_bytes = std::max(cu::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C),
+                               cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C));
+      break;
+    case Core::kda:
+      scratch_bytes = std::max(cu::kda_chunk_fwd_scratch_bytes(B, T, H, K, V, C),
+                               cu::kda_chunk_bwd_scratch_bytes(B, T, H, K, V, C));
+      break;
+  }
+  Buffer scratch(scratch_bytes / 4 + 1);
+  const Buffer o(nv);
+  switch (c.core) {
+    case Core::gdn:
+      cu::gdn_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
+                           nullptr);
+      break;
+    case Core::comba:
+      cu::comba_chunk_fwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(),
+                             scratch.get(), nullptr);
+      break;
+    case Core::kda:
+      cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
+                           nullptr);
+      break;
+  }
+  std::memset(scratch.get(), 0xff, scratch.n * 4);
+  const Buffer dq(nk), dk(nk), dv(nv), dp(c.comba() ? nk : 1), dg(ng), dbeta(nb);
+  switch (c.core) {
+    case Core::gdn:
+      cu::gdn_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
+                           dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      break;
+    case Core::comba:
+      cu::comba_chunk_bwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C,
+                             dq.get(), dk.get(), dv.get(), dp.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      break;
+    case Core::kda:
+      cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
+                           dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      break;
+  }
+  Outputs out;
+  out.v = {o.host(), dq.host(), dk.host(), dv.host()};
+  if (c.comba()) out.v.push_back(dp.host());
+  out.v.push_back(dg.host());
+  out.v.push_back(dbeta.host());
+  return out;
+}
+Outputs run_emulated(const Case& c, const Inputs& in, emu::Config cfg) {
+  return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg) : run_emulated_as<float>(c, in, cfg);
+}
+
+/// The CPU reference (the CPU backend's: cpu::*_chunk_fwd / bwd<float>, double arithmetic inside).
+Outputs run_cpu(const Case& c, const Inputs& in) {
+  namespace cpu = llmt::cpu;
+  const cpu::DeltaDims d{c.B, c.T, c.H, c.K, c.V};
+  std::vector<float> o(in.v.size()), dq(in.q.size()), dk(in.q.size()), dv(in.v.size()), dp(in.p.size()),
+      dg(in.g.size()), dbeta(in.beta.size());
+  if (c.comba()) {
+    const cpu::CombaInputs<float> x{in.q.data(), in.k.data(), in.v.data(), in.p.data(),
+                                    in.g.data(), in.beta.data(), nullptr};
+    cpu::comba_chunk_fwd<float>(x, d, o.data(), nullptr, c.C);
+    const cpu::CombaGrads<float> gr{dq.data(), dk.data(), dv.data(), dp.data(), dg.data(), dbeta.data(), nullptr};
+    cpu::comba_chunk_bwd<float>(x, in.d_o.data(), nullptr, d, gr, c.C);
+  } else {
+    const cpu::GdnInputs<float> x{in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), nullptr};
+    const cpu::GdnGrads<float> gr{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), nullptr};
+    if (c.core == Core::kda) {
+      cpu::kda_chunk_fwd<float>(x, d, o.data(), nullptr, c.C);
+      cpu::kda_chunk_bwd<float>(x, in.d_o.data(), nullptr, d, gr, c.C);
+    } else {
+      cpu::gdn_chunk_fwd<float>(x, d, o.data(), nullptr, c.C);
+      cpu::gdn_chunk_bwd<float>(x, in.d_o.data(), nullptr, d, gr, c.C);
+    }
+  }
+  Outputs out;
+  out.v = {o, dq, dk, dv};
+  if (c.comba()) out.v.push_back(dp);
+  out.v.push_back(dg);
+  out.v.push_back(dbeta);
+  return out;
+}
+
+void check_case(const Case& c) {
+  INFO(c.tag());
+  const Inputs in(c);
+  const std::vector<std::string> names = output_names(c);
+  Outputs first;
+  for (const emu::Config& cfg : kConfigs) {  // (the first is the reference run)
+    const bool reference = &cfg == kConfigs;
+    INFO("schedule " << name_of(cfg.schedule) << ", cp.async " << name_of(cfg.cp_async));
+    Outputs out = run_emulated(c, in, cfg);
+    REQUIRE(out.v.size() == names.size());
+    for (size_t i = 0; i < out.v.size(); ++i) {
+      INFO(names[i]);
+      size_t non_finite = 0;
+      for (const float e : out.v[i]) non_finite += !std::isfinite(e);
+      CHECK(non_finite == 0);
+      if (!reference) {
+        INFO("the first element whose bits differ from the reference run's (round robin, cp.async at issue)");
+        CHECK(first_difference(first.v[i], out.v[i]) == -1);
+      }
+    }
+    if (reference) first = std::move(out);
+  }
+  const Outputs ref = run_cpu(c, in);
+  // As the GPU tests: dg against the size of its sibling per-token gradient dβ (dg may cancel to ~0).
+  double dbeta_scale = 0.0;
+  for (const float x : ref.v.back()) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
+  for (size_t i = 0; i < ref.v.size(); ++i)
+    require_close(first.v[i], ref.v[i], names[i], c.tol(), names[i] == "dg" ? dbeta_scale : 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("cuda emu: bf16 GDN core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
+          "[emu][gdn]") {
+  check_case({Core::gdn, true, 1, 130, 2, 64, 64, 64, -0.05, 100});
+  check_case({Core::gdn, true, 1, 130, 2, 100, 96, 64, -1.0, 200});
+}
+
+TEST_CASE("cuda emu: bf16 Comba core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
+          "[emu][comba]") {
+  check_case({Core::comba, true, 1, 130, 2, 64, 64, 64, -1.0, 300});
+  check_case({Core::comba, true, 1, 130, 2, 100, 96, 64, -0.05, 400});
+}
+
+TEST_CASE("cuda emu: bf16 KDA core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
+          "[emu][kda]") {
+  check_case({Core::kda, true, 1, 130, 2, 64, 64, 64, -0.05, 500});
+  check_case({Core::kda, true, 1, 130, 2, 100, 96, 64, -1.0, 600});
+}
+
+TEST_CASE("cuda emu: fp32 GDN, Comba and KDA cores (tile::Simt), K = 100, V = 96, ragged last chunk",
+          "[emu][gdn][comba][kda]") {
+  check_case({Core::gdn, false, 1, 130, 2, 100, 96, 64, -1.0, 700});
+  check_case({Core::comba, false, 1, 130, 2, 100, 96, 64, -0.05, 800});
+  check_case({Core::kda, false, 1, 130, 2, 100, 96, 64, -1.0, 900});
+}
+
+TEST_CASE("cuda emu: bf16 GDN and Comba cores with a key_dim beyond the Mma scans (K = 320: the tile::Tc scans)",
+          "[emu][gdn][comba]") {
+  check_case({Core::gdn, true, 1, 130, 1, 320, 64, 64, -1.0, 1000});
+  check_case({Core::comba, true, 1, 130, 1, 320, 64, 64, -0.05, 1100});
+}

@@ -1,0 +1,54 @@
+// Helpers of the CPU emulator's tests (tests/emu/*_test.cpp): device-like buffers, the four emulator configurations
+// every test runs under, and bit comparison.
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cuda_emu.h"
+
+namespace llmt::test::emu_test {
+
+/// Device-like memory: 256-byte aligned (as cudaMalloc's), filled with 0xff bytes (NaN) or given values.
+struct Buffer {
+  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
+  size_t n = 0;
+  explicit Buffer(size_t count) : n(count) {
+    const size_t bytes = (count * sizeof(float) + 255) / 256 * 256 + 256;
+    p.reset(static_cast<float*>(std::aligned_alloc(256, bytes)));
+    std::memset(p.get(), 0xff, bytes);
+  }
+  explicit Buffer(const std::vector<float>& x) : Buffer(x.size()) { std::memcpy(p.get(), x.data(), x.size() * 4); }
+  float* get() const { return p.get(); }
+  std::vector<float> host() const { return std::vector<float>(p.get(), p.get() + n); }
+};
+
+/// The configurations a test runs its kernels under: the reference run first (round robin, cp.async at issue);
+/// each of the others must reproduce its bits: the cp.async mode alone, the schedule alone, both.
+inline const emu::Config kConfigs[] = {{emu::Schedule::round_robin, emu::CpAsync::at_issue, 1},
+                                       {emu::Schedule::round_robin, emu::CpAsync::at_wait, 1},
+                                       {emu::Schedule::warps_reverse, emu::CpAsync::at_issue, 1},
+                                       {emu::Schedule::warps_shuffled, emu::CpAsync::at_wait, 7}};
+
+/// Index of the first element whose bits differ, or -1.
+inline int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+
+inline const char* name_of(emu::Schedule s) {
+  switch (s) {
+    case emu::Schedule::round_robin: return "round_robin";
+    case emu::Schedule::warps_forward: return "warps_forward";
+    case emu::Schedule::warps_reverse: return "warps_reverse";
+    case emu::Schedule::warps_shuffled: return "warps_shuffled";
+  }
+  return "";
+}
+inline const char* name_of(emu::CpAsync c) { return c == emu::CpAsync::at_wait ? "at the wait" : "at issue"; }
+
+}  // namespace llmt::test::emu_test
