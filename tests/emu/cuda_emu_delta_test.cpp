@@ -176,30 +176,15 @@ void check_case(const Case& c) {
   INFO(c.tag());
   const Inputs in(c);
   const std::vector<std::string> names = output_names(c);
-  Outputs first;
-  for (const emu::Config& cfg : kConfigs) {  // (the first is the reference run)
-    const bool reference = &cfg == kConfigs;
-    INFO("schedule " << name_of(cfg.schedule) << ", cp.async " << name_of(cfg.cp_async));
-    Outputs out = run_emulated(c, in, cfg);
-    REQUIRE(out.v.size() == names.size());
-    for (size_t i = 0; i < out.v.size(); ++i) {
-      INFO(names[i]);
-      size_t non_finite = 0;
-      for (const float e : out.v[i]) non_finite += !std::isfinite(e);
-      CHECK(non_finite == 0);
-      if (!reference) {
-        INFO("the first element whose bits differ from the reference run's (round robin, cp.async at issue)");
-        CHECK(first_difference(first.v[i], out.v[i]) == -1);
-      }
-    }
-    if (reference) first = std::move(out);
-  }
+  const std::vector<std::vector<float>> first = outputs_under_every_config(
+      [&](emu::Config cfg) { return run_emulated(c, in, cfg).v; }, names.size(),
+      [&](size_t i) { return names[i]; });
   const Outputs ref = run_cpu(c, in);
   // As the GPU tests: dg against the size of its sibling per-token gradient dβ (dg may cancel to ~0).
   double dbeta_scale = 0.0;
   for (const float x : ref.v.back()) dbeta_scale = std::max(dbeta_scale, std::abs(static_cast<double>(x)));
   for (size_t i = 0; i < ref.v.size(); ++i)
-    require_close(first.v[i], ref.v[i], names[i], c.tol(), names[i] == "dg" ? dbeta_scale : 1e-30);
+    require_close(first[i], ref.v[i], names[i], c.tol(), names[i] == "dg" ? dbeta_scale : 1e-30);
 }
 
 }  // namespace

@@ -114,30 +114,14 @@ std::string output_name(size_t i) {
 void check_case(const Case& c) {
   INFO(c.tag());
   const Inputs in(c);
-  Outputs first;
-  for (const emu::Config& cfg : kConfigs) {  // (the first is the reference run)
-    const bool reference = &cfg == kConfigs;
-    INFO("schedule " << name_of(cfg.schedule) << ", cp.async " << name_of(cfg.cp_async));
-    Outputs out = run_emulated(c, in, cfg);
-    REQUIRE(out.v.size() == static_cast<size_t>(kFwd + 2 * kGrads));
-    for (size_t i = 0; i < out.v.size(); ++i) {
-      INFO(output_name(i));
-      size_t non_finite = 0;
-      for (const float e : out.v[i]) non_finite += !std::isfinite(e);
-      CHECK(non_finite == 0);
-      if (!reference) {
-        INFO("the first element whose bits differ from the reference run's (round robin, cp.async at issue)");
-        CHECK(first_difference(first.v[i], out.v[i]) == -1);
-      }
-    }
-    if (reference) first = std::move(out);
-  }
+  const std::vector<std::vector<float>> first = outputs_under_every_config(
+      [&](emu::Config cfg) { return run_emulated(c, in, cfg).v; }, kFwd + 2 * kGrads, output_name);
   for (int i = 0; i < kGrads; ++i) {  // the backward from the saved Ṽ and the recomputing one: the same bits
     INFO(kNames[kFwd + i] << ": the backward from the saved residuals vs the recomputing backward");
-    CHECK(first_difference(first.v[kFwd + i], first.v[kFwd + kGrads + i]) == -1);
+    CHECK(first_difference(first[kFwd + i], first[kFwd + kGrads + i]) == -1);
   }
   const Outputs ref = run_cpu(c, in);
-  for (size_t i = 0; i < ref.v.size(); ++i) require_close(first.v[i], ref.v[i], kNames[i], kBf16CoreTol);
+  for (size_t i = 0; i < ref.v.size(); ++i) require_close(first[i], ref.v[i], kNames[i], kBf16CoreTol);
 }
 
 }  // namespace

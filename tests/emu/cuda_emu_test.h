@@ -1,10 +1,15 @@
 // Helpers of the CPU emulator's tests (tests/emu/*_test.cpp): device-like buffers, the four emulator configurations
 // every test runs under, and bit comparison.
 #pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -50,5 +55,31 @@ inline const char* name_of(emu::Schedule s) {
   return "";
 }
 inline const char* name_of(emu::CpAsync c) { return c == emu::CpAsync::at_wait ? "at the wait" : "at issue"; }
+
+/// Runs `run(cfg)` (one emulated run: its outputs, `count` float vectors) under every configuration of kConfigs and
+/// checks each output finite and, after the first (reference) run, bit-identical to the reference's; returns the
+/// reference run's outputs. name(i): output i's name in the messages.
+template <typename Run, typename Name>
+std::vector<std::vector<float>> outputs_under_every_config(Run run, size_t count, Name name) {
+  std::vector<std::vector<float>> first;
+  for (const emu::Config& cfg : kConfigs) {
+    const bool reference = &cfg == kConfigs;
+    INFO("schedule " << name_of(cfg.schedule) << ", cp.async " << name_of(cfg.cp_async));
+    std::vector<std::vector<float>> out = run(cfg);
+    REQUIRE(out.size() == count);
+    for (size_t i = 0; i < out.size(); ++i) {
+      INFO(std::string(name(i)));
+      size_t non_finite = 0;
+      for (const float e : out[i]) non_finite += !std::isfinite(e);
+      CHECK(non_finite == 0);
+      if (!reference) {
+        INFO("the first element whose bits differ from the reference run's (round robin, cp.async at issue)");
+        CHECK(first_difference(first[i], out[i]) == -1);
+      }
+    }
+    if (reference) first = std::move(out);
+  }
+  return first;
+}
 
 }  // namespace llmt::test::emu_test
