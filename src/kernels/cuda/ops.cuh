@@ -74,9 +74,10 @@ size_t attention_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
 // cross_entropy.cu: losses (fp32) and, in place over the float or bf16 logits,
 // grad_scale * (softmax - onehot). Negative targets: loss 0, gradient 0. correct: nullptr, or
 // [rows] fp32 receiving 1 where the target's logit is the row maximum (ties count), else 0.
+// Row r of logits starts at logits + r * ld (ld >= vocab).
 template <typename T>
-void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
-                   float* correct, cudaStream_t stream);
+void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld, double grad_scale,
+                   float* losses, float* correct, cudaStream_t stream);
 
 // adamw.cu (semantics: src/kernels/cpu/adamw.h). working: nullptr, or n bf16 values that
 // receive the updated params rounded to bf16 (the working copy of mixed precision).
@@ -88,8 +89,11 @@ void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n
 // Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order
 // reductions, no atomics): dw, dbias, dA_log, ddt_bias, and the Comba gates' dk, ddecay, dD. The
 // *_scratch_bytes functions size `scratch`.
+/// The widest short convolution the CUDA kernels take (their taps and windows live in registers).
+constexpr int64_t kConvMaxWidth = 8;
 /// Short conv + SiLU: x, pre, y, dy, dx [batch, seq_len, channels]; w, dw [channels, width]; bias, dbias
 /// [channels] or nullptr (the delta-rule layers' conv has no bias, Mamba2's has, layers-ssm-attn.md §1.4).
+/// Throws llmt::Error unless 1 <= width <= kConvMaxWidth.
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream);
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
