@@ -50,6 +50,8 @@
 //   #ifdef LLMT_CUDA_EMU
 //   LLMT_CUDA_EMU_DYNAMIC_SMEM(smem);
 //   #endif
+// one line per name its kernels give the dynamic shared memory; LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, name) where they
+// declare it as `extern __shared__ float name[]` (an element type other than char).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -120,7 +122,7 @@ struct Block {
   uint3 idx{0, 0, 0};
   dim3 grid{1, 1, 1};
   std::function<void()> body;
-  std::vector<char*> smem;  // the dynamic shared memory arrays (one per kernel file)
+  std::vector<char*> smem;  // the dynamic shared memory arrays (one per name a kernel file declares)
   size_t smem_bytes = 0;     // the launch's
   uint64_t blocks_run = 0;
 };
@@ -461,10 +463,13 @@ cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
 #undef __shared__
 #define __shared__ thread_local
 
-/// The dynamic shared memory of the kernels of the enclosing namespace (see the top of this file). (The dynamically
-/// initialised thread_local makes g++ emit the TU's __tls_init, which its accesses to `extern thread_local` arrays
-/// of internal linkage call.)
-#define LLMT_CUDA_EMU_DYNAMIC_SMEM(name)                                                                         \
-  alignas(128) thread_local char name[::emu::kMaxDynamicSmem];                                                 \
-  [[maybe_unused]] const bool name##_emu_registered_ = ::emu::register_smem([]() -> char* { return name; }); \
+/// The dynamic shared memory of the kernels of the enclosing namespace (see the top of this file), as an array of
+/// `type` (the element type of the kernels' `extern __shared__ type name[]`). (The dynamically initialised
+/// thread_local makes g++ emit the TU's __tls_init, which its accesses to `extern thread_local` arrays of internal
+/// linkage call.)
+#define LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(type, name)                                                        \
+  alignas(128) thread_local type name[::emu::kMaxDynamicSmem / sizeof(type)];                          \
+  [[maybe_unused]] const bool name##_emu_registered_ =                                                 \
+      ::emu::register_smem([]() -> char* { return reinterpret_cast<char*>(name); });                  \
   [[maybe_unused]] thread_local const bool name##_emu_tls_ = ::emu::register_smem(nullptr)
+#define LLMT_CUDA_EMU_DYNAMIC_SMEM(name) LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(char, name)
