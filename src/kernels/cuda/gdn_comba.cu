@@ -796,33 +796,61 @@ __device__ __forceinline__ void dqk_dP(Acc& dp, const double* gam) {
 // dqs = dO h^T, dks = Δ dS_C^T, dws = dΔ h^T, dq2 = dP K, dk2 = dP^T Q (dP ⊙ E, masked); xq(i, j), xk(i, j): q, k
 // in fp32 at the thread's element (i, j). (ii) is the key tile's share of Σ_j dP_rj (Q K^T)_rj at row r and
 // -Σ_r dP_rj (Q K^T)_rj at row j, by Σ_j dP_rj (Q K^T)_rj = Σ_c q_rc (dP K)_rc and
-// Σ_r dP_rj (Q K^T)_rj = Σ_c k_jc (dP^T Q)_jc: row terms of this key tile only (no Q K^T).
+// Σ_r dP_rj (Q K^T)_rj = Σ_c k_jc (dP^T Q)_jc: row terms of this key tile only (no Q K^T). On Mma, whose columns
+// j, j + 1 (j even) of a thread are adjacent, dQ and dK are stored as float2 and dW as bf16x2 where aligned.
 template <typename PL, typename L, typename E, typename Xq, typename Xk>
 __device__ __forceinline__ void dqk_store(const GdnFast<L, E>& a, const Chunk& ch, const double* gam, int64_t k0,
                                           int kc, double gC, Xq xq, Xk xk, const Acc& dqs, const Acc& dks,
                                           const Acc& dws, const Acc& dq2, const Acc& dk2, float (&row_part)[4],
                                           float& kz) {
-  const int64_t K = a.K;
+  using S = typename L::Operand;
+  constexpr bool kAdjacent = std::is_same_v<PL, tile::Mma>;
+  const int64_t K = a.K, ld = a.H * K;
   float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
-  typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
+  S* dW = ch.rows(a, a.dW, K, k0);
+  const bool pairs = kAdjacent && K % 2 == 0 && reinterpret_cast<uintptr_t>(a.dq) % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(a.dk) % 8 == 0 && reinterpret_cast<uintptr_t>(a.dW) % 4 == 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 4; ++i) {
+    const int r = PL::row(i);
+    const float eg = expd(gam[r]), ekg = expd(gC - gam[r]);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = PL::row(i), c = PL::col(j);
-      const float eg = expd(gam[r]), ekg = expd(gC - gam[r]);
-      const float x = xq(i, j), y = xk(i, j);
-      row_part[i] += eg * x * dqs.v[i][j];                  // (i)
-      row_part[i] += x * dq2.v[i][j] - y * dk2.v[i][j];    // (ii)
-      const float z = ekg * y * dks.v[i][j];
-      row_part[i] -= z;  // (iii), every row
-      kz += z;           // (iii), at row C
-      if (r < ch.n && c < kc) {
-        dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
-        dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
-        dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
+    for (int jp = 0; jp < 4; jp += 2) {
+      float vq[2], vk[2], vw[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = jp + e;
+        const float x = xq(i, j), y = xk(i, j);
+        row_part[i] += eg * x * dqs.v[i][j];                // (i)
+        row_part[i] += x * dq2.v[i][j] - y * dk2.v[i][j];  // (ii)
+        const float z = ekg * y * dks.v[i][j];
+        row_part[i] -= z;  // (iii), every row
+        kz += z;           // (iii), at row C
+        vq[e] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
+        vk[e] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
+        vw[e] = -dws.v[i][j];
+      }
+      if (r >= ch.n) continue;
+      const int c = PL::col(jp);
+      if constexpr (kAdjacent) {
+        if (pairs && c + 1 < kc) {
+          *reinterpret_cast<float2*>(dq + r * ld + c) = make_float2(vq[0], vq[1]);
+          *reinterpret_cast<float2*>(dk + r * ld + c) = make_float2(vk[0], vk[1]);
+          *reinterpret_cast<__nv_bfloat162*>(dW + r * K + c) = __floats2bfloat162_rn(vw[0], vw[1]);
+          continue;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int ce = PL::col(jp + e);
+        if (ce < kc) {
+          dq[r * ld + ce] = vq[e];
+          dk[r * ld + ce] = vk[e];
+          dW[r * K + ce] = from_f32<S>(vw[e]);
+        }
       }
     }
+  }
 }
 
 // Key tile kt's dΓ terms of B8 into its part of the dΓ scratch (dgam_part): the row partials, (iii) at row C
@@ -1310,7 +1338,8 @@ static_assert(2 * (kDqkMmaSmem + 1024 + 128) <= 228 * 1024, "two dqk blocks an S
 // scratch), as gdn_bwd_dqk_kernel for one key tile: block (blockIdx.x = chunk nkt + kt, pair bh0 + blockIdx.y), the
 // products on bf16 tiles with register accumulators: dO h^T, Δ dh^T, dΔ h^T of key tile kt and dO Δ^T (every block
 // of the chunk forms it), summed over the value tiles; then dP K, dP^T Q of key tile kt. The element-wise terms read
-// q, k in fp32 (from their staging tiles) and h, dh as stored (bf16). At most 128 registers: two blocks an SM.
+// q, k in fp32 (from their staging tiles) and h, dh as stored (bf16). At most 128 registers (ptxas spills ~100 bytes a
+// thread, mostly in the load_h fallbacks): two blocks an SM.
 // In flight: h, Δ, dh of value tile 0 and (staged) its dO, dΔ during the gates' scan; those of value tile vt + 1
 // during value tile vt's products (cp.async into the other set of tiles and, after the step's dO, dΔ are converted,
 // the staging tiles); q, k (fp32, into the staging tiles) during the last value tile's products.
@@ -1398,9 +1427,14 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnF
     Mma::mma<false, true>(hD, hG, dks);
     Mma::mma<false, true>(hE, hH, dws);
     Mma::mma<false, true>(hO, hD, dp);
-    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
-      const int r = idx >> 6, c = idx & 63;
-      sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
+    for (int idx = threadIdx.x; idx < kN * kN / 4; idx += tile::kThreads) {  // 4 columns (8 bytes) at a time
+      const int r = idx >> 4, c = 4 * (idx & 15);
+      const uint2 x = *reinterpret_cast<const uint2*>(hH + r * kLdH + c), y = *reinterpret_cast<const uint2*>(hG + r * kLdH + c);
+      const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x)),
+                   x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y)),
+                   y0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y.x)),
+                   y1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y.y));
+      sd += x0.x * y0.x + x0.y * y0.y + x1.x * y1.x + x1.y * y1.y;
     }
     __syncthreads();  // every read of this value tile's tiles done
   }
