@@ -1,8 +1,9 @@
 // The GDN, Comba and KDA cores (src/kernels/cuda/gdn_comba.cu, kda.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: forward, then backward, on small shapes with a ragged last chunk (T = 130,
 // chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
-// cp.async; GDN and Comba also with a key_dim beyond the Mma scans, K = 320: the tile::Tc scans) and fp32 compute
-// (tile::Simt). Every output must be
+// cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, and with a key_dim
+// beyond the Mma scans, K = 320: the tile::Tc scans; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
+// and fp32 compute (tile::Simt). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
@@ -218,4 +219,19 @@ TEST_CASE("cuda emu: bf16 GDN and Comba cores with a key_dim beyond the Mma scan
           "[emu][gdn][comba]") {
   check_case({Core::gdn, true, 1, 130, 1, 320, 64, 64, -1.0, 1000});
   check_case({Core::comba, true, 1, 130, 1, 320, 64, 64, -0.05, 1100});
+}
+
+TEST_CASE("cuda emu: bf16 GDN and Comba cores at the benchmarks' tilings (K = V = 128; K = 256, V = 512), ragged "
+          "last chunk",
+          "[emu][gdn][comba]") {
+  check_case({Core::gdn, true, 1, 130, 1, 128, 128, 64, -1.0, 1200});
+  check_case({Core::comba, true, 1, 130, 1, 128, 128, 64, -0.05, 1300});
+  check_case({Core::gdn, true, 1, 130, 1, 256, 512, 64, -0.05, 1400});
+  check_case({Core::comba, true, 1, 130, 1, 256, 512, 64, -1.0, 1500});
+}
+
+TEST_CASE("cuda emu: bf16 GDN core with rows that are not 16-byte aligned (K = 61, V = 60: no cp.async in dqk, "
+          "scalar stores)",
+          "[emu][gdn]") {
+  check_case({Core::gdn, true, 1, 130, 2, 61, 60, 64, -1.0, 1600});
 }
