@@ -646,9 +646,9 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
 
 // Dynamic shared memory a per-chunk block may take and still run `blocks` blocks per SM (sm_90: 228 KiB a
 // multiprocessor, 1 KiB of it reserved per block).
-constexpr size_t smem_per_block(int blocks) { return 228 * 1024 / blocks - 1024; }
+__host__ __device__ constexpr size_t smem_per_block(int blocks) { return 228 * 1024 / blocks - 1024; }
 // The bf16 tiles of a per-chunk Mma kernel's layout that fit in smem_per_block(blocks) beside `small` bytes.
-constexpr int tiles_within(int blocks, size_t small) {
+__host__ __device__ constexpr int tiles_within(int blocks, size_t small) {
   return static_cast<int>((smem_per_block(blocks) - small) / (sizeof(bf16) * kTileHalves));
 }
 
