@@ -631,48 +631,185 @@ __device__ __forceinline__ void chunk_qk_mma(const GdnFast<L, E>& a, const Chunk
   for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
 }
 
-// Shared memory of gdn_out_mma_kernel for nkt key tiles: bf16 Q (all key tiles), K then h (all key tiles of
-// one value tile), P and Δ.
-constexpr size_t out_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+// Waits until at most n (clamped to 0 .. 6) of the thread's cp.async groups are in flight (out, dv_local: their
+// ring depth is known at run time only).
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n < 0 ? 0 : n) {
+    case 0: tile::cp_async_wait<0>(); break;
+    case 1: tile::cp_async_wait<1>(); break;
+    case 2: tile::cp_async_wait<2>(); break;
+    case 3: tile::cp_async_wait<3>(); break;
+    case 4: tile::cp_async_wait<4>(); break;
+    case 5: tile::cp_async_wait<5>(); break;
+    default: tile::cp_async_wait<6>(); break;
+  }
+}
 
-// F5, F6 for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once (the sum
-// over the key tiles in registers), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed in registers).
+// Dynamic shared memory a per-chunk block may take and still run `blocks` blocks per SM (sm_90: 228 KiB a
+// multiprocessor, 1 KiB of it reserved per block).
+__host__ __device__ constexpr size_t smem_per_block(int blocks) { return 228 * 1024 / blocks - 1024; }
+// The bf16 tiles of a per-chunk Mma kernel's layout that fit in smem_per_block(blocks) beside `small` bytes.
+__host__ __device__ constexpr int tiles_within(int blocks, size_t small) {
+  return static_cast<int>((smem_per_block(blocks) - small) / (sizeof(bf16) * kTileHalves));
+}
+
+// Γ of the chunk into gam (the scans' gate pairs: fetch_gate_pair, scan_gate_pair), q and k of every key tile into the
+// bf16 tiles hQ, hK (load_h's bits; one key tile of each in registers at a time, tile 0's loads in flight across the
+// gates' scan and tile kt + 1's while tile kt is stored), then P = mask(e^{Γ_r-Γ_j} Q K^T) into hP (the sum over
+// the key tiles in registers). hP is complete, and every read of hQ, hK done, at the caller's next barrier.
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, E> a) {
+__device__ void chunk_p_mma(const GdnFast<L, E>& a, const Chunk& ch, int nkt, double* gam, bf16* hQ, bf16* hK,
+                            bf16* hP) {
+  const int64_t K = a.K;
+  const auto one = [](int) { return 1.0f; };
+  float g0 = 0.0f, g1 = 0.0f;
+  fetch_gate_pair(a, ch, g0, g1);
+  tile::Frag fq, fk;
+  if (nkt > 0) {
+    tile::fetch_h(fq, ch.in(a, a.q, K, 0), a.H * K, ch.n, tile_cols(K, 0));
+    tile::fetch_h(fk, ch.in(a, a.k, K, 0), a.H * K, ch.n, tile_cols(K, 0));
+  }
+  scan_gate_pair(g0, g1, gam);
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int64_t k1 = (kt + 1) * kN;
+    tile::put_h(fq, hQ + kt * kTileHalves, ch.n, one);
+    if (kt + 1 < nkt) tile::fetch_h(fq, ch.in(a, a.q, K, k1), a.H * K, ch.n, tile_cols(K, k1));
+    tile::put_h(fk, hK + kt * kTileHalves, ch.n, one);
+    if (kt + 1 < nkt) tile::fetch_h(fk, ch.in(a, a.k, K, k1), a.H * K, ch.n, tile_cols(K, k1));
+  }
+  __syncthreads();  // hQ, hK complete
+  Acc qk;
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(gam[r] - gam[c]) * x : 0.0f; });
+}
+
+// dst[r * stride + c] = f(r, c, acc element) for the thread's elements (tile::Mma map) with r < rows, c < cols, into
+// an fp32 tensor. vec (dst 16-byte aligned; stride and cols multiples of 4): by 16-byte pieces, lanes 2m and 2m + 1
+// swapping a column pair (shuffles) so that the even lane holds columns col(0) .. + 3 and the odd one col(2) - 2 .. +
+// 3 of each of its rows; else element by element (store_acc). Reached by every thread (the shuffles).
+template <typename F>
+__device__ __forceinline__ void store_acc_f4(const Acc& acc, float* dst, int64_t stride, int rows, int cols, bool vec,
+                                             F f) {
+  if (!vec) {
+    store_acc<Mma>(acc, dst, stride, rows, cols, f);
+    return;
+  }
+  const bool odd = threadIdx.x & 1;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = Mma::row(i);
+    float x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = f(r, Mma::col(j), acc.v[i][j]);
+    const float y0 = __shfl_xor_sync(0xffffffffu, odd ? x[0] : x[2], 1);
+    const float y1 = __shfl_xor_sync(0xffffffffu, odd ? x[1] : x[3], 1);
+    const int c = odd ? Mma::col(2) - 2 : Mma::col(0);
+    if (r < rows && c < cols)
+      *reinterpret_cast<float4*>(dst + r * stride + c) =
+          odd ? make_float4(y0, y1, x[2], x[3]) : make_float4(x[0], x[1], y0, y1);
+  }
+}
+
+// The ring of gdn_out_mma_kernel for nkt key tiles: the most bf16 tiles that fit beside Γ, e^Γ, Q (nkt tiles) and P
+// in the shared memory of 3 blocks per SM (key_dim <= 128) or 2 (larger), at most kOutMaxRing, at least nkt + 1 (the
+// K tiles and one step's copy while P is formed).
+constexpr size_t kOutSmallBytes = sizeof(double) * kN + sizeof(float) * kN;  // Γ, e^Γ
+constexpr int kOutMaxRing = 8;
+__host__ __device__ constexpr int out_ring(int nkt) {
+  const int fit = tiles_within(nkt <= 2 ? 3 : 2, kOutSmallBytes) - nkt - 1;
+  const int r = fit < kOutMaxRing ? fit : kOutMaxRing;
+  return r > nkt + 1 ? r : nkt + 1;
+}
+// Shared memory of gdn_out_mma_kernel for nkt key tiles: Γ, e^Γ, then the bf16 tiles Q (nkt), P and the ring.
+// 72.75 KiB at key_dim 128 (ring of 5), 108.75 KiB at 256 (ring of 7).
+constexpr size_t out_mma_smem(int nkt) {
+  return kOutSmallBytes + sizeof(bf16) * kTileHalves * (nkt + 1 + out_ring(nkt));
+}
+static_assert(out_mma_smem(2) <= smem_per_block(3) && out_mma_smem(4) <= smem_per_block(2), "out blocks per SM");
+
+// F5, F6 for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once
+// (chunk_p_mma), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed over the key tiles in registers, P Δ from
+// zero; the same sums and roundings whatever the path below). A step is one bf16 tile of h[n] or Δ: per value tile
+// its nkt h[n] tiles (key tiles in order), then its Δ tile; step s's tile in ring slot s % R (R = out_ring(nkt)).
+// In flight (h, U 16-byte aligned: tile::async_ok_h):
+//   prologue: the copies of steps 0 .. A - 1 (A = R - nkt; load_h_async, one group a step) are issued first, then
+//     chunk_p_mma (Γ, Q, K with K in slots A .. R - 1, P) runs while they land;
+//   step s: wait for its own copies, one barrier (step s's tile complete; every product of step s - 1 done, so slot
+//     (s - 1) % R is free; at s = 0: P complete and the K tiles read), then the copies of step s + R - 1 into that
+//     slot (at s = 0: of steps A .. R - 1 into the K slots), one group a step (empty past the last step), then the
+//     step's product: Q h[n] into qh or, at a Δ step, P Δ and o = e^Γ qh + P Δ stored (16-byte pieces where o is
+//     16-byte aligned and value_dim % 4 == 0). R - 1 steps' tiles in flight behind the products.
+// Fallback (h or U not 16-byte aligned: value_dim % 8 != 0): each step loads its tile synchronously (load_h: the
+// same bits) into its slot before its barrier (the slot was last read by step s - R, before step s - 1's barrier;
+// slots >= A hold K until step 0's barrier). At most 80 registers, for 3 blocks per SM (ptxas spills 16 bytes).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads, 3) gdn_out_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
   const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hKH = cv.take<bf16>(kTileHalves * nkt),
-       *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
+  const int nkt = static_cast<int>((K + kN - 1) / kN), R = out_ring(nkt), A = R - nkt;
+  double* gam = cv.take<double>(kN);
+  float* ex = cv.take<float>(kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hP = cv.take<bf16>(kTileHalves),
+       *ring = cv.take<bf16>(kTileHalves * R);
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  Acc qk;
-  chunk_qk_mma(a, ch, nkt, hQ, hKH, qk);
-  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
-  __syncthreads();  // hP complete; the K tiles are read (hKH takes h next)
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {
-    const int vc = tile_cols(V, v0);
-    for (int kt = 0; kt < nkt; ++kt)
-      tile::load_h(hKH + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ
-    __syncthreads();
-    Acc qh, pd;
+  const bool async = tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V);
+  // The next step's tile into slot (steps in order; (nv0, nt): its value tile and its key tile, nt = nkt: Δ); async: by
+  // cp.async, one group (empty past the last step).
+  const bf16 *h0 = ch.state(a, a.h, 0, 0), *u0 = ch.rows(a, a.U, V, 0);
+  int nv0 = 0, nt = 0;
+  const auto load_next = [&](bf16* slot) {
+    if (nv0 < V) {
+      const bf16* src = nt < nkt ? h0 + nt * kN * V + nv0 : u0 + nv0;
+      const int rows = nt < nkt ? tile_cols(K, nt * kN) : ch.n;
+      if (async)
+        tile::load_h_async(slot, src, V, rows, tile_cols(V, nv0));
+      else
+        tile::load_h(slot, src, V, rows, tile_cols(V, nv0));
+      if (++nt > nkt) nt = 0, nv0 += kN;
+    }
+    if (async) tile::cp_async_commit();
+  };
+  if (async)
+    for (int i = 0; i < A; ++i) load_next(ring + i * kTileHalves);
+  chunk_p_mma(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP);
+  if (threadIdx.x < kN) ex[threadIdx.x] = expd(gam[threadIdx.x]);  // (read after step 0's barrier)
+  float* const o = ch.in(a, a.o, V, 0);
+  const bool o_vec = tile::async_ok_f(a.o, V);  // (o's rows start at multiples of V elements)
+  int slot = 0;  // the step's ring slot (the step mod R)
+  for (int v0 = 0; v0 < V; v0 += kN) {
+    Acc qh;
     qh.zero();
-    pd.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qh);
-    Mma::mma<false, false>(hP, hD, pd);
-    float* o = ch.in(a, a.o, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c = Mma::col(j);
-        if (r < ch.n && c < vc) o[r * a.H * V + c] = expd(s.gam[r]) * qh.v[i][j] + pd.v[i][j];
+    for (int t = 0; t <= nkt; ++t) {  // step (v0, t): h[n]'s key tile t, then (t = nkt) Δ
+      const bool first = v0 == 0 && t == 0;
+      bf16* cur = ring + slot * kTileHalves;
+      if (async)
+        cp_async_wait_upto(first ? A - 1 : R - 2);  // this step's group (the newer ones may stay in flight)
+      else
+        load_next(cur);
+      __syncthreads();
+      if (async) {
+        if (first)
+          for (int i = A; i < R; ++i) load_next(ring + i * kTileHalves);
+        else
+          load_next(ring + (slot == 0 ? R - 1 : slot - 1) * kTileHalves);
       }
-    __syncthreads();  // hKH, hD are read
+      slot = slot + 1 == R ? 0 : slot + 1;
+      if (t < nkt) {
+        Mma::mma<false, false>(hQ + t * kTileHalves, cur, qh);
+        continue;
+      }
+      Acc pd;
+      pd.zero();
+      Mma::mma<false, false>(hP, cur, pd);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pd.v[i][j] = ex[Mma::row(i)] * qh.v[i][j] + pd.v[i][j];  // o
+      store_acc_f4(pd, o + v0, a.H * V, ch.n, tile_cols(V, v0), o_vec, tile::Same{});
+    }
   }
 }
 
@@ -1133,34 +1270,77 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
 
 // ---- backward phases on tile::Mma ----
 
-// Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), P and dO.
-constexpr size_t dv_local_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+// The dO staging slots of gdn_dv_local_mma_kernel for nkt key tiles: one of its own, and as many fp32 staging tiles
+// as fit in the Q, K tiles' room (2 nkt bf16 tiles, at least 2) beside the two dO tiles, at most kDvMaxStage in all.
+constexpr int kDvMaxStage = 4;
+__host__ __device__ constexpr int dv_qk_tiles(int nkt) { return nkt > 1 ? 2 * nkt : 2; }
+__host__ __device__ constexpr int dv_stages(int nkt) {
+  const int m = 1 + static_cast<int>(sizeof(bf16) * kTileHalves * (dv_qk_tiles(nkt) - 2) /
+                                     (sizeof(float) * tile::kStageFloats));
+  return m < kDvMaxStage ? m : kDvMaxStage;
+}
+// Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: Γ, the bf16 tiles P and Q, K (dv_qk_tiles; then the
+// two dO tiles and dv_stages - 1 staging tiles), and a staging tile. 61.5 KiB at key_dim 128, 97.5 KiB at 256.
+constexpr size_t dv_local_mma_smem(int nkt) {
+  return sizeof(double) * kN + sizeof(bf16) * kTileHalves * (1 + dv_qk_tiles(nkt)) +
+         sizeof(float) * tile::kStageFloats;
+}
+static_assert(dv_local_mma_smem(2) <= smem_per_block(3) && dv_local_mma_smem(4) <= smem_per_block(2),
+              "dv_local blocks per SM");
 
 // B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel:
-// P once (Q K^T summed over the key tiles in registers), then dΔ = P^T dO per value tile.
+// P once (chunk_p_mma), then dΔ = P^T dO per value tile (dO rounded to bf16 as load_h does, dΔ stored in fp32,
+// 16-byte pieces where dΔ is 16-byte aligned and value_dim % 4 == 0). In flight (dO 16-byte aligned with
+// value_dim % 4 == 0: tile::async_ok_f): value tile 0's dO (stage_async into the block's own staging tile) while
+// chunk_p_mma runs; after the barrier that completes P (Q, K read), value tiles 1 .. M - 1's (M = dv_stages(nkt)
+// slots, slot v % M; slots >= 1 in Q, K's room); value tile v: its own group waited for, the thread's own staged
+// pieces into dO tile v % 2 (put_h_staged), one barrier (the dO tile complete; value tile v - 1's product, the last
+// reader of the other dO tile and of slot (v - 1) % M's pieces, done), value tile v + M's copies into slot v % M,
+// the product and the store. Fallback (dO not aligned so): dO loaded synchronously (load_h: the same bits).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
-  const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
+  const int64_t K = a.K, V = a.V, nvt = (V + kN - 1) / kN;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), M = dv_stages(nkt);
+  double* gam = cv.take<double>(kN);
+  bf16 *hP = cv.take<bf16>(kTileHalves), *hQK = cv.take<bf16>(kTileHalves * dv_qk_tiles(nkt));
+  float* gO = cv.take<float>(tile::kStageFloats);
+  // Staging slot m: the block's own tile, or the room after the two dO tiles (hQK, hQK + kTileHalves).
+  const auto slot = [&](int64_t v) {
+    const int m = static_cast<int>(v % M);
+    return m == 0 ? gO : reinterpret_cast<float*>(hQK + 2 * kTileHalves) + (m - 1) * tile::kStageFloats;
+  };
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  Acc acc;
-  chunk_qk_mma(a, ch, nkt, hQ, hK, acc);
-  tile::store_acc_h(acc, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+  const bool async = tile::async_ok_f(a.d_o, V);
+  // dO of value tile v into its slot by cp.async, one group (empty past the last value tile).
+  const auto issue = [&](int64_t v) {
+    if (v < nvt) tile::stage_async(slot(v), ch.in(a, a.d_o, V, v * kN), a.H * V, ch.n, tile_cols(V, v * kN));
+    tile::cp_async_commit();
+  };
+  if (async) issue(0);
+  chunk_p_mma(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP);
+  __syncthreads();  // hP complete; hQK read (it takes the dO tiles and staging slots next)
+  if (async)
+    for (int m = 1; m < M; ++m) issue(m);
+  const bool d_vec = tile::async_ok_f(a.dD, V);
+  for (int64_t v = 0; v < nvt; ++v) {
+    const int64_t v0 = v * kN;
     const int vc = tile_cols(V, v0);
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();  // hP (first pass) and hO complete
+    bf16* hO = hQK + (v & 1) * kTileHalves;
+    if (async) {
+      cp_async_wait_upto(M - 1);  // value tile v's group
+      tile::put_h_staged(hO, slot(v), ch.n);
+    } else {
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    }
+    __syncthreads();
+    if (async) issue(v + M);
+    Acc acc;
     acc.zero();
     Mma::mma<true, false>(hP, hO, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, [](int, int, float x) { return x; });
-    __syncthreads();  // hO is read
+    store_acc_f4(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, d_vec, tile::Same{});
   }
 }
 
