@@ -8,6 +8,10 @@
 namespace llmt::cuda::m3 {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, smem);  // the kernels' `extern __shared__ float smem[]` (tests/emu/cuda_emu.h)
+#endif
+
 constexpr double kPi = 3.14159265358979323846;
 
 __device__ double softplus_d(double x) { return x > 20.0 ? x : log1p(exp(x)); }
