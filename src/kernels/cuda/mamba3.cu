@@ -31,7 +31,8 @@ void take_saved(const Sizes& s, Carver& c, Buffers& b) {
 }
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
-// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch.
+// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. SISO has no v, dv in the scratch
+// (they are x, dx: begin).
 size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* base, Buffers* out) {
   Carver c{static_cast<char*>(base)};
   Buffers b{};
@@ -46,12 +47,13 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
   c.take(b.rc, s.rows * s.R * s.G);
   c.take(b.q, E * s.R * s.N);
   c.take(b.k, E * s.R * s.N);
-  c.take(b.v, E * s.R * s.P);
+  if (s.R > 1) c.take(b.v, E * s.R * s.P);
   c.take(b.rs, E * s.R);
   Carver kept{static_cast<char*>(saved_base)};
   take_saved(s, saved ? kept : c, b);
   if (backward) {
-    for (float** p : {&b.dy, &b.dv, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
+    if (s.R > 1) c.take(b.dv, E * s.R * s.P);
+    for (float** p : {&b.dy, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
     c.take(b.dq, E * s.R * s.N);
     c.take(b.dk, E * s.R * s.N);
     for (float** p : {&b.da, &b.dgam, &b.dsig}) c.take(*p, E);
@@ -74,10 +76,10 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
-// carved into buf for the forward or the backward (the saved set in `saved` when given). Returns false when there is
-// nothing to compute.
-bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool backward,
-           const float* saved, void* scratch, Sizes& s, Buffers& buf) {
+// carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
+// (backward) dv = dx: the core reads x and writes dx itself. Returns false when there is nothing to compute.
+bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
+           float* dx, const float* saved, void* scratch, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
@@ -89,8 +91,12 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
   check((p.norm != nullptr) == opt.outproj_norm,
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
   if (s.E == 0) return false;
-  // The saved set is written by the forward only; the backward reads it (Buffers has no const pointers).
-  carve(s, backward, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
+  // The saved set and x are written by no kernel of the backward (Buffers has no const pointers).
+  carve(s, dx != nullptr, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
+  if (s.R == 1) {
+    buf.v = const_cast<float*>(x);
+    buf.dv = dx;
+  }
   return true;
 }
 
@@ -149,7 +155,7 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
                 cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, false, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
@@ -161,7 +167,7 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
                    void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, false, nullptr, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
@@ -174,7 +180,7 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, true, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, dx, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);

@@ -277,13 +277,12 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   }
 }
 
-// v[e, r, p] = x[e, p] mimo_x[h, r, p] (x for SISO).   (one thread per (token, head, r, p))
+// MIMO: v[e, r, p] = x[e, p] mimo_x[h, r, p].   (one thread per (token, head, r, p); SISO's v is x itself)
 __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v) {
   const int64_t n = s.E * s.R * s.P;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = idx % s.P, r = (idx / s.P) % s.R, e = idx / (s.P * s.R);
-    const float xv = x[e * s.P + p];
-    v[idx] = mimo_x != nullptr ? xv * mimo_x[((e % s.H) * s.R + r) * s.P + p] : xv;
+    v[idx] = x[e * s.P + p] * mimo_x[((e % s.H) * s.R + r) * s.P + p];
   }
 }
 
@@ -468,8 +467,10 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
                      static_cast<unsigned>(ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs)));
   qk_kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r));
   LLMT_CUDA_CHECK_LAUNCH();
-  up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
-  LLMT_CUDA_CHECK_LAUNCH();
+  if (p.mimo_x != nullptr) {
+    up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
