@@ -1,8 +1,9 @@
 // The Mamba-3 layer op on the GPU (ops.cuh mamba3_fwd/bwd/decode; layers-ssm-attn.md §4.3–4.6): the scratch, the
 // fixed-order column sums of the parameter gradients, and the order of the phases: prep (mamba3_prep.cu), the
 // chunked core (mamba3_core.cu) or the decode recurrence (mamba3_decode.cu), the gate (mamba3_gate.cu). The
-// backward recomputes the prep, and the core's forward unless the forward saved its G, chunk-entering states and
-// y (`saved`, model.mamba3.save_states): then the same kernels' values are read instead of computed twice.
+// backward recomputes the prep, and the core's forward, unless the forward saved its G, chunk-entering states and y
+// and BCNorm's n̂_B, n̂_C, 1 / RMS (`saved`, model.mamba3.save_states): then the same kernels' values are read
+// instead of computed twice (the rest of the prep is still recomputed).
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda {
@@ -23,11 +24,16 @@ struct Carver {
 };
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
-// each chunk, y.
+// each chunk, y; BCNorm's n̂_B, n̂_C and their 1 / RMS.
 void take_saved(const Sizes& s, Carver& c, Buffers& b) {
+  const int64_t RG = s.rows * s.R * s.G;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
   c.take(b.states, s.B * s.H * s.nc * s.P * s.N);
   c.take(b.y, s.E * s.R * s.P);
+  c.take(b.nb, RG * s.N);
+  c.take(b.ncn, RG * s.N);
+  c.take(b.rb, RG);
+  c.take(b.rc, RG);
 }
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
@@ -41,10 +47,6 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
   c.take(b.dtd, E);
   c.take(b.theta, s.rows * s.S);
   c.take(b.phi, E * s.S);
-  c.take(b.nb, RGN);
-  c.take(b.ncn, RGN);
-  c.take(b.rb, s.rows * s.R * s.G);
-  c.take(b.rc, s.rows * s.R * s.G);
   c.take(b.q, E * s.R * s.N);
   c.take(b.k, E * s.R * s.N);
   if (s.R > 1) c.take(b.v, E * s.R * s.P);
@@ -182,7 +184,7 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
   Buffers buf;
   if (!begin(params, dims, opt, x, dx, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
-  m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
+  m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, nullptr, saved != nullptr);
   if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
   m3::gate_bwd(dout, z, p, s, opt, buf, dz, grads, stream);
   m3::core_bwd(p.D, s, buf, opt.bf16_products, stream);

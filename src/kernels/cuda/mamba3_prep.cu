@@ -446,7 +446,8 @@ __global__ void dD_kernel(const double* dDp, Sizes s, float* dD) {
 }  // namespace
 
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
-              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0) {
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0,
+              bool bcnorm_saved) {
   token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
@@ -456,8 +457,10 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
     phase_kernel<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
+  if (!bcnorm_saved) {
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
   const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
   if (qk_smem > 48 * 1024)
