@@ -286,27 +286,79 @@ __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v
   }
 }
 
-// Rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{q,k} Σ_r (du_i0 (-u_i1) + du_i1 u_i0) on
-// the rotated u; then the pair (i0, i1) of dq, dk un-rotated in place (dū = Rot(φ)^T du).
+// The rotation backward of one channel pair (i0, i1) of a row of rotated u (k or q) and of its gradient du (dk or
+// dq): returns the pair's term of dφ, du_i0 (-u_i1) + du_i1 u_i0 (double), and un-rotates du's pair in place
+// (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ).
+__device__ __forceinline__ double unrotate_pair(const float* u, float* du, int64_t i0, int64_t i1, float cs,
+                                                float sn) {
+  const float g0 = du[i0], g1 = du[i1];
+  const double term = static_cast<double>(g0) * -u[i1] + static_cast<double>(g1) * u[i0];
+  du[i0] = g0 * cs + g1 * sn;
+  du[i1] = g1 * cs - g0 * sn;
+  return term;
+}
+
+// BCNorm backward step 1's outputs at o = (row, r G + g, n) of B (which 0) or C (1) from dn̂ = acc: dnb or dnc, and
+// the weight's per-row term dn̂ ∘ n̂ into cbn or ccn.
+__device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o, double acc) {
+  (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
+  (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+}
+
+// MIMO rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{k,q} Σ_r (du_i0 (-u_i1) + du_i1 u_i0)
+// on the rotated u; then the pair (i0, i1) = (i, i + N/2) of dk, dq un-rotated in place. Reads φ, the rotated
+// pairs of k, q, dk, dq; writes those of dk, dq and dφ.   (one thread per (token, head, angle))
 __global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
   const int64_t n = s.E * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, e = idx / s.S;
-    const int64_t i0 = s.R == 1 ? 2 * i : i, i1 = s.R == 1 ? 2 * i + 1 : i + s.N / 2;
     float sn, cs;
     sincosf(buf.phi[idx], &sn, &cs);
     double acc = 0.0;
     for (int which = 0; which < 2; ++which)
       for (int64_t r = 0; r < s.R; ++r) {
         const int64_t o = (e * s.R + r) * s.N;
-        const float* rot = (which == 0 ? buf.k : buf.q) + o;
-        float* grad = (which == 0 ? buf.dk : buf.dq) + o;
-        const float g0 = grad[i0], g1 = grad[i1];
-        acc += static_cast<double>(g0) * -rot[i1] + static_cast<double>(g1) * rot[i0];
-        grad[i0] = g0 * cs + g1 * sn;
-        grad[i1] = g1 * cs - g0 * sn;
+        acc += unrotate_pair((which == 0 ? buf.k : buf.q) + o, (which == 0 ? buf.dk : buf.dq) + o, i, i + s.N / 2,
+                             cs, sn);
       }
     buf.dphi[idx] = static_cast<float>(acc);
+  }
+}
+
+// SISO rotation backward and BCNorm backward step 1 in one pass (rot_bwd_kernel's and bcnorm_dn_kernel's
+// arithmetic for R = 1) per (row, group g, channel pair u = (2u, 2u + 1); the last channel alone when N is odd): for
+// each head h of the group in order, where u < S dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1 u_0) and the pair of
+// dk, dq un-rotated in place, then the pair's dū added into dn̂ (double); dnb, dnc, cbn, ccn of the pair (put_dn).
+// Reads φ, the rotated pairs of k, q, all of dk, dq, and n̂_B, n̂_C; writes the rotated pairs of dk, dq, dφ, dnb,
+// dnc, cbn, ccn.   (one thread per (row, g, u))
+__global__ void rot_bcnorm_bwd_kernel(Sizes s, Buffers buf) {
+  const int64_t U = (s.N + 1) / 2, hpg = s.H / s.G, n = s.rows * s.G * U;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t u = idx % U, g = (idx / U) % s.G, row = idx / (U * s.G), i0 = 2 * u, i1 = 2 * u + 1;
+    const bool pair = i1 < s.N;  // (2 S <= N: a lone channel is never rotated)
+    double dn[2][2] = {};        // [which][channel]
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      const int64_t e = row * s.H + h;
+      if (u < s.S) {
+        float sn, cs;
+        sincosf(buf.phi[e * s.S + u], &sn, &cs);
+        double acc = 0.0;
+        for (int which = 0; which < 2; ++which)
+          acc += unrotate_pair((which == 0 ? buf.k : buf.q) + e * s.N, (which == 0 ? buf.dk : buf.dq) + e * s.N, i0,
+                               i1, cs, sn);
+        buf.dphi[e * s.S + u] = static_cast<float>(acc);
+      }
+      for (int which = 0; which < 2; ++which) {
+        const float* du = (which == 0 ? buf.dk : buf.dq) + e * s.N;
+        dn[which][0] += du[i0];
+        if (pair) dn[which][1] += du[i1];
+      }
+    }
+    const int64_t o = (row * s.G + g) * s.N;
+    for (int which = 0; which < 2; ++which) {
+      put_dn(buf, which, o + i0, dn[which][0]);
+      if (pair) put_dn(buf, which, o + i1, dn[which][1]);
+    }
   }
 }
 
@@ -389,8 +441,8 @@ __global__ void angle_bwd_kernel(const float* raw, const double* dtd, Sizes s, c
   }
 }
 
-// BCNorm backward (§1.1), step 1 per (row, which, r G + g, n): dn̂ = Σ_{h of group g} dū[h, r] into dnb / dnc and
-// the weight's per-row term dn̂ ∘ n into cbn / ccn.
+// MIMO BCNorm backward (§1.1), step 1 per (row, which, r G + g, n): dn̂ = Σ_{h of group g} dū[h, r] into dnb / dnc
+// and the weight's per-row term dn̂ ∘ n̂ into cbn / ccn (put_dn). Reads dk, dq, n̂_B, n̂_C; writes dnb, dnc, cbn, ccn.
 __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN, hpg = s.H / s.G;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
@@ -400,8 +452,7 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
     const float* du = which == 0 ? buf.dk : buf.dq;
     double acc = 0.0;
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) acc += du[((row * s.H + h) * s.R + r) * s.N + n];
-    (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
-    (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+    put_dn(buf, static_cast<int>(which), o, acc);
   }
 }
 
@@ -478,9 +529,19 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
 
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
-  if (s.S > 0) {
-    rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+  const int64_t bc_all = s.rows * 2 * s.R * s.G;
+  if (s.R == 1) {
+    rot_bcnorm_bwd_kernel<<<grid_for(s.rows * s.G * ((s.N + 1) / 2)), kThreads, 0, stream>>>(s, buf);
     LLMT_CUDA_CHECK_LAUNCH();
+  } else {
+    if (s.S > 0) {
+      rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+      LLMT_CUDA_CHECK_LAUNCH();
+    }
+    bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
+  if (s.S > 0) {
     const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
     phase_bwd_kernel<<<scan_grid, kScanThreads, 0, stream>>>(s, buf.dphi);
     LLMT_CUDA_CHECK_LAUNCH();
@@ -488,9 +549,6 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
     LLMT_CUDA_CHECK_LAUNCH();
   }
   scalar_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
-  LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t bc_all = s.rows * 2 * s.R * s.G;
-  bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_mean_kernel<<<grid_for(bc_all), kThreads, 0, stream>>>(p, s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
