@@ -1,8 +1,9 @@
 // Mamba-3 per-token scalars and vectors on the GPU (layers-ssm-attn.md §4.3.1, backward §4.5 steps 3–6;
 // semantics: src/kernels/cpu/mamba3_prep.h). Elementwise kernels over (token, head) pairs, except the phase
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
-// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel). Δ, θ, φ and every
-// per-row sum in double; q, k stored in fp32.
+// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), and SISO's rotation
+// and BCNorm backward, one pass per (row, group, channel pair) over the group's heads (rot_bcnorm_bwd_kernel). Δ, θ,
+// φ and every per-row sum in double; q, k stored in fp32.
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
