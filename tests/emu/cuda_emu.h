@@ -1,7 +1,7 @@
 // A CPU emulator of the project's CUDA kernels, for tests (no GPU needed): a kernel file compiled by the host
 // compiler with -DLLMT_CUDA_EMU -include tests/emu/cuda_emu.h runs its kernels here, launched by its own host
-// launchers (tile::launch calls emu::launch under LLMT_CUDA_EMU); tests/emu/cuda_emu_runtime.cpp stands in for
-// libcudart. docs/ARCHITECTURE.md (Verification) says how the test uses it and what it catches.
+// launchers (tile::launch calls emu::launch under LLMT_CUDA_EMU; a file's own chevron launches, in the copy that
+// tests/CMakeLists.txt compiles, go through Chevrons below); tests/emu/cuda_emu_runtime.cpp stands in for libcudart. docs/ARCHITECTURE.md (Verification) says how the test uses it and what it catches.
 //
 // What it models:
 //   - A launch runs at its call, block after block (x fastest, then y, z): one block at a time, never two
