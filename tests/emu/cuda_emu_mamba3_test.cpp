@@ -2,7 +2,7 @@
 // CPU emulator (cuda_emu.h) through its own launchers (mamba3_fwd, mamba3_bwd), no GPU: the forward, then the
 // backward recomputing the core's forward, then the forward writing the saved set (model.mamba3.save_states) and the
 // backward reading it; small shapes with a ragged last chunk (T not a multiple of 64 / R), SISO and MIMO (R = 2, 4),
-// with and without the output norm, bf16 products (the tensor-core kernels) and fp32. Every output (out, dx, dz,
+// with and without the output norm, one and two B/C groups, bf16 products (the tensor-core kernels) and fp32. Every output (out, dx, dz,
 // dbc, draw and every parameter gradient) must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
@@ -210,10 +210,12 @@ void check_case(const Case& c) {
 
 }  // namespace
 
-TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the output norm, ragged last chunk",
+TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the output norm, two groups and an "
+          "odd d_state, ragged last chunk",
           "[emu][mamba3]") {
   check_case({2, 70, 2, 16, 16, 1, 1, 4, true, false, 1});
   check_case({1, 70, 2, 64, 64, 1, 1, 8, false, true, 2});
+  check_case({1, 70, 4, 16, 11, 2, 1, 3, false, false, 5});  // the lone last channel of N = 11, unrotated
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {
