@@ -63,6 +63,15 @@ __device__ void conv_taps(const float* w, int64_t c, int64_t width, bool reverse
     wr[i] = i < width ? static_cast<double>(w[c * width + (reversed ? width - 1 - i : i)]) : 0.0;
 }
 
+// The ring of inputs before the run: xr[k] = x_{t0-1-k}[c] for k < W - 1 (0 before the sequence and past W - 1), so
+// that after the shift at token t0, xr[j] = x_{t0-j}.
+__device__ void conv_inputs_before(const float* x, const ConvRun& run, int64_t channels, int64_t width,
+                                   double (&xr)[kConvMaxWidth]) {
+#pragma unroll
+  for (int k = 0; k < kConvMaxWidth; ++k)
+    xr[k] = k < width - 1 && run.t0 - 1 - k >= 0 ? x[run.seq + (run.t0 - 1 - k) * channels] : 0.0;
+}
+
 // pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (terms with t-W+1+i < 0 skipped; no bias term when bias
 // is null; i ascending, in double);  y_t = pre_t σ(pre_t).  xr[j] = x_{t-j}, so tap i = W-1-j (j descending).
 __global__ void short_conv_fwd_kernel(const float* x, const float* w, const float* bias, int64_t seq_len,
@@ -71,9 +80,7 @@ __global__ void short_conv_fwd_kernel(const float* x, const float* w, const floa
   if (run.c >= channels) return;
   double wr[kConvMaxWidth], xr[kConvMaxWidth];
   conv_taps(w, run.c, width, true, wr);
-#pragma unroll
-  for (int j = 1; j < kConvMaxWidth; ++j)
-    xr[j] = j < width && run.t0 - j >= 0 ? x[run.seq + (run.t0 - j) * channels] : 0.0;
+  conv_inputs_before(x, run, channels, width, xr);
   const double b0 = bias != nullptr ? static_cast<double>(bias[run.c]) : 0.0;
   for (int64_t t = run.t0; t < run.t1; ++t) {
 #pragma unroll
@@ -108,12 +115,9 @@ __global__ void short_conv_bwd_kernel(const float* dy, const float* x, const flo
   if (run.c >= channels) return;
   double wr[kConvMaxWidth], xr[kConvMaxWidth], yr[kConvMaxWidth], dwr[kConvMaxWidth];
   conv_taps(w, run.c, width, false, wr);
+  conv_inputs_before(x, run, channels, width, xr);
 #pragma unroll
-  for (int k = 0; k < kConvMaxWidth; ++k) {
-    xr[k] = k > 0 && k < width && run.t0 - k >= 0 ? x[run.seq + (run.t0 - k) * channels] : 0.0;
-    yr[k] = 0.0;
-    dwr[k] = 0.0;
-  }
+  for (int k = 0; k < kConvMaxWidth; ++k) yr[k] = dwr[k] = 0.0;
   double db = 0.0;
   const int64_t t_end = run.t1 + width - 1 < seq_len ? run.t1 + width - 1 : seq_len;
   for (int64_t t = run.t0; t < run.t1 + width - 1; ++t) {
