@@ -5,6 +5,8 @@
 // l2norm,gated_rmsnorm,delta_gates,comba_gates}.h; arithmetic in double like the CPU reference. Parameter
 // gradients (dw, dbias, dA_log, ddt_bias, ddecay, dD) are reduced deterministically: fixed-order partial
 // sums, never atomics.
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -55,51 +57,56 @@ struct ConvRun {
   }
 };
 
-// w[c, 0..W-1] into registers (0 past W): wr[i] = w[c, i], or reversed, wr[j] = w[c, W-1-j] (every register index
-// a compile-time constant).
-__device__ void conv_taps(const float* w, int64_t c, int64_t width, bool reversed, double (&wr)[kConvMaxWidth]) {
+// w[c, 0..W-1] into registers: wr[i] = w[c, i], or reversed, wr[j] = w[c, W-1-j].
+template <int W>
+__device__ void conv_taps(const float* __restrict__ w, int64_t c, bool reversed, double (&wr)[W]) {
 #pragma unroll
-  for (int i = 0; i < kConvMaxWidth; ++i)
-    wr[i] = i < width ? static_cast<double>(w[c * width + (reversed ? width - 1 - i : i)]) : 0.0;
+  for (int i = 0; i < W; ++i) wr[i] = static_cast<double>(w[c * W + (reversed ? W - 1 - i : i)]);
 }
 
-// The ring of inputs before the run: xr[k] = x_{t0-1-k}[c] for k < W - 1 (0 before the sequence and past W - 1), so
-// that after the shift at token t0, xr[j] = x_{t0-j}.
-__device__ void conv_inputs_before(const float* x, const ConvRun& run, int64_t channels, int64_t width,
-                                   double (&xr)[kConvMaxWidth]) {
+// The ring of inputs before the run: xr[k] = x_{t0-1-k}[c] for k < W - 1 (0 before the sequence), so that after
+// the shift at token t0, xr[j] = x_{t0-j}.
+template <int W>
+__device__ void conv_inputs_before(const float* __restrict__ x, const ConvRun& run, int64_t channels,
+                                   double (&xr)[W]) {
 #pragma unroll
-  for (int k = 0; k < kConvMaxWidth; ++k)
-    xr[k] = k < width - 1 && run.t0 - 1 - k >= 0 ? x[run.seq + (run.t0 - 1 - k) * channels] : 0.0;
+  for (int k = 0; k < W; ++k)
+    xr[k] = k < W - 1 && run.t0 - 1 - k >= 0 ? x[run.seq + (run.t0 - 1 - k) * channels] : 0.0;
 }
 
 // pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (terms with t-W+1+i < 0 skipped; no bias term when bias
-// is null; i ascending, in double);  y_t = pre_t σ(pre_t).  xr[j] = x_{t-j}, so tap i = W-1-j (j descending).
-__global__ void short_conv_fwd_kernel(const float* x, const float* w, const float* bias, int64_t seq_len,
-                                      int64_t channels, int64_t width, float* pre, float* y) {
+// is null; i ascending, in double);  y_t = pre_t σ(pre_t).  xr[j] = x_{t-j}, so tap i = W-1-j (j descending); the
+// next token's x is loaded before this one's arithmetic.
+template <int W>
+__global__ void short_conv_fwd_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                      const float* __restrict__ bias, int64_t seq_len, int64_t channels,
+                                      float* __restrict__ pre, float* __restrict__ y) {
   const ConvRun run(seq_len, channels);
   if (run.c >= channels) return;
-  double wr[kConvMaxWidth], xr[kConvMaxWidth];
-  conv_taps(w, run.c, width, true, wr);
-  conv_inputs_before(x, run, channels, width, xr);
+  double wr[W], xr[W];
+  conv_taps<W>(w, run.c, true, wr);
+  conv_inputs_before<W>(x, run, channels, xr);
   const double b0 = bias != nullptr ? static_cast<double>(bias[run.c]) : 0.0;
+  float next = x[run.seq + run.t0 * channels];
   for (int64_t t = run.t0; t < run.t1; ++t) {
 #pragma unroll
-    for (int j = kConvMaxWidth - 1; j > 0; --j) xr[j] = xr[j - 1];
+    for (int j = W - 1; j > 0; --j) xr[j] = xr[j - 1];
     const int64_t e = run.seq + t * channels;
-    xr[0] = x[e];
+    xr[0] = next;
+    if (t + 1 < run.t1) next = x[e + channels];
     double acc = b0;
 #pragma unroll
-    for (int j = kConvMaxWidth - 1; j >= 0; --j)
-      if (j < width && t - j >= 0) acc += wr[j] * xr[j];
+    for (int j = W - 1; j >= 0; --j)
+      if (t - j >= 0) acc += wr[j] * xr[j];
     pre[e] = static_cast<float>(acc);
     y[e] = static_cast<float>(acc * sigmoid_d(acc));
   }
 }
 
 // ȳ = dy ∘ silu'(pre), silu'(z) = σ(z)(1 + z(1 - σ(z)))
-__device__ double conv_ybar(const float* dy, const float* pre, int64_t j) {
-  const double z = pre[j], sig = sigmoid_d(z);
-  return static_cast<double>(dy[j]) * sig * (1.0 + z * (1.0 - sig));
+__device__ double conv_ybar(double dy, double z) {
+  const double sig = sigmoid_d(z);
+  return dy * sig * (1.0 + z * (1.0 - sig));
 }
 
 // The backward for the thread's run: dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (i ascending, terms past the sequence's
@@ -107,48 +114,73 @@ __device__ double conv_ybar(const float* dy, const float* pre, int64_t j) {
 // partial[run, c * W + i] = Σ_{t in the run, t-W+1+i >= 0} ȳ_t[c] x_{t-W+1+i}[c] (t ascending), bias_partial[run, c]
 // = Σ_t ȳ_t[c] when bias_partial is given. As t walks [t0, t1 + W - 1): yr[k] = ȳ_{t-k} (0 past the sequence's
 // end), so dx_τ is complete at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j} and dwr[j] the partial of tap
-// W-1-j, for t < t1.
-__global__ void short_conv_bwd_kernel(const float* dy, const float* x, const float* w, const float* pre,
-                                      int64_t seq_len, int64_t channels, int64_t width, float* dx, double* partial,
-                                      double* bias_partial) {
+// W-1-j, for t < t1. The next token's dy, pre and x are loaded before this one's arithmetic.
+template <int W>
+__global__ void short_conv_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                      const float* __restrict__ w, const float* __restrict__ pre, int64_t seq_len,
+                                      int64_t channels, float* __restrict__ dx, double* __restrict__ partial,
+                                      double* __restrict__ bias_partial) {
   const ConvRun run(seq_len, channels);
   if (run.c >= channels) return;
-  double wr[kConvMaxWidth], xr[kConvMaxWidth], yr[kConvMaxWidth], dwr[kConvMaxWidth];
-  conv_taps(w, run.c, width, false, wr);
-  conv_inputs_before(x, run, channels, width, xr);
+  double wr[W], xr[W], yr[W], dwr[W];
+  conv_taps<W>(w, run.c, false, wr);
+  conv_inputs_before<W>(x, run, channels, xr);
 #pragma unroll
-  for (int k = 0; k < kConvMaxWidth; ++k) yr[k] = dwr[k] = 0.0;
+  for (int k = 0; k < W; ++k) yr[k] = dwr[k] = 0.0;
   double db = 0.0;
-  const int64_t t_end = run.t1 + width - 1 < seq_len ? run.t1 + width - 1 : seq_len;
-  for (int64_t t = run.t0; t < run.t1 + width - 1; ++t) {
-#pragma unroll
-    for (int k = kConvMaxWidth - 1; k > 0; --k) yr[k] = yr[k - 1];
+  const int64_t t_end = run.t1 + W - 1 < seq_len ? run.t1 + W - 1 : seq_len;  // ȳ is needed up to here
+  const auto fetch = [&](int64_t t, float& d, float& z, float& xv) {
     const int64_t e = run.seq + t * channels;
-    yr[0] = t < t_end ? conv_ybar(dy, pre, e) : 0.0;
+    if (t < t_end) d = dy[e], z = pre[e];
+    if (t < run.t1) xv = x[e];
+  };
+  float nd = 0.0f, nz = 0.0f, nx = 0.0f;  // the next token's dy, pre, x
+  fetch(run.t0, nd, nz, nx);
+  for (int64_t t = run.t0; t < run.t1 + W - 1; ++t) {
+    const float dt = nd, zt = nz, xt = nx;
+    fetch(t + 1, nd, nz, nx);
+#pragma unroll
+    for (int k = W - 1; k > 0; --k) yr[k] = yr[k - 1];
+    yr[0] = t < t_end ? conv_ybar(dt, zt) : 0.0;
     if (t < run.t1) {
 #pragma unroll
-      for (int j = kConvMaxWidth - 1; j > 0; --j) xr[j] = xr[j - 1];
-      xr[0] = x[e];
+      for (int j = W - 1; j > 0; --j) xr[j] = xr[j - 1];
+      xr[0] = xt;
       db += yr[0];
 #pragma unroll
-      for (int j = 0; j < kConvMaxWidth; ++j)
-        if (j < width && t - j >= 0) dwr[j] += yr[0] * xr[j];
+      for (int j = 0; j < W; ++j)
+        if (t - j >= 0) dwr[j] += yr[0] * xr[j];
     }
-    const int64_t tau = t - width + 1;
+    const int64_t tau = t - W + 1;
     if (tau >= run.t0) {
       double acc = 0.0;
 #pragma unroll
-      for (int i = 0; i < kConvMaxWidth; ++i)
-        if (i < width && t - i < seq_len) acc += wr[i] * yr[i];
+      for (int i = 0; i < W; ++i)
+        if (t - i < seq_len) acc += wr[i] * yr[i];
       dx[run.seq + tau * channels] = static_cast<float>(acc);
     }
   }
-  double* p = partial + int64_t{blockIdx.x} * channels * width + run.c * width;
+  double* p = partial + int64_t{blockIdx.x} * channels * W + run.c * W;
 #pragma unroll
-  for (int j = 0; j < kConvMaxWidth; ++j)
-    if (j < width) p[width - 1 - j] = dwr[j];
+  for (int j = 0; j < W; ++j) p[W - 1 - j] = dwr[j];
   if (bias_partial != nullptr) bias_partial[int64_t{blockIdx.x} * channels + run.c] = db;
 }
+
+// f(std::integral_constant<int, W>{}) for the runtime width (1 <= width <= kConvMaxWidth; checked by the callers).
+template <typename F>
+void with_width(int64_t width, F f) {
+  switch (width) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+static_assert(kConvMaxWidth == 8, "with_width covers widths 1 .. 8");
 
 // ---- L2 norm (§2.2) and gated RMSNorm (§2.3): one warp per row ----
 
@@ -385,8 +417,10 @@ void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int6
   check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
         kConvMaxWidth, width);
   if (batch * seq_len * channels == 0) return;
-  short_conv_fwd_kernel<<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(x, w, bias, seq_len, channels,
-                                                                                     width, pre, y);
+  with_width(width, [&](auto W) {
+    short_conv_fwd_kernel<decltype(W)::value><<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(x, w, bias, seq_len,
+                                                                                        channels, pre, y);
+  });
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
@@ -403,8 +437,10 @@ void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const 
   const int64_t runs = batch * conv_runs(seq_len);
   auto* partial = static_cast<double*>(scratch);
   double* bias_partial = dbias != nullptr ? partial + runs * channels * width : nullptr;
-  short_conv_bwd_kernel<<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(
-      dy, x, w, pre, seq_len, channels, width, dx, partial, bias_partial);
+  with_width(width, [&](auto W) {
+    short_conv_bwd_kernel<decltype(W)::value><<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(
+        dy, x, w, pre, seq_len, channels, dx, partial, bias_partial);
+  });
   LLMT_CUDA_CHECK_LAUNCH();
   add_partials_kernel<<<grid_for(channels * width), kThreads, 0, stream>>>(partial, runs, channels * width, dw);
   LLMT_CUDA_CHECK_LAUNCH();
