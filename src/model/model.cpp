@@ -91,6 +91,15 @@ Tensor row_view(const Tensor& t, int64_t r0, int64_t n, int64_t width) {
   return Tensor(static_cast<char*>(t.data) + r0 * width * dtype_size(t.dtype), t.dtype, {n, width});
 }
 
+/// The rows of the LM head weight W [V, D] for vocabulary part p.
+Tensor rows_of(const Tensor& W, const Model::VocabPart& p) { return row_view(W, p.first, p.count, W.shape[1]); }
+
+/// The columns of p in logits [n, V] (row stride as the logits buffer's: pass it to the products).
+Tensor cols_of(const Tensor& logits, const Model::VocabPart& p) {
+  return Tensor(static_cast<char*>(logits.data) + p.first * dtype_size(logits.dtype), logits.dtype,
+                {logits.shape[0], p.count});
+}
+
 /// t (f64, f32 or bf16) into host doubles (t.numel() of them).
 void download_f64(Backend& be, const Tensor& t, double* out) {
   if (t.dtype == DType::f64) return be.download(t, out);
@@ -122,11 +131,18 @@ void Model::final_norm() {
   store_.backend().rmsnorm_fwd(*resid_.back(), store_.master(final_norm_), config_.norm_eps, *xf_, *rstdf_);
 }
 
+std::array<Model::VocabPart, 2> Model::vocab_parts() const {
+  const int64_t V = config_.vocab_size, split = logits_ld_ > V ? V / 64 * 64 : V;
+  return {VocabPart{0, split}, VocabPart{split, V - split}};
+}
+
 Tensor Model::head_chunk(int64_t r0, int64_t n) {
   const Tensor logits_c(logits_->data, logits_->dtype, {n, config_.vocab_size});
   const Tensor W = store_.param(lm_head_ >= 0 ? lm_head_ : embedding_);
-  store_.backend().matmul_strided(row_view(*xf_, r0, n, config_.d_model), 0, false, W, true, logits_c, logits_ld_,
-                                  false);
+  const Tensor xf_c = row_view(*xf_, r0, n, config_.d_model);
+  for (const VocabPart& p : vocab_parts())
+    if (p.count > 0)
+      store_.backend().matmul_strided(xf_c, 0, false, rows_of(W, p), true, cols_of(logits_c, p), logits_ld_, false);
   return logits_c;
 }
 
@@ -222,7 +238,13 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
     be.cross_entropy_strided(logits_c, logits_ld_, targets_c, with_grad ? grad_scale : 0.0, losses_c,
                      correct ? row_view(*correct_, r0, n, 1).reshape({n}) : Tensor());
     if (with_grad) {
-      be.matmul_strided(logits_c, logits_ld_, false, W, false, row_view(*dxf_, r0, n, D), 0, false);  // dxf_c = dlogits W
+      bool first = true;
+      for (const VocabPart& p : vocab_parts()) {  // dxf_c = dlogits W, summed over the vocabulary's parts
+        if (p.count == 0) continue;
+        be.matmul_strided(cols_of(logits_c, p), logits_ld_, false, rows_of(W, p), false, row_view(*dxf_, r0, n, D), 0,
+                          !first);
+        first = false;
+      }
       be.matmul_strided(logits_c, logits_ld_, true, xf_c, false, dW, 0, true);  // dW += dlogits^T xf_c
     }
   }

@@ -3,6 +3,7 @@
 // cross-entropy. The LM head and the loss run over row chunks, so the full
 // [tokens x vocab] logits are never stored.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +42,11 @@ struct DecodeState {
 
 class Model {
  public:
+  /// Vocabulary columns [first, first + count) of the LM head's products (vocab_parts).
+  struct VocabPart {
+    int64_t first, count;
+  };
+
   /// Registers all parameters (names as flash-linear-attention's HF layout); allocates
   /// nothing, so counts() works for any size.
   explicit Model(const ModelConfig& config);
@@ -126,6 +132,11 @@ class Model {
   Tensor head_chunk(int64_t r0, int64_t n);
   /// head_chunk(r0, n), downloaded into out [n, V] (double).
   void download_head_chunk(int64_t r0, int64_t n, double* out);
+  /// The LM head's products over the vocabulary in two parts: where the backend pads the logits rows
+  /// (logits_stride > V), the first part is the vocabulary rounded down to a multiple of 64 columns, so that its
+  /// GEMMs have every extent and stride 16-byte aligned (cuBLAS's fast kernels: GPT-2's 50257 is odd), and the rest
+  /// (< 64 columns) is a small product of its own; otherwise the whole vocabulary, then nothing.
+  std::array<VocabPart, 2> vocab_parts() const;
   /// The logits of all `rows` rows of xf_, chunk by chunk, into host `out` [rows, V] in double.
   void download_logits(int64_t rows, double* out);
   /// decode() / prefill() of the planned [batch, seq_len] tokens ids [batch * seq_len]; logits of each
