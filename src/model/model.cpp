@@ -22,7 +22,7 @@ Model::Model(const ModelConfig& config) : config_(config) {
 
 ParamCounts Model::counts() const {
   ParamCounts c;
-  c.total = store_.total();
+  c.total = store_.count();
   c.embedding = store_.infos()[embedding_].numel + (lm_head_ >= 0 ? store_.infos()[lm_head_].numel : 0);
   c.non_embedding = c.total - c.embedding;
   return c;

@@ -25,9 +25,10 @@ int ParamStore::add(const std::string& name, std::vector<int64_t> shape, ParamKi
   check(!backend_, "ParamStore::add({}) after allocate()", name);
   for (const auto& p : infos_) check(p.name != name, "ParamStore: duplicate parameter name {}", name);
   check(!shape.empty() && shape.size() <= 4, "ParamStore: {} needs 1 to 4 dimensions", name);
-  ParamInfo info{name, shape, total_, 1, kind, init};
+  ParamInfo info{name, shape, (total_ + kParamAlign - 1) / kParamAlign * kParamAlign, 1, kind, init};
   for (int64_t d : shape) info.numel *= d;
-  total_ += info.numel;
+  total_ = info.offset + info.numel;
+  count_ += info.numel;
   infos_.push_back(info);
   return static_cast<int>(infos_.size()) - 1;
 }

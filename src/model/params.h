@@ -34,10 +34,15 @@ struct Init {
   int64_t stream = -1;
 };
 
+/// Every parameter starts at a multiple of kParamAlign elements of the flat buffers (zero gaps between them), so
+/// that matrix products read 16-byte aligned weights (the bf16 working copy too) whatever the sizes before them
+/// (a GDN layer's A_log and dt_bias have num_heads elements): cuBLAS's fast kernels need it.
+constexpr int64_t kParamAlign = 64;
+
 struct ParamInfo {
   std::string name;             ///< flash-linear-attention HF name, e.g. model.layers.0.attn.q_proj.weight
   std::vector<int64_t> shape;
-  int64_t offset = 0;           ///< in elements, into the flat buffers
+  int64_t offset = 0;           ///< in elements, into the flat buffers (a multiple of kParamAlign)
   int64_t numel = 0;
   ParamKind kind = ParamKind::weight;
   Init init;
@@ -82,7 +87,10 @@ class ParamStore {
   }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
+  /// The extent of the flat buffers: the last parameter's end (parameters and the zero gaps between them).
   int64_t total() const { return total_; }
+  /// The number of parameter elements (the sum of the parameters' numel, without the gaps).
+  int64_t count() const { return count_; }
   /// total() rounded up to allocate()'s pad_multiple.
   int64_t padded_total() const { return padded_total_; }
   /// Master parameter, gradient and optimizer-state dtype (f32, or f64 in gradient checks).
@@ -95,7 +103,7 @@ class ParamStore {
   bool has_working() const { return compute_dtype_ != dtype_; }
   Tensor view(const Buffer& b, int i, DType dtype) const;
   std::vector<ParamInfo> infos_;
-  int64_t total_ = 0, padded_total_ = 0;
+  int64_t total_ = 0, padded_total_ = 0, count_ = 0;
   DType dtype_ = DType::f32, compute_dtype_ = DType::f32;
   Backend* backend_ = nullptr;
   Buffer params_, grads_, working_;
