@@ -21,7 +21,7 @@ AdamW::AdamW(ParamStore& store, const TrainConfig& train, int64_t shard_begin, i
     const int64_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
     if (lo >= hi) continue;  // outside the shard
     if (!runs_.empty() && runs_.back().decay == decay)
-      runs_.back().numel += hi - lo;
+      runs_.back().numel = hi - runs_.back().offset;  // (with the zero gap before lo: it stays zero)
     else
       runs_.push_back(Run{lo, hi - lo, decay});
   }
