@@ -110,6 +110,20 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
   }
 }
 
+// Warp 0's shuffle scan of scan_gate_pair: Γ of rows 2l, 2l + 1 into v0, v1 of lane l (all 32 lanes of warp 0).
+__device__ __forceinline__ void gate_pair_scan(float g0, float g1, double& v0, double& v1) {
+  const int l = static_cast<int>(threadIdx.x);
+  const double a0 = g0, pair = a0 + g1;
+  double incl = pair;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (l >= o) incl += y;
+  }
+  const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  v0 = (l > 0 ? excl : 0.0) + a0;
+  v1 = incl;
+}
+
 // Γ of the chunk from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle scan
 // over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. Ends with a barrier (Γ visible to the block), which
 // in the Mma scans also orders the previous chunk's state update before what follows (that chunk read Γ only
@@ -117,15 +131,10 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
 __device__ void scan_gate_pair(float g0, float g1, double* gam) {
   if (threadIdx.x < 32) {
     const int l = static_cast<int>(threadIdx.x);
-    const double a0 = g0, pair = a0 + g1;
-    double incl = pair;
-    for (int o = 1; o < 32; o <<= 1) {
-      const double y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (l >= o) incl += y;
-    }
-    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
-    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
-    gam[2 * l + 1] = incl;
+    double v0, v1;
+    gate_pair_scan(g0, g1, v0, v1);
+    gam[2 * l] = v0;
+    gam[2 * l + 1] = v1;
   }
   __syncthreads();
 }
@@ -1137,13 +1146,40 @@ constexpr int kBwdScanMaxKt = 4;
 // <= 128. A larger key_dim loads them through registers, one key tile ahead.
 __host__ __device__ constexpr bool bwd_scan_kq_staged(int nkt) { return nkt <= 2; }
 
-// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: Γ of two chunks (double), the bf16 copy of dS (the
-// K^g dS products' operand), K^g of the chunk before and Q^g of this chunk, two buffers of W tiles (bf16; the
-// chunk before's land by cp.async while this one computes), dO and dΔ (bf16), the fp32 staging tiles of dO and
+// The row factors of gdn_bwd_scan_mma_kernel (scan_gate_factors): two Q^g sets (this chunk's and the chunk
+// before's, kN + 4 floats each: e^{Γ_C} after the rows) and the K^g set of the chunk before.
+constexpr int kBwdFactorFloats = 3 * kN + 8;
+
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the row factors, the bf16 copy of dS (the K^g dS
+// products' operand), K^g of the chunk before and Q^g of this chunk, two buffers of W tiles (bf16; the chunk
+// before's land by cp.async while this one computes), dO and dΔ (bf16), the fp32 staging tiles of dO and
 // (key_dim <= 128) k, q. 189 KiB at key_dim 128, 215 KiB at 256.
 constexpr size_t bwd_scan_mma_smem(int nkt) {
-  return 2 * kScanSmallBytes + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
+  return sizeof(float) * kBwdFactorFloats + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
          sizeof(float) * tile::kStageFloats * (1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
+}
+
+// The row factors of a chunk of n rows from warp 0's gate pairs (as scan_gate_pair; Γ_C = Γ_{n-1}): fq[r] = e^{Γ_r}
+// (Q^g), fk[r] = e^{Γ_C-Γ_r} (K^g) for rows r < n, else 0, and fq[kN] = e^{Γ_C}: expd of the Γ scan_gate_pair
+// stores, each computed once per chunk (Γ_C sent to every lane by shuffles). Ends with a barrier (the factors
+// visible; as scan_gate_pair's). Lanes of other warps pass anything.
+__device__ void scan_gate_factors(float g0, float g1, int n, float* fq, float* fk) {
+  if (threadIdx.x < 32) {
+    const int l = static_cast<int>(threadIdx.x), m = (n - 1) >> 1;
+    double v0, v1;
+    gate_pair_scan(g0, g1, v0, v1);
+    double gC = ((n - 1) & 1) ? v1 : v0;  // lane m's is Γ_{n-1}: a butterfly takes it to every lane
+    for (int o = 16; o > 0; o >>= 1) {
+      const double y = __shfl_xor_sync(0xffffffffu, gC, o);
+      if ((l ^ m) & o) gC = y;
+    }
+    fq[2 * l] = 2 * l < n ? expd(v0) : 0.0f;
+    fq[2 * l + 1] = 2 * l + 1 < n ? expd(v1) : 0.0f;
+    fk[2 * l] = 2 * l < n ? expd(gC - v0) : 0.0f;
+    fk[2 * l + 1] = 2 * l + 1 < n ? expd(gC - v1) : 0.0f;
+    if (l == 0) fq[kN] = expd(gC);
+  }
+  __syncthreads();
 }
 
 // dst[r * stride + c] = bf16(acc element) at the thread's elements (Mma map) with r < rows, c < cols: the bits of
@@ -1188,12 +1224,13 @@ __device__ __forceinline__ void load_tile_h_async(bf16* s, const bf16* src, int6
 // the thread's elements of the Mma map); no dS after chunk 0 (no one reads the initial state's gradient).
 // key_dim <= 64 kBwdScanMaxKt (launcher). Software-pipelined by a chunk: chunk n's state update stores each key
 // tile's new dS (= dS_C of chunk n - 1) straight from its registers to dh[n - 1] and as bf16 to hS, and forms
-// K^g of chunk n - 1 (Γ of chunk n - 1 is scanned before the update); the next chunk starts with the barrier after
-// which K^g hS (B1 of chunk n - 1) is read. Per chunk n (2 barriers):
+// K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed once, by warp 0 with
+// its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier after which K^g hS
+// (B1 of chunk n - 1) is read. Per chunk n (2 barriers):
 //   B | K^g hS in registers (key tiles in order), Q^g of chunk n into hQ in turn; dO into hO;
-//       dΔ = P^T dO + K^g hS -> dD, hE; Γ of chunk n - 1 |
+//       dΔ = P^T dO + K^g hS -> dD, hE; row factors of chunk n - 1 |
 //   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
-// (The last chunk: dS_C = 0, dh and hS zero, its Γ and K^g before the loop.) In flight ahead of their use: by
+// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
 // cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
 // <= 128) q (fp32 staging tiles, issued once this chunk's are converted) and k (staging tiles, issued after the
 // update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
@@ -1206,8 +1243,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  double* const gam2 = cv.take<double>(2 * kN);
-  const auto gam_of = [&](int64_t c) { return gam2 + (c & 1) * kN; };  // Γ of chunk c (scan_gate_pair)
+  // The row factors (scan_gate_factors): Q^g of chunk c at fq_of(c) (with e^{Γ_C} at [kN]), K^g of one chunk at fk.
+  float* const fac = cv.take<float>(kBwdFactorFloats);
+  const auto fq_of = [&](int64_t c) { return fac + (c & 1) * (kN + 4); };
+  float* const fk = fac + 2 * (kN + 4);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
@@ -1246,22 +1285,21 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const auto fetch_x = [&](const E* p, const Chunk& c, int kt) {
     tile::fetch_h(x, c.in(a, p, K, kt * kN), a.H * K, c.n, tile_cols(K, kt * kN));
   };
-  // Q^g (q ⊙ e^Γ) and K^g (k ⊙ e^{Γ_C-Γ}) of key tile kt of chunk c (Γ at gm) into hQ, hK: from the thread's own
-  // staged pieces (its cp_async_wait suffices) or from x.
-  const auto put_q = [&](int kt, const Chunk& c, const double* gm) {
-    const auto f = [&](int r) { return expd(gm[r]); };
+  // Q^g (q ⊙ e^Γ) and K^g (k ⊙ e^{Γ_C-Γ}) of key tile kt of chunk c (row factors f) into hQ, hK: from the
+  // thread's own staged pieces (its cp_async_wait suffices) or from x.
+  const auto put_q = [&](int kt, const Chunk& c, const float* f) {
+    const auto scale = [&](int r) { return f[r]; };
     if (kq_async)
-      tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, c.n, f);
+      tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, c.n, scale);
     else
-      tile::put_h(hQ + kt * kTileHalves, x, c.n, f);
+      tile::put_h(hQ + kt * kTileHalves, x, c.n, scale);
   };
-  const auto put_k = [&](int kt, const Chunk& c, const double* gm) {
-    const double gC = gm[c.n - 1];
-    const auto f = [&](int r) { return expd(gC - gm[r]); };
+  const auto put_k = [&](int kt, const Chunk& c) {
+    const auto scale = [&](int r) { return fk[r]; };
     if (kq_async)
-      tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, c.n, f);
+      tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, c.n, scale);
     else
-      tile::put_h(hK + kt * kTileHalves, x, c.n, f);
+      tile::put_h(hK + kt * kTileHalves, x, c.n, scale);
   };
   Acc dd;                      // dΔ (P^T dO) of the chunk next processed, in flight in registers
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0: the gate pairs of the chunk whose Γ is scanned next)
@@ -1282,12 +1320,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     }
     tile::clear_h(hS, nkt);
-    const double* gm = gam_of(ch.chunk);
-    scan_gate_pair(g0, g1, gam_of(ch.chunk));
-    const double gC = gm[ch.n - 1];
+    scan_gate_factors(g0, g1, ch.n, fq_of(ch.chunk), fk);
     for (int kt = 0; kt < nkt; ++kt)
       tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
-                   [&](int r) { return expd(gC - gm[r]); });
+                   [&](int r) { return fk[r]; });
     if (ch.chunk > 0) {
       const Chunk pv(a, ch.chunk - 1, bh);
       fetch_gate_pair(a, pv, g0, g1);
@@ -1302,7 +1338,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, bh);
     const bool upd = chunk > 0;  // whether this chunk updates dS
-    const double* gm = gam_of(chunk);
+    const float* fq = fq_of(chunk);
     if (!kq_async && chunk > 1) {  // (L2) k, q of the chunk two before, fetched during the chunk before's update
       const Chunk nx(a, chunk - 2, bh);
       tile::prefetch_l2(nx.in(a, a.k, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
@@ -1317,7 +1353,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) {  // B1: K^g dS_C (key tiles in order); Q^g of this chunk in turn
       if (upd) {
-        put_q(kt, ch, gm);
+        put_q(kt, ch, fq);
         if (!kq_async) {
           if (kt + 1 < nkt)
             fetch_x(a.q, ch, kt + 1);
@@ -1341,16 +1377,15 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     if (!upd) break;
     const Chunk pv(a, chunk - 1, bh);
     load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
-    const double* gp = gam_of(chunk - 1);
-    // Γ of the chunk before; the barrier: hE, hQ, hO, this chunk's W complete, the reads of hK above done.
-    scan_gate_pair(g0, g1, gam_of(chunk - 1));
+    // The chunk before's row factors; the barrier: hE, hQ, hO, this chunk's W complete, the reads of hK above done.
+    scan_gate_factors(g0, g1, pv.n, fq_of(chunk - 1), fk);
     if (chunk > 1) fetch_gate_pair(a, Chunk(a, chunk - 2, bh), g0, g1);
     tile::cp_async_wait<2>();  // k of the chunk before (all but the two groups committed since)
-    const float aC = expd(gm[ch.n - 1]);
+    const float aC = fq[kN];  // e^{Γ_C}
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
       if (kt >= nkt) break;
-      put_k(kt, pv, gp);
+      put_k(kt, pv);
       if (!kq_async) {
         if (kt + 1 < nkt)
           fetch_x(a.k, pv, kt + 1);
