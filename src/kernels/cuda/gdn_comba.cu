@@ -111,6 +111,20 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
   }
 }
 
+// Warp 0's shuffle scan of scan_gate_pair: Γ of rows 2l, 2l + 1 into v0, v1 of lane l (all 32 lanes of warp 0).
+__device__ __forceinline__ void gate_pair_scan(float g0, float g1, double& v0, double& v1) {
+  const int l = static_cast<int>(threadIdx.x);
+  const double a0 = g0, pair = a0 + g1;
+  double incl = pair;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (l >= o) incl += y;
+  }
+  const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  v0 = (l > 0 ? excl : 0.0) + a0;
+  v1 = incl;
+}
+
 // Γ of the chunk from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle scan
 // over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. Ends with a barrier (Γ visible to the block), which
 // in the Mma scans also orders the previous chunk's state update before what follows (that chunk read Γ only
@@ -118,15 +132,10 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
 __device__ void scan_gate_pair(float g0, float g1, double* gam) {
   if (threadIdx.x < 32) {
     const int l = static_cast<int>(threadIdx.x);
-    const double a0 = g0, pair = a0 + g1;
-    double incl = pair;
-    for (int o = 1; o < 32; o <<= 1) {
-      const double y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (l >= o) incl += y;
-    }
-    const double excl = __shfl_up_sync(0xffffffffu, incl, 1);
-    gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
-    gam[2 * l + 1] = incl;
+    double v0, v1;
+    gate_pair_scan(g0, g1, v0, v1);
+    gam[2 * l] = v0;
+    gam[2 * l + 1] = v1;
   }
   __syncthreads();
 }
@@ -1348,36 +1357,111 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
 // (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc bwd_scan.
 constexpr int kBwdScanMaxKt = 4;
 
-// Whether gdn_bwd_scan_mma_kernel stages the chunk before's k and q in fp32 shared memory (cp.async; 32 KiB per
-// key tile): key_dim <= 128. A larger key_dim loads them into registers, one key tile at a time.
+// Whether gdn_bwd_scan_mma_kernel stages k and q in fp32 shared memory (cp.async; 32 KiB per key tile): key_dim
+// <= 128. A larger key_dim loads them through registers, one key tile ahead.
 __host__ __device__ constexpr bool bwd_scan_kq_staged(int nkt) { return nkt <= 2; }
 
-// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the bf16 copy of dS (the products' operand), the
-// chunk's K^g and Q^g tiles, two buffers of its W tiles (bf16; the chunk before's land by cp.async while this
-// one computes), dO and dΔ (bf16), the fp32 staging tiles of the chunk before's dO and (key_dim <= 128) k, q.
-// 189 KiB at key_dim 128, 215 KiB at 256.
+// The row factors of gdn_bwd_scan_mma_kernel (scan_gate_factors): two Q^g sets (this chunk's and the chunk
+// before's, kN + 4 floats each: e^{Γ_C} after the rows) and the K^g set of the chunk before.
+constexpr int kBwdFactorFloats = 3 * kN + 8;
+
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the row factors, the bf16 copy of dS (the K^g dS
+// products' operand), K^g of the chunk before and Q^g of this chunk, two buffers of W tiles (bf16; the chunk
+// before's land by cp.async while this one computes), dO and dΔ (bf16), the fp32 staging tiles of dO and
+// (key_dim <= 128) k, q. 189 KiB at key_dim 128, 215 KiB at 256.
 constexpr size_t bwd_scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
+  return sizeof(float) * kBwdFactorFloats + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
          sizeof(float) * tile::kStageFloats * (1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
 }
 
+// The row factors of a chunk of n rows from warp 0's gate pairs (as scan_gate_pair; Γ_C = Γ_{n-1}): fq[r] = e^{Γ_r}
+// (Q^g), fk[r] = e^{Γ_C-Γ_r} (K^g) for rows r < n, else 0, and fq[kN] = e^{Γ_C}: expd of the Γ scan_gate_pair
+// stores, each computed once per chunk (Γ_C sent to every lane by shuffles). Ends with a barrier (the factors
+// visible; as scan_gate_pair's). Lanes of other warps pass anything.
+__device__ void scan_gate_factors(float g0, float g1, int n, float* fq, float* fk) {
+  if (threadIdx.x < 32) {
+    const int l = static_cast<int>(threadIdx.x), m = (n - 1) >> 1;
+    double v0, v1;
+    gate_pair_scan(g0, g1, v0, v1);
+    double gC = ((n - 1) & 1) ? v1 : v0;  // lane m's is Γ_{n-1}: a butterfly takes it to every lane
+    for (int o = 16; o > 0; o >>= 1) {
+      const double y = __shfl_xor_sync(0xffffffffu, gC, o);
+      if ((l ^ m) & o) gC = y;
+    }
+    fq[2 * l] = 2 * l < n ? expd(v0) : 0.0f;
+    fq[2 * l + 1] = 2 * l + 1 < n ? expd(v1) : 0.0f;
+    fk[2 * l] = 2 * l < n ? expd(gC - v0) : 0.0f;
+    fk[2 * l + 1] = 2 * l + 1 < n ? expd(gC - v1) : 0.0f;
+    if (l == 0) fq[kN] = expd(gC);
+  }
+  __syncthreads();
+}
+
+// dst[r * stride + c] = bf16(acc element) at the thread's elements (Mma map) with r < rows, c < cols: the bits of
+// store_acc_h then store_h, straight from registers (column pairs as bf16x2 where dst, stride and cols are even).
+__device__ __forceinline__ void store_acc_bf16(const Acc& acc, bf16* dst, int64_t stride, int rows, int cols) {
+  if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0 && (stride & 1) == 0 && (cols & 1) == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        if (r < rows && c < cols)
+          *reinterpret_cast<__nv_bfloat162*>(dst + r * stride + c) =
+              __floats2bfloat162_rn(acc.v[i][j], acc.v[i][j + 1]);
+      }
+    return;
+  }
+  store_acc<Mma>(acc, dst, stride, rows, cols, tile::Same{});
+}
+
+// tile::stage_async(g, src, stride, rows, cols) and tile::load_h_async(s, src, stride, rows, cols): the same
+// copies by the same threads, where the tile is full (rows = cols = 64) without the per-piece bounds and zero-fill
+// (fewer instructions: gdn_bwd_scan_mma_kernel issues them every chunk).
+__device__ __forceinline__ void stage_tile_async(float* g, const float* src, int64_t stride, int rows, int cols) {
+  if (rows != kN || cols != kN) return tile::stage_async(g, src, stride, rows, cols);
+  const int t = static_cast<int>(threadIdx.x), r = t >> 4, c = 4 * (t & 15);
+#pragma unroll
+  for (int it = 0; it < kN / 16; ++it)
+    tile::cp_async16(g + (r + 16 * it) * kN + c, src + (r + 16 * it) * stride + c, 16);
+}
+__device__ __forceinline__ void load_tile_h_async(bf16* s, const bf16* src, int64_t stride, int rows, int cols) {
+  if (rows != kN || cols != kN) return tile::load_h_async(s, src, stride, rows, cols);
+  const int t = static_cast<int>(threadIdx.x), r = t >> 3, c = 8 * (t & 7);
+#pragma unroll
+  for (int it = 0; it < kN / 32; ++it)
+    tile::cp_async16(s + (r + 32 * it) * kLdH + c, src + (r + 32 * it) * stride + c, 16);
+}
+
 // B1 (state part) and B2 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in reverse, as
-// gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in
+// gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in order in
 // registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
-// the thread's elements of the Mma map) and its bf16 copy in shared memory. key_dim <= 64 kBwdScanMaxKt
-// (launcher). Loads run one chunk ahead where they can: the chunk before's W tiles (cp.async into the other W
-// buffer, issued at the start of a chunk), its dO (cp.async into an fp32 staging tile, issued once this chunk's
-// dO is converted), its dΔ and gates (registers); within a chunk k, q of key tile 0 are issued first thing
-// (before the gates' scan) and those of tile kt + 1 before tile kt is converted (a chunk ahead, or two tiles
-// ahead, they need more registers than there are: spills). Where W or dO is
-// not 16-byte aligned (key_dim % 8 != 0, value_dim % 4 != 0) that operand is loaded synchronously (load_h)
-// instead. Same arithmetic either way.
+// the thread's elements of the Mma map); no dS after chunk 0 (no one reads the initial state's gradient).
+// key_dim <= 64 kBwdScanMaxKt (launcher). Software-pipelined by a chunk: chunk n's state update stores each key
+// tile's new dS (= dS_C of chunk n - 1) straight from its registers to dh[n - 1] and as bf16 to hS, and forms
+// K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed once, by warp 0 with
+// its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier after which K^g hS
+// (B1 of chunk n - 1) is read. Per chunk n (2 barriers):
+//   B | K^g hS in registers (key tiles in order), Q^g of chunk n into hQ in turn; dO into hO;
+//       dΔ = P^T dO + K^g hS -> dD, hE; row factors of chunk n - 1 |
+//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
+// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
+// cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
+// <= 128) q (fp32 staging tiles, issued once this chunk's are converted) and k (staging tiles, issued after the
+// update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
+// gates of the chunk before that; at key_dim > 128 k, q one key tile ahead in registers (q of key tile 0 from the
+// chunk after's update on), with the L2 asked for the rows of the chunk two before. Where W or dO is not 16-byte
+// aligned (key_dim % 8 != 0, value_dim % 4 != 0) that operand is loaded synchronously (load_h) instead. Same
+// arithmetic either way.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  ScanSmall s(cv);
+  // The row factors (scan_gate_factors): Q^g of chunk c at fq_of(c) (with e^{Γ_C} at [kN]), K^g of one chunk at fk.
+  float* const fac = cv.take<float>(kBwdFactorFloats);
+  const auto fq_of = [&](int64_t c) { return fac + (c & 1) * (kN + 4); };
+  float* const fk = fac + 2 * (kN + 4);
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
@@ -1391,107 +1475,138 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   // (Every row of dO, k, q starts a multiple of V or K elements after the tensor's start.)
   const bool o_async = tile::async_ok_f(a.d_o, V);
   const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
-  // The W tiles of chunk c into W buffer c % 2 (cp.async).
-  const auto issue_w = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
-    bf16* dst = hW + (c & 1) * nkt * kTileHalves;
+  // The W tiles of chunk nx into W buffer nx.chunk % 2 (cp.async).
+  const auto issue_w = [&](const Chunk& nx) {
+    bf16* dst = hW + (nx.chunk & 1) * nkt * kTileHalves;
     for (int kt = 0; kt < nkt; ++kt)
-      tile::load_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
+      load_tile_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
   };
-  // The dO tile of chunk c into the staging tile (cp.async).
-  const auto issue_o = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
-    tile::stage_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+  // dO (where o_async) and q of all key tiles (where kq_async) of chunk nx into their staging tiles (cp.async).
+  const auto issue_qo = [&](const Chunk& nx) {
+    if (o_async) stage_tile_async(gO, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+    if (kq_async)
+      for (int kt = 0; kt < nkt; ++kt)
+        stage_tile_async(gKQ + (2 * kt + 1) * tile::kStageFloats, nx.in(a, a.q, K, kt * kN), a.H * K, nx.n,
+                         tile_cols(K, kt * kN));
   };
-  // k and q of all key tiles of chunk c into their staging tiles (cp.async).
-  const auto issue_kq = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
-    for (int kt = 0; kt < nkt; ++kt) {
-      const int kc = tile_cols(K, kt * kN);
-      tile::stage_async(gKQ + 2 * kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
-      tile::stage_async(gKQ + (2 * kt + 1) * tile::kStageFloats, nx.in(a, a.q, K, kt * kN), a.H * K, nx.n, kc);
-    }
+  // k of all key tiles of chunk nx into their staging tiles (cp.async; kq_async).
+  const auto issue_k = [&](const Chunk& nx) {
+    for (int kt = 0; kt < nkt; ++kt)
+      stage_tile_async(gKQ + 2 * kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n,
+                       tile_cols(K, kt * kN));
   };
-  // Else k and q of key tile kt of chunk c into x[0], x[1] (registers; put_h converts them).
-  using KQ = float[2][tile::kHPer][2];
-  KQ kq;
-  const auto fetch_kq = [&](KQ& x, const Chunk& c, int kt) {
-    const int kc = tile_cols(K, kt * kN);
-    tile::fetch_h(x[0], c.in(a, a.k, K, kt * kN), a.H * K, c.n, kc);
-    tile::fetch_h(x[1], c.in(a, a.q, K, kt * kN), a.H * K, c.n, kc);
+  // Else key tile kt of p (q or k) of chunk c into x (registers; put_q / put_k convert them).
+  tile::HRegs x;
+  const auto fetch_x = [&](const E* p, const Chunk& c, int kt) {
+    tile::fetch_h(x, c.in(a, p, K, kt * kN), a.H * K, c.n, tile_cols(K, kt * kN));
   };
-  // The chunk before's dΔ and gates, in flight in registers until that chunk uses them.
-  Acc dd;
-  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: gate pairs)
-  const auto fetch_next = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
-    load_acc<Mma>(dd, nx.rows(a, a.dD, V, v0), V, nx.n, vc);
-    fetch_gate_pair(a, nx, g0, g1);
+  // Q^g (q ⊙ e^Γ) and K^g (k ⊙ e^{Γ_C-Γ}) of key tile kt of chunk c (row factors f) into hQ, hK: from the
+  // thread's own staged pieces (its cp_async_wait suffices) or from x.
+  const auto put_q = [&](int kt, const Chunk& c, const float* f) {
+    const auto scale = [&](int r) { return f[r]; };
+    if (kq_async)
+      tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, c.n, scale);
+    else
+      tile::put_h(hQ + kt * kTileHalves, x, c.n, scale);
   };
-  Acc dS[kBwdScanMaxKt];  // tiles >= nkt unused
+  const auto put_k = [&](int kt, const Chunk& c) {
+    const auto scale = [&](int r) { return fk[r]; };
+    if (kq_async)
+      tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, c.n, scale);
+    else
+      tile::put_h(hK + kt * kTileHalves, x, c.n, scale);
+  };
+  Acc dd;                      // dΔ (P^T dO) of the chunk next processed, in flight in registers
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0: the gate pairs of the chunk whose Γ is scanned next)
+  Acc dS[kBwdScanMaxKt];       // tiles >= nkt unused
 #pragma unroll
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
-  tile::clear_h(hS, nkt);
-  if (w_async) issue_w(a.NC - 1);
-  if (o_async) issue_o(a.NC - 1);
-  if (kq_async) issue_kq(a.NC - 1);
-  tile::cp_async_commit();
-  fetch_next(a.NC - 1);
+  {  // The last chunk: dS_C = 0 (dh stored from the zero registers; hS cleared), its Γ and K^g (load_h).
+    const Chunk ch(a, a.NC - 1, bh);
+    if (ch.chunk > 0) {
+      if (w_async) issue_w(ch);
+      issue_qo(ch);
+    }
+    tile::cp_async_commit();
+    fetch_gate_pair(a, ch, g0, g1);
+#pragma unroll
+    for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {
+      if (kt >= nkt) break;
+      store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+    }
+    tile::clear_h(hS, nkt);
+    scan_gate_factors(g0, g1, ch.n, fq_of(ch.chunk), fk);
+    for (int kt = 0; kt < nkt; ++kt)
+      tile::load_h(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN),
+                   [&](int r) { return fk[r]; });
+    if (ch.chunk > 0) {
+      const Chunk pv(a, ch.chunk - 1, bh);
+      fetch_gate_pair(a, pv, g0, g1);
+      if (kq_async)
+        issue_k(pv);
+      else
+        fetch_x(a.q, ch, 0);
+    }
+    tile::cp_async_commit();
+    load_acc<Mma>(dd, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+  }
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
     const Chunk ch(a, chunk, bh);
-    if (chunk > 1) prefetch_chunk(a, Chunk(a, chunk - 2, bh), v0, vc, true);
-    if (!kq_async) fetch_kq(kq, ch, 0);  // (in flight during the gates' scan; the other key tiles one by one below)
-    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
-    // The other W buffer was last read by the chunk after's B2, before the barrier above.
-    if (w_async && chunk > 0) issue_w(chunk - 1);
-    tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here and dO(c - 1) below, per chunk)
-    const double gC = s.gam[ch.n - 1];
-    const float aC = expd(gC);
-    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
-    // K^g, Q^g (and W where synchronous) of key tile kt from the registers x.
-    const auto put_kq = [&](const KQ& x, int kt) {
-      const int kc = tile_cols(K, kt * kN);
-      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
-      tile::put_h(hK + kt * kTileHalves, x[0], ch.n, [&](int r) { return expd(gC - s.gam[r]); });
-      tile::put_h(hQ + kt * kTileHalves, x[1], ch.n, [&](int r) { return expd(s.gam[r]); });
-      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-    };
-    tile::cp_async_wait<1>();  // this chunk's W, dO, k, q (all but the group just committed)
-    if (kq_async) {
-      for (int kt = 0; kt < nkt; ++kt) {  // from the thread's own staged pieces (its wait suffices)
-        const int kc = tile_cols(K, kt * kN);
-        tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, kc, vc);  // dh[n] = bf16(dS_C)
-        tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, ch.n,
-                           [&](int r) { return expd(gC - s.gam[r]); });
-        tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, ch.n,
-                           [&](int r) { return expd(s.gam[r]); });
-        if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-      }
-    } else {
-      for (int kt = 0; kt < nkt; ++kt) {
-        if (kt > 0) fetch_kq(kq, ch, kt);
-        put_kq(kq, kt);
-      }
+    const bool upd = chunk > 0;  // whether this chunk updates dS
+    const float* fq = fq_of(chunk);
+    if (!kq_async && chunk > 1) {  // (L2) k, q of the chunk two before, fetched during the chunk before's update
+      const Chunk nx(a, chunk - 2, bh);
+      tile::prefetch_l2(nx.in(a, a.k, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
+      tile::prefetch_l2(nx.in(a, a.q, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
     }
-    if (o_async)
-      tile::put_h_staged(hO, gO, ch.n);  // the thread's own pieces (its wait suffices)
-    else
-      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-    float* dD = ch.rows(a, a.dD, V, v0);
-    Acc d = dd;
-    if (chunk > 0) fetch_next(chunk - 1);  // in flight until the chunk before
-    __syncthreads();
+    __syncthreads();  // the chunk after's update done: hS complete; its reads of hQ, hO, hE, the other W buffer done
+    if (w_async && chunk > 1) issue_w(Chunk(a, chunk - 1, bh));
+    tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here, q, dO(c - 1) below, k(c - 2) at the end)
+    tile::cp_async_wait<2>();  // this chunk's W, q, dO (all but k of the chunk before and the group just committed)
+    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
     Acc acc;
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
-    tile::delta_out<true>(d, acc, dD, V, ch.n, vc, hE);  // B1: dΔ = P^T dO + K^g dS_C (0 outside the chunk)
-    __syncthreads();  // hE complete; every read of hS (K^g dS) and of the staging tile done
-    if (o_async && chunk > 0) issue_o(chunk - 1);
-    if (kq_async && chunk > 0) issue_kq(chunk - 1);
+    for (int kt = 0; kt < nkt; ++kt) {  // B1: K^g dS_C (key tiles in order); Q^g of this chunk in turn
+      if (upd) {
+        put_q(kt, ch, fq);
+        if (!kq_async) {
+          if (kt + 1 < nkt)
+            fetch_x(a.q, ch, kt + 1);
+          else
+            fetch_x(a.k, Chunk(a, chunk - 1, bh), 0);
+        }
+        if (!w_async)
+          tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, tile_cols(K, kt * kN));
+      }
+      Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    }
+    if (upd) {
+      if (o_async)
+        tile::put_h_staged(hO, gO, ch.n);  // the thread's own pieces (its wait suffices)
+      else
+        tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    }
+    if (chunk > 1) issue_qo(Chunk(a, chunk - 1, bh));
     tile::cp_async_commit();
+    tile::delta_out<true>(dd, acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, hE);  // dΔ = P^T dO + K^g dS_C
+    if (!upd) break;
+    const Chunk pv(a, chunk - 1, bh);
+    load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
+    // The chunk before's row factors; the barrier: hE, hQ, hO, this chunk's W complete, the reads of hK above done.
+    scan_gate_factors(g0, g1, pv.n, fq_of(chunk - 1), fk);
+    if (chunk > 1) fetch_gate_pair(a, Chunk(a, chunk - 2, bh), g0, g1);
+    tile::cp_async_wait<2>();  // k of the chunk before (all but the two groups committed since)
+    const float aC = fq[kN];  // e^{Γ_C}
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
       if (kt >= nkt) break;
+      put_k(kt, pv);
+      if (!kq_async) {
+        if (kt + 1 < nkt)
+          fetch_x(a.k, pv, kt + 1);
+        else if (chunk > 1)
+          fetch_x(a.q, pv, 0);
+      }
       Acc qd, wd;
       qd.zero();
       wd.zero();
@@ -1501,8 +1616,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
+      store_acc_bf16(dS[kt], pv.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // dh[n - 1]
       tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
     }
+    if (kq_async && chunk > 1) issue_k(Chunk(a, chunk - 2, bh));
+    tile::cp_async_commit();
   }
   tile::cp_async_wait<0>();
 }
