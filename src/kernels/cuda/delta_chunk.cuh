@@ -229,41 +229,54 @@ __device__ __forceinline__ void state_products(const A& a, const Chunk& ch, int6
   }
 }
 
+/// The bf16 operand tiles of a value tile of wy_u_side: dΔ (z) and v (y).
+struct UTiles {
+  __nv_bfloat16 *z, *y;
+};
+
 /// B5, U side of an Mma bwd_wy kernel, over the value tiles: X_U = 𝒯^T dΔ (𝒯 in the bf16 tile hT, dΔ from a.dD),
 /// dV = β X_U into a.dv, dtv += dΔ V^T and db_part[i] += Σ_j X_U ⊙ v at the thread's elements (row Mma::row(i);
-/// v in fp32 from a.v, as the bf16 operand through hY; dΔ through hZ). operands(v0, vc, vv) brings the value tile
-/// at column v0 (vc columns) in: dΔ into hZ, v into hY and vv (v at the thread's elements, 0 outside ch.n x vc),
-/// ending with a barrier after which hZ and hY are complete. store_dv(xu, f, v0, vc) stores f(r, c, X_U) (dV) at
-/// the thread's elements of the value tile. Expects hT complete; ends with a barrier.
-template <typename A, typename Operands, typename StoreDv>
+/// v in fp32 from a.v, as the bf16 operand through t.y; dΔ through t.z, t = tiles(vt) for value tile vt).
+/// operands(v0, vc, vv, t) brings the value tile at column v0 (vc columns) in: dΔ into t.z, v into t.y and vv (v
+/// at the thread's elements, 0 outside ch.n x vc), ending with a barrier after which t.z and t.y are complete.
+/// store_dv(xu, f, v0, vc) stores f(r, c, X_U) (dV) at the thread's elements of the value tile. Expects hT
+/// complete. With close, every value tile ends with a barrier (its tiles may be the next one's); without, the next
+/// value tile's operands must not overwrite this one's tiles before their barrier (tiles alternating, say).
+template <typename A, typename Tiles, typename Operands, typename StoreDv>
 __device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
-                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4],
-                                          Operands operands, StoreDv store_dv) {
+                                          Tiles tiles, Acc& dtv, float (&db_part)[4], Operands operands,
+                                          StoreDv store_dv, bool close) {
   const int64_t V = a.V;
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile_cols(V, v0);
+    const UTiles t = tiles(static_cast<int>(v0 / kN));
     Acc vv;
-    operands(v0, vc, vv);
+    operands(v0, vc, vv, t);
     Acc xu;
     xu.zero();
-    Mma::mma<true, false>(hT, hZ, xu);
-    Mma::mma<false, true>(hZ, hY, dtv);
+    Mma::mma<true, false>(hT, t.z, xu);
+    Mma::mma<false, true>(t.z, t.y, dtv);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) db_part[i] += xu.v[i][j] * vv.v[i][j];
     store_dv(xu, [&](int r, int, float y) { return beta[r] * y; }, v0, vc);
-    __syncthreads();
+    if (close) __syncthreads();
   }
 }
-/// wy_u_side with dV stored element by element (store_acc).
+/// wy_u_side through the bf16 tiles hZ (dΔ) and hY (v), dV stored element by element (store_acc); operands(v0, vc,
+/// vv) brings the value tile into hZ, hY and vv. Ends with a barrier.
 template <typename A, typename Operands>
 __device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
                                           __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4],
                                           Operands operands) {
-  wy_u_side(a, ch, beta, hT, hZ, hY, dtv, db_part, operands, [&](const Acc& xu, auto f, int64_t v0, int vc) {
-    store_acc<Mma>(xu, ch.in(a, a.dv, a.V, v0), a.H * a.V, ch.n, vc, f);
-  });
+  wy_u_side(
+      a, ch, beta, hT, [=](int) { return UTiles{hZ, hY}; }, dtv, db_part,
+      [&](int64_t v0, int vc, Acc& vv, UTiles) { operands(v0, vc, vv); },
+      [&](const Acc& xu, auto f, int64_t v0, int vc) {
+        store_acc<Mma>(xu, ch.in(a, a.dv, a.V, v0), a.H * a.V, ch.n, vc, f);
+      },
+      true);
 }
 /// wy_u_side with the operands loaded from global memory in the step (load_h, load_acc).
 template <typename A>

@@ -922,12 +922,15 @@ struct AccIo {
 // B6, in place in dtv: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T from dtv = dΔ V^T and dtw = dW K^T, lower part.
 template <typename PL, bool kComba>
 __device__ __forceinline__ void wy_dT(Acc& dtv, const Acc& dtw, const Small& s) {
+  float eg[4];  // e^Γ of the thread's columns
+#pragma unroll
+  for (int j = 0; j < 4; ++j) eg[j] = expd(s.row_gam<kComba>(PL::col(j)));
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = PL::row(i), c = PL::col(j);
-      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
+      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + eg[j] * dtw.v[i][j]) : 0.0f;
     }
 }
 
@@ -966,16 +969,23 @@ __device__ __forceinline__ void wy_dae(Acc& m, const Acc& kk, const Small& s, co
   wy_dae_terms<PL>(m, kk, s, db_part, row_x, col_part);
 }
 
-// B7 for key tile k0 (kc columns): dX_r += β_r (dAE K)_r (xr); (dAE^T (β X))_j (yc) goes to dK (Comba) or to dX
-// (GDN: x = k). io: the thread's elements of a key tile of dX / dK in and out (see AccIo).
+// Key tile k0 (kc columns) of dX and of Comba's dK as they are before B7, at the thread's elements into dxo, dko
+// (io: see AccIo).
+template <bool kComba, typename L, typename E, typename Io>
+__device__ __forceinline__ void wy_b7_load(const GdnFast<L, E>& a, const Chunk& ch, int64_t k0, int kc, float* dx,
+                                           const Io& io, Acc& dxo, Acc& dko) {
+  io.load(dxo, ch.in(a, dx, a.K, k0), a.H * a.K, ch.n, kc);
+  if (kComba) io.load(dko, ch.in(a, a.dk, a.K, k0), a.H * a.K, ch.n, kc);
+}
+
+// B7 for key tile k0 (kc columns), onto dxo, dko (wy_b7_load) and stored: dX_r += β_r (dAE K)_r (xr);
+// (dAE^T (β X))_j (yc) goes to dK (Comba) or to dX (GDN: x = k).
 template <typename PL, bool kComba, typename L, typename E, typename Io>
 __device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
-                                            float* dx, const Acc& xr, const Acc& yc, const Io& io) {
+                                            float* dx, const Acc& xr, const Acc& yc, const Io& io, Acc& dxo,
+                                            Acc& dko) {
   const int64_t K = a.K;
   float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
-  Acc dxo, dko;
-  io.load(dxo, dxt, a.H * K, ch.n, kc);
-  if (kComba) io.load(dko, dk, a.H * K, ch.n, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -992,8 +1002,9 @@ __device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk&
 
 // Slot stride of wy_finish's partials (8 mod 32 banks: a warp's Mma row partials land in 32 different banks).
 constexpr int kWyRedLd = 72;
-// Floats of shared scratch that wy_finish needs.
+// Floats of shared scratch that wy_finish needs (gdn_bwd_wy_kernel: its tiles sX .. sZ).
 constexpr int kWyRedFloats = 4 * 16 * kWyRedLd;
+static_assert(kWyRedFloats <= 3 * tile::kTileFloats, "wy_finish's scratch in gdn_bwd_wy_kernel's sX .. sZ");
 
 // The block's dβ (B7) and dg (B9) from the thread's partials: dΓ = their row and column terms plus the dΓ scratch
 // (the dqk kernel's terms), dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r). One pass: every
@@ -1031,12 +1042,25 @@ __device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& c
     s.out2[r] = r < ch.n ? acc + dgam : acc;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // B9
-    float acc = 0.0f, acc_ex = 0.0f;
-    for (int i = ch.n - 1; i >= 0; --i) {
-      acc += s.out2[i];
-      a.dg[ch.gate(a, i)] = acc + acc_ex;
-      if (kComba) acc_ex += s.out3[i];
+  if (threadIdx.x == 0) {  // B9, rows n - 1 .. 0 in order; each 16 rows' dΓ read first (their loads overlap)
+    float acc = 0.0f, acc_ex = 0.0f, *dg = a.dg + ch.gate(a, 0);
+#pragma unroll 1
+    for (int i0 = kN - 16; i0 >= 0; i0 -= 16) {
+      float d2[16], d3[16];
+#pragma unroll
+      for (int q = 0; q < 16; ++q) {
+        d2[q] = s.out2[i0 + q];
+        d3[q] = kComba ? s.out3[i0 + q] : 0.0f;
+      }
+#pragma unroll
+      for (int q = 15; q >= 0; --q) {
+        const int i = i0 + q;
+        if (i < ch.n) {
+          acc += d2[q];
+          dg[i * a.H] = acc + acc_ex;
+          if (kComba) acc_ex += d3[q];
+        }
+      }
     }
   }
 }
@@ -1152,7 +1176,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
     yc.zero();
     L::template mma<false, false>(sdT, sX, xr);
     L::template mma<true, false>(sdT, sZ, yc);
-    wy_b7_store<L, kComba>(a, ch, s, k0, kc, dx, xr, yc, AccIo<L, false>{});
+    const AccIo<L, false> io;
+    Acc dxo, dko;
+    wy_b7_load<kComba>(a, ch, k0, kc, dx, io, dxo, dko);
+    wy_b7_store<L, kComba>(a, ch, s, k0, kc, dx, xr, yc, io, dxo, dko);
     __syncthreads();
   }
   wy_finish<L, kComba>(a, ch, s, sX, db_part, row_part, col_part, ex_part);  // dβ; B9 (sX .. sZ free)
@@ -1503,15 +1530,22 @@ static_assert(kWyRedFloats <= 3 * tile::kStageFloats, "wy_finish's scratch in th
 // thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
 // loads' latency; ptxas spills some bytes a thread to fit).
 // Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt:
-// key tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE (formed before the B7
-// steps, into hdT) stays in registers until the B7 loop ends and its dβ and dΓ terms (which need X K^T) are added.
-// Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands come by cp.async, issued during the step
-// before (the first step's, and 𝒯, at the start), into swizzled staging tiles (stage_async_sw): dΔ and k into gS,
-// v / x (Comba's B7: p̂) into gX(s) (two, alternating: the U and W steps read them at other threads' elements, without
-// bank conflicts, as well as converting their own pieces), dW (bf16) straight into hdT / hM (free until B6),
-// alternating; and dK, dP̂, dV are read and written by column pairs (AccIo). Otherwise each step loads its operands
-// (load_h, load_acc) and reads and writes element by element. The same bits either way. A W step's dK (GDN) is read
-// before its products, so that the load is in flight through them.
+// key tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE, formed before the B7
+// steps (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ
+// and dΓ terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands
+// come by cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging
+// tiles (stage_async_sw): dΔ and k into gS, v / x into gX(s) (two, alternating: the U and W steps read them at other
+// threads' elements, without bank conflicts, as well as converting their own pieces), Comba's p̂ into gX(b0) (only
+// converted), dW (bf16) straight into hdT / hM (free until B6), alternating; and dK, dP̂, dV are read and written by
+// column pairs (AccIo). Otherwise (the fallback) each step loads its operands (load_h, load_acc) and reads and writes
+// element by element. The same bits either way. A step starts with a barrier (its bf16 tiles complete); Comba's B7
+// steps and the fallback's steps also end with one (their tiles are the next step's). The staged U and W steps
+// need none: even steps s use hZ, hY, hdT (U: dΔ, v; W: x, dW), odd steps hX, hM (U: dΔ, v; W: x, dW), so that step
+// s + 1 writes (converts into, or issues copies to) only tiles that step s - 1 used, after step s's opening
+// barrier (one barrier after the W loop: hdT and hM are wy_m1's); likewise GDN's staged B7 steps alternate their k
+// and β k tiles between (hX, hZ) and (hY, hM). GDN's dK is read before a W step's products (and on the staged path
+// a B7 step's), so that the loads are in flight through them. At the end the staging tiles are wy_finish's
+// scratch.
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1571,26 +1605,29 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
     Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
     dtv.zero();
     dtw.zero();
-    // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
+    // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U (staged: the tiles of step s, (dΔ, v), are (hZ, hY) for even s, (hX, hM)
+    // for odd s)
     tile::wy_u_side(
-        a, ch, s.beta, hT, hZ, hY, dtv, db_part,
-        [&](int64_t v0, int vc, Acc& vv) {
+        a, ch, s.beta, hT, [&](int vt) { return kStaged && (vt & 1) ? tile::UTiles{hX, hM} : tile::UTiles{hZ, hY}; },
+        dtv, db_part,
+        [&](int64_t v0, int vc, Acc& vv, tile::UTiles t) {
           const int vt = static_cast<int>(v0 / kN);
           if constexpr (kStaged) {
             staged_step(vt, [&] {
               if (vt == 0) tile::put_h_staged_sw(hT, gX(1), kN);
-              tile::put_h_staged_sw(hZ, gS, ch.n);
-              tile::put_h_staged_sw(hY, gX(vt), ch.n);
+              tile::put_h_staged_sw(t.z, gS, ch.n);
+              tile::put_h_staged_sw(t.y, gX(vt), ch.n);
             });
             tile::load_acc_sw(vv, gX(vt));
           } else {
-            tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-            tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+            tile::load_h(t.z, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+            tile::load_h(t.y, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
             load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
             __syncthreads();
           }
         },
-        [&](const Acc& xu, auto f, int64_t v0, int vc) { io.store(xu, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, f); });
+        [&](const Acc& xu, auto f, int64_t v0, int vc) { io.store(xu, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, f); },
+        !kStaged);
     for (int kt = 0; kt < nkt; ++kt) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
       const int64_t k0 = kt * kN;
       const int kc = tile_cols(K, k0), step = w0 + kt;
@@ -1600,9 +1637,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
         d.zero();
       else
         io.load(d, dxt, a.H * K, ch.n, kc);
-      bf16* hD = kStaged ? hW(step) : hZ;  // dW
+      bf16 *hD = kStaged ? hW(step) : hZ, *hx = kStaged && !(step & 1) ? hY : hX;  // dW, x
       if constexpr (kStaged) {
-        staged_step(step, [&] { tile::put_h_staged_sw(hX, gX(step), ch.n); });
+        staged_step(step, [&] { tile::put_h_staged_sw(hx, gX(step), ch.n); });
       } else {
         tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
         tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
@@ -1611,25 +1648,28 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
       Acc xw;
       xw.zero();
       Mma::mma<true, false>(hT, hD, xw);
-      Mma::mma<false, true>(hD, hX, dtw);
+      Mma::mma<false, true>(hD, hx, dtw);
       Acc xv;  // x at the thread's elements
       if constexpr (kStaged)
         tile::load_acc_sw(xv, gX(step));
       else
         load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 4; ++i) {
+        const int r = Mma::row(i);
+        const float eg = expd(s.row_gam<kComba>(r)), br = s.beta[r];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int r = Mma::row(i);
-          const float eg = expd(s.row_gam<kComba>(r)), xk = xw.v[i][j] * xv.v[i][j] * eg;
+          const float xk = xw.v[i][j] * xv.v[i][j] * eg;
           db_part[i] += xk;
-          row_x[i] += s.beta[r] * xk;
-          d.v[i][j] += s.beta[r] * eg * xw.v[i][j];
+          row_x[i] += br * xk;
+          d.v[i][j] += br * eg * xw.v[i][j];
         }
+      }
       io.store(d, dxt, a.H * K, ch.n, kc, tile::Same{});
-      __syncthreads();
+      if (!kStaged) __syncthreads();  // (staged: the tiles alternate, see above)
     }
+    if (kStaged) __syncthreads();  // the W steps' products done: hdT is wy_m1's
     wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
     Acc m;
     tile::wy_m1(dtv, hT, hdT, hM, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
@@ -1638,14 +1678,19 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
     tile::park_acc(m, gX(b0 + 1));
     Acc kk;  // X K^T (GDN: x = k, one tile for both operands)
     kk.zero();
+    // GDN, staged: k and β k alternate between (hX, hZ) and (hY, hM), so that a B7 step needs no closing barrier.
+    constexpr bool kAlt = !kComba && kStaged;
     for (int kt = 0; kt < nkt; ++kt) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r; X K^T
       const int64_t k0 = kt * kN;
       const int kc = tile_cols(K, k0);
       const auto by_beta = [&](int r) { return s.beta[r]; };
+      Acc dxo, dko;  // GDN, staged: read first, to be in flight through the products (else after them: registers)
+      if (kAlt) wy_b7_load<kComba>(a, ch, k0, kc, dx, io, dxo, dko);
+      bf16 *hk = kAlt && (kt & 1) ? hY : hX, *hbx = kAlt && (kt & 1) ? hM : hZ;  // k, β x
       if constexpr (kStaged) {  // (the barrier: hdT too, on the first pass)
         staged_step(b0 + kt, [&] {  // k from gS (GDN: β x = β k too), β p̂ and p̂ from gX (Comba)
-          tile::put_h_staged_sw(hX, gS, ch.n);
-          tile::put_h_staged_sw(hZ, kComba ? gX(b0) : gS, ch.n, by_beta);
+          tile::put_h_staged_sw(hk, gS, ch.n);
+          tile::put_h_staged_sw(hbx, kComba ? gX(b0) : gS, ch.n, by_beta);
           if (kComba) tile::put_h_staged_sw(hY, gX(b0), ch.n);
         });
       } else {
@@ -1657,11 +1702,12 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
       Acc xr, yc;
       xr.zero();
       yc.zero();
-      Mma::mma<false, false>(hdT, hX, xr);
-      Mma::mma<true, false>(hdT, hZ, yc);
-      Mma::mma<false, true>(kComba ? hY : hX, hX, kk);
-      wy_b7_store<Mma, kComba>(a, ch, s, k0, kc, dx, xr, yc, io);
-      if (kt + 1 < nkt) __syncthreads();
+      Mma::mma<false, false>(hdT, hk, xr);
+      Mma::mma<true, false>(hdT, hbx, yc);
+      Mma::mma<false, true>(kComba ? hY : hk, hk, kk);
+      if (!kAlt) wy_b7_load<kComba>(a, ch, k0, kc, dx, io, dxo, dko);
+      wy_b7_store<Mma, kComba>(a, ch, s, k0, kc, dx, xr, yc, io, dxo, dko);
+      if (!kAlt && kt + 1 < nkt) __syncthreads();
     }
     tile::unpark_acc(m, gX(b0 + 1));
     wy_dae_terms<Mma>(m, kk, s, db_part, row_x, col_part);  // dAE's B7 dβ and B8 (vi) terms
