@@ -66,6 +66,62 @@ __device__ __forceinline__ void store_acc(const Acc& acc, E* dst, int64_t stride
     }
 }
 
+/// load_acc<Mma> and store_acc<Mma> of an fp32 tensor by column pairs (Mma::col(2 p), + 1): one 8-byte access
+/// per pair, each warp access 8 whole 32-byte sectors. The same elements and values as load_acc / store_acc where
+/// src / dst is 8-byte aligned and stride and cols are even (a pair is inside cols or outside it as a whole);
+/// stride fits an int.
+__device__ __forceinline__ void load_acc_pairs(Acc& out, const float* src, int stride, int rows, int cols) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = Mma::row(i);
+    const float* p = src + r * stride;
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      const int c = Mma::col(j);
+      const float2 x = r < rows && c < cols ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.0f, 0.0f);
+      out.v[i][j] = x.x, out.v[i][j + 1] = x.y;
+    }
+  }
+}
+template <typename F>
+__device__ __forceinline__ void store_acc_pairs(const Acc& acc, float* dst, int stride, int rows, int cols, F f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = Mma::row(i);
+    float* p = dst + r * stride;
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      const int c = Mma::col(j);
+      if (r < rows && c < cols)
+        *reinterpret_cast<float2*>(p + c) = make_float2(f(r, c, acc.v[i][j]), f(r, c + 1, acc.v[i][j + 1]));
+    }
+  }
+}
+
+/// load_acc<Mma>(out, g, kN, kN, kN) of a swizzled staging tile (stage_async_sw, delta_tile.cuh): 8-byte reads of
+/// the thread's column pairs, without bank conflicts (the tile holds zeros outside what was staged).
+__device__ __forceinline__ void load_acc_sw(Acc& out, const float* g) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      const float2 x = *reinterpret_cast<const float2*>(g + stage_sw(Mma::row(i), Mma::col(j)));
+      out.v[i][j] = x.x, out.v[i][j + 1] = x.y;
+    }
+}
+
+/// An Acc parked in shared memory, thread-major (element (i, j) of thread t at g[(4 i + j) kThreads + t]: 16 KiB
+/// for the block, conflict-free): park_acc stores it, unpark_acc reads it back. Only the owner reads its elements,
+/// so no barrier is needed between the two.
+__device__ __forceinline__ void park_acc(const Acc& acc, float* g) {
+#pragma unroll
+  for (int e = 0; e < 16; ++e) g[e * kThreads + threadIdx.x] = acc.v[e >> 2][e & 3];
+}
+__device__ __forceinline__ void unpark_acc(Acc& acc, const float* g) {
+#pragma unroll
+  for (int e = 0; e < 16; ++e) acc.v[e >> 2][e & 3] = g[e * kThreads + threadIdx.x];
+}
+
 /// Identity element function for store_acc.
 struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
@@ -173,31 +229,54 @@ __device__ __forceinline__ void state_products(const A& a, const Chunk& ch, int6
   }
 }
 
+/// The bf16 operand tiles of a value tile of wy_u_side: dΔ (z) and v (y).
+struct UTiles {
+  __nv_bfloat16 *z, *y;
+};
+
 /// B5, U side of an Mma bwd_wy kernel, over the value tiles: X_U = 𝒯^T dΔ (𝒯 in the bf16 tile hT, dΔ from a.dD),
 /// dV = β X_U into a.dv, dtv += dΔ V^T and db_part[i] += Σ_j X_U ⊙ v at the thread's elements (row Mma::row(i);
-/// v in fp32 from a.v, as the bf16 operand through hY; dΔ through hZ). operands(v0, vc, vv) brings the value tile
-/// at column v0 (vc columns) in: dΔ into hZ, v into hY and vv (v at the thread's elements, 0 outside ch.n x vc),
-/// ending with a barrier after which hZ and hY are complete. Expects hT complete; ends with a barrier.
-template <typename A, typename Operands>
+/// v in fp32 from a.v, as the bf16 operand through t.y; dΔ through t.z, t = tiles(vt) for value tile vt).
+/// operands(v0, vc, vv, t) brings the value tile at column v0 (vc columns) in: dΔ into t.z, v into t.y and vv (v
+/// at the thread's elements, 0 outside ch.n x vc), ending with a barrier after which t.z and t.y are complete.
+/// store_dv(xu, f, v0, vc) stores f(r, c, X_U) (dV) at the thread's elements of the value tile. Expects hT
+/// complete. With close, every value tile ends with a barrier (its tiles may be the next one's); without, the next
+/// value tile's operands must not overwrite this one's tiles before their barrier (tiles alternating, say).
+template <typename A, typename Tiles, typename Operands, typename StoreDv>
 __device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
-                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4],
-                                          Operands operands) {
+                                          Tiles tiles, Acc& dtv, float (&db_part)[4], Operands operands,
+                                          StoreDv store_dv, bool close) {
   const int64_t V = a.V;
   for (int64_t v0 = 0; v0 < V; v0 += kN) {
     const int vc = tile_cols(V, v0);
+    const UTiles t = tiles(static_cast<int>(v0 / kN));
     Acc vv;
-    operands(v0, vc, vv);
+    operands(v0, vc, vv, t);
     Acc xu;
     xu.zero();
-    Mma::mma<true, false>(hT, hZ, xu);
-    Mma::mma<false, true>(hZ, hY, dtv);
+    Mma::mma<true, false>(hT, t.z, xu);
+    Mma::mma<false, true>(t.z, t.y, dtv);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) db_part[i] += xu.v[i][j] * vv.v[i][j];
-    store_acc<Mma>(xu, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, [&](int r, int, float y) { return beta[r] * y; });
-    __syncthreads();
+    store_dv(xu, [&](int r, int, float y) { return beta[r] * y; }, v0, vc);
+    if (close) __syncthreads();
   }
+}
+/// wy_u_side through the bf16 tiles hZ (dΔ) and hY (v), dV stored element by element (store_acc); operands(v0, vc,
+/// vv) brings the value tile into hZ, hY and vv. Ends with a barrier.
+template <typename A, typename Operands>
+__device__ __forceinline__ void wy_u_side(const A& a, const Chunk& ch, const float* beta, const __nv_bfloat16* hT,
+                                          __nv_bfloat16* hZ, __nv_bfloat16* hY, Acc& dtv, float (&db_part)[4],
+                                          Operands operands) {
+  wy_u_side(
+      a, ch, beta, hT, [=](int) { return UTiles{hZ, hY}; }, dtv, db_part,
+      [&](int64_t v0, int vc, Acc& vv, UTiles) { operands(v0, vc, vv); },
+      [&](const Acc& xu, auto f, int64_t v0, int vc) {
+        store_acc<Mma>(xu, ch.in(a, a.dv, a.V, v0), a.H * a.V, ch.n, vc, f);
+      },
+      true);
 }
 /// wy_u_side with the operands loaded from global memory in the step (load_h, load_acc).
 template <typename A>

@@ -396,15 +396,22 @@ __device__ __forceinline__ void stage_async(float* g, const float* src, int64_t 
   stage_async(g, [=](int r) { return src + r * stride; }, rows, cols);
 }
 
+/// Where element (r, c) of a swizzled staging tile lies (stage_async_sw): row r's 16-byte pieces permuted, piece q
+/// at q ^ 2 (r % 4). A warp's 8-byte reads of an Acc's column pairs in the Mma map (rows r .. r + 7, four pairs
+/// 8 bytes apart in each; load_acc_sw) then hit every bank once per 128 bytes, where the plain tile's rows all
+/// start in bank 0 (8-way conflicts).
+__device__ __forceinline__ int stage_sw(int r, int c) { return r * kN + (c ^ ((r & 3) << 3)); }
+
 /// load_h(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile filled by
 /// stage_async (same src, rows, cols): s[r][c] = bf16(f x) with f = scale(r) for r < rows, else 0, x the staged
-/// value (0 outside rows x cols): the elements and rounding of load_h, another thread -> element map.
-template <typename Scale>
+/// value (0 outside rows x cols): the elements and rounding of load_h, another thread -> element map. kSw: from a
+/// swizzled staging tile (stage_async_sw; put_h_staged_sw).
+template <bool kSw = false, typename Scale>
 __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows, Scale scale) {
 #pragma unroll
   for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 4, c = 4 * (idx & 15);
-    const float4 x = *reinterpret_cast<const float4*>(g + r * kN + c);
+    const float4 x = *reinterpret_cast<const float4*>(g + (kSw ? stage_sw(r, c) : r * kN + c));
     const float f = r < rows ? scale(r) : 0.0f;
     *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c) = __floats2bfloat162_rn(f * x.x, f * x.y);
     *reinterpret_cast<__nv_bfloat162*>(s + r * kLdH + c + 2) = __floats2bfloat162_rn(f * x.z, f * x.w);
@@ -412,6 +419,30 @@ __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, i
 }
 __device__ __forceinline__ void put_h_staged(__nv_bfloat16* s, const float* g, int rows) {
   put_h_staged(s, g, rows, [](int) { return 1.0f; });
+}
+
+/// stage_async(g, src, stride, rows, cols) into a swizzled staging tile (stage_sw): the same pieces per thread
+/// (thread t: row t / 16 + 16 it, columns 4 (t % 16) ..), its source row pointer formed once.
+__device__ __forceinline__ void stage_async_sw(float* g, const float* src, int64_t stride, int rows, int cols) {
+  const int r0 = static_cast<int>(threadIdx.x) >> 4, c = 4 * (static_cast<int>(threadIdx.x) & 15);
+  const int m = cols - c < 4 ? (cols - c > 0 ? cols - c : 0) : 4;
+  const float* p = src + r0 * stride + c;
+  float* d = g + stage_sw(r0, c);  // (r0 + 16 it) % 4 = r0 % 4: the same permutation in every row of the thread
+#pragma unroll
+  for (int it = 0; it < kN * kN / 4 / kThreads; ++it) {
+    const int bytes = r0 + 16 * it < rows ? 4 * m : 0;
+    cp_async16(d + 16 * kN * it, bytes > 0 ? p + 16 * it * stride : src, bytes);
+  }
+}
+
+/// put_h_staged from a swizzled staging tile (stage_async_sw; the thread's own pieces): the same elements and
+/// rounding.
+template <typename Scale>
+__device__ __forceinline__ void put_h_staged_sw(__nv_bfloat16* s, const float* g, int rows, Scale scale) {
+  put_h_staged<true>(s, g, rows, scale);
+}
+__device__ __forceinline__ void put_h_staged_sw(__nv_bfloat16* s, const float* g, int rows) {
+  put_h_staged<true>(s, g, rows, [](int) { return 1.0f; });
 }
 
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2

@@ -1080,46 +1080,93 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
 
 // ---- steps the wy kernels share, on product layout PL (gdn_bwd_wy_kernel: Simt; gdn_bwd_wy_mma_kernel: Mma) ----
 
+// How a wy kernel reads and writes the thread's elements (layout PL) of an fp32 tile of dK, dP̂ or dV in global
+// memory: element by element (load_acc, store_acc), or, with kPairs (PL = Mma only; 8-byte aligned tensors, even
+// strides and dims), by column pairs (load_acc_pairs, store_acc_pairs). The same values either way.
+template <typename PL, bool kPairs>
+struct AccIo {
+  __device__ void load(Acc& out, const float* src, int64_t stride, int rows, int cols) const {
+    if constexpr (kPairs)
+      tile::load_acc_pairs(out, src, static_cast<int>(stride), rows, cols);
+    else
+      load_acc<PL>(out, src, stride, rows, cols);
+  }
+  template <typename F>
+  __device__ void store(const Acc& acc, float* dst, int64_t stride, int rows, int cols, F f) const {
+    if constexpr (kPairs)
+      tile::store_acc_pairs(acc, dst, static_cast<int>(stride), rows, cols, f);
+    else
+      store_acc<PL>(acc, dst, stride, rows, cols, f);
+  }
+};
+
 // B6, in place in dtv: d𝒯 = dU (diag(β) V)^T + dW (diag(β) K^d)^T from dtv = dΔ V^T and dtw = dW K^T, lower part.
 template <typename PL, bool kComba>
 __device__ __forceinline__ void wy_dT(Acc& dtv, const Acc& dtw, const Small& s) {
+  float eg[4];  // e^Γ of the thread's columns
+#pragma unroll
+  for (int j = 0; j < 4; ++j) eg[j] = expd(s.row_gam<kComba>(PL::col(j)));
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = PL::row(i), c = PL::col(j);
-      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + expd(s.row_gam<kComba>(c)) * dtw.v[i][j]) : 0.0f;
+      dtv.v[i][j] = c <= r ? s.beta[c] * (dtv.v[i][j] + eg[j] * dtw.v[i][j]) : 0.0f;
     }
 }
 
-// In place in m (= M1 𝒯^T): dA (j < r) times E; its B7 dβ and B8 (vi) terms into the thread's partials (kk = X K^T).
+// In place in m (= M1 𝒯^T): dA (j < r) times E (dAE).
 template <typename PL, bool kComba>
-__device__ __forceinline__ void wy_dae(Acc& m, const Acc& kk, const Small& s, const Chunk& ch, float (&db_part)[4],
-                                       float (&row_x)[4], float (&col_part)[4]) {
+__device__ __forceinline__ void wy_dae_e(Acc& m, const Small& s, const Chunk& ch) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = PL::row(i), c = PL::col(j);
-      const float dae = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
-      m.v[i][j] = dae;
-      db_part[i] += dae * kk.v[i][j];
-      const float y = dae * s.beta[r] * kk.v[i][j];
+      m.v[i][j] = c < r && r < ch.n ? -m.v[i][j] * expd(s.row_gam<kComba>(r) - s.gam[c]) : 0.0f;
+    }
+}
+
+// dAE's B7 dβ and B8 (vi) terms into the thread's partials (dae = dAE from wy_dae_e, kk = X K^T).
+template <typename PL>
+__device__ __forceinline__ void wy_dae_terms(const Acc& dae, const Acc& kk, const Small& s, float (&db_part)[4],
+                                             float (&row_x)[4], float (&col_part)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      db_part[i] += dae.v[i][j] * kk.v[i][j];
+      const float y = dae.v[i][j] * s.beta[PL::row(i)] * kk.v[i][j];
       row_x[i] += y;
       col_part[j] -= y;
     }
 }
 
-// B7 for key tile k0 (kc columns): dX_r += β_r (dAE K)_r (xr); (dAE^T (β X))_j (yc) goes to dK (Comba) or to dX
-// (GDN: x = k).
-template <typename PL, bool kComba, typename L, typename E>
+// In place in m (= M1 𝒯^T): dAE (wy_dae_e), and its terms into the thread's partials (wy_dae_terms).
+template <typename PL, bool kComba>
+__device__ __forceinline__ void wy_dae(Acc& m, const Acc& kk, const Small& s, const Chunk& ch, float (&db_part)[4],
+                                       float (&row_x)[4], float (&col_part)[4]) {
+  wy_dae_e<PL, kComba>(m, s, ch);
+  wy_dae_terms<PL>(m, kk, s, db_part, row_x, col_part);
+}
+
+// Key tile k0 (kc columns) of dX and of Comba's dK as they are before B7, at the thread's elements into dxo, dko
+// (io: see AccIo).
+template <bool kComba, typename L, typename E, typename Io>
+__device__ __forceinline__ void wy_b7_load(const GdnFast<L, E>& a, const Chunk& ch, int64_t k0, int kc, float* dx,
+                                           const Io& io, Acc& dxo, Acc& dko) {
+  io.load(dxo, ch.in(a, dx, a.K, k0), a.H * a.K, ch.n, kc);
+  if (kComba) io.load(dko, ch.in(a, a.dk, a.K, k0), a.H * a.K, ch.n, kc);
+}
+
+// B7 for key tile k0 (kc columns), onto dxo, dko (wy_b7_load) and stored: dX_r += β_r (dAE K)_r (xr);
+// (dAE^T (β X))_j (yc) goes to dK (Comba) or to dX (GDN: x = k).
+template <typename PL, bool kComba, typename L, typename E, typename Io>
 __device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
-                                            float* dx, const Acc& xr, const Acc& yc) {
+                                            float* dx, const Acc& xr, const Acc& yc, const Io& io, Acc& dxo,
+                                            Acc& dko) {
   const int64_t K = a.K;
   float *dk = ch.in(a, a.dk, K, k0), *dxt = ch.in(a, dx, K, k0);
-  Acc dxo, dko;
-  load_acc<PL>(dxo, dxt, a.H * K, ch.n, kc);
-  if (kComba) load_acc<PL>(dko, dk, a.H * K, ch.n, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -1130,32 +1177,71 @@ __device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk&
       else
         dxo.v[i][j] += yc.v[i][j];  // GDN: x = k, both terms go to dK
     }
-  store_acc<PL>(dxo, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
-  if (kComba) store_acc<PL>(dko, dk, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
+  io.store(dxo, dxt, a.H * K, ch.n, kc, tile::Same{});
+  if (kComba) io.store(dko, dk, a.H * K, ch.n, kc, tile::Same{});
 }
 
+// Slot stride of wy_finish's partials (8 mod 32 banks: a warp's Mma row partials land in 32 different banks).
+constexpr int kWyRedLd = 72;
+// Floats of shared scratch that wy_finish needs (gdn_bwd_wy_kernel: its tiles sX .. sZ).
+constexpr int kWyRedFloats = 4 * 16 * kWyRedLd;
+static_assert(kWyRedFloats <= 3 * tile::kTileFloats, "wy_finish's scratch in gdn_bwd_wy_kernel's sX .. sZ");
+
 // The block's dβ (B7) and dg (B9) from the thread's partials: dΓ = their row and column terms plus the dΓ scratch
-// (the dqk kernels' terms, dgam_sum), dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r).
+// (the dqk kernels' terms, dgam_sum), dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r). One pass:
+// every partial into red (kWyRedFloats floats of free shared memory; slot-major, so that a row's 16 partials are
+// read without bank conflicts), a barrier, then threads 0..63 sum dβ, 64..127 dΓ, 128..191 dΓ^ex of row t % 64 (the
+// 16 row partials in slot order, then the 16 column partials: tile::reduce_rows_cols's order and bits).
 template <typename PL, bool kComba, typename L, typename E>
-__device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
+__device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, float* red,
                                           const float (&db_part)[4], const float (&row_part)[4],
                                           const float (&col_part)[4], const float (&ex_part)[4]) {
-  const float none[4] = {0, 0, 0, 0};
-  tile::reduce_rows_cols<PL>(db_part, none, s.red, s.out1);
-  tile::reduce_rows_cols<PL>(row_part, col_part, s.red, s.out2);
-  if (kComba) tile::reduce_rows_cols<PL>(ex_part, none, s.red, s.out3);
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < ch.n) {
-    a.dbeta[ch.gate(a, r)] = s.out1[r];
-    s.out2[r] += dgam_sum(a, ch, r);
+  const int t = static_cast<int>(threadIdx.x), r = t & (kN - 1), part = t >> 6;
+  const float dgam = part == 1 && r < ch.n ? dgam_sum(a, ch, r) : 0.0f;  // the dqk kernels' dΓ terms
+  float *rdb = red, *rrow = red + 16 * kWyRedLd, *rcol = rrow + 16 * kWyRedLd, *rex = rcol + 16 * kWyRedLd;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int at = PL::row_slot() * kWyRedLd + PL::row(i);
+    rdb[at] = db_part[i];
+    rrow[at] = row_part[i];
+    if (kComba) rex[at] = ex_part[i];
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) rcol[PL::col_slot() * kWyRedLd + PL::col(j)] = col_part[j];
+  __syncthreads();
+  if (part == 0 || (kComba && part == 2)) {  // dβ, dΓ^ex: row partials only (their column partials are zero)
+    const float* p = part == 0 ? rdb : rex;
+    float acc = 0.0f;
+    for (int q = 0; q < 16; ++q) acc += p[q * kWyRedLd + r];
+    acc += 0.0f;
+    if (part == 0 && r < ch.n) a.dbeta[ch.gate(a, r)] = acc;
+    if (part == 2) s.out3[r] = acc;
+  } else if (part == 1) {  // dΓ
+    float acc = 0.0f;
+    for (int q = 0; q < 16; ++q) acc += rrow[q * kWyRedLd + r];
+    for (int q = 0; q < 16; ++q) acc += rcol[q * kWyRedLd + r];
+    s.out2[r] = r < ch.n ? acc + dgam : acc;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // B9
-    float acc = 0.0f, acc_ex = 0.0f;
-    for (int i = ch.n - 1; i >= 0; --i) {
-      acc += s.out2[i];
-      a.dg[ch.gate(a, i)] = acc + acc_ex;
-      if (kComba) acc_ex += s.out3[i];
+  if (threadIdx.x == 0) {  // B9, rows n - 1 .. 0 in order; each 16 rows' dΓ read first (their loads overlap)
+    float acc = 0.0f, acc_ex = 0.0f, *dg = a.dg + ch.gate(a, 0);
+#pragma unroll 1
+    for (int i0 = kN - 16; i0 >= 0; i0 -= 16) {
+      float d2[16], d3[16];
+#pragma unroll
+      for (int q = 0; q < 16; ++q) {
+        d2[q] = s.out2[i0 + q];
+        d3[q] = kComba ? s.out3[i0 + q] : 0.0f;
+      }
+#pragma unroll
+      for (int q = 15; q >= 0; --q) {
+        const int i = i0 + q;
+        if (i < ch.n) {
+          acc += d2[q];
+          dg[i * a.H] = acc + acc_ex;
+          if (kComba) acc_ex += d3[q];
+        }
+      }
     }
   }
 }
@@ -1271,10 +1357,13 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
     yc.zero();
     L::template mma<false, false>(sdT, sX, xr);
     L::template mma<true, false>(sdT, sZ, yc);
-    wy_b7_store<L, kComba>(a, ch, s, k0, kc, dx, xr, yc);
+    const AccIo<L, false> io;
+    Acc dxo, dko;
+    wy_b7_load<kComba>(a, ch, k0, kc, dx, io, dxo, dko);
+    wy_b7_store<L, kComba>(a, ch, s, k0, kc, dx, xr, yc, io, dxo, dko);
     __syncthreads();
   }
-  wy_finish<L, kComba>(a, ch, s, db_part, row_part, col_part, ex_part);  // dβ; B9
+  wy_finish<L, kComba>(a, ch, s, sX, db_part, row_part, col_part, ex_part);  // dβ; B9 (sX .. sZ free)
 }
 
 // ---- backward phases on tile::Mma ----
@@ -1765,21 +1854,33 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnF
 }
 
 // Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles, and three fp32
-// staging tiles for cp.async (16 KiB each; see the kernel): 112 KiB, so that two blocks still fit an SM.
+// staging tiles for cp.async (16 KiB each; see the kernel; at the end wy_finish's scratch): 112 KiB, so that two
+// blocks still fit an SM.
 constexpr size_t kWyMmaSmem = kSmallBytes + 6 * sizeof(bf16) * kTileHalves + 3 * sizeof(float) * tile::kStageFloats;
 static_assert(2 * (kWyMmaSmem + 1024) <= 228 * 1024, "two wy blocks an SM (1 KiB of each block is the system's)");
+static_assert(kWyRedFloats <= 3 * tile::kStageFloats, "wy_finish's scratch in the staging tiles");
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_bwd_wy_kernel: the same products on
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
 // thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
 // loads' latency; ptxas spills some bytes a thread to fit).
 // Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt:
-// key tile kt; dW, x), X K^T (nvt + nkt + kt; x, and k for Comba: after B5, so that its sum is not held in
-// registers through B5), B7 (nvt + 2 nkt + kt; k, x). Where every row is 16-byte aligned, the operands come by
-// cp.async, issued during the step before (the first step's, and 𝒯, at the start): dΔ and k into the staging tile
-// gS, v / x into gX(s) (two, alternating: the U and W steps read them at other threads' elements as well as
-// converting their own pieces), dW (bf16) straight into hdT / hM (free until B6), alternating. Otherwise each step
-// loads its operands (load_h, load_acc). The same bits either way.
+// key tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE, formed before the B7
+// steps (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ
+// and dΓ terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands
+// come by cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging
+// tiles (stage_async_sw): dΔ and k into gS, v / x into gX(s) (two, alternating: the U and W steps read them at other
+// threads' elements, without bank conflicts, as well as converting their own pieces), Comba's p̂ into gX(b0) (only
+// converted), dW (bf16) straight into hdT / hM (free until B6), alternating; and dK, dP̂, dV are read and written by
+// column pairs (AccIo). Otherwise (the fallback) each step loads its operands (load_h, load_acc) and reads and writes
+// element by element. The same bits either way. A step starts with a barrier (its bf16 tiles complete); Comba's B7
+// steps and the fallback's steps also end with one (their tiles are the next step's). The staged U and W steps
+// need none: even steps s use hZ, hY, hdT (U: dΔ, v; W: x, dW), odd steps hX, hM (U: dΔ, v; W: x, dW), so that step
+// s + 1 writes (converts into, or issues copies to) only tiles that step s - 1 used, after step s's opening
+// barrier (one barrier after the W loop: hdT and hM are wy_m1's); likewise GDN's staged B7 steps alternate their k
+// and β k tiles between (hX, hZ) and (hY, hM). GDN's dK is read before a W step's products (and on the staged path
+// a B7 step's), so that the loads are in flight through them. At the end the staging tiles are wy_finish's
+// scratch.
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1794,20 +1895,23 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V;
   const int nvt = static_cast<int>((V + kN - 1) / kN), nkt = static_cast<int>((K + kN - 1) / kN);
-  const int w0 = nvt, x0 = nvt + nkt, b0 = nvt + 2 * nkt, nsteps = nvt + 3 * nkt;  // first W, X K^T, B7 step
+  const int w0 = nvt, b0 = nvt + nkt, nsteps = nvt + 2 * nkt;  // first W, B7 step
   const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
   const bool staged = tile::async_ok_f(a.Tm, kN) && tile::async_ok_f(a.dD, V) && tile::async_ok_f(a.v, V) &&
-                      tile::async_ok_f(x, K) && tile::async_ok_f(a.k, K) && tile::async_ok_h(a.dW, K);
+                      tile::async_ok_f(x, K) && tile::async_ok_f(a.k, K) && tile::async_ok_h(a.dW, K) &&
+                      tile::async_ok_f(dx, K) && tile::async_ok_f(a.dk, K) && tile::async_ok_f(a.dv, V);
   const auto issue = [&](int step) {  // step's operands (see above), one group
-    const bool u = step < w0, w = !u && step < x0;
-    const int64_t c0 = (u ? step : step - (w ? w0 : step < b0 ? x0 : b0)) * kN;  // first value / key column
+    const bool u = step < w0, w = !u && step < b0;
+    const int64_t c0 = (u ? step : step - (w ? w0 : b0)) * kN;  // first value / key column
     const int cols = tile_cols(u ? V : K, c0);
-    tile::stage_async(gX(step), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K), ch.n, cols);
+    if (u || w || kComba)  // (Comba's B7: p̂ always into gX(b0), converted only; gX(b0 + 1) holds dAE)
+      tile::stage_async_sw(gX(u || w ? step : b0), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K),
+                           ch.n, cols);
     if (w)
       tile::load_h_async(hW(step), ch.rows(a, a.dW, K, c0), K, ch.n, cols);
-    else if (u || kComba || step >= b0)
-      tile::stage_async(gS, u ? ch.rows(a, a.dD, V, c0) : ch.in(a, a.k, K, c0), u ? V : a.H * K, ch.n, cols);
+    else
+      tile::stage_async_sw(gS, u ? ch.rows(a, a.dD, V, c0) : ch.in(a, a.k, K, c0), u ? V : a.H * K, ch.n, cols);
     tile::cp_async_commit();
   };
   // Start of a staged step: its group landed, the thread's own pieces converted (convert), a barrier (the bf16 tiles
@@ -1820,118 +1924,135 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
     if (step + 1 < nsteps) issue(step + 1);
   };
   if (staged) {
-    tile::stage_async(gX(1), ch.square(a, a.Tm), kN, kN, kN);  // 𝒯 (converted at step 0, before gX(1) is reused)
+    tile::stage_async_sw(gX(1), ch.square(a, a.Tm), kN, kN, kN);  // 𝒯 (converted at step 0, before gX(1) is reused)
     issue(0);
   }
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   if (!staged) tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
-  // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
-  float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
-  float ex_part[4] = {0, 0, 0, 0};
-  float(&row_x)[4] = kComba ? ex_part : row_part;
-  Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
-  dtv.zero();
-  dtw.zero();
-  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
-  tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part, [&](int64_t v0, int vc, Acc& vv) {
-    const int vt = static_cast<int>(v0 / kN);
-    if (staged) {
-      staged_step(vt, [&] {
-        if (vt == 0) tile::put_h_staged(hT, gX(1), kN);
-        tile::put_h_staged(hZ, gS, ch.n);
-        tile::put_h_staged(hY, gX(vt), ch.n);
-      });
-      load_acc<Mma>(vv, gX(vt), kN, ch.n, vc);
-    } else {
-      tile::load_h(hZ, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-      tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-      load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
-      __syncthreads();
-    }
-  });
-  for (int kt = 0; kt < nkt; ++kt) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
-    const int64_t k0 = kt * kN;
-    const int kc = tile_cols(K, k0), step = w0 + kt;
-    bf16* hD = staged ? hW(step) : hZ;  // dW
-    Acc xv;
-    if (staged) {
-      staged_step(step, [&] { tile::put_h_staged(hX, gX(step), ch.n); });
-      load_acc<Mma>(xv, gX(step), kN, ch.n, kc);
-    } else {
-      tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
-      tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
-      load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
-      __syncthreads();
-    }
-    Acc xw;
-    xw.zero();
-    Mma::mma<true, false>(hT, hD, xw);
-    Mma::mma<false, true>(hD, hX, dtw);
-    float* dxt = ch.in(a, dx, K, k0);
-    Acc d;  // dK so far (GDN); Comba writes dP̂ here first
-    if (kComba)
-      d.zero();
-    else
-      load_acc<Mma>(d, dxt, a.H * K, ch.n, kc);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i);
-        const float eg = expd(s.row_gam<kComba>(r)), xk = xw.v[i][j] * xv.v[i][j] * eg;
-        db_part[i] += xk;
-        row_x[i] += s.beta[r] * xk;
-        d.v[i][j] += s.beta[r] * eg * xw.v[i][j];
+  // The steps on the staged path (kStaged) or the fallback.
+  const auto steps = [&](auto staged_path) {
+    constexpr bool kStaged = decltype(staged_path)::value;
+    const AccIo<Mma, kStaged> io;
+    // Row partials of dβ, dΓ (rows and columns) and dΓ^ex (Comba; GDN adds its row terms to dΓ).
+    float db_part[4] = {0, 0, 0, 0}, row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
+    float ex_part[4] = {0, 0, 0, 0};
+    float(&row_x)[4] = kComba ? ex_part : row_part;
+    Acc dtv, dtw;  // dΔ V^T, dW K^T (column factors applied below)
+    dtv.zero();
+    dtw.zero();
+    // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U (staged: the tiles of step s, (dΔ, v), are (hZ, hY) for even s, (hX, hM)
+    // for odd s)
+    tile::wy_u_side(
+        a, ch, s.beta, hT, [&](int vt) { return kStaged && (vt & 1) ? tile::UTiles{hX, hM} : tile::UTiles{hZ, hY}; },
+        dtv, db_part,
+        [&](int64_t v0, int vc, Acc& vv, tile::UTiles t) {
+          const int vt = static_cast<int>(v0 / kN);
+          if constexpr (kStaged) {
+            staged_step(vt, [&] {
+              if (vt == 0) tile::put_h_staged_sw(hT, gX(1), kN);
+              tile::put_h_staged_sw(t.z, gS, ch.n);
+              tile::put_h_staged_sw(t.y, gX(vt), ch.n);
+            });
+            tile::load_acc_sw(vv, gX(vt));
+          } else {
+            tile::load_h(t.z, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+            tile::load_h(t.y, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+            load_acc<Mma>(vv, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
+            __syncthreads();
+          }
+        },
+        [&](const Acc& xu, auto f, int64_t v0, int vc) { io.store(xu, ch.in(a, a.dv, V, v0), a.H * V, ch.n, vc, f); },
+        !kStaged);
+    for (int kt = 0; kt < nkt; ++kt) {  // B5, W side: X_W = 𝒯^T dW, dX (+)= β X_W ⊙ e^Γ; B8 (v)
+      const int64_t k0 = kt * kN;
+      const int kc = tile_cols(K, k0), step = w0 + kt;
+      float* dxt = ch.in(a, dx, K, k0);
+      Acc d;  // dK so far (GDN); Comba writes dP̂ here first
+      if (kComba)
+        d.zero();
+      else
+        io.load(d, dxt, a.H * K, ch.n, kc);
+      bf16 *hD = kStaged ? hW(step) : hZ, *hx = kStaged && !(step & 1) ? hY : hX;  // dW, x
+      if constexpr (kStaged) {
+        staged_step(step, [&] { tile::put_h_staged_sw(hx, gX(step), ch.n); });
+      } else {
+        tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
+        tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+        __syncthreads();
       }
-    store_acc<Mma>(d, dxt, a.H * K, ch.n, kc, [](int, int, float x) { return x; });
-    __syncthreads();
-  }
-  Acc kk;  // X K^T (GDN: x = k, one tile for both operands)
-  kk.zero();
-  for (int kt = 0; kt < nkt; ++kt) {
-    const int64_t k0 = kt * kN;
-    const int kc = tile_cols(K, k0);
-    if (staged) {
-      staged_step(x0 + kt, [&] {
-        tile::put_h_staged(hX, gX(x0 + kt), ch.n);
-        if (kComba) tile::put_h_staged(hY, gS, ch.n);
-      });
-    } else {
-      tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
-      if (kComba) tile::load_h(hY, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
-      __syncthreads();
+      Acc xw;
+      xw.zero();
+      Mma::mma<true, false>(hT, hD, xw);
+      Mma::mma<false, true>(hD, hx, dtw);
+      Acc xv;  // x at the thread's elements
+      if constexpr (kStaged)
+        tile::load_acc_sw(xv, gX(step));
+      else
+        load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = Mma::row(i);
+        const float eg = expd(s.row_gam<kComba>(r)), br = s.beta[r];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float xk = xw.v[i][j] * xv.v[i][j] * eg;
+          db_part[i] += xk;
+          row_x[i] += br * xk;
+          d.v[i][j] += br * eg * xw.v[i][j];
+        }
+      }
+      io.store(d, dxt, a.H * K, ch.n, kc, tile::Same{});
+      if (!kStaged) __syncthreads();  // (staged: the tiles alternate, see above)
     }
-    Mma::mma<false, true>(hX, kComba ? hY : hX, kk);
-    __syncthreads();
-  }
-  wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
-  Acc m;
-  tile::wy_m1(dtv, hT, hdT, hM, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
-  wy_dae<Mma, kComba>(m, kk, s, ch, db_part, row_x, col_part);  // dA (j < r) times E, into hdT; B7 dβ; B8 (vi)
-  tile::store_acc_h(m, hdT, [](int, int, float x) { return x; });
-  for (int kt = 0; kt < nkt; ++kt) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r
-    const int64_t k0 = kt * kN;
-    const int kc = tile_cols(K, k0);
-    const auto by_beta = [&](int r) { return s.beta[r]; };
-    if (staged) {  // (the barrier: hdT too, on the first pass)
-      staged_step(b0 + kt, [&] {
-        tile::put_h_staged(hX, gS, ch.n);
-        tile::put_h_staged(hZ, gX(b0 + kt), ch.n, by_beta);
-      });
-    } else {
-      tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
-      tile::load_h(hZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, by_beta);
-      __syncthreads();  // (the first pass: hdT too)
+    if (kStaged) __syncthreads();  // the W steps' products done: hdT is wy_m1's
+    wy_dT<Mma, kComba>(dtv, dtw, s);  // B6
+    Acc m;
+    tile::wy_m1(dtv, hT, hdT, hM, m);  // M1 𝒯^T, M1 = 𝒯^T d𝒯
+    wy_dae_e<Mma, kComba>(m, s, ch);   // dAE = dA (j < r) times E, into hdT and parked in gX(b0 + 1) (fp32)
+    tile::store_acc_h(m, hdT, tile::Same{});
+    tile::park_acc(m, gX(b0 + 1));
+    Acc kk;  // X K^T (GDN: x = k, one tile for both operands)
+    kk.zero();
+    // GDN, staged: k and β k alternate between (hX, hZ) and (hY, hM), so that a B7 step needs no closing barrier.
+    constexpr bool kAlt = !kComba && kStaged;
+    for (int kt = 0; kt < nkt; ++kt) {  // B7: dX_r += β_r Σ_j dAE_rj k_j; dK_j += Σ_r dAE_rj β_r x_r; X K^T
+      const int64_t k0 = kt * kN;
+      const int kc = tile_cols(K, k0);
+      const auto by_beta = [&](int r) { return s.beta[r]; };
+      Acc dxo, dko;  // GDN, staged: read first, to be in flight through the products (else after them: registers)
+      if (kAlt) wy_b7_load<kComba>(a, ch, k0, kc, dx, io, dxo, dko);
+      bf16 *hk = kAlt && (kt & 1) ? hY : hX, *hbx = kAlt && (kt & 1) ? hM : hZ;  // k, β x
+      if constexpr (kStaged) {  // (the barrier: hdT too, on the first pass)
+        staged_step(b0 + kt, [&] {  // k from gS (GDN: β x = β k too), β p̂ and p̂ from gX (Comba)
+          tile::put_h_staged_sw(hk, gS, ch.n);
+          tile::put_h_staged_sw(hbx, kComba ? gX(b0) : gS, ch.n, by_beta);
+          if (kComba) tile::put_h_staged_sw(hY, gX(b0), ch.n);
+        });
+      } else {
+        tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
+        tile::load_h(hZ, ch.in(a, x, K, k0), a.H * K, ch.n, kc, by_beta);
+        if (kComba) tile::load_h(hY, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
+        __syncthreads();  // (the first pass: hdT too)
+      }
+      Acc xr, yc;
+      xr.zero();
+      yc.zero();
+      Mma::mma<false, false>(hdT, hk, xr);
+      Mma::mma<true, false>(hdT, hbx, yc);
+      Mma::mma<false, true>(kComba ? hY : hk, hk, kk);
+      if (!kAlt) wy_b7_load<kComba>(a, ch, k0, kc, dx, io, dxo, dko);
+      wy_b7_store<Mma, kComba>(a, ch, s, k0, kc, dx, xr, yc, io, dxo, dko);
+      if (!kAlt && kt + 1 < nkt) __syncthreads();
     }
-    Acc xr, yc;
-    xr.zero();
-    yc.zero();
-    Mma::mma<false, false>(hdT, hX, xr);
-    Mma::mma<true, false>(hdT, hZ, yc);
-    wy_b7_store<Mma, kComba>(a, ch, s, k0, kc, dx, xr, yc);
-    __syncthreads();
-  }
-  wy_finish<Mma, kComba>(a, ch, s, db_part, row_part, col_part, ex_part);  // dβ; B9
+    tile::unpark_acc(m, gX(b0 + 1));
+    wy_dae_terms<Mma>(m, kk, s, db_part, row_x, col_part);  // dAE's B7 dβ and B8 (vi) terms
+    __syncthreads();  // every read of the staging tiles done: they are wy_finish's scratch
+    wy_finish<Mma, kComba>(a, ch, s, gS, db_part, row_part, col_part, ex_part);  // dβ; B9
+  };
+  if (staged)
+    steps(std::true_type{});
+  else
+    steps(std::false_type{});
 }
 
 // ---- host side ----
