@@ -110,11 +110,9 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
   }
 }
 
-// Γ of the chunk from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle scan
-// over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. Ends with a barrier (Γ visible to the block), which
-// in the Mma scans also orders the previous chunk's state update before what follows (that chunk read Γ only
-// before its own barriers). Lanes of other warps pass anything.
-__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+// Γ of the chunk into gam from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle
+// scan over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. No barrier. Lanes of other warps pass anything.
+__device__ void gate_pair_cumsum(float g0, float g1, double* gam) {
   if (threadIdx.x < 32) {
     const int l = static_cast<int>(threadIdx.x);
     const double a0 = g0, pair = a0 + g1;
@@ -127,6 +125,12 @@ __device__ void scan_gate_pair(float g0, float g1, double* gam) {
     gam[2 * l] = (l > 0 ? excl : 0.0) + a0;
     gam[2 * l + 1] = incl;
   }
+}
+
+// gate_pair_cumsum, then a barrier (Γ visible to the block), which in the Mma bwd_scan also orders the previous
+// chunk's state update before what follows (that chunk read Γ only before its own barriers).
+__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+  gate_pair_cumsum(g0, g1, gam);
   __syncthreads();
 }
 
@@ -507,17 +511,43 @@ constexpr size_t scan_mma_smem(int nkt) {
 }
 static_assert(scan_mma_smem(3) <= 227 * 1024 && scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
 
+// x (a state tile at the thread's elements, Mma map) into its first rows x cols of a [K, V] bf16 state (dst, rows V
+// apart), rounded as store_acc_h rounds: from the registers, as the scan forms the state. A full tile with dst 4-byte
+// aligned and V even by column pairs (one bf16x2 store of j = 0, 1 and of j = 2, 3 per row), anything else element by
+// element (store_acc).
+__device__ void store_state_h(const Acc& x, bf16* dst, int64_t V, int rows, int cols) {
+  if (rows == kN && cols == kN && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && V % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; j += 2)
+        *reinterpret_cast<__nv_bfloat162*>(dst + Mma::row(i) * V + Mma::col(j)) =
+            __floats2bfloat162_rn(x.v[i][j], x.v[i][j + 1]);
+    return;
+  }
+  store_acc<Mma>(x, dst, V, rows, cols, tile::Same{});
+}
+
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
-// and Δ = U - W h[n] (over U). Per chunk: the K^g = K ⊙ e^{Γ_C-Γ} tiles (all key tiles), W S summed over the
-// key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32
-// (shared, per thread) and its bf16 copy (the next W S and h[n+1]). The next chunk's operands are copied by
-// cp.async once the barrier before W S has ordered every read of their buffers, and land while this chunk
-// computes: its W tiles (into the other W buffer), its U tile (into hU; read back at the Mma map into
-// registers) and (key_dim <= 192) its raw k tiles (into the fp32 staging tiles; each thread scales its own
-// staged pieces into K^g, the arithmetic of load_h); the gates a chunk ahead in registers. Where W or U is not
-// 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it is loaded synchronously (load_h, load_acc) instead;
-// so is k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the gates' scan,
-// tile kt + 1 while tile kt is converted). Same arithmetic either way.
+// and Δ = U - W h[n] (over U). Per chunk, two barriers:
+//   1. (after the first) the K^g = K ⊙ e^{Γ_C-Γ} tiles (all key tiles), W S summed over the key tiles in registers
+//      (S as its bf16 copy hS, which the chunk before's update wrote), Δ = U - W S (registers -> U and the bf16
+//      tile hD);
+//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread, read and written
+//      by its owner only), then from the registers h[n+1] = bf16(S) (store_state_h) and hS (store_acc_h: the same
+//      bits), and warp 0 forms the next chunk's Γ (gate_pair_cumsum; every read of this chunk's is before the
+//      second barrier). The last chunk stops after Δ (no one reads its final state). h[0] = 0 is stored before the
+//      first chunk.
+// Key tiles in order in every sum: the bits of forming W S from a re-read hS at the chunk's start.
+// Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
+// before its second barrier) and (key_dim <= 192) its raw k tiles (into the fp32 staging tiles; each thread scales
+// its own staged pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own
+// conversions) as one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
+// registers, its readers before the second barrier) as a second group after the second; both waited for before the
+// next chunk's first barrier. The gates a chunk ahead in registers (fetched during the update). Where W or U is not
+// 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it is loaded synchronously instead (W by load_h at the same
+// point, a chunk ahead; U by load_acc in the chunk); so is k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead
+// in registers (tile 0 during the first barrier, tile kt + 1 while tile kt is converted). Same arithmetic either way.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -535,15 +565,24 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
   // (Every row of k starts a multiple of K elements after the tensor's start.)
   const bool k_async = scan_k_staged(nkt) && tile::async_ok_f(a.k, K);
-  // The cp.async operands of chunk c (W into W buffer c % 2, k into the staging tiles, U into hU), one group.
-  const auto issue = [&](int64_t c) {
+  // Chunk c's W tiles into W buffer c % 2 (cp.async, or load_h) and (k_async) its k tiles into the staging tiles;
+  // one cp.async group.
+  const auto issue_wk = [&](int64_t c) {
     const Chunk nx(a, c, bh);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
+      bf16* w = hW + ((c & 1) * nkt + kt) * kTileHalves;
       if (w_async)
-        tile::load_h_async(hW + ((c & 1) * nkt + kt) * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+        tile::load_h_async(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+      else
+        tile::load_h(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
       if (k_async) tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
     }
+    tile::cp_async_commit();
+  };
+  // Chunk c's U tile into hU (u_async); one cp.async group.
+  const auto issue_u = [&](int64_t c) {
+    const Chunk nx(a, c, bh);
     if (u_async) tile::load_h_async(hU, nx.rows(a, a.U, V, v0), V, nx.n, vc);
     tile::cp_async_commit();
   };
@@ -551,10 +590,21 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   tile::clear_state(S, hS, nkt);
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
   fetch_gate_pair(a, Chunk(a, 0, bh), g0, g1);
-  issue(0);
+  issue_wk(0);
+  issue_u(0);
   if (a.NC > 1) prefetch_chunk(a, Chunk(a, 1, bh), v0, vc, false);
+  {
+    const Chunk c0(a, 0, bh);
+    Acc zero;
+    zero.zero();
+    for (int kt = 0; kt < nkt; ++kt)  // h[0] = 0
+      store_state_h(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+  }
+  gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
+  Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch(a, chunk, bh);
+    const bool more = chunk + 1 < a.NC;
     // (The L2 two chunks ahead: the next chunk's copies are issued during this one.)
     if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, bh), v0, vc, false);
     // Synchronous k: key tile kt of the chunk into x (registers).
@@ -562,17 +612,15 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
       tile::fetch_h(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
     };
     tile::Frag kx;  // (synchronous k) the next key tile's k, in flight while the tile before is converted
-    if (!k_async) fetch_k(kx, 0);   // (in flight during the gates' scan)
-    tile::cp_async_wait<0>();       // this chunk's W, k, U (the barrier below makes them visible to every thread)
-    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
+    if (!k_async) fetch_k(kx, 0);  // (in flight during the barrier)
+    tile::cp_async_wait<0>();      // this chunk's W, k, U (the barrier below makes them visible to every thread)
+    // Γ, hS (the update before), the W buffer, the staged k and hU complete; every read of hK, hD by the update
+    // before done
+    __syncthreads();
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
-    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
     for (int kt = 0; kt < nkt; ++kt) {
-      const int kc = tile_cols(K, kt * kN);
-      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
       if (k_async) {  // the thread's own staged pieces
         tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, kscale);
       } else {
@@ -581,22 +629,22 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
         tile::put_h(x, hK + kt * kTileHalves, ch.n, kscale);
       }
     }
+    if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
     if (u_async)
       load_acc<Mma>(d, hU, kLdH, ch.n, vc);
     else
       load_acc<Mma>(d, U, V, ch.n, vc);
-    // K^g, W complete; every read of the staging tiles and of hU done (the other W buffer was last read before the
-    // chunk before's second barrier)
-    __syncthreads();
-    if (chunk + 1 < a.NC) issue(chunk + 1);
-    Acc acc;
     acc.zero();
+    const bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
     for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
-    __syncthreads();  // hD complete; every read of hS (W S) and of Γ done
-    if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, bh), g0, g1);  // in flight during F7
+    if (!more) break;  // (no one reads the final state)
+    __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
+    issue_u(chunk + 1);
+    fetch_gate_pair(a, Chunk(a, chunk + 1, bh), g0, g1);  // in flight during F7
+    const Chunk nx(a, chunk + 1, bh);
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
@@ -609,8 +657,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
           e = aC * e + acc.v[i][j];
           acc.v[i][j] = e;
         }
-      tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+      tile::store_acc_h(acc, hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
+      store_state_h(acc, nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
     }
+    gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
 }
 
