@@ -225,16 +225,18 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a,
   }
 }
 
-// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows, and U (forward)
-// or q, dO and dΔ (backward) in value columns v0 .. v0 + vc - 1.
+// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows (unless k_rows, w_rows
+// say otherwise: a scan that copies them a whole chunk ahead), and U (forward) or q, dO and dΔ (backward) in value
+// columns v0 .. v0 + vc - 1.
 template <typename L, typename E>
-__device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward) {
+__device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward,
+                               bool k_rows = true, bool w_rows = true) {
   using tile::prefetch_l2;
   const int64_t K = a.K, V = a.V, H = a.H, e = sizeof(E), es = sizeof(typename L::Operand);
   prefetch_l2(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
   prefetch_l2(a.beta + nx.gate(a, 0), 4 * H, nx.n, 4);
-  prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
-  prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
+  if (k_rows) prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
+  if (w_rows) prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
   if (!backward) {
     prefetch_l2(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
     return;
@@ -511,45 +513,53 @@ constexpr size_t scan_mma_smem(int nkt) {
 }
 static_assert(scan_mma_smem(3) <= 227 * 1024 && scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
 
-// x (a state tile at the thread's elements, Mma map) into its first rows x cols of a [K, V] bf16 state (dst, rows V
-// apart), rounded as store_acc_h rounds: from the registers, as the scan forms the state. A full tile with dst 4-byte
-// aligned and V even by column pairs (one bf16x2 store of j = 0, 1 and of j = 2, 3 per row), anything else element by
-// element (store_acc).
-__device__ void store_state_h(const Acc& x, bf16* dst, int64_t V, int rows, int cols) {
-  if (rows == kN && cols == kN && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && V % 2 == 0) {
+// Row factors f(r) of the N rows r0 + step i (i < N) that a thread's share of a tile conversion scales (put_h_staged:
+// N = 4, step 16; put_h of a Frag: N = 8, step 8), each computed once and looked up by row (selects, no indexing)
+// for every key tile: the values f(r) itself gives.
+template <int N>
+struct RowFactors {
+  float f[N];
+  int r0, step;
+  template <typename F>
+  __device__ RowFactors(int first, int stride, F fn) : r0(first), step(stride) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; j += 2)
-        *reinterpret_cast<__nv_bfloat162*>(dst + Mma::row(i) * V + Mma::col(j)) =
-            __floats2bfloat162_rn(x.v[i][j], x.v[i][j + 1]);
-    return;
+    for (int i = 0; i < N; ++i) f[i] = fn(r0 + step * i);
   }
-  store_acc<Mma>(x, dst, V, rows, cols, tile::Same{});
-}
+  __device__ float operator()(int r) const {
+    float v = f[0];
+#pragma unroll
+    for (int i = 1; i < N; ++i)
+      if (r >= r0 + step * i) v = f[i];
+    return v;
+  }
+};
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
 // and Δ = U - W h[n] (over U). Per chunk, two barriers:
-//   1. (after the first) the K^g = K ⊙ e^{Γ_C-Γ} tiles (all key tiles), W S summed over the key tiles in registers
-//      (S as its bf16 copy hS, which the chunk before's update wrote), Δ = U - W S (registers -> U and the bf16
-//      tile hD);
+//   1. (after the first) key tile by key tile in order, W S's product (summed over the key tiles in registers; S as
+//      its bf16 copy hS, which the chunk before's update wrote) and the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors
+//      e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the products cover the conversions' latencies; then
+//      Δ = U - W S (registers -> U and the bf16 tile hD);
 //   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread, read and written
-//      by its owner only), then from the registers h[n+1] = bf16(S) (store_state_h) and hS (store_acc_h: the same
+//      by its owner only), then from the registers h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same
 //      bits), and warp 0 forms the next chunk's Γ (gate_pair_cumsum; every read of this chunk's is before the
 //      second barrier). The last chunk stops after Δ (no one reads its final state). h[0] = 0 is stored before the
 //      first chunk.
-// Key tiles in order in every sum: the bits of forming W S from a re-read hS at the chunk's start.
+// Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
 // Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
 // before its second barrier) and (key_dim <= 192) its raw k tiles (into the fp32 staging tiles; each thread scales
 // its own staged pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own
 // conversions) as one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
 // registers, its readers before the second barrier) as a second group after the second; both waited for before the
-// next chunk's first barrier. The gates a chunk ahead in registers (fetched during the update). Where W or U is not
-// 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it is loaded synchronously instead (W by load_h at the same
-// point, a chunk ahead; U by load_acc in the chunk); so is k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead
-// in registers (tile 0 during the first barrier, tile kt + 1 while tile kt is converted). Same arithmetic either way.
+// next chunk's first barrier. The gates a chunk ahead in registers (fetched during the update). The L2 is asked two
+// chunks ahead (prefetch_chunk) for what is read with less notice than a chunk: the gates, U and the k, W rows that
+// are not copied a whole chunk ahead. Where W or U is not 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it
+// is loaded synchronously instead (W by load_h at the same point, a chunk ahead; U by load_acc in the chunk); so is
+// k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the first barrier, tile
+// kt + 1 during tile kt's product and conversion). Same arithmetic either way. One block an SM (the shared memory
+// allows no more): up to 255 registers.
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
+__global__ void __launch_bounds__(tile::kThreads, 1) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -565,10 +575,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
   // (Every row of k starts a multiple of K elements after the tensor's start.)
   const bool k_async = scan_k_staged(nkt) && tile::async_ok_f(a.k, K);
+  const Chunk c0(a, 0, bh);  // (the others: c0.at)
   // Chunk c's W tiles into W buffer c % 2 (cp.async, or load_h) and (k_async) its k tiles into the staging tiles;
   // one cp.async group.
   const auto issue_wk = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
+    const Chunk nx = c0.at(a, c);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
       bf16* w = hW + ((c & 1) * nkt + kt) * kTileHalves;
@@ -582,31 +593,32 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   };
   // Chunk c's U tile into hU (u_async); one cp.async group.
   const auto issue_u = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
+    const Chunk nx = c0.at(a, c);
     if (u_async) tile::load_h_async(hU, nx.rows(a, a.U, V, v0), V, nx.n, vc);
     tile::cp_async_commit();
   };
   const int tid = static_cast<int>(threadIdx.x);
   tile::clear_state(S, hS, nkt);
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
-  fetch_gate_pair(a, Chunk(a, 0, bh), g0, g1);
+  fetch_gate_pair(a, c0, g0, g1);
   issue_wk(0);
   issue_u(0);
-  if (a.NC > 1) prefetch_chunk(a, Chunk(a, 1, bh), v0, vc, false);
+  // The L2 two chunks ahead for what is read with less notice than a chunk: the gates, U (copied during the update)
+  // and the k, W rows that are not copied a whole chunk ahead.
+  const auto prefetch = [&](int64_t c) { prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async); };
+  if (a.NC > 1) prefetch(1);
   {
-    const Chunk c0(a, 0, bh);
     Acc zero;
     zero.zero();
     for (int kt = 0; kt < nkt; ++kt)  // h[0] = 0
-      store_state_h(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+      tile::store_acc_bf16(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
   }
   gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
   Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
-    const Chunk ch(a, chunk, bh);
+    const Chunk ch = c0.at(a, chunk);
     const bool more = chunk + 1 < a.NC;
-    // (The L2 two chunks ahead: the next chunk's copies are issued during this one.)
-    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, bh), v0, vc, false);
+    if (chunk + 2 < a.NC) prefetch(chunk + 2);
     // Synchronous k: key tile kt of the chunk into x (registers).
     const auto fetch_k = [&](tile::Frag& x, int kt) {
       tile::fetch_h(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
@@ -620,31 +632,39 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
-    for (int kt = 0; kt < nkt; ++kt) {
-      if (k_async) {  // the thread's own staged pieces
-        tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, kscale);
-      } else {
-        const tile::Frag x = kx;
-        if (kt + 1 < nkt) fetch_k(kx, kt + 1);
-        tile::put_h(x, hK + kt * kTileHalves, ch.n, kscale);
-      }
-    }
-    if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
     if (u_async)
       load_acc<Mma>(d, hU, kLdH, ch.n, vc);
     else
       load_acc<Mma>(d, U, V, ch.n, vc);
+    // Per key tile in order: W S's product (acc, the sum over the key tiles) and the K^g tile, so that the products
+    // cover the conversions' latencies (synchronous k: the next tile's loads).
     acc.zero();
     const bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    const auto ws = [&](int kt) { Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc); };
+    if (k_async) {  // the thread's own staged pieces (rows tid / 16 + 16 i)
+      const RowFactors<4> ks(tid >> 4, 16, kscale);
+      for (int kt = 0; kt < nkt; ++kt) {
+        ws(kt);
+        tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, ks);
+      }
+    } else {  // put_h's rows tid / 32 + 8 i
+      const RowFactors<8> ks(tid >> 5, 8, kscale);
+      for (int kt = 0; kt < nkt; ++kt) {
+        const tile::Frag x = kx;
+        if (kt + 1 < nkt) fetch_k(kx, kt + 1);
+        ws(kt);
+        tile::put_h(x, hK + kt * kTileHalves, ch.n, ks);
+      }
+    }
+    if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
     if (!more) break;  // (no one reads the final state)
     __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
     issue_u(chunk + 1);
-    fetch_gate_pair(a, Chunk(a, chunk + 1, bh), g0, g1);  // in flight during F7
-    const Chunk nx(a, chunk + 1, bh);
+    const Chunk nx = c0.at(a, chunk + 1);
+    fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
@@ -658,7 +678,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
           acc.v[i][j] = e;
         }
       tile::store_acc_h(acc, hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
-      store_state_h(acc, nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
+      tile::store_acc_bf16(acc, nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
     }
     gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
