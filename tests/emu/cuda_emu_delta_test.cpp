@@ -1,8 +1,8 @@
 // The GDN, Comba and KDA cores (src/kernels/cuda/gdn_comba.cu, kda.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: forward, then backward, on small shapes with a ragged last chunk (T = 130,
 // chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
-// cp.async; GDN and Comba also with two and four key tiles, K = 128 and 256, and with a key_dim beyond the Mma
-// scans, K = 320: the tile::Tc scans) and fp32 compute
+// cp.async; GDN and Comba also with two and four key tiles, K = 128 and 256, unaligned k rows, K = 98, and with a
+// key_dim beyond the Mma scans, K = 320: the tile::Tc scans) and fp32 compute
 // (tile::Simt). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
@@ -221,11 +221,12 @@ TEST_CASE("cuda emu: bf16 GDN and Comba cores with a key_dim beyond the Mma scan
   check_case({Core::comba, true, 1, 130, 1, 320, 64, 64, -0.05, 1100});
 }
 
-TEST_CASE("cuda emu: bf16 GDN and Comba cores, K = V = 128 (two key and value tiles) and K = 256 (four key tiles: "
-          "the Mma scan loads k synchronously), ragged last chunk",
+TEST_CASE("cuda emu: bf16 GDN and Comba cores, K = V = 128 (two key and value tiles), K = 256 (four key tiles) and "
+          "K = 98 (k rows not 16-byte aligned: the Mma scan loads k and W synchronously), ragged last chunk",
           "[emu][gdn][comba]") {
   check_case({Core::gdn, true, 1, 130, 1, 128, 128, 64, -1.0, 1200});
   check_case({Core::comba, true, 1, 130, 1, 128, 128, 64, -0.05, 1300});
   check_case({Core::gdn, true, 1, 130, 1, 256, 128, 64, -0.05, 1400});
   check_case({Core::comba, true, 1, 130, 1, 256, 128, 64, -1.0, 1500});
+  check_case({Core::gdn, true, 1, 130, 1, 98, 64, 64, -1.0, 1600});
 }

@@ -14,8 +14,9 @@
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
 // states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
 // of dΓ (iv) as rounded values. Everything else is fp32: the gates and their cumulative sums (double), A and
-// its inverse 𝒯 (forward substitution), the running states S (shared memory) and dS (registers), the scratch 𝒯, dΔ, dΓ,
-// the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg).
+// its inverse 𝒯 (forward substitution), the running states S and dS (registers; the tile::Tc scans: shared
+// memory), the scratch 𝒯, dΔ, dΓ, the sums over key / value tiles and every element-wise and reduction step (dβ,
+// dΓ, dg).
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -498,20 +499,14 @@ __device__ void fetch_gate_pair(const A& a, const Chunk& ch, float& g0, float& g
 // The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).
 constexpr int kScanMaxKt = 4;
 
-// Whether gdn_scan_mma_kernel stages the next chunk's k in fp32 shared memory (cp.async; 16 KiB per key tile):
-// key_dim <= 192. At key_dim 256 the staging tiles do not fit beside the rest; k is loaded synchronously there.
-__host__ __device__ constexpr bool scan_k_staged(int nkt) { return nkt <= 3; }
-
-// Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
-// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
-// the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles, Δ and the next
-// chunk's U (bf16), and (key_dim <= 192) the fp32 staging tiles of the next chunk's k. 154.5 KiB at key_dim
-// 128, 226.5 KiB at 256.
+// Shared memory of gdn_scan_mma_kernel for nkt key tiles (the fp32 state itself is in registers): its bf16 copy, two
+// buffers of the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles, Δ and
+// the next chunk's U (bf16), and the fp32 staging tiles (16 KiB per key tile) of the next chunk's k. 122.5 KiB at
+// key_dim 128, 226.5 KiB at 256.
 constexpr size_t scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2) +
-         (scan_k_staged(nkt) ? sizeof(float) * tile::kStageFloats * nkt : 0);
+  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (4 * nkt + 2) + sizeof(float) * tile::kStageFloats * nkt;
 }
-static_assert(scan_mma_smem(3) <= 227 * 1024 && scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
+static_assert(scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
 
 // Row factors f(r) of the N rows r0 + step i (i < N) that a thread's share of a tile conversion scales (put_h_staged:
 // N = 4, step 16; put_h of a Frag: N = 8, step 8), each computed once and looked up by row (selects, no indexing)
@@ -540,26 +535,26 @@ struct RowFactors {
 //      its bf16 copy hS, which the chunk before's update wrote) and the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors
 //      e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the products cover the conversions' latencies; then
 //      Δ = U - W S (registers -> U and the bf16 tile hD);
-//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 (shared, per thread, read and written
-//      by its owner only), then from the registers h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same
-//      bits), and warp 0 forms the next chunk's Γ (gate_pair_cumsum; every read of this chunk's is before the
-//      second barrier). The last chunk stops after Δ (no one reads its final state). h[0] = 0 is stored before the
-//      first chunk.
+//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in registers (the thread's 16
+//      elements of each of the kNkt key tiles: one instantiation per key-tile count), then from the registers
+//      h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same bits), and warp 0 forms the next chunk's Γ
+//      (gate_pair_cumsum; every read of this chunk's is before the second barrier). The last chunk stops after Δ
+//      (no one reads its final state). h[0] = 0 is stored before the first chunk.
 // Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
 // Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
-// before its second barrier) and (key_dim <= 192) its raw k tiles (into the fp32 staging tiles; each thread scales
-// its own staged pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own
-// conversions) as one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
+// before its second barrier) and its raw k tiles (into the fp32 staging tiles; each thread scales its own staged
+// pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own conversions) as
+// one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
 // registers, its readers before the second barrier) as a second group after the second; both waited for before the
 // next chunk's first barrier. The gates a chunk ahead in registers (fetched during the update). The L2 is asked two
 // chunks ahead (prefetch_chunk) for what is read with less notice than a chunk: the gates, U and the k, W rows that
 // are not copied a whole chunk ahead. Where W or U is not 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it
 // is loaded synchronously instead (W by load_h at the same point, a chunk ahead; U by load_acc in the chunk); so is
-// k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the first barrier, tile
-// kt + 1 during tile kt's product and conversion). Same arithmetic either way. One block an SM (the shared memory
-// allows no more): up to 255 registers.
-template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads, 1) gdn_scan_mma_kernel(GdnFast<L, E> a) {
+// k where key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the first barrier, tile kt + 1 during
+// tile kt's product and conversion). Same arithmetic either way. Blocks an SM: two with one key tile (70.5 KiB of
+// shared memory, at most 128 registers), else one (the shared memory allows no more; up to 255 registers).
+template <typename L, typename E, int kNkt>
+__global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -567,14 +562,13 @@ __global__ void __launch_bounds__(tile::kThreads, 1) gdn_scan_mma_kernel(GdnFast
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  float* S = cv.take<float>(16 * tile::kThreads * nkt);
+  constexpr int nkt = kNkt;  // (= ceil(K / 64), the launcher's choice)
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves), *hU = cv.take<bf16>(kTileHalves);
-  float* gK = scan_k_staged(nkt) ? cv.take<float>(nkt * tile::kStageFloats) : nullptr;
+  float* gK = cv.take<float>(nkt * tile::kStageFloats);
   const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
   // (Every row of k starts a multiple of K elements after the tensor's start.)
-  const bool k_async = scan_k_staged(nkt) && tile::async_ok_f(a.k, K);
+  const bool k_async = tile::async_ok_f(a.k, K);
   const Chunk c0(a, 0, bh);  // (the others: c0.at)
   // Chunk c's W tiles into W buffer c % 2 (cp.async, or load_h) and (k_async) its k tiles into the staging tiles;
   // one cp.async group.
@@ -598,7 +592,10 @@ __global__ void __launch_bounds__(tile::kThreads, 1) gdn_scan_mma_kernel(GdnFast
     tile::cp_async_commit();
   };
   const int tid = static_cast<int>(threadIdx.x);
-  tile::clear_state(S, hS, nkt);
+  Acc S[nkt];  // the running state, key tile by key tile
+#pragma unroll
+  for (int kt = 0; kt < nkt; ++kt) S[kt].zero();
+  tile::clear_h(hS, nkt);
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
   fetch_gate_pair(a, c0, g0, g1);
   issue_wk(0);
@@ -665,20 +662,16 @@ __global__ void __launch_bounds__(tile::kThreads, 1) gdn_scan_mma_kernel(GdnFast
     issue_u(chunk + 1);
     const Chunk nx = c0.at(a, chunk + 1);
     fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
+#pragma unroll
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
-      float* St = S + kt * 16 * tile::kThreads + tid;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float& e = St[(4 * i + j) * tile::kThreads];
-          e = aC * e + acc.v[i][j];
-          acc.v[i][j] = e;
-        }
-      tile::store_acc_h(acc, hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
-      tile::store_acc_bf16(acc, nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
+        for (int j = 0; j < 4; ++j) S[kt].v[i][j] = aC * S[kt].v[i][j] + acc.v[i][j];
+      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
+      tile::store_acc_bf16(S[kt], nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
     }
     gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
@@ -1736,15 +1729,23 @@ struct Scan {
   void run(const GdnFast<L, E>& a, cudaStream_t stream) const { launch(kernel, ceil_div(a.V, kN), smem, stream, a); }
 };
 
-// The forward scan: W, U -> Δ, h (F4, F7). bf16: the Mma scan needs scan_mma_smem (~52 KiB of shared memory per key
-// tile, ~68 KiB with the k staging of key_dim <= 192: 154.5 KiB at key_dim 128, 226.5 at 256) and runs up to
+// The forward scan: W, U -> Δ, h (F4, F7). bf16: the Mma scan (one instantiation per key-tile count) needs
+// scan_mma_smem (~52 KiB of shared memory per key tile: 122.5 KiB at key_dim 128, 226.5 at 256) and runs up to
 // key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <typename L, typename E>
 Scan<L, E> fwd_scan(const GdnFast<L, E>& a) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
-    if (nkt <= kScanMaxKt && scan_mma_smem(nkt) <= kMaxBlockSmem)
-      return {gdn_scan_mma_kernel<L, E>, scan_mma_smem(nkt)};
+    static_assert(kScanMaxKt == 4, "one instantiation per key-tile count");
+    if (scan_mma_smem(nkt) <= kMaxBlockSmem) {
+      switch (nkt) {
+        case 1: return {gdn_scan_mma_kernel<L, E, 1>, scan_mma_smem(1)};
+        case 2: return {gdn_scan_mma_kernel<L, E, 2>, scan_mma_smem(2)};
+        case 3: return {gdn_scan_mma_kernel<L, E, 3>, scan_mma_smem(3)};
+        case 4: return {gdn_scan_mma_kernel<L, E, 4>, scan_mma_smem(4)};
+        default: break;
+      }
+    }
   }
   return {gdn_scan_kernel<L, E>, smem_for(2 + nkt)};
 }
