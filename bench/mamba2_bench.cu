@@ -4,7 +4,9 @@
 // (c) B=4, T=4096, the ~1.3B model's heads, H=64, P=64, N=128; one group each. Forward (mamba2_ssd_fwd)
 // and forward + backward (mamba2_ssd_fwd then mamba2_ssd_bwd), timed with CUDA events over repeated
 // launches after warm-up; the conv and the projections are not included.
-// Usage: mamba2_bench [iterations]   (default 20)
+// With --phases instead: the bf16 op at shape (a) kernel by kernel (mamba2_phases: bench/phases.h's table with the
+// cost model mamba2_bf16_cost), the forward, then the backward (which recomputes the forward's states).
+// Usage: mamba2_bench [iterations] [--phases]   (default 20 iterations)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,8 +14,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 
 #include "bench_util.cuh"
+#include "phases.h"
 #include "kernels/cuda/ops.cuh"
 
 namespace {
@@ -23,62 +28,175 @@ struct Shape {
   int64_t B, T, H, P, N, G;
 };
 
+/// One shape's tensors and scratch on the GPU with compute dtype P (float or __nv_bfloat16), filled as the model's:
+/// x, B, C ~ U(-1, 1); Δ = softplus(dt_raw + dt_bias) around 0.02; -A = exp(A_log) in [1, 16). fwd / bwd launch
+/// mamba2_ssd_fwd / mamba2_ssd_bwd on a stream (the backward accumulates into dparams = ddt_bias | dA_log | dD).
+template <typename P>
+struct Op {
+  Shape s;
+  float *xbc, *dt_raw, *dt_bias, *A_log, *D, *y, *dy, *dxbc, *ddt_raw, *dparams;
+  void* scratch;
+  size_t scratch_bytes;
+  explicit Op(const Shape& shape) : s(shape) {
+    using namespace llmt::cuda;
+    const int64_t XD = s.H * s.P, W = XD + 2 * s.G * s.N, rows = s.B * s.T;
+    BENCH_CHECK(cudaMalloc(&xbc, rows * W * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&dxbc, rows * W * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&dt_raw, rows * s.H * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&ddt_raw, rows * s.H * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&y, rows * XD * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&dy, rows * XD * sizeof(float)));
+    for (float** p : {&dt_bias, &A_log, &D}) BENCH_CHECK(cudaMalloc(p, s.H * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&dparams, 3 * s.H * sizeof(float)));
+    scratch_bytes = std::max(mamba2_ssd_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N),
+                             mamba2_ssd_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N));
+    BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
+    bench::fill_uniform(xbc, rows * W, 1, -1.f, 1.f);
+    bench::fill_uniform(dy, rows * XD, 2, -1.f, 1.f);
+    bench::fill_uniform(dt_raw, rows * s.H, 3, -1.f, 1.f);
+    bench::fill_uniform(dt_bias, s.H, 4, -5.f, -3.f);
+    bench::fill_uniform(A_log, s.H, 5, 0.f, 2.772f);
+    bench::fill_uniform(D, s.H, 6, -1.f, 1.f);
+    BENCH_CHECK(cudaMemset(dparams, 0, 3 * s.H * sizeof(float)));
+    BENCH_CHECK(cudaGetLastError());
+    BENCH_CHECK(cudaDeviceSynchronize());
+  }
+  ~Op() {
+    for (float* p : {xbc, dt_raw, dt_bias, A_log, D, y, dy, dxbc, ddt_raw, dparams}) BENCH_CHECK(cudaFree(p));
+    BENCH_CHECK(cudaFree(scratch));
+  }
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  void fwd(cudaStream_t stream) const {
+    llmt::cuda::mamba2_ssd_fwd<P>(xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, y, scratch, stream);
+  }
+  void bwd(cudaStream_t stream) const {
+    llmt::cuda::mamba2_ssd_bwd<P>(dy, xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, dxbc, ddt_raw,
+                                  dparams, dparams + s.H, dparams + 2 * s.H, scratch, stream);
+  }
+};
+
 // Times one shape with compute dtype P (float or __nv_bfloat16) and prints its table row.
 template <typename P>
 void bench_shape(const Shape& s, int iters) {
-  using namespace llmt::cuda;
-  const int64_t XD = s.H * s.P, W = XD + 2 * s.G * s.N, rows = s.B * s.T;
-  float *xbc, *dt_raw, *dt_bias, *A_log, *D, *y, *dy, *dxbc, *ddt_raw, *dparams;
-  BENCH_CHECK(cudaMalloc(&xbc, rows * W * sizeof(float)));
-  BENCH_CHECK(cudaMalloc(&dxbc, rows * W * sizeof(float)));
-  BENCH_CHECK(cudaMalloc(&dt_raw, rows * s.H * sizeof(float)));
-  BENCH_CHECK(cudaMalloc(&ddt_raw, rows * s.H * sizeof(float)));
-  BENCH_CHECK(cudaMalloc(&y, rows * XD * sizeof(float)));
-  BENCH_CHECK(cudaMalloc(&dy, rows * XD * sizeof(float)));
-  for (float** p : {&dt_bias, &A_log, &D}) BENCH_CHECK(cudaMalloc(p, s.H * sizeof(float)));
-  BENCH_CHECK(cudaMalloc(&dparams, 3 * s.H * sizeof(float)));
-  const size_t scratch_bytes = std::max(mamba2_ssd_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N),
-                                        mamba2_ssd_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N));
-  void* scratch;
-  BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
-  // x, B, C ~ U(-1, 1); Δ = softplus(dt_raw + dt_bias) around 0.02; -A = exp(A_log) in [1, 16).
-  bench::fill_uniform(xbc, rows * W, 1, -1.f, 1.f);
-  bench::fill_uniform(dy, rows * XD, 2, -1.f, 1.f);
-  bench::fill_uniform(dt_raw, rows * s.H, 3, -1.f, 1.f);
-  bench::fill_uniform(dt_bias, s.H, 4, -5.f, -3.f);
-  bench::fill_uniform(A_log, s.H, 5, 0.f, 2.772f);
-  bench::fill_uniform(D, s.H, 6, -1.f, 1.f);
-  BENCH_CHECK(cudaMemset(dparams, 0, 3 * s.H * sizeof(float)));
-  BENCH_CHECK(cudaGetLastError());
-  BENCH_CHECK(cudaDeviceSynchronize());
-
-  auto fwd = [&] { mamba2_ssd_fwd<P>(xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, y, scratch, 0); };
-  auto fwd_bwd = [&] {
-    fwd();
-    mamba2_ssd_bwd<P>(dy, xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, dxbc, ddt_raw, dparams,
-                      dparams + s.H, dparams + 2 * s.H, scratch, 0);
-  };
-  const float ms_fwd = bench::time_ms(iters, fwd), ms_fb = bench::time_ms(iters, fwd_bwd);
+  const Op<P> op(s);
+  const float ms_fwd = bench::time_ms(iters, [&] { op.fwd(nullptr); });
+  const float ms_fb = bench::time_ms(iters, [&] {
+    op.fwd(nullptr);
+    op.bwd(nullptr);
+  });
   BENCH_CHECK(cudaGetLastError());
   std::printf("| %-3s | %-4s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld | %8.3f | %8.3f | %6.0f |\n", s.name,
               sizeof(P) == 2 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
               static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
-              static_cast<long long>(s.G), ms_fwd, ms_fb,
-              static_cast<double>(scratch_bytes) / (1 << 20));
-  for (float* p : {xbc, dt_raw, dt_bias, A_log, D, y, dy, dxbc, ddt_raw, dparams}) BENCH_CHECK(cudaFree(p));
-  BENCH_CHECK(cudaFree(scratch));
+              static_cast<long long>(s.G), ms_fwd, ms_fb, static_cast<double>(op.scratch_bytes) / (1 << 20));
+}
+
+// ---- --phases: the bf16 op kernel by kernel ----
+
+using bench::Cost;
+using bench::PhaseKernel;
+
+/// The Cost (bench/phases.h: bytes unique and issued, tensor-core FLOPs) of phase `phase` of the Mamba2 SSD op with
+/// bf16 compute (src/kernels/cuda/mamba2.cu, P = __nv_bfloat16; the phase names of kMamba2Kernels) at shape s,
+/// counted from the kernels for fp32 tensors, T a multiple of 64 and P, N multiples of 64 (every chunk and tile
+/// full); zeros for another name. Notation: E = B T H (token, head) pairs, nc = T / 64 chunks, PT = P / 64 and
+/// NT = N / 64 tiles, St = E P N / 64 elements of one set of chunk states [B, H, nc, P, N] (bf16), BC = B T G N
+/// elements of xbc's B (or C) columns. Scratch: Δ fp32, G double, dBh / dCh [B, H, T, N] fp32, the chunk partials
+/// double. The tile products count 2 M N depth each (the masked halves of the intra-chunk products included: the
+/// kernels compute them); the elementwise kernels' arithmetic is not counted.
+Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool) {
+  const double B = static_cast<double>(s.B), T = static_cast<double>(s.T), H = static_cast<double>(s.H);
+  const double P = static_cast<double>(s.P), N = static_cast<double>(s.N), G = static_cast<double>(s.G);
+  const double E = B * T * H, nc = T / 64, PT = P / 64, NT = N / 64, St = E * P * N / 64, BC = B * T * G * N;
+  const double f = (nc - 1) / nc;  // the state scans read every chunk but the last
+  const auto is = [&](const char* name) { return std::strcmp(phase, name) == 0; };
+  if (is("prep"))  // one thread per (b, h, chunk): dt_raw (4-byte loads, H apart), dt_bias and A_log (per
+                   // thread); Δ (fp32) and G (double) written
+    return {16 * E, 16 * E + 8 * E / 64, 0};
+  if (is("states") || is("dstates")) {
+    // ssd_state_scan_kernel<true>, grid (B H, PT, NT), chunks in order (dstates: reversed): per chunk but the last,
+    // u (x, or dy) [64, 64] by the NT blocks of a P tile, v (B, or C) [64, 64] by the PT blocks of an N tile and
+    // by every head of the group; G_i, Γ (double) and Δ_i (by threads < 64); the nc states (or adjoints) written,
+    // bf16. R += (w u)^T v: 64 x 64 x 64 per chunk and tile pair.
+    return {4 * f * E * P + 4 * f * BC + 12 * f * E + 2 * St,
+            NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St,
+            2 * f * E * P * N};
+  }
+  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile),
+                // S_in [64, N] (its P tile, bf16, cp.async), x [64, 64] twice (the M x operand, then D x), G
+                // (double), Δ; y [64, 64] written. C S_in^T (64 x 64 x N), C B^T (64 x 64 x N, again for every
+                // P tile), M x (64 x 64 x 64)
+    return {8 * BC + 4 * E * P + 2 * St + 12 * E + 4 * E * P,
+            PT * E * 8 * N + 2 * St + 8 * E * P + PT * 12 * E + 4 * E * P, 2 * E * P * (2 * N + 64)};
+  if (is("dchunk")) {
+    // ssd_bwd_chunk_kernel<bf16>, grid (nc, H, B), one block per chunk with every P and N tile. Per block (per
+    // token below): G (double), Δ, dt_raw; CB: C, B over N; DX: dy, x over P; dC: dy per (N, P) tile pair,
+    // S_in, then C, B per N tile, dCh written; dB: x per (N, P) tile pair, dS, then C per N tile, dBh written;
+    // v̄ / dx: B per (P, N) tile pair, dS, then x, dy and dy again (D dy) per P tile, dx written; <dS, S_in> reads
+    // both states again (S_in issued twice, dS three times in all); ddt_raw and the partials written. Products: C B^T, dy x^T (64 x 64 x N, P); dy S_in,
+    // x dS, B dS^T (64 x P x N each); dcb B, dcb^T C (64 x 64 x N), (CB ∘ E)^T dy (64 x 64 x P).
+    const double issued_per_token = 16 + 8 * N + 8 * P + (4 * P * NT + 8 * N + 4 * N) +
+                                    (4 * P * NT + 4 * N + 4 * N) + (4 * N * PT + 12 * P + 4 * P) + 4 + 24.0 / 64;
+    return {8 * E * P + 8 * BC + 4 * St + 16 * E + 4 * E * P + 8 * E * N + 4 * E + 24 * E / 64,
+            E * issued_per_token + 5 * 2 * St, 2 * E * (3 * 64 * N + 2 * 64 * P + 3 * P * N)};
+  }
+  if (is("dBC")) return {8 * E * N + 8 * BC, 8 * E * N + 8 * BC, 0};  // dBh, dCh summed over a group's heads
+  if (is("dparams"))  // the chunk partials (double x 3) summed per head; ddt_bias, dA_log, dD read and written
+    return {24 * E / 64 + 28 * H, 24 * E / 64 + 28 * H, 0};
+  return {0, 0, 0};
+}
+
+// The phase of each kernel of the bf16 op, by the kernel's name and, for the state scan, its launch within the call
+// (the backward recomputes the forward's states, then scans the adjoints).
+constexpr PhaseKernel kMamba2Kernels[] = {{"ssd_prep_kernel", "prep"},
+                                          {"ssd_state_scan_kernel", "states", 0},
+                                          {"ssd_state_scan_kernel", "dstates", 1},
+                                          {"ssd_fwd_out_kernel", "y"},
+                                          {"ssd_bwd_chunk_kernel", "dchunk"},
+                                          {"ssd_group_sum_kernel", "dBC"},
+                                          {"ssd_params_kernel", "dparams"}};
+
+constexpr bench::PhaseTable<Shape> kMamba2Table{"Mamba2 SSD bf16 op", std::begin(kMamba2Kernels),
+                                                std::end(kMamba2Kernels), mamba2_bf16_cost, false};
+
+/// The bf16 op's forward and backward at shape s, kernel by kernel (bench::print_phases), on bench_shape's inputs.
+/// Exits unless s is what mamba2_bf16_cost counts.
+void mamba2_phases(const Shape& s, int iters) {
+  if (s.T % 64 != 0 || s.P % 64 != 0 || s.N % 64 != 0) {
+    std::fprintf(stderr, "mamba2_bench --phases: the cost model needs T, P and N multiples of 64\n");
+    std::exit(1);
+  }
+  const Op<__nv_bfloat16> op(s);
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "shape %s B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld", s.name,
+                static_cast<long long>(s.B), static_cast<long long>(s.T), static_cast<long long>(s.H),
+                static_cast<long long>(s.P), static_cast<long long>(s.N), static_cast<long long>(s.G));
+  bench::print_phases(s, shape, iters, false, kMamba2Table, [&](cudaStream_t st) { op.fwd(st); }, "mamba2_bench");
+  bench::print_phases(s, shape, iters, true, kMamba2Table, [&](cudaStream_t st) { op.bwd(st); }, "mamba2_bench");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
+  int iters = 20;
+  bool by_phase = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--phases") == 0)
+      by_phase = true;
+    else
+      iters = std::atoi(argv[i]);
+  }
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("Mamba2 SSD (src/kernels/cuda/mamba2.cu) on %s, mean of %d runs\n\n", prop.name, iters);
-  std::printf("| shape | compute | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
+  std::printf("Mamba2 SSD (src/kernels/cuda/mamba2.cu) on %s, mean of %d runs\n", prop.name, iters);
   const Shape shapes[] = {{"a", 4, 4096, 16, 128, 128, 1}, {"b", 1, 16384, 16, 128, 128, 1},
                           {"c", 4, 4096, 64, 64, 128, 1}};
+  if (by_phase) {
+    mamba2_phases(shapes[0], iters);
+    return 0;
+  }
+  std::printf("\n| shape | compute | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     bench_shape<float>(s, iters);
     bench_shape<__nv_bfloat16>(s, iters);

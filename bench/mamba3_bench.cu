@@ -158,7 +158,7 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   const double splits = std::clamp<double>(std::floor(rows / 256), 1, 128);  // mamba3.cu colsum's row ranges
   const auto is = [&](const char* name) { return std::strcmp(phase, name) == 0; };
   const auto both = [](double b) { return Cost{b, b, 0}; };
-  // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward
+  // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward (bcnorm only without the saved set)
   if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the next token's ε); Δ, λ, A, clamp,
                     // a, γ, ε, σ written (fp32) and Δ (double)
     return {12 * E + 40 * E, 20 * E + 40 * E, 0};
@@ -175,7 +175,6 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 8 * E * N,
             4 * E * S + cols * 8 * rows * N + std::ceil(rows / qk_rows) * 16 * H * N + 8 * E * N, 0};
   }
-  if (is("up")) return both(8 * E * P);  // v = x (R = 1)
   // core (mamba3_core.cu core_fwd), in the forward and again in the backward
   if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
   if (is("states") || is("dstates")) {
@@ -191,16 +190,16 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
             2 * E * (64 * N + P * N + 64 * P)};
   if (is("gate")) return both(12 * E * P);  // out_kernel: y, z; out
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
-  if (is("dy") || is("dz")) return both(16 * E * P);  // dout, z, y; dy (or dz)
+  if (is("dy_dz")) return both(20 * E * P);  // dout, z, y; dy, dz
   if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS; G (double), σ, γ; dq, dk, dv, da,
                      // dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile, Z).
                      // Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
                      // Adq^T Q; dv: K dS^T, Bdv^T dY
     return {16 * E * N + 12 * E * P + 8 * St + 28 * E + E / 8, 16 * E * N + 28 * E * P + 8 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
-  if (is("dx")) return both(8 * E * P);  // dv; dx (R = 1)
-  if (is("rot_bwd"))  // per (token, head, angle): φ; the rotated pair of k, q read, of dk, dq read and written; dφ
-    return both(4 * E * S + 48 * E * S + 4 * E * S);
+  if (is("rot_bcnorm_bwd"))  // per (row, channel pair) over the heads: dk, dq read; where rotated, φ, the pair of
+                             // k, q read, of dk, dq written, dφ written; n̂; dn̂ and dn̂ ∘ n̂ written
+    return both(8 * E * N + 4 * E * S + 32 * E * S + 4 * E * S + 24 * rows * N);
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle
@@ -209,7 +208,6 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
                          // dγ, dσ, da, A, clamp; draw's 3 columns
     return {8 * rows * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E,
             8 * E * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E, 0};
-  if (is("bcnorm_dn")) return both(8 * E * N + 24 * rows * N);  // dk, dq over the heads; n̂; dn̂ and dn̂ ∘ n̂ written
   if (is("bcnorm_mean"))  // dn̂, n̂ (the weight issued per row); the means
     return {16 * rows * N + 8 * rows, 24 * rows * N + 8 * rows, 0};
   if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS and the means (issued per element), the weight (issued per row); dB|C
@@ -228,28 +226,24 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
 }
 
 // The phase of each kernel of the SISO bf16 op, by the kernel's name (and launch number within the op where a
-// kernel runs more than once with different roles). "dx_kernel" before "bcnorm_dx_kernel": the last match wins.
+// kernel runs more than once with different roles; the last match wins).
 constexpr PhaseKernel kMamba3Kernels[] = {
     {"token_kernel", "token"},
     {"theta_kernel", "theta"},
     {"phase_kernel", "phase"},
     {"bcnorm_kernel", "bcnorm"},
     {"qk_kernel", "qk"},
-    {"up_kernel", "up"},
     {"cumsum_kernel", "cumsum"},
     {"state_scan_mma_kernel", "states", 0},
     {"state_scan_mma_kernel", "dstates", 1},
     {"fwd_out_mma_kernel", "y"},
     {"out_kernel", "gate"},
-    {"dy_kernel", "dy"},
-    {"dz_kernel", "dz"},
+    {"dy_dz_kernel", "dy_dz"},
     {"bwd_chunk_mma_kernel", "dchunk"},
-    {"dx_kernel", "dx"},
-    {"rot_bwd_kernel", "rot_bwd"},
+    {"rot_bcnorm_bwd_kernel", "rot_bcnorm_bwd"},
     {"phase_bwd_kernel", "phase_bwd"},
     {"angle_bwd_kernel", "angle_bwd"},
     {"scalar_bwd_kernel", "scalar_bwd"},
-    {"bcnorm_dn_kernel", "bcnorm_dn"},
     {"bcnorm_mean_kernel", "bcnorm_mean"},
     {"bcnorm_dx_kernel", "bcnorm_dx"},
     {"colsum_partial_kernel", "sum dB_bias", 0},

@@ -18,6 +18,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -37,9 +38,11 @@ using llmt::Tensor;
 }  // namespace
 
 TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic", "[cuda][delta]") {
-  for (const int64_t W : {1, 4}) {
-    const int64_t B = 2, T = 37, C = 48;
-    const std::string tag = "W=" + std::to_string(W);
+  // Runs of 32 tokens (T = 37: a full and a partial run per sequence), one or two blocks of 256 channels, the
+  // widest kernel width (kConvMaxWidth = 8).
+  for (const auto& [W, C] : {std::pair<int64_t, int64_t>{1, 48}, {4, 48}, {4, 300}, {8, 48}}) {
+    const int64_t B = 2, T = 37;
+    const std::string tag = "W=" + std::to_string(W) + " C=" + std::to_string(C);
     Pair x = both(randn(B * T * C, 1), {B, T, C}), w = both(randn(C * W, 2, 0.5), {C, 1, W});
     Pair pre = both(randn(B * T * C, 3), {B, T, C}), y = both(randn(B * T * C, 4), {B, T, C});
     gpu().short_conv_silu_fwd(*x.g, *w.g, *pre.g, *y.g);
@@ -59,6 +62,12 @@ TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), 
     gpu().short_conv_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g);
     require_bit_identical(first, get(gpu(), *dw.g), "conv dw " + tag);
   }
+  // Wider than the kernels take: a clear error naming the limit.
+  const int64_t B = 1, T = 5, C = 8, W = llmt::cuda::kConvMaxWidth + 1;
+  Pair x = both(randn(B * T * C, 1), {B, T, C}), w = both(randn(C * W, 2), {C, 1, W});
+  Pair pre = both(randn(B * T * C, 3), {B, T, C}), y = both(randn(B * T * C, 4), {B, T, C});
+  REQUIRE_THROWS_WITH(gpu().short_conv_silu_fwd(*x.g, *w.g, *pre.g, *y.g),
+                      Catch::Contains("width (conv_size) must be in [1, 8], got 9"));
 }
 
 TEST_CASE("cuda delta: l2norm forward and backward with query scale", "[cuda][delta]") {

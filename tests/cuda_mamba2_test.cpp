@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "kernels/backend.h"
 #include "cuda_test_util.h"
+#include "mamba2_head_sums.h"
 
 using namespace llmt::test;
 
@@ -92,45 +93,6 @@ SsdInputs ssd_inputs(const SsdCase& c) {
           both(randn(c.H, c.seed + 5), {c.H})};
 }
 
-// The scales of the per-head sums ddt_bias, dA_log, dD [H] for bf16 compute: each adds B T per-token terms whose
-// bf16 errors are independent, so its error grows like the terms' root-sum-square while the sum itself may
-// cancel far below it (a CPU emulation of the bf16 kernels saw 3e-2 of max|ref| with H = 2 heads, and
-// <= 1e-2 of this scale). Per head, sqrt(Σ_{b,t} term²) with the terms from the inputs and the CPU reference:
-// ddt_raw (ddt_bias); A Δ da = Δ ddt_raw / σ - x·(dx - D dy) (dA_log; dx = Δ v̄ + D dy and
-// ddt_raw = σ (x·v̄ + A da), σ = σ(dt_raw + dt_bias) the derivative of Δ); x·dy (dD). The largest over heads.
-struct HeadSumScales {
-  double dt_bias = 0, A_log = 0, D = 0;
-};
-HeadSumScales head_sum_scales(const SsdCase& c, const SsdInputs& in, const Pair& dy, const Pair& dxbc,
-                              const Pair& ddt_raw) {
-  const int64_t XD = c.H * c.P, W = XD + 2 * c.G * c.N;
-  const auto xbc = get(cpu(), *in.xbc.c), dt_raw = get(cpu(), *in.dt_raw.c), bias = get(cpu(), *in.dt_bias.c),
-             D = get(cpu(), *in.D.c), dyh = get(cpu(), *dy.c), dx = get(cpu(), *dxbc.c), g = get(cpu(), *ddt_raw.c);
-  std::vector<double> sb(c.H), sa(c.H), sd(c.H);
-  for (int64_t r = 0; r < c.B * c.T; ++r)
-    for (int64_t h = 0; h < c.H; ++h) {
-      const double v = static_cast<double>(dt_raw[r * c.H + h]) + bias[h];
-      const double delta = v > 20.0 ? v : std::log1p(std::exp(v)), sigma = v > 20.0 ? 1.0 : 1.0 / (1.0 + std::exp(-v));
-      double xdy = 0.0, xvbar = 0.0;  // x·dy and x·(Δ v̄)
-      for (int64_t p = 0; p < c.P; ++p) {
-        const double x = xbc[r * W + h * c.P + p], d = dyh[r * XD + h * c.P + p];
-        xdy += x * d;
-        xvbar += x * (dx[r * W + h * c.P + p] - D[h] * d);
-      }
-      const double gr = g[r * c.H + h], da = delta * gr / sigma - xvbar;
-      sb[h] += gr * gr;
-      sa[h] += da * da;
-      sd[h] += xdy * xdy;
-    }
-  HeadSumScales out;
-  for (int64_t h = 0; h < c.H; ++h) {
-    out.dt_bias = std::max(out.dt_bias, std::sqrt(sb[h]));
-    out.A_log = std::max(out.A_log, std::sqrt(sa[h]));
-    out.D = std::max(out.D, std::sqrt(sd[h]));
-  }
-  return out;
-}
-
 // Forward y and backward dxbc, ddt_raw, ddt_bias, dA_log, dD against the CPU reference (bf16 compute: the
 // per-head sums against at least head_sum_scales), then y and the backward once more on the GPU, bit-identical.
 void check_ssd(const SsdCase& c) {
@@ -167,7 +129,11 @@ void check_ssd(const SsdCase& c) {
   require_close(dxbc, "dxbc " + tag, tol);
   require_close(ddt_raw, "ddt_raw " + tag, tol);
   const HeadSumScales floor =
-      c.compute == llmt::DType::bf16 ? head_sum_scales(c, in, dy, dxbc, ddt_raw) : HeadSumScales{1e-30, 1e-30, 1e-30};
+      c.compute == llmt::DType::bf16
+          ? head_sum_scales(c.B * c.T, c.H, c.P, W, get(cpu(), *in.xbc.c), get(cpu(), *in.dt_raw.c),
+                            get(cpu(), *in.dt_bias.c), get(cpu(), *in.D.c), get(cpu(), *dy.c), get(cpu(), *dxbc.c),
+                            get(cpu(), *ddt_raw.c))
+          : HeadSumScales{1e-30, 1e-30, 1e-30};
   require_close(ddt_bias, "ddt_bias " + tag, tol, floor.dt_bias);
   require_close(dA_log, "dA_log " + tag, tol, floor.A_log);
   require_close(dD, "dD " + tag, tol, floor.D);

@@ -99,8 +99,8 @@ void check_mamba3(const Case& c) {
   run(gpu(), true);
   for (size_t i = 0; i < all.size(); ++i) require_bit_identical(first[i], get(gpu(), *all[i].first->g), all[i].second);
 
-  // model.mamba3.save_states: the forward writes G, the chunk-entering states and y into `saved` (from garbage),
-  // the backward reads them instead of recomputing the core's forward.
+  // model.mamba3.save_states: the forward writes G, the chunk-entering states, y and BCNorm's outputs into `saved`
+  // (from garbage), the backward reads them instead of recomputing the core's forward and BCNorm.
   const int64_t n_saved = gpu().mamba3_saved_numel(c.B, c.T, c.H, c.N, opt);
   REQUIRE(n_saved > 0);
   const OwnedTensor saved(gpu(), llmt::DType::f32, {n_saved});

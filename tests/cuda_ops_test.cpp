@@ -96,6 +96,43 @@ TEST_CASE("cuda: matmul, all transposes, with and without accumulate", "[cuda]")
   }
 }
 
+TEST_CASE("cuda: the LM head's strided logits (logits_stride): matmul_strided and cross_entropy_strided",
+          "[cuda]") {
+  // A GPT-2-sized odd vocabulary: the CUDA backend pads the logits rows to a multiple of 64 elements; the strided
+  // products and loss must equal the CPU's dense ones and leave the padding untouched.
+  const int64_t rows = 6, D = 96, V = 50257, ld = gpu().logits_stride(V);
+  REQUIRE(ld == 50304);
+  REQUIRE(cpu().logits_stride(V) == V);
+  const auto x = randn(rows * D, 60), w = randn(V * D, 61, 0.2);
+  auto targets = rand_ids(static_cast<size_t>(rows), V, 62);
+  targets[1] = -1;
+  Pair xp = both(x, {rows, D}), wp = both(w, {V, D}), tp = both(targets, {rows});
+  std::vector<float> padded(static_cast<size_t>(rows * ld), 123.0f);
+  OwnedTensor zg = on(gpu(), padded, {rows, ld}), zc(cpu(), DType::f32, {rows, V});
+  const Tensor zgv(zg->data, DType::f32, {rows, V});
+  gpu().matmul_strided(*xp.g, 0, false, *wp.g, true, zgv, ld, false);  // logits = x W^T
+  cpu().matmul(*xp.c, false, *wp.c, true, *zc, false);
+  Pair losses = both(randn(rows, 63), {rows});
+  gpu().cross_entropy_strided(zgv, ld, *tp.g, 0.5, *losses.g, llmt::Tensor());
+  cpu().cross_entropy(*zc, *tp.c, 0.5, *losses.c, llmt::Tensor());
+  require_close(losses, "strided losses");
+  const auto zh = get(gpu(), *zg), zref = get(cpu(), *zc);
+  std::vector<float> dense(static_cast<size_t>(rows * V));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(zh.data() + r * ld, V, dense.data() + r * V);
+    for (int64_t c = V; c < ld; ++c) REQUIRE(zh[static_cast<size_t>(r * ld + c)] == 123.0f);
+  }
+  require_close(dense, zref, "strided logits gradient");
+  // dx = dlogits W and dW = dlogits^T x read the strided gradient.
+  Pair dx = both(randn(rows * D, 64), {rows, D}), dw = both(randn(V * D, 65), {V, D});
+  gpu().matmul_strided(zgv, ld, false, *wp.g, false, *dx.g, 0, false);
+  cpu().matmul(*zc, false, *wp.c, false, *dx.c, false);
+  gpu().matmul_strided(zgv, ld, true, *xp.g, false, *dw.g, 0, true);
+  cpu().matmul(*zc, true, *xp.c, false, *dw.c, true);
+  require_close(dx, "dx from strided logits");
+  require_close(dw, "dW from strided logits");
+}
+
 TEST_CASE("cuda: embedding forward and backward with repeated ids, deterministic", "[cuda]") {
   struct Shape {
     int64_t n, vocab, dim, distinct;  // ids drawn from [0, distinct): repeats when distinct < n

@@ -173,6 +173,26 @@ TEST_CASE("gemm: all transpose combinations match a naive triple loop, float and
   }
 }
 
+TEST_CASE("gemm: row strides of A and C (padding left untouched) equal the dense product", "[kernels][gemm]") {
+  const int64_t M = 3, N = 4, K = 5, pad = 3;
+  const Vec A = randn(M * K, 11), B = randn(K * N, 12), C0 = randn(M * N, 13);
+  for (bool ta : {false, true}) {
+    INFO("trans_a=" << ta);
+    const int64_t arows = ta ? K : M, acols = ta ? M : K, lda = acols + pad, ldc = N + pad;
+    Vec Ad(arows * lda, 99.0), Cd(M * ldc, 77.0);  // padding: values the product must neither read nor write
+    for (int64_t r = 0; r < arows; ++r) std::copy_n(A.data() + r * acols, acols, Ad.data() + r * lda);
+    for (int64_t r = 0; r < M; ++r) std::copy_n(C0.data() + r * N, N, Cd.data() + r * ldc);
+    Vec dense = C0;
+    llmt::cpu::gemm(ta, true, M, N, K, 0.7, A.data(), B.data(), -0.4, dense.data());
+    llmt::cpu::gemm(ta, true, M, N, K, 0.7, Ad.data(), B.data(), -0.4, Cd.data(), lda, ldc);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = 0; c < ldc; ++c) CHECK(Cd[r * ldc + c] == (c < N ? dense[r * N + c] : 77.0));
+  }
+  Vec C = C0;
+  CHECK_THROWS_WITH(llmt::cpu::gemm(false, false, M, N, K, 1.0, A.data(), B.data(), 0.0, C.data(), K - 1, 0),
+                    Catch::Contains("must be at least the rows' lengths"));
+}
+
 // ---------------------------------------------------------------- rmsnorm
 
 TEST_CASE("rmsnorm: hand-computed forward", "[kernels][rmsnorm]") {
@@ -488,6 +508,27 @@ TEST_CASE("cross_entropy: finite-difference gradient, float, target out of range
   CHECK_THROWS_AS(cross_entropy<double>(logits, at_vocab, vocab, grad_scale), llmt::Error);
   CHECK_THROWS_WITH(cross_entropy<double>(logits, far_out, vocab, grad_scale),
                     Catch::Contains("row 3") && Catch::Contains("77"));
+}
+
+TEST_CASE("cross_entropy: a row stride past the vocabulary gives the dense results, padding untouched",
+          "[kernels][cross_entropy]") {
+  const int64_t rows = 3, vocab = 5, ld = 8;
+  const Vec logits = randn(rows * vocab, 21);
+  const std::vector<int32_t> targets = {4, -1, 0};
+  Vec dense = logits, losses(rows), strided(rows * ld, 55.0), losses_s(rows), flags(rows), flags_s(rows);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(logits.data() + r * vocab, vocab, strided.data() + r * ld);
+  const double total = llmt::cpu::cross_entropy_fwd_bwd(dense.data(), targets.data(), rows, vocab, 0.5,
+                                                        losses.data(), flags.data());
+  const double total_s = llmt::cpu::cross_entropy_fwd_bwd(strided.data(), targets.data(), rows, vocab, 0.5,
+                                                          losses_s.data(), flags_s.data(), ld);
+  CHECK(total_s == total);
+  CHECK(losses_s == losses);
+  CHECK(flags_s == flags);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ld; ++c) CHECK(strided[r * ld + c] == (c < vocab ? dense[r * vocab + c] : 55.0));
+  CHECK_THROWS_WITH(llmt::cpu::cross_entropy_fwd_bwd(dense.data(), targets.data(), rows, vocab, 0.5, losses.data(),
+                                                     static_cast<double*>(nullptr), vocab - 1),
+                    Catch::Contains("row stride 4 is shorter than the vocabulary of 5"));
 }
 
 TEST_CASE("cross_entropy: argmax flags (correct) by hand, ties and unlabelled rows", "[kernels][cross_entropy]") {

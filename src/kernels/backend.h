@@ -65,8 +65,14 @@ class Backend {
   /// c = op(a) op(b) (+ c when accumulate); a, b, c 2-D; op transposes when asked. a and b
   /// share one dtype; c has it too, or is f32 when a and b are bf16 (fp32 accumulation
   /// always; an f32 c keeps the product unrounded, e.g. weight gradients, residual branches).
-  virtual void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-                      bool accumulate) = 0;
+  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, bool accumulate) {
+    matmul_strided(a, 0, trans_a, b, trans_b, c, 0, accumulate);
+  }
+  /// matmul with the row strides of a and c given (elements; 0 = dense): the rows of a (as stored, [a.shape[0],
+  /// a.shape[1]]) lie lda >= a.shape[1] elements apart, those of c ldc >= c.shape[1] apart (the LM head's logits,
+  /// logits_stride). Throws llmt::Error for a stride shorter than the row.
+  virtual void matmul_strided(const Tensor& a, int64_t lda, bool trans_a, const Tensor& b, bool trans_b,
+                              const Tensor& c, int64_t ldc, bool accumulate) = 0;
 
   // ---- layers' building blocks (semantics: src/kernels/cpu/*.h) ----
   /// out[n, D] = table[ids[n], :]; ids i32 [n].
@@ -104,8 +110,13 @@ class Backend {
   /// When `correct` has data ([rows], the losses' dtype) it receives 1 where the target is an argmax of
   /// the row's logits (ties count as correct), else 0 (0 for rows without a label).
   /// Does not synchronise: sum() the losses afterwards.
-  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                             const Tensor& losses, const Tensor& correct) = 0;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& losses,
+                     const Tensor& correct) {
+    cross_entropy_strided(logits, 0, targets, grad_scale, losses, correct);
+  }
+  /// cross_entropy over logits whose rows lie ld >= V elements apart (0 = dense; logits_stride).
+  virtual void cross_entropy_strided(const Tensor& logits, int64_t ld, const Tensor& targets, double grad_scale,
+                                     const Tensor& losses, const Tensor& correct) = 0;
   /// One AdamW update of params from grads * grad_scale; m, v are the moments; step is the
   /// 1-based count of updates taken. params, grads, m, v share one dtype. When `working` has
   /// data (same element count, another dtype, e.g. the bf16 copy of fp32 master weights), it
@@ -117,6 +128,10 @@ class Backend {
   /// logits of one chunk are the only ones held (CPU: small, cache-sized; CUDA: large enough
   /// to keep the tensor cores busy).
   virtual int64_t head_chunk_rows() const { return 256; }
+  /// The row stride (elements) the model gives its logits buffer for a vocabulary of `vocab`: vocab here; the CUDA
+  /// backend rounds it up to a multiple of 64, so that the LM head's GEMMs see 16-byte aligned rows (an odd vocab
+  /// such as GPT-2's 50257 otherwise sends cuBLAS to its slow unaligned kernels).
+  virtual int64_t logits_stride(int64_t vocab) const { return vocab; }
 
   // ---- delta-rule layers (GDN, Comba, KDA, MDN) ----
   // Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,gdn,comba_gates,comba,kda,
@@ -228,7 +243,8 @@ class Backend {
   /// saved: default-constructed (none), or [mamba3_saved_numel] in x's dtype, kept by the layer from this forward
   /// to the mamba3_bwd of the same inputs (model.mamba3.save_states): the forward writes the intermediates the
   /// backward would otherwise recompute there, and the backward given the same tensor reads them (CUDA: the
-  /// core's G, chunk-entering states and y, kernels/cuda/mamba3.cu; gradients bit-identical to the recompute).
+  /// core's G, chunk-entering states and y, BCNorm's normalised B, C and 1 / RMS, kernels/cuda/mamba3.cu;
+  /// gradients bit-identical to the recompute).
   virtual void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
                           const Mamba3Params& params, const Mamba3Options& opt, const Tensor& out,
                           const Tensor& saved);
@@ -241,9 +257,9 @@ class Backend {
                           const Mamba3Params& dparams);
   /// The elements of mamba3_fwd's `saved` for a layer of these sizes (B, T, H, N and opt), or 0 when this
   /// backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
-  /// reference, which recomputes in double). CUDA: 2 B H nc Lc + B H nc P N + B T H R P floats (and 256-byte
-  /// alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128, SISO, B T = 16384 tokens
-  /// 776 MiB.
+  /// reference, which recomputes in double). CUDA: 2 B H nc Lc + B H nc P N + B T H R P + 2 B T R G N + 2 B T R G
+  /// floats (and 256-byte alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128, SISO,
+  /// B T = 16384 tokens 792 MiB.
   virtual int64_t mamba3_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t d_state,
                                      const Mamba3Options& opt) const;
   /// The per-head parameters of the MDN gates (mdn.md §3, §4.4), each [H]; Mu_log and mu_bias are

@@ -115,12 +115,13 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-              bool accumulate) override {
+  void matmul_strided(const Tensor& a, int64_t lda, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                      int64_t ldc, bool accumulate) override {
     const GemmDims d = matmul_dims(a, trans_a, b, trans_b, c);
     dispatch(a, "matmul", [&](auto zero) {
       using T = decltype(zero);
-      cpu::gemm<T>(trans_a, trans_b, d.M, d.N, d.K, T(1), a.as<T>(), b.as<T>(), accumulate ? T(1) : T(0), c.as<T>());
+      cpu::gemm<T>(trans_a, trans_b, d.M, d.N, d.K, T(1), a.as<T>(), b.as<T>(), accumulate ? T(1) : T(0), c.as<T>(),
+                   lda, ldc);
     });
   }
 
@@ -221,8 +222,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                     const Tensor& losses, const Tensor& correct) override {
+  void cross_entropy_strided(const Tensor& logits, int64_t ld, const Tensor& targets, double grad_scale,
+                             const Tensor& losses, const Tensor& correct) override {
     check(logits.ndim == 2 && targets.numel() == logits.shape[0] && losses.numel() == logits.shape[0],
           "cross_entropy: logits {} targets {} losses {}", logits.shape_str(), targets.shape_str(),
           losses.shape_str());
@@ -234,7 +235,7 @@ class CpuBackend final : public Backend {
     dispatch(logits, "cross_entropy", [&](auto zero) {
       using T = decltype(zero);
       cpu::cross_entropy_fwd_bwd<T>(logits.as<T>(), targets.as<int32_t>(), logits.shape[0], logits.shape[1],
-                                    grad_scale, losses.as<T>(), correct.data != nullptr ? correct.as<T>() : nullptr);
+                                    grad_scale, losses.as<T>(), correct.data != nullptr ? correct.as<T>() : nullptr, ld);
     });
   }
 

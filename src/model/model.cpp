@@ -53,7 +53,8 @@ void Model::plan(int64_t batch, int64_t seq_len, bool recompute) {
   xf_ = OwnedTensor(be, ct, {rows, D});
   rstdf_ = OwnedTensor(be, dt, {rows});
   head_rows_ = std::min(rows, be.head_chunk_rows());
-  logits_ = OwnedTensor(be, ct, {head_rows_, config_.vocab_size});
+  logits_ld_ = be.logits_stride(config_.vocab_size);
+  logits_ = OwnedTensor(be, ct, {head_rows_, logits_ld_});
   losses_ = OwnedTensor(be, dt, {rows});
   // Without recompute the blocks' saved sets follow one another; with it every block starts at
   // the same base (only the block being forwarded or backpropagated holds live activations).
@@ -124,14 +125,23 @@ void Model::final_norm() {
 Tensor Model::head_chunk(int64_t r0, int64_t n) {
   const Tensor logits_c(logits_->data, logits_->dtype, {n, config_.vocab_size});
   const Tensor W = store_.param(lm_head_ >= 0 ? lm_head_ : embedding_);
-  store_.backend().matmul(row_view(*xf_, r0, n, config_.d_model), false, W, true, logits_c, false);
+  store_.backend().matmul_strided(row_view(*xf_, r0, n, config_.d_model), 0, false, W, true, logits_c, logits_ld_,
+                                  false);
   return logits_c;
+}
+
+void Model::download_head_chunk(int64_t r0, int64_t n, double* out) {
+  const int64_t V = config_.vocab_size;
+  head_chunk(r0, n);
+  std::vector<double> rows(static_cast<size_t>(n * logits_ld_));
+  download_f64(store_.backend(), Tensor(logits_->data, logits_->dtype, {n, logits_ld_}), rows.data());
+  for (int64_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * logits_ld_, V, out + r * V);
 }
 
 void Model::download_logits(int64_t rows, double* out) {
   for (int64_t r0 = 0; r0 < rows; r0 += head_rows_) {
     const int64_t n = std::min(head_rows_, rows - r0);
-    download_f64(store_.backend(), head_chunk(r0, n), out + r0 * config_.vocab_size);
+    download_head_chunk(r0, n, out + r0 * config_.vocab_size);
   }
 }
 
@@ -180,7 +190,7 @@ void Model::continue_decode(const int32_t* ids, DecodeState& state, double* logi
     download_logits(batch_, logits);
   } else {
     for (int64_t b = 0; b < batch_; ++b)
-      download_f64(store_.backend(), head_chunk(b * seq_len_ + seq_len_ - 1, 1), logits + b * config_.vocab_size);
+      download_head_chunk(b * seq_len_ + seq_len_ - 1, 1, logits + b * config_.vocab_size);
   }
   state.position += seq_len_;
 }
@@ -209,11 +219,11 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, bool with_g
     const Tensor logits_c = head_chunk(r0, n);
     const Tensor losses_c = row_view(*losses_, r0, n, 1).reshape({n});
     const Tensor targets_c(static_cast<int32_t*>(targets_->data) + r0, DType::i32, {n});
-    be.cross_entropy(logits_c, targets_c, with_grad ? grad_scale : 0.0, losses_c,
+    be.cross_entropy_strided(logits_c, logits_ld_, targets_c, with_grad ? grad_scale : 0.0, losses_c,
                      correct ? row_view(*correct_, r0, n, 1).reshape({n}) : Tensor());
     if (with_grad) {
-      be.matmul(logits_c, false, W, false, row_view(*dxf_, r0, n, D), false);  // dxf_c = dlogits W
-      be.matmul(logits_c, true, xf_c, false, dW, true);                // dW += dlogits^T xf_c
+      be.matmul_strided(logits_c, logits_ld_, false, W, false, row_view(*dxf_, r0, n, D), 0, false);  // dxf_c = dlogits W
+      be.matmul_strided(logits_c, logits_ld_, true, xf_c, false, dW, 0, true);  // dW += dlogits^T xf_c
     }
   }
   if (correct) {

@@ -121,8 +121,11 @@ class Model {
   void embed(const int32_t* ids, int64_t rows, const char* what);
   /// The final norm of the residual stream's last entry into xf_.
   void final_norm();
-  /// logits_ (first n rows) = rows [r0, r0 + n) of xf_ times the LM head; returns that view (n <= head_rows_).
+  /// logits_ (first n rows, row stride logits_ld_) = rows [r0, r0 + n) of xf_ times the LM head; returns that
+  /// view, [n, V] (n <= head_rows_).
   Tensor head_chunk(int64_t r0, int64_t n);
+  /// head_chunk(r0, n), downloaded into out [n, V] (double).
+  void download_head_chunk(int64_t r0, int64_t n, double* out);
   /// The logits of all `rows` rows of xf_, chunk by chunk, into host `out` [rows, V] in double.
   void download_logits(int64_t rows, double* out);
   /// decode() / prefill() of the planned [batch, seq_len] tokens ids [batch * seq_len]; logits of each
@@ -141,7 +144,8 @@ class Model {
   std::vector<OwnedTensor> resid_;          // residual stream at each block input, plus the output
   OwnedTensor xf_, rstdf_, dxf_, dresid_;   // final norm output / its rstd / grads
   int64_t head_rows_ = 0;                   // rows of the LM head per chunk (Backend::head_chunk_rows)
-  OwnedTensor logits_, losses_;             // one head chunk's logits [head_rows_, V]; losses [rows]
+  int64_t logits_ld_ = 0;                   // row stride of logits_ (Backend::logits_stride(V) >= V)
+  OwnedTensor logits_, losses_;             // one head chunk's logits [head_rows_, logits_ld_]; losses [rows]
   OwnedTensor correct_;                     // [rows] in the losses' dtype, allocated by the first forward that asks
   Buffer saved_;                            // the blocks' saved activations (one block's with recompute)
   Buffer scratch_;                          // the blocks' temporaries, shared (model/scratch.h)

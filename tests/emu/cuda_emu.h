@@ -1,20 +1,20 @@
 // A CPU emulator of the project's CUDA kernels, for tests (no GPU needed): a kernel file compiled by the host
 // compiler with -DLLMT_CUDA_EMU -include tests/emu/cuda_emu.h runs its kernels here, launched by its own host
-// launchers (tile::launch calls emu::launch under LLMT_CUDA_EMU); tests/emu/cuda_emu_runtime.cpp stands in for
-// libcudart. docs/ARCHITECTURE.md (Verification) says how the test uses it and what it catches.
+// launchers (tile::launch calls emu::launch under LLMT_CUDA_EMU; a file's own chevron launches, in the copy that
+// tests/CMakeLists.txt compiles, go through Chevrons below); tests/emu/cuda_emu_runtime.cpp stands in for libcudart. docs/ARCHITECTURE.md (Verification) says how the test uses it and what it catches.
 //
 // What it models:
 //   - A launch runs at its call, block after block (x fastest, then y, z): one block at a time, never two
-//     concurrently; blocks of exactly 256 threads (tile::kThreads, all the kernels it runs use).
-//   - A block's 256 threads are fibers (ucontext) on the calling OS thread, switched cooperatively at the
+//     concurrently; blocks of whole warps, at most 512 threads, one-dimensional (every kernel it runs).
+//   - A block's threads are fibers (ucontext) on the calling OS thread, switched cooperatively at the
 //     scheduling points: __syncthreads and the warp collectives (ldmatrix.x4 [.trans], mma.sync m16n8k16 bf16,
 //     __shfl_xor_sync, __shfl_up_sync, __reduce_max_sync), which complete when all 32 lanes of the warp have reached
 //     them (the same collective, full mask, width 32; anything else aborts). Between two scheduling points a thread
 //     runs alone, so the order in which threads reach them decides every race; `config.schedule` picks that order:
-//       round_robin     threads 0 .. 255 in turn, each to its next scheduling point, warps' collectives in between;
-//       warps_forward   warp by warp (0 .. 7), each warp run to its next barrier before the next one starts
+//       round_robin     threads 0, 1, ... in turn, each to its next scheduling point, warps' collectives in between;
+//       warps_forward   warp by warp (0, 1, ...), each warp run to its next barrier before the next one starts
 //                       (lanes 0 .. 31 in turn between its collectives);
-//       warps_reverse   as warps_forward with warps 7 .. 0 and lanes 31 .. 0;
+//       warps_reverse   as warps_forward with the warps in reverse and lanes 31 .. 0;
 //       warps_shuffled  as warps_forward in a fresh random warp order per barrier interval (config.seed).
 //     A kernel without races gives the same bits under every schedule; a missing barrier or a read of another
 //     thread's or warp's writes before the barrier that orders them gives schedule-dependent results.
@@ -50,6 +50,8 @@
 //   #ifdef LLMT_CUDA_EMU
 //   LLMT_CUDA_EMU_DYNAMIC_SMEM(smem);
 //   #endif
+// one line per name its kernels give the dynamic shared memory; LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, name) where they
+// declare it as `extern __shared__ float name[]` (an element type other than char).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -64,12 +66,13 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 namespace emu {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kMaxThreads = 512;  // per block
+constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr size_t kMaxDynamicSmem = 227 * 1024;  // per block (sm_90)
 
 enum class Schedule { round_robin, warps_forward, warps_reverse, warps_shuffled };
@@ -114,18 +117,19 @@ struct Thread {
 };
 
 struct Block {
-  Thread threads[kThreads];
+  Thread threads[kMaxThreads];
+  int nthreads = 0;  // the launch's (a multiple of 32)
   Thread* cur = nullptr;
   ucontext_t sched;
   uint3 idx{0, 0, 0};
   dim3 grid{1, 1, 1};
+  dim3 dim{0, 1, 1};  // the launch's block size
   std::function<void()> body;
-  std::vector<char*> smem;  // the dynamic shared memory arrays (one per kernel file)
+  std::vector<char*> smem;  // the dynamic shared memory arrays (one per name a kernel file declares)
   size_t smem_bytes = 0;     // the launch's
   uint64_t blocks_run = 0;
 };
 inline Block block;
-inline const dim3 block_dim{kThreads, 1, 1};
 
 /// The dynamic shared memory arrays of the kernel files (LLMT_CUDA_EMU_DYNAMIC_SMEM), each as a function returning
 /// the calling OS thread's (registered during static initialisation, hence a function-local static).
@@ -337,7 +341,8 @@ inline void run_block(uint3 idx) {
   constexpr size_t kStack = 512 * 1024, kGuard = 4096;
   block.idx = idx;
   for (char* s : block.smem) std::memset(s, 0xff, kMaxDynamicSmem);  // NaN garbage
-  for (int t = 0; t < kThreads; ++t) {
+  const int n = block.nthreads, nwarps = n / 32;
+  for (int t = 0; t < n; ++t) {
     Thread& th = block.threads[t];
     if (th.stack == nullptr) {  // lazily committed pages, a guard page below (an overflow faults)
       void* m = mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -358,36 +363,41 @@ inline void run_block(uint3 idx) {
   }
   const Schedule s = config.schedule;
   std::mt19937 rng(config.seed + static_cast<uint32_t>(block.blocks_run++));
-  int warps[kWarps];
-  for (int w = 0; w < kWarps; ++w) warps[w] = s == Schedule::warps_reverse ? kWarps - 1 - w : w;
+  int warps[kMaxWarps];
+  for (int w = 0; w < nwarps; ++w) warps[w] = s == Schedule::warps_reverse ? nwarps - 1 - w : w;
   for (;;) {  // one barrier interval: every thread runs to its next barrier or its end
     if (s == Schedule::round_robin) {
       for (bool progress = true; progress;) {
         progress = false;
-        for (int t = 0; t < kThreads; ++t) progress |= step(t);
-        for (int w = 0; w < kWarps; ++w) progress |= try_complete(w);
+        for (int t = 0; t < n; ++t) progress |= step(t);
+        for (int w = 0; w < nwarps; ++w) progress |= try_complete(w);
       }
     } else {
-      if (s == Schedule::warps_shuffled) std::shuffle(warps, warps + kWarps, rng);
-      for (const int w : warps)
+      if (s == Schedule::warps_shuffled) std::shuffle(warps, warps + nwarps, rng);
+      for (int j = 0; j < nwarps; ++j) {
+        const int w = warps[j];
         for (bool progress = true; progress;) {
           progress = false;
           for (int i = 0; i < 32; ++i) progress |= step(32 * w + (s == Schedule::warps_reverse ? 31 - i : i));
           progress |= try_complete(w);
         }
+      }
     }
     int done = 0, waiting = 0;
-    for (const Thread& th : block.threads) done += th.state == State::done, waiting += th.state == State::barrier;
-    if (done == kThreads) return;
-    if (done != 0 || waiting != kThreads) {
+    for (int t = 0; t < n; ++t) {
+      const State st = block.threads[t].state;
+      done += st == State::done, waiting += st == State::barrier;
+    }
+    if (done == n) return;
+    if (done != 0 || waiting != n) {
       char msg[160];
       std::snprintf(msg, sizeof msg,
                     "block (%u, %u, %u): %d threads at a barrier, %d finished, %d in warp collectives (divergent "
                     "barrier or collective)",
-                    idx.x, idx.y, idx.z, waiting, done, kThreads - waiting - done);
+                    idx.x, idx.y, idx.z, waiting, done, n - waiting - done);
       fail(msg);
     }
-    for (Thread& th : block.threads) th.state = State::run;
+    for (int t = 0; t < n; ++t) block.threads[t].state = State::run;
   }
 }
 
@@ -395,18 +405,45 @@ inline void run_block(uint3 idx) {
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block_size, size_t smem_bytes, cudaStream_t,
             const Args&... args) {
-  if (block_size.x != kThreads || block_size.y != 1 || block_size.z != 1) fail("launch: blocks of 256 threads only");
+  if (block_size.x % 32 != 0 || block_size.x == 0 || block_size.x > kMaxThreads || block_size.y != 1 ||
+      block_size.z != 1)
+    fail("launch: one-dimensional blocks of whole warps, at most 512 threads, only");
   if (smem_bytes > kMaxDynamicSmem) fail("launch: more dynamic shared memory than a block may have");
   if (smem_arrays().empty()) fail("launch: no LLMT_CUDA_EMU_DYNAMIC_SMEM in the kernel's file");
   block.smem.clear();
   for (char* (*array)() : smem_arrays()) block.smem.push_back(array());
   block.smem_bytes = smem_bytes;
   block.grid = grid;
+  block.dim = dim3(block_size.x, 1, 1);
+  block.nthreads = static_cast<int>(block_size.x);
   block.body = [&] { kernel(args...); };
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) run_block(uint3{x, y, z});
   block.body = nullptr;
+}
+
+/// `kernel<<<grid, block, smem, stream>>>(args...)` as the emulator's copy of a kernel file spells it
+/// (tests/CMakeLists.txt llmt_emu_kernel): `kernel * Chevrons(grid, block, smem, stream)(args...)`, which launches.
+struct Chevrons {
+  dim3 grid, block;
+  size_t smem;
+  cudaStream_t stream;
+  Chevrons(dim3 g, dim3 b, size_t bytes = 0, cudaStream_t s = nullptr) : grid(g), block(b), smem(bytes), stream(s) {}
+  template <typename... Args>
+  struct Call {
+    const Chevrons& at;
+    std::tuple<const Args&...> args;
+  };
+  template <typename... Args>
+  Call<Args...> operator()(const Args&... args) const {
+    return {*this, std::tuple<const Args&...>(args...)};
+  }
+};
+template <typename... Params, typename... Args>
+void operator*(void (*kernel)(Params...), const Chevrons::Call<Args...>& call) {
+  std::apply([&](const Args&... a) { launch(kernel, call.at.grid, call.at.block, call.at.smem, call.at.stream, a...); },
+             call.args);
 }
 
 }  // namespace emu
@@ -415,7 +452,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block_size, size_t smem_b
 
 #define threadIdx (::emu::self().tid)
 #define blockIdx (::emu::block.idx)
-#define blockDim (::emu::block_dim)
+#define blockDim (::emu::block.dim)
 #define gridDim (::emu::block.grid)
 #define __syncthreads() ::emu::syncthreads()
 
@@ -456,15 +493,25 @@ cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
 #define __host__
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+#ifndef __noinline__
+#define __noinline__  // (an inlining hint only; libstdc++'s __attribute__((__noinline__)) stays valid)
+#endif
+// The device's ::signbit, ::min, ::max (the math functions otherwise come from <cmath>'s global declarations).
+using std::max;
+using std::min;
+using std::signbit;
 // Static __shared__ variables: one per OS thread, shared by the fibers (the threads of the block); `extern
 // __shared__` (dynamic shared memory) declares the kernel file's LLMT_CUDA_EMU_DYNAMIC_SMEM array.
 #undef __shared__
 #define __shared__ thread_local
 
-/// The dynamic shared memory of the kernels of the enclosing namespace (see the top of this file). (The dynamically
-/// initialised thread_local makes g++ emit the TU's __tls_init, which its accesses to `extern thread_local` arrays
-/// of internal linkage call.)
-#define LLMT_CUDA_EMU_DYNAMIC_SMEM(name)                                                                         \
-  alignas(128) thread_local char name[::emu::kMaxDynamicSmem];                                                 \
-  [[maybe_unused]] const bool name##_emu_registered_ = ::emu::register_smem([]() -> char* { return name; }); \
+/// The dynamic shared memory of the kernels of the enclosing namespace (see the top of this file), as an array of
+/// `type` (the element type of the kernels' `extern __shared__ type name[]`). (The dynamically initialised
+/// thread_local makes g++ emit the TU's __tls_init, which its accesses to `extern thread_local` arrays of internal
+/// linkage call.)
+#define LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(type, name)                                                        \
+  alignas(128) thread_local type name[::emu::kMaxDynamicSmem / sizeof(type)];                          \
+  [[maybe_unused]] const bool name##_emu_registered_ =                                                 \
+      ::emu::register_smem([]() -> char* { return reinterpret_cast<char*>(name); });                  \
   [[maybe_unused]] thread_local const bool name##_emu_tls_ = ::emu::register_smem(nullptr)
+#define LLMT_CUDA_EMU_DYNAMIC_SMEM(name) LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(char, name)

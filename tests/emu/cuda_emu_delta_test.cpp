@@ -1,9 +1,9 @@
 // The GDN, Comba and KDA cores (src/kernels/cuda/gdn_comba.cu, kda.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: forward, then backward, on small shapes with a ragged last chunk (T = 130,
 // chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
-// cp.async; GDN and Comba also with two and four key tiles, K = 128 and 256, unaligned k rows, K = 98, and with a
-// key_dim beyond the Mma scans, K = 320: the tile::Tc scans) and fp32 compute
-// (tile::Simt). Every output must be
+// cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, and with a key_dim
+// beyond the Mma scans, K = 320: the tile::Tc scans; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
+// and fp32 compute (tile::Simt). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
@@ -196,6 +196,13 @@ TEST_CASE("cuda emu: bf16 GDN core, K = V = 64 and partial key / value tiles (K 
   check_case({Core::gdn, true, 1, 130, 2, 100, 96, 64, -1.0, 200});
 }
 
+TEST_CASE("cuda emu: bf16 GDN core, K = V = 128 (two key and value tiles) and K = 256, V = 128 (four key tiles), "
+          "ragged last chunk",
+          "[emu][gdn]") {
+  check_case({Core::gdn, true, 1, 130, 1, 128, 128, 64, -1.0, 1200});
+  check_case({Core::gdn, true, 1, 130, 1, 256, 128, 64, -0.05, 1300});
+}
+
 TEST_CASE("cuda emu: bf16 Comba core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
           "[emu][comba]") {
   check_case({Core::comba, true, 1, 130, 2, 64, 64, 64, -1.0, 300});
@@ -221,12 +228,17 @@ TEST_CASE("cuda emu: bf16 GDN and Comba cores with a key_dim beyond the Mma scan
   check_case({Core::comba, true, 1, 130, 1, 320, 64, 64, -0.05, 1100});
 }
 
-TEST_CASE("cuda emu: bf16 GDN and Comba cores, K = V = 128 (two key and value tiles), K = 256 (four key tiles) and "
-          "K = 98 (k rows not 16-byte aligned: the Mma scan loads k and W synchronously), ragged last chunk",
+TEST_CASE("cuda emu: bf16 GDN and Comba cores at the benchmarks' tilings (K = V = 128; K = 256, V = 512), ragged "
+          "last chunk",
           "[emu][gdn][comba]") {
   check_case({Core::gdn, true, 1, 130, 1, 128, 128, 64, -1.0, 1200});
   check_case({Core::comba, true, 1, 130, 1, 128, 128, 64, -0.05, 1300});
-  check_case({Core::gdn, true, 1, 130, 1, 256, 128, 64, -0.05, 1400});
-  check_case({Core::comba, true, 1, 130, 1, 256, 128, 64, -1.0, 1500});
-  check_case({Core::gdn, true, 1, 130, 1, 98, 64, 64, -1.0, 1600});
+  check_case({Core::gdn, true, 1, 130, 1, 256, 512, 64, -0.05, 1400});
+  check_case({Core::comba, true, 1, 130, 1, 256, 512, 64, -1.0, 1500});
+}
+
+TEST_CASE("cuda emu: bf16 GDN core with rows that are not 16-byte aligned (K = 61, V = 60: no cp.async in dqk, "
+          "scalar stores)",
+          "[emu][gdn]") {
+  check_case({Core::gdn, true, 1, 130, 2, 61, 60, 64, -1.0, 1600});
 }

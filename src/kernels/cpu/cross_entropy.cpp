@@ -12,13 +12,15 @@ namespace llmt::cpu {
 // (cross_entropy.h; the mean-CE loss of runs.md §1 is the caller's grad_scale = 1/#targets).
 template <typename T>
 double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale,
-                             T* losses, T* correct) {
+                             T* losses, T* correct, int64_t ld) {
+  ld = ld == 0 ? vocab : ld;
+  check(ld >= vocab, "cross_entropy: row stride {} is shorter than the vocabulary of {}", ld, vocab);
   for (int64_t r = 0; r < rows; ++r)
     check(targets[r] < vocab, "cross_entropy: row {} has target id {}, outside the vocabulary of {}", r,
           targets[r], vocab);
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
-    T* z = logits + r * vocab;
+    T* z = logits + r * ld;
     const int32_t target = targets[r];
     if (target < 0) {
       losses[r] = T(0);
@@ -52,7 +54,9 @@ double cross_entropy_fwd_bwd(T* logits, const int32_t* targets, int64_t rows, in
   return total;
 }
 
-template double cross_entropy_fwd_bwd<float>(float*, const int32_t*, int64_t, int64_t, double, float*, float*);
-template double cross_entropy_fwd_bwd<double>(double*, const int32_t*, int64_t, int64_t, double, double*, double*);
+template double cross_entropy_fwd_bwd<float>(float*, const int32_t*, int64_t, int64_t, double, float*, float*,
+                                             int64_t);
+template double cross_entropy_fwd_bwd<double>(double*, const int32_t*, int64_t, int64_t, double, double*, double*,
+                                              int64_t);
 
 }  // namespace llmt::cpu

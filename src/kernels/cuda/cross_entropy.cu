@@ -35,10 +35,10 @@ __device__ void for_each_strided(const T* z, int64_t n, F f) {
 // a running max m_t and Σ exp(z - m_t), rescaled when m_t grows, then the block combines
 // Σ_t exp(m_t - max) sum_t), then the gradient.
 template <typename T>
-__global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+__global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld,
                                      double grad_scale, float* losses, float* correct) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    T* z = logits + r * vocab;
+    T* z = logits + r * ld;
     const int32_t target = targets[r];
     if (target < 0 || target >= vocab) {
       const float fill = target < 0 ? 0.0f : NAN;
@@ -80,14 +80,15 @@ __global__ void cross_entropy_kernel(T* logits, const int32_t* targets, int64_t 
 }  // namespace
 
 template <typename T>
-void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
-                   float* correct, cudaStream_t stream) {
+void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld, double grad_scale,
+                   float* losses, float* correct, cudaStream_t stream) {
   if (rows == 0) return;
   cross_entropy_kernel<<<static_cast<unsigned>(std::min<int64_t>(rows, 65536)), kRowThreads, 0, stream>>>(
-      logits, targets, rows, vocab, grad_scale, losses, correct);
+      logits, targets, rows, vocab, ld, grad_scale, losses, correct);
   LLMT_CUDA_CHECK_LAUNCH();
 }
-template void cross_entropy(float*, const int32_t*, int64_t, int64_t, double, float*, float*, cudaStream_t);
-template void cross_entropy(__nv_bfloat16*, const int32_t*, int64_t, int64_t, double, float*, float*, cudaStream_t);
+template void cross_entropy(float*, const int32_t*, int64_t, int64_t, int64_t, double, float*, float*, cudaStream_t);
+template void cross_entropy(__nv_bfloat16*, const int32_t*, int64_t, int64_t, int64_t, double, float*, float*,
+                            cudaStream_t);
 
 }  // namespace llmt::cuda

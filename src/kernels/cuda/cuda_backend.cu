@@ -161,22 +161,27 @@ class CudaBackend final : public Backend {
 
   // Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B
   // first, with the row-major storage read as the transposed column-major matrix.
-  void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-              bool accumulate) override {
+  void matmul_strided(const Tensor& a, int64_t lda, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                      int64_t ldc, bool accumulate) override {
     const auto [M, N, K] = matmul_dims(a, trans_a, b, trans_b, c);
     check(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, "gemm: M={} N={} K={} must each lie in [0, {}]", M, N, K,
           INT_MAX);
+    const int64_t dense_a = std::max<int64_t>(1, trans_a ? M : K), dense_c = std::max<int64_t>(1, N);
+    lda = lda == 0 ? dense_a : lda;
+    ldc = ldc == 0 ? dense_c : ldc;
+    check(lda >= dense_a && ldc >= dense_c && lda <= INT_MAX && ldc <= INT_MAX,
+          "gemm: row strides lda={} ldc={} must be at least the rows' lengths {} and {}", lda, ldc, dense_a, dense_c);
     for (const Tensor* t : {&a, &c})
       check(t->dtype == DType::f32 || t->dtype == DType::bf16, "matmul: the cuda backend supports f32 and bf16, got {}",
             dtype_name(t->dtype));
     if (M == 0 || N == 0) return;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const int lda = static_cast<int>(std::max<int64_t>(1, trans_a ? M : K));
     const int ldb = static_cast<int>(std::max<int64_t>(1, trans_b ? K : N));
     LLMT_CUBLAS_CHECK(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b.data,
-                                   cuda_type(b.dtype), ldb, a.data, cuda_type(a.dtype), lda, &beta, c.data,
-                                   cuda_type(c.dtype), static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                   cuda_type(b.dtype), ldb, a.data, cuda_type(a.dtype), static_cast<int>(lda), &beta,
+                                   c.data, cuda_type(c.dtype), static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
   }
 
   void embedding_fwd(const Tensor& ids, const Tensor& table, const Tensor& out) override {
@@ -327,11 +332,14 @@ class CudaBackend final : public Backend {
     });
   }
 
-  void cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
-                     const Tensor& losses, const Tensor& correct) override {
+  void cross_entropy_strided(const Tensor& logits, int64_t ld, const Tensor& targets, double grad_scale,
+                             const Tensor& losses, const Tensor& correct) override {
     check(logits.ndim == 2 && targets.numel() == logits.shape[0] && losses.numel() == logits.shape[0],
           "cross_entropy: logits {} targets {} losses {}", logits.shape_str(), targets.shape_str(),
           losses.shape_str());
+    ld = ld == 0 ? logits.shape[1] : ld;
+    check(ld >= logits.shape[1], "cross_entropy: row stride {} is shorter than the vocabulary of {}", ld,
+          logits.shape[1]);
     const char* op = "cross_entropy";
     const int32_t* pt = i32(targets, op);
     float* pl = f32(losses, op);
@@ -342,7 +350,7 @@ class CudaBackend final : public Backend {
       pc = f32(correct, op);
     }
     dispatch(logits, op, [&](auto zero) {
-      cuda::cross_entropy(ptr<decltype(zero)>(logits), pt, logits.shape[0], logits.shape[1], grad_scale, pl, pc,
+      cuda::cross_entropy(ptr<decltype(zero)>(logits), pt, logits.shape[0], logits.shape[1], ld, grad_scale, pl, pc,
                           stream_);
     });
   }
@@ -360,6 +368,7 @@ class CudaBackend final : public Backend {
   }
 
   int64_t head_chunk_rows() const override { return 2048; }
+  int64_t logits_stride(int64_t vocab) const override { return ceil_div(vocab, 64) * 64; }
 
   // ---- delta-rule layers (checks as the CPU backend's) ----
   void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y) override {

@@ -20,7 +20,6 @@ constexpr int kCols = 32, kRowThreads = 8, kMaxChunks = 256, kMinRowsPerChunk = 
 
 int64_t row_chunks(int64_t rows) { return std::clamp<int64_t>(ceil_div(rows, kMinRowsPerChunk), 1, kMaxChunks); }
 
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 65536)); }
 
 // out[c] += Σ_k partial[k, c] over k = 0..chunks-1 (chunk order)
 __global__ void add_partials_kernel(const double* partial, int64_t chunks, int64_t n, float* out) {
@@ -32,20 +31,61 @@ __global__ void add_partials_kernel(const double* partial, int64_t chunks, int64
 }
 
 // ---- short convolution + SiLU (§2.1) ----
+// A thread walks one channel c through a run of kConvRun tokens of one sequence (grid x: (batch, run), grid y:
+// blocks of kThreads channels), so the element index needs no division and a warp's loads of a token row are
+// coalesced; the last W - 1 inputs (forward) or the next W - 1 values of ȳ (backward) stay in registers, so every
+// x, dy, pre element is read once and silu' is evaluated once per element (plus W - 1 per run in the backward).
+constexpr int64_t kConvRun = 32;
 
-// pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (x_τ = 0 for τ < 0; no bias term when bias is
-// null);  y_t = pre_t σ(pre_t)   (one thread per element)
-__global__ void short_conv_fwd_kernel(const float* x, const float* w, const float* bias, int64_t batch,
-                                      int64_t seq_len, int64_t channels, int64_t width, float* pre, float* y) {
-  const int64_t n = batch * seq_len * channels;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = idx % channels, t = (idx / channels) % seq_len;
-    const int64_t i0 = width - 1 - t > 0 ? width - 1 - t : 0;
-    double acc = bias != nullptr ? static_cast<double>(bias[c]) : 0.0;
-    for (int64_t i = i0; i < width; ++i)
-      acc += static_cast<double>(w[c * width + i]) * x[idx + (i - width + 1) * channels];
-    pre[idx] = static_cast<float>(acc);
-    y[idx] = static_cast<float>(acc * sigmoid_d(acc));
+// Runs of kConvRun tokens per sequence, and the grid of the conv kernels.
+int64_t conv_runs(int64_t seq_len) { return ceil_div(seq_len, kConvRun); }
+dim3 conv_grid(int64_t batch, int64_t seq_len, int64_t channels) {
+  return dim3(static_cast<unsigned>(batch * conv_runs(seq_len)), static_cast<unsigned>(ceil_div(channels, kThreads)));
+}
+
+// The thread's channel c, and its run [t0, t1) of sequence b: x_t[c] at seq[t * channels].
+struct ConvRun {
+  int64_t c, t0, t1, seq;
+  __device__ ConvRun(int64_t seq_len, int64_t channels) {
+    const int64_t runs = (seq_len + kConvRun - 1) / kConvRun, b = blockIdx.x / runs;
+    c = int64_t{blockIdx.y} * blockDim.x + threadIdx.x;
+    t0 = (blockIdx.x - b * runs) * kConvRun;
+    t1 = t0 + kConvRun < seq_len ? t0 + kConvRun : seq_len;
+    seq = b * seq_len * channels + c;
+  }
+};
+
+// w[c, 0..W-1] into registers (0 past W): wr[i] = w[c, i], or reversed, wr[j] = w[c, W-1-j] (every register index
+// a compile-time constant).
+__device__ void conv_taps(const float* w, int64_t c, int64_t width, bool reversed, double (&wr)[kConvMaxWidth]) {
+#pragma unroll
+  for (int i = 0; i < kConvMaxWidth; ++i)
+    wr[i] = i < width ? static_cast<double>(w[c * width + (reversed ? width - 1 - i : i)]) : 0.0;
+}
+
+// pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (terms with t-W+1+i < 0 skipped; no bias term when bias
+// is null; i ascending, in double);  y_t = pre_t σ(pre_t).  xr[j] = x_{t-j}, so tap i = W-1-j (j descending).
+__global__ void short_conv_fwd_kernel(const float* x, const float* w, const float* bias, int64_t seq_len,
+                                      int64_t channels, int64_t width, float* pre, float* y) {
+  const ConvRun run(seq_len, channels);
+  if (run.c >= channels) return;
+  double wr[kConvMaxWidth], xr[kConvMaxWidth];
+  conv_taps(w, run.c, width, true, wr);
+#pragma unroll
+  for (int j = 1; j < kConvMaxWidth; ++j)
+    xr[j] = j < width && run.t0 - j >= 0 ? x[run.seq + (run.t0 - j) * channels] : 0.0;
+  const double b0 = bias != nullptr ? static_cast<double>(bias[run.c]) : 0.0;
+  for (int64_t t = run.t0; t < run.t1; ++t) {
+#pragma unroll
+    for (int j = kConvMaxWidth - 1; j > 0; --j) xr[j] = xr[j - 1];
+    const int64_t e = run.seq + t * channels;
+    xr[0] = x[e];
+    double acc = b0;
+#pragma unroll
+    for (int j = kConvMaxWidth - 1; j >= 0; --j)
+      if (j < width && t - j >= 0) acc += wr[j] * xr[j];
+    pre[e] = static_cast<float>(acc);
+    y[e] = static_cast<float>(acc * sigmoid_d(acc));
   }
 }
 
@@ -55,80 +95,102 @@ __device__ double conv_ybar(const float* dy, const float* pre, int64_t j) {
   return static_cast<double>(dy[j]) * sig * (1.0 + z * (1.0 - sig));
 }
 
-// dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (terms past the end dropped)   (one thread per element)
-__global__ void short_conv_bwd_dx_kernel(const float* dy, const float* w, const float* pre, int64_t batch,
-                                         int64_t seq_len, int64_t channels, int64_t width, float* dx) {
-  const int64_t n = batch * seq_len * channels;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = idx % channels, t = (idx / channels) % seq_len;
-    const int64_t i_out = t + width - seq_len > 0 ? t + width - seq_len : 0;
-    double acc = 0.0;
-    for (int64_t i = i_out; i < width; ++i)
-      acc += static_cast<double>(w[c * width + i]) * conv_ybar(dy, pre, idx + (width - 1 - i) * channels);
-    dx[idx] = static_cast<float>(acc);
+// The backward for the thread's run: dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (i ascending, terms past the sequence's
+// end dropped) for τ in the run, and the dw (dbias) partials of the run:
+// partial[run, c * W + i] = Σ_{t in the run, t-W+1+i >= 0} ȳ_t[c] x_{t-W+1+i}[c] (t ascending), bias_partial[run, c]
+// = Σ_t ȳ_t[c] when bias_partial is given. As t walks [t0, t1 + W - 1): yr[k] = ȳ_{t-k} (0 past the sequence's
+// end), so dx_τ is complete at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j} and dwr[j] the partial of tap
+// W-1-j, for t < t1.
+__global__ void short_conv_bwd_kernel(const float* dy, const float* x, const float* w, const float* pre,
+                                      int64_t seq_len, int64_t channels, int64_t width, float* dx, double* partial,
+                                      double* bias_partial) {
+  const ConvRun run(seq_len, channels);
+  if (run.c >= channels) return;
+  double wr[kConvMaxWidth], xr[kConvMaxWidth], yr[kConvMaxWidth], dwr[kConvMaxWidth];
+  conv_taps(w, run.c, width, false, wr);
+#pragma unroll
+  for (int k = 0; k < kConvMaxWidth; ++k) {
+    xr[k] = k > 0 && k < width && run.t0 - k >= 0 ? x[run.seq + (run.t0 - k) * channels] : 0.0;
+    yr[k] = 0.0;
+    dwr[k] = 0.0;
   }
-}
-
-// dw partials: partial[(i, chunk), c] = Σ_{rows (b,t) of the chunk, t-W+1+i >= 0} ȳ_t[c] x_{t-W+1+i}[c]
-// (blockIdx.z = tap i; the rows are the B*T flattened (b, t)). blockIdx.z = W (launched only with a bias)
-// gives the dbias partials bias_partial[chunk, c] = Σ_{rows of the chunk} ȳ_t[c].
-__global__ void short_conv_bwd_dw_partial_kernel(const float* dy, const float* x, const float* pre, int64_t rows,
-                                                 int64_t seq_len, int64_t channels, int64_t width,
-                                                 int64_t rows_per_chunk, double* partial, double* bias_partial) {
-  __shared__ double sums[kRowThreads][kCols];
-  const int64_t c = int64_t{blockIdx.x} * kCols + threadIdx.x;
-  const int64_t i = blockIdx.z;
-  const bool bias_tap = i == width;
-  const int64_t begin = blockIdx.y * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  const int64_t shift = bias_tap ? 0 : width - 1 - i;  // input token = t - shift
-  double s = 0.0;
-  if (c < channels)
-    for (int64_t r = begin + threadIdx.y; r < end; r += kRowThreads) {
-      if (r % seq_len < shift) continue;
-      const int64_t j = r * channels + c;
-      s += conv_ybar(dy, pre, j) * (bias_tap ? 1.0 : static_cast<double>(x[j - shift * channels]));
+  double db = 0.0;
+  const int64_t t_end = run.t1 + width - 1 < seq_len ? run.t1 + width - 1 : seq_len;
+  for (int64_t t = run.t0; t < run.t1 + width - 1; ++t) {
+#pragma unroll
+    for (int k = kConvMaxWidth - 1; k > 0; --k) yr[k] = yr[k - 1];
+    const int64_t e = run.seq + t * channels;
+    yr[0] = t < t_end ? conv_ybar(dy, pre, e) : 0.0;
+    if (t < run.t1) {
+#pragma unroll
+      for (int j = kConvMaxWidth - 1; j > 0; --j) xr[j] = xr[j - 1];
+      xr[0] = x[e];
+      db += yr[0];
+#pragma unroll
+      for (int j = 0; j < kConvMaxWidth; ++j)
+        if (j < width && t - j >= 0) dwr[j] += yr[0] * xr[j];
     }
-  sums[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < channels) {
-    for (int k = 1; k < kRowThreads; ++k) s += sums[k][threadIdx.x];
-    // layout [chunk, c * W + i] so that the final kernel adds into dw[c * W + i]
-    if (bias_tap)
-      bias_partial[blockIdx.y * channels + c] = s;
-    else
-      partial[blockIdx.y * channels * width + c * width + i] = s;
+    const int64_t tau = t - width + 1;
+    if (tau >= run.t0) {
+      double acc = 0.0;
+#pragma unroll
+      for (int i = 0; i < kConvMaxWidth; ++i)
+        if (i < width && t - i < seq_len) acc += wr[i] * yr[i];
+      dx[run.seq + tau * channels] = static_cast<float>(acc);
+    }
   }
+  double* p = partial + int64_t{blockIdx.x} * channels * width + run.c * width;
+#pragma unroll
+  for (int j = 0; j < kConvMaxWidth; ++j)
+    if (j < width) p[width - 1 - j] = dwr[j];
+  if (bias_partial != nullptr) bias_partial[int64_t{blockIdx.x} * channels + run.c] = db;
 }
 
-// ---- L2 norm (§2.2) ----
+// ---- L2 norm (§2.2) and gated RMSNorm (§2.3): one warp per row ----
 
-// r = (Σ_c x_c^2 + eps)^(-1/2);  y = s x r   (one block per row)
+// Rows of the row-wise norms: warp w of block x takes rows x * kWarpRows + w, then strides by the grid; its lanes
+// stride the row's elements and sum them by a fixed shuffle butterfly (every lane gets the same sum).
+constexpr int kWarpRows = kThreads / 32;
+
+unsigned warp_row_blocks(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(rows, kWarpRows), 1, 65536)); }
+
+__device__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The rows of the calling warp: for (int64_t r = first_row(); r < rows; r += row_stride()).
+__device__ int64_t first_row() { return int64_t{blockIdx.x} * kWarpRows + threadIdx.x / 32; }
+__device__ int64_t row_stride() { return int64_t{gridDim.x} * kWarpRows; }
+
+// r = (Σ_c x_c^2 + eps)^(-1/2);  y = s x r
 __global__ void l2norm_fwd_kernel(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y,
                                   float* rinv) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* xr = x + r * dim;
     double ss = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += static_cast<double>(xr[j]) * xr[j];
-    ss = block_reduce(ss, SumOp{}, 0.0);
+    for (int64_t j = lane; j < dim; j += 32) ss += static_cast<double>(xr[j]) * xr[j];
+    ss = warp_sum(ss);
     const double ri = 1.0 / sqrt(ss + eps);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      y[r * dim + j] = static_cast<float>(scale * static_cast<double>(xr[j]) * ri);
-    if (threadIdx.x == 0) rinv[r] = static_cast<float>(ri);
+    for (int64_t j = lane; j < dim; j += 32) y[r * dim + j] = static_cast<float>(scale * static_cast<double>(xr[j]) * ri);
+    if (lane == 0) rinv[r] = static_cast<float>(ri);
   }
 }
 
-// x̃ = y / s;  dx = r (s dy - (dy · y) x̃)   (one block per row)
+// x̃ = y / s;  dx = r (s dy - (dy · y) x̃)
 __global__ void l2norm_bwd_kernel(const float* dy, const float* y, const float* rinv, int64_t rows, int64_t dim,
                                   double scale, float* dx) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* dyr = dy + r * dim;
     const float* yr = y + r * dim;
     double proj = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) proj += static_cast<double>(dyr[j]) * yr[j];
-    proj = block_reduce(proj, SumOp{}, 0.0);
+    for (int64_t j = lane; j < dim; j += 32) proj += static_cast<double>(dyr[j]) * yr[j];
+    proj = warp_sum(proj);
     const double ri = rinv[r];
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    for (int64_t j = lane; j < dim; j += 32) {
       const double xt = static_cast<double>(yr[j]) / scale;
       dx[r * dim + j] = static_cast<float>(ri * (scale * static_cast<double>(dyr[j]) - proj * xt));
     }
@@ -147,30 +209,32 @@ __device__ Gate gate(double z, bool sigmoid_gate) {
   return {z * sig, sig * (1.0 + z * (1.0 - sig))};
 }
 
-// rho = (mean_c(o_c^2) + eps)^(-1/2);  y = o rho ∘ w ∘ phi(z)   (one block per row)
+// rho = (mean_c(o_c^2) + eps)^(-1/2);  y = o rho ∘ w ∘ phi(z)
 __global__ void gated_rmsnorm_fwd_kernel(const float* o, const float* z, const float* w, int64_t rows, int64_t dim,
                                          double eps, bool sigmoid_gate, float* y, float* rstd) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* orow = o + r * dim;
     double ss = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += static_cast<double>(orow[j]) * orow[j];
-    ss = block_reduce(ss, SumOp{}, 0.0);
+    for (int64_t j = lane; j < dim; j += 32) ss += static_cast<double>(orow[j]) * orow[j];
+    ss = warp_sum(ss);
     const double rho = 1.0 / sqrt(ss / static_cast<double>(dim) + eps);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+    for (int64_t j = lane; j < dim; j += 32)
       y[r * dim + j] =
           static_cast<float>(static_cast<double>(orow[j]) * rho * w[j] * gate(z[r * dim + j], sigmoid_gate).phi);
-    if (threadIdx.x == 0) rstd[r] = static_cast<float>(rho);
+    if (lane == 0) rstd[r] = static_cast<float>(rho);
   }
 }
 
-// dz = dy ô w phi'(z);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c)   (one block per row)
+// dz = dy ô w phi'(z);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c)
 __global__ void gated_rmsnorm_bwd_kernel(const float* dy, const float* o, const float* z, const float* w,
                                          const float* rstd, int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o,
                                          float* dz) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const double rho = rstd[r];
     double proj = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    for (int64_t j = lane; j < dim; j += 32) {
       const int64_t e = r * dim + j;
       const double ohat = static_cast<double>(o[e]) * rho;
       const Gate gt = gate(z[e], sigmoid_gate);
@@ -178,9 +242,9 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* dy, const float* o, const 
       dz[e] = static_cast<float>(d * ohat * w[j] * gt.dphi);
       proj += d * w[j] * gt.phi * ohat;
     }
-    proj = block_reduce(proj, SumOp{}, 0.0);
+    proj = warp_sum(proj);
     const double mean_proj = proj / static_cast<double>(dim);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    for (int64_t j = lane; j < dim; j += 32) {
       const int64_t e = r * dim + j;
       const double dohat = static_cast<double>(dy[e]) * w[j] * gate(z[e], sigmoid_gate).phi;
       d_o[e] = static_cast<float>(rho * (dohat - static_cast<double>(o[e]) * rho * mean_proj));
@@ -314,56 +378,55 @@ __global__ void comba_gates_bwd_kernel(const float* dq_out, const float* dp, con
 
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream) {
-  const int64_t n = batch * seq_len * channels;
-  if (n == 0) return;
-  short_conv_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, w, bias, batch, seq_len, channels, width, pre, y);
+  check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
+        kConvMaxWidth, width);
+  if (batch * seq_len * channels == 0) return;
+  short_conv_fwd_kernel<<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(x, w, bias, seq_len, channels,
+                                                                                     width, pre, y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width) {
-  return sizeof(double) * static_cast<size_t>(row_chunks(batch * seq_len) * channels * (width + 1));
+  return sizeof(double) * static_cast<size_t>(batch * conv_runs(seq_len) * channels * (width + 1));
 }
 
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
                          int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream) {
-  const int64_t rows = batch * seq_len, n = rows * channels;
-  if (n == 0) return;
-  short_conv_bwd_dx_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, w, pre, batch, seq_len, channels, width, dx);
-  LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t chunks = row_chunks(rows), rows_per_chunk = ceil_div(rows, chunks);
+  check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
+        kConvMaxWidth, width);
+  if (batch * seq_len * channels == 0) return;
+  const int64_t runs = batch * conv_runs(seq_len);
   auto* partial = static_cast<double*>(scratch);
-  double* bias_partial = partial + chunks * channels * width;
-  const dim3 grid(static_cast<unsigned>(ceil_div(channels, kCols)), static_cast<unsigned>(chunks),
-                  static_cast<unsigned>(width + (dbias != nullptr ? 1 : 0)));
-  short_conv_bwd_dw_partial_kernel<<<grid, dim3(kCols, kRowThreads), 0, stream>>>(
-      dy, x, pre, rows, seq_len, channels, width, rows_per_chunk, partial, bias_partial);
+  double* bias_partial = dbias != nullptr ? partial + runs * channels * width : nullptr;
+  short_conv_bwd_kernel<<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(
+      dy, x, w, pre, seq_len, channels, width, dx, partial, bias_partial);
   LLMT_CUDA_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(channels * width), kThreads, 0, stream>>>(partial, chunks, channels * width, dw);
+  add_partials_kernel<<<grid_for(channels * width), kThreads, 0, stream>>>(partial, runs, channels * width, dw);
   LLMT_CUDA_CHECK_LAUNCH();
   if (dbias == nullptr) return;
-  add_partials_kernel<<<grid_for(channels), kThreads, 0, stream>>>(bias_partial, chunks, channels, dbias);
+  add_partials_kernel<<<grid_for(channels), kThreads, 0, stream>>>(bias_partial, runs, channels, dbias);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
                 cudaStream_t stream) {
   if (rows == 0) return;
-  l2norm_fwd_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, rows, dim, eps, scale, y, rinv);
+  l2norm_fwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(x, rows, dim, eps, scale, y, rinv);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 void l2norm_bwd(const float* dy, const float* y, const float* rinv, int64_t rows, int64_t dim, double scale,
                 float* dx, cudaStream_t stream) {
   if (rows == 0) return;
-  l2norm_bwd_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, y, rinv, rows, dim, scale, dx);
+  l2norm_bwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(dy, y, rinv, rows, dim, scale, dx);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
 void gated_rmsnorm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
                        bool sigmoid_gate, float* y, float* rstd, cudaStream_t stream) {
   if (rows == 0) return;
-  gated_rmsnorm_fwd_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate, y,
+  gated_rmsnorm_fwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate, y,
                                                                       rstd);
   LLMT_CUDA_CHECK_LAUNCH();
 }
@@ -376,7 +439,7 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
                        int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, float* dz, float* dw, void* scratch,
                        cudaStream_t stream) {
   if (rows == 0 || dim == 0) return;
-  gated_rmsnorm_bwd_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, o, z, w, rstd, rows, dim, sigmoid_gate,
+  gated_rmsnorm_bwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(dy, o, z, w, rstd, rows, dim, sigmoid_gate,
                                                                       d_o, dz);
   LLMT_CUDA_CHECK_LAUNCH();
   const int64_t chunks = row_chunks(rows), rows_per_chunk = ceil_div(rows, chunks);

@@ -511,6 +511,21 @@ __device__ __forceinline__ void reduce_rows_cols(const float row_part[4], const 
   __syncthreads();
 }
 
+/// out[t] = sum_j rows[t][j] for t < 64: reduce_rows_cols without column partials (red: 64 * 16 floats; the 16
+/// partials of a row added in slot order). out may be read after the call (ends with a barrier).
+template <typename L>
+__device__ __forceinline__ void reduce_rows(const float row_part[4], float* red, float* out) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[L::row(i) * 16 + L::row_slot()] = row_part[i];
+  __syncthreads();
+  if (threadIdx.x < kN) {
+    float s = 0.0f;
+    for (int p = 0; p < 16; ++p) s += red[threadIdx.x * 16 + p];
+    out[threadIdx.x] = s;
+  }
+  __syncthreads();
+}
+
 /// (I + A) 𝒯 = I (layers-delta.md §6.1 F2), blocked in 16 x 16 blocks (L = I + A, block rows i > j:
 /// 𝒯_ij = -𝒯_ii Σ_{j<=k<i} A_ik 𝒯_kj). A strictly lower (zero rows >= n; its strictly upper triangle is used as
 /// scratch: clobbered), 𝒯 the identity on entry (rows >= n stay identity); both shared tiles.

@@ -26,7 +26,7 @@
 //   backward: wu (keeping 𝒯) and scan recompute h and Δ (never stored by the forward), then
 //             dv_local (per chunk, v tile)  dΔ = P^T dO                                    (B1, intra)
 //             bwd_scan (per value tile)     dh[n] = dS_C of chunk n; dΔ += K^g dS_C; dS_0  (B1, B2)
-//             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
+//             dqk      (per chunk, k tile)  dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
 // Launch order: wu over every (batch, head) pair, then per group of pairs the forward's scan and out, or the
 // backward's scan, dv_local, bwd_scan, dqk and wy. Pairs form one group unless a scan's value-tile blocks span more
@@ -36,7 +36,8 @@
 // Every kernel takes the first pair of its launch (bh0) in its arguments.
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
-// chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [B H, T']. Fixed summation orders and no atomics: deterministic.
+// chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [key tiles, B H, T'] (dqk's terms per key tile, added in
+// order by wy). Fixed summation orders and no atomics: deterministic.
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -94,7 +95,7 @@ struct GdnScratch {
     Tm = dD = dh = dW = dgam = 0;
     if (backward) {
       Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take_s(BH * NC * K * V), dW = take_s(BH * Tp * K);
-      dgam = take(BH * Tp);
+      dgam = take(ceil_div(K, kN) * BH * Tp);
     }
     total = at;
   }
@@ -693,48 +694,185 @@ __device__ __forceinline__ void chunk_qk_mma(const GdnFast<L, E>& a, const Chunk
   for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
 }
 
-// Shared memory of gdn_out_mma_kernel for nkt key tiles: bf16 Q (all key tiles), K then h (all key tiles of
-// one value tile), P and Δ.
-constexpr size_t out_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+// Waits until at most n (clamped to 0 .. 6) of the thread's cp.async groups are in flight (out, dv_local: their
+// ring depth is known at run time only).
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n < 0 ? 0 : n) {
+    case 0: tile::cp_async_wait<0>(); break;
+    case 1: tile::cp_async_wait<1>(); break;
+    case 2: tile::cp_async_wait<2>(); break;
+    case 3: tile::cp_async_wait<3>(); break;
+    case 4: tile::cp_async_wait<4>(); break;
+    case 5: tile::cp_async_wait<5>(); break;
+    default: tile::cp_async_wait<6>(); break;
+  }
+}
 
-// F5, F6 for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once (the sum
-// over the key tiles in registers), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed in registers).
+// Dynamic shared memory a per-chunk block may take and still run `blocks` blocks per SM (sm_90: 228 KiB a
+// multiprocessor, 1 KiB of it reserved per block).
+__host__ __device__ constexpr size_t smem_per_block(int blocks) { return 228 * 1024 / blocks - 1024; }
+// The bf16 tiles of a per-chunk Mma kernel's layout that fit in smem_per_block(blocks) beside `small` bytes.
+__host__ __device__ constexpr int tiles_within(int blocks, size_t small) {
+  return static_cast<int>((smem_per_block(blocks) - small) / (sizeof(bf16) * kTileHalves));
+}
+
+// Γ of the chunk into gam (the scans' gate pairs: fetch_gate_pair, scan_gate_pair), q and k of every key tile into the
+// bf16 tiles hQ, hK (load_h's bits; one key tile of each in registers at a time, tile 0's loads in flight across the
+// gates' scan and tile kt + 1's while tile kt is stored), then P = mask(e^{Γ_r-Γ_j} Q K^T) into hP (the sum over
+// the key tiles in registers). hP is complete, and every read of hQ, hK done, at the caller's next barrier.
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_out_mma_kernel(GdnFast<L, E> a) {
+__device__ void chunk_p_mma(const GdnFast<L, E>& a, const Chunk& ch, int nkt, double* gam, bf16* hQ, bf16* hK,
+                            bf16* hP) {
+  const int64_t K = a.K;
+  const auto one = [](int) { return 1.0f; };
+  float g0 = 0.0f, g1 = 0.0f;
+  fetch_gate_pair(a, ch, g0, g1);
+  tile::Frag fq, fk;
+  if (nkt > 0) {
+    tile::fetch_h(fq, ch.in(a, a.q, K, 0), a.H * K, ch.n, tile_cols(K, 0));
+    tile::fetch_h(fk, ch.in(a, a.k, K, 0), a.H * K, ch.n, tile_cols(K, 0));
+  }
+  scan_gate_pair(g0, g1, gam);
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int64_t k1 = (kt + 1) * kN;
+    tile::put_h(fq, hQ + kt * kTileHalves, ch.n, one);
+    if (kt + 1 < nkt) tile::fetch_h(fq, ch.in(a, a.q, K, k1), a.H * K, ch.n, tile_cols(K, k1));
+    tile::put_h(fk, hK + kt * kTileHalves, ch.n, one);
+    if (kt + 1 < nkt) tile::fetch_h(fk, ch.in(a, a.k, K, k1), a.H * K, ch.n, tile_cols(K, k1));
+  }
+  __syncthreads();  // hQ, hK complete
+  Acc qk;
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(gam[r] - gam[c]) * x : 0.0f; });
+}
+
+// dst[r * stride + c] = f(r, c, acc element) for the thread's elements (tile::Mma map) with r < rows, c < cols, into
+// an fp32 tensor. vec (dst 16-byte aligned; stride and cols multiples of 4): by 16-byte pieces, lanes 2m and 2m + 1
+// swapping a column pair (shuffles) so that the even lane holds columns col(0) .. + 3 and the odd one col(2) - 2 .. +
+// 3 of each of its rows; else element by element (store_acc). Reached by every thread (the shuffles).
+template <typename F>
+__device__ __forceinline__ void store_acc_f4(const Acc& acc, float* dst, int64_t stride, int rows, int cols, bool vec,
+                                             F f) {
+  if (!vec) {
+    store_acc<Mma>(acc, dst, stride, rows, cols, f);
+    return;
+  }
+  const bool odd = threadIdx.x & 1;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = Mma::row(i);
+    float x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = f(r, Mma::col(j), acc.v[i][j]);
+    const float y0 = __shfl_xor_sync(0xffffffffu, odd ? x[0] : x[2], 1);
+    const float y1 = __shfl_xor_sync(0xffffffffu, odd ? x[1] : x[3], 1);
+    const int c = odd ? Mma::col(2) - 2 : Mma::col(0);
+    if (r < rows && c < cols)
+      *reinterpret_cast<float4*>(dst + r * stride + c) =
+          odd ? make_float4(y0, y1, x[2], x[3]) : make_float4(x[0], x[1], y0, y1);
+  }
+}
+
+// The ring of gdn_out_mma_kernel for nkt key tiles: the most bf16 tiles that fit beside Γ, e^Γ, Q (nkt tiles) and P
+// in the shared memory of 3 blocks per SM (key_dim <= 128) or 2 (larger), at most kOutMaxRing, at least nkt + 1 (the
+// K tiles and one step's copy while P is formed).
+constexpr size_t kOutSmallBytes = sizeof(double) * kN + sizeof(float) * kN;  // Γ, e^Γ
+constexpr int kOutMaxRing = 8;
+__host__ __device__ constexpr int out_ring(int nkt) {
+  const int fit = tiles_within(nkt <= 2 ? 3 : 2, kOutSmallBytes) - nkt - 1;
+  const int r = fit < kOutMaxRing ? fit : kOutMaxRing;
+  return r > nkt + 1 ? r : nkt + 1;
+}
+// Shared memory of gdn_out_mma_kernel for nkt key tiles: Γ, e^Γ, then the bf16 tiles Q (nkt), P and the ring.
+// 72.75 KiB at key_dim 128 (ring of 5), 108.75 KiB at 256 (ring of 7).
+constexpr size_t out_mma_smem(int nkt) {
+  return kOutSmallBytes + sizeof(bf16) * kTileHalves * (nkt + 1 + out_ring(nkt));
+}
+static_assert(out_mma_smem(2) <= smem_per_block(3) && out_mma_smem(4) <= smem_per_block(2), "out blocks per SM");
+
+// F5, F6 for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile: P = mask(e^{Γ_r-Γ_j} Q K^T) once
+// (chunk_p_mma), then per value tile O = (Q ⊙ e^Γ) h[n] + P Δ (Q h summed over the key tiles in registers, P Δ from
+// zero; the same sums and roundings whatever the path below). A step is one bf16 tile of h[n] or Δ: per value tile
+// its nkt h[n] tiles (key tiles in order), then its Δ tile; step s's tile in ring slot s % R (R = out_ring(nkt)).
+// In flight (h, U 16-byte aligned: tile::async_ok_h):
+//   prologue: the copies of steps 0 .. A - 1 (A = R - nkt; load_h_async, one group a step) are issued first, then
+//     chunk_p_mma (Γ, Q, K with K in slots A .. R - 1, P) runs while they land;
+//   step s: wait for its own copies, one barrier (step s's tile complete; every product of step s - 1 done, so slot
+//     (s - 1) % R is free; at s = 0: P complete and the K tiles read), then the copies of step s + R - 1 into that
+//     slot (at s = 0: of steps A .. R - 1 into the K slots), one group a step (empty past the last step), then the
+//     step's product: Q h[n] into qh or, at a Δ step, P Δ and o = e^Γ qh + P Δ stored (16-byte pieces where o is
+//     16-byte aligned and value_dim % 4 == 0). R - 1 steps' tiles in flight behind the products.
+// Fallback (h or U not 16-byte aligned: value_dim % 8 != 0): each step loads its tile synchronously (load_h: the
+// same bits) into its slot before its barrier (the slot was last read by step s - R, before step s - 1's barrier;
+// slots >= A hold K until step 0's barrier). At most 80 registers, for 3 blocks per SM (ptxas spills 16 bytes).
+template <typename L, typename E>
+__global__ void __launch_bounds__(tile::kThreads, 3) gdn_out_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
   const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hKH = cv.take<bf16>(kTileHalves * nkt),
-       *hP = cv.take<bf16>(kTileHalves), *hD = cv.take<bf16>(kTileHalves);
+  const int nkt = static_cast<int>((K + kN - 1) / kN), R = out_ring(nkt), A = R - nkt;
+  double* gam = cv.take<double>(kN);
+  float* ex = cv.take<float>(kN);
+  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hP = cv.take<bf16>(kTileHalves),
+       *ring = cv.take<bf16>(kTileHalves * R);
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  Acc qk;
-  chunk_qk_mma(a, ch, nkt, hQ, hKH, qk);
-  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
-  __syncthreads();  // hP complete; the K tiles are read (hKH takes h next)
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {
-    const int vc = tile_cols(V, v0);
-    for (int kt = 0; kt < nkt; ++kt)
-      tile::load_h(hKH + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-    tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);  // Δ
-    __syncthreads();
-    Acc qh, pd;
+  const bool async = tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V);
+  // The next step's tile into slot (steps in order; (nv0, nt): its value tile and its key tile, nt = nkt: Δ); async: by
+  // cp.async, one group (empty past the last step).
+  const bf16 *h0 = ch.state(a, a.h, 0, 0), *u0 = ch.rows(a, a.U, V, 0);
+  int nv0 = 0, nt = 0;
+  const auto load_next = [&](bf16* slot) {
+    if (nv0 < V) {
+      const bf16* src = nt < nkt ? h0 + nt * kN * V + nv0 : u0 + nv0;
+      const int rows = nt < nkt ? tile_cols(K, nt * kN) : ch.n;
+      if (async)
+        tile::load_h_async(slot, src, V, rows, tile_cols(V, nv0));
+      else
+        tile::load_h(slot, src, V, rows, tile_cols(V, nv0));
+      if (++nt > nkt) nt = 0, nv0 += kN;
+    }
+    if (async) tile::cp_async_commit();
+  };
+  if (async)
+    for (int i = 0; i < A; ++i) load_next(ring + i * kTileHalves);
+  chunk_p_mma(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP);
+  if (threadIdx.x < kN) ex[threadIdx.x] = expd(gam[threadIdx.x]);  // (read after step 0's barrier)
+  float* const o = ch.in(a, a.o, V, 0);
+  const bool o_vec = tile::async_ok_f(a.o, V);  // (o's rows start at multiples of V elements)
+  int slot = 0;  // the step's ring slot (the step mod R)
+  for (int v0 = 0; v0 < V; v0 += kN) {
+    Acc qh;
     qh.zero();
-    pd.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hQ + kt * kTileHalves, hKH + kt * kTileHalves, qh);
-    Mma::mma<false, false>(hP, hD, pd);
-    float* o = ch.in(a, a.o, V, v0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = Mma::row(i), c = Mma::col(j);
-        if (r < ch.n && c < vc) o[r * a.H * V + c] = expd(s.gam[r]) * qh.v[i][j] + pd.v[i][j];
+    for (int t = 0; t <= nkt; ++t) {  // step (v0, t): h[n]'s key tile t, then (t = nkt) Δ
+      const bool first = v0 == 0 && t == 0;
+      bf16* cur = ring + slot * kTileHalves;
+      if (async)
+        cp_async_wait_upto(first ? A - 1 : R - 2);  // this step's group (the newer ones may stay in flight)
+      else
+        load_next(cur);
+      __syncthreads();
+      if (async) {
+        if (first)
+          for (int i = A; i < R; ++i) load_next(ring + i * kTileHalves);
+        else
+          load_next(ring + (slot == 0 ? R - 1 : slot - 1) * kTileHalves);
       }
-    __syncthreads();  // hKH, hD are read
+      slot = slot + 1 == R ? 0 : slot + 1;
+      if (t < nkt) {
+        Mma::mma<false, false>(hQ + t * kTileHalves, cur, qh);
+        continue;
+      }
+      Acc pd;
+      pd.zero();
+      Mma::mma<false, false>(hP, cur, pd);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pd.v[i][j] = ex[Mma::row(i)] * qh.v[i][j] + pd.v[i][j];  // o
+      store_acc_f4(pd, o + v0, a.H * V, ch.n, tile_cols(V, v0), o_vec, tile::Same{});
+    }
   }
 }
 
@@ -828,65 +966,107 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_kernel(GdnFast<L,
 
 // ---- steps the dqk kernels share, on product layout PL (gdn_bwd_dqk_kernel: Simt; gdn_bwd_dqk_mma_kernel: Mma) ----
 
-// B3, in place in dp (= dO Δ^T): dP ⊙ E (masked); B8 (ii) into the thread's partials (qk = Q K^T).
+/// The chunk's rows of part p (key tile p) of the dΓ scratch [key tiles, B H, T']: the dqk kernels' B8 terms
+/// of key tile p (dqk_finish); wy adds the parts in order (dgam_sum).
+template <typename A>
+__device__ __forceinline__ float* dgam_part(const A& a, const Chunk& ch, int p) {
+  return ch.rows(a, a.dgam + p * a.B * a.H * a.NC * a.C, 1, 0);
+}
+/// Row r of the chunk's dΓ terms of the dqk kernels: the parts of every key tile added in key-tile order.
+template <typename A>
+__device__ __forceinline__ float dgam_sum(const A& a, const Chunk& ch, int r) {
+  float s = 0.0f;
+  for (int p = 0; p * kN < a.K; ++p) s += dgam_part(a, ch, p)[r];
+  return s;
+}
+
+// B3, in place in dp (= dO Δ^T): dP ⊙ E (masked).
 template <typename PL>
-__device__ __forceinline__ void dqk_dP(Acc& dp, const Acc& qk, const Small& s, float (&row_part)[4],
-                                       float (&col_part)[4]) {
+__device__ __forceinline__ void dqk_dP(Acc& dp, const double* gam) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = PL::row(i), c = PL::col(j);
-      const float d = c <= r ? expd(s.gam[r] - s.gam[c]) * dp.v[i][j] : 0.0f;
-      dp.v[i][j] = d;
-      const float y = d * qk.v[i][j];
-      row_part[i] += y;
-      col_part[j] -= y;
+      dp.v[i][j] = c <= r ? expd(gam[r] - gam[c]) * dp.v[i][j] : 0.0f;
     }
 }
 
-// Key tile k0 (kc columns): dQ (B3), dK (B4), dW = -dΔ h^T and dΓ terms (i), (iii) of B8 from the products
-// dqs = dO h^T, dks = Δ dS_C^T, dws = dΔ h^T, dq2 = dP K, dk2 = dP^T Q; xq(i, j), xk(i, j): q, k in fp32 at the
-// thread's element (i, j).
+// Key tile k0 (kc columns): dQ (B3), dK (B4), dW = -dΔ h^T and dΓ terms (i)–(iii) of B8 from the products
+// dqs = dO h^T, dks = Δ dS_C^T, dws = dΔ h^T, dq2 = dP K, dk2 = dP^T Q (dP ⊙ E, masked); xq(i, j), xk(i, j): q, k
+// in fp32 at the thread's element (i, j). (ii) is the key tile's share of Σ_j dP_rj (Q K^T)_rj at row r and
+// -Σ_r dP_rj (Q K^T)_rj at row j, by Σ_j dP_rj (Q K^T)_rj = Σ_c q_rc (dP K)_rc and
+// Σ_r dP_rj (Q K^T)_rj = Σ_c k_jc (dP^T Q)_jc: row terms of this key tile only (no Q K^T). On Mma, whose columns
+// j, j + 1 (j even) of a thread are adjacent, dQ and dK are stored as float2 and dW as bf16x2 where aligned.
 template <typename PL, typename L, typename E, typename Xq, typename Xk>
-__device__ __forceinline__ void dqk_store(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
-                                          double gC, Xq xq, Xk xk, const Acc& dqs, const Acc& dks, const Acc& dws,
-                                          const Acc& dq2, const Acc& dk2, float (&row_part)[4], float& kz) {
-  const int64_t K = a.K;
+__device__ __forceinline__ void dqk_store(const GdnFast<L, E>& a, const Chunk& ch, const double* gam, int64_t k0,
+                                          int kc, double gC, Xq xq, Xk xk, const Acc& dqs, const Acc& dks,
+                                          const Acc& dws, const Acc& dq2, const Acc& dk2, float (&row_part)[4],
+                                          float& kz) {
+  using S = typename L::Operand;
+  constexpr bool kAdjacent = std::is_same_v<PL, tile::Mma>;
+  const int64_t K = a.K, ld = a.H * K;
   float *dq = ch.in(a, a.dq, K, k0), *dk = ch.in(a, a.dk, K, k0);
-  typename L::Operand* dW = ch.rows(a, a.dW, K, k0);
+  S* dW = ch.rows(a, a.dW, K, k0);
+  const bool pairs = kAdjacent && K % 2 == 0 && reinterpret_cast<uintptr_t>(a.dq) % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(a.dk) % 8 == 0 && reinterpret_cast<uintptr_t>(a.dW) % 4 == 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 4; ++i) {
+    const int r = PL::row(i);
+    const float eg = expd(gam[r]), ekg = expd(gC - gam[r]);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = PL::row(i), c = PL::col(j);
-      const float eg = expd(s.gam[r]), ekg = expd(gC - s.gam[r]);
-      row_part[i] += eg * xq(i, j) * dqs.v[i][j];  // (i)
-      const float z = ekg * xk(i, j) * dks.v[i][j];
-      row_part[i] -= z;  // (iii), every row
-      kz += z;           // (iii), at row C
-      if (r < ch.n && c < kc) {
-        dq[r * a.H * K + c] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
-        dk[r * a.H * K + c] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
-        dW[r * K + c] = from_f32<typename L::Operand>(-dws.v[i][j]);
+    for (int jp = 0; jp < 4; jp += 2) {
+      float vq[2], vk[2], vw[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = jp + e;
+        const float x = xq(i, j), y = xk(i, j);
+        row_part[i] += eg * x * dqs.v[i][j];                // (i)
+        row_part[i] += x * dq2.v[i][j] - y * dk2.v[i][j];  // (ii)
+        const float z = ekg * y * dks.v[i][j];
+        row_part[i] -= z;  // (iii), every row
+        kz += z;           // (iii), at row C
+        vq[e] = eg * dqs.v[i][j] + dq2.v[i][j];  // B3
+        vk[e] = dk2.v[i][j] + ekg * dks.v[i][j];  // B4
+        vw[e] = -dws.v[i][j];
+      }
+      if (r >= ch.n) continue;
+      const int c = PL::col(jp);
+      if constexpr (kAdjacent) {
+        if (pairs && c + 1 < kc) {
+          *reinterpret_cast<float2*>(dq + r * ld + c) = make_float2(vq[0], vq[1]);
+          *reinterpret_cast<float2*>(dk + r * ld + c) = make_float2(vk[0], vk[1]);
+          *reinterpret_cast<__nv_bfloat162*>(dW + r * K + c) = __floats2bfloat162_rn(vw[0], vw[1]);
+          continue;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int ce = PL::col(jp + e);
+        if (ce < kc) {
+          dq[r * ld + ce] = vq[e];
+          dk[r * ld + ce] = vk[e];
+          dW[r * K + ce] = from_f32<S>(vw[e]);
+        }
       }
     }
+  }
 }
 
-// The block's dΓ terms of B8 into the dΓ scratch: the row and column partials, (iii) at row C (kz: the thread's
-// share) and (iv) (sd: the thread's share of Σ h ⊙ dh).
+// Key tile kt's dΓ terms of B8 into its part of the dΓ scratch (dgam_part): the row partials, (iii) at row C
+// (kz: the thread's share) and (iv) (sd: the thread's share of the key tile's Σ h ⊙ dh). red: 64 x 16 floats,
+// out: 64 floats of shared scratch.
 template <typename PL, typename L, typename E>
-__device__ __forceinline__ void dqk_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, double gC,
-                                           const float (&row_part)[4], const float (&col_part)[4], float kz, float sd) {
-  tile::reduce_rows_cols<PL>(row_part, col_part, s.red, s.out1);
-  const float kz_all = block_reduce(kz, SumOp{}, 0.0f), sd_all = block_reduce(sd, SumOp{}, 0.0f);
+__device__ __forceinline__ void dqk_finish(const GdnFast<L, E>& a, const Chunk& ch, int kt, double gC, float* red,
+                                           float* out, const float (&row_part)[4], float kz, float sd) {
+  tile::reduce_rows<PL>(row_part, red, out);
+  const float c_all = block_reduce(kz + expd(gC) * sd, SumOp{}, 0.0f);  // (iii) and (iv) at row C
   const int r = static_cast<int>(threadIdx.x);
-  if (r < ch.n)
-    ch.rows(a, a.dgam, 1, 0)[r] = s.out1[r] + (r == ch.n - 1 ? kz_all + expd(gC) * sd_all : 0.0f);  // (iv)
+  if (r < ch.n) dgam_part(a, ch, kt)[r] = out[r] + (r == ch.n - 1 ? c_all : 0.0f);
 }
 
-// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch), for
-// chunk blockIdx.x of pair bh0 + blockIdx.y.
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (into the dΓ scratch, one part per
+// key tile), for chunk blockIdx.x of pair bh0 + blockIdx.y.
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
@@ -898,16 +1078,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
   const int64_t K = a.K, V = a.V;
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   const double gC = s.gam[ch.n - 1];
-  Acc qk, dp;
-  qk.zero();
+  Acc dp;
   dp.zero();
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // Q K^T
-    tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, tile_cols(K, k0));
-    tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, tile_cols(K, k0));
-    __syncthreads();
-    L::template mma<false, true>(sX, sZ, qk);
-    __syncthreads();
-  }
   for (int64_t v0 = 0; v0 < V; v0 += kN) {  // dO Δ^T
     tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, tile_cols(V, v0));
     tile::load(sD, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0));
@@ -915,19 +1087,18 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
     L::template mma<false, true>(sY, sD, dp);
     __syncthreads();
   }
-  float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
-  dqk_dP<L>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
+  dqk_dP<L>(dp, s.gam);  // B3: dP ⊙ E (masked)
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) sdP[L::row(i) * kLd + L::col(j)] = dp.v[i][j];
-  float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T
     dqs.zero();
     dks.zero();
     dws.zero();
+    float sd = 0.0f;  // Σ h ⊙ dh for (iv), this thread's share
     for (int64_t v0 = 0; v0 < V; v0 += kN) {
       const int vc = tile_cols(V, v0);
       tile::load(sY, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
@@ -953,11 +1124,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_kernel(GdnFast<L, 
     dk2.zero();
     L::template mma<false, false>(sdP, sZ, dq2);
     L::template mma<true, false>(sdP, sX, dk2);
-    dqk_store<L>(a, ch, s, k0, kc, gC, [&](int i, int j) { return sX[L::row(i) * kLd + L::col(j)]; },
+    float row_part[4] = {0, 0, 0, 0}, kz = 0.0f;  // B8 (i)–(iii) rows, (iii) total: this thread's share
+    dqk_store<L>(a, ch, s.gam, k0, kc, gC, [&](int i, int j) { return sX[L::row(i) * kLd + L::col(j)]; },
                  [&](int i, int j) { return sZ[L::row(i) * kLd + L::col(j)]; }, dqs, dks, dws, dq2, dk2, row_part, kz);
-    __syncthreads();
+    // (dqk_finish's barriers order the reads of sX, sZ before the next key tile's loads)
+    dqk_finish<L>(a, ch, static_cast<int>(k0 / kN), gC, s.red, s.out1, row_part, kz, sd);
   }
-  dqk_finish<L>(a, ch, s, gC, row_part, col_part, kz, sd);
 }
 
 // ---- steps the wy kernels share, on product layout PL (gdn_bwd_wy_kernel: Simt; gdn_bwd_wy_mma_kernel: Mma) ----
@@ -1017,7 +1189,7 @@ __device__ __forceinline__ void wy_b7_store(const GdnFast<L, E>& a, const Chunk&
 }
 
 // The block's dβ (B7) and dg (B9) from the thread's partials: dΓ = their row and column terms plus the dΓ scratch
-// (the dqk kernel's terms), dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r).
+// (the dqk kernels' terms, dgam_sum), dg_t = Σ_{r >= t in the chunk} dΓ_r (+ Comba: Σ_{r > t} dΓ^ex_r).
 template <typename PL, bool kComba, typename L, typename E>
 __device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
                                           const float (&db_part)[4], const float (&row_part)[4],
@@ -1029,7 +1201,7 @@ __device__ __forceinline__ void wy_finish(const GdnFast<L, E>& a, const Chunk& c
   const int r = static_cast<int>(threadIdx.x);
   if (r < ch.n) {
     a.dbeta[ch.gate(a, r)] = s.out1[r];
-    s.out2[r] += ch.rows(a, a.dgam, 1, 0)[r];
+    s.out2[r] += dgam_sum(a, ch, r);
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // B9
@@ -1161,34 +1333,77 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_wy_kernel(GdnFast<L, E
 
 // ---- backward phases on tile::Mma ----
 
-// Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), P and dO.
-constexpr size_t dv_local_mma_smem(int nkt) { return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 2); }
+// The dO staging slots of gdn_dv_local_mma_kernel for nkt key tiles: one of its own, and as many fp32 staging tiles
+// as fit in the Q, K tiles' room (2 nkt bf16 tiles, at least 2) beside the two dO tiles, at most kDvMaxStage in all.
+constexpr int kDvMaxStage = 4;
+__host__ __device__ constexpr int dv_qk_tiles(int nkt) { return nkt > 1 ? 2 * nkt : 2; }
+__host__ __device__ constexpr int dv_stages(int nkt) {
+  const int m = 1 + static_cast<int>(sizeof(bf16) * kTileHalves * (dv_qk_tiles(nkt) - 2) /
+                                     (sizeof(float) * tile::kStageFloats));
+  return m < kDvMaxStage ? m : kDvMaxStage;
+}
+// Shared memory of gdn_dv_local_mma_kernel for nkt key tiles: Γ, the bf16 tiles P and Q, K (dv_qk_tiles; then the
+// two dO tiles and dv_stages - 1 staging tiles), and a staging tile. 61.5 KiB at key_dim 128, 97.5 KiB at 256.
+constexpr size_t dv_local_mma_smem(int nkt) {
+  return sizeof(double) * kN + sizeof(bf16) * kTileHalves * (1 + dv_qk_tiles(nkt)) +
+         sizeof(float) * tile::kStageFloats;
+}
+static_assert(dv_local_mma_smem(2) <= smem_per_block(3) && dv_local_mma_smem(4) <= smem_per_block(2),
+              "dv_local blocks per SM");
 
 // B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel:
-// P once (Q K^T summed over the key tiles in registers), then dΔ = P^T dO per value tile.
+// P once (chunk_p_mma), then dΔ = P^T dO per value tile (dO rounded to bf16 as load_h does, dΔ stored in fp32,
+// 16-byte pieces where dΔ is 16-byte aligned and value_dim % 4 == 0). In flight (dO 16-byte aligned with
+// value_dim % 4 == 0: tile::async_ok_f): value tile 0's dO (stage_async into the block's own staging tile) while
+// chunk_p_mma runs; after the barrier that completes P (Q, K read), value tiles 1 .. M - 1's (M = dv_stages(nkt)
+// slots, slot v % M; slots >= 1 in Q, K's room); value tile v: its own group waited for, the thread's own staged
+// pieces into dO tile v % 2 (put_h_staged), one barrier (the dO tile complete; value tile v - 1's product, the last
+// reader of the other dO tile and of slot (v - 1) % M's pieces, done), value tile v + M's copies into slot v % M,
+// the product and the store. Fallback (dO not aligned so): dO loaded synchronously (load_h: the same bits).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
-  const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves);
+  const int64_t K = a.K, V = a.V, nvt = (V + kN - 1) / kN;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), M = dv_stages(nkt);
+  double* gam = cv.take<double>(kN);
+  bf16 *hP = cv.take<bf16>(kTileHalves), *hQK = cv.take<bf16>(kTileHalves * dv_qk_tiles(nkt));
+  float* gO = cv.take<float>(tile::kStageFloats);
+  // Staging slot m: the block's own tile, or the room after the two dO tiles (hQK, hQK + kTileHalves).
+  const auto slot = [&](int64_t v) {
+    const int m = static_cast<int>(v % M);
+    return m == 0 ? gO : reinterpret_cast<float*>(hQK + 2 * kTileHalves) + (m - 1) * tile::kStageFloats;
+  };
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
-  Acc acc;
-  chunk_qk_mma(a, ch, nkt, hQ, hK, acc);
-  tile::store_acc_h(acc, hP, [&](int r, int c, float x) { return c <= r ? expd(s.gam[r] - s.gam[c]) * x : 0.0f; });
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {
+  const bool async = tile::async_ok_f(a.d_o, V);
+  // dO of value tile v into its slot by cp.async, one group (empty past the last value tile).
+  const auto issue = [&](int64_t v) {
+    if (v < nvt) tile::stage_async(slot(v), ch.in(a, a.d_o, V, v * kN), a.H * V, ch.n, tile_cols(V, v * kN));
+    tile::cp_async_commit();
+  };
+  if (async) issue(0);
+  chunk_p_mma(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP);
+  __syncthreads();  // hP complete; hQK read (it takes the dO tiles and staging slots next)
+  if (async)
+    for (int m = 1; m < M; ++m) issue(m);
+  const bool d_vec = tile::async_ok_f(a.dD, V);
+  for (int64_t v = 0; v < nvt; ++v) {
+    const int64_t v0 = v * kN;
     const int vc = tile_cols(V, v0);
-    tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-    __syncthreads();  // hP (first pass) and hO complete
+    bf16* hO = hQK + (v & 1) * kTileHalves;
+    if (async) {
+      cp_async_wait_upto(M - 1);  // value tile v's group
+      tile::put_h_staged(hO, slot(v), ch.n);
+    } else {
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+    }
+    __syncthreads();
+    if (async) issue(v + M);
+    Acc acc;
     acc.zero();
     Mma::mma<true, false>(hP, hO, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, [](int, int, float x) { return x; });
-    __syncthreads();  // hO is read
+    store_acc_f4(acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, d_vec, tile::Same{});
   }
 }
 
@@ -1355,141 +1570,143 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   tile::cp_async_wait<0>();
 }
 
-// Shared memory of gdn_bwd_dqk_mma_kernel for nkt key tiles: bf16 Q, K (all key tiles), dP and the five
-// operand tiles of one (key tile, value tile) step (dO, h, Δ, dh, dΔ), plus (dbl) a second set of the bf16
-// scratch tiles h, Δ, dh, filled by cp.async during the step before, plus (stg) two fp32 staging tiles for the
-// dO and dΔ of the next step (cp.async, 16 KiB each).
-__host__ __device__ constexpr size_t dqk_mma_smem(int nkt, bool dbl, bool stg) {
-  return kSmallBytes + sizeof(bf16) * kTileHalves * (2 * nkt + 6 + (dbl ? 3 : 0)) +
-         (stg ? 2 * sizeof(float) * tile::kStageFloats : 0);
-}
-// Whether the second set fits: 227 KiB a block, less 1 KiB for the kernel's static shared memory (block_reduce).
-__host__ __device__ constexpr bool dqk_mma_double(int nkt) {
-  return dqk_mma_smem(nkt, true, false) + 1024 <= 227 * 1024;
-}
-// Whether the dO, dΔ staging tiles fit as well (key_dim <= 320: 213 KiB at 5 key tiles; else dO, dΔ by load_h).
-__host__ __device__ constexpr bool dqk_mma_staged(int nkt) {
-  return dqk_mma_double(nkt) && dqk_mma_smem(nkt, true, true) + 1024 <= 227 * 1024;
-}
-__host__ __device__ constexpr size_t dqk_mma_smem(int nkt) {
-  return dqk_mma_smem(nkt, dqk_mma_double(nkt), dqk_mma_staged(nkt));
-}
-static_assert(dqk_mma_staged(2) && dqk_mma_staged(4) && dqk_mma_staged(5) && !dqk_mma_staged(6), "dqk staging");
-static_assert(dqk_mma_double(7) && !dqk_mma_double(8), "dqk second set");
+// Shared memory of gdn_bwd_dqk_mma_kernel: Γ (double), β, g, the row reduction's 64 x 16 floats and its 64 sums;
+// bf16 dO, dΔ (then dP), two sets of the bf16 scratch tiles h, Δ, dh (then Q, K); two fp32 staging tiles (dO, dΔ
+// of the next value tile, then q, k): 109 KiB, so that two blocks fit an SM.
+constexpr size_t kDqkMmaSmem =
+    8 * kN + 4 * (3 * kN + 16 * kN) + sizeof(bf16) * kTileHalves * 8 + 2 * sizeof(float) * tile::kStageFloats;
+static_assert(2 * (kDqkMmaSmem + 1024 + 128) <= 228 * 1024, "two dqk blocks an SM (with block_reduce's 128 bytes)");
 
-// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8, for chunk blockIdx.x of pair
-// bh0 + blockIdx.y, as gdn_bwd_dqk_kernel: the same products on bf16 tiles with register accumulators (Q K^T over
-// the key tiles, dO Δ^T over the value tiles, dO h^T, Δ dh^T, dΔ h^T over the value tiles); the element-wise
-// terms read q, k in fp32 (from global memory, at the thread's elements) and h, dh as stored (bf16).
-// Load order: g, β are fetched before the q, k tiles of Q K^T (their loads overlap); dO Δ^T is summed during key
-// tile 0's (key tile, value tile) steps from the dO and Δ tiles those steps bring in for dO h^T and Δ dh^T (no
-// loads of its own; dP is formed after that key tile's steps, before its first use); a key tile's fp32 q, k are
-// loaded at the start of its steps, so that their latency is hidden behind them.
+// B3, B4 (P and state parts of dK), dW = -dΔ h^T and dΓ terms (i)–(iv) of B8 (key tile kt's part of the dΓ
+// scratch), as gdn_bwd_dqk_kernel for one key tile: block (blockIdx.x = chunk nkt + kt, pair bh0 + blockIdx.y), the
+// products on bf16 tiles with register accumulators: dO h^T, Δ dh^T, dΔ h^T of key tile kt and dO Δ^T (every block
+// of the chunk forms it), summed over the value tiles; then dP K, dP^T Q of key tile kt. The element-wise terms read
+// q, k in fp32 (from their staging tiles) and h, dh as stored (bf16). At most 128 registers (ptxas spills ~100 bytes a
+// thread, mostly in the load_h fallbacks): two blocks an SM.
+// In flight: h, Δ, dh of value tile 0 and (staged) its dO, dΔ during the gates' scan; those of value tile vt + 1
+// during value tile vt's products (cp.async into the other set of tiles and, after the step's dO, dΔ are converted,
+// the staging tiles); q, k (fp32, into the staging tiles) during the last value tile's products.
+// Fallbacks: h, Δ, dh by load_h in the step unless they are 16-byte aligned with value_dim % 8 == 0 (async); dO, dΔ
+// by load_h in the step unless async and their rows are 16-byte aligned (staged); Q, K by load_h and q, k from
+// global memory at the thread's elements unless their rows are 16-byte aligned (qk_staged).
 template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_bwd_dqk_mma_kernel(GdnFast<L, E> a) {
+__global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  double* gam = cv.take<double>(kN);
+  float *beta = cv.take<float>(kN), *tmp = cv.take<float>(kN), *red = cv.take<float>(16 * kN),
+        *out = cv.take<float>(kN);
+  bf16 *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
+  bf16* hHDG = cv.take<bf16>(6 * kTileHalves);  // h, Δ, dh of value tile vt: set vt % 2 (3 tiles each)
+  float* gOE = cv.take<float>(2 * tile::kStageFloats);
   const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  const bool dbl = dqk_mma_double(nkt);
-  bf16 *hQ = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hdP = cv.take<bf16>(kTileHalves), *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
-  // h, Δ, dh of a (key tile, value tile) step: set step % 2 (3 tiles each, set 1 after set 0) when dbl, else set 0.
-  bf16* hHDG = cv.take<bf16>((dbl ? 6 : 3) * kTileHalves);
-  // dO, dΔ (fp32) of a step, staged by cp.async during the step before (where dqk_mma_staged).
-  float* gOE = dqk_mma_staged(nkt) ? cv.take<float>(2 * tile::kStageFloats) : nullptr;
-  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
-  const int nvt = static_cast<int>((V + kN - 1) / kN), nsteps = nkt * nvt;
-  // cp.async of the bf16 scratch tiles h, Δ, dh when every tile start is 16-byte aligned, else load_h in the step.
-  const bool async = dbl && tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
-  // With them, dO and dΔ (fp32) by cp.async where the staging tiles fit and every row is 16-byte aligned.
-  const bool staged = async && dqk_mma_staged(nkt) && tile::async_ok_f(a.d_o, V) && tile::async_ok_f(a.dD, V);
-  auto issue = [&](int step, bf16* t) {  // h, Δ, dh of step (key tile step / nvt, value tile step % nvt) into t
-    const int64_t k0 = (step / nvt) * kN, v0 = (step % nvt) * kN;
-    const int kc = tile_cols(K, k0), vc = tile_cols(V, v0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN), kt = static_cast<int>(blockIdx.x) % nkt;
+  const int nvt = static_cast<int>((V + kN - 1) / kN);
+  const Chunk ch(a, blockIdx.x / nkt, a.bh0 + blockIdx.y);
+  const int64_t k0 = kt * kN;
+  const int kc = tile_cols(K, k0);
+  const bool async = tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
+  const bool staged = async && tile::async_ok_f(a.d_o, V) && tile::async_ok_f(a.dD, V);
+  const bool qk_staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K);
+  const E *q = ch.in(a, a.q, K, k0), *k = ch.in(a, a.k, K, k0);
+  const auto set = [&](int vt) { return hHDG + (vt & 1) * 3 * kTileHalves; };
+  auto issue = [&](int vt) {  // h, Δ, dh of value tile vt into its set; staged: dO, dΔ into the staging tiles
+    const int64_t v0 = vt * kN;
+    const int vc = tile_cols(V, v0);
+    bf16* t = set(vt);
     tile::load_h_async(t, ch.state(a, a.h, k0, v0), V, kc, vc);
     tile::load_h_async(t + kTileHalves, ch.rows(a, a.U, V, v0), V, ch.n, vc);
     tile::load_h_async(t + 2 * kTileHalves, ch.state(a, a.dh, k0, v0), V, kc, vc);
-    if (staged) {  // dO, dΔ of step into the staging tiles (same group)
+    if (staged) {
       tile::stage_async(gOE, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
       tile::stage_async(gOE + tile::kStageFloats, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
     }
     tile::cp_async_commit();
   };
-  if (async) issue(0, hHDG);  // lands during Q K^T (which uses other tiles)
+  if (async) issue(0);  // lands during the gates' scan
   float g_r = 0.0f, b_r = 0.0f;
-  fetch_gates(a, ch, g_r, b_r);  // in flight with the q, k loads of Q K^T
-  Acc qk, dp;
-  chunk_qk_mma(a, ch, nkt, hQ, hK, qk);
-  scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);
-  const double gC = s.gam[ch.n - 1];
-  dp.zero();  // dO Δ^T, summed over the value tiles as key tile 0's steps bring dO and Δ in (hO, hD)
-  float row_part[4] = {0, 0, 0, 0}, col_part[4] = {0, 0, 0, 0};
-  float kz = 0.0f, sd = 0.0f;  // B8 (iii) total and Σ h ⊙ dh for (iv), this thread's share
-  for (int kt = 0; kt < nkt; ++kt) {
-    const int64_t k0 = kt * kN;
-    const int kc = tile_cols(K, k0);
-    Acc xq, xk;  // q, k (fp32) at the thread's elements for dqk_store: in flight during the key tile's steps
-    load_acc<Mma>(xq, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
-    load_acc<Mma>(xk, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
-    Acc dqs, dks, dws;  // dO h^T, Δ dS_C^T, dΔ h^T (tile::state_products, the next step's h, Δ, dh in flight)
-    dqs.zero();
-    dks.zero();
-    dws.zero();
-    for (int vt = 0; vt < nvt; ++vt) {
-      const int step = kt * nvt + vt;
-      const int64_t v0 = vt * kN;
-      const int vc = tile_cols(V, v0);
-      bf16* t = hHDG + (dbl && (step & 1) ? 3 * kTileHalves : 0);
-      bf16 *hH = t, *hD = t + kTileHalves, *hG = t + 2 * kTileHalves;
-      const bool more = step + 1 < nsteps;
-      if (staged) {
-        tile::cp_async_wait<0>();  // this step's group (the only one in flight)
-        tile::put_h_staged(hO, gOE, ch.n);  // the thread's own pieces (its wait suffices)
-        tile::put_h_staged(hE, gOE + tile::kStageFloats, ch.n);
-        __syncthreads();  // every read of the staging tiles done: the next step's copies may land
-        if (more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));
+  fetch_gates(a, ch, g_r, b_r);
+  scan_gates(g_r, b_r, gam, beta, tmp);
+  const double gC = gam[ch.n - 1];
+  Acc dqs, dks, dws, dp;  // dO h^T, Δ dS_C^T, dΔ h^T, dO Δ^T
+  dqs.zero();
+  dks.zero();
+  dws.zero();
+  dp.zero();
+  float sd = 0.0f;  // Σ h ⊙ dh for (iv), this thread's share
+  for (int vt = 0; vt < nvt; ++vt) {
+    const int64_t v0 = vt * kN;
+    const int vc = tile_cols(V, v0);
+    bf16 *hH = set(vt), *hD = hH + kTileHalves, *hG = hH + 2 * kTileHalves;
+    const bool more = vt + 1 < nvt;
+    if (staged) {
+      tile::cp_async_wait<0>();  // this value tile's group (the only one in flight)
+      tile::put_h_staged(hO, gOE, ch.n);  // the thread's own pieces (its wait suffices)
+      tile::put_h_staged(hE, gOE + tile::kStageFloats, ch.n);
+      __syncthreads();  // every read of the staging tiles done: the next copies may land
+      if (more) issue(vt + 1);
+    } else {
+      if (async && more) issue(vt + 1);  // that set's last reads: before the last barrier
+      tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
+      if (!async) {
+        tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
+        tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
+        tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
+      } else if (more) {
+        tile::cp_async_wait<1>();  // this value tile's group (the next one's still in flight)
       } else {
-        if (async && more) issue(step + 1, hHDG + ((step + 1) & 1 ? 3 * kTileHalves : 0));  // that set's last reads: before the last barrier
-        tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
-        tile::load_h(hE, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
-        if (!async) {
-          tile::load_h(hH, ch.state(a, a.h, k0, v0), V, kc, vc);
-          tile::load_h(hD, ch.rows(a, a.U, V, v0), V, ch.n, vc);
-          tile::load_h(hG, ch.state(a, a.dh, k0, v0), V, kc, vc);
-        } else if (more) {
-          tile::cp_async_wait<1>();  // this step's group (the next one's still in flight)
-        } else {
-          tile::cp_async_wait<0>();
-        }
-        __syncthreads();
-      }
-      Mma::mma<false, true>(hO, hH, dqs);
-      Mma::mma<false, true>(hD, hG, dks);
-      Mma::mma<false, true>(hE, hH, dws);
-      if (kt == 0) Mma::mma<false, true>(hO, hD, dp);  // dO Δ^T, value tile vt
-      for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
-        const int r = idx >> 6, c = idx & 63;
-        sd += __bfloat162float(hH[r * kLdH + c]) * __bfloat162float(hG[r * kLdH + c]);
+        tile::cp_async_wait<0>();
       }
       __syncthreads();
     }
-    if (kt == 0) {
-      dqk_dP<Mma>(dp, qk, s, row_part, col_part);  // B3: dP ⊙ E (masked); B8 (ii)
-      tile::store_acc_h(dp, hdP, tile::Same{});
-      __syncthreads();  // hdP complete
+    if (!more && qk_staged) {  // q, k into the staging tiles (free: read before the barrier above)
+      tile::stage_async(gOE, q, a.H * K, ch.n, kc);
+      tile::stage_async(gOE + tile::kStageFloats, k, a.H * K, ch.n, kc);
+      tile::cp_async_commit();
     }
-    Acc dq2, dk2;  // dP K, dP^T Q
-    dq2.zero();
-    dk2.zero();
-    Mma::mma<false, false>(hdP, hK + kt * kTileHalves, dq2);
-    Mma::mma<true, false>(hdP, hQ + kt * kTileHalves, dk2);
-    dqk_store<Mma>(a, ch, s, k0, kc, gC, [&](int i, int j) { return xq.v[i][j]; },
-                   [&](int i, int j) { return xk.v[i][j]; }, dqs, dks, dws, dq2, dk2, row_part, kz);
+    Mma::mma<false, true>(hO, hH, dqs);
+    Mma::mma<false, true>(hD, hG, dks);
+    Mma::mma<false, true>(hE, hH, dws);
+    Mma::mma<false, true>(hO, hD, dp);
+    for (int idx = threadIdx.x; idx < kN * kN / 4; idx += tile::kThreads) {  // 4 columns (8 bytes) at a time
+      const int r = idx >> 4, c = 4 * (idx & 15);
+      const uint2 x = *reinterpret_cast<const uint2*>(hH + r * kLdH + c), y = *reinterpret_cast<const uint2*>(hG + r * kLdH + c);
+      const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x)),
+                   x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y)),
+                   y0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y.x)),
+                   y1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y.y));
+      sd += x0.x * y0.x + x0.y * y0.y + x1.x * y1.x + x1.y * y1.y;
+    }
+    __syncthreads();  // every read of this value tile's tiles done
   }
-  dqk_finish<Mma>(a, ch, s, gC, row_part, col_part, kz, sd);
+  bf16 *hdP = hO, *hQ = hHDG, *hK = hHDG + kTileHalves;  // (free now)
+  const float *gQ = gOE, *gK = gOE + tile::kStageFloats;
+  dqk_dP<Mma>(dp, gam);  // B3: dP ⊙ E (masked)
+  tile::store_acc_h(dp, hdP, tile::Same{});
+  if (qk_staged) {
+    tile::cp_async_wait<0>();
+    tile::put_h_staged(hQ, gQ, ch.n);
+    tile::put_h_staged(hK, gK, ch.n);
+  } else {
+    tile::load_h(hQ, q, a.H * K, ch.n, kc);
+    tile::load_h(hK, k, a.H * K, ch.n, kc);
+  }
+  __syncthreads();  // hdP, hQ, hK complete (and, qk_staged, every thread's staged q, k visible)
+  Acc dq2, dk2;  // dP K, dP^T Q
+  dq2.zero();
+  dk2.zero();
+  Mma::mma<false, false>(hdP, hK, dq2);
+  Mma::mma<true, false>(hdP, hQ, dk2);
+  const auto x_at = [&](const float* g, const E* src, int i, int j) {  // q or k (fp32) at element (i, j)
+    const int r = Mma::row(i), c = Mma::col(j);
+    return qk_staged ? g[r * kN + c] : r < ch.n && c < kc ? to_f32(src[r * a.H * K + c]) : 0.0f;
+  };
+  float row_part[4] = {0, 0, 0, 0}, kz = 0.0f;  // B8 (i)–(iii) rows, (iii) total: this thread's share
+  dqk_store<Mma>(a, ch, gam, k0, kc, gC, [&](int i, int j) { return x_at(gQ, q, i, j); },
+                 [&](int i, int j) { return x_at(gK, k, i, j); }, dqs, dks, dws, dq2, dk2, row_part, kz);
+  dqk_finish<Mma>(a, ch, kt, gC, red, out, row_part, kz, sd);
 }
 
 // Shared memory of gdn_bwd_wy_mma_kernel: bf16 𝒯, d𝒯 (then dA ⊙ E), M1 and three operand tiles, and three fp32
@@ -1819,7 +2036,7 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
              if constexpr (kBf16<P>) {
                launch(gdn_dv_local_mma_kernel<L, E>, grp.NC, dv_local_mma_smem(nkt), s, grp);
                bscan.run(grp, s);
-               launch(gdn_bwd_dqk_mma_kernel<L, E>, grp.NC, dqk_mma_smem(nkt), s, grp);
+               launch(gdn_bwd_dqk_mma_kernel<L, E>, grp.NC * nkt, kDqkMmaSmem, s, grp);
                launch(gdn_bwd_wy_mma_kernel<L, E, kComba>, grp.NC, kWyMmaSmem, s, grp);
              } else {
                launch(gdn_dv_local_kernel<L, E>, grp.NC * ceil_div(value_dim, kN), smem_for(3), s, grp);

@@ -37,6 +37,13 @@
 namespace llmt::cuda {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+// What the kernels' `extern __shared__` arrays name (tests/emu/cuda_emu.h): ssd_chunk_outer_kernel's float smem, the
+// others' char smem_raw.
+LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, smem);
+LLMT_CUDA_EMU_DYNAMIC_SMEM(smem_raw);
+#endif
+
 using tile::Acc;
 constexpr int kL = tile::kN;           // chunk length and tile edge (64)
 constexpr int kPad = tile::kLd;        // fp32 shared row stride (65): conflict-free row and column reads
@@ -802,10 +809,18 @@ void check_grid(const Sizes& s) {
   check(s.G >= 1 && s.H % s.G == 0, "mamba2: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
 }
 
-template <typename K>
-size_t smem_for(K kernel, size_t bytes) {
-  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  return bytes;
+// kernel<<<grid, kThreads (= kSsdThreads), smem, stream>>>(args...) (smem > 0: after allowing the kernel that much
+// dynamic shared memory), then the launch check; under LLMT_CUDA_EMU, the CPU emulator's launch (tests/emu/cuda_emu.h).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, size_t smem, cudaStream_t stream, const Args&... args) {
+  if (smem > 0)
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+#ifdef LLMT_CUDA_EMU
+  ::emu::launch(kernel, grid, dim3(kThreads), smem, stream, args...);
+#else
+  kernel<<<grid, kThreads, smem, stream>>>(args...);
+#endif
+  LLMT_CUDA_CHECK_LAUNCH();
 }
 template <typename P>
 constexpr size_t tiles_bytes(int tiles) {
@@ -819,8 +834,7 @@ void state_scan(const float* u, int64_t u_row, const float* v, const float* dt, 
   const bool staged = tile::async_ok_f(u, u_row) && s.P % 4 == 0 && tile::async_ok_f(v, s.W) && s.N % 4 == 0;
   const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
   const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-  kernel<<<grid, kSsdThreads, smem_for(kernel, state_scan_smem(staged)), stream>>>(u, u_row, v, dt, G, s, reverse,
-                                                                                    out);
+  launch(kernel, grid, state_scan_smem(staged), stream, u, u_row, v, dt, G, s, reverse, out);
 }
 
 // Δ, G and the states entering the chunks (forward: from x, B), into sc.states. P = float: the contributions
@@ -828,18 +842,15 @@ void state_scan(const float* u, int64_t u_row, const float* v, const float* dt, 
 template <typename P>
 void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const Sizes& s,
                     const Scratch<P>& sc, cudaStream_t stream) {
-  ssd_prep_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
-  LLMT_CUDA_CHECK_LAUNCH();
+  launch(ssd_prep_kernel, grid_for(s.B * s.H * s.nc), 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-    ssd_chunk_outer_kernel<<<grid, kSsdThreads, smem_for(ssd_chunk_outer_kernel, tiles_bytes<float>(2)), stream>>>(
-        xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true, sc.states);
-    LLMT_CUDA_CHECK_LAUNCH();
-    ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.states, sc.G, s, false);
+    launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true,
+           sc.states);
+    launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, sc.states, sc.G, s, false);
   } else {
     state_scan(xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, false, sc.states, stream);
   }
-  LLMT_CUDA_CHECK_LAUNCH();
 }
 
 // The adjoints of the states leaving the chunks, into sc.dstates (Σ_i e^{G_i} dy_i C_i^T per chunk, summed in
@@ -848,14 +859,12 @@ template <typename P>
 void reverse_states(const float* dy, const float* xbc, const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-    ssd_chunk_outer_kernel<<<grid, kSsdThreads, smem_for(ssd_chunk_outer_kernel, tiles_bytes<float>(2)), stream>>>(
-        dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, false, sc.dstates);
-    LLMT_CUDA_CHECK_LAUNCH();
-    ssd_scan_kernel<<<grid_for(s.B * s.H * s.P * s.N), kThreads, 0, stream>>>(sc.dstates, sc.G, s, true);
+    launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s,
+           false, sc.dstates);
+    launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, sc.dstates, sc.G, s, true);
   } else {
     state_scan(dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, true, sc.dstates, stream);
   }
-  LLMT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -883,9 +892,7 @@ void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias,
   carve(s, false, scratch, &sc);
   forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
-  ssd_fwd_out_kernel<P><<<grid, kSsdThreads, smem_for(ssd_fwd_out_kernel<P>, fwd_out_smem<P>()), stream>>>(
-      xbc, D, sc.dt, sc.G, sc.states, s, y);
-  LLMT_CUDA_CHECK_LAUNCH();
+  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(), stream, xbc, D, sc.dt, sc.G, sc.states, s, y);
 }
 
 template <typename P>
@@ -901,16 +908,11 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
   reverse_states(dy, xbc, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
-  const size_t smem = bwd_chunk_smem<P>();
-  ssd_bwd_chunk_kernel<P><<<grid, kSsdThreads, smem_for(ssd_bwd_chunk_kernel<P>, smem), stream>>>(
-      dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G, sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh,
-      sc.partials);
-  LLMT_CUDA_CHECK_LAUNCH();
-  ssd_group_sum_kernel<<<grid_for(s.B * s.T * s.G * s.N), kThreads, 0, stream>>>(sc.dBh, sc.dCh, s, dxbc);
-  LLMT_CUDA_CHECK_LAUNCH();
-  ssd_params_kernel<<<static_cast<unsigned>(ceil_div(s.H, kThreads)), kThreads, 0, stream>>>(
-      sc.partials, A_log, s, ddt_bias, dA_log, dD);
-  LLMT_CUDA_CHECK_LAUNCH();
+  launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G,
+         sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+  launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
+  launch(ssd_params_kernel, static_cast<unsigned>(ceil_div(s.H, kThreads)), 0, stream, sc.partials, A_log, s,
+         ddt_bias, dA_log, dD);
 }
 
 #define LLMT_INSTANTIATE_MAMBA2(P)                                                                                  \

@@ -1,8 +1,9 @@
 // The Mamba-3 layer op on the GPU (ops.cuh mamba3_fwd/bwd/decode; layers-ssm-attn.md §4.3–4.6): the scratch, the
 // fixed-order column sums of the parameter gradients, and the order of the phases: prep (mamba3_prep.cu), the
 // chunked core (mamba3_core.cu) or the decode recurrence (mamba3_decode.cu), the gate (mamba3_gate.cu). The
-// backward recomputes the prep, and the core's forward unless the forward saved its G, chunk-entering states and
-// y (`saved`, model.mamba3.save_states): then the same kernels' values are read instead of computed twice.
+// backward recomputes the prep, and the core's forward, unless the forward saved its G, chunk-entering states and y
+// and BCNorm's n̂_B, n̂_C, 1 / RMS (`saved`, model.mamba3.save_states): then the same kernels' values are read
+// instead of computed twice (the rest of the prep is still recomputed).
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda {
@@ -23,15 +24,21 @@ struct Carver {
 };
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
-// each chunk, y.
+// each chunk, y; BCNorm's n̂_B, n̂_C and their 1 / RMS.
 void take_saved(const Sizes& s, Carver& c, Buffers& b) {
+  const int64_t RG = s.rows * s.R * s.G;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
   c.take(b.states, s.B * s.H * s.nc * s.P * s.N);
   c.take(b.y, s.E * s.R * s.P);
+  c.take(b.nb, RG * s.N);
+  c.take(b.ncn, RG * s.N);
+  c.take(b.rb, RG);
+  c.take(b.rc, RG);
 }
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
-// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch.
+// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. SISO has no v, dv in the scratch
+// (they are x, dx: begin).
 size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* base, Buffers* out) {
   Carver c{static_cast<char*>(base)};
   Buffers b{};
@@ -40,18 +47,15 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
   c.take(b.dtd, E);
   c.take(b.theta, s.rows * s.S);
   c.take(b.phi, E * s.S);
-  c.take(b.nb, RGN);
-  c.take(b.ncn, RGN);
-  c.take(b.rb, s.rows * s.R * s.G);
-  c.take(b.rc, s.rows * s.R * s.G);
   c.take(b.q, E * s.R * s.N);
   c.take(b.k, E * s.R * s.N);
-  c.take(b.v, E * s.R * s.P);
+  if (s.R > 1) c.take(b.v, E * s.R * s.P);
   c.take(b.rs, E * s.R);
   Carver kept{static_cast<char*>(saved_base)};
   take_saved(s, saved ? kept : c, b);
   if (backward) {
-    for (float** p : {&b.dy, &b.dv, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
+    if (s.R > 1) c.take(b.dv, E * s.R * s.P);
+    for (float** p : {&b.dy, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
     c.take(b.dq, E * s.R * s.N);
     c.take(b.dk, E * s.R * s.N);
     for (float** p : {&b.da, &b.dgam, &b.dsig}) c.take(*p, E);
@@ -74,10 +78,10 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
-// carved into buf for the forward or the backward (the saved set in `saved` when given). Returns false when there is
-// nothing to compute.
-bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool backward,
-           const float* saved, void* scratch, Sizes& s, Buffers& buf) {
+// carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
+// (backward) dv = dx: the core reads x and writes dx itself. Returns false when there is nothing to compute.
+bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
+           float* dx, const float* saved, void* scratch, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
@@ -89,8 +93,12 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
   check((p.norm != nullptr) == opt.outproj_norm,
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
   if (s.E == 0) return false;
-  // The saved set is written by the forward only; the backward reads it (Buffers has no const pointers).
-  carve(s, backward, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
+  // The saved set and x are written by no kernel of the backward (Buffers has no const pointers).
+  carve(s, dx != nullptr, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
+  if (s.R == 1) {
+    buf.v = const_cast<float*>(x);
+    buf.dv = dx;
+  }
   return true;
 }
 
@@ -149,7 +157,7 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
                 cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, false, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
@@ -161,7 +169,7 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
                    void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, false, nullptr, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
@@ -174,9 +182,9 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, true, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, dx, saved, scratch, s, buf)) return;
   const Mamba3Ptrs& p = params;
-  m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
+  m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, nullptr, saved != nullptr);
   if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
   m3::gate_bwd(dout, z, p, s, opt, buf, dz, grads, stream);
   m3::core_bwd(p.D, s, buf, opt.bf16_products, stream);

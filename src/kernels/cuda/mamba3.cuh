@@ -30,15 +30,15 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// A, clamped (1 where the A_floor clamp is active), a = A Δ, gam = γ, eps = ε, sig = σ (γ_t + ε_{t+1}) [E];
 /// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised
 /// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
-/// q, k [E R N]; v, y [E R P]; rs (output-norm reciprocal RMS) [E R]; G (chunk-local cumsum of a, double)
-/// [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states and y (the saved set) lie in the
-/// caller's `saved` memory when mamba3_fwd / mamba3_bwd are given one, else in the scratch.
-/// Backward: dy, dv [E R P]; dq, dk [E R N] (then the un-rotated gradients); da, dgam, dsig [E]; dstates (the
-/// adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then
-/// the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms;
-/// dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G] (BCNorm backward means);
-/// gmean [E R] (output-norm backward means);
-/// partial (double): the column sums' partials.
+/// q, k [E R N]; v, y [E R P] (SISO: v is the input x itself); rs (output-norm reciprocal RMS) [E R]; G (chunk-local
+/// cumsum of a, double) [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states, y, nb, ncn,
+/// rb and rc (the saved set) lie in the caller's `saved` memory when mamba3_fwd / mamba3_bwd are given one, else in
+/// the scratch.
+/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself); dq, dk [E R N] (then the un-rotated gradients); da,
+/// dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double)
+/// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
+/// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
+/// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
@@ -57,10 +57,12 @@ void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffe
             cudaStream_t stream);
 
 // mamba3_prep.cu
-/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x. phase0: [B, H, S], the phases
-/// carried into the first token (decoding, §4.6), or nullptr for 0.
+/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x (MIMO; SISO's v is x). phase0:
+/// [B, H, S], the phases carried into the first token (decoding, §4.6), or nullptr for 0. bcnorm_saved: buf's
+/// n̂_B, n̂_C, rb, rc hold the forward's (the backward reading the saved set), not recomputed.
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
-              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0 = nullptr);
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0 = nullptr,
+              bool bcnorm_saved = false);
 /// §4.5 steps 3–6 from buf.dq, dk, da, dgam, dsig: dbc, draw overwritten, the prep parameter gradients and
 /// dD (from buf.dDp) accumulated.
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
@@ -73,7 +75,7 @@ void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3O
 /// §4.5 step 1: dy (into buf.dy) and dz from dout; the gate's parameter gradients accumulated into g.
 void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
               const Buffers& buf, float* dz, const Mamba3GradPtrs& g, cudaStream_t stream);
-/// dx = Σ_r dv ∘ mimo_x (dv for SISO); dmimo_x accumulated.
+/// MIMO: dx = Σ_r dv ∘ mimo_x, dmimo_x accumulated (SISO: nothing to do, core_bwd wrote dv = dx).
 void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, float* dx,
             const Mamba3GradPtrs& g, cudaStream_t stream);
 

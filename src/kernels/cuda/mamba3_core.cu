@@ -21,6 +21,10 @@
 namespace llmt::cuda::m3 {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, smem);  // the kernels' `extern __shared__ float smem[]` (tests/emu/cuda_emu.h)
+#endif
+
 constexpr int kCoreThreads = 256;  // one team: a 16 x 16 grid of threads, each owning 4 x 4 entries of a 64 x 64 tile
 constexpr int kBwdThreads = 2 * kCoreThreads;  // the backward block: two teams on different tiles
 constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles

@@ -5,6 +5,10 @@
 namespace llmt::cuda::m3 {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, smem);  // the kernels' `extern __shared__ float smem[]` (tests/emu/cuda_emu.h)
+#endif
+
 // One block per (b, h); the state [P, N] in global memory, element (p, n) owned by one thread; the carried and
 // the current k [R, N], v [R, P] in shared memory. Per token e: α = exp(a), β = ε α,
 // H[p, n] = α H + β Σ_r v_prev[r, p] k_prev[r, n] + γ Σ_r v[r, p] k[r, n];  y[r, p] = D v[r, p] + Σ_n H[p, n] q[r, n].

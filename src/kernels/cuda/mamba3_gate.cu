@@ -74,28 +74,21 @@ __global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Pt
   }
 }
 
-// dy = dyn, or with the norm dy = rs (u - n mean(u ∘ n)).   (one thread per (token, head, rank, channel))
-__global__ void dy_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  const int64_t n = s.E * s.R * s.P;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = idx % s.P, er = idx / s.P, r = er % s.R, e = er / s.R;
-    const GateAt g = gate_at(p, s, buf, z, e, r, c);
-    const float d = dyn_at(dout, p, s, e, r, c, g);
-    buf.dy[idx] = p.norm == nullptr ? d : buf.rs[er] * (d * p.norm[(e % s.H) * s.P + c] - g.n * buf.gmean[er]);
-  }
-}
-
-// dz = Σ_r dzr mimo_z and the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P] and dnorm (c3) [E P].
-// (one thread per (token, head, p))
-__global__ void dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, float* dz) {
+// Reads dout, z, y (with the norm also rs, gmean) once for both outputs: dy [E R P] = dyn, or with the norm
+// dy = rs (u - n mean(u ∘ n)); dz [E P] = Σ_r dzr mimo_z; the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P]
+// (MIMO) and dnorm (c3) [E P] (with the norm).   (one thread per (token, head, p))
+__global__ void dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf,
+                             float* dz) {
   const int64_t n = s.E * s.P;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = idx % s.P, e = idx / s.P, h = e % s.H;
     const float dop = dout[idx];
     float dzh = 0.0f, dnorm = 0.0f;
     for (int64_t r = 0; r < s.R; ++r) {
-      const int64_t hr = (h * s.R + r) * s.P + c, er = (e * s.R + r) * s.P + c;
+      const int64_t hr = (h * s.R + r) * s.P + c, er = (e * s.R + r) * s.P + c, ern = e * s.R + r;
       const GateAt g = gate_at(p, s, buf, z, e, r, c);
+      const float d = dyn_at(dout, p, s, e, r, c, g);
+      buf.dy[er] = p.norm == nullptr ? d : buf.rs[ern] * (d * p.norm[h * s.P + c] - g.n * buf.gmean[ern]);
       const float sg = sigmoidf_(g.zr), silu = g.zr * sg;
       const float dg = p.mimo_o != nullptr ? dop * p.mimo_o[hr] : dop;
       const float dzr = dg * g.yn * sg * (1.0f + g.zr * (1.0f - sg));
@@ -111,7 +104,8 @@ __global__ void dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p,
   }
 }
 
-// dx = Σ_r dv mimo_x (dv for SISO) and the per-row term of dmimo_x, dv x, into c1.   (one thread per (e, p))
+// MIMO: dx = Σ_r dv mimo_x and the per-row term of dmimo_x, dv x, into c1.   (one thread per (e, p); SISO's core
+// writes dx itself)
 __global__ void dx_kernel(const float* x, const float* mimo_x, Sizes s, Buffers buf, float* dx) {
   const int64_t n = s.E * s.P;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
@@ -120,10 +114,6 @@ __global__ void dx_kernel(const float* x, const float* mimo_x, Sizes s, Buffers 
     for (int64_t r = 0; r < s.R; ++r) {
       const int64_t er = (e * s.R + r) * s.P + c;
       const float dv = buf.dv[er];
-      if (mimo_x == nullptr) {
-        acc += dv;
-        continue;
-      }
       acc = fmaf(dv, mimo_x[(h * s.R + r) * s.P + c], acc);
       buf.c1[er] = dv * x[idx];
     }
@@ -153,9 +143,7 @@ void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Size
     dy_mean_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  dy_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
-  dz_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, dz);
+  dy_dz_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, dz);
   LLMT_CUDA_CHECK_LAUNCH();
   const int64_t RP = s.H * s.R * s.P;
   if (p.mimo_o != nullptr) {
@@ -167,9 +155,10 @@ void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Size
 
 void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, float* dx,
             const Mamba3GradPtrs& g, cudaStream_t stream) {
+  if (p.mimo_x == nullptr) return;  // SISO: the core wrote dx (dv)
   dx_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf, dx);
   LLMT_CUDA_CHECK_LAUNCH();
-  if (p.mimo_x != nullptr) colsum(buf.c1, s.rows, s.H * s.R * s.P, s.H * s.R * s.P, buf, g.mimo_x, stream);
+  colsum(buf.c1, s.rows, s.H * s.R * s.P, s.H * s.R * s.P, buf, g.mimo_x, stream);
 }
 
 }  // namespace llmt::cuda::m3

@@ -1,12 +1,17 @@
 // Mamba-3 per-token scalars and vectors on the GPU (layers-ssm-attn.md §4.3.1, backward §4.5 steps 3–6;
 // semantics: src/kernels/cpu/mamba3_prep.h). Elementwise kernels over (token, head) pairs, except the phase
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
-// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel). Δ, θ, φ and every
-// per-row sum in double; q, k stored in fp32.
+// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), and SISO's rotation
+// and BCNorm backward, one pass per (row, group, channel pair) over the group's heads (rot_bcnorm_bwd_kernel). Δ, θ,
+// φ and every per-row sum in double; q, k stored in fp32.
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
 namespace {
+
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, smem);  // the kernels' `extern __shared__ float smem[]` (tests/emu/cuda_emu.h)
+#endif
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -273,37 +278,88 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   }
 }
 
-// v[e, r, p] = x[e, p] mimo_x[h, r, p] (x for SISO).   (one thread per (token, head, r, p))
+// MIMO: v[e, r, p] = x[e, p] mimo_x[h, r, p].   (one thread per (token, head, r, p); SISO's v is x itself)
 __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v) {
   const int64_t n = s.E * s.R * s.P;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = idx % s.P, r = (idx / s.P) % s.R, e = idx / (s.P * s.R);
-    const float xv = x[e * s.P + p];
-    v[idx] = mimo_x != nullptr ? xv * mimo_x[((e % s.H) * s.R + r) * s.P + p] : xv;
+    v[idx] = x[e * s.P + p] * mimo_x[((e % s.H) * s.R + r) * s.P + p];
   }
 }
 
-// Rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{q,k} Σ_r (du_i0 (-u_i1) + du_i1 u_i0) on
-// the rotated u; then the pair (i0, i1) of dq, dk un-rotated in place (dū = Rot(φ)^T du).
+// The rotation backward of one channel pair (i0, i1) of a row of rotated u (k or q) and of its gradient du (dk or
+// dq): returns the pair's term of dφ, du_i0 (-u_i1) + du_i1 u_i0 (double), and un-rotates du's pair in place
+// (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ).
+__device__ __forceinline__ double unrotate_pair(const float* u, float* du, int64_t i0, int64_t i1, float cs,
+                                                float sn) {
+  const float g0 = du[i0], g1 = du[i1];
+  const double term = static_cast<double>(g0) * -u[i1] + static_cast<double>(g1) * u[i0];
+  du[i0] = g0 * cs + g1 * sn;
+  du[i1] = g1 * cs - g0 * sn;
+  return term;
+}
+
+// BCNorm backward step 1's outputs at o = (row, r G + g, n) of B (which 0) or C (1) from dn̂ = acc: dnb or dnc, and
+// the weight's per-row term dn̂ ∘ n̂ into cbn or ccn.
+__device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o, double acc) {
+  (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
+  (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+}
+
+// MIMO rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{k,q} Σ_r (du_i0 (-u_i1) + du_i1 u_i0)
+// on the rotated u; then the pair (i0, i1) = (i, i + N/2) of dk, dq un-rotated in place. Reads φ, the rotated
+// pairs of k, q, dk, dq; writes those of dk, dq and dφ.   (one thread per (token, head, angle))
 __global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
   const int64_t n = s.E * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % s.S, e = idx / s.S;
-    const int64_t i0 = s.R == 1 ? 2 * i : i, i1 = s.R == 1 ? 2 * i + 1 : i + s.N / 2;
     float sn, cs;
     sincosf(buf.phi[idx], &sn, &cs);
     double acc = 0.0;
     for (int which = 0; which < 2; ++which)
       for (int64_t r = 0; r < s.R; ++r) {
         const int64_t o = (e * s.R + r) * s.N;
-        const float* rot = (which == 0 ? buf.k : buf.q) + o;
-        float* grad = (which == 0 ? buf.dk : buf.dq) + o;
-        const float g0 = grad[i0], g1 = grad[i1];
-        acc += static_cast<double>(g0) * -rot[i1] + static_cast<double>(g1) * rot[i0];
-        grad[i0] = g0 * cs + g1 * sn;
-        grad[i1] = g1 * cs - g0 * sn;
+        acc += unrotate_pair((which == 0 ? buf.k : buf.q) + o, (which == 0 ? buf.dk : buf.dq) + o, i, i + s.N / 2,
+                             cs, sn);
       }
     buf.dphi[idx] = static_cast<float>(acc);
+  }
+}
+
+// SISO rotation backward and BCNorm backward step 1 in one pass (rot_bwd_kernel's and bcnorm_dn_kernel's
+// arithmetic for R = 1) per (row, group g, channel pair u = (2u, 2u + 1); the last channel alone when N is odd): for
+// each head h of the group in order, where u < S dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1 u_0) and the pair of
+// dk, dq un-rotated in place, then the pair's dū added into dn̂ (double); dnb, dnc, cbn, ccn of the pair (put_dn).
+// Reads φ, the rotated pairs of k, q, all of dk, dq, and n̂_B, n̂_C; writes the rotated pairs of dk, dq, dφ, dnb,
+// dnc, cbn, ccn.   (one thread per (row, g, u))
+__global__ void rot_bcnorm_bwd_kernel(Sizes s, Buffers buf) {
+  const int64_t U = (s.N + 1) / 2, hpg = s.H / s.G, n = s.rows * s.G * U;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t u = idx % U, g = (idx / U) % s.G, row = idx / (U * s.G), i0 = 2 * u, i1 = 2 * u + 1;
+    const bool pair = i1 < s.N;  // (2 S <= N: a lone channel is never rotated)
+    double dn[2][2] = {};        // [which][channel]
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      const int64_t e = row * s.H + h;
+      if (u < s.S) {
+        float sn, cs;
+        sincosf(buf.phi[e * s.S + u], &sn, &cs);
+        double acc = 0.0;
+        for (int which = 0; which < 2; ++which)
+          acc += unrotate_pair((which == 0 ? buf.k : buf.q) + e * s.N, (which == 0 ? buf.dk : buf.dq) + e * s.N, i0,
+                               i1, cs, sn);
+        buf.dphi[e * s.S + u] = static_cast<float>(acc);
+      }
+      for (int which = 0; which < 2; ++which) {
+        const float* du = (which == 0 ? buf.dk : buf.dq) + e * s.N;
+        dn[which][0] += du[i0];
+        if (pair) dn[which][1] += du[i1];
+      }
+    }
+    const int64_t o = (row * s.G + g) * s.N;
+    for (int which = 0; which < 2; ++which) {
+      put_dn(buf, which, o + i0, dn[which][0]);
+      if (pair) put_dn(buf, which, o + i1, dn[which][1]);
+    }
   }
 }
 
@@ -386,8 +442,8 @@ __global__ void angle_bwd_kernel(const float* raw, const double* dtd, Sizes s, c
   }
 }
 
-// BCNorm backward (§1.1), step 1 per (row, which, r G + g, n): dn̂ = Σ_{h of group g} dū[h, r] into dnb / dnc and
-// the weight's per-row term dn̂ ∘ n into cbn / ccn.
+// MIMO BCNorm backward (§1.1), step 1 per (row, which, r G + g, n): dn̂ = Σ_{h of group g} dū[h, r] into dnb / dnc
+// and the weight's per-row term dn̂ ∘ n̂ into cbn / ccn (put_dn). Reads dk, dq, n̂_B, n̂_C; writes dnb, dnc, cbn, ccn.
 __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN, hpg = s.H / s.G;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
@@ -397,8 +453,7 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
     const float* du = which == 0 ? buf.dk : buf.dq;
     double acc = 0.0;
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) acc += du[((row * s.H + h) * s.R + r) * s.N + n];
-    (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
-    (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+    put_dn(buf, static_cast<int>(which), o, acc);
   }
 }
 
@@ -443,7 +498,8 @@ __global__ void dD_kernel(const double* dDp, Sizes s, float* dD) {
 }  // namespace
 
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
-              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0) {
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0,
+              bool bcnorm_saved) {
   token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
@@ -453,8 +509,10 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
     phase_kernel<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
+  if (!bcnorm_saved) {
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
   const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
   if (qk_smem > 48 * 1024)
@@ -464,15 +522,27 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
                      static_cast<unsigned>(ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs)));
   qk_kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r));
   LLMT_CUDA_CHECK_LAUNCH();
-  up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
-  LLMT_CUDA_CHECK_LAUNCH();
+  if (p.mimo_x != nullptr) {
+    up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
-  if (s.S > 0) {
-    rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+  const int64_t bc_all = s.rows * 2 * s.R * s.G;
+  if (s.R == 1) {
+    rot_bcnorm_bwd_kernel<<<grid_for(s.rows * s.G * ((s.N + 1) / 2)), kThreads, 0, stream>>>(s, buf);
     LLMT_CUDA_CHECK_LAUNCH();
+  } else {
+    if (s.S > 0) {
+      rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+      LLMT_CUDA_CHECK_LAUNCH();
+    }
+    bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
+  if (s.S > 0) {
     const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
     phase_bwd_kernel<<<scan_grid, kScanThreads, 0, stream>>>(s, buf.dphi);
     LLMT_CUDA_CHECK_LAUNCH();
@@ -480,9 +550,6 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
     LLMT_CUDA_CHECK_LAUNCH();
   }
   scalar_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
-  LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t bc_all = s.rows * 2 * s.R * s.G;
-  bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_mean_kernel<<<grid_for(bc_all), kThreads, 0, stream>>>(p, s, buf);
   LLMT_CUDA_CHECK_LAUNCH();

@@ -74,9 +74,10 @@ size_t attention_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
 // cross_entropy.cu: losses (fp32) and, in place over the float or bf16 logits,
 // grad_scale * (softmax - onehot). Negative targets: loss 0, gradient 0. correct: nullptr, or
 // [rows] fp32 receiving 1 where the target's logit is the row maximum (ties count), else 0.
+// Row r of logits starts at logits + r * ld (ld >= vocab).
 template <typename T>
-void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, double grad_scale, float* losses,
-                   float* correct, cudaStream_t stream);
+void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld, double grad_scale,
+                   float* losses, float* correct, cudaStream_t stream);
 
 // adamw.cu (semantics: src/kernels/cpu/adamw.h). working: nullptr, or n bf16 values that
 // receive the updated params rounded to bf16 (the working copy of mixed precision).
@@ -88,8 +89,11 @@ void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n
 // Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order
 // reductions, no atomics): dw, dbias, dA_log, ddt_bias, and the Comba gates' dk, ddecay, dD. The
 // *_scratch_bytes functions size `scratch`.
+/// The widest short convolution the CUDA kernels take (their taps and windows live in registers).
+constexpr int64_t kConvMaxWidth = 8;
 /// Short conv + SiLU: x, pre, y, dy, dx [batch, seq_len, channels]; w, dw [channels, width]; bias, dbias
 /// [channels] or nullptr (the delta-rule layers' conv has no bias, Mamba2's has, layers-ssm-attn.md §1.4).
+/// Throws llmt::Error unless 1 <= width <= kConvMaxWidth.
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream);
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
@@ -235,9 +239,10 @@ size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t head
 // 4 (2 (N + 1) + 4 (P + 1) + 3 65) 64 bytes in the backward) exceeds the device's.
 // saved (model.mamba3.save_states), nullptr or mamba3_saved_bytes of memory (64-byte aligned) kept from a
 // mamba3_fwd to the mamba3_bwd of the same inputs: the forward writes its chunk-local cumsum G [B H nc 64/R]
-// (double), the states entering each chunk [B H nc P N] and the core output y [B T H R P] (fp32) there instead of
-// into the scratch, and the backward reads them instead of recomputing them (it still recomputes the prep): the
-// same kernels' values, so the gradients are bit-identical to the backward without `saved`. With saved the
+// (double), the states entering each chunk [B H nc P N], the core output y [B T H R P] and BCNorm's normalised B, C
+// [B T R G N] and their reciprocal RMS [B T R G] (fp32) there instead of into the scratch, and the backward reads
+// them instead of recomputing them (it still recomputes the rest of the prep): the same kernels' values, so the
+// gradients are bit-identical to the backward without `saved`. With saved the
 // scratch is mamba3_{fwd,bwd}_scratch_bytes(..., true), smaller by the saved set.
 struct Mamba3Ptrs {
   const float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
@@ -254,8 +259,8 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 const Mamba3Options& opt, float* dx, float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads,
                 void* scratch, cudaStream_t stream);
 size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved);
-/// Bytes of mamba3_fwd / mamba3_bwd's saved set: 8 B H nc Lc + 4 B H nc P N + 4 B T H R P (each rounded up to
-/// 256), Lc = 64 / R (at least 1), nc = ceil(T / Lc).
+/// Bytes of mamba3_fwd / mamba3_bwd's saved set: 8 B H nc Lc + 4 B H nc P N + 4 B T H R P + 2 x 4 B T R G N +
+/// 2 x 4 B T R G (each rounded up to 256), Lc = 64 / R (at least 1), nc = ceil(T / Lc).
 size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims);
 /// The Mamba-3 carry between decode steps (Backend::Mamba3Carry): state [B, H, P, N], k_prev [B, H, R, N],
 /// v_prev [B, H, R, P], phase [B, H, S] (nullptr when S = 0).

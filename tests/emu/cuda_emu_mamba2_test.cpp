@@ -1,0 +1,144 @@
+// The Mamba2 SSD core (src/kernels/cuda/mamba2.cu) run by the CPU emulator (cuda_emu.h) through its own launchers,
+// no GPU: mamba2_ssd_fwd, then mamba2_ssd_bwd, on small shapes whose last 64-token kernel chunk is ragged (T = 130:
+// chunks of 64, 64 and 2 tokens), P = N = 128 (two tiles each) and partial P / N tiles. bf16 compute (tile::Mma:
+// ldmatrix / mma.sync; cp.async for the state scan's staged u, v tiles and the S_in / dS rings, and the synchronous
+// loads where rows are not 16-byte aligned, N = 70) and fp32 compute (tile::Simt: the chunk contributions and their
+// scan). Every output must be
+// (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
+//     or a missing cp.async wait changes bits under some schedule or mode);
+// (b) within the GPU test's tolerance of the CPU reference (cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic,
+//     at the layer's chunk_size: the model's 256 or 64; the kernels chunk by 64 whatever it is): kBf16CoreTol with
+//     bf16 compute, the per-head sums ddt_bias, dA_log, dD against head_sum_scales; kTol with fp32 compute
+//     (tests/cuda_mamba2_test.cpp check_ssd; cuda_test_host.h).
+// Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../cuda_test_host.h"
+#include "../mamba2_head_sums.h"
+#include "cuda_emu.h"
+#include "cuda_emu_test.h"
+#include "kernels/cpu/mamba2.h"
+#include "kernels/cuda/ops.cuh"
+
+using namespace llmt::test;
+using namespace llmt::test::emu_test;
+
+namespace {
+
+const char* const kNames[] = {"y", "dxbc", "ddt_raw", "ddt_bias", "dA_log", "dD"};
+constexpr size_t kOutputs = 6;
+
+struct Case {
+  bool bf16;  // compute dtype: bf16 (tile::Mma) or fp32 (tile::Simt)
+  int64_t B, T, H, P, N, G;
+  int64_t chunk;            // the CPU reference's chunk_size
+  double bias_lo, bias_hi;  // dt_bias uniform in [bias_lo, bias_hi)
+  uint64_t seed;
+  int64_t XD() const { return H * P; }
+  int64_t W() const { return H * P + 2 * G * N; }
+  std::string tag() const {
+    return std::string(bf16 ? "(bf16" : "(fp32") + " compute) B=" + std::to_string(B) + " T=" + std::to_string(T) +
+           " H=" + std::to_string(H) + " P=" + std::to_string(P) + " N=" + std::to_string(N) +
+           " G=" + std::to_string(G) + " chunk=" + std::to_string(chunk) + " dt_bias in [" +
+           std::to_string(bias_lo) + ", " + std::to_string(bias_hi) + ")";
+  }
+};
+// check_ssd's decay regimes: Mamba's init (Δ around 0.02) and strong decays (Δ around 1.3: a token's decay down to
+// ~1e-9, chunk-level exponents underflow); -A in [1, 16) for both.
+constexpr double kMild[2] = {-5.0, -3.0}, kStrong[2] = {0.5, 1.5};
+
+/// Inputs distributed as check_ssd's (the same streams; the uniform draws from cuda_test_host.h's generator): xbc,
+/// dt_raw, D, dy normal; dt_bias uniform in the case's range; -A = exp(A_log) uniform in [1, 16); the accumulated
+/// gradients ddt_bias, dA_log, dD start from normal values.
+struct Inputs {
+  std::vector<float> xbc, dt_raw, dt_bias, A_log, D, dy, acc0;
+  explicit Inputs(const Case& c) {
+    const size_t rows = c.B * c.T;
+    xbc = randn(rows * c.W(), c.seed + 1);
+    dt_raw = randn(rows * c.H, c.seed + 2);
+    dt_bias = uniform(c.H, c.seed + 3, c.bias_lo, c.bias_hi);
+    A_log = uniform(c.H, c.seed + 4, 1.0, 16.0);
+    for (float& e : A_log) e = static_cast<float>(std::log(static_cast<double>(e)));
+    D = randn(c.H, c.seed + 5);
+    dy = randn(rows * c.XD(), c.seed + 7);
+    acc0 = randn(3 * c.H, c.seed + 10);
+  }
+  std::vector<float> acc(int i, int64_t H) const {  // the initial ddt_bias (0), dA_log (1), dD (2)
+    return std::vector<float>(acc0.begin() + i * H, acc0.begin() + (i + 1) * H);
+  }
+};
+
+/// The forward, then the backward, in the emulator under `cfg`; y, dxbc, ddt_raw and the scratch start as NaN.
+template <typename P>
+std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
+  namespace cu = llmt::cuda;
+  emu::config = cfg;
+  const size_t rows = c.B * c.T;
+  const Buffer xbc(in.xbc), dt_raw(in.dt_raw), dt_bias(in.dt_bias), A_log(in.A_log), D(in.D), dy(in.dy);
+  Buffer scratch(std::max(cu::mamba2_ssd_fwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N),
+                          cu::mamba2_ssd_bwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N)) / 4 + 1);
+  const Buffer y(rows * c.XD());
+  cu::mamba2_ssd_fwd<P>(xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P, c.N, c.G,
+                        y.get(), scratch.get(), nullptr);
+  std::memset(scratch.get(), 0xff, scratch.n * 4);
+  const Buffer dxbc(rows * c.W()), ddt_raw(rows * c.H), ddt_bias(in.acc(0, c.H)), dA_log(in.acc(1, c.H)),
+      dD(in.acc(2, c.H));
+  cu::mamba2_ssd_bwd<P>(dy.get(), xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P,
+                        c.N, c.G, dxbc.get(), ddt_raw.get(), ddt_bias.get(), dA_log.get(), dD.get(), scratch.get(),
+                        nullptr);
+  return {y.host(), dxbc.host(), ddt_raw.host(), ddt_bias.host(), dA_log.host(), dD.host()};
+}
+
+/// The CPU reference (the CPU backend's: cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic inside).
+std::vector<std::vector<float>> run_cpu(const Case& c, const Inputs& in) {
+  const llmt::cpu::Mamba2Dims d{c.B, c.T, c.H, c.P, c.N, c.G};
+  const size_t rows = c.B * c.T;
+  std::vector<float> y(rows * c.XD()), dxbc(rows * c.W()), ddt_raw(rows * c.H), ddt_bias = in.acc(0, c.H),
+      dA_log = in.acc(1, c.H), dD = in.acc(2, c.H);
+  llmt::cpu::mamba2_ssd_fwd<float>(in.xbc.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(), in.D.data(),
+                                   d, c.chunk, y.data());
+  llmt::cpu::mamba2_ssd_bwd<float>(in.dy.data(), in.xbc.data(), in.dt_raw.data(), in.dt_bias.data(),
+                                   in.A_log.data(), in.D.data(), d, c.chunk, dxbc.data(), ddt_raw.data(),
+                                   ddt_bias.data(), dA_log.data(), dD.data());
+  return {y, dxbc, ddt_raw, ddt_bias, dA_log, dD};
+}
+
+void check_case(const Case& c) {
+  INFO(c.tag());
+  const Inputs in(c);
+  const std::vector<std::vector<float>> first = outputs_under_every_config(
+      [&](emu::Config cfg) {
+        return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg) : run_emulated_as<float>(c, in, cfg);
+      },
+      kOutputs, [](size_t i) { return kNames[i]; });
+  const std::vector<std::vector<float>> ref = run_cpu(c, in);
+  const double tol = c.bf16 ? kBf16CoreTol : kTol;
+  const HeadSumScales floor = c.bf16 ? head_sum_scales(c.B * c.T, c.H, c.P, c.W(), in.xbc, in.dt_raw, in.dt_bias,
+                                                       in.D, in.dy, ref[1], ref[2])
+                                     : HeadSumScales{1e-30, 1e-30, 1e-30};
+  const double floors[kOutputs] = {1e-30, 1e-30, 1e-30, floor.dt_bias, floor.A_log, floor.D};
+  for (size_t i = 0; i < kOutputs; ++i) require_close(first[i], ref[i], kNames[i], tol, floors[i]);
+}
+
+}  // namespace
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, P = N = 128, ragged last chunk (CPU chunk 256)", "[emu][mamba2]") {
+  check_case({true, 1, 130, 2, 128, 128, 1, 256, kMild[0], kMild[1], 100});
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, partial P / N tiles (P = 80, N = 72; P = 16, N = 70), chunk 64",
+          "[emu][mamba2]") {
+  check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 200});
+  check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 310});
+}
+
+TEST_CASE("cuda emu: fp32 Mamba2 SSD (tile::Simt), P = 80, N = 72, ragged last chunk", "[emu][mamba2]") {
+  check_case({false, 1, 130, 2, 80, 72, 2, 256, kStrong[0], kStrong[1], 400});
+}

@@ -1,0 +1,224 @@
+// The Mamba-3 layer op (src/kernels/cuda/mamba3.cu and mamba3_prep.cu, mamba3_core.cu, mamba3_gate.cu) run by the
+// CPU emulator (cuda_emu.h) through its own launchers (mamba3_fwd, mamba3_bwd), no GPU: the forward, then the
+// backward recomputing the core's forward, then the forward writing the saved set (model.mamba3.save_states) and the
+// backward reading it; small shapes with a ragged last chunk (T not a multiple of 64 / R), SISO and MIMO (R = 2, 4),
+// with and without the output norm, one and two B/C groups, bf16 products (the tensor-core kernels) and fp32. Every output (out, dx, dz,
+// dbc, draw and every parameter gradient) must be
+// (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
+//     or a missing cp.async wait changes bits under some schedule or mode);
+// (b) bit-identical between the backward that recomputes the core's forward and the one reading the saved set;
+// (c) within the GPU test's tolerance of the CPU reference (cpu::mamba3_layer_fwd / bwd, double arithmetic):
+//     kTol with fp32 products, 2e-2 with bf16 products, d dt_bias then against the root-sum-square of its per-token
+//     terms (tests/cuda_mamba3_test.cpp check_mamba3).
+// Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../cuda_test_host.h"
+#include "cuda_emu.h"
+#include "cuda_emu_test.h"
+#include "kernels/cpu/mamba3_layer.h"
+#include "kernels/cuda/ops.cuh"
+
+using namespace llmt::test;
+using namespace llmt::test::emu_test;
+
+namespace {
+
+constexpr double kBf16Tol = 2e-2;  // tests/cuda_mamba3_test.cpp
+
+struct Case {
+  int64_t B, T, H, P, N, G, R, S;
+  bool norm, bf16;
+  uint64_t seed;
+  std::string tag() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) + " P=" +
+           std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) + " R=" + std::to_string(R) +
+           " S=" + std::to_string(S) + (norm ? " outproj_norm" : "") + (bf16 ? " bf16 products" : " fp32");
+  }
+  llmt::Mamba3Options options() const {
+    llmt::Mamba3Options opt;
+    opt.head_dim = P;
+    opt.n_groups = G;
+    opt.rank = R;
+    opt.chunk_size = 64 / R;
+    opt.outproj_norm = norm;
+    opt.bf16_products = bf16;
+    return opt;
+  }
+  llmt::cpu::Mamba3LayerDims dims() const { return {B, T, H, P, N, G, R, S}; }
+};
+
+/// The inputs (as tests/cuda_mamba3_util.h make_params: dt_bias uniform in [-1.5, -0.5), the other parameters
+/// around their centres) and the parameter gradients' start values. params: dt_bias, B_bias, C_bias, B_norm,
+/// C_norm, D, [mimo_x, mimo_z, mimo_o], [norm].
+struct Inputs {
+  std::vector<float> x, z, bc, raw, dout;
+  std::vector<std::vector<float>> params, grads;
+  std::vector<std::string> names;
+  explicit Inputs(const Case& c) {
+    const size_t BT = c.B * c.T, HP = c.H * c.P, W = 3 * c.H + c.S, BC = 2 * c.R * c.G * c.N;
+    const uint64_t s = c.seed * 100;
+    x = randn(BT * HP, s + 1);
+    z = randn(BT * HP, s + 2);
+    bc = randn(BT * BC, s + 3);
+    raw = randn(BT * W, s + 4);
+    dout = randn(BT * HP, s + 6);
+    const size_t RN = c.H * c.R * c.N, RP = c.H * c.R * c.P;
+    auto around = [](size_t n, double centre, uint64_t stream) {
+      std::vector<float> v = randn(n, stream, 0.3);
+      for (float& e : v) e += static_cast<float>(centre);
+      return v;
+    };
+    params = {uniform(c.H, s + 10, -1.5, -0.5), around(RN, 1.0, s + 11), around(RN, 1.0, s + 12),
+              around(c.N, 1.0, s + 13), around(c.N, 1.0, s + 14), around(c.H, 1.0, s + 15)};
+    names = {"dt_bias", "B_bias", "C_bias", "B_norm", "C_norm", "D"};
+    if (c.R > 1) {
+      const double R = static_cast<double>(c.R);
+      params.push_back(around(RP, 1.0 / R, s + 16));
+      params.push_back(around(RP, 1.0, s + 17));
+      params.push_back(around(RP, 1.0 / R, s + 18));
+      names.insert(names.end(), {"mimo_x", "mimo_z", "mimo_o"});
+    }
+    if (c.norm) {
+      params.push_back(around(HP, 1.0, s + 19));
+      names.push_back("norm");
+    }
+    for (size_t i = 0; i < params.size(); ++i) grads.push_back(randn(params[i].size(), s + 40 + i, 0.1));
+  }
+  /// The parameter list p as Mamba3Ptrs / Mamba3GradPtrs (Out; nullptr for an absent mimo_* or norm).
+  template <typename Out, typename T>
+  static Out ordered(const std::vector<T>& p, bool mimo, bool norm) {
+    const size_t m = 6, n = mimo ? 9 : 6;
+    return {p[0], p[1], p[2], p[3], p[4], p[5], mimo ? p[m] : nullptr, mimo ? p[m + 1] : nullptr,
+            mimo ? p[m + 2] : nullptr, norm ? p[n] : nullptr};
+  }
+};
+
+std::vector<std::string> output_names(const Inputs& in) {
+  std::vector<std::string> n = {"out", "dx", "dz", "dbc", "draw"};
+  for (const std::string& p : in.names) n.push_back("d" + p);
+  return n;
+}
+
+/// out, dx, dz, dbc, draw, the parameter gradients: the forward and the backward in the emulator under `cfg`,
+/// with the saved set (saved: the forward writes it, the backward reads it) or without (the backward recomputes
+/// the core's forward); overwritten outputs and the scratch start as NaN.
+std::vector<std::vector<float>> run_emulated(const Case& c, const Inputs& in, bool saved, emu::Config cfg) {
+  namespace cu = llmt::cuda;
+  emu::config = cfg;
+  const llmt::cpu::Mamba3LayerDims d = c.dims();
+  const llmt::Mamba3Options opt = c.options();
+  const Buffer x(in.x), z(in.z), bc(in.bc), raw(in.raw), dout(in.dout);
+  std::vector<Buffer> prm, grd;
+  for (const auto& p : in.params) prm.emplace_back(p);
+  for (const auto& g : in.grads) grd.emplace_back(g);
+  auto ptrs = [&](const std::vector<Buffer>& b) {
+    std::vector<float*> p;
+    for (const Buffer& e : b) p.push_back(e.get());
+    return p;
+  };
+  const std::vector<float*> pp = ptrs(prm), gp = ptrs(grd);
+  const bool mimo = c.R > 1;
+  const std::vector<const float*> cp(pp.begin(), pp.end());
+  const auto P = Inputs::ordered<cu::Mamba3Ptrs>(cp, mimo, c.norm);
+  const auto Gr = Inputs::ordered<cu::Mamba3GradPtrs>(gp, mimo, c.norm);
+  const size_t scratch_bytes =
+      std::max(cu::mamba3_fwd_scratch_bytes(d, opt, saved), cu::mamba3_bwd_scratch_bytes(d, opt, saved));
+  Buffer scratch(scratch_bytes / 4 + 1);
+  Buffer keep(saved ? cu::mamba3_saved_bytes(d) / 4 + 1 : 1);
+  float* kept = saved ? keep.get() : nullptr;
+  const Buffer out(in.x.size());
+  cu::mamba3_fwd(x.get(), z.get(), bc.get(), raw.get(), P, d, opt, out.get(), kept, scratch.get(), nullptr);
+  std::memset(scratch.get(), 0xff, scratch.n * 4);
+  const Buffer dx(in.x.size()), dz(in.z.size()), dbc(in.bc.size()), draw(in.raw.size());
+  cu::mamba3_bwd(dout.get(), x.get(), z.get(), bc.get(), raw.get(), kept, P, d, opt, dx.get(), dz.get(), dbc.get(),
+                 draw.get(), Gr, scratch.get(), nullptr);
+  std::vector<std::vector<float>> o = {out.host(), dx.host(), dz.host(), dbc.host(), draw.host()};
+  for (const Buffer& g : grd) o.push_back(g.host());
+  return o;
+}
+
+/// The CPU reference (cpu::mamba3_layer_fwd / bwd<float>, double arithmetic inside), same outputs.
+std::vector<std::vector<float>> run_cpu(const Case& c, const Inputs& in) {
+  namespace cpu = llmt::cpu;
+  const bool mimo = c.R > 1;
+  std::vector<const float*> pp;
+  for (const auto& p : in.params) pp.push_back(p.data());
+  std::vector<std::vector<float>> g = in.grads;
+  std::vector<float*> gp;
+  for (auto& e : g) gp.push_back(e.data());
+  const size_t m = 6, n = mimo ? 9 : 6;
+  const cpu::Mamba3LayerParams<float> prm{{pp[0], pp[1], pp[2], pp[3], pp[4]},
+                                          pp[5],
+                                          mimo ? pp[m] : nullptr,
+                                          mimo ? pp[m + 1] : nullptr,
+                                          mimo ? pp[m + 2] : nullptr,
+                                          c.norm ? pp[n] : nullptr};
+  const cpu::Mamba3LayerGrads<float> grd{{gp[0], gp[1], gp[2], gp[3], gp[4]},
+                                         gp[5],
+                                         mimo ? gp[m] : nullptr,
+                                         mimo ? gp[m + 1] : nullptr,
+                                         mimo ? gp[m + 2] : nullptr,
+                                         c.norm ? gp[n] : nullptr};
+  std::vector<float> out(in.x.size()), dx(in.x.size()), dz(in.z.size()), dbc(in.bc.size()), draw(in.raw.size());
+  cpu::mamba3_layer_fwd<float>(in.x.data(), in.z.data(), in.bc.data(), in.raw.data(), prm, c.dims(), c.options(),
+                               out.data());
+  cpu::mamba3_layer_bwd<float>(in.dout.data(), in.x.data(), in.z.data(), in.bc.data(), in.raw.data(), prm, c.dims(),
+                               c.options(), dx.data(), dz.data(), dbc.data(), draw.data(), grd);
+  std::vector<std::vector<float>> o = {out, dx, dz, dbc, draw};
+  for (auto& e : g) o.push_back(std::move(e));
+  return o;
+}
+
+void check_case(const Case& c) {
+  INFO(c.tag());
+  const Inputs in(c);
+  const std::vector<std::string> names = output_names(in);
+  const auto first = outputs_under_every_config([&](emu::Config cfg) { return run_emulated(c, in, false, cfg); },
+                                                names.size(), [&](size_t i) { return names[i]; });
+  {
+    INFO("the backward reading the saved set against the one recomputing the core's forward");
+    const auto with_saved = run_emulated(c, in, true, kConfigs[0]);
+    for (size_t i = 0; i < names.size(); ++i) {
+      INFO(names[i]);
+      CHECK(first_difference(first[i], with_saved[i]) == -1);
+    }
+  }
+  const auto ref = run_cpu(c, in);
+  // bf16: d dt_bias against the root-sum-square of its per-token terms draw[b, t, h] (check_mamba3).
+  double dt_bias_scale = 1e-30;
+  if (c.bf16) {
+    const int64_t W = 3 * c.H + c.S;
+    const std::vector<float>& d = ref[4];
+    for (int64_t h = 0; h < c.H; ++h) {
+      double ss = 0.0;
+      for (int64_t bt = 0; bt < c.B * c.T; ++bt) ss += static_cast<double>(d[bt * W + h]) * d[bt * W + h];
+      dt_bias_scale = std::max(dt_bias_scale, std::sqrt(ss));
+    }
+  }
+  const double tol = c.bf16 ? kBf16Tol : kTol;
+  for (size_t i = 0; i < names.size(); ++i)
+    require_close(first[i], ref[i], names[i], tol, names[i] == "ddt_bias" ? dt_bias_scale : 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the output norm, two groups and an "
+          "odd d_state, ragged last chunk",
+          "[emu][mamba3]") {
+  check_case({2, 70, 2, 16, 16, 1, 1, 4, true, false, 1});
+  check_case({1, 70, 2, 64, 64, 1, 1, 8, false, true, 2});
+  check_case({1, 70, 4, 16, 11, 2, 1, 3, false, false, 5});  // the lone last channel of N = 11, unrotated
+}
+
+TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {
+  check_case({1, 40, 2, 16, 16, 2, 2, 4, false, false, 3});
+  check_case({1, 20, 2, 32, 32, 1, 4, 8, true, true, 4});
+}
