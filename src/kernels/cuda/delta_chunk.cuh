@@ -15,8 +15,21 @@ struct Chunk {
   int64_t b, h, bh, chunk, t0;
   int n;
   template <typename A>
-  __device__ Chunk(const A& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_), chunk(chunk_) {
-    t0 = chunk * a.C;
+  __device__ Chunk(const A& a, int64_t chunk_, int64_t bh_) : b(bh_ / a.H), h(bh_ % a.H), bh(bh_) {
+    seek(a, chunk_);
+  }
+  /// Chunk c of the same (batch, head), without the constructor's division (a scan's chunks in its loop).
+  template <typename A>
+  __device__ Chunk at(const A& a, int64_t c) const {
+    Chunk x = *this;
+    x.seek(a, c);
+    return x;
+  }
+  /// Makes this chunk c of its (batch, head).
+  template <typename A>
+  __device__ void seek(const A& a, int64_t c) {
+    chunk = c;
+    t0 = c * a.C;
     n = static_cast<int>(a.T - t0 < a.C ? a.T - t0 : a.C);
   }
   /// Index of token row r of the chunk in a [B, T, H] tensor.
@@ -126,6 +139,22 @@ __device__ __forceinline__ void unpark_acc(Acc& acc, const float* g) {
 struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
+
+/// store_acc<Mma>(x, dst, stride, rows, cols, Same{}) into a bf16 dst: a full tile (rows = cols = 64) with dst 4-byte
+/// aligned and stride even by column pairs (one bf16x2 store of j = 0, 1 and of j = 2, 3 per row; the same rounding),
+/// anything else element by element (store_acc).
+__device__ __forceinline__ void store_acc_bf16(const Acc& x, __nv_bfloat16* dst, int64_t stride, int rows, int cols) {
+  if (rows == kN && cols == kN && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && stride % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; j += 2)
+        *reinterpret_cast<__nv_bfloat162*>(dst + Mma::row(i) * stride + Mma::col(j)) =
+            __floats2bfloat162_rn(x.v[i][j], x.v[i][j + 1]);
+    return;
+  }
+  store_acc<Mma>(x, dst, stride, rows, cols, Same{});
+}
 
 /// Zeroes nkt bf16 tiles (kLdH) at hS: the bf16 copy of an Mma scan's running state before its first chunk.
 __device__ __forceinline__ void clear_h(__nv_bfloat16* hS, int nkt) {

@@ -14,8 +14,9 @@
 // intra-chunk P, dP, d𝒯, dA tiles. Stored in bf16 (as FLA stores w, u, v_new, h): W, U/Δ, dW and the
 // states h[n], dh[n]. Apart from the products they feed, U enters Δ = U - W S (F4) and h, dh enter Σ h ⊙ dh
 // of dΓ (iv) as rounded values. Everything else is fp32: the gates and their cumulative sums (double), A and
-// its inverse 𝒯 (forward substitution), the running states S (shared memory) and dS (registers), the scratch 𝒯, dΔ, dΓ,
-// the sums over key / value tiles and every element-wise and reduction step (dβ, dΓ, dg).
+// its inverse 𝒯 (forward substitution), the running states S and dS (registers; the tile::Tc scans: shared
+// memory), the scratch 𝒯, dΔ, dΓ, the sums over key / value tiles and every element-wise and reduction step (dβ,
+// dΓ, dg).
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -111,7 +112,7 @@ __device__ void fetch_gates(const A& a, const Chunk& ch, float& g_r, float& b_r)
   }
 }
 
-// Warp 0's shuffle scan of scan_gate_pair: Γ of rows 2l, 2l + 1 into v0, v1 of lane l (all 32 lanes of warp 0).
+// Warp 0's shuffle scan of gate_pair_cumsum: Γ of rows 2l, 2l + 1 into v0, v1 of lane l (all 32 lanes of warp 0).
 __device__ __forceinline__ void gate_pair_scan(float g0, float g1, double& v0, double& v1) {
   const int l = static_cast<int>(threadIdx.x);
   const double a0 = g0, pair = a0 + g1;
@@ -125,11 +126,9 @@ __device__ __forceinline__ void gate_pair_scan(float g0, float g1, double& v0, d
   v1 = incl;
 }
 
-// Γ of the chunk from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle scan
-// over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. Ends with a barrier (Γ visible to the block), which
-// in the Mma scans also orders the previous chunk's state update before what follows (that chunk read Γ only
-// before its own barriers). Lanes of other warps pass anything.
-__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+// Γ of the chunk into gam from warp 0's gate pairs (lane l: g of rows 2l, 2l + 1, 0 for rows >= n): a fixed shuffle
+// scan over the lanes' pairs, in double; rows >= n repeat Γ_{n-1}. No barrier. Lanes of other warps pass anything.
+__device__ void gate_pair_cumsum(float g0, float g1, double* gam) {
   if (threadIdx.x < 32) {
     const int l = static_cast<int>(threadIdx.x);
     double v0, v1;
@@ -137,6 +136,12 @@ __device__ void scan_gate_pair(float g0, float g1, double* gam) {
     gam[2 * l] = v0;
     gam[2 * l + 1] = v1;
   }
+}
+
+// gate_pair_cumsum, then a barrier (Γ visible to the block), which in the Mma bwd_scan also orders the previous
+// chunk's state update before what follows (that chunk read Γ only before its own barriers).
+__device__ void scan_gate_pair(float g0, float g1, double* gam) {
+  gate_pair_cumsum(g0, g1, gam);
   __syncthreads();
 }
 
@@ -231,16 +236,18 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a,
   }
 }
 
-// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows, and U (forward)
-// or q, dO and dΔ (backward) in value columns v0 .. v0 + vc - 1.
+// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows (unless k_rows, w_rows
+// say otherwise: a scan that copies them a whole chunk ahead), and U (forward) or q, dO and dΔ (backward) in value
+// columns v0 .. v0 + vc - 1.
 template <typename L, typename E>
-__device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward) {
+__device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward,
+                               bool k_rows = true, bool w_rows = true) {
   using tile::prefetch_l2;
   const int64_t K = a.K, V = a.V, H = a.H, e = sizeof(E), es = sizeof(typename L::Operand);
   prefetch_l2(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
   prefetch_l2(a.beta + nx.gate(a, 0), 4 * H, nx.n, 4);
-  prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
-  prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
+  if (k_rows) prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
+  if (w_rows) prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
   if (!backward) {
     prefetch_l2(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
     return;
@@ -502,34 +509,62 @@ __device__ void fetch_gate_pair(const A& a, const Chunk& ch, float& g0, float& g
 // The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).
 constexpr int kScanMaxKt = 4;
 
-// Whether gdn_scan_mma_kernel stages the next chunk's k in fp32 shared memory (cp.async; 16 KiB per key tile):
-// key_dim <= 192. At key_dim 256 the staging tiles do not fit beside the rest; k is loaded synchronously there.
-__host__ __device__ constexpr bool scan_k_staged(int nkt) { return nkt <= 3; }
-
-// Shared memory of gdn_scan_mma_kernel for nkt key tiles: the fp32 state (each thread's 16 elements of each
-// key tile, thread-major: conflict-free, read and written only by their owner), its bf16 copy, two buffers of
-// the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles, Δ and the next
-// chunk's U (bf16), and (key_dim <= 192) the fp32 staging tiles of the next chunk's k. 154.5 KiB at key_dim
-// 128, 226.5 KiB at 256.
+// Shared memory of gdn_scan_mma_kernel for nkt key tiles (the fp32 state itself is in registers): its bf16 copy, two
+// buffers of the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles, Δ and
+// the next chunk's U (bf16), and the fp32 staging tiles (16 KiB per key tile) of the next chunk's k. 122.5 KiB at
+// key_dim 128, 226.5 KiB at 256.
 constexpr size_t scan_mma_smem(int nkt) {
-  return kScanSmallBytes + sizeof(float) * 16 * tile::kThreads * nkt + sizeof(bf16) * kTileHalves * (4 * nkt + 2) +
-         (scan_k_staged(nkt) ? sizeof(float) * tile::kStageFloats * nkt : 0);
+  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (4 * nkt + 2) + sizeof(float) * tile::kStageFloats * nkt;
 }
-static_assert(scan_mma_smem(3) <= 227 * 1024 && scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
+static_assert(scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
+
+// Row factors f(r) of the N rows r0 + step i (i < N) that a thread's share of a tile conversion scales (put_h_staged:
+// N = 4, step 16; put_h of a Frag: N = 8, step 8), each computed once and looked up by row (selects, no indexing)
+// for every key tile: the values f(r) itself gives.
+template <int N>
+struct RowFactors {
+  float f[N];
+  int r0, step;
+  template <typename F>
+  __device__ RowFactors(int first, int stride, F fn) : r0(first), step(stride) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) f[i] = fn(r0 + step * i);
+  }
+  __device__ float operator()(int r) const {
+    float v = f[0];
+#pragma unroll
+    for (int i = 1; i < N; ++i)
+      if (r >= r0 + step * i) v = f[i];
+    return v;
+  }
+};
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
-// and Δ = U - W h[n] (over U). Per chunk: the K^g = K ⊙ e^{Γ_C-Γ} tiles (all key tiles), W S summed over the
-// key tiles in registers, Δ (registers -> bf16 tile), then per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32
-// (shared, per thread) and its bf16 copy (the next W S and h[n+1]). The next chunk's operands are copied by
-// cp.async once the barrier before W S has ordered every read of their buffers, and land while this chunk
-// computes: its W tiles (into the other W buffer), its U tile (into hU; read back at the Mma map into
-// registers) and (key_dim <= 192) its raw k tiles (into the fp32 staging tiles; each thread scales its own
-// staged pieces into K^g, the arithmetic of load_h); the gates a chunk ahead in registers. Where W or U is not
-// 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it is loaded synchronously (load_h, load_acc) instead;
-// so is k at key_dim > 192 or key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the gates' scan,
-// tile kt + 1 while tile kt is converted). Same arithmetic either way.
-template <typename L, typename E>
-__global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L, E> a) {
+// and Δ = U - W h[n] (over U). Per chunk, two barriers:
+//   1. (after the first) key tile by key tile in order, W S's product (summed over the key tiles in registers; S as
+//      its bf16 copy hS, which the chunk before's update wrote) and the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors
+//      e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the products cover the conversions' latencies; then
+//      Δ = U - W S (registers -> U and the bf16 tile hD);
+//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in registers (the thread's 16
+//      elements of each of the kNkt key tiles: one instantiation per key-tile count), then from the registers
+//      h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same bits), and warp 0 forms the next chunk's Γ
+//      (gate_pair_cumsum; every read of this chunk's is before the second barrier). The last chunk stops after Δ
+//      (no one reads its final state). h[0] = 0 is stored before the first chunk.
+// Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
+// Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
+// before its second barrier) and its raw k tiles (into the fp32 staging tiles; each thread scales its own staged
+// pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own conversions) as
+// one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
+// registers, its readers before the second barrier) as a second group after the second; both waited for before the
+// next chunk's first barrier. The gates a chunk ahead in registers (fetched during the update). The L2 is asked two
+// chunks ahead (prefetch_chunk) for what is read with less notice than a chunk: the gates, U and the k, W rows that
+// are not copied a whole chunk ahead. Where W or U is not 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it
+// is loaded synchronously instead (W by load_h at the same point, a chunk ahead; U by load_acc in the chunk); so is
+// k where key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the first barrier, tile kt + 1 during
+// tile kt's product and conversion). Same arithmetic either way. Blocks an SM: two with one key tile (70.5 KiB of
+// shared memory, at most 128 registers), else one (the shared memory allows no more; up to 255 registers).
+template <typename L, typename E, int kNkt>
+__global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -537,90 +572,118 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_scan_mma_kernel(GdnFast<L,
   const int64_t K = a.K, V = a.V, v0 = static_cast<int64_t>(blockIdx.x) * kN;
   const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
-  float* S = cv.take<float>(16 * tile::kThreads * nkt);
+  constexpr int nkt = kNkt;  // (= ceil(K / 64), the launcher's choice)
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
        *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves), *hU = cv.take<bf16>(kTileHalves);
-  float* gK = scan_k_staged(nkt) ? cv.take<float>(nkt * tile::kStageFloats) : nullptr;
+  float* gK = cv.take<float>(nkt * tile::kStageFloats);
   const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
   // (Every row of k starts a multiple of K elements after the tensor's start.)
-  const bool k_async = scan_k_staged(nkt) && tile::async_ok_f(a.k, K);
-  // The cp.async operands of chunk c (W into W buffer c % 2, k into the staging tiles, U into hU), one group.
-  const auto issue = [&](int64_t c) {
-    const Chunk nx(a, c, bh);
+  const bool k_async = tile::async_ok_f(a.k, K);
+  const Chunk c0(a, 0, bh);  // (the others: c0.at)
+  // Chunk c's W tiles into W buffer c % 2 (cp.async, or load_h) and (k_async) its k tiles into the staging tiles;
+  // one cp.async group.
+  const auto issue_wk = [&](int64_t c) {
+    const Chunk nx = c0.at(a, c);
     for (int kt = 0; kt < nkt; ++kt) {
       const int kc = tile_cols(K, kt * kN);
+      bf16* w = hW + ((c & 1) * nkt + kt) * kTileHalves;
       if (w_async)
-        tile::load_h_async(hW + ((c & 1) * nkt + kt) * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+        tile::load_h_async(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+      else
+        tile::load_h(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
       if (k_async) tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
     }
+    tile::cp_async_commit();
+  };
+  // Chunk c's U tile into hU (u_async); one cp.async group.
+  const auto issue_u = [&](int64_t c) {
+    const Chunk nx = c0.at(a, c);
     if (u_async) tile::load_h_async(hU, nx.rows(a, a.U, V, v0), V, nx.n, vc);
     tile::cp_async_commit();
   };
   const int tid = static_cast<int>(threadIdx.x);
-  tile::clear_state(S, hS, nkt);
+  Acc S[nkt];  // the running state, key tile by key tile
+#pragma unroll
+  for (int kt = 0; kt < nkt; ++kt) S[kt].zero();
+  tile::clear_h(hS, nkt);
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
-  fetch_gate_pair(a, Chunk(a, 0, bh), g0, g1);
-  issue(0);
-  if (a.NC > 1) prefetch_chunk(a, Chunk(a, 1, bh), v0, vc, false);
+  fetch_gate_pair(a, c0, g0, g1);
+  issue_wk(0);
+  issue_u(0);
+  // The L2 two chunks ahead for what is read with less notice than a chunk: the gates, U (copied during the update)
+  // and the k, W rows that are not copied a whole chunk ahead.
+  const auto prefetch = [&](int64_t c) { prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async); };
+  if (a.NC > 1) prefetch(1);
+  {
+    Acc zero;
+    zero.zero();
+    for (int kt = 0; kt < nkt; ++kt)  // h[0] = 0
+      tile::store_acc_bf16(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+  }
+  gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
+  Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
-    const Chunk ch(a, chunk, bh);
-    // (The L2 two chunks ahead: the next chunk's copies are issued during this one.)
-    if (chunk + 2 < a.NC) prefetch_chunk(a, Chunk(a, chunk + 2, bh), v0, vc, false);
+    const Chunk ch = c0.at(a, chunk);
+    const bool more = chunk + 1 < a.NC;
+    if (chunk + 2 < a.NC) prefetch(chunk + 2);
     // Synchronous k: key tile kt of the chunk into x (registers).
     const auto fetch_k = [&](tile::Frag& x, int kt) {
       tile::fetch_h(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
     };
     tile::Frag kx;  // (synchronous k) the next key tile's k, in flight while the tile before is converted
-    if (!k_async) fetch_k(kx, 0);   // (in flight during the gates' scan)
-    tile::cp_async_wait<0>();       // this chunk's W, k, U (the barrier below makes them visible to every thread)
-    scan_gate_pair(g0, g1, s.gam);  // (its barrier also orders the last update before what follows)
+    if (!k_async) fetch_k(kx, 0);  // (in flight during the barrier)
+    tile::cp_async_wait<0>();      // this chunk's W, k, U (the barrier below makes them visible to every thread)
+    // Γ, hS (the update before), the W buffer, the staged k and hU complete; every read of hK, hD by the update
+    // before done
+    __syncthreads();
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
-    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
-    for (int kt = 0; kt < nkt; ++kt) {
-      const int kc = tile_cols(K, kt * kN);
-      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, kc, vc);  // h[n] = bf16(S)
-      if (!w_async) tile::load_h(hWc + kt * kTileHalves, ch.rows(a, a.W, K, kt * kN), K, ch.n, kc);
-      if (k_async) {  // the thread's own staged pieces
-        tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, kscale);
-      } else {
-        const tile::Frag x = kx;
-        if (kt + 1 < nkt) fetch_k(kx, kt + 1);
-        tile::put_h(x, hK + kt * kTileHalves, ch.n, kscale);
-      }
-    }
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
     if (u_async)
       load_acc<Mma>(d, hU, kLdH, ch.n, vc);
     else
       load_acc<Mma>(d, U, V, ch.n, vc);
-    // K^g, W complete; every read of the staging tiles and of hU done (the other W buffer was last read before the
-    // chunk before's second barrier)
-    __syncthreads();
-    if (chunk + 1 < a.NC) issue(chunk + 1);
-    Acc acc;
+    // Per key tile in order: W S's product (acc, the sum over the key tiles) and the K^g tile, so that the products
+    // cover the conversions' latencies (synchronous k: the next tile's loads).
     acc.zero();
-    for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc);
+    const bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
+    const auto ws = [&](int kt) { Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc); };
+    if (k_async) {  // the thread's own staged pieces (rows tid / 16 + 16 i)
+      const RowFactors<4> ks(tid >> 4, 16, kscale);
+      for (int kt = 0; kt < nkt; ++kt) {
+        ws(kt);
+        tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, ks);
+      }
+    } else {  // put_h's rows tid / 32 + 8 i
+      const RowFactors<8> ks(tid >> 5, 8, kscale);
+      for (int kt = 0; kt < nkt; ++kt) {
+        const tile::Frag x = kx;
+        if (kt + 1 < nkt) fetch_k(kx, kt + 1);
+        ws(kt);
+        tile::put_h(x, hK + kt * kTileHalves, ch.n, ks);
+      }
+    }
+    if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
-    __syncthreads();  // hD complete; every read of hS (W S) and of Γ done
-    if (chunk + 1 < a.NC) fetch_gate_pair(a, Chunk(a, chunk + 1, bh), g0, g1);  // in flight during F7
+    if (!more) break;  // (no one reads the final state)
+    __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
+    issue_u(chunk + 1);
+    const Chunk nx = c0.at(a, chunk + 1);
+    fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
+#pragma unroll
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
       Mma::mma<true, false>(hK + kt * kTileHalves, hD, acc);
-      float* St = S + kt * 16 * tile::kThreads + tid;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float& e = St[(4 * i + j) * tile::kThreads];
-          e = aC * e + acc.v[i][j];
-          acc.v[i][j] = e;
-        }
-      tile::store_acc_h(acc, hS + kt * kTileHalves, [](int, int, float x) { return x; });
+        for (int j = 0; j < 4; ++j) S[kt].v[i][j] = aC * S[kt].v[i][j] + acc.v[i][j];
+      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
+      tile::store_acc_bf16(S[kt], nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
     }
+    gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
 }
 
@@ -2122,15 +2185,23 @@ struct Scan {
   void run(const GdnFast<L, E>& a, cudaStream_t stream) const { launch(kernel, ceil_div(a.V, kN), smem, stream, a); }
 };
 
-// The forward scan: W, U -> Δ, h (F4, F7). bf16: the Mma scan needs scan_mma_smem (~52 KiB of shared memory per key
-// tile, ~68 KiB with the k staging of key_dim <= 192: 154.5 KiB at key_dim 128, 226.5 at 256) and runs up to
+// The forward scan: W, U -> Δ, h (F4, F7). bf16: the Mma scan (one instantiation per key-tile count) needs
+// scan_mma_smem (~52 KiB of shared memory per key tile: 122.5 KiB at key_dim 128, 226.5 at 256) and runs up to
 // key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <typename L, typename E>
 Scan<L, E> fwd_scan(const GdnFast<L, E>& a) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
-    if (nkt <= kScanMaxKt && scan_mma_smem(nkt) <= kMaxBlockSmem)
-      return {gdn_scan_mma_kernel<L, E>, scan_mma_smem(nkt)};
+    static_assert(kScanMaxKt == 4, "one instantiation per key-tile count");
+    if (scan_mma_smem(nkt) <= kMaxBlockSmem) {
+      switch (nkt) {
+        case 1: return {gdn_scan_mma_kernel<L, E, 1>, scan_mma_smem(1)};
+        case 2: return {gdn_scan_mma_kernel<L, E, 2>, scan_mma_smem(2)};
+        case 3: return {gdn_scan_mma_kernel<L, E, 3>, scan_mma_smem(3)};
+        case 4: return {gdn_scan_mma_kernel<L, E, 4>, scan_mma_smem(4)};
+        default: break;
+      }
+    }
   }
   return {gdn_scan_kernel<L, E>, smem_for(2 + nkt)};
 }
