@@ -163,7 +163,7 @@ class Backend {
   /// The elements of gdn_chunk_fwd's and comba_chunk_fwd's `saved` for a layer of these sizes, or 0 when this
   /// backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
   /// reference, which recomputes in double). CUDA: B H ceil(T / chunk_size) 64² floats (16 KiB per chunk and head;
-  /// at B T = 16384 tokens, 16 heads and chunk 64: 64 MiB).
+  /// at B T = 16384 tokens, 16 heads and chunk 64: 64 MiB; 0 for a chunk_size its cores refuse).
   virtual int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const;
   /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):
   /// f, g [rows, H * K]; b, beta [rows, H]; A_log [H]; dt_bias [H * K]; g = -exp(A_log_h) softplus(f + dt_bias),

@@ -590,6 +590,8 @@ class CudaBackend final : public Backend {
     });
   }
   int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const override {
+    // 0 for a chunk_size the cores refuse (their forward says so; a layer planned only to decode runs none).
+    if (chunk_size < 1 || chunk_size > std::min(cuda::kGdnMaxChunk, cuda::kCombaMaxChunk)) return 0;
     return cuda::gdn_tinv_floats(batch, seq_len, heads, chunk_size);
   }
   void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,

@@ -519,9 +519,10 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
 // F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm), as
 // gdn_wu_mma_kernel forms W and U (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse (the
 // backward's wu with a saved 𝒯). The chunk's x (k, Comba p̂) and v rows are asked of the L2 first; 𝒯 and F3's first
-// operand tile are fetched into registers while the gates are loaded.
+// operand tile are fetched into registers while the gates are loaded. At most 64 registers (no spills): four blocks
+// an SM (36.9 KiB of shared memory each), for more loads in flight.
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_saved_mma_kernel(GdnFast<L, E> a) {
+__global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
