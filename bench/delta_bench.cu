@@ -1,17 +1,18 @@
 // GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
 // mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. GDN and Comba
-// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'); KDA
+// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'), their
+// forward keeping 𝒯 for the backward as the layers do (tinv, gdn_tinv_floats; column "saved"); KDA
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
-// save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved Ṽ") and recomputing Ṽ in
+// save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved") and recomputing Ṽ in
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
 // forward + backward, timed with CUDA events over
 // repeated launches (mean after 3 warm-ups), and forward + backward as the anchors were timed (median of 30 runs,
 // the L2 flushed before each: bench::median_ms_flushed). The anchor rows to compare with are FLA's "GPU ms".
 // With --phases instead: a bf16 core's forward and backward at shapes (a) and (c) kernel by kernel (print_phases):
-// `--phases` or `--phases gdn` the GDN core (gdn_phases), `--phases mdn` the MDN core with save_residuals
-// (mdn_phases), `--phases all` both.
+// `--phases` or `--phases gdn` the GDN core with its saved 𝒯 (gdn_phases), `--phases mdn` the MDN core with
+// save_residuals (mdn_phases), `--phases all` both.
 // Usage: delta_bench [iterations] [--phases [gdn|mdn|all] [--shape a|c]]   (default 10 iterations)
 #include <cuda_runtime.h>
 
@@ -51,8 +52,9 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
-// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). P: the products'
-// operand type (float: exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core.
+// into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). GDN and Comba: the
+// forward writes 𝒯 into a buffer of its own (tinv) that the backward reads. P: the products' operand type (float:
+// exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core.
 template <typename P>
 void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
   const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
@@ -68,6 +70,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
+  const int64_t ntinv = kda || mdn ? 0 : llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C);
+  float* tinv = ntinv > 0 ? random_buffer(ntinv, 19, 0.f, 0.f) : nullptr;
   void* scratch = nullptr;
   const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
                                         llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
@@ -76,23 +80,23 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
                                         llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
                                                                                 save_residuals))
                              : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
-                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C));
+                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
   const auto fwd = [&] {
     if (comba)
-      llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+      llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
     else if (kda)
       llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
     else if (mdn)
       llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
                                    nullptr);
     else
-      llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+      llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
   };
   const auto bwd = [&] {
     if (comba)
-      llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg, db,
-                                     scratch, nullptr);
+      llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg,
+                                     db, scratch, nullptr);
     else if (kda)
       llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
                                    nullptr);
@@ -100,8 +104,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
       llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
                                    dv, dg, db, dlm, deta, scratch, nullptr);
     else
-      llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
-                                   nullptr);
+      llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db,
+                                   scratch, nullptr);
   };
   const float f = bench::time_ms(iters, fwd);
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
@@ -109,13 +113,14 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
   const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
   const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel" : "bf16 tensor cores";
-  const double mib = 1 << 20, saved_bytes = save_residuals ? static_cast<double>(sizeof(float) * nv) : 0.0;
+  const double mib = 1 << 20, saved_bytes = sizeof(float) * static_cast<double>(save_residuals ? nv : ntinv);
   std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.3f | %.0f MiB | %.0f MiB |\n",
               name, products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
               static_cast<long>(s.K), static_cast<long>(s.V), f, fb, fb_cold, static_cast<double>(bytes) / mib,
               saved_bytes / mib);
   for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
-  if (residuals != nullptr) BENCH_CHECK(cudaFree(residuals));
+  for (float* x : {residuals, tinv})
+    if (x != nullptr) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -129,7 +134,8 @@ using PhaseTable = bench::PhaseTable<Shape>;
 
 // Bytes and tile-product FLOPs of one phase of the bf16 GDN core (gdn_comba.cu's *_mma_kernel, and the Tc scans,
 // which move the same data), as bench::Cost counts them: issued includes the re-reads per value or key tile; flops
-// counts the tile products only (the CUDA-core work is not counted). backward: wu keeps 𝒯.
+// counts the tile products only (the CUDA-core work is not counted). The forward's wu stores 𝒯; the backward's
+// (gdn_wu_saved_mma_kernel) reads it and forms W, U only.
 
 /// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
 /// for another name.
@@ -137,10 +143,11 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
-  if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a chunk)
-    const double tm = backward ? 4 * 64 * N : 0;
-    return {gates + 4 * N * K + 4 * N * V + 2 * N * K + 2 * N * V + tm,
-            gates + 8 * N * K + 4 * N * V + 2 * N * K + 2 * N * V + tm, 2 * 64 * N * (2 * K + V)};
+  if (std::strcmp(phase, "wu") == 0) {  // forward: k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x
+                                        // 64 a chunk) written. backward: 𝒯, k, v read; W, U
+    const double tm = 4 * 64 * N, wu = gates + 4 * N * K + 4 * N * V + 2 * N * K + 2 * N * V + tm;
+    if (backward) return {wu, wu, 2 * 64 * N * (K + V)};
+    return {wu, wu + 4 * N * K, 2 * 64 * N * (2 * K + V)};
   }
   if (std::strcmp(phase, "scan") == 0)  // per value tile: gates, W (bf16), k; U read and Δ written (bf16); h (bf16)
     return {gates + 6 * N * K + 4 * N * V + 2 * S, nvt * (gates + 6 * N * K) + 4 * N * V + 2 * S, 4 * N * K * V};
@@ -169,7 +176,8 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
 
 // The phase of each GDN kernel (gdn_comba.cu), by the kernel's name.
 constexpr PhaseKernel kPhaseKernels[] = {
-    {"gdn_wu_mma_kernel", "wu"},           {"gdn_scan_mma_kernel", "scan"},
+    {"gdn_wu_mma_kernel", "wu"},           {"gdn_wu_saved_mma_kernel", "wu"},
+    {"gdn_scan_mma_kernel", "scan"},
     {"gdn_scan_kernel", "scan"},           {"gdn_out_mma_kernel", "out"},
     {"gdn_dv_local_mma_kernel", "dv_local"}, {"gdn_bwd_scan_mma_kernel", "bwd_scan"},
     {"gdn_bwd_scan_kernel", "bwd_scan"},   {"gdn_bwd_dqk_mma_kernel", "dqk"},
@@ -253,7 +261,8 @@ void check_full_tiles(const Shape& s) {
   }
 }
 
-/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs.
+/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs; the
+/// backward reads the 𝒯 its forward saved.
 void gdn_phases(const Shape& s, int iters) {
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   check_full_tiles(s);
@@ -263,18 +272,21 @@ void gdn_phases(const Shape& s, int iters) {
   float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
+  float* tinv = random_buffer(llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C), 19, 0.f, 0.f);
   using P = __nv_bfloat16;
   void* scratch = nullptr;
   BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
-                                            llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C))));
+                                            llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C,
+                                                                                       true))));
   BENCH_CHECK(cudaDeviceSynchronize());
   print_phases(s, iters, false, kGdnTable, [&](cudaStream_t st) {
-    llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, st);
+    llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, st);
   });
   print_phases(s, iters, true, kGdnTable, [&](cudaStream_t st) {
-    llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch, st);
+    llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
+                                 st);
   });
-  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db}) BENCH_CHECK(cudaFree(x));
+  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, tinv}) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -339,7 +351,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | f+b, L2 flushed, median of 30 | scratch | saved Ṽ |\n"
+  std::printf("| core | shape | GPU ms fwd | GPU ms f+b | f+b, L2 flushed, median of 30 | scratch | saved |\n"
               "|---|---|---|---|---|---|---|\n");
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) {

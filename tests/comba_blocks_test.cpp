@@ -190,7 +190,8 @@ TEST_CASE("comba backend ops: the CPU backend matches the kernels; absent decay 
     const OwnedTensor tq = put(q, {B, T, H, K}), tk = put(k, {B, T, H, K}), tp = put(p, {B, T, H, K}),
                       tv = put(v, {B, T, H, V}), tg = put(g, {B, T, H}), tb = put(beta, {B, T, H}),
                       to = put(Vec(nv), {B, T, H, V}), tdo = put(d_o, {B, T, H, V});
-    be->comba_chunk_fwd(*tq, *tk, *tv, *tp, *tg, *tb, 4, DType::f64, *to);  // T = 7: a full and a partial chunk
+    // T = 7: a full and a partial chunk; nothing saved (the CPU backend keeps nothing from the forward).
+    be->comba_chunk_fwd(*tq, *tk, *tv, *tp, *tg, *tb, 4, DType::f64, *to, llmt::Tensor());
     const llmt::cpu::CombaInputs<double> in{q.data(), k.data(), v.data(), p.data(), g.data(), beta.data(), nullptr};
     const llmt::cpu::DeltaDims d{B, T, H, K, V};
     Vec o_ref(nv);
@@ -200,7 +201,8 @@ TEST_CASE("comba backend ops: the CPU backend matches the kernels; absent decay 
     const OwnedTensor dq = put(Vec(nk), {B, T, H, K}), dk = put(Vec(nk), {B, T, H, K}),
                       dp = put(Vec(nk), {B, T, H, K}), dv = put(Vec(nv), {B, T, H, V}), dg = put(Vec(nh), {B, T, H}),
                       dbeta = put(Vec(nh), {B, T, H});
-    be->comba_chunk_bwd(*tq, *tk, *tv, *tp, *tg, *tb, *tdo, 4, DType::f64, *dq, *dk, *dv, *dp, *dg, *dbeta);
+    be->comba_chunk_bwd(*tq, *tk, *tv, *tp, *tg, *tb, *tdo, llmt::Tensor(), 4, DType::f64, *dq, *dk, *dv, *dp, *dg,
+                        *dbeta);
     Vec rq(nk), rk(nk), rp(nk), rv(nv), rg(nh), rb(nh);
     const llmt::cpu::CombaGrads<double> ref{rq.data(), rk.data(), rv.data(), rp.data(), rg.data(), rb.data(), nullptr};
     llmt::cpu::comba_recurrent_bwd<double>(in, d_o.data(), nullptr, d, ref);

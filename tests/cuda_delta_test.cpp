@@ -7,7 +7,8 @@
 // compute (bf16 operands on the tensor cores, kBf16CoreTol; GDN / Comba with a key_dim beyond the mma scans'
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
-// run twice.
+// run twice; the GDN and Comba backwards run first from what their forward saved (Backend::gdn_saved_numel: the
+// chunks' 𝒯), then without it (recomputing it), bit-identical.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -176,7 +177,8 @@ GdnCore gdn_core(DType compute) { return {compute, false}; }
 GdnCore kda_core(DType compute) { return {compute, true}; }
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
-// backward once more on the GPU, bit-identical.
+// backward once more on the GPU, bit-identical. GDN: the GPU's forward keeps its saved 𝒯 (gdn_saved_numel, NaN
+// before the forward) and its first backward reads it; the second runs without it (forming 𝒯 again).
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                GdnCore core) {
   const bool kda = core.kda;
@@ -198,30 +200,35 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
   Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
-  // The core's forward / backward on the GPU (on_gpu) or the CPU, on that backend's tensors.
+  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, chunk);
+  REQUIRE(cpu().gdn_saved_numel(B, T, H, chunk) == 0);
+  const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
+  const Tensor none;
+  // The core's forward / backward on the GPU (on_gpu; with `saved` where with_saved) or the CPU, on that backend's
+  // tensors.
   const auto fwd = [&](bool on_gpu) {
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
       be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o));
     else
-      be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o));
+      be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), on_gpu ? *saved : none);
   };
-  const auto bwd = [&](bool on_gpu) {
+  const auto bwd = [&](bool on_gpu, bool with_saved) {
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
       be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, core.compute, t(dq), t(dk), t(dv), t(dg),
                        t(dbeta));
     else
-      be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, core.compute, t(dq), t(dk), t(dv), t(dg),
-                       t(dbeta));
+      be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), with_saved ? *saved : none, chunk, core.compute,
+                       t(dq), t(dk), t(dv), t(dg), t(dbeta));
   };
   fwd(true);
   fwd(false);
   require_close(o, "o " + tag, tol);
-  bwd(true);
-  bwd(false);
+  bwd(true, true);
+  bwd(false, false);
   require_close(dq, "dq " + tag, tol);
   require_close(dk, "dk " + tag, tol);
   require_close(dv, "dv " + tag, tol);
@@ -235,7 +242,7 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
 
   std::vector<std::vector<float>> first;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) first.push_back(get(gpu(), *p->g));
-  bwd(true);
+  bwd(true, false);
   const char* names[] = {"dq", "dk", "dv", "dg", "dbeta"};
   size_t i = 0;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) {
@@ -282,7 +289,7 @@ TEST_CASE("cuda delta: GDN core refuses chunk_size above the kernel's limit", "[
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
   for (const DType compute : {DType::f32, DType::bf16})
-    REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g),
+    REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g, Tensor()),
                         Catch::Contains("chunk_size"));
 }
 
@@ -336,7 +343,8 @@ TEST_CASE("cuda delta: Comba gates forward and backward with both, one or none o
 namespace {
 
 // One Comba core case with the given compute dtype: forward o and backward dq, dk, dv, dp, dg, dbeta against the
-// CPU reference, then the backward once more on the GPU, bit-identical. p̂ is drawn as unit rows independent of k̂.
+// CPU reference, then the backward once more on the GPU, bit-identical (the first from the forward's saved 𝒯, the
+// second without it, as check_gdn). p̂ is drawn as unit rows independent of k̂.
 void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                  DType compute) {
   const std::string tag = std::string("(") + dtype_name(compute) + " compute) B=" + std::to_string(B) +
@@ -353,18 +361,21 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
   Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
   Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
-  gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, compute, *o.g);
-  cpu().comba_chunk_fwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, chunk, compute, *o.c);
+  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, chunk);
+  const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
+  const Tensor none;
+  gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, compute, *o.g, *saved);
+  cpu().comba_chunk_fwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, chunk, compute, *o.c, none);
   require_close(o, "comba o " + tag, tol);
 
   Pair d_o = both(randn(nv, seed + 7), {B, T, H, V});
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V}), dp = both(randn(nk, seed + 14), {B, T, H, K});
   Pair dg = both(randn(ng, seed + 11), {B, T, H}), dbeta = both(randn(ng, seed + 12), {B, T, H});
-  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, compute, *dq.g, *dk.g, *dv.g, *dp.g,
-                        *dg.g, *dbeta.g);
-  cpu().comba_chunk_bwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, *d_o.c, chunk, compute, *dq.c, *dk.c, *dv.c, *dp.c,
-                        *dg.c, *dbeta.c);
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, *saved, chunk, compute, *dq.g, *dk.g, *dv.g,
+                        *dp.g, *dg.g, *dbeta.g);
+  cpu().comba_chunk_bwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, *d_o.c, none, chunk, compute, *dq.c, *dk.c, *dv.c,
+                        *dp.c, *dg.c, *dbeta.c);
   require_close(dq, "comba dq " + tag, tol);
   require_close(dk, "comba dk " + tag, tol);
   require_close(dv, "comba dv " + tag, tol);
@@ -378,8 +389,8 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
 
   std::vector<std::vector<float>> first;
   for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) first.push_back(get(gpu(), *x->g));
-  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, chunk, compute, *dq.g, *dk.g, *dv.g, *dp.g,
-                        *dg.g, *dbeta.g);
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, none, chunk, compute, *dq.g, *dk.g, *dv.g,
+                        *dp.g, *dg.g, *dbeta.g);
   const char* names[] = {"dq", "dk", "dv", "dp", "dg", "dbeta"};
   size_t i = 0;
   for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) {
@@ -432,6 +443,16 @@ TEST_CASE("cuda delta: GDN and Comba bf16 cores with a key_dim beyond the mma sc
   check_comba(2, 130, 1, 200, 96, 64, -1.0, 5240, DType::bf16);
 }
 
+// Short sequences at the benchmarks' tilings (K = V = 128; K = 256, V = 512): every bf16 Mma kernel on its fast
+// paths, small enough for compute-sanitizer (racecheck, synccheck) to run in a minute or two.
+TEST_CASE("cuda delta: GDN and Comba bf16 cores at the benchmarks' tilings, short sequences",
+          "[cuda][delta][gdn][comba]") {
+  check_gdn(1, 200, 2, 128, 128, 64, -0.05, 5600, gdn_core(DType::bf16));
+  check_comba(1, 200, 2, 128, 128, 64, -1.0, 5620, DType::bf16);
+  check_gdn(1, 130, 1, 256, 512, 64, -1.0, 5640, gdn_core(DType::bf16));
+  check_comba(1, 130, 1, 256, 512, 64, -0.05, 5660, DType::bf16);
+}
+
 TEST_CASE("cuda delta: GDN and Comba bf16 cores with 3 key tiles and with the Mma scans' synchronous loads",
           "[cuda][delta][gdn][comba]") {
   // K = 136: three key tiles, the forward scan's k staging at its largest (222.5 KiB of shared memory). K = 90,
@@ -466,7 +487,7 @@ TEST_CASE("cuda delta: Comba core refuses chunk_size above the kernel's limit", 
   Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
   for (const DType compute : {DType::f32, DType::bf16})
-    REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*q.g, *q.g, *v.g, *q.g, *g.g, *beta.g, 128, compute, *o.g),
+    REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*q.g, *q.g, *v.g, *q.g, *g.g, *beta.g, 128, compute, *o.g, Tensor()),
                         Catch::Contains("chunk_size"));
 }
 

@@ -233,7 +233,7 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   const bool vs_gdn = regime == Regime::no_momentum && compute == DType::f32;
   if (vs_gdn) {
     llmt::OwnedTensor o_gdn = on(gpu(), randn(nv, seed + 5), {B, T, H, V});
-    gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, chunk, llmt::DType::f32, *o_gdn);
+    gpu().gdn_chunk_fwd(*q.g, *k.g, *v.g, *la.g, *beta.g, chunk, llmt::DType::f32, *o_gdn, Tensor());
     require_close(get(gpu(), *o_gdn), o_first, "mdn (no momentum) vs gdn on the GPU: o " + tag, 2 * kTol);
   }
 
@@ -277,7 +277,8 @@ void check_mdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     llmt::OwnedTensor gv = on(gpu(), randn(nv, seed + 16), {B, T, H, V});
     llmt::OwnedTensor gg = on(gpu(), randn(nb, seed + 17), {B, T, H});
     llmt::OwnedTensor gb = on(gpu(), randn(nb, seed + 18), {B, T, H});
-    gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *d_o.g, chunk, llmt::DType::f32, *gq, *gk, *gv, *gg, *gb);
+    gpu().gdn_chunk_bwd(*q.g, *k.g, *v.g, *la.g, *beta.g, *d_o.g, Tensor(), chunk, llmt::DType::f32, *gq, *gk, *gv,
+                        *gg, *gb);
     const std::pair<const llmt::OwnedTensor*, const Pair*> same[] = {{&gq, &dq}, {&gk, &dk}, {&gv, &dv}, {&gg, &dla},
                                                                       {&gb, &dbeta}};
     // GDN's own dg guarantee is relative to the scale of dβ (cuda_delta_test), so that comparison uses it too.

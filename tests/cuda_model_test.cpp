@@ -201,6 +201,29 @@ TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradi
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 
+TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯 saved by the forward) match the CPU backend, "
+          "train.recompute bit-identical",
+          "[gpu][model][gdn][comba]") {
+  // The CUDA GDN and Comba layers keep the core's 𝒯 from the forward (Backend::gdn_saved_numel, the backward forms
+  // only W and U from it; the CPU backend keeps nothing); under train.recompute the rebuilt forward writes it again.
+  const bool bf16 = GENERATE(false, true);
+  const bool comba = GENERATE(false, true);
+  ModelConfig m = small_model();
+  m.type = comba ? "comba" : "gdn";
+  GdnConfig& c = comba ? static_cast<GdnConfig&>(m.comba) : m.gdn;
+  c.num_heads = 2;
+  c.head_dim = 32;
+  c.chunk_size = 64;  // T = 67: a full and a partial chunk
+  m.n_layers = 3;
+  m.attn_layers = {1};
+  INFO(m.type);
+  REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 64) == 3 * 2 * 2 * 64 * 64);
+  check_model_matches_cpu(m, bf16);
+  const GpuStep kept = gpu_step(m, bf16, false), recomputed = gpu_step(m, bf16, true);
+  CHECK(recomputed.loss == kept.loss);
+  CHECK(recomputed.grads == kept.grads);
+}
+
 TEST_CASE("cuda model: the tiny Mamba2's loss and every parameter gradient match the CPU backend",
           "[gpu][model][mamba2]") {
   // configs/tiny/mamba2.json: 4 mixer-only blocks, 8 heads x 32, d_state 16, conv bias, chunk 64

@@ -42,14 +42,15 @@ void Backend::gdn_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const T
   missing(*this, "gdn_gates_bwd");
 }
 void Backend::gdn_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, DType,
-                            const Tensor&) {
+                            const Tensor&, const Tensor&) {
   missing(*this, "gdn_chunk_fwd");
 }
 void Backend::gdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, int64_t, DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&) {
+                            const Tensor&, const Tensor&, int64_t, DType, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&) {
   missing(*this, "gdn_chunk_bwd");
 }
+int64_t Backend::gdn_saved_numel(int64_t, int64_t, int64_t, int64_t) const { return 0; }
 void Backend::kda_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
   missing(*this, "kda_gates_fwd");
@@ -76,12 +77,12 @@ void Backend::comba_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const
   missing(*this, "comba_gates_bwd");
 }
 void Backend::comba_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, int64_t, DType, const Tensor&) {
+                              const Tensor&, int64_t, DType, const Tensor&, const Tensor&) {
   missing(*this, "comba_chunk_fwd");
 }
 void Backend::comba_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, const Tensor&, int64_t, DType, const Tensor&, const Tensor&,
-                              const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+                              const Tensor&, const Tensor&, const Tensor&, int64_t, DType, const Tensor&,
+                              const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "comba_chunk_bwd");
 }
 

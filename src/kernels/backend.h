@@ -164,11 +164,22 @@ class Backend {
   /// backend runs the core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands
   /// and fp32 accumulation for bf16 (kernels/cuda/gdn_comba.cu, "Precision"); the CPU backend computes in the
   /// tensors' dtype for either.
+  /// saved: default-constructed (none), or [gdn_saved_numel] in q's dtype, kept by the layer from this forward to
+  /// the gdn_chunk_bwd of the same inputs, chunk_size and compute (layers-delta.md §6.3, the tensors saved for the
+  /// backward): the forward writes there what the backward would otherwise recompute, and the backward given the
+  /// same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk, gradients bit-identical to the
+  /// recompute).
   virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             int64_t chunk_size, DType compute, const Tensor& o);
+                             int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved);
   virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
-                             const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
+                             const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
+                             const Tensor& dbeta);
+  /// The elements of gdn_chunk_fwd's and comba_chunk_fwd's `saved` for a layer of these sizes, or 0 when this
+  /// backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
+  /// reference, which recomputes in double). CUDA: B H ceil(T / chunk_size) 64² floats (16 KiB per chunk and head;
+  /// at B T = 16384 tokens, 16 heads and chunk 64: 64 MiB; 0 for a chunk_size its cores refuse).
+  virtual int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const;
   /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):
   /// f, g [rows, H * K]; b, beta [rows, H]; A_log [H]; dt_bias [H * K]; g = -exp(A_log_h) softplus(f + dt_bias),
   /// beta = sigmoid(b). df, db overwritten; dA_log, ddt_bias accumulated.
@@ -199,12 +210,14 @@ class Backend {
   /// Comba core, chunked (zero initial state; layers-delta.md §4.2, §6.2): q = q̂ (corrected, normalised,
   /// scaled), k = k̂, p = p̂ [B, T, H, K]; v, o [B, T, H, V]; g (log-decay), beta [B, T, H]. Recurrence
   /// r_t = v_t - S_{t-1}^T p̂_t, S_t = alpha_t S_{t-1} + beta_t k̂_t r_t^T, o_t = S_t^T q̂_t.
-  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten. `compute` as for gdn_chunk_fwd.
+  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten. `compute` and `saved` (none or [gdn_saved_numel]) as for
+  /// gdn_chunk_fwd / gdn_chunk_bwd.
   virtual void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                               const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o);
+                               const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o,
+                               const Tensor& saved);
   virtual void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                               const Tensor& beta, const Tensor& d_o, int64_t chunk_size, DType compute,
-                               const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp,
+                               const Tensor& beta, const Tensor& d_o, const Tensor& saved, int64_t chunk_size,
+                               DType compute, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp,
                                const Tensor& dg, const Tensor& dbeta);
 
   // ---- Mamba2 (layers-ssm-attn.md §1.4, §2; semantics: src/kernels/cpu/{short_conv,mamba2}.h) ----

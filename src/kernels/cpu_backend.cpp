@@ -417,8 +417,10 @@ class CpuBackend final : public Backend {
                      const Tensor& ddt_bias) override {
     gates_bwd(dg, dbeta, f, b, A_log, dt_bias, df, db, dA_log, ddt_bias, "kda_gates_bwd");
   }
+  // `saved` is ignored: this backend keeps nothing from the forward (gdn_saved_numel 0; the backward recomputes in
+  // double). The same for comba_chunk_fwd / bwd.
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     int64_t chunk_size, DType /*compute*/, const Tensor& o) override {
+                     int64_t chunk_size, DType /*compute*/, const Tensor& o, const Tensor& /*saved*/) override {
     const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd"));
     dispatch(q, "gdn_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -427,8 +429,9 @@ class CpuBackend final : public Backend {
     });
   }
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& d_o, int64_t chunk_size, DType /*compute*/, const Tensor& dq, const Tensor& dk,
-                     const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
+                     const Tensor& d_o, const Tensor& /*saved*/, int64_t chunk_size, DType /*compute*/,
+                     const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
+                     const Tensor& dbeta) override {
     const cpu::DeltaDims d =
         cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd"));
     dispatch(q, "gdn_chunk_bwd", [&](auto zero) {
@@ -464,7 +467,8 @@ class CpuBackend final : public Backend {
     });
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                       const Tensor& beta, int64_t chunk_size, DType /*compute*/, const Tensor& o) override {
+                       const Tensor& beta, int64_t chunk_size, DType /*compute*/, const Tensor& o,
+                       const Tensor& /*saved*/) override {
     const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd"));
     dispatch(q, "comba_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -473,9 +477,9 @@ class CpuBackend final : public Backend {
     });
   }
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                       const Tensor& beta, const Tensor& d_o, int64_t chunk_size, DType /*compute*/, const Tensor& dq,
-                       const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
-                       const Tensor& dbeta) override {
+                       const Tensor& beta, const Tensor& d_o, const Tensor& /*saved*/, int64_t chunk_size,
+                       DType /*compute*/, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp,
+                       const Tensor& dg, const Tensor& dbeta) override {
     const cpu::DeltaDims d =
         cpu_dims(delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd"));
     dispatch(q, "comba_chunk_bwd", [&](auto zero) {

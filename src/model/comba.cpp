@@ -24,6 +24,8 @@ void CombaMixer::plan_core(int64_t rows, ScratchCarver& saved) {
   if (has_gates())
     for (Tensor* t : {&qcor_, &p_}) *t = saved.take(dt, {rows, key_dim_});
   for (Tensor* t : {&rq_, &rk_, &rp_}) *t = saved.take(dt, {rows, c_.num_heads});
+  const int64_t kept = store_.backend().gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.chunk_size);
+  kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 
 void CombaMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
@@ -44,13 +46,13 @@ void CombaMixer::core_forward(const MixerState* state) {
     return be.comba_decode(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
                            per_token(beta_), c_.chunk_size, (*state)[kCoreState], heads_v(o_));
   be.comba_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
-                     per_token(beta_), c_.chunk_size, store_.compute_dtype(), heads_v(o_));
+                     per_token(beta_), c_.chunk_size, store_.compute_dtype(), heads_v(o_), kept_);
 }
 
 void CombaMixer::core_backward() {
   Backend& be = store_.backend();
   be.comba_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), heads_k(phat_), per_token(g_),
-                     per_token(beta_), heads_v(do_), c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_),
+                     per_token(beta_), heads_v(do_), kept_, c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_),
                      heads_k(dkhat_), heads_v(dvc_), heads_k(dphat_), per_token(dg_), per_token(dbeta_));
   // L2 norms: dq' (= dq, the correction is q' = q - ...), dk, dp.
   be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);

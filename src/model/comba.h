@@ -4,6 +4,8 @@
 //   q' = q - D s k (output correction; q' = q when off)                           (4.2 step 3)
 //   q^ = l2norm(q') / sqrt(d_k), k^ = l2norm(k), p^ = l2norm(p)                    (4.2 step 5, 2.2)
 //   o = Comba core (chunked, section 6.2) of (q^, k^, v, p^, g, beta)
+//       (the layer keeps what the backend's core saves for its backward, Backend::gdn_saved_numel; CUDA: the
+//       chunks' 𝒯 = (I + A)^{-1}, section 6.3)
 // p is normalised separately from k (bit-faithful to FLA; p^ = k^ up to the 1e-6 eps), so decay
 // reaches the loss essentially only through the output correction (sections 4.2, 10.1).
 // Parameters beyond the shared ones: decay [H] (inner_decay), D [H] (output_correction);
@@ -30,6 +32,8 @@ class CombaMixer final : public DeltaLayer {
   int decay_ = -1, D_ = -1;
   Tensor qcor_, p_;                           // q' and p before the L2 norm (only with the gates)
   Tensor qhat_, khat_, phat_, rq_, rk_, rp_;  // L2-normalised q' (scaled), k, p; their 1/norm [rows * H]
+  Tensor kept_;                               // the core's saved forward intermediates (none where the backend
+                                              // keeps nothing)
   Tensor dqhat_, dkhat_, dphat_, dp_;         // backward temporaries (shared scratch)
 };
 

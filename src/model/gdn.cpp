@@ -5,6 +5,10 @@ namespace llmt {
 void GdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
   for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(store_.dtype(), {rows, key_dim_});
   for (Tensor* t : {&rq_, &rk_}) *t = saved.take(store_.dtype(), {rows, c_.num_heads});
+  const int64_t kept = gates_ == Gates::scalar
+                           ? store_.backend().gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.chunk_size)
+                           : 0;
+  kept_ = kept > 0 ? saved.take(store_.dtype(), {kept}) : Tensor();
 }
 
 void GdnMixer::bind_core_scratch(ScratchCarver& s, int64_t rows) {
@@ -25,7 +29,7 @@ void GdnMixer::core_forward(const MixerState* state) {
   // The core's products in the compute dtype (bf16 operands on the tensor cores, or fp32).
   if (scalar)
     return be.gdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
-                            c_.chunk_size, store_.compute_dtype(), heads_v(o_));
+                            c_.chunk_size, store_.compute_dtype(), heads_v(o_), kept_);
   be.kda_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), c_.chunk_size,
                    store_.compute_dtype(), heads_v(o_));
 }
@@ -34,7 +38,7 @@ void GdnMixer::core_backward() {
   Backend& be = store_.backend();
   if (gates_ == Gates::scalar)
     be.gdn_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), heads_v(do_),
-                     c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_),
+                     kept_, c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_),
                      decay_view(dg_), per_token(dbeta_));
   else
     be.kda_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), heads_v(do_),

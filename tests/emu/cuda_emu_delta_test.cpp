@@ -3,12 +3,14 @@
 // chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
 // cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, and with a key_dim
 // beyond the Mma scans, K = 320: the tile::Tc scans; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
-// and fp32 compute (tile::Simt). Every output must be
+// and fp32 compute (tile::Simt). GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the
+// backward forms W, U from it. Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
 //     arithmetic): kBf16CoreTol with bf16 compute, kTol with fp32 compute, dg against the scale of dβ
-//     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h).
+//     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h);
+// (c) GDN and Comba: bit-identical to the backward without the saved 𝒯 (forming A and 𝒯 again; one run).
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
 
@@ -75,24 +77,27 @@ std::vector<std::string> output_names(const Case& c) {
   return {"o", "dq", "dk", "dv", "dg", "dbeta"};
 }
 
-/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN.
+/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN. GDN and
+/// Comba: with saved_tinv the forward keeps 𝒯 in a buffer of its own (NaN before) that the backward reads.
 template <typename P>
-Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
+Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const int64_t B = c.B, T = c.T, H = c.H, K = c.K, V = c.V, C = c.C;
   const size_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = in.g.size();
   const Buffer q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta), d_o(in.d_o);
   const Buffer p(c.comba() ? in.p : std::vector<float>(1));
+  const Buffer tinv(saved_tinv ? static_cast<size_t>(cu::gdn_tinv_floats(B, T, H, C)) : 1);
+  float* const kept = saved_tinv ? tinv.get() : nullptr;
   size_t scratch_bytes = 0;
   switch (c.core) {
     case Core::gdn:
       scratch_bytes = std::max(cu::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C),
-                               cu::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C));
+                               cu::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
       break;
     case Core::comba:
       scratch_bytes = std::max(cu::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C),
-                               cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C));
+                               cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
       break;
     case Core::kda:
       scratch_bytes = std::max(cu::kda_chunk_fwd_scratch_bytes(B, T, H, K, V, C),
@@ -103,12 +108,12 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
   const Buffer o(nv);
   switch (c.core) {
     case Core::gdn:
-      cu::gdn_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
-                           nullptr);
+      cu::gdn_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), kept,
+                           scratch.get(), nullptr);
       break;
     case Core::comba:
       cu::comba_chunk_fwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(),
-                             scratch.get(), nullptr);
+                             kept, scratch.get(), nullptr);
       break;
     case Core::kda:
       cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
@@ -119,12 +124,12 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
   const Buffer dq(nk), dk(nk), dv(nv), dp(c.comba() ? nk : 1), dg(ng), dbeta(nb);
   switch (c.core) {
     case Core::gdn:
-      cu::gdn_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
-                           dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      cu::gdn_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), kept, B, T, H, K, V, C,
+                           dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
     case Core::comba:
-      cu::comba_chunk_bwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C,
-                             dq.get(), dk.get(), dv.get(), dp.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      cu::comba_chunk_bwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), d_o.get(), kept, B, T, H, K, V,
+                             C, dq.get(), dk.get(), dv.get(), dp.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
     case Core::kda:
       cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
@@ -138,8 +143,9 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
   out.v.push_back(dbeta.host());
   return out;
 }
-Outputs run_emulated(const Case& c, const Inputs& in, emu::Config cfg) {
-  return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg) : run_emulated_as<float>(c, in, cfg);
+Outputs run_emulated(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
+  return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg, saved_tinv)
+                : run_emulated_as<float>(c, in, cfg, saved_tinv);
 }
 
 /// The CPU reference (the CPU backend's: cpu::*_chunk_fwd / bwd<float>, double arithmetic inside).
@@ -177,9 +183,17 @@ void check_case(const Case& c) {
   INFO(c.tag());
   const Inputs in(c);
   const std::vector<std::string> names = output_names(c);
+  const bool tinv = c.core != Core::kda;  // the cores with a saved 𝒯
   const std::vector<std::vector<float>> first = outputs_under_every_config(
-      [&](emu::Config cfg) { return run_emulated(c, in, cfg).v; }, names.size(),
+      [&](emu::Config cfg) { return run_emulated(c, in, cfg, tinv).v; }, names.size(),
       [&](size_t i) { return names[i]; });
+  if (tinv) {
+    const Outputs recomputed = run_emulated(c, in, kConfigs[0], false);
+    for (size_t i = 0; i < names.size(); ++i) {
+      INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯");
+      CHECK(first_difference(first[i], recomputed.v[i]) == -1);
+    }
+  }
   const Outputs ref = run_cpu(c, in);
   // As the GPU tests: dg against the size of its sibling per-token gradient dβ (dg may cancel to ~0).
   double dbeta_scale = 0.0;

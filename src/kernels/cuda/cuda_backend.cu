@@ -77,6 +77,15 @@ float* mamba3_saved(const Tensor& saved, const cpu::Mamba3LayerDims& d, const ch
   return f32(saved, op);
 }
 
+/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' tinv, ops.cuh) as its data, or
+/// nullptr for none; q [B, T, H, K].
+float* gdn_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const char* op) {
+  if (saved.data == nullptr) return nullptr;
+  const int64_t n = cuda::gdn_tinv_floats(q.shape[0], q.shape[1], q.shape[2], chunk_size);
+  check(saved.numel() == n, "{}: saved has {} elements, the core's tinv {}", op, saved.numel(), n);
+  return f32(saved, op);
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
@@ -555,7 +564,7 @@ class CudaBackend final : public Backend {
     gates_bwd(dg, dbeta, f, b, A_log, dt_bias, df, db, dA_log, ddt_bias, "kda_gates_bwd");
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     int64_t chunk_size, DType compute, const Tensor& o) override {
+                     int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved) override {
     delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd");
     const char* op = "gdn_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -563,15 +572,16 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
+    float* ptinv = gdn_saved(saved, q, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {  // the products' operand type (gdn_comba.cu, Precision)
       using P = decltype(zero);
-      cuda::gdn_chunk_fwd<P>(pq, pk, pv, pg, pbeta, B, T, H, K, V, chunk_size, po,
+      cuda::gdn_chunk_fwd<P>(pq, pk, pv, pg, pbeta, B, T, H, K, V, chunk_size, po, ptinv,
                              scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
     });
   }
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
-                     const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
+                     const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
     delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd");
     const char* op = "gdn_chunk_bwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -580,11 +590,18 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
+    const float* ptinv = gdn_saved(saved, q, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
-      cuda::gdn_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
-                             scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
+      cuda::gdn_chunk_bwd<P>(
+          pq, pk, pv, pg, pbeta, pdo, ptinv, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+          scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, ptinv != nullptr)), stream_);
     });
+  }
+  int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const override {
+    // 0 for a chunk_size the cores refuse (their forward says so; a layer planned only to decode runs none).
+    if (chunk_size < 1 || chunk_size > std::min(cuda::kGdnMaxChunk, cuda::kCombaMaxChunk)) return 0;
+    return cuda::gdn_tinv_floats(batch, seq_len, heads, chunk_size);
   }
   void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,
                        const Tensor& p) override {
@@ -612,7 +629,8 @@ class CudaBackend final : public Backend {
     cuda::comba_gates_bwd(pdq, pdp, pk, pdecay, pD, rows, heads, dim, pdk, pddecay, pdD, stream_);
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                       const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o) override {
+                       const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o,
+                       const Tensor& saved) override {
     delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd");
     const char* op = "comba_chunk_fwd";
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
@@ -621,15 +639,16 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
+    float* ptinv = gdn_saved(saved, q, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
-      cuda::comba_chunk_fwd<P>(pq, pk, pv, pp, pg, pbeta, B, T, H, K, V, chunk_size, po,
+      cuda::comba_chunk_fwd<P>(pq, pk, pv, pp, pg, pbeta, B, T, H, K, V, chunk_size, po, ptinv,
                                scratch(cuda::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
     });
   }
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
-                       const Tensor& beta, const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq,
-                       const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
+                       const Tensor& beta, const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
                        const Tensor& dbeta) override {
     delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd");
     const char* op = "comba_chunk_bwd";
@@ -640,11 +659,12 @@ class CudaBackend final : public Backend {
           *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
+    const float* ptinv = gdn_saved(saved, q, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
-      cuda::comba_chunk_bwd<P>(pq, pk, pv, pp, pg, pbeta, pdo, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg,
-                               pdbeta, scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)),
-                               stream_);
+      cuda::comba_chunk_bwd<P>(
+          pq, pk, pv, pp, pg, pbeta, pdo, ptinv, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
+          scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, ptinv != nullptr)), stream_);
     });
   }
 

@@ -20,10 +20,11 @@
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
-//   forward:  wu    (per chunk)          A, 𝒯 = (I + A)^{-1}, W, U                       (F1–F3)
+//   forward:  wu    (per chunk)          A, 𝒯 = (I + A)^{-1} (to tinv), W, U               (F1–F3)
 //             scan  (per value tile)     h[n] = S entering chunk n; Δ = U - W S; S update  (F4, F7)
 //             out   (per chunk, v tile)  O = (Q ⊙ e^Γ) h[n] + P Δ                          (F5, F6)
-//   backward: wu (keeping 𝒯) and scan recompute h and Δ (never stored by the forward), then
+//   backward: wu (W, U from the forward's 𝒯; without tinv A and 𝒯 again, 𝒯 kept in scratch) and scan recompute
+//             h and Δ (never stored by the forward), then
 //             dv_local (per chunk, v tile)  dΔ = P^T dO                                    (B1, intra)
 //             bwd_scan (per value tile)     dh[n] = dS_C of chunk n; dΔ += K^g dS_C; dS_0  (B1, B2)
 //             dqk      (per chunk, k tile)  dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
@@ -36,8 +37,9 @@
 // Every kernel takes the first pair of its launch (bh0) in its arguments.
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
-// chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [key tiles, B H, T'] (dqk's terms per key tile, added in
-// order by wy). Fixed summation orders and no atomics: deterministic.
+// chunks, 64, 64] (the caller's tinv, kept from the forward to the backward; else the backward's scratch); P h, dh
+// [B H, chunks, K, V]; fp32 dΓ [key tiles, B H, T'] (dqk's terms per key tile, added in order by wy). Fixed
+// summation orders and no atomics: deterministic.
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -82,11 +84,12 @@ struct GdnFast {
   S *W, *U, *dW, *h, *dh;
 };
 
-/// Scratch layout in floats (forward: W, U, h; backward: all); W, U, h, dh, dW have elements of `stored`
-/// bytes (4: fp32; 2: bf16, two per float).
+/// Scratch layout in floats (forward: W, U, h; backward: all, but 𝒯 only without a saved one: saved_tinv); W, U,
+/// h, dh, dW have elements of `stored` bytes (4: fp32; 2: bf16, two per float).
 struct GdnScratch {
   int64_t W, U, h, Tm, dD, dh, dW, dgam, total;
-  GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, int64_t stored) {
+  GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, int64_t stored,
+             bool saved_tinv) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
@@ -94,7 +97,8 @@ struct GdnScratch {
     W = take_s(BH * Tp * K), U = take_s(BH * Tp * V), h = take_s(BH * NC * K * V);
     Tm = dD = dh = dW = dgam = 0;
     if (backward) {
-      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take_s(BH * NC * K * V), dW = take_s(BH * Tp * K);
+      if (!saved_tinv) Tm = take(BH * NC * kN * kN);
+      dD = take(BH * Tp * V), dh = take_s(BH * NC * K * V), dW = take_s(BH * Tp * K);
       dgam = take(ceil_div(K, kN) * BH * Tp);
     }
     total = at;
@@ -183,17 +187,45 @@ constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
 // ---- forward phases on layout L (fp32 models: L = Simt; the bf16 scan's large-key_dim fallback: L = Tc) ----
 
-// F1–F3 (Comba: F1', F3') for chunk blockIdx.x of pair bh0 + blockIdx.y: A (tile), 𝒯 (tile; kept in scratch when
-// keep_T), W and U. The row vectors of A and W: x = k (GDN) or p̂ (Comba).
+// F3 (Comba: F3') of chunk ch from 𝒯 in the shared tile sT and the gates in s (both written before the call,
+// ordered by its first barrier): W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}), U = 𝒯 diag(β) V, through the shared
+// operand tile sX (free at the call). Ends with a barrier.
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a, bool keep_T) {
+__device__ void wu_products(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, const float* sT, float* sX) {
+  const int64_t K = a.K, V = a.V;
+  const E* x = kComba ? a.p : a.k;
+  const auto id = [](int, int, float v) { return v; };
+  Acc acc;
+  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // W
+    tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
+               [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+    __syncthreads();
+    acc.zero();
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
+    __syncthreads();
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // U
+    tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    acc.zero();
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
+    __syncthreads();
+  }
+}
+
+// F1–F3 (Comba: F1', F3') for chunk blockIdx.x of pair bh0 + blockIdx.y: A (tile), 𝒯 (tile; stored to a.Tm where
+// given), W and U (wu_products). The row vectors of A and W: x = k (GDN) or p̂ (Comba).
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
   float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
-  const int64_t K = a.K, V = a.V;
+  const int64_t K = a.K;
   const E* x = kComba ? a.p : a.k;
   Acc acc;
   acc.zero();
@@ -215,25 +247,22 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a,
     }
   __syncthreads();
   tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (clobbers A's upper triangle: not read after)
-  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
-  const auto id = [](int, int, float x) { return x; };
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex})
-    tile::load(sX, ch.in(a, x, K, k0), a.H * K, ch.n, tile_cols(K, k0),
-               [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
-    __syncthreads();
-    acc.zero();
-    L::template mma<false, false>(sT, sX, acc);
-    store_acc<L>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
-    __syncthreads();
-  }
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
-    tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
-    __syncthreads();
-    acc.zero();
-    L::template mma<false, false>(sT, sX, acc);
-    store_acc<L>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
-    __syncthreads();
-  }
+  if (a.Tm != nullptr) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  wu_products<L, E, kComba>(a, ch, s, sT, sX);  // F3
+}
+
+// F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm): W and U as
+// gdn_wu_kernel forms them (the same bits), without A or its inverse (the backward's wu with a saved 𝒯).
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads) gdn_wu_saved_kernel(GdnFast<L, E> a) {
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  float *sT = cv.tile(), *sX = cv.tile();
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);
+  wu_products<L, E, kComba>(a, ch, s, sT, sX);
 }
 
 // Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows (unless k_rows, w_rows
@@ -387,17 +416,58 @@ using bf16 = __nv_bfloat16;
 
 // Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
 constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
+// Shared memory of gdn_wu_saved_mma_kernel: bf16 𝒯 and two operand tiles.
+constexpr size_t kWuSavedMmaSmem = kSmallBytes + 3 * sizeof(bf16) * kTileHalves;
 
-// F1–F3 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_wu_kernel. The same results bit for bit as the plain
-// form (per tile: load_h, barrier, product, barrier), with fewer exposed load latencies and
-// barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded; X K^T takes
-// two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of one key
-// tile, one after the other); A is inverted by
-// tile::tril_inverse_fast; F3's operand tiles (W's, then U's) go through the bf16 tiles hX, hK by turns, each
-// fetched into registers (tile::fetch_h) while the previous one is multiplied and stored (GDN: the first during
-// the inverse), one barrier a tile. At most 80 registers: three blocks an SM, as the shared memory allows.
+// F3's operand tile t of chunk ch, unscaled, into f (tile::fetch_h): W's (x = k, Comba p̂: key tile t) for t < nkt,
+// else U's (v: value tile t - nkt).
+template <bool kComba, typename L, typename E>
+__device__ __forceinline__ void wu_fetch(const GdnFast<L, E>& a, const Chunk& ch, int nkt, int t, tile::Frag& f) {
+  const int64_t K = a.K, V = a.V;
+  if (t < nkt)
+    tile::fetch_h(f, ch.in(a, kComba ? a.p : a.k, K, kN * t), a.H * K, ch.n, tile_cols(K, kN * t));
+  else
+    tile::fetch_h(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
+}
+
+// F3 (Comba: F3') of chunk ch on the tensor cores: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}), U = 𝒯 diag(β) V,
+// from the bf16 𝒯 in hT and the gates in s (both written before the call, ordered by its first barrier), with
+// operand tile 0 in flight in f (wu_fetch). The operand tiles (W's, then U's: wu_fetch's order) go through the bf16
+// tiles hX, hK by turns (free at the call); tile t: f (tile t) scaled into its buffer (the product that last read it
+// came before the previous barrier), the fetch of tile t + 1 into f, a barrier, the product and its store.
+template <bool kComba, typename L, typename E>
+__device__ __forceinline__ void wu_products_mma(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
+                                                const bf16* hT, bf16* hX, bf16* hK, tile::Frag& f) {
+  const int64_t K = a.K, V = a.V;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nt = nkt + static_cast<int>((V + kN - 1) / kN);
+  const auto id = [](int, int, float v) { return v; };
+  Acc acc;
+  for (int t = 0; t < nt; ++t) {
+    bf16* h = (t & 1) ? hK : hX;
+    if (t < nkt)
+      tile::put_h(f, h, ch.n, [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
+    else
+      tile::put_h(f, h, ch.n, [&](int r) { return s.beta[r]; });
+    if (t + 1 < nt) wu_fetch<kComba>(a, ch, nkt, t + 1, f);
+    __syncthreads();
+    acc.zero();
+    Mma::mma<false, false>(hT, h, acc);
+    if (t < nkt)
+      store_acc<Mma>(acc, ch.rows(a, a.W, K, kN * t), K, ch.n, tile_cols(K, kN * t), id);
+    else
+      store_acc<Mma>(acc, ch.rows(a, a.U, V, kN * (t - nkt)), V, ch.n, tile_cols(V, kN * (t - nkt)), id);
+  }
+}
+
+// F1–F3 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_wu_kernel (𝒯 stored to a.Tm where given). The same
+// results bit for bit as the plain form (per tile: load_h, barrier, product, barrier), with fewer exposed load
+// latencies and barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded;
+// X K^T takes two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of
+// one key tile, one after the other); A is inverted by tile::tril_inverse_fast; F3 (wu_products_mma) runs from 𝒯
+// rounded to bf16 once (hT), its first operand tile fetched into registers during the inverse (GDN; Comba: after
+// it, for want of registers). At most 80 registers: three blocks an SM, as the shared memory allows.
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L, E> a, bool keep_T) {
+__global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   using tile::fetch_h;
   using tile::Frag;
@@ -409,7 +479,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
   bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V, HK = a.H * K;
-  const int nkt = static_cast<int>((K + kN - 1) / kN), nvt = static_cast<int>((V + kN - 1) / kN);
+  const int nkt = static_cast<int>((K + kN - 1) / kN);
   const E* x = kComba ? a.p : a.k;
   const auto one = [](int) { return 1.0f; };
   // X K^T in steps: GDN (x = k) key tiles 2 st, 2 st + 1 into hX, hK (each tile times itself); Comba p and k of
@@ -454,38 +524,37 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
           c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
     }
-  // F3's operand tiles t < nt: W's (x ⊙ β e^Γ, key tile t; Comba: e^{Γ^ex}), then U's (v ⊙ β, value tile t - nkt).
-  const int nt = nkt + nvt;
-  const auto fetch_t = [&](int t, Frag& f) {
-    if (t < nkt)
-      fetch_h(f, ch.in(a, x, K, kN * t), HK, ch.n, tile_cols(K, kN * t));
-    else
-      fetch_h(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
-  };
-  if (!kComba) fetch_t(0, fa);  // in flight during the inverse (Comba: after it, for want of registers)
+  if (!kComba) wu_fetch<kComba>(a, ch, nkt, 0, fa);  // in flight during the inverse
   __syncthreads();
   tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier)
-  if (kComba) fetch_t(0, fa);
-  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  if (kComba) wu_fetch<kComba>(a, ch, nkt, 0, fa);
+  if (a.Tm != nullptr) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  const auto id = [](int, int, float v) { return v; };
-  // Tile t: f (tile t) into buffer h (hX, hK by turns; the product that last read h came before the previous
-  // barrier), the fetch of tile t + 1 into f, a barrier, the product and its store.
-  const auto step = [&](int t, Frag& f, bf16* h) {
-    if (t < nkt)
-      put_h(f, h, ch.n, [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
-    else
-      put_h(f, h, ch.n, [&](int r) { return s.beta[r]; });
-    if (t + 1 < nt) fetch_t(t + 1, f);
-    __syncthreads();
-    acc.zero();
-    Mma::mma<false, false>(hT, h, acc);
-    if (t < nkt)
-      store_acc<Mma>(acc, ch.rows(a, a.W, K, kN * t), K, ch.n, tile_cols(K, kN * t), id);
-    else
-      store_acc<Mma>(acc, ch.rows(a, a.U, V, kN * (t - nkt)), V, ch.n, tile_cols(V, kN * (t - nkt)), id);
-  };
-  for (int t = 0; t < nt; ++t) step(t, fa, (t & 1) ? hK : hX);  // F3: W = 𝒯 diag(β) (X ⊙ e^Γ), U = 𝒯 diag(β) V
+  wu_products_mma<kComba>(a, ch, s, hT, hX, hK, fa);  // F3
+}
+
+// F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm), as
+// gdn_wu_mma_kernel forms W and U (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse (the
+// backward's wu with a saved 𝒯). The chunk's x (k, Comba p̂) and v rows are asked of the L2 first; 𝒯 and F3's first
+// operand tile are fetched into registers while the gates are loaded. At most 64 registers (no spills): four blocks
+// an SM (36.9 KiB of shared memory each), for more loads in flight.
+template <typename L, typename E, bool kComba>
+__global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(GdnFast<L, E> a) {
+  static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
+  extern __shared__ __align__(16) char smem[];
+  Carve cv{smem};
+  Small s(cv);
+  bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
+  const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
+  const int64_t K = a.K, V = a.V;
+  tile::prefetch_l2(ch.in(a, kComba ? a.p : a.k, K, 0), sizeof(E) * a.H * K, ch.n, sizeof(E) * K);
+  tile::prefetch_l2(ch.in(a, a.v, V, 0), sizeof(E) * a.H * V, ch.n, sizeof(E) * V);
+  tile::Frag ft, fa;
+  tile::fetch_h(ft, ch.square(a, a.Tm), kN, kN, kN);
+  wu_fetch<kComba>(a, ch, static_cast<int>((K + kN - 1) / kN), 0, fa);
+  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  tile::put_h(ft, hT, kN, [](int) { return 1.0f; });
+  wu_products_mma<kComba>(a, ch, s, hT, hX, hK, fa);  // F3
 }
 
 // The small array of the Mma scans: Γ of the chunk (double; scan_gate_pair).
@@ -2140,19 +2209,23 @@ void check_chunk(int64_t chunk_size) {
 template <typename P>
 using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Tc>;
 
+/// The arguments of a core call over every pair, its scratch carved (GdnScratch). a.Tm: tinv where given (the caller's
+/// [B H, chunks, 64, 64] 𝒯: the forward stores it there, the backward reads it), else the backward's scratch 𝒯 (the
+/// forward's is null: 𝒯 not kept).
 template <typename L, typename E>
 GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
-                        int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
+                        int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward,
+                        float* tinv) {
   using S = typename L::Operand;
   GdnFast<L, E> a{};
   a.q = q, a.k = k, a.v = v, a.p = p, a.g = g, a.beta = beta;
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C), a.bh0 = 0, a.nbh = B * H;
-  const GdnScratch l(B, T, H, K, V, C, backward, sizeof(S));
+  const GdnScratch l(B, T, H, K, V, C, backward, sizeof(S), tinv != nullptr);
   float* base = static_cast<float*>(scratch);
   const auto stored = [&](int64_t at) { return reinterpret_cast<S*>(base + at); };
   a.W = stored(l.W), a.U = stored(l.U), a.h = stored(l.h);
-  if (backward)
-    a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = stored(l.dh), a.dW = stored(l.dW), a.dgam = base + l.dgam;
+  a.Tm = tinv != nullptr ? tinv : backward ? base + l.Tm : nullptr;
+  if (backward) a.dD = base + l.dD, a.dh = stored(l.dh), a.dW = stored(l.dW), a.dgam = base + l.dgam;
   return a;
 }
 
@@ -2164,13 +2237,22 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Tc scans take over.
 constexpr size_t kMaxBlockSmem = 227 * 1024;
 
-// wu: A, 𝒯, W, U of every chunk of a's pairs (F1–F3; 𝒯 kept in scratch when keep_T).
+// wu: A, 𝒯, W, U of every chunk of a's pairs (F1–F3; 𝒯 stored to a.Tm where given).
 template <bool kComba, typename L, typename E>
-void run_wu(const GdnFast<L, E>& a, bool keep_T, cudaStream_t stream) {
+void run_wu(const GdnFast<L, E>& a, cudaStream_t stream) {
   if constexpr (kBf16<typename L::Operand>)
-    launch(gdn_wu_mma_kernel<L, E, kComba>, a.NC, kWuMmaSmem, stream, a, keep_T);
+    launch(gdn_wu_mma_kernel<L, E, kComba>, a.NC, kWuMmaSmem, stream, a);
   else
-    launch(gdn_wu_kernel<L, E, kComba>, a.NC, smem_for(4), stream, a, keep_T);
+    launch(gdn_wu_kernel<L, E, kComba>, a.NC, smem_for(4), stream, a);
+}
+
+// The backward's wu from the 𝒯 its forward stored (a.Tm): W, U of every chunk of a's pairs (F3 only).
+template <bool kComba, typename L, typename E>
+void run_wu_saved(const GdnFast<L, E>& a, cudaStream_t stream) {
+  if constexpr (kBf16<typename L::Operand>)
+    launch(gdn_wu_saved_mma_kernel<L, E, kComba>, a.NC, kWuSavedMmaSmem, stream, a);
+  else
+    launch(gdn_wu_saved_kernel<L, E, kComba>, a.NC, smem_for(2), stream, a);
 }
 
 /// A scan kernel (one block per value tile and pair) with its dynamic shared memory, chosen for a launcher's shape
@@ -2217,20 +2299,20 @@ Scan<L, E> bwd_scan(const GdnFast<L, E>& a) {
   return {gdn_bwd_scan_kernel<L, E>, smem_for(4 + nkt)};
 }
 
-// Forward (F1–F7): o [B, T, H, V]. wu over every pair, then per group of pairs (by_waves: two groups on two streams
-// where the scan's value-tile blocks span more than one wave of the GPU but not a whole number of waves) the scan
-// and out.
+// Forward (F1–F7): o [B, T, H, V]; 𝒯 into tinv where given. wu over every pair, then per group of pairs (by_waves:
+// two groups on two streams where the scan's value-tile blocks span more than one wave of the GPU but not a whole
+// number of waves) the scan and out.
 template <bool kComba, typename P, typename E>
 void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
               int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-              void* scratch, cudaStream_t stream) {
+              float* tinv, void* scratch, cudaStream_t stream) {
   using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
   GdnFast<L, E> a =
-      make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
+      make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false, tinv);
   a.o = o;
-  run_wu<kComba>(a, false, stream);
+  run_wu<kComba>(a, stream);
   const Scan<L, E> scan = fwd_scan(a);
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   by_waves(a, scan.wave(value_dim), stream, [&](const GdnFast<L, E>& grp, cudaStream_t s) {
@@ -2242,16 +2324,18 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   });
 }
 
-// Backward (B1–B9): gradients overwritten (dp: Comba only). wu (keeping 𝒯) over every pair, then per group of pairs
-// (by_waves, as the forward) the forward scan (h, Δ), dv_local (dΔ's intra-chunk part), the backward scan (reads
-// W and dΔ, not h or Δ; completes dΔ, stores dh), dqk (reads h, Δ, dh, dΔ; stores dW) and wy (reads 𝒯, dΔ, dW).
+// Backward (B1–B9): gradients overwritten (dp: Comba only). wu over every pair (from the forward's 𝒯 in tinv where
+// given: W, U only; else forming 𝒯 again, kept in scratch), then per group of pairs (by_waves, as the forward) the
+// forward scan (h, Δ), dv_local (dΔ's intra-chunk part), the backward scan (reads W and dΔ, not h or Δ; completes
+// dΔ, stores dh), dqk (reads h, Δ, dh, dΔ; stores dW) and wy (reads 𝒯, dΔ, dW).
 // The groups follow the smaller of the two scans' waves (the one with fewer blocks per SM: a partial last wave
 // leaves SMs idle for a whole scan there): the backward scan's at every shape today (one block per SM; the
 // forward scan takes two at key_dim <= 64 with bf16), which is also the longer of the two.
 template <bool kComba, typename P, typename E>
 void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, const float* d_o,
-              int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
-              float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+              const float* tinv, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+              int64_t chunk_size, float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch,
+              cudaStream_t stream) {
   using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
@@ -2262,11 +2346,14 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
     for (float* x : {dg, dbeta}) LLMT_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float) * rows, stream));
     return;
   }
-  GdnFast<L, E> a =
-      make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
+  GdnFast<L, E> a = make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch,
+                                  true, const_cast<float*>(tinv));  // only read here
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
-  run_wu<kComba>(a, true, stream);
+  if (tinv != nullptr)
+    run_wu_saved<kComba>(a, stream);
+  else
+    run_wu<kComba>(a, stream);
   const Scan<L, E> scan = fwd_scan(a), bscan = bwd_scan(a);
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   by_waves(a, std::min(scan.wave(value_dim), bscan.wave(value_dim)), stream,
@@ -2288,18 +2375,23 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
 
 }  // namespace
 
+int64_t gdn_tinv_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) {
+  check_chunk(chunk_size);
+  return batch * heads * ceil_div(seq_len, chunk_size) * kN * kN;
+}
+
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size) {
-  return sizeof(float) *
-         static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, sizeof(P)).total);
+  const GdnScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, sizeof(P), false);
+  return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size) {
-  return sizeof(float) *
-         static_cast<size_t>(GdnScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, sizeof(P)).total);
+                                   int64_t value_dim, int64_t chunk_size, bool saved_tinv) {
+  const GdnScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, sizeof(P), saved_tinv);
+  return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 template <typename P>
@@ -2310,60 +2402,62 @@ size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t hea
 
 template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size) {
-  return gdn_chunk_bwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size);
+                                     int64_t value_dim, int64_t chunk_size, bool saved_tinv) {
+  return gdn_chunk_bwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_tinv);
 }
 
 template <typename P>
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   void* scratch, cudaStream_t stream) {
+                   float* tinv, void* scratch, cudaStream_t stream) {
   core_fwd<false, P, float>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o,
-                            scratch, stream);
+                            tinv, scratch, stream);
 }
 
 template <typename P>
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                   int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
-                   void* scratch, cudaStream_t stream) {
-  core_bwd<false, P, float>(q, k, v, nullptr, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size,
-                            dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
+                   const float* d_o, const float* tinv, int64_t batch, int64_t seq_len, int64_t heads,
+                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
+                   float* dbeta, void* scratch, cudaStream_t stream) {
+  core_bwd<false, P, float>(q, k, v, nullptr, g, beta, d_o, tinv, batch, seq_len, heads, key_dim, value_dim,
+                            chunk_size, dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
 }
 
 template <typename P>
 void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                     int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream) {
-  core_fwd<true, P, float>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, scratch,
-                           stream);
+                     int64_t value_dim, int64_t chunk_size, float* o, float* tinv, void* scratch,
+                     cudaStream_t stream) {
+  core_fwd<true, P, float>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, tinv,
+                           scratch, stream);
 }
 
 template <typename P>
 void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
-                     const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
-                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
-                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
-  core_bwd<true, P, float>(q, k, v, p, g, beta, d_o, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk,
-                           dv, dp, dg, dbeta, scratch, stream);
+                     const float* beta, const float* d_o, const float* tinv, int64_t batch, int64_t seq_len,
+                     int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
+                     float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+  core_bwd<true, P, float>(q, k, v, p, g, beta, d_o, tinv, batch, seq_len, heads, key_dim, value_dim, chunk_size,
+                           dq, dk, dv, dp, dg, dbeta, scratch, stream);
 }
 
 #define LLMT_INSTANTIATE_GDN_COMBA(P)                                                                               \
   template size_t gdn_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);             \
-  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);             \
+  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);       \
   template size_t comba_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);           \
-  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);           \
+  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);     \
   template void gdn_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
-                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);         \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, void*, cudaStream_t); \
   template void gdn_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
-                                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,      \
-                                 float*, float*, void*, cudaStream_t);                                              \
+                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,        \
+                                 float*, float*, float*, float*, void*, cudaStream_t);                              \
   template void comba_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*,            \
                                    const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,      \
-                                   void*, cudaStream_t);                                                            \
+                                   float*, void*, cudaStream_t);                                                    \
   template void comba_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*,            \
-                                   const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,         \
-                                   int64_t, float*, float*, float*, float*, float*, float*, void*, cudaStream_t);
+                                   const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,    \
+                                   int64_t, int64_t, float*, float*, float*, float*, float*, float*, void*,         \
+                                   cudaStream_t);
 LLMT_INSTANTIATE_GDN_COMBA(float)
 LLMT_INSTANTIATE_GDN_COMBA(__nv_bfloat16)
 

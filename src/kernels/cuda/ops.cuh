@@ -136,44 +136,55 @@ void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const
 //                  except a scan whose shared memory would not fit (key_dim > 256, forward and backward),
 //                  which runs on tile::Tc (WMMA on fp32 tiles). Its backward refuses key_dim > 448 (shared memory).
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kGdnMaxChunk. `scratch` must hold gdn_chunk_{fwd,bwd}_scratch_bytes<P>.
+// overwritten. 1 <= chunk_size <= kGdnMaxChunk. tinv: nullptr, or gdn_tinv_floats of memory kept from a forward to
+// the backward of the same inputs and P (layers-delta.md §6.3, the tensors saved for the backward): the forward
+// writes there the fp32 𝒯 = (I + A)^{-1} of every chunk ([B H, chunks, 64, 64]), and the backward given it forms only
+// W and U from it instead of forming A and inverting it again (gradients bit-identical either way). `scratch` must
+// hold gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved_tinv = (tinv != nullptr) (without
+// tinv the backward's scratch holds 𝒯).
 constexpr int64_t kGdnMaxChunk = 64;
 template <typename P>
 void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   void* scratch, cudaStream_t stream);
+                   float* tinv, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
 template <typename P>
 void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                   int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
-                   void* scratch, cudaStream_t stream);
+                   const float* d_o, const float* tinv, int64_t batch, int64_t seq_len, int64_t heads,
+                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
+                   float* dbeta, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size);
+                                   int64_t value_dim, int64_t chunk_size, bool saved_tinv);
+/// Floats of the GDN and Comba cores' tinv: B H ceil(T / chunk_size) 64² (16 KiB per chunk and (batch, head); at
+/// chunk_size 64 and T a multiple of it, as one fp32 [B, T, H, 64] tensor). Throws llmt::Error for a chunk_size
+/// outside [1, kGdnMaxChunk].
+int64_t gdn_tinv_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size);
 
 // gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), the GDN
 // kernels with Comba's A and W (layers-delta.md §6.2), same P, precision and limits.
 // q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kCombaMaxChunk. `scratch` must hold comba_chunk_{fwd,bwd}_scratch_bytes<P>.
+// overwritten. 1 <= chunk_size <= kCombaMaxChunk. tinv (nullptr, or gdn_tinv_floats) and `scratch` as for the GDN
+// core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
 constexpr int64_t kCombaMaxChunk = 64;
 template <typename P>
 void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                     int64_t value_dim, int64_t chunk_size, float* o, void* scratch, cudaStream_t stream);
+                     int64_t value_dim, int64_t chunk_size, float* o, float* tinv, void* scratch,
+                     cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
 template <typename P>
 void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
-                     const float* beta, const float* d_o, int64_t batch, int64_t seq_len, int64_t heads,
-                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
-                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
+                     const float* beta, const float* d_o, const float* tinv, int64_t batch, int64_t seq_len,
+                     int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
+                     float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size);
+                                     int64_t value_dim, int64_t chunk_size, bool saved_tinv);
 
 // kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32 tensors,
 // chunk-parallel (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile). P is the type the scan /
