@@ -140,17 +140,19 @@ struct Same {
   __device__ float operator()(int, int, float x) const { return x; }
 };
 
-/// store_acc<Mma>(x, dst, stride, rows, cols, Same{}) into a bf16 dst: a full tile (rows = cols = 64) with dst 4-byte
-/// aligned and stride even by column pairs (one bf16x2 store of j = 0, 1 and of j = 2, 3 per row; the same rounding),
-/// anything else element by element (store_acc).
+/// store_acc<Mma>(x, dst, stride, rows, cols, Same{}) into a bf16 dst (the bits of store_acc_h then store_h,
+/// straight from registers): with dst 4-byte aligned and stride and cols even by column pairs (one bf16x2 store of
+/// j = 0, 1 and of j = 2, 3 per row where r < rows, c < cols; the same rounding), else element by element (store_acc).
 __device__ __forceinline__ void store_acc_bf16(const Acc& x, __nv_bfloat16* dst, int64_t stride, int rows, int cols) {
-  if (rows == kN && cols == kN && reinterpret_cast<uintptr_t>(dst) % 4 == 0 && stride % 2 == 0) {
+  if (reinterpret_cast<uintptr_t>(dst) % 4 == 0 && stride % 2 == 0 && cols % 2 == 0) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; j += 2)
-        *reinterpret_cast<__nv_bfloat162*>(dst + Mma::row(i) * stride + Mma::col(j)) =
-            __floats2bfloat162_rn(x.v[i][j], x.v[i][j + 1]);
+      for (int j = 0; j < 4; j += 2) {
+        const int r = Mma::row(i), c = Mma::col(j);
+        if (r < rows && c < cols)
+          *reinterpret_cast<__nv_bfloat162*>(dst + r * stride + c) = __floats2bfloat162_rn(x.v[i][j], x.v[i][j + 1]);
+      }
     return;
   }
   store_acc<Mma>(x, dst, stride, rows, cols, Same{});

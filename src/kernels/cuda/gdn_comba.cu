@@ -1618,24 +1618,6 @@ __device__ void scan_gate_factors(float g0, float g1, int n, float* fq, float* f
   __syncthreads();
 }
 
-// dst[r * stride + c] = bf16(acc element) at the thread's elements (Mma map) with r < rows, c < cols: the bits of
-// store_acc_h then store_h, straight from registers (column pairs as bf16x2 where dst, stride and cols are even).
-__device__ __forceinline__ void store_acc_bf16(const Acc& acc, bf16* dst, int64_t stride, int rows, int cols) {
-  if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0 && (stride & 1) == 0 && (cols & 1) == 0) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; j += 2) {
-        const int r = Mma::row(i), c = Mma::col(j);
-        if (r < rows && c < cols)
-          *reinterpret_cast<__nv_bfloat162*>(dst + r * stride + c) =
-              __floats2bfloat162_rn(acc.v[i][j], acc.v[i][j + 1]);
-      }
-    return;
-  }
-  store_acc<Mma>(acc, dst, stride, rows, cols, tile::Same{});
-}
-
 // tile::stage_async(g, src, stride, rows, cols) and tile::load_h_async(s, src, stride, rows, cols): the same
 // copies by the same threads, where the tile is full (rows = cols = 64) without the per-piece bounds and zero-fill
 // (fewer instructions: gdn_bwd_scan_mma_kernel issues them every chunk).
@@ -1753,7 +1735,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {
       if (kt >= nkt) break;
-      store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
+      tile::store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     }
     tile::clear_h(hS, nkt);
     scan_gate_factors(g0, g1, ch.n, fq_of(ch.chunk), fk);
@@ -1837,7 +1819,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
-      store_acc_bf16(dS[kt], pv.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // dh[n - 1]
+      tile::store_acc_bf16(dS[kt], pv.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // dh[n - 1]
       tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
     }
     if (kq_async && chunk > 1) issue_k(Chunk(a, chunk - 2, bh));
