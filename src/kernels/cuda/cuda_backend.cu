@@ -626,7 +626,8 @@ class CudaBackend final : public Backend {
     float* pdk = f32(dk, op);
     float* pddecay = decay.data != nullptr ? f32(ddecay, op) : nullptr;
     float* pdD = D.data != nullptr ? f32(dD, op) : nullptr;
-    cuda::comba_gates_bwd(pdq, pdp, pk, pdecay, pD, rows, heads, dim, pdk, pddecay, pdD, stream_);
+    cuda::comba_gates_bwd(pdq, pdp, pk, pdecay, pD, rows, heads, dim, pdk, pddecay, pdD,
+                          scratch(cuda::comba_gates_bwd_scratch_bytes(rows, heads)), stream_);
   }
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o,

@@ -384,18 +384,23 @@ __global__ void comba_gates_fwd_kernel(const float* q, const float* k, const flo
   }
 }
 
-// One block per head h: dk += s dp - D s dq' (elementwise); Σ k·dp and Σ k·dq' over the head's rows and
-// dim by a fixed thread stride and a fixed-tree block reduction; then ddecay += s(1-s)(Σ k·dp - D Σ k·dq'),
-// dD += -s Σ k·dq' (thread 0).
+// Rows of one comba_gates_bwd_kernel block (of one head).
+constexpr int64_t kCombaGateRows = 64;
+
+// Block (chunk x, head y): rows [64 x, 64 x + 64) of head h: dk += s dp - D s dq' (elementwise); the chunk's
+// Σ k·dp and Σ k·dq' over its rows and dim by a fixed thread stride and a fixed-tree block reduction, into
+// partial[(h * chunks + x) * 2 + {0, 1}].
 __global__ void comba_gates_bwd_kernel(const float* dq_out, const float* dp, const float* k, const float* decay,
                                        const float* D, int64_t rows, int64_t heads, int64_t dim, float* dk,
-                                       float* ddecay, float* dD) {
-  const int64_t h = blockIdx.x;
+                                       double* partial) {
+  const int64_t h = blockIdx.y, r0 = int64_t{blockIdx.x} * kCombaGateRows;
+  const int n = static_cast<int>((rows - r0 < kCombaGateRows ? rows - r0 : kCombaGateRows) * dim);
   const double s = decay != nullptr ? sigmoid_d(static_cast<double>(decay[h])) : 1.0;
   const double Dh = D != nullptr ? static_cast<double>(D[h]) : 0.0;
+  const int d = static_cast<int>(dim);
   double k_dp = 0.0, k_dq = 0.0;
-  for (int64_t e = threadIdx.x; e < rows * dim; e += blockDim.x) {
-    const int64_t r = e / dim, i = e % dim, j = (r * heads + h) * dim + i;
+  for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
+    const int64_t j = ((r0 + e / d) * heads + h) * dim + e % d;
     const double kv = k[j], dpv = dp[j], dqv = dq_out[j];
     k_dp += kv * dpv;
     k_dq += kv * dqv;
@@ -404,6 +409,21 @@ __global__ void comba_gates_bwd_kernel(const float* dq_out, const float* dp, con
   k_dp = block_reduce(k_dp, SumOp{}, 0.0);
   k_dq = block_reduce(k_dq, SumOp{}, 0.0);
   if (threadIdx.x == 0) {
+    double* out = partial + (h * gridDim.x + blockIdx.x) * 2;
+    out[0] = k_dp;
+    out[1] = k_dq;
+  }
+}
+
+// One thread per head h: the chunks' Σ k·dp, Σ k·dq' added in chunk order, then ddecay += s(1-s)(Σ k·dp - D Σ k·dq'),
+// dD += -s Σ k·dq'.
+__global__ void comba_gates_finish_kernel(const double* partial, int64_t heads, int64_t chunks, const float* decay,
+                                          const float* D, float* ddecay, float* dD) {
+  for (int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; h < heads; h += int64_t{gridDim.x} * blockDim.x) {
+    double k_dp = 0.0, k_dq = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) k_dp += partial[(h * chunks + c) * 2], k_dq += partial[(h * chunks + c) * 2 + 1];
+    const double s = decay != nullptr ? sigmoid_d(static_cast<double>(decay[h])) : 1.0;
+    const double Dh = D != nullptr ? static_cast<double>(D[h]) : 0.0;
     if (ddecay != nullptr)
       ddecay[h] = static_cast<float>(static_cast<double>(ddecay[h]) + s * (1.0 - s) * (k_dp - Dh * k_dq));
     if (dD != nullptr) dD[h] = static_cast<float>(static_cast<double>(dD[h]) - s * k_dq);
@@ -524,12 +544,20 @@ void comba_gates_fwd(const float* q, const float* k, const float* decay, const f
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
+size_t comba_gates_bwd_scratch_bytes(int64_t rows, int64_t heads) {
+  return sizeof(double) * static_cast<size_t>(2 * heads * std::max<int64_t>(1, ceil_div(rows, kCombaGateRows)));
+}
+
 void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const float* decay, const float* D,
-                     int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD,
+                     int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD, void* scratch,
                      cudaStream_t stream) {
-  if (heads == 0) return;
-  comba_gates_bwd_kernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(dq_out, dp, k, decay, D, rows, heads,
-                                                                                dim, dk, ddecay, dD);
+  if (heads == 0 || rows == 0) return;
+  const int64_t chunks = ceil_div(rows, kCombaGateRows);
+  auto* partial = static_cast<double*>(scratch);
+  comba_gates_bwd_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kThreads, 0, stream>>>(
+      dq_out, dp, k, decay, D, rows, heads, dim, dk, partial);
+  LLMT_CUDA_CHECK_LAUNCH();
+  comba_gates_finish_kernel<<<grid_for(heads), kThreads, 0, stream>>>(partial, heads, chunks, decay, D, ddecay, dD);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

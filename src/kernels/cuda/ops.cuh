@@ -124,8 +124,9 @@ size_t decay_gates_bwd_scratch_bytes(int64_t heads, int64_t dim);
 void comba_gates_fwd(const float* q, const float* k, const float* decay, const float* D, int64_t rows,
                      int64_t heads, int64_t dim, float* q_out, float* p, cudaStream_t stream);
 void comba_gates_bwd(const float* dq_out, const float* dp, const float* k, const float* decay, const float* D,
-                     int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD,
+                     int64_t rows, int64_t heads, int64_t dim, float* dk, float* ddecay, float* dD, void* scratch,
                      cudaStream_t stream);
+size_t comba_gates_bwd_scratch_bytes(int64_t rows, int64_t heads);
 
 // gdn_comba.cu: the chunked GDN core (semantics: src/kernels/cpu/gdn.h, zero initial state), fp32 tensors,
 // chunk-parallel (64 x 64 tiles; chunk_size <= 64 tokens per tile). P is the type the tile products read their
