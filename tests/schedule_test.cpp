@@ -119,7 +119,8 @@ TEST_CASE("lr schedule: no warmup (W = 0), N = 20", "[lr]") {
 namespace {
 
 // A tiny parameter store, f64 on the CPU backend: four parameters of different kinds,
-// laid out weight | norm | embedding | bias in the flat buffer.
+// laid out weight | norm | embedding | bias in the flat buffer, each slice at a multiple of kParamAlign elements
+// (zero gaps between them). Values are given and read "packed": the parameters' elements in order, without the gaps.
 struct TinyModel {
   std::unique_ptr<llmt::Backend> backend = llmt::make_cpu_backend();
   llmt::ParamStore store;
@@ -132,13 +133,33 @@ struct TinyModel {
     set(store.flat_params(), {1.0, -2.0, /*norm*/ 0.5, 1.5, /*embedding*/ 4.0, /*bias*/ 0.25});
     set(store.flat_grads(), {0.1, -0.2, /*norm*/ 0.3, 0.0, /*embedding*/ 0.0, /*bias*/ -0.5});
   }
+  /// Writes the packed values into the parameters' slices of t (a flat buffer over the store's extent).
   void set(const llmt::Tensor& t, std::vector<double> values) {
-    REQUIRE(static_cast<int64_t>(values.size()) == t.numel());
-    backend->upload(values.data(), t);
+    REQUIRE(static_cast<int64_t>(values.size()) == store.count());
+    std::vector<double> full(static_cast<size_t>(t.numel()), 0.0);
+    size_t at = 0;
+    for (const llmt::ParamInfo& p : store.infos())
+      for (int64_t e = 0; e < p.numel; ++e) full[static_cast<size_t>(p.offset + e)] = values[at++];
+    backend->upload(full.data(), t);
   }
-  std::vector<double> get(const llmt::Tensor& t) {
+  /// t's elements (the whole extent).
+  std::vector<double> all(const llmt::Tensor& t) {
     std::vector<double> out(static_cast<size_t>(t.numel()));
     backend->download(t, out.data());
+    return out;
+  }
+  /// The parameters' elements of t, packed; every gap element must be 0.
+  std::vector<double> get(const llmt::Tensor& t) {
+    const std::vector<double> full = all(t);
+    std::vector<double> out;
+    std::vector<bool> in_param(full.size(), false);
+    for (const llmt::ParamInfo& p : store.infos())
+      for (int64_t e = 0; e < p.numel; ++e) {
+        out.push_back(full[static_cast<size_t>(p.offset + e)]);
+        in_param[static_cast<size_t>(p.offset + e)] = true;
+      }
+    for (size_t i = 0; i < full.size(); ++i)
+      if (!in_param[i]) CHECK(full[i] == 0.0);
     return out;
   }
 };
@@ -157,6 +178,9 @@ TrainConfig adamw_config() {
 
 TEST_CASE("AdamW: one step by hand, weight decay excluded for norm parameters", "[adamw]") {
   TinyModel tm;
+  for (const llmt::ParamInfo& info : tm.store.infos()) CHECK(info.offset % llmt::kParamAlign == 0);
+  CHECK(tm.store.count() == 6);
+  CHECK(tm.store.total() == 3 * llmt::kParamAlign + 1);
   llmt::AdamW opt(tm.store, adamw_config());
   CHECK(opt.decays(0));        // weight
   CHECK_FALSE(opt.decays(1));  // norm: excluded
