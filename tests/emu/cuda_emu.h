@@ -409,7 +409,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block_size, size_t smem_b
       block_size.z != 1)
     fail("launch: one-dimensional blocks of whole warps, at most 512 threads, only");
   if (smem_bytes > kMaxDynamicSmem) fail("launch: more dynamic shared memory than a block may have");
-  if (smem_arrays().empty()) fail("launch: no LLMT_CUDA_EMU_DYNAMIC_SMEM in the kernel's file");
+  if (smem_arrays().empty() && smem_bytes > 0) fail("launch: no LLMT_CUDA_EMU_DYNAMIC_SMEM in the kernel's file");
   block.smem.clear();
   for (char* (*array)() : smem_arrays()) block.smem.push_back(array());
   block.smem_bytes = smem_bytes;

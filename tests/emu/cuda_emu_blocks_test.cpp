@@ -1,0 +1,168 @@
+// The delta-rule layers' small blocks (src/kernels/cuda/delta_blocks.cu) run by the CPU emulator (cuda_emu.h)
+// through their own launchers, no GPU: the short conv + SiLU forward and backward (widths 1, 4 and the largest the
+// kernels take, 8; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a partial last run; one
+// and two blocks of channels), the L2 norm forward and backward, the gated RMSNorm forward, and the decay and Comba
+// gates backward (several 64-row blocks, a partial last one). Every output must be
+// (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
+// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_fwd, delta_gates_bwd,
+//     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU.
+// (The gated RMSNorm backward is not run: its dw partial kernel has two-dimensional blocks, which the emulator does
+// not take.) Run with `ctest -L emu`.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../cuda_test_host.h"
+#include "cuda_emu.h"
+#include "cuda_emu_test.h"
+#include "kernels/cpu/comba_gates.h"
+#include "kernels/cpu/delta_gates.h"
+#include "kernels/cpu/gated_rmsnorm.h"
+#include "kernels/cpu/l2norm.h"
+#include "kernels/cpu/short_conv.h"
+#include "kernels/cuda/ops.cuh"
+
+using namespace llmt::test;
+using namespace llmt::test::emu_test;
+
+namespace {
+
+std::vector<double> wide(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+std::vector<float> narrow(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
+
+/// Runs `run()` (the kernels, returning their outputs) under every emulator configuration: outputs finite and the
+/// same bits in each; returns the reference run's.
+template <typename Run>
+std::vector<std::vector<float>> under_every_config(Run run, const std::vector<std::string>& names) {
+  return outputs_under_every_config(
+      [&](emu::Config cfg) {
+        emu::config = cfg;
+        return run();
+      },
+      names.size(), [&](size_t i) { return names[i].c_str(); });
+}
+
+void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t seed) {
+  INFO("short conv B=" << B << " T=" << T << " C=" << C << " W=" << W << (bias ? " with bias" : ""));
+  const size_t n = static_cast<size_t>(B * T * C);
+  const auto x = randn(n, seed), w = randn(static_cast<size_t>(C * W), seed + 1, 0.5), dy = randn(n, seed + 2);
+  const auto b = randn(static_cast<size_t>(C), seed + 3), dw0 = randn(static_cast<size_t>(C * W), seed + 4),
+             db0 = randn(static_cast<size_t>(C), seed + 5);
+  const auto out = under_every_config(
+      [&] {
+        Buffer bx(x), bw(w), bb(b), bdy(dy), pre(n), y(n), dx(n), dw(dw0), db(db0);
+        Buffer scratch(llmt::cuda::short_conv_silu_bwd_scratch_bytes(B, T, C, W) / sizeof(float) + 1);
+        llmt::cuda::short_conv_silu_fwd(bx.get(), bw.get(), bias ? bb.get() : nullptr, B, T, C, W, pre.get(), y.get(),
+                                        nullptr);
+        llmt::cuda::short_conv_silu_bwd(bdy.get(), bx.get(), bw.get(), pre.get(), B, T, C, W, dx.get(), dw.get(),
+                                        bias ? db.get() : nullptr, scratch.get(), nullptr);
+        return std::vector<std::vector<float>>{pre.host(), y.host(), dx.host(), dw.host(), db.host()};
+      },
+      {"pre", "y", "dx", "dw", "dbias"});
+  // The reference: the CPU's conv in double (its bias variant through the Mamba2 path's pre = conv + bias).
+  std::vector<double> pre(n), y(n), dx(n), dw = wide(dw0), db = wide(db0);
+  const std::vector<double> xd = wide(x), wd = wide(w), dyd = wide(dy), bd = wide(b);
+  llmt::cpu::short_conv_silu_fwd<double>(xd.data(), wd.data(), B, T, C, W, pre.data(), y.data(), bias ? bd.data() : nullptr);
+  llmt::cpu::short_conv_silu_bwd<double>(dyd.data(), xd.data(), wd.data(), pre.data(), B, T, C, W, dx.data(), dw.data(),
+                                         bias ? db.data() : nullptr);
+  require_close(out[0], narrow(pre), "pre");
+  require_close(out[1], narrow(y), "y");
+  require_close(out[2], narrow(dx), "dx");
+  require_close(out[3], narrow(dw), "dw");
+  if (bias) require_close(out[4], narrow(db), "dbias");
+}
+
+}  // namespace
+
+TEST_CASE("cuda emu: short conv + SiLU, widths 1, 4, 8, with and without a bias, runs of 32 tokens", "[emu][blocks]") {
+  check_conv(2, 37, 48, 1, false, 100);
+  check_conv(2, 37, 48, 4, false, 110);
+  check_conv(1, 70, 300, 4, true, 120);  // two blocks of channels, the second partial
+  check_conv(2, 37, 40, 8, true, 130);
+  check_conv(1, 3, 16, 4, false, 140);  // a sequence shorter than the width
+}
+
+TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one warp per row)", "[emu][blocks]") {
+  const int64_t rows = 75, dim = 80;
+  const size_t n = static_cast<size_t>(rows * dim);
+  const auto x = randn(n, 200), dy = randn(n, 201), z = randn(n, 202, 2.0), wn = randn(static_cast<size_t>(dim), 203);
+  for (const bool sig : {false, true}) {
+    const auto out = under_every_config(
+        [&] {
+          Buffer bx(x), bdy(dy), bz(z), bw(wn), y(n), rinv(static_cast<size_t>(rows)), dx(n), gy(n),
+              rstd(static_cast<size_t>(rows));
+          llmt::cuda::l2norm_fwd(bx.get(), rows, dim, 1e-6, 0.125, y.get(), rinv.get(), nullptr);
+          llmt::cuda::l2norm_bwd(bdy.get(), y.get(), rinv.get(), rows, dim, 0.125, dx.get(), nullptr);
+          llmt::cuda::gated_rmsnorm_fwd(bx.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, gy.get(), rstd.get(),
+                                        nullptr);
+          return std::vector<std::vector<float>>{y.host(), rinv.host(), dx.host(), gy.host(), rstd.host()};
+        },
+        {"l2norm y", "l2norm rinv", "l2norm dx", "gated rmsnorm y", "gated rmsnorm rstd"});
+    std::vector<double> y(n), rinv(static_cast<size_t>(rows)), dx(n), gy(n), rstd(static_cast<size_t>(rows));
+    const std::vector<double> xd = wide(x), dyd = wide(dy), zd = wide(z), wd = wide(wn);
+    llmt::cpu::l2norm_fwd<double>(xd.data(), rows, dim, 1e-6, 0.125, y.data(), rinv.data());
+    const std::vector<double> yf = wide(out[0]), rf = wide(out[1]);  // the backward from the kernels' saved values
+    llmt::cpu::l2norm_bwd<double>(dyd.data(), yf.data(), rf.data(), rows, dim, 0.125, dx.data());
+    llmt::cpu::gated_rmsnorm_fwd<double>(xd.data(), zd.data(), wd.data(), rows, dim, 1e-5, sig, gy.data(), rstd.data());
+    require_close(out[0], narrow(y), "l2norm y");
+    require_close(out[1], narrow(rinv), "l2norm rinv");
+    require_close(out[2], narrow(dx), "l2norm dx");
+    require_close(out[3], narrow(gy), sig ? "gated rmsnorm y (sigmoid)" : "gated rmsnorm y (silu)");
+    require_close(out[4], narrow(rstd), "gated rmsnorm rstd");
+  }
+}
+
+TEST_CASE("cuda emu: decay gates (GDN: dim 1; KDA: dim d_k) and Comba gates backward over 64-row blocks",
+          "[emu][blocks]") {
+  for (const auto& [rows, H, dim] : {std::tuple<int64_t, int64_t, int64_t>{600, 3, 1}, {130, 2, 40}, {5, 2, 3}}) {
+    INFO("decay gates rows=" << rows << " heads=" << H << " dim=" << dim);
+    const size_t n = static_cast<size_t>(rows * H * dim), nh = static_cast<size_t>(rows * H);
+    const auto dg = randn(n, 300), a = randn(n, 301), dbeta = randn(nh, 302), b = randn(nh, 303),
+               A_log = randn(static_cast<size_t>(H), 304), dt_bias = randn(static_cast<size_t>(H * dim), 305),
+               dA0 = randn(static_cast<size_t>(H), 306), ddt0 = randn(static_cast<size_t>(H * dim), 307);
+    const auto out = under_every_config(
+        [&] {
+          Buffer bdg(dg), ba(a), bdbeta(dbeta), bb(b), bA(A_log), bdt(dt_bias), da(n), db(nh), dA(dA0), ddt(ddt0);
+          Buffer scratch(llmt::cuda::decay_gates_bwd_scratch_bytes(rows, H, dim) / sizeof(float) + 1);
+          llmt::cuda::decay_gates_bwd(bdg.get(), bdbeta.get(), ba.get(), bb.get(), bA.get(), bdt.get(), rows, H, dim,
+                                      da.get(), db.get(), dA.get(), ddt.get(), scratch.get(), nullptr);
+          return std::vector<std::vector<float>>{da.host(), db.host(), dA.host(), ddt.host()};
+        },
+        {"da", "db", "dA_log", "ddt_bias"});
+    std::vector<double> da(n), db(nh), dA = wide(dA0), ddt = wide(ddt0);
+    const std::vector<double> dgd = wide(dg), ad = wide(a), dbd = wide(dbeta), bd = wide(b), Ad = wide(A_log),
+                              dtd = wide(dt_bias);
+    llmt::cpu::delta_gates_bwd<double>(dgd.data(), dbd.data(), ad.data(), bd.data(), Ad.data(), dtd.data(), rows, H, dim,
+                                       da.data(), db.data(), dA.data(), ddt.data());
+    require_close(out[0], narrow(da), "da");
+    require_close(out[1], narrow(db), "db");
+    require_close(out[2], narrow(dA), "dA_log");
+    require_close(out[3], narrow(ddt), "ddt_bias");
+  }
+  for (const int64_t rows : {600, 64, 5}) {
+    INFO("comba gates rows=" << rows);
+    const int64_t H = 3, K = 32;
+    const size_t n = static_cast<size_t>(rows * H * K);
+    const auto dq = randn(n, 400), dp = randn(n, 401), k = randn(n, 402), dk0 = randn(n, 403),
+               decay = randn(static_cast<size_t>(H), 404), D = randn(static_cast<size_t>(H), 405),
+               dd0 = randn(static_cast<size_t>(H), 406), dD0 = randn(static_cast<size_t>(H), 407);
+    const auto out = under_every_config(
+        [&] {
+          Buffer bdq(dq), bdp(dp), bk(k), bdecay(decay), bD(D), dk(dk0), dd(dd0), dD(dD0);
+          Buffer scratch(llmt::cuda::comba_gates_bwd_scratch_bytes(rows, H) / sizeof(float) + 1);
+          llmt::cuda::comba_gates_bwd(bdq.get(), bdp.get(), bk.get(), bdecay.get(), bD.get(), rows, H, K, dk.get(),
+                                      dd.get(), dD.get(), scratch.get(), nullptr);
+          return std::vector<std::vector<float>>{dk.host(), dd.host(), dD.host()};
+        },
+        {"dk", "ddecay", "dD"});
+    std::vector<double> dk = wide(dk0), dd = wide(dd0), dD = wide(dD0);
+    const std::vector<double> dqd = wide(dq), dpd = wide(dp), kd = wide(k), decd = wide(decay), Dd = wide(D);
+    llmt::cpu::comba_gates_bwd<double>(dqd.data(), dpd.data(), kd.data(), decd.data(), Dd.data(), rows, H, K, dk.data(),
+                                       dd.data(), dD.data());
+    require_close(out[0], narrow(dk), "dk");
+    require_close(out[1], narrow(dd), "ddecay");
+    require_close(out[2], narrow(dD), "dD");
+  }
+}
