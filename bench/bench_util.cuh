@@ -1,5 +1,5 @@
-// Shared pieces of the CUDA kernel benchmarks (bench/*_bench.cu): an error check that exits, a
-// deterministic pseudo-random fill, and CUDA-event timing. Benchmarks only: not part of the library.
+// Shared pieces of the CUDA kernel benchmarks (bench/*_bench.cu): an error check that exits, the
+// `[iterations] [--phases]` command line, a deterministic pseudo-random fill, and CUDA-event timing. Benchmarks only: not part of the library.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 /// Exits with the failed call and CUDA's message.
@@ -21,6 +22,22 @@
   } while (0)
 
 namespace bench {
+
+/// The command line `[iterations] [--phases]` (either order) of mamba2_bench and mamba3_bench.
+struct IterArgs {
+  int iters;
+  bool phases = false;
+};
+inline IterArgs parse_iter_args(int argc, char** argv, int default_iters) {
+  IterArgs a{default_iters};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--phases") == 0)
+      a.phases = true;
+    else
+      a.iters = std::atoi(argv[i]);
+  }
+  return a;
+}
 
 inline __device__ float to_elem(float x, float*) { return x; }
 inline __device__ __nv_bfloat16 to_elem(float x, __nv_bfloat16*) { return __float2bfloat16_rn(x); }

@@ -179,14 +179,9 @@ void mamba2_phases(const Shape& s, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 20;
-  bool by_phase = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--phases") == 0)
-      by_phase = true;
-    else
-      iters = std::atoi(argv[i]);
-  }
+  const bench::IterArgs args = bench::parse_iter_args(argc, argv, 20);
+  const int iters = args.iters;
+  const bool by_phase = args.phases;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("Mamba2 SSD (src/kernels/cuda/mamba2.cu) on %s, mean of %d runs\n", prop.name, iters);

@@ -1,8 +1,9 @@
 // The delta-rule layers' small blocks (src/kernels/cuda/delta_blocks.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: the short conv + SiLU forward and backward (widths 1, 4 and the largest the
 // kernels take, 8; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a partial last run; one
-// and two blocks of channels), the L2 norm forward and backward, the gated RMSNorm forward, and the decay and Comba
-// gates backward (several 64-row blocks, a partial last one). Every output must be
+// and two blocks of channels), the L2 norm forward and backward, the gated RMSNorm forward, the decay gates backward
+// (GDN: dim 1; KDA: dim d_k) and the Comba gates backward (several 64-row blocks, a partial last one). Every output
+// must be
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
 // (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_fwd, delta_gates_bwd,
 //     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU.
@@ -114,7 +115,7 @@ TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one wa
   }
 }
 
-TEST_CASE("cuda emu: decay gates (GDN: dim 1; KDA: dim d_k) and Comba gates backward over 64-row blocks",
+TEST_CASE("cuda emu: decay gates (GDN: dim 1; KDA: dim d_k) and Comba gates (64-row blocks) backward",
           "[emu][blocks]") {
   for (const auto& [rows, H, dim] : {std::tuple<int64_t, int64_t, int64_t>{600, 3, 1}, {130, 2, 40}, {5, 2, 3}}) {
     INFO("decay gates rows=" << rows << " heads=" << H << " dim=" << dim);
@@ -125,7 +126,7 @@ TEST_CASE("cuda emu: decay gates (GDN: dim 1; KDA: dim d_k) and Comba gates back
     const auto out = under_every_config(
         [&] {
           Buffer bdg(dg), ba(a), bdbeta(dbeta), bb(b), bA(A_log), bdt(dt_bias), da(n), db(nh), dA(dA0), ddt(ddt0);
-          Buffer scratch(llmt::cuda::decay_gates_bwd_scratch_bytes(rows, H, dim) / sizeof(float) + 1);
+          Buffer scratch(llmt::cuda::decay_gates_bwd_scratch_bytes(H, dim) / sizeof(float) + 1);
           llmt::cuda::decay_gates_bwd(bdg.get(), bdbeta.get(), ba.get(), bb.get(), bA.get(), bdt.get(), rows, H, dim,
                                       da.get(), db.get(), dA.get(), ddt.get(), scratch.get(), nullptr);
           return std::vector<std::vector<float>>{da.host(), db.host(), dA.host(), ddt.host()};

@@ -210,11 +210,9 @@ TEST_CASE("cuda emu: bf16 GDN core, K = V = 64 and partial key / value tiles (K 
   check_case({Core::gdn, true, 1, 130, 2, 100, 96, 64, -1.0, 200});
 }
 
-TEST_CASE("cuda emu: bf16 GDN core, K = V = 128 (two key and value tiles) and K = 256, V = 128 (four key tiles), "
-          "ragged last chunk",
+TEST_CASE("cuda emu: bf16 GDN core, K = 256, V = 128 (four key tiles, two value tiles), ragged last chunk",
           "[emu][gdn]") {
-  check_case({Core::gdn, true, 1, 130, 1, 128, 128, 64, -1.0, 1200});
-  check_case({Core::gdn, true, 1, 130, 1, 256, 128, 64, -0.05, 1300});
+  check_case({Core::gdn, true, 1, 130, 1, 256, 128, 64, -0.05, 1250});
 }
 
 TEST_CASE("cuda emu: bf16 Comba core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
