@@ -913,7 +913,7 @@ class CudaBackend final : public Backend {
                 *pA = f32(A_log, op), *pdt = f32(dt_bias, op);
     float *pda = f32(da, op), *pdb = f32(db, op), *pdA = f32(dA_log, op), *pddt = f32(ddt_bias, op);
     cuda::decay_gates_bwd(pdg, pdbeta, pa, pb, pA, pdt, gd.rows, gd.heads, gd.dim, pda, pdb, pdA, pddt,
-                          scratch(cuda::decay_gates_bwd_scratch_bytes(gd.heads, gd.dim)), stream_);
+                          scratch(cuda::decay_gates_bwd_scratch_bytes(gd.rows, gd.heads, gd.dim)), stream_);
   }
 
   /// Head sizes of the bf16 tensor-core attention (flash_attention.cuh); others take the fp32 kernel.

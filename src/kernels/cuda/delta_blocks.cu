@@ -329,30 +329,45 @@ __global__ void decay_gates_fwd_kernel(const float* a, const float* b, const flo
   }
 }
 
-// da = dg (-e^{A_log} σ(u));  ddt_bias[hc] += Σ_rows da;  partial_A[hc] = Σ_rows dg g (reduced per head by
-// decay_gates_dA_kernel);  db = dβ β(1 - β) by the blocks of channel c = 0.
-// (one block per channel hc; thread t takes rows t, t + blockDim, ... in order, then a fixed block reduction)
+// Rows of one decay_gates_bwd_kernel block.
+constexpr int64_t kGateRows = 64;
+
+// Block x: rows [64 x, 64 x + 64), thread t channels hc = t, t + blockDim, ... (coalesced across the threads):
+// da = dg (-e^{A_log} σ(u)) and, over the block's rows in order, the partial sums part[(x * width + hc) * 2] =
+// Σ dg g (for dA_log) and part[... + 1] = Σ da (for ddt_bias); db = dβ β(1 - β) by the threads of channel c = 0.
 __global__ void decay_gates_bwd_kernel(const float* dg, const float* dbeta, const float* a, const float* b,
                                        const float* A_log, const float* dt_bias, int64_t rows, int64_t heads,
-                                       int64_t dim, float* da, float* db, double* partial_A, float* ddt_bias) {
-  const int64_t hc = blockIdx.x, h = hc / dim, width = heads * dim;
-  const double A = exp(static_cast<double>(A_log[h]));
-  double sA = 0.0, sdt = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int64_t j = r * width + hc;
-    const double u = static_cast<double>(a[j]) + dt_bias[hc];
-    const double dau = static_cast<double>(dg[j]) * (-A * sigmoid_d(u));
-    da[j] = static_cast<float>(dau);
-    sA += static_cast<double>(dg[j]) * (-A * softplus_d(u));
-    sdt += dau;
-    if (hc % dim == 0) {
-      const double be = sigmoid_d(b[r * heads + h]);
-      db[r * heads + h] = static_cast<float>(static_cast<double>(dbeta[r * heads + h]) * be * (1.0 - be));
+                                       int64_t dim, float* da, float* db, double* part) {
+  const int64_t width = heads * dim, r0 = int64_t{blockIdx.x} * kGateRows;
+  const int64_t r1 = r0 + kGateRows < rows ? r0 + kGateRows : rows;
+  for (int64_t hc = threadIdx.x; hc < width; hc += blockDim.x) {
+    const int64_t h = hc / dim;
+    const double A = exp(static_cast<double>(A_log[h]));
+    double sA = 0.0, sdt = 0.0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t j = r * width + hc;
+      const double u = static_cast<double>(a[j]) + dt_bias[hc];
+      const double dau = static_cast<double>(dg[j]) * (-A * sigmoid_d(u));
+      da[j] = static_cast<float>(dau);
+      sA += static_cast<double>(dg[j]) * (-A * softplus_d(u));
+      sdt += dau;
+      if (hc % dim == 0) {
+        const double be = sigmoid_d(b[r * heads + h]);
+        db[r * heads + h] = static_cast<float>(static_cast<double>(dbeta[r * heads + h]) * be * (1.0 - be));
+      }
     }
+    part[(blockIdx.x * width + hc) * 2] = sA;
+    part[(blockIdx.x * width + hc) * 2 + 1] = sdt;
   }
-  sA = block_reduce(sA, SumOp{}, 0.0);
-  sdt = block_reduce(sdt, SumOp{}, 0.0);
-  if (threadIdx.x == 0) {
+}
+
+// Channel hc (grid stride): the row blocks' partial sums added in block order: partial_A[hc] = Σ dg g,
+// ddt_bias[hc] += Σ da.
+__global__ void decay_gates_sum_kernel(const double* part, int64_t blocks, int64_t width, double* partial_A,
+                                       float* ddt_bias) {
+  for (int64_t hc = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; hc < width; hc += int64_t{gridDim.x} * blockDim.x) {
+    double sA = 0.0, sdt = 0.0;
+    for (int64_t x = 0; x < blocks; ++x) sA += part[(x * width + hc) * 2], sdt += part[(x * width + hc) * 2 + 1];
     partial_A[hc] = sA;
     ddt_bias[hc] = static_cast<float>(ddt_bias[hc] + sdt);
   }
@@ -520,17 +535,21 @@ void decay_gates_fwd(const float* a, const float* b, const float* A_log, const f
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-size_t decay_gates_bwd_scratch_bytes(int64_t heads, int64_t dim) {
-  return sizeof(double) * static_cast<size_t>(heads * dim);
+size_t decay_gates_bwd_scratch_bytes(int64_t rows, int64_t heads, int64_t dim) {
+  return sizeof(double) * static_cast<size_t>(heads * dim * (1 + 2 * std::max<int64_t>(1, ceil_div(rows, kGateRows))));
 }
 
 void decay_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
                      const float* dt_bias, int64_t rows, int64_t heads, int64_t dim, float* da, float* db,
                      float* dA_log, float* ddt_bias, void* scratch, cudaStream_t stream) {
-  if (heads * dim == 0) return;
+  if (heads * dim == 0 || rows == 0) return;
+  const int64_t width = heads * dim, blocks = ceil_div(rows, kGateRows);
   double* partial_A = static_cast<double*>(scratch);
-  decay_gates_bwd_kernel<<<static_cast<unsigned>(heads * dim), kThreads, 0, stream>>>(
-      dg, dbeta, a, b, A_log, dt_bias, rows, heads, dim, da, db, partial_A, ddt_bias);
+  double* part = partial_A + width;
+  decay_gates_bwd_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(dg, dbeta, a, b, A_log, dt_bias,
+                                                                                 rows, heads, dim, da, db, part);
+  LLMT_CUDA_CHECK_LAUNCH();
+  decay_gates_sum_kernel<<<grid_for(width), kThreads, 0, stream>>>(part, blocks, width, partial_A, ddt_bias);
   LLMT_CUDA_CHECK_LAUNCH();
   decay_gates_dA_kernel<<<grid_for(heads), kThreads, 0, stream>>>(partial_A, heads, dim, dA_log);
   LLMT_CUDA_CHECK_LAUNCH();

@@ -112,13 +112,13 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
 /// Decay gates (gdn_gates_*: dim 1; kda_gates_*: dim d_k): a, g, da [rows, heads * dim]; b, beta, db
 /// [rows, heads]; A_log, dA_log [heads]; dt_bias, ddt_bias [heads * dim]. The backward needs `scratch` of
-/// decay_gates_bwd_scratch_bytes (per-channel partial sums of dA_log).
+/// decay_gates_bwd_scratch_bytes (per-channel partial sums of dA_log and ddt_bias over blocks of 64 rows).
 void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
                      int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream);
 void decay_gates_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
                      const float* dt_bias, int64_t rows, int64_t heads, int64_t dim, float* da, float* db,
                      float* dA_log, float* ddt_bias, void* scratch, cudaStream_t stream);
-size_t decay_gates_bwd_scratch_bytes(int64_t heads, int64_t dim);
+size_t decay_gates_bwd_scratch_bytes(int64_t rows, int64_t heads, int64_t dim);
 /// Comba gates: q, k, q_out, p, dq_out, dp, dk [rows, heads * dim]; decay, D, ddecay, dD [heads] or nullptr
 /// (inner decay / output correction off; ddecay / dD are only touched when decay / D are given).
 void comba_gates_fwd(const float* q, const float* k, const float* decay, const float* D, int64_t rows,
