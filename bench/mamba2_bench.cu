@@ -111,8 +111,8 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool) {
   const double E = B * T * H, nc = T / 64, PT = P / 64, NT = N / 64, St = E * P * N / 64, BC = B * T * G * N;
   const double f = (nc - 1) / nc;  // the state scans read every chunk but the last
   const auto is = [&](const char* name) { return std::strcmp(phase, name) == 0; };
-  if (is("prep"))  // one thread per (b, h, chunk): dt_raw (4-byte loads, H apart), dt_bias and A_log (per
-                   // thread); Δ (fp32) and G (double) written
+  if (is("prep"))  // blocks over (b, chunk, 16 heads): dt_raw (the chunk's rows, coalesced), dt_bias and A_log
+                   // (once per (b, chunk, head)); Δ (fp32) and G (double) written
     return {16 * E, 16 * E + 8 * E / 64, 0};
   if (is("states") || is("dstates")) {
     // ssd_state_scan_kernel<true>, grid (B H, PT, NT), chunks in order (dstates: reversed): per chunk but the last,

@@ -5,7 +5,7 @@
 //
 // The sequence is cut into chunks of kL = 64 tokens (the kernel's own length: the SSD result does not
 // depend on the chunk length beyond rounding, so the layer's chunk_size only has to be valid). Phases:
-//   prep:   Δ and G per (b, h, chunk)                                  (one thread per chunk)
+//   prep:   Δ and G per (b, h, chunk)                                  (blocks over b, chunk, 16 heads)
 //   states: the states entering (forward) or the adjoints of the states leaving (backward) each chunk,
 //           fp32: outer  each chunk's contribution Σ_i w_i u_i v_i^T    (blocks over b, h, chunk, P/N tiles)
 //                 scan   the running sum over the chunks                (one thread per state element)
@@ -121,21 +121,56 @@ size_t carve(const Sizes& s, bool backward, void* base, Scratch<S>* out) {
 
 __device__ double softplus_d(double v) { return v > 20.0 ? v : log1p(exp(v)); }
 
-// Δ and G for the kL tokens of one (b, h, chunk); tokens past T get Δ = 0, so G stays at the chunk's
-// last value Γ and the padded rows drop out of every product.   (one thread per chunk)
-__global__ void ssd_prep_kernel(const float* dt_raw, const float* dt_bias, const float* A_log, Sizes s, float* dt,
-                                double* G) {
-  const int64_t n = s.B * s.H * s.nc;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t k = idx % s.nc, h = (idx / s.nc) % s.H, b = idx / (s.nc * s.H);
-    const double A = -exp(static_cast<double>(A_log[h])), bias = dt_bias[h];
+__device__ __forceinline__ int imin(int64_t a, int64_t b) { return static_cast<int>(a < b ? a : b); }
+
+// Δ and G for the kL tokens of one (b, chunk) and kPrepHeads heads h0 .. h0 + kPrepHeads - 1 (those < H); tokens
+// past T get Δ = 0, so G stays at the chunk's last value Γ and the padded rows drop out of every product. Reads
+// dt_raw [B, T, H] (the chunk's rows, a token's heads adjacent: coalesced), dt_bias, A_log; writes dt and G
+// [B, H, nc kL] (kL contiguous elements per head). Three passes, barriers between: Δ per (token, head) into shared
+// memory (kThreads elements at a time); the chunk-local cumsum G of Δ_i A by one thread per head, sequential over
+// the chunk's tokens in order (a parallel scan would add in another order: other bits); the stores.
+// Grid (nc, ceil(H / kPrepHeads), B).
+constexpr int kPrepHeads = 16;
+static_assert(kL * kPrepHeads % kThreads == 0 && kPrepHeads <= kThreads, "ssd_prep_kernel's passes");
+__global__ void __launch_bounds__(kThreads) ssd_prep_kernel(const float* dt_raw, const float* dt_bias,
+                                                             const float* A_log, Sizes s, float* dt, double* G) {
+  constexpr int kPer = kL * kPrepHeads / kThreads;  // elements per thread and pass
+  __shared__ double ds[kPrepHeads][kL + 1], gs[kPrepHeads][kL + 1];  // Δ, G of [head][token] (odd row stride)
+  __shared__ float bias[kPrepHeads];
+  const int64_t k = blockIdx.x, h0 = int64_t{blockIdx.y} * kPrepHeads, b = blockIdx.z, c0 = k * kL;
+  const int nh = imin(kPrepHeads, s.H - h0), nv = imin(kL, s.T - c0);
+  const int tid = threadIdx.x;
+  if (tid < nh) bias[tid] = dt_bias[h0 + tid];
+  float raw[kPer];  // element e = tid + m kThreads: token e / kPrepHeads, head h0 + e % kPrepHeads
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const int e = tid + m * kThreads, i = e / kPrepHeads, hl = e % kPrepHeads;
+    raw[m] = i < nv && hl < nh ? dt_raw[(b * s.T + c0 + i) * s.H + h0 + hl] : 0.0f;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const int e = tid + m * kThreads, i = e / kPrepHeads, hl = e % kPrepHeads;
+    if (hl < nh) ds[hl][i] = i < nv ? softplus_d(static_cast<double>(raw[m]) + static_cast<double>(bias[hl])) : 0.0;
+  }
+  __syncthreads();
+  if (tid < nh) {
+    const double A = -exp(static_cast<double>(A_log[h0 + tid]));
     double acc = 0.0;
+#pragma unroll 8
     for (int i = 0; i < kL; ++i) {
-      const int64_t t = k * kL + i;
-      const double d = t < s.T ? softplus_d(static_cast<double>(dt_raw[(b * s.T + t) * s.H + h]) + bias) : 0.0;
-      acc += d * A;
-      dt[idx * kL + i] = static_cast<float>(d);
-      G[idx * kL + i] = acc;
+      acc += ds[tid][i] * A;
+      gs[tid][i] = acc;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < kPer; ++m) {
+    const int e = tid + m * kThreads, hl = e / kL, i = e % kL;
+    if (hl < nh) {
+      const int64_t o = ((b * s.H + h0 + hl) * s.nc + k) * kL + i;
+      dt[o] = static_cast<float>(ds[hl][i]);
+      G[o] = gs[hl][i];
     }
   }
 }
@@ -166,8 +201,6 @@ __device__ __forceinline__ float decay(double gi, double gj) {
   const double d = gi - gj;
   return expf(static_cast<float>(0.0 < d ? 0.0 : d));
 }
-
-__device__ __forceinline__ int imin(int64_t a, int64_t b) { return static_cast<int>(a < b ? a : b); }
 
 // The bf16 state operands (S_in, dS: [P, N] tiles of the stored states, rows s.N apart) of a kernel's sequence
 // of tile products, step t's tile in slot t % kStateRing of a ring of bf16 tiles, copied by cp.async
@@ -786,20 +819,43 @@ __global__ void ssd_group_sum_kernel(const float* dBh, const float* dCh, Sizes s
   }
 }
 
-// ddt_bias[h] += Σ ddt_raw; dA_log[h] += A Σ Δ da; dD[h] += Σ x·dy, summed over (b, chunk) in order.
-// (one thread per head)
-__global__ void ssd_params_kernel(const double* partials, const float* A_log, Sizes s, float* ddt_bias,
-                                  float* dA_log, float* dD) {
-  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (h >= s.H) return;
-  double sums[3] = {0.0, 0.0, 0.0};
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t k = 0; k < s.nc; ++k)
-      for (int q = 0; q < 3; ++q) sums[q] += partials[((b * s.H + h) * s.nc + k) * 3 + q];
-  const double A = -exp(static_cast<double>(A_log[h]));
-  ddt_bias[h] = static_cast<float>(ddt_bias[h] + sums[0]);
-  dA_log[h] = static_cast<float>(dA_log[h] + sums[1] * A);
-  dD[h] = static_cast<float>(dD[h] + sums[2]);
+// ddt_bias[h] += Σ ddt_raw; dA_log[h] += A Σ Δ da; dD[h] += Σ x·dy. Block h reads head h's rows of partials
+// [B, H, nc, 3] (row j = b nc + chunk: nc contiguous rows per b), kParamsRows rows at a time, into shared memory
+// (coalesced, kThreads elements at a time); thread q < 3 sums component q over the rows sequentially in order of j
+// (b outer, chunk inner), then updates its parameter gradient.   Grid (H).
+constexpr int kParamsRows = 512;
+static_assert(3 * kParamsRows % kThreads == 0, "ssd_params_kernel's staging");
+__global__ void __launch_bounds__(kThreads) ssd_params_kernel(const double* partials, const float* A_log, Sizes s,
+                                                               float* ddt_bias, float* dA_log, float* dD) {
+  constexpr int kPer = 3 * kParamsRows / kThreads;  // elements per thread and stage
+  __shared__ double rows[3 * kParamsRows];
+  const int64_t h = blockIdx.x, n = s.B * s.nc;  // rows j = b nc + chunk
+  const int tid = threadIdx.x;
+  double sum = 0.0;  // thread q < 3: component q
+  for (int64_t j0 = 0; j0 < n; j0 += kParamsRows) {
+    const int nr = imin(kParamsRows, n - j0);
+    double v[kPer];
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const int e = tid + m * kThreads;
+      const int64_t j = j0 + e / 3, b = j / s.nc, k = j % s.nc;
+      v[m] = e < 3 * nr ? partials[((b * s.H + h) * s.nc + k) * 3 + e % 3] : 0.0;
+    }
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) rows[tid + m * kThreads] = v[m];
+    __syncthreads();
+    if (tid < 3) {
+#pragma unroll 8
+      for (int r = 0; r < nr; ++r) sum += rows[r * 3 + tid];
+    }
+    __syncthreads();
+  }
+  if (tid == 0) ddt_bias[h] = static_cast<float>(ddt_bias[h] + sum);
+  if (tid == 1) {
+    const double A = -exp(static_cast<double>(A_log[h]));
+    dA_log[h] = static_cast<float>(dA_log[h] + sum * A);
+  }
+  if (tid == 2) dD[h] = static_cast<float>(dD[h] + sum);
 }
 
 // Throws unless the grids of this call fit CUDA's limits.
@@ -842,7 +898,9 @@ void state_scan(const float* u, int64_t u_row, const float* v, const float* dt, 
 template <typename P>
 void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const Sizes& s,
                     const Scratch<P>& sc, cudaStream_t stream) {
-  launch(ssd_prep_kernel, grid_for(s.B * s.H * s.nc), 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
+  const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
+                  static_cast<unsigned>(s.B));
+  launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
     launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true,
@@ -911,8 +969,7 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G,
          sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
-  launch(ssd_params_kernel, static_cast<unsigned>(ceil_div(s.H, kThreads)), 0, stream, sc.partials, A_log, s,
-         ddt_bias, dA_log, dD);
+  launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
 
 #define LLMT_INSTANTIATE_MAMBA2(P)                                                                                  \
