@@ -2,7 +2,8 @@
 // through their own launchers, no GPU: forward, then backward, on small shapes with a ragged last chunk (T = 130,
 // chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
 // cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, and with a key_dim
-// beyond the Mma scans, K = 320: the tile::Tc scans; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
+// beyond the Mma scans, K = 320: the tile::Tc scans; GDN with three key tiles, K = 192, V = 64: the backward scan's
+// staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
 // and fp32 compute (tile::Simt). GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the
 // backward forms W, U from it. Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
@@ -213,6 +214,12 @@ TEST_CASE("cuda emu: bf16 GDN core, K = V = 64 and partial key / value tiles (K 
 TEST_CASE("cuda emu: bf16 GDN core, K = 256, V = 128 (four key tiles, two value tiles), ragged last chunk",
           "[emu][gdn]") {
   check_case({Core::gdn, true, 1, 130, 1, 256, 128, 64, -0.05, 1250});
+}
+
+TEST_CASE("cuda emu: bf16 GDN core, K = 192, V = 64 (three key tiles: the backward scan's staging ring, its one W "
+          "buffer waited for before the update), ragged last chunk",
+          "[emu][gdn]") {
+  check_case({Core::gdn, true, 1, 130, 1, 192, 64, 64, -1.0, 1700});
 }
 
 TEST_CASE("cuda emu: bf16 Comba core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",

@@ -1579,21 +1579,29 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
 constexpr int kBwdScanMaxKt = 4;
 
 // Whether gdn_bwd_scan_mma_kernel stages k and q in fp32 shared memory (cp.async; 32 KiB per key tile): key_dim
-// <= 128. A larger key_dim loads them through registers, one key tile ahead.
+// <= 128. A larger key_dim streams them through a ring of staging tiles (kRing) or, where k, q or dO is not 16-byte
+// aligned, loads them through registers, one key tile ahead.
 __host__ __device__ constexpr bool bwd_scan_kq_staged(int nkt) { return nkt <= 2; }
 
 // The row factors of gdn_bwd_scan_mma_kernel (scan_gate_factors): two Q^g sets (this chunk's and the chunk
 // before's, kN + 4 floats each: e^{Γ_C} after the rows) and the K^g set of the chunk before.
 constexpr int kBwdFactorFloats = 3 * kN + 8;
 
-// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles: the row factors, the bf16 copy of dS (the K^g dS
-// products' operand), K^g of the chunk before and Q^g of this chunk, two buffers of W tiles (bf16; the chunk
-// before's land by cp.async while this one computes), dO and dΔ (bf16), the fp32 staging tiles of dO and
-// (key_dim <= 128) k, q. 189 KiB at key_dim 128, 215 KiB at 256.
-constexpr size_t bwd_scan_mma_smem(int nkt) {
-  return sizeof(float) * kBwdFactorFloats + sizeof(bf16) * kTileHalves * (5 * nkt + 2) +
-         sizeof(float) * tile::kStageFloats * (1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
+// The ring of fp32 staging tiles of gdn_bwd_scan_mma_kernel<kRing = true> (key_dim > 128 with k, q, dO 16-byte
+// aligned): q, dO and k stream through it a tile at a time, kBwdRingSlots - 1 tiles in flight behind the one converted.
+constexpr int kBwdRingSlots = 4;
+
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles (ring: the kRing instantiation): the row factors, the
+// bf16 copy of dS (the K^g dS products' operand), K^g of the chunk before and Q^g of this chunk, W tiles (bf16; two
+// buffers, the chunk before's landing by cp.async while this one computes; ring: one), dO and dΔ (bf16), then the
+// fp32 staging tiles: dO and (key_dim <= 128) k, q; ring: kBwdRingSlots. 189 KiB at key_dim 128, 226.8 KiB at 256
+// (ring; 214.8 KiB without).
+constexpr size_t bwd_scan_mma_smem(int nkt, bool ring) {
+  return sizeof(float) * kBwdFactorFloats + sizeof(bf16) * kTileHalves * ((ring ? 4 : 5) * nkt + 2) +
+         sizeof(float) * tile::kStageFloats *
+             (ring ? kBwdRingSlots : 1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
 }
+static_assert(bwd_scan_mma_smem(kBwdScanMaxKt, true) <= 227 * 1024, "bwd_scan shared memory");
 
 // The row factors of a chunk of n rows from warp 0's gate pairs (as scan_gate_pair; Γ_C = Γ_{n-1}): fq[r] = e^{Γ_r}
 // (Q^g), fk[r] = e^{Γ_C-Γ_r} (K^g) for rows r < n, else 0, and fq[kN] = e^{Γ_C}: expd of the Γ scan_gate_pair
@@ -1652,11 +1660,20 @@ __device__ __forceinline__ void load_tile_h_async(bf16* s, const bf16* src, int6
 // cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
 // <= 128) q (fp32 staging tiles, issued once this chunk's are converted) and k (staging tiles, issued after the
 // update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
-// gates of the chunk before that; at key_dim > 128 k, q one key tile ahead in registers (q of key tile 0 from the
-// chunk after's update on), with the L2 asked for the rows of the chunk two before. Where W or dO is not 16-byte
-// aligned (key_dim % 8 != 0, value_dim % 4 != 0) that operand is loaded synchronously (load_h) instead. Same
-// arithmetic either way.
-template <typename L, typename E>
+// gates of the chunk before that; at key_dim > 128 k, q through the ring below (kRing) or, where k, q or dO is not
+// 16-byte aligned, one key tile ahead in registers (q of key tile 0 from the chunk after's update on), with the L2
+// asked for the rows of the chunk two before. Where W or dO is not 16-byte aligned (key_dim % 8 != 0, value_dim % 4
+// != 0) that operand is loaded synchronously (load_h) instead. Same arithmetic either way.
+// kRing (the launcher's choice at key_dim > 128 where k, q and dO are 16-byte aligned): k, q and dO instead stream
+// through a ring of kBwdRingSlots fp32 staging tiles in the order they are converted (per chunk n: q of chunk n key
+// tile by key tile, dO, then in the update k of chunk n - 1), one cp.async group a tile: each thread waits for its
+// own pieces of the tile, converts them (put_h_staged: the same bits) and issues the copies of the tile
+// kBwdRingSlots on into the slot (no barrier: it reads only the pieces it copied). One W buffer (the shared memory
+// allows no more): chunk n's tiles are issued after its first barrier (every read of chunk n + 1's done), into the
+// group of the tile kBwdRingSlots after q's first (waited for by dO's conversion at key_dim 256, before the
+// barrier that ends B1; at 3 key tiles by a wait before it). The L2 is asked for the rows of k, q, W and dO of the
+// chunk two before. Registers (ptxas): 250 (kRing = false), 234 (kRing); one block an SM either way.
+template <typename L, typename E, bool kRing>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
@@ -1670,17 +1687,23 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>((kRing ? 1 : 2) * kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
-  float* gO = cv.take<float>(tile::kStageFloats);
-  float* gKQ = bwd_scan_kq_staged(nkt) ? cv.take<float>(2 * nkt * tile::kStageFloats) : nullptr;  // k, q per tile
+  float* gO = kRing ? nullptr : cv.take<float>(tile::kStageFloats);
+  // k, q per tile (staged), or the ring
+  float* gKQ = kRing                     ? cv.take<float>(kBwdRingSlots * tile::kStageFloats)
+               : bwd_scan_kq_staged(nkt) ? cv.take<float>(2 * nkt * tile::kStageFloats)
+                                         : nullptr;
   const bool w_async = tile::async_ok_h(a.W, K);
   // (Every row of dO, k, q starts a multiple of V or K elements after the tensor's start.)
-  const bool o_async = tile::async_ok_f(a.d_o, V);
-  const bool kq_async = bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
-  // The W tiles of chunk nx into W buffer nx.chunk % 2 (cp.async).
+  const bool o_async = !kRing && tile::async_ok_f(a.d_o, V);
+  const bool kq_async = !kRing && bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
+  const bool kq_regs = !kRing && !kq_async;  // k, q one key tile ahead in registers
+  // Chunk c's W buffer (c % 2; ring: the one).
+  const auto w_of = [&](int64_t c) { return kRing ? hW : hW + (c & 1) * nkt * kTileHalves; };
+  // The W tiles of chunk nx into its W buffer (cp.async).
   const auto issue_w = [&](const Chunk& nx) {
-    bf16* dst = hW + (nx.chunk & 1) * nkt * kTileHalves;
+    bf16* dst = w_of(nx.chunk);
     for (int kt = 0; kt < nkt; ++kt)
       load_tile_h_async(dst + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, tile_cols(K, kt * kN));
   };
@@ -1698,6 +1721,37 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       stage_tile_async(gKQ + 2 * kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n,
                        tile_cols(K, kt * kN));
   };
+  // kRing: ring tile i (in conversion order: per chunk c from the last down to 1, q of key tiles 0 .. nkt - 1 of c,
+  // dO of c, k of key tiles 0 .. nkt - 1 of c - 1) into slot i % kBwdRingSlots (cp.async), then a commit (an empty
+  // group past the last tile).
+  const int per = 2 * nkt + 1;  // ring tiles a chunk
+  const auto issue_ring = [&](int64_t i) {
+    if (i < (a.NC - 1) * per) {
+      const int64_t c = a.NC - 1 - i / per;
+      const int r = static_cast<int>(i % per);
+      float* g = gKQ + (i % kBwdRingSlots) * tile::kStageFloats;
+      if (r == nkt) {
+        const Chunk nx(a, c, bh);
+        stage_tile_async(g, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
+      } else {
+        const Chunk nx(a, r < nkt ? c : c - 1, bh);
+        const int kt = r < nkt ? r : r - nkt - 1;
+        stage_tile_async(g, nx.in(a, r < nkt ? a.q : a.k, K, kt * kN), a.H * K, nx.n, tile_cols(K, kt * kN));
+      }
+    }
+    tile::cp_async_commit();
+  };
+  int64_t ring = 0;  // the next ring tile to convert
+  // kRing: the thread's pieces of ring tile `ring` (waited for), and after their conversion the next copies into
+  // the slot.
+  const auto ring_tile = [&]() {
+    tile::cp_async_wait<kBwdRingSlots - 1>();
+    return gKQ + (ring % kBwdRingSlots) * tile::kStageFloats;
+  };
+  const auto ring_next = [&]() {
+    issue_ring(ring + kBwdRingSlots);
+    ++ring;
+  };
   // Else key tile kt of p (q or k) of chunk c into x (registers; put_q / put_k convert them).
   tile::HRegs x;
   const auto fetch_x = [&](const E* p, const Chunk& c, int kt) {
@@ -1707,17 +1761,25 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   // thread's own staged pieces (its cp_async_wait suffices) or from x.
   const auto put_q = [&](int kt, const Chunk& c, const float* f) {
     const auto scale = [&](int r) { return f[r]; };
-    if (kq_async)
+    if (kRing) {
+      tile::put_h_staged(hQ + kt * kTileHalves, ring_tile(), c.n, scale);
+      ring_next();
+    } else if (kq_async) {
       tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, c.n, scale);
-    else
+    } else {
       tile::put_h(hQ + kt * kTileHalves, x, c.n, scale);
+    }
   };
   const auto put_k = [&](int kt, const Chunk& c) {
     const auto scale = [&](int r) { return fk[r]; };
-    if (kq_async)
+    if (kRing) {
+      tile::put_h_staged(hK + kt * kTileHalves, ring_tile(), c.n, scale);
+      ring_next();
+    } else if (kq_async) {
       tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, c.n, scale);
-    else
+    } else {
       tile::put_h(hK + kt * kTileHalves, x, c.n, scale);
+    }
   };
   Acc dd;                      // dΔ (P^T dO) of the chunk next processed, in flight in registers
   float g0 = 0.0f, g1 = 0.0f;  // (warp 0: the gate pairs of the chunk whose Γ is scanned next)
@@ -1726,11 +1788,15 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
   {  // The last chunk: dS_C = 0 (dh stored from the zero registers; hS cleared), its Γ and K^g (load_h).
     const Chunk ch(a, a.NC - 1, bh);
-    if (ch.chunk > 0) {
-      if (w_async) issue_w(ch);
-      issue_qo(ch);
+    if (kRing) {  // the first kBwdRingSlots ring tiles (W: in the chunk)
+      for (int i = 0; i < kBwdRingSlots; ++i) issue_ring(i);
+    } else {
+      if (ch.chunk > 0) {
+        if (w_async) issue_w(ch);
+        issue_qo(ch);
+      }
+      tile::cp_async_commit();
     }
-    tile::cp_async_commit();
     fetch_gate_pair(a, ch, g0, g1);
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {
@@ -1747,10 +1813,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       fetch_gate_pair(a, pv, g0, g1);
       if (kq_async)
         issue_k(pv);
-      else
+      else if (kq_regs)
         fetch_x(a.q, ch, 0);
     }
-    tile::cp_async_commit();
+    if (!kRing) tile::cp_async_commit();
     load_acc<Mma>(dd, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
   }
   for (int64_t chunk = a.NC - 1; chunk >= 0; --chunk) {
@@ -1761,18 +1827,26 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       const Chunk nx(a, chunk - 2, bh);
       tile::prefetch_l2(nx.in(a, a.k, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
       tile::prefetch_l2(nx.in(a, a.q, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
+      if (kRing) {  // (and W, dO: copied with less notice than a chunk)
+        tile::prefetch_l2(nx.rows(a, a.W, K, 0), sizeof(bf16) * K, nx.n, sizeof(bf16) * K);
+        tile::prefetch_l2(nx.in(a, a.d_o, V, v0), sizeof(E) * a.H * V, nx.n, sizeof(E) * vc);
+      }
     }
     __syncthreads();  // the chunk after's update done: hS complete; its reads of hQ, hO, hE, the other W buffer done
-    if (w_async && chunk > 1) issue_w(Chunk(a, chunk - 1, bh));
-    tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here, q, dO(c - 1) below, k(c - 2) at the end)
-    tile::cp_async_wait<2>();  // this chunk's W, q, dO (all but k of the chunk before and the group just committed)
-    bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
+    if (kRing) {
+      if (w_async && upd) issue_w(ch);  // (into the group of q's first tile's ring_next)
+    } else {
+      if (w_async && chunk > 1) issue_w(Chunk(a, chunk - 1, bh));
+      tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here, q, dO(c - 1) below, k(c - 2) at the end)
+      tile::cp_async_wait<2>();  // this chunk's W, q, dO (all but k of the chunk before and the group just committed)
+    }
+    bf16* hWc = w_of(chunk);
     Acc acc;
     acc.zero();
     for (int kt = 0; kt < nkt; ++kt) {  // B1: K^g dS_C (key tiles in order); Q^g of this chunk in turn
       if (upd) {
         put_q(kt, ch, fq);
-        if (!kq_async) {
+        if (kq_regs) {
           if (kt + 1 < nkt)
             fetch_x(a.q, ch, kt + 1);
           else
@@ -1784,27 +1858,35 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       Mma::mma<false, false>(hK + kt * kTileHalves, hS + kt * kTileHalves, acc);
     }
     if (upd) {
-      if (o_async)
+      if (kRing) {
+        tile::put_h_staged(hO, ring_tile(), ch.n);
+        ring_next();
+      } else if (o_async) {
         tile::put_h_staged(hO, gO, ch.n);  // the thread's own pieces (its wait suffices)
-      else
+      } else {
         tile::load_h(hO, ch.in(a, a.d_o, V, v0), a.H * V, ch.n, vc);
+      }
     }
-    if (chunk > 1) issue_qo(Chunk(a, chunk - 1, bh));
-    tile::cp_async_commit();
+    if (!kRing) {
+      if (chunk > 1) issue_qo(Chunk(a, chunk - 1, bh));
+      tile::cp_async_commit();
+    }
     tile::delta_out<true>(dd, acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, hE);  // dΔ = P^T dO + K^g dS_C
     if (!upd) break;
     const Chunk pv(a, chunk - 1, bh);
     load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
+    // kRing: this chunk's W (in the group of ring tile q_0 + kBwdRingSlots, where nkt < kBwdRingSlots after dO's).
+    if (kRing && nkt < kBwdRingSlots) tile::cp_async_wait<kBwdRingSlots - 1>();
     // The chunk before's row factors; the barrier: hE, hQ, hO, this chunk's W complete, the reads of hK above done.
     scan_gate_factors(g0, g1, pv.n, fq_of(chunk - 1), fk);
     if (chunk > 1) fetch_gate_pair(a, Chunk(a, chunk - 2, bh), g0, g1);
-    tile::cp_async_wait<2>();  // k of the chunk before (all but the two groups committed since)
+    if (!kRing) tile::cp_async_wait<2>();  // k of the chunk before (all but the two groups committed since)
     const float aC = fq[kN];  // e^{Γ_C}
 #pragma unroll
     for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {  // B2 (unrolled: dS[kt] stays in registers)
       if (kt >= nkt) break;
       put_k(kt, pv);
-      if (!kq_async) {
+      if (kq_regs) {
         if (kt + 1 < nkt)
           fetch_x(a.k, pv, kt + 1);
         else if (chunk > 1)
@@ -1823,7 +1905,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
     }
     if (kq_async && chunk > 1) issue_k(Chunk(a, chunk - 2, bh));
-    tile::cp_async_commit();
+    if (!kRing) tile::cp_async_commit();
   }
   tile::cp_async_wait<0>();
 }
@@ -2276,7 +2358,12 @@ template <typename L, typename E>
 Scan<L, E> bwd_scan(const GdnFast<L, E>& a) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
-    if (nkt <= kBwdScanMaxKt) return {gdn_bwd_scan_mma_kernel<L, E>, bwd_scan_mma_smem(nkt)};
+    if (nkt <= kBwdScanMaxKt) {
+      if (!bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, a.K) && tile::async_ok_f(a.q, a.K) &&
+          tile::async_ok_f(a.d_o, a.V))
+        return {gdn_bwd_scan_mma_kernel<L, E, true>, bwd_scan_mma_smem(nkt, true)};
+      return {gdn_bwd_scan_mma_kernel<L, E, false>, bwd_scan_mma_smem(nkt, false)};
+    }
   }
   return {gdn_bwd_scan_kernel<L, E>, smem_for(4 + nkt)};
 }
