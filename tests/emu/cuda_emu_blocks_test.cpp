@@ -126,7 +126,7 @@ TEST_CASE("cuda emu: decay gates (GDN: dim 1; KDA: dim d_k) and Comba gates (64-
     const auto out = under_every_config(
         [&] {
           Buffer bdg(dg), ba(a), bdbeta(dbeta), bb(b), bA(A_log), bdt(dt_bias), da(n), db(nh), dA(dA0), ddt(ddt0);
-          Buffer scratch(llmt::cuda::decay_gates_bwd_scratch_bytes(H, dim) / sizeof(float) + 1);
+          Buffer scratch(llmt::cuda::decay_gates_bwd_scratch_bytes(rows, H, dim) / sizeof(float) + 1);
           llmt::cuda::decay_gates_bwd(bdg.get(), bdbeta.get(), ba.get(), bb.get(), bA.get(), bdt.get(), rows, H, dim,
                                       da.get(), db.get(), dA.get(), ddt.get(), scratch.get(), nullptr);
           return std::vector<std::vector<float>>{da.host(), db.host(), dA.host(), ddt.host()};
