@@ -19,6 +19,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -39,11 +40,13 @@ using llmt::Tensor;
 }  // namespace
 
 TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic", "[cuda][delta]") {
-  // Runs of 32 tokens (T = 37: a full and a partial run per sequence), one or two blocks of 256 channels, the
-  // widest kernel width (kConvMaxWidth = 8).
-  for (const auto& [W, C] : {std::pair<int64_t, int64_t>{1, 48}, {4, 48}, {4, 300}, {8, 48}}) {
-    const int64_t B = 2, T = 37;
-    const std::string tag = "W=" + std::to_string(W) + " C=" + std::to_string(C);
+  // Runs of 32 tokens (T = 37: a full and a partial run per sequence; T = 300: 20 runs, three blocks of 8 runs in
+  // the backward, the last partial), one or three blocks of channels (128 a block when four a thread: W <= 4 and
+  // C % 4 == 0; else 32), an odd width and channel count, the widest kernel width (kConvMaxWidth = 8).
+  for (const auto& [W, C, T] : {std::tuple<int64_t, int64_t, int64_t>{1, 48, 37}, {4, 48, 37}, {4, 300, 37},
+                                {8, 48, 37}, {4, 48, 300}, {3, 37, 300}}) {
+    const int64_t B = 2;
+    const std::string tag = "W=" + std::to_string(W) + " C=" + std::to_string(C) + " T=" + std::to_string(T);
     Pair x = both(randn(B * T * C, 1), {B, T, C}), w = both(randn(C * W, 2, 0.5), {C, 1, W});
     Pair pre = both(randn(B * T * C, 3), {B, T, C}), y = both(randn(B * T * C, 4), {B, T, C});
     gpu().short_conv_silu_fwd(*x.g, *w.g, *pre.g, *y.g);
@@ -89,7 +92,7 @@ TEST_CASE("cuda delta: l2norm forward and backward with query scale", "[cuda][de
 TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, deterministic dw", "[cuda][delta]") {
   for (const bool sig : {false, true}) {
     const std::string tag = sig ? "sigmoid" : "silu";
-    const int64_t rows = 2 * 300 * 3, dim = 128;  // many 32-row dw chunks
+    const int64_t rows = 2 * 300 * 3, dim = 128;  // many 128-row dw blocks, the last partial
     Pair o = both(randn(rows * dim, 21), {rows, dim}), z = both(randn(rows * dim, 22, 2.0), {rows, dim});
     Pair w = both(randn(dim, 23), {dim}), y = both(randn(rows * dim, 24), {rows, dim});
     Pair rstd = both(randn(rows, 25), {rows});

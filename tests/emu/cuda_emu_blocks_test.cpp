@@ -1,14 +1,14 @@
 // The delta-rule layers' small blocks (src/kernels/cuda/delta_blocks.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: the short conv + SiLU forward and backward (widths 1, 4 and the largest the
-// kernels take, 8; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a partial last run; one
-// and two blocks of channels), the L2 norm forward and backward, the gated RMSNorm forward, the decay gates backward
-// (GDN: dim 1; KDA: dim d_k) and the Comba gates backward (several 64-row blocks, a partial last one). Every output
-// must be
+// kernels take, 8, and an odd one, 3; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a
+// partial last run, one and several blocks of 8 runs; one and several blocks of channels, four or one a thread),
+// the L2 norm forward and backward, the gated RMSNorm forward and backward (one and several blocks of rows, the
+// last partial; widths below and above a warp's 32 lanes), the decay gates backward (GDN: dim 1; KDA: dim d_k)
+// and the Comba gates backward (several 64-row blocks, a partial last one). Every output must be
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
-// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_fwd, delta_gates_bwd,
+// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, delta_gates_bwd,
 //     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU.
-// (The gated RMSNorm backward is not run: its dw partial kernel has two-dimensional blocks, which the emulator does
-// not take.) Run with `ctest -L emu`.
+// Run with `ctest -L emu`.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -77,12 +77,17 @@ void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t 
 
 }  // namespace
 
-TEST_CASE("cuda emu: short conv + SiLU, widths 1, 4, 8, with and without a bias, runs of 32 tokens", "[emu][blocks]") {
+TEST_CASE("cuda emu: short conv + SiLU, widths 1, 3, 4, 8, with and without a bias, runs of 32 tokens",
+          "[emu][blocks]") {
+  // The backward takes four channels a thread (float4) when the width is at most 4 and the channel count a
+  // multiple of 4, else one; a block 8 runs (one a warp) and 32 lanes' channels.
   check_conv(2, 37, 48, 1, false, 100);
   check_conv(2, 37, 48, 4, false, 110);
-  check_conv(1, 70, 300, 4, true, 120);  // two blocks of channels, the second partial
-  check_conv(2, 37, 40, 8, true, 130);
-  check_conv(1, 3, 16, 4, false, 140);  // a sequence shorter than the width
+  check_conv(1, 70, 300, 4, true, 120);  // three blocks of 128 channels (four a thread), the last partial
+  check_conv(2, 37, 40, 8, true, 130);   // width 8: one channel a thread
+  check_conv(1, 3, 16, 4, false, 140);   // a sequence shorter than the width
+  check_conv(2, 300, 40, 4, false, 150);  // 20 runs: three blocks of 8 runs, the last partial
+  check_conv(3, 130, 37, 3, true, 160);   // odd channel count and width: one channel a thread; 15 runs
 }
 
 TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one warp per row)", "[emu][blocks]") {
@@ -112,6 +117,38 @@ TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one wa
     require_close(out[2], narrow(dx), "l2norm dx");
     require_close(out[3], narrow(gy), sig ? "gated rmsnorm y (sigmoid)" : "gated rmsnorm y (silu)");
     require_close(out[4], narrow(rstd), "gated rmsnorm rstd");
+  }
+}
+
+TEST_CASE("cuda emu: gated RMSNorm backward (dw over blocks of 8 warps x 16 rows), both gates", "[emu][blocks]") {
+  // One partial block; three blocks, the last partial (a warp without rows); an odd width below a warp's 32 lanes;
+  // a width of several lanes' columns, not a multiple of 32.
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{75, 80}, {300, 40}, {130, 7}, {140, 200}}) {
+    for (const bool sig : {false, true}) {
+      INFO("gated rmsnorm rows=" << rows << " dim=" << dim << (sig ? " sigmoid" : " silu"));
+      const size_t n = static_cast<size_t>(rows * dim);
+      const auto o = randn(n, 500), z = randn(n, 501, 2.0), wn = randn(static_cast<size_t>(dim), 502),
+                 dy = randn(n, 503), dw0 = randn(static_cast<size_t>(dim), 504);
+      const auto out = under_every_config(
+          [&] {
+            Buffer bo(o), bz(z), bw(wn), bdy(dy), y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw(dw0);
+            Buffer scratch(llmt::cuda::gated_rmsnorm_bwd_scratch_bytes(rows, dim) / sizeof(float) + 1);
+            llmt::cuda::gated_rmsnorm_fwd(bo.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, y.get(), rstd.get(),
+                                          nullptr);
+            llmt::cuda::gated_rmsnorm_bwd(bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, sig,
+                                          d_o.get(), dz.get(), dw.get(), scratch.get(), nullptr);
+            return std::vector<std::vector<float>>{rstd.host(), d_o.host(), dz.host(), dw.host()};
+          },
+          {"rstd", "d_o", "dz", "dw"});
+      // The reference backward from the kernels' rstd (as tests/cuda_delta_test.cpp does).
+      std::vector<double> d_o(n), dz(n), dw = wide(dw0);
+      const std::vector<double> od = wide(o), zd = wide(z), wd = wide(wn), dyd = wide(dy), rs = wide(out[0]);
+      llmt::cpu::gated_rmsnorm_bwd<double>(dyd.data(), od.data(), zd.data(), wd.data(), rs.data(), rows, dim, sig,
+                                           d_o.data(), dz.data(), dw.data());
+      require_close(out[1], narrow(d_o), "d_o");
+      require_close(out[2], narrow(dz), "dz");
+      require_close(out[3], narrow(dw), "dw");
+    }
   }
 }
 
