@@ -141,13 +141,21 @@ __device__ void load_vec(const float* __restrict__ p, float (&v)[V]) {
     for (int i = 0; i < V; ++i) v[i] = p[i];
   }
 }
-template <int V>
-__device__ void store_vec(float* __restrict__ p, const float (&v)[V]) {
-  if constexpr (V == 4) {
+// v rounded to T at p (16-byte aligned float, 8-byte aligned bf16 when V = 4: one store).
+template <int V, typename T>
+__device__ void store_vec(T* __restrict__ p, const float (&v)[V]) {
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (V == 4) {
+    struct alignas(8) Four {
+      T e[4];
+    } q;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q.e[i] = from_f32<T>(v[i]);
+    *reinterpret_cast<Four*>(p) = q;
   } else {
 #pragma unroll
-    for (int i = 0; i < V; ++i) p[i] = v[i];
+    for (int i = 0; i < V; ++i) p[i] = from_f32<T>(v[i]);
   }
 }
 
@@ -181,17 +189,17 @@ struct ConvBwdRun {
 };
 
 // The backward for the thread's run and channels c (fp32): dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (i ascending, terms
-// past the sequence's end are zeros) for τ in the run, and the run's sums S[c, i] = Σ_{t in the run} ȳ_t[c]
+// past the sequence's end are zeros; stored as TX: float, or bf16 rounded from the fp32 sum) for τ in the run, and the run's sums S[c, i] = Σ_{t in the run} ȳ_t[c]
 // x_{t-W+1+i}[c] (t ascending, x before the sequence zero) and Σ_t ȳ_t[c]. As t walks [t0, t1 + W - 1): yr[k] =
 // ȳ_{t-k} (0 past the sequence's end), so dx_τ is complete at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j}
 // and dwr[j] the sum of tap W-1-j, for t < t1. Token t + 2's dy, pre and x are loaded before token t's
 // arithmetic (a two-token ring in registers). Then the block's sums over its warps (runs), in warp order in
 // double, go to partial[x, c * W + i] and (bias_partial given) bias_partial[x, c]: the threads' run sums wait in
 // shared memory, red[thread][v * (W + 1) + i] (i = W: dbias), across the one barrier.
-template <int W, int V>
+template <int W, int V, typename TX>
 __global__ void __launch_bounds__(kThreads, 2) short_conv_bwd_kernel(
     const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ w,
-    const float* __restrict__ pre, int64_t batch, int64_t seq_len, int64_t channels, float* __restrict__ dx,
+    const float* __restrict__ pre, int64_t batch, int64_t seq_len, int64_t channels, TX* __restrict__ dx,
     double* __restrict__ partial, double* __restrict__ bias_partial) {
   extern __shared__ __align__(16) char smem[];
   float* red = reinterpret_cast<float*>(smem);
@@ -217,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2) short_conv_bwd_kernel(
     const int u_end = static_cast<int>((run.t1 + W - 1 < seq_len ? run.t1 + W - 1 : seq_len) - run.t0);
     const int64_t first = run.seq + run.t0 * channels;
     const float *pdy = dy + first, *ppre = pre + first, *px = x + first;
-    float* pdx = dx + first;
+    TX* pdx = dx + first;
     // Token u's dy, pre, x in slot u % 2 of a two-token ring, loaded two tokens ahead of its arithmetic.
     float rd[2][V] = {}, rz[2][V] = {}, rx[2][V] = {};
     const auto fetch = [&](int u, float (&d)[V], float (&z)[V], float (&xv)[V]) {
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2) short_conv_bwd_kernel(
         for (int i = 0; i < W; ++i) acc += wr[v][i] * yr[v][i];
         dxv[v] = acc;
       }
-      if (u >= W - 1) store_vec<V>(pdx + (u - W + 1) * step, dxv);
+      if (u >= W - 1) store_vec<V, TX>(pdx + (u - W + 1) * step, dxv);
     };
     fetch(0, rd[0], rz[0], rx[0]);
     fetch(1, rd[1], rz[1], rx[1]);
@@ -364,10 +372,11 @@ __device__ Gate gate(float z, bool sigmoid_gate) {
   return {z * sig, sig * (1.0f + z * (1.0f - sig))};
 }
 
-// rho = (mean_c(o_c^2) + eps)^(-1/2) (in double);  y = o rho ∘ w ∘ phi(z)
+// rho = (mean_c(o_c^2) + eps)^(-1/2) (in double);  y = o rho ∘ w ∘ phi(z) (fp32, stored as TY: float or bf16)
+template <typename TY>
 __global__ void gated_rmsnorm_fwd_kernel(const float* __restrict__ o, const float* __restrict__ z,
                                          const float* __restrict__ w, int64_t rows, int64_t dim, double eps,
-                                         bool sigmoid_gate, float* __restrict__ y, float* __restrict__ rstd) {
+                                         bool sigmoid_gate, TY* __restrict__ y, float* __restrict__ rstd) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* orow = o + r * dim;
@@ -378,29 +387,30 @@ __global__ void gated_rmsnorm_fwd_kernel(const float* __restrict__ o, const floa
     const float rho = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32)
-      y[r * dim + j] = orow[j] * rho * w[j] * gate(z[r * dim + j], sigmoid_gate).phi;
+      y[r * dim + j] = from_f32<TY>(orow[j] * rho * w[j] * gate(z[r * dim + j], sigmoid_gate).phi);
     if (lane == 0) rstd[r] = rho;
   }
 }
 
 // Rows of one gated_rmsnorm_bwd_kernel warp (a run of its fp32 dw sums) and block.
-constexpr int kNormRun = 16, kNormBlockRows = kNormRun * kWarpRows;
+constexpr int kNormRun = 32, kNormBlockRows = kNormRun * kWarpRows;
 constexpr int64_t kMaxNormSmem = 227 * 1024;  // the most dynamic shared memory a block takes (sm_90)
 
 // Floats of a gated_rmsnorm_bwd_kernel block's dynamic shared memory: each warp's run sums of dw.
 int64_t gated_rmsnorm_bwd_smem_floats(int64_t dim) { return kWarpRows * dim; }
 
-// dz = dy ô w phi'(z);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c);  the dw partial sums of
-// dy ô phi(z).
+// dz = dy ô w phi'(z) (stored as TZ: float or bf16);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c);
+// the dw partial sums of dy ô phi(z).
 // Block x takes rows [kNormBlockRows x, + kNormBlockRows), warp w the run of kNormRun rows from kNormBlockRows x +
 // kNormRun w, its lanes columns j = lane + 32 k. A row: dz and the lane's part of Σ dô ô (double) with the warp's
 // dw run sums acc[w][j] += dy ô phi (fp32, shared memory owned by lane j % 32: no barrier); the butterfly sum; then
 // dy, o, z again (the warp's own row: L1) and do. Then the block adds its warps' run sums in warp order in double:
 // partial[x, j].
+template <typename TZ>
 __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ o,
                                          const float* __restrict__ z, const float* __restrict__ w,
                                          const float* __restrict__ rstd, int64_t rows, int64_t dim, bool sigmoid_gate,
-                                         float* __restrict__ d_o, float* __restrict__ dz,
+                                         float* __restrict__ d_o, TZ* __restrict__ dz,
                                          double* __restrict__ partial) {
   extern __shared__ __align__(16) char smem[];
   float* acc = reinterpret_cast<float*>(smem);
@@ -417,7 +427,7 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
       const int64_t e = r * dim + j;
       const float ohat = o[e] * rho, d = dy[e];
       const Gate gt = gate(z[e], sigmoid_gate);
-      dz[e] = d * ohat * w[j] * gt.dphi;
+      dz[e] = from_f32<TZ>(d * ohat * w[j] * gt.dphi);
       proj += static_cast<double>(d * w[j] * gt.phi) * ohat;
       mine[j] += d * ohat * gt.phi;
     }
@@ -593,8 +603,9 @@ size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t
   return sizeof(double) * static_cast<size_t>(conv_bwd_blocks(batch, seq_len) * channels * (width + 1));
 }
 
+template <typename TX>
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
-                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, float* dbias,
+                         int64_t seq_len, int64_t channels, int64_t width, TX* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream) {
   check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
         kConvMaxWidth, width);
@@ -613,13 +624,17 @@ void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const 
           dy, x, w, pre, batch, seq_len, channels, dx, partial, bias_partial);
     };
     if constexpr (W <= 4)
-      if (vec4) return launch(short_conv_bwd_kernel<W, 4>, 4);
-    launch(short_conv_bwd_kernel<W, 1>, 1);
+      if (vec4) return launch(&short_conv_bwd_kernel<W, 4, TX>, 4);
+    launch(&short_conv_bwd_kernel<W, 1, TX>, 1);
   });
   LLMT_CUDA_CHECK_LAUNCH();
   add_partials(partial, blocks, channels * width, dw, stream);
   if (dbias != nullptr) add_partials(bias_partial, blocks, channels, dbias, stream);
 }
+template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                  int64_t, float*, float*, float*, void*, cudaStream_t);
+template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                  int64_t, __nv_bfloat16*, float*, float*, void*, cudaStream_t);
 
 void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
                 cudaStream_t stream) {
@@ -635,34 +650,44 @@ void l2norm_bwd(const float* dy, const float* y, const float* rinv, int64_t rows
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename TY>
 void gated_rmsnorm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
-                       bool sigmoid_gate, float* y, float* rstd, cudaStream_t stream) {
+                       bool sigmoid_gate, TY* y, float* rstd, cudaStream_t stream) {
   if (rows == 0) return;
-  gated_rmsnorm_fwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate, y,
-                                                                      rstd);
+  gated_rmsnorm_fwd_kernel<TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate,
+                                                                              y, rstd);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void gated_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, bool, float*,
+                                float*, cudaStream_t);
+template void gated_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, bool,
+                                __nv_bfloat16*, float*, cudaStream_t);
 
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim) {
   return sizeof(double) * static_cast<size_t>(ceil_div(rows, kNormBlockRows) * dim);
 }
 
+template <typename TZ>
 void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd,
-                       int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, float* dz, float* dw, void* scratch,
+                       int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch,
                        cudaStream_t stream) {
   if (rows == 0 || dim == 0) return;
   const int64_t blocks = ceil_div(rows, kNormBlockRows), smem = sizeof(float) * gated_rmsnorm_bwd_smem_floats(dim);
   check(smem <= kMaxNormSmem, "gated_rmsnorm_bwd (cuda): dim {} exceeds the kernel's limit of {}", dim,
         kMaxNormSmem / (sizeof(float) * kWarpRows));
   if (smem > 48 * 1024)
-    LLMT_CUDA_CHECK(cudaFuncSetAttribute(gated_rmsnorm_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(gated_rmsnorm_bwd_kernel<TZ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   auto* partial = static_cast<double*>(scratch);
-  gated_rmsnorm_bwd_kernel<<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(smem), stream>>>(
+  gated_rmsnorm_bwd_kernel<TZ><<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(smem), stream>>>(
       dy, o, z, w, rstd, rows, dim, sigmoid_gate, d_o, dz, partial);
   LLMT_CUDA_CHECK_LAUNCH();
   add_partials(partial, blocks, dim, dw, stream);
 }
+template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                                bool, float*, float*, float*, void*, cudaStream_t);
+template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                                bool, float*, __nv_bfloat16*, float*, void*, cudaStream_t);
 
 void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
                      int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream) {
