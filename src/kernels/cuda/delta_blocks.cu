@@ -189,10 +189,10 @@ struct ConvBwdRun {
 };
 
 // The backward for the thread's run and channels c (fp32): dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (i ascending, terms
-// past the sequence's end are zeros; stored as TX: float, or bf16 rounded from the fp32 sum) for τ in the run, and the run's sums S[c, i] = Σ_{t in the run} ȳ_t[c]
-// x_{t-W+1+i}[c] (t ascending, x before the sequence zero) and Σ_t ȳ_t[c]. As t walks [t0, t1 + W - 1): yr[k] =
-// ȳ_{t-k} (0 past the sequence's end), so dx_τ is complete at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j}
-// and dwr[j] the sum of tap W-1-j, for t < t1. Token t + 2's dy, pre and x are loaded before token t's
+// past the sequence's end are zeros; stored as TX: float, or bf16 rounded from the fp32 sum) for τ in the run,
+// and the run's sums S[c, i] = Σ_{t in the run} ȳ_t[c] x_{t-W+1+i}[c] (t ascending, x before the sequence zero)
+// and Σ_t ȳ_t[c]. As t walks [t0, t1 + W - 1): yr[k] = ȳ_{t-k} (0 past the sequence's end), so dx_τ is complete
+// at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j} and dwr[j] the sum of tap W-1-j, for t < t1. Token t + 2's dy, pre and x are loaded before token t's
 // arithmetic (a two-token ring in registers). Then the block's sums over its warps (runs), in warp order in
 // double, go to partial[x, c * W + i] and (bias_partial given) bias_partial[x, c]: the threads' run sums wait in
 // shared memory, red[thread][v * (W + 1) + i] (i = W: dbias), across the one barrier.
