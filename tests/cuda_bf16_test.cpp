@@ -34,6 +34,7 @@ OwnedTensor cpu_rounded(const std::vector<float>& host, std::initializer_list<in
 }  // namespace
 
 TEST_CASE("cuda bf16: convert rounds to nearest even, both ways, and refuses other pairs", "[cuda][bf16]") {
+  // 4099 elements: 512 groups of eight (16-byte aligned buffers) and a tail of three.
   // Hand-picked halfway cases besides random values: 1 + 2^-8 is a tie that rounds down to 1
   // (even), 1 + 3 * 2^-8 a tie that rounds up to 1 + 2^-6; a value just above a tie rounds up.
   std::vector<float> x = randn(4099, 1, 3.0);
@@ -54,6 +55,20 @@ TEST_CASE("cuda bf16: convert rounds to nearest even, both ways, and refuses oth
   for (size_t i = 0; i < x.size(); ++i) {
     INFO("i " << i << " x " << x[i]);
     REQUIRE(std::memcmp(&back[i], &expect[i], sizeof(float)) == 0);
+  }
+  // Views one element in (not 16-byte aligned, unlike the buffers: the element-a-thread path, both ways).
+  const Tensor a1(static_cast<char*>(a->data) + sizeof(float), DType::f32, {4098});
+  const Tensor b1(static_cast<char*>(b->data) + 2, DType::bf16, {4098});
+  const Tensor c1(static_cast<char*>(c->data) + sizeof(float), DType::f32, {4098});
+  const std::vector<float> zeros(4099, 0.0f);  // (bytes enough for b too: zero bits are bf16 zeros)
+  gpu().upload(zeros.data(), *b);
+  gpu().upload(zeros.data(), *c);
+  gpu().convert(a1, b1);
+  gpu().convert(b1, c1);
+  const std::vector<float> back1 = get(gpu(), *c);
+  for (size_t i = 1; i < x.size(); ++i) {
+    INFO("view, i " << i << " x " << x[i]);
+    REQUIRE(std::memcmp(&back1[i], &expect[i], sizeof(float)) == 0);
   }
   OwnedTensor d(gpu(), DType::f64, {4099});
   REQUIRE_THROWS_WITH(gpu().convert(*a, *d), Catch::Contains("convert") && Catch::Contains("f64"));

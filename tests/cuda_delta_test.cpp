@@ -8,7 +8,8 @@
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice; the GDN and Comba backwards run first from what their forward saved (Backend::gdn_saved_numel: the
-// chunks' 𝒯), then without it (recomputing it), bit-identical.
+// chunks' 𝒯), then without it (recomputing it), bit-identical. The short conv's dx and the gated RMSNorm's y and
+// dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -19,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,12 +40,15 @@ using llmt::Tensor;
 
 }  // namespace
 
-TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic", "[cuda][delta]") {
-  // Runs of 32 tokens (T = 37: a full and a partial run per sequence), one or two blocks of 256 channels, the
-  // widest kernel width (kConvMaxWidth = 8).
-  for (const auto& [W, C] : {std::pair<int64_t, int64_t>{1, 48}, {4, 48}, {4, 300}, {8, 48}}) {
-    const int64_t B = 2, T = 37;
-    const std::string tag = "W=" + std::to_string(W) + " C=" + std::to_string(C);
+TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic, dx in f32 or bf16",
+          "[cuda][delta]") {
+  // Runs of 32 tokens (T = 37: a full and a partial run per sequence; T = 300: 20 runs, three blocks of 8 runs in
+  // the backward, the last partial), one or three blocks of channels (128 a block when four a thread: W <= 4 and
+  // C % 4 == 0; else 32), an odd width and channel count, the widest kernel width (kConvMaxWidth = 8).
+  for (const auto& [W, C, T] : {std::tuple<int64_t, int64_t, int64_t>{1, 48, 37}, {4, 48, 37}, {4, 300, 37},
+                                {8, 48, 37}, {4, 48, 300}, {3, 37, 300}}) {
+    const int64_t B = 2;
+    const std::string tag = "W=" + std::to_string(W) + " C=" + std::to_string(C) + " T=" + std::to_string(T);
     Pair x = both(randn(B * T * C, 1), {B, T, C}), w = both(randn(C * W, 2, 0.5), {C, 1, W});
     Pair pre = both(randn(B * T * C, 3), {B, T, C}), y = both(randn(B * T * C, 4), {B, T, C});
     gpu().short_conv_silu_fwd(*x.g, *w.g, *pre.g, *y.g);
@@ -62,6 +67,12 @@ TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), 
     gpu().upload(dw0.data(), *dw.g);
     gpu().short_conv_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g);
     require_bit_identical(first, get(gpu(), *dw.g), "conv dw " + tag);
+    // dx in bf16 (what the delta layers' bf16 projections read): the f32 dx rounded (within half a bf16 ulp).
+    OwnedTensor dxh(gpu(), DType::bf16, {B, T, C});
+    gpu().upload(dw0.data(), *dw.g);
+    gpu().short_conv_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dxh, *dw.g);
+    require_close(get_bf16(*dxh), get(gpu(), *dx.g), "conv dx in bf16 " + tag, 1.0 / 256);
+    require_close(dw, "conv dw with dx in bf16 " + tag);
   }
   // Wider than the kernels take: a clear error naming the limit.
   const int64_t B = 1, T = 5, C = 8, W = llmt::cuda::kConvMaxWidth + 1;
@@ -86,10 +97,11 @@ TEST_CASE("cuda delta: l2norm forward and backward with query scale", "[cuda][de
   require_close(dx, "l2norm dx");
 }
 
-TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, deterministic dw", "[cuda][delta]") {
+TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, deterministic dw, y and dz in f32 or bf16",
+          "[cuda][delta]") {
   for (const bool sig : {false, true}) {
     const std::string tag = sig ? "sigmoid" : "silu";
-    const int64_t rows = 2 * 300 * 3, dim = 128;  // many 32-row dw chunks
+    const int64_t rows = 2 * 300 * 3, dim = 128;  // eight 256-row dw blocks, the last partial
     Pair o = both(randn(rows * dim, 21), {rows, dim}), z = both(randn(rows * dim, 22, 2.0), {rows, dim});
     Pair w = both(randn(dim, 23), {dim}), y = both(randn(rows * dim, 24), {rows, dim});
     Pair rstd = both(randn(rows, 25), {rows});
@@ -110,6 +122,15 @@ TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, determini
     gpu().upload(dw0.data(), *dw.g);
     gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dz.g, *dw.g);
     require_bit_identical(first, get(gpu(), *dw.g), "gated rmsnorm dw " + tag);
+    // y and dz in bf16 (the output and gate projections' operands): the f32 ones rounded (within half an ulp).
+    OwnedTensor yh(gpu(), DType::bf16, {rows, dim}), dzh(gpu(), DType::bf16, {rows, dim});
+    gpu().gated_rmsnorm_fwd(*o.g, *z.g, *w.g, 1e-5, sig, *yh, *rstd.g);
+    require_close(get_bf16(*yh), get(gpu(), *y.g), "gated rmsnorm y in bf16 " + tag, 1.0 / 256);
+    gpu().upload(dw0.data(), *dw.g);
+    gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dzh, *dw.g);
+    require_close(get_bf16(*dzh), get(gpu(), *dz.g), "gated rmsnorm dz in bf16 " + tag, 1.0 / 256);
+    require_close(d_o, "gated rmsnorm d_o with dz in bf16 " + tag);
+    require_close(dw, "gated rmsnorm dw with dz in bf16 " + tag);
   }
 }
 

@@ -138,7 +138,8 @@ class Backend {
   // mdn_gates,mdn}.h. A backend
   // that does not implement one yet throws llmt::Error naming the op and itself.
 
-  /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated.
+  /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated. dx may be
+  /// bf16 where the backend computes in bf16 (CUDA: rounded from its fp32 result, for a bf16 matrix product).
   virtual void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y);
   virtual void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                    const Tensor& dx, const Tensor& dw);
@@ -147,7 +148,8 @@ class Backend {
   virtual void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
                           const Tensor& dx);
   /// y = rmsnorm(o) * w * phi(z) per row of w.numel() (phi = sigmoid or silu); rstd [rows].
-  /// d_o, dz overwritten; dw accumulated.
+  /// d_o, dz overwritten; dw accumulated. y and dz may be bf16 where the backend computes in bf16 (CUDA: rounded
+  /// from its fp32 results, for bf16 matrix products).
   virtual void gated_rmsnorm_fwd(const Tensor& o, const Tensor& z, const Tensor& w, double eps, bool sigmoid_gate,
                                  const Tensor& y, const Tensor& rstd);
   virtual void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& o, const Tensor& z, const Tensor& w,

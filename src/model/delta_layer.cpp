@@ -1,6 +1,5 @@
 #include "model/delta_layer.h"
 
-#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -46,28 +45,31 @@ void DeltaLayer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   batch_ = batch;
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len, H = c_.num_heads;
-  const DType dt = store_.dtype();
+  const DType dt = store_.dtype(), ct = store_.compute_dtype();
   for (Tensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = saved.take(dt, {rows, key_dim_});
-  for (Tensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_, &yn_}) *t = saved.take(dt, {rows, value_dim_});
+  for (Tensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_}) *t = saved.take(dt, {rows, value_dim_});
   for (Tensor* t : {&a_, &g_}) *t = saved.take(dt, {rows, decay_width()});
   for (Tensor* t : {&b_, &beta_, &rstd_}) *t = saved.take(dt, {rows, H});
   decay_proj_->plan(rows, saved);
   gate_proj_->plan(rows, saved);
   // With a compute dtype (bf16) the layer's own activations stay in the master dtype (its
-  // kernels are fp32); what meets a matrix product is rounded: the gated-norm output, saved for
-  // dW_o, and in the backward the projections' gradients (cvt_).
-  yn_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, value_dim_}) : Tensor();
+  // kernels are fp32); what meets a matrix product is in the compute dtype: the gated-norm
+  // output (written so by the norm, saved for dW_o), and in the backward the projections'
+  // gradients (the convolutions' dx and the norm's dz written so; the gates' through cvt_).
+  yn_ = saved.take(ct, {rows, value_dim_});
   plan_core(rows, saved);
 }
 
 void DeltaLayer::bind_scratch(ScratchCarver& s) {
   const int64_t rows = batch_ * seq_len_, H = c_.num_heads;
-  const DType dt = store_.dtype();
-  for (Tensor* t : {&dyn_, &do_, &dz_, &dvc_, &dvp_}) *t = s.take(dt, {rows, value_dim_});
-  for (Tensor* t : {&dqc_, &dkc_, &dqp_, &dkp_}) *t = s.take(dt, {rows, key_dim_});
+  const DType dt = store_.dtype(), ct = store_.compute_dtype();
+  for (Tensor* t : {&dyn_, &do_, &dvc_}) *t = s.take(dt, {rows, value_dim_});
+  for (Tensor* t : {&dz_, &dvp_}) *t = s.take(ct, {rows, value_dim_});
+  for (Tensor* t : {&dqc_, &dkc_}) *t = s.take(dt, {rows, key_dim_});
+  for (Tensor* t : {&dqp_, &dkp_}) *t = s.take(ct, {rows, key_dim_});
   for (Tensor* t : {&dg_, &da_}) *t = s.take(dt, {rows, decay_width()});
   for (Tensor* t : {&dbeta_, &db_}) *t = s.take(dt, {rows, H});
-  if (store_.compute_dtype() != dt) cvt_ = s.take(store_.compute_dtype(), {rows * std::max(key_dim_, value_dim_)});
+  if (ct != dt) cvt_ = s.take(ct, {rows, H});
   decay_proj_->bind_scratch(s, rows);
   gate_proj_->bind_scratch(s, rows);
   bind_core_scratch(s, rows);
@@ -112,7 +114,7 @@ void DeltaLayer::mix(const Tensor& x, const Tensor& y, const MixerState* state) 
   // Output gate, per-head gated RMSNorm (2.3), output projection.
   gate_proj_->forward(x, z_);
   be.gated_rmsnorm_fwd(o_, z_, store_.master(o_norm_), norm_eps_, c_.output_gate == "sigmoid", yn_, rstd_);
-  be.matmul(converted(be, yn_, yn_c_), false, store_.param(wo_), true, y, false);
+  be.matmul(yn_, false, store_.param(wo_), true, y, false);
 }
 
 void DeltaLayer::gates_forward(const Tensor&) {
@@ -138,7 +140,7 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const auto seq3 = [&](const Tensor& t, int64_t c) { return t.reshape({batch_, seq_len_, c}); };
   // Output projection and gated norm.
   be.matmul(dy, false, store_.param(wo_), false, dyn_, false);        // dyn = dy Wo
-  be.matmul(dy, true, yn_c_.data ? yn_c_ : yn_, false, store_.grad(wo_), true);  // dWo += dy^T yn
+  be.matmul(dy, true, yn_, false, store_.grad(wo_), true);             // dWo += dy^T yn
   be.gated_rmsnorm_bwd(dyn_, o_, z_, store_.master(o_norm_), rstd_, c_.output_gate == "sigmoid", do_, dz_,
                        store_.grad(o_norm_));
   gate_proj_->backward(x, dz_, dx, false);                            // dx = dz Wg_eff (first term)
@@ -157,9 +159,8 @@ void DeltaLayer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   be.short_conv_silu_bwd(seq3(dvc_, value_dim_), seq3(vp_, value_dim_), store_.master(conv_v_),
                          seq3(v_pre_, value_dim_), seq3(dvp_, value_dim_), store_.grad(conv_v_));
   for (auto [dproj, w] : {std::pair<const Tensor*, int>{&dqp_, wq_}, {&dkp_, wk_}, {&dvp_, wv_}}) {
-    const Tensor d = converted(be, *dproj, cvt_);
-    be.matmul(d, true, x, false, store_.grad(w), true);               // dW += dproj^T x
-    be.matmul(d, false, store_.param(w), false, dx, true);            // dx += dproj W
+    be.matmul(*dproj, true, x, false, store_.grad(w), true);          // dW += dproj^T x
+    be.matmul(*dproj, false, store_.param(w), false, dx, true);       // dx += dproj W
   }
 }
 

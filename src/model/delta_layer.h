@@ -84,7 +84,7 @@ class DeltaLayer : public Mixer {
   int A_log_, dt_bias_;                // decay-gate parameters [H] / [H dk] (registration indices)
   Tensor a_, b_;                  // gate pre-activations [rows, decay_width], [rows, H]
   Tensor da_, db_;                     // their gradients (shared scratch)
-  Tensor cvt_;  // shared scratch for gradients rounded to the compute dtype (only when it differs from dtype())
+  Tensor cvt_;  // shared scratch [rows, H] for the gates' gradients rounded to the compute dtype (when it differs)
 
  private:
   /// forward (state null) or decode (state: decode_state's): the same path, with the convolutions and the
@@ -99,9 +99,9 @@ class DeltaLayer : public Mixer {
   std::optional<Projection> decay_proj_, gate_proj_;  // a_proj / f_proj; g_proj (registered in FLA order)
   Tensor qp_, kp_, vp_;           // projections (inputs of the convolutions)
   Tensor q_pre_, k_pre_, v_pre_;  // convolution pre-activations
-  Tensor z_, rstd_, yn_;          // output gate, norm rstd [rows * H], gated-norm output
-  Tensor yn_c_;                   // yn_ in the compute dtype (only when that differs)
-  Tensor dyn_, dz_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch)
+  Tensor z_, rstd_;               // output gate, norm rstd [rows * H]
+  Tensor yn_;                     // gated-norm output, in the compute dtype (the output projection's operand)
+  Tensor dyn_, dz_, dqp_, dkp_, dvp_;  // backward temporaries (shared scratch); dz, dq/dk/dv_p in the compute dtype
 };
 
 }  // namespace llmt

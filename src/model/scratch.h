@@ -32,11 +32,12 @@ class ScratchCarver {
 };
 
 /// `t` as a matrix product wants it: t itself when `space` is empty (data == nullptr: the
-/// compute dtype is t's own), else t rounded into `space`'s memory and dtype (space must hold
-/// at least t.numel() elements), shaped like t. Mixed precision: the layers keep an empty
-/// `space` when compute and master dtypes agree.
+/// compute dtype is t's own) or t already has space's dtype (a kernel wrote it so), else t
+/// rounded into `space`'s memory and dtype (space must hold at least t.numel() elements),
+/// shaped like t. Mixed precision: the layers keep an empty `space` when compute and master
+/// dtypes agree.
 inline Tensor converted(Backend& backend, const Tensor& t, const Tensor& space) {
-  if (space.data == nullptr) return t;
+  if (space.data == nullptr || t.dtype == space.dtype) return t;
   check(space.numel() >= t.numel(), "converted: {} elements do not fit in {}", t.numel(), space.shape_str());
   Tensor out = t;
   out.data = space.data;

@@ -32,8 +32,9 @@
 //   - mma.sync: D = A B + C with the products of the bf16 operands (exact in fp32) added to C in depth order in fp32;
 //     the tensor cores' own accumulation order and rounding are not the hardware's, so results are close to the
 //     GPU's, not bit-identical to them. The fp32 intrinsics (__fadd_rn, __fmul_rn, __fma_rn, __dadd_rn) are exact
-//     IEEE operations; build the kernel TU with -ffp-contract=off (the GPU contracts a * b + c into fma where the
-//     source does not prevent it: plain fp32 expressions can differ from the GPU's in the last bit).
+//     IEEE operations (__fdividef too: the exact quotient, where the GPU's is within 2 ulp); build the kernel TU with
+//     -ffp-contract=off (the GPU contracts a * b + c into fma where the source does not prevent it: plain fp32
+//     expressions can differ from the GPU's in the last bit).
 //   - The host runtime (cuda_emu_runtime.cpp): one device with 132 SMs (an H100 / H200), 227 KiB of shared
 //     memory per block, occupancy from the dynamic shared memory and the thread count only (no register limit),
 //     static shared memory of a kernel reported as 0; streams and events are handles without work: launches run
@@ -469,6 +470,7 @@ inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return ::emu::red
 inline float __fadd_rn(float x, float y) { return x + y; }
 inline float __fmul_rn(float x, float y) { return x * y; }
 inline float __fmaf_rn(float x, float y, float z) { return std::fma(x, y, z); }
+inline float __fdividef(float x, float y) { return x / y; }  // (the exact quotient; the GPU's is within 2 ulp)
 inline double __dadd_rn(double x, double y) { return x + y; }
 inline double __dmul_rn(double x, double y) { return x * y; }
 inline double __fma_rn(double x, double y, double z) { return std::fma(x, y, z); }

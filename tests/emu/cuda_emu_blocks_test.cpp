@@ -1,18 +1,21 @@
 // The delta-rule layers' small blocks (src/kernels/cuda/delta_blocks.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: the short conv + SiLU forward and backward (widths 1, 4 and the largest the
-// kernels take, 8; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a partial last run; one
-// and two blocks of channels), the L2 norm forward and backward, the gated RMSNorm forward, the decay gates backward
-// (GDN: dim 1; KDA: dim d_k) and the Comba gates backward (several 64-row blocks, a partial last one). Every output
-// must be
+// kernels take, 8, and an odd one, 3; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a
+// partial last run, one and several blocks of 8 runs; one and several blocks of channels, four or one a thread),
+// the L2 norm forward and backward, the gated RMSNorm forward and backward (one and several blocks of rows, the
+// last partial; widths below and above a warp's 32 lanes), the decay gates backward (GDN: dim 1; KDA: dim d_k)
+// and the Comba gates backward (several 64-row blocks, a partial last one). Every output must be
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
-// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_fwd, delta_gates_bwd,
-//     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU.
-// (The gated RMSNorm backward is not run: its dw partial kernel has two-dimensional blocks, which the emulator does
-// not take.) Run with `ctest -L emu`.
+// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, delta_gates_bwd,
+//     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU;
+// (c) for the short conv's dx and the gated RMSNorm's y and dz written in bf16: the f32 outputs rounded, bit for
+//     bit (the other outputs of those runs bit-identical to the f32 runs').
+// Run with `ctest -L emu`.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cuda_test_host.h"
@@ -32,6 +35,28 @@ namespace {
 
 std::vector<double> wide(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
 std::vector<float> narrow(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
+
+/// Device-like memory for n bf16 values (Buffer's NaN fill: 0xffff, a bf16 NaN).
+struct Bf16Buffer {
+  Buffer b;
+  size_t n;
+  explicit Bf16Buffer(size_t count) : b((count + 1) / 2), n(count) {}
+  __nv_bfloat16* get() const { return reinterpret_cast<__nv_bfloat16*>(b.get()); }
+  std::vector<float> host() const {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = __bfloat162float(get()[i]);
+    return x;
+  }
+};
+
+/// The kernels' bf16 outputs are their fp32 outputs rounded to nearest even: the same bits.
+void require_rounded(const std::vector<float>& bf16_out, const std::vector<float>& f32_out, const char* what) {
+  INFO(what << " in bf16: the f32 output rounded");
+  REQUIRE(bf16_out.size() == f32_out.size());
+  std::vector<float> rounded(f32_out.size());
+  for (size_t i = 0; i < f32_out.size(); ++i) rounded[i] = __bfloat162float(__float2bfloat16_rn(f32_out[i]));
+  CHECK(first_difference(bf16_out, rounded) == -1);
+}
 
 /// Runs `run()` (the kernels, returning their outputs) under every emulator configuration: outputs finite and the
 /// same bits in each; returns the reference run's.
@@ -59,9 +84,18 @@ void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t 
                                         nullptr);
         llmt::cuda::short_conv_silu_bwd(bdy.get(), bx.get(), bw.get(), pre.get(), B, T, C, W, dx.get(), dw.get(),
                                         bias ? db.get() : nullptr, scratch.get(), nullptr);
-        return std::vector<std::vector<float>>{pre.host(), y.host(), dx.host(), dw.host(), db.host()};
+        // Again with dx in bf16 (what the delta layers hand their bf16 projections).
+        Bf16Buffer dxh(n);
+        Buffer dw2(dw0), db2(db0);
+        llmt::cuda::short_conv_silu_bwd(bdy.get(), bx.get(), bw.get(), pre.get(), B, T, C, W, dxh.get(), dw2.get(),
+                                        bias ? db2.get() : nullptr, scratch.get(), nullptr);
+        return std::vector<std::vector<float>>{pre.host(), y.host(), dx.host(), dw.host(), db.host(), dxh.host(),
+                                               dw2.host(), db2.host()};
       },
-      {"pre", "y", "dx", "dw", "dbias"});
+      {"pre", "y", "dx", "dw", "dbias", "dx (bf16)", "dw (bf16 dx)", "dbias (bf16 dx)"});
+  require_rounded(out[5], out[2], "dx");
+  CHECK(first_difference(out[6], out[3]) == -1);
+  CHECK(first_difference(out[7], out[4]) == -1);
   // The reference: the CPU's conv in double (its bias variant through the Mamba2 path's pre = conv + bias).
   std::vector<double> pre(n), y(n), dx(n), dw = wide(dw0), db = wide(db0);
   const std::vector<double> xd = wide(x), wd = wide(w), dyd = wide(dy), bd = wide(b);
@@ -77,12 +111,18 @@ void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t 
 
 }  // namespace
 
-TEST_CASE("cuda emu: short conv + SiLU, widths 1, 4, 8, with and without a bias, runs of 32 tokens", "[emu][blocks]") {
+TEST_CASE("cuda emu: short conv + SiLU, widths 1, 3, 4, 8, with and without a bias, runs of 32 tokens, dx in f32 "
+          "and bf16",
+          "[emu][blocks]") {
+  // The backward takes four channels a thread (float4) when the width is at most 4 and the channel count a
+  // multiple of 4, else one; a block 8 runs (one a warp) and 32 lanes' channels.
   check_conv(2, 37, 48, 1, false, 100);
   check_conv(2, 37, 48, 4, false, 110);
-  check_conv(1, 70, 300, 4, true, 120);  // two blocks of channels, the second partial
-  check_conv(2, 37, 40, 8, true, 130);
-  check_conv(1, 3, 16, 4, false, 140);  // a sequence shorter than the width
+  check_conv(1, 70, 300, 4, true, 120);  // three blocks of 128 channels (four a thread), the last partial
+  check_conv(2, 37, 40, 8, true, 130);   // width 8: one channel a thread
+  check_conv(1, 3, 16, 4, false, 140);   // a sequence shorter than the width
+  check_conv(2, 300, 40, 4, false, 150);  // 20 runs: three blocks of 8 runs, the last partial
+  check_conv(3, 130, 37, 3, true, 160);   // odd channel count and width: one channel a thread; 15 runs
 }
 
 TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one warp per row)", "[emu][blocks]") {
@@ -112,6 +152,52 @@ TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one wa
     require_close(out[2], narrow(dx), "l2norm dx");
     require_close(out[3], narrow(gy), sig ? "gated rmsnorm y (sigmoid)" : "gated rmsnorm y (silu)");
     require_close(out[4], narrow(rstd), "gated rmsnorm rstd");
+  }
+}
+
+TEST_CASE("cuda emu: gated RMSNorm backward (dw over blocks of 8 warps x 32 rows), y and dz in f32 and bf16",
+          "[emu][blocks]") {
+  // One partial block; three blocks, the last partial (warps without rows); an odd width below a warp's 32 lanes;
+  // a width of several lanes' columns, not a multiple of 32.
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{75, 80}, {600, 40}, {130, 7}, {140, 200}}) {
+    for (const bool sig : {false, true}) {
+      INFO("gated rmsnorm rows=" << rows << " dim=" << dim << (sig ? " sigmoid" : " silu"));
+      const size_t n = static_cast<size_t>(rows * dim);
+      const auto o = randn(n, 500), z = randn(n, 501, 2.0), wn = randn(static_cast<size_t>(dim), 502),
+                 dy = randn(n, 503), dw0 = randn(static_cast<size_t>(dim), 504);
+      const auto out = under_every_config(
+          [&] {
+            Buffer bo(o), bz(z), bw(wn), bdy(dy), y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw(dw0);
+            Buffer scratch(llmt::cuda::gated_rmsnorm_bwd_scratch_bytes(rows, dim) / sizeof(float) + 1);
+            llmt::cuda::gated_rmsnorm_fwd(bo.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, y.get(), rstd.get(),
+                                          nullptr);
+            llmt::cuda::gated_rmsnorm_bwd(bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, sig,
+                                          d_o.get(), dz.get(), dw.get(), scratch.get(), nullptr);
+            // Again with y and dz in bf16 (the output and gate projections' operands).
+            Bf16Buffer yh(n), dzh(n);
+            Buffer rstd2(static_cast<size_t>(rows)), d_o2(n), dw2(dw0);
+            llmt::cuda::gated_rmsnorm_fwd(bo.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, yh.get(), rstd2.get(),
+                                          nullptr);
+            llmt::cuda::gated_rmsnorm_bwd(bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, sig,
+                                          d_o2.get(), dzh.get(), dw2.get(), scratch.get(), nullptr);
+            return std::vector<std::vector<float>>{rstd.host(), d_o.host(), dz.host(),    dw.host(),   y.host(),
+                                                   yh.host(),   dzh.host(), rstd2.host(), d_o2.host(), dw2.host()};
+          },
+          {"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)", "d_o (bf16 dz)",
+           "dw (bf16 dz)"});
+      require_rounded(out[5], out[4], "y");
+      require_rounded(out[6], out[2], "dz");
+      for (const auto& [a, b] : {std::pair<size_t, size_t>{7, 0}, {8, 1}, {9, 3}})
+        CHECK(first_difference(out[a], out[b]) == -1);
+      // The reference backward from the kernels' rstd (as tests/cuda_delta_test.cpp does).
+      std::vector<double> d_o(n), dz(n), dw = wide(dw0);
+      const std::vector<double> od = wide(o), zd = wide(z), wd = wide(wn), dyd = wide(dy), rs = wide(out[0]);
+      llmt::cpu::gated_rmsnorm_bwd<double>(dyd.data(), od.data(), zd.data(), wd.data(), rs.data(), rows, dim, sig,
+                                           d_o.data(), dz.data(), dw.data());
+      require_close(out[1], narrow(d_o), "d_o");
+      require_close(out[2], narrow(dz), "dz");
+      require_close(out[3], narrow(dw), "dw");
+    }
   }
 }
 

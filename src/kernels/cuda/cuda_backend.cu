@@ -394,15 +394,18 @@ class CudaBackend final : public Backend {
                            const Tensor& dw) override {
     check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2], "short_conv_silu_bwd: x {} w {}", x.shape_str(),
           w.shape_str());
-    for (const Tensor* t : {&dy, &pre, &dx}) check_same(x, *t, "short_conv_silu_bwd");
+    for (const Tensor* t : {&dy, &pre}) check_same(x, *t, "short_conv_silu_bwd");
+    check(dx.numel() == x.numel(), "short_conv_silu_bwd: dx {} for x {}", dx.shape_str(), x.shape_str());
     check_same(w, dw, "short_conv_silu_bwd");
     check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
     const char* op = "short_conv_silu_bwd";
     const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], W = w.shape[2];
     const float *pdy = f32(dy, op), *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
-    float *pdx = f32(dx, op), *pdw = f32(dw, op);
-    cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw, nullptr,
-                              scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+    float* pdw = f32(dw, op);
+    dispatch(dx, op, [&](auto t) {  // dx in f32, or rounded to bf16 for the projections' products
+      cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, ptr<decltype(t)>(dx), pdw, nullptr,
+                                scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+    });
   }
 
   // ---- Mamba2 (checks as the CPU backend's; f32: the layer keeps its activations in the master dtype) ----
@@ -527,23 +530,28 @@ class CudaBackend final : public Backend {
     check(rows * dim == o.numel() && rstd.numel() == rows, "gated_rmsnorm_fwd: o {} w {} rstd {}", o.shape_str(),
           w.shape_str(), rstd.shape_str());
     check_same(o, z, "gated_rmsnorm_fwd");
-    check_same(o, y, "gated_rmsnorm_fwd");
+    check(y.numel() == o.numel(), "gated_rmsnorm_fwd: y {} for o {}", y.shape_str(), o.shape_str());
     const char* op = "gated_rmsnorm_fwd";
-    cuda::gated_rmsnorm_fwd(f32(o, op), f32(z, op), f32(w, op), rows, dim, eps, sigmoid_gate, f32(y, op),
-                            f32(rstd, op), stream_);
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for the output projection's product
+      cuda::gated_rmsnorm_fwd(f32(o, op), f32(z, op), f32(w, op), rows, dim, eps, sigmoid_gate, ptr<decltype(t)>(y),
+                              f32(rstd, op), stream_);
+    });
   }
   void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& rstd,
                          bool sigmoid_gate, const Tensor& d_o, const Tensor& dz, const Tensor& dw) override {
     const int64_t dim = w.numel(), rows = o.numel() / dim;
     check(rows * dim == o.numel() && rstd.numel() == rows, "gated_rmsnorm_bwd: o {} w {}", o.shape_str(),
           w.shape_str());
-    for (const Tensor* t : {&dy, &z, &d_o, &dz}) check_same(o, *t, "gated_rmsnorm_bwd");
+    for (const Tensor* t : {&dy, &z, &d_o}) check_same(o, *t, "gated_rmsnorm_bwd");
+    check(dz.numel() == o.numel(), "gated_rmsnorm_bwd: dz {} for o {}", dz.shape_str(), o.shape_str());
     check_same(w, dw, "gated_rmsnorm_bwd");
     const char* op = "gated_rmsnorm_bwd";
     const float *pdy = f32(dy, op), *po = f32(o, op), *pz = f32(z, op), *pw = f32(w, op), *prstd = f32(rstd, op);
-    float *pdo = f32(d_o, op), *pdz = f32(dz, op), *pdw = f32(dw, op);
-    cuda::gated_rmsnorm_bwd(pdy, po, pz, pw, prstd, rows, dim, sigmoid_gate, pdo, pdz, pdw,
-                            scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+    float *pdo = f32(d_o, op), *pdw = f32(dw, op);
+    dispatch(dz, op, [&](auto t) {  // dz in f32, or rounded to bf16 for the gate projection's products
+      cuda::gated_rmsnorm_bwd(pdy, po, pz, pw, prstd, rows, dim, sigmoid_gate, pdo, ptr<decltype(t)>(dz), pdw,
+                              scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+    });
   }
   void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
                      const Tensor& beta) override {

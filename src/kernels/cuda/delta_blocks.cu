@@ -2,9 +2,10 @@
 // short convolution + SiLU (also Mamba2's conv with its per-channel bias, layers-ssm-attn.md §1.4),
 // L2 norm, gated RMSNorm, the decay gates (GDN/Comba per head, KDA per key channel, §4.3 steps 2-3)
 // and the Comba gates (§4.2 steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,
-// l2norm,gated_rmsnorm,delta_gates,comba_gates}.h; arithmetic in double like the CPU reference. Parameter
-// gradients (dw, dbias, dA_log, ddt_bias, ddecay, dD) are reduced deterministically: fixed-order partial
-// sums, never atomics.
+// l2norm,gated_rmsnorm,delta_gates,comba_gates}.h. Arithmetic in double like the CPU reference, except the
+// short conv backward and the gated RMSNorm, whose per-element arithmetic is fp32 (their row sums and the
+// parameter gradients' sums beyond a thread's run stay double). Parameter gradients (dw, dbias, dA_log,
+// ddt_bias, ddecay, dD) are reduced deterministically: fixed-order partial sums, never atomics.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -13,33 +14,50 @@
 namespace llmt::cuda {
 namespace {
 
+#ifdef LLMT_CUDA_EMU
+LLMT_CUDA_EMU_DYNAMIC_SMEM(smem);  // what the kernels' `extern __shared__ ... smem[]` name (tests/emu/cuda_emu.h)
+#endif
+
 __device__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+// σ(x) in fp32, the quotient by __fdividef: within 2 ulp, and 0 once e^{-x} passes 2^126 (where σ < 2^-126)
+__device__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
 
-// Partial sums over fixed row ranges ("chunks"), as rmsnorm.cu: a block covers 32 columns
-// (threadIdx.x, coalesced) and one chunk of rows, threadIdx.y strides the rows, and the 8
-// row sums are added in y order; a final kernel adds the chunks in chunk order.
-constexpr int kCols = 32, kRowThreads = 8, kMaxChunks = 256, kMinRowsPerChunk = 32;
+// The parameter gradients' sums: each kernel writes fixed-order partial sums (in double) of fixed row ranges,
+// one row of `partial` per range ("chunk"); add_partials_kernel adds them up: a block covers kCols columns (its
+// lanes, coalesced), its kRowThreads warps interleaved chunks.
+constexpr int kCols = 32, kRowThreads = 8;
+static_assert(kCols * kRowThreads == kThreads, "add_partials_kernel: a block is kRowThreads warps");
 
-int64_t row_chunks(int64_t rows) { return std::clamp<int64_t>(ceil_div(rows, kMinRowsPerChunk), 1, kMaxChunks); }
-
-
-// out[c] += Σ_k partial[k, c] over k = 0..chunks-1 (chunk order)
+// out[c] += Σ_k partial[k, c] over k = 0..chunks-1: block x takes columns c = 32 x + lane, warp s the chunks
+// k ≡ s (mod 8) in ascending order, then lane's warp 0 adds the 8 warps' sums in warp order (all in double).
 __global__ void add_partials_kernel(const double* partial, int64_t chunks, int64_t n, float* out) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < n; c += int64_t{gridDim.x} * blockDim.x) {
-    double s = 0.0;
-    for (int64_t k = 0; k < chunks; ++k) s += partial[k * n + c];
-    out[c] = static_cast<float>(out[c] + s);
-  }
+  __shared__ double sums[kRowThreads][kCols];
+  const int lane = static_cast<int>(threadIdx.x % kCols), s = static_cast<int>(threadIdx.x / kCols);
+  const int64_t c = int64_t{blockIdx.x} * kCols + lane;
+  double v = 0.0;
+  if (c < n)
+#pragma unroll 4
+    for (int64_t k = s; k < chunks; k += kRowThreads) v += partial[k * n + c];
+  sums[s][lane] = v;
+  __syncthreads();
+  if (s > 0 || c >= n) return;
+  for (int k = 1; k < kRowThreads; ++k) v += sums[k][lane];
+  out[c] = static_cast<float>(out[c] + v);
 }
 
-// ---- short convolution + SiLU (§2.1) ----
+// out[c] += Σ_k partial[k, c] (add_partials_kernel), n > 0.
+void add_partials(const double* partial, int64_t chunks, int64_t n, float* out, cudaStream_t stream) {
+  add_partials_kernel<<<static_cast<unsigned>(ceil_div(n, kCols)), kThreads, 0, stream>>>(partial, chunks, n, out);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+// ---- short convolution + SiLU forward (§2.1): arithmetic in double ----
 // A thread walks one channel c through a run of kConvRun tokens of one sequence (grid x: (batch, run), grid y:
 // blocks of kThreads channels), so the element index needs no division and a warp's loads of a token row are
-// coalesced; the last W - 1 inputs (forward) or the next W - 1 values of ȳ (backward) stay in registers, so every
-// x, dy, pre element is read once and silu' is evaluated once per element (plus W - 1 per run in the backward).
+// coalesced; the last W - 1 inputs stay in registers, so every x element is read once.
 constexpr int64_t kConvRun = 32;
 
-// Runs of kConvRun tokens per sequence, and the grid of the conv kernels.
+// Runs of kConvRun tokens per sequence, and the grid of the forward kernel.
 int64_t conv_runs(int64_t seq_len) { return ceil_div(seq_len, kConvRun); }
 dim3 conv_grid(int64_t batch, int64_t seq_len, int64_t channels) {
   return dim3(static_cast<unsigned>(batch * conv_runs(seq_len)), static_cast<unsigned>(ceil_div(channels, kThreads)));
@@ -57,11 +75,11 @@ struct ConvRun {
   }
 };
 
-// w[c, 0..W-1] into registers: wr[i] = w[c, i], or reversed, wr[j] = w[c, W-1-j].
+// w[c, 0..W-1] into registers, reversed: wr[j] = w[c, W-1-j].
 template <int W>
-__device__ void conv_taps(const float* __restrict__ w, int64_t c, bool reversed, double (&wr)[W]) {
+__device__ void conv_taps(const float* __restrict__ w, int64_t c, double (&wr)[W]) {
 #pragma unroll
-  for (int i = 0; i < W; ++i) wr[i] = static_cast<double>(w[c * W + (reversed ? W - 1 - i : i)]);
+  for (int j = 0; j < W; ++j) wr[j] = static_cast<double>(w[c * W + W - 1 - j]);
 }
 
 // The ring of inputs before the run: xr[k] = x_{t0-1-k}[c] for k < W - 1 (0 before the sequence), so that after
@@ -84,7 +102,7 @@ __global__ void short_conv_fwd_kernel(const float* __restrict__ x, const float* 
   const ConvRun run(seq_len, channels);
   if (run.c >= channels) return;
   double wr[W], xr[W];
-  conv_taps<W>(w, run.c, true, wr);
+  conv_taps<W>(w, run.c, wr);
   conv_inputs_before<W>(x, run, channels, xr);
   const double b0 = bias != nullptr ? static_cast<double>(bias[run.c]) : 0.0;
   float next = x[run.seq + run.t0 * channels];
@@ -103,67 +121,171 @@ __global__ void short_conv_fwd_kernel(const float* __restrict__ x, const float* 
   }
 }
 
-// ȳ = dy ∘ silu'(pre), silu'(z) = σ(z)(1 + z(1 - σ(z)))
-__device__ double conv_ybar(double dy, double z) {
-  const double sig = sigmoid_d(z);
-  return dy * sig * (1.0 + z * (1.0 - sig));
+// ---- short convolution + SiLU backward (§2.1): fp32 arithmetic ----
+// Block x covers kConvWarps consecutive runs of the flattened (sequence, run) index, one per warp, and block y
+// 32 groups of V consecutive channels, one per lane: a warp's loads of a token row are 32 V contiguous floats
+// (float4 when V = 4). Every dy, pre, x element is read once (plus W - 1 tokens of dy, pre past the run) and silu'
+// is evaluated once per element, in fp32 like everything per element; each thread's dw (dbias) sums over its run
+// of kConvRun tokens are fp32, the block adds its warps' sums in warp order in double, and add_partials_kernel
+// adds the blocks' sums in its fixed order.
+constexpr int kConvWarps = kThreads / 32;
+
+// V consecutive floats at p (16-byte aligned when V = 4: one float4).
+template <int V>
+__device__ void load_vec(const float* __restrict__ p, float (&v)[V]) {
+  if constexpr (V == 4) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = p[i];
+  }
+}
+// v rounded to T at p (16-byte aligned float, 8-byte aligned bf16 when V = 4: one store).
+template <int V, typename T>
+__device__ void store_vec(T* __restrict__ p, const float (&v)[V]) {
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (V == 4) {
+    struct alignas(8) Four {
+      T e[4];
+    } q;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q.e[i] = from_f32<T>(v[i]);
+    *reinterpret_cast<Four*>(p) = q;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = from_f32<T>(v[i]);
+  }
 }
 
-// The backward for the thread's run: dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (i ascending, terms past the sequence's
-// end dropped) for τ in the run, and the dw (dbias) partials of the run:
-// partial[run, c * W + i] = Σ_{t in the run, t-W+1+i >= 0} ȳ_t[c] x_{t-W+1+i}[c] (t ascending), bias_partial[run, c]
-// = Σ_t ȳ_t[c] when bias_partial is given. As t walks [t0, t1 + W - 1): yr[k] = ȳ_{t-k} (0 past the sequence's
-// end), so dx_τ is complete at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j} and dwr[j] the partial of tap
-// W-1-j, for t < t1. The next token's dy, pre and x are loaded before this one's arithmetic.
-template <int W>
-__global__ void short_conv_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                      const float* __restrict__ w, const float* __restrict__ pre, int64_t seq_len,
-                                      int64_t channels, float* __restrict__ dx, double* __restrict__ partial,
-                                      double* __restrict__ bias_partial) {
-  const ConvRun run(seq_len, channels);
-  if (run.c >= channels) return;
-  double wr[W], xr[W], yr[W], dwr[W];
-  conv_taps<W>(w, run.c, false, wr);
-  conv_inputs_before<W>(x, run, channels, xr);
+// ȳ = dy ∘ silu'(pre), silu'(z) = σ(z)(1 + z(1 - σ(z)))   (fp32)
+__device__ float conv_ybar(float dy, float z) {
+  const float sig = sigmoid_f(z);
+  return dy * sig * (1.0f + z * (1.0f - sig));
+}
+
+// Floats of a short_conv_bwd_kernel block's dynamic shared memory: each thread's run sums of dw (W taps) and
+// dbias per channel.
+constexpr int conv_bwd_smem_floats(int W, int V) { return kThreads * V * (W + 1); }
+
+// The thread's run: warp w of block x takes run r = kConvWarps x + w of the flattened (sequence, run) index, tokens
+// [t0, t1) of sequence b; lane l of block y channels c0 .. c0 + V - 1, c0 = V (32 y + l); x_t[c0] at seq[t *
+// channels]. `active` is false past the last run or channel (the thread then only adds zeros to the block's sums).
+struct ConvBwdRun {
+  int64_t c0, t0 = 0, t1 = 0, seq = 0;
+  bool active;
+  __device__ ConvBwdRun(int64_t batch, int64_t seq_len, int64_t channels, int V) {
+    const int64_t runs = (seq_len + kConvRun - 1) / kConvRun;
+    const int64_t r = int64_t{blockIdx.x} * kConvWarps + threadIdx.x / 32;
+    c0 = (int64_t{blockIdx.y} * 32 + threadIdx.x % 32) * V;
+    active = r < batch * runs && c0 < channels;
+    if (!active) return;
+    const int64_t b = r / runs;
+    t0 = (r - b * runs) * kConvRun;
+    t1 = t0 + kConvRun < seq_len ? t0 + kConvRun : seq_len;
+    seq = b * seq_len * channels + c0;
+  }
+};
+
+// The backward for the thread's run and channels c (fp32): dx_τ[c] = Σ_i w[c,i] ȳ_{τ+W-1-i}[c] (i ascending, terms
+// past the sequence's end are zeros; stored as TX: float, or bf16 rounded from the fp32 sum) for τ in the run,
+// and the run's sums S[c, i] = Σ_{t in the run} ȳ_t[c] x_{t-W+1+i}[c] (t ascending, x before the sequence zero)
+// and Σ_t ȳ_t[c]. As t walks [t0, t1 + W - 1): yr[k] = ȳ_{t-k} (0 past the sequence's end), so dx_τ is complete
+// at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j} and dwr[j] the sum of tap W-1-j, for t < t1. Token t + 2's dy, pre and x are loaded before token t's
+// arithmetic (a two-token ring in registers). Then the block's sums over its warps (runs), in warp order in
+// double, go to partial[x, c * W + i] and (bias_partial given) bias_partial[x, c]: the threads' run sums wait in
+// shared memory, red[thread][v * (W + 1) + i] (i = W: dbias), across the one barrier.
+template <int W, int V, typename TX>
+__global__ void __launch_bounds__(kThreads, 2) short_conv_bwd_kernel(
+    const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ w,
+    const float* __restrict__ pre, int64_t batch, int64_t seq_len, int64_t channels, TX* __restrict__ dx,
+    double* __restrict__ partial, double* __restrict__ bias_partial) {
+  extern __shared__ __align__(16) char smem[];
+  float* red = reinterpret_cast<float*>(smem);
+  const ConvBwdRun run(batch, seq_len, channels, V);
+  float dwr[V][W] = {}, db[V] = {};
+  if (run.active) {
+    float wr[V][W], xr[V][W] = {}, yr[V][W] = {};
 #pragma unroll
-  for (int k = 0; k < W; ++k) yr[k] = dwr[k] = 0.0;
-  double db = 0.0;
-  const int64_t t_end = run.t1 + W - 1 < seq_len ? run.t1 + W - 1 : seq_len;  // ȳ is needed up to here
-  const auto fetch = [&](int64_t t, float& d, float& z, float& xv) {
-    const int64_t e = run.seq + t * channels;
-    if (t < t_end) d = dy[e], z = pre[e];
-    if (t < run.t1) xv = x[e];
-  };
-  float nd = 0.0f, nz = 0.0f, nx = 0.0f;  // the next token's dy, pre, x
-  fetch(run.t0, nd, nz, nx);
-  for (int64_t t = run.t0; t < run.t1 + W - 1; ++t) {
-    const float dt = nd, zt = nz, xt = nx;
-    fetch(t + 1, nd, nz, nx);
+    for (int v = 0; v < V; ++v)
 #pragma unroll
-    for (int k = W - 1; k > 0; --k) yr[k] = yr[k - 1];
-    yr[0] = t < t_end ? conv_ybar(dt, zt) : 0.0;
-    if (t < run.t1) {
+      for (int i = 0; i < W; ++i) wr[v][i] = w[(run.c0 + v) * W + i];
+    // xr[v][k] = x_{t0-1-k} for k < W - 1 (0 before the sequence), so that after the shift at t0, xr[v][j] = x_{t0-j}
 #pragma unroll
-      for (int j = W - 1; j > 0; --j) xr[j] = xr[j - 1];
-      xr[0] = xt;
-      db += yr[0];
+    for (int k = 0; k < W - 1; ++k)
+      if (run.t0 - 1 - k >= 0) {
+        float xv[V];
+        load_vec<V>(x + run.seq + (run.t0 - 1 - k) * channels, xv);
 #pragma unroll
-      for (int j = 0; j < W; ++j)
-        if (t - j >= 0) dwr[j] += yr[0] * xr[j];
-    }
-    const int64_t tau = t - W + 1;
-    if (tau >= run.t0) {
-      double acc = 0.0;
+        for (int v = 0; v < V; ++v) xr[v][k] = xv[v];
+      }
+    // Token t0 + u at offset u * channels of the run's pointers; ȳ is needed for u < u_end, x for u < n.
+    const int n = static_cast<int>(run.t1 - run.t0), step = static_cast<int>(channels);
+    const int u_end = static_cast<int>((run.t1 + W - 1 < seq_len ? run.t1 + W - 1 : seq_len) - run.t0);
+    const int64_t first = run.seq + run.t0 * channels;
+    const float *pdy = dy + first, *ppre = pre + first, *px = x + first;
+    TX* pdx = dx + first;
+    // Token u's dy, pre, x in slot u % 2 of a two-token ring, loaded two tokens ahead of its arithmetic.
+    float rd[2][V] = {}, rz[2][V] = {}, rx[2][V] = {};
+    const auto fetch = [&](int u, float (&d)[V], float (&z)[V], float (&xv)[V]) {
+      if (u < u_end) load_vec<V>(pdy + u * step, d), load_vec<V>(ppre + u * step, z);
+      if (u < n) load_vec<V>(px + u * step, xv);
+    };
+    const auto token = [&](int u, float (&d)[V], float (&z)[V], float (&xv)[V]) {
+      float dt[V], zt[V], xt[V], dxv[V];
 #pragma unroll
-      for (int i = 0; i < W; ++i)
-        if (t - i < seq_len) acc += wr[i] * yr[i];
-      dx[run.seq + tau * channels] = static_cast<float>(acc);
+      for (int v = 0; v < V; ++v) dt[v] = d[v], zt[v] = z[v], xt[v] = xv[v];
+      fetch(u + 2, d, z, xv);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+#pragma unroll
+        for (int k = W - 1; k > 0; --k) yr[v][k] = yr[v][k - 1];
+        yr[v][0] = u < u_end ? conv_ybar(dt[v], zt[v]) : 0.0f;
+        if (u < n) {
+#pragma unroll
+          for (int j = W - 1; j > 0; --j) xr[v][j] = xr[v][j - 1];
+          xr[v][0] = xt[v];
+          db[v] += yr[v][0];
+#pragma unroll
+          for (int j = 0; j < W; ++j) dwr[v][j] += yr[v][0] * xr[v][j];
+        }
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < W; ++i) acc += wr[v][i] * yr[v][i];
+        dxv[v] = acc;
+      }
+      if (u >= W - 1) store_vec<V, TX>(pdx + (u - W + 1) * step, dxv);
+    };
+    fetch(0, rd[0], rz[0], rx[0]);
+    fetch(1, rd[1], rz[1], rx[1]);
+    for (int u = 0; u < n + W - 1; u += 2) {
+      token(u, rd[0], rz[0], rx[0]);
+      if (u + 1 < n + W - 1) token(u + 1, rd[1], rz[1], rx[1]);
     }
   }
-  double* p = partial + int64_t{blockIdx.x} * channels * W + run.c * W;
+  float* mine = red + threadIdx.x * V * (W + 1);
 #pragma unroll
-  for (int j = 0; j < W; ++j) p[W - 1 - j] = dwr[j];
-  if (bias_partial != nullptr) bias_partial[int64_t{blockIdx.x} * channels + run.c] = db;
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) mine[v * (W + 1) + W - 1 - j] = dwr[v][j];
+    mine[v * (W + 1) + W] = db[v];
+  }
+  __syncthreads();
+  // Item q of the block's 32 V (W + 1) sums: block channel cl = q / (W + 1) (lane cl / V, its channel cl % V), tap
+  // i = q % (W + 1) (W: dbias).
+  const int64_t cbase = int64_t{blockIdx.y} * 32 * V;
+  for (int q = threadIdx.x; q < 32 * V * (W + 1); q += kThreads) {
+    const int cl = q / (W + 1), i = q % (W + 1);
+    const int64_t c = cbase + cl;
+    if (c >= channels || (i == W && bias_partial == nullptr)) continue;
+    double s = 0.0;
+    for (int wp = 0; wp < kConvWarps; ++wp) s += red[((wp * 32 + cl / V) * V + cl % V) * (W + 1) + i];
+    if (i < W)
+      partial[int64_t{blockIdx.x} * channels * W + c * W + i] = s;
+    else
+      bias_partial[int64_t{blockIdx.x} * channels + c] = s;
+  }
 }
 
 // f(std::integral_constant<int, W>{}) for the runtime width (1 <= width <= kConvMaxWidth; checked by the callers).
@@ -201,31 +323,36 @@ __device__ int64_t first_row() { return int64_t{blockIdx.x} * kWarpRows + thread
 __device__ int64_t row_stride() { return int64_t{gridDim.x} * kWarpRows; }
 
 // r = (Σ_c x_c^2 + eps)^(-1/2);  y = s x r
-__global__ void l2norm_fwd_kernel(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y,
-                                  float* rinv) {
+__global__ void l2norm_fwd_kernel(const float* __restrict__ x, int64_t rows, int64_t dim, double eps, double scale,
+                                  float* __restrict__ y, float* __restrict__ rinv) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* xr = x + r * dim;
     double ss = 0.0;
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) ss += static_cast<double>(xr[j]) * xr[j];
     ss = warp_sum(ss);
     const double ri = 1.0 / sqrt(ss + eps);
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) y[r * dim + j] = static_cast<float>(scale * static_cast<double>(xr[j]) * ri);
     if (lane == 0) rinv[r] = static_cast<float>(ri);
   }
 }
 
 // x̃ = y / s;  dx = r (s dy - (dy · y) x̃)
-__global__ void l2norm_bwd_kernel(const float* dy, const float* y, const float* rinv, int64_t rows, int64_t dim,
-                                  double scale, float* dx) {
+__global__ void l2norm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ y,
+                                  const float* __restrict__ rinv, int64_t rows, int64_t dim, double scale,
+                                  float* __restrict__ dx) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* dyr = dy + r * dim;
     const float* yr = y + r * dim;
     double proj = 0.0;
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) proj += static_cast<double>(dyr[j]) * yr[j];
     proj = warp_sum(proj);
     const double ri = rinv[r];
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
       const double xt = static_cast<double>(yr[j]) / scale;
       dx[r * dim + j] = static_cast<float>(ri * (scale * static_cast<double>(dyr[j]) - proj * xt));
@@ -233,80 +360,90 @@ __global__ void l2norm_bwd_kernel(const float* dy, const float* y, const float* 
   }
 }
 
-// ---- gated RMSNorm (§2.3) ----
+// ---- gated RMSNorm (§2.3): fp32 per element, the row sums in double ----
 
 struct Gate {
-  double phi, dphi;
+  float phi, dphi;
 };
 // sigmoid: phi = σ(z), phi' = σ(1 - σ);  silu: phi = z σ(z), phi' = σ(1 + z(1 - σ))
-__device__ Gate gate(double z, bool sigmoid_gate) {
-  const double sig = sigmoid_d(z);
-  if (sigmoid_gate) return {sig, sig * (1.0 - sig)};
-  return {z * sig, sig * (1.0 + z * (1.0 - sig))};
+__device__ Gate gate(float z, bool sigmoid_gate) {
+  const float sig = sigmoid_f(z);
+  if (sigmoid_gate) return {sig, sig * (1.0f - sig)};
+  return {z * sig, sig * (1.0f + z * (1.0f - sig))};
 }
 
-// rho = (mean_c(o_c^2) + eps)^(-1/2);  y = o rho ∘ w ∘ phi(z)
-__global__ void gated_rmsnorm_fwd_kernel(const float* o, const float* z, const float* w, int64_t rows, int64_t dim,
-                                         double eps, bool sigmoid_gate, float* y, float* rstd) {
+// rho = (mean_c(o_c^2) + eps)^(-1/2) (in double);  y = o rho ∘ w ∘ phi(z) (fp32, stored as TY: float or bf16)
+template <typename TY>
+__global__ void gated_rmsnorm_fwd_kernel(const float* __restrict__ o, const float* __restrict__ z,
+                                         const float* __restrict__ w, int64_t rows, int64_t dim, double eps,
+                                         bool sigmoid_gate, TY* __restrict__ y, float* __restrict__ rstd) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* orow = o + r * dim;
     double ss = 0.0;
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) ss += static_cast<double>(orow[j]) * orow[j];
     ss = warp_sum(ss);
-    const double rho = 1.0 / sqrt(ss / static_cast<double>(dim) + eps);
+    const float rho = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32)
-      y[r * dim + j] =
-          static_cast<float>(static_cast<double>(orow[j]) * rho * w[j] * gate(z[r * dim + j], sigmoid_gate).phi);
-    if (lane == 0) rstd[r] = static_cast<float>(rho);
+      y[r * dim + j] = from_f32<TY>(orow[j] * rho * w[j] * gate(z[r * dim + j], sigmoid_gate).phi);
+    if (lane == 0) rstd[r] = rho;
   }
 }
 
-// dz = dy ô w phi'(z);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c)
-__global__ void gated_rmsnorm_bwd_kernel(const float* dy, const float* o, const float* z, const float* w,
-                                         const float* rstd, int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o,
-                                         float* dz) {
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  for (int64_t r = first_row(); r < rows; r += row_stride()) {
-    const double rho = rstd[r];
+// Rows of one gated_rmsnorm_bwd_kernel warp (a run of its fp32 dw sums) and block.
+constexpr int kNormRun = 32, kNormBlockRows = kNormRun * kWarpRows;
+constexpr int64_t kMaxNormSmem = 227 * 1024;  // the most dynamic shared memory a block takes (sm_90)
+
+// Floats of a gated_rmsnorm_bwd_kernel block's dynamic shared memory: each warp's run sums of dw.
+int64_t gated_rmsnorm_bwd_smem_floats(int64_t dim) { return kWarpRows * dim; }
+
+// dz = dy ô w phi'(z) (stored as TZ: float or bf16);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c);
+// the dw partial sums of dy ô phi(z).
+// Block x takes rows [kNormBlockRows x, + kNormBlockRows), warp w the run of kNormRun rows from kNormBlockRows x +
+// kNormRun w, its lanes columns j = lane + 32 k. A row: dz and the lane's part of Σ dô ô (double) with the warp's
+// dw run sums acc[w][j] += dy ô phi (fp32, shared memory owned by lane j % 32: no barrier); the butterfly sum; then
+// dy, o, z again (the warp's own row: L1) and do. Then the block adds its warps' run sums in warp order in double:
+// partial[x, j].
+template <typename TZ>
+__global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ o,
+                                         const float* __restrict__ z, const float* __restrict__ w,
+                                         const float* __restrict__ rstd, int64_t rows, int64_t dim, bool sigmoid_gate,
+                                         float* __restrict__ d_o, TZ* __restrict__ dz,
+                                         double* __restrict__ partial) {
+  extern __shared__ __align__(16) char smem[];
+  float* acc = reinterpret_cast<float*>(smem);
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x / 32);
+  float* mine = acc + warp * dim;
+  for (int64_t j = lane; j < dim; j += 32) mine[j] = 0.0f;
+  const int64_t r0 = int64_t{blockIdx.x} * kNormBlockRows + warp * kNormRun;
+  const int64_t r1 = r0 + kNormRun < rows ? r0 + kNormRun : rows;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float rho = rstd[r];
     double proj = 0.0;
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
       const int64_t e = r * dim + j;
-      const double ohat = static_cast<double>(o[e]) * rho;
+      const float ohat = o[e] * rho, d = dy[e];
       const Gate gt = gate(z[e], sigmoid_gate);
-      const double d = dy[e];
-      dz[e] = static_cast<float>(d * ohat * w[j] * gt.dphi);
-      proj += d * w[j] * gt.phi * ohat;
+      dz[e] = from_f32<TZ>(d * ohat * w[j] * gt.dphi);
+      proj += static_cast<double>(d * w[j] * gt.phi) * ohat;
+      mine[j] += d * ohat * gt.phi;
     }
-    proj = warp_sum(proj);
-    const double mean_proj = proj / static_cast<double>(dim);
+    const float mean_proj = static_cast<float>(warp_sum(proj) / static_cast<double>(dim));
+#pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
       const int64_t e = r * dim + j;
-      const double dohat = static_cast<double>(dy[e]) * w[j] * gate(z[e], sigmoid_gate).phi;
-      d_o[e] = static_cast<float>(rho * (dohat - static_cast<double>(o[e]) * rho * mean_proj));
+      const float dohat = dy[e] * w[j] * gate(z[e], sigmoid_gate).phi;
+      d_o[e] = rho * (dohat - o[e] * rho * mean_proj);
     }
   }
-}
-
-// dw partials: partial[chunk, c] = Σ_{rows of the chunk} dy ô phi(z)
-__global__ void gated_rmsnorm_dw_partial_kernel(const float* dy, const float* o, const float* z, const float* rstd,
-                                                int64_t rows, int64_t dim, bool sigmoid_gate, int64_t rows_per_chunk,
-                                                double* partial) {
-  __shared__ double sums[kRowThreads][kCols];
-  const int64_t c = int64_t{blockIdx.x} * kCols + threadIdx.x;
-  const int64_t begin = blockIdx.y * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  double s = 0.0;
-  if (c < dim)
-    for (int64_t r = begin + threadIdx.y; r < end; r += kRowThreads) {
-      const int64_t e = r * dim + c;
-      s += static_cast<double>(dy[e]) * (static_cast<double>(o[e]) * rstd[r]) * gate(z[e], sigmoid_gate).phi;
-    }
-  sums[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
-  if (threadIdx.y == 0 && c < dim) {
-    for (int k = 1; k < kRowThreads; ++k) s += sums[k][threadIdx.x];
-    partial[blockIdx.y * dim + c] = s;
+  for (int64_t j = threadIdx.x; j < dim; j += kThreads) {
+    double s = 0.0;
+    for (int k = 0; k < kWarpRows; ++k) s += acc[k * dim + j];
+    partial[int64_t{blockIdx.x} * dim + j] = s;
   }
 }
 
@@ -459,30 +596,45 @@ void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int6
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
+// Blocks of kConvWarps runs (grid x of short_conv_bwd_kernel): the chunks of its dw partial sums.
+int64_t conv_bwd_blocks(int64_t batch, int64_t seq_len) { return ceil_div(batch * conv_runs(seq_len), kConvWarps); }
+
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width) {
-  return sizeof(double) * static_cast<size_t>(batch * conv_runs(seq_len) * channels * (width + 1));
+  return sizeof(double) * static_cast<size_t>(conv_bwd_blocks(batch, seq_len) * channels * (width + 1));
 }
 
+template <typename TX>
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
-                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, float* dbias,
+                         int64_t seq_len, int64_t channels, int64_t width, TX* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream) {
   check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
         kConvMaxWidth, width);
   if (batch * seq_len * channels == 0) return;
-  const int64_t runs = batch * conv_runs(seq_len);
+  const int64_t blocks = conv_bwd_blocks(batch, seq_len);
   auto* partial = static_cast<double*>(scratch);
-  double* bias_partial = dbias != nullptr ? partial + runs * channels * width : nullptr;
-  with_width(width, [&](auto W) {
-    short_conv_bwd_kernel<decltype(W)::value><<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(
-        dy, x, w, pre, seq_len, channels, dx, partial, bias_partial);
+  double* bias_partial = dbias != nullptr ? partial + blocks * channels * width : nullptr;
+  // Four channels a thread (float4) where the rows allow it and the taps fit the registers.
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec4 = width <= 4 && channels % 4 == 0 && aligned(dy) && aligned(x) && aligned(pre) && aligned(dx);
+  with_width(width, [&](auto Wc) {
+    constexpr int W = decltype(Wc)::value;
+    const auto launch = [&](auto kernel, int V) {
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(ceil_div(channels, 32 * V)));
+      kernel<<<grid, kThreads, sizeof(float) * conv_bwd_smem_floats(W, V), stream>>>(
+          dy, x, w, pre, batch, seq_len, channels, dx, partial, bias_partial);
+    };
+    if constexpr (W <= 4)
+      if (vec4) return launch(&short_conv_bwd_kernel<W, 4, TX>, 4);
+    launch(&short_conv_bwd_kernel<W, 1, TX>, 1);
   });
   LLMT_CUDA_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(channels * width), kThreads, 0, stream>>>(partial, runs, channels * width, dw);
-  LLMT_CUDA_CHECK_LAUNCH();
-  if (dbias == nullptr) return;
-  add_partials_kernel<<<grid_for(channels), kThreads, 0, stream>>>(bias_partial, runs, channels, dbias);
-  LLMT_CUDA_CHECK_LAUNCH();
+  add_partials(partial, blocks, channels * width, dw, stream);
+  if (dbias != nullptr) add_partials(bias_partial, blocks, channels, dbias, stream);
 }
+template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                  int64_t, float*, float*, float*, void*, cudaStream_t);
+template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                  int64_t, __nv_bfloat16*, float*, float*, void*, cudaStream_t);
 
 void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
                 cudaStream_t stream) {
@@ -498,34 +650,44 @@ void l2norm_bwd(const float* dy, const float* y, const float* rinv, int64_t rows
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename TY>
 void gated_rmsnorm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
-                       bool sigmoid_gate, float* y, float* rstd, cudaStream_t stream) {
+                       bool sigmoid_gate, TY* y, float* rstd, cudaStream_t stream) {
   if (rows == 0) return;
-  gated_rmsnorm_fwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate, y,
-                                                                      rstd);
+  gated_rmsnorm_fwd_kernel<TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate,
+                                                                              y, rstd);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void gated_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, bool, float*,
+                                float*, cudaStream_t);
+template void gated_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, bool,
+                                __nv_bfloat16*, float*, cudaStream_t);
 
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim) {
-  return sizeof(double) * static_cast<size_t>(row_chunks(rows) * dim);
+  return sizeof(double) * static_cast<size_t>(ceil_div(rows, kNormBlockRows) * dim);
 }
 
+template <typename TZ>
 void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd,
-                       int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, float* dz, float* dw, void* scratch,
+                       int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch,
                        cudaStream_t stream) {
   if (rows == 0 || dim == 0) return;
-  gated_rmsnorm_bwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(dy, o, z, w, rstd, rows, dim, sigmoid_gate,
-                                                                      d_o, dz);
-  LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t chunks = row_chunks(rows), rows_per_chunk = ceil_div(rows, chunks);
+  const int64_t blocks = ceil_div(rows, kNormBlockRows), smem = sizeof(float) * gated_rmsnorm_bwd_smem_floats(dim);
+  check(smem <= kMaxNormSmem, "gated_rmsnorm_bwd (cuda): dim {} exceeds the kernel's limit of {}", dim,
+        kMaxNormSmem / (sizeof(float) * kWarpRows));
+  if (smem > 48 * 1024)
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(gated_rmsnorm_bwd_kernel<TZ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
   auto* partial = static_cast<double*>(scratch);
-  const dim3 grid(static_cast<unsigned>(ceil_div(dim, kCols)), static_cast<unsigned>(chunks));
-  gated_rmsnorm_dw_partial_kernel<<<grid, dim3(kCols, kRowThreads), 0, stream>>>(dy, o, z, rstd, rows, dim,
-                                                                                 sigmoid_gate, rows_per_chunk, partial);
+  gated_rmsnorm_bwd_kernel<TZ><<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(smem), stream>>>(
+      dy, o, z, w, rstd, rows, dim, sigmoid_gate, d_o, dz, partial);
   LLMT_CUDA_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(dim), kThreads, 0, stream>>>(partial, chunks, dim, dw);
-  LLMT_CUDA_CHECK_LAUNCH();
+  add_partials(partial, blocks, dim, dw, stream);
 }
+template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                                bool, float*, float*, float*, void*, cudaStream_t);
+template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                                bool, float*, __nv_bfloat16*, float*, void*, cudaStream_t);
 
 void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
                      int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream) {

@@ -93,21 +93,28 @@ void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n
 constexpr int64_t kConvMaxWidth = 8;
 /// Short conv + SiLU: x, pre, y, dy, dx [batch, seq_len, channels]; w, dw [channels, width]; bias, dbias
 /// [channels] or nullptr (the delta-rule layers' conv has no bias, Mamba2's has, layers-ssm-attn.md §1.4).
+/// dx is float or __nv_bfloat16 (rounded from the fp32 result: what a bf16 matrix product reads).
 /// Throws llmt::Error unless 1 <= width <= kConvMaxWidth.
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream);
+template <typename TX>
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
-                         int64_t seq_len, int64_t channels, int64_t width, float* dx, float* dw, float* dbias,
+                         int64_t seq_len, int64_t channels, int64_t width, TX* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream);
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width);
 void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
                 cudaStream_t stream);
 void l2norm_bwd(const float* dy, const float* y, const float* rinv, int64_t rows, int64_t dim, double scale,
                 float* dx, cudaStream_t stream);
+/// Gated RMSNorm: o, z, y, dy, d_o, dz [rows, dim]; w, dw [dim]; rstd [rows]. y and dz are float or
+/// __nv_bfloat16 (rounded from the fp32 result). Throws llmt::Error when dim passes the backward's shared memory
+/// (8 dim floats in 227 KiB).
+template <typename TY>
 void gated_rmsnorm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
-                       bool sigmoid_gate, float* y, float* rstd, cudaStream_t stream);
+                       bool sigmoid_gate, TY* y, float* rstd, cudaStream_t stream);
+template <typename TZ>
 void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd,
-                       int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, float* dz, float* dw, void* scratch,
+                       int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch,
                        cudaStream_t stream);
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
 /// Decay gates (gdn_gates_*: dim 1; kda_gates_*: dim d_k): a, g, da [rows, heads * dim]; b, beta, db
