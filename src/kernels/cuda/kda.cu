@@ -917,23 +917,56 @@ __device__ void offdiag_mma(const bf16* M, const bf16* Yx, Acc& acc) {
   }
 }
 
-/// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3): thread t
-/// owns row r = 16 (t / 64) + (t / 4) % 16 and columns c = 16 (t / 64) + 4 (t % 4) + e, e = 0..3, and adds
-/// qk[e] += Σ_d q_rd k_cd E (c <= r) and kk[e] += Σ_d k_rd k_cd E (c < r), E = e^{Γ_rd - Γ_cd} formed once for
-/// both. X = q, Z = k (fp32 tiles).
-__device__ void diag_grams(const float* X, const float* Z, const Gam& G, float qk[4], float kk[4]) {
-  const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
+/// The thread's elements of the diagonal 16 x 16 sub-blocks of the decayed grams (diag_grams), warp-uniform but
+/// for warp 7: threads t < 240 take sub-block b = t / 60 and two of its 120 strictly lower elements, numbers
+/// 2 (t % 60) + e (e = 0, 1) in row-major order (rows 16 b + 1 .. 16 b + 15, c < r); threads t >= 240 take the
+/// 64 diagonal elements (r, r), r = 4 (t - 240) + e (e = 0..3).
+struct DiagElems {
+  bool strict;  // the strictly lower pair (t < 240) or four diagonal elements
+  int r[2], c[2];
+  __device__ DiagElems() : strict(threadIdx.x < 240) {
+    const int t = static_cast<int>(threadIdx.x), b = t / 60;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
-    if (c > r) continue;
-    float sq = qk[e], sk = kk[e];
-    for (int d = 0; d < kN; ++d) {
-      const float z = Z[c * kLd + d] * G.exp_diff(r * kLd + d, c * kLd + d);
-      sq = fmaf(X[r * kLd + d], z, sq);
-      sk = fmaf(Z[r * kLd + d], z, sk);
+    for (int e = 0; e < 2; ++e) {
+      const int p = 2 * (t % 60) + e;  // row i (1..15) of the sub-block holds numbers i (i - 1) / 2 .. + i - 1
+      int i = 1;
+      while ((i + 1) * i / 2 <= p) ++i;
+      r[e] = 16 * b + i, c[e] = 16 * b + p - i * (i - 1) / 2;
     }
-    qk[e] = sq, kk[e] = c < r ? sk : 0.0f;
+  }
+  /// Row (and column) of diagonal element e = 0..3 of a thread t >= 240.
+  __device__ static int diag(int e) { return 4 * (static_cast<int>(threadIdx.x) - 240) + e; }
+};
+
+/// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3), for the
+/// thread's elements (DiagElems de), each channel sum in order of d (fmaf) after the key tiles' before. A
+/// strictly lower pair: qk[e] += Σ_d q_rd z_d, kk[e] += Σ_d k_rd z_d, z_d = k_cd E, E = e^{Γ_rd - Γ_cd} formed
+/// once for both (e = 0, 1); a diagonal element (E = e^0 = 1): qk[e] += Σ_d q_rd k_rd (e = 0..3). X = q, Z = k
+/// (fp32 tiles).
+__device__ void diag_grams(const float* X, const float* Z, const Gam& G, const DiagElems& de, float qk[4],
+                           float kk[2]) {
+  if (de.strict) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = de.r[e], c = de.c[e];
+      float sq = qk[e], sk = kk[e];
+#pragma unroll 4
+      for (int d = 0; d < kN; ++d) {
+        const float z = Z[c * kLd + d] * G.exp_diff(r * kLd + d, c * kLd + d);
+        sq = fmaf(X[r * kLd + d], z, sq);
+        sk = fmaf(Z[r * kLd + d], z, sk);
+      }
+      qk[e] = sq, kk[e] = sk;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = DiagElems::diag(e);
+      float sq = qk[e];
+#pragma unroll 4
+      for (int d = 0; d < kN; ++d) sq = fmaf(X[r * kLd + d], Z[r * kLd + d], sq);
+      qk[e] = sq;
+    }
   }
 }
 
@@ -981,7 +1014,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
   kk.zero();
   qk.zero();
-  float dqk[4] = {0, 0, 0, 0}, dkk[4] = {0, 0, 0, 0};  // diagonal sub-blocks (diag_grams)
+  const DiagElems de;
+  float dqk[4] = {0, 0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     gamma(k0);  // (its first barrier: the last key tile's readers are done)
@@ -1011,7 +1045,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
     }
     if (static_cast<int>(threadIdx.x) < kc)
       a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
-    diag_grams(sX, sZ, G, dqk, dkk);
+    diag_grams(sX, sZ, G, de, dqk, dkk);
     __syncthreads();  // the bf16 operands complete
     offdiag_gram_mma(hZr, hZv, kk);
     offdiag_gram_mma(hXr, hZv, qk);
@@ -1024,17 +1058,23 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
     for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
       const int r = Mma::row(i), c = Mma::col(j);
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
-      if ((r >> 4) == (c >> 4)) continue;
+      if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
       sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
       sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
     }
-  {  // the diagonal blocks
-    const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
+  if (de.strict) {  // the diagonal blocks' lower triangles
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = de.r[e], c = de.c[e];
+      sA[r * kLd + c] = r < ch.n ? s.beta[r] * dkk[e] : 0.0f;
+      sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
+    }
+  } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
-      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * dkk[e] : 0.0f;
-      sP[r * kLd + c] = c <= r && r < ch.n ? dqk[e] : 0.0f;
+      const int r = DiagElems::diag(e);
+      sA[r * kLd + r] = 0.0f;
+      sP[r * kLd + r] = r < ch.n ? dqk[e] : 0.0f;
     }
   }
   __syncthreads();
