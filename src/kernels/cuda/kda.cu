@@ -991,16 +991,20 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   const int64_t K = a.K, V = a.V;
   const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = 2 * nkt + static_cast<int>((V + kN - 1) / kN);
   // (Every row of q, k, g starts a multiple of K floats after the tensor's start, of v a multiple of V.)
+  // (W's rows: a multiple of K floats after the scratch's start.)
   const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K) &&
-                      tile::async_ok_f(a.v, V);
+                      tile::async_ok_f(a.v, V) && tile::async_ok_f(a.W, K);
   const int64_t HK = a.H * K;
   const auto issue = [&](int j) {  // step j's tiles into the staging tiles, one cp.async group
-    if (j < 2 * nkt) {
-      const int64_t k0 = (j < nkt ? j : j - nkt) * kN;
+    if (j < nkt) {
+      const int64_t k0 = j * kN;
       const int kc = tile_cols(K, k0);
       tile::stage_async(gS, ch.in(a, a.g, K, k0), HK, ch.n, kc);
       tile::stage_async(gS + tile::kStageFloats, ch.in(a, a.k, K, k0), HK, ch.n, kc);
-      if (j < nkt) tile::stage_async(gS + 2 * tile::kStageFloats, ch.in(a, a.q, K, k0), HK, ch.n, kc);
+      tile::stage_async(gS + 2 * tile::kStageFloats, ch.in(a, a.q, K, k0), HK, ch.n, kc);
+    } else if (j < 2 * nkt) {
+      const int64_t k0 = (j - nkt) * kN;
+      tile::stage_async(gS, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0));
     } else {
       const int64_t v0 = (j - 2 * nkt) * kN;
       tile::stage_async(gS, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0));
@@ -1022,7 +1026,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
     if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
       put_rc_staged(sX, gS + 2 * tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
       put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
-      issue(static_cast<int>(k0 / kN) + 1);
+      if (k0 + kN < K) issue(static_cast<int>(k0 / kN) + 1);
     } else {
       tile::load(sX, ch.in(a, a.q, K, k0), HK, ch.n, kc);
       tile::load(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc);
@@ -1035,11 +1039,13 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
       hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
     }
     left_variants(sZ, G, hZv);
-    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
+    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0), *wk = ch.rows(a, a.W, K, k0);
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
       const int r = idx >> 6, c = idx & 63;
       if (r < ch.n && c < kc) {
-        qg[r * K + c] = G.exp_at(r * kLd + c) * sX[r * kLd + c];
+        const float e = G.exp_at(r * kLd + c);
+        qg[r * K + c] = e * sX[r * kLd + c];
+        wk[r * K + c] = s.beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
         kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
       }
     }
@@ -1050,7 +1056,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
     offdiag_gram_mma(hZr, hZv, kk);
     offdiag_gram_mma(hXr, hZv, qk);
   }
-  __syncthreads();  // every read of sX (diag_grams) done: it takes P
+  __syncthreads();  // every read of sX (diag_grams) and of the staging tiles done: it takes P, they F3's first step
+  if (staged) issue(nkt);
   float* sP = sX;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -1083,40 +1090,25 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   bf16 *hT = hXr, *hY = hZr;
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
-    const int kc = tile_cols(K, k0);
-    gamma(k0);
-    const auto scale = [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); };
-    if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
-      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, scale);
-      issue(nkt + static_cast<int>(k0 / kN) + 1);
-    } else {
-      tile::load_rc(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc, scale);
-    }
-    __syncthreads();
-    tile::load_h(hY, sZ, kLd, kN, kN);
-    __syncthreads();
-    Acc acc;
-    acc.zero();
-    Mma::mma<false, false>(hT, hY, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, kc, Same{});
-  }
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
+  for (int j = nkt; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)) (its operand: the W rows), U = 𝒯 diag(β) V
+    const bool w = j < 2 * nkt;
+    const int64_t D = w ? K : V, c0 = (w ? j - nkt : j - 2 * nkt) * kN;
+    const int cols = tile_cols(D, c0);
+    float* dst = ch.rows(a, w ? a.W : a.U, D, c0);
     __syncthreads();  // the last product's readers of hY are done
-    const auto scale = [&](int r) { return s.beta[r]; };
+    const auto scale = [&](int r) { return w ? 1.0f : s.beta[r]; };
     if (staged) {  // the thread's own staged pieces
       tile::cp_async_wait<0>();
       tile::put_h_staged(hY, gS, ch.n, scale);
-      const int next = 2 * nkt + static_cast<int>(v0 / kN) + 1;
-      if (next < nsteps) issue(next);
+      if (j + 1 < nsteps) issue(j + 1);
     } else {
-      tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), scale);
+      tile::load_h(hY, w ? dst : ch.in(a, a.v, V, c0), w ? K : a.H * V, ch.n, cols, scale);
     }
     __syncthreads();
     Acc acc;
     acc.zero();
     Mma::mma<false, false>(hT, hY, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), Same{});
+    store_acc<Mma>(acc, dst, D, ch.n, cols, Same{});
   }
 }
 
