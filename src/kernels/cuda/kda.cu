@@ -835,11 +835,11 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
     }
 }
 
-// Shared memory of kda_wu_mma_kernel: Small, Γ (two fp32 tiles), fp32 A, 𝒯, q, k tiles, bf16 tiles: q and k
-// scaled to their sub-chunk starts, and k's 96 left-variant rows, and three fp32 staging tiles (cp.async of the
-// next step's g, k, q or v). 188 KiB (one block per SM, as its registers allow).
-constexpr size_t kWuMmaSmem = kSmallBytes + 6 * sizeof(float) * tile::kTileFloats +
-                              sizeof(bf16) * (2 * kTileHalves + 96 * kLdH) + 3 * sizeof(float) * tile::kStageFloats;
+// Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
+// and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (then 𝒯 and F3's
+// operand) and k's 96 left-variant rows. 100.5 KiB: two blocks per SM.
+constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
+                              sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
 /// tile::stage_async filled from the same src, rows, cols: s[r][c] = scale(r, c) x for r < rows, c < cols, else
@@ -972,49 +972,25 @@ __device__ void diag_grams(const float* X, const float* Z, const Gam& G, const D
 
 // F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y, as kda_wu_kernel: the off-diagonal sub-blocks of A and
 // P on the tensor cores (bf16 operands scaled to their sub-chunk references, offdiag_gram_mma), the diagonal
-// ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 diag(β) (K ⊙ e^Γ) and U = 𝒯 diag(β) V on the tensor cores
-// (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch.
-// The inputs go through a sequence of steps: j < nkt the A/P key tile j (g, k, q), nkt <= j < 2 nkt F3's key tile
-// j - nkt (g, k), then the value tiles of U (v). Where every row of q, k, g, v is 16-byte aligned (key_dim and
-// value_dim % 4 == 0) the next step's tiles are copied by cp.async into the staging tiles as soon as the step
-// before has read them, and land while it computes; otherwise each step loads its tiles synchronously (tile::load,
-// load_rc, load_h). Same arithmetic either way.
-__global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
+// ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 (diag(β) (K ⊙ e^Γ)) and U = 𝒯 diag(β) V on the tensor cores
+// (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch. Per key tile of the
+// A/P pass: g, then q and k loaded (tile::load), Γ; the bf16 operands, Q^g, K^g, e^{Γ_C} and W's operand
+// β_r e^{Γ_rc} k_rc (fp32, into the W rows, which F3's W step reads back and overwrites with W). F3 steps j < nkt
+// (W of key tile j) and then the value tiles (U): each step's operand tile is fetched into registers (fetch_h)
+// before the previous step's product, so its loads are in flight during it. Two blocks per SM (kWuMmaSmem,
+// launch bounds): the other block computes while one waits for its loads.
+__global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  float* beta = cv.take<float>(kN);
+  double* part = cv.take<double>(4 * kN);
   const Gam G{cv.tile(), cv.tile()};
-  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
+  float *sX = cv.tile(), *sZ = cv.tile();
   bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves), *hZv = cv.take<bf16>(96 * kLdH);
-  float* gS = cv.take<float>(3 * tile::kStageFloats);  // staging: g (or v), k, q of a step
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = 2 * nkt + static_cast<int>((V + kN - 1) / kN);
-  // (Every row of q, k, g starts a multiple of K floats after the tensor's start, of v a multiple of V.)
-  // (W's rows: a multiple of K floats after the scratch's start.)
-  const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K) &&
-                      tile::async_ok_f(a.v, V) && tile::async_ok_f(a.W, K);
-  const int64_t HK = a.H * K;
-  const auto issue = [&](int j) {  // step j's tiles into the staging tiles, one cp.async group
-    if (j < nkt) {
-      const int64_t k0 = j * kN;
-      const int kc = tile_cols(K, k0);
-      tile::stage_async(gS, ch.in(a, a.g, K, k0), HK, ch.n, kc);
-      tile::stage_async(gS + tile::kStageFloats, ch.in(a, a.k, K, k0), HK, ch.n, kc);
-      tile::stage_async(gS + 2 * tile::kStageFloats, ch.in(a, a.q, K, k0), HK, ch.n, kc);
-    } else if (j < 2 * nkt) {
-      const int64_t k0 = (j - nkt) * kN;
-      tile::stage_async(gS, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0));
-    } else {
-      const int64_t v0 = (j - 2 * nkt) * kN;
-      tile::stage_async(gS, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0));
-    }
-    tile::cp_async_commit();
-  };
-  // Γ of key tile k0 from g: staged (the step's copies landed) or loaded into sX.
-  const auto gamma = [&](int64_t k0) { key_gamma(a, ch, k0, staged, gS, sX, s.part, G); };
-  if (staged) issue(0);
-  load_beta(a, ch, s.beta);
+  const int64_t K = a.K, V = a.V, HK = a.H * K;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = nkt + static_cast<int>((V + kN - 1) / kN);
+  load_beta(a, ch, beta);
   Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
   kk.zero();
   qk.zero();
@@ -1022,16 +998,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
   float dqk[4] = {0, 0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
-    gamma(k0);  // (its first barrier: the last key tile's readers are done)
-    if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
-      put_rc_staged(sX, gS + 2 * tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
-      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
-      if (k0 + kN < K) issue(static_cast<int>(k0 / kN) + 1);
-    } else {
-      tile::load(sX, ch.in(a, a.q, K, k0), HK, ch.n, kc);
-      tile::load(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc);
-    }
-    __syncthreads();
+    load_gamma(a, ch, k0, sX, part, G);  // (the last key tile's readers of sX, sZ, G passed its last barrier)
+    tile::load(sX, ch.in(a, a.q, K, k0), HK, ch.n, kc);
+    tile::load(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc);
+    __syncthreads();  // (also: the last key tile's products have read the bf16 operands)
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
       const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
       const float e = G.exp_diff(r * kLd + c, ref);
@@ -1045,7 +1015,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
       if (r < ch.n && c < kc) {
         const float e = G.exp_at(r * kLd + c);
         qg[r * K + c] = e * sX[r * kLd + c];
-        wk[r * K + c] = s.beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
+        wk[r * K + c] = beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
         kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
       }
     }
@@ -1056,9 +1026,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
     offdiag_gram_mma(hZr, hZv, kk);
     offdiag_gram_mma(hXr, hZv, qk);
   }
-  __syncthreads();  // every read of sX (diag_grams) and of the staging tiles done: it takes P, they F3's first step
-  if (staged) issue(nkt);
-  float* sP = sX;
+  __syncthreads();  // every read of sX (diag_grams) and of Γ done: sX takes P, Γ's tiles A and 𝒯
+  float *sP = sX, *sA = G.hi, *sT = G.lo;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -1066,14 +1035,14 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
       const int r = Mma::row(i), c = Mma::col(j);
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
       if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
-      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
+      sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
       sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
     }
   if (de.strict) {  // the diagonal blocks' lower triangles
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int r = de.r[e], c = de.c[e];
-      sA[r * kLd + c] = r < ch.n ? s.beta[r] * dkk[e] : 0.0f;
+      sA[r * kLd + c] = r < ch.n ? beta[r] * dkk[e] : 0.0f;
       sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
     }
   } else {
@@ -1084,31 +1053,29 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, b
       sP[r * kLd + r] = r < ch.n ? dqk[e] : 0.0f;
     }
   }
+  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β).
+  const auto src = [&](int j) { return j < nkt ? ch.rows(a, a.W, K, j * kN) : ch.in(a, a.v, V, (j - nkt) * kN); };
+  const auto stride = [&](int j) { return j < nkt ? K : a.H * V; };
+  const auto cols = [&](int j) { return j < nkt ? tile_cols(K, j * kN) : tile_cols(V, (j - nkt) * kN); };
+  tile::HRegs x;
+  tile::fetch_h(x, src(0), stride(0), ch.n, cols(0));  // (the W rows' writers passed the last barrier)
   __syncthreads();
   tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
   tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   bf16 *hT = hXr, *hY = hZr;
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  for (int j = nkt; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)) (its operand: the W rows), U = 𝒯 diag(β) V
-    const bool w = j < 2 * nkt;
-    const int64_t D = w ? K : V, c0 = (w ? j - nkt : j - 2 * nkt) * kN;
-    const int cols = tile_cols(D, c0);
-    float* dst = ch.rows(a, w ? a.W : a.U, D, c0);
-    __syncthreads();  // the last product's readers of hY are done
-    const auto scale = [&](int r) { return w ? 1.0f : s.beta[r]; };
-    if (staged) {  // the thread's own staged pieces
-      tile::cp_async_wait<0>();
-      tile::put_h_staged(hY, gS, ch.n, scale);
-      if (j + 1 < nsteps) issue(j + 1);
-    } else {
-      tile::load_h(hY, w ? dst : ch.in(a, a.v, V, c0), w ? K : a.H * V, ch.n, cols, scale);
-    }
+  for (int j = 0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
+    const bool w = j < nkt;
+    tile::put_h(hY, x, ch.n, [&](int r) { return w ? 1.0f : beta[r]; });
+    if (j + 1 < nsteps) tile::fetch_h(x, src(j + 1), stride(j + 1), ch.n, cols(j + 1));
     __syncthreads();
     Acc acc;
     acc.zero();
     Mma::mma<false, false>(hT, hY, acc);
-    store_acc<Mma>(acc, dst, D, ch.n, cols, Same{});
+    store_acc<Mma>(acc, w ? ch.rows(a, a.W, K, j * kN) : ch.rows(a, a.U, V, (j - nkt) * kN), w ? K : V, ch.n,
+                   cols(j), Same{});
+    __syncthreads();  // the product's readers of hY are done
   }
 }
 
