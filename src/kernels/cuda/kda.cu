@@ -837,7 +837,7 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
 
 // Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
 // and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (then 𝒯 and F3's
-// operand) and k's 96 left-variant rows. 100.5 KiB: two blocks per SM.
+// operand) and k's 96 left-variant rows. 99 KiB: two blocks per SM.
 constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
                               sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
 
@@ -917,56 +917,47 @@ __device__ void offdiag_mma(const bf16* M, const bf16* Yx, Acc& acc) {
   }
 }
 
-/// The thread's elements of the diagonal 16 x 16 sub-blocks of the decayed grams (diag_grams), warp-uniform but
-/// for warp 7: threads t < 240 take sub-block b = t / 60 and two of its 120 strictly lower elements, numbers
-/// 2 (t % 60) + e (e = 0, 1) in row-major order (rows 16 b + 1 .. 16 b + 15, c < r); threads t >= 240 take the
-/// 64 diagonal elements (r, r), r = 4 (t - 240) + e (e = 0..3).
+/// The thread's elements of the diagonal 16 x 16 sub-blocks of the decayed grams (diag_grams), warp-uniform: the
+/// 136 elements c <= r of sub-block b's rows r = 16 b + ρ, c = 16 b + γ (γ <= ρ) as 64 pairs in one row,
+/// columns γ = 2 p, 2 p + 1 (p < (ρ + 1) / 2; the second one the diagonal element for odd ρ), pair i = t % 64 of
+/// row-major order to thread t of sub-block b = t / 64; the diagonal elements of the even rows, r = c = 16 (u / 8)
+/// + 2 (u % 8), to the threads t = 224 + u of warp 7 besides (extra).
 struct DiagElems {
-  bool strict;  // the strictly lower pair (t < 240) or four diagonal elements
-  int r[2], c[2];
-  __device__ DiagElems() : strict(threadIdx.x < 240) {
-    const int t = static_cast<int>(threadIdx.x), b = t / 60;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int p = 2 * (t % 60) + e;  // row i (1..15) of the sub-block holds numbers i (i - 1) / 2 .. + i - 1
-      int i = 1;
-      while ((i + 1) * i / 2 <= p) ++i;
-      r[e] = 16 * b + i, c[e] = 16 * b + p - i * (i - 1) / 2;
-    }
+  int r, c0, extra;
+  __device__ DiagElems() {
+    const int t = static_cast<int>(threadIdx.x), b = t >> 6, i = t & 63, u = t - 224;
+    int rho = 1, first = 0;  // row ρ holds pairs first .. first + (ρ + 1) / 2 - 1
+    while (first + (rho + 1) / 2 <= i) first += (rho + 1) / 2, ++rho;
+    r = 16 * b + rho, c0 = 16 * b + 2 * (i - first);
+    extra = u >= 0 ? 16 * (u >> 3) + 2 * (u & 7) : -1;
   }
-  /// Row (and column) of diagonal element e = 0..3 of a thread t >= 240.
-  __device__ static int diag(int e) { return 4 * (static_cast<int>(threadIdx.x) - 240) + e; }
 };
 
 /// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3), for the
-/// thread's elements (DiagElems de), each channel sum in order of d (fmaf) after the key tiles' before. A
-/// strictly lower pair: qk[e] += Σ_d q_rd z_d, kk[e] += Σ_d k_rd z_d, z_d = k_cd E, E = e^{Γ_rd - Γ_cd} formed
-/// once for both (e = 0, 1); a diagonal element (E = e^0 = 1): qk[e] += Σ_d q_rd k_rd (e = 0..3). X = q, Z = k
-/// (fp32 tiles).
-__device__ void diag_grams(const float* X, const float* Z, const Gam& G, const DiagElems& de, float qk[4],
+/// thread's elements (DiagElems de), each channel sum in order of d (fmaf) after the key tiles' before: for the
+/// pair's columns c = c0 + e (e = 0, 1), qk[e] += Σ_d q_rd z_d, kk[e] += Σ_d k_rd z_d, z_d = k_cd E,
+/// E = e^{Γ_rd - Γ_cd} formed once for both (kk of a diagonal element c = r is not used); for the extra diagonal
+/// element x (E = e^0 = 1), qk[2] += Σ_d q_xd k_xd. X = q, Z = k (fp32 tiles).
+__device__ void diag_grams(const float* X, const float* Z, const Gam& G, const DiagElems& de, float qk[3],
                            float kk[2]) {
-  if (de.strict) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = de.r[e], c = de.c[e];
-      float sq = qk[e], sk = kk[e];
+  const int r = de.r * kLd, c0 = de.c0 * kLd, c1 = c0 + kLd;
+  float sq0 = qk[0], sk0 = kk[0], sq1 = qk[1], sk1 = kk[1];
 #pragma unroll 4
-      for (int d = 0; d < kN; ++d) {
-        const float z = Z[c * kLd + d] * G.exp_diff(r * kLd + d, c * kLd + d);
-        sq = fmaf(X[r * kLd + d], z, sq);
-        sk = fmaf(Z[r * kLd + d], z, sk);
-      }
-      qk[e] = sq, kk[e] = sk;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = DiagElems::diag(e);
-      float sq = qk[e];
+  for (int d = 0; d < kN; ++d) {
+    const float x = X[r + d], y = Z[r + d];
+    const float z0 = Z[c0 + d] * G.exp_diff(r + d, c0 + d), z1 = Z[c1 + d] * G.exp_diff(r + d, c1 + d);
+    sq0 = fmaf(x, z0, sq0);
+    sk0 = fmaf(y, z0, sk0);
+    sq1 = fmaf(x, z1, sq1);
+    sk1 = fmaf(y, z1, sk1);
+  }
+  qk[0] = sq0, kk[0] = sk0, qk[1] = sq1, kk[1] = sk1;
+  if (de.extra >= 0) {
+    const int x = de.extra * kLd;
+    float sq = qk[2];
 #pragma unroll 4
-      for (int d = 0; d < kN; ++d) sq = fmaf(X[r * kLd + d], Z[r * kLd + d], sq);
-      qk[e] = sq;
-    }
+    for (int d = 0; d < kN; ++d) sq = fmaf(X[x + d], Z[x + d], sq);
+    qk[2] = sq;
   }
 }
 
@@ -995,7 +986,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
   kk.zero();
   qk.zero();
   const DiagElems de;
-  float dqk[4] = {0, 0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
+  float dqk[3] = {0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     load_gamma(a, ch, k0, sX, part, G);  // (the last key tile's readers of sX, sZ, G passed its last barrier)
@@ -1038,20 +1029,15 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
       sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
       sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
     }
-  if (de.strict) {  // the diagonal blocks' lower triangles
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = de.r[e], c = de.c[e];
-      sA[r * kLd + c] = r < ch.n ? beta[r] * dkk[e] : 0.0f;
-      sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = DiagElems::diag(e);
-      sA[r * kLd + r] = 0.0f;
-      sP[r * kLd + r] = r < ch.n ? dqk[e] : 0.0f;
-    }
+  for (int e = 0; e < 2; ++e) {  // the diagonal blocks' lower triangles
+    const int r = de.r, c = de.c0 + e;
+    sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * dkk[e] : 0.0f;
+    sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
+  }
+  if (de.extra >= 0) {
+    sA[de.extra * kLd + de.extra] = 0.0f;
+    sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
   }
   // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β).
   const auto src = [&](int j) { return j < nkt ? ch.rows(a, a.W, K, j * kN) : ch.in(a, a.v, V, (j - nkt) * kN); };
