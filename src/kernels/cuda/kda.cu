@@ -836,10 +836,12 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
 }
 
 // Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
-// and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (then 𝒯 and F3's
-// operand) and k's 96 left-variant rows. 99 KiB: two blocks per SM.
+// and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
+// key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
+// blocks per SM.
 constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
                               sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
+static_assert(2 * sizeof(bf16) * kTileHalves >= sizeof(float) * tile::kTileFloats, "g's tile over the bf16 operands");
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
 /// tile::stage_async filled from the same src, rows, cols: s[r][c] = scale(r, c) x for r < rows, c < cols, else
@@ -961,15 +963,37 @@ __device__ void diag_grams(const float* X, const float* Z, const Gam& G, const D
   }
 }
 
+/// tile::load(s[i], src[i], stride, rows, cols) for three tiles at once: s[i][r][c] = src[i][r stride + c] for
+/// r < rows, c < cols, else 0. The thread's rows t / 64 + 4 j (column t % 64) through one row offset stepped by
+/// 4 stride, and all 48 of its loads issued before its first shared store (one round trip for the three tiles).
+/// No barrier.
+__device__ __forceinline__ void load3(float* const (&s)[3], const float* const (&src)[3], int64_t stride, int rows,
+                                      int cols) {
+  const int c = static_cast<int>(threadIdx.x & 63), r0 = static_cast<int>(threadIdx.x >> 6);
+  constexpr int kPer = kN * kN / tile::kThreads;
+  float x[3][kPer];
+  int64_t off = r0 * stride + c;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j, off += 4 * stride) {
+    const bool in = r0 + 4 * j < rows && c < cols;
+#pragma unroll
+    for (int i = 0; i < 3; ++i) x[i][j] = in ? src[i][off] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+#pragma unroll
+    for (int i = 0; i < 3; ++i) s[i][(r0 + 4 * j) * kLd + c] = x[i][j];
+}
+
 // F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y, as kda_wu_kernel: the off-diagonal sub-blocks of A and
 // P on the tensor cores (bf16 operands scaled to their sub-chunk references, offdiag_gram_mma), the diagonal
 // ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 (diag(β) (K ⊙ e^Γ)) and U = 𝒯 diag(β) V on the tensor cores
 // (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch. Per key tile of the
-// A/P pass: g, then q and k loaded (tile::load), Γ; the bf16 operands, Q^g, K^g, e^{Γ_C} and W's operand
-// β_r e^{Γ_rc} k_rc (fp32, into the W rows, which F3's W step reads back and overwrites with W). F3 steps j < nkt
-// (W of key tile j) and then the value tiles (U): each step's operand tile is fetched into registers (fetch_h)
-// before the previous step's product, so its loads are in flight during it. Two blocks per SM (kWuMmaSmem,
-// launch bounds): the other block computes while one waits for its loads.
+// A/P pass: g, q and k loaded together (load3; g over the bf16 operand tiles), Γ; the bf16 operands, Q^g, K^g,
+// e^{Γ_C} and W's operand β_r e^{Γ_rc} k_rc (fp32, into the W rows, which F3's W step reads back and overwrites
+// with W). F3 steps j < nkt (W of key tile j) and then the value tiles (U): each step's operand tile is fetched
+// into registers (fetch_h) before the previous step's product, so its loads are in flight during it. Two blocks
+// per SM (kWuMmaSmem, launch bounds): the other block computes while one waits for its loads.
 __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -989,10 +1013,11 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
   float dqk[3] = {0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
-    load_gamma(a, ch, k0, sX, part, G);  // (the last key tile's readers of sX, sZ, G passed its last barrier)
-    tile::load(sX, ch.in(a, a.q, K, k0), HK, ch.n, kc);
-    tile::load(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc);
-    __syncthreads();  // (also: the last key tile's products have read the bf16 operands)
+    float* const sG = reinterpret_cast<float*>(hXr);  // g (a float tile over hXr, hZr until Γ is formed)
+    __syncthreads();  // the last key tile's products have read the bf16 operands
+    load3({sG, sX, sZ}, {ch.in(a, a.g, K, k0), ch.in(a, a.q, K, k0), ch.in(a, a.k, K, k0)}, HK, ch.n, kc);
+    __syncthreads();
+    gamma_cumsum(sG, kLd, part, G);  // (ends with a barrier: g read, hXr, hZr free)
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
       const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
       const float e = G.exp_diff(r * kLd + c, ref);
