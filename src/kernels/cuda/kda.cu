@@ -209,8 +209,11 @@ constexpr int variant_ld = std::is_same_v<T, float> ? kLd : kLdH;
 /// (rounded once, the fp32 product).
 template <typename T>
 __device__ void left_variants(const float* Y, const Gam& G, T* Yv) {
-  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
-    const int q = idx >> 6, c = idx & 63, a = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(a);
+  static_assert(tile::kThreads == 4 * kN, "four rows per pass");
+  const int c = static_cast<int>(threadIdx.x & 63), q0 = static_cast<int>(threadIdx.x >> 6);
+#pragma unroll
+  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {  // row q = 4 it + q0: sub-chunk a known per pass
+    const int q = 4 * it + q0, a = it < 4 ? 1 : it < 12 ? 2 : 3, j = q - left_base(a);
     Yv[q * variant_ld<T> + c] = from_f32<T>(Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c));
   }
 }
