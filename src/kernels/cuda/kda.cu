@@ -1021,16 +1021,19 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
     load3({sG, sX, sZ}, {ch.in(a, a.g, K, k0), ch.in(a, a.q, K, k0), ch.in(a, a.k, K, k0)}, HK, ch.n, kc);
     __syncthreads();
     gamma_cumsum(sG, kLd, part, G);  // (ends with a barrier: g read, hXr, hZr free)
-    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
-      const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
-      const float e = G.exp_diff(r * kLd + c, ref);
+    const int c = static_cast<int>(threadIdx.x & 63), r0 = static_cast<int>(threadIdx.x >> 6);
+#pragma unroll
+    for (int it = 0; it < kN * kN / tile::kThreads; ++it) {  // the bf16 operands, rounded once (rows 4 it + r0)
+      const int r = 4 * it + r0;
+      const float e = G.exp_diff(r * kLd + c, 16 * (it >> 2) * kLd + c);  // (sub-chunk it / 4)
       hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
       hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
     }
     left_variants(sZ, G, hZv);
     float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0), *wk = ch.rows(a, a.W, K, k0);
-    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
-      const int r = idx >> 6, c = idx & 63;
+#pragma unroll
+    for (int it = 0; it < kN * kN / tile::kThreads; ++it) {
+      const int r = 4 * it + r0;
       if (r < ch.n && c < kc) {
         const float e = G.exp_at(r * kLd + c);
         qg[r * K + c] = e * sX[r * kLd + c];
