@@ -1,7 +1,8 @@
 // The GDN, Comba and KDA cores (src/kernels/cuda/gdn_comba.cu, kda.cu) run by the CPU emulator (cuda_emu.h)
 // through their own launchers, no GPU: forward, then backward, on small shapes with a ragged last chunk (T = 130,
 // chunk 64), full and partial key / value tiles. bf16 compute (the tile::Mma phases: ldmatrix / mma.sync /
-// cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, and with a key_dim
+// cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, KDA at K = V = 128
+// (also with strong decay, g down to -20), GDN and Comba with a key_dim
 // beyond the Mma scans, K = 320: the tile::Tc scans; GDN with three key tiles, K = 192, V = 64: the backward scan's
 // staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
 // and fp32 compute (tile::Simt). GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the
@@ -232,6 +233,13 @@ TEST_CASE("cuda emu: bf16 KDA core, K = V = 64 and partial key / value tiles (K 
           "[emu][kda]") {
   check_case({Core::kda, true, 1, 130, 2, 64, 64, 64, -0.05, 500});
   check_case({Core::kda, true, 1, 130, 2, 100, 96, 64, -1.0, 600});
+}
+
+TEST_CASE("cuda emu: bf16 KDA core at the model's head size, K = V = 128, moderate and strong decay (g down to -20 "
+          "per channel: e^{Γ} underflows inside a sub-chunk), ragged last chunk",
+          "[emu][kda]") {
+  check_case({Core::kda, true, 1, 130, 1, 128, 128, 64, -1.0, 650});
+  check_case({Core::kda, true, 1, 130, 1, 128, 128, 64, -20.0, 660});
 }
 
 TEST_CASE("cuda emu: fp32 GDN, Comba and KDA cores (tile::Simt), K = 100, V = 96, ragged last chunk",

@@ -209,8 +209,11 @@ constexpr int variant_ld = std::is_same_v<T, float> ? kLd : kLdH;
 /// (rounded once, the fp32 product).
 template <typename T>
 __device__ void left_variants(const float* Y, const Gam& G, T* Yv) {
-  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
-    const int q = idx >> 6, c = idx & 63, a = q < 16 ? 1 : q < 48 ? 2 : 3, j = q - left_base(a);
+  static_assert(tile::kThreads == 4 * kN, "four rows per pass");
+  const int c = static_cast<int>(threadIdx.x & 63), q0 = static_cast<int>(threadIdx.x >> 6);
+#pragma unroll
+  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {  // row q = 4 it + q0: sub-chunk a known per pass
+    const int q = 4 * it + q0, a = it < 4 ? 1 : it < 12 ? 2 : 3, j = q - left_base(a);
     Yv[q * variant_ld<T> + c] = from_f32<T>(Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c));
   }
 }
@@ -835,11 +838,13 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
     }
 }
 
-// Shared memory of kda_wu_mma_kernel: Small, Γ (two fp32 tiles), fp32 A, 𝒯, q, k tiles, bf16 tiles: q and k
-// scaled to their sub-chunk starts, and k's 96 left-variant rows, and three fp32 staging tiles (cp.async of the
-// next step's g, k, q or v). 188 KiB (one block per SM, as its registers allow).
-constexpr size_t kWuMmaSmem = kSmallBytes + 6 * sizeof(float) * tile::kTileFloats +
-                              sizeof(bf16) * (2 * kTileHalves + 96 * kLdH) + 3 * sizeof(float) * tile::kStageFloats;
+// Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
+// and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
+// key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
+// blocks per SM.
+constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
+                              sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
+static_assert(2 * sizeof(bf16) * kTileHalves >= sizeof(float) * tile::kTileFloats, "g's tile over the bf16 operands");
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
 /// tile::stage_async filled from the same src, rows, cols: s[r][c] = scale(r, c) x for r < rows, c < cols, else
@@ -917,166 +922,177 @@ __device__ void offdiag_mma(const bf16* M, const bf16* Yx, Acc& acc) {
   }
 }
 
-/// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3): thread t
-/// owns row r = 16 (t / 64) + (t / 4) % 16 and columns c = 16 (t / 64) + 4 (t % 4) + e, e = 0..3, and adds
-/// qk[e] += Σ_d q_rd k_cd E (c <= r) and kk[e] += Σ_d k_rd k_cd E (c < r), E = e^{Γ_rd - Γ_cd} formed once for
-/// both. X = q, Z = k (fp32 tiles).
-__device__ void diag_grams(const float* X, const float* Z, const Gam& G, float qk[4], float kk[4]) {
-  const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
-    if (c > r) continue;
-    float sq = qk[e], sk = kk[e];
-    for (int d = 0; d < kN; ++d) {
-      const float z = Z[c * kLd + d] * G.exp_diff(r * kLd + d, c * kLd + d);
-      sq = fmaf(X[r * kLd + d], z, sq);
-      sk = fmaf(Z[r * kLd + d], z, sk);
-    }
-    qk[e] = sq, kk[e] = c < r ? sk : 0.0f;
+/// The thread's elements of the diagonal 16 x 16 sub-blocks of the decayed grams (diag_grams), warp-uniform: the
+/// 136 elements c <= r of sub-block b's rows r = 16 b + ρ, c = 16 b + γ (γ <= ρ) as 64 pairs in one row,
+/// columns γ = 2 p, 2 p + 1 (p < (ρ + 1) / 2; the second one the diagonal element for odd ρ), pair i = t % 64 of
+/// row-major order to thread t of sub-block b = t / 64; the diagonal elements of the even rows, r = c = 16 (u / 8)
+/// + 2 (u % 8), to the threads t = 224 + u of warp 7 besides (extra).
+struct DiagElems {
+  int r, c0, extra;
+  __device__ DiagElems() {
+    const int t = static_cast<int>(threadIdx.x), b = t >> 6, i = t & 63, u = t - 224;
+    int rho = 1, first = 0;  // row ρ holds pairs first .. first + (ρ + 1) / 2 - 1
+    while (first + (rho + 1) / 2 <= i) first += (rho + 1) / 2, ++rho;
+    r = 16 * b + rho, c0 = 16 * b + 2 * (i - first);
+    extra = u >= 0 ? 16 * (u >> 3) + 2 * (u & 7) : -1;
   }
+};
+
+/// The diagonal 16 x 16 sub-blocks of both decayed grams, element-wise in fp32 (no factoring, §7.3), for the
+/// thread's elements (DiagElems de), each channel sum in order of d (fmaf) after the key tiles' before: for the
+/// pair's columns c = c0 + e (e = 0, 1), qk[e] += Σ_d q_rd z_d, kk[e] += Σ_d k_rd z_d, z_d = k_cd E,
+/// E = e^{Γ_rd - Γ_cd} formed once for both (kk of a diagonal element c = r is not used); for the extra diagonal
+/// element x (E = e^0 = 1), qk[2] += Σ_d q_xd k_xd. X = q, Z = k (fp32 tiles).
+__device__ void diag_grams(const float* X, const float* Z, const Gam& G, const DiagElems& de, float qk[3],
+                           float kk[2]) {
+  const int r = de.r * kLd, c0 = de.c0 * kLd, c1 = c0 + kLd;
+  float sq0 = qk[0], sk0 = kk[0], sq1 = qk[1], sk1 = kk[1];
+#pragma unroll 4
+  for (int d = 0; d < kN; ++d) {
+    const float x = X[r + d], y = Z[r + d];
+    const float z0 = Z[c0 + d] * G.exp_diff(r + d, c0 + d), z1 = Z[c1 + d] * G.exp_diff(r + d, c1 + d);
+    sq0 = fmaf(x, z0, sq0);
+    sk0 = fmaf(y, z0, sk0);
+    sq1 = fmaf(x, z1, sq1);
+    sk1 = fmaf(y, z1, sk1);
+  }
+  qk[0] = sq0, kk[0] = sk0, qk[1] = sq1, kk[1] = sk1;
+  if (de.extra >= 0) {
+    const int x = de.extra * kLd;
+    float sq = qk[2];
+#pragma unroll 4
+    for (int d = 0; d < kN; ++d) sq = fmaf(X[x + d], Z[x + d], sq);
+    qk[2] = sq;
+  }
+}
+
+/// tile::load(s[i], src[i], stride, rows, cols) for three tiles at once: s[i][r][c] = src[i][r stride + c] for
+/// r < rows, c < cols, else 0. The thread's rows t / 64 + 4 j (column t % 64) through one row offset stepped by
+/// 4 stride, and all 48 of its loads issued before its first shared store (one round trip for the three tiles).
+/// No barrier.
+__device__ __forceinline__ void load3(float* const (&s)[3], const float* const (&src)[3], int64_t stride, int rows,
+                                      int cols) {
+  const int c = static_cast<int>(threadIdx.x & 63), r0 = static_cast<int>(threadIdx.x >> 6);
+  constexpr int kPer = kN * kN / tile::kThreads;
+  float x[3][kPer];
+  int64_t off = r0 * stride + c;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j, off += 4 * stride) {
+    const bool in = r0 + 4 * j < rows && c < cols;
+#pragma unroll
+    for (int i = 0; i < 3; ++i) x[i][j] = in ? src[i][off] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+#pragma unroll
+    for (int i = 0; i < 3; ++i) s[i][(r0 + 4 * j) * kLd + c] = x[i][j];
 }
 
 // F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y, as kda_wu_kernel: the off-diagonal sub-blocks of A and
 // P on the tensor cores (bf16 operands scaled to their sub-chunk references, offdiag_gram_mma), the diagonal
-// ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 diag(β) (K ⊙ e^Γ) and U = 𝒯 diag(β) V on the tensor cores
-// (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch.
-// The inputs go through a sequence of steps: j < nkt the A/P key tile j (g, k, q), nkt <= j < 2 nkt F3's key tile
-// j - nkt (g, k), then the value tiles of U (v). Where every row of q, k, g, v is 16-byte aligned (key_dim and
-// value_dim % 4 == 0) the next step's tiles are copied by cp.async into the staging tiles as soon as the step
-// before has read them, and land while it computes; otherwise each step loads its tiles synchronously (tile::load,
-// load_rc, load_h). Same arithmetic either way.
-__global__ void __launch_bounds__(tile::kThreads) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
+// ones in fp32 (diag_grams), 𝒯 in fp32, then W = 𝒯 (diag(β) (K ⊙ e^Γ)) and U = 𝒯 diag(β) V on the tensor cores
+// (𝒯 and the scaled rows rounded to bf16); Q^g, K^g, e^{Γ_C} and P (fp32) into the scratch. Per key tile of the
+// A/P pass: g, q and k loaded together (load3; g over the bf16 operand tiles), Γ; the bf16 operands, Q^g, K^g,
+// e^{Γ_C} and W's operand β_r e^{Γ_rc} k_rc (fp32, into the W rows, which F3's W step reads back and overwrites
+// with W). F3 steps j < nkt (W of key tile j) and then the value tiles (U): each step's operand tile is fetched
+// into registers (fetch_h) before the previous step's product, so its loads are in flight during it. Two blocks
+// per SM (kWuMmaSmem, launch bounds): the other block computes while one waits for its loads.
+__global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  float* beta = cv.take<float>(kN);
+  double* part = cv.take<double>(4 * kN);
   const Gam G{cv.tile(), cv.tile()};
-  float *sA = cv.tile(), *sT = cv.tile(), *sX = cv.tile(), *sZ = cv.tile();
+  float *sX = cv.tile(), *sZ = cv.tile();
   bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves), *hZv = cv.take<bf16>(96 * kLdH);
-  float* gS = cv.take<float>(3 * tile::kStageFloats);  // staging: g (or v), k, q of a step
   const Chunk ch(a, blockIdx.x, blockIdx.y);
-  const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = 2 * nkt + static_cast<int>((V + kN - 1) / kN);
-  // (Every row of q, k, g starts a multiple of K floats after the tensor's start, of v a multiple of V.)
-  const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K) &&
-                      tile::async_ok_f(a.v, V);
-  const int64_t HK = a.H * K;
-  const auto issue = [&](int j) {  // step j's tiles into the staging tiles, one cp.async group
-    if (j < 2 * nkt) {
-      const int64_t k0 = (j < nkt ? j : j - nkt) * kN;
-      const int kc = tile_cols(K, k0);
-      tile::stage_async(gS, ch.in(a, a.g, K, k0), HK, ch.n, kc);
-      tile::stage_async(gS + tile::kStageFloats, ch.in(a, a.k, K, k0), HK, ch.n, kc);
-      if (j < nkt) tile::stage_async(gS + 2 * tile::kStageFloats, ch.in(a, a.q, K, k0), HK, ch.n, kc);
-    } else {
-      const int64_t v0 = (j - 2 * nkt) * kN;
-      tile::stage_async(gS, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0));
-    }
-    tile::cp_async_commit();
-  };
-  // Γ of key tile k0 from g: staged (the step's copies landed) or loaded into sX.
-  const auto gamma = [&](int64_t k0) { key_gamma(a, ch, k0, staged, gS, sX, s.part, G); };
-  if (staged) issue(0);
-  load_beta(a, ch, s.beta);
+  const int64_t K = a.K, V = a.V, HK = a.H * K;
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = nkt + static_cast<int>((V + kN - 1) / kN);
+  load_beta(a, ch, beta);
   Acc kk, qk;  // off-diagonal sub-blocks: Σ_c k_rc k_jc E_rj,c, Σ_c q_rc k_jc E_rj,c
   kk.zero();
   qk.zero();
-  float dqk[4] = {0, 0, 0, 0}, dkk[4] = {0, 0, 0, 0};  // diagonal sub-blocks (diag_grams)
+  const DiagElems de;
+  float dqk[3] = {0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
-    gamma(k0);  // (its first barrier: the last key tile's readers are done)
-    if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
-      put_rc_staged(sX, gS + 2 * tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
-      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
-      issue(static_cast<int>(k0 / kN) + 1);
-    } else {
-      tile::load(sX, ch.in(a, a.q, K, k0), HK, ch.n, kc);
-      tile::load(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc);
-    }
+    float* const sG = reinterpret_cast<float*>(hXr);  // g (a float tile over hXr, hZr until Γ is formed)
+    __syncthreads();  // the last key tile's products have read the bf16 operands
+    load3({sG, sX, sZ}, {ch.in(a, a.g, K, k0), ch.in(a, a.q, K, k0), ch.in(a, a.k, K, k0)}, HK, ch.n, kc);
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {  // the bf16 operands, rounded once
-      const int r = idx >> 6, c = idx & 63, ref = (r & ~15) * kLd + c;
-      const float e = G.exp_diff(r * kLd + c, ref);
+    gamma_cumsum(sG, kLd, part, G);  // (ends with a barrier: g read, hXr, hZr free)
+    const int c = static_cast<int>(threadIdx.x & 63), r0 = static_cast<int>(threadIdx.x >> 6);
+#pragma unroll
+    for (int it = 0; it < kN * kN / tile::kThreads; ++it) {  // the bf16 operands, rounded once (rows 4 it + r0)
+      const int r = 4 * it + r0;
+      const float e = G.exp_diff(r * kLd + c, 16 * (it >> 2) * kLd + c);  // (sub-chunk it / 4)
       hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
       hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
     }
     left_variants(sZ, G, hZv);
-    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
-    for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
-      const int r = idx >> 6, c = idx & 63;
+    float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0), *wk = ch.rows(a, a.W, K, k0);
+#pragma unroll
+    for (int it = 0; it < kN * kN / tile::kThreads; ++it) {
+      const int r = 4 * it + r0;
       if (r < ch.n && c < kc) {
-        qg[r * K + c] = G.exp_at(r * kLd + c) * sX[r * kLd + c];
+        const float e = G.exp_at(r * kLd + c);
+        qg[r * K + c] = e * sX[r * kLd + c];
+        wk[r * K + c] = beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
         kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
       }
     }
     if (static_cast<int>(threadIdx.x) < kc)
       a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
-    diag_grams(sX, sZ, G, dqk, dkk);
+    diag_grams(sX, sZ, G, de, dqk, dkk);
     __syncthreads();  // the bf16 operands complete
     offdiag_gram_mma(hZr, hZv, kk);
     offdiag_gram_mma(hXr, hZv, qk);
   }
-  __syncthreads();  // every read of sX (diag_grams) done: it takes P
-  float* sP = sX;
+  __syncthreads();  // every read of sX (diag_grams) and of Γ done: sX takes P, Γ's tiles A and 𝒯
+  float *sP = sX, *sA = G.hi, *sT = G.lo;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
       const int r = Mma::row(i), c = Mma::col(j);
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
-      if ((r >> 4) == (c >> 4)) continue;
-      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
+      if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
+      sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
       sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
     }
-  {  // the diagonal blocks
-    const int t = static_cast<int>(threadIdx.x), r = 16 * (t >> 6) + ((t >> 2) & 15);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = 16 * (t >> 6) + 4 * (t & 3) + e;
-      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * dkk[e] : 0.0f;
-      sP[r * kLd + c] = c <= r && r < ch.n ? dqk[e] : 0.0f;
-    }
+  for (int e = 0; e < 2; ++e) {  // the diagonal blocks' lower triangles
+    const int r = de.r, c = de.c0 + e;
+    sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * dkk[e] : 0.0f;
+    sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
   }
+  if (de.extra >= 0) {
+    sA[de.extra * kLd + de.extra] = 0.0f;
+    sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
+  }
+  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β).
+  const auto src = [&](int j) { return j < nkt ? ch.rows(a, a.W, K, j * kN) : ch.in(a, a.v, V, (j - nkt) * kN); };
+  const auto stride = [&](int j) { return j < nkt ? K : a.H * V; };
+  const auto cols = [&](int j) { return j < nkt ? tile_cols(K, j * kN) : tile_cols(V, (j - nkt) * kN); };
+  tile::HRegs x;
+  tile::fetch_h(x, src(0), stride(0), ch.n, cols(0));  // (the W rows' writers passed the last barrier)
   __syncthreads();
   tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
   tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
   if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   bf16 *hT = hXr, *hY = hZr;
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
-    const int kc = tile_cols(K, k0);
-    gamma(k0);
-    const auto scale = [&](int r, int c) { return s.beta[r] * G.exp_at(r * kLd + c); };
-    if (staged) {  // the thread's own staged pieces (the g tile's readers passed gamma's last barrier)
-      put_rc_staged(sZ, gS + tile::kStageFloats, ch.n, kc, scale);
-      issue(nkt + static_cast<int>(k0 / kN) + 1);
-    } else {
-      tile::load_rc(sZ, ch.in(a, a.k, K, k0), HK, ch.n, kc, scale);
-    }
-    __syncthreads();
-    tile::load_h(hY, sZ, kLd, kN, kN);
+  for (int j = 0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
+    const bool w = j < nkt;
+    tile::put_h(hY, x, ch.n, [&](int r) { return w ? 1.0f : beta[r]; });
+    if (j + 1 < nsteps) tile::fetch_h(x, src(j + 1), stride(j + 1), ch.n, cols(j + 1));
     __syncthreads();
     Acc acc;
     acc.zero();
     Mma::mma<false, false>(hT, hY, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.W, K, k0), K, ch.n, kc, Same{});
-  }
-  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
-    __syncthreads();  // the last product's readers of hY are done
-    const auto scale = [&](int r) { return s.beta[r]; };
-    if (staged) {  // the thread's own staged pieces
-      tile::cp_async_wait<0>();
-      tile::put_h_staged(hY, gS, ch.n, scale);
-      const int next = 2 * nkt + static_cast<int>(v0 / kN) + 1;
-      if (next < nsteps) issue(next);
-    } else {
-      tile::load_h(hY, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), scale);
-    }
-    __syncthreads();
-    Acc acc;
-    acc.zero();
-    Mma::mma<false, false>(hT, hY, acc);
-    store_acc<Mma>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), Same{});
+    store_acc<Mma>(acc, w ? ch.rows(a, a.W, K, j * kN) : ch.rows(a, a.U, V, (j - nkt) * kN), w ? K : V, ch.n,
+                   cols(j), Same{});
+    __syncthreads();  // the product's readers of hY are done
   }
 }
 
