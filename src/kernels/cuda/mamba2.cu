@@ -9,7 +9,8 @@
 //   states: the states entering (forward) or the adjoints of the states leaving (backward) each chunk,
 //           fp32: outer  each chunk's contribution Σ_i w_i u_i v_i^T    (blocks over b, h, chunk, P/N tiles)
 //                 scan   the running sum over the chunks                (one thread per state element)
-//           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles)
+//           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles; the
+//                             backward's two scans in one launch)
 //   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, h, chunk, P tile)
 //   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
 // then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
@@ -31,6 +32,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -298,20 +300,38 @@ constexpr size_t state_scan_smem(bool staged) {
   return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves + (staged ? sizeof(float) * 2 * tile::kStageFloats : 0);
 }
 
+// One scan over the chunks (S: the element type of out): out[b, h, k] = the states entering the chunks (forward,
+// reverse = false: u = x, v = B, u_row = W) or the adjoints of the states leaving them (reverse: u = dy, v = C,
+// u_row = XD); u, v, u_row as in ssd_chunk_outer_kernel.
+template <typename S>
+struct ScanJob {
+  const float* u;
+  int64_t u_row;
+  const float* v;
+  bool reverse;
+  S* out;
+};
+
+// How far ssd_state_scan_kernel's L2 prefetch runs ahead: during chunk q's product the block copies chunk q + 1's
+// tiles and prefetches chunk q + 1 + kScanAhead's rows.
+constexpr int kScanAhead = 2;
+
 // (bf16 models) ssd_chunk_outer_kernel and ssd_scan_kernel in one pass: the block of one (b, h, P tile, N tile)
-// walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in registers):
-// out[b, h, k] = R (bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T over chunk k's tokens i (u_i w_i and v_i
-// rounded to bf16, tile::Mma). Forward (u = x, v = B, w_i = e^{Γ-G_i} Δ_i): out = the states entering the
-// chunks; reverse (u = dy, v = C, w_i = e^{G_i}): out = the adjoints of the states leaving them. u, v, u_row as
-// in ssd_chunk_outer_kernel. The next chunk's u, v tiles are copied into fp32 staging tiles by cp.async (kStaged:
-// every row 16-byte aligned), and its G, Δ loaded into registers, during the current chunk's product; each chunk
-// then converts its staged tiles into the bf16 tiles (the thread's own pieces: tile::put_h_staged). Otherwise
-// the tiles are loaded synchronously (tile::load_h); the same bf16 tiles either way. Grid (B H, PT, NT);
-// state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
+// of a ScanJob walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in
+// registers): out[b, h, k] = R (bf16, column pairs: tile::store_acc_bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T
+// over chunk k's tokens i (u_i w_i and v_i rounded to bf16, tile::Mma); w_i = e^{Γ-G_i} Δ_i forward, e^{G_i}
+// reverse. The next chunk's u, v tiles are copied into fp32 staging tiles by cp.async (kStaged: every row 16-byte
+// aligned), and its G, Δ loaded into registers, during the current chunk's product, and the rows of the chunk
+// kScanAhead after that (u, v, G, Δ) are prefetched into the L2 (tile::prefetch_l2), so that the copies wait for
+// the L2, not for memory; each chunk then converts its staged tiles into the bf16 tiles (the thread's own pieces:
+// tile::put_h_staged). Otherwise the tiles are loaded synchronously (tile::load_h); the same bf16 tiles either
+// way. Grid (jobs B H, PT, NT): blocks x < B H scan `first`, the others `second` (the backward's two scans in one
+// launch: 512 blocks at shape (a), one wave at 4 blocks per SM); state_scan_smem(kStaged) of dynamic shared
+// memory; two barriers per chunk.
 template <bool kStaged>
 __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 blocks per SM (<= 64 registers)
-    ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, Sizes s,
-                          bool reverse, __nv_bfloat16* out) {
+    ssd_state_scan_kernel(ScanJob<__nv_bfloat16> first, ScanJob<__nv_bfloat16> second, const float* dt,
+                          const double* G, Sizes s) {
   using L = tile::Mma;
   extern __shared__ __align__(16) char smem_raw[];
   __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -320,19 +340,23 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
   float* gv = gu + tile::kStageFloats;
   __shared__ float w[kL];
   __shared__ float gam;
-  const int64_t bh = blockIdx.x, pt = blockIdx.y, nt = blockIdx.z, b = bh / s.H, h = bh % s.H;
-  const int64_t g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
+  const int64_t BH = s.B * s.H;
+  const bool is_second = blockIdx.x >= BH;
+  const ScanJob<__nv_bfloat16> job = is_second ? second : first;
+  const bool reverse = job.reverse;
+  const int64_t bh = is_second ? blockIdx.x - BH : blockIdx.x, pt = blockIdx.y, nt = blockIdx.z;
+  const int64_t b = bh / s.H, h = bh % s.H, g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
   const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
   const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
   // Chunk q's token count and the first rows of its u and v tiles.
   const auto tokens = [&](int64_t q) { return imin(kL, s.T - chunk(q) * kL); };
-  const auto u_at = [&](int64_t q) { return u + (b * s.T + chunk(q) * kL) * u_row + h * s.P + p0; };
-  const auto v_at = [&](int64_t q) { return v + (b * s.T + chunk(q) * kL) * s.W + g * s.N + n0; };
+  const auto u_at = [&](int64_t q) { return job.u + (b * s.T + chunk(q) * kL) * job.u_row + h * s.P + p0; };
+  const auto v_at = [&](int64_t q) { return job.v + (b * s.T + chunk(q) * kL) * s.W + g * s.N + n0; };
   double Gi = 0.0, last = 0.0;  // chunk q's G_i, Γ, Δ_i (threads < kL), loaded during chunk q - 1
   float di = 0.0f;
   const auto fetch = [&](int64_t q) {
     if (kStaged) {
-      tile::stage_async(gu, u_at(q), u_row, tokens(q), np);
+      tile::stage_async(gu, u_at(q), job.u_row, tokens(q), np);
       tile::stage_async(gv, v_at(q), s.W, tokens(q), nn);
       tile::cp_async_commit();
     }
@@ -343,18 +367,21 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       di = dt[bhk * kL + threadIdx.x];
     }
   };
+  const auto prefetch = [&](int64_t q) {
+    const int64_t bhk = bh * s.nc + chunk(q);
+    tile::prefetch_l2(u_at(q), 4 * job.u_row, tokens(q), 4 * np);
+    tile::prefetch_l2(v_at(q), 4 * s.W, tokens(q), 4 * nn);
+    tile::prefetch_l2(G + bhk * kL, 0, 1, sizeof(double) * kL);
+    tile::prefetch_l2(dt + bhk * kL, 0, 1, sizeof(float) * kL);
+  };
+  // Chunks 0 .. nc - 2 are read (the state past the last chunk is not needed).
   if (s.nc > 1) fetch(0);
+  for (int64_t q = 1; q <= kScanAhead && q < s.nc - 1; ++q) prefetch(q);
   Acc R;
   R.zero();
   for (int64_t q = 0; q < s.nc; ++q) {
-    const int64_t bhk = bh * s.nc + chunk(q);
-    __nv_bfloat16* o = out + bhk * s.P * s.N + p0 * s.N + n0;
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < 4; ++c) {
-        const int p = L::row(a), n = L::col(c);
-        if (p < np && n < nn) o[p * s.N + n] = __float2bfloat16_rn(R.v[a][c]);
-      }
-    if (q == s.nc - 1) break;  // the state past the last chunk is not needed
+    tile::store_acc_bf16(R, job.out + (bh * s.nc + chunk(q)) * s.P * s.N + p0 * s.N + n0, s.N, np, nn);
+    if (q == s.nc - 1) break;
     if (threadIdx.x < kL) {
       w[threadIdx.x] = reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * di;
       if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
@@ -366,7 +393,7 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       tile::put_h_staged(bu, gu, tokens(q), scale);
       tile::put_h_staged(bv, gv, tokens(q));
     } else {
-      tile::load_h(bu, u_at(q), u_row, tokens(q), np, scale);
+      tile::load_h(bu, u_at(q), job.u_row, tokens(q), np, scale);
       tile::load_h(bv, v_at(q), s.W, tokens(q), nn);
     }
     const float e = gam;
@@ -374,6 +401,7 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
     __syncthreads();  // bu, bv complete; every read of the staging tiles done
     if (q + 1 < s.nc - 1) fetch(q + 1);
+    if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
     L::mma<true, false>(bu, bv, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
   }
 }
@@ -883,45 +911,35 @@ constexpr size_t tiles_bytes(int tiles) {
   return sizeof(P) * kTileOf<P> * tiles;
 }
 
-// ssd_state_scan_kernel's launch (arguments as there): staged where every row of u and v is 16-byte aligned.
-void state_scan(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, const Sizes& s,
-                bool reverse, __nv_bfloat16* out, cudaStream_t stream) {
-  // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
-  const bool staged = tile::async_ok_f(u, u_row) && s.P % 4 == 0 && tile::async_ok_f(v, s.W) && s.N % 4 == 0;
-  const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
-  const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-  launch(kernel, grid, state_scan_smem(staged), stream, u, u_row, v, dt, G, s, reverse, out);
-}
-
-// Δ, G and the states entering the chunks (forward: from x, B), into sc.states. P = float: the contributions
-// and the scan over them; bf16: the fused state_scan.
+// Δ and G (prep), then the chunk states into sc.states (the forward scan: from x, B) and, where dy is not null (the
+// backward), the adjoints into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks'
+// contributions (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel,
+// both scans in one launch, staged where every row of every u and v is 16-byte aligned.
 template <typename P>
-void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const Sizes& s,
-                    const Scratch<P>& sc, cudaStream_t stream) {
+void chunk_states(const float* xbc, const float* dy, const float* dt_raw, const float* dt_bias, const float* A_log,
+                  const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
   const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
                   static_cast<unsigned>(s.B));
   launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
+  const ScanJob<P> jobs[2] = {{xbc, s.W, xbc + s.XD, false, sc.states},
+                              {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
+  const int n = dy != nullptr ? 2 : 1;
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-    launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true,
-           sc.states);
-    launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, sc.states, sc.G, s, false);
+    for (int i = 0; i < n; ++i) {
+      const ScanJob<P>& j = jobs[i];
+      launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, j.u, j.u_row, j.v, sc.dt, sc.G, s,
+             !j.reverse, j.out);
+      launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, j.out, sc.G, s, j.reverse);
+    }
   } else {
-    state_scan(xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, false, sc.states, stream);
-  }
-}
-
-// The adjoints of the states leaving the chunks, into sc.dstates (Σ_i e^{G_i} dy_i C_i^T per chunk, summed in
-// reverse), as forward_states.
-template <typename P>
-void reverse_states(const float* dy, const float* xbc, const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
-  if constexpr (std::is_same_v<P, float>) {
-    const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-    launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s,
-           false, sc.dstates);
-    launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, sc.dstates, sc.G, s, true);
-  } else {
-    state_scan(dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, true, sc.dstates, stream);
+    // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
+    bool staged = s.P % 4 == 0 && s.N % 4 == 0;
+    for (int i = 0; i < n; ++i)
+      staged = staged && tile::async_ok_f(jobs[i].u, jobs[i].u_row) && tile::async_ok_f(jobs[i].v, s.W);
+    const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
+    const dim3 grid(static_cast<unsigned>(n * s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
+    launch(kernel, grid, state_scan_smem(staged), stream, jobs[0], jobs[n - 1], sc.dt, sc.G, s);
   }
 }
 
@@ -948,7 +966,7 @@ void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias,
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
   carve(s, false, scratch, &sc);
-  forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
+  chunk_states<P>(xbc, nullptr, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
   launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(), stream, xbc, D, sc.dt, sc.G, sc.states, s, y);
 }
@@ -963,8 +981,7 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
   carve(s, true, scratch, &sc);
-  forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
-  reverse_states(dy, xbc, s, sc, stream);
+  chunk_states<P>(xbc, dy, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
   launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G,
          sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
