@@ -125,7 +125,8 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
             jobs * (NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St),
             jobs * 2 * f * E * P * N};
   }
-  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile),
+  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile;
+                // N <= 128: all copied by cp.async at the start),
                 // S_in [64, N] (its P tile, bf16, cp.async), x [64, 64] twice (the M x operand, then D x), G
                 // (double), Δ; y [64, 64] written. C S_in^T (64 x 64 x N), C B^T (64 x 64 x N, again for every
                 // P tile), M x (64 x 64 x 64)

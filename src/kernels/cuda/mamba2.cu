@@ -423,14 +423,20 @@ __device__ __forceinline__ void form_m(const Acc& m, Acc& acc, const double* Gs,
 
 // Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
 // + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
-// the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(): the C, B tiles and the S_in
-// tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one, loaded
-// in place). The x tile of M x is fetched into registers before M is formed (its latency overlaps that work),
-// and x_i of D x (fp32, the thread's output elements) is loaded then too: loads between the y stores would each
-// wait for the store before them (y may alias xbc).
+// the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(staged): the C, B tiles and the
+// S_in tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one,
+// loaded in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every C and B row 16-byte aligned)
+// the fp32 staging tiles of every step's C and B rows: all copied by cp.async at the start, in one group ahead of
+// the S_in ring's (so the ring's waits cover them), and converted by each thread from its own pieces
+// (tile::put_h_staged: load_tile's bf16 tiles); else C and B are loaded at their step. The x tile of M x is
+// fetched into registers before M is formed (its latency overlaps that work), and x_i of D x (fp32, the thread's
+// output elements) is loaded then too: loads between the y stores would each wait for the store before them (y
+// may alias xbc).
+constexpr int kFwdOutStaged = 2;
 template <typename P>
-constexpr size_t fwd_out_smem() {
-  return sizeof(P) * kTileOf<P> * (std::is_same_v<P, float> ? 3 : 2 + kStateRing);
+constexpr size_t fwd_out_smem(bool staged) {
+  return sizeof(P) * kTileOf<P> * (std::is_same_v<P, float> ? 3 : 2 + kStateRing) +
+         (staged ? sizeof(float) * 2 * kFwdOutStaged * tile::kStageFloats : 0);
 }
 // Blocks per SM its registers are bounded for: as many as its shared memory allows (fp32 64 registers, 4; bf16
 // 128 registers, 2).
@@ -439,12 +445,13 @@ constexpr int kFwdOutBlocks = std::is_same_v<P, float> ? 4 : 2;
 template <typename P>
 __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
-                       float* y) {
+                       bool staged, float* y) {
   using L = Layout<P>;
   extern __shared__ __align__(16) char smem_raw[];
   P* bc = reinterpret_cast<P*>(smem_raw);
   P* bb = bc + kTileOf<P>;
   P* bs = bc + 2 * kTileOf<P>;  // S_in (bf16: the ring)
+  float* stg = reinterpret_cast<float*>(bs + kStateRing * kTileOf<P>);  // (stage) C, B of N tile t: 2 t, 2 t + 1
   __shared__ double Gs[kL];
   __shared__ float dts[kL];
   const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
@@ -452,6 +459,19 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
   const P* sin = states + bhk * s.P * s.N + p0 * s.N;
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N);
+  const bool stage = staged && async;
+  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  const auto c_at = [&](int64_t n0) { return row + s.XD + s.GN + g * s.N + n0; };
+  const auto b_at = [&](int64_t n0) { return row + s.XD + g * s.N + n0; };
+  if (stage) {
+    for (int t = 0; t < s.NT; ++t) {
+      const int64_t n0 = int64_t{t} * kL;
+      const int nn = imin(kL, s.N - n0);
+      tile::stage_async(stg + 2 * t * tile::kStageFloats, c_at(n0), s.W, nv, nn);
+      tile::stage_async(stg + (2 * t + 1) * tile::kStageFloats, b_at(n0), s.W, nv, nn);
+    }
+    tile::cp_async_commit();
+  }
   // Step t = N tile t: S_in[p0.., t kL..].
   const auto issue = [&](int t) {
     const int64_t n0 = int64_t{t} * kL;
@@ -462,7 +482,6 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
     dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
   }
-  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
   Acc acc, m;
   acc.zero();
   m.zero();
@@ -470,9 +489,18 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     const int64_t n0 = int64_t{t} * kL;
     const int nn = imin(kL, s.N - n0);
     issue(t + kStateRing - 1);
-    load_tile(bc, row + s.XD + s.GN + g * s.N + n0, s.W, nv, nn);
-    load_tile(bb, row + s.XD + g * s.N + n0, s.W, nv, nn);
-    const P* st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);
+    const P* st;
+    if (stage) {
+      st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);  // (its wait covers the older staging group)
+      if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+        tile::put_h_staged(bc, stg + 2 * t * tile::kStageFloats, nv);
+        tile::put_h_staged(bb, stg + (2 * t + 1) * tile::kStageFloats, nv);
+      }
+    } else {
+      load_tile(bc, c_at(n0), s.W, nv, nn);
+      load_tile(bb, b_at(n0), s.W, nv, nn);
+      st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);
+    }
     __syncthreads();
     L::template mma<false, true>(bc, st, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
     L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
@@ -968,7 +996,10 @@ void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias,
   carve(s, false, scratch, &sc);
   chunk_states<P>(xbc, nullptr, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
-  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(), stream, xbc, D, sc.dt, sc.G, sc.states, s, y);
+  // (C's and B's rows start g N + a multiple of W after xbc + XD, and GN after one another)
+  const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 &&
+                      tile::async_ok_f(xbc + s.XD, s.W);
+  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, sc.states, s, staged, y);
 }
 
 template <typename P>
