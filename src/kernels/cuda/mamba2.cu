@@ -795,7 +795,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in). Thread tid sums the terms tid + m kSsdThreads in order
   // of m: in batches of kDot terms whose 2 kDot loads are all issued before the first term is added, then the
   // remaining (< kDot) terms one by one.
-  constexpr int kDot = 16;
+  constexpr int kDot = std::is_same_v<P, float> ? 16 : 32;
   const int64_t PN = s.P * s.N;
   double sd = 0.0;
   int64_t e = tid;
