@@ -557,16 +557,21 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
 // would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
 // + e^Γ <dS, S_in>. Writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy)
-// to partials. Grid (nc, H, B); dynamic shared memory bwd_chunk_smem<P>(): 4 tiles (kTileOf<P>), and for bf16
-// an fp32 tile for dcb ∘ CB (fp32: in b0) and the ring of S_in / dS tiles. The S_in / dS operands of the dC, dB
-// and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n, p; dB dS[p, n] over
-// n, p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async into the ring kStateRing - 1
-// steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in place (the
-// ring's shared memory unused).
+// to partials. Grid (nc, H, B); dynamic shared memory bwd_chunk_smem<P>(keep): 4 tiles (kTileOf<P>), and for bf16
+// an fp32 tile for dcb ∘ CB (fp32: in b0), the ring of S_in / dS tiles and (keep) 2 more tiles. The S_in / dS
+// operands of the dC, dB and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n,
+// p; dB dS[p, n] over n, p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async into the ring
+// kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in
+// place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the ring copied; b1 is
+// then free): the loop operands that do not change with the inner index stay in shared memory instead of being
+// loaded again at every step: dy's P tiles, loaded by the DX loop into kept[p], through the dC products; x's P
+// tiles, loaded into kept[p] before the dB products, through the v̄ step's x·v̄ and z; B's N tiles, loaded into
+// b0, b1 before the v̄ products (dy of the v̄ step then in mdcb's tile). The same bf16 tiles as loaded in place.
 template <typename P>
-constexpr size_t bwd_chunk_smem() {
-  return std::is_same_v<P, float> ? sizeof(P) * kTileOf<P> * 4
-                                  : sizeof(P) * kTileOf<P> * (4 + kStateRing) + sizeof(float) * kTile;
+constexpr size_t bwd_chunk_smem(bool keep) {
+  return std::is_same_v<P, float>
+             ? sizeof(P) * kTileOf<P> * 4
+             : sizeof(P) * kTileOf<P> * (4 + kStateRing + (keep ? 2 : 0)) + sizeof(float) * kTile;
 }
 // Blocks per SM its registers are bounded for: fp32 3 (80 registers), bf16 2 (128 registers).
 template <typename P>
@@ -574,8 +579,8 @@ constexpr int kBwdChunkBlocks = std::is_same_v<P, float> ? 3 : 2;
 template <typename P>
 __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
     const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
-    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, float* dxbc, float* ddt_raw,
-    float* dBh, float* dCh, double* partials) {
+    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep, float* dxbc,
+    float* ddt_raw, float* dBh, float* dCh, double* partials) {
   using L = Layout<P>;
   constexpr int ld = kLdOf<P>;
   extern __shared__ __align__(16) char smem_raw[];
@@ -611,6 +616,9 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   P* ring = reinterpret_cast<P*>(cprod + kTile);  // (bf16) the S_in / dS ring
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N) &&
                      tile::async_ok_h(dstates, s.N);
+  const bool kept = keep && async;
+  // (kept) the kept tile of P or N tile t0 / kL (< 2), after the ring
+  const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
   // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end). Each
   // product step first issues the step kStateRing - 1 ahead; its own step is then iss - kStateRing.
   int iss = 0, iph = 0, ip = 0, in = 0;
@@ -646,10 +654,11 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   if (tid < 2) hpar[tid] = hpar_t;
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
     const int np = imin(kL, s.P - p0);
-    load_tile(b0, dys + p0, s.XD, nv, np);
+    P* dyt = kept ? kt(p0) : b0;  // (kept: dy stays for the dC products)
+    load_tile(dyt, dys + p0, s.XD, nv, np);
     load_tile(b1, xs + p0, s.W, nv, np);
     __syncthreads();
-    L::template mma<false, true>(b0, b1, dx);
+    L::template mma<false, true>(dyt, b1, dx);
     __syncthreads();
   }
   for (int a = 0; a < 4; ++a)
@@ -687,10 +696,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       issue();
-      load_tile(b0, dys + p0, s.XD, nv, np);
+      if (!kept) load_tile(b0, dys + p0, s.XD, nv, np);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, sin + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
+      L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
       __syncthreads();
     }
     load_tile(b0, cs + n0, s.W, nv, nn);
@@ -714,7 +723,9 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
   row_sum16<L>(gi, red, inter);
 
-  // dB per N tile.
+  // dB per N tile. (kept: x's P tiles into the kept tiles, dy's no longer read there)
+  if (kept)
+    for (int64_t p0 = 0; p0 < s.P; p0 += kL) load_tile(kt(p0), xs + p0, s.W, nv, imin(kL, s.P - p0));
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
     Acc acc;
@@ -722,10 +733,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       issue();
-      load_tile(b0, xs + p0, s.W, nv, np);
+      if (!kept) load_tile(b0, xs + p0, s.W, nv, np);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
+      L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
       __syncthreads();
     }
     for (int a = 0; a < 4; ++a) {
@@ -745,8 +756,11 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
 
   // v̄ and dx per P tile, with z_j and x_j·v̄_j.
+  // (kept: B's N tiles into b0, b1; x_p in kt[p]; dy_p into mdcb's tile)
   float zp[4] = {}, xvp[4] = {};
   const float Dh = D[h];
+  if (kept)
+    for (int64_t n0 = 0; n0 < s.N; n0 += kL) load_tile(n0 == 0 ? b0 : b1, bs + n0, s.W, nv, imin(kL, s.N - n0));
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
     const int np = imin(kL, s.P - p0);
     Acc acc;
@@ -754,21 +768,23 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
       const int nn = imin(kL, s.N - n0);
       issue();
-      load_tile(b0, bs + n0, s.W, nv, nn);
+      if (!kept) load_tile(b0, bs + n0, s.W, nv, nn);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, true>(b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
+      L::template mma<false, true>(kept && n0 > 0 ? b1 : b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
       __syncthreads();
     }
-    load_tile(b0, xs + p0, s.W, nv, np);
-    load_tile(b1, dys + p0, s.XD, nv, np);
+    P* const xt = kept ? kt(p0) : b0;
+    P* const dyt = kept ? mdcb : b1;
+    if (!kept) load_tile(xt, xs + p0, s.W, nv, np);
+    load_tile(dyt, dys + p0, s.XD, nv, np);
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int j = L::row(a);
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j]));
       for (int c = 0; c < 4; ++c) {
         acc.v[a][c] *= f;
-        zp[a] += to_f32(b0[j * ld + L::col(c)]) * acc.v[a][c];
+        zp[a] += to_f32(xt[j * ld + L::col(c)]) * acc.v[a][c];
       }
     }
     // dy_j[p] of D dy, loaded before the product: loads between the dxbc stores would each wait for the store
@@ -779,11 +795,11 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
         const int j = L::row(a), p = L::col(c);
         dyd[a][c] = j < nv && p < np ? dys[j * s.XD + p0 + p] : 0.0f;
       }
-    L::template mma<true, false>(mw, b1, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
+    L::template mma<true, false>(mw, dyt, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
         const int j = L::row(a), p = L::col(c);
-        xvp[a] += to_f32(b0[j * ld + p]) * acc.v[a][c];
+        xvp[a] += to_f32(xt[j * ld + p]) * acc.v[a][c];
         if (j < nv && p < np)
           dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dyd[a][c];
       }
@@ -1014,8 +1030,9 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   carve(s, true, scratch, &sc);
   chunk_states<P>(xbc, dy, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
-  launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G,
-         sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+  const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
+  launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt,
+         sc.G, sc.states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
