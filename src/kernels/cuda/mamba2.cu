@@ -563,10 +563,11 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // p; dB dS[p, n] over n, p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async into the ring
 // kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in
 // place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the ring copied; b1 is
-// then free): the loop operands that do not change with the inner index stay in shared memory instead of being
-// loaded again at every step: dy's P tiles, loaded by the DX loop into kept[p], through the dC products; x's P
-// tiles, loaded into kept[p] before the dB products, through the v̄ step's x·v̄ and z; B's N tiles, loaded into
-// b0, b1 before the v̄ products (dy of the v̄ step then in mdcb's tile). The same bf16 tiles as loaded in place.
+// then free): the CB and DX products each load all their tiles in one round (DX's issued before the CB products),
+// and the loop operands that do not change with the inner index stay in shared memory instead of being loaded
+// again at every step: dy's P tiles, loaded for DX into the kept tiles kt(p0), through the dC products; x's P
+// tiles, loaded into kt(p0) before the dB products, through the v̄ step's x·v̄ and z; B's N tiles, loaded into b0,
+// b1 before the v̄ products (dy of the v̄ step then in mdcb's tile). The same bf16 tiles as loaded in place.
 template <typename P>
 constexpr size_t bwd_chunk_smem(bool keep) {
   return std::is_same_v<P, float>
@@ -638,28 +639,65 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   };
   for (int t = 0; t < kStateRing - 1; ++t) issue();
 
-  // CB_ij and DX_ij = dy_i·x_j over the whole N and P.
+  // CB_ij and DX_ij = dy_i·x_j over the whole N and P. Kept operands: each product's tiles all loaded in one round
+  // (tile::fetch_h, then put_h: load_tile's bf16 tiles), DX's loads issued before the CB products: C, B of N tile
+  // t into b0, b1 (t = 0) or mdcb, mw (t = 1); dy of P tile t into kt(t kL), where it stays for dC; x into b0, b1.
   Acc cb, dx;
   cb.zero();
   dx.zero();
-  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
-    const int nn = imin(kL, s.N - n0);
-    load_tile(b0, cs + n0, s.W, nv, nn);
-    load_tile(b1, bs + n0, s.W, nv, nn);
-    __syncthreads();
-    L::template mma<false, true>(b0, b1, cb);
-    __syncthreads();
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (kept) {
+      tile::HRegs r[4];  // tile 0's operands, tile 1's
+      const auto fetch2 = [&](const float* a, int64_t sa, const float* c, int64_t sc, int64_t dim) {
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const int cols = imin(kL, dim - t * kL);  // (<= 0: zeros, not multiplied)
+          tile::fetch_h(r[2 * t], a + t * kL, sa, nv, cols);
+          tile::fetch_h(r[2 * t + 1], c + t * kL, sc, nv, cols);
+        }
+      };
+      const auto put2 = [&](P* a0, P* c0, P* a1, P* c1) {
+        const auto one = [](int) { return 1.0f; };
+        tile::put_h(a0, r[0], nv, one);
+        tile::put_h(c0, r[1], nv, one);
+        tile::put_h(a1, r[2], nv, one);
+        tile::put_h(c1, r[3], nv, one);
+      };
+      fetch2(cs, s.W, bs, s.W, s.N);
+      put2(b0, b1, mdcb, mw);
+      if (tid < kL) dtr[tid] = dt_raw_t;
+      if (tid < 2) hpar[tid] = hpar_t;
+      __syncthreads();
+      fetch2(dys, s.XD, xs, s.W, s.P);
+      L::template mma<false, true>(b0, b1, cb);
+      if (s.NT > 1) L::template mma<false, true>(mdcb, mw, cb);
+      __syncthreads();
+      put2(kt(0), b0, kt(kL), b1);
+      __syncthreads();
+      L::template mma<false, true>(kt(0), b0, dx);
+      if (s.PT > 1) L::template mma<false, true>(kt(kL), b1, dx);
+      __syncthreads();
+    }
   }
-  if (tid < kL) dtr[tid] = dt_raw_t;
-  if (tid < 2) hpar[tid] = hpar_t;
-  for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
-    const int np = imin(kL, s.P - p0);
-    P* dyt = kept ? kt(p0) : b0;  // (kept: dy stays for the dC products)
-    load_tile(dyt, dys + p0, s.XD, nv, np);
-    load_tile(b1, xs + p0, s.W, nv, np);
-    __syncthreads();
-    L::template mma<false, true>(dyt, b1, dx);
-    __syncthreads();
+  if (!kept) {
+    for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+      const int nn = imin(kL, s.N - n0);
+      load_tile(b0, cs + n0, s.W, nv, nn);
+      load_tile(b1, bs + n0, s.W, nv, nn);
+      __syncthreads();
+      L::template mma<false, true>(b0, b1, cb);
+      __syncthreads();
+    }
+    if (tid < kL) dtr[tid] = dt_raw_t;
+    if (tid < 2) hpar[tid] = hpar_t;
+    for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
+      const int np = imin(kL, s.P - p0);
+      load_tile(b0, dys + p0, s.XD, nv, np);
+      load_tile(b1, xs + p0, s.W, nv, np);
+      __syncthreads();
+      L::template mma<false, true>(b0, b1, dx);
+      __syncthreads();
+    }
   }
   for (int a = 0; a < 4; ++a)
     for (int c = 0; c < 4; ++c) {
