@@ -639,40 +639,42 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   };
   for (int t = 0; t < kStateRing - 1; ++t) issue();
 
-  // CB_ij and DX_ij = dy_i·x_j over the whole N and P. Kept operands: each product's tiles all loaded in one round
-  // (tile::fetch_h, then put_h: load_tile's bf16 tiles), DX's loads issued before the CB products: C, B of N tile
-  // t into b0, b1 (t = 0) or mdcb, mw (t = 1); dy of P tile t into kt(t kL), where it stays for dC; x into b0, b1.
+  // (kept) fetch2: tiles 0 and 1 of operand a (a + t kL, rows sa apart, dim columns in all; a missing tile 1 all
+  // zeros) into t0, t1 (tile::fetch_h: loads issued, nothing waits); put: such a tile into a bf16 tile (put_h, scale
+  // 1: load_tile's tile). Every fetch2 of a round before its puts: the round's loads all in flight at once.
+  const auto fetch2 = [&](tile::HRegs& t0, tile::HRegs& t1, const float* a, int64_t sa, int64_t dim) {
+    tile::fetch_h(t0, a, sa, nv, imin(kL, dim));
+    tile::fetch_h(t1, a + kL, sa, nv, imin(kL, dim - kL));
+  };
+  const auto put = [&](auto* dst, const tile::HRegs& x) { tile::put_h(dst, x, nv, [](int) { return 1.0f; }); };
+
+  // CB_ij and DX_ij = dy_i·x_j over the whole N and P. Kept operands: each product's tiles loaded in one round,
+  // DX's loads issued before the CB products: C, B of N tile t into b0, b1 (t = 0) or mdcb, mw (t = 1); dy of P
+  // tile t into kt(t kL), where it stays for dC; x into b0, b1.
   Acc cb, dx;
   cb.zero();
   dx.zero();
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
     if (kept) {
-      tile::HRegs r[4];  // tile 0's operands, tile 1's
-      const auto fetch2 = [&](const float* a, int64_t sa, const float* c, int64_t sc, int64_t dim) {
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          const int cols = imin(kL, dim - t * kL);  // (<= 0: zeros, not multiplied)
-          tile::fetch_h(r[2 * t], a + t * kL, sa, nv, cols);
-          tile::fetch_h(r[2 * t + 1], c + t * kL, sc, nv, cols);
-        }
-      };
-      const auto put2 = [&](P* a0, P* c0, P* a1, P* c1) {
-        const auto one = [](int) { return 1.0f; };
-        tile::put_h(a0, r[0], nv, one);
-        tile::put_h(c0, r[1], nv, one);
-        tile::put_h(a1, r[2], nv, one);
-        tile::put_h(c1, r[3], nv, one);
-      };
-      fetch2(cs, s.W, bs, s.W, s.N);
-      put2(b0, b1, mdcb, mw);
+      tile::HRegs r[4];
+      fetch2(r[0], r[2], cs, s.W, s.N);
+      fetch2(r[1], r[3], bs, s.W, s.N);
+      put(b0, r[0]);
+      put(b1, r[1]);
+      put(mdcb, r[2]);
+      put(mw, r[3]);
       if (tid < kL) dtr[tid] = dt_raw_t;
       if (tid < 2) hpar[tid] = hpar_t;
       __syncthreads();
-      fetch2(dys, s.XD, xs, s.W, s.P);
+      fetch2(r[0], r[2], dys, s.XD, s.P);
+      fetch2(r[1], r[3], xs, s.W, s.P);
       L::template mma<false, true>(b0, b1, cb);
       if (s.NT > 1) L::template mma<false, true>(mdcb, mw, cb);
       __syncthreads();
-      put2(kt(0), b0, kt(kL), b1);
+      put(kt(0), r[0]);
+      put(b0, r[1]);
+      put(kt(kL), r[2]);
+      put(b1, r[3]);
       __syncthreads();
       L::template mma<false, true>(kt(0), b0, dx);
       if (s.PT > 1) L::template mma<false, true>(kt(kL), b1, dx);
@@ -762,8 +764,14 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   row_sum16<L>(gi, red, inter);
 
   // dB per N tile. (kept: x's P tiles into the kept tiles, dy's no longer read there)
-  if (kept)
-    for (int64_t p0 = 0; p0 < s.P; p0 += kL) load_tile(kt(p0), xs + p0, s.W, nv, imin(kL, s.P - p0));
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (kept) {
+      tile::HRegs r[2];
+      fetch2(r[0], r[1], xs, s.W, s.P);
+      put(kt(0), r[0]);
+      put(kt(kL), r[1]);
+    }
+  }
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
     Acc acc;
@@ -794,11 +802,17 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
 
   // v̄ and dx per P tile, with z_j and x_j·v̄_j.
-  // (kept: B's N tiles into b0, b1; x_p in kt[p]; dy_p into mdcb's tile)
+  // (kept: B's N tiles into b0, b1; x_p in kt(p0); dy_p into mdcb's tile)
   float zp[4] = {}, xvp[4] = {};
   const float Dh = D[h];
-  if (kept)
-    for (int64_t n0 = 0; n0 < s.N; n0 += kL) load_tile(n0 == 0 ? b0 : b1, bs + n0, s.W, nv, imin(kL, s.N - n0));
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (kept) {
+      tile::HRegs r[2];
+      fetch2(r[0], r[1], bs, s.W, s.N);
+      put(b0, r[0]);
+      put(b1, r[1]);
+    }
+  }
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
     const int np = imin(kL, s.P - p0);
     Acc acc;
