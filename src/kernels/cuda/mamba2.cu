@@ -425,13 +425,14 @@ __device__ __forceinline__ void form_m(const Acc& m, Acc& acc, const double* Gs,
 // + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
 // the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(staged): the C, B tiles and the
 // S_in tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one,
-// loaded in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every C and B row 16-byte aligned)
+// loaded in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every x, B and C row 16-byte aligned)
 // the fp32 staging tiles of every step's C and B rows: all copied by cp.async at the start, in one group ahead of
 // the S_in ring's (so the ring's waits cover them), and converted by each thread from its own pieces
-// (tile::put_h_staged: load_tile's bf16 tiles); else C and B are loaded at their step. The x tile of M x is
-// fetched into registers before M is formed (its latency overlaps that work), and x_i of D x (fp32, the thread's
-// output elements) is loaded then too: loads between the y stores would each wait for the store before them (y
-// may alias xbc).
+// (tile::put_h_staged: load_tile's bf16 tiles); else C and B are loaded at their step. The x tile of M x: staged,
+// copied into step 0's C staging tile once every thread has converted that (during the products), the operand
+// converted from it and x_i of D x (fp32, the thread's output elements) read from it; else fetched into registers
+// before M is formed (its latency overlaps that work), with x_i of D x loaded then too: loads between the y stores
+// would each wait for the store before them (y may alias xbc).
 constexpr int kFwdOutStaged = 2;
 template <typename P>
 constexpr size_t fwd_out_smem(bool staged) {
@@ -461,6 +462,7 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N);
   const bool stage = staged && async;
   const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  const float* xs = row + h * s.P + p0;
   const auto c_at = [&](int64_t n0) { return row + s.XD + s.GN + g * s.N + n0; };
   const auto b_at = [&](int64_t n0) { return row + s.XD + g * s.N + n0; };
   if (stage) {
@@ -504,25 +506,40 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     __syncthreads();
     L::template mma<false, true>(bc, st, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
     L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
+    if (stage && t == 0) {  // x into step 0's C staging tile (every thread's reads of it done: the barrier above)
+      tile::stage_async(stg, xs, s.W, nv, np);
+      tile::cp_async_commit();
+    }
     __syncthreads();
   }
-  const float* xs = row + h * s.P + p0;
   float xd[4][4];  // x_i[p] of the thread's outputs (D x)
-  for (int a = 0; a < 4; ++a)
-    for (int c = 0; c < 4; ++c) {
-      const int i = L::row(a), p = L::col(c);
-      xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
-    }
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    tile::HRegs xr;
-    tile::fetch_h(xr, xs, s.W, nv, np);
+  if (stage) {
+    tile::cp_async_wait<0>();  // the thread's pieces of x
+    if constexpr (std::is_same_v<P, __nv_bfloat16>) tile::put_h_staged(bb, stg, nv);
     form_m<L>(m, acc, Gs, dts, bc);
-    tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
+    __syncthreads();  // bc, bb complete; every piece of x landed
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int i = L::row(a), p = L::col(c);
+        xd[a][c] = stg[i * kL + p];  // (0 outside nv x np)
+      }
   } else {
-    form_m<L>(m, acc, Gs, dts, bc);
-    load_tile(bb, xs, s.W, nv, np);
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int i = L::row(a), p = L::col(c);
+        xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
+      }
+    if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+      tile::HRegs xr;
+      tile::fetch_h(xr, xs, s.W, nv, np);
+      form_m<L>(m, acc, Gs, dts, bc);
+      tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
+    } else {
+      form_m<L>(m, acc, Gs, dts, bc);
+      load_tile(bb, xs, s.W, nv, np);
+    }
+    __syncthreads();
   }
-  __syncthreads();
   L::template mma<false, false>(bc, bb, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
   const float Dh = D[h];
   for (int a = 0; a < 4; ++a)
@@ -1064,9 +1081,10 @@ void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias,
   carve(s, false, scratch, &sc);
   chunk_states<P>(xbc, nullptr, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
-  // (C's and B's rows start g N + a multiple of W after xbc + XD, and GN after one another)
-  const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 &&
-                      tile::async_ok_f(xbc + s.XD, s.W);
+  // (x's rows start h P + a multiple of W after xbc, C's and B's g N + a multiple of W after xbc + XD and GN after
+  // one another)
+  const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 && s.P % 4 == 0 &&
+                      tile::async_ok_f(xbc, s.W);
   launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, sc.states, s, staged, y);
 }
 
