@@ -581,10 +581,11 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in
 // place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the ring copied; b1 is
 // then free): the CB and DX products each load all their tiles in one round (DX's issued before the CB products),
-// and the loop operands that do not change with the inner index stay in shared memory instead of being loaded
-// again at every step: dy's P tiles, loaded for DX into the kept tiles kt(p0), through the dC products; x's P
-// tiles, loaded into kt(p0) before the dB products, through the v̄ step's x·v̄ and z; B's N tiles, loaded into b0,
-// b1 before the v̄ products (dy of the v̄ step then in mdcb's tile). The same bf16 tiles as loaded in place.
+// and the operands that do not change with a loop's inner index stay in shared memory instead of being loaded
+// again at every step: C, B of N tile 0 from CB through dC's first N tile (b0, b1); dy's P tiles, loaded for DX
+// into the kept tiles kt(p0), through the dC products; x's P tiles, loaded into kt(p0) before the dB products,
+// through the v̄ step's x·v̄ and z; B's N tiles, loaded into b0, b1 before the v̄ products (dy of the v̄ step then
+// in mdcb's tile). The same bf16 tiles as loaded in place.
 template <typename P>
 constexpr size_t bwd_chunk_smem(bool keep) {
   return std::is_same_v<P, float>
@@ -666,8 +667,9 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   const auto put = [&](auto* dst, const tile::HRegs& x) { tile::put_h(dst, x, nv, [](int) { return 1.0f; }); };
 
   // CB_ij and DX_ij = dy_i·x_j over the whole N and P. Kept operands: each product's tiles loaded in one round,
-  // DX's loads issued before the CB products: C, B of N tile t into b0, b1 (t = 0) or mdcb, mw (t = 1); dy of P
-  // tile t into kt(t kL), where it stays for dC; x into b0, b1.
+  // DX's loads issued before the CB products: C, B of N tile t into b0, b1 (t = 0: they stay there for dC's first
+  // N tile) or mdcb, mw (t = 1); dy of P tile t into kt(t kL), where it stays for dC; x into the ring's last slot
+  // (its first copy is issued by dC's first step) and cprod's tile (both written only after DX).
   Acc cb, dx;
   cb.zero();
   dx.zero();
@@ -688,13 +690,15 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       L::template mma<false, true>(b0, b1, cb);
       if (s.NT > 1) L::template mma<false, true>(mdcb, mw, cb);
       __syncthreads();
+      P* const x0 = ring + (kStateRing - 1) * kTileOf<P>;
+      P* const x1 = reinterpret_cast<P*>(cprod);
       put(kt(0), r[0]);
-      put(b0, r[1]);
+      put(x0, r[1]);
       put(kt(kL), r[2]);
-      put(b1, r[3]);
+      put(x1, r[3]);
       __syncthreads();
-      L::template mma<false, true>(kt(0), b0, dx);
-      if (s.PT > 1) L::template mma<false, true>(kt(kL), b1, dx);
+      L::template mma<false, true>(kt(0), x0, dx);
+      if (s.PT > 1) L::template mma<false, true>(kt(kL), x1, dx);
       __syncthreads();
     }
   }
@@ -759,8 +763,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
       __syncthreads();
     }
-    load_tile(b0, cs + n0, s.W, nv, nn);
-    load_tile(b1, bs + n0, s.W, nv, nn);
+    if (!kept || n0 > 0) {  // (kept: N tile 0's still there from CB)
+      load_tile(b0, cs + n0, s.W, nv, nn);
+      load_tile(b1, bs + n0, s.W, nv, nn);
+    }
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int i = L::row(a);
