@@ -577,15 +577,16 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // to partials. Grid (nc, H, B); dynamic shared memory bwd_chunk_smem<P>(keep): 4 tiles (kTileOf<P>), and for bf16
 // an fp32 tile for dcb ∘ CB (fp32: in b0), the ring of S_in / dS tiles and (keep) 2 more tiles. The S_in / dS
 // operands of the dC, dB and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n,
-// p; dB dS[p, n] over n, p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async into the ring
-// kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in
-// place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the ring copied; b1 is
-// then free): the CB and DX products each load all their tiles in one round (DX's issued before the CB products),
-// and the operands that do not change with a loop's inner index stay in shared memory instead of being loaded
-// again at every step: C, B of N tile 0 from CB through dC's first N tile (b0, b1); dy's P tiles, loaded for DX
-// into the kept tiles kt(p0), through the dC products; x's P tiles, loaded into kt(p0) before the dB products,
-// through the v̄ step's x·v̄ and z; B's N tiles, loaded into b0, b1 before the v̄ products (dy of the v̄ step then
-// in mdcb's tile). The same bf16 tiles as loaded in place.
+// p; dB dS[p, n] over n (kept: descending), p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async
+// into the ring kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else
+// loaded into b1 in place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the
+// ring copied; b1 is then free): the CB and DX products each load all their tiles in one round (DX's issued before
+// the CB products), and the operands that do not change with a loop's inner index stay in shared memory instead
+// of being loaded again at every step: C, B of N tile 0 from CB through dC's first N tile (b0, b1), C of dC's last
+// N tile through dB's first (b0; dB walks the N tiles from the last); dy's P tiles, loaded for DX into the kept
+// tiles kt(p0), through the dC products; x's P tiles, loaded into kt(p0) before the dB products, through the v̄
+// step's x·v̄ and z; B's N tiles, loaded into b0, b1 before the v̄ products (dy of the v̄ step then in mdcb's
+// tile). The same bf16 tiles as loaded in place.
 template <typename P>
 constexpr size_t bwd_chunk_smem(bool keep) {
   return std::is_same_v<P, float>
@@ -638,11 +639,12 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   const bool kept = keep && async;
   // (kept) the kept tile of P or N tile t0 / kL (< 2), after the ring
   const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
-  // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end). Each
-  // product step first issues the step kStateRing - 1 ahead; its own step is then iss - kStateRing.
+  // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end; dB
+  // kept: N tile NT - 1 - in). Each product step first issues the step kStateRing - 1 ahead; its own step is then
+  // iss - kStateRing.
   int iss = 0, iph = 0, ip = 0, in = 0;
   const auto issue = [&] {
-    const int64_t p0 = int64_t{ip} * kL, n0 = int64_t{in} * kL;
+    const int64_t p0 = int64_t{ip} * kL, n0 = (kept && iph == 1 ? s.NT - 1 - in : int64_t{in}) * kL;
     state_issue(async, ring, iss++, iph < 3 ? (iph == 0 ? sin : dS) + p0 * s.N + n0 : nullptr, s.N,
                 imin(kL, s.P - p0), imin(kL, s.N - n0));
     if (iph < 2) {  // dC, dB: p inner
@@ -795,7 +797,8 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       put(kt(kL), r[1]);
     }
   }
-  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+  for (int64_t ni = 0; ni < s.NT; ++ni) {
+    const int64_t n0 = (kept ? s.NT - 1 - ni : ni) * kL;  // (kept: from the last N tile, whose C is dC's last)
     const int nn = imin(kL, s.N - n0);
     Acc acc;
     acc.zero();
@@ -813,7 +816,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j])) * dts[j];
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= f;
     }
-    load_tile(b0, cs + n0, s.W, nv, nn);
+    if (!kept || n0 < (s.NT - 1) * kL) load_tile(b0, cs + n0, s.W, nv, nn);  // (kept: the last one's still there)
     __syncthreads();
     L::template mma<true, false>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
     for (int a = 0; a < 4; ++a)
