@@ -139,14 +139,15 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
     // S_in, then C, B per N tile, dCh written; dB: x per (N, P) tile pair, dS, then C per N tile, dBh written;
     // v̄ / dx: B per (P, N) tile pair, dS, then x, dy and dy again (D dy) per P tile, dx written; <dS, S_in> reads
     // both states again (S_in issued twice, dS three times in all); ddt_raw and the partials written. With kept
-    // operands (P, N <= 128): dy not reloaded in dC (kept from DX), nor C, B of its first N tile (kept from CB), x
-    // once before dB (and not in v̄), C of dB's first N tile kept from dC, B once before v̄. Products: C B^T, dy x^T (64 x 64 x N, P); dy S_in, x dS,
-    // B dS^T (64 x P x N each); dcb B, dcb^T C (64 x 64 x N), (CB ∘ E)^T dy (64 x 64 x P).
+    // operands (P, N <= 128): dy's tiles not reloaded in dC or v̄ (kept from DX), nor C, B of dC's first N tile
+    // (kept from CB) and C of dB's first (kept from dC); x once before dB (not in v̄), B once before v̄. Products:
+    // C B^T, dy x^T (64 x 64 x N, P); dy S_in, x dS, B dS^T (64 x P x N each); dcb B, dcb^T C (64 x 64 x N),
+    // (CB ∘ E)^T dy (64 x 64 x P).
     const bool kept = PT <= 2 && NT <= 2;
     const double issued_per_token =
         16 + 8 * N + 8 * P + ((kept ? 0 : 4 * P * NT) + 8 * (kept ? N - 64 : N) + 4 * N) +
         (4 * P * (kept ? 1 : NT) + 4 * (kept ? N - 64 : N) + 4 * N) +
-        (4 * N * (kept ? 1 : PT) + (kept ? 8 : 12) * P + 4 * P) + 4 + 24.0 / 64;
+        (4 * N * (kept ? 1 : PT) + (kept ? 4 : 12) * P + 4 * P) + 4 + 24.0 / 64;
     return {8 * E * P + 8 * BC + 4 * St + 16 * E + 4 * E * P + 8 * E * N + 4 * E + 24 * E / 64,
             E * issued_per_token + 5 * 2 * St, 2 * E * (3 * 64 * N + 2 * 64 * P + 3 * P * N)};
   }

@@ -584,9 +584,9 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // the CB products), and the operands that do not change with a loop's inner index stay in shared memory instead
 // of being loaded again at every step: C, B of N tile 0 from CB through dC's first N tile (b0, b1), C of dC's last
 // N tile through dB's first (b0; dB walks the N tiles from the last); dy's P tiles, loaded for DX into the kept
-// tiles kt(p0), through the dC products; x's P tiles, loaded into kt(p0) before the dB products, through the v̄
-// step's x·v̄ and z; B's N tiles, loaded into b0, b1 before the v̄ products (dy of the v̄ step then in mdcb's
-// tile). The same bf16 tiles as loaded in place.
+// tiles kt(p0), through the dC products and the v̄ step (x·v̄, z, (CB ∘ E)^T dy); x's P tiles, loaded into b1 and
+// cprod's tile (xk(p0)) before the dB products, through the v̄ step; B's N tiles, loaded into b0 and mdcb's tile
+// before the v̄ products. The same bf16 tiles as loaded in place.
 template <typename P>
 constexpr size_t bwd_chunk_smem(bool keep) {
   return std::is_same_v<P, float>
@@ -788,13 +788,14 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
   row_sum16<L>(gi, red, inter);
 
-  // dB per N tile. (kept: x's P tiles into the kept tiles, dy's no longer read there)
+  // dB per N tile. (kept: x's P tiles into b1 and cprod's tile, xk(p0), until the end of v̄)
+  const auto xk = [&](int64_t p0) { return p0 == 0 ? b1 : reinterpret_cast<P*>(cprod); };
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
     if (kept) {
       tile::HRegs r[2];
       fetch2(r[0], r[1], xs, s.W, s.P);
-      put(kt(0), r[0]);
-      put(kt(kL), r[1]);
+      put(xk(0), r[0]);
+      put(xk(kL), r[1]);
     }
   }
   for (int64_t ni = 0; ni < s.NT; ++ni) {
@@ -808,7 +809,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       if (!kept) load_tile(b0, xs + p0, s.W, nv, np);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
+      L::template mma<false, false>(kept ? xk(p0) : b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
       __syncthreads();
     }
     for (int a = 0; a < 4; ++a) {
@@ -828,7 +829,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
 
   // v̄ and dx per P tile, with z_j and x_j·v̄_j.
-  // (kept: B's N tiles into b0, b1; x_p in kt(p0); dy_p into mdcb's tile)
+  // (kept: B's N tiles into b0 and mdcb's tile; x_p in xk(p0); dy_p in kt(p0) since DX)
   float zp[4] = {}, xvp[4] = {};
   const float Dh = D[h];
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
@@ -836,7 +837,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       tile::HRegs r[2];
       fetch2(r[0], r[1], bs, s.W, s.N);
       put(b0, r[0]);
-      put(b1, r[1]);
+      put(mdcb, r[1]);
     }
   }
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
@@ -849,13 +850,15 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       if (!kept) load_tile(b0, bs + n0, s.W, nv, nn);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, true>(kept && n0 > 0 ? b1 : b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
+      L::template mma<false, true>(kept && n0 > 0 ? mdcb : b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
       __syncthreads();
     }
-    P* const xt = kept ? kt(p0) : b0;
-    P* const dyt = kept ? mdcb : b1;
-    if (!kept) load_tile(xt, xs + p0, s.W, nv, np);
-    load_tile(dyt, dys + p0, s.XD, nv, np);
+    P* const xt = kept ? xk(p0) : b0;
+    P* const dyt = kept ? kt(p0) : b1;
+    if (!kept) {
+      load_tile(xt, xs + p0, s.W, nv, np);
+      load_tile(dyt, dys + p0, s.XD, nv, np);
+    }
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int j = L::row(a);
