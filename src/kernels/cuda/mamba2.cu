@@ -637,7 +637,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N) &&
                      tile::async_ok_h(dstates, s.N);
   const bool kept = keep && async;
-  // (kept) the kept tile of P or N tile t0 / kL (< 2), after the ring
+  // (kept) the kept tile of P tile t0 / kL (< 2), after the ring: dy's, from DX to the end of v̄
   const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
   // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end; dB
   // kept: N tile NT - 1 - in). Each product step first issues the step kStateRing - 1 ahead; its own step is then
