@@ -97,15 +97,15 @@ void bench_shape(const Shape& s, int iters) {
 using bench::Cost;
 using bench::PhaseKernel;
 
-/// The Cost (bench/phases.h: bytes unique and issued, tensor-core FLOPs) of phase `phase` of the Mamba2 SSD op with
-/// bf16 compute (src/kernels/cuda/mamba2.cu, P = __nv_bfloat16; the phase names of kMamba2Kernels) at shape s,
+/// The Cost (bench/phases.h: bytes unique and issued, tensor-core FLOPs) of phase `phase` of the Mamba2 SSD op's
+/// forward or (backward) backward call with bf16 compute (src/kernels/cuda/mamba2.cu, P = __nv_bfloat16; the phase names of kMamba2Kernels) at shape s,
 /// counted from the kernels for fp32 tensors, T a multiple of 64 and P, N multiples of 64 (every chunk and tile
 /// full); zeros for another name. Notation: E = B T H (token, head) pairs, nc = T / 64 chunks, PT = P / 64 and
 /// NT = N / 64 tiles, St = E P N / 64 elements of one set of chunk states [B, H, nc, P, N] (bf16), BC = B T G N
 /// elements of xbc's B (or C) columns. Scratch: Δ fp32, G double, dBh / dCh [B, H, T, N] fp32, the chunk partials
 /// double. The tile products count 2 M N depth each (the masked halves of the intra-chunk products included: the
 /// kernels compute them); the elementwise kernels' arithmetic is not counted.
-Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool) {
+Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double B = static_cast<double>(s.B), T = static_cast<double>(s.T), H = static_cast<double>(s.H);
   const double P = static_cast<double>(s.P), N = static_cast<double>(s.N), G = static_cast<double>(s.G);
   const double E = B * T * H, nc = T / 64, PT = P / 64, NT = N / 64, St = E * P * N / 64, BC = B * T * G * N;
@@ -114,30 +114,40 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool) {
   if (is("prep"))  // blocks over (b, chunk, 16 heads): dt_raw (the chunk's rows, coalesced), dt_bias and A_log
                    // (once per (b, chunk, head)); Δ (fp32) and G (double) written
     return {16 * E, 16 * E + 8 * E / 64, 0};
-  if (is("states") || is("dstates")) {
-    // ssd_state_scan_kernel<true>, grid (B H, PT, NT), chunks in order (dstates: reversed): per chunk but the last,
-    // u (x, or dy) [64, 64] by the NT blocks of a P tile, v (B, or C) [64, 64] by the PT blocks of an N tile and
-    // by every head of the group; G_i, Γ (double) and Δ_i (by threads < 64); the nc states (or adjoints) written,
-    // bf16. R += (w u)^T v: 64 x 64 x 64 per chunk and tile pair.
-    return {4 * f * E * P + 4 * f * BC + 12 * f * E + 2 * St,
-            NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St,
-            2 * f * E * P * N};
+  if (is("states")) {
+    // ssd_state_scan_kernel<true>, grid (jobs B H, PT, NT): the forward's scan (u = x, v = B, chunks in order; the
+    // backward recomputes it) and in the backward also the adjoints' (u = dy, v = C, reversed) in the same launch.
+    // Per scan and chunk but the last, u [64, 64] by the NT blocks of a P tile, v [64, 64] by the PT blocks of an N
+    // tile and by every head of the group; G_i, Γ (double) and Δ_i (by threads < 64); the nc states (or adjoints)
+    // written, bf16. R += (w u)^T v: 64 x 64 x 64 per chunk and tile pair. (The L2 prefetches are not counted.)
+    const double jobs = backward ? 2 : 1;
+    return {jobs * (4 * f * E * P + 4 * f * BC + 12 * f * E + 2 * St),
+            jobs * (NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St),
+            jobs * 2 * f * E * P * N};
   }
-  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile),
-                // S_in [64, N] (its P tile, bf16, cp.async), x [64, 64] twice (the M x operand, then D x), G
+  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile;
+                // N <= 128: all copied by cp.async at the start), S_in [64, N] (its P tile, bf16, cp.async), x
+                // [64, 64] (N <= 128: copied once for the M x operand and D x; else loaded twice), G
                 // (double), Δ; y [64, 64] written. C S_in^T (64 x 64 x N), C B^T (64 x 64 x N, again for every
                 // P tile), M x (64 x 64 x 64)
     return {8 * BC + 4 * E * P + 2 * St + 12 * E + 4 * E * P,
-            PT * E * 8 * N + 2 * St + 8 * E * P + PT * 12 * E + 4 * E * P, 2 * E * P * (2 * N + 64)};
+            PT * E * 8 * N + 2 * St + (N <= 128 ? 4 : 8) * E * P + PT * 12 * E + 4 * E * P,
+            2 * E * P * (2 * N + 64)};
   if (is("dchunk")) {
     // ssd_bwd_chunk_kernel<bf16>, grid (nc, H, B), one block per chunk with every P and N tile. Per block (per
     // token below): G (double), Δ, dt_raw; CB: C, B over N; DX: dy, x over P; dC: dy per (N, P) tile pair,
     // S_in, then C, B per N tile, dCh written; dB: x per (N, P) tile pair, dS, then C per N tile, dBh written;
     // v̄ / dx: B per (P, N) tile pair, dS, then x, dy and dy again (D dy) per P tile, dx written; <dS, S_in> reads
-    // both states again (S_in issued twice, dS three times in all); ddt_raw and the partials written. Products: C B^T, dy x^T (64 x 64 x N, P); dy S_in,
-    // x dS, B dS^T (64 x P x N each); dcb B, dcb^T C (64 x 64 x N), (CB ∘ E)^T dy (64 x 64 x P).
-    const double issued_per_token = 16 + 8 * N + 8 * P + (4 * P * NT + 8 * N + 4 * N) +
-                                    (4 * P * NT + 4 * N + 4 * N) + (4 * N * PT + 12 * P + 4 * P) + 4 + 24.0 / 64;
+    // both states again (S_in issued twice, dS three times in all); ddt_raw and the partials written. With kept
+    // operands (P, N <= 128): dy's tiles not reloaded in dC or v̄ (kept from DX), nor C, B of dC's first N tile
+    // (kept from CB) and C of dB's first (kept from dC); x once before dB (not in v̄), B once before v̄. Products:
+    // C B^T, dy x^T (64 x 64 x N, P); dy S_in, x dS, B dS^T (64 x P x N each); dcb B, dcb^T C (64 x 64 x N),
+    // (CB ∘ E)^T dy (64 x 64 x P).
+    const bool kept = PT <= 2 && NT <= 2;
+    const double issued_per_token =
+        16 + 8 * N + 8 * P + ((kept ? 0 : 4 * P * NT) + 8 * (kept ? N - 64 : N) + 4 * N) +
+        (4 * P * (kept ? 1 : NT) + 4 * (kept ? N - 64 : N) + 4 * N) +
+        (4 * N * (kept ? 1 : PT) + (kept ? 4 : 12) * P + 4 * P) + 4 + 24.0 / 64;
     return {8 * E * P + 8 * BC + 4 * St + 16 * E + 4 * E * P + 8 * E * N + 4 * E + 24 * E / 64,
             E * issued_per_token + 5 * 2 * St, 2 * E * (3 * 64 * N + 2 * 64 * P + 3 * P * N)};
   }
@@ -147,11 +157,10 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool) {
   return {0, 0, 0};
 }
 
-// The phase of each kernel of the bf16 op, by the kernel's name and, for the state scan, its launch within the call
-// (the backward recomputes the forward's states, then scans the adjoints).
+// The phase of each kernel of the bf16 op, by the kernel's name ("states": the backward's launch recomputes the
+// forward's states and scans the adjoints).
 constexpr PhaseKernel kMamba2Kernels[] = {{"ssd_prep_kernel", "prep"},
-                                          {"ssd_state_scan_kernel", "states", 0},
-                                          {"ssd_state_scan_kernel", "dstates", 1},
+                                          {"ssd_state_scan_kernel", "states"},
                                           {"ssd_fwd_out_kernel", "y"},
                                           {"ssd_bwd_chunk_kernel", "dchunk"},
                                           {"ssd_group_sum_kernel", "dBC"},

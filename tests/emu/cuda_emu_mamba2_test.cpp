@@ -1,9 +1,9 @@
 // The Mamba2 SSD core (src/kernels/cuda/mamba2.cu) run by the CPU emulator (cuda_emu.h) through its own launchers,
 // no GPU: mamba2_ssd_fwd, then mamba2_ssd_bwd, on small shapes whose last 64-token kernel chunk is ragged (T = 130:
 // chunks of 64, 64 and 2 tokens), P = N = 128 (two tiles each) and partial P / N tiles. bf16 compute (tile::Mma:
-// ldmatrix / mma.sync; cp.async for the state scan's staged u, v tiles and the S_in / dS rings, and the synchronous
-// loads where rows are not 16-byte aligned, N = 70) and fp32 compute (tile::Simt: the chunk contributions and their
-// scan). Every output must be
+// ldmatrix / mma.sync; cp.async for the state scan's staged u, v tiles, the output kernel's staged C, B tiles and the
+// S_in / dS rings, and the synchronous loads where rows are not 16-byte aligned, N = 70) and fp32 compute
+// (tile::Simt: the chunk contributions and their scan). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU test's tolerance of the CPU reference (cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic,

@@ -9,7 +9,8 @@
 //   states: the states entering (forward) or the adjoints of the states leaving (backward) each chunk,
 //           fp32: outer  each chunk's contribution Σ_i w_i u_i v_i^T    (blocks over b, h, chunk, P/N tiles)
 //                 scan   the running sum over the chunks                (one thread per state element)
-//           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles)
+//           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles; the
+//                             backward's two scans in one launch)
 //   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, h, chunk, P tile)
 //   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
 // then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
@@ -31,6 +32,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -298,20 +300,38 @@ constexpr size_t state_scan_smem(bool staged) {
   return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves + (staged ? sizeof(float) * 2 * tile::kStageFloats : 0);
 }
 
+// One scan over the chunks (S: the element type of out): out[b, h, k] = the states entering the chunks (forward,
+// reverse = false: u = x, v = B, u_row = W) or the adjoints of the states leaving them (reverse: u = dy, v = C,
+// u_row = XD); u, v, u_row as in ssd_chunk_outer_kernel.
+template <typename S>
+struct ScanJob {
+  const float* u;
+  int64_t u_row;
+  const float* v;
+  bool reverse;
+  S* out;
+};
+
+// How far ssd_state_scan_kernel's L2 prefetch runs ahead: during chunk q's product the block copies chunk q + 1's
+// tiles and prefetches chunk q + 1 + kScanAhead's rows.
+constexpr int kScanAhead = 2;
+
 // (bf16 models) ssd_chunk_outer_kernel and ssd_scan_kernel in one pass: the block of one (b, h, P tile, N tile)
-// walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in registers):
-// out[b, h, k] = R (bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T over chunk k's tokens i (u_i w_i and v_i
-// rounded to bf16, tile::Mma). Forward (u = x, v = B, w_i = e^{Γ-G_i} Δ_i): out = the states entering the
-// chunks; reverse (u = dy, v = C, w_i = e^{G_i}): out = the adjoints of the states leaving them. u, v, u_row as
-// in ssd_chunk_outer_kernel. The next chunk's u, v tiles are copied into fp32 staging tiles by cp.async (kStaged:
-// every row 16-byte aligned), and its G, Δ loaded into registers, during the current chunk's product; each chunk
-// then converts its staged tiles into the bf16 tiles (the thread's own pieces: tile::put_h_staged). Otherwise
-// the tiles are loaded synchronously (tile::load_h); the same bf16 tiles either way. Grid (B H, PT, NT);
-// state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
+// of a ScanJob walks the chunks in order (reverse: from the last) with the running state R (64 x 64 fp32, in
+// registers): out[b, h, k] = R (bf16, column pairs: tile::store_acc_bf16), then R = e^{Γ_k} R + Σ_i w_i u_i v_i^T
+// over chunk k's tokens i (u_i w_i and v_i rounded to bf16, tile::Mma); w_i = e^{Γ-G_i} Δ_i forward, e^{G_i}
+// reverse. The next chunk's u, v tiles are copied into fp32 staging tiles by cp.async (kStaged: every row 16-byte
+// aligned), and its G, Δ loaded into registers, during the current chunk's product, and the rows of the chunk
+// kScanAhead after that (u, v, G, Δ) are prefetched into the L2 (tile::prefetch_l2), so that the copies wait for
+// the L2, not for memory; each chunk then converts its staged tiles into the bf16 tiles (the thread's own pieces:
+// tile::put_h_staged). Otherwise the tiles are loaded synchronously (tile::load_h); the same bf16 tiles either
+// way. Grid (jobs B H, PT, NT): blocks x < B H scan `first`, the others `second` (the backward's two scans in one
+// launch: 512 blocks at shape (a), one wave at 4 blocks per SM); state_scan_smem(kStaged) of dynamic shared
+// memory; two barriers per chunk.
 template <bool kStaged>
 __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 blocks per SM (<= 64 registers)
-    ssd_state_scan_kernel(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, Sizes s,
-                          bool reverse, __nv_bfloat16* out) {
+    ssd_state_scan_kernel(ScanJob<__nv_bfloat16> first, ScanJob<__nv_bfloat16> second, const float* dt,
+                          const double* G, Sizes s) {
   using L = tile::Mma;
   extern __shared__ __align__(16) char smem_raw[];
   __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -320,19 +340,23 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
   float* gv = gu + tile::kStageFloats;
   __shared__ float w[kL];
   __shared__ float gam;
-  const int64_t bh = blockIdx.x, pt = blockIdx.y, nt = blockIdx.z, b = bh / s.H, h = bh % s.H;
-  const int64_t g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
+  const int64_t BH = s.B * s.H;
+  const bool is_second = blockIdx.x >= BH;
+  const ScanJob<__nv_bfloat16> job = is_second ? second : first;
+  const bool reverse = job.reverse;
+  const int64_t bh = is_second ? blockIdx.x - BH : blockIdx.x, pt = blockIdx.y, nt = blockIdx.z;
+  const int64_t b = bh / s.H, h = bh % s.H, g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
   const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
   const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
   // Chunk q's token count and the first rows of its u and v tiles.
   const auto tokens = [&](int64_t q) { return imin(kL, s.T - chunk(q) * kL); };
-  const auto u_at = [&](int64_t q) { return u + (b * s.T + chunk(q) * kL) * u_row + h * s.P + p0; };
-  const auto v_at = [&](int64_t q) { return v + (b * s.T + chunk(q) * kL) * s.W + g * s.N + n0; };
+  const auto u_at = [&](int64_t q) { return job.u + (b * s.T + chunk(q) * kL) * job.u_row + h * s.P + p0; };
+  const auto v_at = [&](int64_t q) { return job.v + (b * s.T + chunk(q) * kL) * s.W + g * s.N + n0; };
   double Gi = 0.0, last = 0.0;  // chunk q's G_i, Γ, Δ_i (threads < kL), loaded during chunk q - 1
   float di = 0.0f;
   const auto fetch = [&](int64_t q) {
     if (kStaged) {
-      tile::stage_async(gu, u_at(q), u_row, tokens(q), np);
+      tile::stage_async(gu, u_at(q), job.u_row, tokens(q), np);
       tile::stage_async(gv, v_at(q), s.W, tokens(q), nn);
       tile::cp_async_commit();
     }
@@ -343,18 +367,21 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       di = dt[bhk * kL + threadIdx.x];
     }
   };
+  const auto prefetch = [&](int64_t q) {
+    const int64_t bhk = bh * s.nc + chunk(q);
+    tile::prefetch_l2(u_at(q), 4 * job.u_row, tokens(q), 4 * np);
+    tile::prefetch_l2(v_at(q), 4 * s.W, tokens(q), 4 * nn);
+    tile::prefetch_l2(G + bhk * kL, 0, 1, sizeof(double) * kL);
+    tile::prefetch_l2(dt + bhk * kL, 0, 1, sizeof(float) * kL);
+  };
+  // Chunks 0 .. nc - 2 are read (the state past the last chunk is not needed).
   if (s.nc > 1) fetch(0);
+  for (int64_t q = 1; q <= kScanAhead && q < s.nc - 1; ++q) prefetch(q);
   Acc R;
   R.zero();
   for (int64_t q = 0; q < s.nc; ++q) {
-    const int64_t bhk = bh * s.nc + chunk(q);
-    __nv_bfloat16* o = out + bhk * s.P * s.N + p0 * s.N + n0;
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < 4; ++c) {
-        const int p = L::row(a), n = L::col(c);
-        if (p < np && n < nn) o[p * s.N + n] = __float2bfloat16_rn(R.v[a][c]);
-      }
-    if (q == s.nc - 1) break;  // the state past the last chunk is not needed
+    tile::store_acc_bf16(R, job.out + (bh * s.nc + chunk(q)) * s.P * s.N + p0 * s.N + n0, s.N, np, nn);
+    if (q == s.nc - 1) break;
     if (threadIdx.x < kL) {
       w[threadIdx.x] = reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * di;
       if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
@@ -366,7 +393,7 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       tile::put_h_staged(bu, gu, tokens(q), scale);
       tile::put_h_staged(bv, gv, tokens(q));
     } else {
-      tile::load_h(bu, u_at(q), u_row, tokens(q), np, scale);
+      tile::load_h(bu, u_at(q), job.u_row, tokens(q), np, scale);
       tile::load_h(bv, v_at(q), s.W, tokens(q), nn);
     }
     const float e = gam;
@@ -374,6 +401,7 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
     __syncthreads();  // bu, bv complete; every read of the staging tiles done
     if (q + 1 < s.nc - 1) fetch(q + 1);
+    if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
     L::mma<true, false>(bu, bv, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
   }
 }
@@ -395,14 +423,21 @@ __device__ __forceinline__ void form_m(const Acc& m, Acc& acc, const double* Gs,
 
 // Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
 // + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
-// the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(): the C, B tiles and the S_in
-// tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one, loaded
-// in place). The x tile of M x is fetched into registers before M is formed (its latency overlaps that work),
-// and x_i of D x (fp32, the thread's output elements) is loaded then too: loads between the y stores would each
-// wait for the store before them (y may alias xbc).
+// the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(staged): the C, B tiles and the
+// S_in tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one,
+// loaded in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every x, B and C row 16-byte aligned)
+// the fp32 staging tiles of every step's C and B rows: all copied by cp.async at the start, in one group ahead of
+// the S_in ring's (so the ring's waits cover them), and converted by each thread from its own pieces
+// (tile::put_h_staged: load_tile's bf16 tiles); else C and B are loaded at their step. The x tile of M x: staged,
+// copied into step 0's C staging tile once every thread has converted that (during the products), the operand
+// converted from it and x_i of D x (fp32, the thread's output elements) read from it; else fetched into registers
+// before M is formed (its latency overlaps that work), with x_i of D x loaded then too: loads between the y stores
+// would each wait for the store before them (y may alias xbc).
+constexpr int kFwdOutStaged = 2;
 template <typename P>
-constexpr size_t fwd_out_smem() {
-  return sizeof(P) * kTileOf<P> * (std::is_same_v<P, float> ? 3 : 2 + kStateRing);
+constexpr size_t fwd_out_smem(bool staged) {
+  return sizeof(P) * kTileOf<P> * (std::is_same_v<P, float> ? 3 : 2 + kStateRing) +
+         (staged ? sizeof(float) * 2 * kFwdOutStaged * tile::kStageFloats : 0);
 }
 // Blocks per SM its registers are bounded for: as many as its shared memory allows (fp32 64 registers, 4; bf16
 // 128 registers, 2).
@@ -411,12 +446,13 @@ constexpr int kFwdOutBlocks = std::is_same_v<P, float> ? 4 : 2;
 template <typename P>
 __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
-                       float* y) {
+                       bool staged, float* y) {
   using L = Layout<P>;
   extern __shared__ __align__(16) char smem_raw[];
   P* bc = reinterpret_cast<P*>(smem_raw);
   P* bb = bc + kTileOf<P>;
   P* bs = bc + 2 * kTileOf<P>;  // S_in (bf16: the ring)
+  float* stg = reinterpret_cast<float*>(bs + kStateRing * kTileOf<P>);  // (stage) C, B of N tile t: 2 t, 2 t + 1
   __shared__ double Gs[kL];
   __shared__ float dts[kL];
   const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
@@ -424,6 +460,20 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
   const P* sin = states + bhk * s.P * s.N + p0 * s.N;
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N);
+  const bool stage = staged && async;
+  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  const float* xs = row + h * s.P + p0;
+  const auto c_at = [&](int64_t n0) { return row + s.XD + s.GN + g * s.N + n0; };
+  const auto b_at = [&](int64_t n0) { return row + s.XD + g * s.N + n0; };
+  if (stage) {
+    for (int t = 0; t < s.NT; ++t) {
+      const int64_t n0 = int64_t{t} * kL;
+      const int nn = imin(kL, s.N - n0);
+      tile::stage_async(stg + 2 * t * tile::kStageFloats, c_at(n0), s.W, nv, nn);
+      tile::stage_async(stg + (2 * t + 1) * tile::kStageFloats, b_at(n0), s.W, nv, nn);
+    }
+    tile::cp_async_commit();
+  }
   // Step t = N tile t: S_in[p0.., t kL..].
   const auto issue = [&](int t) {
     const int64_t n0 = int64_t{t} * kL;
@@ -434,7 +484,6 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
     dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
   }
-  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
   Acc acc, m;
   acc.zero();
   m.zero();
@@ -442,31 +491,55 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     const int64_t n0 = int64_t{t} * kL;
     const int nn = imin(kL, s.N - n0);
     issue(t + kStateRing - 1);
-    load_tile(bc, row + s.XD + s.GN + g * s.N + n0, s.W, nv, nn);
-    load_tile(bb, row + s.XD + g * s.N + n0, s.W, nv, nn);
-    const P* st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);
+    const P* st;
+    if (stage) {
+      st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);  // (its wait covers the older staging group)
+      if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+        tile::put_h_staged(bc, stg + 2 * t * tile::kStageFloats, nv);
+        tile::put_h_staged(bb, stg + (2 * t + 1) * tile::kStageFloats, nv);
+      }
+    } else {
+      load_tile(bc, c_at(n0), s.W, nv, nn);
+      load_tile(bb, b_at(n0), s.W, nv, nn);
+      st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);
+    }
     __syncthreads();
     L::template mma<false, true>(bc, st, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
     L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
+    if (stage && t == 0) {  // x into step 0's C staging tile (every thread's reads of it done: the barrier above)
+      tile::stage_async(stg, xs, s.W, nv, np);
+      tile::cp_async_commit();
+    }
     __syncthreads();
   }
-  const float* xs = row + h * s.P + p0;
   float xd[4][4];  // x_i[p] of the thread's outputs (D x)
-  for (int a = 0; a < 4; ++a)
-    for (int c = 0; c < 4; ++c) {
-      const int i = L::row(a), p = L::col(c);
-      xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
-    }
-  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    tile::HRegs xr;
-    tile::fetch_h(xr, xs, s.W, nv, np);
+  if (stage) {
+    tile::cp_async_wait<0>();  // the thread's pieces of x
+    if constexpr (std::is_same_v<P, __nv_bfloat16>) tile::put_h_staged(bb, stg, nv);
     form_m<L>(m, acc, Gs, dts, bc);
-    tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
+    __syncthreads();  // bc, bb complete; every piece of x landed
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int i = L::row(a), p = L::col(c);
+        xd[a][c] = stg[i * kL + p];  // (0 outside nv x np)
+      }
   } else {
-    form_m<L>(m, acc, Gs, dts, bc);
-    load_tile(bb, xs, s.W, nv, np);
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int i = L::row(a), p = L::col(c);
+        xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
+      }
+    if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+      tile::HRegs xr;
+      tile::fetch_h(xr, xs, s.W, nv, np);
+      form_m<L>(m, acc, Gs, dts, bc);
+      tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
+    } else {
+      form_m<L>(m, acc, Gs, dts, bc);
+      load_tile(bb, xs, s.W, nv, np);
+    }
+    __syncthreads();
   }
-  __syncthreads();
   L::template mma<false, false>(bc, bb, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
   const float Dh = D[h];
   for (int a = 0; a < 4; ++a)
@@ -501,16 +574,24 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // da_k is formed without the cancelling pairs of that sum (the CPU's double arithmetic absorbs them, fp32
 // would not): da_k = Σ_{i>=k, j<k} dcb_ij CB_ij + Σ_{i>=k} e^{G_i} dy_i·(S_in C_i) + Σ_{i<k} z_i
 // + e^Γ <dS, S_in>. Writes ddt_raw = dΔ σ(dt_raw + dt_bias) and the chunk's (Σ ddt_raw, Σ Δ da, Σ x·dy)
-// to partials. Grid (nc, H, B); dynamic shared memory bwd_chunk_smem<P>(): 4 tiles (kTileOf<P>), and for bf16
-// an fp32 tile for dcb ∘ CB (fp32: in b0) and the ring of S_in / dS tiles. The S_in / dS operands of the dC, dB
-// and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n, p; dB dS[p, n] over
-// n, p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async into the ring kStateRing - 1
-// steps ahead (the first ones at the start, behind the CB and DX products); else loaded into b1 in place (the
-// ring's shared memory unused).
+// to partials. Grid (nc, H, B); dynamic shared memory bwd_chunk_smem<P>(keep): 4 tiles (kTileOf<P>), and for bf16
+// an fp32 tile for dcb ∘ CB (fp32: in b0), the ring of S_in / dS tiles and (keep) 2 more tiles. The S_in / dS
+// operands of the dC, dB and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n,
+// p; dB dS[p, n] over n (kept: descending), p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async
+// into the ring kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else
+// loaded into b1 in place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the
+// ring copied; b1 is then free): the CB and DX products each load all their tiles in one round (DX's issued before
+// the CB products), and the operands that do not change with a loop's inner index stay in shared memory instead
+// of being loaded again at every step: C, B of N tile 0 from CB through dC's first N tile (b0, b1), C of dC's last
+// N tile through dB's first (b0; dB walks the N tiles from the last); dy's P tiles, loaded for DX into the kept
+// tiles kt(p0), through the dC products and the v̄ step (x·v̄, z, (CB ∘ E)^T dy); x's P tiles, loaded into b1 and
+// cprod's tile (xk(p0)) before the dB products, through the v̄ step; B's N tiles, loaded into b0 and mdcb's tile
+// before the v̄ products. The same bf16 tiles as loaded in place.
 template <typename P>
-constexpr size_t bwd_chunk_smem() {
-  return std::is_same_v<P, float> ? sizeof(P) * kTileOf<P> * 4
-                                  : sizeof(P) * kTileOf<P> * (4 + kStateRing) + sizeof(float) * kTile;
+constexpr size_t bwd_chunk_smem(bool keep) {
+  return std::is_same_v<P, float>
+             ? sizeof(P) * kTileOf<P> * 4
+             : sizeof(P) * kTileOf<P> * (4 + kStateRing + (keep ? 2 : 0)) + sizeof(float) * kTile;
 }
 // Blocks per SM its registers are bounded for: fp32 3 (80 registers), bf16 2 (128 registers).
 template <typename P>
@@ -518,8 +599,8 @@ constexpr int kBwdChunkBlocks = std::is_same_v<P, float> ? 3 : 2;
 template <typename P>
 __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
     const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
-    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, float* dxbc, float* ddt_raw,
-    float* dBh, float* dCh, double* partials) {
+    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep, float* dxbc,
+    float* ddt_raw, float* dBh, float* dCh, double* partials) {
   using L = Layout<P>;
   constexpr int ld = kLdOf<P>;
   extern __shared__ __align__(16) char smem_raw[];
@@ -555,11 +636,15 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   P* ring = reinterpret_cast<P*>(cprod + kTile);  // (bf16) the S_in / dS ring
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N) &&
                      tile::async_ok_h(dstates, s.N);
-  // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end). Each
-  // product step first issues the step kStateRing - 1 ahead; its own step is then iss - kStateRing.
+  const bool kept = keep && async;
+  // (kept) the kept tile of P tile t0 / kL (< 2), after the ring: dy's, from DX to the end of v̄
+  const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
+  // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end; dB
+  // kept: N tile NT - 1 - in). Each product step first issues the step kStateRing - 1 ahead; its own step is then
+  // iss - kStateRing.
   int iss = 0, iph = 0, ip = 0, in = 0;
   const auto issue = [&] {
-    const int64_t p0 = int64_t{ip} * kL, n0 = int64_t{in} * kL;
+    const int64_t p0 = int64_t{ip} * kL, n0 = (kept && iph == 1 ? s.NT - 1 - in : int64_t{in}) * kL;
     state_issue(async, ring, iss++, iph < 3 ? (iph == 0 ? sin : dS) + p0 * s.N + n0 : nullptr, s.N,
                 imin(kL, s.P - p0), imin(kL, s.N - n0));
     if (iph < 2) {  // dC, dB: p inner
@@ -574,27 +659,70 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   };
   for (int t = 0; t < kStateRing - 1; ++t) issue();
 
-  // CB_ij and DX_ij = dy_i·x_j over the whole N and P.
+  // (kept) fetch2: tiles 0 and 1 of operand a (a + t kL, rows sa apart, dim columns in all; a missing tile 1 all
+  // zeros) into t0, t1 (tile::fetch_h: loads issued, nothing waits); put: such a tile into a bf16 tile (put_h, scale
+  // 1: load_tile's tile). Every fetch2 of a round before its puts: the round's loads all in flight at once.
+  const auto fetch2 = [&](tile::HRegs& t0, tile::HRegs& t1, const float* a, int64_t sa, int64_t dim) {
+    tile::fetch_h(t0, a, sa, nv, imin(kL, dim));
+    tile::fetch_h(t1, a + kL, sa, nv, imin(kL, dim - kL));
+  };
+  const auto put = [&](auto* dst, const tile::HRegs& x) { tile::put_h(dst, x, nv, [](int) { return 1.0f; }); };
+
+  // CB_ij and DX_ij = dy_i·x_j over the whole N and P. Kept operands: each product's tiles loaded in one round,
+  // DX's loads issued before the CB products: C, B of N tile t into b0, b1 (t = 0: they stay there for dC's first
+  // N tile) or mdcb, mw (t = 1); dy of P tile t into kt(t kL), where it stays for dC; x into the ring's last slot
+  // (its first copy is issued by dC's first step) and cprod's tile (both written only after DX).
   Acc cb, dx;
   cb.zero();
   dx.zero();
-  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
-    const int nn = imin(kL, s.N - n0);
-    load_tile(b0, cs + n0, s.W, nv, nn);
-    load_tile(b1, bs + n0, s.W, nv, nn);
-    __syncthreads();
-    L::template mma<false, true>(b0, b1, cb);
-    __syncthreads();
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (kept) {
+      tile::HRegs r[4];
+      fetch2(r[0], r[2], cs, s.W, s.N);
+      fetch2(r[1], r[3], bs, s.W, s.N);
+      put(b0, r[0]);
+      put(b1, r[1]);
+      put(mdcb, r[2]);
+      put(mw, r[3]);
+      if (tid < kL) dtr[tid] = dt_raw_t;
+      if (tid < 2) hpar[tid] = hpar_t;
+      __syncthreads();
+      fetch2(r[0], r[2], dys, s.XD, s.P);
+      fetch2(r[1], r[3], xs, s.W, s.P);
+      L::template mma<false, true>(b0, b1, cb);
+      if (s.NT > 1) L::template mma<false, true>(mdcb, mw, cb);
+      __syncthreads();
+      P* const x0 = ring + (kStateRing - 1) * kTileOf<P>;
+      P* const x1 = reinterpret_cast<P*>(cprod);
+      put(kt(0), r[0]);
+      put(x0, r[1]);
+      put(kt(kL), r[2]);
+      put(x1, r[3]);
+      __syncthreads();
+      L::template mma<false, true>(kt(0), x0, dx);
+      if (s.PT > 1) L::template mma<false, true>(kt(kL), x1, dx);
+      __syncthreads();
+    }
   }
-  if (tid < kL) dtr[tid] = dt_raw_t;
-  if (tid < 2) hpar[tid] = hpar_t;
-  for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
-    const int np = imin(kL, s.P - p0);
-    load_tile(b0, dys + p0, s.XD, nv, np);
-    load_tile(b1, xs + p0, s.W, nv, np);
-    __syncthreads();
-    L::template mma<false, true>(b0, b1, dx);
-    __syncthreads();
+  if (!kept) {
+    for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+      const int nn = imin(kL, s.N - n0);
+      load_tile(b0, cs + n0, s.W, nv, nn);
+      load_tile(b1, bs + n0, s.W, nv, nn);
+      __syncthreads();
+      L::template mma<false, true>(b0, b1, cb);
+      __syncthreads();
+    }
+    if (tid < kL) dtr[tid] = dt_raw_t;
+    if (tid < 2) hpar[tid] = hpar_t;
+    for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
+      const int np = imin(kL, s.P - p0);
+      load_tile(b0, dys + p0, s.XD, nv, np);
+      load_tile(b1, xs + p0, s.W, nv, np);
+      __syncthreads();
+      L::template mma<false, true>(b0, b1, dx);
+      __syncthreads();
+    }
   }
   for (int a = 0; a < 4; ++a)
     for (int c = 0; c < 4; ++c) {
@@ -631,14 +759,16 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       issue();
-      load_tile(b0, dys + p0, s.XD, nv, np);
+      if (!kept) load_tile(b0, dys + p0, s.XD, nv, np);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, sin + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
+      L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
       __syncthreads();
     }
-    load_tile(b0, cs + n0, s.W, nv, nn);
-    load_tile(b1, bs + n0, s.W, nv, nn);
+    if (!kept || n0 > 0) {  // (kept: N tile 0's still there from CB)
+      load_tile(b0, cs + n0, s.W, nv, nn);
+      load_tile(b1, bs + n0, s.W, nv, nn);
+    }
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int i = L::row(a);
@@ -658,18 +788,28 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
   row_sum16<L>(gi, red, inter);
 
-  // dB per N tile.
-  for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
+  // dB per N tile. (kept: x's P tiles into b1 and cprod's tile, xk(p0), until the end of v̄)
+  const auto xk = [&](int64_t p0) { return p0 == 0 ? b1 : reinterpret_cast<P*>(cprod); };
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (kept) {
+      tile::HRegs r[2];
+      fetch2(r[0], r[1], xs, s.W, s.P);
+      put(xk(0), r[0]);
+      put(xk(kL), r[1]);
+    }
+  }
+  for (int64_t ni = 0; ni < s.NT; ++ni) {
+    const int64_t n0 = (kept ? s.NT - 1 - ni : ni) * kL;  // (kept: from the last N tile, whose C is dC's last)
     const int nn = imin(kL, s.N - n0);
     Acc acc;
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       issue();
-      load_tile(b0, xs + p0, s.W, nv, np);
+      if (!kept) load_tile(b0, xs + p0, s.W, nv, np);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, false>(b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
+      L::template mma<false, false>(kept ? xk(p0) : b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
       __syncthreads();
     }
     for (int a = 0; a < 4; ++a) {
@@ -677,7 +817,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j])) * dts[j];
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= f;
     }
-    load_tile(b0, cs + n0, s.W, nv, nn);
+    if (!kept || n0 < (s.NT - 1) * kL) load_tile(b0, cs + n0, s.W, nv, nn);  // (kept: the last one's still there)
     __syncthreads();
     L::template mma<true, false>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
     for (int a = 0; a < 4; ++a)
@@ -689,8 +829,17 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
 
   // v̄ and dx per P tile, with z_j and x_j·v̄_j.
+  // (kept: B's N tiles into b0 and mdcb's tile; x_p in xk(p0); dy_p in kt(p0) since DX)
   float zp[4] = {}, xvp[4] = {};
   const float Dh = D[h];
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (kept) {
+      tile::HRegs r[2];
+      fetch2(r[0], r[1], bs, s.W, s.N);
+      put(b0, r[0]);
+      put(mdcb, r[1]);
+    }
+  }
   for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
     const int np = imin(kL, s.P - p0);
     Acc acc;
@@ -698,21 +847,25 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
       const int nn = imin(kL, s.N - n0);
       issue();
-      load_tile(b0, bs + n0, s.W, nv, nn);
+      if (!kept) load_tile(b0, bs + n0, s.W, nv, nn);
       const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
       __syncthreads();
-      L::template mma<false, true>(b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
+      L::template mma<false, true>(kept && n0 > 0 ? mdcb : b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
       __syncthreads();
     }
-    load_tile(b0, xs + p0, s.W, nv, np);
-    load_tile(b1, dys + p0, s.XD, nv, np);
+    P* const xt = kept ? xk(p0) : b0;
+    P* const dyt = kept ? kt(p0) : b1;
+    if (!kept) {
+      load_tile(xt, xs + p0, s.W, nv, np);
+      load_tile(dyt, dys + p0, s.XD, nv, np);
+    }
     __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int j = L::row(a);
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j]));
       for (int c = 0; c < 4; ++c) {
         acc.v[a][c] *= f;
-        zp[a] += to_f32(b0[j * ld + L::col(c)]) * acc.v[a][c];
+        zp[a] += to_f32(xt[j * ld + L::col(c)]) * acc.v[a][c];
       }
     }
     // dy_j[p] of D dy, loaded before the product: loads between the dxbc stores would each wait for the store
@@ -723,11 +876,11 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
         const int j = L::row(a), p = L::col(c);
         dyd[a][c] = j < nv && p < np ? dys[j * s.XD + p0 + p] : 0.0f;
       }
-    L::template mma<true, false>(mw, b1, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
+    L::template mma<true, false>(mw, dyt, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
         const int j = L::row(a), p = L::col(c);
-        xvp[a] += to_f32(b0[j * ld + p]) * acc.v[a][c];
+        xvp[a] += to_f32(xt[j * ld + p]) * acc.v[a][c];
         if (j < nv && p < np)
           dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dyd[a][c];
       }
@@ -739,7 +892,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // e^Γ <dS, S_in> (the state passing S_out += e^Γ S_in). Thread tid sums the terms tid + m kSsdThreads in order
   // of m: in batches of kDot terms whose 2 kDot loads are all issued before the first term is added, then the
   // remaining (< kDot) terms one by one.
-  constexpr int kDot = 16;
+  constexpr int kDot = std::is_same_v<P, float> ? 16 : 32;
   const int64_t PN = s.P * s.N;
   double sd = 0.0;
   int64_t e = tid;
@@ -883,45 +1036,35 @@ constexpr size_t tiles_bytes(int tiles) {
   return sizeof(P) * kTileOf<P> * tiles;
 }
 
-// ssd_state_scan_kernel's launch (arguments as there): staged where every row of u and v is 16-byte aligned.
-void state_scan(const float* u, int64_t u_row, const float* v, const float* dt, const double* G, const Sizes& s,
-                bool reverse, __nv_bfloat16* out, cudaStream_t stream) {
-  // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
-  const bool staged = tile::async_ok_f(u, u_row) && s.P % 4 == 0 && tile::async_ok_f(v, s.W) && s.N % 4 == 0;
-  const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
-  const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-  launch(kernel, grid, state_scan_smem(staged), stream, u, u_row, v, dt, G, s, reverse, out);
-}
-
-// Δ, G and the states entering the chunks (forward: from x, B), into sc.states. P = float: the contributions
-// and the scan over them; bf16: the fused state_scan.
+// Δ and G (prep), then the chunk states into sc.states (the forward scan: from x, B) and, where dy is not null (the
+// backward), the adjoints into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks'
+// contributions (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel,
+// both scans in one launch, staged where every row of every u and v is 16-byte aligned.
 template <typename P>
-void forward_states(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const Sizes& s,
-                    const Scratch<P>& sc, cudaStream_t stream) {
+void chunk_states(const float* xbc, const float* dy, const float* dt_raw, const float* dt_bias, const float* A_log,
+                  const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
   const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
                   static_cast<unsigned>(s.B));
   launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
+  const ScanJob<P> jobs[2] = {{xbc, s.W, xbc + s.XD, false, sc.states},
+                              {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
+  const int n = dy != nullptr ? 2 : 1;
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-    launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, true,
-           sc.states);
-    launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, sc.states, sc.G, s, false);
+    for (int i = 0; i < n; ++i) {
+      const ScanJob<P>& j = jobs[i];
+      launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, j.u, j.u_row, j.v, sc.dt, sc.G, s,
+             !j.reverse, j.out);
+      launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, j.out, sc.G, s, j.reverse);
+    }
   } else {
-    state_scan(xbc, s.W, xbc + s.XD, sc.dt, sc.G, s, false, sc.states, stream);
-  }
-}
-
-// The adjoints of the states leaving the chunks, into sc.dstates (Σ_i e^{G_i} dy_i C_i^T per chunk, summed in
-// reverse), as forward_states.
-template <typename P>
-void reverse_states(const float* dy, const float* xbc, const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
-  if constexpr (std::is_same_v<P, float>) {
-    const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
-    launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s,
-           false, sc.dstates);
-    launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, sc.dstates, sc.G, s, true);
-  } else {
-    state_scan(dy, s.XD, xbc + s.XD + s.GN, sc.dt, sc.G, s, true, sc.dstates, stream);
+    // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
+    bool staged = s.P % 4 == 0 && s.N % 4 == 0;
+    for (int i = 0; i < n; ++i)
+      staged = staged && tile::async_ok_f(jobs[i].u, jobs[i].u_row) && tile::async_ok_f(jobs[i].v, s.W);
+    const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
+    const dim3 grid(static_cast<unsigned>(n * s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
+    launch(kernel, grid, state_scan_smem(staged), stream, jobs[0], jobs[n - 1], sc.dt, sc.G, s);
   }
 }
 
@@ -948,9 +1091,13 @@ void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias,
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
   carve(s, false, scratch, &sc);
-  forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
+  chunk_states<P>(xbc, nullptr, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
-  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(), stream, xbc, D, sc.dt, sc.G, sc.states, s, y);
+  // (x's rows start h P + a multiple of W after xbc, C's and B's g N + a multiple of W after xbc + XD and GN after
+  // one another)
+  const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 && s.P % 4 == 0 &&
+                      tile::async_ok_f(xbc, s.W);
+  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, sc.states, s, staged, y);
 }
 
 template <typename P>
@@ -963,11 +1110,11 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
   carve(s, true, scratch, &sc);
-  forward_states(xbc, dt_raw, dt_bias, A_log, s, sc, stream);
-  reverse_states(dy, xbc, s, sc, stream);
+  chunk_states<P>(xbc, dy, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
-  launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt, sc.G,
-         sc.states, sc.dstates, s, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+  const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
+  launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt,
+         sc.G, sc.states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
