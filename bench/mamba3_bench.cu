@@ -147,8 +147,9 @@ using bench::PhaseKernel;
 /// with bf16 products (src/kernels/cuda/mamba3{,_prep,_gate,_core}.cu; the phase names of kMamba3Kernels) at shape
 /// s, counted from the kernels for fp32 tensors, R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
 /// P, N multiples of 64 (every chunk and tile full); zeros for another name. Notation: E = B T H (token, head)
-/// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N] (fp32). Scratch
-/// scalars fp32 except Δ (dtd), θ, G and dDp (double). An array read and written in place counts twice. The
+/// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N]. Scratch scalars fp32
+/// except Δ (dtd), θ, G and dDp (double); q, k and the chunk-entering states bf16 (bf16 products: m3::Buffers), the
+/// adjoint states fp32. An array read and written in place counts twice. The
 /// tile products (state_scan_mma, fwd_out_mma, bwd_chunk_mma) count 2 M N depth each; the elementwise kernels'
 /// arithmetic is not counted (they are bound by memory or by their serial chains, not FLOPs).
 Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
@@ -170,36 +171,40 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
   if (is("qk")) {  // per rotation pair: φ; n̂_B, n̂_C staged per block (rows of qk_rows, kQkThreads kQkPairs = 512
                    // pairs of the row's H N / 2): issued once per column block; weights and biases per row block;
-                   // k, q written
+                   // k, q written (bf16)
     const double qk_rows = std::clamp<double>(std::floor(8192 / (2 * N)), 1, 32), cols = std::ceil(H * N / 2 / 512);
-    return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 8 * E * N,
-            4 * E * S + cols * 8 * rows * N + std::ceil(rows / qk_rows) * 16 * H * N + 8 * E * N, 0};
+    return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 4 * E * N,
+            4 * E * S + cols * 8 * rows * N + std::ceil(rows / qk_rows) * 16 * H * N + 4 * E * N, 0};
   }
   // core (mamba3_core.cu core_fwd), in the forward and again in the backward
   if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
   if (is("states") || is("dstates")) {
-    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, or dy) per N tile, w (k, or q) per P tile; per
-    // token G_i and Γ (double) and (forward) σ per (P, N) tile; the states (or their adjoints) written, fp32
-    const double sig = is("states") ? 4 * E : 0;
-    return {4 * E * P + 4 * E * N + 8 * E + sig + 4 * St,
-            nN * 4 * E * P + nP * 4 * E * N + nP * nN * (16 * E + sig) + 4 * St, 2 * E * P * N};
+    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, or dy) per N tile, w (k, or q; bf16) per P tile;
+    // per token G_i and Γ (double) and (forward) σ per (P, N) tile; the states (bf16) or their adjoints (fp32)
+    // written
+    const bool fwd = is("states");
+    const double sig = fwd ? 4 * E : 0, out = (fwd ? 2 : 4) * St;
+    return {4 * E * P + 2 * E * N + 8 * E + sig + out,
+            nN * 4 * E * P + nP * 2 * E * N + nP * nN * (16 * E + sig) + out, 2 * E * P * N};
   }
-  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k, v (v again for D v), S_in; G (double), σ, γ; y written.
-                // Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
-    return {8 * E * N + 8 * E * P + 4 * St + 16 * E, 8 * E * N + 12 * E * P + 4 * St + 16 * E,
+  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k (bf16), v (v again for D v), S_in (bf16); G (double), σ, γ;
+                // y written. Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
+    return {4 * E * N + 8 * E * P + 2 * St + 16 * E, 4 * E * N + 12 * E * P + 2 * St + 16 * E,
             2 * E * (64 * N + P * N + 64 * P)};
   if (is("gate")) return both(12 * E * P);  // out_kernel: y, z; out
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
   if (is("dy_dz")) return both(20 * E * P);  // dout, z, y; dy, dz
-  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS; G (double), σ, γ; dq, dk, dv, da,
-                     // dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile, Z).
-                     // Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
+  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k (bf16), v, dy, S_in (bf16), dS; G (double), σ, γ; dq,
+                     // dk, dv, da, dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile,
+                     // Z). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
                      // Adq^T Q; dv: K dS^T, Bdv^T dY
-    return {16 * E * N + 12 * E * P + 8 * St + 28 * E + E / 8, 16 * E * N + 28 * E * P + 8 * St + 28 * E + E / 8,
+    return {12 * E * N + 12 * E * P + 6 * St + 28 * E + E / 8, 12 * E * N + 28 * E * P + 6 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
-  if (is("rot_bcnorm_bwd"))  // per (row, channel pair) over the heads: dk, dq read; where rotated, φ, the pair of
-                             // k, q read, of dk, dq written, dφ written; n̂; dn̂ and dn̂ ∘ n̂ written
-    return both(8 * E * N + 4 * E * S + 32 * E * S + 4 * E * S + 24 * rows * N);
+  if (is("rot_bcnorm_bwd"))  // per (row, channel pair) over the heads: dk, dq read; where rotated, φ and the
+                             // biases (k, q recomputed; issued per head and pair), the pair of dk, dq written, dφ
+                             // written; n̂ and the weights (issued per rotated pair); dn̂ and dn̂ ∘ n̂ written
+    return {8 * E * N + 24 * E * S + 24 * rows * N + 8 * H * N + 8 * N,
+            8 * E * N + 24 * E * S + 24 * rows * N + 16 * E * S + 16 * rows * S, 0};
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle

@@ -216,9 +216,13 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case({2, 70, 2, 16, 16, 1, 1, 4, true, false, 1});
   check_case({1, 70, 2, 64, 64, 1, 1, 8, false, true, 2});
   check_case({1, 70, 4, 16, 11, 2, 1, 3, false, false, 5});  // the lone last channel of N = 11, unrotated
+  // bf16 with N = 11: the bf16 q, k and states copied element by element, the state scan's rows loaded without
+  // cp.async, the states stored one by one
+  check_case({2, 37, 4, 16, 11, 2, 1, 5, true, true, 10});
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {
   check_case({1, 40, 2, 16, 16, 2, 2, 4, false, false, 3});
   check_case({1, 20, 2, 32, 32, 1, 4, 8, true, true, 4});
+  check_case({1, 25, 3, 24, 12, 1, 2, 6, true, true, 12});  // bf16 with N % 8 = 4: q, k rows without 16-byte pieces
 }

@@ -24,7 +24,8 @@ struct Carver {
 };
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
-// each chunk, y; BCNorm's n̂_B, n̂_C and their 1 / RMS.
+// each chunk (fp32, or bf16 in the first half of their place with bf16 products), y; BCNorm's n̂_B, n̂_C and their
+// 1 / RMS.
 void take_saved(const Sizes& s, Carver& c, Buffers& b) {
   const int64_t RG = s.rows * s.R * s.G;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
@@ -79,9 +80,10 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
-// (backward) dv = dx: the core reads x and writes dx itself. Returns false when there is nothing to compute.
+// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k and the
+// states in bf16 (Buffers). Returns false when there is nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
-           float* dx, const float* saved, void* scratch, Sizes& s, Buffers& buf) {
+           float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
@@ -98,6 +100,12 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
   if (s.R == 1) {
     buf.v = const_cast<float*>(x);
     buf.dv = dx;
+  }
+  if (chunked && opt.bf16_products) {
+    buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
+    buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
+    buf.states_h = reinterpret_cast<__nv_bfloat16*>(buf.states);
+    buf.q = buf.k = buf.states = nullptr;
   }
   return true;
 }
@@ -157,7 +165,7 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
                 cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, nullptr, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, saved, scratch, true, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
@@ -169,7 +177,7 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
                    void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, false, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
@@ -182,7 +190,7 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, dx, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, dx, saved, scratch, true, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, nullptr, saved != nullptr);
   if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);

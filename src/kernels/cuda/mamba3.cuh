@@ -39,10 +39,14 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
 /// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
 /// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
+/// bf16 products (the chunked core on the tensor cores, not decoding): q, k and the states are kept in bf16 (qh,
+/// kh, states_h, in the fp32 arrays' places, whose pointers are then null): the core's kernels read them only as
+/// bf16 operands, and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair).
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
+  __nv_bfloat16 *qh, *kh, *states_h;
   float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };

@@ -3,7 +3,10 @@
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
 // (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), and SISO's rotation
 // and BCNorm backward, one pass per (row, group, channel pair) over the group's heads (rot_bcnorm_bwd_kernel). Δ, θ,
-// φ and every per-row sum in double; q, k stored in fp32.
+// φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
+// only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit: rotate_pair).
+#include <type_traits>
+
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
@@ -192,13 +195,35 @@ constexpr int kQkThreads = 256, kQkPairs = 2, kQkSmemFloats = 8192, kQkMaxRows =
 // Rows per qk_kernel block for R G N channels of n̂_B and of n̂_C per row.
 int64_t qk_rows(int64_t RGN) { return std::clamp<int64_t>(kQkSmemFloats / (2 * RGN), 1, kQkMaxRows); }
 
+// The biased channel of k (or q) before the rotation: n̂ ∘ w + bias.
+__device__ __forceinline__ float biased(float n, float w, float bias) { return fmaf(n, w, bias); }
+
+// (r0, r1) = Rot(φ) (u0, u1) (cs = cos φ, sn = sin φ) with its roundings pinned: r0 = fma(u0, cs, -(u1 sn)),
+// r1 = fma(u0, sn, u1 cs), the contraction nvcc chose for the plain products, so that the rotation backward
+// (rot_bcnorm_bwd_kernel, rot_bwd_kernel) recomputes qk_kernel's fp32 k and q bit for bit.
+__device__ __forceinline__ void rotate_pair(float u0, float u1, float cs, float sn, float& r0, float& r1) {
+  r0 = __fmaf_rn(u0, cs, -__fmul_rn(u1, sn));
+  r1 = __fmaf_rn(u0, sn, __fmul_rn(u1, cs));
+}
+
+// One channel, or an adjacent pair (8- or 4-byte aligned), of k or q in its storage type (fp32, or bf16 rounded
+// once).
+__device__ __forceinline__ void put_qk(float* d, float x) { *d = x; }
+__device__ __forceinline__ void put_qk(__nv_bfloat16* d, float x) { *d = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void put_qk2(float* d, float x, float y) { *reinterpret_cast<float2*>(d) = make_float2(x, y); }
+__device__ __forceinline__ void put_qk2(__nv_bfloat16* d, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y);
+}
+
 // k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C. Grid (row blocks of `rows` rows, column blocks of
 // kQkThreads kQkPairs pairs); a thread owns kQkPairs channel pairs (h, r, u) of every row of its block: channels
 // (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the second channel absent for u = (N - 1) / 2,
 // N odd), rotated by φ[h, u] when u < S. Its weights and biases are loaded once; the block's rows of n̂_B, n̂_C
 // are staged in shared memory (rows R G N floats each), φ is read and its sincos taken once per rotated pair,
-// and k, q are written once (SISO with even N: as float2).
-__global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows) {
+// and k, q are written once into kout, qout (T: float, or bf16 with bf16 products; SISO with even N: as pairs).
+template <typename T>
+__global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows, T* kout,
+                                                        T* qout) {
   extern __shared__ float smem[];
   const int N = static_cast<int>(s.N), R = static_cast<int>(s.R), H = static_cast<int>(s.H);
   const int S = static_cast<int>(s.S), RGN = static_cast<int>(s.R * s.G * s.N), half = N / 2, U = (N + 1) / 2;
@@ -241,8 +266,8 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   const int64_t HRN = s.H * s.R * s.N;
   for (int rr = 0; rr < nrows; ++rr) {
     const int64_t row = row0 + rr;
-    float* krow = buf.k + row * HRN;
-    float* qrow = buf.q + row * HRN;
+    T* krow = kout + row * HRN;
+    T* qrow = qout + row * HRN;
     const float* phrow = buf.phi + row * s.H * s.S;
 #pragma unroll
     for (int k = 0; k < kQkPairs; ++k) {
@@ -251,28 +276,26 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
       if (f[k] >= 0) sincosf(phrow[f[k]], &sn, &cs);
       const float* nb = sb + rr * RGN + src[k];
       const float* nc = sc + rr * RGN + src[k];
-      const float ub = fmaf(nb[c0[k]], wb0[k], bb0[k]), uc = fmaf(nc[c0[k]], wc0[k], bc0[k]);
+      const float ub = biased(nb[c0[k]], wb0[k], bb0[k]), uc = biased(nc[c0[k]], wc0[k], bc0[k]);
       if (c1[k] < 0) {  // a lone unrotated channel
-        krow[o[k] + c0[k]] = ub;
-        qrow[o[k] + c0[k]] = uc;
+        put_qk(krow + o[k] + c0[k], ub);
+        put_qk(qrow + o[k] + c0[k], uc);
         continue;
       }
-      const float ubm = fmaf(nb[c1[k]], wb1[k], bb1[k]), ucm = fmaf(nc[c1[k]], wc1[k], bc1[k]);
+      const float ubm = biased(nb[c1[k]], wb1[k], bb1[k]), ucm = biased(nc[c1[k]], wc1[k], bc1[k]);
       float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
       if (f[k] >= 0) {
-        k0 = ub * cs - ubm * sn;
-        k1 = ub * sn + ubm * cs;
-        q0 = uc * cs - ucm * sn;
-        q1 = uc * sn + ucm * cs;
+        rotate_pair(ub, ubm, cs, sn, k0, k1);
+        rotate_pair(uc, ucm, cs, sn, q0, q1);
       }
       if (pair2) {
-        *reinterpret_cast<float2*>(krow + o[k] + c0[k]) = make_float2(k0, k1);
-        *reinterpret_cast<float2*>(qrow + o[k] + c0[k]) = make_float2(q0, q1);
+        put_qk2(krow + o[k] + c0[k], k0, k1);
+        put_qk2(qrow + o[k] + c0[k], q0, q1);
       } else {
-        krow[o[k] + c0[k]] = k0;
-        krow[o[k] + c1[k]] = k1;
-        qrow[o[k] + c0[k]] = q0;
-        qrow[o[k] + c1[k]] = q1;
+        put_qk(krow + o[k] + c0[k], k0);
+        put_qk(krow + o[k] + c1[k], k1);
+        put_qk(qrow + o[k] + c0[k], q0);
+        put_qk(qrow + o[k] + c1[k], q1);
       }
     }
   }
@@ -287,13 +310,13 @@ __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v
   }
 }
 
-// The rotation backward of one channel pair (i0, i1) of a row of rotated u (k or q) and of its gradient du (dk or
-// dq): returns the pair's term of dφ, du_i0 (-u_i1) + du_i1 u_i0 (double), and un-rotates du's pair in place
-// (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ).
-__device__ __forceinline__ double unrotate_pair(const float* u, float* du, int64_t i0, int64_t i1, float cs,
+// The rotation backward of one channel pair (i0, i1) of a row of rotated u (k or q; the pair's values u0, u1) and
+// of its gradient du (dk or dq): returns the pair's term of dφ, du_i0 (-u1) + du_i1 u0 (double), and un-rotates
+// du's pair in place (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ).
+__device__ __forceinline__ double unrotate_pair(float u0, float u1, float* du, int64_t i0, int64_t i1, float cs,
                                                 float sn) {
   const float g0 = du[i0], g1 = du[i1];
-  const double term = static_cast<double>(g0) * -u[i1] + static_cast<double>(g1) * u[i0];
+  const double term = static_cast<double>(g0) * -u1 + static_cast<double>(g1) * u0;
   du[i0] = g0 * cs + g1 * sn;
   du[i1] = g1 * cs - g0 * sn;
   return term;
@@ -307,20 +330,24 @@ __device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o,
 }
 
 // MIMO rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{k,q} Σ_r (du_i0 (-u_i1) + du_i1 u_i0)
-// on the rotated u; then the pair (i0, i1) = (i, i + N/2) of dk, dq un-rotated in place. Reads φ, the rotated
-// pairs of k, q, dk, dq; writes those of dk, dq and dφ.   (one thread per (token, head, angle))
-__global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
+// on the rotated u (recomputed as qk_kernel: from n̂, the weights, the biases and φ); then the pair (i0, i1) =
+// (i, i + N/2) of dk, dq un-rotated in place. Reads φ, the pairs of n̂_B, n̂_C, dk, dq; writes those of dk, dq and
+// dφ.   (one thread per (token, head, angle))
+__global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
   const int64_t n = s.E * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = idx % s.S, e = idx / s.S;
+    const int64_t i = idx % s.S, e = idx / s.S, i1 = i + s.N / 2, row = e / s.H, h = e % s.H, g = h / (s.H / s.G);
     float sn, cs;
     sincosf(buf.phi[idx], &sn, &cs);
     double acc = 0.0;
     for (int which = 0; which < 2; ++which)
       for (int64_t r = 0; r < s.R; ++r) {
-        const int64_t o = (e * s.R + r) * s.N;
-        acc += unrotate_pair((which == 0 ? buf.k : buf.q) + o, (which == 0 ? buf.dk : buf.dq) + o, i, i + s.N / 2,
-                             cs, sn);
+        const float* nrm = (which == 0 ? buf.nb : buf.ncn) + ((row * s.R + r) * s.G + g) * s.N;
+        const float* w = which == 0 ? p.B_norm : p.C_norm;
+        const float* bias = (which == 0 ? p.B_bias : p.C_bias) + (h * s.R + r) * s.N;
+        float u0, u1;
+        rotate_pair(biased(nrm[i], w[i], bias[i]), biased(nrm[i1], w[i1], bias[i1]), cs, sn, u0, u1);
+        acc += unrotate_pair(u0, u1, (which == 0 ? buf.dk : buf.dq) + (e * s.R + r) * s.N, i, i1, cs, sn);
       }
     buf.dphi[idx] = static_cast<float>(acc);
   }
@@ -328,25 +355,38 @@ __global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
 
 // SISO rotation backward and BCNorm backward step 1 in one pass (rot_bwd_kernel's and bcnorm_dn_kernel's
 // arithmetic for R = 1) per (row, group g, channel pair u = (2u, 2u + 1); the last channel alone when N is odd): for
-// each head h of the group in order, where u < S dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1 u_0) and the pair of
-// dk, dq un-rotated in place, then the pair's dū added into dn̂ (double); dnb, dnc, cbn, ccn of the pair (put_dn).
-// Reads φ, the rotated pairs of k, q, all of dk, dq, and n̂_B, n̂_C; writes the rotated pairs of dk, dq, dφ, dnb,
-// dnc, cbn, ccn.   (one thread per (row, g, u))
-__global__ void rot_bcnorm_bwd_kernel(Sizes s, Buffers buf) {
+// each head h of the group in order, where u < S dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1 u_0) (the rotated
+// pair u of k, q recomputed as qk_kernel: from n̂, the weights, the head's biases and φ) and the pair of dk, dq
+// un-rotated in place, then the pair's dū added into dn̂ (double); dnb, dnc, cbn, ccn of the pair (put_dn). Reads φ,
+// all of dk, dq, and n̂_B, n̂_C; writes the rotated pairs of dk, dq, dφ, dnb, dnc, cbn, ccn.
+// (one thread per (row, g, u))
+__global__ void rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
   const int64_t U = (s.N + 1) / 2, hpg = s.H / s.G, n = s.rows * s.G * U;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t u = idx % U, g = (idx / U) % s.G, row = idx / (U * s.G), i0 = 2 * u, i1 = 2 * u + 1;
     const bool pair = i1 < s.N;  // (2 S <= N: a lone channel is never rotated)
     double dn[2][2] = {};        // [which][channel]
+    const int64_t o = (row * s.G + g) * s.N;
+    float nw[2][2][2];  // [which][channel]: n̂ and its weight of the rotated pair
+    if (u < s.S)
+      for (int which = 0; which < 2; ++which)
+        for (int c = 0; c < 2; ++c) {
+          nw[which][c][0] = (which == 0 ? buf.nb : buf.ncn)[o + i0 + c];
+          nw[which][c][1] = (which == 0 ? p.B_norm : p.C_norm)[i0 + c];
+        }
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       const int64_t e = row * s.H + h;
       if (u < s.S) {
         float sn, cs;
         sincosf(buf.phi[e * s.S + u], &sn, &cs);
         double acc = 0.0;
-        for (int which = 0; which < 2; ++which)
-          acc += unrotate_pair((which == 0 ? buf.k : buf.q) + e * s.N, (which == 0 ? buf.dk : buf.dq) + e * s.N, i0,
-                               i1, cs, sn);
+        for (int which = 0; which < 2; ++which) {
+          const float* bias = (which == 0 ? p.B_bias : p.C_bias) + h * s.N;
+          float u0, u1;
+          rotate_pair(biased(nw[which][0][0], nw[which][0][1], bias[i0]),
+                      biased(nw[which][1][0], nw[which][1][1], bias[i1]), cs, sn, u0, u1);
+          acc += unrotate_pair(u0, u1, (which == 0 ? buf.dk : buf.dq) + e * s.N, i0, i1, cs, sn);
+        }
         buf.dphi[e * s.S + u] = static_cast<float>(acc);
       }
       for (int which = 0; which < 2; ++which) {
@@ -355,7 +395,6 @@ __global__ void rot_bcnorm_bwd_kernel(Sizes s, Buffers buf) {
         if (pair) dn[which][1] += du[i1];
       }
     }
-    const int64_t o = (row * s.G + g) * s.N;
     for (int which = 0; which < 2; ++which) {
       put_dn(buf, which, o + i0, dn[which][0]);
       if (pair) put_dn(buf, which, o + i1, dn[which][1]);
@@ -515,13 +554,20 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
   }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
   const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
-  if (qk_smem > 48 * 1024)
-    LLMT_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(qk_smem)));
   const dim3 qk_grid(static_cast<unsigned>(ceil_div(s.rows, qk_r)),
                      static_cast<unsigned>(ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs)));
-  qk_kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r));
-  LLMT_CUDA_CHECK_LAUNCH();
+  const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
+    const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
+    if (qk_smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qk_smem)));
+    kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r), kout, qout);
+    LLMT_CUDA_CHECK_LAUNCH();
+  };
+  if (buf.kh != nullptr)
+    qk(buf.kh, buf.qh);
+  else
+    qk(buf.k, buf.q);
   if (p.mimo_x != nullptr) {
     up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
     LLMT_CUDA_CHECK_LAUNCH();
@@ -532,11 +578,11 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
   const int64_t bc_all = s.rows * 2 * s.R * s.G;
   if (s.R == 1) {
-    rot_bcnorm_bwd_kernel<<<grid_for(s.rows * s.G * ((s.N + 1) / 2)), kThreads, 0, stream>>>(s, buf);
+    rot_bcnorm_bwd_kernel<<<grid_for(s.rows * s.G * ((s.N + 1) / 2)), kThreads, 0, stream>>>(p, s, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   } else {
     if (s.S > 0) {
-      rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+      rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(p, s, buf);
       LLMT_CUDA_CHECK_LAUNCH();
     }
     bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
