@@ -51,12 +51,26 @@ struct Buffers {
   double *dDp, *partial;
 };
 
-/// Column-sum partial buffer: at most kSplits row ranges of the widest column sum.
+/// Column-sum partial buffer: at most kSplits row ranges of each column of one colsums call.
 constexpr int64_t kSplits = 128;
 
+/// One column sum: out[c] += Σ_{row < rows} in[row ld + c] for c < cols.
+struct ColSum {
+  const float* in;
+  int64_t rows, cols, ld;
+  float* out;
+};
+/// The most column sums of one colsums call.
+constexpr int kMaxSums = 5;
+
 // mamba3.cu
-/// out[c] += Σ_{row < rows} in[row ld + c] for c < cols (a double sum in a fixed order: kSplits-bounded row
-/// ranges, then their partials; uses buf.partial).
+/// Each column sum of sums[0 .. n) (n <= kMaxSums) as a double sum in a fixed order: the rows cut into splits =
+/// clamp(rows / 256, 1, kSplits) ranges, each range's sum in row order, then the ranges' sums in order (uses
+/// buf.partial: kSplits doubles per column summed); all of them in two launches. With dDp (and dD): also
+/// dD[h] += Σ_{b, chunk} dDp[b, h, chunk] in (b, chunk) order (s.B, s.H, s.nc), in the second launch.
+void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream, const Sizes* s = nullptr,
+             const double* dDp = nullptr, float* dD = nullptr);
+/// colsums of the one column sum {in, rows, cols, ld, out}.
 void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffers& buf, float* out,
             cudaStream_t stream);
 

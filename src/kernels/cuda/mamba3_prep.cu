@@ -448,22 +448,40 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 }
 
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
-// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns.
-__global__ void scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s, Mamba3Options opt, Buffers buf,
-                                  float* draw) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < s.E; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = e / s.H, h = e % s.H, t = row % s.T;
-    const float* rw = raw + row * s.W;
+// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kThreads consecutive pairs at a time
+// (thread x: pair e0 + x); their dψ rows (S floats each, one contiguous run) pass through shared memory 32 angles
+// at a time, read coalesced, so that each thread's Σ_i θ_i dψ_i still runs in angle order.
+__global__ void __launch_bounds__(kThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
+                                                              Mamba3Options opt, Buffers buf, float* draw) {
+  constexpr int kCols = 32;
+  __shared__ float dpsi[kThreads][kCols + 1];  // [pair - e0][angle - i0] (padded: the row reads conflict-free)
+  const int x = static_cast<int>(threadIdx.x);
+  for (int64_t e0 = blockIdx.x * int64_t{kThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kThreads) {
+    const int64_t e = e0 + x, row = e / s.H, h = e % s.H, t = row % s.T;
+    const int n = static_cast<int>(std::min<int64_t>(kThreads, s.E - e0));
     double ddt = 0.0;
-    for (int64_t i = 0; i < s.S; ++i) ddt += buf.theta[row * s.S + i] * buf.dphi[e * s.S + i];
+    for (int64_t i0 = 0; i0 < s.S; i0 += kCols) {
+      const int m = static_cast<int>(std::min<int64_t>(kCols, s.S - i0));
+      const float* src = buf.dphi + e0 * s.S + i0;
+      __syncthreads();  // the previous columns' reads are done
+      for (int j = x; j < n * kCols; j += kThreads) {  // (pair j / kCols, angle j % kCols): a warp reads a row
+        const int r = j / kCols, c = j % kCols;
+        if (c < m) dpsi[r][c] = src[r * s.S + c];
+      }
+      __syncthreads();
+      if (x < n)
+        for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[x][c];
+    }
+    if (x >= n) continue;
+    const float* rw = raw + row * s.W;
     const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
     const double dgam = buf.dgam[e], deps = t > 0 ? static_cast<double>(buf.dsig[e - s.H]) : 0.0;
     const double da = buf.da[e];
     ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(buf.A[e]) * da;
     float* drw = draw + row * s.W;
     drw[2 * s.H + h] = static_cast<float>(dt * (dgam - deps) * lam * (1.0 - lam));
-    const double x = rw[s.H + h];
-    const double fgrad = opt.heavy_tail ? (x >= 0 ? 1.0 : 1.0 / ((1.0 - x) * (1.0 - x))) : softplus_grad_d(x);
+    const double xa = rw[s.H + h];
+    const double fgrad = opt.heavy_tail ? (xa >= 0 ? 1.0 : 1.0 / ((1.0 - xa) * (1.0 - xa))) : softplus_grad_d(xa);
     drw[s.H + h] = static_cast<float>(buf.clamped[e] != 0.0f ? 0.0 : -dt * da * fgrad);
     drw[h] = static_cast<float>(ddt * softplus_grad_d(static_cast<double>(rw[h]) + dt_bias[h]));
   }
@@ -522,16 +540,6 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
     const float rs = (which == 0 ? buf.rb : buf.rc)[orow], w = (which == 0 ? p.B_norm : p.C_norm)[n];
     dbc[idx] = rs * (dn * w - nrm * buf.mb[(row * 2 + which) * s.R * s.G + rg]);
   }
-}
-
-// dD[h] += Σ_{b, chunk} dDp in order.   (one thread per head)
-__global__ void dD_kernel(const double* dDp, Sizes s, float* dD) {
-  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (h >= s.H) return;
-  double acc = 0.0;
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t c = 0; c < s.nc; ++c) acc += dDp[(b * s.H + h) * s.nc + c];
-  dD[h] = static_cast<float>(dD[h] + acc);
 }
 
 }  // namespace
@@ -601,14 +609,13 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t RN = s.H * s.R * s.N;
-  colsum(buf.dk, s.rows, RN, RN, buf, g.B_bias, stream);
-  colsum(buf.dq, s.rows, RN, RN, buf, g.C_bias, stream);
-  colsum(buf.cbn, s.rows * s.R * s.G, s.N, s.N, buf, g.B_norm, stream);
-  colsum(buf.ccn, s.rows * s.R * s.G, s.N, s.N, buf, g.C_norm, stream);
-  colsum(draw, s.rows, s.H, s.W, buf, g.dt_bias, stream);
-  dD_kernel<<<static_cast<unsigned>(ceil_div(s.H, kThreads)), kThreads, 0, stream>>>(buf.dDp, s, g.D);
-  LLMT_CUDA_CHECK_LAUNCH();
+  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G;
+  const ColSum sums[] = {{buf.dk, s.rows, RN, RN, g.B_bias},
+                         {buf.dq, s.rows, RN, RN, g.C_bias},
+                         {buf.cbn, RG, s.N, s.N, g.B_norm},
+                         {buf.ccn, RG, s.N, s.N, g.C_norm},
+                         {draw, s.rows, s.H, s.W, g.dt_bias}};
+  colsums(sums, 5, buf, stream, &s, buf.dDp, g.D);
 }
 
 }  // namespace llmt::cuda::m3
