@@ -172,19 +172,52 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps).
-// (one thread per (row, which, r G + g))
-__global__ void bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  const int64_t RG = s.R * s.G, n = s.rows * 2 * RG;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
-    const float* x = bc + (row * 2 + which) * RG * s.N + rg * s.N;
+// The per-row sums of a block over kThreads rows whose elements are contiguous in memory (row r at row(r)): the
+// block stages columns c0 .. c0 + m - 1 (m <= kCols) of its n rows into tile[r][c - c0], each row read by
+// consecutive threads (coalesced), so that thread r then walks its row in order from shared memory (the rows'
+// sums keep their order). Call between barriers: the tile is read before and after.
+template <int kCols, typename Row>
+__device__ __forceinline__ void stage_cols(float (*tile)[kCols + 1], Row row, int n, int m) {
+  for (int j = threadIdx.x; j < n * kCols; j += kThreads) {
+    const int r = j / kCols, c = j % kCols;
+    if (c < m) tile[r][c] = row(r)[c];
+  }
+}
+
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kThreads
+// consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous in bc):
+// Σ x^2 through shared memory (stage_cols), then n written coalesced (x read again).
+__global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
+  constexpr int kCols = 32;
+  __shared__ float xs[kThreads][kCols + 1];
+  __shared__ double rs[kThreads];
+  __shared__ float* outs[kThreads];  // n̂'s row of each vector
+  const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+  for (int64_t v0 = blockIdx.x * int64_t{kThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kThreads) {
+    const int n = static_cast<int>(std::min<int64_t>(kThreads, nv - v0));
+    const float* src = bc + v0 * s.N;
     double ss = 0.0;
-    for (int64_t j = 0; j < s.N; ++j) ss += static_cast<double>(x[j]) * x[j];
-    const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
-    float* out = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
-    for (int64_t j = 0; j < s.N; ++j) out[j] = static_cast<float>(x[j] * r);
-    (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
+    for (int c0 = 0; c0 < N; c0 += kCols) {
+      const int m = std::min(kCols, N - c0);
+      __syncthreads();  // the tile's (and rs's) previous readers are done
+      stage_cols<kCols>(xs, [&](int r) { return src + r * s.N + c0; }, n, m);
+      __syncthreads();
+      if (x < n)
+        for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[x][c]) * xs[x][c];
+    }
+    if (x < n) {
+      const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
+      const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
+      rs[x] = r;
+      outs[x] = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
+      (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
+    }
+    __syncthreads();
+    for (int j = x; j < n * N; j += kThreads) {  // (vector j / N, element j % N): consecutive threads, one vector
+      const int r = j / N;
+      outs[r][j - r * N] = static_cast<float>(src[j] * rs[r]);
+    }
   }
 }
 
@@ -449,8 +482,8 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
 // dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kThreads consecutive pairs at a time
-// (thread x: pair e0 + x); their dψ rows (S floats each, one contiguous run) pass through shared memory 32 angles
-// at a time, read coalesced, so that each thread's Σ_i θ_i dψ_i still runs in angle order.
+// (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (stage_cols), so that each
+// thread's Σ_i θ_i dψ_i still runs in angle order.
 __global__ void __launch_bounds__(kThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
                                                               Mamba3Options opt, Buffers buf, float* draw) {
   constexpr int kCols = 32;
@@ -464,10 +497,7 @@ __global__ void __launch_bounds__(kThreads) scalar_bwd_kernel(const float* raw, 
       const int m = static_cast<int>(std::min<int64_t>(kCols, s.S - i0));
       const float* src = buf.dphi + e0 * s.S + i0;
       __syncthreads();  // the previous columns' reads are done
-      for (int j = x; j < n * kCols; j += kThreads) {  // (pair j / kCols, angle j % kCols): a warp reads a row
-        const int r = j / kCols, c = j % kCols;
-        if (c < m) dpsi[r][c] = src[r * s.S + c];
-      }
+      stage_cols<kCols>(dpsi, [&](int r) { return src + r * s.S; }, n, m);
       __syncthreads();
       if (x < n)
         for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[x][c];
@@ -514,18 +544,32 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb.
-__global__ void bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kThreads consecutive
+// vectors at a time (thread x: vector idx0 + x), their dn̂ and n̂ through shared memory (stage_cols).
+__global__ void __launch_bounds__(kThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+  constexpr int kCols = 16;
+  __shared__ float dns[kThreads][kCols + 1], ns[kThreads][kCols + 1];
+  __shared__ const float *dnv[kThreads], *nv[kThreads];  // each vector's dn̂ and n̂
   const int64_t RG = s.R * s.G, n_all = s.rows * 2 * RG;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG), o = (row * RG + rg) * s.N;
-    const float* dn = (which == 0 ? buf.dnb : buf.dnc) + o;
-    const float* nrm = (which == 0 ? buf.nb : buf.ncn) + o;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+  for (int64_t idx0 = blockIdx.x * int64_t{kThreads}; idx0 < n_all; idx0 += int64_t{gridDim.x} * kThreads) {
+    const int n = static_cast<int>(std::min<int64_t>(kThreads, n_all - idx0));
+    const int64_t idx = idx0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
     const float* w = which == 0 ? p.B_norm : p.C_norm;
+    __syncthreads();  // the previous vectors' readers are done
+    dnv[x] = (which == 0 ? buf.dnb : buf.dnc) + (row * RG + rg) * s.N;
+    nv[x] = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
     double m = 0.0;
-    for (int64_t j = 0; j < s.N; ++j) m += static_cast<double>(dn[j]) * w[j] * nrm[j];
-    buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
+    for (int c0 = 0; c0 < N; c0 += kCols) {
+      const int mc = std::min(kCols, N - c0);
+      __syncthreads();  // the vectors' rows set; the tiles' previous readers are done
+      stage_cols<kCols>(dns, [&](int r) { return dnv[r] + c0; }, n, mc);
+      stage_cols<kCols>(ns, [&](int r) { return nv[r] + c0; }, n, mc);
+      __syncthreads();
+      if (x < n)
+        for (int c = 0; c < mc; ++c) m += static_cast<double>(dns[x][c]) * w[c0 + c] * ns[x][c];
+    }
+    if (x < n) buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
   }
 }
 
