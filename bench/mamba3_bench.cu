@@ -200,11 +200,11 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
                      // Adq^T Q; dv: K dS^T, Bdv^T dY
     return {12 * E * N + 12 * E * P + 6 * St + 28 * E + E / 8, 12 * E * N + 28 * E * P + 6 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
-  if (is("rot_bcnorm_bwd"))  // per (row, channel pair) over the heads: dk, dq read; where rotated, φ and the
-                             // biases (k, q recomputed; issued per head and pair), the pair of dk, dq written, dφ
-                             // written; n̂ and the weights (issued per rotated pair); dn̂ and dn̂ ∘ n̂ written
-    return {8 * E * N + 24 * E * S + 24 * rows * N + 8 * H * N + 8 * N,
-            8 * E * N + 24 * E * S + 24 * rows * N + 16 * E * S + 16 * rows * S, 0};
+  if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
+                             // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,
+                             // pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range sums (double)
+    return {8 * E * N + 8 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N + 8 * N,
+            8 * E * N + 8 * E * S + 32 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle
@@ -217,12 +217,12 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {16 * rows * N + 8 * rows, 24 * rows * N + 8 * rows, 0};
   if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS and the means (issued per element), the weight (issued per row); dB|C
     return {24 * rows * N + 16 * rows, 48 * rows * N, 0};
-  // colsums (mamba3.cu), one call for dB_bias, dC_bias (dk, dq [rows, H N]), dB_norm, dC_norm (dn̂ ∘ n̂ [rows, N])
-  // and ddt_bias (draw's dd_dt columns): partial: rows x cols read, splits x cols doubles written; final: the
-  // partials read, out += sum; and dD: dDp (double, per chunk), dD read and written
-  const double cols = 2 * H * N + 2 * N + H;
+  // colsums (mamba3.cu), one call for dB_bias, dC_bias (their range sums from rot_bcnorm_bwd), dB_norm, dC_norm
+  // (dn̂ ∘ n̂ [rows, N]) and ddt_bias (draw's dd_dt columns): partial: rows x cols read, splits x cols doubles
+  // written; final: every sum's partials read, out += sum; and dD: dDp (double, per chunk), dD read and written
+  const double cols = 2 * N + H, all = 2 * H * N + cols;
   if (is("sums")) return both(4 * rows * cols + 8 * splits * cols);
-  if (is("sums final")) return both(8 * splits * cols + 8 * cols + 8 * E / 64 + 8 * H);
+  if (is("sums final")) return both(8 * splits * all + 8 * all + 8 * E / 64 + 8 * H);
   return {0, 0, 0};
 }
 

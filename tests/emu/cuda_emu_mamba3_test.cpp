@@ -219,6 +219,10 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   // bf16 with N = 11: the bf16 q, k and states copied element by element, the state scan's rows loaded without
   // cp.async, the states stored one by one
   check_case({2, 37, 4, 16, 11, 2, 1, 5, true, true, 10});
+  // 520 rows: the parameter column sums in two row ranges (the bias sums' partials from the rotation backward)
+  check_case({2, 260, 2, 16, 16, 1, 1, 4, false, false, 13});
+  // 300 heads in one group: the rotation backward's threads take several (head, pair) items each
+  check_case({1, 5, 300, 16, 8, 1, 1, 2, false, false, 14});
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {

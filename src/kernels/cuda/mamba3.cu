@@ -132,8 +132,8 @@ __device__ __forceinline__ int sum_of(const int64_t* first, int n, int64_t i) {
   return j;
 }
 
-// partial[sp cols + c] = Σ_{row in range sp} in[row ld + c] of each column sum.   (grid (column blocks of all the
-// sums, the largest split count))
+// partial[sp cols + c] = Σ_{row in range sp} in[row ld + c] of each column sum with an input.   (grid (column
+// blocks of those sums, the largest split count))
 __global__ void colsum_partial_kernel(SumSet set, double* partial) {
   const int j = sum_of(set.block0, set.n, blockIdx.x);
   const m3::ColSum q = set.sum[j];
@@ -183,10 +183,10 @@ void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream,
   int64_t most = 1, part = 0;
   for (int j = 0; j < n; ++j) {
     set.sum[j] = sums[j];
-    set.splits[j] = std::clamp<int64_t>(sums[j].rows / 256, 1, kSplits);
+    set.splits[j] = colsum_ranges(sums[j].rows);
     set.part[j] = part;
     part += set.splits[j] * sums[j].cols;
-    set.block0[j + 1] = set.block0[j] + ceil_div(sums[j].cols, kThreads);
+    set.block0[j + 1] = set.block0[j] + (sums[j].in != nullptr ? ceil_div(sums[j].cols, kThreads) : 0);
     set.col0[j + 1] = set.col0[j] + sums[j].cols;
     most = std::max(most, set.splits[j]);
   }
@@ -197,9 +197,11 @@ void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream,
     set.H = s->H;
     set.nc = s->nc;
   }
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(set.block0[n], 1)), static_cast<unsigned>(most));
-  colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(set, buf.partial);
-  LLMT_CUDA_CHECK_LAUNCH();
+  if (set.block0[n] > 0) {
+    const dim3 grid(static_cast<unsigned>(set.block0[n]), static_cast<unsigned>(most));
+    colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(set, buf.partial);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
   colsum_final_kernel<<<grid_for(set.col0[n] + set.H), kThreads, 0, stream>>>(set, buf.partial);
   LLMT_CUDA_CHECK_LAUNCH();
 }

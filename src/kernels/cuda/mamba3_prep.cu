@@ -1,8 +1,9 @@
 // Mamba-3 per-token scalars and vectors on the GPU (layers-ssm-attn.md §4.3.1, backward §4.5 steps 3–6;
 // semantics: src/kernels/cpu/mamba3_prep.h). Elementwise kernels over (token, head) pairs, except the phase
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
-// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), and SISO's rotation
-// and BCNorm backward, one pass per (row, group, channel pair) over the group's heads (rot_bcnorm_bwd_kernel). Δ, θ,
+// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), SISO's rotation and
+// BCNorm backward with the bias gradients' row-range sums, one pass over dk, dq per (row range, group, channel pairs)
+// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (stage_cols). Δ, θ,
 // φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
 // only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit: rotate_pair).
 #include <type_traits>
@@ -343,15 +344,16 @@ __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v
   }
 }
 
-// The rotation backward of one channel pair (i0, i1) of a row of rotated u (k or q; the pair's values u0, u1) and
-// of its gradient du (dk or dq): returns the pair's term of dφ, du_i0 (-u1) + du_i1 u0 (double), and un-rotates
-// du's pair in place (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ).
-__device__ __forceinline__ double unrotate_pair(float u0, float u1, float* du, int64_t i0, int64_t i1, float cs,
-                                                float sn) {
-  const float g0 = du[i0], g1 = du[i1];
-  const double term = static_cast<double>(g0) * -u1 + static_cast<double>(g1) * u0;
-  du[i0] = g0 * cs + g1 * sn;
-  du[i1] = g1 * cs - g0 * sn;
+// The rotation backward of one channel pair of rotated u (k or q; the pair's values u0, u1) and of its gradient
+// (g0, g1) (dk or dq): returns the pair's term of dφ, g0 (-u1) + g1 u0 (double), and un-rotates (g0, g1) in place
+// (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ). The roundings pinned: term = fma(g1, u0, -(g0 u1)), dū_0 = fma(g1, sn,
+// g0 cs), dū_1 = fma(g1, cs, -(g0 sn)) (the contraction nvcc chose for the plain expressions).
+__device__ __forceinline__ double unrotate_pair(float u0, float u1, float& g0, float& g1, float cs, float sn) {
+  const double term = __fma_rn(static_cast<double>(g1), static_cast<double>(u0),
+                               -__dmul_rn(static_cast<double>(g0), static_cast<double>(u1)));
+  const float d0 = __fmaf_rn(g1, sn, __fmul_rn(g0, cs)), d1 = __fmaf_rn(g1, cs, -__fmul_rn(g0, sn));
+  g0 = d0;
+  g1 = d1;
   return term;
 }
 
@@ -380,57 +382,108 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
         const float* bias = (which == 0 ? p.B_bias : p.C_bias) + (h * s.R + r) * s.N;
         float u0, u1;
         rotate_pair(biased(nrm[i], w[i], bias[i]), biased(nrm[i1], w[i1], bias[i1]), cs, sn, u0, u1);
-        acc += unrotate_pair(u0, u1, (which == 0 ? buf.dk : buf.dq) + (e * s.R + r) * s.N, i, i1, cs, sn);
+        float* du = (which == 0 ? buf.dk : buf.dq) + (e * s.R + r) * s.N;
+        acc += unrotate_pair(u0, u1, du[i], du[i1], cs, sn);
       }
     buf.dphi[idx] = static_cast<float>(acc);
   }
 }
 
-// SISO rotation backward and BCNorm backward step 1 in one pass (rot_bwd_kernel's and bcnorm_dn_kernel's
-// arithmetic for R = 1) per (row, group g, channel pair u = (2u, 2u + 1); the last channel alone when N is odd): for
-// each head h of the group in order, where u < S dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1 u_0) (the rotated
-// pair u of k, q recomputed as qk_kernel: from n̂, the weights, the head's biases and φ) and the pair of dk, dq
-// un-rotated in place, then the pair's dū added into dn̂ (double); dnb, dnc, cbn, ccn of the pair (put_dn). Reads φ,
-// all of dk, dq, and n̂_B, n̂_C; writes the rotated pairs of dk, dq, dφ, dnb, dnc, cbn, ccn.
-// (one thread per (row, g, u))
-__global__ void rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  const int64_t U = (s.N + 1) / 2, hpg = s.H / s.G, n = s.rows * s.G * U;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t u = idx % U, g = (idx / U) % s.G, row = idx / (U * s.G), i0 = 2 * u, i1 = 2 * u + 1;
-    const bool pair = i1 < s.N;  // (2 S <= N: a lone channel is never rotated)
-    double dn[2][2] = {};        // [which][channel]
-    const int64_t o = (row * s.G + g) * s.N;
-    float nw[2][2][2];  // [which][channel]: n̂ and its weight of the rotated pair
-    if (u < s.S)
-      for (int which = 0; which < 2; ++which)
-        for (int c = 0; c < 2; ++c) {
-          nw[which][c][0] = (which == 0 ? buf.nb : buf.ncn)[o + i0 + c];
-          nw[which][c][1] = (which == 0 ? p.B_norm : p.C_norm)[i0 + c];
+// SISO's rotation backward, BCNorm backward step 1 and the row-range sums of the B, C bias gradients in one pass
+// over dk, dq (rot_bwd_kernel's, bcnorm_dn_kernel's and colsums' arithmetic for R = 1). Channel pair u = (2u,
+// 2u + 1) (the last channel alone when N is odd). Per (row, head h, u): where u < S, dφ[row, h, u] = Σ_{k,q} (du_0
+// (-u_1) + du_1 u_0) with the rotated pair u of k, q recomputed as qk_kernel (from n̂, the weights, the head's
+// biases and φ) and the pair of dk, dq un-rotated (dū; not stored). Per (row, g, u): dn̂ = Σ_{h of group g} dū in
+// head order; dnb, dnc, cbn, ccn of the pair (put_dn). Per (h, channel): the sum of dū over the rows of this
+// block's row range in row order into pk (k) and pq (q) [ranges, H N] (colsums' partials of dB_bias, dC_bias).
+// Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
+// [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
+// j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
+// order, the dū into shared memory [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel)
+// adds its dn̂ over the heads there.
+constexpr int kRotRows = 8, kRotItems = 4;
+
+// Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and its dynamic
+// shared memory.
+int64_t rot_pairs(const Sizes& s) {
+  return std::clamp<int64_t>(kThreads / (s.H / s.G), 1, (s.N + 1) / 2);
+}
+size_t rot_smem(const Sizes& s) { return sizeof(float) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
+
+template <int kItems>
+__global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul,
+                                                                  int64_t ranges, double* pk, double* pq) {
+  extern __shared__ float smem[];  // dū [kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
+  const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
+  const int g = static_cast<int>(blockIdx.y), u0 = static_cast<int>(blockIdx.x) * ul;
+  const int nu = std::min(ul, (N + 1) / 2 - u0), items = hpg * nu, x = static_cast<int>(threadIdx.x);
+  const int64_t sp = blockIdx.z, r_begin = s.rows * sp / ranges, r_end = s.rows * (sp + 1) / ranges;
+  // The thread's items: head h, pair u (channels i0, i1; i1 = -1 when alone), whether rotated, biases.
+  int hh[kItems], uu[kItems];
+  float bk[kItems][2], bq[kItems][2];
+  double sum[kItems][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1)
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int it = x + j * kThreads;
+    hh[j] = g * hpg + (it < items ? it / nu : 0);
+    uu[j] = u0 + (it < items ? it % nu : 0);
+    const int i0 = 2 * uu[j], i1 = i0 + 1 < N ? i0 + 1 : i0;
+    bk[j][0] = p.B_bias[hh[j] * N + i0];
+    bk[j][1] = p.B_bias[hh[j] * N + i1];
+    bq[j][0] = p.C_bias[hh[j] * N + i0];
+    bq[j][1] = p.C_bias[hh[j] * N + i1];
+  }
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += kRotRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
+    __syncthreads();  // the previous rows' dn̂ readers are done
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int it = x + j * kThreads;
+      if (it >= items) break;
+      const int u = uu[j], i0 = 2 * u;
+      const bool pair = i0 + 1 < N;  // (2 S <= N: a lone channel is never rotated)
+      for (int rr = 0; rr < nr; ++rr) {
+        const int64_t row = r0 + rr, e = row * s.H + hh[j];
+        const float* dk = buf.dk + e * N;
+        const float* dq = buf.dq + e * N;
+        float d[4] = {dk[i0], pair ? dk[i0 + 1] : 0.0f, dq[i0], pair ? dq[i0 + 1] : 0.0f};
+        if (u < S) {
+          const int64_t o = (row * s.G + g) * N + i0;
+          float sn, cs, k0, k1, q0, q1;
+          sincosf(buf.phi[e * S + u], &sn, &cs);
+          rotate_pair(biased(buf.nb[o], p.B_norm[i0], bk[j][0]), biased(buf.nb[o + 1], p.B_norm[i0 + 1], bk[j][1]),
+                      cs, sn, k0, k1);
+          rotate_pair(biased(buf.ncn[o], p.C_norm[i0], bq[j][0]), biased(buf.ncn[o + 1], p.C_norm[i0 + 1], bq[j][1]),
+                      cs, sn, q0, q1);
+          double acc = 0.0;
+          acc += unrotate_pair(k0, k1, d[0], d[1], cs, sn);
+          acc += unrotate_pair(q0, q1, d[2], d[3], cs, sn);
+          buf.dphi[e * S + u] = static_cast<float>(acc);
         }
-    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-      const int64_t e = row * s.H + h;
-      if (u < s.S) {
-        float sn, cs;
-        sincosf(buf.phi[e * s.S + u], &sn, &cs);
-        double acc = 0.0;
-        for (int which = 0; which < 2; ++which) {
-          const float* bias = (which == 0 ? p.B_bias : p.C_bias) + h * s.N;
-          float u0, u1;
-          rotate_pair(biased(nw[which][0][0], nw[which][0][1], bias[i0]),
-                      biased(nw[which][1][0], nw[which][1][1], bias[i1]), cs, sn, u0, u1);
-          acc += unrotate_pair(u0, u1, (which == 0 ? buf.dk : buf.dq) + e * s.N, i0, i1, cs, sn);
-        }
-        buf.dphi[e * s.S + u] = static_cast<float>(acc);
-      }
-      for (int which = 0; which < 2; ++which) {
-        const float* du = (which == 0 ? buf.dk : buf.dq) + e * s.N;
-        dn[which][0] += du[i0];
-        if (pair) dn[which][1] += du[i1];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) sum[j][v] += d[v];
+        *reinterpret_cast<float4*>(smem + (rr * items + it) * 4) = make_float4(d[0], d[1], d[2], d[3]);
       }
     }
-    for (int which = 0; which < 2; ++which) {
-      put_dn(buf, which, o + i0, dn[which][0]);
-      if (pair) put_dn(buf, which, o + i1, dn[which][1]);
+    __syncthreads();
+    for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
+      const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
+      if (i >= N) continue;
+      double acc = 0.0;
+      for (int h = 0; h < hpg; ++h) acc += smem[(rr * items + h * nu + pl) * 4 + v];
+      put_dn(buf, v / 2, ((r0 + rr) * s.G + g) * N + i, acc);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int it = x + j * kThreads;
+    if (it >= items) break;
+    const int64_t c = static_cast<int64_t>(hh[j]) * N + 2 * uu[j], o = sp * s.H * N + c;
+    pk[o] = sum[j][0];
+    pq[o] = sum[j][2];
+    if (2 * uu[j] + 1 < N) {
+      pk[o + 1] = sum[j][1];
+      pq[o + 1] = sum[j][3];
     }
   }
 }
@@ -629,8 +682,20 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
   const int64_t bc_all = s.rows * 2 * s.R * s.G;
-  if (s.R == 1) {
-    rot_bcnorm_bwd_kernel<<<grid_for(s.rows * s.G * ((s.N + 1) / 2)), kThreads, 0, stream>>>(p, s, buf);
+  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G, ranges = colsum_ranges(s.rows);
+  if (s.R == 1) {  // (dB_bias's and dC_bias's range sums from here: the first two of the colsums below)
+    check(s.H / s.G <= kRotItems * kThreads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G,
+          kRotItems * kThreads);
+    const int64_t ul = rot_pairs(s);
+    const size_t smem = rot_smem(s);
+    const auto kernel = s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1> : rot_bcnorm_bwd_kernel<kRotItems>;
+    if (smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const dim3 grid(static_cast<unsigned>(ceil_div((s.N + 1) / 2, ul)), static_cast<unsigned>(s.G),
+                    static_cast<unsigned>(ranges));
+    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), ranges, buf.partial,
+                                             buf.partial + ranges * RN);
     LLMT_CUDA_CHECK_LAUNCH();
   } else {
     if (s.S > 0) {
@@ -653,9 +718,9 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G;
-  const ColSum sums[] = {{buf.dk, s.rows, RN, RN, g.B_bias},
-                         {buf.dq, s.rows, RN, RN, g.C_bias},
+  const bool siso = s.R == 1;
+  const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias},
+                         {siso ? nullptr : buf.dq, s.rows, RN, RN, g.C_bias},
                          {buf.cbn, RG, s.N, s.N, g.B_norm},
                          {buf.ccn, RG, s.N, s.N, g.C_norm},
                          {draw, s.rows, s.H, s.W, g.dt_bias}};
