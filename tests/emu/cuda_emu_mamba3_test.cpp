@@ -229,4 +229,5 @@ TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged las
   check_case({1, 40, 2, 16, 16, 2, 2, 4, false, false, 3});
   check_case({1, 20, 2, 32, 32, 1, 4, 8, true, true, 4});
   check_case({1, 25, 3, 24, 12, 1, 2, 6, true, true, 12});  // bf16 with N % 8 = 4: q, k rows without 16-byte pieces
+  check_case({1, 20, 2, 6, 8, 1, 2, 2, true, false, 15});     // P = 6: the gate kernels one channel per thread
 }
