@@ -542,10 +542,9 @@ __device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int
 
 // copy_tiles_h with kW-element pieces (8: 16 bytes; 1: one element): thread x takes pieces e = x + kThreads m of
 // the tiles in row-major order (64 nrt rows of 64 nct / kW pieces), kBatch loads issued before their stores.
-template <int kW, typename Row>
+template <int kW, int kBatch, typename Row>
 __device__ __forceinline__ void copy_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row) {
   using Piece = std::conditional_t<kW == 8, uint4, __nv_bfloat16>;
-  constexpr int kBatch = kW == 8 ? 4 : 8;
   const int pr = 64 * nct / kW, total = 64 * nrt * pr;
 #pragma unroll 1
   for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * tile::kThreads) {
@@ -565,14 +564,14 @@ __device__ __forceinline__ void copy_tiles_w(__nv_bfloat16* dst, int nrt, int nc
 
 // dst (nrt x nct bf16 tiles, h_at) = row(r)[c] for r < rows, c < cols, else 0: load_tiles_h of a bf16 source with
 // scale 1 (the bits copied); row(r) a bf16 pointer with row(r) - row(0) a multiple of ld elements: 16-byte pieces
-// where ld and cols are multiples of 8 and row(0) is 16-byte aligned, else single elements. Reached by the whole
-// block of tile::kThreads.
-template <typename Row>
+// where ld and cols are multiples of 8 and row(0) is 16-byte aligned, else single elements; kBatch 16-byte loads
+// in flight per thread (the caller's registers permitting). Reached by the whole block of tile::kThreads.
+template <int kBatch, typename Row>
 __device__ void copy_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, int ld, Row row) {
   if (ld % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
-    copy_tiles_w<8>(dst, nrt, nct, rows, cols, row);
+    copy_tiles_w<8, kBatch>(dst, nrt, nct, rows, cols, row);
   else
-    copy_tiles_w<1>(dst, nrt, nct, rows, cols, row);
+    copy_tiles_w<1, 8>(dst, nrt, nct, rows, cols, row);
 }
 
 // Chunk k's rows in the core layout [B, T, H, R, width], R = kR when it is a compile-time constant (1: SISO) or
@@ -748,7 +747,7 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
     } else {
       const ChunkRows<0> cr(s, k);
       load_tiles_h(U, 1, 1, k.nr, P - p0, cr.rows(u, P, p0), row_scale);
-      copy_tiles_h(W, 1, 1, k.nr, N - n0, N, cr.rows(w, N, n0));
+      copy_tiles_h<2>(W, 1, 1, k.nr, N - n0, N, cr.rows(w, N, n0));
     }
     const float e = decay_c;
 #pragma unroll
@@ -789,9 +788,9 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   load_scalars(G, sig, gam, s, k, Gs, sg, gm);
 #pragma unroll 1
   for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the copy code)
-    copy_tiles_h(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+    copy_tiles_h<4>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
   load_tiles_h(V, 1, nP, k.nr, P, cr.rows(v, P, 0), [](int) { return 1.0f; });
-  copy_tiles_h(Sin, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
+  copy_tiles_h<4>(Sin, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   {
@@ -994,10 +993,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   }
 #pragma unroll 1
   for (int o = 0; o < 2; ++o) {  // q, k rows into Q, K; v, dy rows into V, DY (one copy of each load code)
-    copy_tiles_h(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+    copy_tiles_h<8>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
     load_tiles_h(o == 0 ? V : DY, 1, nP, k.nr, P, cr.rows(o == 0 ? v : dy, P, 0), one);
   }
-  copy_tiles_h(S, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
+  copy_tiles_h<8>(S, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
