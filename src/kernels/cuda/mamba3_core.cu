@@ -35,16 +35,26 @@ constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
 constexpr int kGroups = kBwdThreads / kRows;  // bwd_chunk_kernel's threads per token in its per-token sums
 constexpr int kTokenSums = 6;                 // ... and how many sums per token
 
-// Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk))
+// Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk); kAhead
+// tokens' a loaded at once, so that the loads overlap)
 __global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
+  constexpr int kAhead = 8;
   const int64_t n = s.B * s.H * s.nc;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = idx % s.nc, h = (idx / s.nc) % s.H, b = idx / (s.nc * s.H);
+    const int64_t len = std::min(s.Lc, s.T - c * s.Lc);  // the chunk's tokens
+    const float* ac = a + (b * s.T + c * s.Lc) * s.H + h;
     double acc = 0.0;
-    for (int64_t i = 0; i < s.Lc; ++i) {
-      const int64_t t = c * s.Lc + i;
-      if (t < s.T) acc += a[(b * s.T + t) * s.H + h];
-      G[idx * s.Lc + i] = acc;
+    for (int64_t i0 = 0; i0 < s.Lc; i0 += kAhead) {
+      float v[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) v[u] = i0 + u < len ? ac[(i0 + u) * s.H] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        if (i0 + u >= s.Lc) break;
+        if (i0 + u < len) acc += v[u];
+        G[idx * s.Lc + i0 + u] = acc;
+      }
     }
   }
 }
