@@ -225,6 +225,7 @@ __global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes
 // qk_kernel: threads per block, rotation pairs per thread and row, and the rows per block (as many as fit
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
 constexpr int kQkThreads = 256, kQkPairs = 2, kQkSmemFloats = 8192, kQkMaxRows = 32;
+constexpr int kQkAhead = 8;  // rows whose φ a qk_kernel thread loads at once
 
 // Rows per qk_kernel block for R G N channels of n̂_B and of n̂_C per row.
 int64_t qk_rows(int64_t RGN) { return std::clamp<int64_t>(kQkSmemFloats / (2 * RGN), 1, kQkMaxRows); }
@@ -297,39 +298,49 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   }
   __syncthreads();
   const bool pair2 = R == 1 && N % 2 == 0;  // (c0, c1) adjacent and 8-byte aligned in k, q
-  const int64_t HRN = s.H * s.R * s.N;
-  for (int rr = 0; rr < nrows; ++rr) {
-    const int64_t row = row0 + rr;
-    T* krow = kout + row * HRN;
-    T* qrow = qout + row * HRN;
-    const float* phrow = buf.phi + row * s.H * s.S;
+  const int64_t HRN = s.H * s.R * s.N, HS = s.H * s.S;
+  for (int r0 = 0; r0 < nrows; r0 += kQkAhead) {
+    float ph[kQkAhead][kQkPairs];  // φ of the next kQkAhead rows' rotated pairs, loaded together
 #pragma unroll
-    for (int k = 0; k < kQkPairs; ++k) {
-      if (c0[k] < 0) continue;
-      float sn = 0.0f, cs = 1.0f;
-      if (f[k] >= 0) sincosf(phrow[f[k]], &sn, &cs);
-      const float* nb = sb + rr * RGN + src[k];
-      const float* nc = sc + rr * RGN + src[k];
-      const float ub = biased(nb[c0[k]], wb0[k], bb0[k]), uc = biased(nc[c0[k]], wc0[k], bc0[k]);
-      if (c1[k] < 0) {  // a lone unrotated channel
-        put_qk(krow + o[k] + c0[k], ub);
-        put_qk(qrow + o[k] + c0[k], uc);
-        continue;
-      }
-      const float ubm = biased(nb[c1[k]], wb1[k], bb1[k]), ucm = biased(nc[c1[k]], wc1[k], bc1[k]);
-      float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
-      if (f[k] >= 0) {
-        rotate_pair(ub, ubm, cs, sn, k0, k1);
-        rotate_pair(uc, ucm, cs, sn, q0, q1);
-      }
-      if (pair2) {
-        put_qk2(krow + o[k] + c0[k], k0, k1);
-        put_qk2(qrow + o[k] + c0[k], q0, q1);
-      } else {
-        put_qk(krow + o[k] + c0[k], k0);
-        put_qk(krow + o[k] + c1[k], k1);
-        put_qk(qrow + o[k] + c0[k], q0);
-        put_qk(qrow + o[k] + c1[k], q1);
+    for (int u = 0; u < kQkAhead; ++u)
+#pragma unroll
+      for (int k = 0; k < kQkPairs; ++k)
+        ph[u][k] = r0 + u < nrows && c0[k] >= 0 && f[k] >= 0 ? buf.phi[(row0 + r0 + u) * HS + f[k]] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kQkAhead; ++u) {
+      const int rr = r0 + u;
+      if (rr >= nrows) break;
+      const int64_t row = row0 + rr;
+      T* krow = kout + row * HRN;
+      T* qrow = qout + row * HRN;
+#pragma unroll
+      for (int k = 0; k < kQkPairs; ++k) {
+        if (c0[k] < 0) continue;
+        float sn = 0.0f, cs = 1.0f;
+        if (f[k] >= 0) sincosf(ph[u][k], &sn, &cs);
+        const float* nb = sb + rr * RGN + src[k];
+        const float* nc = sc + rr * RGN + src[k];
+        const float ub = biased(nb[c0[k]], wb0[k], bb0[k]), uc = biased(nc[c0[k]], wc0[k], bc0[k]);
+        if (c1[k] < 0) {  // a lone unrotated channel
+          put_qk(krow + o[k] + c0[k], ub);
+          put_qk(qrow + o[k] + c0[k], uc);
+          continue;
+        }
+        const float ubm = biased(nb[c1[k]], wb1[k], bb1[k]), ucm = biased(nc[c1[k]], wc1[k], bc1[k]);
+        float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
+        if (f[k] >= 0) {
+          rotate_pair(ub, ubm, cs, sn, k0, k1);
+          rotate_pair(uc, ucm, cs, sn, q0, q1);
+        }
+        if (pair2) {
+          put_qk2(krow + o[k] + c0[k], k0, k1);
+          put_qk2(qrow + o[k] + c0[k], q0, q1);
+        } else {
+          put_qk(krow + o[k] + c0[k], k0);
+          put_qk(krow + o[k] + c1[k], k1);
+          put_qk(qrow + o[k] + c0[k], q0);
+          put_qk(qrow + o[k] + c1[k], q1);
+        }
       }
     }
   }
