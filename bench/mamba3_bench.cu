@@ -147,8 +147,9 @@ using bench::PhaseKernel;
 /// with bf16 products (src/kernels/cuda/mamba3{,_prep,_gate,_core}.cu; the phase names of kMamba3Kernels) at shape
 /// s, counted from the kernels for fp32 tensors, R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
 /// P, N multiples of 64 (every chunk and tile full); zeros for another name. Notation: E = B T H (token, head)
-/// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N] (fp32). Scratch
-/// scalars fp32 except Δ (dtd), θ, G and dDp (double). An array read and written in place counts twice. The
+/// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N]. Scratch scalars fp32
+/// except Δ (dtd), θ, G and dDp (double); q, k and the chunk-entering states bf16 (bf16 products: m3::Buffers), the
+/// adjoint states fp32. An array read and written in place counts twice. The
 /// tile products (state_scan_mma, fwd_out_mma, bwd_chunk_mma) count 2 M N depth each; the elementwise kernels'
 /// arithmetic is not counted (they are bound by memory or by their serial chains, not FLOPs).
 Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
@@ -170,36 +171,40 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
   if (is("qk")) {  // per rotation pair: φ; n̂_B, n̂_C staged per block (rows of qk_rows, kQkThreads kQkPairs = 512
                    // pairs of the row's H N / 2): issued once per column block; weights and biases per row block;
-                   // k, q written
+                   // k, q written (bf16)
     const double qk_rows = std::clamp<double>(std::floor(8192 / (2 * N)), 1, 32), cols = std::ceil(H * N / 2 / 512);
-    return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 8 * E * N,
-            4 * E * S + cols * 8 * rows * N + std::ceil(rows / qk_rows) * 16 * H * N + 8 * E * N, 0};
+    return {4 * E * S + 8 * rows * N + 8 * H * N + 8 * N + 4 * E * N,
+            4 * E * S + cols * 8 * rows * N + std::ceil(rows / qk_rows) * 16 * H * N + 4 * E * N, 0};
   }
   // core (mamba3_core.cu core_fwd), in the forward and again in the backward
   if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
   if (is("states") || is("dstates")) {
-    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, or dy) per N tile, w (k, or q) per P tile; per
-    // token G_i and Γ (double) and (forward) σ per (P, N) tile; the states (or their adjoints) written, fp32
-    const double sig = is("states") ? 4 * E : 0;
-    return {4 * E * P + 4 * E * N + 8 * E + sig + 4 * St,
-            nN * 4 * E * P + nP * 4 * E * N + nP * nN * (16 * E + sig) + 4 * St, 2 * E * P * N};
+    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, or dy) per N tile, w (k, or q; bf16) per P tile;
+    // per token G_i and Γ (double) and (forward) σ per (P, N) tile; the states (bf16) or their adjoints (fp32)
+    // written
+    const bool fwd = is("states");
+    const double sig = fwd ? 4 * E : 0, out = (fwd ? 2 : 4) * St;
+    return {4 * E * P + 2 * E * N + 8 * E + sig + out,
+            nN * 4 * E * P + nP * 2 * E * N + nP * nN * (16 * E + sig) + out, 2 * E * P * N};
   }
-  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k, v (v again for D v), S_in; G (double), σ, γ; y written.
-                // Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
-    return {8 * E * N + 8 * E * P + 4 * St + 16 * E, 8 * E * N + 12 * E * P + 4 * St + 16 * E,
+  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k (bf16), v (v again for D v), S_in (bf16); G (double), σ, γ;
+                // y written. Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
+    return {4 * E * N + 8 * E * P + 2 * St + 16 * E, 4 * E * N + 12 * E * P + 2 * St + 16 * E,
             2 * E * (64 * N + P * N + 64 * P)};
   if (is("gate")) return both(12 * E * P);  // out_kernel: y, z; out
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
   if (is("dy_dz")) return both(20 * E * P);  // dout, z, y; dy, dz
-  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS; G (double), σ, γ; dq, dk, dv, da,
-                     // dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile, Z).
-                     // Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
+  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k (bf16), v, dy, S_in (bf16), dS; G (double), σ, γ; dq,
+                     // dk, dv, da, dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile,
+                     // Z). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
                      // Adq^T Q; dv: K dS^T, Bdv^T dY
-    return {16 * E * N + 12 * E * P + 8 * St + 28 * E + E / 8, 16 * E * N + 28 * E * P + 8 * St + 28 * E + E / 8,
+    return {12 * E * N + 12 * E * P + 6 * St + 28 * E + E / 8, 12 * E * N + 28 * E * P + 6 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
-  if (is("rot_bcnorm_bwd"))  // per (row, channel pair) over the heads: dk, dq read; where rotated, φ, the pair of
-                             // k, q read, of dk, dq written, dφ written; n̂; dn̂ and dn̂ ∘ n̂ written
-    return both(8 * E * N + 4 * E * S + 32 * E * S + 4 * E * S + 24 * rows * N);
+  if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
+                             // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,
+                             // pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range sums (double)
+    return {8 * E * N + 8 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N + 8 * N,
+            8 * E * N + 8 * E * S + 32 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle
@@ -212,16 +217,12 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {16 * rows * N + 8 * rows, 24 * rows * N + 8 * rows, 0};
   if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS and the means (issued per element), the weight (issued per row); dB|C
     return {24 * rows * N + 16 * rows, 48 * rows * N, 0};
-  // colsum (mamba3.cu): partial: rows x cols read, splits x cols doubles written; final: the partials, out += sum
-  const auto part = [&](double r, double cols) { return both(4 * r * cols + 8 * splits * cols); };
-  const auto fin = [&](double cols) { return both(8 * splits * cols + 8 * cols); };
-  if (is("sum dB_bias") || is("sum dC_bias")) return part(rows, H * N);  // dk or dq [rows, H N]
-  if (is("sum dB_norm") || is("sum dC_norm")) return part(rows, N);      // dn̂ ∘ n̂ [rows, N]
-  if (is("sum ddt_bias")) return part(rows, H);                          // draw's dd_dt columns
-  if (is("fin dB_bias") || is("fin dC_bias")) return fin(H * N);
-  if (is("fin dB_norm") || is("fin dC_norm")) return fin(N);
-  if (is("fin ddt_bias")) return fin(H);
-  if (is("dD")) return both(8 * E / 64 + 8 * H);  // dDp (double, per chunk); dD read and written
+  // colsums (mamba3.cu), one call for dB_bias, dC_bias (their range sums from rot_bcnorm_bwd), dB_norm, dC_norm
+  // (dn̂ ∘ n̂ [rows, N]) and ddt_bias (draw's dd_dt columns): partial: rows x cols read, splits x cols doubles
+  // written; final: every sum's partials read, out += sum; and dD: dDp (double, per chunk), dD read and written
+  const double cols = 2 * N + H, all = 2 * H * N + cols;
+  if (is("sums")) return both(4 * rows * cols + 8 * splits * cols);
+  if (is("sums final")) return both(8 * splits * all + 8 * all + 8 * E / 64 + 8 * H);
   return {0, 0, 0};
 }
 
@@ -246,17 +247,8 @@ constexpr PhaseKernel kMamba3Kernels[] = {
     {"scalar_bwd_kernel", "scalar_bwd"},
     {"bcnorm_mean_kernel", "bcnorm_mean"},
     {"bcnorm_dx_kernel", "bcnorm_dx"},
-    {"colsum_partial_kernel", "sum dB_bias", 0},
-    {"colsum_partial_kernel", "sum dC_bias", 1},
-    {"colsum_partial_kernel", "sum dB_norm", 2},
-    {"colsum_partial_kernel", "sum dC_norm", 3},
-    {"colsum_partial_kernel", "sum ddt_bias", 4},
-    {"colsum_final_kernel", "fin dB_bias", 0},
-    {"colsum_final_kernel", "fin dC_bias", 1},
-    {"colsum_final_kernel", "fin dB_norm", 2},
-    {"colsum_final_kernel", "fin dC_norm", 3},
-    {"colsum_final_kernel", "fin ddt_bias", 4},
-    {"dD_kernel", "dD"}};
+    {"colsum_partial_kernel", "sums"},
+    {"colsum_final_kernel", "sums final"}};
 
 constexpr bench::PhaseTable<Shape> kMamba3Table{"Mamba-3 SISO bf16 op", std::begin(kMamba3Kernels),
                                                 std::end(kMamba3Kernels), mamba3_siso_cost, false};

@@ -216,9 +216,18 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case({2, 70, 2, 16, 16, 1, 1, 4, true, false, 1});
   check_case({1, 70, 2, 64, 64, 1, 1, 8, false, true, 2});
   check_case({1, 70, 4, 16, 11, 2, 1, 3, false, false, 5});  // the lone last channel of N = 11, unrotated
+  // bf16 with N = 11: the bf16 q, k and states copied element by element, the state scan's rows loaded without
+  // cp.async, the states stored one by one
+  check_case({2, 37, 4, 16, 11, 2, 1, 5, true, true, 10});
+  // 520 rows: the parameter column sums in two row ranges (the bias sums' partials from the rotation backward)
+  check_case({2, 260, 2, 16, 16, 1, 1, 4, false, false, 13});
+  // 300 heads in one group: the rotation backward's threads take several (head, pair) items each
+  check_case({1, 5, 300, 16, 8, 1, 1, 2, false, false, 14});
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {
   check_case({1, 40, 2, 16, 16, 2, 2, 4, false, false, 3});
   check_case({1, 20, 2, 32, 32, 1, 4, 8, true, true, 4});
+  check_case({1, 25, 3, 24, 12, 1, 2, 6, true, true, 12});  // bf16 with N % 8 = 4: q, k rows without 16-byte pieces
+  check_case({1, 20, 2, 6, 8, 1, 2, 2, true, false, 15});     // P = 6: the gate kernels one channel per thread
 }

@@ -24,7 +24,8 @@ struct Carver {
 };
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
-// each chunk, y; BCNorm's n̂_B, n̂_C and their 1 / RMS.
+// each chunk (fp32, or bf16 in the first half of their place with bf16 products), y; BCNorm's n̂_B, n̂_C and their
+// 1 / RMS.
 void take_saved(const Sizes& s, Carver& c, Buffers& b) {
   const int64_t RG = s.rows * s.R * s.G;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
@@ -69,7 +70,9 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
     c.take(b.mb, 2 * s.rows * s.R * s.G);
     c.take(b.gmean, E * s.R);
     c.take(b.dDp, s.B * s.H * s.nc);
-    const int64_t widest = std::max({s.H * s.R * s.N, s.H * s.R * s.P, s.N, s.H});
+    // The columns of the widest colsums call: prep_bwd's (dB_bias, dC_bias, dB_norm, dC_norm, ddt_bias), or one
+    // of the gate's.
+    const int64_t widest = std::max({2 * s.H * s.R * s.N + 2 * s.N + s.H, s.H * s.R * s.P});
     c.take(b.partial, m3::kSplits * widest);
   }
   if (out != nullptr) *out = b;
@@ -79,9 +82,10 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
-// (backward) dv = dx: the core reads x and writes dx itself. Returns false when there is nothing to compute.
+// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k and the
+// states in bf16 (Buffers). Returns false when there is nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
-           float* dx, const float* saved, void* scratch, Sizes& s, Buffers& buf) {
+           float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
@@ -99,24 +103,70 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
     buf.v = const_cast<float*>(x);
     buf.dv = dx;
   }
+  if (chunked && opt.bf16_products) {
+    buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
+    buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
+    buf.states_h = reinterpret_cast<__nv_bfloat16*>(buf.states);
+    buf.q = buf.k = buf.states = nullptr;
+  }
   return true;
 }
 
-// partial[sp cols + c] = Σ_{row in range sp} in[row ld + c].   (grid (column blocks, splits))
-__global__ void colsum_partial_kernel(const float* in, int64_t rows, int64_t cols, int64_t ld, int64_t splits,
-                                      double* partial) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, sp = blockIdx.y;
-  if (c >= cols) return;
-  double acc = 0.0;
-  for (int64_t r = rows * sp / splits; r < rows * (sp + 1) / splits; ++r) acc += in[r * ld + c];
-  partial[sp * cols + c] = acc;
+// The column sums of one colsums call, with where each one's blocks, flat columns and partials start.
+struct SumSet {
+  m3::ColSum sum[m3::kMaxSums];
+  int64_t splits[m3::kMaxSums];      // its row ranges
+  int64_t part[m3::kMaxSums];        // the offset of its partials [splits, cols] in buf.partial
+  int64_t block0[m3::kMaxSums + 1];  // its first column block (colsum_partial_kernel)
+  int64_t col0[m3::kMaxSums + 1];    // its first flat column (colsum_final_kernel)
+  int n;
+  const double* dDp;  // with dD: the dD sum's per-chunk terms [B, H, nc], or null
+  float* dD;
+  int64_t B, H, nc;
+};
+
+// The sum j holding flat index i of the starts first[0 .. n] (first[j] <= i < first[j + 1]).
+__device__ __forceinline__ int sum_of(const int64_t* first, int n, int64_t i) {
+  int j = 0;
+  while (j + 1 < n && i >= first[j + 1]) ++j;
+  return j;
 }
 
-// out[c] += Σ_sp partial[sp cols + c] in order.
-__global__ void colsum_final_kernel(const double* partial, int64_t cols, int64_t splits, float* out) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x) {
+// partial[sp cols + c] = Σ_{row in range sp} in[row ld + c] of each column sum with an input.   (grid (column
+// blocks of those sums, the largest split count))
+__global__ void colsum_partial_kernel(SumSet set, double* partial) {
+  const int j = sum_of(set.block0, set.n, blockIdx.x);
+  const m3::ColSum q = set.sum[j];
+  const int64_t c = (blockIdx.x - set.block0[j]) * int64_t{blockDim.x} + threadIdx.x, sp = blockIdx.y,
+                splits = set.splits[j];
+  if (c >= q.cols || sp >= splits) return;
+  double acc = 0.0;
+  for (int64_t r = q.rows * sp / splits; r < q.rows * (sp + 1) / splits; ++r) acc += q.in[r * q.ld + c];
+  partial[set.part[j] + sp * q.cols + c] = acc;
+}
+
+// out[c] += Σ_sp partial[sp cols + c] in order, for every column of every sum; then (dD) dD[h] += Σ_{b, chunk}
+// dDp in order, one thread per head.
+__global__ void colsum_final_kernel(SumSet set, const double* partial) {
+  const int64_t cols = set.col0[set.n], total = cols + (set.dD != nullptr ? set.H : 0);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    if (i >= cols) {
+      const int64_t h = i - cols;
+      double acc = 0.0;
+      for (int64_t b = 0; b < set.B; ++b) {
+        const double* d = set.dDp + (b * set.H + h) * set.nc;
+#pragma unroll 8
+        for (int64_t c = 0; c < set.nc; ++c) acc += d[c];
+      }
+      set.dD[h] = static_cast<float>(set.dD[h] + acc);
+      continue;
+    }
+    const int j = sum_of(set.col0, set.n, i);
+    const int64_t c = i - set.col0[j], n = set.sum[j].cols;
+    const double* p = partial + set.part[j] + c;
     double acc = 0.0;
-    for (int64_t sp = 0; sp < splits; ++sp) acc += partial[sp * cols + c];
+    for (int64_t sp = 0; sp < set.splits[j]; ++sp) acc += p[sp * n];
+    float* out = set.sum[j].out;
     out[c] = static_cast<float>(out[c] + acc);
   }
 }
@@ -125,14 +175,41 @@ __global__ void colsum_final_kernel(const double* partial, int64_t cols, int64_t
 
 namespace m3 {
 
+void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream, const Sizes* s, const double* dDp,
+             float* dD) {
+  check(n >= 1 && n <= kMaxSums, "mamba3: {} column sums in one call (at most {})", n, kMaxSums);
+  SumSet set{};
+  set.n = n;
+  int64_t most = 1, part = 0;
+  for (int j = 0; j < n; ++j) {
+    set.sum[j] = sums[j];
+    set.splits[j] = colsum_ranges(sums[j].rows);
+    set.part[j] = part;
+    part += set.splits[j] * sums[j].cols;
+    set.block0[j + 1] = set.block0[j] + (sums[j].in != nullptr ? ceil_div(sums[j].cols, kThreads) : 0);
+    set.col0[j + 1] = set.col0[j] + sums[j].cols;
+    most = std::max(most, set.splits[j]);
+  }
+  if (dD != nullptr) {
+    set.dDp = dDp;
+    set.dD = dD;
+    set.B = s->B;
+    set.H = s->H;
+    set.nc = s->nc;
+  }
+  if (set.block0[n] > 0) {
+    const dim3 grid(static_cast<unsigned>(set.block0[n]), static_cast<unsigned>(most));
+    colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(set, buf.partial);
+    LLMT_CUDA_CHECK_LAUNCH();
+  }
+  colsum_final_kernel<<<grid_for(set.col0[n] + set.H), kThreads, 0, stream>>>(set, buf.partial);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
 void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffers& buf, float* out,
             cudaStream_t stream) {
-  const int64_t splits = std::clamp<int64_t>(rows / 256, 1, kSplits);
-  const dim3 grid(static_cast<unsigned>(ceil_div(cols, kThreads)), static_cast<unsigned>(splits));
-  colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(in, rows, cols, ld, splits, buf.partial);
-  LLMT_CUDA_CHECK_LAUNCH();
-  colsum_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(buf.partial, cols, splits, out);
-  LLMT_CUDA_CHECK_LAUNCH();
+  const ColSum sum{in, rows, cols, ld, out};
+  colsums(&sum, 1, buf, stream);
 }
 
 }  // namespace m3
@@ -157,7 +234,7 @@ void mamba3_fwd(const float* x, const float* z, const float* bc, const float* ra
                 cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, nullptr, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, saved, scratch, true, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
@@ -169,7 +246,7 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
                    void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, false, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
@@ -182,7 +259,7 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, dx, saved, scratch, s, buf)) return;
+  if (!begin(params, dims, opt, x, dx, saved, scratch, true, s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, nullptr, saved != nullptr);
   if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);

@@ -34,25 +34,47 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// cumsum of a, double) [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states, y, nb, ncn,
 /// rb and rc (the saved set) lie in the caller's `saved` memory when mamba3_fwd / mamba3_bwd are given one, else in
 /// the scratch.
-/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself); dq, dk [E R N] (then the un-rotated gradients); da,
+/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself); dq, dk [E R N] (MIMO: then un-rotated in place); da,
 /// dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double)
 /// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
 /// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
 /// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
+/// bf16 products (the chunked core on the tensor cores, not decoding): q, k and the states are kept in bf16 (qh,
+/// kh, states_h, in the fp32 arrays' places, whose pointers are then null): the core's kernels read them only as
+/// bf16 operands, and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair).
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
+  __nv_bfloat16 *qh, *kh, *states_h;
   float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };
 
-/// Column-sum partial buffer: at most kSplits row ranges of the widest column sum.
+/// Column-sum partial buffer: at most kSplits row ranges of each column of one colsums call.
 constexpr int64_t kSplits = 128;
 
+/// One column sum: out[c] += Σ_{row < rows} in[row ld + c] for c < cols. in null: its row ranges' sums are given
+/// (colsums: already in buf.partial, at its place).
+struct ColSum {
+  const float* in;
+  int64_t rows, cols, ld;
+  float* out;
+};
+/// The most column sums of one colsums call.
+constexpr int kMaxSums = 5;
+/// The row ranges of a column sum over `rows` rows.
+inline int64_t colsum_ranges(int64_t rows) { return std::clamp<int64_t>(rows / 256, 1, kSplits); }
+
 // mamba3.cu
-/// out[c] += Σ_{row < rows} in[row ld + c] for c < cols (a double sum in a fixed order: kSplits-bounded row
-/// ranges, then their partials; uses buf.partial).
+/// Each column sum of sums[0 .. n) (n <= kMaxSums) as a double sum in a fixed order: the rows cut into
+/// colsum_ranges(rows) ranges [rows r / ranges, rows (r + 1) / ranges), each range's sum in row order, then the
+/// ranges' sums in order; all of them in two launches. The ranges' sums lie in buf.partial, sum j's [ranges, cols]
+/// after those of the sums before it (a sum with in null: written there by the caller beforehand). With dDp (and dD): also
+/// dD[h] += Σ_{b, chunk} dDp[b, h, chunk] in (b, chunk) order (s.B, s.H, s.nc), in the second launch.
+void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream, const Sizes* s = nullptr,
+             const double* dDp = nullptr, float* dD = nullptr);
+/// colsums of the one column sum {in, rows, cols, ld, out}.
 void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffers& buf, float* out,
             cudaStream_t stream);
 

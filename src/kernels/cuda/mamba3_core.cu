@@ -13,8 +13,12 @@
 // pass (state_scan_mma_kernel, the running state in fp32 registers), y (fwd_out_mma_kernel) and the chunk
 // gradients (bwd_chunk_mma_kernel) run on the tensor cores (tile::Mma: q, k, v, dy, the states, their adjoints
 // and the masked score / coefficient tiles rounded to bf16 once into shared bf16 tiles, fp32 accumulation in
-// registers; the per-token sums in double from the fp32 accumulators); G and the stored states (fp32) are the
-// fp32 path's. Otherwise every product is exact fp32.
+// registers; the per-token sums in double from the fp32 accumulators); G is the fp32 path's. There q, k and the
+// chunk-entering states are stored in bf16 (Buffers; the same bits as rounding fp32 ones on loading: they have no
+// other readers in the core), the adjoint states in fp32 (the backward's <dS, S_in> reads them unrounded).
+// Otherwise every product is exact fp32.
+#include <type_traits>
+
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
@@ -31,16 +35,26 @@ constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
 constexpr int kGroups = kBwdThreads / kRows;  // bwd_chunk_kernel's threads per token in its per-token sums
 constexpr int kTokenSums = 6;                 // ... and how many sums per token
 
-// Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk))
+// Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk); kAhead
+// tokens' a loaded at once, so that the loads overlap)
 __global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
+  constexpr int kAhead = 8;
   const int64_t n = s.B * s.H * s.nc;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = idx % s.nc, h = (idx / s.nc) % s.H, b = idx / (s.nc * s.H);
+    const int64_t len = std::min(s.Lc, s.T - c * s.Lc);  // the chunk's tokens
+    const float* ac = a + (b * s.T + c * s.Lc) * s.H + h;
     double acc = 0.0;
-    for (int64_t i = 0; i < s.Lc; ++i) {
-      const int64_t t = c * s.Lc + i;
-      if (t < s.T) acc += a[(b * s.T + t) * s.H + h];
-      G[idx * s.Lc + i] = acc;
+    for (int64_t i0 = 0; i0 < s.Lc; i0 += kAhead) {
+      float v[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) v[u] = i0 + u < len ? ac[(i0 + u) * s.H] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        if (i0 + u >= s.Lc) break;
+        if (i0 + u < len) acc += v[u];
+        G[idx * s.Lc + i0 + u] = acc;
+      }
     }
   }
 }
@@ -536,6 +550,40 @@ __device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int
     load_tiles_w<1>(dst, nrt, nct, rows, cols, row, scale);
 }
 
+// copy_tiles_h with kW-element pieces (8: 16 bytes; 1: one element): thread x takes pieces e = x + kThreads m of
+// the tiles in row-major order (64 nrt rows of 64 nct / kW pieces), kBatch loads issued before their stores.
+template <int kW, int kBatch, typename Row>
+__device__ __forceinline__ void copy_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row) {
+  using Piece = std::conditional_t<kW == 8, uint4, __nv_bfloat16>;
+  const int pr = 64 * nct / kW, total = 64 * nrt * pr;
+#pragma unroll 1
+  for (int e0 = threadIdx.x; e0 < total; e0 += kBatch * tile::kThreads) {
+    Piece v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * tile::kThreads, r = e / pr, c = kW * (e - r * pr);
+      v[u] = e < total && r < rows && c < cols ? *reinterpret_cast<const Piece*>(row(r) + c) : Piece{};
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * tile::kThreads, r = e / pr, c = kW * (e - r * pr);
+      if (e < total) *reinterpret_cast<Piece*>(dst + h_at(r, c, nct)) = v[u];
+    }
+  }
+}
+
+// dst (nrt x nct bf16 tiles, h_at) = row(r)[c] for r < rows, c < cols, else 0: load_tiles_h of a bf16 source with
+// scale 1 (the bits copied); row(r) a bf16 pointer with row(r) - row(0) a multiple of ld elements: 16-byte pieces
+// where ld and cols are multiples of 8 and row(0) is 16-byte aligned, else single elements; kBatch 16-byte loads
+// in flight per thread (the caller's registers permitting). Reached by the whole block of tile::kThreads.
+template <int kBatch, typename Row>
+__device__ void copy_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, int ld, Row row) {
+  if (ld % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
+    copy_tiles_w<8, kBatch>(dst, nrt, nct, rows, cols, row);
+  else
+    copy_tiles_w<1, 8>(dst, nrt, nct, rows, cols, row);
+}
+
 // Chunk k's rows in the core layout [B, T, H, R, width], R = kR when it is a compile-time constant (1: SISO) or
 // s.R at run time (kR = 0): row ρ = (i, r) = (ρ / R, ρ % R) starts offset(ρ) = (i H R + r) width floats after the
 // chunk's first row, which starts row0 width floats into the tensor (the 64-bit product once per chunk; the
@@ -558,9 +606,10 @@ struct ChunkRows {
   __device__ __forceinline__ T* base(T* src, int width) const {  // the chunk's first row
     return src + row0 * width;
   }
-  // Row ρ from column c0 on, as a function of ρ (load_tiles_h, stage_async).
-  __device__ __forceinline__ auto rows(const float* src, int width, int c0) const {
-    const float* b = base(src, width) + c0;
+  // Row ρ from column c0 on, as a function of ρ (load_tiles_h, copy_tiles_h, stage_async, stage_h_async).
+  template <typename T>
+  __device__ __forceinline__ auto rows(const T* src, int width, int c0) const {
+    const T* b = base(src, width) + c0;
     const ChunkRows cr = *this;
     return [=](int rho) { return b + cr.offset(rho) * width; };
   }
@@ -593,31 +642,62 @@ struct MmaRows {
   }
 };
 
-// Dynamic shared memory of state_scan_mma_kernel: the bf16 operand tiles U, W and (staged) the fp32 staging tiles
-// of a chunk's u and w rows (50 KiB: 4 blocks per SM).
+// state_scan_mma_kernel's staging of a chunk's w rows (bf16): a bf16 tile (64 rows kLdH apart) that
+// stage_h_async fills by cp.async with rows row(r) (a bf16 pointer to the tile's first column) for r < rows,
+// columns < cols (a multiple of 8; every row 16-byte aligned), zeros elsewhere: thread t copies the 16-byte pieces
+// idx = t + it kThreads (it < 2), row idx / 8, columns 8 (idx % 8) ..; put_staged_h copies exactly these pieces
+// into a bf16 tile (so the thread's own cp_async_wait suffices; no barrier between). row is called for r < rows
+// and for r = 0 (the unread source of the zero-filled pieces).
+constexpr int kStagePieces = 64 * 8 / tile::kThreads;
+template <typename Row>
+__device__ __forceinline__ void stage_h_async(__nv_bfloat16* g, Row row, int rows, int cols) {
+#pragma unroll
+  for (int it = 0; it < kStagePieces; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 3, c = 8 * (idx & 7);
+    const int bytes = r < rows && c < cols ? 16 : 0;
+    tile::cp_async16(g + r * tile::kLdH + c, bytes > 0 ? row(r) + c : row(0), bytes);
+  }
+}
+__device__ __forceinline__ void put_staged_h(__nv_bfloat16* s, const __nv_bfloat16* g) {
+#pragma unroll
+  for (int it = 0; it < kStagePieces; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, o = (idx >> 3) * tile::kLdH + 8 * (idx & 7);
+    *reinterpret_cast<uint4*>(s + o) = *reinterpret_cast<const uint4*>(g + o);
+  }
+}
+
+// Dynamic shared memory of state_scan_mma_kernel: the bf16 operand tiles U, W and (staged) the fp32 staging tile
+// of a chunk's u rows and the bf16 one of its w rows (43 KiB: 4 blocks per SM).
 constexpr size_t state_scan_smem(bool staged) {
-  return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves + (staged ? sizeof(float) * 2 * tile::kStageFloats : 0);
+  return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves +
+         (staged ? sizeof(float) * tile::kStageFloats + sizeof(__nv_bfloat16) * tile::kTileHalves : 0);
+}
+
+// Whether state_scan_mma_kernel can stage u (fp32, width P) and w (bf16, width N) by cp.async: every row and
+// piece 16-byte aligned.
+bool state_scan_staged(const float* u, const __nv_bfloat16* w, const Sizes& s) {
+  return tile::async_ok_f(u, s.P) && reinterpret_cast<uintptr_t>(w) % 16 == 0 && s.N % 8 == 0;
 }
 
 // outer_kernel and scan_kernel in one pass on the tensor cores (bf16 models): the block of one (b, h, P tile,
 // N tile) walks the chunks (backward: from the last) with the running state S (64 x 64 fp32, in registers):
-// out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) bf16(w_ρ)^T (tile::Mma; the weights of
-// outer_weight). to_end (u = v, w = k): out = the states entering the chunks; else (u = dy, w = q): the
-// adjoints of the states leaving them. The next chunk's rows are copied into fp32 staging tiles by cp.async,
-// and its G_i, Γ, σ_i loaded into registers (thread i), during the current chunk's product; each chunk then
-// converts its staged rows into the bf16 tiles (the thread's own pieces: tile::put_h_staged). Where u or w is not
-// 16-byte aligned row by row (P or N % 4 != 0, or a misaligned pointer) the rows are loaded synchronously
-// (load_tiles_h) instead; the same bf16 tiles either way. Grid (B H, P tiles, N tiles) of tile::kThreads;
-// state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
-template <bool kStaged>
-__global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const float* u, const float* w,
+// out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) w_ρ^T (tile::Mma; the weights of outer_weight; w is
+// bf16 already). to_end (u = v, w = k): out = the states entering the chunks (O = bf16: rounded once); else (u =
+// dy, w = q): the adjoints of the states leaving them (O = float). The next chunk's rows are copied into staging
+// tiles by cp.async (u fp32, w bf16), and its G_i, Γ, σ_i loaded into registers (thread i), during the current
+// chunk's product; each chunk then puts its staged rows into the bf16 tiles (the thread's own pieces:
+// tile::put_h_staged, put_staged_h). Where u or w is not 16-byte aligned row by row (state_scan_staged) the rows are
+// loaded synchronously (load_tiles_h, copy_tiles_h) instead; the same bf16 tiles either way. Grid (B H, P tiles,
+// N tiles) of tile::kThreads; state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
+template <bool kStaged, typename O>
+__global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const float* u, const __nv_bfloat16* w,
                                                                           const double* G, const float* sig,
-                                                                          Sizes s, bool to_end, float* out) {
+                                                                          Sizes s, bool to_end, O* out) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   __nv_bfloat16* U = reinterpret_cast<__nv_bfloat16*>(smem);  // rows ρ, columns p
   __nv_bfloat16* W = U + tile::kTileHalves;                    // rows ρ, columns n
   float* gU = reinterpret_cast<float*>(W + tile::kTileHalves);  // (kStaged) staged u: rows ρ, columns p0 ..
-  float* gW = gU + tile::kStageFloats;                          // (kStaged) staged w: rows ρ, columns n0 ..
+  __nv_bfloat16* gW = reinterpret_cast<__nv_bfloat16*>(gU + tile::kStageFloats);  // (kStaged) staged w: columns n0 ..
   __shared__ float scale[kRows];
   __shared__ float decay_c;
   const int H = static_cast<int>(s.H), b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
@@ -630,7 +710,7 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
     if (kStaged) {
       const ChunkRows<0> cr(s, k);
       tile::stage_async(gU, cr.rows(u, P, p0), k.nr, P - p0);
-      tile::stage_async(gW, cr.rows(w, N, n0), k.nr, N - n0);
+      stage_h_async(gW, cr.rows(w, N, n0), k.nr, N - n0);
       tile::cp_async_commit();
     }
     const int i = static_cast<int>(threadIdx.x);
@@ -644,15 +724,26 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
   if (s.nc > 1) fetch(chunk(0));
   tile::Acc S;
   S.zero();
+  const bool pairs = N % 2 == 0;  // (n, n + 1) of an even n: one aligned pair store
   for (int64_t q = 0; q < s.nc; ++q) {
     const Chunk k = chunk(q);
-    float* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
+    O* o = out + (k.bh * s.nc + k.c) * s.P * s.N;
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < 4; j += 2) {  // columns n = col(j) (even) and n + 1
         const int p = p0 + tile::Mma::row(a), n = n0 + tile::Mma::col(j);
-        if (p < P && n < N) o[p * s.N + n] = S.v[a][j];
+        if (p >= P || n >= N) continue;
+        O* d = o + p * s.N + n;
+        if (pairs) {
+          if constexpr (std::is_same_v<O, float>)
+            *reinterpret_cast<float2*>(d) = make_float2(S.v[a][j], S.v[a][j + 1]);
+          else
+            *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(S.v[a][j], S.v[a][j + 1]);
+        } else {
+          d[0] = from_f32<O>(S.v[a][j]);
+          if (n + 1 < N) d[1] = from_f32<O>(S.v[a][j + 1]);
+        }
       }
     if (q == s.nc - 1) break;  // the state past the last chunk is not needed
     if (threadIdx.x < k.n) scale[threadIdx.x] = outer_weight(Gi, gam, sg, to_end);
@@ -662,11 +753,11 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
     const auto row_scale = [&](int r) { return scale[r / R]; };
     if (kStaged) {
       tile::put_h_staged(U, gU, k.nr, row_scale);
-      tile::put_h_staged(W, gW, k.nr);
+      put_staged_h(W, gW);
     } else {
       const ChunkRows<0> cr(s, k);
       load_tiles_h(U, 1, 1, k.nr, P - p0, cr.rows(u, P, p0), row_scale);
-      load_tiles_h(W, 1, 1, k.nr, N - n0, cr.rows(w, N, n0), [](int) { return 1.0f; });
+      copy_tiles_h<2>(W, 1, 1, k.nr, N - n0, N, cr.rows(w, N, n0));
     }
     const float e = decay_c;
 #pragma unroll
@@ -680,15 +771,16 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
 }
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
-// + D v_ρ[p] with bf16 q, k, v, S_in and Sc (the masked, scaled scores of fwd_out_kernel, rounded once), fp32
-// sums; D v in fp32. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
+// + D v_ρ[p] with bf16 q, k, S_in (stored so), v and Sc (the masked, scaled scores of fwd_out_kernel, rounded
+// once), fp32 sums; D v in fp32. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
 // tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64, N = 128: three blocks per SM, which
 // __launch_bounds__ states, so that ptxas does not trade spills for a register count the shared memory rules out).
 template <int kR>
-__global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const float* q, const float* kk, const float* v,
+__global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __nv_bfloat16* q,
+                                                                     const __nv_bfloat16* kk, const float* v,
                                                                      const float* D, const double* G,
                                                                      const float* sig, const float* gam,
-                                                                     const float* states, Sizes s, float* y) {
+                                                                     const __nv_bfloat16* states, Sizes s, float* y) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
   constexpr int kT = tile::kTileHalves;
@@ -702,16 +794,13 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const fl
   __shared__ float sg[kRows], gm[kRows];
   const Chunk k = this_chunk(s);
   const ChunkRows<kR> cr(s, k);
-  const float* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
-  const auto one = [](int) { return 1.0f; };
+  const __nv_bfloat16* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
   load_scalars(G, sig, gam, s, k, Gs, sg, gm);
 #pragma unroll 1
-  for (int o = 0; o < 3; ++o) {  // q, k, v rows into Q, K, V (one copy of the load code)
-    const int cols = o < 2 ? N : P;
-    load_tiles_h(o == 0 ? Q : o == 1 ? K : V, 1, o < 2 ? nN : nP, k.nr, cols,
-                 cr.rows(o == 0 ? q : o == 1 ? kk : v, cols, 0), one);
-  }
-  load_tiles_h(Sin, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the copy code)
+    copy_tiles_h<4>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+  load_tiles_h(V, 1, nP, k.nr, P, cr.rows(v, P, 0), [](int) { return 1.0f; });
+  copy_tiles_h<4>(Sin, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   {
@@ -868,8 +957,8 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
   return dot;
 }
 
-// bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, v, dy,
-// S_in, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every product on
+// bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, S_in (stored
+// in bf16), v, dy, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every product on
 // tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (inter, Z and v·dy
 // with fp32 dy, v) as per-row / per-column double partials in a fixed order, so no fp32 S1, S2, Yb tiles: with
 // W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
@@ -880,9 +969,9 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
-    const float* q, const float* kk, const float* v, const float* dy, const float* D, const double* G,
-    const float* sig, const float* gam, const float* states, const float* dstates, Sizes s, float* dq, float* dk,
-    float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+    const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const float* dy, const float* D,
+    const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const float* dstates, Sizes s,
+    float* dq, float* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
   constexpr int kT = tile::kTileHalves;
@@ -904,7 +993,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const Chunk k = this_chunk(s);
   const ChunkRows<kR> cr(s, k);
   const int64_t base = k.bh * s.nc + k.c;
-  const float* sin = states + base * s.P * s.N;
+  const __nv_bfloat16* sin = states + base * s.P * s.N;
   const float* dS = dstates + base * s.P * s.N;
   const auto one = [](int) { return 1.0f; };
   load_scalars(G, sig, gam, s, k, Gs, sg, gm);
@@ -913,12 +1002,11 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     fe[i] = expf(static_cast<float>(G[base * s.Lc + s.Lc - 1] - Gs[i]));
   }
 #pragma unroll 1
-  for (int o = 0; o < 4; ++o) {  // q, k, v, dy rows into Q, K, V, DY (one copy of the load code)
-    const int cols = o < 2 ? N : P;
-    load_tiles_h(o == 0 ? Q : o == 1 ? K : o == 2 ? V : DY, 1, o < 2 ? nN : nP, k.nr, cols,
-                 cr.rows(o == 0 ? q : o == 1 ? kk : o == 2 ? v : dy, cols, 0), one);
+  for (int o = 0; o < 2; ++o) {  // q, k rows into Q, K; v, dy rows into V, DY (one copy of each load code)
+    copy_tiles_h<8>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+    load_tiles_h(o == 0 ? V : DY, 1, nP, k.nr, P, cr.rows(o == 0 ? v : dy, P, 0), one);
   }
-  load_tiles_h(S, nP, nN, P, N, [&](int p) { return sin + p * s.N; }, one);
+  copy_tiles_h<8>(S, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
@@ -1131,21 +1219,31 @@ dim3 chunk_grid(const Sizes& s) {
   return dim3(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
 }
 
-// The chunk states into out: to_end (u = v, w = k) the states entering each chunk, else (u = dy, w = q) the
-// adjoints of the states leaving each chunk. fp32: each chunk's contribution (outer_kernel), then scan_kernel;
-// bf16 products: both in state_scan_mma_kernel.
-void chunk_states(const float* u, const float* w, bool to_end, float* out, const Sizes& s, const Buffers& buf,
-                  bool bf16, cudaStream_t stream) {
+// The chunk states: to_end (u = v, w = k) the states entering each chunk, else (u = dy, w = q) the adjoints of the
+// states leaving each chunk, into out. fp32: each chunk's contribution (outer_kernel), then scan_kernel (w: buf.k
+// or buf.q); bf16 products: both in state_scan_mma_kernel (w: buf.kh or buf.qh; the entering states into
+// buf.states_h, the adjoints into out).
+void chunk_states(const float* u, bool to_end, float* out, const Sizes& s, const Buffers& buf, bool bf16,
+                  cudaStream_t stream) {
   if (bf16) {
+    const __nv_bfloat16* w = to_end ? buf.kh : buf.qh;
     const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles64(s.P)),
                     static_cast<unsigned>(tiles64(s.N)));
-    const bool staged = tile::async_ok_f(u, s.P) && tile::async_ok_f(w, s.N);
-    const auto kernel = staged ? state_scan_mma_kernel<true> : state_scan_mma_kernel<false>;
-    kernel<<<grid, tile::kThreads, smem_for(kernel, state_scan_smem(staged)), stream>>>(u, w, buf.G, buf.sig, s, to_end,
-                                                                                       out);
-    LLMT_CUDA_CHECK_LAUNCH();
+    const bool staged = state_scan_staged(u, w, s);
+    const auto launch = [&](auto* o) {
+      using O = std::remove_pointer_t<decltype(o)>;
+      const auto kernel = staged ? state_scan_mma_kernel<true, O> : state_scan_mma_kernel<false, O>;
+      kernel<<<grid, tile::kThreads, smem_for(kernel, state_scan_smem(staged)), stream>>>(u, w, buf.G, buf.sig, s,
+                                                                                         to_end, o);
+      LLMT_CUDA_CHECK_LAUNCH();
+    };
+    if (to_end)
+      launch(buf.states_h);
+    else
+      launch(out);
     return;
   }
+  const float* w = to_end ? buf.k : buf.q;
   outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig, s,
                                                                                                to_end, out);
   LLMT_CUDA_CHECK_LAUNCH();
@@ -1157,7 +1255,7 @@ void chunk_states(const float* u, const float* w, bool to_end, float* out, const
 void forward_states(const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
   LLMT_CUDA_CHECK_LAUNCH();
-  chunk_states(buf.v, buf.k, true, buf.states, s, buf, bf16, stream);
+  chunk_states(buf.v, true, buf.states, s, buf, bf16, stream);
 }
 
 }  // namespace
@@ -1190,7 +1288,7 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
   if (bf16) {
     const auto kernel = s.R == 1 ? fwd_out_mma_kernel<1> : fwd_out_mma_kernel<0>;
     kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, fwd_out_mma_smem(s)), stream>>>(
-        buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
+        buf.qh, buf.kh, buf.v, D, buf.G, buf.sig, buf.gam, buf.states_h, s, buf.y);
   } else {
     fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
@@ -1200,12 +1298,12 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
 
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
-  chunk_states(buf.dy, buf.q, false, buf.dstates, s, buf, bf16, stream);
+  chunk_states(buf.dy, false, buf.dstates, s, buf, bf16, stream);
   if (bf16) {
     const auto kernel = s.R == 1 ? bwd_chunk_mma_kernel<1> : bwd_chunk_mma_kernel<0>;
     kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
-        buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
-        buf.da, buf.dgam, buf.dsig, buf.dDp);
+        buf.qh, buf.kh, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates, s, buf.dq, buf.dk,
+        buf.dv, buf.da, buf.dgam, buf.dsig, buf.dDp);
   } else {
     bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,

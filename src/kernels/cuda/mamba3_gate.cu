@@ -1,8 +1,9 @@
 // The Mamba-3 output side on the GPU (layers-ssm-attn.md §4.3.4, §4.5 step 1; semantics: src/kernels/cpu/
 // mamba3_layer.cpp): per (token, head, rank) the optional RMSNorm_P of y with weight norm, the gate
 // g = yn ∘ SiLU(z ∘ mimo_z) and the down-projection o = Σ_r mimo_o ∘ g (SISO: o = g), and their backward,
-// including the MIMO up-projection's dx. Elementwise kernels; the parameter gradients are per-row terms
-// summed by colsum (mamba3.cu).
+// including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four channels per thread
+// where the tensors allow float4 loads: each_group); the parameter gradients are per-row terms summed by colsum
+// (mamba3.cu).
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
@@ -10,21 +11,25 @@ namespace {
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The output-side values of one (token e, head h, rank r, channel p): yn (normalised, weighted y), n = y rs and
-// zr = z ∘ mimo_z.
+// The output-side values of one (token e, head h, rank r, channel c) from its y, z and (with the norm) rs: yn
+// (normalised, weighted y), n = y rs and zr = z ∘ mimo_z.
 struct GateAt {
   float yn, n, zr;
 };
 
+__device__ __forceinline__ GateAt gate_of(const Mamba3Ptrs& p, const Sizes& s, float y, float z, float rs,
+                                          int64_t h, int64_t r, int64_t c) {
+  GateAt g;
+  g.n = p.norm != nullptr ? y * rs : y;
+  g.yn = p.norm != nullptr ? g.n * p.norm[h * s.P + c] : y;
+  g.zr = p.mimo_z != nullptr ? z * p.mimo_z[(h * s.R + r) * s.P + c] : z;
+  return g;
+}
+
 __device__ GateAt gate_at(const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, const float* z, int64_t e,
                           int64_t r, int64_t c) {
-  const int64_t h = e % s.H, hr = (h * s.R + r) * s.P + c;
-  const float y = buf.y[(e * s.R + r) * s.P + c];
-  GateAt g;
-  g.n = p.norm != nullptr ? y * buf.rs[e * s.R + r] : y;
-  g.yn = p.norm != nullptr ? g.n * p.norm[h * s.P + c] : y;
-  g.zr = p.mimo_z != nullptr ? z[e * s.P + c] * p.mimo_z[hr] : z[e * s.P + c];
-  return g;
+  const float rs = p.norm != nullptr ? buf.rs[e * s.R + r] : 1.0f;
+  return gate_of(p, s, buf.y[(e * s.R + r) * s.P + c], z[e * s.P + c], rs, e % s.H, r, c);
 }
 
 // rs = 1 / sqrt(mean_P(y^2) + eps) per (token, head, rank).
@@ -38,26 +43,76 @@ __global__ void rs_kernel(Sizes s, double eps, Buffers buf) {
   }
 }
 
-// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr).   (one thread per (token, head, p))
-__global__ void out_kernel(const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, float* out) {
-  const int64_t n = s.E * s.P;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = idx % s.P, e = idx / s.P, h = e % s.H;
-    float acc = 0.0f;
-    for (int64_t r = 0; r < s.R; ++r) {
-      const GateAt g = gate_at(p, s, buf, z, e, r, c);
-      const float mo = p.mimo_o != nullptr ? p.mimo_o[(h * s.R + r) * s.P + c] : 1.0f;
-      acc = fmaf(mo * g.yn, g.zr * sigmoidf_(g.zr), acc);
-    }
-    out[idx] = acc;
+// kW consecutive floats at p (kW = 4: one float4, p 16-byte aligned), loaded or stored together.
+template <int kW>
+struct Floats {
+  float v[kW];
+};
+template <int kW>
+__device__ __forceinline__ Floats<kW> load_w(const float* p) {
+  if constexpr (kW == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    return {{f.x, f.y, f.z, f.w}};
+  } else {
+    Floats<kW> f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) f.v[w] = p[w];
+    return f;
+  }
+}
+template <int kW>
+__device__ __forceinline__ void store_w(float* p, const Floats<kW>& f) {
+  if constexpr (kW == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
+  } else {
+#pragma unroll
+    for (int w = 0; w < kW; ++w) p[w] = f.v[w];
   }
 }
 
-// dL/dyn = dout mimo_o SiLU(zr) at (token e, head h, rank r, channel c).
-__device__ float dyn_at(const float* dout, const Mamba3Ptrs& p, const Sizes& s, int64_t e, int64_t r, int64_t c,
-                        const GateAt& g) {
-  const float mo = p.mimo_o != nullptr ? p.mimo_o[((e % s.H) * s.R + r) * s.P + c] : 1.0f;
-  return dout[e * s.P + c] * mo * g.zr * sigmoidf_(g.zr);
+// The elementwise gate kernels' element groups: kW consecutive channels c .. c + kW - 1 of one (token, head) e
+// (P % kW == 0), as many loads in flight per thread; 4 where P % 4 == 0 and every tensor they touch is 16-byte
+// aligned (gate_width), else 1.
+template <int kW, typename F>
+__device__ __forceinline__ void each_group(const Sizes& s, F f) {
+  const int64_t n = s.E * s.P / kW;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t idx = i * kW, c = idx % s.P, e = idx / s.P;
+    f(idx, e, e % s.H, c);
+  }
+}
+bool aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+int gate_width(const Sizes& s, std::initializer_list<const void*> ps) { return s.P % 4 == 0 && aligned16(ps) ? 4 : 1; }
+
+// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr).   (kW channels per thread: each_group)
+template <int kW>
+__global__ void out_kernel(const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, float* out) {
+  each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
+    const Floats<kW> zv = load_w<kW>(z + idx);
+    Floats<kW> acc = {};
+    for (int64_t r = 0; r < s.R; ++r) {
+      const Floats<kW> yv = load_w<kW>(buf.y + (e * s.R + r) * s.P + c);
+      const float rs = p.norm != nullptr ? buf.rs[e * s.R + r] : 1.0f;
+#pragma unroll
+      for (int w = 0; w < kW; ++w) {
+        const GateAt g = gate_of(p, s, yv.v[w], zv.v[w], rs, h, r, c + w);
+        const float mo = p.mimo_o != nullptr ? p.mimo_o[(h * s.R + r) * s.P + c + w] : 1.0f;
+        acc.v[w] = fmaf(mo * g.yn, g.zr * sigmoidf_(g.zr), acc.v[w]);
+      }
+    }
+    store_w<kW>(out + idx, acc);
+  });
+}
+
+// dL/dyn = dout mimo_o SiLU(zr) at (head h, rank r, channel c) from its dout.
+__device__ __forceinline__ float dyn_of(float dop, const Mamba3Ptrs& p, const Sizes& s, int64_t h, int64_t r,
+                                        int64_t c, const GateAt& g) {
+  const float mo = p.mimo_o != nullptr ? p.mimo_o[(h * s.R + r) * s.P + c] : 1.0f;
+  return dop * mo * g.zr * sigmoidf_(g.zr);
 }
 
 // With the output norm: mean_P(u ∘ n), u = dyn ∘ w, per (token, head, rank) into buf.gmean.
@@ -68,7 +123,7 @@ __global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Pt
     double m = 0.0;
     for (int64_t c = 0; c < s.P; ++c) {
       const GateAt g = gate_at(p, s, buf, z, e, r, c);
-      m += static_cast<double>(dyn_at(dout, p, s, e, r, c, g)) * p.norm[h * s.P + c] * g.n;
+      m += static_cast<double>(dyn_of(dout[e * s.P + c], p, s, h, r, c, g)) * p.norm[h * s.P + c] * g.n;
     }
     buf.gmean[idx] = static_cast<float>(m / static_cast<double>(s.P));
   }
@@ -76,32 +131,42 @@ __global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Pt
 
 // Reads dout, z, y (with the norm also rs, gmean) once for both outputs: dy [E R P] = dyn, or with the norm
 // dy = rs (u - n mean(u ∘ n)); dz [E P] = Σ_r dzr mimo_z; the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P]
-// (MIMO) and dnorm (c3) [E P] (with the norm).   (one thread per (token, head, p))
+// (MIMO) and dnorm (c3) [E P] (with the norm).   (kW channels per thread: each_group)
+template <int kW>
 __global__ void dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf,
                              float* dz) {
-  const int64_t n = s.E * s.P;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = idx % s.P, e = idx / s.P, h = e % s.H;
-    const float dop = dout[idx];
-    float dzh = 0.0f, dnorm = 0.0f;
+  each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
+    const Floats<kW> dov = load_w<kW>(dout + idx), zv = load_w<kW>(z + idx);
+    Floats<kW> dzh = {}, dnorm = {};
     for (int64_t r = 0; r < s.R; ++r) {
-      const int64_t hr = (h * s.R + r) * s.P + c, er = (e * s.R + r) * s.P + c, ern = e * s.R + r;
-      const GateAt g = gate_at(p, s, buf, z, e, r, c);
-      const float d = dyn_at(dout, p, s, e, r, c, g);
-      buf.dy[er] = p.norm == nullptr ? d : buf.rs[ern] * (d * p.norm[h * s.P + c] - g.n * buf.gmean[ern]);
-      const float sg = sigmoidf_(g.zr), silu = g.zr * sg;
-      const float dg = p.mimo_o != nullptr ? dop * p.mimo_o[hr] : dop;
-      const float dzr = dg * g.yn * sg * (1.0f + g.zr * (1.0f - sg));
-      dzh += p.mimo_z != nullptr ? dzr * p.mimo_z[hr] : dzr;
-      if (p.mimo_o != nullptr) {
-        buf.c1[er] = dop * g.yn * silu;
-        buf.c2[er] = dzr * z[idx];
+      const int64_t er = (e * s.R + r) * s.P + c, ern = e * s.R + r;
+      const Floats<kW> yv = load_w<kW>(buf.y + er);
+      const float rs = p.norm != nullptr ? buf.rs[ern] : 1.0f;
+      Floats<kW> dy, c1, c2;
+#pragma unroll
+      for (int w = 0; w < kW; ++w) {
+        const int64_t hr = (h * s.R + r) * s.P + c + w;
+        const float dop = dov.v[w];
+        const GateAt g = gate_of(p, s, yv.v[w], zv.v[w], rs, h, r, c + w);
+        const float d = dyn_of(dop, p, s, h, r, c + w, g);
+        dy.v[w] = p.norm == nullptr ? d : rs * (d * p.norm[h * s.P + c + w] - g.n * buf.gmean[ern]);
+        const float sg = sigmoidf_(g.zr), silu = g.zr * sg;
+        const float dg = p.mimo_o != nullptr ? dop * p.mimo_o[hr] : dop;
+        const float dzr = dg * g.yn * sg * (1.0f + g.zr * (1.0f - sg));
+        dzh.v[w] += p.mimo_z != nullptr ? dzr * p.mimo_z[hr] : dzr;
+        c1.v[w] = dop * g.yn * silu;
+        c2.v[w] = dzr * zv.v[w];
+        dnorm.v[w] = fmaf(dg * silu, g.n, dnorm.v[w]);
       }
-      dnorm = fmaf(dg * silu, g.n, dnorm);
+      store_w<kW>(buf.dy + er, dy);
+      if (p.mimo_o != nullptr) {
+        store_w<kW>(buf.c1 + er, c1);
+        store_w<kW>(buf.c2 + er, c2);
+      }
     }
-    dz[idx] = dzh;
-    if (p.norm != nullptr) buf.c3[idx] = dnorm;
-  }
+    store_w<kW>(dz + idx, dzh);
+    if (p.norm != nullptr) store_w<kW>(buf.c3 + idx, dnorm);
+  });
 }
 
 // MIMO: dx = Σ_r dv mimo_x and the per-row term of dmimo_x, dv x, into c1.   (one thread per (e, p); SISO's core
@@ -129,7 +194,8 @@ void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3O
     rs_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  out_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, out);
+  const auto kernel = gate_width(s, {z, buf.y, out}) == 4 ? out_kernel<4> : out_kernel<1>;
+  kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, out);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
@@ -143,7 +209,9 @@ void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Size
     dy_mean_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  dy_dz_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, dz);
+  const auto kernel =
+      gate_width(s, {dout, z, buf.y, buf.dy, dz, buf.c1, buf.c2, buf.c3}) == 4 ? dy_dz_kernel<4> : dy_dz_kernel<1>;
+  kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, dz);
   LLMT_CUDA_CHECK_LAUNCH();
   const int64_t RP = s.H * s.R * s.P;
   if (p.mimo_o != nullptr) {

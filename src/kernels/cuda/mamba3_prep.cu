@@ -1,9 +1,13 @@
 // Mamba-3 per-token scalars and vectors on the GPU (layers-ssm-attn.md §4.3.1, backward §4.5 steps 3–6;
 // semantics: src/kernels/cpu/mamba3_prep.h). Elementwise kernels over (token, head) pairs, except the phase
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
-// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), and SISO's rotation
-// and BCNorm backward, one pass per (row, group, channel pair) over the group's heads (rot_bcnorm_bwd_kernel). Δ, θ,
-// φ and every per-row sum in double; q, k stored in fp32.
+// (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), SISO's rotation and
+// BCNorm backward with the bias gradients' row-range sums, one pass over dk, dq per (row range, group, channel pairs)
+// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (stage_cols). Δ, θ,
+// φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
+// only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit: rotate_pair).
+#include <type_traits>
+
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
@@ -169,36 +173,92 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps).
-// (one thread per (row, which, r G + g))
-__global__ void bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  const int64_t RG = s.R * s.G, n = s.rows * 2 * RG;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
-    const float* x = bc + (row * 2 + which) * RG * s.N + rg * s.N;
+// The per-row sums of a block over kThreads rows whose elements are contiguous in memory (row r at row(r)): the
+// block stages columns c0 .. c0 + m - 1 (m <= kCols) of its n rows into tile[r][c - c0], each row read by
+// consecutive threads (coalesced), so that thread r then walks its row in order from shared memory (the rows'
+// sums keep their order). Call between barriers: the tile is read before and after.
+template <int kCols, typename Row>
+__device__ __forceinline__ void stage_cols(float (*tile)[kCols + 1], Row row, int n, int m) {
+  for (int j = threadIdx.x; j < n * kCols; j += kThreads) {
+    const int r = j / kCols, c = j % kCols;
+    if (c < m) tile[r][c] = row(r)[c];
+  }
+}
+
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kThreads
+// consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous in bc):
+// Σ x^2 through shared memory (stage_cols), then n written coalesced (x read again).
+__global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
+  constexpr int kCols = 32;
+  __shared__ float xs[kThreads][kCols + 1];
+  __shared__ double rs[kThreads];
+  __shared__ float* outs[kThreads];  // n̂'s row of each vector
+  const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+  for (int64_t v0 = blockIdx.x * int64_t{kThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kThreads) {
+    const int n = static_cast<int>(std::min<int64_t>(kThreads, nv - v0));
+    const float* src = bc + v0 * s.N;
     double ss = 0.0;
-    for (int64_t j = 0; j < s.N; ++j) ss += static_cast<double>(x[j]) * x[j];
-    const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
-    float* out = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
-    for (int64_t j = 0; j < s.N; ++j) out[j] = static_cast<float>(x[j] * r);
-    (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
+    for (int c0 = 0; c0 < N; c0 += kCols) {
+      const int m = std::min(kCols, N - c0);
+      __syncthreads();  // the tile's (and rs's) previous readers are done
+      stage_cols<kCols>(xs, [&](int r) { return src + r * s.N + c0; }, n, m);
+      __syncthreads();
+      if (x < n)
+        for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[x][c]) * xs[x][c];
+    }
+    if (x < n) {
+      const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
+      const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
+      rs[x] = r;
+      outs[x] = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
+      (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
+    }
+    __syncthreads();
+    for (int j = x; j < n * N; j += kThreads) {  // (vector j / N, element j % N): consecutive threads, one vector
+      const int r = j / N;
+      outs[r][j - r * N] = static_cast<float>(src[j] * rs[r]);
+    }
   }
 }
 
 // qk_kernel: threads per block, rotation pairs per thread and row, and the rows per block (as many as fit
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
 constexpr int kQkThreads = 256, kQkPairs = 2, kQkSmemFloats = 8192, kQkMaxRows = 32;
+constexpr int kQkAhead = 8;  // rows whose φ a qk_kernel thread loads at once
 
 // Rows per qk_kernel block for R G N channels of n̂_B and of n̂_C per row.
 int64_t qk_rows(int64_t RGN) { return std::clamp<int64_t>(kQkSmemFloats / (2 * RGN), 1, kQkMaxRows); }
+
+// The biased channel of k (or q) before the rotation: n̂ ∘ w + bias.
+__device__ __forceinline__ float biased(float n, float w, float bias) { return fmaf(n, w, bias); }
+
+// (r0, r1) = Rot(φ) (u0, u1) (cs = cos φ, sn = sin φ) with its roundings pinned: r0 = fma(u0, cs, -(u1 sn)),
+// r1 = fma(u0, sn, u1 cs), the contraction nvcc chose for the plain products, so that the rotation backward
+// (rot_bcnorm_bwd_kernel, rot_bwd_kernel) recomputes qk_kernel's fp32 k and q bit for bit.
+__device__ __forceinline__ void rotate_pair(float u0, float u1, float cs, float sn, float& r0, float& r1) {
+  r0 = __fmaf_rn(u0, cs, -__fmul_rn(u1, sn));
+  r1 = __fmaf_rn(u0, sn, __fmul_rn(u1, cs));
+}
+
+// One channel, or an adjacent pair (8- or 4-byte aligned), of k or q in its storage type (fp32, or bf16 rounded
+// once).
+__device__ __forceinline__ void put_qk(float* d, float x) { *d = x; }
+__device__ __forceinline__ void put_qk(__nv_bfloat16* d, float x) { *d = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void put_qk2(float* d, float x, float y) { *reinterpret_cast<float2*>(d) = make_float2(x, y); }
+__device__ __forceinline__ void put_qk2(__nv_bfloat16* d, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y);
+}
 
 // k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C. Grid (row blocks of `rows` rows, column blocks of
 // kQkThreads kQkPairs pairs); a thread owns kQkPairs channel pairs (h, r, u) of every row of its block: channels
 // (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the second channel absent for u = (N - 1) / 2,
 // N odd), rotated by φ[h, u] when u < S. Its weights and biases are loaded once; the block's rows of n̂_B, n̂_C
 // are staged in shared memory (rows R G N floats each), φ is read and its sincos taken once per rotated pair,
-// and k, q are written once (SISO with even N: as float2).
-__global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows) {
+// and k, q are written once into kout, qout (T: float, or bf16 with bf16 products; SISO with even N: as pairs).
+template <typename T>
+__global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows, T* kout,
+                                                        T* qout) {
   extern __shared__ float smem[];
   const int N = static_cast<int>(s.N), R = static_cast<int>(s.R), H = static_cast<int>(s.H);
   const int S = static_cast<int>(s.S), RGN = static_cast<int>(s.R * s.G * s.N), half = N / 2, U = (N + 1) / 2;
@@ -238,41 +298,49 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   }
   __syncthreads();
   const bool pair2 = R == 1 && N % 2 == 0;  // (c0, c1) adjacent and 8-byte aligned in k, q
-  const int64_t HRN = s.H * s.R * s.N;
-  for (int rr = 0; rr < nrows; ++rr) {
-    const int64_t row = row0 + rr;
-    float* krow = buf.k + row * HRN;
-    float* qrow = buf.q + row * HRN;
-    const float* phrow = buf.phi + row * s.H * s.S;
+  const int64_t HRN = s.H * s.R * s.N, HS = s.H * s.S;
+  for (int r0 = 0; r0 < nrows; r0 += kQkAhead) {
+    float ph[kQkAhead][kQkPairs];  // φ of the next kQkAhead rows' rotated pairs, loaded together
 #pragma unroll
-    for (int k = 0; k < kQkPairs; ++k) {
-      if (c0[k] < 0) continue;
-      float sn = 0.0f, cs = 1.0f;
-      if (f[k] >= 0) sincosf(phrow[f[k]], &sn, &cs);
-      const float* nb = sb + rr * RGN + src[k];
-      const float* nc = sc + rr * RGN + src[k];
-      const float ub = fmaf(nb[c0[k]], wb0[k], bb0[k]), uc = fmaf(nc[c0[k]], wc0[k], bc0[k]);
-      if (c1[k] < 0) {  // a lone unrotated channel
-        krow[o[k] + c0[k]] = ub;
-        qrow[o[k] + c0[k]] = uc;
-        continue;
-      }
-      const float ubm = fmaf(nb[c1[k]], wb1[k], bb1[k]), ucm = fmaf(nc[c1[k]], wc1[k], bc1[k]);
-      float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
-      if (f[k] >= 0) {
-        k0 = ub * cs - ubm * sn;
-        k1 = ub * sn + ubm * cs;
-        q0 = uc * cs - ucm * sn;
-        q1 = uc * sn + ucm * cs;
-      }
-      if (pair2) {
-        *reinterpret_cast<float2*>(krow + o[k] + c0[k]) = make_float2(k0, k1);
-        *reinterpret_cast<float2*>(qrow + o[k] + c0[k]) = make_float2(q0, q1);
-      } else {
-        krow[o[k] + c0[k]] = k0;
-        krow[o[k] + c1[k]] = k1;
-        qrow[o[k] + c0[k]] = q0;
-        qrow[o[k] + c1[k]] = q1;
+    for (int u = 0; u < kQkAhead; ++u)
+#pragma unroll
+      for (int k = 0; k < kQkPairs; ++k)
+        ph[u][k] = r0 + u < nrows && c0[k] >= 0 && f[k] >= 0 ? buf.phi[(row0 + r0 + u) * HS + f[k]] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kQkAhead; ++u) {
+      const int rr = r0 + u;
+      if (rr >= nrows) break;
+      const int64_t row = row0 + rr;
+      T* krow = kout + row * HRN;
+      T* qrow = qout + row * HRN;
+#pragma unroll
+      for (int k = 0; k < kQkPairs; ++k) {
+        if (c0[k] < 0) continue;
+        float sn = 0.0f, cs = 1.0f;
+        if (f[k] >= 0) sincosf(ph[u][k], &sn, &cs);
+        const float* nb = sb + rr * RGN + src[k];
+        const float* nc = sc + rr * RGN + src[k];
+        const float ub = biased(nb[c0[k]], wb0[k], bb0[k]), uc = biased(nc[c0[k]], wc0[k], bc0[k]);
+        if (c1[k] < 0) {  // a lone unrotated channel
+          put_qk(krow + o[k] + c0[k], ub);
+          put_qk(qrow + o[k] + c0[k], uc);
+          continue;
+        }
+        const float ubm = biased(nb[c1[k]], wb1[k], bb1[k]), ucm = biased(nc[c1[k]], wc1[k], bc1[k]);
+        float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
+        if (f[k] >= 0) {
+          rotate_pair(ub, ubm, cs, sn, k0, k1);
+          rotate_pair(uc, ucm, cs, sn, q0, q1);
+        }
+        if (pair2) {
+          put_qk2(krow + o[k] + c0[k], k0, k1);
+          put_qk2(qrow + o[k] + c0[k], q0, q1);
+        } else {
+          put_qk(krow + o[k] + c0[k], k0);
+          put_qk(krow + o[k] + c1[k], k1);
+          put_qk(qrow + o[k] + c0[k], q0);
+          put_qk(qrow + o[k] + c1[k], q1);
+        }
       }
     }
   }
@@ -287,15 +355,16 @@ __global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v
   }
 }
 
-// The rotation backward of one channel pair (i0, i1) of a row of rotated u (k or q) and of its gradient du (dk or
-// dq): returns the pair's term of dφ, du_i0 (-u_i1) + du_i1 u_i0 (double), and un-rotates du's pair in place
-// (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ).
-__device__ __forceinline__ double unrotate_pair(const float* u, float* du, int64_t i0, int64_t i1, float cs,
-                                                float sn) {
-  const float g0 = du[i0], g1 = du[i1];
-  const double term = static_cast<double>(g0) * -u[i1] + static_cast<double>(g1) * u[i0];
-  du[i0] = g0 * cs + g1 * sn;
-  du[i1] = g1 * cs - g0 * sn;
+// The rotation backward of one channel pair of rotated u (k or q; the pair's values u0, u1) and of its gradient
+// (g0, g1) (dk or dq): returns the pair's term of dφ, g0 (-u1) + g1 u0 (double), and un-rotates (g0, g1) in place
+// (dū = Rot(φ)^T du; cs, sn: cos φ, sin φ). The roundings pinned: term = fma(g1, u0, -(g0 u1)), dū_0 = fma(g1, sn,
+// g0 cs), dū_1 = fma(g1, cs, -(g0 sn)) (the contraction nvcc chose for the plain expressions).
+__device__ __forceinline__ double unrotate_pair(float u0, float u1, float& g0, float& g1, float cs, float sn) {
+  const double term = __fma_rn(static_cast<double>(g1), static_cast<double>(u0),
+                               -__dmul_rn(static_cast<double>(g0), static_cast<double>(u1)));
+  const float d0 = __fmaf_rn(g1, sn, __fmul_rn(g0, cs)), d1 = __fmaf_rn(g1, cs, -__fmul_rn(g0, sn));
+  g0 = d0;
+  g1 = d1;
   return term;
 }
 
@@ -307,58 +376,125 @@ __device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o,
 }
 
 // MIMO rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{k,q} Σ_r (du_i0 (-u_i1) + du_i1 u_i0)
-// on the rotated u; then the pair (i0, i1) = (i, i + N/2) of dk, dq un-rotated in place. Reads φ, the rotated
-// pairs of k, q, dk, dq; writes those of dk, dq and dφ.   (one thread per (token, head, angle))
-__global__ void rot_bwd_kernel(Sizes s, Buffers buf) {
+// on the rotated u (recomputed as qk_kernel: from n̂, the weights, the biases and φ); then the pair (i0, i1) =
+// (i, i + N/2) of dk, dq un-rotated in place. Reads φ, the pairs of n̂_B, n̂_C, dk, dq; writes those of dk, dq and
+// dφ.   (one thread per (token, head, angle))
+__global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
   const int64_t n = s.E * s.S;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = idx % s.S, e = idx / s.S;
+    const int64_t i = idx % s.S, e = idx / s.S, i1 = i + s.N / 2, row = e / s.H, h = e % s.H, g = h / (s.H / s.G);
     float sn, cs;
     sincosf(buf.phi[idx], &sn, &cs);
     double acc = 0.0;
     for (int which = 0; which < 2; ++which)
       for (int64_t r = 0; r < s.R; ++r) {
-        const int64_t o = (e * s.R + r) * s.N;
-        acc += unrotate_pair((which == 0 ? buf.k : buf.q) + o, (which == 0 ? buf.dk : buf.dq) + o, i, i + s.N / 2,
-                             cs, sn);
+        const float* nrm = (which == 0 ? buf.nb : buf.ncn) + ((row * s.R + r) * s.G + g) * s.N;
+        const float* w = which == 0 ? p.B_norm : p.C_norm;
+        const float* bias = (which == 0 ? p.B_bias : p.C_bias) + (h * s.R + r) * s.N;
+        float u0, u1;
+        rotate_pair(biased(nrm[i], w[i], bias[i]), biased(nrm[i1], w[i1], bias[i1]), cs, sn, u0, u1);
+        float* du = (which == 0 ? buf.dk : buf.dq) + (e * s.R + r) * s.N;
+        acc += unrotate_pair(u0, u1, du[i], du[i1], cs, sn);
       }
     buf.dphi[idx] = static_cast<float>(acc);
   }
 }
 
-// SISO rotation backward and BCNorm backward step 1 in one pass (rot_bwd_kernel's and bcnorm_dn_kernel's
-// arithmetic for R = 1) per (row, group g, channel pair u = (2u, 2u + 1); the last channel alone when N is odd): for
-// each head h of the group in order, where u < S dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1 u_0) and the pair of
-// dk, dq un-rotated in place, then the pair's dū added into dn̂ (double); dnb, dnc, cbn, ccn of the pair (put_dn).
-// Reads φ, the rotated pairs of k, q, all of dk, dq, and n̂_B, n̂_C; writes the rotated pairs of dk, dq, dφ, dnb,
-// dnc, cbn, ccn.   (one thread per (row, g, u))
-__global__ void rot_bcnorm_bwd_kernel(Sizes s, Buffers buf) {
-  const int64_t U = (s.N + 1) / 2, hpg = s.H / s.G, n = s.rows * s.G * U;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t u = idx % U, g = (idx / U) % s.G, row = idx / (U * s.G), i0 = 2 * u, i1 = 2 * u + 1;
-    const bool pair = i1 < s.N;  // (2 S <= N: a lone channel is never rotated)
-    double dn[2][2] = {};        // [which][channel]
-    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-      const int64_t e = row * s.H + h;
-      if (u < s.S) {
-        float sn, cs;
-        sincosf(buf.phi[e * s.S + u], &sn, &cs);
-        double acc = 0.0;
-        for (int which = 0; which < 2; ++which)
-          acc += unrotate_pair((which == 0 ? buf.k : buf.q) + e * s.N, (which == 0 ? buf.dk : buf.dq) + e * s.N, i0,
-                               i1, cs, sn);
-        buf.dphi[e * s.S + u] = static_cast<float>(acc);
-      }
-      for (int which = 0; which < 2; ++which) {
-        const float* du = (which == 0 ? buf.dk : buf.dq) + e * s.N;
-        dn[which][0] += du[i0];
-        if (pair) dn[which][1] += du[i1];
+// SISO's rotation backward, BCNorm backward step 1 and the row-range sums of the B, C bias gradients in one pass
+// over dk, dq (rot_bwd_kernel's, bcnorm_dn_kernel's and colsums' arithmetic for R = 1). Channel pair u = (2u,
+// 2u + 1) (the last channel alone when N is odd). Per (row, head h, u): where u < S, dφ[row, h, u] = Σ_{k,q} (du_0
+// (-u_1) + du_1 u_0) with the rotated pair u of k, q recomputed as qk_kernel (from n̂, the weights, the head's
+// biases and φ) and the pair of dk, dq un-rotated (dū; not stored). Per (row, g, u): dn̂ = Σ_{h of group g} dū in
+// head order; dnb, dnc, cbn, ccn of the pair (put_dn). Per (h, channel): the sum of dū over the rows of this
+// block's row range in row order into pk (k) and pq (q) [ranges, H N] (colsums' partials of dB_bias, dC_bias).
+// Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
+// [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
+// j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
+// order, the dū into shared memory [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel)
+// adds its dn̂ over the heads there.
+constexpr int kRotRows = 8, kRotItems = 4;
+
+// Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and its dynamic
+// shared memory.
+int64_t rot_pairs(const Sizes& s) {
+  return std::clamp<int64_t>(kThreads / (s.H / s.G), 1, (s.N + 1) / 2);
+}
+size_t rot_smem(const Sizes& s) { return sizeof(float) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
+
+template <int kItems>
+__global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul,
+                                                                  int64_t ranges, double* pk, double* pq) {
+  extern __shared__ float smem[];  // dū [kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
+  const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
+  const int g = static_cast<int>(blockIdx.y), u0 = static_cast<int>(blockIdx.x) * ul;
+  const int nu = std::min(ul, (N + 1) / 2 - u0), items = hpg * nu, x = static_cast<int>(threadIdx.x);
+  const int64_t sp = blockIdx.z, r_begin = s.rows * sp / ranges, r_end = s.rows * (sp + 1) / ranges;
+  // The thread's items: head h, pair u (channels i0, i1; i1 = -1 when alone), whether rotated, biases.
+  int hh[kItems], uu[kItems];
+  float bk[kItems][2], bq[kItems][2];
+  double sum[kItems][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1)
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int it = x + j * kThreads;
+    hh[j] = g * hpg + (it < items ? it / nu : 0);
+    uu[j] = u0 + (it < items ? it % nu : 0);
+    const int i0 = 2 * uu[j], i1 = i0 + 1 < N ? i0 + 1 : i0;
+    bk[j][0] = p.B_bias[hh[j] * N + i0];
+    bk[j][1] = p.B_bias[hh[j] * N + i1];
+    bq[j][0] = p.C_bias[hh[j] * N + i0];
+    bq[j][1] = p.C_bias[hh[j] * N + i1];
+  }
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += kRotRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
+    __syncthreads();  // the previous rows' dn̂ readers are done
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int it = x + j * kThreads;
+      if (it >= items) break;
+      const int u = uu[j], i0 = 2 * u;
+      const bool pair = i0 + 1 < N;  // (2 S <= N: a lone channel is never rotated)
+      for (int rr = 0; rr < nr; ++rr) {
+        const int64_t row = r0 + rr, e = row * s.H + hh[j];
+        const float* dk = buf.dk + e * N;
+        const float* dq = buf.dq + e * N;
+        float d[4] = {dk[i0], pair ? dk[i0 + 1] : 0.0f, dq[i0], pair ? dq[i0 + 1] : 0.0f};
+        if (u < S) {
+          const int64_t o = (row * s.G + g) * N + i0;
+          float sn, cs, k0, k1, q0, q1;
+          sincosf(buf.phi[e * S + u], &sn, &cs);
+          rotate_pair(biased(buf.nb[o], p.B_norm[i0], bk[j][0]), biased(buf.nb[o + 1], p.B_norm[i0 + 1], bk[j][1]),
+                      cs, sn, k0, k1);
+          rotate_pair(biased(buf.ncn[o], p.C_norm[i0], bq[j][0]), biased(buf.ncn[o + 1], p.C_norm[i0 + 1], bq[j][1]),
+                      cs, sn, q0, q1);
+          double acc = 0.0;
+          acc += unrotate_pair(k0, k1, d[0], d[1], cs, sn);
+          acc += unrotate_pair(q0, q1, d[2], d[3], cs, sn);
+          buf.dphi[e * S + u] = static_cast<float>(acc);
+        }
+#pragma unroll
+        for (int v = 0; v < 4; ++v) sum[j][v] += d[v];
+        *reinterpret_cast<float4*>(smem + (rr * items + it) * 4) = make_float4(d[0], d[1], d[2], d[3]);
       }
     }
-    const int64_t o = (row * s.G + g) * s.N;
-    for (int which = 0; which < 2; ++which) {
-      put_dn(buf, which, o + i0, dn[which][0]);
-      if (pair) put_dn(buf, which, o + i1, dn[which][1]);
+    __syncthreads();
+    for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
+      const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
+      if (i >= N) continue;
+      double acc = 0.0;
+      for (int h = 0; h < hpg; ++h) acc += smem[(rr * items + h * nu + pl) * 4 + v];
+      put_dn(buf, v / 2, ((r0 + rr) * s.G + g) * N + i, acc);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int it = x + j * kThreads;
+    if (it >= items) break;
+    const int64_t c = static_cast<int64_t>(hh[j]) * N + 2 * uu[j], o = sp * s.H * N + c;
+    pk[o] = sum[j][0];
+    pq[o] = sum[j][2];
+    if (2 * uu[j] + 1 < N) {
+      pk[o + 1] = sum[j][1];
+      pq[o + 1] = sum[j][3];
     }
   }
 }
@@ -409,22 +545,37 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 }
 
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
-// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns.
-__global__ void scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s, Mamba3Options opt, Buffers buf,
-                                  float* draw) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < s.E; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = e / s.H, h = e % s.H, t = row % s.T;
-    const float* rw = raw + row * s.W;
+// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kThreads consecutive pairs at a time
+// (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (stage_cols), so that each
+// thread's Σ_i θ_i dψ_i still runs in angle order.
+__global__ void __launch_bounds__(kThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
+                                                              Mamba3Options opt, Buffers buf, float* draw) {
+  constexpr int kCols = 32;
+  __shared__ float dpsi[kThreads][kCols + 1];  // [pair - e0][angle - i0] (padded: the row reads conflict-free)
+  const int x = static_cast<int>(threadIdx.x);
+  for (int64_t e0 = blockIdx.x * int64_t{kThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kThreads) {
+    const int64_t e = e0 + x, row = e / s.H, h = e % s.H, t = row % s.T;
+    const int n = static_cast<int>(std::min<int64_t>(kThreads, s.E - e0));
     double ddt = 0.0;
-    for (int64_t i = 0; i < s.S; ++i) ddt += buf.theta[row * s.S + i] * buf.dphi[e * s.S + i];
+    for (int64_t i0 = 0; i0 < s.S; i0 += kCols) {
+      const int m = static_cast<int>(std::min<int64_t>(kCols, s.S - i0));
+      const float* src = buf.dphi + e0 * s.S + i0;
+      __syncthreads();  // the previous columns' reads are done
+      stage_cols<kCols>(dpsi, [&](int r) { return src + r * s.S; }, n, m);
+      __syncthreads();
+      if (x < n)
+        for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[x][c];
+    }
+    if (x >= n) continue;
+    const float* rw = raw + row * s.W;
     const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
     const double dgam = buf.dgam[e], deps = t > 0 ? static_cast<double>(buf.dsig[e - s.H]) : 0.0;
     const double da = buf.da[e];
     ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(buf.A[e]) * da;
     float* drw = draw + row * s.W;
     drw[2 * s.H + h] = static_cast<float>(dt * (dgam - deps) * lam * (1.0 - lam));
-    const double x = rw[s.H + h];
-    const double fgrad = opt.heavy_tail ? (x >= 0 ? 1.0 : 1.0 / ((1.0 - x) * (1.0 - x))) : softplus_grad_d(x);
+    const double xa = rw[s.H + h];
+    const double fgrad = opt.heavy_tail ? (xa >= 0 ? 1.0 : 1.0 / ((1.0 - xa) * (1.0 - xa))) : softplus_grad_d(xa);
     drw[s.H + h] = static_cast<float>(buf.clamped[e] != 0.0f ? 0.0 : -dt * da * fgrad);
     drw[h] = static_cast<float>(ddt * softplus_grad_d(static_cast<double>(rw[h]) + dt_bias[h]));
   }
@@ -457,18 +608,32 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb.
-__global__ void bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kThreads consecutive
+// vectors at a time (thread x: vector idx0 + x), their dn̂ and n̂ through shared memory (stage_cols).
+__global__ void __launch_bounds__(kThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+  constexpr int kCols = 16;
+  __shared__ float dns[kThreads][kCols + 1], ns[kThreads][kCols + 1];
+  __shared__ const float *dnv[kThreads], *nv[kThreads];  // each vector's dn̂ and n̂
   const int64_t RG = s.R * s.G, n_all = s.rows * 2 * RG;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG), o = (row * RG + rg) * s.N;
-    const float* dn = (which == 0 ? buf.dnb : buf.dnc) + o;
-    const float* nrm = (which == 0 ? buf.nb : buf.ncn) + o;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+  for (int64_t idx0 = blockIdx.x * int64_t{kThreads}; idx0 < n_all; idx0 += int64_t{gridDim.x} * kThreads) {
+    const int n = static_cast<int>(std::min<int64_t>(kThreads, n_all - idx0));
+    const int64_t idx = idx0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
     const float* w = which == 0 ? p.B_norm : p.C_norm;
+    __syncthreads();  // the previous vectors' readers are done
+    dnv[x] = (which == 0 ? buf.dnb : buf.dnc) + (row * RG + rg) * s.N;
+    nv[x] = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
     double m = 0.0;
-    for (int64_t j = 0; j < s.N; ++j) m += static_cast<double>(dn[j]) * w[j] * nrm[j];
-    buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
+    for (int c0 = 0; c0 < N; c0 += kCols) {
+      const int mc = std::min(kCols, N - c0);
+      __syncthreads();  // the vectors' rows set; the tiles' previous readers are done
+      stage_cols<kCols>(dns, [&](int r) { return dnv[r] + c0; }, n, mc);
+      stage_cols<kCols>(ns, [&](int r) { return nv[r] + c0; }, n, mc);
+      __syncthreads();
+      if (x < n)
+        for (int c = 0; c < mc; ++c) m += static_cast<double>(dns[x][c]) * w[c0 + c] * ns[x][c];
+    }
+    if (x < n) buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
   }
 }
 
@@ -483,16 +648,6 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
     const float rs = (which == 0 ? buf.rb : buf.rc)[orow], w = (which == 0 ? p.B_norm : p.C_norm)[n];
     dbc[idx] = rs * (dn * w - nrm * buf.mb[(row * 2 + which) * s.R * s.G + rg]);
   }
-}
-
-// dD[h] += Σ_{b, chunk} dDp in order.   (one thread per head)
-__global__ void dD_kernel(const double* dDp, Sizes s, float* dD) {
-  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (h >= s.H) return;
-  double acc = 0.0;
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t c = 0; c < s.nc; ++c) acc += dDp[(b * s.H + h) * s.nc + c];
-  dD[h] = static_cast<float>(dD[h] + acc);
 }
 
 }  // namespace
@@ -515,13 +670,20 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
   }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
   const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
-  if (qk_smem > 48 * 1024)
-    LLMT_CUDA_CHECK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(qk_smem)));
   const dim3 qk_grid(static_cast<unsigned>(ceil_div(s.rows, qk_r)),
                      static_cast<unsigned>(ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs)));
-  qk_kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r));
-  LLMT_CUDA_CHECK_LAUNCH();
+  const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
+    const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
+    if (qk_smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qk_smem)));
+    kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r), kout, qout);
+    LLMT_CUDA_CHECK_LAUNCH();
+  };
+  if (buf.kh != nullptr)
+    qk(buf.kh, buf.qh);
+  else
+    qk(buf.k, buf.q);
   if (p.mimo_x != nullptr) {
     up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
     LLMT_CUDA_CHECK_LAUNCH();
@@ -531,12 +693,24 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
   const int64_t bc_all = s.rows * 2 * s.R * s.G;
-  if (s.R == 1) {
-    rot_bcnorm_bwd_kernel<<<grid_for(s.rows * s.G * ((s.N + 1) / 2)), kThreads, 0, stream>>>(s, buf);
+  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G, ranges = colsum_ranges(s.rows);
+  if (s.R == 1) {  // (dB_bias's and dC_bias's range sums from here: the first two of the colsums below)
+    check(s.H / s.G <= kRotItems * kThreads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G,
+          kRotItems * kThreads);
+    const int64_t ul = rot_pairs(s);
+    const size_t smem = rot_smem(s);
+    const auto kernel = s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1> : rot_bcnorm_bwd_kernel<kRotItems>;
+    if (smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const dim3 grid(static_cast<unsigned>(ceil_div((s.N + 1) / 2, ul)), static_cast<unsigned>(s.G),
+                    static_cast<unsigned>(ranges));
+    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), ranges, buf.partial,
+                                             buf.partial + ranges * RN);
     LLMT_CUDA_CHECK_LAUNCH();
   } else {
     if (s.S > 0) {
-      rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(s, buf);
+      rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(p, s, buf);
       LLMT_CUDA_CHECK_LAUNCH();
     }
     bcnorm_dn_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(s, buf);
@@ -555,14 +729,13 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
-  const int64_t RN = s.H * s.R * s.N;
-  colsum(buf.dk, s.rows, RN, RN, buf, g.B_bias, stream);
-  colsum(buf.dq, s.rows, RN, RN, buf, g.C_bias, stream);
-  colsum(buf.cbn, s.rows * s.R * s.G, s.N, s.N, buf, g.B_norm, stream);
-  colsum(buf.ccn, s.rows * s.R * s.G, s.N, s.N, buf, g.C_norm, stream);
-  colsum(draw, s.rows, s.H, s.W, buf, g.dt_bias, stream);
-  dD_kernel<<<static_cast<unsigned>(ceil_div(s.H, kThreads)), kThreads, 0, stream>>>(buf.dDp, s, g.D);
-  LLMT_CUDA_CHECK_LAUNCH();
+  const bool siso = s.R == 1;
+  const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias},
+                         {siso ? nullptr : buf.dq, s.rows, RN, RN, g.C_bias},
+                         {buf.cbn, RG, s.N, s.N, g.B_norm},
+                         {buf.ccn, RG, s.N, s.N, g.C_norm},
+                         {draw, s.rows, s.H, s.W, g.dt_bias}};
+  colsums(sums, 5, buf, stream, &s, buf.dDp, g.D);
 }
 
 }  // namespace llmt::cuda::m3
