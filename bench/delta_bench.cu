@@ -1,8 +1,10 @@
 // GPU time of the chunked delta-rule cores (src/kernels/cuda/ops.cuh: gdn_chunk_*, comba_chunk_*, kda_chunk_*,
 // mdn_chunk_*) at the shapes of ../shared/perf-anchors.md: (a) B=4, T=4096, H=16, K=V=128 and (c) the ~1.3B heads,
-// B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs. GDN and Comba
-// twice: fp32 products (the fp32 models' core) and bf16 operands on the tensor cores (the bf16 models'), their
-// forward keeping 𝒯 for the backward as the layers do (tinv, gdn_tinv_floats; column "saved"); KDA
+// B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs but for the bf16
+// GDN and Comba rows' q, k, v, p (bf16, as FLA's kernels take them). GDN and Comba twice: fp32 products (the fp32
+// models' core) and bf16 operands on the tensor cores (the bf16 models'), GDN a third time with bf16 products on fp32
+// q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯 for the backward as the layers
+// do (tinv, gdn_tinv_floats; column "saved"); KDA
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved") and recomputing Ṽ in
@@ -11,8 +13,8 @@
 // repeated launches (mean after 3 warm-ups), and forward + backward as the anchors were timed (median of 30 runs,
 // the L2 flushed before each: bench::median_ms_flushed). The anchor rows to compare with are FLA's "GPU ms".
 // With --phases instead: a bf16 core's forward and backward at shapes (a) and (c) kernel by kernel (print_phases):
-// `--phases` or `--phases gdn` the GDN core with its saved 𝒯 (gdn_phases), `--phases mdn` the MDN core with
-// save_residuals (mdn_phases), `--phases all` both.
+// `--phases` or `--phases gdn` the GDN core on bf16 q, k, v with its saved 𝒯 (gdn_phases), `--phases mdn` the MDN
+// core with save_residuals (mdn_phases), `--phases all` both.
 // Usage: delta_bench [iterations] [--phases [gdn|mdn|all] [--shape a|c]]   (default 10 iterations)
 #include <cuda_runtime.h>
 
@@ -35,9 +37,11 @@ namespace {
 
 
 
-float* random_buffer(int64_t n, uint32_t seed, float lo, float hi) {
-  float* p = nullptr;
-  BENCH_CHECK(cudaMalloc(&p, sizeof(float) * n));
+/// n elements (float or bf16: the same draws, rounded) uniform in [lo, hi).
+template <typename T = float>
+T* random_buffer(int64_t n, uint32_t seed, float lo, float hi) {
+  T* p = nullptr;
+  BENCH_CHECK(cudaMalloc(&p, sizeof(T) * n));
   bench::fill_uniform(p, n, seed, lo, hi);
   return p;
 }
@@ -54,19 +58,24 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
 // into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). GDN and Comba: the
 // forward writes 𝒯 into a buffer of its own (tinv) that the backward reads. P: the products' operand type (float:
-// exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core.
-template <typename P>
+// exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core. E: the element type of q, k, v, p
+// (__nv_bfloat16: GDN and Comba with P = __nv_bfloat16 only).
+template <typename P, typename E = float>
 void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
+  constexpr bool kF32In = std::is_same_v<E, float>;
   const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
+  if (!kF32In && (kda || mdn)) std::abort();  // (bf16 inputs: GDN and Comba only)
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   const int64_t ng = kda ? nk : nb;
   const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));  // rows of norm about 1
-  float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
-  float *v = random_buffer(nv, 3, -1.f, 1.f), *g = random_buffer(ng, 4, -0.1f, -0.001f);
+  E *q = random_buffer<E>(nk, 1, -amp, amp), *k = random_buffer<E>(nk, 2, -amp, amp);
+  E* v = random_buffer<E>(nv, 3, -1.f, 1.f);
+  float* g = random_buffer(ng, 4, -0.1f, -0.001f);
   float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(ng, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
-  float *p = random_buffer(nk, 2, -0.9f * amp, 0.9f * amp), *dp = random_buffer(nk, 13, 0.f, 0.f);
+  E* p = random_buffer<E>(nk, 2, -0.9f * amp, 0.9f * amp);
+  float* dp = random_buffer(nk, 13, 0.f, 0.f);
   float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
@@ -85,25 +94,31 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   const auto fwd = [&] {
     if (comba)
       llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
-    else if (kda)
-      llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
-    else if (mdn)
-      llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
-                                   nullptr);
-    else
+    else if (kda || mdn) {
+      if constexpr (kF32In) {
+        if (kda)
+          llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+        else
+          llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
+                                       nullptr);
+      }
+    } else
       llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
   };
   const auto bwd = [&] {
     if (comba)
       llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg,
                                      db, scratch, nullptr);
-    else if (kda)
-      llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
-                                   nullptr);
-    else if (mdn)
-      llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
-                                   dv, dg, db, dlm, deta, scratch, nullptr);
-    else
+    else if (kda || mdn) {
+      if constexpr (kF32In) {
+        if (kda)
+          llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
+                                       nullptr);
+        else
+          llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
+                                       dv, dg, db, dlm, deta, scratch, nullptr);
+      }
+    } else
       llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db,
                                    scratch, nullptr);
   };
@@ -112,13 +127,16 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   const float fb_cold = bench::median_ms_flushed(30, [&] { fwd(); bwd(); });
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
   const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
-  const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel" : "bf16 tensor cores";
+  const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel"
+                         : kF32In                  ? "bf16 tensor cores, fp32 q, k, v"
+                                                   : "bf16 tensor cores";
   const double mib = 1 << 20, saved_bytes = sizeof(float) * static_cast<double>(save_residuals ? nv : ntinv);
   std::printf("| %s (ours, %s) | %s B=%ld T=%ld H=%ld K=%ld V=%ld | %.3f | %.3f | %.3f | %.0f MiB | %.0f MiB |\n",
               name, products, s.name, static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.H),
               static_cast<long>(s.K), static_cast<long>(s.V), f, fb, fb_cold, static_cast<double>(bytes) / mib,
               saved_bytes / mib);
-  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, p, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
+  for (E* x : {q, k, v, p}) BENCH_CHECK(cudaFree(x));
+  for (float* x : {g, beta, d_o, o, dq, dk, dv, dg, db, dp, lm, eta, dlm, deta}) BENCH_CHECK(cudaFree(x));
   for (float* x : {residuals, tinv})
     if (x != nullptr) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
@@ -127,7 +145,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
 // ---- --phases: a bf16 core kernel by kernel ----
 
 // The floors' ceilings, Cost, PhaseKernel, PhaseTable and the capture / timing / printing: bench/phases.h. The
-// costs below are counted for fp32 inputs, chunk 64, T a multiple of 64 and K, V multiples of 64 (every tile full).
+// costs below are counted for chunk 64, T a multiple of 64 and K, V multiples of 64 (every tile full); GDN's for
+// bf16 q, k, v (gdn_phases' inputs), MDN's for fp32 inputs.
 using bench::Cost;
 using bench::PhaseKernel;
 using PhaseTable = bench::PhaseTable<Shape>;
@@ -143,33 +162,37 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
+  const double e = 2;                                             // bytes of a q, k, v element (bf16)
   if (std::strcmp(phase, "wu") == 0) {  // forward: k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x
                                         // 64 a chunk) written. backward: 𝒯, k, v read; W, U
-    const double tm = 4 * 64 * N, wu = gates + 4 * N * K + 4 * N * V + 2 * N * K + 2 * N * V + tm;
+    const double tm = 4 * 64 * N, wu = gates + e * N * K + e * N * V + 2 * N * K + 2 * N * V + tm;
     if (backward) return {wu, wu, 2 * 64 * N * (K + V)};
-    return {wu, wu + 4 * N * K, 2 * 64 * N * (2 * K + V)};
+    return {wu, wu + e * N * K, 2 * 64 * N * (2 * K + V)};
   }
   if (std::strcmp(phase, "scan") == 0)  // per value tile: gates, W (bf16), k; U read and Δ written (bf16); h (bf16)
-    return {gates + 6 * N * K + 4 * N * V + 2 * S, nvt * (gates + 6 * N * K) + 4 * N * V + 2 * S, 4 * N * K * V};
+    return {gates + (2 + e) * N * K + 4 * N * V + 2 * S, nvt * (gates + (2 + e) * N * K) + 4 * N * V + 2 * S,
+            4 * N * K * V};
   if (std::strcmp(phase, "out") == 0) {  // q, k; h, Δ (bf16); o
-    const double b = gates + 8 * N * K + 2 * S + 2 * N * V + 4 * N * V;
+    const double b = gates + 2 * e * N * K + 2 * S + 2 * N * V + 4 * N * V;
     return {b, b, 2 * N * (64 * K + K * V + 64 * V)};
   }
   if (std::strcmp(phase, "dv_local") == 0) {  // q, k, dO; dΔ (fp32)
-    const double b = gates + 8 * N * K + 8 * N * V;
+    const double b = gates + 2 * e * N * K + 8 * N * V;
     return {b, b, 128 * N * (K + V)};
   }
   if (std::strcmp(phase, "bwd_scan") == 0)  // per value tile: gates, k, q, W (bf16); dO; dΔ read and written; dh (bf16)
-    return {gates + 10 * N * K + 12 * N * V + 2 * S, nvt * (gates + 10 * N * K) + 12 * N * V + 2 * S, 6 * N * K * V};
-  if (std::strcmp(phase, "dqk") == 0)  // q, k (issued again in fp32 per key tile); dO, Δ (bf16; issued once more
-                                       // per key tile); h, dh (bf16); dΔ (per key tile); dq, dk; dW (bf16); dΓ
-    return {gates + 8 * N * K + 10 * N * V + 4 * S + 10 * N * K + 4 * N,
-            gates + 16 * N * K + (1 + nkt) * 6 * N * V + 4 * S + nkt * 4 * N * V + 10 * N * K + 4 * N,
+    return {gates + (2 * e + 2) * N * K + 12 * N * V + 2 * S,
+            nvt * (gates + (2 * e + 2) * N * K) + 12 * N * V + 2 * S, 6 * N * K * V};
+  if (std::strcmp(phase, "dqk") == 0)  // q, k (issued again per key tile); dO, Δ (bf16; issued once more per key
+                                       // tile); h, dh (bf16); dΔ (per key tile); dq, dk; dW (bf16); dΓ
+    return {gates + 2 * e * N * K + 10 * N * V + 4 * S + 10 * N * K + 4 * N,
+            gates + 4 * e * N * K + (1 + nkt) * 6 * N * V + 4 * S + nkt * 4 * N * V + 10 * N * K + 4 * N,
             64 * N * (6 * K + 2 * V) + 6 * N * K * V};
   if (std::strcmp(phase, "wy") == 0)  // 𝒯; k (issued 5 times), v (twice), dΔ, dW (bf16), dΓ; dk read and written
                                       // (issued twice each); dv, dβ, dg
-    return {gates + 256 * N + 4 * N * K + 8 * N * V + 2 * N * K + 4 * N + 8 * N * K + 4 * N * V + 8 * N,
-            gates + 256 * N + 20 * N * K + 12 * N * V + 2 * N * K + 4 * N + 16 * N * K + 4 * N * V + 8 * N,
+    return {gates + 256 * N + e * N * K + (e + 4) * N * V + 2 * N * K + 4 * N + 8 * N * K + 4 * N * V + 8 * N,
+            gates + 256 * N + 5 * e * N * K + (2 * e + 4) * N * V + 2 * N * K + 4 * N + 16 * N * K + 4 * N * V +
+                8 * N,
             64 * N * (10 * K + 4 * V + 256)};
   return {0, 0, 0};
 }
@@ -261,19 +284,20 @@ void check_full_tiles(const Shape& s) {
   }
 }
 
-/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs; the
-/// backward reads the 𝒯 its forward saved.
+/// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs (bf16
+/// q, k, v); the backward reads the 𝒯 its forward saved.
 void gdn_phases(const Shape& s, int iters) {
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   check_full_tiles(s);
+  using P = __nv_bfloat16;
   const float amp = 1.7320508f / std::sqrt(static_cast<float>(s.K));
-  float *q = random_buffer(nk, 1, -amp, amp), *k = random_buffer(nk, 2, -amp, amp);
-  float *v = random_buffer(nv, 3, -1.f, 1.f), *g = random_buffer(nb, 4, -0.1f, -0.001f);
+  P *q = random_buffer<P>(nk, 1, -amp, amp), *k = random_buffer<P>(nk, 2, -amp, amp);
+  P* v = random_buffer<P>(nv, 3, -1.f, 1.f);
+  float* g = random_buffer(nb, 4, -0.1f, -0.001f);
   float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
   float* tinv = random_buffer(llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C), 19, 0.f, 0.f);
-  using P = __nv_bfloat16;
   void* scratch = nullptr;
   BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
                                             llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C,
@@ -286,7 +310,8 @@ void gdn_phases(const Shape& s, int iters) {
     llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
                                  st);
   });
-  for (float* x : {q, k, v, g, beta, d_o, o, dq, dk, dv, dg, db, tinv}) BENCH_CHECK(cudaFree(x));
+  for (P* x : {q, k, v}) BENCH_CHECK(cudaFree(x));
+  for (float* x : {g, beta, d_o, o, dq, dk, dv, dg, db, tinv}) BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(scratch));
 }
 
@@ -356,7 +381,8 @@ int main(int argc, char** argv) {
   for (const Shape& s : {a, c})
     for (const Core core : {Core::kGdn, Core::kComba}) {
       bench_core<float>(s, iters, core);
-      bench_core<__nv_bfloat16>(s, iters, core);
+      if (core == Core::kGdn) bench_core<__nv_bfloat16>(s, iters, core);  // fp32 q, k, v
+      bench_core<__nv_bfloat16, __nv_bfloat16>(s, iters, core);
     }
   bench_core<float>(a, iters, Core::kKda);
   bench_core<__nv_bfloat16>(a, iters, Core::kKda);

@@ -8,8 +8,9 @@
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice; the GDN and Comba backwards run first from what their forward saved (Backend::gdn_saved_numel: the
-// chunks' 𝒯), then without it (recomputing it), bit-identical. The short conv's dx and the gated RMSNorm's y and
-// dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs.
+// chunks' 𝒯), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
+// compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
+// y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -189,13 +190,22 @@ double core_tol(DType compute) { return compute == DType::bf16 ? kBf16CoreTol : 
 int64_t sweep_batch(DType compute) { return compute == DType::bf16 ? 8 : 2; }
 
 // Which core check_gdn runs, with which compute dtype: GDN, or KDA (g per key channel [B, T, H, K], through
-// kda_chunk_*).
+// kda_chunk_*); bf16_in: GDN with bf16 q, k, v (compute bf16).
 struct GdnCore {
   DType compute;
   bool kda;
+  bool bf16_in = false;
 };
 GdnCore gdn_core(DType compute) { return {compute, false}; }
 GdnCore kda_core(DType compute) { return {compute, true}; }
+const GdnCore kGdnBf16Inputs{DType::bf16, false, true};
+
+// An input of the GDN and Comba cores (q, k, v, p̂): both(host, dims), or with bf16_in a bf16 GPU tensor and on the
+// CPU the same bf16-rounded values in f32 (the reference run on the core's own inputs).
+Pair core_input(const std::vector<float>& host, std::initializer_list<int64_t> dims, bool bf16_in) {
+  if (!bf16_in) return both(host, dims);
+  return Pair{on_bf16(host, dims), on(cpu(), round_bf16(host), dims)};
+}
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
 // backward once more on the GPU, bit-identical. GDN: the GPU's forward keeps its saved 𝒯 (gdn_saved_numel, NaN
@@ -203,7 +213,8 @@ GdnCore kda_core(DType compute) { return {compute, true}; }
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                GdnCore core) {
   const bool kda = core.kda;
-  const std::string tag = std::string(kda ? "kda" : "gdn") + " (" + dtype_name(core.compute) + " compute) B=" +
+  const std::string tag = std::string(kda ? "kda" : "gdn") + " (" + dtype_name(core.compute) + " compute" +
+                          (core.bf16_in ? ", bf16 q, k, v" : "") + ") B=" +
                           std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                           " K=" + std::to_string(K) + " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) +
                           " g in [" + std::to_string(g_lo) + ", 0)";
@@ -211,9 +222,10 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   const double tol = core_tol(core.compute);
   const int64_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = nb * (kda ? K : 1);
   const auto gate_pair = [&](const std::vector<float>& x) { return kda ? both(x, {B, T, H, K}) : both(x, {B, T, H}); };
-  Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
-  Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
-  Pair v = both(randn(nv, seed + 3), {B, T, H, V});
+  Pair q =
+      core_input(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K}, core.bf16_in);
+  Pair k = core_input(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K}, core.bf16_in);
+  Pair v = core_input(randn(nv, seed + 3), {B, T, H, V}, core.bf16_in);
   Pair g = gate_pair(uniform(ng, seed + 4, g_lo, 0.0));
   Pair beta = both(sigmoid_of(randn(nb, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
@@ -365,20 +377,22 @@ namespace {
 
 // One Comba core case with the given compute dtype: forward o and backward dq, dk, dv, dp, dg, dbeta against the
 // CPU reference, then the backward once more on the GPU, bit-identical (the first from the forward's saved 𝒯, the
-// second without it, as check_gdn). p̂ is drawn as unit rows independent of k̂.
+// second without it, as check_gdn). p̂ is drawn as unit rows independent of k̂. bf16_in: q, k, v, p̂ bf16 on the GPU
+// (compute bf16; core_input).
 void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
-                 DType compute) {
-  const std::string tag = std::string("(") + dtype_name(compute) + " compute) B=" + std::to_string(B) +
+                 DType compute, bool bf16_in = false) {
+  const std::string tag = std::string("(") + dtype_name(compute) + " compute" + (bf16_in ? ", bf16 q, k, v, p" : "") +
+                          ") B=" + std::to_string(B) +
                           " T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" + std::to_string(K) +
                           " V=" + std::to_string(V) + " chunk=" + std::to_string(chunk) + " g in [" +
                           std::to_string(g_lo) + ", 0)";
   INFO(tag);
   const double tol = core_tol(compute);
   const int64_t nk = B * T * H * K, nv = B * T * H * V, ng = B * T * H;
-  Pair q = both(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K});
-  Pair k = both(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K});
-  Pair p = both(unit_rows(nk, K, seed + 13, 1.0), {B, T, H, K});
-  Pair v = both(randn(nv, seed + 3), {B, T, H, V});
+  Pair q = core_input(unit_rows(nk, K, seed + 1, 1.0 / std::sqrt(static_cast<double>(K))), {B, T, H, K}, bf16_in);
+  Pair k = core_input(unit_rows(nk, K, seed + 2, 1.0), {B, T, H, K}, bf16_in);
+  Pair p = core_input(unit_rows(nk, K, seed + 13, 1.0), {B, T, H, K}, bf16_in);
+  Pair v = core_input(randn(nv, seed + 3), {B, T, H, V}, bf16_in);
   Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
   Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
@@ -485,6 +499,55 @@ TEST_CASE("cuda delta: GDN and Comba bf16 cores with 3 key tiles and with the Mm
   check_gdn(2, 130, 1, 90, 70, 64, -1.0, 5300, gdn_core(DType::bf16));
   check_comba(2, 130, 1, 90, 70, 64, -0.05, 5320, DType::bf16);
   check_gdn(2, 130, 1, 100, 72, 64, -0.05, 5340, gdn_core(DType::bf16));
+}
+
+// bf16 q, k, v (Comba: and p̂) in GPU memory, as FLA's kernels take them (compute bf16), against the CPU reference on
+// the same bf16-rounded inputs in f32, at kBf16CoreTol: the model's head sizes with T = 4096 and a ragged T; then
+// short cases (small enough for compute-sanitizer) at the benchmarks' tilings and through the other paths (chunk 16
+// and T = 1; K = 100, V = 72: rows not 16-byte aligned in bf16, every q, k, v load synchronous; K = 192: the backward
+// scan's staging ring; K = 320: the tile::Tc scans).
+TEST_CASE("cuda delta: GDN and Comba bf16 cores with bf16 q/k/v/p inputs at the model's head sizes",
+          "[cuda][delta][gdn][comba]") {
+  check_gdn(1, 4096, 2, 128, 128, 64, -5.0, 6000, kGdnBf16Inputs);
+  check_gdn(2, 4000, 1, 128, 128, 64, -0.05, 6020, kGdnBf16Inputs);
+  check_gdn(1, 4096, 1, 256, 512, 64, -0.05, 6040, kGdnBf16Inputs);
+  check_gdn(1, 1000, 2, 256, 512, 64, -1.0, 6060, kGdnBf16Inputs);
+  check_comba(1, 4096, 2, 128, 128, 64, -5.0, 6100, DType::bf16, true);
+  check_comba(2, 4000, 1, 128, 128, 64, -0.05, 6120, DType::bf16, true);
+  check_comba(1, 4096, 1, 256, 512, 64, -0.05, 6140, DType::bf16, true);
+  check_comba(1, 1000, 2, 256, 512, 64, -1.0, 6160, DType::bf16, true);
+}
+
+TEST_CASE("cuda delta: GDN and Comba bf16 cores with bf16 q/k/v/p inputs in short sequences",
+          "[cuda][delta][gdn][comba]") {
+  check_gdn(1, 200, 2, 128, 128, 64, -0.05, 6180, kGdnBf16Inputs);
+  check_comba(1, 130, 1, 256, 512, 64, -1.0, 6190, DType::bf16, true);
+  check_gdn(8, 65, 3, 64, 128, 16, -0.05, 6200, kGdnBf16Inputs);
+  check_comba(8, 1, 3, 16, 32, 64, -5.0, 6220, DType::bf16, true);
+  check_gdn(2, 130, 1, 100, 72, 64, -1.0, 6240, kGdnBf16Inputs);
+  check_comba(2, 130, 1, 100, 72, 64, -0.05, 6260, DType::bf16, true);
+  check_gdn(1, 200, 2, 192, 64, 64, -1.0, 6280, kGdnBf16Inputs);
+  check_comba(1, 200, 2, 192, 64, 64, -0.05, 6300, DType::bf16, true);
+  check_gdn(1, 300, 1, 320, 64, 64, -1.0, 6320, kGdnBf16Inputs);
+  check_comba(1, 300, 1, 320, 64, 64, -0.05, 6340, DType::bf16, true);
+}
+
+TEST_CASE("cuda delta: GDN and Comba cores refuse bf16 q/k/v with compute f32 and mixed input dtypes",
+          "[cuda][delta][gdn][comba]") {
+  const int64_t B = 1, T = 8, H = 2, K = 8, V = 8;
+  const OwnedTensor qh = on_bf16(randn(B * T * H * K, 1), {B, T, H, K});
+  const OwnedTensor vh = on_bf16(randn(B * T * H * V, 2), {B, T, H, V});
+  const OwnedTensor qf = on(gpu(), randn(B * T * H * K, 3), {B, T, H, K});
+  const OwnedTensor g = on(gpu(), uniform(B * T * H, 4, -1.0, 0.0), {B, T, H});
+  const OwnedTensor beta = on(gpu(), randn(B * T * H, 5), {B, T, H});
+  const OwnedTensor o = on(gpu(), randn(B * T * H * V, 6), {B, T, H, V});
+  REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*qh, *qh, *vh, *g, *beta, 64, DType::f32, *o, Tensor()),
+                      Catch::Contains("gdn_chunk_fwd") && Catch::Contains("bf16 q, k, v need compute bf16"));
+  REQUIRE_THROWS_WITH(gpu().comba_chunk_fwd(*qh, *qh, *vh, *qh, *g, *beta, 64, DType::f32, *o, Tensor()),
+                      Catch::Contains("comba_chunk_fwd") && Catch::Contains("bf16 q, k, v, p need compute bf16"));
+  REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*qf, *qh, *vh, *g, *beta, 64, DType::bf16, *o, Tensor()),
+                      Catch::Contains("gdn_chunk_fwd") &&
+                          Catch::Contains("q, k, v must be all f32 or all bf16, got f32, bf16, bf16"));
 }
 
 // Value dim 2048 (32 value tiles): on an H200 (132 SMs) one wave of a scan with one block per SM holds 4 (batch,

@@ -1,11 +1,12 @@
-// The GPU tests' helpers that need no backend: tolerances, Philox inputs and the comparison against the CPU
-// reference. Shared by cuda_test_util.h (the GPU tests) and the CPU emulator's tests (tests/emu/).
+// The GPU tests' helpers that need no backend: tolerances, Philox inputs, the comparison against the CPU
+// reference and the host's bf16 rounding. Shared by cuda_test_util.h (the GPU tests) and the CPU emulator's tests (tests/emu/).
 #pragma once
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,29 @@ inline void require_close(const std::vector<float>& g, const std::vector<float>&
   REQUIRE(non_finite == 0);
   INFO("max abs err " << err << ", max |ref| " << mag);
   CHECK(err / std::max(mag, floor) <= tol);
+}
+
+// ---- bf16 on the host: the reference rounding, written from the format's definition (the top
+// 16 bits of a float, rounded to nearest even), independent of the CUDA intrinsics under test.
+
+/// The bf16 bits of x rounded to nearest even (NaN stays NaN).
+inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+/// x with every element rounded to bf16 (as floats).
+inline std::vector<float> round_bf16(std::vector<float> x) {
+  for (float& e : x) e = bf16_value(bf16_bits(e));
+  return x;
 }
 
 }  // namespace llmt::test

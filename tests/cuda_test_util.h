@@ -66,28 +66,6 @@ void require_close(const Pair& p, const std::string& what, double tol = kTol, do
   require_close(get(gpu(), *p.g), get(cpu(), *p.c), what, tol, floor);
 }
 
-// ---- bf16 on the host: the reference rounding, written from the format's definition (the top
-// 16 bits of a float, rounded to nearest even), independent of the CUDA intrinsics under test.
-
-/// The bf16 bits of x rounded to nearest even (NaN stays NaN).
-inline uint16_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_value(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-/// x with every element rounded to bf16 (as floats).
-inline std::vector<float> round_bf16(std::vector<float> x) {
-  for (float& e : x) e = bf16_value(bf16_bits(e));
-  return x;
-}
 /// A bf16 GPU tensor holding round_bf16(host).
 inline OwnedTensor on_bf16(const std::vector<float>& host, std::initializer_list<int64_t> dims) {
   OwnedTensor t(gpu(), DType::bf16, dims);

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/gdn.h"
 
 namespace {
@@ -125,4 +127,29 @@ TEST_CASE("gdn: float agrees with double for all four functions", "[kernels][gdn
 TEST_CASE("gdn: chunk_size must be positive", "[kernels][gdn]") {
   const Problem p = make_problem({1, 3, 1, 2, 2}, -1.0, -0.1, false, 600);
   CHECK_THROWS_AS(forward<double>(p, -1), llmt::Error);
+}
+
+TEST_CASE("gdn, comba: the CPU backend refuses bf16 q, k, v (p) naming the op", "[kernels][gdn][comba]") {
+  using llmt::DType;
+  using llmt::OwnedTensor;
+  auto be = llmt::make_cpu_backend();
+  const int64_t B = 1, T = 4, H = 1, K = 8, V = 8, C = 4;
+  const auto t = [&](DType d, std::initializer_list<int64_t> dims) { return OwnedTensor(*be, d, dims); };
+  const OwnedTensor q = t(DType::bf16, {B, T, H, K}), k = t(DType::bf16, {B, T, H, K});
+  const OwnedTensor p = t(DType::bf16, {B, T, H, K}), v = t(DType::bf16, {B, T, H, V});
+  const OwnedTensor g = t(DType::f32, {B, T, H}), beta = t(DType::f32, {B, T, H}), o = t(DType::f32, {B, T, H, V});
+  const OwnedTensor dq = t(DType::f32, {B, T, H, K}), dk = t(DType::f32, {B, T, H, K});
+  const OwnedTensor dp = t(DType::f32, {B, T, H, K});
+  const OwnedTensor dv = t(DType::f32, {B, T, H, V}), dg = t(DType::f32, {B, T, H}), dbeta = t(DType::f32, {B, T, H});
+  const llmt::Tensor none;
+  const std::string refused = "the cpu backend takes q, k, v";
+  CHECK_THROWS_WITH(be->gdn_chunk_fwd(*q, *k, *v, *g, *beta, C, DType::bf16, *o, none),
+                    Catch::StartsWith("gdn_chunk_fwd: " + refused) && Catch::Contains("got bf16"));
+  CHECK_THROWS_WITH(be->gdn_chunk_bwd(*q, *k, *v, *g, *beta, *o, none, C, DType::bf16, *dq, *dk, *dv, *dg, *dbeta),
+                    Catch::StartsWith("gdn_chunk_bwd: " + refused) && Catch::Contains("got bf16"));
+  CHECK_THROWS_WITH(be->comba_chunk_fwd(*q, *k, *v, *p, *g, *beta, C, DType::bf16, *o, none),
+                    Catch::StartsWith("comba_chunk_fwd: " + refused + ", p") && Catch::Contains("got bf16"));
+  CHECK_THROWS_WITH(
+      be->comba_chunk_bwd(*q, *k, *v, *p, *g, *beta, *o, none, C, DType::bf16, *dq, *dk, *dv, *dp, *dg, *dbeta),
+      Catch::StartsWith("comba_chunk_bwd: " + refused + ", p") && Catch::Contains("got bf16"));
 }

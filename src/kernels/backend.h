@@ -166,7 +166,11 @@ class Backend {
   /// backend runs the core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands
   /// and fp32 accumulation for bf16 (kernels/cuda/gdn_comba.cu, "Precision"); the CPU backend computes in the
   /// tensors' dtype for either.
-  /// saved: default-constructed (none), or [gdn_saved_numel] in q's dtype, kept by the layer from this forward to
+  /// Input dtypes: every tensor in one dtype (CPU: f32 or f64; CUDA: f32), or on the CUDA backend with compute bf16
+  /// only, q, k, v bf16 (FLA's inputs: the tile products' bf16 operands are then their own values) with every other
+  /// tensor (g, beta, d_o, o, the gradients, saved) f32. Anything else throws llmt::Error naming the op and the dtypes
+  /// (q, k, v neither all f32 nor all bf16; bf16 q, k, v with compute f32; bf16 q, k, v on the CPU backend).
+  /// saved: default-constructed (none), or [gdn_saved_numel] in g's dtype, kept by the layer from this forward to
   /// the gdn_chunk_bwd of the same inputs, chunk_size and compute (layers-delta.md §6.3, the tensors saved for the
   /// backward): the forward writes there what the backward would otherwise recompute, and the backward given the
   /// same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk, gradients bit-identical to the
@@ -212,8 +216,8 @@ class Backend {
   /// Comba core, chunked (zero initial state; layers-delta.md §4.2, §6.2): q = q̂ (corrected, normalised,
   /// scaled), k = k̂, p = p̂ [B, T, H, K]; v, o [B, T, H, V]; g (log-decay), beta [B, T, H]. Recurrence
   /// r_t = v_t - S_{t-1}^T p̂_t, S_t = alpha_t S_{t-1} + beta_t k̂_t r_t^T, o_t = S_t^T q̂_t.
-  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten. `compute` and `saved` (none or [gdn_saved_numel]) as for
-  /// gdn_chunk_fwd / gdn_chunk_bwd.
+  /// Gradients dq, dk, dv, dp, dg, dbeta overwritten. `compute`, the input dtypes (q, k, v and p all bf16 or not)
+  /// and `saved` (none or [gdn_saved_numel]) as for gdn_chunk_fwd / gdn_chunk_bwd.
   virtual void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                                const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o,
                                const Tensor& saved);

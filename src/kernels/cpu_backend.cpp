@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #include "kernels/backend.h"
 #include "kernels/backend_util.h"
@@ -40,6 +41,14 @@ decltype(auto) dispatch(const Tensor& t, const char* op, F&& f) {
   check_float(t, op);
   if (t.dtype == DType::f64) return f(double{});
   return f(float{});
+}
+
+/// The GDN / Comba cores here take q, k, v (p) in f32 or f64 only: bf16 inputs (the CUDA backend's, with compute
+/// bf16) throw naming the op.
+void refuse_bf16_inputs(std::initializer_list<const Tensor*> in, const char* op) {
+  for (const Tensor* t : in)
+    check(t->dtype != DType::bf16, "{}: the cpu backend takes q, k, v{} in f32 or f64, got bf16 (bf16 inputs need the "
+          "cuda backend with compute bf16)", op, in.size() == 4 ? ", p" : "");
 }
 
 /// The typed pointers of a Mamba3Params (nullptr for the absent ones) as Out = cpu::Mamba3LayerParams<T>
@@ -421,6 +430,7 @@ class CpuBackend final : public Backend {
   // double). The same for comba_chunk_fwd / bwd.
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, DType /*compute*/, const Tensor& o, const Tensor& /*saved*/) override {
+    refuse_bf16_inputs({&q, &k, &v}, "gdn_chunk_fwd");
     const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd"));
     dispatch(q, "gdn_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -432,6 +442,7 @@ class CpuBackend final : public Backend {
                      const Tensor& d_o, const Tensor& /*saved*/, int64_t chunk_size, DType /*compute*/,
                      const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
                      const Tensor& dbeta) override {
+    refuse_bf16_inputs({&q, &k, &v}, "gdn_chunk_bwd");
     const cpu::DeltaDims d =
         cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd"));
     dispatch(q, "gdn_chunk_bwd", [&](auto zero) {
@@ -469,6 +480,7 @@ class CpuBackend final : public Backend {
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, DType /*compute*/, const Tensor& o,
                        const Tensor& /*saved*/) override {
+    refuse_bf16_inputs({&q, &k, &v, &p}, "comba_chunk_fwd");
     const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd"));
     dispatch(q, "comba_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -480,6 +492,7 @@ class CpuBackend final : public Backend {
                        const Tensor& beta, const Tensor& d_o, const Tensor& /*saved*/, int64_t chunk_size,
                        DType /*compute*/, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp,
                        const Tensor& dg, const Tensor& dbeta) override {
+    refuse_bf16_inputs({&q, &k, &v, &p}, "comba_chunk_bwd");
     const cpu::DeltaDims d =
         cpu_dims(delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd"));
     dispatch(q, "comba_chunk_bwd", [&](auto zero) {

@@ -4,15 +4,17 @@
 // cp.async; GDN and Comba also at the benchmarks' tilings, K = V = 128 and K = 256, V = 512, KDA at K = V = 128
 // (also with strong decay, g down to -20), GDN and Comba with a key_dim
 // beyond the Mma scans, K = 320: the tile::Tc scans; GDN with three key tiles, K = 192, V = 64: the backward scan's
-// staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60)
-// and fp32 compute (tile::Simt). GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the
-// backward forms W, U from it. Every output must be
+// staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60; GDN and Comba with bf16
+// q, k, v, p̂ in memory, compared with the reference on the same bf16-rounded inputs) and fp32 compute (tile::Simt).
+// GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the backward forms W, U from it. Every
+// output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
 //     arithmetic): kBf16CoreTol with bf16 compute, kTol with fp32 compute, dg against the scale of dβ
 //     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h);
-// (c) GDN and Comba: bit-identical to the backward without the saved 𝒯 (forming A and 𝒯 again; one run).
+// (c) GDN and Comba: bit-identical to the backward without the saved 𝒯 (forming A and 𝒯 again; one run);
+// (d) with bf16 q, k, v, p̂: bit-identical to the run on fp32 inputs holding the same (bf16-rounded) values.
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
 
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../cuda_test_host.h"
@@ -44,9 +47,11 @@ struct Case {
   int64_t B, T, H, K, V, C;
   double g_lo;  // g uniform in [g_lo, 0)
   uint64_t seed;
+  bool bf16_in = false;  // GDN, Comba with bf16 compute: q, k, v (p̂) given to the core in bf16
   std::string tag() const {
     const char* name = core == Core::gdn ? "gdn" : core == Core::comba ? "comba" : "kda";
-    return std::string(name) + (bf16 ? " (bf16" : " (fp32") + " compute) B=" + std::to_string(B) +
+    return std::string(name) + (bf16 ? " (bf16" : " (fp32") + " compute" + (bf16_in ? ", bf16 q, k, v" : "") +
+           ") B=" + std::to_string(B) +
            " T=" + std::to_string(T) + " H=" + std::to_string(H) + " K=" + std::to_string(K) +
            " V=" + std::to_string(V) + " chunk=" + std::to_string(C) + " g in [" + std::to_string(g_lo) + ", 0)";
   }
@@ -55,7 +60,8 @@ struct Case {
 };
 
 /// Inputs as check_gdn's / check_comba's (same Philox streams): unit-length keys (and Comba's p̂), queries of length
-/// K^-1/2, g uniform in [g_lo, 0) ([B, T, H], KDA [B, T, H, K]), β = σ(normal), dL/do normal.
+/// K^-1/2, g uniform in [g_lo, 0) ([B, T, H], KDA [B, T, H, K]), β = σ(normal), dL/do normal. With c.bf16_in, q, k,
+/// v, p̂ rounded to bf16 (the core's inputs and the reference's alike).
 struct Inputs {
   std::vector<float> q, k, p, v, g, beta, d_o;
   explicit Inputs(const Case& c) {
@@ -67,6 +73,8 @@ struct Inputs {
     beta = sigmoid_of(randn(nb, c.seed + 5));
     d_o = randn(nv, c.seed + 7);
     if (c.comba()) p = unit_rows(nk, c.K, c.seed + 13, 1.0);
+    if (c.bf16_in)
+      for (std::vector<float>* x : {&q, &k, &v, &p}) *x = round_bf16(*x);
   }
 };
 
@@ -79,16 +87,32 @@ std::vector<std::string> output_names(const Case& c) {
   return {"o", "dq", "dk", "dv", "dg", "dbeta"};
 }
 
+/// x as the core's input of element type E: a Buffer holding x (float), or x's bf16 bits (x already rounded).
+template <typename E>
+struct Input {
+  Buffer b;
+  explicit Input(const std::vector<float>& x) : b(std::is_same_v<E, float> ? x.size() : x.size() / 2 + 1) {
+    if constexpr (std::is_same_v<E, float>) {
+      std::memcpy(b.get(), x.data(), 4 * x.size());
+    } else {
+      uint16_t* h = reinterpret_cast<uint16_t*>(b.get());
+      for (size_t i = 0; i < x.size(); ++i) h[i] = bf16_bits(x[i]);
+    }
+  }
+  const E* get() const { return reinterpret_cast<const E*>(b.get()); }
+};
+
 /// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN. GDN and
-/// Comba: with saved_tinv the forward keeps 𝒯 in a buffer of its own (NaN before) that the backward reads.
-template <typename P>
+/// Comba: with saved_tinv the forward keeps 𝒯 in a buffer of its own (NaN before) that the backward reads. E: the
+/// element type of q, k, v, p̂ (GDN, Comba; KDA: float).
+template <typename P, typename E = float>
 Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const int64_t B = c.B, T = c.T, H = c.H, K = c.K, V = c.V, C = c.C;
   const size_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = in.g.size();
-  const Buffer q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta), d_o(in.d_o);
-  const Buffer p(c.comba() ? in.p : std::vector<float>(1));
+  const Input<E> q(in.q), k(in.k), v(in.v), p(c.comba() ? in.p : std::vector<float>(1));
+  const Buffer g(in.g), beta(in.beta), d_o(in.d_o);
   const Buffer tinv(saved_tinv ? static_cast<size_t>(cu::gdn_tinv_floats(B, T, H, C)) : 1);
   float* const kept = saved_tinv ? tinv.get() : nullptr;
   size_t scratch_bytes = 0;
@@ -118,8 +142,9 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
                              kept, scratch.get(), nullptr);
       break;
     case Core::kda:
-      cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
-                           nullptr);
+      if constexpr (std::is_same_v<E, float>)
+        cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
+                             nullptr);
       break;
   }
   std::memset(scratch.get(), 0xff, scratch.n * 4);
@@ -134,8 +159,9 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
                              C, dq.get(), dk.get(), dv.get(), dp.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
     case Core::kda:
-      cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
-                           dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      if constexpr (std::is_same_v<E, float>)
+        cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
+                             dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
   }
   Outputs out;
@@ -146,6 +172,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
   return out;
 }
 Outputs run_emulated(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
+  REQUIRE((!c.bf16_in || (c.bf16 && c.core != Core::kda)));  // (bf16 inputs: GDN, Comba with bf16 compute)
+  if (c.bf16_in) return run_emulated_as<__nv_bfloat16, __nv_bfloat16>(c, in, cfg, saved_tinv);
   return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg, saved_tinv)
                 : run_emulated_as<float>(c, in, cfg, saved_tinv);
 }
@@ -194,6 +222,13 @@ void check_case(const Case& c) {
     for (size_t i = 0; i < names.size(); ++i) {
       INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯");
       CHECK(first_difference(first[i], recomputed.v[i]) == -1);
+    }
+  }
+  if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values
+    const Outputs f32_in = run_emulated_as<__nv_bfloat16, float>(c, in, kConfigs[0], true);
+    for (size_t i = 0; i < names.size(); ++i) {
+      INFO(names[i] << ": the first element whose bits differ between bf16 and fp32 inputs of the same values");
+      CHECK(first_difference(first[i], f32_in.v[i]) == -1);
     }
   }
   const Outputs ref = run_cpu(c, in);
@@ -268,4 +303,30 @@ TEST_CASE("cuda emu: bf16 GDN core with rows that are not 16-byte aligned (K = 6
           "scalar stores)",
           "[emu][gdn]") {
   check_case({Core::gdn, true, 1, 130, 2, 61, 60, 64, -1.0, 1600});
+}
+
+// bf16 q, k, v (and Comba's p̂) in memory (FLA's inputs), against the reference on the same bf16-rounded values.
+TEST_CASE("cuda emu: bf16 GDN and Comba cores with bf16 q, k, v, p̂: K = V = 64, and K = 100, V = 96 (rows not "
+          "16-byte aligned in bf16: the synchronous loads), ragged last chunk",
+          "[emu][gdn][comba][bf16_in]") {
+  check_case({Core::gdn, true, 1, 130, 1, 64, 64, 64, -0.05, 1800, true});
+  check_case({Core::comba, true, 1, 130, 1, 64, 64, 64, -1.0, 1810, true});
+  check_case({Core::gdn, true, 1, 130, 1, 100, 96, 64, -1.0, 1820, true});
+  check_case({Core::comba, true, 1, 130, 1, 100, 96, 64, -0.05, 1830, true});
+}
+
+TEST_CASE("cuda emu: bf16 GDN and Comba cores with bf16 q, k, v, p̂ at the benchmarks' tilings (K = V = 128; K = 256, "
+          "V = 512), ragged last chunk",
+          "[emu][gdn][comba][bf16_in]") {
+  check_case({Core::gdn, true, 1, 130, 1, 128, 128, 64, -1.0, 1840, true});
+  check_case({Core::comba, true, 1, 130, 1, 128, 128, 64, -0.05, 1850, true});
+  check_case({Core::gdn, true, 1, 130, 1, 256, 512, 64, -0.05, 1860, true});
+  check_case({Core::comba, true, 1, 130, 1, 256, 512, 64, -1.0, 1870, true});
+}
+
+TEST_CASE("cuda emu: bf16 GDN and Comba cores with bf16 q, k, v, p̂: K = 192 (the backward scan's staging ring), "
+          "K = 320 (the tile::Tc scans)",
+          "[emu][gdn][comba][bf16_in]") {
+  check_case({Core::gdn, true, 1, 130, 1, 192, 64, 64, -1.0, 1880, true});
+  check_case({Core::comba, true, 1, 130, 1, 320, 64, 64, -0.05, 1890, true});
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <utility>
 
 #include "kernels/backend_util.h"
@@ -84,6 +85,34 @@ float* gdn_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const
   const int64_t n = cuda::gdn_tinv_floats(q.shape[0], q.shape[1], q.shape[2], chunk_size);
   check(saved.numel() == n, "{}: saved has {} elements, the core's tinv {}", op, saved.numel(), n);
   return f32(saved, op);
+}
+
+/// Calls f(P{}, E{}) for a GDN / Comba core call (gdn_comba.cu): P the products' operand type from `compute` (as
+/// dispatch), E the element type of `in` (q, k, v; Comba: and p): float, or __nv_bfloat16 (FLA's inputs) with
+/// compute bf16 only. Throws llmt::Error naming the op and the dtypes unless `in` are all f32 or all bf16, and for
+/// bf16 inputs with another compute dtype.
+template <typename F>
+void dispatch_gdn(std::initializer_list<const Tensor*> in, DType compute, const char* op, F&& f) {
+  const DType t = (*in.begin())->dtype;
+  std::string got;
+  bool same = true;
+  for (const Tensor* x : in) {
+    got += fmt::format("{}{}", got.empty() ? "" : ", ", dtype_name(x->dtype));
+    same = same && x->dtype == t;
+  }
+  const char* names = in.size() == 4 ? "q, k, v, p" : "q, k, v";
+  check(same && (t == DType::f32 || t == DType::bf16), "{}: {} must be all f32 or all bf16, got {}", op, names, got);
+  if (t == DType::f32) return dispatch(compute, op, [&](auto zero) { f(zero, float{}); });
+  check(compute == DType::bf16, "{}: bf16 {} need compute bf16, got compute {}", op, names, dtype_name(compute));
+  f(__nv_bfloat16{}, __nv_bfloat16{});
+}
+
+/// t viewed as f32: the shape checks (delta_fwd_dims, delta_bwd_dims) of a GDN / Comba core call whose q, k, v (p) may
+/// be bf16 (dispatch_gdn).
+Tensor f32_view(const Tensor& t) {
+  Tensor v = t;
+  v.dtype = DType::f32;
+  return v;
 }
 
 class CudaBackend final : public Backend {
@@ -573,36 +602,42 @@ class CudaBackend final : public Backend {
   }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved) override {
-    delta_fwd_dims(q, {&k}, v, g, beta, o, false, "gdn_chunk_fwd");
     const char* op = "gdn_chunk_fwd";
+    const Tensor fq = f32_view(q), fk = f32_view(k), fv = f32_view(v);
+    delta_fwd_dims(fq, {&fk}, fv, g, beta, o, false, op);
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
-    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
+    const float *pg = f32(g, op), *pbeta = f32(beta, op);
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
     float* ptinv = gdn_saved(saved, q, chunk_size, op);
-    dispatch(compute, op, [&](auto zero) {  // the products' operand type (gdn_comba.cu, Precision)
+    // P: the products' operand type (gdn_comba.cu, Precision); E: q, k, v's
+    dispatch_gdn({&q, &k, &v}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
-      cuda::gdn_chunk_fwd<P>(pq, pk, pv, pg, pbeta, B, T, H, K, V, chunk_size, po, ptinv,
-                             scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
+      using E = decltype(e);
+      cuda::gdn_chunk_fwd<P>(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, B, T, H, K, V, chunk_size,
+                             po, ptinv, scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)),
+                             stream_);
     });
   }
   void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute, const Tensor& dq,
                      const Tensor& dk, const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
-    delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, false, "gdn_chunk_bwd");
     const char* op = "gdn_chunk_bwd";
+    const Tensor fq = f32_view(q), fk = f32_view(k), fv = f32_view(v);
+    delta_bwd_dims(fq, {&fk, &dq, &dk}, fv, g, beta, d_o, dv, dg, dbeta, false, op);
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
-    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
-                *pdo = f32(d_o, op);
+    const float *pg = f32(g, op), *pbeta = f32(beta, op), *pdo = f32(d_o, op);
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
     const float* ptinv = gdn_saved(saved, q, chunk_size, op);
-    dispatch(compute, op, [&](auto zero) {
+    dispatch_gdn({&q, &k, &v}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
+      using E = decltype(e);
       cuda::gdn_chunk_bwd<P>(
-          pq, pk, pv, pg, pbeta, pdo, ptinv, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, pdo, ptinv, B, T, H, K, V, chunk_size, pdq,
+          pdk, pdv, pdg, pdbeta,
           scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, ptinv != nullptr)), stream_);
     });
   }
@@ -640,18 +675,20 @@ class CudaBackend final : public Backend {
   void comba_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                        const Tensor& beta, int64_t chunk_size, DType compute, const Tensor& o,
                        const Tensor& saved) override {
-    delta_fwd_dims(q, {&k, &p}, v, g, beta, o, false, "comba_chunk_fwd");
     const char* op = "comba_chunk_fwd";
+    const Tensor fq = f32_view(q), fk = f32_view(k), fv = f32_view(v), fp = f32_view(p);
+    delta_fwd_dims(fq, {&fk, &fp}, fv, g, beta, o, false, op);
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
-    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
-                *pbeta = f32(beta, op);
+    const float *pg = f32(g, op), *pbeta = f32(beta, op);
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
     float* ptinv = gdn_saved(saved, q, chunk_size, op);
-    dispatch(compute, op, [&](auto zero) {
+    dispatch_gdn({&q, &k, &v, &p}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
-      cuda::comba_chunk_fwd<P>(pq, pk, pv, pp, pg, pbeta, B, T, H, K, V, chunk_size, po, ptinv,
+      using E = decltype(e);
+      cuda::comba_chunk_fwd<P>(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, B, T, H,
+                               K, V, chunk_size, po, ptinv,
                                scratch(cuda::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
     });
   }
@@ -659,20 +696,22 @@ class CudaBackend final : public Backend {
                        const Tensor& beta, const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp, const Tensor& dg,
                        const Tensor& dbeta) override {
-    delta_bwd_dims(q, {&k, &p, &dq, &dk, &dp}, v, g, beta, d_o, dv, dg, dbeta, false, "comba_chunk_bwd");
     const char* op = "comba_chunk_bwd";
+    const Tensor fq = f32_view(q), fk = f32_view(k), fv = f32_view(v), fp = f32_view(p);
+    delta_bwd_dims(fq, {&fk, &fp, &dq, &dk, &dp}, fv, g, beta, d_o, dv, dg, dbeta, false, op);
     const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3], V = v.shape[3];
-    const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pp = f32(p, op), *pg = f32(g, op),
-                *pbeta = f32(beta, op), *pdo = f32(d_o, op);
+    const float *pg = f32(g, op), *pbeta = f32(beta, op), *pdo = f32(d_o, op);
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdp = f32(dp, op), *pdg = f32(dg, op),
           *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
     const float* ptinv = gdn_saved(saved, q, chunk_size, op);
-    dispatch(compute, op, [&](auto zero) {
+    dispatch_gdn({&q, &k, &v, &p}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
+      using E = decltype(e);
       cuda::comba_chunk_bwd<P>(
-          pq, pk, pv, pp, pg, pbeta, pdo, ptinv, B, T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
+          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, pdo, ptinv, B, T, H, K, V,
+          chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
           scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, ptinv != nullptr)), stream_);
     });
   }

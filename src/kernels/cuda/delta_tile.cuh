@@ -445,6 +445,56 @@ __device__ __forceinline__ void put_h_staged_sw(__nv_bfloat16* s, const float* g
   put_h_staged<true>(s, g, rows, [](int) { return 1.0f; });
 }
 
+/// Where piece `it` (< 4) of thread t of an fp32 staging tile lies (stage_async's: row t / 16 + 16 it, columns
+/// 4 (t % 16) ..), in floats from the tile's start.
+__device__ __forceinline__ int stage_piece(int t, int it) { return ((t >> 4) + 16 * it) * kN + 4 * (t & 15); }
+
+/// stage_async of a bf16 tensor: thread t copies the 16-byte pieces of load_h_async (idx = t + it kThreads, it < 2:
+/// row idx / 8, columns 8 (idx % 8) .. + 7) as they are, piece it to the place of its own fp32 piece it
+/// (stage_piece), rows >= rows and columns >= cols zero-filled. A thread so owns the same bytes of a staging tile
+/// whether it holds an fp32 or a bf16 tile, and a tile's copies may be issued into it once the thread has read its
+/// own pieces of the tile before, whatever their types. src + c0 with c0 the tile's first column; every tile start
+/// and stride 16-byte aligned (async_ok_h).
+__device__ __forceinline__ void stage_async_h(float* g, const __nv_bfloat16* src, int64_t stride, int rows,
+                                              int cols) {
+  const int t = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
+    const int idx = t + it * kThreads, r = idx >> 3, c = 8 * (idx & 7);
+    const int m = cols - c < 8 ? (cols - c > 0 ? cols - c : 0) : 8;
+    const int bytes = r < rows ? 2 * m : 0;
+    cp_async16(g + stage_piece(t, it), bytes > 0 ? src + r * stride + c : src, bytes);
+  }
+}
+
+/// put_h_staged from a bf16 staging tile (stage_async_h; the thread's own pieces): s[r][c] = bf16(f x) with
+/// f = scale(r) for r < rows, else 0, x the staged value (0 outside what was staged): the elements and rounding of
+/// load_h(s, src, stride, rows, cols, scale) of the bf16 source (scale 1: its bits).
+template <typename Scale>
+__device__ __forceinline__ void put_h_staged_h(__nv_bfloat16* s, const float* g, int rows, Scale scale) {
+  const int t = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
+    const int idx = t + it * kThreads, r = idx >> 3, c = 8 * (idx & 7);
+    uint4 x = *reinterpret_cast<const uint4*>(g + stage_piece(t, it));
+    const float f = r < rows ? scale(r) : 0.0f;
+    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&x);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 y = __bfloat1622float2(p[e]);
+      p[e] = __floats2bfloat162_rn(f * y.x, f * y.y);
+    }
+    *reinterpret_cast<uint4*>(s + r * kLdH + c) = x;
+  }
+}
+
+/// Element (r, c) of a bf16 staging tile (stage_async_h; any thread's piece, after a barrier), as float.
+__device__ __forceinline__ float staged_h_at(const float* g, int r, int c) {
+  const int idx = r * (kN / 8) + (c >> 3);
+  return __bfloat162float(
+      reinterpret_cast<const __nv_bfloat16*>(g + stage_piece(idx % kThreads, idx / kThreads))[c & 7]);
+}
+
 /// s[r][c] = bf16(f(r, c, acc element)) for the thread's elements (Mma map): an Acc into a bf16 tile (bf16x2
 /// stores of column pairs j = 0, 1 and 2, 3).
 template <typename F>

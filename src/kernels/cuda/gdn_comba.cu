@@ -17,6 +17,10 @@
 // its inverse 𝒯 (forward substitution), the running states S and dS (registers; the tile::Tc scans: shared
 // memory), the scratch 𝒯, dΔ, dΓ, the sums over key / value tiles and every element-wise and reduction step (dβ,
 // dΓ, dg).
+// Inputs: q, k, v, p̂ are read from global memory as the launchers' E: float, or (P = __nv_bfloat16 only) bf16, as
+// FLA's kernels take them; E = bf16 gives the same bits as E = float on inputs holding the same (bf16) values: the
+// operand tiles round nothing more, and the element-wise steps read the values as fp32 either way. Tiles that a
+// kernel stages by cp.async come as they are (16-byte pieces of 8 bf16 instead of 4 floats: Staged<E>).
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -70,7 +74,7 @@ using tile::kN;
 __device__ __forceinline__ float expd(double x) { return expf(static_cast<float>(x)); }
 
 // Inputs, outputs and scratch of one core call whose products have layout L (p, dp: Comba only); q, k, v, p
-// of element type E (float today; the hook for bf16 inputs). The scratch W, U/Δ, dW, h, dh is stored in the
+// of element type E (float, or bf16 with L::Operand bf16: see Inputs). The scratch W, U/Δ, dW, h, dh is stored in the
 // type the products read their operands as (L::Operand; see Precision). bh0, nbh: the (batch, head) pairs bh0 ..
 // bh0 + nbh - 1 that a launch covers (grid row y is pair bh0 + y; see by_waves).
 template <typename L, typename E>
@@ -414,6 +418,38 @@ using tile::kTileHalves;
 using tile::Mma;
 using bf16 = __nv_bfloat16;
 
+// tile::fetch_h of a tile of q, k, v or p̂ (E) into a thread's registers (a Frag or HRegs: the same map): fp32 by
+// fetch_h itself; bf16 by one bf16x2 load per column pair where every pair is 4-byte aligned (src and stride even,
+// cols even), else by fetch_h. The same values either way.
+__device__ __forceinline__ void fetch_pairs_h(tile::HRegs& x, const bf16* src, int64_t stride, int rows, int cols) {
+  const int r0 = static_cast<int>(threadIdx.x) >> 5, c = 2 * (static_cast<int>(threadIdx.x) & 31);
+#pragma unroll
+  for (int it = 0; it < tile::kHPer; ++it) {
+    const int r = r0 + (tile::kThreads / 32) * it;
+    const float2 y = r < rows && c < cols ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
+                                                src + r * stride + c))
+                                          : make_float2(0.0f, 0.0f);
+    x[it][0] = y.x, x[it][1] = y.y;
+  }
+}
+__device__ __forceinline__ bool pairs_ok(const bf16* src, int64_t stride, int cols) {
+  return reinterpret_cast<uintptr_t>(src) % 4 == 0 && stride % 2 == 0 && cols % 2 == 0;
+}
+template <typename E>
+__device__ __forceinline__ void fetch_in(tile::Frag& f, const E* src, int64_t stride, int rows, int cols) {
+  if constexpr (std::is_same_v<E, bf16>) {
+    if (pairs_ok(src, stride, cols)) return fetch_pairs_h(f.x, src, stride, rows, cols);
+  }
+  tile::fetch_h(f, src, stride, rows, cols);
+}
+template <typename E>
+__device__ __forceinline__ void fetch_in(tile::HRegs& x, const E* src, int64_t stride, int rows, int cols) {
+  if constexpr (std::is_same_v<E, bf16>) {
+    if (pairs_ok(src, stride, cols)) return fetch_pairs_h(x, src, stride, rows, cols);
+  }
+  tile::fetch_h(x, src, stride, rows, cols);
+}
+
 // Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
 constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
 // Shared memory of gdn_wu_saved_mma_kernel: bf16 𝒯 and two operand tiles.
@@ -425,9 +461,9 @@ template <bool kComba, typename L, typename E>
 __device__ __forceinline__ void wu_fetch(const GdnFast<L, E>& a, const Chunk& ch, int nkt, int t, tile::Frag& f) {
   const int64_t K = a.K, V = a.V;
   if (t < nkt)
-    tile::fetch_h(f, ch.in(a, kComba ? a.p : a.k, K, kN * t), a.H * K, ch.n, tile_cols(K, kN * t));
+    fetch_in(f, ch.in(a, kComba ? a.p : a.k, K, kN * t), a.H * K, ch.n, tile_cols(K, kN * t));
   else
-    tile::fetch_h(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
+    fetch_in(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
 }
 
 // F3 (Comba: F3') of chunk ch on the tensor cores: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}), U = 𝒯 diag(β) V,
@@ -469,7 +505,6 @@ __device__ __forceinline__ void wu_products_mma(const GdnFast<L, E>& a, const Ch
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
-  using tile::fetch_h;
   using tile::Frag;
   using tile::put_h;
   extern __shared__ __align__(16) char smem[];
@@ -495,14 +530,14 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
   for (int st = 0; st < nxs; ++st) {
     const int64_t ka = kComba ? kN * st : 2 * kN * st, kb = kComba ? ka : ka + kN;
     if (kComba) {  // one tile in flight at a time (80 registers)
-      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      fetch_in(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
       put_h(fa, hX, ch.n, one);
-      fetch_h(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      fetch_in(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
       put_h(fa, hK, ch.n, one);
     } else {  // both key tiles in flight together
       Frag fb;
-      fetch_h(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
-      if (kb < K) fetch_h(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+      fetch_in(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+      if (kb < K) fetch_in(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
       put_h(fa, hX, ch.n, one);
       if (kb < K) put_h(fb, hK, ch.n, one);
     }
@@ -608,6 +643,76 @@ struct RowFactors {
   }
 };
 
+// q, k, v, p̂ tiles of element type E staged by cp.async for the Mma kernels. E = float: an fp32 staging tile
+// (tile::stage_async; wy: stage_async_sw, swizzled) converted into a bf16 operand tile by put_h_staged (_sw). E = bf16:
+// the bf16 rows copied as they are by 16-byte cp.async into the first half of the same staging tile
+// (tile::stage_async_h: every thread's pieces where its own fp32 pieces would lie, so that a staging tile may hold
+// tiles of either type by turns, as bwd_scan's ring does), scaled into the operand tile by put_h_staged_h. Either
+// way a thread converts only the pieces it copied (its own cp_async_wait suffices), with load_h's elements and
+// rounding: the same bits as loading the tensor by load_h.
+template <typename E>
+struct Staged;
+template <>
+struct Staged<float> {
+  /// Whether the tiles of a tensor at p whose rows start at multiples of dim elements can be staged.
+  __host__ __device__ static bool ok(const void* p, int64_t dim) { return tile::async_ok_f(p, dim); }
+  __device__ static void stage(float* g, const float* src, int64_t stride, int rows, int cols) {
+    tile::stage_async(g, src, stride, rows, cols);
+  }
+  template <typename Scale>
+  __device__ static void put(bf16* s, const float* g, int rows, Scale scale) {
+    tile::put_h_staged(s, g, rows, scale);
+  }
+  __device__ static void put(bf16* s, const float* g, int rows) { tile::put_h_staged(s, g, rows); }
+  /// The staged value at (r, c) (another thread's piece: after a barrier).
+  __device__ static float at(const float* g, int r, int c) { return g[r * kN + c]; }
+  /// The rows of thread tid's pieces (put's): tid >> kRowShift + kRowStep i, i < kRows (for RowFactors).
+  static constexpr int kRows = 4, kRowShift = 4, kRowStep = 16;
+  // The swizzled staging of gdn_bwd_wy_mma_kernel: stage, put, and the thread's Mma elements (after a barrier).
+  __device__ static void stage_sw(float* g, const float* src, int64_t stride, int rows, int cols) {
+    tile::stage_async_sw(g, src, stride, rows, cols);
+  }
+  template <typename Scale>
+  __device__ static void put_sw(bf16* s, const float* g, int rows, Scale scale) {
+    tile::put_h_staged_sw(s, g, rows, scale);
+  }
+  __device__ static void put_sw(bf16* s, const float* g, int rows) { tile::put_h_staged_sw(s, g, rows); }
+  __device__ static void load_acc_sw(Acc& out, const float* g) { tile::load_acc_sw(out, g); }
+};
+template <>
+struct Staged<bf16> {
+  __host__ __device__ static bool ok(const void* p, int64_t dim) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;  // (tile::async_ok_h)
+  }
+  __device__ static void stage(float* g, const bf16* src, int64_t stride, int rows, int cols) {
+    tile::stage_async_h(g, src, stride, rows, cols);
+  }
+  template <typename Scale>
+  __device__ static void put(bf16* s, const float* g, int rows, Scale scale) {
+    tile::put_h_staged_h(s, g, rows, scale);
+  }
+  __device__ static void put(bf16* s, const float* g, int rows) {
+    tile::put_h_staged_h(s, g, rows, [](int) { return 1.0f; });
+  }
+  __device__ static float at(const float* g, int r, int c) { return tile::staged_h_at(g, r, c); }
+  static constexpr int kRows = 2, kRowShift = 3, kRowStep = 32;  // (put's rows: tid / 8 + 32 i)
+  // (No swizzle: a warp's 16-byte pieces are contiguous.)
+  __device__ static void stage_sw(float* g, const bf16* src, int64_t stride, int rows, int cols) {
+    stage(g, src, stride, rows, cols);
+  }
+  template <typename Scale>
+  __device__ static void put_sw(bf16* s, const float* g, int rows, Scale scale) {
+    put(s, g, rows, scale);
+  }
+  __device__ static void put_sw(bf16* s, const float* g, int rows) { put(s, g, rows); }
+  __device__ static void load_acc_sw(Acc& out, const float* g) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out.v[i][j] = at(g, Mma::row(i), Mma::col(j));
+  }
+};
+
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
 // and Δ = U - W h[n] (over U). Per chunk, two barriers:
 //   1. (after the first) key tile by key tile in order, W S's product (summed over the key tiles in registers; S as
@@ -621,7 +726,7 @@ struct RowFactors {
 //      (no one reads its final state). h[0] = 0 is stored before the first chunk.
 // Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
 // Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
-// before its second barrier) and its raw k tiles (into the fp32 staging tiles; each thread scales its own staged
+// before its second barrier) and its raw k tiles (into the staging tiles, Staged<E>; each thread scales its own staged
 // pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own conversions) as
 // one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
 // registers, its readers before the second barrier) as a second group after the second; both waited for before the
@@ -629,7 +734,7 @@ struct RowFactors {
 // chunks ahead (prefetch_chunk) for what is read with less notice than a chunk: the gates, U and the k, W rows that
 // are not copied a whole chunk ahead. Where W or U is not 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it
 // is loaded synchronously instead (W by load_h at the same point, a chunk ahead; U by load_acc in the chunk); so is
-// k where key_dim % 4 != 0, one key tile ahead in registers (tile 0 during the first barrier, tile kt + 1 during
+// k where its rows are not 16-byte aligned (key_dim % 4 != 0; bf16 k: % 8), one key tile ahead in registers (tile 0 during the first barrier, tile kt + 1 during
 // tile kt's product and conversion). Same arithmetic either way. Blocks an SM: two with one key tile (70.5 KiB of
 // shared memory, at most 128 registers), else one (the shared memory allows no more; up to 255 registers).
 template <typename L, typename E, int kNkt>
@@ -647,7 +752,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
   float* gK = cv.take<float>(nkt * tile::kStageFloats);
   const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
   // (Every row of k starts a multiple of K elements after the tensor's start.)
-  const bool k_async = tile::async_ok_f(a.k, K);
+  const bool k_async = Staged<E>::ok(a.k, K);
   const Chunk c0(a, 0, bh);  // (the others: c0.at)
   // Chunk c's W tiles into W buffer c % 2 (cp.async, or load_h) and (k_async) its k tiles into the staging tiles;
   // one cp.async group.
@@ -660,7 +765,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
         tile::load_h_async(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
       else
         tile::load_h(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
-      if (k_async) tile::stage_async(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
+      if (k_async) Staged<E>::stage(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
     }
     tile::cp_async_commit();
   };
@@ -697,7 +802,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
     if (chunk + 2 < a.NC) prefetch(chunk + 2);
     // Synchronous k: key tile kt of the chunk into x (registers).
     const auto fetch_k = [&](tile::Frag& x, int kt) {
-      tile::fetch_h(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
+      fetch_in(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
     };
     tile::Frag kx;  // (synchronous k) the next key tile's k, in flight while the tile before is converted
     if (!k_async) fetch_k(kx, 0);  // (in flight during the barrier)
@@ -719,11 +824,11 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
     acc.zero();
     const bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
     const auto ws = [&](int kt) { Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc); };
-    if (k_async) {  // the thread's own staged pieces (rows tid / 16 + 16 i)
-      const RowFactors<4> ks(tid >> 4, 16, kscale);
+    if (k_async) {  // the thread's own staged pieces
+      const RowFactors<Staged<E>::kRows> ks(tid >> Staged<E>::kRowShift, Staged<E>::kRowStep, kscale);
       for (int kt = 0; kt < nkt; ++kt) {
         ws(kt);
-        tile::put_h_staged(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, ks);
+        Staged<E>::put(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, ks);
       }
     } else {  // put_h's rows tid / 32 + 8 i
       const RowFactors<8> ks(tid >> 5, 8, kscale);
@@ -807,16 +912,16 @@ __device__ void chunk_p_mma(const GdnFast<L, E>& a, const Chunk& ch, int nkt, do
   fetch_gate_pair(a, ch, g0, g1);
   tile::Frag fq, fk;
   if (nkt > 0) {
-    tile::fetch_h(fq, ch.in(a, a.q, K, 0), a.H * K, ch.n, tile_cols(K, 0));
-    tile::fetch_h(fk, ch.in(a, a.k, K, 0), a.H * K, ch.n, tile_cols(K, 0));
+    fetch_in(fq, ch.in(a, a.q, K, 0), a.H * K, ch.n, tile_cols(K, 0));
+    fetch_in(fk, ch.in(a, a.k, K, 0), a.H * K, ch.n, tile_cols(K, 0));
   }
   scan_gate_pair(g0, g1, gam);
   for (int kt = 0; kt < nkt; ++kt) {
     const int64_t k1 = (kt + 1) * kN;
     tile::put_h(fq, hQ + kt * kTileHalves, ch.n, one);
-    if (kt + 1 < nkt) tile::fetch_h(fq, ch.in(a, a.q, K, k1), a.H * K, ch.n, tile_cols(K, k1));
+    if (kt + 1 < nkt) fetch_in(fq, ch.in(a, a.q, K, k1), a.H * K, ch.n, tile_cols(K, k1));
     tile::put_h(fk, hK + kt * kTileHalves, ch.n, one);
-    if (kt + 1 < nkt) tile::fetch_h(fk, ch.in(a, a.k, K, k1), a.H * K, ch.n, tile_cols(K, k1));
+    if (kt + 1 < nkt) fetch_in(fk, ch.in(a, a.k, K, k1), a.H * K, ch.n, tile_cols(K, k1));
   }
   __syncthreads();  // hQ, hK complete
   Acc qk;
@@ -1643,6 +1748,10 @@ __device__ __forceinline__ void load_tile_h_async(bf16* s, const bf16* src, int6
   for (int it = 0; it < kN / 32; ++it)
     tile::cp_async16(s + (r + 32 * it) * kLdH + c, src + (r + 32 * it) * stride + c, 16);
 }
+// stage_tile_async of a bf16 tensor (Staged<bf16>).
+__device__ __forceinline__ void stage_tile_async(float* g, const bf16* src, int64_t stride, int rows, int cols) {
+  tile::stage_async_h(g, src, stride, rows, cols);
+}
 
 // B1 (state part) and B2 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in reverse, as
 // gdn_bwd_scan_kernel: stores dh[n] (bf16 of dS_C), dΔ += K^g dS_C (K^g dS summed over the key tiles in order in
@@ -1658,7 +1767,7 @@ __device__ __forceinline__ void load_tile_h_async(bf16* s, const bf16* src, int6
 //   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
 // (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
 // cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
-// <= 128) q (fp32 staging tiles, issued once this chunk's are converted) and k (staging tiles, issued after the
+// <= 128) q (staging tiles, Staged<E>, issued once this chunk's are converted) and k (staging tiles, issued after the
 // update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
 // gates of the chunk before that; at key_dim > 128 k, q through the ring below (kRing) or, where k, q or dO is not
 // 16-byte aligned, one key tile ahead in registers (q of key tile 0 from the chunk after's update on), with the L2
@@ -1667,8 +1776,9 @@ __device__ __forceinline__ void load_tile_h_async(bf16* s, const bf16* src, int6
 // kRing (the launcher's choice at key_dim > 128 where k, q and dO are 16-byte aligned): k, q and dO instead stream
 // through a ring of kBwdRingSlots fp32 staging tiles in the order they are converted (per chunk n: q of chunk n key
 // tile by key tile, dO, then in the update k of chunk n - 1), one cp.async group a tile: each thread waits for its
-// own pieces of the tile, converts them (put_h_staged: the same bits) and issues the copies of the tile
-// kBwdRingSlots on into the slot (no barrier: it reads only the pieces it copied). One W buffer (the shared memory
+// own pieces of the tile, converts them (Staged<E>::put, put_h_staged: the same bits) and issues the copies of the
+// tile kBwdRingSlots on into the slot (no barrier: it reads only the pieces it copied, and with bf16 q, k copies
+// only into them: tile::stage_async_h). One W buffer (the shared memory
 // allows no more): chunk n's tiles are issued after its first barrier (every read of chunk n + 1's done), into the
 // group of the tile kBwdRingSlots after q's first (waited for by dO's conversion at key_dim 256, before the
 // barrier that ends B1; at 3 key tiles by a wait before it). The L2 is asked for the rows of k, q, W and dO of the
@@ -1697,7 +1807,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const bool w_async = tile::async_ok_h(a.W, K);
   // (Every row of dO, k, q starts a multiple of V or K elements after the tensor's start.)
   const bool o_async = !kRing && tile::async_ok_f(a.d_o, V);
-  const bool kq_async = !kRing && bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.q, K);
+  const bool kq_async = !kRing && bwd_scan_kq_staged(nkt) && Staged<E>::ok(a.k, K) && Staged<E>::ok(a.q, K);
   const bool kq_regs = !kRing && !kq_async;  // k, q one key tile ahead in registers
   // Chunk c's W buffer (c % 2; ring: the one).
   const auto w_of = [&](int64_t c) { return kRing ? hW : hW + (c & 1) * nkt * kTileHalves; };
@@ -1755,17 +1865,17 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   // Else key tile kt of p (q or k) of chunk c into x (registers; put_q / put_k convert them).
   tile::HRegs x;
   const auto fetch_x = [&](const E* p, const Chunk& c, int kt) {
-    tile::fetch_h(x, c.in(a, p, K, kt * kN), a.H * K, c.n, tile_cols(K, kt * kN));
+    fetch_in(x, c.in(a, p, K, kt * kN), a.H * K, c.n, tile_cols(K, kt * kN));
   };
   // Q^g (q ⊙ e^Γ) and K^g (k ⊙ e^{Γ_C-Γ}) of key tile kt of chunk c (row factors f) into hQ, hK: from the
   // thread's own staged pieces (its cp_async_wait suffices) or from x.
   const auto put_q = [&](int kt, const Chunk& c, const float* f) {
     const auto scale = [&](int r) { return f[r]; };
     if (kRing) {
-      tile::put_h_staged(hQ + kt * kTileHalves, ring_tile(), c.n, scale);
+      Staged<E>::put(hQ + kt * kTileHalves, ring_tile(), c.n, scale);
       ring_next();
     } else if (kq_async) {
-      tile::put_h_staged(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, c.n, scale);
+      Staged<E>::put(hQ + kt * kTileHalves, gKQ + (2 * kt + 1) * tile::kStageFloats, c.n, scale);
     } else {
       tile::put_h(hQ + kt * kTileHalves, x, c.n, scale);
     }
@@ -1773,10 +1883,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const auto put_k = [&](int kt, const Chunk& c) {
     const auto scale = [&](int r) { return fk[r]; };
     if (kRing) {
-      tile::put_h_staged(hK + kt * kTileHalves, ring_tile(), c.n, scale);
+      Staged<E>::put(hK + kt * kTileHalves, ring_tile(), c.n, scale);
       ring_next();
     } else if (kq_async) {
-      tile::put_h_staged(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, c.n, scale);
+      Staged<E>::put(hK + kt * kTileHalves, gKQ + 2 * kt * tile::kStageFloats, c.n, scale);
     } else {
       tile::put_h(hK + kt * kTileHalves, x, c.n, scale);
     }
@@ -1921,11 +2031,11 @@ static_assert(2 * (kDqkMmaSmem + 1024 + 128) <= 228 * 1024, "two dqk blocks an S
 // scratch), as gdn_bwd_dqk_kernel for one key tile: block (blockIdx.x = chunk nkt + kt, pair bh0 + blockIdx.y), the
 // products on bf16 tiles with register accumulators: dO h^T, Δ dh^T, dΔ h^T of key tile kt and dO Δ^T (every block
 // of the chunk forms it), summed over the value tiles; then dP K, dP^T Q of key tile kt. The element-wise terms read
-// q, k in fp32 (from their staging tiles) and h, dh as stored (bf16). At most 128 registers (ptxas spills ~100 bytes a
+// q, k as fp32 (from their staging tiles, Staged<E>::at) and h, dh as stored (bf16). At most 128 registers (ptxas spills ~100 bytes a
 // thread, mostly in the load_h fallbacks): two blocks an SM.
 // In flight: h, Δ, dh of value tile 0 and (staged) its dO, dΔ during the gates' scan; those of value tile vt + 1
 // during value tile vt's products (cp.async into the other set of tiles and, after the step's dO, dΔ are converted,
-// the staging tiles); q, k (fp32, into the staging tiles) during the last value tile's products.
+// the staging tiles); q, k (Staged<E>, into the staging tiles) during the last value tile's products.
 // Fallbacks: h, Δ, dh by load_h in the step unless they are 16-byte aligned with value_dim % 8 == 0 (async); dO, dΔ
 // by load_h in the step unless async and their rows are 16-byte aligned (staged); Q, K by load_h and q, k from
 // global memory at the thread's elements unless their rows are 16-byte aligned (qk_staged).
@@ -1948,7 +2058,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnF
   const int kc = tile_cols(K, k0);
   const bool async = tile::async_ok_h(a.h, V) && tile::async_ok_h(a.U, V) && tile::async_ok_h(a.dh, V);
   const bool staged = async && tile::async_ok_f(a.d_o, V) && tile::async_ok_f(a.dD, V);
-  const bool qk_staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K);
+  const bool qk_staged = Staged<E>::ok(a.q, K) && Staged<E>::ok(a.k, K);
   const E *q = ch.in(a, a.q, K, k0), *k = ch.in(a, a.k, K, k0);
   const auto set = [&](int vt) { return hHDG + (vt & 1) * 3 * kTileHalves; };
   auto issue = [&](int vt) {  // h, Δ, dh of value tile vt into its set; staged: dO, dΔ into the staging tiles
@@ -2002,8 +2112,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnF
       __syncthreads();
     }
     if (!more && qk_staged) {  // q, k into the staging tiles (free: read before the barrier above)
-      tile::stage_async(gOE, q, a.H * K, ch.n, kc);
-      tile::stage_async(gOE + tile::kStageFloats, k, a.H * K, ch.n, kc);
+      Staged<E>::stage(gOE, q, a.H * K, ch.n, kc);
+      Staged<E>::stage(gOE + tile::kStageFloats, k, a.H * K, ch.n, kc);
       tile::cp_async_commit();
     }
     Mma::mma<false, true>(hO, hH, dqs);
@@ -2027,8 +2137,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnF
   tile::store_acc_h(dp, hdP, tile::Same{});
   if (qk_staged) {
     tile::cp_async_wait<0>();
-    tile::put_h_staged(hQ, gQ, ch.n);
-    tile::put_h_staged(hK, gK, ch.n);
+    Staged<E>::put(hQ, gQ, ch.n);
+    Staged<E>::put(hK, gK, ch.n);
   } else {
     tile::load_h(hQ, q, a.H * K, ch.n, kc);
     tile::load_h(hK, k, a.H * K, ch.n, kc);
@@ -2041,7 +2151,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_dqk_mma_kernel(GdnF
   Mma::mma<true, false>(hdP, hQ, dk2);
   const auto x_at = [&](const float* g, const E* src, int i, int j) {  // q or k (fp32) at element (i, j)
     const int r = Mma::row(i), c = Mma::col(j);
-    return qk_staged ? g[r * kN + c] : r < ch.n && c < kc ? to_f32(src[r * a.H * K + c]) : 0.0f;
+    return qk_staged ? Staged<E>::at(g, r, c) : r < ch.n && c < kc ? to_f32(src[r * a.H * K + c]) : 0.0f;
   };
   float row_part[4] = {0, 0, 0, 0}, kz = 0.0f;  // B8 (i)–(iii) rows, (iii) total: this thread's share
   dqk_store<Mma>(a, ch, gam, k0, kc, gC, [&](int i, int j) { return x_at(gQ, q, i, j); },
@@ -2057,7 +2167,7 @@ static_assert(2 * (kWyMmaSmem + 1024) <= 228 * 1024, "two wy blocks an SM (1 KiB
 static_assert(kWyRedFloats <= 3 * tile::kStageFloats, "wy_finish's scratch in the staging tiles");
 
 // B5–B7, B8 (v)–(vi) and B9 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_bwd_wy_kernel: the same products on
-// bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x in fp32 at the
+// bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x as fp32 at the
 // thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
 // loads' latency; ptxas spills some bytes a thread to fit).
 // Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt:
@@ -2065,7 +2175,7 @@ static_assert(kWyRedFloats <= 3 * tile::kStageFloats, "wy_finish's scratch in th
 // steps (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ
 // and dΓ terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands
 // come by cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging
-// tiles (stage_async_sw): dΔ and k into gS, v / x into gX(s) (two, alternating: the U and W steps read them at other
+// tiles (stage_async_sw; bf16 v, x, k: Staged<bf16>'s, unswizzled): dΔ and k into gS, v / x into gX(s) (two, alternating: the U and W steps read them at other
 // threads' elements, without bank conflicts, as well as converting their own pieces), Comba's p̂ into gX(b0) (only
 // converted), dW (bf16) straight into hdT / hM (free until B6), alternating; and dK, dP̂, dV are read and written by
 // column pairs (AccIo). Otherwise (the fallback) each step loads its operands (load_h, load_acc) and reads and writes
@@ -2094,20 +2204,24 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   const int w0 = nvt, b0 = nvt + nkt, nsteps = nvt + 2 * nkt;  // first W, B7 step
   const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
-  const bool staged = tile::async_ok_f(a.Tm, kN) && tile::async_ok_f(a.dD, V) && tile::async_ok_f(a.v, V) &&
-                      tile::async_ok_f(x, K) && tile::async_ok_f(a.k, K) && tile::async_ok_h(a.dW, K) &&
+  const bool staged = tile::async_ok_f(a.Tm, kN) && tile::async_ok_f(a.dD, V) && Staged<E>::ok(a.v, V) &&
+                      Staged<E>::ok(x, K) && Staged<E>::ok(a.k, K) && tile::async_ok_h(a.dW, K) &&
                       tile::async_ok_f(dx, K) && tile::async_ok_f(a.dk, K) && tile::async_ok_f(a.dv, V);
   const auto issue = [&](int step) {  // step's operands (see above), one group
     const bool u = step < w0, w = !u && step < b0;
     const int64_t c0 = (u ? step : step - (w ? w0 : b0)) * kN;  // first value / key column
     const int cols = tile_cols(u ? V : K, c0);
     if (u || w || kComba)  // (Comba's B7: p̂ always into gX(b0), converted only; gX(b0 + 1) holds dAE)
-      tile::stage_async_sw(gX(u || w ? step : b0), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K),
-                           ch.n, cols);
+      Staged<E>::stage_sw(gX(u || w ? step : b0), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K),
+                          ch.n, cols);
     if (w)
       tile::load_h_async(hW(step), ch.rows(a, a.dW, K, c0), K, ch.n, cols);
-    else
+    else if constexpr (std::is_same_v<E, float>)
       tile::stage_async_sw(gS, u ? ch.rows(a, a.dD, V, c0) : ch.in(a, a.k, K, c0), u ? V : a.H * K, ch.n, cols);
+    else if (u)  // (bf16 k: staged as bf16)
+      tile::stage_async_sw(gS, ch.rows(a, a.dD, V, c0), V, ch.n, cols);
+    else
+      Staged<E>::stage_sw(gS, ch.in(a, a.k, K, c0), a.H * K, ch.n, cols);
     tile::cp_async_commit();
   };
   // Start of a staged step: its group landed, the thread's own pieces converted (convert), a barrier (the bf16 tiles
@@ -2147,9 +2261,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
             staged_step(vt, [&] {
               if (vt == 0) tile::put_h_staged_sw(hT, gX(1), kN);
               tile::put_h_staged_sw(t.z, gS, ch.n);
-              tile::put_h_staged_sw(t.y, gX(vt), ch.n);
+              Staged<E>::put_sw(t.y, gX(vt), ch.n);
             });
-            tile::load_acc_sw(vv, gX(vt));
+            Staged<E>::load_acc_sw(vv, gX(vt));
           } else {
             tile::load_h(t.z, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
             tile::load_h(t.y, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
@@ -2170,7 +2284,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
         io.load(d, dxt, a.H * K, ch.n, kc);
       bf16 *hD = kStaged ? hW(step) : hZ, *hx = kStaged && !(step & 1) ? hY : hX;  // dW, x
       if constexpr (kStaged) {
-        staged_step(step, [&] { tile::put_h_staged_sw(hx, gX(step), ch.n); });
+        staged_step(step, [&] { Staged<E>::put_sw(hx, gX(step), ch.n); });
       } else {
         tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
         tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
@@ -2182,7 +2296,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
       Mma::mma<false, true>(hD, hx, dtw);
       Acc xv;  // x at the thread's elements
       if constexpr (kStaged)
-        tile::load_acc_sw(xv, gX(step));
+        Staged<E>::load_acc_sw(xv, gX(step));
       else
         load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
 #pragma unroll
@@ -2220,9 +2334,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
       bf16 *hk = kAlt && (kt & 1) ? hY : hX, *hbx = kAlt && (kt & 1) ? hM : hZ;  // k, β x
       if constexpr (kStaged) {  // (the barrier: hdT too, on the first pass)
         staged_step(b0 + kt, [&] {  // k from gS (GDN: β x = β k too), β p̂ and p̂ from gX (Comba)
-          tile::put_h_staged_sw(hk, gS, ch.n);
-          tile::put_h_staged_sw(hbx, kComba ? gX(b0) : gS, ch.n, by_beta);
-          if (kComba) tile::put_h_staged_sw(hY, gX(b0), ch.n);
+          Staged<E>::put_sw(hk, gS, ch.n);
+          Staged<E>::put_sw(hbx, kComba ? gX(b0) : gS, ch.n, by_beta);
+          if (kComba) Staged<E>::put_sw(hY, gX(b0), ch.n);
         });
       } else {
         tile::load_h(hX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
@@ -2359,7 +2473,7 @@ Scan<L, E> bwd_scan(const GdnFast<L, E>& a) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
     if (nkt <= kBwdScanMaxKt) {
-      if (!bwd_scan_kq_staged(nkt) && tile::async_ok_f(a.k, a.K) && tile::async_ok_f(a.q, a.K) &&
+      if (!bwd_scan_kq_staged(nkt) && Staged<E>::ok(a.k, a.K) && Staged<E>::ok(a.q, a.K) &&
           tile::async_ok_f(a.d_o, a.V))
         return {gdn_bwd_scan_mma_kernel<L, E, true>, bwd_scan_mma_smem(nkt, true)};
       return {gdn_bwd_scan_mma_kernel<L, E, false>, bwd_scan_mma_smem(nkt, false)};
@@ -2375,6 +2489,7 @@ template <bool kComba, typename P, typename E>
 void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
               int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
               float* tinv, void* scratch, cudaStream_t stream) {
+  static_assert(std::is_same_v<E, float> || kBf16<P>, "bf16 inputs need bf16 compute");
   using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
@@ -2405,6 +2520,7 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
               const float* tinv, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
               int64_t chunk_size, float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch,
               cudaStream_t stream) {
+  static_assert(std::is_same_v<E, float> || kBf16<P>, "bf16 inputs need bf16 compute");
   using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
@@ -2475,59 +2591,62 @@ size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t hea
   return gdn_chunk_bwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved_tinv);
 }
 
-template <typename P>
-void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
+template <typename P, typename E>
+void gdn_chunk_fwd(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    float* tinv, void* scratch, cudaStream_t stream) {
-  core_fwd<false, P, float>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o,
-                            tinv, scratch, stream);
+  core_fwd<false, P, E>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, tinv,
+                        scratch, stream);
 }
 
-template <typename P>
-void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   const float* d_o, const float* tinv, int64_t batch, int64_t seq_len, int64_t heads,
-                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
-                   float* dbeta, void* scratch, cudaStream_t stream) {
-  core_bwd<false, P, float>(q, k, v, nullptr, g, beta, d_o, tinv, batch, seq_len, heads, key_dim, value_dim,
-                            chunk_size, dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
+template <typename P, typename E>
+void gdn_chunk_bwd(const E* q, const E* k, const E* v, const float* g, const float* beta, const float* d_o,
+                   const float* tinv, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                   int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                   void* scratch, cudaStream_t stream) {
+  core_bwd<false, P, E>(q, k, v, nullptr, g, beta, d_o, tinv, batch, seq_len, heads, key_dim, value_dim, chunk_size,
+                        dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
 }
 
-template <typename P>
-void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
-                     const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                     int64_t value_dim, int64_t chunk_size, float* o, float* tinv, void* scratch,
-                     cudaStream_t stream) {
-  core_fwd<true, P, float>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, tinv,
-                           scratch, stream);
+template <typename P, typename E>
+void comba_chunk_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta,
+                     int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                     int64_t chunk_size, float* o, float* tinv, void* scratch, cudaStream_t stream) {
+  core_fwd<true, P, E>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, tinv, scratch,
+                       stream);
 }
 
-template <typename P>
-void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
-                     const float* beta, const float* d_o, const float* tinv, int64_t batch, int64_t seq_len,
-                     int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
-                     float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
-  core_bwd<true, P, float>(q, k, v, p, g, beta, d_o, tinv, batch, seq_len, heads, key_dim, value_dim, chunk_size,
-                           dq, dk, dv, dp, dg, dbeta, scratch, stream);
+template <typename P, typename E>
+void comba_chunk_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta,
+                     const float* d_o, const float* tinv, int64_t batch, int64_t seq_len, int64_t heads,
+                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
+                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+  core_bwd<true, P, E>(q, k, v, p, g, beta, d_o, tinv, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk,
+                       dv, dp, dg, dbeta, scratch, stream);
 }
 
-#define LLMT_INSTANTIATE_GDN_COMBA(P)                                                                               \
-  template size_t gdn_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);             \
-  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);       \
-  template size_t comba_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);           \
-  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);     \
-  template void gdn_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
-                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, void*, cudaStream_t); \
-  template void gdn_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
-                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,        \
-                                 float*, float*, float*, float*, void*, cudaStream_t);                              \
-  template void comba_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*,            \
-                                   const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,      \
-                                   float*, void*, cudaStream_t);                                                    \
-  template void comba_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*,            \
-                                   const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,    \
-                                   int64_t, int64_t, float*, float*, float*, float*, float*, float*, void*,         \
-                                   cudaStream_t);
-LLMT_INSTANTIATE_GDN_COMBA(float)
-LLMT_INSTANTIATE_GDN_COMBA(__nv_bfloat16)
+#define LLMT_INSTANTIATE_GDN_COMBA_SCRATCH(P)                                                                   \
+  template size_t gdn_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);         \
+  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);   \
+  template size_t comba_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);       \
+  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+#define LLMT_INSTANTIATE_GDN_COMBA(P, E)                                                                          \
+  template void gdn_chunk_fwd<P, E>(const E*, const E*, const E*, const float*, const float*, int64_t, int64_t,   \
+                                    int64_t, int64_t, int64_t, int64_t, float*, float*, void*, cudaStream_t);     \
+  template void gdn_chunk_bwd<P, E>(const E*, const E*, const E*, const float*, const float*, const float*,       \
+                                    const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,   \
+                                    float*, float*, float*, float*, void*, cudaStream_t);                         \
+  template void comba_chunk_fwd<P, E>(const E*, const E*, const E*, const E*, const float*, const float*,         \
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*,       \
+                                      void*, cudaStream_t);                                                       \
+  template void comba_chunk_bwd<P, E>(const E*, const E*, const E*, const E*, const float*, const float*,         \
+                                      const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,    \
+                                      int64_t, float*, float*, float*, float*, float*, float*, void*,             \
+                                      cudaStream_t);
+LLMT_INSTANTIATE_GDN_COMBA_SCRATCH(float)
+LLMT_INSTANTIATE_GDN_COMBA_SCRATCH(__nv_bfloat16)
+LLMT_INSTANTIATE_GDN_COMBA(float, float)
+LLMT_INSTANTIATE_GDN_COMBA(__nv_bfloat16, float)
+LLMT_INSTANTIATE_GDN_COMBA(__nv_bfloat16, __nv_bfloat16)
 
 }  // namespace llmt::cuda

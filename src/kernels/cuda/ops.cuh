@@ -143,23 +143,25 @@ size_t comba_gates_bwd_scratch_bytes(int64_t rows, int64_t heads);
 //                  (bf16 models; ~1e-2 of the fp32 result): mma.sync on bf16 tiles in shared memory (tile::Mma),
 //                  except a scan whose shared memory would not fit (key_dim > 256, forward and backward),
 //                  which runs on tile::Tc (WMMA on fp32 tiles). Its backward refuses key_dim > 448 (shared memory).
-// q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kGdnMaxChunk. tinv: nullptr, or gdn_tinv_floats of memory kept from a forward to
-// the backward of the same inputs and P (layers-delta.md §6.3, the tensors saved for the backward): the forward
-// writes there the fp32 𝒯 = (I + A)^{-1} of every chunk ([B H, chunks, 64, 64]), and the backward given it forms only
-// W and U from it instead of forming A and inverting it again (gradients bit-identical either way). `scratch` must
-// hold gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved_tinv = (tinv != nullptr) (without
-// tinv the backward's scratch holds 𝒯).
+// q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients overwritten. E, the
+// element type of q, k, v (and Comba's p): float, or __nv_bfloat16 with P = __nv_bfloat16 only (FLA's inputs: the
+// bf16 operand tiles then hold the inputs' own values; instantiated for <P, E> = <float, float>, <__nv_bfloat16,
+// float>, <__nv_bfloat16, __nv_bfloat16>); every other tensor fp32. 1 <= chunk_size <= kGdnMaxChunk. tinv:
+// nullptr, or gdn_tinv_floats of memory kept from a forward to the backward of the same inputs and P
+// (layers-delta.md §6.3, the tensors saved for the backward): the forward writes there the fp32 𝒯 = (I + A)^{-1} of
+// every chunk ([B H, chunks, 64, 64]), and the backward given it forms only W and U from it instead of forming A and
+// inverting it again (gradients bit-identical either way). `scratch` must hold gdn_chunk_fwd_scratch_bytes<P>,
+// gdn_chunk_bwd_scratch_bytes<P> with saved_tinv = (tinv != nullptr) (without tinv the backward's scratch holds 𝒯).
 constexpr int64_t kGdnMaxChunk = 64;
-template <typename P>
-void gdn_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
+template <typename P, typename E>
+void gdn_chunk_fwd(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
                    float* tinv, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size);
-template <typename P>
-void gdn_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
+template <typename P, typename E>
+void gdn_chunk_bwd(const E* q, const E* k, const E* v, const float* g, const float* beta,
                    const float* d_o, const float* tinv, int64_t batch, int64_t seq_len, int64_t heads,
                    int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
                    float* dbeta, void* scratch, cudaStream_t stream);
@@ -174,19 +176,19 @@ int64_t gdn_tinv_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t c
 // gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), the GDN
 // kernels with Comba's A and W (layers-delta.md §6.2), same P, precision and limits.
 // q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kCombaMaxChunk. tinv (nullptr, or gdn_tinv_floats) and `scratch` as for the GDN
-// core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
+// overwritten. 1 <= chunk_size <= kCombaMaxChunk. E (q, k, v, p), tinv (nullptr, or gdn_tinv_floats) and `scratch`
+// as for the GDN core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
 constexpr int64_t kCombaMaxChunk = 64;
-template <typename P>
-void comba_chunk_fwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+template <typename P, typename E>
+void comba_chunk_fwd(const E* q, const E* k, const E* v, const E* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                      int64_t value_dim, int64_t chunk_size, float* o, float* tinv, void* scratch,
                      cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                      int64_t value_dim, int64_t chunk_size);
-template <typename P>
-void comba_chunk_bwd(const float* q, const float* k, const float* v, const float* p, const float* g,
+template <typename P, typename E>
+void comba_chunk_bwd(const E* q, const E* k, const E* v, const E* p, const float* g,
                      const float* beta, const float* d_o, const float* tinv, int64_t batch, int64_t seq_len,
                      int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
                      float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
