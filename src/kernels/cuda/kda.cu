@@ -75,7 +75,11 @@ struct Gam {
   /// e^{Γ[x]}.
   __device__ __forceinline__ float exp_at(int x) const { return expf(hi[x] + lo[x]); }
   /// e^{Γ[x] - Γ[y]}, the difference formed before the exponential.
-  __device__ __forceinline__ float exp_diff(int x, int y) const { return expf((hi[x] - hi[y]) + (lo[x] - lo[y])); }
+  __device__ __forceinline__ float exp_diff(int x, int y) const { return exp_parts(hi[x], lo[x], hi[y], lo[y]); }
+  /// exp_diff from the parts hi, lo of Γ[x] and Γ[y] (already loaded).
+  __device__ static __forceinline__ float exp_parts(float hx, float lx, float hy, float ly) {
+    return expf((hx - hy) + (lx - ly));
+  }
 };
 
 // Inputs, outputs and scratch of one core call.
@@ -1391,29 +1395,41 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
 /// thread t takes sub-chunk a = t / 64 and channel c = t % 64 and, with E = e^{Γ_rc - Γ_jc} formed once per pair
 /// j <= r of the sub-chunk, writes DL[r][c] = Σ_{16a <= j <= r} ML[r][j] YL[j][c] E and
 /// DR[j][c] = Σ_{j <= r < 16a + 16} MR[r][j] YR[r][c] E for the sub-chunk's rows (j, r in increasing order). All
-/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier. The row loop stays rolled
-/// (one copy of the 16 pair steps, left after step rr by a warp-uniform branch): unrolled, the triangle is about
-/// 2,600 instructions run once per key tile, and its warps wait on instruction fetches.
+/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier. The j side (Γ_jc's parts,
+/// YL[j][c]) is read once into registers. The row loop stays rolled (unrolled, the triangle is about 2,600
+/// instructions run once per key tile, and its warps wait on instruction fetches); its pair steps go in groups of
+/// four j (left after the last group with j <= r by a warp-uniform branch), each group's M loads issued together
+/// and its steps independent until their sums, the steps j > r of the last group computed and discarded (select).
 __device__ void diag_pairs(const float* ML, const float* YL, const float* MR, const float* YR, const Gam& G,
                            float* DL, float* DR) {
   const int t = static_cast<int>(threadIdx.x), c = t & 63, r0 = 16 * (t >> 6);
-  float dr[16];
+  float dr[16], hj[16], lj[16], yj[16];
 #pragma unroll
-  for (int q = 0; q < 16; ++q) dr[q] = 0.0f;
+  for (int q = 0; q < 16; ++q) {
+    const int x = (r0 + q) * kLd + c;
+    dr[q] = 0.0f, hj[q] = G.hi[x], lj[q] = G.lo[x], yj[q] = YL[x];
+  }
 #pragma unroll 1
   for (int rr = 0; rr < 16; ++rr) {
-    const int r = r0 + rr;
-    const float yr = YR[r * kLd + c];
+    const int r = r0 + rr, x = r * kLd + c, m = r * kLd + r0;
+    const float yr = YR[x], hr = G.hi[x], lr = G.lo[x];
     float dl = 0.0f;
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
-      if (jj > rr) break;
-      const int j = r0 + jj;
-      const float e = G.exp_diff(r * kLd + c, j * kLd + c);
-      dl = fmaf(ML[r * kLd + j] * YL[j * kLd + c], e, dl);
-      dr[jj] = fmaf(MR[r * kLd + j] * yr, e, dr[jj]);
+    for (int j4 = 0; j4 < 16; j4 += 4) {
+      if (j4 > rr) break;
+      float ml[4], mr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ml[e] = ML[m + j4 + e], mr[e] = MR[m + j4 + e];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jj = j4 + e;
+        const float ex = Gam::exp_parts(hr, lr, hj[jj], lj[jj]);
+        const float tl = fmaf(ml[e] * yj[jj], ex, dl), tr = fmaf(mr[e] * yr, ex, dr[jj]);
+        dl = jj <= rr ? tl : dl;
+        dr[jj] = jj <= rr ? tr : dr[jj];
+      }
     }
-    DL[r * kLd + c] = dl;
+    DL[x] = dl;
   }
 #pragma unroll
   for (int q = 0; q < 16; ++q) DR[(r0 + q) * kLd + c] = dr[q];
