@@ -209,26 +209,50 @@ __device__ void scale_rows_to_start(const float* X, const Gam& G, float* Xr) {
 template <typename T>
 constexpr int variant_ld = std::is_same_v<T, float> ? kLd : kLdH;
 
+/// The thread's inputs of left_variants / right_variants: Y and Γ's parts of the rows r0 + q0 + 4 m (m < 12,
+/// q0 = t / 64, column c = t % 64) and Γ's parts of the three reference rows ref(a) = rows[a] (a < 3), all read
+/// before the first store (one round of shared loads).
+struct VariantRows {
+  float y[12], h[12], l[12], rh[3], rl[3];
+  __device__ VariantRows(const float* Y, const Gam& G, int r0, int c, int q0, const int (&rows)[3]) {
+#pragma unroll
+    for (int m = 0; m < 12; ++m) {
+      const int x = (r0 + q0 + 4 * m) * kLd + c;
+      y[m] = Y[x], h[m] = G.hi[x], l[m] = G.lo[x];
+    }
+#pragma unroll
+    for (int a = 0; a < 3; ++a) rh[a] = G.hi[rows[a] * kLd + c], rl[a] = G.lo[rows[a] * kLd + c];
+  }
+};
+
 /// Yv[left_base(a) + j][c] = Y[j][c] e^{ζ_ac - Γ_jc} for a = 1..3, j < 16a (no barrier); Yv fp32 or bf16
-/// (rounded once, the fp32 product).
+/// (rounded once, the fp32 product). Pass it writes row q = 4 it + q0 (q0 = t / 64; sub-chunk a known per pass),
+/// from row j = q0 + 4 m of its VariantRows (every row j is read once for up to three variants).
 template <typename T>
 __device__ void left_variants(const float* Y, const Gam& G, T* Yv) {
   static_assert(tile::kThreads == 4 * kN, "four rows per pass");
   const int c = static_cast<int>(threadIdx.x & 63), q0 = static_cast<int>(threadIdx.x >> 6);
+  const VariantRows v(Y, G, 0, c, q0, {16, 32, 48});
 #pragma unroll
-  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {  // row q = 4 it + q0: sub-chunk a known per pass
-    const int q = 4 * it + q0, a = it < 4 ? 1 : it < 12 ? 2 : 3, j = q - left_base(a);
-    Yv[q * variant_ld<T> + c] = from_f32<T>(Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c));
+  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {
+    const int a = it < 4 ? 1 : it < 12 ? 2 : 3, m = it - left_base(a) / 4;  // j = 4 it + q0 - left_base(a)
+    const float e = Gam::exp_parts(v.rh[a - 1], v.rl[a - 1], v.h[m], v.l[m]);
+    Yv[(4 * it + q0) * variant_ld<T> + c] = from_f32<T>(v.y[m] * e);
   }
 }
 
 /// Yw[right_base(a) + r - 16(a + 1)][c] = Y[r][c] e^{Γ_rc - η_ac} for a = 0..2, r >= 16(a + 1) (no barrier);
-/// Yw fp32 or bf16 (rounded once, the fp32 product).
+/// Yw fp32 or bf16 (rounded once, the fp32 product). Pass it writes row q = 4 it + q0 (as left_variants), from row
+/// r = 16 + q0 + 4 m of its VariantRows.
 template <typename T>
 __device__ void right_variants(const float* Y, const Gam& G, T* Yw) {
-  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
-    const int q = idx >> 6, c = idx & 63, a = q < 48 ? 0 : q < 80 ? 1 : 2, r = q - right_base(a) + 16 * (a + 1);
-    Yw[q * variant_ld<T> + c] = from_f32<T>(Y[r * kLd + c] * G.exp_diff(r * kLd + c, (16 * a + 15) * kLd + c));
+  const int c = static_cast<int>(threadIdx.x & 63), q0 = static_cast<int>(threadIdx.x >> 6);
+  const VariantRows v(Y, G, 16, c, q0, {15, 31, 47});
+#pragma unroll
+  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {
+    const int a = it < 12 ? 0 : it < 20 ? 1 : 2, m = it - right_base(a) / 4 + 4 * a;
+    const float e = Gam::exp_parts(v.h[m], v.l[m], v.rh[a], v.rl[a]);
+    Yw[(4 * it + q0) * variant_ld<T> + c] = from_f32<T>(v.y[m] * e);
   }
 }
 
