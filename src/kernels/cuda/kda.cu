@@ -1530,7 +1530,9 @@ __device__ __forceinline__ void stage_key_tile(const KdaFast& a, const Chunk& ch
 // from the fp32 states (global memory, at the thread's elements). Where every row of q, k, g is 16-byte aligned
 // (key_dim % 4 == 0) a key tile's g, k, q are copied by cp.async (stage_key_tile) while the state products before
 // their use run: key tile 0's at the start, the next one's as soon as the staging tiles are read; otherwise they
-// are loaded synchronously (load_gamma, tile::load). Same arithmetic either way.
+// are loaded synchronously (load_gamma, tile::load). Same arithmetic either way. The rows of the synchronous tile
+// loads are asked of the L2 ahead (prefetch_l2): dO, Δ, dΔ and key tile 0's h, dh at the start, the next key
+// tile's h, dh after a key tile's state products.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1546,6 +1548,16 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   // (Every row of q, k, g starts a multiple of K floats after the tensor's start.)
   const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K);
   if (staged) stage_key_tile(a, ch, 0, gS, ch.in(a, a.q, K, 0), a.H * K);
+  // L2 prefetches of the synchronous loads' rows: dO, Δ, dΔ (every value tile) and key tile 0's states h, dh, so
+  // that only the first value tile of dO Δ^T waits for memory.
+  tile::prefetch_l2(ch.in(a, a.d_o, V, 0), 4 * a.H * V, ch.n, 4 * V);
+  tile::prefetch_l2(ch.rows(a, a.U, V, 0), 0, 1, 4 * ch.n * V);  // (a chunk's scratch rows are contiguous)
+  tile::prefetch_l2(ch.rows(a, a.dD, V, 0), 0, 1, 4 * ch.n * V);
+  const auto prefetch_states = [&](int64_t k0) {  // h, dh of key tile k0 (its rows of a chunk state are contiguous)
+    tile::prefetch_l2(ch.state(a, a.h, k0, 0), 0, 1, 4 * tile_cols(K, k0) * V);
+    tile::prefetch_l2(ch.state(a, a.dh, k0, 0), 0, 1, 4 * tile_cols(K, k0) * V);
+  };
+  prefetch_states(0);
   Acc dp;
   dp.zero();
   tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
@@ -1577,6 +1589,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
         load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0 + kN), V, kc, tile_cols(V, v0 + kN));
       }
     });
+    if (k0 + kN < K) prefetch_states(k0 + kN);  // (read after this key tile's decayed sums)
     store_acc<Mma>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
     key_gamma(a, ch, k0, staged, gS, sX, s.part, G);  // (its first barrier: the last key tile's readers are done)
     if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
@@ -1604,7 +1617,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
 // tile j - nkt (g, k). Where every row of k, g and dW is 16-byte aligned (key_dim % 4 == 0) each step's tiles are
 // copied by cp.async (stage_key_tile): step 0's at the start (landing during the U side), the next step's as soon
 // as the staging tiles are read; otherwise each step loads them synchronously (load_gamma, load_h, load_rc,
-// tile::load). Same arithmetic either way.
+// tile::load). Same arithmetic either way. 𝒯 and the U side's dΔ, v rows are asked of the L2 at the start
+// (prefetch_l2); each key tile step's dK, dΓ loads (DkDgam) are issued at its start.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1625,6 +1639,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     stage_key_tile(a, ch, k0, gS, j < nkt ? ch.rows(a, a.dW, K, k0) : nullptr, K);
   };
   if (staged) issue(0);
+  // L2 prefetches of the synchronous loads' rows: 𝒯 (during β's load) and the U side's dΔ, v (every value tile).
+  tile::prefetch_l2(ch.square(a, a.Tm), 0, 1, sizeof(float) * kN * kN);
+  tile::prefetch_l2(ch.rows(a, a.dD, a.V, 0), 0, 1, 4 * ch.n * a.V);  // (a chunk's scratch rows are contiguous)
+  tile::prefetch_l2(ch.in(a, a.v, a.V, 0), 4 * a.H * a.V, ch.n, 4 * a.V);
   load_beta(a, ch, s.beta);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
