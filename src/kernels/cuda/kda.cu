@@ -878,16 +878,25 @@ static_assert(2 * sizeof(bf16) * kTileHalves >= sizeof(float) * tile::kTileFloat
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
 /// tile::stage_async filled from the same src, rows, cols: s[r][c] = scale(r, c) x for r < rows, c < cols, else
-/// 0 (the elements and arithmetic of load_rc, stage_async's thread -> element map). No barrier.
+/// 0 (the elements and arithmetic of load_rc, stage_async's thread -> element map). All of the thread's values are
+/// formed before its first store (so that the loads scale makes are not held behind the stores). No barrier.
 template <typename Scale>
 __device__ __forceinline__ void put_rc_staged(float* s, const float* g, int rows, int cols, Scale scale) {
+  constexpr int kPer = kN * kN / 4 / tile::kThreads;
+  float y[kPer][4];
 #pragma unroll
-  for (int it = 0; it < kN * kN / 4 / tile::kThreads; ++it) {
+  for (int it = 0; it < kPer; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 4, c = 4 * (idx & 15);
     const float4 x4 = *reinterpret_cast<const float4*>(g + r * kN + c);
     const float x[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[r * kLd + c + e] = r < rows && c + e < cols ? scale(r, c + e) * x[e] : 0.0f;
+    for (int e = 0; e < 4; ++e) y[it][e] = r < rows && c + e < cols ? scale(r, c + e) * x[e] : 0.0f;
+  }
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 4, c = 4 * (idx & 15);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[r * kLd + c + e] = y[it][e];
   }
 }
 
