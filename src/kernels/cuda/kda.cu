@@ -868,6 +868,17 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
     }
 }
 
+/// Asks the L2 cache for the `bytes` (< 2^31) contiguous bytes at p (prefetch.global.L2; no effect on any result):
+/// thread t the 128-byte steps t, t + kThreads, ... from p (tile::prefetch_l2's one-row case in a few instructions).
+__device__ __forceinline__ void prefetch_span(const void* p, int bytes) {
+#ifdef __CUDA_ARCH__
+  const char* c = static_cast<const char*>(p);
+#pragma unroll 1
+  for (int o = 128 * static_cast<int>(threadIdx.x); o < bytes; o += 128 * tile::kThreads)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+#endif
+}
+
 // Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
 // and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
 // key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
@@ -1540,8 +1551,8 @@ __device__ __forceinline__ void stage_key_tile(const KdaFast& a, const Chunk& ch
 // (key_dim % 4 == 0) a key tile's g, k, q are copied by cp.async (stage_key_tile) while the state products before
 // their use run: key tile 0's at the start, the next one's as soon as the staging tiles are read; otherwise they
 // are loaded synchronously (load_gamma, tile::load). Same arithmetic either way. The rows of the synchronous tile
-// loads are asked of the L2 ahead (prefetch_l2): dO, Δ, dΔ and key tile 0's h, dh at the start, the next key
-// tile's h, dh after a key tile's state products.
+// loads are asked of the L2 ahead (prefetch_l2, prefetch_span): dO, Δ, dΔ and key tile 0's h, dh at the start,
+// the next key tile's h, dh after a key tile's state products.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1560,11 +1571,11 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   // L2 prefetches of the synchronous loads' rows: dO, Δ, dΔ (every value tile) and key tile 0's states h, dh, so
   // that only the first value tile of dO Δ^T waits for memory.
   tile::prefetch_l2(ch.in(a, a.d_o, V, 0), 4 * a.H * V, ch.n, 4 * V);
-  tile::prefetch_l2(ch.rows(a, a.U, V, 0), 0, 1, 4 * ch.n * V);  // (a chunk's scratch rows are contiguous)
-  tile::prefetch_l2(ch.rows(a, a.dD, V, 0), 0, 1, 4 * ch.n * V);
+  prefetch_span(ch.rows(a, a.U, V, 0), static_cast<int>(4 * ch.n * V));  // (a chunk's scratch rows are contiguous)
+  prefetch_span(ch.rows(a, a.dD, V, 0), static_cast<int>(4 * ch.n * V));
   const auto prefetch_states = [&](int64_t k0) {  // h, dh of key tile k0 (its rows of a chunk state are contiguous)
-    tile::prefetch_l2(ch.state(a, a.h, k0, 0), 0, 1, 4 * tile_cols(K, k0) * V);
-    tile::prefetch_l2(ch.state(a, a.dh, k0, 0), 0, 1, 4 * tile_cols(K, k0) * V);
+    prefetch_span(ch.state(a, a.h, k0, 0), static_cast<int>(4 * tile_cols(K, k0) * V));
+    prefetch_span(ch.state(a, a.dh, k0, 0), static_cast<int>(4 * tile_cols(K, k0) * V));
   };
   prefetch_states(0);
   Acc dp;
@@ -1627,7 +1638,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
 // copied by cp.async (stage_key_tile): step 0's at the start (landing during the U side), the next step's as soon
 // as the staging tiles are read; otherwise each step loads them synchronously (load_gamma, load_h, load_rc,
 // tile::load). Same arithmetic either way. 𝒯 and the U side's dΔ, v rows are asked of the L2 at the start
-// (prefetch_l2); each key tile step's dK, dΓ loads (DkDgam) are issued at its start.
+// (prefetch_span, prefetch_l2); each key tile step's dK, dΓ loads (DkDgam) are issued at its start.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1649,8 +1660,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
   };
   if (staged) issue(0);
   // L2 prefetches of the synchronous loads' rows: 𝒯 (during β's load) and the U side's dΔ, v (every value tile).
-  tile::prefetch_l2(ch.square(a, a.Tm), 0, 1, sizeof(float) * kN * kN);
-  tile::prefetch_l2(ch.rows(a, a.dD, a.V, 0), 0, 1, 4 * ch.n * a.V);  // (a chunk's scratch rows are contiguous)
+  prefetch_span(ch.square(a, a.Tm), 4 * kN * kN);
+  prefetch_span(ch.rows(a, a.dD, a.V, 0), static_cast<int>(4 * ch.n * a.V));  // (a chunk's scratch rows are contiguous)
   tile::prefetch_l2(ch.in(a, a.v, a.V, 0), 4 * a.H * a.V, ch.n, 4 * a.V);
   load_beta(a, ch, s.beta);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
