@@ -672,8 +672,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_kernel(KdaFast a) 
 }
 
 /// The dK and dΓ scratch tiles of key tile k0 (kc channels) at the thread's elements, read for the wy kernels'
-/// read-modify-write: dk, dgam point at the tiles, dko, dgo hold their values (0 outside the chunk's n x kc). The
-/// Mma kernel constructs it at the start of its key tile step, so that the loads are in flight during the step.
+/// read-modify-write: dk, dgam point at the tiles, dko, dgo hold their values (0 outside the chunk's n x kc).
 template <typename L>
 struct DkDgam {
   float *dk, *dgam;
@@ -687,11 +686,12 @@ struct DkDgam {
 
 /// The wy kernels' B5 W-side step for key tile k0 (kc channels) after X_W = 𝒯^T dW (xw): dK += β X_W ⊙ e^Γ
 /// and B8 (v) dΓ += β X_W ⊙ K^d (read-modify-write of the dK and dΓ scratch at the thread's elements); db_part[i]
-/// += the thread's share of X_W ⊙ K^d of row L::row(i). kd: the fp32 K^d = K ⊙ e^Γ tile; t: key tile k0's.
+/// += the thread's share of X_W ⊙ K^d of row L::row(i). kd: the fp32 K^d = K ⊙ e^Γ tile.
 template <typename L>
-__device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, int kc, const Gam& G, const float* kd,
-                           const Acc& xw, DkDgam<L>& t, float (&db_part)[4]) {
+__device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const Gam& G,
+                           const float* kd, const Acc& xw, float (&db_part)[4]) {
   const int64_t K = a.K;
+  DkDgam<L> t(a, ch, k0, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -707,17 +707,17 @@ __device__ void wy_w_store(const KdaFast& a, const Chunk& ch, const Small& s, in
 }
 
 /// The wy kernels' B5 W-side products for key tile k0 (kc channels) once their operand tiles (L's operand type P:
-/// T = 𝒯, Z = dW, X = K^d) are complete: X_W = 𝒯^T dW, dtw += dW (K^d)^T, then wy_w_store (kd: K^d in fp32, t: key
-/// tile k0's DkDgam) and a barrier.
+/// T = 𝒯, Z = dW, X = K^d) are complete: X_W = 𝒯^T dW, dtw += dW (K^d)^T, then wy_w_store (kd: K^d in fp32) and
+/// a barrier.
 template <typename L, typename P>
-__device__ __forceinline__ void wy_w_step(const KdaFast& a, const Chunk& ch, const Small& s, int kc, const Gam& G,
-                                          const P* T, const P* Z, const P* X, const float* kd, DkDgam<L>& t, Acc& dtw,
+__device__ __forceinline__ void wy_w_step(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc,
+                                          const Gam& G, const P* T, const P* Z, const P* X, const float* kd, Acc& dtw,
                                           float (&db_part)[4]) {
   Acc xw;
   xw.zero();
   L::template mma<true, false>(T, Z, xw);
   L::template mma<false, true>(Z, X, dtw);
-  wy_w_store<L>(a, ch, s, kc, G, kd, xw, t, db_part);
+  wy_w_store<L>(a, ch, s, k0, kc, G, kd, xw, db_part);
   __syncthreads();
 }
 
@@ -737,12 +737,12 @@ __device__ __forceinline__ void wy_dT(Acc& dtv, const Acc& dtw, const float* bet
 /// The wy kernels' B7 step for key tile k0 (kc channels) after the decayed sums xr, yc (see kda_bwd_wy_kernel):
 /// dK += β xr + yc, B8 (vi), db_part[i] += the thread's share of Σ_c k ⊙ xr of row L::row(i), then B9: dg of the
 /// tile = the reverse cumsum of its dΓ (the scratch's terms plus (vi)) over the chunk's rows. k: the fp32 k tile;
-/// sY, sZ: free fp32 tiles (the dΓ tile and its cumsum); t: key tile k0's DkDgam. Reads k before its first
-/// barrier; ends with a barrier.
+/// sY, sZ: free fp32 tiles (the dΓ tile and its cumsum). Reads k before its first barrier; ends with a barrier.
 template <typename L>
 __device__ void wy_b7_store(const KdaFast& a, const Chunk& ch, const Small& s, int64_t k0, int kc, const float* k,
-                            const Acc& xr, const Acc& yc, DkDgam<L>& t, float* sY, float* sZ, float (&db_part)[4]) {
+                            const Acc& xr, const Acc& yc, float* sY, float* sZ, float (&db_part)[4]) {
   const int64_t K = a.K;
+  DkDgam<L> t(a, ch, k0, kc);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -806,8 +806,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     tile::load(sZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
     tile::load_rc(sX, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc, [&](int r, int c) { return G.exp_at(r * kLd + c); });
     __syncthreads();
-    DkDgam<L> t(a, ch, k0, kc);
-    wy_w_step<L>(a, ch, s, kc, G, sT, sZ, sX, sX, t, dtw, db_part);
+    wy_w_step<L>(a, ch, s, k0, kc, G, sT, sZ, sX, sX, dtw, db_part);
   }
   wy_dT<L>(dtv, dtw, s.beta);  // B6
   store_acc<L>(dtv, sdT, kLd, kN, kN, Same{});
@@ -845,8 +844,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_kernel(KdaFast a) {
     yc.zero();
     decayed_left<L>(sdT, sX, sV, G, xr);
     decayed_right<L>(sM, sX, sW, G, yc);
-    DkDgam<L> t(a, ch, k0, kc);
-    wy_b7_store<L>(a, ch, s, k0, kc, sX, xr, yc, t, sY, sZ, db_part);
+    wy_b7_store<L>(a, ch, s, k0, kc, sX, xr, yc, sY, sZ, db_part);
   }
   tile::reduce_rows_cols<L>(db_part, none, s.red, s.out1);
   const int r = static_cast<int>(threadIdx.x);
@@ -1672,7 +1670,6 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
   tile::wy_u_side(a, ch, s.beta, hT, hZ, hY, dtv, db_part);  // B5, U side: X_U = 𝒯^T dΔ, dV = β X_U
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B5, W side: X_W = 𝒯^T dW; dK += β X_W ⊙ e^Γ; B8 (v)
     const int kc = tile_cols(K, k0);
-    DkDgam<Mma> t(a, ch, k0, kc);  // in flight until wy_w_store
     key_gamma(a, ch, k0, staged, gS, sX, s.part, G);
     const auto kd = [&](int r, int c) { return G.exp_at(r * kLd + c); };
     if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
@@ -1686,7 +1683,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     __syncthreads();
     tile::load_h(hY, sX, kLd, kN, kN);  // K^d in bf16
     __syncthreads();
-    wy_w_step<Mma>(a, ch, s, kc, G, hT, hZ, hY, sX, t, dtw, db_part);
+    wy_w_step<Mma>(a, ch, s, k0, kc, G, hT, hZ, hY, sX, dtw, db_part);
   }
   wy_dT<Mma>(dtv, dtw, s.beta);  // B6
   Acc m;
@@ -1707,7 +1704,6 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
   tile::store_acc_h(bm, hB, Same{});
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // B7, B8 (vi), B9
     const int kc = tile_cols(K, k0);
-    DkDgam<Mma> t(a, ch, k0, kc);  // in flight until wy_b7_store (dK: the W side's, stored by this thread)
     key_gamma(a, ch, k0, staged, gS, sX, s.part, G);  // (its first barrier also publishes sA, sB, hA, hB)
     if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
       put_rc_staged(sX, gS + tile::kStageFloats, ch.n, kc, [](int, int) { return 1.0f; });
@@ -1718,7 +1714,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     __syncthreads();
     Acc xr, yc;  // diagonal parts into sY, sZ: free until wy_b7_store, which reads them first
     decayed_sums(sA, hA, sX, sB, hB, sX, G, hKv, hKw, sY, sZ, xr, yc);
-    wy_b7_store<Mma>(a, ch, s, k0, kc, sX, xr, yc, t, sY, sZ, db_part);
+    wy_b7_store<Mma>(a, ch, s, k0, kc, sX, xr, yc, sY, sZ, db_part);
   }
   tile::reduce_rows_cols<Mma>(db_part, none, s.red, s.out1);
   const int r = static_cast<int>(threadIdx.x);
