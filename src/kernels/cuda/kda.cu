@@ -75,7 +75,11 @@ struct Gam {
   /// e^{Γ[x]}.
   __device__ __forceinline__ float exp_at(int x) const { return expf(hi[x] + lo[x]); }
   /// e^{Γ[x] - Γ[y]}, the difference formed before the exponential.
-  __device__ __forceinline__ float exp_diff(int x, int y) const { return expf((hi[x] - hi[y]) + (lo[x] - lo[y])); }
+  __device__ __forceinline__ float exp_diff(int x, int y) const { return exp_parts(hi[x], lo[x], hi[y], lo[y]); }
+  /// exp_diff from the parts hi, lo of Γ[x] and Γ[y] (already loaded).
+  __device__ static __forceinline__ float exp_parts(float hx, float lx, float hy, float ly) {
+    return expf((hx - hy) + (lx - ly));
+  }
 };
 
 // Inputs, outputs and scratch of one core call.
@@ -205,26 +209,50 @@ __device__ void scale_rows_to_start(const float* X, const Gam& G, float* Xr) {
 template <typename T>
 constexpr int variant_ld = std::is_same_v<T, float> ? kLd : kLdH;
 
+/// The thread's inputs of left_variants / right_variants: Y and Γ's parts of the rows r0 + q0 + 4 m (m < 12,
+/// q0 = t / 64, column c = t % 64) and Γ's parts of the three reference rows ref(a) = rows[a] (a < 3), all read
+/// before the first store (one round of shared loads).
+struct VariantRows {
+  float y[12], h[12], l[12], rh[3], rl[3];
+  __device__ VariantRows(const float* Y, const Gam& G, int r0, int c, int q0, const int (&rows)[3]) {
+#pragma unroll
+    for (int m = 0; m < 12; ++m) {
+      const int x = (r0 + q0 + 4 * m) * kLd + c;
+      y[m] = Y[x], h[m] = G.hi[x], l[m] = G.lo[x];
+    }
+#pragma unroll
+    for (int a = 0; a < 3; ++a) rh[a] = G.hi[rows[a] * kLd + c], rl[a] = G.lo[rows[a] * kLd + c];
+  }
+};
+
 /// Yv[left_base(a) + j][c] = Y[j][c] e^{ζ_ac - Γ_jc} for a = 1..3, j < 16a (no barrier); Yv fp32 or bf16
-/// (rounded once, the fp32 product).
+/// (rounded once, the fp32 product). Pass it writes row q = 4 it + q0 (q0 = t / 64; sub-chunk a known per pass),
+/// from row j = q0 + 4 m of its VariantRows (every row j is read once for up to three variants).
 template <typename T>
 __device__ void left_variants(const float* Y, const Gam& G, T* Yv) {
   static_assert(tile::kThreads == 4 * kN, "four rows per pass");
   const int c = static_cast<int>(threadIdx.x & 63), q0 = static_cast<int>(threadIdx.x >> 6);
+  const VariantRows v(Y, G, 0, c, q0, {16, 32, 48});
 #pragma unroll
-  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {  // row q = 4 it + q0: sub-chunk a known per pass
-    const int q = 4 * it + q0, a = it < 4 ? 1 : it < 12 ? 2 : 3, j = q - left_base(a);
-    Yv[q * variant_ld<T> + c] = from_f32<T>(Y[j * kLd + c] * G.exp_diff(16 * a * kLd + c, j * kLd + c));
+  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {
+    const int a = it < 4 ? 1 : it < 12 ? 2 : 3, m = it - left_base(a) / 4;  // j = 4 it + q0 - left_base(a)
+    const float e = Gam::exp_parts(v.rh[a - 1], v.rl[a - 1], v.h[m], v.l[m]);
+    Yv[(4 * it + q0) * variant_ld<T> + c] = from_f32<T>(v.y[m] * e);
   }
 }
 
 /// Yw[right_base(a) + r - 16(a + 1)][c] = Y[r][c] e^{Γ_rc - η_ac} for a = 0..2, r >= 16(a + 1) (no barrier);
-/// Yw fp32 or bf16 (rounded once, the fp32 product).
+/// Yw fp32 or bf16 (rounded once, the fp32 product). Pass it writes row q = 4 it + q0 (as left_variants), from row
+/// r = 16 + q0 + 4 m of its VariantRows.
 template <typename T>
 __device__ void right_variants(const float* Y, const Gam& G, T* Yw) {
-  for (int idx = threadIdx.x; idx < 96 * kN; idx += tile::kThreads) {
-    const int q = idx >> 6, c = idx & 63, a = q < 48 ? 0 : q < 80 ? 1 : 2, r = q - right_base(a) + 16 * (a + 1);
-    Yw[q * variant_ld<T> + c] = from_f32<T>(Y[r * kLd + c] * G.exp_diff(r * kLd + c, (16 * a + 15) * kLd + c));
+  const int c = static_cast<int>(threadIdx.x & 63), q0 = static_cast<int>(threadIdx.x >> 6);
+  const VariantRows v(Y, G, 16, c, q0, {15, 31, 47});
+#pragma unroll
+  for (int it = 0; it < 96 * kN / tile::kThreads; ++it) {
+    const int a = it < 12 ? 0 : it < 20 ? 1 : 2, m = it - right_base(a) / 4 + 4 * a;
+    const float e = Gam::exp_parts(v.h[m], v.l[m], v.rh[a], v.rl[a]);
+    Yw[(4 * it + q0) * variant_ld<T> + c] = from_f32<T>(v.y[m] * e);
   }
 }
 
@@ -838,6 +866,17 @@ __device__ __forceinline__ void store_state(const float* St, float* dst, int64_t
     }
 }
 
+/// Asks the L2 cache for the `bytes` (< 2^31) contiguous bytes at p (prefetch.global.L2; no effect on any result):
+/// thread t the 128-byte steps t, t + kThreads, ... from p (tile::prefetch_l2's one-row case in a few instructions).
+__device__ __forceinline__ void prefetch_span(const void* p, int bytes) {
+#ifdef __CUDA_ARCH__
+  const char* c = static_cast<const char*>(p);
+#pragma unroll 1
+  for (int o = 128 * static_cast<int>(threadIdx.x); o < bytes; o += 128 * tile::kThreads)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+#endif
+}
+
 // Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
 // and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
 // key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
@@ -848,16 +887,25 @@ static_assert(2 * sizeof(bf16) * kTileHalves >= sizeof(float) * tile::kTileFloat
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
 /// tile::stage_async filled from the same src, rows, cols: s[r][c] = scale(r, c) x for r < rows, c < cols, else
-/// 0 (the elements and arithmetic of load_rc, stage_async's thread -> element map). No barrier.
+/// 0 (the elements and arithmetic of load_rc, stage_async's thread -> element map). All of the thread's values are
+/// formed before its first store (so that the loads scale makes are not held behind the stores). No barrier.
 template <typename Scale>
 __device__ __forceinline__ void put_rc_staged(float* s, const float* g, int rows, int cols, Scale scale) {
+  constexpr int kPer = kN * kN / 4 / tile::kThreads;
+  float y[kPer][4];
 #pragma unroll
-  for (int it = 0; it < kN * kN / 4 / tile::kThreads; ++it) {
+  for (int it = 0; it < kPer; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 4, c = 4 * (idx & 15);
     const float4 x4 = *reinterpret_cast<const float4*>(g + r * kN + c);
     const float x[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[r * kLd + c + e] = r < rows && c + e < cols ? scale(r, c + e) * x[e] : 0.0f;
+    for (int e = 0; e < 4; ++e) y[it][e] = r < rows && c + e < cols ? scale(r, c + e) * x[e] : 0.0f;
+  }
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 4, c = 4 * (idx & 15);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[r * kLd + c + e] = y[it][e];
   }
 }
 
@@ -1391,29 +1439,41 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_scan_mma_kernel(KdaFas
 /// thread t takes sub-chunk a = t / 64 and channel c = t % 64 and, with E = e^{Γ_rc - Γ_jc} formed once per pair
 /// j <= r of the sub-chunk, writes DL[r][c] = Σ_{16a <= j <= r} ML[r][j] YL[j][c] E and
 /// DR[j][c] = Σ_{j <= r < 16a + 16} MR[r][j] YR[r][c] E for the sub-chunk's rows (j, r in increasing order). All
-/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier. The row loop stays rolled
-/// (one copy of the 16 pair steps, left after step rr by a warp-uniform branch): unrolled, the triangle is about
-/// 2,600 instructions run once per key tile, and its warps wait on instruction fetches.
+/// fp32 tiles; M reads are warp-uniform, Y, Γ, D accesses conflict-free. No barrier. The j side (Γ_jc's parts,
+/// YL[j][c]) is read once into registers. The row loop stays rolled (unrolled, the triangle is about 2,600
+/// instructions run once per key tile, and its warps wait on instruction fetches); its pair steps go in groups of
+/// four j (left after the last group with j <= r by a warp-uniform branch), each group's M loads issued together
+/// and its steps independent until their sums, the steps j > r of the last group computed and discarded (select).
 __device__ void diag_pairs(const float* ML, const float* YL, const float* MR, const float* YR, const Gam& G,
                            float* DL, float* DR) {
   const int t = static_cast<int>(threadIdx.x), c = t & 63, r0 = 16 * (t >> 6);
-  float dr[16];
+  float dr[16], hj[16], lj[16], yj[16];
 #pragma unroll
-  for (int q = 0; q < 16; ++q) dr[q] = 0.0f;
+  for (int q = 0; q < 16; ++q) {
+    const int x = (r0 + q) * kLd + c;
+    dr[q] = 0.0f, hj[q] = G.hi[x], lj[q] = G.lo[x], yj[q] = YL[x];
+  }
 #pragma unroll 1
   for (int rr = 0; rr < 16; ++rr) {
-    const int r = r0 + rr;
-    const float yr = YR[r * kLd + c];
+    const int r = r0 + rr, x = r * kLd + c, m = r * kLd + r0;
+    const float yr = YR[x], hr = G.hi[x], lr = G.lo[x];
     float dl = 0.0f;
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
-      if (jj > rr) break;
-      const int j = r0 + jj;
-      const float e = G.exp_diff(r * kLd + c, j * kLd + c);
-      dl = fmaf(ML[r * kLd + j] * YL[j * kLd + c], e, dl);
-      dr[jj] = fmaf(MR[r * kLd + j] * yr, e, dr[jj]);
+    for (int j4 = 0; j4 < 16; j4 += 4) {
+      if (j4 > rr) break;
+      float ml[4], mr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ml[e] = ML[m + j4 + e], mr[e] = MR[m + j4 + e];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jj = j4 + e;
+        const float ex = Gam::exp_parts(hr, lr, hj[jj], lj[jj]);
+        const float tl = fmaf(ml[e] * yj[jj], ex, dl), tr = fmaf(mr[e] * yr, ex, dr[jj]);
+        dl = jj <= rr ? tl : dl;
+        dr[jj] = jj <= rr ? tr : dr[jj];
+      }
     }
-    DL[r * kLd + c] = dl;
+    DL[x] = dl;
   }
 #pragma unroll
   for (int q = 0; q < 16; ++q) DR[(r0 + q) * kLd + c] = dr[q];
@@ -1488,7 +1548,9 @@ __device__ __forceinline__ void stage_key_tile(const KdaFast& a, const Chunk& ch
 // from the fp32 states (global memory, at the thread's elements). Where every row of q, k, g is 16-byte aligned
 // (key_dim % 4 == 0) a key tile's g, k, q are copied by cp.async (stage_key_tile) while the state products before
 // their use run: key tile 0's at the start, the next one's as soon as the staging tiles are read; otherwise they
-// are loaded synchronously (load_gamma, tile::load). Same arithmetic either way.
+// are loaded synchronously (load_gamma, tile::load). Same arithmetic either way. The rows of the synchronous tile
+// loads are asked of the L2 ahead (prefetch_l2, prefetch_span): dO, Δ, dΔ and key tile 0's h, dh at the start,
+// the next key tile's h, dh after a key tile's state products.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1504,6 +1566,16 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
   // (Every row of q, k, g starts a multiple of K floats after the tensor's start.)
   const bool staged = tile::async_ok_f(a.q, K) && tile::async_ok_f(a.k, K) && tile::async_ok_f(a.g, K);
   if (staged) stage_key_tile(a, ch, 0, gS, ch.in(a, a.q, K, 0), a.H * K);
+  // L2 prefetches of the synchronous loads' rows: dO, Δ, dΔ (every value tile) and key tile 0's states h, dh, so
+  // that only the first value tile of dO Δ^T waits for memory.
+  tile::prefetch_l2(ch.in(a, a.d_o, V, 0), 4 * a.H * V, ch.n, 4 * V);
+  prefetch_span(ch.rows(a, a.U, V, 0), static_cast<int>(4 * ch.n * V));  // (a chunk's scratch rows are contiguous)
+  prefetch_span(ch.rows(a, a.dD, V, 0), static_cast<int>(4 * ch.n * V));
+  const auto prefetch_states = [&](int64_t k0) {  // h, dh of key tile k0 (its rows of a chunk state are contiguous)
+    prefetch_span(ch.state(a, a.h, k0, 0), static_cast<int>(4 * tile_cols(K, k0) * V));
+    prefetch_span(ch.state(a, a.dh, k0, 0), static_cast<int>(4 * tile_cols(K, k0) * V));
+  };
+  prefetch_states(0);
   Acc dp;
   dp.zero();
   tile::acc_dO_delta(a, ch, hO, hD, dp);  // dO Δ^T
@@ -1535,6 +1607,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
         load_acc<Mma>(gv, ch.state(a, a.dh, k0, v0 + kN), V, kc, tile_cols(V, v0 + kN));
       }
     });
+    if (k0 + kN < K) prefetch_states(k0 + kN);  // (read after this key tile's decayed sums)
     store_acc<Mma>(dws, ch.rows(a, a.dW, K, k0), K, ch.n, kc, [](int, int, float x) { return -x; });  // dW
     key_gamma(a, ch, k0, staged, gS, sX, s.part, G);  // (its first barrier: the last key tile's readers are done)
     if (staged) {  // the thread's own staged pieces (the g tile's readers passed key_gamma's last barrier)
@@ -1562,7 +1635,8 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_dqk_mma_kernel(KdaFast
 // tile j - nkt (g, k). Where every row of k, g and dW is 16-byte aligned (key_dim % 4 == 0) each step's tiles are
 // copied by cp.async (stage_key_tile): step 0's at the start (landing during the U side), the next step's as soon
 // as the staging tiles are read; otherwise each step loads them synchronously (load_gamma, load_h, load_rc,
-// tile::load). Same arithmetic either way.
+// tile::load). Same arithmetic either way. 𝒯 and the U side's dΔ, v rows are asked of the L2 at the start
+// (prefetch_span, prefetch_l2); each key tile step's dK, dΓ loads (DkDgam) are issued at its start.
 __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1583,6 +1657,10 @@ __global__ void __launch_bounds__(tile::kThreads) kda_bwd_wy_mma_kernel(KdaFast 
     stage_key_tile(a, ch, k0, gS, j < nkt ? ch.rows(a, a.dW, K, k0) : nullptr, K);
   };
   if (staged) issue(0);
+  // L2 prefetches of the synchronous loads' rows: 𝒯 (during β's load) and the U side's dΔ, v (every value tile).
+  prefetch_span(ch.square(a, a.Tm), 4 * kN * kN);
+  prefetch_span(ch.rows(a, a.dD, a.V, 0), static_cast<int>(4 * ch.n * a.V));  // (a chunk's scratch rows are contiguous)
+  tile::prefetch_l2(ch.in(a, a.v, a.V, 0), 4 * a.H * a.V, ch.n, 4 * a.V);
   load_beta(a, ch, s.beta);
   tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);
   float db_part[4] = {0, 0, 0, 0}, none[4] = {0, 0, 0, 0};
