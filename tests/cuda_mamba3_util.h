@@ -2,49 +2,13 @@
 // mamba3_decode (cuda_decode_test.cpp): a call's sizes and options, and its parameters on both backends.
 #pragma once
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "mamba3_case.h"
 #include "kernels/backend.h"
-#include "kernels/mamba3_options.h"
 
 namespace llmt::test {
-
-// One call's sizes and options. dt_bias is drawn from [bias_lo, bias_hi) (dd_dt ~ N(0, 1)).
-struct Case {
-  int64_t B, T, H, P, N, G, R, S;
-  bool norm = false, heavy_tail = false;
-  double A_floor = 1e-4, bias_lo = -1.5, bias_hi = -0.5;
-  uint64_t seed = 1;
-  bool bf16 = false;  ///< Mamba3Options::bf16_products (the CUDA core's tensor-core path of bf16 models)
-  /// The layer options of this case (chunk 64 / rank, as the model sets it).
-  Mamba3Options options() const {
-    Mamba3Options opt;
-    opt.head_dim = P;
-    opt.n_groups = G;
-    opt.rank = R;
-    opt.chunk_size = 64 / R;
-    opt.heavy_tail = heavy_tail;
-    opt.outproj_norm = norm;
-    opt.A_floor = A_floor;
-    opt.bf16_products = bf16;
-    return opt;
-  }
-  std::string tag() const {
-    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) + " P=" +
-           std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) + " R=" + std::to_string(R) +
-           " S=" + std::to_string(S) + (norm ? " outproj_norm" : "") + (heavy_tail ? " heavy_tail" : "") +
-           " A_floor=" + std::to_string(A_floor) + " dt_bias in [" + std::to_string(bias_lo) + ", " +
-           std::to_string(bias_hi) + ")" + (bf16 ? " bf16 products" : "");
-  }
-};
-
-std::vector<float> around(size_t n, double centre, uint64_t stream) {
-  std::vector<float> v = randn(n, stream, 0.3);
-  for (float& e : v) e += static_cast<float>(centre);
-  return v;
-}
 
 // The parameters (or, with scale 0.1 around 0, their accumulated gradients' start) on both backends; the
 // mimo_* and norm pairs are absent (null tensors) for SISO / without the output norm.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../cuda_test_host.h"
+#include "../mamba3_case.h"
 #include "cuda_emu.h"
 #include "cuda_emu_test.h"
 #include "kernels/cpu/mamba3_layer.h"
@@ -33,29 +34,10 @@ namespace {
 
 constexpr double kBf16Tol = 2e-2;  // tests/cuda_mamba3_test.cpp
 
-struct Case {
-  int64_t B, T, H, P, N, G, R, S;
-  bool norm, bf16;
-  uint64_t seed;
-  std::string tag() const {
-    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) + " P=" +
-           std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) + " R=" + std::to_string(R) +
-           " S=" + std::to_string(S) + (norm ? " outproj_norm" : "") + (bf16 ? " bf16 products" : " fp32");
-  }
-  llmt::Mamba3Options options() const {
-    llmt::Mamba3Options opt;
-    opt.head_dim = P;
-    opt.n_groups = G;
-    opt.rank = R;
-    opt.chunk_size = 64 / R;
-    opt.outproj_norm = norm;
-    opt.bf16_products = bf16;
-    return opt;
-  }
-  llmt::cpu::Mamba3LayerDims dims() const { return {B, T, H, P, N, G, R, S}; }
-};
+/// The CPU reference's layer sizes of case c.
+llmt::cpu::Mamba3LayerDims dims(const Case& c) { return {c.B, c.T, c.H, c.P, c.N, c.G, c.R, c.S}; }
 
-/// The inputs (as tests/cuda_mamba3_util.h make_params: dt_bias uniform in [-1.5, -0.5), the other parameters
+/// The inputs (as tests/cuda_mamba3_util.h make_params: dt_bias uniform in [c.bias_lo, c.bias_hi), the other parameters
 /// around their centres) and the parameter gradients' start values. params: dt_bias, B_bias, C_bias, B_norm,
 /// C_norm, D, [mimo_x, mimo_z, mimo_o], [norm].
 struct Inputs {
@@ -71,12 +53,7 @@ struct Inputs {
     raw = randn(BT * W, s + 4);
     dout = randn(BT * HP, s + 6);
     const size_t RN = c.H * c.R * c.N, RP = c.H * c.R * c.P;
-    auto around = [](size_t n, double centre, uint64_t stream) {
-      std::vector<float> v = randn(n, stream, 0.3);
-      for (float& e : v) e += static_cast<float>(centre);
-      return v;
-    };
-    params = {uniform(c.H, s + 10, -1.5, -0.5), around(RN, 1.0, s + 11), around(RN, 1.0, s + 12),
+    params = {uniform(c.H, s + 10, c.bias_lo, c.bias_hi), around(RN, 1.0, s + 11), around(RN, 1.0, s + 12),
               around(c.N, 1.0, s + 13), around(c.N, 1.0, s + 14), around(c.H, 1.0, s + 15)};
     names = {"dt_bias", "B_bias", "C_bias", "B_norm", "C_norm", "D"};
     if (c.R > 1) {
@@ -113,7 +90,7 @@ std::vector<std::string> output_names(const Inputs& in) {
 std::vector<std::vector<float>> run_emulated(const Case& c, const Inputs& in, bool saved, emu::Config cfg) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
-  const llmt::cpu::Mamba3LayerDims d = c.dims();
+  const llmt::cpu::Mamba3LayerDims d = dims(c);
   const llmt::Mamba3Options opt = c.options();
   const Buffer x(in.x), z(in.z), bc(in.bc), raw(in.raw), dout(in.dout);
   std::vector<Buffer> prm, grd;
@@ -168,16 +145,21 @@ std::vector<std::vector<float>> run_cpu(const Case& c, const Inputs& in) {
                                          mimo ? gp[m + 2] : nullptr,
                                          c.norm ? gp[n] : nullptr};
   std::vector<float> out(in.x.size()), dx(in.x.size()), dz(in.z.size()), dbc(in.bc.size()), draw(in.raw.size());
-  cpu::mamba3_layer_fwd<float>(in.x.data(), in.z.data(), in.bc.data(), in.raw.data(), prm, c.dims(), c.options(),
+  cpu::mamba3_layer_fwd<float>(in.x.data(), in.z.data(), in.bc.data(), in.raw.data(), prm, dims(c), c.options(),
                                out.data());
-  cpu::mamba3_layer_bwd<float>(in.dout.data(), in.x.data(), in.z.data(), in.bc.data(), in.raw.data(), prm, c.dims(),
+  cpu::mamba3_layer_bwd<float>(in.dout.data(), in.x.data(), in.z.data(), in.bc.data(), in.raw.data(), prm, dims(c),
                                c.options(), dx.data(), dz.data(), dbc.data(), draw.data(), grd);
   std::vector<std::vector<float>> o = {out, dx, dz, dbc, draw};
   for (auto& e : g) o.push_back(std::move(e));
   return o;
 }
 
-void check_case(const Case& c) {
+/// Checks (a)-(c) for sizes B..S, the output norm, bf16 products and the inputs' seed.
+void check_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G, int64_t R, int64_t S, bool norm,
+                bool bf16, uint64_t seed) {
+  Case c{B, T, H, P, N, G, R, S, norm};
+  c.bf16 = bf16;
+  c.seed = seed;
   INFO(c.tag());
   const Inputs in(c);
   const std::vector<std::string> names = output_names(in);
@@ -213,21 +195,21 @@ void check_case(const Case& c) {
 TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the output norm, two groups and an "
           "odd d_state, ragged last chunk",
           "[emu][mamba3]") {
-  check_case({2, 70, 2, 16, 16, 1, 1, 4, true, false, 1});
-  check_case({1, 70, 2, 64, 64, 1, 1, 8, false, true, 2});
-  check_case({1, 70, 4, 16, 11, 2, 1, 3, false, false, 5});  // the lone last channel of N = 11, unrotated
+  check_case(2, 70, 2, 16, 16, 1, 1, 4, true, false, 1);
+  check_case(1, 70, 2, 64, 64, 1, 1, 8, false, true, 2);
+  check_case(1, 70, 4, 16, 11, 2, 1, 3, false, false, 5);  // the lone last channel of N = 11, unrotated
   // bf16 with N = 11: the bf16 q, k and states copied element by element, the state scan's rows loaded without
   // cp.async, the states stored one by one
-  check_case({2, 37, 4, 16, 11, 2, 1, 5, true, true, 10});
+  check_case(2, 37, 4, 16, 11, 2, 1, 5, true, true, 10);
   // 520 rows: the parameter column sums in two row ranges (the bias sums' partials from the rotation backward)
-  check_case({2, 260, 2, 16, 16, 1, 1, 4, false, false, 13});
+  check_case(2, 260, 2, 16, 16, 1, 1, 4, false, false, 13);
   // 300 heads in one group: the rotation backward's threads take several (head, pair) items each
-  check_case({1, 5, 300, 16, 8, 1, 1, 2, false, false, 14});
+  check_case(1, 5, 300, 16, 8, 1, 1, 2, false, false, 14);
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {
-  check_case({1, 40, 2, 16, 16, 2, 2, 4, false, false, 3});
-  check_case({1, 20, 2, 32, 32, 1, 4, 8, true, true, 4});
-  check_case({1, 25, 3, 24, 12, 1, 2, 6, true, true, 12});  // bf16 with N % 8 = 4: q, k rows without 16-byte pieces
-  check_case({1, 20, 2, 6, 8, 1, 2, 2, true, false, 15});     // P = 6: the gate kernels one channel per thread
+  check_case(1, 40, 2, 16, 16, 2, 2, 4, false, false, 3);
+  check_case(1, 20, 2, 32, 32, 1, 4, 8, true, true, 4);
+  check_case(1, 25, 3, 24, 12, 1, 2, 6, true, true, 12);  // bf16 with N % 8 = 4: q, k rows without 16-byte pieces
+  check_case(1, 20, 2, 6, 8, 1, 2, 2, true, false, 15);     // P = 6: the gate kernels one channel per thread
 }

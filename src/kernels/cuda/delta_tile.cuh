@@ -351,7 +351,7 @@ __device__ __forceinline__ void cp_async_wait() {
 /// Whether load_h_async can read tiles of a bf16 tensor starting at p whose rows all start a multiple of `dim`
 /// elements after p (and whose tiles start at multiples of 64 columns): every row and 8-column piece 16-byte
 /// aligned. (For [B, T, H, dim] tensors pass dim, not the row stride H dim.)
-__device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
+__host__ __device__ __forceinline__ bool async_ok_h(const void* p, int64_t dim) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;
 }
 /// As async_ok_h for stage_async and an fp32 tensor (4-column pieces).

@@ -681,9 +681,7 @@ struct Staged<float> {
 };
 template <>
 struct Staged<bf16> {
-  __host__ __device__ static bool ok(const void* p, int64_t dim) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && dim % 8 == 0;  // (tile::async_ok_h)
-  }
+  __host__ __device__ static bool ok(const void* p, int64_t dim) { return tile::async_ok_h(p, dim); }
   __device__ static void stage(float* g, const bf16* src, int64_t stride, int rows, int cols) {
     tile::stage_async_h(g, src, stride, rows, cols);
   }
