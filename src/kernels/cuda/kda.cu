@@ -892,10 +892,11 @@ __device__ __forceinline__ void prefetch_span(const void* p, int bytes) {
 // Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
 // and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
 // key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
-// blocks per SM. kda_wu_mma_kernel<true> (from a saved 𝒯) has no left variants: 87 KiB (still two blocks per SM).
+// blocks per SM. kda_wu_mma_kernel<true> (from a saved 𝒯) has a bf16 tile of 𝒯 instead of the left variants:
+// 95.5 KiB (still two blocks per SM).
 template <bool kSaved>
 constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
-                              sizeof(bf16) * (2 * kTileHalves + (kSaved ? 0 : 96 * kLdH));
+                              sizeof(bf16) * (2 * kTileHalves + (kSaved ? kTileHalves : 96 * kLdH));
 static_assert(2 * sizeof(bf16) * kTileHalves >= sizeof(float) * tile::kTileFloats, "g's tile over the bf16 operands");
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
@@ -1058,9 +1059,10 @@ __device__ __forceinline__ void load3(float* const (&s)[3], const float* const (
 // with W). F3 steps j < nkt (W of key tile j) and then the value tiles (U): each step's operand tile is fetched
 // into registers (fetch_h) before the previous step's product, so its loads are in flight during it. Two blocks
 // per SM (kWuMmaSmem, launch bounds): the other block computes while one waits for its loads.
-// kSaved (the backward's wu with the forward's saved P, 𝒯 in a.P, a.Tm): per key tile only Γ, Q^g, K^g, e^{Γ_C}
-// and W's operand, then F3 with 𝒯 read from a.Tm and rounded to bf16 as here (the same bits of W, U), without the
-// bf16 operands, A, P or the inverse (keep_T unused).
+// kSaved (the backward's wu with the forward's saved P, 𝒯 in a.P, a.Tm): 𝒯 read from a.Tm into a bf16 tile first
+// (rounded as here), then per key tile only Γ, Q^g, K^g, e^{Γ_C} and W's operand, which goes straight into a bf16
+// tile (the value the other path writes to the W rows and reads back, rounded once as it is there) for that key
+// tile's W product; then U's steps as here. The same bits of W, U; no A/P operands, A, P or inverse (keep_T unused).
 template <bool kSaved>
 __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
@@ -1071,6 +1073,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
   float *sX = cv.tile(), *sZ = cv.tile();
   bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves);
   bf16* const hZv = kSaved ? nullptr : cv.take<bf16>(96 * kLdH);
+  bf16* const hT = kSaved ? cv.take<bf16>(kTileHalves) : hXr;  // bf16 𝒯 (the other path: after the A/P pass)
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V, HK = a.H * K;
   const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = nkt + static_cast<int>((V + kN - 1) / kN);
@@ -1080,6 +1083,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
   qk.zero();
   const DiagElems de;
   float dqk[3] = {0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
+  if constexpr (kSaved) tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);  // (read after the loop's barriers)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     float* const sG = reinterpret_cast<float*>(hXr);  // g (a float tile over hXr, hZr until Γ is formed)
@@ -1105,13 +1109,24 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
       if (r < ch.n && c < kc) {
         const float e = G.exp_at(r * kLd + c);
         qg[r * K + c] = e * sX[r * kLd + c];
-        wk[r * K + c] = beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
+        if constexpr (kSaved)
+          hZr[r * kLdH + c] = __float2bfloat16_rn(beta[r] * e * sZ[r * kLd + c]);
+        else
+          wk[r * K + c] = beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
         kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
+      } else if constexpr (kSaved) {
+        hZr[r * kLdH + c] = __float2bfloat16_rn(0.0f);
       }
     }
     if (static_cast<int>(threadIdx.x) < kc)
       a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
-    if constexpr (!kSaved) {
+    if constexpr (kSaved) {  // F3: W of this key tile, 𝒯 (diag(β) (K ⊙ e^Γ))
+      __syncthreads();  // the operand complete
+      Acc acc;
+      acc.zero();
+      Mma::mma<false, false>(hT, hZr, acc);
+      store_acc<Mma>(acc, wk, K, ch.n, kc, Same{});
+    } else {
       diag_grams(sX, sZ, G, de, dqk, dkk);
       __syncthreads();  // the bf16 operands complete
       offdiag_gram_mma(hZr, hZv, kk);
@@ -1142,23 +1157,23 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
       sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
     }
   }
-  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β).
+  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β); from
+  // a saved 𝒯 the value tiles' steps only (j >= j0).
   const auto src = [&](int j) { return j < nkt ? ch.rows(a, a.W, K, j * kN) : ch.in(a, a.v, V, (j - nkt) * kN); };
   const auto stride = [&](int j) { return j < nkt ? K : a.H * V; };
   const auto cols = [&](int j) { return j < nkt ? tile_cols(K, j * kN) : tile_cols(V, (j - nkt) * kN); };
+  const int j0 = kSaved ? nkt : 0;
   tile::HRegs x;
-  tile::fetch_h(x, src(0), stride(0), ch.n, cols(0));  // (the W rows' writers passed the last barrier)
-  bf16 *hT = hXr, *hY = hZr;
-  if constexpr (kSaved) {
-    tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);  // 𝒯 in bf16 (its readers come after the next barrier)
-  } else {
+  tile::fetch_h(x, src(j0), stride(j0), ch.n, cols(j0));  // (the W rows' writers passed the last barrier)
+  bf16* const hY = hZr;
+  if constexpr (!kSaved) {
     __syncthreads();
     tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
     tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
     if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
     tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
   }
-  for (int j = 0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
+  for (int j = j0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
     const bool w = j < nkt;
     tile::put_h(hY, x, ch.n, [&](int r) { return w ? 1.0f : beta[r]; });
     if (j + 1 < nsteps) tile::fetch_h(x, src(j + 1), stride(j + 1), ch.n, cols(j + 1));
