@@ -893,7 +893,7 @@ __device__ __forceinline__ void prefetch_span(const void* p, int bytes) {
 // and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
 // key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
 // blocks per SM. kda_wu_mma_kernel<true> (from a saved 𝒯) has a bf16 tile of 𝒯 instead of the left variants:
-// 95.5 KiB (still two blocks per SM).
+// 94.25 KiB (still two blocks per SM).
 template <bool kSaved>
 constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
                               sizeof(bf16) * (2 * kTileHalves + (kSaved ? kTileHalves : 96 * kLdH));
