@@ -5,7 +5,8 @@
 // models' core) and bf16 operands on the tensor cores (the bf16 models'), GDN a third time with bf16 products on fp32
 // q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯 for the backward as the layers
 // do (tinv, gdn_tinv_floats; column "saved"); KDA
-// twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"). MDN gates:
+// twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"), its
+// forward keeping P and 𝒯 for the backward (kda_saved_floats; column "saved"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved") and recomputing Ṽ in
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
@@ -57,7 +58,7 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
 // into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). GDN and Comba: the
-// forward writes 𝒯 into a buffer of its own (tinv) that the backward reads. P: the products' operand type (float:
+// forward writes 𝒯 into a buffer of its own (tinv) that the backward reads; KDA: P and 𝒯 (the same buffer). P: the products' operand type (float:
 // exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core. E: the element type of q, k, v, p
 // (__nv_bfloat16: GDN and Comba with P = __nv_bfloat16 only).
 template <typename P, typename E = float>
@@ -79,11 +80,13 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   float *lm = random_buffer(nb, 14, -3.f, -0.5f), *eta = random_buffer(nb, 15, 0.5f, 1.5f);
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
-  const int64_t ntinv = kda || mdn ? 0 : llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C);
+  const int64_t ntinv = mdn   ? 0
+                        : kda ? llmt::cuda::kda_saved_floats(s.B, s.T, s.H, C)
+                              : llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C);
   float* tinv = ntinv > 0 ? random_buffer(ntinv, 19, 0.f, 0.f) : nullptr;
   void* scratch = nullptr;
-  const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C),
-                                        llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C))
+  const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true),
+                                        llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true))
                        : mdn ? std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
                                                                                 save_residuals),
                                         llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
@@ -97,7 +100,7 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
     else if (kda || mdn) {
       if constexpr (kF32In) {
         if (kda)
-          llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, scratch, nullptr);
+          llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
         else
           llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
                                        nullptr);
@@ -112,8 +115,8 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
     else if (kda || mdn) {
       if constexpr (kF32In) {
         if (kda)
-          llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
-                                       nullptr);
+          llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db,
+                                       scratch, nullptr);
         else
           llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
                                        dv, dg, db, dlm, deta, scratch, nullptr);

@@ -7,8 +7,8 @@
 // compute (bf16 operands on the tensor cores, kBf16CoreTol; GDN / Comba with a key_dim beyond the mma scans'
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
-// run twice; the GDN and Comba backwards run first from what their forward saved (Backend::gdn_saved_numel: the
-// chunks' 𝒯), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
+// run twice; the GDN, Comba and KDA backwards run first from what their forward saved (Backend::gdn_saved_numel:
+// the chunks' 𝒯; kda_saved_numel: P and 𝒯), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
 // compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
 // y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs.
 // main() (catch_main_gpu.cpp) skips without a GPU.
@@ -208,8 +208,9 @@ Pair core_input(const std::vector<float>& host, std::initializer_list<int64_t> d
 }
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
-// backward once more on the GPU, bit-identical. GDN: the GPU's forward keeps its saved 𝒯 (gdn_saved_numel, NaN
-// before the forward) and its first backward reads it; the second runs without it (forming 𝒯 again).
+// backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, gdn_saved_numel;
+// KDA: P and 𝒯, kda_saved_numel; NaN before the forward) and its first backward reads it; the second runs without it
+// (forming them again).
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                GdnCore core) {
   const bool kda = core.kda;
@@ -233,8 +234,10 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
   Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
-  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, chunk);
+  const int64_t n_saved = kda ? gpu().kda_saved_numel(B, T, H, chunk) : gpu().gdn_saved_numel(B, T, H, chunk);
+  REQUIRE(n_saved == (kda ? 2 : 1) * B * H * ((T + chunk - 1) / chunk) * 64 * 64);
   REQUIRE(cpu().gdn_saved_numel(B, T, H, chunk) == 0);
+  REQUIRE(cpu().kda_saved_numel(B, T, H, chunk) == 0);
   const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
   const Tensor none;
   // The core's forward / backward on the GPU (on_gpu; with `saved` where with_saved) or the CPU, on that backend's
@@ -243,7 +246,7 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
-      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o));
+      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), on_gpu ? *saved : none);
     else
       be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), on_gpu ? *saved : none);
   };
@@ -251,8 +254,8 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
-      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), chunk, core.compute, t(dq), t(dk), t(dv), t(dg),
-                       t(dbeta));
+      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), with_saved ? *saved : none, chunk, core.compute,
+                       t(dq), t(dk), t(dv), t(dg), t(dbeta));
     else
       be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), with_saved ? *saved : none, chunk, core.compute,
                        t(dq), t(dk), t(dv), t(dg), t(dbeta));
@@ -639,6 +642,6 @@ TEST_CASE("cuda delta: KDA core refuses chunk_size above the kernel's limit", "[
   Pair g = both(uniform(2 * 8 * 4, 3, -1.0, 0.0), {1, 8, 2, 4}), beta = both(randn(16, 4), {1, 8, 2});
   Pair o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
   for (const DType compute : {DType::f32, DType::bf16})
-    REQUIRE_THROWS_WITH(gpu().kda_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g),
+    REQUIRE_THROWS_WITH(gpu().kda_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g, Tensor()),
                         Catch::Contains("chunk_size"));
 }

@@ -60,14 +60,15 @@ void Backend::kda_gates_bwd(const Tensor&, const Tensor&, const Tensor&, const T
   missing(*this, "kda_gates_bwd");
 }
 void Backend::kda_chunk_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
-                            DType, const Tensor&) {
+                            DType, const Tensor&, const Tensor&) {
   missing(*this, "kda_chunk_fwd");
 }
 void Backend::kda_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, int64_t, DType, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&) {
+                            const Tensor&, const Tensor&, int64_t, DType, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&) {
   missing(*this, "kda_chunk_bwd");
 }
+int64_t Backend::kda_saved_numel(int64_t, int64_t, int64_t, int64_t) const { return 0; }
 void Backend::comba_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const Tensor&) {
   missing(*this, "comba_gates_fwd");

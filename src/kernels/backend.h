@@ -199,11 +199,20 @@ class Backend {
   /// δ_t = β_t (v_t - S̄_t^T k̂_t), S_t = S̄_t + k̂_t δ_t^T, o_t = S_t^T q̂_t. Gradients dq, dk, dv, dg, dbeta overwritten.
   /// `compute` as for gdn_chunk_fwd: the CUDA backend runs the forward's tile products and the backward's scans
   /// on the tensor cores for bf16 and everything in exact fp32 for f32 (kernels/cuda/kda.cu, "Precision").
+  /// saved: default-constructed (none), or [kda_saved_numel] in g's dtype, kept by the layer from this forward to
+  /// the kda_chunk_bwd of the same inputs, chunk_size and compute (as gdn_chunk_fwd's; CUDA: the fp32 P and
+  /// 𝒯 = (I + A)^{-1} of every chunk, gradients bit-identical to the recompute).
   virtual void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             int64_t chunk_size, DType compute, const Tensor& o);
+                             int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved);
   virtual void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                             const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
-                             const Tensor& dv, const Tensor& dg, const Tensor& dbeta);
+                             const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
+                             const Tensor& dbeta);
+  /// The elements of kda_chunk_fwd's `saved` for a layer of these sizes, or 0 when this backend keeps nothing from
+  /// the forward (as gdn_saved_numel; the CPU backend: 0). CUDA: 2 B H ceil(T / chunk_size) 64² floats (P and 𝒯:
+  /// 32 KiB per chunk and head; at B T = 16384 tokens, 16 heads and chunk 64: 128 MiB; 0 for a chunk_size its core
+  /// refuses).
+  virtual int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const;
   /// Comba inner decay + output correction before the L2 norm (layers-delta.md §4.2 steps 2-3), per head h:
   /// s = sigmoid(decay_h), p = s k, q_out = q - D_h s k. q, k, q_out, p [rows, H * K]; decay, D [H], or a
   /// default-constructed Tensor (data == nullptr) when the inner decay (s = 1) / output correction (q_out = q)

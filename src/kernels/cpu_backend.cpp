@@ -504,8 +504,9 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // `saved` is ignored, as gdn_chunk_fwd's (kda_saved_numel 0).
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     int64_t chunk_size, DType /*compute*/, const Tensor& o) override {
+                     int64_t chunk_size, DType /*compute*/, const Tensor& o, const Tensor& /*saved*/) override {
     const cpu::DeltaDims d = cpu_dims(delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd"));
     dispatch(q, "kda_chunk_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -514,8 +515,8 @@ class CpuBackend final : public Backend {
     });
   }
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& d_o, int64_t chunk_size, DType /*compute*/, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     const Tensor& dg, const Tensor& dbeta) override {
+                     const Tensor& d_o, const Tensor& /*saved*/, int64_t chunk_size, DType /*compute*/, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
     const cpu::DeltaDims d =
         cpu_dims(delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd"));
     dispatch(q, "kda_chunk_bwd", [&](auto zero) {

@@ -5,9 +5,9 @@ namespace llmt {
 void GdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
   for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(store_.dtype(), {rows, key_dim_});
   for (Tensor* t : {&rq_, &rk_}) *t = saved.take(store_.dtype(), {rows, c_.num_heads});
-  const int64_t kept = gates_ == Gates::scalar
-                           ? store_.backend().gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.chunk_size)
-                           : 0;
+  const Backend& be = store_.backend();
+  const int64_t kept = gates_ == Gates::scalar ? be.gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.chunk_size)
+                                               : be.kda_saved_numel(batch_, seq_len_, c_.num_heads, c_.chunk_size);
   kept_ = kept > 0 ? saved.take(store_.dtype(), {kept}) : Tensor();
 }
 
@@ -31,7 +31,7 @@ void GdnMixer::core_forward(const MixerState* state) {
     return be.gdn_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_),
                             c_.chunk_size, store_.compute_dtype(), heads_v(o_), kept_);
   be.kda_chunk_fwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), c_.chunk_size,
-                   store_.compute_dtype(), heads_v(o_));
+                   store_.compute_dtype(), heads_v(o_), kept_);
 }
 
 void GdnMixer::core_backward() {
@@ -42,8 +42,8 @@ void GdnMixer::core_backward() {
                      decay_view(dg_), per_token(dbeta_));
   else
     be.kda_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), heads_v(do_),
-                     c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), decay_view(dg_),
-                     per_token(dbeta_));
+                     kept_, c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_),
+                     decay_view(dg_), per_token(dbeta_));
   be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
   be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);
 }

@@ -102,8 +102,8 @@ struct Input {
   const E* get() const { return reinterpret_cast<const E*>(b.get()); }
 };
 
-/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN. GDN and
-/// Comba: with saved_tinv the forward keeps 𝒯 in a buffer of its own (NaN before) that the backward reads. E: the
+/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN. With
+/// saved_tinv the forward keeps 𝒯 (KDA: P and 𝒯) in a buffer of its own (NaN before) that the backward reads. E: the
 /// element type of q, k, v, p̂ (GDN, Comba; KDA: float).
 template <typename P, typename E = float>
 Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
@@ -113,7 +113,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
   const size_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = in.g.size();
   const Input<E> q(in.q), k(in.k), v(in.v), p(c.comba() ? in.p : std::vector<float>(1));
   const Buffer g(in.g), beta(in.beta), d_o(in.d_o);
-  const Buffer tinv(saved_tinv ? static_cast<size_t>(cu::gdn_tinv_floats(B, T, H, C)) : 1);
+  const int64_t nsaved = c.core == Core::kda ? cu::kda_saved_floats(B, T, H, C) : cu::gdn_tinv_floats(B, T, H, C);
+  const Buffer tinv(saved_tinv ? static_cast<size_t>(nsaved) : 1);
   float* const kept = saved_tinv ? tinv.get() : nullptr;
   size_t scratch_bytes = 0;
   switch (c.core) {
@@ -126,8 +127,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
                                cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
       break;
     case Core::kda:
-      scratch_bytes = std::max(cu::kda_chunk_fwd_scratch_bytes(B, T, H, K, V, C),
-                               cu::kda_chunk_bwd_scratch_bytes(B, T, H, K, V, C));
+      scratch_bytes = std::max(cu::kda_chunk_fwd_scratch_bytes(B, T, H, K, V, C, saved_tinv),
+                               cu::kda_chunk_bwd_scratch_bytes(B, T, H, K, V, C, saved_tinv));
       break;
   }
   Buffer scratch(scratch_bytes / 4 + 1);
@@ -143,8 +144,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
       break;
     case Core::kda:
       if constexpr (std::is_same_v<E, float>)
-        cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), scratch.get(),
-                             nullptr);
+        cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), kept,
+                             scratch.get(), nullptr);
       break;
   }
   std::memset(scratch.get(), 0xff, scratch.n * 4);
@@ -160,8 +161,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
       break;
     case Core::kda:
       if constexpr (std::is_same_v<E, float>)
-        cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), B, T, H, K, V, C, dq.get(),
-                             dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+        cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), kept, B, T, H, K, V, C,
+                             dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
   }
   Outputs out;
@@ -213,16 +214,13 @@ void check_case(const Case& c) {
   INFO(c.tag());
   const Inputs in(c);
   const std::vector<std::string> names = output_names(c);
-  const bool tinv = c.core != Core::kda;  // the cores with a saved 𝒯
   const std::vector<std::vector<float>> first = outputs_under_every_config(
-      [&](emu::Config cfg) { return run_emulated(c, in, cfg, tinv).v; }, names.size(),
+      [&](emu::Config cfg) { return run_emulated(c, in, cfg, true).v; }, names.size(),
       [&](size_t i) { return names[i]; });
-  if (tinv) {
-    const Outputs recomputed = run_emulated(c, in, kConfigs[0], false);
-    for (size_t i = 0; i < names.size(); ++i) {
-      INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯");
-      CHECK(first_difference(first[i], recomputed.v[i]) == -1);
-    }
+  const Outputs recomputed = run_emulated(c, in, kConfigs[0], false);
+  for (size_t i = 0; i < names.size(); ++i) {
+    INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯 (KDA: and P)");
+    CHECK(first_difference(first[i], recomputed.v[i]) == -1);
   }
   if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values
     const Outputs f32_in = run_emulated_as<__nv_bfloat16, float>(c, in, kConfigs[0], true);

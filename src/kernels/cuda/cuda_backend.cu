@@ -87,6 +87,15 @@ float* gdn_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const
   return f32(saved, op);
 }
 
+/// kda_chunk_*'s `saved` (none, or [kda_saved_numel] f32: the core's P and 𝒯, ops.cuh) as its data, or nullptr for
+/// none; q [B, T, H, K].
+float* kda_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const char* op) {
+  if (saved.data == nullptr) return nullptr;
+  const int64_t n = cuda::kda_saved_floats(q.shape[0], q.shape[1], q.shape[2], chunk_size);
+  check(saved.numel() == n, "{}: saved has {} elements, the core's P and 𝒯 {}", op, saved.numel(), n);
+  return f32(saved, op);
+}
+
 /// Calls f(P{}, E{}) for a GDN / Comba core call (gdn_comba.cu): P the products' operand type from `compute` (as
 /// dispatch), E the element type of `in` (q, k, v; Comba: and p): float, or __nv_bfloat16 (FLA's inputs) with
 /// compute bf16 only. Throws llmt::Error naming the op and the dtypes unless `in` are all f32 or all bf16, and for
@@ -717,25 +726,30 @@ class CudaBackend final : public Backend {
   }
 
   void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     int64_t chunk_size, DType compute, const Tensor& o) override {
+                     int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved) override {
     const DeltaCoreDims d = delta_fwd_dims(q, {&k}, v, g, beta, o, true, "kda_chunk_fwd");
     const char* op = "kda_chunk_fwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op);
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
+    float* psaved = kda_saved(saved, q, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {  // the products' operand type (kda.cu, Precision)
       using P = decltype(zero);
       cuda::kda_chunk_fwd<P>(pq, pk, pv, pg, pbeta, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
-                             po,
+                             po, psaved,
                              scratch(cuda::kda_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim,
-                                                                       d.value_dim, chunk_size)),
+                                                                       d.value_dim, chunk_size, psaved != nullptr)),
                              stream_);
     });
   }
+  int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const override {
+    if (chunk_size < 1 || chunk_size > cuda::kKdaMaxChunk) return 0;  // (as gdn_saved_numel)
+    return cuda::kda_saved_floats(batch, seq_len, heads, chunk_size);
+  }
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& d_o, int64_t chunk_size, DType compute, const Tensor& dq, const Tensor& dk,
-                     const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
+                     const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& dg, const Tensor& dbeta) override {
     const DeltaCoreDims d = delta_bwd_dims(q, {&k, &dq, &dk}, v, g, beta, d_o, dv, dg, dbeta, true, "kda_chunk_bwd");
     const char* op = "kda_chunk_bwd";
     const float *pq = f32(q, op), *pk = f32(k, op), *pv = f32(v, op), *pg = f32(g, op), *pbeta = f32(beta, op),
@@ -743,12 +757,13 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
+    const float* psaved = kda_saved(saved, q, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
-      cuda::kda_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim,
-                             chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+      cuda::kda_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, psaved, d.batch, d.seq_len, d.heads, d.key_dim,
+                             d.value_dim, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
                              scratch(cuda::kda_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim,
-                                                                       d.value_dim, chunk_size)),
+                                                                       d.value_dim, chunk_size, psaved != nullptr)),
                              stream_);
     });
   }

@@ -5,7 +5,8 @@
 //                                        K^g = K ⊙ e^{Γ_C-Γ}, e^{Γ_C} for the later phases   (F1–F3, F5)
 //             scan  (per value tile)     h[n]; Δ = U - W S; S = Diag(e^{Γ_C}) S + K^gT Δ      (F4, F7)
 //             out   (per chunk, v tile)  O = Q^g h[n] + P Δ                                   (F6)
-//   backward: wu (keeping 𝒯) and scan recompute h and Δ, then
+//   backward: wu (keeping 𝒯; given the forward's saved P and 𝒯, only Γ, Q^g, K^g, e^{Γ_C}, W, U) and scan
+//             recompute h and Δ, then
 //             dv_local (per chunk, v tile)  dΔ = P^T dO                                       (B1, intra)
 //             bwd_scan (per value tile)     dh[n] = dS_C; dΔ += K^g dS_C; dS_0                (B1, B2)
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)       (B3, B4, B8)
@@ -20,7 +21,8 @@
 // plain sums of pre-scaled rows off the diagonal 16 x 16 sub-blocks, one exponential per term on them;
 // everything else is a tile product of rows scaled on load.
 // Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
-// e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]. Fixed summation orders,
+// e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64] (in the caller's saved buffer instead when it keeps them
+// from the forward for the backward: ops.cuh kda_saved_floats), h, dh [B H, chunks, K, V]. Fixed summation orders,
 // no atomics: deterministic.
 // Precision: the launchers' P (the layer's compute dtype) picks the layout of the plain tile products.
 // P = float (fp32 models): every phase in exact fp32 on the CUDA cores (tile::Simt); the CPU's results up to
@@ -90,19 +92,21 @@ struct KdaFast {
   float *W, *U, *h, *Qg, *Kg, *aC, *P, *Tm, *dD, *dh, *dW, *dgam;
 };
 
-/// Scratch layout in floats (forward: W, U, h, Qg, Kg, aC, P; backward: all).
+/// Scratch layout in floats (forward: W, U, h, Qg, Kg, aC, P; backward: all), P and 𝒯 not in it when the caller
+/// keeps them (saved: the kda_saved_floats buffer, P first, then 𝒯).
 struct KdaScratch {
   int64_t W, U, h, Qg, Kg, aC, P, Tm, dD, dh, dW, dgam, total;
-  KdaScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward) {
+  KdaScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, bool saved) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
     W = take(BH * Tp * K), U = take(BH * Tp * V), h = take(BH * NC * K * V), Qg = take(BH * Tp * K);
-    Kg = take(BH * Tp * K), aC = take(BH * NC * K), P = take(BH * NC * kN * kN);
+    Kg = take(BH * Tp * K), aC = take(BH * NC * K);
+    P = saved ? 0 : take(BH * NC * kN * kN);
     Tm = dD = dh = dW = dgam = 0;
     if (backward) {
-      Tm = take(BH * NC * kN * kN), dD = take(BH * Tp * V), dh = take(BH * NC * K * V), dW = take(BH * Tp * K);
-      dgam = take(BH * Tp * K);
+      if (!saved) Tm = take(BH * NC * kN * kN);
+      dD = take(BH * Tp * V), dh = take(BH * NC * K * V), dW = take(BH * Tp * K), dgam = take(BH * Tp * K);
     }
     total = at;
   }
@@ -318,8 +322,10 @@ __device__ void decayed_right(const float* M, const float* Y, const float* Yw, c
 // ---- forward phases ----
 
 // F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y: A and P (element-wise decayed sums over the key
-// tiles), 𝒯 (kept in scratch when keep_T), W, U, P, and per key tile Q^g, K^g, e^{Γ_C} for the later phases.
-template <typename L>
+// tiles), 𝒯 (kept in a.Tm when keep_T), W, U, P, and per key tile Q^g, K^g, e^{Γ_C} for the later phases.
+// kSaved (the backward's wu with the forward's saved P, 𝒯): per key tile only Γ, Q^g, K^g, e^{Γ_C}, then W, U
+// from the 𝒯 in a.Tm (the same bits), without A, P or the inverse (keep_T unused).
+template <typename L, bool kSaved>
 __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -340,12 +346,14 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
     tile::load(sX, ch.in(a, a.q, K, k0), a.H * K, ch.n, kc);
     tile::load(sZ, ch.in(a, a.k, K, k0), a.H * K, ch.n, kc);
     __syncthreads();
-    scale_rows_to_start(sX, G, sXr);
-    scale_rows_to_start(sZ, G, sZr);
-    left_variants(sZ, G, sZv);
-    __syncthreads();
-    decayed_gram<L, true>(sZ, sZ, sZr, sZv, G, kk);
-    decayed_gram<L, false>(sX, sZ, sXr, sZv, G, qk);
+    if constexpr (!kSaved) {
+      scale_rows_to_start(sX, G, sXr);
+      scale_rows_to_start(sZ, G, sZr);
+      left_variants(sZ, G, sZv);
+      __syncthreads();
+      decayed_gram<L, true>(sZ, sZ, sZr, sZv, G, kk);
+      decayed_gram<L, false>(sX, sZ, sXr, sZv, G, qk);
+    }
     float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0);
     for (int idx = threadIdx.x; idx < kN * kN; idx += tile::kThreads) {
       const int r = idx >> 6, c = idx & 63;
@@ -358,19 +366,23 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
       a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
     __syncthreads();
   }
+  if constexpr (kSaved) {
+    tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);  // 𝒯 (its readers come after F3's first barrier)
+  } else {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r)
-      const int r = L::row(i), c = L::col(j);
-      sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
-      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
-    }
-  store_acc<L>(qk, ch.square(a, a.P), kN, kN, kN,  // F5: P (j <= r < n, else 0)
-               [&](int r, int c, float x) { return c <= r && r < ch.n ? x : 0.0f; });
-  __syncthreads();
-  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (A's upper triangle is scratch there; A is not read after)
-  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+      for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r)
+        const int r = L::row(i), c = L::col(j);
+        sA[r * kLd + c] = c < r && r < ch.n ? s.beta[r] * kk.v[i][j] : 0.0f;
+        sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+      }
+    store_acc<L>(qk, ch.square(a, a.P), kN, kN, kN,  // F5: P (j <= r < n, else 0)
+                 [&](int r, int c, float x) { return c <= r && r < ch.n ? x : 0.0f; });
+    __syncthreads();
+    tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (A's upper triangle is scratch there; A is not read after)
+    if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+  }
   for (int64_t k0 = 0; k0 < K; k0 += kN) {  // F3: W = 𝒯 diag(β) (K ⊙ e^Γ)
     const int kc = tile_cols(K, k0);
     load_gamma(a, ch, k0, sX, s.part, G);
@@ -880,9 +892,11 @@ __device__ __forceinline__ void prefetch_span(const void* p, int bytes) {
 // Shared memory of kda_wu_mma_kernel: β, the Γ cumsum's partial sums, Γ (two fp32 tiles; after the A/P pass A
 // and 𝒯), q (then P) and k (fp32 tiles), bf16 tiles: q and k scaled to their sub-chunk starts (before them the
 // key tile's fp32 g, over both; after the A/P pass 𝒯 and F3's operand) and k's 96 left-variant rows. 99 KiB: two
-// blocks per SM.
+// blocks per SM. kda_wu_mma_kernel<true> (from a saved 𝒯) has a bf16 tile of 𝒯 instead of the left variants:
+// 94.25 KiB (still two blocks per SM).
+template <bool kSaved>
 constexpr size_t kWuMmaSmem = sizeof(float) * kN + sizeof(double) * 4 * kN + 4 * sizeof(float) * tile::kTileFloats +
-                              sizeof(bf16) * (2 * kTileHalves + 96 * kLdH);
+                              sizeof(bf16) * (2 * kTileHalves + (kSaved ? kTileHalves : 96 * kLdH));
 static_assert(2 * sizeof(bf16) * kTileHalves >= sizeof(float) * tile::kTileFloats, "g's tile over the bf16 operands");
 
 /// tile::load_rc(s, src, stride, rows, cols, scale) from the thread's own pieces of a staging tile g that
@@ -1045,6 +1059,11 @@ __device__ __forceinline__ void load3(float* const (&s)[3], const float* const (
 // with W). F3 steps j < nkt (W of key tile j) and then the value tiles (U): each step's operand tile is fetched
 // into registers (fetch_h) before the previous step's product, so its loads are in flight during it. Two blocks
 // per SM (kWuMmaSmem, launch bounds): the other block computes while one waits for its loads.
+// kSaved (the backward's wu with the forward's saved P, 𝒯 in a.P, a.Tm): 𝒯 read from a.Tm into a bf16 tile first
+// (rounded as here), then per key tile only Γ, Q^g, K^g, e^{Γ_C} and W's operand, which goes straight into a bf16
+// tile (the value the other path writes to the W rows and reads back, rounded once as it is there) for that key
+// tile's W product; then U's steps as here. The same bits of W, U; no A/P operands, A, P or inverse (keep_T unused).
+template <bool kSaved>
 __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -1052,7 +1071,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
   double* part = cv.take<double>(4 * kN);
   const Gam G{cv.tile(), cv.tile()};
   float *sX = cv.tile(), *sZ = cv.tile();
-  bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves), *hZv = cv.take<bf16>(96 * kLdH);
+  bf16 *hXr = cv.take<bf16>(kTileHalves), *hZr = cv.take<bf16>(kTileHalves);
+  bf16* const hZv = kSaved ? nullptr : cv.take<bf16>(96 * kLdH);
+  bf16* const hT = kSaved ? cv.take<bf16>(kTileHalves) : hXr;  // bf16 𝒯 (the other path: after the A/P pass)
   const Chunk ch(a, blockIdx.x, blockIdx.y);
   const int64_t K = a.K, V = a.V, HK = a.H * K;
   const int nkt = static_cast<int>((K + kN - 1) / kN), nsteps = nkt + static_cast<int>((V + kN - 1) / kN);
@@ -1062,6 +1083,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
   qk.zero();
   const DiagElems de;
   float dqk[3] = {0, 0, 0}, dkk[2] = {0, 0};  // the thread's elements of the diagonal sub-blocks (diag_grams)
+  if constexpr (kSaved) tile::load_h(hT, ch.square(a, a.Tm), kN, kN, kN);  // (read after the loop's barriers)
   for (int64_t k0 = 0; k0 < K; k0 += kN) {
     const int kc = tile_cols(K, k0);
     float* const sG = reinterpret_cast<float*>(hXr);  // g (a float tile over hXr, hZr until Γ is formed)
@@ -1070,14 +1092,16 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
     __syncthreads();
     gamma_cumsum(sG, kLd, part, G);  // (ends with a barrier: g read, hXr, hZr free)
     const int c = static_cast<int>(threadIdx.x & 63), r0 = static_cast<int>(threadIdx.x >> 6);
+    if constexpr (!kSaved) {
 #pragma unroll
-    for (int it = 0; it < kN * kN / tile::kThreads; ++it) {  // the bf16 operands, rounded once (rows 4 it + r0)
-      const int r = 4 * it + r0;
-      const float e = G.exp_diff(r * kLd + c, 16 * (it >> 2) * kLd + c);  // (sub-chunk it / 4)
-      hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
-      hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
+      for (int it = 0; it < kN * kN / tile::kThreads; ++it) {  // the bf16 operands, rounded once (rows 4 it + r0)
+        const int r = 4 * it + r0;
+        const float e = G.exp_diff(r * kLd + c, 16 * (it >> 2) * kLd + c);  // (sub-chunk it / 4)
+        hXr[r * kLdH + c] = __float2bfloat16_rn(sX[r * kLd + c] * e);
+        hZr[r * kLdH + c] = __float2bfloat16_rn(sZ[r * kLd + c] * e);
+      }
+      left_variants(sZ, G, hZv);
     }
-    left_variants(sZ, G, hZv);
     float *qg = ch.rows(a, a.Qg, K, k0), *kg = ch.rows(a, a.Kg, K, k0), *wk = ch.rows(a, a.W, K, k0);
 #pragma unroll
     for (int it = 0; it < kN * kN / tile::kThreads; ++it) {
@@ -1085,52 +1109,71 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
       if (r < ch.n && c < kc) {
         const float e = G.exp_at(r * kLd + c);
         qg[r * K + c] = e * sX[r * kLd + c];
-        wk[r * K + c] = beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
+        if constexpr (kSaved)
+          hZr[r * kLdH + c] = __float2bfloat16_rn(beta[r] * e * sZ[r * kLd + c]);
+        else
+          wk[r * K + c] = beta[r] * e * sZ[r * kLd + c];  // F3's operand β_r e^{Γ_rc} k_rc
         kg[r * K + c] = G.exp_diff((ch.n - 1) * kLd + c, r * kLd + c) * sZ[r * kLd + c];
+      } else if constexpr (kSaved) {
+        hZr[r * kLdH + c] = __float2bfloat16_rn(0.0f);
       }
     }
     if (static_cast<int>(threadIdx.x) < kc)
       a.aC[(ch.bh * a.NC + ch.chunk) * K + k0 + threadIdx.x] = G.exp_at((ch.n - 1) * kLd + threadIdx.x);
-    diag_grams(sX, sZ, G, de, dqk, dkk);
-    __syncthreads();  // the bf16 operands complete
-    offdiag_gram_mma(hZr, hZv, kk);
-    offdiag_gram_mma(hXr, hZv, qk);
+    if constexpr (kSaved) {  // F3: W of this key tile, 𝒯 (diag(β) (K ⊙ e^Γ))
+      __syncthreads();  // the operand complete
+      Acc acc;
+      acc.zero();
+      Mma::mma<false, false>(hT, hZr, acc);
+      store_acc<Mma>(acc, wk, K, ch.n, kc, Same{});
+    } else {
+      diag_grams(sX, sZ, G, de, dqk, dkk);
+      __syncthreads();  // the bf16 operands complete
+      offdiag_gram_mma(hZr, hZv, kk);
+      offdiag_gram_mma(hXr, hZv, qk);
+    }
   }
   __syncthreads();  // every read of sX (diag_grams) and of Γ done: sX takes P, Γ's tiles A and 𝒯
   float *sP = sX, *sA = G.hi, *sT = G.lo;
+  if constexpr (!kSaved) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
-      const int r = Mma::row(i), c = Mma::col(j);
-      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
-      if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
-      sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
-      sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
+      for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
+        const int r = Mma::row(i), c = Mma::col(j);
+        sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+        if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
+        sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
+        sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
+      }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {  // the diagonal blocks' lower triangles
+      const int r = de.r, c = de.c0 + e;
+      sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * dkk[e] : 0.0f;
+      sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
     }
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {  // the diagonal blocks' lower triangles
-    const int r = de.r, c = de.c0 + e;
-    sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * dkk[e] : 0.0f;
-    sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
+    if (de.extra >= 0) {
+      sA[de.extra * kLd + de.extra] = 0.0f;
+      sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
+    }
   }
-  if (de.extra >= 0) {
-    sA[de.extra * kLd + de.extra] = 0.0f;
-    sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
-  }
-  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β).
+  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β); from
+  // a saved 𝒯 the value tiles' steps only (j >= j0).
   const auto src = [&](int j) { return j < nkt ? ch.rows(a, a.W, K, j * kN) : ch.in(a, a.v, V, (j - nkt) * kN); };
   const auto stride = [&](int j) { return j < nkt ? K : a.H * V; };
   const auto cols = [&](int j) { return j < nkt ? tile_cols(K, j * kN) : tile_cols(V, (j - nkt) * kN); };
+  const int j0 = kSaved ? nkt : 0;
   tile::HRegs x;
-  tile::fetch_h(x, src(0), stride(0), ch.n, cols(0));  // (the W rows' writers passed the last barrier)
-  __syncthreads();
-  tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
-  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
-  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
-  bf16 *hT = hXr, *hY = hZr;
-  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  for (int j = 0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
+  tile::fetch_h(x, src(j0), stride(j0), ch.n, cols(j0));  // (the W rows' writers passed the last barrier)
+  bf16* const hY = hZr;
+  if constexpr (!kSaved) {
+    __syncthreads();
+    tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
+    tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
+    if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+    tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
+  }
+  for (int j = j0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
     const bool w = j < nkt;
     tile::put_h(hY, x, ch.n, [&](int r) { return w ? 1.0f : beta[r]; });
     if (j + 1 < nsteps) tile::fetch_h(x, src(j + 1), stride(j + 1), ch.n, cols(j + 1));
@@ -1741,16 +1784,24 @@ void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Kd
   tile::launch("kda chunk", a.K, kernel, grid, smem, stream, a, extra...);
 }
 
+/// The arguments of one core call; P and 𝒯 in `saved` (kda_saved_floats: P, then 𝒯) when not nullptr, else in the
+/// scratch (𝒯 in the backward's only).
 KdaFast make_args(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
-                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward) {
+                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, const float* saved, void* scratch,
+                  bool backward) {
   KdaFast a{};
   a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta;
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
-  const KdaScratch l(B, T, H, K, V, C, backward);
+  const KdaScratch l(B, T, H, K, V, C, backward, saved != nullptr);
   float* base = static_cast<float*>(scratch);
   a.W = base + l.W, a.U = base + l.U, a.h = base + l.h, a.Qg = base + l.Qg, a.Kg = base + l.Kg, a.aC = base + l.aC;
-  a.P = base + l.P;
-  if (backward) a.Tm = base + l.Tm, a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  if (backward) a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  if (saved != nullptr) {  // (the backward only reads it)
+    a.P = const_cast<float*>(saved), a.Tm = a.P + B * H * a.NC * kN * kN;
+  } else {
+    a.P = base + l.P;
+    if (backward) a.Tm = base + l.Tm;
+  }
   return a;
 }
 
@@ -1761,20 +1812,25 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 /// Whether a tile::Mma kernel needing `smem` bytes fits one block (227 KiB); else its fp32 version runs.
 bool fits(size_t smem) { return smem <= 227 * 1024; }
 
-// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T). bf16: both on tile::Mma (the scan needs
+// wu + scan: W, U, P, Q^g, K^g, e^{Γ_C} -> Δ, h (and 𝒯 when keep_T); with from_saved (the backward given the
+// forward's P, 𝒯) wu forms W, U, Q^g, K^g, e^{Γ_C} from the 𝒯 in a.Tm instead. bf16: both on tile::Mma (the scan needs
 // 16 + 27 KiB of shared memory per key tile and 9 KiB: key_dim <= 320 there). The scan stages its operands
 // (scan_staged: key_dim <= 128) only where its blocks have an SM each anyway (value tiles x heads <= SMs); with
 // more blocks, two unstaged blocks per SM (as their shared memory allows) hide each other's latencies instead.
 template <typename P>
-void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
+void forward_states(const KdaFast& a, bool keep_T, bool from_saved, cudaStream_t stream) {
   using L = Layout;
   const unsigned BH = static_cast<unsigned>(a.B * a.H), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(a.V, kN));
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
-  if (kBf16<P>)
-    launch(kda_wu_mma_kernel, dim3(NC, BH), kWuMmaSmem, stream, a, keep_T);
+  if (kBf16<P> && from_saved)
+    launch(kda_wu_mma_kernel<true>, dim3(NC, BH), kWuMmaSmem<true>, stream, a, keep_T);
+  else if (kBf16<P>)
+    launch(kda_wu_mma_kernel<false>, dim3(NC, BH), kWuMmaSmem<false>, stream, a, keep_T);
+  else if (from_saved)
+    launch(kda_wu_kernel<L, true>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
   else
-    launch(kda_wu_kernel<L>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
+    launch(kda_wu_kernel<L, false>, dim3(NC, BH), smem_for(10, true), stream, a, keep_T);
   const bool stage = scan_staged(nkt) && static_cast<int64_t>(nvt) * BH <= sm_count();
   if (kBf16<P> && fits(scan_mma_smem(nkt, stage)))
     launch(kda_scan_mma_kernel, dim3(nvt, BH), scan_mma_smem(nkt, stage), stream, a, stage);
@@ -1785,24 +1841,32 @@ void forward_states(const KdaFast& a, bool keep_T, cudaStream_t stream) {
 }  // namespace
 
 size_t kda_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size) {
-  return sizeof(float) * static_cast<size_t>(KdaScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, false).total);
+                                   int64_t value_dim, int64_t chunk_size, bool saved) {
+  const KdaScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, saved);
+  return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size) {
-  return sizeof(float) * static_cast<size_t>(KdaScratch(batch, seq_len, heads, key_dim, value_dim, chunk_size, true).total);
+                                   int64_t value_dim, int64_t chunk_size, bool saved) {
+  const KdaScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, saved);
+  return sizeof(float) * static_cast<size_t>(l.total);
+}
+
+int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) {
+  check_chunk(chunk_size);
+  return 2 * batch * heads * ceil_div(seq_len, chunk_size) * kN * kN;
 }
 
 template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   void* scratch, cudaStream_t stream) {
+                   float* saved, void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false);
+  KdaFast a =
+      make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, scratch, false);
   a.o = o;
-  forward_states<P>(a, false, stream);
+  forward_states<P>(a, saved != nullptr, false, stream);
   const unsigned NC = static_cast<unsigned>(a.NC), BH = static_cast<unsigned>(batch * heads);
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   if (kBf16<P> && fits(out_mma_smem(nkt)))
@@ -1814,9 +1878,9 @@ void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* 
 
 template <typename P>
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   const float* d_o, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                   int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
-                   void* scratch, cudaStream_t stream) {
+                   const float* d_o, const float* saved, int64_t batch, int64_t seq_len, int64_t heads,
+                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
+                   float* dbeta, void* scratch, cudaStream_t stream) {
   using L = Layout;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0) return;
@@ -1826,10 +1890,10 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
     LLMT_CUDA_CHECK(cudaMemsetAsync(dbeta, 0, sizeof(float) * rows, stream));
     return;
   }
-  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, true);
+  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, scratch, true);
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
-  forward_states<P>(a, true, stream);
+  forward_states<P>(a, saved == nullptr, saved != nullptr, stream);
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
@@ -1853,10 +1917,10 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
 
 #define LLMT_KDA_INSTANTIATE(P)                                                                                     \
   template void kda_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
-                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);          \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, void*, cudaStream_t);  \
   template void kda_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
-                                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,       \
-                                 float*, float*, void*, cudaStream_t);
+                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, \
+                                 float*, float*, float*, void*, cudaStream_t);
 LLMT_KDA_INSTANTIATE(float)
 LLMT_KDA_INSTANTIATE(__nv_bfloat16)
 #undef LLMT_KDA_INSTANTIATE
