@@ -3,9 +3,10 @@
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
 // (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), SISO's rotation and
 // BCNorm backward with the bias gradients' row-range sums, one pass over dk, dq per (row range, group, channel pairs)
-// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (stage_cols). Δ, θ,
-// φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
-// only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit: rotate_pair).
+// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (stage_cols,
+// sum_cols). Δ, θ, φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers:
+// the core reads them only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit:
+// rotate_pair).
 #include <type_traits>
 
 #include "kernels/cuda/mamba3.cuh"
@@ -185,28 +186,64 @@ __device__ __forceinline__ void stage_cols(float (*tile)[kCols + 1], Row row, in
   }
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kThreads
-// consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous in bc):
-// Σ x^2 through shared memory (stage_cols), then n written coalesced (x read again).
-__global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  constexpr int kCols = 32;
-  __shared__ float xs[kThreads][kCols + 1];
-  __shared__ double rs[kThreads];
-  __shared__ float* outs[kThreads];  // n̂'s row of each vector
+// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel).
+constexpr int kColThreads = 128;
+
+// The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
+// thread x summing vector x in element order: 32 columns c0 .. c0 + 31 at a time, each warp loading its own 32
+// vectors' (load i of a lane: the warp's vector i, column c0 + lane: coalesced), the A x 32 loads issued at once into
+// registers, the next chunk's before the sum of the current one (in flight during it); stored into tile[a][v][c - c0]
+// (rows padded: no bank conflicts; 0 past n and N), then sum(c0, m) adds the chunk's m columns, thread x reading row
+// x of the tiles in order. Its first barrier orders the caller's earlier shared reads before the tiles' writes.
+template <int A, typename Sum>
+__device__ __forceinline__ void sum_cols(float (*tile)[kColThreads][33], const float* const* src, int n, int N,
+                                         Sum sum) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, w0 = static_cast<int>(threadIdx.x) - lane;
+  const int rows = n - w0;  // the warp's vectors (none where <= 0)
+  float v[A][32];
+  const auto load = [&](int c0) {
+    const bool col = c0 + lane < N;
+#pragma unroll
+    for (int a = 0; a < A; ++a) {
+      const float* q = src[a] + w0 * N + c0 + lane;
+      if (rows >= 32) {  // (one predicate for the 32 loads)
+#pragma unroll
+        for (int i = 0, o = 0; i < 32; ++i, o += N) v[a][i] = col ? q[o] : 0.0f;
+      } else {
+#pragma unroll
+        for (int i = 0, o = 0; i < 32; ++i, o += N) v[a][i] = col && i < rows ? q[o] : 0.0f;
+      }
+    }
+  };
+  load(0);
+  for (int c0 = 0; c0 < N; c0 += 32) {
+    __syncthreads();  // the previous chunk's readers are done
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) tile[a][w0 + i][lane] = v[a][i];
+    __syncthreads();
+    if (c0 + 32 < N) load(c0 + 32);
+    sum(c0, std::min(32, N - c0));
+  }
+}
+
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes
+// kColThreads consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous
+// in bc): Σ x^2 (sum_cols), then n written coalesced (x read again).
+__global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
+  __shared__ float xs[1][kColThreads][33];
+  __shared__ double rs[kColThreads];
+  __shared__ float* outs[kColThreads];  // n̂'s row of each vector
   const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
   const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t v0 = blockIdx.x * int64_t{kThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kThreads, nv - v0));
+  for (int64_t v0 = blockIdx.x * int64_t{kColThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kColThreads) {
+    const int n = static_cast<int>(std::min<int64_t>(kColThreads, nv - v0));
     const float* src = bc + v0 * s.N;
     double ss = 0.0;
-    for (int c0 = 0; c0 < N; c0 += kCols) {
-      const int m = std::min(kCols, N - c0);
-      __syncthreads();  // the tile's (and rs's) previous readers are done
-      stage_cols<kCols>(xs, [&](int r) { return src + r * s.N + c0; }, n, m);
-      __syncthreads();
-      if (x < n)
-        for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[x][c]) * xs[x][c];
-    }
+    sum_cols<1>(xs, &src, n, N, [&](int c0, int m) {
+      for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[0][x][c]) * xs[0][x][c];
+    });
     if (x < n) {
       const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
       const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
@@ -215,7 +252,7 @@ __global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes
       (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
     }
     __syncthreads();
-    for (int j = x; j < n * N; j += kThreads) {  // (vector j / N, element j % N): consecutive threads, one vector
+    for (int j = x; j < n * N; j += kColThreads) {  // (vector j / N, element j % N): consecutive threads, one vector
       const int r = j / N;
       outs[r][j - r * N] = static_cast<float>(src[j] * rs[r]);
     }
@@ -608,32 +645,27 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kThreads consecutive
-// vectors at a time (thread x: vector idx0 + x), their dn̂ and n̂ through shared memory (stage_cols).
-__global__ void __launch_bounds__(kThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  constexpr int kCols = 16;
-  __shared__ float dns[kThreads][kCols + 1], ns[kThreads][kCols + 1];
-  __shared__ const float *dnv[kThreads], *nv[kThreads];  // each vector's dn̂ and n̂
-  const int64_t RG = s.R * s.G, n_all = s.rows * 2 * RG;
+// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kColThreads consecutive
+// vectors j = row R G + r G + g of one side (B: dnb, nb; C: dnc, ncn) at a time (thread x: vector j0 + x), their dn̂
+// and n̂ through shared memory (sum_cols).
+__global__ void __launch_bounds__(kColThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+  __shared__ float ts[2][kColThreads][33];  // dn̂, n̂
+  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kColThreads - 1) / kColThreads;
   const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t idx0 = blockIdx.x * int64_t{kThreads}; idx0 < n_all; idx0 += int64_t{gridDim.x} * kThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kThreads, n_all - idx0));
-    const int64_t idx = idx0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
+  for (int64_t u = blockIdx.x; u < 2 * nb; u += gridDim.x) {
+    const int which = static_cast<int>(u / nb);
+    const int64_t j0 = (u % nb) * kColThreads;
+    const int n = static_cast<int>(std::min<int64_t>(kColThreads, J - j0));
     const float* w = which == 0 ? p.B_norm : p.C_norm;
-    __syncthreads();  // the previous vectors' readers are done
-    dnv[x] = (which == 0 ? buf.dnb : buf.dnc) + (row * RG + rg) * s.N;
-    nv[x] = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
+    const float* src[2] = {(which == 0 ? buf.dnb : buf.dnc) + j0 * s.N, (which == 0 ? buf.nb : buf.ncn) + j0 * s.N};
     double m = 0.0;
-    for (int c0 = 0; c0 < N; c0 += kCols) {
-      const int mc = std::min(kCols, N - c0);
-      __syncthreads();  // the vectors' rows set; the tiles' previous readers are done
-      stage_cols<kCols>(dns, [&](int r) { return dnv[r] + c0; }, n, mc);
-      stage_cols<kCols>(ns, [&](int r) { return nv[r] + c0; }, n, mc);
-      __syncthreads();
-      if (x < n)
-        for (int c = 0; c < mc; ++c) m += static_cast<double>(dns[x][c]) * w[c0 + c] * ns[x][c];
+    sum_cols<2>(ts, src, n, N, [&](int c0, int mc) {
+      for (int c = 0; c < mc; ++c) m += static_cast<double>(ts[0][x][c]) * w[c0 + c] * ts[1][x][c];
+    });
+    if (x < n) {
+      const int64_t j = j0 + x;
+      buf.mb[(j / RG * 2 + which) * RG + j % RG] = static_cast<float>(m / static_cast<double>(s.N));
     }
-    if (x < n) buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
   }
 }
 
@@ -665,7 +697,7 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
     LLMT_CUDA_CHECK_LAUNCH();
   }
   if (!bcnorm_saved) {
-    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kColThreads), kColThreads, 0, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
@@ -725,7 +757,7 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   }
   scalar_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_mean_kernel<<<grid_for(bc_all), kThreads, 0, stream>>>(p, s, buf);
+  bcnorm_mean_kernel<<<grid_for(2 * ceil_div(RG, int64_t{kColThreads}), 1), kColThreads, 0, stream>>>(p, s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
