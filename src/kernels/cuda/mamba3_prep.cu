@@ -447,9 +447,9 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
 // [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
 // j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
-// order, the dū into shared memory [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel)
-// adds its dn̂ over the heads there.
-constexpr int kRotRows = 8, kRotItems = 4;
+// order (the dk, dq pairs and φ of kRotBatch rows loaded at once, in flight together), the dū into shared memory
+// [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel) adds its dn̂ over the heads there.
+constexpr int kRotRows = 8, kRotItems = 4, kRotBatch = 4;
 
 // Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and its dynamic
 // shared memory.
@@ -489,28 +489,49 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
       const int it = x + j * kThreads;
       if (it >= items) break;
       const int u = uu[j], i0 = 2 * u;
-      const bool pair = i0 + 1 < N;  // (2 S <= N: a lone channel is never rotated)
-      for (int rr = 0; rr < nr; ++rr) {
-        const int64_t row = r0 + rr, e = row * s.H + hh[j];
-        const float* dk = buf.dk + e * N;
-        const float* dq = buf.dq + e * N;
-        float d[4] = {dk[i0], pair ? dk[i0 + 1] : 0.0f, dq[i0], pair ? dq[i0 + 1] : 0.0f};
-        if (u < S) {
-          const int64_t o = (row * s.G + g) * N + i0;
-          float sn, cs, k0, k1, q0, q1;
-          sincosf(buf.phi[e * S + u], &sn, &cs);
-          rotate_pair(biased(buf.nb[o], p.B_norm[i0], bk[j][0]), biased(buf.nb[o + 1], p.B_norm[i0 + 1], bk[j][1]),
-                      cs, sn, k0, k1);
-          rotate_pair(biased(buf.ncn[o], p.C_norm[i0], bq[j][0]), biased(buf.ncn[o + 1], p.C_norm[i0 + 1], bq[j][1]),
-                      cs, sn, q0, q1);
-          double acc = 0.0;
-          acc += unrotate_pair(k0, k1, d[0], d[1], cs, sn);
-          acc += unrotate_pair(q0, q1, d[2], d[3], cs, sn);
-          buf.dphi[e * S + u] = static_cast<float>(acc);
+      const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
+      // The dk, dq pairs and φ of kRotBatch rows b0 + rr at a time, loaded together (row b0 + rr of the (head,
+      // pair): element offset (b0 + rr) H N of dk, dq, (b0 + rr) H S of φ; of n̂: (b0 + rr) G N)
+      const int64_t e0 = r0 * s.H + hh[j];
+      const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
+      float* dphi_r = buf.dphi + e0 * S + u;
+      const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
+      const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
+#pragma unroll 1
+      for (int b0 = 0; b0 < nr; b0 += kRotBatch) {
+        float d[kRotBatch][4], ph[kRotBatch];
+#pragma unroll
+        for (int rr = 0; rr < kRotBatch; ++rr) {
+          if (b0 + rr >= nr) break;
+          const int ok = (b0 + rr) * HN;
+          d[rr][0] = dk[ok];
+          d[rr][1] = pair ? dk[ok + 1] : 0.0f;
+          d[rr][2] = dq[ok];
+          d[rr][3] = pair ? dq[ok + 1] : 0.0f;
+          ph[rr] = rot ? phi_r[(b0 + rr) * HS] : 0.0f;
         }
 #pragma unroll
-        for (int v = 0; v < 4; ++v) sum[j][v] += d[v];
-        *reinterpret_cast<float4*>(smem + (rr * items + it) * 4) = make_float4(d[0], d[1], d[2], d[3]);
+        for (int rr = 0; rr < kRotBatch; ++rr) {
+          if (b0 + rr >= nr) break;
+          if (rot) {
+            float sn, cs, k0, k1, q0, q1;
+            sincosf(ph[rr], &sn, &cs);
+            const float* nb = nbr + (b0 + rr) * GN;
+            const float* nc = ncr + (b0 + rr) * GN;
+            rotate_pair(biased(nb[0], p.B_norm[i0], bk[j][0]), biased(nb[1], p.B_norm[i0 + 1], bk[j][1]), cs, sn,
+                        k0, k1);
+            rotate_pair(biased(nc[0], p.C_norm[i0], bq[j][0]), biased(nc[1], p.C_norm[i0 + 1], bq[j][1]), cs, sn,
+                        q0, q1);
+            double acc = 0.0;
+            acc += unrotate_pair(k0, k1, d[rr][0], d[rr][1], cs, sn);
+            acc += unrotate_pair(q0, q1, d[rr][2], d[rr][3], cs, sn);
+            dphi_r[(b0 + rr) * HS] = static_cast<float>(acc);
+          }
+#pragma unroll
+          for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
+          *reinterpret_cast<float4*>(smem + ((b0 + rr) * items + it) * 4) =
+              make_float4(d[rr][0], d[rr][1], d[rr][2], d[rr][3]);
+        }
       }
     }
     __syncthreads();
