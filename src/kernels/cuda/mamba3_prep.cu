@@ -406,10 +406,14 @@ __device__ __forceinline__ double unrotate_pair(float u0, float u1, float& g0, f
 }
 
 // BCNorm backward step 1's outputs at o = (row, r G + g, n) of B (which 0) or C (1) from dn̂ = acc: dnb or dnc, and
-// the weight's per-row term dn̂ ∘ n̂ into cbn or ccn.
-__device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o, double acc) {
+// the weight's per-row term dn̂ ∘ n̂ into cbn or ccn (nrm: n̂_B or n̂_C at o, read by the caller before its sum, so
+// that the load is in flight during it).
+__device__ __forceinline__ float nhat(const Buffers& buf, int which, int64_t o) {
+  return (which == 0 ? buf.nb : buf.ncn)[o];
+}
+__device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o, double acc, float nrm) {
   (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
-  (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+  (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * nrm);
 }
 
 // MIMO rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{k,q} Σ_r (du_i0 (-u_i1) + du_i1 u_i0)
@@ -538,9 +542,11 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
     for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
       const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
       if (i >= N) continue;
+      const int64_t o = ((r0 + rr) * s.G + g) * N + i;
+      const float nrm = nhat(buf, v / 2, o);
       double acc = 0.0;
       for (int h = 0; h < hpg; ++h) acc += smem[(rr * items + h * nu + pl) * 4 + v];
-      put_dn(buf, v / 2, ((r0 + rr) * s.G + g) * N + i, acc);
+      put_dn(buf, v / 2, o, acc, nrm);
     }
   }
 #pragma unroll
@@ -660,9 +666,10 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
     const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN);
     const int64_t n = j % s.N, g = (j / s.N) % s.G, r = j / (s.N * s.G), o = row * RGN + j;
     const float* du = which == 0 ? buf.dk : buf.dq;
+    const float nrm = nhat(buf, static_cast<int>(which), o);
     double acc = 0.0;
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) acc += du[((row * s.H + h) * s.R + r) * s.N + n];
-    put_dn(buf, static_cast<int>(which), o, acc);
+    put_dn(buf, static_cast<int>(which), o, acc, nrm);
   }
 }
 
