@@ -186,8 +186,9 @@ __device__ __forceinline__ void stage_cols(float (*tile)[kCols + 1], Row row, in
   }
 }
 
-// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel).
-constexpr int kColThreads = 128;
+// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel); elements per bcnorm_kernel
+// thread whose x its output pass loads at once.
+constexpr int kColThreads = 128, kBcAhead = 8;
 
 // The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
 // thread x summing vector x in element order: 32 columns c0 .. c0 + 31 at a time, each warp loading its own 32
@@ -252,9 +253,17 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Si
       (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
     }
     __syncthreads();
-    for (int j = x; j < n * N; j += kColThreads) {  // (vector j / N, element j % N): consecutive threads, one vector
-      const int r = j / N;
-      outs[r][j - r * N] = static_cast<float>(src[j] * rs[r]);
+    // (vector j / N, element j % N): consecutive threads, one vector; kBcAhead elements' x loaded at once (the
+    // stores through outs could alias src: each load would wait for the previous element's store)
+    for (int j0 = x; j0 < n * N; j0 += kBcAhead * kColThreads) {
+      float xv[kBcAhead];
+#pragma unroll
+      for (int k = 0; k < kBcAhead; ++k) xv[k] = j0 + k * kColThreads < n * N ? src[j0 + k * kColThreads] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kBcAhead; ++k) {
+        const int j = j0 + k * kColThreads, r = j / N;
+        if (j < n * N) outs[r][j - r * N] = static_cast<float>(xv[k] * rs[r]);
+      }
     }
   }
 }
