@@ -3,10 +3,9 @@
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
 // (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), SISO's rotation and
 // BCNorm backward with the bias gradients' row-range sums, one pass over dk, dq per (row range, group, channel pairs)
-// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (stage_cols,
-// sum_cols). Δ, θ, φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers:
-// the core reads them only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit:
-// rotate_pair).
+// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (sum_cols). Δ, θ, φ
+// and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
+// only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit: rotate_pair).
 #include <type_traits>
 
 #include "kernels/cuda/mamba3.cuh"
@@ -174,20 +173,8 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// The per-row sums of a block over kThreads rows whose elements are contiguous in memory (row r at row(r)): the
-// block stages columns c0 .. c0 + m - 1 (m <= kCols) of its n rows into tile[r][c - c0], each row read by
-// consecutive threads (coalesced), so that thread r then walks its row in order from shared memory (the rows'
-// sums keep their order). Call between barriers: the tile is read before and after.
-template <int kCols, typename Row>
-__device__ __forceinline__ void stage_cols(float (*tile)[kCols + 1], Row row, int n, int m) {
-  for (int j = threadIdx.x; j < n * kCols; j += kThreads) {
-    const int r = j / kCols, c = j % kCols;
-    if (c < m) tile[r][c] = row(r)[c];
-  }
-}
-
-// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel); elements per bcnorm_kernel
-// thread whose x its output pass loads at once.
+// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel, scalar_bwd_kernel); elements
+// per bcnorm_kernel thread whose x its output pass loads at once.
 constexpr int kColThreads = 128, kBcAhead = 8;
 
 // The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
@@ -618,27 +605,22 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 }
 
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
-// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kThreads consecutive pairs at a time
-// (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (stage_cols), so that each
-// thread's Σ_i θ_i dψ_i still runs in angle order.
-__global__ void __launch_bounds__(kThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
-                                                              Mamba3Options opt, Buffers buf, float* draw) {
-  constexpr int kCols = 32;
-  __shared__ float dpsi[kThreads][kCols + 1];  // [pair - e0][angle - i0] (padded: the row reads conflict-free)
+// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kColThreads consecutive pairs at a
+// time (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (sum_cols), so that
+// each thread's Σ_i θ_i dψ_i still runs in angle order.
+__global__ void __launch_bounds__(kColThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
+                                                                 Mamba3Options opt, Buffers buf, float* draw) {
+  __shared__ float dpsi[1][kColThreads][33];  // [pair - e0][angle - i0]
   const int x = static_cast<int>(threadIdx.x);
-  for (int64_t e0 = blockIdx.x * int64_t{kThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kThreads) {
+  for (int64_t e0 = blockIdx.x * int64_t{kColThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kColThreads) {
     const int64_t e = e0 + x, row = e / s.H, h = e % s.H, t = row % s.T;
-    const int n = static_cast<int>(std::min<int64_t>(kThreads, s.E - e0));
+    const int n = static_cast<int>(std::min<int64_t>(kColThreads, s.E - e0));
+    const float* src = buf.dphi + e0 * s.S;
     double ddt = 0.0;
-    for (int64_t i0 = 0; i0 < s.S; i0 += kCols) {
-      const int m = static_cast<int>(std::min<int64_t>(kCols, s.S - i0));
-      const float* src = buf.dphi + e0 * s.S + i0;
-      __syncthreads();  // the previous columns' reads are done
-      stage_cols<kCols>(dpsi, [&](int r) { return src + r * s.S; }, n, m);
-      __syncthreads();
+    sum_cols<1>(dpsi, &src, n, static_cast<int>(s.S), [&](int i0, int m) {
       if (x < n)
-        for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[x][c];
-    }
+        for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[0][x][c];
+    });
     if (x >= n) continue;
     const float* rw = raw + row * s.W;
     const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
@@ -792,7 +774,7 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
     angle_bwd_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, buf.dtd, s, buf.dphi, draw);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  scalar_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
+  scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_mean_kernel<<<grid_for(2 * ceil_div(RG, int64_t{kColThreads}), 1), kColThreads, 0, stream>>>(p, s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
