@@ -205,6 +205,9 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case(2, 260, 2, 16, 16, 1, 1, 4, false, false, 13);
   // 300 heads in one group: the rotation backward's threads take several (head, pair) items each
   check_case(1, 5, 300, 16, 8, 1, 1, 2, false, false, 14);
+  // N = 40: BCNorm's per-vector sums (sum_cols) over a full and a partial column chunk; 260 vectors per side: the
+  // last block's warps partly and wholly past them
+  check_case(1, 130, 2, 16, 40, 1, 1, 4, true, false, 16);
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {

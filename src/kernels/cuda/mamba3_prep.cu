@@ -3,8 +3,8 @@
 // φ_t = (φ_{t-1} + Δ_t θ_t) mod 2π and its reverse cumsum dψ_t = Σ_{s>=t} dφ_s, scans along the sequence per
 // (batch, head, angle), run in parallel over segments of T (phase_kernel, phase_bwd_kernel), SISO's rotation and
 // BCNorm backward with the bias gradients' row-range sums, one pass over dk, dq per (row range, group, channel pairs)
-// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (stage_cols). Δ, θ,
-// φ and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
+// (rot_bcnorm_bwd_kernel), and the per-row sums over contiguous vectors through shared memory (sum_cols). Δ, θ, φ
+// and every per-row sum in double; q, k stored in fp32, or in bf16 with bf16 products (Buffers: the core reads them
 // only as bf16 operands; the rotation backward recomputes the fp32 values it needs, bit for bit: rotate_pair).
 #include <type_traits>
 
@@ -173,40 +173,65 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// The per-row sums of a block over kThreads rows whose elements are contiguous in memory (row r at row(r)): the
-// block stages columns c0 .. c0 + m - 1 (m <= kCols) of its n rows into tile[r][c - c0], each row read by
-// consecutive threads (coalesced), so that thread r then walks its row in order from shared memory (the rows'
-// sums keep their order). Call between barriers: the tile is read before and after.
-template <int kCols, typename Row>
-__device__ __forceinline__ void stage_cols(float (*tile)[kCols + 1], Row row, int n, int m) {
-  for (int j = threadIdx.x; j < n * kCols; j += kThreads) {
-    const int r = j / kCols, c = j % kCols;
-    if (c < m) tile[r][c] = row(r)[c];
+// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel, scalar_bwd_kernel); elements
+// per bcnorm_kernel thread whose x its output pass loads at once.
+constexpr int kColThreads = 128, kBcAhead = 8;
+
+// The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
+// thread x summing vector x in element order: 32 columns c0 .. c0 + 31 at a time, each warp loading its own 32
+// vectors' (load i of a lane: the warp's vector i, column c0 + lane: coalesced), the A x 32 loads issued at once into
+// registers, the next chunk's before the sum of the current one (in flight during it); stored into tile[a][v][c - c0]
+// (rows padded: no bank conflicts; 0 past n and N), then sum(c0, m) adds the chunk's m columns, thread x reading row
+// x of the tiles in order. Its first barrier orders the caller's earlier shared reads before the tiles' writes.
+template <int A, typename Sum>
+__device__ __forceinline__ void sum_cols(float (*tile)[kColThreads][33], const float* const* src, int n, int N,
+                                         Sum sum) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, w0 = static_cast<int>(threadIdx.x) - lane;
+  const int rows = n - w0;  // the warp's vectors (none where <= 0)
+  float v[A][32];
+  const auto load = [&](int c0) {
+    const bool col = c0 + lane < N;
+#pragma unroll
+    for (int a = 0; a < A; ++a) {
+      const float* q = src[a] + w0 * N + c0 + lane;
+      if (rows >= 32) {  // (one predicate for the 32 loads)
+#pragma unroll
+        for (int i = 0, o = 0; i < 32; ++i, o += N) v[a][i] = col ? q[o] : 0.0f;
+      } else {
+#pragma unroll
+        for (int i = 0, o = 0; i < 32; ++i, o += N) v[a][i] = col && i < rows ? q[o] : 0.0f;
+      }
+    }
+  };
+  load(0);
+  for (int c0 = 0; c0 < N; c0 += 32) {
+    __syncthreads();  // the previous chunk's readers are done
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) tile[a][w0 + i][lane] = v[a][i];
+    __syncthreads();
+    if (c0 + 32 < N) load(c0 + 32);
+    sum(c0, std::min(32, N - c0));
   }
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kThreads
-// consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous in bc):
-// Σ x^2 through shared memory (stage_cols), then n written coalesced (x read again).
-__global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  constexpr int kCols = 32;
-  __shared__ float xs[kThreads][kCols + 1];
-  __shared__ double rs[kThreads];
-  __shared__ float* outs[kThreads];  // n̂'s row of each vector
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes
+// kColThreads consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous
+// in bc): Σ x^2 (sum_cols), then n written coalesced (x read again).
+__global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
+  __shared__ float xs[1][kColThreads][33];
+  __shared__ double rs[kColThreads];
+  __shared__ float* outs[kColThreads];  // n̂'s row of each vector
   const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
   const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t v0 = blockIdx.x * int64_t{kThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kThreads, nv - v0));
+  for (int64_t v0 = blockIdx.x * int64_t{kColThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kColThreads) {
+    const int n = static_cast<int>(std::min<int64_t>(kColThreads, nv - v0));
     const float* src = bc + v0 * s.N;
     double ss = 0.0;
-    for (int c0 = 0; c0 < N; c0 += kCols) {
-      const int m = std::min(kCols, N - c0);
-      __syncthreads();  // the tile's (and rs's) previous readers are done
-      stage_cols<kCols>(xs, [&](int r) { return src + r * s.N + c0; }, n, m);
-      __syncthreads();
-      if (x < n)
-        for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[x][c]) * xs[x][c];
-    }
+    sum_cols<1>(xs, &src, n, N, [&](int c0, int m) {
+      for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[0][x][c]) * xs[0][x][c];
+    });
     if (x < n) {
       const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
       const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
@@ -215,9 +240,17 @@ __global__ void __launch_bounds__(kThreads) bcnorm_kernel(const float* bc, Sizes
       (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
     }
     __syncthreads();
-    for (int j = x; j < n * N; j += kThreads) {  // (vector j / N, element j % N): consecutive threads, one vector
-      const int r = j / N;
-      outs[r][j - r * N] = static_cast<float>(src[j] * rs[r]);
+    // (vector j / N, element j % N): consecutive threads, one vector; kBcAhead elements' x loaded at once (the
+    // stores through outs could alias src: each load would wait for the previous element's store)
+    for (int j0 = x; j0 < n * N; j0 += kBcAhead * kColThreads) {
+      float xv[kBcAhead];
+#pragma unroll
+      for (int k = 0; k < kBcAhead; ++k) xv[k] = j0 + k * kColThreads < n * N ? src[j0 + k * kColThreads] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kBcAhead; ++k) {
+        const int j = j0 + k * kColThreads, r = j / N;
+        if (j < n * N) outs[r][j - r * N] = static_cast<float>(xv[k] * rs[r]);
+      }
     }
   }
 }
@@ -369,10 +402,14 @@ __device__ __forceinline__ double unrotate_pair(float u0, float u1, float& g0, f
 }
 
 // BCNorm backward step 1's outputs at o = (row, r G + g, n) of B (which 0) or C (1) from dn̂ = acc: dnb or dnc, and
-// the weight's per-row term dn̂ ∘ n̂ into cbn or ccn.
-__device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o, double acc) {
+// the weight's per-row term dn̂ ∘ n̂ into cbn or ccn (nrm: n̂_B or n̂_C at o, read by the caller before its sum, so
+// that the load is in flight during it).
+__device__ __forceinline__ float nhat(const Buffers& buf, int which, int64_t o) {
+  return (which == 0 ? buf.nb : buf.ncn)[o];
+}
+__device__ __forceinline__ void put_dn(const Buffers& buf, int which, int64_t o, double acc, float nrm) {
   (which == 0 ? buf.dnb : buf.dnc)[o] = static_cast<float>(acc);
-  (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * (which == 0 ? buf.nb : buf.ncn)[o]);
+  (which == 0 ? buf.cbn : buf.ccn)[o] = static_cast<float>(acc * nrm);
 }
 
 // MIMO rotation backward (§4.5 step 3) per (token, head, angle i): dφ_i = Σ_{k,q} Σ_r (du_i0 (-u_i1) + du_i1 u_i0)
@@ -410,9 +447,9 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
 // [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
 // j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
-// order, the dū into shared memory [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel)
-// adds its dn̂ over the heads there.
-constexpr int kRotRows = 8, kRotItems = 4;
+// order (the dk, dq pairs and φ of kRotBatch rows loaded at once, in flight together), the dū into shared memory
+// [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel) adds its dn̂ over the heads there.
+constexpr int kRotRows = 8, kRotItems = 4, kRotBatch = 4;
 
 // Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and its dynamic
 // shared memory.
@@ -452,37 +489,60 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
       const int it = x + j * kThreads;
       if (it >= items) break;
       const int u = uu[j], i0 = 2 * u;
-      const bool pair = i0 + 1 < N;  // (2 S <= N: a lone channel is never rotated)
-      for (int rr = 0; rr < nr; ++rr) {
-        const int64_t row = r0 + rr, e = row * s.H + hh[j];
-        const float* dk = buf.dk + e * N;
-        const float* dq = buf.dq + e * N;
-        float d[4] = {dk[i0], pair ? dk[i0 + 1] : 0.0f, dq[i0], pair ? dq[i0 + 1] : 0.0f};
-        if (u < S) {
-          const int64_t o = (row * s.G + g) * N + i0;
-          float sn, cs, k0, k1, q0, q1;
-          sincosf(buf.phi[e * S + u], &sn, &cs);
-          rotate_pair(biased(buf.nb[o], p.B_norm[i0], bk[j][0]), biased(buf.nb[o + 1], p.B_norm[i0 + 1], bk[j][1]),
-                      cs, sn, k0, k1);
-          rotate_pair(biased(buf.ncn[o], p.C_norm[i0], bq[j][0]), biased(buf.ncn[o + 1], p.C_norm[i0 + 1], bq[j][1]),
-                      cs, sn, q0, q1);
-          double acc = 0.0;
-          acc += unrotate_pair(k0, k1, d[0], d[1], cs, sn);
-          acc += unrotate_pair(q0, q1, d[2], d[3], cs, sn);
-          buf.dphi[e * S + u] = static_cast<float>(acc);
+      const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
+      // The dk, dq pairs and φ of kRotBatch rows b0 + rr at a time, loaded together (row b0 + rr of the (head,
+      // pair): element offset (b0 + rr) H N of dk, dq, (b0 + rr) H S of φ; of n̂: (b0 + rr) G N)
+      const int64_t e0 = r0 * s.H + hh[j];
+      const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
+      float* dphi_r = buf.dphi + e0 * S + u;
+      const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
+      const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
+#pragma unroll 1
+      for (int b0 = 0; b0 < nr; b0 += kRotBatch) {
+        float d[kRotBatch][4], ph[kRotBatch];
+#pragma unroll
+        for (int rr = 0; rr < kRotBatch; ++rr) {
+          if (b0 + rr >= nr) break;
+          const int ok = (b0 + rr) * HN;
+          d[rr][0] = dk[ok];
+          d[rr][1] = pair ? dk[ok + 1] : 0.0f;
+          d[rr][2] = dq[ok];
+          d[rr][3] = pair ? dq[ok + 1] : 0.0f;
+          ph[rr] = rot ? phi_r[(b0 + rr) * HS] : 0.0f;
         }
 #pragma unroll
-        for (int v = 0; v < 4; ++v) sum[j][v] += d[v];
-        *reinterpret_cast<float4*>(smem + (rr * items + it) * 4) = make_float4(d[0], d[1], d[2], d[3]);
+        for (int rr = 0; rr < kRotBatch; ++rr) {
+          if (b0 + rr >= nr) break;
+          if (rot) {
+            float sn, cs, k0, k1, q0, q1;
+            sincosf(ph[rr], &sn, &cs);
+            const float* nb = nbr + (b0 + rr) * GN;
+            const float* nc = ncr + (b0 + rr) * GN;
+            rotate_pair(biased(nb[0], p.B_norm[i0], bk[j][0]), biased(nb[1], p.B_norm[i0 + 1], bk[j][1]), cs, sn,
+                        k0, k1);
+            rotate_pair(biased(nc[0], p.C_norm[i0], bq[j][0]), biased(nc[1], p.C_norm[i0 + 1], bq[j][1]), cs, sn,
+                        q0, q1);
+            double acc = 0.0;
+            acc += unrotate_pair(k0, k1, d[rr][0], d[rr][1], cs, sn);
+            acc += unrotate_pair(q0, q1, d[rr][2], d[rr][3], cs, sn);
+            dphi_r[(b0 + rr) * HS] = static_cast<float>(acc);
+          }
+#pragma unroll
+          for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
+          *reinterpret_cast<float4*>(smem + ((b0 + rr) * items + it) * 4) =
+              make_float4(d[rr][0], d[rr][1], d[rr][2], d[rr][3]);
+        }
       }
     }
     __syncthreads();
     for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
       const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
       if (i >= N) continue;
+      const int64_t o = ((r0 + rr) * s.G + g) * N + i;
+      const float nrm = nhat(buf, v / 2, o);
       double acc = 0.0;
       for (int h = 0; h < hpg; ++h) acc += smem[(rr * items + h * nu + pl) * 4 + v];
-      put_dn(buf, v / 2, ((r0 + rr) * s.G + g) * N + i, acc);
+      put_dn(buf, v / 2, o, acc, nrm);
     }
   }
 #pragma unroll
@@ -545,27 +605,22 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 }
 
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
-// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kThreads consecutive pairs at a time
-// (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (stage_cols), so that each
-// thread's Σ_i θ_i dψ_i still runs in angle order.
-__global__ void __launch_bounds__(kThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
-                                                              Mamba3Options opt, Buffers buf, float* draw) {
-  constexpr int kCols = 32;
-  __shared__ float dpsi[kThreads][kCols + 1];  // [pair - e0][angle - i0] (padded: the row reads conflict-free)
+// dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kColThreads consecutive pairs at a
+// time (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (sum_cols), so that
+// each thread's Σ_i θ_i dψ_i still runs in angle order.
+__global__ void __launch_bounds__(kColThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
+                                                                 Mamba3Options opt, Buffers buf, float* draw) {
+  __shared__ float dpsi[1][kColThreads][33];  // [pair - e0][angle - i0]
   const int x = static_cast<int>(threadIdx.x);
-  for (int64_t e0 = blockIdx.x * int64_t{kThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kThreads) {
+  for (int64_t e0 = blockIdx.x * int64_t{kColThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kColThreads) {
     const int64_t e = e0 + x, row = e / s.H, h = e % s.H, t = row % s.T;
-    const int n = static_cast<int>(std::min<int64_t>(kThreads, s.E - e0));
+    const int n = static_cast<int>(std::min<int64_t>(kColThreads, s.E - e0));
+    const float* src = buf.dphi + e0 * s.S;
     double ddt = 0.0;
-    for (int64_t i0 = 0; i0 < s.S; i0 += kCols) {
-      const int m = static_cast<int>(std::min<int64_t>(kCols, s.S - i0));
-      const float* src = buf.dphi + e0 * s.S + i0;
-      __syncthreads();  // the previous columns' reads are done
-      stage_cols<kCols>(dpsi, [&](int r) { return src + r * s.S; }, n, m);
-      __syncthreads();
+    sum_cols<1>(dpsi, &src, n, static_cast<int>(s.S), [&](int i0, int m) {
       if (x < n)
-        for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[x][c];
-    }
+        for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[0][x][c];
+    });
     if (x >= n) continue;
     const float* rw = raw + row * s.W;
     const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
@@ -602,38 +657,34 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
     const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN);
     const int64_t n = j % s.N, g = (j / s.N) % s.G, r = j / (s.N * s.G), o = row * RGN + j;
     const float* du = which == 0 ? buf.dk : buf.dq;
+    const float nrm = nhat(buf, static_cast<int>(which), o);
     double acc = 0.0;
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) acc += du[((row * s.H + h) * s.R + r) * s.N + n];
-    put_dn(buf, static_cast<int>(which), o, acc);
+    put_dn(buf, static_cast<int>(which), o, acc, nrm);
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kThreads consecutive
-// vectors at a time (thread x: vector idx0 + x), their dn̂ and n̂ through shared memory (stage_cols).
-__global__ void __launch_bounds__(kThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  constexpr int kCols = 16;
-  __shared__ float dns[kThreads][kCols + 1], ns[kThreads][kCols + 1];
-  __shared__ const float *dnv[kThreads], *nv[kThreads];  // each vector's dn̂ and n̂
-  const int64_t RG = s.R * s.G, n_all = s.rows * 2 * RG;
+// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kColThreads consecutive
+// vectors j = row R G + r G + g of one side (B: dnb, nb; C: dnc, ncn) at a time (thread x: vector j0 + x), their dn̂
+// and n̂ through shared memory (sum_cols).
+__global__ void __launch_bounds__(kColThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
+  __shared__ float ts[2][kColThreads][33];  // dn̂, n̂
+  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kColThreads - 1) / kColThreads;
   const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t idx0 = blockIdx.x * int64_t{kThreads}; idx0 < n_all; idx0 += int64_t{gridDim.x} * kThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kThreads, n_all - idx0));
-    const int64_t idx = idx0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
+  for (int64_t u = blockIdx.x; u < 2 * nb; u += gridDim.x) {
+    const int which = static_cast<int>(u / nb);
+    const int64_t j0 = (u % nb) * kColThreads;
+    const int n = static_cast<int>(std::min<int64_t>(kColThreads, J - j0));
     const float* w = which == 0 ? p.B_norm : p.C_norm;
-    __syncthreads();  // the previous vectors' readers are done
-    dnv[x] = (which == 0 ? buf.dnb : buf.dnc) + (row * RG + rg) * s.N;
-    nv[x] = (which == 0 ? buf.nb : buf.ncn) + (row * RG + rg) * s.N;
+    const float* src[2] = {(which == 0 ? buf.dnb : buf.dnc) + j0 * s.N, (which == 0 ? buf.nb : buf.ncn) + j0 * s.N};
     double m = 0.0;
-    for (int c0 = 0; c0 < N; c0 += kCols) {
-      const int mc = std::min(kCols, N - c0);
-      __syncthreads();  // the vectors' rows set; the tiles' previous readers are done
-      stage_cols<kCols>(dns, [&](int r) { return dnv[r] + c0; }, n, mc);
-      stage_cols<kCols>(ns, [&](int r) { return nv[r] + c0; }, n, mc);
-      __syncthreads();
-      if (x < n)
-        for (int c = 0; c < mc; ++c) m += static_cast<double>(dns[x][c]) * w[c0 + c] * ns[x][c];
+    sum_cols<2>(ts, src, n, N, [&](int c0, int mc) {
+      for (int c = 0; c < mc; ++c) m += static_cast<double>(ts[0][x][c]) * w[c0 + c] * ts[1][x][c];
+    });
+    if (x < n) {
+      const int64_t j = j0 + x;
+      buf.mb[(j / RG * 2 + which) * RG + j % RG] = static_cast<float>(m / static_cast<double>(s.N));
     }
-    if (x < n) buf.mb[idx] = static_cast<float>(m / static_cast<double>(s.N));
   }
 }
 
@@ -665,7 +716,7 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
     LLMT_CUDA_CHECK_LAUNCH();
   }
   if (!bcnorm_saved) {
-    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G), kThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kColThreads), kColThreads, 0, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
@@ -723,9 +774,9 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
     angle_bwd_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, buf.dtd, s, buf.dphi, draw);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  scalar_bwd_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
+  scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_mean_kernel<<<grid_for(bc_all), kThreads, 0, stream>>>(p, s, buf);
+  bcnorm_mean_kernel<<<grid_for(2 * ceil_div(RG, int64_t{kColThreads}), 1), kColThreads, 0, stream>>>(p, s, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
