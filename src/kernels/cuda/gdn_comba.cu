@@ -668,7 +668,7 @@ struct Staged<float> {
   __device__ static float at(const float* g, int r, int c) { return g[r * kN + c]; }
   /// The rows of thread tid's pieces (put's): tid >> kRowShift + kRowStep i, i < kRows (for RowFactors).
   static constexpr int kRows = 4, kRowShift = 4, kRowStep = 16;
-  // The swizzled staging of gdn_bwd_wy_mma_kernel: stage, put, and the thread's Mma elements (after a barrier).
+  // The swizzled staging of gdn_bwd_wy_mma_kernel: stage, put.
   __device__ static void stage_sw(float* g, const float* src, int64_t stride, int rows, int cols) {
     tile::stage_async_sw(g, src, stride, rows, cols);
   }
@@ -677,7 +677,6 @@ struct Staged<float> {
     tile::put_h_staged_sw(s, g, rows, scale);
   }
   __device__ static void put_sw(bf16* s, const float* g, int rows) { tile::put_h_staged_sw(s, g, rows); }
-  __device__ static void load_acc_sw(Acc& out, const float* g) { tile::load_acc_sw(out, g); }
 };
 template <>
 struct Staged<bf16> {
@@ -705,12 +704,6 @@ struct Staged<bf16> {
     put(s, g, rows, scale);
   }
   __device__ static void put_sw(bf16* s, const float* g, int rows) { put(s, g, rows); }
-  __device__ static void load_acc_sw(Acc& out, const float* g) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) out.v[i][j] = at(g, Mma::row(i), Mma::col(j));
-  }
 };
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
@@ -2170,23 +2163,24 @@ static_assert(kWyRedFloats <= 3 * tile::kStageFloats, "wy_finish's scratch in th
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x as fp32 at the
 // thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
 // loads' latency; ptxas spills some bytes a thread to fit).
-// Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt:
-// key tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE, formed before the B7
-// steps (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ
-// and dΓ terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands
-// come by cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging
-// tiles (stage_async_sw; bf16 v, x, k: Staged<bf16>'s, unswizzled): dΔ and k into gS, v / x into gX(s) (two, alternating: the U and W steps read them at other
-// threads' elements, without bank conflicts, as well as converting their own pieces), Comba's p̂ into gX(b0) (only
-// converted), dW (bf16) straight into hdT / hM (free until B6), alternating; and dK, dP̂, dV are read and written by
-// column pairs (AccIo). Otherwise (the fallback) each step loads its operands (load_h, load_acc) and reads and writes
-// element by element. The same bits either way. A step starts with a barrier (its bf16 tiles complete); Comba's B7
-// steps and the fallback's steps also end with one (their tiles are the next step's). The staged U and W steps
-// need none: even steps s use hZ, hY, hdT (U: dΔ, v; W: x, dW), odd steps hX, hM (U: dΔ, v; W: x, dW), so that step
-// s + 1 writes (converts into, or issues copies to) only tiles that step s - 1 used, after step s's opening
-// barrier (one barrier after the W loop: hdT and hM are wy_m1's); likewise GDN's staged B7 steps alternate their k
-// and β k tiles between (hX, hZ) and (hY, hM). GDN's dK is read before a W step's products (and on the staged path
-// a B7 step's), so that the loads are in flight through them. At the end the staging tiles are wy_finish's
-// scratch.
+// Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt: key
+// tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE, formed before the B7 steps
+// (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ and dΓ
+// terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands come by
+// cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging tiles
+// (stage_async_sw; bf16 k, p̂: Staged<bf16>'s, unswizzled): dΔ and k into gS, v / x into gX(s) (two, alternating: the U
+// and W steps read them at other threads' elements, without bank conflicts, as well as converting their own pieces;
+// bf16 v / x instead as they are straight into their operand tiles, hV(s), and read back from there at the thread's
+// elements: load_acc_h), Comba's p̂ into gX(b0) (only converted), dW (bf16) straight into hdT / hM (free until B6),
+// alternating; and dK, dP̂, dV are read and written by column pairs (AccIo). Otherwise (the fallback) each step loads
+// its operands (load_h, load_acc) and reads and writes element by element. The same bits either way. A step starts with
+// a barrier (its bf16 tiles complete); Comba's B7 steps and the fallback's steps also end with one (their tiles are the
+// next step's). The staged U and W steps need none: even steps s use hZ, hY, hdT (U: dΔ, v; W: x, dW), odd steps hX, hM
+// (U: dΔ, v; W: x, dW), so that step s + 1 writes (converts into, or issues copies to) only tiles that step s - 1 used,
+// after step s's opening barrier (one barrier after the W loop: hdT and hM are wy_m1's); likewise GDN's staged B7 steps
+// alternate their k and β k tiles between (hX, hZ) and (hY, hM). GDN's dK is read before a W step's products (and on
+// the staged path a B7 step's), so that the loads are in flight through them. At the end the staging tiles are
+// wy_finish's scratch.
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -2202,6 +2196,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   const int64_t K = a.K, V = a.V;
   const int nvt = static_cast<int>((V + kN - 1) / kN), nkt = static_cast<int>((K + kN - 1) / kN);
   const int w0 = nvt, b0 = nvt + nkt, nsteps = nvt + 2 * nkt;  // first W, B7 step
+  constexpr bool kH = std::is_same_v<E, bf16>;  // (bf16 v, x: by cp.async straight into their operand tiles, hV)
+  const auto hV = [&](int step) { return step & 1 ? (step < w0 ? hM : hX) : hY; };  // v (U step), x (W step)
   const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
   const bool staged = tile::async_ok_f(a.Tm, kN) && tile::async_ok_f(a.dD, V) && Staged<E>::ok(a.v, V) &&
@@ -2211,7 +2207,12 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
     const bool u = step < w0, w = !u && step < b0;
     const int64_t c0 = (u ? step : step - (w ? w0 : b0)) * kN;  // first value / key column
     const int cols = tile_cols(u ? V : K, c0);
-    if (u || w || kComba)  // (Comba's B7: p̂ always into gX(b0), converted only; gX(b0 + 1) holds dAE)
+    if constexpr (kH) {
+      if (u || w)
+        tile::load_h_async(hV(step), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K), ch.n, cols);
+    }
+    // (Comba's B7: p̂ always into gX(b0), converted only; gX(b0 + 1) holds dAE)
+    if (kH ? !u && !w && kComba : u || w || kComba)
       Staged<E>::stage_sw(gX(u || w ? step : b0), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K),
                           ch.n, cols);
     if (w)
@@ -2261,9 +2262,12 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
             staged_step(vt, [&] {
               if (vt == 0) tile::put_h_staged_sw(hT, gX(1), kN);
               tile::put_h_staged_sw(t.z, gS, ch.n);
-              Staged<E>::put_sw(t.y, gX(vt), ch.n);
+              if constexpr (!kH) Staged<E>::put_sw(t.y, gX(vt), ch.n);
             });
-            Staged<E>::load_acc_sw(vv, gX(vt));
+            if constexpr (kH)
+              tile::load_acc_h(vv, t.y);
+            else
+              tile::load_acc_sw(vv, gX(vt));
           } else {
             tile::load_h(t.z, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
             tile::load_h(t.y, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
@@ -2284,7 +2288,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
         io.load(d, dxt, a.H * K, ch.n, kc);
       bf16 *hD = kStaged ? hW(step) : hZ, *hx = kStaged && !(step & 1) ? hY : hX;  // dW, x
       if constexpr (kStaged) {
-        staged_step(step, [&] { Staged<E>::put_sw(hx, gX(step), ch.n); });
+        staged_step(step, [&] {
+          if constexpr (!kH) Staged<E>::put_sw(hx, gX(step), ch.n);
+        });
       } else {
         tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
         tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
@@ -2295,8 +2301,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
       Mma::mma<true, false>(hT, hD, xw);
       Mma::mma<false, true>(hD, hx, dtw);
       Acc xv;  // x at the thread's elements
-      if constexpr (kStaged)
-        Staged<E>::load_acc_sw(xv, gX(step));
+      if constexpr (kStaged && kH)
+        tile::load_acc_h(xv, hx);
+      else if constexpr (kStaged)
+        tile::load_acc_sw(xv, gX(step));
       else
         load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
 #pragma unroll
