@@ -923,6 +923,37 @@ __device__ void chunk_p_mma(const GdnFast<L, E>& a, const Chunk& ch, int nkt, do
   tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(gam[r] - gam[c]) * x : 0.0f; });
 }
 
+// issue() (the caller's cp.async copies; it returns how many groups it committed), then chunk_p_mma of bf16 q, k; where
+// every row of q, k is 16-byte aligned (Staged<bf16>::ok), with q, k copied as they are by cp.async straight into hQ,
+// hK (load_h_async: the same bits) in one group issued before issue()'s, so that the caller's stay in flight past the
+// wait for it (after the gates' scan). (Its P step repeats chunk_p_mma's: a shared helper changes the fp32-input
+// kernels' code.)
+template <typename L, typename Issue>
+__device__ __forceinline__ void chunk_p_mma_h(const GdnFast<L, bf16>& a, const Chunk& ch, int nkt, double* gam,
+                                              bf16* hQ, bf16* hK, bf16* hP, Issue issue) {
+  const int64_t K = a.K;
+  if (!Staged<bf16>::ok(a.q, K) || !Staged<bf16>::ok(a.k, K)) {
+    issue();
+    return chunk_p_mma(a, ch, nkt, gam, hQ, hK, hP);
+  }
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h_async(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h_async(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  tile::cp_async_commit();
+  const int issued = issue();
+  float g0 = 0.0f, g1 = 0.0f;
+  fetch_gate_pair(a, ch, g0, g1);
+  scan_gate_pair(g0, g1, gam);
+  cp_async_wait_upto(issued);  // (q, k's group)
+  __syncthreads();             // hQ, hK complete
+  Acc qk;
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(gam[r] - gam[c]) * x : 0.0f; });
+}
+
 // dst[r * stride + c] = f(r, c, acc element) for the thread's elements (tile::Mma map) with r < rows, c < cols, into
 // an fp32 tensor. vec (dst 16-byte aligned; stride and cols multiples of 4): by 16-byte pieces, lanes 2m and 2m + 1
 // swapping a column pair (shuffles) so that the even lane holds columns col(0) .. + 3 and the odd one col(2) - 2 .. +
@@ -972,8 +1003,9 @@ static_assert(out_mma_smem(2) <= smem_per_block(3) && out_mma_smem(4) <= smem_pe
 // zero; the same sums and roundings whatever the path below). A step is one bf16 tile of h[n] or Δ: per value tile
 // its nkt h[n] tiles (key tiles in order), then its Δ tile; step s's tile in ring slot s % R (R = out_ring(nkt)).
 // In flight (h, U 16-byte aligned: tile::async_ok_h):
-//   prologue: the copies of steps 0 .. A - 1 (A = R - nkt; load_h_async, one group a step) are issued first, then
-//     chunk_p_mma (Γ, Q, K with K in slots A .. R - 1, P) runs while they land;
+//   prologue: the copies of steps 0 .. A - 1 (A = R - nkt; load_h_async, one group a step) are issued first (bf16
+//     q, k 16-byte aligned: right after Q and K's own group, chunk_p_mma_h), then chunk_p_mma (Γ, Q, K with K in slots
+//     A .. R - 1, P) runs while they land;
 //   step s: wait for its own copies, one barrier (step s's tile complete; every product of step s - 1 done, so slot
 //     (s - 1) % R is free; at s = 0: P complete and the K tiles read), then the copies of step s + R - 1 into that
 //     slot (at s = 0: of steps A .. R - 1 into the K slots), one group a step (empty past the last step), then the
@@ -1011,9 +1043,15 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_out_mma_kernel(GdnFast<
     }
     if (async) tile::cp_async_commit();
   };
-  if (async)
-    for (int i = 0; i < A; ++i) load_next(ring + i * kTileHalves);
-  chunk_p_mma(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP);
+  const auto prologue = [&] {
+    if (async)
+      for (int i = 0; i < A; ++i) load_next(ring + i * kTileHalves);
+    return async ? A : 0;
+  };
+  if constexpr (std::is_same_v<E, bf16>)
+    chunk_p_mma_h(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP, prologue);
+  else
+    prologue(), chunk_p_mma(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP);
   if (threadIdx.x < kN) ex[threadIdx.x] = expd(gam[threadIdx.x]);  // (read after step 0's barrier)
   float* const o = ch.in(a, a.o, V, 0);
   const bool o_vec = tile::async_ok_f(a.o, V);  // (o's rows start at multiples of V elements)
@@ -1616,15 +1654,16 @@ constexpr size_t dv_local_mma_smem(int nkt) {
 static_assert(dv_local_mma_smem(2) <= smem_per_block(3) && dv_local_mma_smem(4) <= smem_per_block(2),
               "dv_local blocks per SM");
 
-// B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel:
-// P once (chunk_p_mma), then dΔ = P^T dO per value tile (dO rounded to bf16 as load_h does, dΔ stored in fp32,
-// 16-byte pieces where dΔ is 16-byte aligned and value_dim % 4 == 0). In flight (dO 16-byte aligned with
-// value_dim % 4 == 0: tile::async_ok_f): value tile 0's dO (stage_async into the block's own staging tile) while
-// chunk_p_mma runs; after the barrier that completes P (Q, K read), value tiles 1 .. M - 1's (M = dv_stages(nkt)
-// slots, slot v % M; slots >= 1 in Q, K's room); value tile v: its own group waited for, the thread's own staged
-// pieces into dO tile v % 2 (put_h_staged), one barrier (the dO tile complete; value tile v - 1's product, the last
-// reader of the other dO tile and of slot (v - 1) % M's pieces, done), value tile v + M's copies into slot v % M,
-// the product and the store. Fallback (dO not aligned so): dO loaded synchronously (load_h: the same bits).
+// B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel: P once
+// (chunk_p_mma), then dΔ = P^T dO per value tile (dO rounded to bf16 as load_h does, dΔ stored in fp32, 16-byte pieces
+// where dΔ is 16-byte aligned and value_dim % 4 == 0). In flight (dO 16-byte aligned with value_dim % 4 == 0:
+// tile::async_ok_f): value tile 0's dO (stage_async into the block's own staging tile) while chunk_p_mma runs (bf16 q,
+// k 16-byte aligned: issued after Q and K's own copies, chunk_p_mma_h); after the barrier that completes P (Q, K read),
+// value tiles 1 .. M - 1's (M = dv_stages(nkt) slots, slot v % M; slots >= 1 in Q, K's room); value tile v: its own
+// group waited for, the thread's own staged pieces into dO tile v % 2 (put_h_staged), one barrier (the dO tile
+// complete; value tile v - 1's product, the last reader of the other dO tile and of slot (v - 1) % M's pieces, done),
+// value tile v + M's copies into slot v % M, the product and the store. Fallback (dO not aligned so): dO loaded
+// synchronously (load_h: the same bits).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1647,8 +1686,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
     if (v < nvt) tile::stage_async(slot(v), ch.in(a, a.d_o, V, v * kN), a.H * V, ch.n, tile_cols(V, v * kN));
     tile::cp_async_commit();
   };
-  if (async) issue(0);
-  chunk_p_mma(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP);
+  const auto prologue = [&] {
+    if (async) issue(0);
+    return async ? 1 : 0;
+  };
+  if constexpr (std::is_same_v<E, bf16>)
+    chunk_p_mma_h(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP, prologue);
+  else
+    prologue(), chunk_p_mma(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP);
   __syncthreads();  // hP complete; hQK read (it takes the dO tiles and staging slots next)
   if (async)
     for (int m = 1; m < M; ++m) issue(m);
