@@ -20,7 +20,9 @@
 // Inputs: q, k, v, p̂ are read from global memory as the launchers' E: float, or (P = __nv_bfloat16 only) bf16, as
 // FLA's kernels take them; E = bf16 gives the same bits as E = float on inputs holding the same (bf16) values: the
 // operand tiles round nothing more, and the element-wise steps read the values as fp32 either way. Tiles that a
-// kernel stages by cp.async come as they are (16-byte pieces of 8 bf16 instead of 4 floats: Staged<E>).
+// kernel stages by cp.async come as they are (16-byte pieces of 8 bf16 instead of 4 floats: Staged<E>); where an
+// operand tile takes a bf16 input unscaled (out's and dv_local's q, k: chunk_p_mma_h; wy's v, x), the copies go
+// straight into the operand tile.
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
