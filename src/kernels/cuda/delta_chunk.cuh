@@ -123,6 +123,19 @@ __device__ __forceinline__ void load_acc_sw(Acc& out, const float* g) {
     }
 }
 
+/// load_acc<Mma>(out, s, kLdH, kN, kN) of a bf16 tile (kLdH; e.g. an operand tile): 4-byte reads of the thread's
+/// column pairs, without bank conflicts (a warp's rows kLdH / 2 = 36 words apart), each element widened to fp32.
+__device__ __forceinline__ void load_acc_h(Acc& out, const __nv_bfloat16* s) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+      const float2 x =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + Mma::row(i) * kLdH + Mma::col(j)));
+      out.v[i][j] = x.x, out.v[i][j + 1] = x.y;
+    }
+}
+
 /// An Acc parked in shared memory, thread-major (element (i, j) of thread t at g[(4 i + j) kThreads + t]: 16 KiB
 /// for the block, conflict-free): park_acc stores it, unpark_acc reads it back. Only the owner reads its elements,
 /// so no barrier is needed between the two.

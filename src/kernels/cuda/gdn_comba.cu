@@ -20,7 +20,9 @@
 // Inputs: q, k, v, p̂ are read from global memory as the launchers' E: float, or (P = __nv_bfloat16 only) bf16, as
 // FLA's kernels take them; E = bf16 gives the same bits as E = float on inputs holding the same (bf16) values: the
 // operand tiles round nothing more, and the element-wise steps read the values as fp32 either way. Tiles that a
-// kernel stages by cp.async come as they are (16-byte pieces of 8 bf16 instead of 4 floats: Staged<E>).
+// kernel stages by cp.async come as they are (16-byte pieces of 8 bf16 instead of 4 floats: Staged<E>); where an
+// operand tile takes a bf16 input unscaled (out's and dv_local's q, k: chunk_p_mma_h; wy's v, x), the copies go
+// straight into the operand tile.
 // Comba differs only where A and W are formed (F1', F3': P̂ rows and the exclusive cumsum Γ^ex) and in their
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
@@ -668,7 +670,7 @@ struct Staged<float> {
   __device__ static float at(const float* g, int r, int c) { return g[r * kN + c]; }
   /// The rows of thread tid's pieces (put's): tid >> kRowShift + kRowStep i, i < kRows (for RowFactors).
   static constexpr int kRows = 4, kRowShift = 4, kRowStep = 16;
-  // The swizzled staging of gdn_bwd_wy_mma_kernel: stage, put, and the thread's Mma elements (after a barrier).
+  // The swizzled staging of gdn_bwd_wy_mma_kernel: stage, put.
   __device__ static void stage_sw(float* g, const float* src, int64_t stride, int rows, int cols) {
     tile::stage_async_sw(g, src, stride, rows, cols);
   }
@@ -677,7 +679,6 @@ struct Staged<float> {
     tile::put_h_staged_sw(s, g, rows, scale);
   }
   __device__ static void put_sw(bf16* s, const float* g, int rows) { tile::put_h_staged_sw(s, g, rows); }
-  __device__ static void load_acc_sw(Acc& out, const float* g) { tile::load_acc_sw(out, g); }
 };
 template <>
 struct Staged<bf16> {
@@ -703,12 +704,6 @@ struct Staged<bf16> {
     put(s, g, rows, scale);
   }
   __device__ static void put_sw(bf16* s, const float* g, int rows) { put(s, g, rows); }
-  __device__ static void load_acc_sw(Acc& out, const float* g) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) out.v[i][j] = at(g, Mma::row(i), Mma::col(j));
-  }
 };
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
@@ -928,6 +923,37 @@ __device__ void chunk_p_mma(const GdnFast<L, E>& a, const Chunk& ch, int nkt, do
   tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(gam[r] - gam[c]) * x : 0.0f; });
 }
 
+// issue() (the caller's cp.async copies; it returns how many groups it committed), then chunk_p_mma of bf16 q, k; where
+// every row of q, k is 16-byte aligned (Staged<bf16>::ok), with q, k copied as they are by cp.async straight into hQ,
+// hK (load_h_async: the same bits) in one group issued before issue()'s, so that the caller's stay in flight past the
+// wait for it (after the gates' scan). (Its P step repeats chunk_p_mma's: a shared helper changes the fp32-input
+// kernels' code.)
+template <typename L, typename Issue>
+__device__ __forceinline__ void chunk_p_mma_h(const GdnFast<L, bf16>& a, const Chunk& ch, int nkt, double* gam,
+                                              bf16* hQ, bf16* hK, bf16* hP, Issue issue) {
+  const int64_t K = a.K;
+  if (!Staged<bf16>::ok(a.q, K) || !Staged<bf16>::ok(a.k, K)) {
+    issue();
+    return chunk_p_mma(a, ch, nkt, gam, hQ, hK, hP);
+  }
+  for (int kt = 0; kt < nkt; ++kt) {
+    const int kc = tile_cols(K, kt * kN);
+    tile::load_h_async(hQ + kt * kTileHalves, ch.in(a, a.q, K, kt * kN), a.H * K, ch.n, kc);
+    tile::load_h_async(hK + kt * kTileHalves, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, kc);
+  }
+  tile::cp_async_commit();
+  const int issued = issue();
+  float g0 = 0.0f, g1 = 0.0f;
+  fetch_gate_pair(a, ch, g0, g1);
+  scan_gate_pair(g0, g1, gam);
+  cp_async_wait_upto(issued);  // (q, k's group)
+  __syncthreads();             // hQ, hK complete
+  Acc qk;
+  qk.zero();
+  for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
+  tile::store_acc_h(qk, hP, [&](int r, int c, float x) { return c <= r ? expd(gam[r] - gam[c]) * x : 0.0f; });
+}
+
 // dst[r * stride + c] = f(r, c, acc element) for the thread's elements (tile::Mma map) with r < rows, c < cols, into
 // an fp32 tensor. vec (dst 16-byte aligned; stride and cols multiples of 4): by 16-byte pieces, lanes 2m and 2m + 1
 // swapping a column pair (shuffles) so that the even lane holds columns col(0) .. + 3 and the odd one col(2) - 2 .. +
@@ -977,8 +1003,9 @@ static_assert(out_mma_smem(2) <= smem_per_block(3) && out_mma_smem(4) <= smem_pe
 // zero; the same sums and roundings whatever the path below). A step is one bf16 tile of h[n] or Δ: per value tile
 // its nkt h[n] tiles (key tiles in order), then its Δ tile; step s's tile in ring slot s % R (R = out_ring(nkt)).
 // In flight (h, U 16-byte aligned: tile::async_ok_h):
-//   prologue: the copies of steps 0 .. A - 1 (A = R - nkt; load_h_async, one group a step) are issued first, then
-//     chunk_p_mma (Γ, Q, K with K in slots A .. R - 1, P) runs while they land;
+//   prologue: the copies of steps 0 .. A - 1 (A = R - nkt; load_h_async, one group a step) are issued first (bf16
+//     q, k 16-byte aligned: right after Q and K's own group, chunk_p_mma_h), then chunk_p_mma (Γ, Q, K with K in slots
+//     A .. R - 1, P) runs while they land;
 //   step s: wait for its own copies, one barrier (step s's tile complete; every product of step s - 1 done, so slot
 //     (s - 1) % R is free; at s = 0: P complete and the K tiles read), then the copies of step s + R - 1 into that
 //     slot (at s = 0: of steps A .. R - 1 into the K slots), one group a step (empty past the last step), then the
@@ -1016,9 +1043,15 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_out_mma_kernel(GdnFast<
     }
     if (async) tile::cp_async_commit();
   };
-  if (async)
-    for (int i = 0; i < A; ++i) load_next(ring + i * kTileHalves);
-  chunk_p_mma(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP);
+  const auto prologue = [&] {
+    if (async)
+      for (int i = 0; i < A; ++i) load_next(ring + i * kTileHalves);
+    return async ? A : 0;
+  };
+  if constexpr (std::is_same_v<E, bf16>)
+    chunk_p_mma_h(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP, prologue);
+  else
+    prologue(), chunk_p_mma(a, ch, nkt, gam, hQ, ring + A * kTileHalves, hP);
   if (threadIdx.x < kN) ex[threadIdx.x] = expd(gam[threadIdx.x]);  // (read after step 0's barrier)
   float* const o = ch.in(a, a.o, V, 0);
   const bool o_vec = tile::async_ok_f(a.o, V);  // (o's rows start at multiples of V elements)
@@ -1621,15 +1654,16 @@ constexpr size_t dv_local_mma_smem(int nkt) {
 static_assert(dv_local_mma_smem(2) <= smem_per_block(3) && dv_local_mma_smem(4) <= smem_per_block(2),
               "dv_local blocks per SM");
 
-// B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel:
-// P once (chunk_p_mma), then dΔ = P^T dO per value tile (dO rounded to bf16 as load_h does, dΔ stored in fp32,
-// 16-byte pieces where dΔ is 16-byte aligned and value_dim % 4 == 0). In flight (dO 16-byte aligned with
-// value_dim % 4 == 0: tile::async_ok_f): value tile 0's dO (stage_async into the block's own staging tile) while
-// chunk_p_mma runs; after the barrier that completes P (Q, K read), value tiles 1 .. M - 1's (M = dv_stages(nkt)
-// slots, slot v % M; slots >= 1 in Q, K's room); value tile v: its own group waited for, the thread's own staged
-// pieces into dO tile v % 2 (put_h_staged), one barrier (the dO tile complete; value tile v - 1's product, the last
-// reader of the other dO tile and of slot (v - 1) % M's pieces, done), value tile v + M's copies into slot v % M,
-// the product and the store. Fallback (dO not aligned so): dO loaded synchronously (load_h: the same bits).
+// B1 (intra-chunk part) for chunk blockIdx.x of pair bh0 + blockIdx.y, every value tile, as gdn_dv_local_kernel: P once
+// (chunk_p_mma), then dΔ = P^T dO per value tile (dO rounded to bf16 as load_h does, dΔ stored in fp32, 16-byte pieces
+// where dΔ is 16-byte aligned and value_dim % 4 == 0). In flight (dO 16-byte aligned with value_dim % 4 == 0:
+// tile::async_ok_f): value tile 0's dO (stage_async into the block's own staging tile) while chunk_p_mma runs (bf16 q,
+// k 16-byte aligned: issued after Q and K's own copies, chunk_p_mma_h); after the barrier that completes P (Q, K read),
+// value tiles 1 .. M - 1's (M = dv_stages(nkt) slots, slot v % M; slots >= 1 in Q, K's room); value tile v: its own
+// group waited for, the thread's own staged pieces into dO tile v % 2 (put_h_staged), one barrier (the dO tile
+// complete; value tile v - 1's product, the last reader of the other dO tile and of slot (v - 1) % M's pieces, done),
+// value tile v + M's copies into slot v % M, the product and the store. Fallback (dO not aligned so): dO loaded
+// synchronously (load_h: the same bits).
 template <typename L, typename E>
 __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -1652,8 +1686,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
     if (v < nvt) tile::stage_async(slot(v), ch.in(a, a.d_o, V, v * kN), a.H * V, ch.n, tile_cols(V, v * kN));
     tile::cp_async_commit();
   };
-  if (async) issue(0);
-  chunk_p_mma(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP);
+  const auto prologue = [&] {
+    if (async) issue(0);
+    return async ? 1 : 0;
+  };
+  if constexpr (std::is_same_v<E, bf16>)
+    chunk_p_mma_h(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP, prologue);
+  else
+    prologue(), chunk_p_mma(a, ch, nkt, gam, hQK, hQK + nkt * kTileHalves, hP);
   __syncthreads();  // hP complete; hQK read (it takes the dO tiles and staging slots next)
   if (async)
     for (int m = 1; m < M; ++m) issue(m);
@@ -2168,23 +2208,24 @@ static_assert(kWyRedFloats <= 3 * tile::kStageFloats, "wy_finish's scratch in th
 // bf16 tiles (𝒯 rounded once) with register accumulators; the element-wise terms read v, x as fp32 at the
 // thread's elements (as the fp32 tiles held them). At most 128 registers: two blocks an SM (16 warps to hide its
 // loads' latency; ptxas spills some bytes a thread to fit).
-// Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt:
-// key tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE, formed before the B7
-// steps (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ
-// and dΓ terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands
-// come by cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging
-// tiles (stage_async_sw; bf16 v, x, k: Staged<bf16>'s, unswizzled): dΔ and k into gS, v / x into gX(s) (two, alternating: the U and W steps read them at other
-// threads' elements, without bank conflicts, as well as converting their own pieces), Comba's p̂ into gX(b0) (only
-// converted), dW (bf16) straight into hdT / hM (free until B6), alternating; and dK, dP̂, dV are read and written by
-// column pairs (AccIo). Otherwise (the fallback) each step loads its operands (load_h, load_acc) and reads and writes
-// element by element. The same bits either way. A step starts with a barrier (its bf16 tiles complete); Comba's B7
-// steps and the fallback's steps also end with one (their tiles are the next step's). The staged U and W steps
-// need none: even steps s use hZ, hY, hdT (U: dΔ, v; W: x, dW), odd steps hX, hM (U: dΔ, v; W: x, dW), so that step
-// s + 1 writes (converts into, or issues copies to) only tiles that step s - 1 used, after step s's opening
-// barrier (one barrier after the W loop: hdT and hM are wy_m1's); likewise GDN's staged B7 steps alternate their k
-// and β k tiles between (hX, hZ) and (hY, hM). GDN's dK is read before a W step's products (and on the staged path
-// a B7 step's), so that the loads are in flight through them. At the end the staging tiles are wy_finish's
-// scratch.
+// Steps, each bringing in its operand tiles: B5 U side (step s < nvt: value tile s; dΔ, v), B5 W side (nvt + kt: key
+// tile kt; dW, x), B7 (nvt + nkt + kt; k, and p̂ for Comba), where X K^T sums too: dAE, formed before the B7 steps
+// (into hdT, as their operand), is parked in fp32 in gX(b0 + 1) (park_acc) until the B7 loop ends and its dβ and dΓ
+// terms, which need X K^T, are added. Where every row is 16-byte aligned (dK, dP̂ and dV too), the operands come by
+// cp.async, issued during the step before (the first step's, and 𝒯, at the start), into swizzled staging tiles
+// (stage_async_sw; bf16 k, p̂: Staged<bf16>'s, unswizzled): dΔ and k into gS, v / x into gX(s) (two, alternating: the U
+// and W steps read them at other threads' elements, without bank conflicts, as well as converting their own pieces;
+// bf16 v / x instead as they are straight into their operand tiles, hV(s), and read back from there at the thread's
+// elements: load_acc_h), Comba's p̂ into gX(b0) (only converted), dW (bf16) straight into hdT / hM (free until B6),
+// alternating; and dK, dP̂, dV are read and written by column pairs (AccIo). Otherwise (the fallback) each step loads
+// its operands (load_h, load_acc) and reads and writes element by element. The same bits either way. A step starts with
+// a barrier (its bf16 tiles complete); Comba's B7 steps and the fallback's steps also end with one (their tiles are the
+// next step's). The staged U and W steps need none: even steps s use hZ, hY, hdT (U: dΔ, v; W: x, dW), odd steps hX, hM
+// (U: dΔ, v; W: x, dW), so that step s + 1 writes (converts into, or issues copies to) only tiles that step s - 1 used,
+// after step s's opening barrier (one barrier after the W loop: hdT and hM are wy_m1's); likewise GDN's staged B7 steps
+// alternate their k and β k tiles between (hX, hZ) and (hY, hM). GDN's dK is read before a W step's products (and on
+// the staged path a B7 step's), so that the loads are in flight through them. At the end the staging tiles are
+// wy_finish's scratch.
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -2200,6 +2241,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
   const int64_t K = a.K, V = a.V;
   const int nvt = static_cast<int>((V + kN - 1) / kN), nkt = static_cast<int>((K + kN - 1) / kN);
   const int w0 = nvt, b0 = nvt + nkt, nsteps = nvt + 2 * nkt;  // first W, B7 step
+  constexpr bool kH = std::is_same_v<E, bf16>;  // (bf16 v, x: by cp.async straight into their operand tiles, hV)
+  const auto hV = [&](int step) { return step & 1 ? (step < w0 ? hM : hX) : hY; };  // v (U step), x (W step)
   const E* x = kComba ? a.p : a.k;
   float* dx = kComba ? a.dp : a.dk;
   const bool staged = tile::async_ok_f(a.Tm, kN) && tile::async_ok_f(a.dD, V) && Staged<E>::ok(a.v, V) &&
@@ -2209,7 +2252,12 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
     const bool u = step < w0, w = !u && step < b0;
     const int64_t c0 = (u ? step : step - (w ? w0 : b0)) * kN;  // first value / key column
     const int cols = tile_cols(u ? V : K, c0);
-    if (u || w || kComba)  // (Comba's B7: p̂ always into gX(b0), converted only; gX(b0 + 1) holds dAE)
+    if constexpr (kH) {
+      if (u || w)
+        tile::load_h_async(hV(step), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K), ch.n, cols);
+    }
+    // (Comba's B7: p̂ always into gX(b0), converted only; gX(b0 + 1) holds dAE)
+    if (kH ? !u && !w && kComba : u || w || kComba)
       Staged<E>::stage_sw(gX(u || w ? step : b0), u ? ch.in(a, a.v, V, c0) : ch.in(a, x, K, c0), a.H * (u ? V : K),
                           ch.n, cols);
     if (w)
@@ -2259,9 +2307,12 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
             staged_step(vt, [&] {
               if (vt == 0) tile::put_h_staged_sw(hT, gX(1), kN);
               tile::put_h_staged_sw(t.z, gS, ch.n);
-              Staged<E>::put_sw(t.y, gX(vt), ch.n);
+              if constexpr (!kH) Staged<E>::put_sw(t.y, gX(vt), ch.n);
             });
-            Staged<E>::load_acc_sw(vv, gX(vt));
+            if constexpr (kH)
+              tile::load_acc_h(vv, t.y);
+            else
+              tile::load_acc_sw(vv, gX(vt));
           } else {
             tile::load_h(t.z, ch.rows(a, a.dD, V, v0), V, ch.n, vc);
             tile::load_h(t.y, ch.in(a, a.v, V, v0), a.H * V, ch.n, vc);
@@ -2282,7 +2333,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
         io.load(d, dxt, a.H * K, ch.n, kc);
       bf16 *hD = kStaged ? hW(step) : hZ, *hx = kStaged && !(step & 1) ? hY : hX;  // dW, x
       if constexpr (kStaged) {
-        staged_step(step, [&] { Staged<E>::put_sw(hx, gX(step), ch.n); });
+        staged_step(step, [&] {
+          if constexpr (!kH) Staged<E>::put_sw(hx, gX(step), ch.n);
+        });
       } else {
         tile::load_h(hZ, ch.rows(a, a.dW, K, k0), K, ch.n, kc);
         tile::load_h(hX, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
@@ -2293,8 +2346,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) gdn_bwd_wy_mma_kernel(GdnFa
       Mma::mma<true, false>(hT, hD, xw);
       Mma::mma<false, true>(hD, hx, dtw);
       Acc xv;  // x at the thread's elements
-      if constexpr (kStaged)
-        Staged<E>::load_acc_sw(xv, gX(step));
+      if constexpr (kStaged && kH)
+        tile::load_acc_h(xv, hx);
+      else if constexpr (kStaged)
+        tile::load_acc_sw(xv, gX(step));
       else
         load_acc<Mma>(xv, ch.in(a, x, K, k0), a.H * K, ch.n, kc);
 #pragma unroll
