@@ -100,6 +100,20 @@ TEST_CASE("cuda decode: short_conv_silu_decode continues its window", "[gpu][dec
   if (W > 1) require_close(win, "window");
 }
 
+TEST_CASE("cuda decode: short_conv_silu_decode writes y in bf16: the f32 y rounded, the same window",
+          "[gpu][decode]") {
+  // y in bf16: the v that the GDN and Comba layers hand their decode with compute bf16 (delta_core_bf16_inputs).
+  const int64_t B = 2, T = 6, C = 70, W = 4;
+  const std::vector<float> hx = randn(B * T * C, 1), hw = randn(C * W, 2), hwin = randn(B * (W - 1) * C, 3);
+  OwnedTensor x = on(gpu(), hx, {B, T, C}), w = on(gpu(), hw, {C, 1, W});
+  OwnedTensor win = on(gpu(), hwin, {B, W - 1, C}), win_h = on(gpu(), hwin, {B, W - 1, C});
+  OwnedTensor y = on(gpu(), randn(B * T * C, 4), {B, T, C}), yh = on_bf16(randn(B * T * C, 5), {B, T, C});
+  gpu().short_conv_silu_decode(*x, *w, Tensor(), *win, *y);
+  gpu().short_conv_silu_decode(*x, *w, Tensor(), *win_h, *yh);
+  CHECK(get_bf16(*yh) == round_bf16(get(gpu(), *y)));
+  CHECK(get(gpu(), *win_h) == get(gpu(), *win));
+}
+
 // Inputs of a delta-rule decode call: normalised q (scaled K^-1/2), k, p; decays in [-0.7, -0.01); beta in
 // [0.05, 0.95); log μ in [-2, -0.05) (with one μ = 0 when T > 1); η in [0.2, 1.8); random S_0, M_0.
 struct DeltaCall {
@@ -159,6 +173,39 @@ TEST_CASE("cuda decode: gdn, kda, comba, mdn decode continue their states", "[gp
                      *a.momentum.c, *a.o.c);
     a.require_outputs(true);
   }
+}
+
+TEST_CASE("cuda decode: gdn and comba decode take bf16 q, k, v, p: the f32 decode of the same values, bit for bit",
+          "[gpu][decode]") {
+  // What the GDN and Comba layers hand their decode with compute bf16 (delta_core_bf16_inputs); the kernel reads
+  // them as fp32, so the results equal the f32 call's on the rounded values. Mixed input dtypes are refused.
+  const int64_t T = GENERATE(1, 7), B = 2, H = 3, K = 128, V = 64;
+  INFO("T " << T);
+  DeltaCall a(B, T, H, K, V);
+  const auto rounded = [](const Pair& t) { return round_bf16(get(gpu(), *t.g)); };
+  const std::vector<float> q = rounded(a.q), k = rounded(a.k), v = rounded(a.v), p = rounded(a.p),
+                           s0 = get(gpu(), *a.state.g);
+  OwnedTensor qf = on(gpu(), q, {B, T, H, K}), kf = on(gpu(), k, {B, T, H, K}), vf = on(gpu(), v, {B, T, H, V}),
+              pf = on(gpu(), p, {B, T, H, K});
+  OwnedTensor qh = on_bf16(q, {B, T, H, K}), kh = on_bf16(k, {B, T, H, K}), vh = on_bf16(v, {B, T, H, V}),
+              ph = on_bf16(p, {B, T, H, K});
+  OwnedTensor sf = on(gpu(), s0, {B, H, K, V}), sh = on(gpu(), s0, {B, H, K, V});
+  OwnedTensor of(gpu(), DType::f32, {B, T, H, V}), oh(gpu(), DType::f32, {B, T, H, V});
+  const Tensor &g = *a.g.g, &beta = *a.beta.g;
+  SECTION("gdn") {
+    gpu().gdn_decode(*qf, *kf, *vf, g, beta, 8, *sf, *of);
+    gpu().gdn_decode(*qh, *kh, *vh, g, beta, 8, *sh, *oh);
+    REQUIRE_THROWS_WITH(gpu().gdn_decode(*qh, *kf, *vh, g, beta, 8, *sh, *oh),
+                        Catch::Contains("q, k, v must be all f32 or all bf16, got bf16, f32, bf16"));
+  }
+  SECTION("comba") {
+    gpu().comba_decode(*qf, *kf, *vf, *pf, g, beta, 8, *sf, *of);
+    gpu().comba_decode(*qh, *kh, *vh, *ph, g, beta, 8, *sh, *oh);
+    REQUIRE_THROWS_WITH(gpu().comba_decode(*qh, *kh, *vh, *pf, g, beta, 8, *sh, *oh),
+                        Catch::Contains("q, k, v, p must be all f32 or all bf16, got bf16, bf16, bf16, f32"));
+  }
+  CHECK(get(gpu(), *oh) == get(gpu(), *of));
+  CHECK(get(gpu(), *sh) == get(gpu(), *sf));
 }
 
 TEST_CASE("cuda decode: mamba2_ssd_decode continues its state", "[gpu][decode]") {

@@ -10,7 +10,9 @@
 // run twice; the GDN, Comba and KDA backwards run first from what their forward saved (Backend::gdn_saved_numel:
 // the chunks' 𝒯; kda_saved_numel: P and 𝒯), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
 // compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
-// y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs.
+// y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs;
+// the short conv's y and the L2 norm's y (the GDN / Comba cores' bf16 v, q̂, k̂, p̂): the f32 outputs rounded, bit for
+// bit.
 // main() (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -41,7 +43,8 @@ using llmt::Tensor;
 
 }  // namespace
 
-TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic, dx in f32 or bf16",
+TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), deterministic, y and dx in f32 or "
+          "bf16",
           "[cuda][delta]") {
   // Runs of 32 tokens (T = 37: a full and a partial run per sequence; T = 300: 20 runs, three blocks of 8 runs in
   // the backward, the last partial), one or three blocks of channels (128 a block when four a thread: W <= 4 and
@@ -56,6 +59,11 @@ TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), 
     cpu().short_conv_silu_fwd(*x.c, *w.c, *pre.c, *y.c);
     require_close(pre, "conv pre " + tag);
     require_close(y, "conv y " + tag);
+    // y in bf16 (a GDN / Comba core's v): the f32 y rounded; pre the same.
+    OwnedTensor yh(gpu(), DType::bf16, {B, T, C}), pre_h(gpu(), DType::f32, {B, T, C});
+    gpu().short_conv_silu_fwd(*x.g, *w.g, *pre_h, *yh);
+    CHECK(get_bf16(*yh) == round_bf16(get(gpu(), *y.g)));
+    CHECK(get(gpu(), *pre_h) == get(gpu(), *pre.g));
 
     Pair dy = both(randn(B * T * C, 5), {B, T, C}), dx = both(randn(B * T * C, 6), {B, T, C});
     const auto dw0 = randn(C * W, 7);
@@ -83,7 +91,7 @@ TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), 
                       Catch::Contains("width (conv_size) must be in [1, 8], got 9"));
 }
 
-TEST_CASE("cuda delta: l2norm forward and backward with query scale", "[cuda][delta]") {
+TEST_CASE("cuda delta: l2norm forward (y in f32 or bf16) and backward (from x) with query scale", "[cuda][delta]") {
   const int64_t rows = 2 * 37 * 3, dim = 64;
   const double eps = 1e-6, scale = 0.125;
   Pair x = both(randn(rows * dim, 11), {rows, dim}), y = both(randn(rows * dim, 12), {rows, dim});
@@ -92,9 +100,14 @@ TEST_CASE("cuda delta: l2norm forward and backward with query scale", "[cuda][de
   cpu().l2norm_fwd(*x.c, dim, eps, scale, *y.c, *rinv.c);
   require_close(y, "l2norm y");
   require_close(rinv, "l2norm rinv");
+  // y in bf16 (a GDN / Comba core's q̂, k̂, p̂): the f32 y rounded; rinv the same.
+  OwnedTensor yh(gpu(), DType::bf16, {rows, dim}), rinv_h(gpu(), DType::f32, {rows});
+  gpu().l2norm_fwd(*x.g, dim, eps, scale, *yh, *rinv_h);
+  CHECK(get_bf16(*yh) == round_bf16(get(gpu(), *y.g)));
+  CHECK(get(gpu(), *rinv_h) == get(gpu(), *rinv.g));
   Pair dy = both(randn(rows * dim, 14), {rows, dim}), dx = both(randn(rows * dim, 15), {rows, dim});
-  gpu().l2norm_bwd(*dy.g, *y.g, *rinv.g, dim, scale, *dx.g);
-  cpu().l2norm_bwd(*dy.c, *y.c, *rinv.c, dim, scale, *dx.c);
+  gpu().l2norm_bwd(*dy.g, *x.g, *rinv.g, dim, scale, *dx.g);
+  cpu().l2norm_bwd(*dy.c, *x.c, *rinv.c, dim, scale, *dx.c);
   require_close(dx, "l2norm dx");
 }
 

@@ -1,7 +1,8 @@
 // The whole model on the CUDA backend against the CPU backend (fp32): loss and every parameter
 // gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid, the tiny Mamba2 and
 // the tiny Mamba-3, SISO and MIMO), with the GPU in fp32 and
-// in bf16 (train.precision); 50 training steps in either precision track the CPU loss curve; a
+// in bf16 (train.precision); the dtype of the GDN and Comba layers' core inputs (their saved sets' bytes);
+// 50 training steps in either precision track the CPU loss curve; a
 // resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute and
 // model.mdn.save_residuals give the same loss and gradients bit for bit on the GPU. Label "gpu".
 #include <catch2/catch.hpp>
@@ -17,7 +18,10 @@
 #include "core/rng.h"
 #include "kernels/backend.h"
 #include "model/config.h"
+#include "model/mixer.h"
 #include "model/model.h"
+#include "model/params.h"
+#include "model/scratch.h"
 #include "test_util.h"
 #include "train/trainer.h"
 
@@ -140,7 +144,50 @@ GpuStep gpu_step(const ModelConfig& m, bool bf16, bool recompute) {
   return {loss, download(*gpu, model.params().flat_grads()), model.activation_bytes()};
 }
 
+/// The bytes a ScratchCarver takes for n elements of `size` bytes (256-byte aligned).
+size_t carved(int64_t n, size_t size) { return (static_cast<size_t>(n) * size + 255) / 256 * 256; }
+
+/// The saved set's bytes of one `type` mixer of m planned for B x T on the CUDA backend with compute dtype `compute`.
+size_t mixer_saved_bytes(const ModelConfig& m, const std::string& type, DType compute, int64_t B, int64_t T) {
+  auto gpu = make_backend("cuda");
+  ParamStore store;
+  const std::unique_ptr<Mixer> mixer = make_mixer(type, m, store, "mixer.");
+  store.allocate(*gpu, DType::f32, compute);
+  ScratchCarver saved(nullptr);
+  mixer->plan(B, T, saved);
+  return saved.used();
+}
+
 }  // namespace
+
+TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂), v with compute bf16, KDA fp32",
+          "[gpu][model][gdn][comba]") {
+  // Backend::delta_core_bf16_inputs: with compute bf16 the layer's saved q̂, k̂ (Comba: and p̂) [rows, H dk] and
+  // v [rows, H dv] are bf16 (written so by the L2 norms and the short conv), so the saved set shrinks by half
+  // their bytes beyond what the compute dtype already halves: the gated-norm output [rows, H dv] (and KDA's two
+  // low-rank projections' hidden [rows, dv]). KDA's core takes fp32 only: its q̂, k̂, v stay fp32. rows = 201:
+  // every tensor's 256-byte alignment counted. (The loss and gradients, and decoding, with these inputs: the
+  // CPU comparisons below and cuda_decode_test.)
+  REQUIRE(make_backend("cuda")->delta_core_bf16_inputs(DType::bf16));
+  REQUIRE_FALSE(make_backend("cuda")->delta_core_bf16_inputs(DType::f32));
+  REQUIRE_FALSE(make_cpu_backend()->delta_core_bf16_inputs(DType::f32));
+  const int64_t B = 3, T = 67, rows = B * T;
+  const auto halved = [](int64_t n) { return carved(n, 4) - carved(n, 2); };
+  ModelConfig m = small_model();
+  for (const auto& [type, c] :
+       {std::pair<std::string, GdnConfig*>{"gdn", &m.gdn}, {"comba", &m.comba}, {"kda", &m.kda}}) {
+    c->num_heads = 2;
+    c->head_dim = 32;
+    c->chunk_size = 64;
+    const int64_t keys = rows * c->num_heads * c->head_dim, values = rows * c->num_heads * c->value_dim();
+    size_t expected = halved(values);  // yn
+    if (type == "gdn") expected += 2 * halved(keys) + halved(values);
+    if (type == "comba") expected += 3 * halved(keys) + halved(values);
+    if (type == "kda") expected += 2 * halved(rows * c->value_dim());
+    INFO(type);
+    CHECK(mixer_saved_bytes(m, type, DType::f32, B, T) - mixer_saved_bytes(m, type, DType::bf16, B, T) == expected);
+  }
+}
 
 TEST_CASE("cuda model: train.recompute gives bit-identical loss and gradients, fp32 and bf16", "[gpu][model]") {
   // The GPU forward is deterministic (no float atomics), so the rebuilt activations are the same bits.

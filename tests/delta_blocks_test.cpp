@@ -70,12 +70,13 @@ NormOut l2norm_fwd(const Vec& x, int64_t rows, int64_t dim, double eps, double s
   llmt::cpu::l2norm_fwd(xt.data(), rows, dim, eps, scale, y.data(), rinv.data());
   return {widen(y), widen(rinv)};
 }
-// dx starts filled with random values: the kernel must overwrite it.
+// The backward from the forward's input x and rinv (f.stat); dx starts filled with random values: the kernel must
+// overwrite it.
 template <typename T>
-Vec l2norm_bwd(const Vec& dy, const NormOut& f, int64_t rows, int64_t dim, double scale) {
-  auto dyt = cast<T>(dy), yt = cast<T>(f.y), rt = cast<T>(f.stat);
+Vec l2norm_bwd(const Vec& dy, const Vec& x, const NormOut& f, int64_t rows, int64_t dim, double scale) {
+  auto dyt = cast<T>(dy), xt = cast<T>(x), rt = cast<T>(f.stat);
   auto dx = cast<T>(randn(dy.size(), 901));
-  llmt::cpu::l2norm_bwd(dyt.data(), yt.data(), rt.data(), rows, dim, scale, dx.data());
+  llmt::cpu::l2norm_bwd(dyt.data(), xt.data(), rt.data(), rows, dim, scale, dx.data());
   return widen(dx);
 }
 
@@ -253,7 +254,7 @@ TEST_CASE("l2norm: finite-difference gradient with and without scale; dx overwri
   for (const double scale : {1.0, 0.35}) {
     INFO("scale " << scale);
     const NormOut f = l2norm_fwd<double>(x, rows, dim, eps, scale);
-    const Vec dx = l2norm_bwd<double>(R, f, rows, dim, scale);
+    const Vec dx = l2norm_bwd<double>(R, x, f, rows, dim, scale);
     const Vec fd_x = fd_grad([&](const Vec& xx) { return dot(l2norm_fwd<double>(xx, rows, dim, eps, scale).y, R); }, x);
     const double ex = rel_err(dx, fd_x);
     std::printf("l2norm fd (scale %g): dx %.3g\n", scale, ex);
@@ -262,7 +263,7 @@ TEST_CASE("l2norm: finite-difference gradient with and without scale; dx overwri
     const NormOut ff = l2norm_fwd<float>(x, rows, dim, eps, scale);
     CHECK(rel_err(ff.y, f.y) < kF32Tol);
     CHECK(rel_err(ff.stat, f.stat) < kF32Tol);
-    CHECK(rel_err(l2norm_bwd<float>(R, ff, rows, dim, scale), dx) < kF32Tol);
+    CHECK(rel_err(l2norm_bwd<float>(R, x, ff, rows, dim, scale), dx) < kF32Tol);
   }
 }
 

@@ -139,13 +139,17 @@ class Backend {
   // that does not implement one yet throws llmt::Error naming the op and itself.
 
   /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated. dx may be
-  /// bf16 where the backend computes in bf16 (CUDA: rounded from its fp32 result, for a bf16 matrix product).
+  /// bf16 where the backend computes in bf16 (CUDA: rounded from its fp32 result, for a bf16 matrix product); y may
+  /// be bf16 where delta_core_bf16_inputs (rounded from the fp32 result: a GDN / Comba core's v).
   virtual void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y);
   virtual void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                    const Tensor& dx, const Tensor& dw);
-  /// y = scale * x / sqrt(sum x^2 + eps) over rows of `dim`; rinv [rows]. dx overwritten.
+  /// y = scale * x / sqrt(sum x^2 + eps) over rows of `dim`; rinv [rows]. y may be bf16 where
+  /// delta_core_bf16_inputs (rounded from the fp32 result: a GDN / Comba core's q̂, k̂, p̂). The backward reads the
+  /// forward's input x (in dy's and dx's dtype) and rinv (x / |x| = x rinv; never y, which may be rounded); dx
+  /// overwritten.
   virtual void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y, const Tensor& rinv);
-  virtual void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
+  virtual void l2norm_bwd(const Tensor& dy, const Tensor& x, const Tensor& rinv, int64_t dim, double scale,
                           const Tensor& dx);
   /// y = rmsnorm(o) * w * phi(z) per row of w.numel() (phi = sigmoid or silu); rstd [rows].
   /// d_o, dz overwritten; dw accumulated. y and dz may be bf16 where the backend computes in bf16 (CUDA: rounded
@@ -161,6 +165,12 @@ class Backend {
   virtual void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
                              const Tensor& A_log, const Tensor& dt_bias, const Tensor& da, const Tensor& db,
                              const Tensor& dA_log, const Tensor& ddt_bias);
+  /// Whether this backend's GDN and Comba cores take bf16 q̂, k̂, v (and p̂) at the layer's compute dtype
+  /// `compute` (gdn_chunk_fwd's input dtypes; also gdn_decode / comba_decode), so that a layer hands them its bf16
+  /// activations: l2norm_fwd's y, short_conv_silu_fwd's / short_conv_silu_decode's y written in bf16 (FLA's inputs;
+  /// the core's tile products round them to bf16 anyway). The gradients dq, dk, dv (dp) stay in the master dtype.
+  /// Default false (the CPU backend); CUDA: true for compute bf16. KDA and MDN cores take the master dtype only.
+  virtual bool delta_core_bf16_inputs(DType /*compute*/) const { return false; }
   /// GDN core, chunked (zero initial state): q, k [B, T, H, K]; v, o [B, T, H, V]; g, beta [B, T, H].
   /// Gradients overwritten. `compute` is the layer's compute dtype (ParamStore::compute_dtype): the CUDA
   /// backend runs the core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands
@@ -349,11 +359,13 @@ class Backend {
   virtual void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                                 const Tensor& v_cache, int64_t position, double scale, const Tensor& o);
   /// The causal conv + SiLU continuing from `window` (cpu::short_conv_silu_step): x, y [B, T, C]; w [C, 1, W];
-  /// bias [C] or default-constructed (none); window [B, W - 1, C], the last W - 1 inputs, advanced in place.
+  /// bias [C] or default-constructed (none); window [B, W - 1, C], the last W - 1 inputs, advanced in place. y may be
+  /// bf16 where delta_core_bf16_inputs (rounded from the fp32 result).
   virtual void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
                                       const Tensor& y);
   /// gdn_chunk_fwd / kda_chunk_fwd / comba_chunk_fwd continuing from state [B, H, K, V] (S_0 in, S_T out;
-  /// cpu::*_chunk_fwd with initial_state and final_state).
+  /// cpu::*_chunk_fwd with initial_state and final_state). GDN's and Comba's q, k, v (p) may be bf16 (all or none)
+  /// where delta_core_bf16_inputs(bf16); every other tensor in the master dtype.
   virtual void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           int64_t chunk_size, const Tensor& state, const Tensor& o);
   virtual void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,

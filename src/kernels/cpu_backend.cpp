@@ -370,16 +370,16 @@ class CpuBackend final : public Backend {
       cpu::l2norm_fwd<T>(x.as<T>(), rows, dim, eps, scale, y.as<T>(), rinv.as<T>());
     });
   }
-  void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
+  void l2norm_bwd(const Tensor& dy, const Tensor& x, const Tensor& rinv, int64_t dim, double scale,
                   const Tensor& dx) override {
-    const int64_t rows = y.numel() / dim;
-    check(rows * dim == y.numel() && rinv.numel() == rows, "l2norm_bwd: y {} dim {} rinv {}", y.shape_str(), dim,
+    const int64_t rows = x.numel() / dim;
+    check(rows * dim == x.numel() && rinv.numel() == rows, "l2norm_bwd: x {} dim {} rinv {}", x.shape_str(), dim,
           rinv.shape_str());
-    check_same(y, dy, "l2norm_bwd");
-    check_same(y, dx, "l2norm_bwd");
-    dispatch(y, "l2norm_bwd", [&](auto zero) {
+    check_same(x, dy, "l2norm_bwd");
+    check_same(x, dx, "l2norm_bwd");
+    dispatch(x, "l2norm_bwd", [&](auto zero) {
       using T = decltype(zero);
-      cpu::l2norm_bwd<T>(dy.as<T>(), y.as<T>(), rinv.as<T>(), rows, dim, scale, dx.as<T>());
+      cpu::l2norm_bwd<T>(dy.as<T>(), x.as<T>(), rinv.as<T>(), rows, dim, scale, dx.as<T>());
     });
   }
   void gated_rmsnorm_fwd(const Tensor& o, const Tensor& z, const Tensor& w, double eps, bool sigmoid_gate,

@@ -10,6 +10,8 @@
 // reaches the loss essentially only through the output correction (sections 4.2, 10.1).
 // Parameters beyond the shared ones: decay [H] (inner_decay), D [H] (output_correction);
 // decay = model.comba.init.decay (1.0), D = correction_factor (1.0). Output gate sigmoid by default.
+// q^, k^, p^ and v reach the core in bf16 where the backend's core takes them so (DeltaLayer::core_input_dtype:
+// CUDA with compute bf16; the L2 norms and the short conv write them rounded, the norms' backward reads q', k, p).
 #pragma once
 #include "model/delta_layer.h"
 
@@ -20,6 +22,7 @@ class CombaMixer final : public DeltaLayer {
   CombaMixer(const ModelConfig& config, ParamStore& store, const std::string& prefix);
 
  private:
+  bool bf16_input_core() const override { return true; }
   void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
   void core_forward(const MixerState* state) override;
@@ -28,10 +31,14 @@ class CombaMixer final : public DeltaLayer {
   bool has_gates() const { return decay_ >= 0 || D_ >= 0; }
   Tensor param_or_none(int i) const { return i >= 0 ? store_.master(i) : Tensor(); }
   Tensor grad_or_none(int i) const { return i >= 0 ? store_.grad(i) : Tensor(); }
+  /// The L2 norms' inputs q' and p (q and k without the gates).
+  const Tensor& q_in() const { return has_gates() ? qcor_ : qc_; }
+  const Tensor& p_in() const { return has_gates() ? p_ : kc_; }
 
   int decay_ = -1, D_ = -1;
   Tensor qcor_, p_;                           // q' and p before the L2 norm (only with the gates)
-  Tensor qhat_, khat_, phat_, rq_, rk_, rp_;  // L2-normalised q' (scaled), k, p; their 1/norm [rows * H]
+  Tensor qhat_, khat_, phat_, rq_, rk_, rp_;  // L2-normalised q' (scaled), k, p (in core_input_dtype()); their
+                                              // 1/norm [rows * H]
   Tensor kept_;                               // the core's saved forward intermediates (none where the backend
                                               // keeps nothing)
   Tensor dqhat_, dkhat_, dphat_, dp_;         // backward temporaries (shared scratch)

@@ -47,7 +47,8 @@ void DeltaLayer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   const int64_t rows = batch * seq_len, H = c_.num_heads;
   const DType dt = store_.dtype(), ct = store_.compute_dtype();
   for (Tensor* t : {&qp_, &kp_, &q_pre_, &k_pre_, &qc_, &kc_}) *t = saved.take(dt, {rows, key_dim_});
-  for (Tensor* t : {&vp_, &v_pre_, &vc_, &o_, &z_}) *t = saved.take(dt, {rows, value_dim_});
+  for (Tensor* t : {&vp_, &v_pre_, &o_, &z_}) *t = saved.take(dt, {rows, value_dim_});
+  vc_ = saved.take(core_input_dtype(), {rows, value_dim_});
   for (Tensor* t : {&a_, &g_}) *t = saved.take(dt, {rows, decay_width()});
   for (Tensor* t : {&b_, &beta_, &rstd_}) *t = saved.take(dt, {rows, H});
   decay_proj_->plan(rows, saved);
@@ -55,9 +56,16 @@ void DeltaLayer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   // With a compute dtype (bf16) the layer's own activations stay in the master dtype (its
   // kernels are fp32); what meets a matrix product is in the compute dtype: the gated-norm
   // output (written so by the norm, saved for dW_o), and in the backward the projections'
-  // gradients (the convolutions' dx and the norm's dz written so; the gates' through cvt_).
+  // gradients (the convolutions' dx and the norm's dz written so; the gates' through cvt_). The core's inputs v
+  // (here) and q̂, k̂ (plan_core) are bf16 where the core takes them so (core_input_dtype: the conv and the L2 norm
+  // write them rounded; their gradients stay in the master dtype).
   yn_ = saved.take(ct, {rows, value_dim_});
   plan_core(rows, saved);
+}
+
+DType DeltaLayer::core_input_dtype() const {
+  const bool bf16 = bf16_input_core() && store_.backend().delta_core_bf16_inputs(store_.compute_dtype());
+  return bf16 ? DType::bf16 : store_.dtype();
 }
 
 void DeltaLayer::bind_scratch(ScratchCarver& s) {

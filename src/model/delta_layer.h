@@ -41,6 +41,12 @@ class DeltaLayer : public Mixer {
   DeltaLayer(const ModelConfig& config, const GdnConfig& c, Gates gates, ParamStore& store,
              const std::string& prefix);
 
+  /// Whether the subclass's core is one that may take bf16 q̂, k̂, v (Backend::delta_core_bf16_inputs: GDN with
+  /// scalar gates, Comba); default false (KDA, MDN).
+  virtual bool bf16_input_core() const { return false; }
+  /// The dtype of the core's inputs q̂, k̂, v (vc_, and the subclass's L2-norm outputs): bf16 where the core takes
+  /// them so (bf16_input_core and Backend::delta_core_bf16_inputs at the compute dtype), else the master dtype.
+  DType core_input_dtype() const;
   /// Takes the core's own saved tensors for `rows` = batch * seq_len tokens from `saved`.
   virtual void plan_core(int64_t rows, ScratchCarver& saved) = 0;
   /// Takes the core's own backward temporaries from the shared scratch.
@@ -77,7 +83,7 @@ class DeltaLayer : public Mixer {
   const Gates gates_;
   const int64_t key_dim_, value_dim_;
   int64_t batch_ = 0, seq_len_ = 0;
-  Tensor qc_, kc_, vc_;  // conv + silu outputs [rows, channels] (vc is the core's v)
+  Tensor qc_, kc_, vc_;  // conv + silu outputs [rows, channels] (vc is the core's v, in core_input_dtype())
   Tensor g_, beta_;      // gates: g [rows, H] or [rows, H dk] (decay_view), beta [rows, H]
   Tensor o_;             // core output [rows, H dv]
   Tensor do_, dqc_, dkc_, dvc_, dg_, dbeta_;  // gradients at the core's boundary (shared scratch)

@@ -3,7 +3,7 @@
 namespace llmt {
 
 void GdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
-  for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(store_.dtype(), {rows, key_dim_});
+  for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(core_input_dtype(), {rows, key_dim_});
   for (Tensor* t : {&rq_, &rk_}) *t = saved.take(store_.dtype(), {rows, c_.num_heads});
   const Backend& be = store_.backend();
   const int64_t kept = gates_ == Gates::scalar ? be.gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.chunk_size)
@@ -44,8 +44,8 @@ void GdnMixer::core_backward() {
     be.kda_chunk_bwd(heads_k(qhat_), heads_k(khat_), heads_v(vc_), decay_view(g_), per_token(beta_), heads_v(do_),
                      kept_, c_.chunk_size, store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_),
                      decay_view(dg_), per_token(dbeta_));
-  be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
-  be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);
+  be.l2norm_bwd(dqhat_, qc_, rq_, c_.head_dim, q_scale(), dqc_);  // from the fp32 q, k (q^, k^ may be bf16)
+  be.l2norm_bwd(dkhat_, kc_, rk_, c_.head_dim, 1.0, dkc_);
 }
 
 }  // namespace llmt

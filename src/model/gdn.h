@@ -5,6 +5,9 @@
 //       (the layer keeps what the backend's core saves for its backward, Backend::gdn_saved_numel; CUDA: the
 //       chunks' 𝒯 = (I + A)^{-1}, section 6.3; KDA: Backend::kda_saved_numel, CUDA: P and 𝒯)
 // Output gate silu ("swish") by default. No parameters beyond the shared ones.
+// q^, k^ and v reach the GDN core in bf16 where the backend's core takes them so (DeltaLayer::core_input_dtype:
+// CUDA with compute bf16; the L2 norm and the short conv write them rounded, their backward reads the fp32 q, k);
+// KDA's core takes the master dtype only.
 // The same core path serves KDA (model/kda.h), whose core differs only by the per-channel decay
 // (section 4.3): with Gates::channelwise the core is kda_chunk_* on g [B, T, H, dk].
 #pragma once
@@ -23,12 +26,13 @@ class GdnMixer : public DeltaLayer {
       : DeltaLayer(config, c, gates, store, prefix) {}
 
  private:
+  bool bf16_input_core() const override { return gates_ == Gates::scalar; }
   void plan_core(int64_t rows, ScratchCarver& saved) override;
   void bind_core_scratch(ScratchCarver& scratch, int64_t rows) override;
   void core_forward(const MixerState* state) override;
   void core_backward() override;
 
-  Tensor qhat_, khat_, rq_, rk_;  // L2-normalised q (scaled), k; their 1/norm [rows * H]
+  Tensor qhat_, khat_, rq_, rk_;  // L2-normalised q (scaled), k (in core_input_dtype()); their 1/norm [rows * H]
   Tensor kept_;                   // the GDN / KDA core's saved forward intermediates (none where the backend
                                   // keeps nothing)
   Tensor dqhat_, dkhat_;          // backward temporaries (shared scratch)

@@ -110,9 +110,9 @@ void MdnMixer::core_backward() {
                    per_token(log_mu_), per_token(eta_), heads_v(do_), residuals(), c_.chunk_size,
                    store_.compute_dtype(), heads_k(dqhat_), heads_k(dkhat_), heads_v(dvc_), per_token(dg_),
                    per_token(dbeta_), per_token(dlog_mu_), per_token(deta_));
-  // L2 norms: dq' (= dq: the correction passes dq' through to q) and dk.
-  be.l2norm_bwd(dqhat_, qhat_, rq_, c_.head_dim, q_scale(), dqc_);
-  be.l2norm_bwd(dkhat_, khat_, rk_, c_.head_dim, 1.0, dkc_);
+  // L2 norms (from their inputs q', k): dq' (= dq: the correction passes dq' through to q) and dk.
+  be.l2norm_bwd(dqhat_, mc_.output_correction ? qcor_ : qc_, rq_, c_.head_dim, q_scale(), dqc_);
+  be.l2norm_bwd(dkhat_, kc_, rk_, c_.head_dim, 1.0, dkc_);
   // Output correction (§7.4): dk += -δ dq', dD_log += -δ Σ dq' ⊙ k.
   if (mc_.output_correction) be.mdn_correction_bwd(dqc_, kc_, store_.master(D_log_), dkc_, store_.grad(D_log_));
 }

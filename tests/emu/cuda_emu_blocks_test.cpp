@@ -8,8 +8,8 @@
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
 // (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, delta_gates_bwd,
 //     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU;
-// (c) for the short conv's dx and the gated RMSNorm's y and dz written in bf16: the f32 outputs rounded, bit for
-//     bit (the other outputs of those runs bit-identical to the f32 runs').
+// (c) for the short conv's y and dx, the L2 norm's y and the gated RMSNorm's y and dz written in bf16: the f32
+//     outputs rounded, bit for bit (the other outputs of those runs bit-identical to the f32 runs').
 // Run with `ctest -L emu`.
 #include <catch2/catch.hpp>
 
@@ -89,13 +89,20 @@ void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t 
         Buffer dw2(dw0), db2(db0);
         llmt::cuda::short_conv_silu_bwd(bdy.get(), bx.get(), bw.get(), pre.get(), B, T, C, W, dxh.get(), dw2.get(),
                                         bias ? db2.get() : nullptr, scratch.get(), nullptr);
+        // And the forward with y in bf16 (a GDN / Comba core's v).
+        Bf16Buffer yh(n);
+        Buffer pre2(n);
+        llmt::cuda::short_conv_silu_fwd(bx.get(), bw.get(), bias ? bb.get() : nullptr, B, T, C, W, pre2.get(),
+                                        yh.get(), nullptr);
         return std::vector<std::vector<float>>{pre.host(), y.host(), dx.host(), dw.host(), db.host(), dxh.host(),
-                                               dw2.host(), db2.host()};
+                                               dw2.host(), db2.host(), yh.host(), pre2.host()};
       },
-      {"pre", "y", "dx", "dw", "dbias", "dx (bf16)", "dw (bf16 dx)", "dbias (bf16 dx)"});
+      {"pre", "y", "dx", "dw", "dbias", "dx (bf16)", "dw (bf16 dx)", "dbias (bf16 dx)", "y (bf16)", "pre (bf16 y)"});
   require_rounded(out[5], out[2], "dx");
   CHECK(first_difference(out[6], out[3]) == -1);
   CHECK(first_difference(out[7], out[4]) == -1);
+  require_rounded(out[8], out[1], "y");
+  CHECK(first_difference(out[9], out[0]) == -1);
   // The reference: the CPU's conv in double (its bias variant through the Mamba2 path's pre = conv + bias).
   std::vector<double> pre(n), y(n), dx(n), dw = wide(dw0), db = wide(db0);
   const std::vector<double> xd = wide(x), wd = wide(w), dyd = wide(dy), bd = wide(b);
@@ -125,7 +132,9 @@ TEST_CASE("cuda emu: short conv + SiLU, widths 1, 3, 4, 8, with and without a bi
   check_conv(3, 130, 37, 3, true, 160);   // odd channel count and width: one channel a thread; 15 runs
 }
 
-TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one warp per row)", "[emu][blocks]") {
+TEST_CASE("cuda emu: L2 norm forward (y in f32 and bf16) and backward (from x), gated RMSNorm forward (one warp per "
+          "row)",
+          "[emu][blocks]") {
   const int64_t rows = 75, dim = 80;
   const size_t n = static_cast<size_t>(rows * dim);
   const auto x = randn(n, 200), dy = randn(n, 201), z = randn(n, 202, 2.0), wn = randn(static_cast<size_t>(dim), 203);
@@ -135,17 +144,25 @@ TEST_CASE("cuda emu: L2 norm forward and backward, gated RMSNorm forward (one wa
           Buffer bx(x), bdy(dy), bz(z), bw(wn), y(n), rinv(static_cast<size_t>(rows)), dx(n), gy(n),
               rstd(static_cast<size_t>(rows));
           llmt::cuda::l2norm_fwd(bx.get(), rows, dim, 1e-6, 0.125, y.get(), rinv.get(), nullptr);
-          llmt::cuda::l2norm_bwd(bdy.get(), y.get(), rinv.get(), rows, dim, 0.125, dx.get(), nullptr);
+          llmt::cuda::l2norm_bwd(bdy.get(), bx.get(), rinv.get(), rows, dim, 0.125, dx.get(), nullptr);
           llmt::cuda::gated_rmsnorm_fwd(bx.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, gy.get(), rstd.get(),
                                         nullptr);
-          return std::vector<std::vector<float>>{y.host(), rinv.host(), dx.host(), gy.host(), rstd.host()};
+          // Again with y in bf16 (a GDN / Comba core's q̂, k̂, p̂).
+          Bf16Buffer yh(n);
+          Buffer rinv2(static_cast<size_t>(rows));
+          llmt::cuda::l2norm_fwd(bx.get(), rows, dim, 1e-6, 0.125, yh.get(), rinv2.get(), nullptr);
+          return std::vector<std::vector<float>>{y.host(),  rinv.host(), dx.host(),
+                                                 gy.host(), rstd.host(), yh.host(), rinv2.host()};
         },
-        {"l2norm y", "l2norm rinv", "l2norm dx", "gated rmsnorm y", "gated rmsnorm rstd"});
+        {"l2norm y", "l2norm rinv", "l2norm dx", "gated rmsnorm y", "gated rmsnorm rstd", "l2norm y (bf16)",
+         "l2norm rinv (bf16 y)"});
+    require_rounded(out[5], out[0], "l2norm y");
+    CHECK(first_difference(out[6], out[1]) == -1);
     std::vector<double> y(n), rinv(static_cast<size_t>(rows)), dx(n), gy(n), rstd(static_cast<size_t>(rows));
     const std::vector<double> xd = wide(x), dyd = wide(dy), zd = wide(z), wd = wide(wn);
     llmt::cpu::l2norm_fwd<double>(xd.data(), rows, dim, 1e-6, 0.125, y.data(), rinv.data());
-    const std::vector<double> yf = wide(out[0]), rf = wide(out[1]);  // the backward from the kernels' saved values
-    llmt::cpu::l2norm_bwd<double>(dyd.data(), yf.data(), rf.data(), rows, dim, 0.125, dx.data());
+    const std::vector<double> rf = wide(out[1]);  // the backward from the kernel's saved rinv
+    llmt::cpu::l2norm_bwd<double>(dyd.data(), xd.data(), rf.data(), rows, dim, 0.125, dx.data());
     llmt::cpu::gated_rmsnorm_fwd<double>(xd.data(), zd.data(), wd.data(), rows, dim, 1e-5, sig, gy.data(), rstd.data());
     require_close(out[0], narrow(y), "l2norm y");
     require_close(out[1], narrow(rinv), "l2norm rinv");

@@ -3,8 +3,6 @@
 
 #include <cmath>
 
-#include "core/error.h"
-
 namespace llmt::cpu {
 
 // r = (Σ_c x_c^2 + eps)^(-1/2);  x̃ = x r;  y = s x̃   (layers-delta.md §2.2)
@@ -21,21 +19,20 @@ void l2norm_fwd(const T* x, int64_t rows, int64_t dim, double eps, double scale,
   }
 }
 
-// x̃ = y / s, dx̃ = s dy;  dx = r (dx̃ - (dx̃ · x̃) x̃)   (layers-delta.md §2.2; exact with eps, since
-// ∂x̃/∂x = r I - r^3 x x^T = r (I - x̃ x̃^T))
+// x̃ = x r, dx̃ = s dy;  dx = r (dx̃ - (dx̃ · x̃) x̃) = r s (dy - (dy · x̃) x̃)   (layers-delta.md §2.2; exact with
+// eps, since ∂x̃/∂x = r I - r^3 x x^T = r (I - x̃ x̃^T))
 template <typename T>
-void l2norm_bwd(const T* dy, const T* y, const T* rinv, int64_t rows, int64_t dim, double scale, T* dx) {
-  check(scale != 0.0, "l2norm_bwd: scale must be nonzero (x̃ is recovered as y / scale)");
+void l2norm_bwd(const T* dy, const T* x, const T* rinv, int64_t rows, int64_t dim, double scale, T* dx) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* dyr = dy + r * dim;
-    const T* yr = y + r * dim;
+    const T* xr = x + r * dim;
     T* dxr = dx + r * dim;
     const double ri = rinv[r];
-    double proj = 0.0;  // dx̃ · x̃ = (s dy) · (y / s) = dy · y
-    for (int64_t j = 0; j < dim; ++j) proj += static_cast<double>(dyr[j]) * yr[j];
+    double proj = 0.0;  // dy · x̃
+    for (int64_t j = 0; j < dim; ++j) proj += static_cast<double>(dyr[j]) * (static_cast<double>(xr[j]) * ri);
     for (int64_t j = 0; j < dim; ++j) {
-      const double xt = static_cast<double>(yr[j]) / scale;
-      dxr[j] = static_cast<T>(ri * (scale * static_cast<double>(dyr[j]) - proj * xt));
+      const double xt = static_cast<double>(xr[j]) * ri;
+      dxr[j] = static_cast<T>(ri * scale * (static_cast<double>(dyr[j]) - proj * xt));
     }
   }
 }

@@ -10,9 +10,9 @@ namespace llmt::cpu {
 template <typename T>
 void l2norm_fwd(const T* x, int64_t rows, int64_t dim, double eps, double scale, T* y, T* rinv);
 
-/// Backward of l2norm_fwd given its output y and saved rinv (scale != 0, the same as in forward).
-/// dy, y, dx: [rows, dim]; rinv: [rows]. dx is OVERWRITTEN.
+/// Backward of l2norm_fwd given its input x and saved rinv (scale the same as in forward; x̃ = x rinv).
+/// dy, x, dx: [rows, dim]; rinv: [rows]. dx is OVERWRITTEN.
 template <typename T>
-void l2norm_bwd(const T* dy, const T* y, const T* rinv, int64_t rows, int64_t dim, double scale, T* dx);
+void l2norm_bwd(const T* dy, const T* x, const T* rinv, int64_t rows, int64_t dim, double scale, T* dx);
 
 }  // namespace llmt::cpu

@@ -96,12 +96,14 @@ float* kda_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const
   return f32(saved, op);
 }
 
-/// Calls f(P{}, E{}) for a GDN / Comba core call (gdn_comba.cu): P the products' operand type from `compute` (as
-/// dispatch), E the element type of `in` (q, k, v; Comba: and p): float, or __nv_bfloat16 (FLA's inputs) with
-/// compute bf16 only. Throws llmt::Error naming the op and the dtypes unless `in` are all f32 or all bf16, and for
-/// bf16 inputs with another compute dtype.
-template <typename F>
-void dispatch_gdn(std::initializer_list<const Tensor*> in, DType compute, const char* op, F&& f) {
+/// "q, k, v, p" (Comba: four inputs) or "q, k, v": the names of a GDN / Comba core call's inputs `in`.
+const char* gdn_input_names(std::initializer_list<const Tensor*> in) {
+  return in.size() == 4 ? "q, k, v, p" : "q, k, v";
+}
+
+/// The one dtype of a GDN / Comba core or decode call's inputs `in` (q, k, v; Comba: and p): f32 or bf16. Throws
+/// llmt::Error naming the op and the dtypes unless they are all f32 or all bf16.
+DType gdn_input_dtype(std::initializer_list<const Tensor*> in, const char* op) {
   const DType t = (*in.begin())->dtype;
   std::string got;
   bool same = true;
@@ -109,15 +111,33 @@ void dispatch_gdn(std::initializer_list<const Tensor*> in, DType compute, const 
     got += fmt::format("{}{}", got.empty() ? "" : ", ", dtype_name(x->dtype));
     same = same && x->dtype == t;
   }
-  const char* names = in.size() == 4 ? "q, k, v, p" : "q, k, v";
-  check(same && (t == DType::f32 || t == DType::bf16), "{}: {} must be all f32 or all bf16, got {}", op, names, got);
-  if (t == DType::f32) return dispatch(compute, op, [&](auto zero) { f(zero, float{}); });
-  check(compute == DType::bf16, "{}: bf16 {} need compute bf16, got compute {}", op, names, dtype_name(compute));
+  check(same && (t == DType::f32 || t == DType::bf16), "{}: {} must be all f32 or all bf16, got {}", op,
+        gdn_input_names(in), got);
+  return t;
+}
+
+/// Calls f(P{}, E{}) for a GDN / Comba core call (gdn_comba.cu): P the products' operand type from `compute` (as
+/// dispatch), E the element type of `in` (q, k, v; Comba: and p): float, or __nv_bfloat16 (FLA's inputs) with
+/// compute bf16 only. Throws llmt::Error naming the op and the dtypes unless `in` are all f32 or all bf16, and for
+/// bf16 inputs with another compute dtype.
+template <typename F>
+void dispatch_gdn(std::initializer_list<const Tensor*> in, DType compute, const char* op, F&& f) {
+  if (gdn_input_dtype(in, op) == DType::f32) return dispatch(compute, op, [&](auto zero) { f(zero, float{}); });
+  check(compute == DType::bf16, "{}: bf16 {} need compute bf16, got compute {}", op, gdn_input_names(in),
+        dtype_name(compute));
   f(__nv_bfloat16{}, __nv_bfloat16{});
 }
 
-/// t viewed as f32: the shape checks (delta_fwd_dims, delta_bwd_dims) of a GDN / Comba core call whose q, k, v (p) may
-/// be bf16 (dispatch_gdn).
+/// Calls f(E{}) with E the element type of a GDN / Comba decode call's inputs `in` (gdn_input_dtype: float or
+/// __nv_bfloat16).
+template <typename F>
+void with_gdn_inputs(std::initializer_list<const Tensor*> in, const char* op, F&& f) {
+  if (gdn_input_dtype(in, op) == DType::f32) return f(float{});
+  f(__nv_bfloat16{});
+}
+
+/// t viewed as f32: the shape checks (delta_fwd_dims, delta_bwd_dims, delta_decode_dims, short_conv_decode_width) of a
+/// call whose GDN / Comba q, k, v (p) may be bf16 (dispatch_gdn, gdn_input_dtype) or whose output may be bf16.
 Tensor f32_view(const Tensor& t) {
   Tensor v = t;
   v.dtype = DType::f32;
@@ -422,11 +442,15 @@ class CudaBackend final : public Backend {
     check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && w.shape[1] == 1,
           "short_conv_silu_fwd: x must be [B, T, C] and w [C, 1, W], got {} and {}", x.shape_str(), w.shape_str());
     check_same(x, pre, "short_conv_silu_fwd");
-    check_same(x, y, "short_conv_silu_fwd");
+    check(y.numel() == x.numel(), "short_conv_silu_fwd: y {} for x {}", y.shape_str(), x.shape_str());
     check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
     const char* op = "short_conv_silu_fwd";
-    cuda::short_conv_silu_fwd(f32(x, op), f32(w, op), nullptr, x.shape[0], x.shape[1], x.shape[2], w.shape[2],
-                              f32(pre, op), f32(y, op), stream_);
+    const float *px = f32(x, op), *pw = f32(w, op);
+    float* ppre = f32(pre, op);
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for a GDN / Comba core's bf16 v
+      cuda::short_conv_silu_fwd(px, pw, nullptr, x.shape[0], x.shape[1], x.shape[2], w.shape[2], ppre,
+                                ptr<decltype(t)>(y), stream_);
+    });
   }
   void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
                            const Tensor& dw) override {
@@ -547,20 +571,23 @@ class CudaBackend final : public Backend {
     const int64_t rows = x.numel() / dim;
     check(rows * dim == x.numel() && rinv.numel() == rows, "l2norm_fwd: x {} dim {} rinv {}", x.shape_str(), dim,
           rinv.shape_str());
-    check_same(x, y, "l2norm_fwd");
+    check(y.numel() == x.numel(), "l2norm_fwd: y {} for x {}", y.shape_str(), x.shape_str());
     const char* op = "l2norm_fwd";
-    cuda::l2norm_fwd(f32(x, op), rows, dim, eps, scale, f32(y, op), f32(rinv, op), stream_);
+    const float* px = f32(x, op);
+    float* prinv = f32(rinv, op);
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for a GDN / Comba core's bf16 q, k, p
+      cuda::l2norm_fwd(px, rows, dim, eps, scale, ptr<decltype(t)>(y), prinv, stream_);
+    });
   }
-  void l2norm_bwd(const Tensor& dy, const Tensor& y, const Tensor& rinv, int64_t dim, double scale,
+  void l2norm_bwd(const Tensor& dy, const Tensor& x, const Tensor& rinv, int64_t dim, double scale,
                   const Tensor& dx) override {
-    const int64_t rows = y.numel() / dim;
-    check(rows * dim == y.numel() && rinv.numel() == rows, "l2norm_bwd: y {} dim {} rinv {}", y.shape_str(), dim,
+    const int64_t rows = x.numel() / dim;
+    check(rows * dim == x.numel() && rinv.numel() == rows, "l2norm_bwd: x {} dim {} rinv {}", x.shape_str(), dim,
           rinv.shape_str());
-    check_same(y, dy, "l2norm_bwd");
-    check_same(y, dx, "l2norm_bwd");
-    check(scale != 0.0, "l2norm_bwd: scale must be nonzero (x̃ is recovered as y / scale)");
+    check_same(x, dy, "l2norm_bwd");
+    check_same(x, dx, "l2norm_bwd");
     const char* op = "l2norm_bwd";
-    cuda::l2norm_bwd(f32(dy, op), f32(y, op), f32(rinv, op), rows, dim, scale, f32(dx, op), stream_);
+    cuda::l2norm_bwd(f32(dy, op), f32(x, op), f32(rinv, op), rows, dim, scale, f32(dx, op), stream_);
   }
   void gated_rmsnorm_fwd(const Tensor& o, const Tensor& z, const Tensor& w, double eps, bool sigmoid_gate,
                          const Tensor& y, const Tensor& rstd) override {
@@ -609,6 +636,7 @@ class CudaBackend final : public Backend {
                      const Tensor& ddt_bias) override {
     gates_bwd(dg, dbeta, f, b, A_log, dt_bias, df, db, dA_log, ddt_bias, "kda_gates_bwd");
   }
+  bool delta_core_bf16_inputs(DType compute) const override { return compute == DType::bf16; }
   void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved) override {
     const char* op = "gdn_chunk_fwd";
@@ -887,26 +915,47 @@ class CudaBackend final : public Backend {
   void short_conv_silu_decode(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window,
                               const Tensor& y) override {
     const char* op = "short_conv_silu_decode";
-    const int64_t W = short_conv_decode_width(x, w, bias, window, y);
-    cuda::short_conv_silu_decode(f32(x, op), f32(w, op), optional_f32(bias, op), x.shape[0], x.shape[1],
-                                 x.shape[2], W, window.numel() ? f32(window, op) : nullptr, f32(y, op), stream_);
+    const int64_t W = short_conv_decode_width(x, w, bias, window, f32_view(y));
+    const float *px = f32(x, op), *pw = f32(w, op), *pbias = optional_f32(bias, op);
+    float* pwindow = window.numel() ? f32(window, op) : nullptr;
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for gdn_decode / comba_decode's bf16 v
+      cuda::short_conv_silu_decode(px, pw, pbias, x.shape[0], x.shape[1], x.shape[2], W, pwindow, ptr<decltype(t)>(y),
+                                   stream_);
+    });
   }
   void gdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                   int64_t, const Tensor& state, const Tensor& o) override {
-    delta_decode(q, k, v, g, beta, state, o, false, "gdn_decode", cuda::gdn_decode);
+    const char* op = "gdn_decode";
+    const DeltaCoreDims d = delta_decode_dims(f32_view(q), f32_view(v), g, beta, state, false, op);
+    check_same(f32_view(q), f32_view(k), op);
+    check_same(f32_view(v), o, op);
+    with_gdn_inputs({&q, &k, &v}, op, [&](auto e) {
+      using E = decltype(e);
+      cuda::gdn_decode(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), f32(g, op), f32(beta, op), d.batch,
+                       d.seq_len, d.heads, d.key_dim, d.value_dim, f32(state, op), f32(o, op), stream_);
+    });
   }
   void kda_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                   int64_t, const Tensor& state, const Tensor& o) override {
-    delta_decode(q, k, v, g, beta, state, o, true, "kda_decode", cuda::kda_decode);
+    const char* op = "kda_decode";
+    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, true, op);
+    check_same(q, k, op);
+    check_same(v, o, op);
+    cuda::kda_decode(f32(q, op), f32(k, op), f32(v, op), f32(g, op), f32(beta, op), d.batch, d.seq_len, d.heads,
+                     d.key_dim, d.value_dim, f32(state, op), f32(o, op), stream_);
   }
   void comba_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
                     const Tensor& beta, int64_t, const Tensor& state, const Tensor& o) override {
     const char* op = "comba_decode";
-    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, false, op);
-    for (const Tensor* t : {&k, &p}) check_same(q, *t, op);
-    check_same(v, o, op);
-    cuda::comba_decode(f32(q, op), f32(k, op), f32(v, op), f32(p, op), f32(g, op), f32(beta, op), d.batch, d.seq_len,
-                       d.heads, d.key_dim, d.value_dim, f32(state, op), f32(o, op), stream_);
+    const DeltaCoreDims d = delta_decode_dims(f32_view(q), f32_view(v), g, beta, state, false, op);
+    for (const Tensor* t : {&k, &p}) check_same(f32_view(q), f32_view(*t), op);
+    check_same(f32_view(v), o, op);
+    with_gdn_inputs({&q, &k, &v, &p}, op, [&](auto e) {
+      using E = decltype(e);
+      cuda::comba_decode(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), f32(g, op),
+                         f32(beta, op), d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, f32(state, op),
+                         f32(o, op), stream_);
+    });
   }
   void mdn_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
                   const Tensor& log_mu, const Tensor& eta, int64_t, const Tensor& state, const Tensor& momentum,
@@ -991,17 +1040,6 @@ class CudaBackend final : public Backend {
     LLMT_CUDA_CHECK(cudaMemcpyAsync(&host, result_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     LLMT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return host;
-  }
-
-  /// gdn_decode / kda_decode: the checks, then `launch` (cuda::gdn_decode or cuda::kda_decode).
-  template <typename Launch>
-  void delta_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                    const Tensor& state, const Tensor& o, bool per_channel, const char* op, Launch launch) {
-    const DeltaCoreDims d = delta_decode_dims(q, v, g, beta, state, per_channel, op);
-    check_same(q, k, op);
-    check_same(v, o, op);
-    launch(f32(q, op), f32(k, op), f32(v, op), f32(g, op), f32(beta, op), d.batch, d.seq_len, d.heads, d.key_dim,
-           d.value_dim, f32(state, op), f32(o, op), stream_);
   }
 
   /// Scratch of at least `bytes` bytes, shared by the ops (they run in order on one stream);

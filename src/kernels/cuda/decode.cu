@@ -2,7 +2,8 @@
 // the short convolution continuing its window, the delta-rule cores (GDN, KDA, Comba, MDN) and the Mamba2 SSD
 // continuing a carried state, token by token. T > 1 (a prompt's prefill) runs the same one-token update T times
 // inside one launch: the recurrence is exact (the CPU ops' chunked forms equal it up to rounding), the state
-// stays on chip between tokens, and the blocks over (batch, head, value tile) run in parallel. fp32 throughout.
+// stays on chip between tokens, and the blocks over (batch, head, value tile) run in parallel. fp32 throughout
+// (GDN's and Comba's q, k, v, p and the short conv's output may be stored in bf16: read / rounded at the edges).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -12,9 +13,11 @@ namespace {
 // ---- short convolution + SiLU (cpu::short_conv_silu_step) ----
 
 // u = [window; x] per (b, c): y_t = silu(bias + Σ_i w_i u_{t+i}); the window becomes u's last W - 1 entries.
-// (one thread per (b, c); the window is rewritten in increasing order, each entry read from further ahead)
+// (one thread per (b, c); the window is rewritten in increasing order, each entry read from further ahead; y stored
+// as TY: float, or bf16 rounded from the float)
+template <typename TY>
 __global__ void short_conv_decode_kernel(const float* x, const float* w, const float* bias, int64_t batch,
-                                         int64_t seq_len, int64_t channels, int64_t width, float* window, float* y) {
+                                         int64_t seq_len, int64_t channels, int64_t width, float* window, TY* y) {
   const int64_t hist = width - 1, n = batch * channels;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t b = idx / channels, c = idx % channels;
@@ -24,7 +27,7 @@ __global__ void short_conv_decode_kernel(const float* x, const float* w, const f
     for (int64_t t = 0; t < seq_len; ++t) {
       float acc = bias != nullptr ? bias[c] : 0.0f;
       for (int64_t i = 0; i < width; ++i) acc += w[c * width + i] * u(t + i);
-      y[(b * seq_len + t) * channels + c] = acc / (1.0f + expf(-acc));
+      y[(b * seq_len + t) * channels + c] = from_f32<TY>(acc / (1.0f + expf(-acc)));
     }
     for (int64_t i = 0; i < hist; ++i) win[i * channels + c] = u(seq_len + i);
   }
@@ -37,8 +40,11 @@ enum class Delta { gdn, kda, comba, mdn };
 // Value columns per block and row groups (the block is kCols x kRowGroups threads).
 constexpr int kCols = 16, kRowGroups = 16;
 
+// E: the element type of q, k, v, p (float; GDN and Comba also __nv_bfloat16, read as fp32).
+template <typename E>
 struct DeltaArgs {
-  const float *q, *k, *v, *p, *g, *beta, *log_mu, *eta;  // p: Comba only; log_mu, eta: MDN only
+  const E *q, *k, *v, *p;                                // p: Comba only
+  const float *g, *beta, *log_mu, *eta;                  // log_mu, eta: MDN only
   float *state, *momentum, *o;                           // momentum: MDN only
   int64_t B, T, H, K, V;
 };
@@ -63,8 +69,8 @@ __device__ float column_sum(float partial, float* part, float* colv) {
 //   Comba:      r = v - S^T p;                    S = α S + β k r^T
 //   MDN:        ṽ = v - S^T (α k);  M = μ M - (η k) ṽ^T;  S = α S - β M
 // then o = S^T q.
-template <Delta kind>
-__global__ void delta_decode_kernel(DeltaArgs a) {
+template <Delta kind, typename E>
+__global__ void delta_decode_kernel(DeltaArgs<E> a) {
   extern __shared__ float smem[];
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kCols + tx;
   const int64_t K = a.K, V = a.V, h = blockIdx.y, b = blockIdx.z, j = int64_t{blockIdx.x} * kCols + tx;
@@ -84,9 +90,9 @@ __global__ void delta_decode_kernel(DeltaArgs a) {
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t tok = (b * a.T + t) * a.H + h;
     for (int64_t i = tid; i < K; i += kCols * kRowGroups) {
-      vec[i] = a.q[tok * K + i];
-      vec[K + i] = a.k[tok * K + i];
-      if (kind == Delta::comba) vec[2 * K + i] = a.p[tok * K + i];
+      vec[i] = to_f32(a.q[tok * K + i]);
+      vec[K + i] = to_f32(a.k[tok * K + i]);
+      if (kind == Delta::comba) vec[2 * K + i] = to_f32(a.p[tok * K + i]);
       if (kind == Delta::kda) vec[2 * K + i] = a.g[tok * K + i];
     }
     __syncthreads();
@@ -98,7 +104,7 @@ __global__ void delta_decode_kernel(DeltaArgs a) {
     float acc = 0.0f;
     for (int64_t c = ty; c < K; c += kRowGroups) acc += S[c * kCols + tx] * (kind == Delta::comba ? x2[c] : k[c]);
     if (kMom) acc *= alpha;
-    const float err = (col ? a.v[tok * V + j] : 0.0f) - column_sum(acc, part, colv);
+    const float err = (col ? to_f32(a.v[tok * V + j]) : 0.0f) - column_sum(acc, part, colv);
     if (kind == Delta::gdn || kind == Delta::kda) {
       const float d = beta * err;
       for (int64_t c = ty; c < K; c += kRowGroups) S[c * kCols + tx] += k[c] * d;
@@ -124,15 +130,15 @@ __global__ void delta_decode_kernel(DeltaArgs a) {
     }
 }
 
-template <Delta kind>
-void delta_decode(const DeltaArgs& a, cudaStream_t stream) {
+template <Delta kind, typename E>
+void delta_decode(const DeltaArgs<E>& a, cudaStream_t stream) {
   const size_t smem = sizeof(float) * static_cast<size_t>(a.K * kCols * (kind == Delta::mdn ? 2 : 1) + 3 * a.K +
                                                           kRowGroups * kCols + kCols);
   check(smem <= 48 * 1024, "delta-rule decode: key dim {} needs {} bytes of shared memory (at most 49152)", a.K,
         smem);
   if (a.B * a.H * a.V == 0) return;
   const dim3 grid(static_cast<unsigned>(ceil_div(a.V, kCols)), static_cast<unsigned>(a.H), static_cast<unsigned>(a.B));
-  delta_decode_kernel<kind><<<grid, dim3(kCols, kRowGroups), smem, stream>>>(a);
+  delta_decode_kernel<kind, E><<<grid, dim3(kCols, kRowGroups), smem, stream>>>(a);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
@@ -172,46 +178,61 @@ __global__ void mamba2_decode_kernel(const float* xbc, const float* dt_raw, cons
 
 }  // namespace
 
+template <typename TY>
 void short_conv_silu_decode(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
-                            int64_t channels, int64_t width, float* window, float* y, cudaStream_t stream) {
+                            int64_t channels, int64_t width, float* window, TY* y, cudaStream_t stream) {
   check(width >= 1, "short_conv: width must be >= 1, got {}", width);
   const int64_t n = batch * channels;
   if (n == 0) return;
-  short_conv_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, w, bias, batch, seq_len, channels, width, window,
-                                                                 y);
+  short_conv_decode_kernel<TY><<<grid_for(n), kThreads, 0, stream>>>(x, w, bias, batch, seq_len, channels, width,
+                                                                     window, y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void short_conv_silu_decode(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                     float*, float*, cudaStream_t);
+template void short_conv_silu_decode(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                     float*, __nv_bfloat16*, cudaStream_t);
 
-void gdn_decode(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
-                int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
-                cudaStream_t stream) {
-  delta_decode<Delta::gdn>({q, k, v, nullptr, g, beta, nullptr, nullptr, state, nullptr, o, batch, seq_len, heads,
-                            key_dim, value_dim},
-                           stream);
+template <typename E>
+void gdn_decode(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch, int64_t seq_len,
+                int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o, cudaStream_t stream) {
+  delta_decode<Delta::gdn, E>({q, k, v, nullptr, g, beta, nullptr, nullptr, state, nullptr, o, batch, seq_len, heads,
+                               key_dim, value_dim},
+                              stream);
 }
+template void gdn_decode(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
+template void gdn_decode(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, const float*,
+                         int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
 
 void kda_decode(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                 int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
                 cudaStream_t stream) {
-  delta_decode<Delta::kda>({q, k, v, nullptr, g, beta, nullptr, nullptr, state, nullptr, o, batch, seq_len, heads,
-                            key_dim, value_dim},
-                           stream);
+  delta_decode<Delta::kda, float>({q, k, v, nullptr, g, beta, nullptr, nullptr, state, nullptr, o, batch, seq_len,
+                                   heads, key_dim, value_dim},
+                                  stream);
 }
 
-void comba_decode(const float* q, const float* k, const float* v, const float* p, const float* g, const float* beta,
-                  int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state,
-                  float* o, cudaStream_t stream) {
-  delta_decode<Delta::comba>({q, k, v, p, g, beta, nullptr, nullptr, state, nullptr, o, batch, seq_len, heads, key_dim,
-                              value_dim},
-                             stream);
+template <typename E>
+void comba_decode(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
+                  int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
+                  cudaStream_t stream) {
+  delta_decode<Delta::comba, E>({q, k, v, p, g, beta, nullptr, nullptr, state, nullptr, o, batch, seq_len, heads,
+                                 key_dim, value_dim},
+                                stream);
 }
+template void comba_decode(const float*, const float*, const float*, const float*, const float*, const float*, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
+template void comba_decode(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                           const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*,
+                           cudaStream_t);
 
 void mdn_decode(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                 const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                 int64_t value_dim, float* state, float* momentum, float* o, cudaStream_t stream) {
-  delta_decode<Delta::mdn>({q, k, v, nullptr, log_alpha, beta, log_mu, eta, state, momentum, o, batch, seq_len, heads,
-                            key_dim, value_dim},
-                           stream);
+  delta_decode<Delta::mdn, float>({q, k, v, nullptr, log_alpha, beta, log_mu, eta, state, momentum, o, batch,
+                                   seq_len, heads, key_dim, value_dim},
+                                  stream);
 }
 
 void mamba2_ssd_decode(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,

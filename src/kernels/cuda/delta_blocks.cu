@@ -95,10 +95,10 @@ __device__ void conv_inputs_before(const float* __restrict__ x, const ConvRun& r
 // pre_t[c] = bias[c] + Σ_{i=0}^{W-1} w[c,i] x_{t-W+1+i}[c] (terms with t-W+1+i < 0 skipped; no bias term when bias
 // is null; i ascending, in double);  y_t = pre_t σ(pre_t).  xr[j] = x_{t-j}, so tap i = W-1-j (j descending); the
 // next token's x is loaded before this one's arithmetic.
-template <int W>
+template <int W, typename TY>
 __global__ void short_conv_fwd_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                       const float* __restrict__ bias, int64_t seq_len, int64_t channels,
-                                      float* __restrict__ pre, float* __restrict__ y) {
+                                      float* __restrict__ pre, TY* __restrict__ y) {
   const ConvRun run(seq_len, channels);
   if (run.c >= channels) return;
   double wr[W], xr[W];
@@ -117,7 +117,7 @@ __global__ void short_conv_fwd_kernel(const float* __restrict__ x, const float* 
     for (int j = W - 1; j >= 0; --j)
       if (t - j >= 0) acc += wr[j] * xr[j];
     pre[e] = static_cast<float>(acc);
-    y[e] = static_cast<float>(acc * sigmoid_d(acc));
+    y[e] = from_f32<TY>(static_cast<float>(acc * sigmoid_d(acc)));
   }
 }
 
@@ -322,9 +322,10 @@ __device__ double warp_sum(double v) {
 __device__ int64_t first_row() { return int64_t{blockIdx.x} * kWarpRows + threadIdx.x / 32; }
 __device__ int64_t row_stride() { return int64_t{gridDim.x} * kWarpRows; }
 
-// r = (Σ_c x_c^2 + eps)^(-1/2);  y = s x r
+// r = (Σ_c x_c^2 + eps)^(-1/2);  y = s x r (stored as TY: float, or bf16 rounded from the float)
+template <typename TY>
 __global__ void l2norm_fwd_kernel(const float* __restrict__ x, int64_t rows, int64_t dim, double eps, double scale,
-                                  float* __restrict__ y, float* __restrict__ rinv) {
+                                  TY* __restrict__ y, float* __restrict__ rinv) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* xr = x + r * dim;
@@ -334,28 +335,29 @@ __global__ void l2norm_fwd_kernel(const float* __restrict__ x, int64_t rows, int
     ss = warp_sum(ss);
     const double ri = 1.0 / sqrt(ss + eps);
 #pragma unroll 4
-    for (int64_t j = lane; j < dim; j += 32) y[r * dim + j] = static_cast<float>(scale * static_cast<double>(xr[j]) * ri);
+    for (int64_t j = lane; j < dim; j += 32)
+      y[r * dim + j] = from_f32<TY>(static_cast<float>(scale * static_cast<double>(xr[j]) * ri));
     if (lane == 0) rinv[r] = static_cast<float>(ri);
   }
 }
 
-// x̃ = y / s;  dx = r (s dy - (dy · y) x̃)
-__global__ void l2norm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ y,
+// x̃ = x r;  dx = r s (dy - (dy · x̃) x̃)
+__global__ void l2norm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ rinv, int64_t rows, int64_t dim, double scale,
                                   float* __restrict__ dx) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* dyr = dy + r * dim;
-    const float* yr = y + r * dim;
+    const float* xr = x + r * dim;
+    const double ri = rinv[r];
     double proj = 0.0;
 #pragma unroll 4
-    for (int64_t j = lane; j < dim; j += 32) proj += static_cast<double>(dyr[j]) * yr[j];
+    for (int64_t j = lane; j < dim; j += 32) proj += static_cast<double>(dyr[j]) * (static_cast<double>(xr[j]) * ri);
     proj = warp_sum(proj);
-    const double ri = rinv[r];
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
-      const double xt = static_cast<double>(yr[j]) / scale;
-      dx[r * dim + j] = static_cast<float>(ri * (scale * static_cast<double>(dyr[j]) - proj * xt));
+      const double xt = static_cast<double>(xr[j]) * ri;
+      dx[r * dim + j] = static_cast<float>(ri * scale * (static_cast<double>(dyr[j]) - proj * xt));
     }
   }
 }
@@ -584,17 +586,22 @@ __global__ void comba_gates_finish_kernel(const double* partial, int64_t heads, 
 
 }  // namespace
 
+template <typename TY>
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
-                         int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream) {
+                         int64_t channels, int64_t width, float* pre, TY* y, cudaStream_t stream) {
   check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
         kConvMaxWidth, width);
   if (batch * seq_len * channels == 0) return;
   with_width(width, [&](auto W) {
-    short_conv_fwd_kernel<decltype(W)::value><<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(x, w, bias, seq_len,
-                                                                                        channels, pre, y);
+    short_conv_fwd_kernel<decltype(W)::value, TY><<<conv_grid(batch, seq_len, channels), kThreads, 0, stream>>>(
+        x, w, bias, seq_len, channels, pre, y);
   });
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void short_conv_silu_fwd(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
+                                  float*, cudaStream_t);
+template void short_conv_silu_fwd(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
+                                  __nv_bfloat16*, cudaStream_t);
 
 // Blocks of kConvWarps runs (grid x of short_conv_bwd_kernel): the chunks of its dw partial sums.
 int64_t conv_bwd_blocks(int64_t batch, int64_t seq_len) { return ceil_div(batch * conv_runs(seq_len), kConvWarps); }
@@ -636,17 +643,20 @@ template void short_conv_silu_bwd(const float*, const float*, const float*, cons
 template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
                                   int64_t, __nv_bfloat16*, float*, float*, void*, cudaStream_t);
 
-void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
+template <typename TY>
+void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, TY* y, float* rinv,
                 cudaStream_t stream) {
   if (rows == 0) return;
-  l2norm_fwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(x, rows, dim, eps, scale, y, rinv);
+  l2norm_fwd_kernel<TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(x, rows, dim, eps, scale, y, rinv);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void l2norm_fwd(const float*, int64_t, int64_t, double, double, float*, float*, cudaStream_t);
+template void l2norm_fwd(const float*, int64_t, int64_t, double, double, __nv_bfloat16*, float*, cudaStream_t);
 
-void l2norm_bwd(const float* dy, const float* y, const float* rinv, int64_t rows, int64_t dim, double scale,
+void l2norm_bwd(const float* dy, const float* x, const float* rinv, int64_t rows, int64_t dim, double scale,
                 float* dx, cudaStream_t stream) {
   if (rows == 0) return;
-  l2norm_bwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(dy, y, rinv, rows, dim, scale, dx);
+  l2norm_bwd_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(dy, x, rinv, rows, dim, scale, dx);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

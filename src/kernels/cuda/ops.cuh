@@ -93,18 +93,23 @@ void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n
 constexpr int64_t kConvMaxWidth = 8;
 /// Short conv + SiLU: x, pre, y, dy, dx [batch, seq_len, channels]; w, dw [channels, width]; bias, dbias
 /// [channels] or nullptr (the delta-rule layers' conv has no bias, Mamba2's has, layers-ssm-attn.md §1.4).
-/// dx is float or __nv_bfloat16 (rounded from the fp32 result: what a bf16 matrix product reads).
+/// y is float or __nv_bfloat16 (the fp32 result rounded: the bf16 v a GDN / Comba core takes); dx is float or
+/// __nv_bfloat16 (rounded from the fp32 result: what a bf16 matrix product reads).
 /// Throws llmt::Error unless 1 <= width <= kConvMaxWidth.
+template <typename TY>
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
-                         int64_t channels, int64_t width, float* pre, float* y, cudaStream_t stream);
+                         int64_t channels, int64_t width, float* pre, TY* y, cudaStream_t stream);
 template <typename TX>
 void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
                          int64_t seq_len, int64_t channels, int64_t width, TX* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream);
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width);
-void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, float* y, float* rinv,
+/// L2 norm: x, y, dy, dx [rows, dim]; rinv [rows]. y is float or __nv_bfloat16 (the fp32 result rounded: the bf16
+/// q̂, k̂, p̂ a GDN / Comba core takes); the backward reads the forward's input x (x̃ = x rinv), not y.
+template <typename TY>
+void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, TY* y, float* rinv,
                 cudaStream_t stream);
-void l2norm_bwd(const float* dy, const float* y, const float* rinv, int64_t rows, int64_t dim, double scale,
+void l2norm_bwd(const float* dy, const float* x, const float* rinv, int64_t rows, int64_t dim, double scale,
                 float* dx, cudaStream_t stream);
 /// Gated RMSNorm: o, z, y, dy, d_o, dz [rows, dim]; w, dw [dim]; rstd [rows]. y and dz are float or
 /// __nv_bfloat16 (rounded from the fp32 result). Throws llmt::Error when dim passes the backward's shared memory
@@ -364,21 +369,25 @@ size_t mdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
 // kernels/backend.h): T new tokens per batch row continuing a carried state, updated in place. The recurrent
 // ops run the one-token update T times in one launch (one block per (batch, head) or (value tile, head, batch),
 // the state on chip between tokens); fp32 states and arithmetic.
-/// cpu::short_conv_silu_step: x, y [B, T, C]; w [C, W]; bias [C] or nullptr; window [B, W - 1, C].
+/// cpu::short_conv_silu_step: x, y [B, T, C]; w [C, W]; bias [C] or nullptr; window [B, W - 1, C]. y is float or
+/// __nv_bfloat16 (the fp32 result rounded: the bf16 v of gdn_decode / comba_decode).
+template <typename TY>
 void short_conv_silu_decode(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
-                            int64_t channels, int64_t width, float* window, float* y, cudaStream_t stream);
+                            int64_t channels, int64_t width, float* window, TY* y, cudaStream_t stream);
 /// The delta-rule recurrences (cpu::{gdn,kda,comba,mdn}_recurrent_fwd from a state): q, k, p [B, T, H, K];
 /// v, o [B, T, H, V]; g, log_alpha, beta, log_mu, eta [B, T, H] (KDA's g [B, T, H, K]); state, momentum
-/// [B, H, K, V]. Throws llmt::Error when (K 16 (1 or 2 for MDN) + 3 K + 272) floats exceed 48 KiB.
-void gdn_decode(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
-                int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
-                cudaStream_t stream);
+/// [B, H, K, V]. Throws llmt::Error when (K 16 (1 or 2 for MDN) + 3 K + 272) floats exceed 48 KiB. GDN's and
+/// Comba's E (q, k, v, p): float or __nv_bfloat16 (read as fp32; what the layers hand the bf16 chunked cores).
+template <typename E>
+void gdn_decode(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch, int64_t seq_len,
+                int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o, cudaStream_t stream);
 void kda_decode(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                 int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
                 cudaStream_t stream);
-void comba_decode(const float* q, const float* k, const float* v, const float* p, const float* g, const float* beta,
-                  int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state,
-                  float* o, cudaStream_t stream);
+template <typename E>
+void comba_decode(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
+                  int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, float* state, float* o,
+                  cudaStream_t stream);
 void mdn_decode(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                 const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                 int64_t value_dim, float* state, float* momentum, float* o, cudaStream_t stream);
