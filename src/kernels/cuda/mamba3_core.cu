@@ -19,6 +19,7 @@
 // Otherwise every product is exact fp32.
 #include <type_traits>
 
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
@@ -102,15 +103,26 @@ __device__ void load_rows(float* buf, int ld, const float* src, int64_t width, c
   }
 }
 
-// The per-token G, σ, γ of the chunk into shared arrays (entries past n: G = Γ, σ = γ = 0).
+// Token i's G, σ, γ of chunk k (i < Lc; past n: G = Γ, σ = γ = 0).
+struct TokenScalars {
+  double G;
+  float sg, gm;
+};
+__device__ __forceinline__ TokenScalars token_scalars(const double* G, const float* sig, const float* gam,
+                                                      const Sizes& s, const Chunk& k, int i) {
+  const bool in = i < k.n;
+  const int64_t e = (k.b * s.T + k.t0 + i) * s.H + k.h;
+  return {G[(k.bh * s.nc + k.c) * s.Lc + i], in ? sig[e] : 0.0f, in ? gam[e] : 0.0f};
+}
+
+// The per-token G, σ, γ of the chunk (token_scalars) into shared arrays.
 __device__ void load_scalars(const double* G, const float* sig, const float* gam, const Sizes& s, const Chunk& k,
                              double* Gs, float* sg, float* gm) {
   for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {
-    Gs[i] = G[(k.bh * s.nc + k.c) * s.Lc + i];
-    const bool in = i < k.n;
-    const int64_t e = (k.b * s.T + k.t0 + i) * s.H + k.h;
-    sg[i] = in ? sig[e] : 0.0f;
-    gm[i] = in ? gam[e] : 0.0f;
+    const TokenScalars t = token_scalars(G, sig, gam, s, k, i);
+    Gs[i] = t.G;
+    sg[i] = t.sg;
+    gm[i] = t.gm;
   }
 }
 
@@ -486,68 +498,87 @@ __device__ __forceinline__ int h_at(int r, int c, int nct) {
   return ((r >> 6) * nct + (c >> 6)) * tile::kTileHalves + (r & 63) * tile::kLdH + (c & 63);
 }
 
-// load_tiles_h with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
+// load_tiles_hm with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
 // takes columns kW (x % (64 / kW)) .. + kW - 1 of every 64-column tile and rows x / (64 / kW) + kStep j of every
-// 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) are walked kTiles at a time, and each thread
-// issues its kBatch loads in each of them (kTiles kBatch: 8 float4 loads) before their stores.
-template <int kW, typename Row, typename Scale>
-__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row,
-                                             Scale scale) {
+// 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) of each of the kM matrices are walked kTiles at
+// a time, and each thread issues its kBatch loads in each of them (kM kTiles kBatch: 8 float4 loads) before their
+// stores.
+template <int kW, int kM, typename Row, typename Scale>
+__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* const (&dst)[kM], int nrt, int nct, int rows, int cols,
+                                             const Row (&row)[kM], Scale scale) {
   constexpr int kPerRow = 64 / kW, kStep = tile::kThreads / kPerRow, kBatch = kW == 4 ? 4 : 8;
-  constexpr int kTiles = kW == 4 ? 2 : 1;
-  static_assert(64 % (kStep * kBatch) == 0, "whole batches per tile");
+  constexpr int kTiles = kW == 4 ? 2 / kM : 1;
+  static_assert(64 % (kStep * kBatch) == 0 && kTiles >= 1, "whole batches per tile");
   const int x = static_cast<int>(threadIdx.x), c_in = kW * (x % kPerRow), r_in = x / kPerRow, nt = nrt * nct;
 #pragma unroll 1
   for (int t0 = 0; t0 < nt; t0 += kTiles)
 #pragma unroll 1
     for (int j0 = 0; j0 < 64 / kStep; j0 += kBatch) {
-      float v[kTiles][kBatch][kW];
+      float v[kM][kTiles][kBatch][kW];
       int r0[kTiles];  // the tile's first row of this thread (rows past nrt tiles when t >= nt: nothing loaded)
 #pragma unroll
       for (int g = 0; g < kTiles; ++g) {
         const int t = t0 + g, rt = t / nct, c = 64 * (t - rt * nct) + c_in;
         r0[g] = 64 * rt + r_in + kStep * j0;
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int r = r0[g] + kStep * u;
-          const bool in = t < nt && r < rows && c < cols;
-          if constexpr (kW == 4) {
-            const float4 f = in ? *reinterpret_cast<const float4*>(row(r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            v[g][u][0] = f.x, v[g][u][1] = f.y, v[g][u][2] = f.z, v[g][u][3] = f.w;
-          } else {
-            v[g][u][0] = in ? row(r)[c] : 0.0f;
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const int r = r0[g] + kStep * u;
+            const bool in = t < nt && r < rows && c < cols;
+            if constexpr (kW == 4) {
+              const float4 f =
+                  in ? *reinterpret_cast<const float4*>(row[m](r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+              v[m][g][u][0] = f.x, v[m][g][u][1] = f.y, v[m][g][u][2] = f.z, v[m][g][u][3] = f.w;
+            } else {
+              v[m][g][u][0] = in ? row[m](r)[c] : 0.0f;
+            }
           }
-        }
       }
 #pragma unroll
       for (int g = 0; g < kTiles; ++g) {
         if (t0 + g >= nt) break;
-        __nv_bfloat16* d = dst + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int r = r0[g] + kStep * u;
-          const float f = r < rows ? scale(r) : 0.0f;
-          __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
-          if constexpr (kW == 4) {
-            reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[g][u][0], f * v[g][u][1]);
-            reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[g][u][2], f * v[g][u][3]);
-          } else {
-            *o = __float2bfloat16_rn(f * v[g][u][0]);
+        for (int m = 0; m < kM; ++m) {
+          __nv_bfloat16* d = dst[m] + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const int r = r0[g] + kStep * u;
+            const float f = r < rows ? scale(r) : 0.0f;
+            __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
+            if constexpr (kW == 4) {
+              reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[m][g][u][0], f * v[m][g][u][1]);
+              reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[m][g][u][2], f * v[m][g][u][3]);
+            } else {
+              *o = __float2bfloat16_rn(f * v[m][g][u][0]);
+            }
           }
         }
       }
     }
 }
 
-// dst (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row(r)[c]) for r < rows, c < cols, else 0; row(r) is a
-// float pointer with row(r) - row(0) a multiple of cols floats (so every row is 16-byte aligned when row(0) is and
+// dst[m] (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row[m](r)[c]) for r < rows, c < cols, else 0, m < kM (1 or
+// 2: two matrices of the same shape, both loads in flight together); row[m](r) is a float pointer with
+// row[m](r) - row[m](0) a multiple of cols floats (so every row is 16-byte aligned when row[m](0) is and
 // cols % 4 == 0: then float4 loads, else scalar ones). Reached by the whole block of tile::kThreads.
-template <typename Row, typename Scale>
-__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
-  if (cols % 4 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
+template <int kM, typename Row, typename Scale>
+__device__ void load_tiles_hm(__nv_bfloat16* const (&dst)[kM], int nrt, int nct, int rows, int cols,
+                              const Row (&row)[kM], Scale scale) {
+  bool aligned = cols % 4 == 0;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) aligned = aligned && reinterpret_cast<uintptr_t>(row[m](0)) % 16 == 0;
+  if (aligned)
     load_tiles_w<4>(dst, nrt, nct, rows, cols, row, scale);
   else
     load_tiles_w<1>(dst, nrt, nct, rows, cols, row, scale);
+}
+// load_tiles_hm of one matrix.
+template <typename Row, typename Scale>
+__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
+  __nv_bfloat16* const d[1] = {dst};
+  const Row r[1] = {row};
+  load_tiles_hm(d, nrt, nct, rows, cols, r, scale);
 }
 
 // copy_tiles_h with kW-element pieces (8: 16 bytes; 1: one element): thread x takes pieces e = x + kThreads m of
@@ -572,16 +603,36 @@ __device__ __forceinline__ void copy_tiles_w(__nv_bfloat16* dst, int nrt, int nc
   }
 }
 
+// Whether copy_tiles_h of a bf16 tensor with rows ld elements apart, cols wide, first row at p, takes 16-byte pieces
+// (then copy_tiles_async gives the same tiles).
+__host__ __device__ __forceinline__ bool copy_async_ok(const void* p, int ld, int cols) {
+  return ld % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // dst (nrt x nct bf16 tiles, h_at) = row(r)[c] for r < rows, c < cols, else 0: load_tiles_h of a bf16 source with
 // scale 1 (the bits copied); row(r) a bf16 pointer with row(r) - row(0) a multiple of ld elements: 16-byte pieces
 // where ld and cols are multiples of 8 and row(0) is 16-byte aligned, else single elements; kBatch 16-byte loads
 // in flight per thread (the caller's registers permitting). Reached by the whole block of tile::kThreads.
 template <int kBatch, typename Row>
 __device__ void copy_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, int ld, Row row) {
-  if (ld % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
+  if (copy_async_ok(row(0), ld, cols))
     copy_tiles_w<8, kBatch>(dst, nrt, nct, rows, cols, row);
   else
     copy_tiles_w<1, 8>(dst, nrt, nct, rows, cols, row);
+}
+
+// copy_tiles_h by cp.async, where it takes 16-byte pieces (copy_async_ok): thread x issues the pieces of
+// copy_tiles_w<8> (e = x + kThreads m, row-major), those outside rows x cols zero-filled (row(0) their unread
+// source), all in flight together; they land at the thread's cp_async_wait of the group the caller commits, and
+// other threads read them after a barrier. Reached by the whole block of tile::kThreads.
+template <typename Row>
+__device__ void copy_tiles_async(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row) {
+  const int pr = 8 * nct, total = 64 * nrt * pr;
+  for (int e = threadIdx.x; e < total; e += tile::kThreads) {
+    const int r = e / pr, c = 8 * (e - r * pr);
+    const bool in = r < rows && c < cols;
+    tile::cp_async16(dst + h_at(r, c, nct), in ? row(r) + c : row(0), in ? 16 : 0);
+  }
 }
 
 // Chunk k's rows in the core layout [B, T, H, R, width], R = kR when it is a compile-time constant (1: SISO) or
@@ -965,7 +1016,11 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
 // scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for dq
-// and inter, then dS for dk, dv). Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
+// and inter, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
+// q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
+// prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before the
+// barrier that ends the S_in products (swap_ahead), the fp32 v, dy of the per-token sums and of D dy before the
+// products whose results they meet. Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
 // dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
@@ -995,18 +1050,46 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const int64_t base = k.bh * s.nc + k.c;
   const __nv_bfloat16* sin = states + base * s.P * s.N;
   const float* dS = dstates + base * s.P * s.N;
-  const auto one = [](int) { return 1.0f; };
-  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
-  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {  // (the entries this thread just wrote)
-    eg[i] = expf(static_cast<float>(Gs[i]));
-    fe[i] = expf(static_cast<float>(G[base * s.Lc + s.Lc - 1] - Gs[i]));
+  // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
+  // registers; q, k, S_in by cp.async (where they come in 16-byte pieces, else copied after the rest); dS asked into
+  // the L2 (read after the S_in products); v and dy in one batch, rounded on their way into V, DY.
+  const int ti = static_cast<int>(threadIdx.x);
+  TokenScalars ts{0.0, 0.0f, 0.0f};
+  double gl = 0.0;  // Γ
+  if (ti < s.Lc) {
+    ts = token_scalars(G, sig, gam, s, k, ti);
+    gl = G[base * s.Lc + s.Lc - 1];
   }
+  const auto qrows = cr.rows(q, N, 0), krows = cr.rows(kk, N, 0);
+  const auto srows = [&](int p) { return sin + p * s.N; };
+  const bool async = copy_async_ok(qrows(0), N, N) && copy_async_ok(krows(0), N, N) && copy_async_ok(sin, N, N);
+  if (async) {
+    copy_tiles_async(Q, 1, nN, k.nr, N, qrows);
+    copy_tiles_async(K, 1, nN, k.nr, N, krows);
+    copy_tiles_async(S, nP, nN, P, N, srows);
+    tile::cp_async_commit();
+  }
+  tile::prefetch_l2(dS, 4 * s.N, P, 4 * s.N);
+  {
+    __nv_bfloat16* const vd[2] = {V, DY};
+    const decltype(cr.rows(v, P, 0)) vdrows[2] = {cr.rows(v, P, 0), cr.rows(dy, P, 0)};
+    load_tiles_hm(vd, 1, nP, k.nr, P, vdrows, [](int) { return 1.0f; });
+  }
+  if (ti < s.Lc) {
+    Gs[ti] = ts.G;
+    sg[ti] = ts.sg;
+    gm[ti] = ts.gm;
+    eg[ti] = expf(static_cast<float>(ts.G));
+    fe[ti] = expf(static_cast<float>(gl - ts.G));
+  }
+  if (async) {
+    tile::cp_async_wait<0>();
+  } else {
 #pragma unroll 1
-  for (int o = 0; o < 2; ++o) {  // q, k rows into Q, K; v, dy rows into V, DY (one copy of each load code)
-    copy_tiles_h<8>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
-    load_tiles_h(o == 0 ? V : DY, 1, nP, k.nr, P, cr.rows(o == 0 ? v : dy, P, 0), one);
+    for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the load code)
+      copy_tiles_h<8>(o == 0 ? Q : K, 1, nN, k.nr, N, N, o == 0 ? qrows : krows);
+    copy_tiles_h<8>(S, nP, nN, P, N, N, srows);
   }
-  copy_tiles_h<8>(S, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
