@@ -107,6 +107,11 @@ __device__ void load_rows(float* buf, int ld, const float* src, int64_t width, c
 struct TokenScalars {
   double G;
   float sg, gm;
+  __device__ void put(int i, double* Gs, float* sg_, float* gm_) const {  // into shared arrays at token i
+    Gs[i] = G;
+    sg_[i] = sg;
+    gm_[i] = gm;
+  }
 };
 __device__ __forceinline__ TokenScalars token_scalars(const double* G, const float* sig, const float* gam,
                                                       const Sizes& s, const Chunk& k, int i) {
@@ -118,12 +123,7 @@ __device__ __forceinline__ TokenScalars token_scalars(const double* G, const flo
 // The per-token G, σ, γ of the chunk (token_scalars) into shared arrays.
 __device__ void load_scalars(const double* G, const float* sig, const float* gam, const Sizes& s, const Chunk& k,
                              double* Gs, float* sg, float* gm) {
-  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {
-    const TokenScalars t = token_scalars(G, sig, gam, s, k, i);
-    Gs[i] = t.G;
-    sg[i] = t.sg;
-    gm[i] = t.gm;
-  }
+  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) token_scalars(G, sig, gam, s, k, i).put(i, Gs, sg, gm);
 }
 
 // e^{min(gi - gj, 0)}; a NaN difference stays NaN, as std::min in the CPU reference.
@@ -693,6 +693,47 @@ struct MmaRows {
   }
 };
 
+// A chunk's q, k rows (bf16, width N) and its state tiles (P x N at st, bf16) into the bf16 tiles Q, K (1 x nN
+// each) and S (nP x nN): issue() issues them by cp.async (one committed group) where every piece is 16 bytes
+// (copy_async_ok), so that they are in flight with the caller's other loads; finish<kBatch>() then waits for the
+// thread's own pieces (the caller's barrier publishes them), or, where they were not issued, copies them
+// (copy_tiles_h, kBatch 16-byte loads in flight). Both reached by the whole block of tile::kThreads.
+template <int kR>
+struct ChunkOperands {
+  __nv_bfloat16 *Q, *K, *S;
+  const __nv_bfloat16 *q, *kk, *st;
+  ChunkRows<kR> cr;
+  int nr, P, N;
+  bool async = false;
+  __device__ int nP() const { return (P + 63) / 64; }
+  __device__ int nN() const { return (N + 63) / 64; }
+  __device__ auto state_rows() const {
+    const __nv_bfloat16* b = st;
+    const int n = N;
+    return [=](int p) { return b + p * n; };
+  }
+  __device__ void issue() {
+    async = copy_async_ok(cr.rows(q, N, 0)(0), N, N) && copy_async_ok(cr.rows(kk, N, 0)(0), N, N) &&
+            copy_async_ok(st, N, N);
+    if (!async) return;
+    copy_tiles_async(Q, 1, nN(), nr, N, cr.rows(q, N, 0));
+    copy_tiles_async(K, 1, nN(), nr, N, cr.rows(kk, N, 0));
+    copy_tiles_async(S, nP(), nN(), P, N, state_rows());
+    tile::cp_async_commit();
+  }
+  template <int kBatch>
+  __device__ void finish() const {
+    if (async) {
+      tile::cp_async_wait<0>();
+      return;
+    }
+#pragma unroll 1
+    for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the copy code)
+      copy_tiles_h<kBatch>(o == 0 ? Q : K, 1, nN(), nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+    copy_tiles_h<kBatch>(S, nP(), nN(), P, N, N, state_rows());
+  }
+};
+
 // state_scan_mma_kernel's staging of a chunk's w rows (bf16): a bf16 tile (64 rows kLdH apart) that
 // stage_h_async fills by cp.async with rows row(r) (a bf16 pointer to the tile's first column) for r < rows,
 // columns < cols (a multiple of 8; every row 16-byte aligned), zeros elsewhere: thread t copies the 16-byte pieces
@@ -823,9 +864,11 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
 // + D v_ρ[p] with bf16 q, k, S_in (stored so), v and Sc (the masked, scaled scores of fwd_out_kernel, rounded
-// once), fp32 sums; D v in fp32. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
-// tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64, N = 128: three blocks per SM, which
-// __launch_bounds__ states, so that ptxas does not trade spills for a register count the shared memory rules out).
+// once), fp32 sums; D v in fp32. Every operand load is in flight before anything waits (the token scalars into
+// registers, q, k, S_in by cp.async: ChunkOperands, the v rows). kR: R as a compile-time constant (1: SISO), or
+// 0: s.R (ChunkRows). Grid (nc, H, B) of tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64,
+// N = 128: three blocks per SM, which __launch_bounds__ states, so that ptxas does not trade spills for a register
+// count the shared memory rules out).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __nv_bfloat16* q,
                                                                      const __nv_bfloat16* kk, const float* v,
@@ -845,13 +888,16 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   __shared__ float sg[kRows], gm[kRows];
   const Chunk k = this_chunk(s);
   const ChunkRows<kR> cr(s, k);
-  const __nv_bfloat16* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
-  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
-#pragma unroll 1
-  for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the copy code)
-    copy_tiles_h<4>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+  // Every operand load in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into registers, q, k,
+  // S_in by cp.async (ChunkOperands), the v rows.
+  const int ti = static_cast<int>(threadIdx.x);
+  TokenScalars ts{0.0, 0.0f, 0.0f};
+  if (ti < s.Lc) ts = token_scalars(G, sig, gam, s, k, ti);
+  ChunkOperands<kR> ops{Q, K, Sin, q, kk, states + (k.bh * s.nc + k.c) * s.P * s.N, cr, k.nr, P, N};
+  ops.issue();
   load_tiles_h(V, 1, nP, k.nr, P, cr.rows(v, P, 0), [](int) { return 1.0f; });
-  copy_tiles_h<4>(Sin, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
+  if (ti < s.Lc) ts.put(ti, Gs, sg, gm);
+  ops.template finish<4>();
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   {
@@ -1051,8 +1097,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const __nv_bfloat16* sin = states + base * s.P * s.N;
   const float* dS = dstates + base * s.P * s.N;
   // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
-  // registers; q, k, S_in by cp.async (where they come in 16-byte pieces, else copied after the rest); dS asked into
-  // the L2 (read after the S_in products); v and dy in one batch, rounded on their way into V, DY.
+  // registers; q, k, S_in by cp.async (ChunkOperands; where they do not come in 16-byte pieces, copied after the
+  // rest); dS asked into the L2 (read after the S_in products); v and dy in one batch, rounded on their way into
+  // V, DY.
   const int ti = static_cast<int>(threadIdx.x);
   TokenScalars ts{0.0, 0.0f, 0.0f};
   double gl = 0.0;  // Γ
@@ -1060,15 +1107,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     ts = token_scalars(G, sig, gam, s, k, ti);
     gl = G[base * s.Lc + s.Lc - 1];
   }
-  const auto qrows = cr.rows(q, N, 0), krows = cr.rows(kk, N, 0);
-  const auto srows = [&](int p) { return sin + p * s.N; };
-  const bool async = copy_async_ok(qrows(0), N, N) && copy_async_ok(krows(0), N, N) && copy_async_ok(sin, N, N);
-  if (async) {
-    copy_tiles_async(Q, 1, nN, k.nr, N, qrows);
-    copy_tiles_async(K, 1, nN, k.nr, N, krows);
-    copy_tiles_async(S, nP, nN, P, N, srows);
-    tile::cp_async_commit();
-  }
+  ChunkOperands<kR> ops{Q, K, S, q, kk, sin, cr, k.nr, P, N};
+  ops.issue();
   tile::prefetch_l2(dS, 4 * s.N, P, 4 * s.N);
   {
     __nv_bfloat16* const vd[2] = {V, DY};
@@ -1076,20 +1116,11 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     load_tiles_hm(vd, 1, nP, k.nr, P, vdrows, [](int) { return 1.0f; });
   }
   if (ti < s.Lc) {
-    Gs[ti] = ts.G;
-    sg[ti] = ts.sg;
-    gm[ti] = ts.gm;
+    ts.put(ti, Gs, sg, gm);
     eg[ti] = expf(static_cast<float>(ts.G));
     fe[ti] = expf(static_cast<float>(gl - ts.G));
   }
-  if (async) {
-    tile::cp_async_wait<0>();
-  } else {
-#pragma unroll 1
-    for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the load code)
-      copy_tiles_h<8>(o == 0 ? Q : K, 1, nN, k.nr, N, N, o == 0 ? qrows : krows);
-    copy_tiles_h<8>(S, nP, nN, P, N, N, srows);
-  }
+  ops.template finish<8>();
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
