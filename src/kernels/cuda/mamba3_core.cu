@@ -691,7 +691,32 @@ struct MmaRows {
         x[a][c] = in(a) && col < width ? rows[off(a) * width + col] : 0.0f;
       }
   }
+  // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather): the
+  // column pairs (Mma::col(c), + 1) of an even c as one 8-byte store where pairs (pairs_ok: width even, rows 8-byte
+  // aligned, so every pair is), else one float at a time.
+  template <class F>
+  __device__ __forceinline__ void store(float* rows, int width, int c0, bool pairs, F x) const {
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; c += 2) {
+        const int col = c0 + tile::Mma::col(c);
+        if (!in(a) || col >= width) continue;
+        float* o = rows + off(a) * width + col;
+        if (pairs) {
+          *reinterpret_cast<float2*>(o) = make_float2(x(a, c), x(a, c + 1));
+        } else {
+          o[0] = x(a, c);
+          if (col + 1 < width) o[1] = x(a, c + 1);
+        }
+      }
+  }
 };
+
+// Whether MmaRows::store may store pairs into a tensor of rows width floats apart starting at p.
+__host__ __device__ __forceinline__ bool pairs_ok(const float* p, int64_t width) {
+  return width % 2 == 0 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+}
 
 // A chunk's q, k rows (bf16, width N) and its state tiles (P x N at st, bf16) into the bf16 tiles Q, K (1 x nN
 // each) and S (nP x nN): issue() issues them by cp.async (one committed group) where every piece is 16 bytes
@@ -917,6 +942,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
   const float* vc = cr.base(v, P);
   float* yc = cr.base(y, P);
+  const bool pairs = pairs_ok(y, P);
   for (int pt = 0; pt < nP; ++pt) {
     tile::Acc acc;
     acc.zero();
@@ -928,14 +954,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
     float vo[4][4];  // D v's v: loaded during the last product, before the first y store (no load moves past it)
     my.gather(vo, vc, P, 64 * pt);
     tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int p = 64 * pt + tile::Mma::col(j);
-        if (!my.in(a) || p >= P) continue;
-        yc[my.off(a) * P + p] = fmaf(Dh, vo[a][j], acc.v[a][j]);
-      }
+    my.store(yc, P, 64 * pt, pairs, [&](int a, int j) { return fmaf(Dh, vo[a][j], acc.v[a][j]); });
   }
 }
 
@@ -1168,15 +1187,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
   };
+  const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
   auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
-    float* oc = cr.base(out, width);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = c0 + Mma::col(c);
-        if (my.in(a) && col < width) oc[my.off(a) * width + col] = acc.v[a][c];
-      }
+    my.store(cr.base(out, width), width, c0, pairs, [&](int a, int c) { return acc.v[a][c]; });
   };
   // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] and v·dy (fp32 v, dy) per P tile.
   for (int nt = 0; nt < nN; ++nt) {
@@ -1257,14 +1270,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
         }
       }
       Mma::mma<true, false>(Bdv, DY + pt * kT, acc);
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int p = 64 * pt + Mma::col(c);
-          if (!my.in(a) || p >= P) continue;
-          dvc[my.off(a) * P + p] = fmaf(Dh, dyo[a][c], acc.v[a][c]);
-        }
+      my.store(dvc, P, 64 * pt, pairs, [&](int a, int c) { return fmaf(Dh, dyo[a][c], acc.v[a][c]); });
     }
     put_row_parts(z, red[kZ]);
   }
