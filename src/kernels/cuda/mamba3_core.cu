@@ -19,6 +19,7 @@
 // Otherwise every product is exact fp32.
 #include <type_traits>
 
+#include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/mamba3.cuh"
 
@@ -102,16 +103,27 @@ __device__ void load_rows(float* buf, int ld, const float* src, int64_t width, c
   }
 }
 
-// The per-token G, σ, γ of the chunk into shared arrays (entries past n: G = Γ, σ = γ = 0).
+// Token i's G, σ, γ of chunk k (i < Lc; past n: G = Γ, σ = γ = 0).
+struct TokenScalars {
+  double G;
+  float sg, gm;
+  __device__ void put(int i, double* Gs, float* sg_, float* gm_) const {  // into shared arrays at token i
+    Gs[i] = G;
+    sg_[i] = sg;
+    gm_[i] = gm;
+  }
+};
+__device__ __forceinline__ TokenScalars token_scalars(const double* G, const float* sig, const float* gam,
+                                                      const Sizes& s, const Chunk& k, int i) {
+  const bool in = i < k.n;
+  const int64_t e = (k.b * s.T + k.t0 + i) * s.H + k.h;
+  return {G[(k.bh * s.nc + k.c) * s.Lc + i], in ? sig[e] : 0.0f, in ? gam[e] : 0.0f};
+}
+
+// The per-token G, σ, γ of the chunk (token_scalars) into shared arrays.
 __device__ void load_scalars(const double* G, const float* sig, const float* gam, const Sizes& s, const Chunk& k,
                              double* Gs, float* sg, float* gm) {
-  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {
-    Gs[i] = G[(k.bh * s.nc + k.c) * s.Lc + i];
-    const bool in = i < k.n;
-    const int64_t e = (k.b * s.T + k.t0 + i) * s.H + k.h;
-    sg[i] = in ? sig[e] : 0.0f;
-    gm[i] = in ? gam[e] : 0.0f;
-  }
+  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) token_scalars(G, sig, gam, s, k, i).put(i, Gs, sg, gm);
 }
 
 // e^{min(gi - gj, 0)}; a NaN difference stays NaN, as std::min in the CPU reference.
@@ -486,68 +498,87 @@ __device__ __forceinline__ int h_at(int r, int c, int nct) {
   return ((r >> 6) * nct + (c >> 6)) * tile::kTileHalves + (r & 63) * tile::kLdH + (c & 63);
 }
 
-// load_tiles_h with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
+// load_tiles_hm with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
 // takes columns kW (x % (64 / kW)) .. + kW - 1 of every 64-column tile and rows x / (64 / kW) + kStep j of every
-// 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) are walked kTiles at a time, and each thread
-// issues its kBatch loads in each of them (kTiles kBatch: 8 float4 loads) before their stores.
-template <int kW, typename Row, typename Scale>
-__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row,
-                                             Scale scale) {
+// 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) of each of the kM matrices are walked kTiles at
+// a time, and each thread issues its kBatch loads in each of them (kM kTiles kBatch: 8 float4 loads) before their
+// stores.
+template <int kW, int kM, typename Row, typename Scale>
+__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* const (&dst)[kM], int nrt, int nct, int rows, int cols,
+                                             const Row (&row)[kM], Scale scale) {
   constexpr int kPerRow = 64 / kW, kStep = tile::kThreads / kPerRow, kBatch = kW == 4 ? 4 : 8;
-  constexpr int kTiles = kW == 4 ? 2 : 1;
-  static_assert(64 % (kStep * kBatch) == 0, "whole batches per tile");
+  constexpr int kTiles = kW == 4 ? 2 / kM : 1;
+  static_assert(64 % (kStep * kBatch) == 0 && kTiles >= 1, "whole batches per tile");
   const int x = static_cast<int>(threadIdx.x), c_in = kW * (x % kPerRow), r_in = x / kPerRow, nt = nrt * nct;
 #pragma unroll 1
   for (int t0 = 0; t0 < nt; t0 += kTiles)
 #pragma unroll 1
     for (int j0 = 0; j0 < 64 / kStep; j0 += kBatch) {
-      float v[kTiles][kBatch][kW];
+      float v[kM][kTiles][kBatch][kW];
       int r0[kTiles];  // the tile's first row of this thread (rows past nrt tiles when t >= nt: nothing loaded)
 #pragma unroll
       for (int g = 0; g < kTiles; ++g) {
         const int t = t0 + g, rt = t / nct, c = 64 * (t - rt * nct) + c_in;
         r0[g] = 64 * rt + r_in + kStep * j0;
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int r = r0[g] + kStep * u;
-          const bool in = t < nt && r < rows && c < cols;
-          if constexpr (kW == 4) {
-            const float4 f = in ? *reinterpret_cast<const float4*>(row(r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            v[g][u][0] = f.x, v[g][u][1] = f.y, v[g][u][2] = f.z, v[g][u][3] = f.w;
-          } else {
-            v[g][u][0] = in ? row(r)[c] : 0.0f;
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const int r = r0[g] + kStep * u;
+            const bool in = t < nt && r < rows && c < cols;
+            if constexpr (kW == 4) {
+              const float4 f =
+                  in ? *reinterpret_cast<const float4*>(row[m](r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+              v[m][g][u][0] = f.x, v[m][g][u][1] = f.y, v[m][g][u][2] = f.z, v[m][g][u][3] = f.w;
+            } else {
+              v[m][g][u][0] = in ? row[m](r)[c] : 0.0f;
+            }
           }
-        }
       }
 #pragma unroll
       for (int g = 0; g < kTiles; ++g) {
         if (t0 + g >= nt) break;
-        __nv_bfloat16* d = dst + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int r = r0[g] + kStep * u;
-          const float f = r < rows ? scale(r) : 0.0f;
-          __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
-          if constexpr (kW == 4) {
-            reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[g][u][0], f * v[g][u][1]);
-            reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[g][u][2], f * v[g][u][3]);
-          } else {
-            *o = __float2bfloat16_rn(f * v[g][u][0]);
+        for (int m = 0; m < kM; ++m) {
+          __nv_bfloat16* d = dst[m] + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const int r = r0[g] + kStep * u;
+            const float f = r < rows ? scale(r) : 0.0f;
+            __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
+            if constexpr (kW == 4) {
+              reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[m][g][u][0], f * v[m][g][u][1]);
+              reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[m][g][u][2], f * v[m][g][u][3]);
+            } else {
+              *o = __float2bfloat16_rn(f * v[m][g][u][0]);
+            }
           }
         }
       }
     }
 }
 
-// dst (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row(r)[c]) for r < rows, c < cols, else 0; row(r) is a
-// float pointer with row(r) - row(0) a multiple of cols floats (so every row is 16-byte aligned when row(0) is and
+// dst[m] (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row[m](r)[c]) for r < rows, c < cols, else 0, m < kM (1 or
+// 2: two matrices of the same shape, both loads in flight together); row[m](r) is a float pointer with
+// row[m](r) - row[m](0) a multiple of cols floats (so every row is 16-byte aligned when row[m](0) is and
 // cols % 4 == 0: then float4 loads, else scalar ones). Reached by the whole block of tile::kThreads.
-template <typename Row, typename Scale>
-__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
-  if (cols % 4 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
+template <int kM, typename Row, typename Scale>
+__device__ void load_tiles_hm(__nv_bfloat16* const (&dst)[kM], int nrt, int nct, int rows, int cols,
+                              const Row (&row)[kM], Scale scale) {
+  bool aligned = cols % 4 == 0;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) aligned = aligned && reinterpret_cast<uintptr_t>(row[m](0)) % 16 == 0;
+  if (aligned)
     load_tiles_w<4>(dst, nrt, nct, rows, cols, row, scale);
   else
     load_tiles_w<1>(dst, nrt, nct, rows, cols, row, scale);
+}
+// load_tiles_hm of one matrix.
+template <typename Row, typename Scale>
+__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
+  __nv_bfloat16* const d[1] = {dst};
+  const Row r[1] = {row};
+  load_tiles_hm(d, nrt, nct, rows, cols, r, scale);
 }
 
 // copy_tiles_h with kW-element pieces (8: 16 bytes; 1: one element): thread x takes pieces e = x + kThreads m of
@@ -572,16 +603,36 @@ __device__ __forceinline__ void copy_tiles_w(__nv_bfloat16* dst, int nrt, int nc
   }
 }
 
+// Whether copy_tiles_h of a bf16 tensor with rows ld elements apart, cols wide, first row at p, takes 16-byte pieces
+// (then copy_tiles_async gives the same tiles).
+__host__ __device__ __forceinline__ bool copy_async_ok(const void* p, int ld, int cols) {
+  return ld % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // dst (nrt x nct bf16 tiles, h_at) = row(r)[c] for r < rows, c < cols, else 0: load_tiles_h of a bf16 source with
 // scale 1 (the bits copied); row(r) a bf16 pointer with row(r) - row(0) a multiple of ld elements: 16-byte pieces
 // where ld and cols are multiples of 8 and row(0) is 16-byte aligned, else single elements; kBatch 16-byte loads
 // in flight per thread (the caller's registers permitting). Reached by the whole block of tile::kThreads.
 template <int kBatch, typename Row>
 __device__ void copy_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, int ld, Row row) {
-  if (ld % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(row(0)) % 16 == 0)
+  if (copy_async_ok(row(0), ld, cols))
     copy_tiles_w<8, kBatch>(dst, nrt, nct, rows, cols, row);
   else
     copy_tiles_w<1, 8>(dst, nrt, nct, rows, cols, row);
+}
+
+// copy_tiles_h by cp.async, where it takes 16-byte pieces (copy_async_ok): thread x issues the pieces of
+// copy_tiles_w<8> (e = x + kThreads m, row-major), those outside rows x cols zero-filled (row(0) their unread
+// source), all in flight together; they land at the thread's cp_async_wait of the group the caller commits, and
+// other threads read them after a barrier. Reached by the whole block of tile::kThreads.
+template <typename Row>
+__device__ void copy_tiles_async(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row) {
+  const int pr = 8 * nct, total = 64 * nrt * pr;
+  for (int e = threadIdx.x; e < total; e += tile::kThreads) {
+    const int r = e / pr, c = 8 * (e - r * pr);
+    const bool in = r < rows && c < cols;
+    tile::cp_async16(dst + h_at(r, c, nct), in ? row(r) + c : row(0), in ? 16 : 0);
+  }
 }
 
 // Chunk k's rows in the core layout [B, T, H, R, width], R = kR when it is a compile-time constant (1: SISO) or
@@ -639,6 +690,72 @@ struct MmaRows {
         const int col = c0 + tile::Mma::col(c);
         x[a][c] = in(a) && col < width ? rows[off(a) * width + col] : 0.0f;
       }
+  }
+  // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather): the
+  // column pairs (Mma::col(c), + 1) of an even c as one 8-byte store where pairs (pairs_ok: width even, rows 8-byte
+  // aligned, so every pair is), else one float at a time.
+  template <class F>
+  __device__ __forceinline__ void store(float* rows, int width, int c0, bool pairs, F x) const {
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; c += 2) {
+        const int col = c0 + tile::Mma::col(c);
+        if (!in(a) || col >= width) continue;
+        float* o = rows + off(a) * width + col;
+        if (pairs) {
+          *reinterpret_cast<float2*>(o) = make_float2(x(a, c), x(a, c + 1));
+        } else {
+          o[0] = x(a, c);
+          if (col + 1 < width) o[1] = x(a, c + 1);
+        }
+      }
+  }
+};
+
+// Whether MmaRows::store may store pairs into a tensor of rows width floats apart starting at p.
+__host__ __device__ __forceinline__ bool pairs_ok(const float* p, int64_t width) {
+  return width % 2 == 0 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+}
+
+// A chunk's q, k rows (bf16, width N) and its state tiles (P x N at st, bf16) into the bf16 tiles Q, K (1 x nN
+// each) and S (nP x nN): issue() issues them by cp.async (one committed group) where every piece is 16 bytes
+// (copy_async_ok), so that they are in flight with the caller's other loads; finish<kBatch>() then waits for the
+// thread's own pieces (the caller's barrier publishes them), or, where they were not issued, copies them
+// (copy_tiles_h, kBatch 16-byte loads in flight). Both reached by the whole block of tile::kThreads.
+template <int kR>
+struct ChunkOperands {
+  __nv_bfloat16 *Q, *K, *S;
+  const __nv_bfloat16 *q, *kk, *st;
+  ChunkRows<kR> cr;
+  int nr, P, N;
+  bool async = false;
+  __device__ int nP() const { return (P + 63) / 64; }
+  __device__ int nN() const { return (N + 63) / 64; }
+  __device__ auto state_rows() const {
+    const __nv_bfloat16* b = st;
+    const int n = N;
+    return [=](int p) { return b + p * n; };
+  }
+  __device__ void issue() {
+    async = copy_async_ok(cr.rows(q, N, 0)(0), N, N) && copy_async_ok(cr.rows(kk, N, 0)(0), N, N) &&
+            copy_async_ok(st, N, N);
+    if (!async) return;
+    copy_tiles_async(Q, 1, nN(), nr, N, cr.rows(q, N, 0));
+    copy_tiles_async(K, 1, nN(), nr, N, cr.rows(kk, N, 0));
+    copy_tiles_async(S, nP(), nN(), P, N, state_rows());
+    tile::cp_async_commit();
+  }
+  template <int kBatch>
+  __device__ void finish() const {
+    if (async) {
+      tile::cp_async_wait<0>();
+      return;
+    }
+#pragma unroll 1
+    for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the copy code)
+      copy_tiles_h<kBatch>(o == 0 ? Q : K, 1, nN(), nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+    copy_tiles_h<kBatch>(S, nP(), nN(), P, N, N, state_rows());
   }
 };
 
@@ -772,9 +889,11 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
 // + D v_ρ[p] with bf16 q, k, S_in (stored so), v and Sc (the masked, scaled scores of fwd_out_kernel, rounded
-// once), fp32 sums; D v in fp32. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
-// tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64, N = 128: three blocks per SM, which
-// __launch_bounds__ states, so that ptxas does not trade spills for a register count the shared memory rules out).
+// once), fp32 sums; D v in fp32. Every operand load is in flight before anything waits (the token scalars into
+// registers, q, k, S_in by cp.async: ChunkOperands, the v rows). kR: R as a compile-time constant (1: SISO), or
+// 0: s.R (ChunkRows). Grid (nc, H, B) of tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64,
+// N = 128: three blocks per SM, which __launch_bounds__ states, so that ptxas does not trade spills for a register
+// count the shared memory rules out).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __nv_bfloat16* q,
                                                                      const __nv_bfloat16* kk, const float* v,
@@ -794,13 +913,16 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   __shared__ float sg[kRows], gm[kRows];
   const Chunk k = this_chunk(s);
   const ChunkRows<kR> cr(s, k);
-  const __nv_bfloat16* sin = states + (k.bh * s.nc + k.c) * s.P * s.N;
-  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
-#pragma unroll 1
-  for (int o = 0; o < 2; ++o)  // q, k rows into Q, K (one copy of the copy code)
-    copy_tiles_h<4>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
+  // Every operand load in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into registers, q, k,
+  // S_in by cp.async (ChunkOperands), the v rows.
+  const int ti = static_cast<int>(threadIdx.x);
+  TokenScalars ts{0.0, 0.0f, 0.0f};
+  if (ti < s.Lc) ts = token_scalars(G, sig, gam, s, k, ti);
+  ChunkOperands<kR> ops{Q, K, Sin, q, kk, states + (k.bh * s.nc + k.c) * s.P * s.N, cr, k.nr, P, N};
+  ops.issue();
   load_tiles_h(V, 1, nP, k.nr, P, cr.rows(v, P, 0), [](int) { return 1.0f; });
-  copy_tiles_h<4>(Sin, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
+  if (ti < s.Lc) ts.put(ti, Gs, sg, gm);
+  ops.template finish<4>();
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   {
@@ -820,6 +942,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
   const float* vc = cr.base(v, P);
   float* yc = cr.base(y, P);
+  const bool pairs = pairs_ok(y, P);
   for (int pt = 0; pt < nP; ++pt) {
     tile::Acc acc;
     acc.zero();
@@ -831,14 +954,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
     float vo[4][4];  // D v's v: loaded during the last product, before the first y store (no load moves past it)
     my.gather(vo, vc, P, 64 * pt);
     tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int p = 64 * pt + tile::Mma::col(j);
-        if (!my.in(a) || p >= P) continue;
-        yc[my.off(a) * P + p] = fmaf(Dh, vo[a][j], acc.v[a][j]);
-      }
+    my.store(yc, P, 64 * pt, pairs, [&](int a, int j) { return fmaf(Dh, vo[a][j], acc.v[a][j]); });
   }
 }
 
@@ -965,7 +1081,11 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
 // scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for dq
-// and inter, then dS for dk, dv). Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
+// and inter, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
+// q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
+// prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before the
+// barrier that ends the S_in products (swap_ahead), the fp32 v, dy of the per-token sums and of D dy before the
+// products whose results they meet. Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
 // dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
@@ -995,18 +1115,31 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const int64_t base = k.bh * s.nc + k.c;
   const __nv_bfloat16* sin = states + base * s.P * s.N;
   const float* dS = dstates + base * s.P * s.N;
-  const auto one = [](int) { return 1.0f; };
-  load_scalars(G, sig, gam, s, k, Gs, sg, gm);
-  for (int i = threadIdx.x; i < s.Lc; i += blockDim.x) {  // (the entries this thread just wrote)
-    eg[i] = expf(static_cast<float>(Gs[i]));
-    fe[i] = expf(static_cast<float>(G[base * s.Lc + s.Lc - 1] - Gs[i]));
+  // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
+  // registers; q, k, S_in by cp.async (ChunkOperands; where they do not come in 16-byte pieces, copied after the
+  // rest); dS asked into the L2 (read after the S_in products); v and dy in one batch, rounded on their way into
+  // V, DY.
+  const int ti = static_cast<int>(threadIdx.x);
+  TokenScalars ts{0.0, 0.0f, 0.0f};
+  double gl = 0.0;  // Γ
+  if (ti < s.Lc) {
+    ts = token_scalars(G, sig, gam, s, k, ti);
+    gl = G[base * s.Lc + s.Lc - 1];
   }
-#pragma unroll 1
-  for (int o = 0; o < 2; ++o) {  // q, k rows into Q, K; v, dy rows into V, DY (one copy of each load code)
-    copy_tiles_h<8>(o == 0 ? Q : K, 1, nN, k.nr, N, N, cr.rows(o == 0 ? q : kk, N, 0));
-    load_tiles_h(o == 0 ? V : DY, 1, nP, k.nr, P, cr.rows(o == 0 ? v : dy, P, 0), one);
+  ChunkOperands<kR> ops{Q, K, S, q, kk, sin, cr, k.nr, P, N};
+  ops.issue();
+  tile::prefetch_l2(dS, 4 * s.N, P, 4 * s.N);
+  {
+    __nv_bfloat16* const vd[2] = {V, DY};
+    const decltype(cr.rows(v, P, 0)) vdrows[2] = {cr.rows(v, P, 0), cr.rows(dy, P, 0)};
+    load_tiles_hm(vd, 1, nP, k.nr, P, vdrows, [](int) { return 1.0f; });
   }
-  copy_tiles_h<8>(S, nP, nN, P, N, N, [&](int p) { return sin + p * s.N; });
+  if (ti < s.Lc) {
+    ts.put(ti, Gs, sg, gm);
+    eg[ti] = expf(static_cast<float>(ts.G));
+    fe[ti] = expf(static_cast<float>(gl - ts.G));
+  }
+  ops.template finish<8>();
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
@@ -1054,15 +1187,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
   };
+  const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
   auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
-    float* oc = cr.base(out, width);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = c0 + Mma::col(c);
-        if (my.in(a) && col < width) oc[my.off(a) * width + col] = acc.v[a][c];
-      }
+    my.store(cr.base(out, width), width, c0, pairs, [&](int a, int c) { return acc.v[a][c]; });
   };
   // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] and v·dy (fp32 v, dy) per P tile.
   for (int nt = 0; nt < nN; ++nt) {
@@ -1143,14 +1270,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
         }
       }
       Mma::mma<true, false>(Bdv, DY + pt * kT, acc);
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int p = 64 * pt + Mma::col(c);
-          if (!my.in(a) || p >= P) continue;
-          dvc[my.off(a) * P + p] = fmaf(Dh, dyo[a][c], acc.v[a][c]);
-        }
+      my.store(dvc, P, 64 * pt, pairs, [&](int a, int c) { return fmaf(Dh, dyo[a][c], acc.v[a][c]); });
     }
     put_row_parts(z, red[kZ]);
   }
