@@ -6,7 +6,7 @@
 // q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯 for the backward as the layers
 // do (tinv, gdn_tinv_floats; column "saved"); KDA
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"), its
-// forward keeping P and 𝒯 for the backward (kda_saved_floats; column "saved"). MDN gates:
+// forward keeping P, 𝒯, Δ and h for the backward (kda_saved_floats; column "saved"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved") and recomputing Ṽ in
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
@@ -81,7 +81,7 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
   const int64_t ntinv = mdn   ? 0
-                        : kda ? llmt::cuda::kda_saved_floats(s.B, s.T, s.H, C)
+                        : kda ? llmt::cuda::kda_saved_floats(s.B, s.T, s.H, s.K, s.V, C)
                               : llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C);
   float* tinv = ntinv > 0 ? random_buffer(ntinv, 19, 0.f, 0.f) : nullptr;
   void* scratch = nullptr;

@@ -8,7 +8,7 @@
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice; the GDN, Comba and KDA backwards run first from what their forward saved (Backend::gdn_saved_numel:
-// the chunks' 𝒯; kda_saved_numel: P and 𝒯), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
+// the chunks' 𝒯; kda_saved_numel: P, 𝒯, Δ and h), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
 // compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
 // y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs;
 // the short conv's y and the L2 norm's y (the GDN / Comba cores' bf16 v, q̂, k̂, p̂): the f32 outputs rounded, bit for
@@ -222,8 +222,8 @@ Pair core_input(const std::vector<float>& host, std::initializer_list<int64_t> d
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
 // backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, gdn_saved_numel;
-// KDA: P and 𝒯, kda_saved_numel; NaN before the forward) and its first backward reads it; the second runs without it
-// (forming them again).
+// KDA: P, 𝒯, Δ and h, kda_saved_numel; NaN before the forward) and its first backward reads it; the second runs
+// without it (forming them again).
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                GdnCore core) {
   const bool kda = core.kda;
@@ -247,10 +247,13 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
   Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
-  const int64_t n_saved = kda ? gpu().kda_saved_numel(B, T, H, chunk) : gpu().gdn_saved_numel(B, T, H, chunk);
-  REQUIRE(n_saved == (kda ? 2 : 1) * B * H * ((T + chunk - 1) / chunk) * 64 * 64);
+  const int64_t n_saved = kda ? gpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute)
+                              : gpu().gdn_saved_numel(B, T, H, chunk);
+  const int64_t nc = (T + chunk - 1) / chunk, bhc = B * H * nc;
+  const auto pad4 = [](int64_t n) { return (n + 3) / 4 * 4; };  // (KDA's P, 𝒯, Δ, h: each 16-byte aligned)
+  REQUIRE(n_saved == (kda ? 2 * bhc * 64 * 64 + pad4(bhc * chunk * V) + pad4(bhc * K * V) : bhc * 64 * 64));
   REQUIRE(cpu().gdn_saved_numel(B, T, H, chunk) == 0);
-  REQUIRE(cpu().kda_saved_numel(B, T, H, chunk) == 0);
+  REQUIRE(cpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute) == 0);
   const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
   const Tensor none;
   // The core's forward / backward on the GPU (on_gpu; with `saved` where with_saved) or the CPU, on that backend's

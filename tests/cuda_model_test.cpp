@@ -239,14 +239,17 @@ TEST_CASE("cuda model: loss and every parameter gradient match the CPU backend, 
 
 TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradient match the CPU backend",
           "[gpu][model][kda]") {
-  // The CUDA KDA layer keeps the core's P and 𝒯 from the forward (Backend::kda_saved_numel); the CPU keeps nothing.
+  // The CUDA KDA layer keeps the core's P, 𝒯, Δ and h from the forward (Backend::kda_saved_numel); the CPU keeps
+  // nothing.
   ModelConfig m = small_model();
   m.type = "kda";
   m.kda.num_heads = 2;
   m.kda.head_dim = 32;
   m.kda.chunk_size = 64;  // T = 67: a full and a partial chunk
   m.attn_layers = {1};    // layer 0 KDA, layer 1 softmax attention
-  REQUIRE(make_backend("cuda")->kda_saved_numel(3, 67, 2, 64) == 2 * 3 * 2 * 2 * 64 * 64);
+  // Per (batch, head) and chunk: P, 𝒯 (2 x 64²), Δ (64 V) and h (K V) floats.
+  REQUIRE(make_backend("cuda")->kda_saved_numel(3, 67, 2, 32, 32, 64, DType::f32) ==
+          3 * 2 * 2 * (2 * 64 * 64 + 64 * 32 + 32 * 32));
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 

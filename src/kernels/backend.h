@@ -211,18 +211,23 @@ class Backend {
   /// on the tensor cores for bf16 and everything in exact fp32 for f32 (kernels/cuda/kda.cu, "Precision").
   /// saved: default-constructed (none), or [kda_saved_numel] in g's dtype, kept by the layer from this forward to
   /// the kda_chunk_bwd of the same inputs, chunk_size and compute (as gdn_chunk_fwd's; CUDA: the fp32 P and
-  /// 𝒯 = (I + A)^{-1} of every chunk, gradients bit-identical to the recompute).
+  /// 𝒯 = (I + A)^{-1} of every chunk, Δ (v_new) and the states entering the chunks h, so that the backward runs
+  /// neither A's inverse nor the forward scan again; gradients bit-identical to the recompute).
   virtual void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved);
   virtual void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
                              const Tensor& dbeta);
-  /// The elements of kda_chunk_fwd's `saved` for a layer of these sizes, or 0 when this backend keeps nothing from
-  /// the forward (as gdn_saved_numel; the CPU backend: 0). CUDA: 2 B H ceil(T / chunk_size) 64² floats (P and 𝒯:
-  /// 32 KiB per chunk and head; at B T = 16384 tokens, 16 heads and chunk 64: 128 MiB; 0 for a chunk_size its core
-  /// refuses).
-  virtual int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const;
+  /// The elements of kda_chunk_fwd's `saved` for a layer of these sizes (key_dim K, value_dim V per head; compute
+  /// as kda_chunk_fwd's), or 0 when this backend keeps nothing from the forward (as gdn_saved_numel; the CPU
+  /// backend: 0). CUDA, fp32 for either compute dtype (kernels/cuda/ops.cuh kda_saved_floats): per chunk and head
+  /// 2 x 64² (P, 𝒯), chunk_size V (Δ) and K V (h) floats, each of the four tensors padded to 16 bytes: 128 KiB per
+  /// chunk and head at K = V = 128 and chunk 64; at B T = 16384 tokens (B = 4, T = 4096), 16 heads: 512 MiB; the
+  /// 400M KDA (configs/mdn-paper/400m/kda.json: 8 heads, micro_batch 4, seq_len 4096): 256 MiB per layer, 6 GiB
+  /// over its 24 layers. 0 for a chunk_size its core refuses.
+  virtual int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                                  int64_t chunk_size, DType compute) const;
   /// Comba inner decay + output correction before the L2 norm (layers-delta.md §4.2 steps 2-3), per head h:
   /// s = sigmoid(decay_h), p = s k, q_out = q - D_h s k. q, k, q_out, p [rows, H * K]; decay, D [H], or a
   /// default-constructed Tensor (data == nullptr) when the inner decay (s = 1) / output correction (q_out = q)

@@ -6,14 +6,16 @@
 // beyond the Mma scans, K = 320: the tile::Tc scans; GDN with three key tiles, K = 192, V = 64: the backward scan's
 // staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60; GDN and Comba with bf16
 // q, k, v, p̂ in memory, compared with the reference on the same bf16-rounded inputs) and fp32 compute (tile::Simt).
-// GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the backward forms W, U from it. Every
-// output must be
+// GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the backward forms W, U from it; KDA:
+// the forward keeps P, 𝒯, Δ and h (NaN before the forward), the backward forms W from 𝒯 and runs no forward scan
+// (KDA also at chunk 13 with V = 33: saved regions of odd sizes). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
 //     arithmetic): kBf16CoreTol with bf16 compute, kTol with fp32 compute, dg against the scale of dβ
 //     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h);
-// (c) GDN and Comba: bit-identical to the backward without the saved 𝒯 (forming A and 𝒯 again; one run);
+// (c) bit-identical to the backward without the saved set (forming A and 𝒯, KDA also P, h and Δ, again; one run;
+//     the scratch is NaN-filled between the forward and the backward);
 // (d) with bf16 q, k, v, p̂: bit-identical to the run on fp32 inputs holding the same (bf16-rounded) values.
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
@@ -103,7 +105,7 @@ struct Input {
 };
 
 /// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN. With
-/// saved_tinv the forward keeps 𝒯 (KDA: P and 𝒯) in a buffer of its own (NaN before) that the backward reads. E: the
+/// saved_tinv the forward keeps 𝒯 (KDA: P, 𝒯, Δ and h) in a buffer of its own (NaN before) that the backward reads. E: the
 /// element type of q, k, v, p̂ (GDN, Comba; KDA: float).
 template <typename P, typename E = float>
 Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
@@ -113,7 +115,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
   const size_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = in.g.size();
   const Input<E> q(in.q), k(in.k), v(in.v), p(c.comba() ? in.p : std::vector<float>(1));
   const Buffer g(in.g), beta(in.beta), d_o(in.d_o);
-  const int64_t nsaved = c.core == Core::kda ? cu::kda_saved_floats(B, T, H, C) : cu::gdn_tinv_floats(B, T, H, C);
+  const int64_t nsaved =
+      c.core == Core::kda ? cu::kda_saved_floats(B, T, H, K, V, C) : cu::gdn_tinv_floats(B, T, H, C);
   const Buffer tinv(saved_tinv ? static_cast<size_t>(nsaved) : 1);
   float* const kept = saved_tinv ? tinv.get() : nullptr;
   size_t scratch_bytes = 0;
@@ -219,7 +222,8 @@ void check_case(const Case& c) {
       [&](size_t i) { return names[i]; });
   const Outputs recomputed = run_emulated(c, in, kConfigs[0], false);
   for (size_t i = 0; i < names.size(); ++i) {
-    INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯 (KDA: and P)");
+    INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯 (KDA: P, 𝒯, "
+                      "Δ, h)");
     CHECK(first_difference(first[i], recomputed.v[i]) == -1);
   }
   if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values
@@ -273,6 +277,13 @@ TEST_CASE("cuda emu: bf16 KDA core at the model's head size, K = V = 128, modera
           "[emu][kda]") {
   check_case({Core::kda, true, 1, 130, 1, 128, 128, 64, -1.0, 650});
   check_case({Core::kda, true, 1, 130, 1, 128, 128, 64, -20.0, 660});
+}
+
+TEST_CASE("cuda emu: KDA core with chunk 13, K = 40, V = 33, three heads (the saved Δ of 3 x 130 x 33 floats: h's "
+          "region after it padded to 16 bytes), bf16 and fp32 compute",
+          "[emu][kda]") {
+  check_case({Core::kda, true, 1, 130, 3, 40, 33, 13, -2.0, 670});
+  check_case({Core::kda, false, 1, 130, 3, 40, 33, 13, -2.0, 680});
 }
 
 TEST_CASE("cuda emu: fp32 GDN, Comba and KDA cores (tile::Simt), K = 100, V = 96, ragged last chunk",

@@ -87,12 +87,12 @@ float* gdn_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const
   return f32(saved, op);
 }
 
-/// kda_chunk_*'s `saved` (none, or [kda_saved_numel] f32: the core's P and 𝒯, ops.cuh) as its data, or nullptr for
-/// none; q [B, T, H, K].
-float* kda_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const char* op) {
+/// kda_chunk_*'s `saved` (none, or [kda_saved_numel] f32: the core's P, 𝒯, Δ and h, ops.cuh) as its data, or nullptr
+/// for none; d the core call's sizes.
+float* kda_saved(const Tensor& saved, const DeltaCoreDims& d, int64_t chunk_size, const char* op) {
   if (saved.data == nullptr) return nullptr;
-  const int64_t n = cuda::kda_saved_floats(q.shape[0], q.shape[1], q.shape[2], chunk_size);
-  check(saved.numel() == n, "{}: saved has {} elements, the core's P and 𝒯 {}", op, saved.numel(), n);
+  const int64_t n = cuda::kda_saved_floats(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size);
+  check(saved.numel() == n, "{}: saved has {} elements, the core's P, 𝒯, Δ and h {}", op, saved.numel(), n);
   return f32(saved, op);
 }
 
@@ -761,7 +761,7 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
-    float* psaved = kda_saved(saved, q, chunk_size, op);
+    float* psaved = kda_saved(saved, d, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {  // the products' operand type (kda.cu, Precision)
       using P = decltype(zero);
       cuda::kda_chunk_fwd<P>(pq, pk, pv, pg, pbeta, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
@@ -771,9 +771,10 @@ class CudaBackend final : public Backend {
                              stream_);
     });
   }
-  int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const override {
+  int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                          int64_t chunk_size, DType /*compute*/) const override {
     if (chunk_size < 1 || chunk_size > cuda::kKdaMaxChunk) return 0;  // (as gdn_saved_numel)
-    return cuda::kda_saved_floats(batch, seq_len, heads, chunk_size);
+    return cuda::kda_saved_floats(batch, seq_len, heads, key_dim, value_dim, chunk_size);  // (fp32 for either)
   }
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute, const Tensor& dq,
@@ -785,7 +786,7 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
-    const float* psaved = kda_saved(saved, q, chunk_size, op);
+    const float* psaved = kda_saved(saved, d, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
       cuda::kda_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, psaved, d.batch, d.seq_len, d.heads, d.key_dim,

@@ -212,10 +212,12 @@ size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t hea
 // q, k, g, dq, dk, dg [B, T, H, K] (g: per-channel log-decay); v, o, d_o, dv [B, T, H, V]; beta, dbeta [B, T, H];
 // gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. saved: nullptr, or kda_saved_floats of memory kept from a
 // forward to the backward of the same inputs, chunk_size and P (layers-delta.md §6.3, the tensors saved for the
-// backward): the forward writes there the fp32 P and 𝒯 = (I + A)^{-1} of every chunk (each [B H, chunks, 64, 64], P
-// first), and the backward given it forms only W, U, Q^g, K^g, e^{Γ_C} (𝒯 from there) instead of forming A and P
-// and inverting A again (gradients bit-identical either way). `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes
-// with saved = (saved != nullptr) (without it the forward's scratch holds P, the backward's P and 𝒯).
+// backward): the forward writes there the fp32 P and 𝒯 = (I + A)^{-1} of every chunk (each [B H, chunks, 64, 64]),
+// Δ (v_new, [B H, chunks x chunk_size, V]) and the states entering the chunks h ([B H, chunks, K, V]), in that order,
+// each region 16-byte aligned; the backward given it forms only W, Q^g, K^g, e^{Γ_C} (𝒯 from there) and reads h
+// and Δ, instead of forming A and P, inverting A and running the forward scan again (gradients bit-identical either
+// way). `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes with saved = (saved != nullptr) (without it the
+// scratch holds h, Δ and P, the backward's also 𝒯).
 constexpr int64_t kKdaMaxChunk = 64;
 template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
@@ -230,9 +232,11 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
                    float* dbeta, void* scratch, cudaStream_t stream);
 size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size, bool saved);
-/// Floats of the KDA core's `saved`: 2 B H ceil(T / chunk_size) 64² (P and 𝒯: 32 KiB per chunk and (batch, head)).
-/// Throws llmt::Error for a chunk_size outside [1, kKdaMaxChunk].
-int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size);
+/// Floats of the KDA core's `saved` (all fp32, whichever P): per (batch, head) and chunk 2 x 64² (P and 𝒯, 32 KiB),
+/// chunk_size x value_dim (Δ) and key_dim x value_dim (h), each of the four regions rounded up to a multiple of 4
+/// floats. Throws llmt::Error for a chunk_size outside [1, kKdaMaxChunk].
+int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                         int64_t chunk_size);
 
 // mamba2.cu: Mamba2's SSD step (semantics: src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd, zero initial
 // state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors. P is the type the tile products read their operands as,
