@@ -15,6 +15,9 @@
 //   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
 // then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
 // No atomics: the same inputs give the same bits.
+// The backward recomputes the entering states (the forward's scan) unless given the forward's `saved` set: the
+// forward then writes them there instead of into its scratch and the backward scans only the adjoints (the same
+// kernels' values: the same bits).
 //
 // Precision: the launchers' P (the layer's compute dtype) picks the products' layout (delta_tile.cuh) and the
 // element type of the stored states and state adjoints; the fwd and bwd kernels are shared.
@@ -85,8 +88,9 @@ Sizes make_sizes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim
 // The scratch carved into its arrays (256-byte aligned), or only sized when base is null.
 // dt [B, H, nc kL] (Δ, 0 past T); G [B, H, nc kL] (chunk-local inclusive cumsum of Δ A, flat past T);
 // states [B, H, nc, P, N] of element type S (fp32: the chunk contributions, then the entering states; bf16:
-// the entering states); backward only: dstates (the adjoints of the states leaving each chunk, same type),
-// dBh, dCh [B, H, nc kL, N] (per-head dB, dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
+// the entering states; not carved with `saved`: the caller's saved set holds them, states_bytes); backward only:
+// dstates (the adjoints of the states leaving each chunk, same type), dBh, dCh [B, H, nc kL, N] (per-head dB,
+// dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
 template <typename S>
 struct Scratch {
   float* dt = nullptr;
@@ -99,7 +103,12 @@ struct Scratch {
 };
 
 template <typename S>
-size_t carve(const Sizes& s, bool backward, void* base, Scratch<S>* out) {
+size_t states_bytes(const Sizes& s) {
+  return static_cast<size_t>(s.B * s.H * s.nc * s.P * s.N) * sizeof(S);
+}
+
+template <typename S>
+size_t carve(const Sizes& s, bool backward, bool saved, void* base, Scratch<S>* out) {
   size_t off = 0;
   auto take = [&](auto*& p, int64_t n) {
     using T = std::remove_reference_t<decltype(*p)>;
@@ -110,7 +119,7 @@ size_t carve(const Sizes& s, bool backward, void* base, Scratch<S>* out) {
   const int64_t bh = s.B * s.H, rows = bh * s.nc * kL, states = bh * s.nc * s.P * s.N;
   take(sc.dt, rows);
   take(sc.G, rows);
-  take(sc.states, states);
+  if (!saved) take(sc.states, states);
   if (backward) {
     take(sc.dstates, states);
     take(sc.dBh, rows * s.N);
@@ -1036,19 +1045,22 @@ constexpr size_t tiles_bytes(int tiles) {
   return sizeof(P) * kTileOf<P> * tiles;
 }
 
-// Δ and G (prep), then the chunk states into sc.states (the forward scan: from x, B) and, where dy is not null (the
-// backward), the adjoints into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks'
-// contributions (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel,
-// both scans in one launch, staged where every row of every u and v is 16-byte aligned.
+// The forward scan's job: the states entering each chunk into `out`, from x, B.
 template <typename P>
-void chunk_states(const float* xbc, const float* dy, const float* dt_raw, const float* dt_bias, const float* A_log,
+ScanJob<P> states_job(const float* xbc, const Sizes& s, P* out) {
+  return {xbc, s.W, xbc + s.XD, false, out};
+}
+
+// Δ and G (prep), then the n (1 or 2) scans of `jobs`: the forward's (states_job) and / or the backward's adjoints
+// into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks' contributions
+// (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel, both scans in
+// one launch, staged where every row of every u and v is 16-byte aligned.
+template <typename P>
+void chunk_states(const ScanJob<P>* jobs, int n, const float* dt_raw, const float* dt_bias, const float* A_log,
                   const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
   const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
                   static_cast<unsigned>(s.B));
   launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
-  const ScanJob<P> jobs[2] = {{xbc, s.W, xbc + s.XD, false, sc.states},
-                              {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
-  const int n = dy != nullptr ? 2 : 1;
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
     for (int i = 0; i < n; ++i) {
@@ -1071,62 +1083,73 @@ void chunk_states(const float* xbc, const float* dy, const float* dt_raw, const 
 }  // namespace
 
 template <typename P>
+size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim) {
+  return states_bytes<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1));
+}
+
+template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim) {
-  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, nullptr, nullptr);
+                                    int64_t state_dim, bool saved) {
+  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, saved, nullptr, nullptr);
 }
 
 template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim) {
-  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, nullptr, nullptr);
+                                    int64_t state_dim, bool saved) {
+  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, saved, nullptr, nullptr);
 }
 
 template <typename P>
 void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* scratch, cudaStream_t stream) {
+                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream) {
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
-  carve(s, false, scratch, &sc);
-  chunk_states<P>(xbc, nullptr, dt_raw, dt_bias, A_log, s, sc, stream);
+  carve(s, false, saved != nullptr, scratch, &sc);
+  P* const states = saved != nullptr ? static_cast<P*>(saved) : sc.states;  // the entering states
+  const ScanJob<P> job = states_job(xbc, s, states);
+  chunk_states<P>(&job, 1, dt_raw, dt_bias, A_log, s, sc, stream);
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
   // (x's rows start h P + a multiple of W after xbc, C's and B's g N + a multiple of W after xbc + XD and GN after
   // one another)
   const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 && s.P % 4 == 0 &&
                       tile::async_ok_f(xbc, s.W);
-  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, sc.states, s, staged, y);
+  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, states, s, staged, y);
 }
 
 template <typename P>
 void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                    int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
-                    float* dD, void* scratch, cudaStream_t stream) {
+                    int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
+                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream) {
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
-  carve(s, true, scratch, &sc);
-  chunk_states<P>(xbc, dy, dt_raw, dt_bias, A_log, s, sc, stream);
+  carve(s, true, saved != nullptr, scratch, &sc);
+  // The adjoints' scan, after the forward's (recomputing the entering states) unless the forward saved them.
+  const ScanJob<P> jobs[2] = {states_job(xbc, s, sc.states), {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
+  chunk_states<P>(saved != nullptr ? jobs + 1 : jobs, saved != nullptr ? 1 : 2, dt_raw, dt_bias, A_log, s, sc, stream);
+  const P* const states = saved != nullptr ? static_cast<const P*>(saved) : sc.states;
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
   const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
   launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt,
-         sc.G, sc.states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+         sc.G, states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
 
 #define LLMT_INSTANTIATE_MAMBA2(P)                                                                                  \
-  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                     \
-  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                     \
+  template size_t mamba2_ssd_saved_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                          \
+  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
+  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
   template void mamba2_ssd_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,    \
-                                  int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);        \
+                                  int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, void*, cudaStream_t); \
   template void mamba2_ssd_bwd<P>(const float*, const float*, const float*, const float*, const float*,             \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,       \
-                                  float*, float*, float*, float*, void*, cudaStream_t);
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*,  \
+                                  float*, float*, float*, float*, float*, void*, cudaStream_t);
 LLMT_INSTANTIATE_MAMBA2(float)
 LLMT_INSTANTIATE_MAMBA2(__nv_bfloat16)
 
