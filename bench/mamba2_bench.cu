@@ -132,14 +132,18 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
             NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St,
             2 * f * E * P * N};
   }
-  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile;
-                // N <= 128: all copied by cp.async at the start), S_in [64, N] (its P tile, bf16, cp.async), x
-                // [64, 64] (N <= 128: copied once for the M x operand and D x; else loaded twice), G
-                // (double), Δ; y [64, 64] written. C S_in^T (64 x 64 x N), C B^T (64 x 64 x N, again for every
-                // P tile), M x (64 x 64 x 64)
+  if (is("y")) {  // ssd_fwd_out_kernel<bf16, hb>, grid (nc, H / hb, B PT), hb = 4 or 2 heads of a group a block
+                  // where they divide its heads, else 1: per block C and B [64, N] (fp32, every N tile; N <= 128:
+                  // all copied by cp.async at the start), per head S_in [64, N] (its P tile, bf16, cp.async), x
+                  // [64, 64] (N <= 128: copied once for the M x operand and D x; else loaded twice), G (double),
+                  // Δ; y [64, 64] written. Per head C S_in^T (64 x 64 x N) and M x (64 x 64 x 64), per block C B^T
+                  // (64 x 64 x N: again for every P tile)
+    const int64_t hpg = s.H / s.G;
+    const double hb = hpg % 4 == 0 ? 4 : hpg % 2 == 0 ? 2 : 1;
     return {8 * BC + 4 * E * P + 2 * St + 12 * E + 4 * E * P,
-            PT * E * 8 * N + 2 * St + (N <= 128 ? 4 : 8) * E * P + PT * 12 * E + 4 * E * P,
-            2 * E * P * (2 * N + 64)};
+            PT * E * 8 * N / hb + 2 * St + (N <= 128 ? 4 : 8) * E * P + PT * 12 * E + 4 * E * P,
+            2 * E * P * (N + N / hb + 64)};
+  }
   if (is("dchunk")) {
     // ssd_bwd_chunk_kernel<bf16>, grid (nc, H, B), one block per chunk with every P and N tile. Per block (per
     // token below): G (double), Δ, dt_raw; CB: C, B over N; DX: dy, x over P; dC: dy per (N, P) tile pair,

@@ -1,7 +1,8 @@
 // The Mamba2 SSD core (src/kernels/cuda/mamba2.cu) run by the CPU emulator (cuda_emu.h) through its own launchers,
 // no GPU: mamba2_ssd_fwd, then mamba2_ssd_bwd (recomputing the chunk states), then both again with a saved set (the
 // forward's chunk states kept for the backward), on small shapes whose last 64-token kernel chunk is ragged (T = 130:
-// chunks of 64, 64 and 2 tokens), P = N = 128 (two tiles each) and partial P / N tiles. bf16 compute (tile::Mma:
+// chunks of 64, 64 and 2 tokens), P = N = 128 (two tiles each), partial P / N tiles and 1, 2 or 4 heads a group
+// (the output kernel's heads a block). bf16 compute (tile::Mma:
 // ldmatrix / mma.sync; cp.async for the state scan's staged u, v tiles, the output kernel's staged C, B tiles and the
 // S_in / dS rings, and the synchronous loads where rows are not 16-byte aligned, N = 70) and fp32 compute
 // (tile::Simt: the chunk contributions and their scan). Every output must be
@@ -153,6 +154,11 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD, partial P / N tiles (P = 80, N = 72; P = 1
           "[emu][mamba2]") {
   check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 200});
   check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 310});
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, 4 heads a group (the output kernel's 4 heads a block), chunk 64",
+          "[emu][mamba2]") {
+  check_case({true, 1, 130, 4, 64, 128, 1, 64, kMild[0], kMild[1], 500});
 }
 
 TEST_CASE("cuda emu: fp32 Mamba2 SSD (tile::Simt), P = 80, N = 72, ragged last chunk", "[emu][mamba2]") {
