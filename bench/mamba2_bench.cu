@@ -3,9 +3,10 @@
 // /work/shared/perf-anchors.md: (a) B=4, T=4096, H=16, P=N=128; (b) B=1, T=16384, H=16, P=N=128;
 // (c) B=4, T=4096, the ~1.3B model's heads, H=64, P=64, N=128; one group each. Forward (mamba2_ssd_fwd)
 // and forward + backward (mamba2_ssd_fwd then mamba2_ssd_bwd), timed with CUDA events over repeated
-// launches after warm-up; the conv and the projections are not included.
+// launches after warm-up; the conv and the projections are not included. As the layer runs them: the forward keeps
+// its chunk states in a saved set (ops.cuh mamba2_ssd_saved_bytes) that the backward reads.
 // With --phases instead: the bf16 op at shape (a) kernel by kernel (mamba2_phases: bench/phases.h's table with the
-// cost model mamba2_bf16_cost), the forward, then the backward (which recomputes the forward's states).
+// cost model mamba2_bf16_cost), the forward, then the backward (reading the forward's saved states).
 // Usage: mamba2_bench [iterations] [--phases]   (default 20 iterations)
 #include <cuda_runtime.h>
 
@@ -30,13 +31,14 @@ struct Shape {
 
 /// One shape's tensors and scratch on the GPU with compute dtype P (float or __nv_bfloat16), filled as the model's:
 /// x, B, C ~ U(-1, 1); Δ = softplus(dt_raw + dt_bias) around 0.02; -A = exp(A_log) in [1, 16). fwd / bwd launch
-/// mamba2_ssd_fwd / mamba2_ssd_bwd on a stream (the backward accumulates into dparams = ddt_bias | dA_log | dD).
+/// mamba2_ssd_fwd / mamba2_ssd_bwd on a stream with the saved set `saved` (the forward writes the chunk states
+/// there, the backward reads them; the backward accumulates into dparams = ddt_bias | dA_log | dD).
 template <typename P>
 struct Op {
   Shape s;
   float *xbc, *dt_raw, *dt_bias, *A_log, *D, *y, *dy, *dxbc, *ddt_raw, *dparams;
-  void* scratch;
-  size_t scratch_bytes;
+  void *scratch, *saved;
+  size_t scratch_bytes, saved_bytes;
   explicit Op(const Shape& shape) : s(shape) {
     using namespace llmt::cuda;
     const int64_t XD = s.H * s.P, W = XD + 2 * s.G * s.N, rows = s.B * s.T;
@@ -48,9 +50,11 @@ struct Op {
     BENCH_CHECK(cudaMalloc(&dy, rows * XD * sizeof(float)));
     for (float** p : {&dt_bias, &A_log, &D}) BENCH_CHECK(cudaMalloc(p, s.H * sizeof(float)));
     BENCH_CHECK(cudaMalloc(&dparams, 3 * s.H * sizeof(float)));
-    scratch_bytes = std::max(mamba2_ssd_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N),
-                             mamba2_ssd_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N));
+    scratch_bytes = std::max(mamba2_ssd_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N, true),
+                             mamba2_ssd_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.P, s.N, true));
+    saved_bytes = mamba2_ssd_saved_bytes<P>(s.B, s.T, s.H, s.P, s.N);
     BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
+    BENCH_CHECK(cudaMalloc(&saved, saved_bytes));
     bench::fill_uniform(xbc, rows * W, 1, -1.f, 1.f);
     bench::fill_uniform(dy, rows * XD, 2, -1.f, 1.f);
     bench::fill_uniform(dt_raw, rows * s.H, 3, -1.f, 1.f);
@@ -64,15 +68,17 @@ struct Op {
   ~Op() {
     for (float* p : {xbc, dt_raw, dt_bias, A_log, D, y, dy, dxbc, ddt_raw, dparams}) BENCH_CHECK(cudaFree(p));
     BENCH_CHECK(cudaFree(scratch));
+    BENCH_CHECK(cudaFree(saved));
   }
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
   void fwd(cudaStream_t stream) const {
-    llmt::cuda::mamba2_ssd_fwd<P>(xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, y, scratch, stream);
+    llmt::cuda::mamba2_ssd_fwd<P>(xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, y, saved, scratch,
+                                  stream);
   }
   void bwd(cudaStream_t stream) const {
-    llmt::cuda::mamba2_ssd_bwd<P>(dy, xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, dxbc, ddt_raw,
-                                  dparams, dparams + s.H, dparams + 2 * s.H, scratch, stream);
+    llmt::cuda::mamba2_ssd_bwd<P>(dy, xbc, dt_raw, dt_bias, A_log, D, s.B, s.T, s.H, s.P, s.N, s.G, saved, dxbc,
+                                  ddt_raw, dparams, dparams + s.H, dparams + 2 * s.H, scratch, stream);
   }
 };
 
@@ -86,10 +92,11 @@ void bench_shape(const Shape& s, int iters) {
     op.bwd(nullptr);
   });
   BENCH_CHECK(cudaGetLastError());
-  std::printf("| %-3s | %-4s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld | %8.3f | %8.3f | %6.0f |\n", s.name,
-              sizeof(P) == 2 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
+  std::printf("| %-3s | %-4s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld | %8.3f | %8.3f | %6.0f | %6.0f |\n",
+              s.name, sizeof(P) == 2 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
               static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
-              static_cast<long long>(s.G), ms_fwd, ms_fb, static_cast<double>(op.scratch_bytes) / (1 << 20));
+              static_cast<long long>(s.G), ms_fwd, ms_fb, static_cast<double>(op.scratch_bytes) / (1 << 20),
+              static_cast<double>(op.saved_bytes) / (1 << 20));
 }
 
 // ---- --phases: the bf16 op kernel by kernel ----
@@ -103,8 +110,9 @@ using bench::PhaseKernel;
 /// full); zeros for another name. Notation: E = B T H (token, head) pairs, nc = T / 64 chunks, PT = P / 64 and
 /// NT = N / 64 tiles, St = E P N / 64 elements of one set of chunk states [B, H, nc, P, N] (bf16), BC = B T G N
 /// elements of xbc's B (or C) columns. Scratch: Δ fp32, G double, dBh / dCh [B, H, T, N] fp32, the chunk partials
-/// double. The tile products count 2 M N depth each (the masked halves of the intra-chunk products included: the
-/// kernels compute them); the elementwise kernels' arithmetic is not counted.
+/// double; the entering states are the saved set's (written by the forward, read by the backward). The tile
+/// products count 2 M N depth each (the masked halves of the intra-chunk products included: the kernels compute
+/// them); the elementwise kernels' arithmetic is not counted.
 Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double B = static_cast<double>(s.B), T = static_cast<double>(s.T), H = static_cast<double>(s.H);
   const double P = static_cast<double>(s.P), N = static_cast<double>(s.N), G = static_cast<double>(s.G);
@@ -115,24 +123,27 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
                    // (once per (b, chunk, head)); Δ (fp32) and G (double) written
     return {16 * E, 16 * E + 8 * E / 64, 0};
   if (is("states")) {
-    // ssd_state_scan_kernel<true>, grid (jobs B H, PT, NT): the forward's scan (u = x, v = B, chunks in order; the
-    // backward recomputes it) and in the backward also the adjoints' (u = dy, v = C, reversed) in the same launch.
+    // ssd_state_scan_kernel<true>, grid (B H, PT, NT): the forward's scan (u = x, v = B, chunks in order) or the
+    // backward's adjoints' (u = dy, v = C, reversed; the states are the forward's saved set: not recomputed).
     // Per scan and chunk but the last, u [64, 64] by the NT blocks of a P tile, v [64, 64] by the PT blocks of an N
     // tile and by every head of the group; G_i, Γ (double) and Δ_i (by threads < 64); the nc states (or adjoints)
     // written, bf16. R += (w u)^T v: 64 x 64 x 64 per chunk and tile pair. (The L2 prefetches are not counted.)
-    const double jobs = backward ? 2 : 1;
-    return {jobs * (4 * f * E * P + 4 * f * BC + 12 * f * E + 2 * St),
-            jobs * (NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St),
-            jobs * 2 * f * E * P * N};
+    return {4 * f * E * P + 4 * f * BC + 12 * f * E + 2 * St,
+            NT * 4 * f * E * P + PT * 4 * f * E * N + PT * NT * (12 * f * E + 8 * f * E / 64) + 2 * St,
+            2 * f * E * P * N};
   }
-  if (is("y"))  // ssd_fwd_out_kernel<bf16>, grid (nc, H, B PT): per block C and B [64, N] (fp32, every N tile;
-                // N <= 128: all copied by cp.async at the start), S_in [64, N] (its P tile, bf16, cp.async), x
-                // [64, 64] (N <= 128: copied once for the M x operand and D x; else loaded twice), G
-                // (double), Δ; y [64, 64] written. C S_in^T (64 x 64 x N), C B^T (64 x 64 x N, again for every
-                // P tile), M x (64 x 64 x 64)
+  if (is("y")) {  // ssd_fwd_out_kernel<bf16, hb>, grid (nc, H / hb, B PT), hb = 4 or 2 heads of a group a block
+                  // where they divide its heads, else 1: per block C and B [64, N] (fp32, every N tile; N <= 128:
+                  // all copied by cp.async at the start), per head S_in [64, N] (its P tile, bf16, cp.async), x
+                  // [64, 64] (N <= 128: copied once for the M x operand and D x; else loaded twice), G (double),
+                  // Δ; y [64, 64] written. Per head C S_in^T (64 x 64 x N) and M x (64 x 64 x 64), per block C B^T
+                  // (64 x 64 x N: again for every P tile)
+    const int64_t hpg = s.H / s.G;
+    const double hb = hpg % 4 == 0 ? 4 : hpg % 2 == 0 ? 2 : 1;
     return {8 * BC + 4 * E * P + 2 * St + 12 * E + 4 * E * P,
-            PT * E * 8 * N + 2 * St + (N <= 128 ? 4 : 8) * E * P + PT * 12 * E + 4 * E * P,
-            2 * E * P * (2 * N + 64)};
+            PT * E * 8 * N / hb + 2 * St + (N <= 128 ? 4 : 8) * E * P + PT * 12 * E + 4 * E * P,
+            2 * E * P * (N + N / hb + 64)};
+  }
   if (is("dchunk")) {
     // ssd_bwd_chunk_kernel<bf16>, grid (nc, H, B), one block per chunk with every P and N tile. Per block (per
     // token below): G (double), Δ, dt_raw; CB: C, B over N; DX: dy, x over P; dC: dy per (N, P) tile pair,
@@ -157,8 +168,7 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
   return {0, 0, 0};
 }
 
-// The phase of each kernel of the bf16 op, by the kernel's name ("states": the backward's launch recomputes the
-// forward's states and scans the adjoints).
+// The phase of each kernel of the bf16 op, by the kernel's name ("states": the backward's launch scans the adjoints).
 constexpr PhaseKernel kMamba2Kernels[] = {{"ssd_prep_kernel", "prep"},
                                           {"ssd_state_scan_kernel", "states"},
                                           {"ssd_fwd_out_kernel", "y"},
@@ -200,7 +210,8 @@ int main(int argc, char** argv) {
     mamba2_phases(shapes[0], iters);
     return 0;
   }
-  std::printf("\n| shape | compute | sizes | GPU ms fwd | GPU ms f+b | scratch MiB |\n|---|---|---|---|---|---|\n");
+  std::printf("\n| shape | compute | sizes | GPU ms fwd | GPU ms f+b | scratch MiB | saved MiB |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     bench_shape<float>(s, iters);
     bench_shape<__nv_bfloat16>(s, iters);

@@ -6,8 +6,9 @@
 // sides. The SSD core runs with both compute dtypes: f32 (exact fp32 products) at kTol and bf16 (bf16
 // operands on the tensor cores, kernels/cuda/mamba2.cu "Precision") at kBf16CoreTol (2e-2; the per-head
 // parameter sums against a floor, head_sum_scales), against the CPU reference (double arithmetic inside).
-// The passes run twice and must give bit-identical results. A NaN in an input must
-// reach the same outputs as on the CPU (the kernels never mask one). main() (catch_main_gpu.cpp)
+// The passes run twice and must give bit-identical results, and once more with a saved set (the forward's
+// chunk states kept for the backward: Backend::mamba2_saved_numel), bit-identical to the recompute. A NaN in
+// an input must reach the same outputs as on the CPU (the kernels never mask one). main() (catch_main_gpu.cpp)
 // skips without a GPU.
 #include <catch2/catch.hpp>
 
@@ -94,7 +95,8 @@ SsdInputs ssd_inputs(const SsdCase& c) {
 }
 
 // Forward y and backward dxbc, ddt_raw, ddt_bias, dA_log, dD against the CPU reference (bf16 compute: the
-// per-head sums against at least head_sum_scales), then y and the backward once more on the GPU, bit-identical.
+// per-head sums against at least head_sum_scales), then y and the backward once more on the GPU, bit-identical;
+// then both with a saved set, bit-identical to the recompute.
 void check_ssd(const SsdCase& c) {
   const std::string tag = c.tag();
   INFO(tag);
@@ -103,13 +105,13 @@ void check_ssd(const SsdCase& c) {
   SsdInputs in = ssd_inputs(c);
   Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
   gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
-                       *y.g);
+                       *y.g, llmt::Tensor());
   cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, c.compute,
-                       *y.c);
+                       *y.c, llmt::Tensor());
   require_close(y, "y " + tag, tol);
   const auto y_first = get(gpu(), *y.g);
   gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
-                       *y.g);
+                       *y.g, llmt::Tensor());
   require_bit_identical(y_first, get(gpu(), *y.g), "y " + tag);
 
   Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
@@ -119,10 +121,10 @@ void check_ssd(const SsdCase& c) {
   const std::vector<float> db0(acc0.begin(), acc0.begin() + c.H), da0(acc0.begin() + c.H, acc0.begin() + 2 * c.H),
       dd0(acc0.begin() + 2 * c.H, acc0.end());
   Pair ddt_bias = both(db0, {c.H}), dA_log = both(da0, {c.H}), dD = both(dd0, {c.H});
-  auto run = [&](Backend& be, bool on_gpu) {
+  auto run = [&](Backend& be, bool on_gpu, const llmt::Tensor& saved = llmt::Tensor()) {
     auto t = [&](Pair& p) -> const llmt::Tensor& { return on_gpu ? *p.g : *p.c; };
-    be.mamba2_ssd_bwd(t(dy), t(in.xbc), t(in.dt_raw), t(in.dt_bias), t(in.A_log), t(in.D), c.P, c.G, c.chunk,
-                      c.compute, t(dxbc), t(ddt_raw), t(ddt_bias), t(dA_log), t(dD));
+    be.mamba2_ssd_bwd(t(dy), t(in.xbc), t(in.dt_raw), t(in.dt_bias), t(in.A_log), t(in.D), saved, c.P, c.G,
+                      c.chunk, c.compute, t(dxbc), t(ddt_raw), t(ddt_bias), t(dA_log), t(dD));
   };
   run(gpu(), true);
   run(cpu(), false);
@@ -145,11 +147,29 @@ void check_ssd(const SsdCase& c) {
   gpu().upload(dd0.data(), *dD.g);
   run(gpu(), true);
   const char* names[] = {"dxbc", "ddt_raw", "ddt_bias", "dA_log", "dD"};
-  size_t i = 0;
-  for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) {
-    require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + " " + tag);
-    ++i;
-  }
+  const auto same_as_first = [&](const std::string& what) {
+    size_t i = 0;
+    for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) {
+      require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + what + " " + tag);
+      ++i;
+    }
+  };
+  same_as_first("");
+
+  // The forward writes the chunk-entering states into `saved` (from garbage), the backward reads them instead of
+  // recomputing them.
+  const int64_t n_saved = gpu().mamba2_saved_numel(c.B, c.T, c.H, c.P, c.N, c.compute);
+  REQUIRE(n_saved > 0);
+  const llmt::OwnedTensor saved(gpu(), llmt::DType::f32, {n_saved});
+  gpu().upload(randn(static_cast<size_t>(n_saved), c.seed + 11).data(), *saved);
+  gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
+                       *y.g, *saved);
+  require_bit_identical(y_first, get(gpu(), *y.g), "y (saved) " + tag);
+  gpu().upload(db0.data(), *ddt_bias.g);
+  gpu().upload(da0.data(), *dA_log.g);
+  gpu().upload(dd0.data(), *dD.g);
+  run(gpu(), true, *saved);
+  same_as_first(" (saved vs recompute)");
 }
 
 // The positions of the non-finite values of a host array.
@@ -249,9 +269,9 @@ TEST_CASE("cuda mamba2: a NaN in dt_raw reaches the same outputs as on the CPU",
     cpu().upload(dt.data(), *in.dt_raw.c);
     Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
     gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
-                         *y.g);
+                         *y.g, llmt::Tensor());
     cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, c.compute,
-                         *y.c);
+                         *y.c, llmt::Tensor());
     const auto yc = non_finite(get(cpu(), *y.c));
     REQUIRE(!yc.empty());
     CHECK(non_finite(get(gpu(), *y.g)) == yc);
@@ -261,10 +281,10 @@ TEST_CASE("cuda mamba2: a NaN in dt_raw reaches the same outputs as on the CPU",
     Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
     Pair ddt_bias = both(randn(c.H, c.seed + 10), {c.H}), dA_log = both(randn(c.H, c.seed + 11), {c.H});
     Pair dD = both(randn(c.H, c.seed + 12), {c.H});
-    gpu().mamba2_ssd_bwd(*dy.g, *in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk,
-                         c.compute, *dxbc.g, *ddt_raw.g, *ddt_bias.g, *dA_log.g, *dD.g);
-    cpu().mamba2_ssd_bwd(*dy.c, *in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk,
-                         c.compute, *dxbc.c, *ddt_raw.c, *ddt_bias.c, *dA_log.c, *dD.c);
+    gpu().mamba2_ssd_bwd(*dy.g, *in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, llmt::Tensor(), c.P,
+                         c.G, c.chunk, c.compute, *dxbc.g, *ddt_raw.g, *ddt_bias.g, *dA_log.g, *dD.g);
+    cpu().mamba2_ssd_bwd(*dy.c, *in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, llmt::Tensor(), c.P,
+                         c.G, c.chunk, c.compute, *dxbc.c, *ddt_raw.c, *ddt_bias.c, *dA_log.c, *dD.c);
     CHECK(!non_finite(get(gpu(), *dxbc.g)).empty());
     for (const Pair* p : {&ddt_bias, &dA_log, &dD})
       CHECK(non_finite(get(gpu(), *p->g)) == non_finite(get(cpu(), *p->c)));
@@ -276,8 +296,8 @@ TEST_CASE("cuda mamba2: SSD refuses n_groups that do not divide the heads and ch
   const SsdCase c = mild(1, 8, 3, 4, 4, 2, 4, 6000);  // xbc width 3*4 + 2*2*4 = 28: shapes fine, 2 does not divide 3
   SsdInputs in = ssd_inputs(c);
   Pair y = both(randn(c.B * c.T * c.H * c.P, 1), {c.B, c.T, c.H * c.P});
-  CHECK_THROWS(
-      gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, 64, c.compute, *y.g));
-  CHECK_THROWS(
-      gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, 1, 0, c.compute, *y.g));
+  CHECK_THROWS(gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, 64,
+                                    c.compute, *y.g, llmt::Tensor()));
+  CHECK_THROWS(gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, 1, 0,
+                                    c.compute, *y.g, llmt::Tensor()));
 }

@@ -95,14 +95,15 @@ void Backend::conv_bias_silu_bwd(const Tensor&, const Tensor&, const Tensor&, co
   missing(*this, "conv_bias_silu_bwd");
 }
 void Backend::mamba2_ssd_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
-                             int64_t, int64_t, DType, const Tensor&) {
+                             int64_t, int64_t, DType, const Tensor&, const Tensor&) {
   missing(*this, "mamba2_ssd_fwd");
 }
 void Backend::mamba2_ssd_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, int64_t, int64_t, int64_t, DType, const Tensor&, const Tensor&,
-                             const Tensor&, const Tensor&, const Tensor&) {
+                             const Tensor&, const Tensor&, int64_t, int64_t, int64_t, DType, const Tensor&,
+                             const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "mamba2_ssd_bwd");
 }
+int64_t Backend::mamba2_saved_numel(int64_t, int64_t, int64_t, int64_t, int64_t, DType) const { return 0; }
 void Backend::mamba3_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Mamba3Params&,
                          const Mamba3Options&, const Tensor&, const Tensor&) {
   missing(*this, "mamba3_fwd");

@@ -265,13 +265,26 @@ class Backend {
   /// core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands and fp32
   /// accumulation for bf16 (kernels/cuda/mamba2.cu, "Precision"); the CPU backend computes in the tensors'
   /// dtype for either.
+  /// saved: default-constructed (none), or [mamba2_saved_numel] in xbc's dtype, kept by the layer from this forward
+  /// to the mamba2_ssd_bwd of the same inputs and compute: the forward writes there what the backward would
+  /// otherwise recompute, and the backward given the same tensor reads it (CUDA: the states entering every 64-token
+  /// chunk, in the compute dtype; the backward then scans only their adjoints; gradients bit-identical to the
+  /// recompute).
   virtual void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
                               const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType compute,
-                              const Tensor& y);
+                              const Tensor& y, const Tensor& saved);
   virtual void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
-                              const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups,
-                              int64_t chunk_size, DType compute, const Tensor& dxbc, const Tensor& ddt_raw,
-                              const Tensor& ddt_bias, const Tensor& dA_log, const Tensor& dD);
+                              const Tensor& A_log, const Tensor& D, const Tensor& saved, int64_t head_dim,
+                              int64_t n_groups, int64_t chunk_size, DType compute, const Tensor& dxbc,
+                              const Tensor& ddt_raw, const Tensor& ddt_bias, const Tensor& dA_log, const Tensor& dD);
+  /// The elements of mamba2_ssd_fwd's `saved` for a layer of these sizes (B, T, H, P, N) and compute dtype, or 0
+  /// when this backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the
+  /// CPU reference, which recomputes in double). CUDA: B H ceil(T / 64) P N elements of the compute dtype, as
+  /// floats (bf16: half as many): at B = 4, T = 4096, 16 heads x 128, d_state 128 (mamba2_bench) 128 MiB with bf16
+  /// compute (256 MiB fp32); configs/mdn-paper/400m/mamba2.json (32 heads x 64, d_state 128) at micro_batch 4,
+  /// seq_len 4096 also 128 MiB per layer (6 GiB over its 48 layers).
+  virtual int64_t mamba2_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                                     int64_t d_state, DType compute) const;
   // ---- Mamba-3 (layers-ssm-attn.md §4; semantics: src/kernels/cpu/{mamba3_layer,mamba3_prep,mamba3}.h) ----
   /// The Mamba-3 layer parameters (§4.2): dt_bias, D [H]; B_bias, C_bias [H, R, N]; B_norm, C_norm [N];
   /// mimo_x, mimo_z, mimo_o [H, R, P] (default-constructed for SISO, R = 1); norm [H P] (default-constructed

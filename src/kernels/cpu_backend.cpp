@@ -309,9 +309,11 @@ class CpuBackend final : public Backend {
                                   w.shape[2], dx.as<T>(), dw.as<T>(), dbias.as<T>());
     });
   }
+  // `saved` is ignored: this backend keeps nothing from the forward (mamba2_saved_numel 0; the backward recomputes
+  // in double).
   void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
-                      const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType,
-                      const Tensor& y) override {
+                      const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType, const Tensor& y,
+                      const Tensor&) override {
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_fwd");
     dispatch(xbc, "mamba2_ssd_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -320,9 +322,9 @@ class CpuBackend final : public Backend {
     });
   }
   void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
-                      const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
-                      DType, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias, const Tensor& dA_log,
-                      const Tensor& dD) override {
+                      const Tensor& A_log, const Tensor& D, const Tensor&, int64_t head_dim, int64_t n_groups,
+                      int64_t chunk_size, DType, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
+                      const Tensor& dA_log, const Tensor& dD) override {
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, "mamba2_ssd_bwd");
     check_same(xbc, dxbc, "mamba2_ssd_bwd");
     check_same(dt_raw, ddt_raw, "mamba2_ssd_bwd");

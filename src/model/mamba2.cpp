@@ -71,6 +71,9 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which
   // meets out_proj, is also kept rounded to the compute dtype when that differs.
   yn_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
+  const int64_t kept = store_.backend().mamba2_saved_numel(batch, seq_len, heads_, c_.head_dim, c_.d_state,
+                                                           store_.compute_dtype());
+  kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 
 void Mamba2Mixer::bind_scratch(ScratchCarver& s) {
@@ -114,7 +117,7 @@ void Mamba2Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state)
       be.short_conv_silu_fwd(seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(xbc_c_));
     // the SSD core's products in the compute dtype (bf16 operands on the tensor cores, or fp32)
     be.mamba2_ssd_fwd(seq3(xbc_c_), seq3(dtr_), dt_bias, A_log, D, c_.head_dim, c_.n_groups, c_.chunk_size,
-                      store_.compute_dtype(), seq3(y_));
+                      store_.compute_dtype(), seq3(y_), kept_);
   }
   // Gated RMSNorm, norm_before_gate = False: u = y ∘ silu(z), yn = rmsnorm(u) ∘ w (step 6); out_proj (step 7).
   be.swiglu_fwd(z_, y_, u_);
@@ -132,8 +135,8 @@ void Mamba2Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   be.swiglu_bwd(z_, y_, du_, dz_, dy_ssd_);
   // SSD, discretisation (steps 3-4) and the conv (step 5).
   be.mamba2_ssd_bwd(seq3(dy_ssd_), seq3(xbc_c_), seq3(dtr_), store_.master(dt_bias_), store_.master(A_log_),
-                    store_.master(D_), c_.head_dim, c_.n_groups, c_.chunk_size, store_.compute_dtype(), seq3(dxbc_c_),
-                    seq3(ddtr_), store_.grad(dt_bias_), store_.grad(A_log_), store_.grad(D_));
+                    store_.master(D_), kept_, c_.head_dim, c_.n_groups, c_.chunk_size, store_.compute_dtype(),
+                    seq3(dxbc_c_), seq3(ddtr_), store_.grad(dt_bias_), store_.grad(A_log_), store_.grad(D_));
   if (c_.conv_bias)
     be.conv_bias_silu_bwd(seq3(dxbc_c_), seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(dxbc_),
                           store_.grad(conv_w_), store_.grad(conv_b_));

@@ -9,6 +9,9 @@
 // mamba_ssm (2.3.3) PyTorch-default U(±1/sqrt(fan_in)) for in_proj, out_proj, conv weight and bias and
 // A_log = log U(1, 16); zeros_like_skipped (2.3.2) fla_mdn with A_log = dt_bias = 0. With
 // model.init.residual_rescale "kaiming_div_sqrt", out_proj is U(±1/sqrt(Di)) / sqrt(residual_rescale_n).
+// The layer keeps what the backend's SSD forward saves for its backward (Backend::mamba2_saved_numel; CUDA: the
+// states entering each 64-token chunk, in the compute dtype: 128 MiB per layer with bf16 compute at micro_batch 4,
+// seq_len 4096 for configs/mdn-paper/400m/mamba2.json; none on the CPU).
 #pragma once
 #include "model/mixer.h"
 
@@ -44,6 +47,7 @@ class Mamba2Mixer : public Mixer {
   Tensor y_, u_, rstd_, yn_;            // SSD output, y ∘ silu(z), norm rstd [rows], normed output
   Tensor yn_c_;                         // yn_ in the compute dtype (only when that differs)
   Tensor cvt_;                               // scratch for gradients rounded to the compute dtype (ditto)
+  Tensor kept_;  // the SSD core's saved forward intermediates (none where the backend keeps nothing)
   Tensor dyn_, du_, dz_, dy_ssd_, dxbc_c_, dxbc_, ddtr_;  // backward temporaries (shared scratch)
 };
 

@@ -1,12 +1,15 @@
 // The Mamba2 SSD core (src/kernels/cuda/mamba2.cu) run by the CPU emulator (cuda_emu.h) through its own launchers,
-// no GPU: mamba2_ssd_fwd, then mamba2_ssd_bwd, on small shapes whose last 64-token kernel chunk is ragged (T = 130:
-// chunks of 64, 64 and 2 tokens), P = N = 128 (two tiles each) and partial P / N tiles. bf16 compute (tile::Mma:
+// no GPU: mamba2_ssd_fwd, then mamba2_ssd_bwd (recomputing the chunk states), then both again with a saved set (the
+// forward's chunk states kept for the backward), on small shapes whose last 64-token kernel chunk is ragged (T = 130:
+// chunks of 64, 64 and 2 tokens), P = N = 128 (two tiles each), partial P / N tiles and 1, 2 or 4 heads a group
+// (the output kernel's heads a block). bf16 compute (tile::Mma:
 // ldmatrix / mma.sync; cp.async for the state scan's staged u, v tiles, the output kernel's staged C, B tiles and the
 // S_in / dS rings, and the synchronous loads where rows are not 16-byte aligned, N = 70) and fp32 compute
 // (tile::Simt: the chunk contributions and their scan). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
-// (b) within the GPU test's tolerance of the CPU reference (cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic,
+// (b) with the saved set bit-identical to the recompute;
+// (c) within the GPU test's tolerance of the CPU reference (cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic,
 //     at the layer's chunk_size: the model's 256 or 64; the kernels chunk by 64 whatever it is): kBf16CoreTol with
 //     bf16 compute, the per-head sums ddt_bias, dA_log, dD against head_sum_scales; kTol with fp32 compute
 //     (tests/cuda_mamba2_test.cpp check_ssd; cuda_test_host.h).
@@ -32,8 +35,10 @@ using namespace llmt::test::emu_test;
 
 namespace {
 
-const char* const kNames[] = {"y", "dxbc", "ddt_raw", "ddt_bias", "dA_log", "dD"};
-constexpr size_t kOutputs = 6;
+const char* const kNames[] = {"y",         "dxbc",         "ddt_raw",         "ddt_bias",         "dA_log",
+                              "dD",        "y (saved)",    "dxbc (saved)",    "ddt_raw (saved)",  "ddt_bias (saved)",
+                              "dA_log (saved)",            "dD (saved)"};
+constexpr size_t kOutputs = 6;  // of each pass (the names of the second: kNames[kOutputs + i])
 
 struct Case {
   bool bf16;  // compute dtype: bf16 (tile::Mma) or fp32 (tile::Simt)
@@ -75,25 +80,33 @@ struct Inputs {
   }
 };
 
-/// The forward, then the backward, in the emulator under `cfg`; y, dxbc, ddt_raw and the scratch start as NaN.
+/// The forward, then the backward, in the emulator under `cfg`, twice: without a saved set (the backward recomputes
+/// the chunk states), then with one (kept from the forward); y, dxbc, ddt_raw, the scratch and the saved set start
+/// as NaN, the scratch again before each call. The outputs of both passes, in that order.
 template <typename P>
 std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const size_t rows = c.B * c.T;
   const Buffer xbc(in.xbc), dt_raw(in.dt_raw), dt_bias(in.dt_bias), A_log(in.A_log), D(in.D), dy(in.dy);
-  Buffer scratch(std::max(cu::mamba2_ssd_fwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N),
-                          cu::mamba2_ssd_bwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N)) / 4 + 1);
-  const Buffer y(rows * c.XD());
-  cu::mamba2_ssd_fwd<P>(xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P, c.N, c.G,
-                        y.get(), scratch.get(), nullptr);
-  std::memset(scratch.get(), 0xff, scratch.n * 4);
-  const Buffer dxbc(rows * c.W()), ddt_raw(rows * c.H), ddt_bias(in.acc(0, c.H)), dA_log(in.acc(1, c.H)),
-      dD(in.acc(2, c.H));
-  cu::mamba2_ssd_bwd<P>(dy.get(), xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P,
-                        c.N, c.G, dxbc.get(), ddt_raw.get(), ddt_bias.get(), dA_log.get(), dD.get(), scratch.get(),
-                        nullptr);
-  return {y.host(), dxbc.host(), ddt_raw.host(), ddt_bias.host(), dA_log.host(), dD.host()};
+  Buffer scratch(std::max(cu::mamba2_ssd_fwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false),
+                          cu::mamba2_ssd_bwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false)) / 4 + 1);
+  const Buffer saved(cu::mamba2_ssd_saved_bytes<P>(c.B, c.T, c.H, c.P, c.N) / 4 + 1);
+  std::vector<std::vector<float>> out;
+  for (float* sv : {static_cast<float*>(nullptr), saved.get()}) {
+    const Buffer y(rows * c.XD());
+    std::memset(scratch.get(), 0xff, scratch.n * 4);
+    cu::mamba2_ssd_fwd<P>(xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P, c.N,
+                          c.G, y.get(), sv, scratch.get(), nullptr);
+    std::memset(scratch.get(), 0xff, scratch.n * 4);
+    const Buffer dxbc(rows * c.W()), ddt_raw(rows * c.H), ddt_bias(in.acc(0, c.H)), dA_log(in.acc(1, c.H)),
+        dD(in.acc(2, c.H));
+    cu::mamba2_ssd_bwd<P>(dy.get(), xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H,
+                          c.P, c.N, c.G, sv, dxbc.get(), ddt_raw.get(), ddt_bias.get(), dA_log.get(), dD.get(),
+                          scratch.get(), nullptr);
+    for (const Buffer* b : {&y, &dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) out.push_back(b->host());
+  }
+  return out;
 }
 
 /// The CPU reference (the CPU backend's: cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic inside).
@@ -117,7 +130,11 @@ void check_case(const Case& c) {
       [&](emu::Config cfg) {
         return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg) : run_emulated_as<float>(c, in, cfg);
       },
-      kOutputs, [](size_t i) { return kNames[i]; });
+      2 * kOutputs, [](size_t i) { return kNames[i]; });
+  for (size_t i = 0; i < kOutputs; ++i) {
+    INFO(kNames[kOutputs + i] << ": the first element whose bits differ from the recompute's");
+    CHECK(first_difference(first[i], first[kOutputs + i]) == -1);
+  }
   const std::vector<std::vector<float>> ref = run_cpu(c, in);
   const double tol = c.bf16 ? kBf16CoreTol : kTol;
   const HeadSumScales floor = c.bf16 ? head_sum_scales(c.B * c.T, c.H, c.P, c.W(), in.xbc, in.dt_raw, in.dt_bias,
@@ -137,6 +154,11 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD, partial P / N tiles (P = 80, N = 72; P = 1
           "[emu][mamba2]") {
   check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 200});
   check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 310});
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, 4 heads a group (the output kernel's 4 heads a block), chunk 64",
+          "[emu][mamba2]") {
+  check_case({true, 1, 130, 4, 64, 128, 1, 64, kMild[0], kMild[1], 500});
 }
 
 TEST_CASE("cuda emu: fp32 Mamba2 SSD (tile::Simt), P = 80, N = 72, ragged last chunk", "[emu][mamba2]") {

@@ -78,6 +78,23 @@ float* mamba3_saved(const Tensor& saved, const cpu::Mamba3LayerDims& d, const ch
   return f32(saved, op);
 }
 
+/// Floats of the CUDA Mamba2 core's saved set with compute type P (cuda::mamba2_ssd_saved_bytes, rounded up).
+template <typename P>
+int64_t mamba2_saved_floats(const cpu::Mamba2Dims& d) {
+  const size_t bytes = cuda::mamba2_ssd_saved_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim);
+  return static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+/// mamba2_ssd_fwd / mamba2_ssd_bwd's `saved` (none, or [mamba2_saved_numel] f32: the chunk-entering states in P) as
+/// its data, or nullptr for none.
+template <typename P>
+float* mamba2_saved(const Tensor& saved, const cpu::Mamba2Dims& d, const char* op) {
+  if (saved.data == nullptr) return nullptr;
+  const int64_t n = mamba2_saved_floats<P>(d);
+  check(saved.numel() == n, "{}: saved has {} elements, the core's chunk states {}", op, saved.numel(), n);
+  return f32(saved, op);
+}
+
 /// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' tinv, ops.cuh) as its data, or
 /// nullptr for none; q [B, T, H, K].
 float* gdn_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const char* op) {
@@ -497,9 +514,17 @@ class CudaBackend final : public Backend {
     cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw, pdb,
                               scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
   }
+  int64_t mamba2_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t d_state,
+                             DType compute) const override {
+    int64_t n = 0;
+    dispatch(compute, "mamba2_saved_numel", [&](auto zero) {
+      n = mamba2_saved_floats<decltype(zero)>({batch, seq_len, heads, head_dim, d_state, 1});
+    });
+    return n;
+  }
   void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
                       const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType compute,
-                      const Tensor& y) override {
+                      const Tensor& y, const Tensor& saved) override {
     const char* op = "mamba2_ssd_fwd";
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
@@ -508,16 +533,18 @@ class CudaBackend final : public Backend {
     float* py = f32(y, op);
     dispatch(compute, op, [&](auto zero) {  // the products' operand type (mamba2.cu, Precision)
       using P = decltype(zero);
-      cuda::mamba2_ssd_fwd<P>(
-          pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, py,
-          scratch(cuda::mamba2_ssd_fwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
-          stream_);
+      float* sv = mamba2_saved<P>(saved, d, op);
+      cuda::mamba2_ssd_fwd<P>(pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim,
+                              d.groups, py, sv,
+                              scratch(cuda::mamba2_ssd_fwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim,
+                                                                            d.state_dim, sv != nullptr)),
+                              stream_);
     });
   }
   void mamba2_ssd_bwd(const Tensor& dy, const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias,
-                      const Tensor& A_log, const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
-                      DType compute, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
-                      const Tensor& dA_log, const Tensor& dD) override {
+                      const Tensor& A_log, const Tensor& D, const Tensor& saved, int64_t head_dim, int64_t n_groups,
+                      int64_t chunk_size, DType compute, const Tensor& dxbc, const Tensor& ddt_raw,
+                      const Tensor& ddt_bias, const Tensor& dA_log, const Tensor& dD) override {
     const char* op = "mamba2_ssd_bwd";
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, op);
     check_same(xbc, dxbc, op);
@@ -530,11 +557,12 @@ class CudaBackend final : public Backend {
           *pdD = f32(dD, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
-      cuda::mamba2_ssd_bwd<P>(
-          pdy, pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, pdxbc, pddt,
-          pdbias, pdA, pdD,
-          scratch(cuda::mamba2_ssd_bwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim)),
-          stream_);
+      const float* sv = mamba2_saved<P>(saved, d, op);
+      cuda::mamba2_ssd_bwd<P>(pdy, pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim,
+                              d.groups, sv, pdxbc, pddt, pdbias, pdA, pdD,
+                              scratch(cuda::mamba2_ssd_bwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim,
+                                                                            d.state_dim, sv != nullptr)),
+                              stream_);
     });
   }
   // ---- Mamba-3 (checks as the CPU backend's; f32 as Mamba2) ----

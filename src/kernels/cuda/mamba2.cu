@@ -11,10 +11,13 @@
 //                 scan   the running sum over the chunks                (one thread per state element)
 //           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles; the
 //                             backward's two scans in one launch)
-//   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, h, chunk, P tile)
+//   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, chunk, P tile, 1-4 heads)
 //   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
 // then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
 // No atomics: the same inputs give the same bits.
+// The backward recomputes the entering states (the forward's scan) unless given the forward's `saved` set: the
+// forward then writes them there instead of into its scratch and the backward scans only the adjoints (the same
+// kernels' values: the same bits).
 //
 // Precision: the launchers' P (the layer's compute dtype) picks the products' layout (delta_tile.cuh) and the
 // element type of the stored states and state adjoints; the fwd and bwd kernels are shared.
@@ -85,8 +88,9 @@ Sizes make_sizes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim
 // The scratch carved into its arrays (256-byte aligned), or only sized when base is null.
 // dt [B, H, nc kL] (Δ, 0 past T); G [B, H, nc kL] (chunk-local inclusive cumsum of Δ A, flat past T);
 // states [B, H, nc, P, N] of element type S (fp32: the chunk contributions, then the entering states; bf16:
-// the entering states); backward only: dstates (the adjoints of the states leaving each chunk, same type),
-// dBh, dCh [B, H, nc kL, N] (per-head dB, dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
+// the entering states; not carved with `saved`: the caller's saved set holds them, states_bytes); backward only:
+// dstates (the adjoints of the states leaving each chunk, same type), dBh, dCh [B, H, nc kL, N] (per-head dB,
+// dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
 template <typename S>
 struct Scratch {
   float* dt = nullptr;
@@ -99,7 +103,12 @@ struct Scratch {
 };
 
 template <typename S>
-size_t carve(const Sizes& s, bool backward, void* base, Scratch<S>* out) {
+size_t states_bytes(const Sizes& s) {
+  return static_cast<size_t>(s.B * s.H * s.nc * s.P * s.N) * sizeof(S);
+}
+
+template <typename S>
+size_t carve(const Sizes& s, bool backward, bool saved, void* base, Scratch<S>* out) {
   size_t off = 0;
   auto take = [&](auto*& p, int64_t n) {
     using T = std::remove_reference_t<decltype(*p)>;
@@ -110,7 +119,7 @@ size_t carve(const Sizes& s, bool backward, void* base, Scratch<S>* out) {
   const int64_t bh = s.B * s.H, rows = bh * s.nc * kL, states = bh * s.nc * s.P * s.N;
   take(sc.dt, rows);
   take(sc.G, rows);
-  take(sc.states, states);
+  if (!saved) take(sc.states, states);
   if (backward) {
     take(sc.dstates, states);
     take(sc.dBh, rows * s.N);
@@ -421,18 +430,22 @@ __device__ __forceinline__ void form_m(const Acc& m, Acc& acc, const double* Gs,
   }
 }
 
-// Forward output of one (b, h, chunk, P tile), §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j
-// + e^{G_i} S_in C_i + D x_i, products in the layout L of the compute dtype P (Precision); states [B, H, nc, P, N]
-// the entering states. Grid (nc, H, B PT); dynamic shared memory fwd_out_smem<P>(staged): the C, B tiles and the
-// S_in tiles (bf16: a ring of kStateRing, step = N tile, copied ahead by cp.async where N % 8 == 0; fp32: one,
-// loaded in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every x, B and C row 16-byte aligned)
-// the fp32 staging tiles of every step's C and B rows: all copied by cp.async at the start, in one group ahead of
-// the S_in ring's (so the ring's waits cover them), and converted by each thread from its own pieces
-// (tile::put_h_staged: load_tile's bf16 tiles); else C and B are loaded at their step. The x tile of M x: staged,
-// copied into step 0's C staging tile once every thread has converted that (during the products), the operand
-// converted from it and x_i of D x (fp32, the thread's output elements) read from it; else fetched into registers
-// before M is formed (its latency overlaps that work), with x_i of D x loaded then too: loads between the y stores
-// would each wait for the store before them (y may alias xbc).
+// Forward output of one (b, chunk, P tile) for kHeads heads h0 .. h0 + kHeads - 1 of one group, one after the
+// other, §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j + e^{G_i} S_in C_i + D x_i, products in the layout L of
+// the compute dtype P (Precision); states [B, H, nc, P, N] the entering states. C B^T (the group's) is formed by the
+// first head's steps and kept (registers) for the others, whose steps read only C and S_in. Grid (nc, H / kHeads,
+// B PT); dynamic shared memory fwd_out_smem<P>(staged): the C, B tiles and the S_in tiles (bf16: a ring of
+// kStateRing, step = (head, N tile), copied ahead by cp.async where N % 8 == 0, across the heads; fp32: one, loaded
+// in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every x, B and C row 16-byte aligned) the fp32
+// staging tiles of every N tile's C and B rows: all copied by cp.async at the start, in one group ahead of the S_in
+// ring's (so the ring's waits cover them), and converted by each thread from its own pieces (tile::put_h_staged:
+// load_tile's bf16 tiles) at each head's steps (B: the first head's only); else C (and B: the first head) are
+// loaded at their step.
+// The x tile of M x: staged, copied into N tile 0's B staging tile once every thread has converted that (during the
+// head's first products), the operand converted from it and x_i of D x (fp32, the thread's output elements) read
+// from it; else fetched into registers before M is formed (its latency overlaps that work), with x_i of D x loaded
+// then too: loads between the y stores would each wait for the store before them (y may alias xbc). A barrier
+// between the heads (the next head's tiles and Gs, dts overwrite what the last one read).
 constexpr int kFwdOutStaged = 2;
 template <typename P>
 constexpr size_t fwd_out_smem(bool staged) {
@@ -440,10 +453,10 @@ constexpr size_t fwd_out_smem(bool staged) {
          (staged ? sizeof(float) * 2 * kFwdOutStaged * tile::kStageFloats : 0);
 }
 // Blocks per SM its registers are bounded for: as many as its shared memory allows (fp32 64 registers, 4; bf16
-// 128 registers, 2).
+// 128 registers, 2; with kHeads > 1, 16 bytes spilled and reloaded once per head).
 template <typename P>
 constexpr int kFwdOutBlocks = std::is_same_v<P, float> ? 4 : 2;
-template <typename P>
+template <typename P, int kHeads>
 __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
                        bool staged, float* y) {
@@ -453,18 +466,18 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   P* bb = bc + kTileOf<P>;
   P* bs = bc + 2 * kTileOf<P>;  // S_in (bf16: the ring)
   float* stg = reinterpret_cast<float*>(bs + kStateRing * kTileOf<P>);  // (stage) C, B of N tile t: 2 t, 2 t + 1
+  float* const xstg = stg + tile::kStageFloats;                         // (stage) x: N tile 0's B tile
   __shared__ double Gs[kL];
   __shared__ float dts[kL];
-  const int64_t k = blockIdx.x, h = blockIdx.y, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
-  const int64_t g = h / (s.H / s.G), bhk = (b * s.H + h) * s.nc + k, c0 = k * kL, p0 = pt * kL;
+  const int64_t k = blockIdx.x, h0 = int64_t{blockIdx.y} * kHeads, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
+  const int64_t g = h0 / (s.H / s.G), c0 = k * kL, p0 = pt * kL;
   const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
-  const P* sin = states + bhk * s.P * s.N + p0 * s.N;
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N);
   const bool stage = staged && async;
   const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
-  const float* xs = row + h * s.P + p0;
   const auto c_at = [&](int64_t n0) { return row + s.XD + s.GN + g * s.N + n0; };
   const auto b_at = [&](int64_t n0) { return row + s.XD + g * s.N + n0; };
+  const auto bhk = [&](int hl) { return (b * s.H + h0 + hl) * s.nc + k; };  // head h0 + hl's chunk
   if (stage) {
     for (int t = 0; t < s.NT; ++t) {
       const int64_t n0 = int64_t{t} * kL;
@@ -474,79 +487,89 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     }
     tile::cp_async_commit();
   }
-  // Step t = N tile t: S_in[p0.., t kL..].
-  const auto issue = [&](int t) {
-    const int64_t n0 = int64_t{t} * kL;
-    state_issue(async, bs, t, t < s.NT ? sin + n0 : nullptr, s.N, np, imin(kL, s.N - n0));
+  // Step u = head u / NT, N tile u % NT: S_in[p0.., (u % NT) kL..].
+  const int steps = kHeads * static_cast<int>(s.NT);
+  const auto issue = [&](int u) {
+    const int64_t n0 = int64_t{u % static_cast<int>(s.NT)} * kL;
+    const P* src = u < steps ? states + bhk(u / static_cast<int>(s.NT)) * s.P * s.N + p0 * s.N + n0 : nullptr;
+    state_issue(async, bs, u, src, s.N, np, imin(kL, s.N - n0));
   };
-  for (int t = 0; t < kStateRing - 1; ++t) issue(t);
-  if (threadIdx.x < kL) {
-    Gs[threadIdx.x] = G[bhk * kL + threadIdx.x];
-    dts[threadIdx.x] = dt[bhk * kL + threadIdx.x];
-  }
-  Acc acc, m;
-  acc.zero();
+  for (int u = 0; u < kStateRing - 1; ++u) issue(u);
+  Acc m;  // C_i·B_j, from the first head's steps
   m.zero();
-  for (int t = 0; t < s.NT; ++t) {
-    const int64_t n0 = int64_t{t} * kL;
-    const int nn = imin(kL, s.N - n0);
-    issue(t + kStateRing - 1);
-    const P* st;
+  for (int hl = 0; hl < kHeads; ++hl) {
+    const int64_t h = h0 + hl;
+    const P* sin = states + bhk(hl) * s.P * s.N + p0 * s.N;
+    const float* xs = row + h * s.P + p0;
+    if (threadIdx.x < kL) {
+      Gs[threadIdx.x] = G[bhk(hl) * kL + threadIdx.x];
+      dts[threadIdx.x] = dt[bhk(hl) * kL + threadIdx.x];
+    }
+    Acc acc;
+    acc.zero();
+    for (int t = 0; t < s.NT; ++t) {
+      const int64_t n0 = int64_t{t} * kL;
+      const int nn = imin(kL, s.N - n0);
+      const int u = hl * static_cast<int>(s.NT) + t;
+      issue(u + kStateRing - 1);
+      const P* st;
+      if (stage) {
+        st = state_take(async, bs, bs, u, sin + n0, s.N, np, nn);  // (its wait covers the older staging group)
+        if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+          tile::put_h_staged(bc, stg + 2 * t * tile::kStageFloats, nv);
+          if (hl == 0) tile::put_h_staged(bb, stg + (2 * t + 1) * tile::kStageFloats, nv);
+        }
+      } else {
+        load_tile(bc, c_at(n0), s.W, nv, nn);
+        if (hl == 0) load_tile(bb, b_at(n0), s.W, nv, nn);
+        st = state_take(async, bs, bs, u, sin + n0, s.N, np, nn);
+      }
+      __syncthreads();
+      L::template mma<false, true>(bc, st, acc);     // acc[i][p] = Σ_n C_i[n] S_in[p][n]
+      if (hl == 0) L::template mma<false, true>(bc, bb, m);  // m[i][j] = C_i·B_j
+      if (stage && t == 0) {  // x into N tile 0's B staging tile (every thread's reads of it done: the barrier above)
+        tile::stage_async(xstg, xs, s.W, nv, np);
+        tile::cp_async_commit();
+      }
+      __syncthreads();
+    }
+    float xd[4][4];  // x_i[p] of the thread's outputs (D x)
     if (stage) {
-      st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);  // (its wait covers the older staging group)
+      tile::cp_async_wait<0>();  // the thread's pieces of x
+      if constexpr (std::is_same_v<P, __nv_bfloat16>) tile::put_h_staged(bb, xstg, nv);
+      form_m<L>(m, acc, Gs, dts, bc);
+      __syncthreads();  // bc, bb complete; every piece of x landed
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 4; ++c) {
+          const int i = L::row(a), p = L::col(c);
+          xd[a][c] = xstg[i * kL + p];  // (0 outside nv x np)
+        }
+    } else {
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 4; ++c) {
+          const int i = L::row(a), p = L::col(c);
+          xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
+        }
       if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-        tile::put_h_staged(bc, stg + 2 * t * tile::kStageFloats, nv);
-        tile::put_h_staged(bb, stg + (2 * t + 1) * tile::kStageFloats, nv);
+        tile::HRegs xr;
+        tile::fetch_h(xr, xs, s.W, nv, np);
+        form_m<L>(m, acc, Gs, dts, bc);
+        tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
+      } else {
+        form_m<L>(m, acc, Gs, dts, bc);
+        load_tile(bb, xs, s.W, nv, np);
       }
-    } else {
-      load_tile(bc, c_at(n0), s.W, nv, nn);
-      load_tile(bb, b_at(n0), s.W, nv, nn);
-      st = state_take(async, bs, bs, t, sin + n0, s.N, np, nn);
+      __syncthreads();
     }
-    __syncthreads();
-    L::template mma<false, true>(bc, st, acc);  // acc[i][p] = Σ_n C_i[n] S_in[p][n]
-    L::template mma<false, true>(bc, bb, m);    // m[i][j] = C_i·B_j
-    if (stage && t == 0) {  // x into step 0's C staging tile (every thread's reads of it done: the barrier above)
-      tile::stage_async(stg, xs, s.W, nv, np);
-      tile::cp_async_commit();
-    }
-    __syncthreads();
-  }
-  float xd[4][4];  // x_i[p] of the thread's outputs (D x)
-  if (stage) {
-    tile::cp_async_wait<0>();  // the thread's pieces of x
-    if constexpr (std::is_same_v<P, __nv_bfloat16>) tile::put_h_staged(bb, stg, nv);
-    form_m<L>(m, acc, Gs, dts, bc);
-    __syncthreads();  // bc, bb complete; every piece of x landed
+    L::template mma<false, false>(bc, bb, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
+    const float Dh = D[h];
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
         const int i = L::row(a), p = L::col(c);
-        xd[a][c] = stg[i * kL + p];  // (0 outside nv x np)
+        if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * xd[a][c];
       }
-  } else {
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < 4; ++c) {
-        const int i = L::row(a), p = L::col(c);
-        xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
-      }
-    if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-      tile::HRegs xr;
-      tile::fetch_h(xr, xs, s.W, nv, np);
-      form_m<L>(m, acc, Gs, dts, bc);
-      tile::put_h(bb, xr, nv, [](int) { return 1.0f; });
-    } else {
-      form_m<L>(m, acc, Gs, dts, bc);
-      load_tile(bb, xs, s.W, nv, np);
-    }
-    __syncthreads();
+    if (hl + 1 < kHeads) __syncthreads();  // every read of bc, bb, Gs, dts and x's staging tile done
   }
-  L::template mma<false, false>(bc, bb, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
-  const float Dh = D[h];
-  for (int a = 0; a < 4; ++a)
-    for (int c = 0; c < 4; ++c) {
-      const int i = L::row(a), p = L::col(c);
-      if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * xd[a][c];
-    }
 }
 
 // Sums v over the 16 threads sharing each row of layout L in slot order: out[L::row(a)] = Σ_slot v[a].
@@ -1036,19 +1059,22 @@ constexpr size_t tiles_bytes(int tiles) {
   return sizeof(P) * kTileOf<P> * tiles;
 }
 
-// Δ and G (prep), then the chunk states into sc.states (the forward scan: from x, B) and, where dy is not null (the
-// backward), the adjoints into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks'
-// contributions (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel,
-// both scans in one launch, staged where every row of every u and v is 16-byte aligned.
+// The forward scan's job: the states entering each chunk into `out`, from x, B.
 template <typename P>
-void chunk_states(const float* xbc, const float* dy, const float* dt_raw, const float* dt_bias, const float* A_log,
+ScanJob<P> states_job(const float* xbc, const Sizes& s, P* out) {
+  return {xbc, s.W, xbc + s.XD, false, out};
+}
+
+// Δ and G (prep), then the n (1 or 2) scans of `jobs`: the forward's (states_job) and / or the backward's adjoints
+// into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks' contributions
+// (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel, both scans in
+// one launch, staged where every row of every u and v is 16-byte aligned.
+template <typename P>
+void chunk_states(const ScanJob<P>* jobs, int n, const float* dt_raw, const float* dt_bias, const float* A_log,
                   const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
   const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
                   static_cast<unsigned>(s.B));
   launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
-  const ScanJob<P> jobs[2] = {{xbc, s.W, xbc + s.XD, false, sc.states},
-                              {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
-  const int n = dy != nullptr ? 2 : 1;
   if constexpr (std::is_same_v<P, float>) {
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
     for (int i = 0; i < n; ++i) {
@@ -1071,62 +1097,85 @@ void chunk_states(const float* xbc, const float* dy, const float* dt_raw, const 
 }  // namespace
 
 template <typename P>
+size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim) {
+  return states_bytes<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1));
+}
+
+template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim) {
-  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, nullptr, nullptr);
+                                    int64_t state_dim, bool saved) {
+  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, saved, nullptr, nullptr);
 }
 
 template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim) {
-  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, nullptr, nullptr);
+                                    int64_t state_dim, bool saved) {
+  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, saved, nullptr, nullptr);
 }
 
 template <typename P>
 void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* scratch, cudaStream_t stream) {
+                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream) {
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
-  carve(s, false, scratch, &sc);
-  chunk_states<P>(xbc, nullptr, dt_raw, dt_bias, A_log, s, sc, stream);
-  const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT));
+  carve(s, false, saved != nullptr, scratch, &sc);
+  P* const states = saved != nullptr ? static_cast<P*>(saved) : sc.states;  // the entering states
+  const ScanJob<P> job = states_job(xbc, s, states);
+  chunk_states<P>(&job, 1, dt_raw, dt_bias, A_log, s, sc, stream);
+  // Heads per ssd_fwd_out_kernel block: bf16 4 or 2 of a group where they divide its heads (fp32: 1, its 64
+  // registers do not hold the kept C B^T).
+  const int64_t hpg = s.H / s.G;
+  int hpb = 1;
+  auto kernel = ssd_fwd_out_kernel<P, 1>;
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (hpg % 4 == 0)
+      hpb = 4, kernel = ssd_fwd_out_kernel<P, 4>;
+    else if (hpg % 2 == 0)
+      hpb = 2, kernel = ssd_fwd_out_kernel<P, 2>;
+  }
+  const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H / hpb),
+                  static_cast<unsigned>(s.B * s.PT));
   // (x's rows start h P + a multiple of W after xbc, C's and B's g N + a multiple of W after xbc + XD and GN after
   // one another)
   const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 && s.P % 4 == 0 &&
                       tile::async_ok_f(xbc, s.W);
-  launch(ssd_fwd_out_kernel<P>, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, sc.states, s, staged, y);
+  launch(kernel, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, states, s, staged, y);
 }
 
 template <typename P>
 void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                    int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
-                    float* dD, void* scratch, cudaStream_t stream) {
+                    int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
+                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream) {
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
-  carve(s, true, scratch, &sc);
-  chunk_states<P>(xbc, dy, dt_raw, dt_bias, A_log, s, sc, stream);
+  carve(s, true, saved != nullptr, scratch, &sc);
+  // The adjoints' scan, after the forward's (recomputing the entering states) unless the forward saved them.
+  const ScanJob<P> jobs[2] = {states_job(xbc, s, sc.states), {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
+  chunk_states<P>(saved != nullptr ? jobs + 1 : jobs, saved != nullptr ? 1 : 2, dt_raw, dt_bias, A_log, s, sc, stream);
+  const P* const states = saved != nullptr ? static_cast<const P*>(saved) : sc.states;
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
   const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
   launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt,
-         sc.G, sc.states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+         sc.G, states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
 
 #define LLMT_INSTANTIATE_MAMBA2(P)                                                                                  \
-  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                     \
-  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                     \
+  template size_t mamba2_ssd_saved_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                          \
+  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
+  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
   template void mamba2_ssd_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,    \
-                                  int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, cudaStream_t);        \
+                                  int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, void*, cudaStream_t); \
   template void mamba2_ssd_bwd<P>(const float*, const float*, const float*, const float*, const float*,             \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,       \
-                                  float*, float*, float*, float*, void*, cudaStream_t);
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*,  \
+                                  float*, float*, float*, float*, float*, void*, cudaStream_t);
 LLMT_INSTANTIATE_MAMBA2(float)
 LLMT_INSTANTIATE_MAMBA2(__nv_bfloat16)
 

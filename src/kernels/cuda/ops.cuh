@@ -248,22 +248,32 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
 // dA_log, dD [H]; y, dy [B, T, H P]. Overwritten: y, dxbc, ddt_raw; accumulated (fixed-order sums, no
 // atomics): ddt_bias, dA_log, dD. The kernels chunk the sequence into 64 tokens whatever the layer's
 // chunk_size (the result does not depend on it beyond rounding). G must divide H. `scratch` must hold
-// mamba2_ssd_{fwd,bwd}_scratch_bytes<P> (O(B H (T/64) P N) elements of P: the chunk states).
+// mamba2_ssd_{fwd,bwd}_scratch_bytes<P>(..., saved != nullptr) (O(B H (T/64) P N) elements of P: the chunk
+// states; without saved, the entering states among them).
+// saved: nullptr, or mamba2_ssd_saved_bytes<P> of memory (16-byte aligned for the bf16 kernels' cp.async copies,
+// else they load synchronously) kept from a mamba2_ssd_fwd to the mamba2_ssd_bwd of the same inputs: the forward
+// writes the states entering each chunk [B, H, ceil(T / 64), P, N] (element type P) there instead of into its
+// scratch, and the backward reads them instead of recomputing them (it scans only the state adjoints): the same
+// kernels' values, so the gradients are bit-identical to the backward without saved.
 template <typename P>
 void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* scratch, cudaStream_t stream);
+                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim);
+                                    int64_t state_dim, bool saved);
 template <typename P>
 void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                    int64_t state_dim, int64_t groups, float* dxbc, float* ddt_raw, float* ddt_bias, float* dA_log,
-                    float* dD, void* scratch, cudaStream_t stream);
+                    int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
+                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim);
+                                    int64_t state_dim, bool saved);
+/// Bytes of mamba2_ssd_fwd / mamba2_ssd_bwd's saved set: sizeof(P) B H ceil(T / 64) P N (bf16 at B = 4, T = 4096,
+/// H = 16, P = N = 128: 128 MiB; fp32 twice that).
+template <typename P>
+size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim);
 
 // mamba3.cu, mamba3_prep.cu, mamba3_core.cu: the Mamba-3 layer op between in_proj and out_proj (semantics:
 // src/kernels/cpu/mamba3_layer.h mamba3_layer_fwd/bwd; layers-ssm-attn.md §4.3–4.5), zero initial state, fp32
