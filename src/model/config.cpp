@@ -303,6 +303,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     c.dt_max = g.number("dt_max", dflt(c.dt_max));
     c.dt_floor = g.number("dt_floor", dflt(c.dt_floor));
     c.init_style = g.choice("init_style", {"fla_mdn", "mamba_ssm", "zeros_like_skipped"}, dflt(c.init_style));
+    c.save_states = g.boolean("save_states", c.save_states);
     g.finish();
     const int64_t inner = c.inner_dim(m.d_model);
     check(inner % c.head_dim == 0, "config: model.mamba2.head_dim ({}) must divide expand * d_model ({})", c.head_dim,

@@ -65,6 +65,11 @@ struct Mamba2Config {
   /// Section 2.3.2: "fla_mdn" (2.3.1, A = -1..-H), "mamba_ssm" (2.3.3: A ~ U(1, 16), PyTorch-default
   /// in_proj and conv init) or "zeros_like_skipped" (as fla_mdn but A_log = 0, dt_bias = 0: the DTensor hazard).
   std::string init_style = "fla_mdn";
+  /// Keep the SSD core's chunk-entering states from the forward for the backward (CUDA:
+  /// Backend::mamba2_saved_numel, the compute dtype), or (false) recompute them in the backward (layers-ssm-attn.md
+  /// section 2.6.1's memory-saving choice). Same gradients either way; 128 MiB more saved activations per layer at
+  /// 16 heads x 128, d_state 128, bf16 and 16384 tokens per micro-batch.
+  bool save_states = true;
   int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }
 };

@@ -71,8 +71,9 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which
   // meets out_proj, is also kept rounded to the compute dtype when that differs.
   yn_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
-  const int64_t kept = store_.backend().mamba2_saved_numel(batch, seq_len, heads_, c_.head_dim, c_.d_state,
-                                                           store_.compute_dtype());
+  const int64_t kept = c_.save_states ? store_.backend().mamba2_saved_numel(batch, seq_len, heads_, c_.head_dim,
+                                                                           c_.d_state, store_.compute_dtype())
+                                      : 0;
   kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 
