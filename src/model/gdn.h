@@ -3,7 +3,7 @@
 //   q^ = l2norm(q) / sqrt(d_k), k^ = l2norm(k)              (section 2.2)
 //   o = GDN core (chunked, section 6) of (q^, k^, v, g, beta)
 //       (the layer keeps what the backend's core saves for its backward, Backend::gdn_saved_numel; CUDA: the
-//       chunks' 𝒯 = (I + A)^{-1}, section 6.3; KDA: Backend::kda_saved_numel, CUDA: P and 𝒯)
+//       chunks' 𝒯 = (I + A)^{-1}, the states h entering them and v_new Δ, section 6.3; KDA: Backend::kda_saved_numel, CUDA: P and 𝒯)
 // Output gate silu ("swish") by default. No parameters beyond the shared ones.
 // The same core path serves KDA (model/kda.h), whose core differs only by the per-channel decay
 // (section 4.3): with Gates::channelwise the core is kda_chunk_* on g [B, T, H, dk].
