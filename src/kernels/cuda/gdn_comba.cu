@@ -287,9 +287,10 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a)
 
 // F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm): W as
 // gdn_wu_kernel forms it (the same bits), without A or its inverse and without U (the backward's wu from the
-// forward's saved set: U's only reader, the scan, is not run again; its Δ is kept there).
+// forward's saved set: U's only reader, the scan, is not run again; its Δ is kept there). GDN: at most 128
+// registers (128, no spills), two blocks an SM (unbounded the compiler takes 158: one); Comba: one (168 registers).
 template <typename L, typename E, bool kComba>
-__global__ void __launch_bounds__(tile::kThreads) gdn_wu_saved_kernel(GdnFast<L, E> a) {
+__global__ void __launch_bounds__(tile::kThreads, kComba ? 1 : 2) gdn_wu_saved_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
