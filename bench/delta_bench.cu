@@ -3,8 +3,8 @@
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs but for the bf16
 // GDN and Comba rows' q, k, v, p (bf16, as FLA's kernels take them). GDN and Comba twice: fp32 products (the fp32
 // models' core) and bf16 operands on the tensor cores (the bf16 models'), GDN a third time with bf16 products on fp32
-// q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯 for the backward as the layers
-// do (tinv, gdn_tinv_floats; column "saved"); KDA
+// q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯, h and Δ for the backward as
+// the layers do (tinv, gdn_saved_floats; column "saved"); KDA
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"), its
 // forward keeping P, 𝒯, Δ and h for the backward (kda_saved_floats; column "saved"). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
@@ -14,7 +14,7 @@
 // repeated launches (mean after 3 warm-ups), and forward + backward as the anchors were timed (median of 30 runs,
 // the L2 flushed before each: bench::median_ms_flushed). The anchor rows to compare with are FLA's "GPU ms".
 // With --phases instead: a bf16 core's forward and backward at shapes (a) and (c) kernel by kernel (print_phases):
-// `--phases` or `--phases gdn` the GDN core on bf16 q, k, v with its saved 𝒯 (gdn_phases), `--phases mdn` the MDN
+// `--phases` or `--phases gdn` the GDN core on bf16 q, k, v with its saved set (gdn_phases), `--phases mdn` the MDN
 // core with save_residuals (mdn_phases), `--phases all` both.
 // Usage: delta_bench [iterations] [--phases [gdn|mdn|all] [--shape a|c]]   (default 10 iterations)
 #include <cuda_runtime.h>
@@ -58,7 +58,7 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
 // into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). GDN and Comba: the
-// forward writes 𝒯 into a buffer of its own (tinv) that the backward reads; KDA: P and 𝒯 (the same buffer). P: the products' operand type (float:
+// forward writes 𝒯, h and Δ into a buffer of its own (tinv) that the backward reads; KDA: P and 𝒯 (the same buffer). P: the products' operand type (float:
 // exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core. E: the element type of q, k, v, p
 // (__nv_bfloat16: GDN and Comba with P = __nv_bfloat16 only).
 template <typename P, typename E = float>
@@ -82,7 +82,7 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
   const int64_t ntinv = mdn   ? 0
                         : kda ? llmt::cuda::kda_saved_floats(s.B, s.T, s.H, s.K, s.V, C)
-                              : llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C);
+                              : llmt::cuda::gdn_saved_floats<P>(s.B, s.T, s.H, s.K, s.V, C);
   float* tinv = ntinv > 0 ? random_buffer(ntinv, 19, 0.f, 0.f) : nullptr;
   void* scratch = nullptr;
   const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true),
@@ -91,7 +91,7 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
                                                                                 save_residuals),
                                         llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
                                                                                 save_residuals))
-                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
+                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true),
                                         llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
   const auto fwd = [&] {
@@ -156,8 +156,8 @@ using PhaseTable = bench::PhaseTable<Shape>;
 
 // Bytes and tile-product FLOPs of one phase of the bf16 GDN core (gdn_comba.cu's *_mma_kernel, and the Tc scans,
 // which move the same data), as bench::Cost counts them: issued includes the re-reads per value or key tile; flops
-// counts the tile products only (the CUDA-core work is not counted). The forward's wu stores 𝒯; the backward's
-// (gdn_wu_saved_mma_kernel) reads it and forms W, U only.
+// counts the tile products only (the CUDA-core work is not counted). The forward's wu stores 𝒯 and its scan h and
+// Δ; the backward's wu (gdn_wu_saved_mma_kernel) reads 𝒯 and forms W only, and the backward runs no forward scan.
 
 /// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
 /// for another name.
@@ -167,9 +167,13 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double gates = 8 * N;                                     // g, β (fp32)
   const double e = 2;                                             // bytes of a q, k, v element (bf16)
   if (std::strcmp(phase, "wu") == 0) {  // forward: k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x
-                                        // 64 a chunk) written. backward: 𝒯, k, v read; W, U
-    const double tm = 4 * 64 * N, wu = gates + e * N * K + e * N * V + 2 * N * K + 2 * N * V + tm;
-    if (backward) return {wu, wu, 2 * 64 * N * (K + V)};
+                                        // 64 a chunk) written. backward: 𝒯, k read; W
+    const double tm = 4 * 64 * N;
+    if (backward) {
+      const double w = gates + e * N * K + 2 * N * K + tm;
+      return {w, w, 2 * 64 * N * K};
+    }
+    const double wu = gates + e * N * K + e * N * V + 2 * N * K + 2 * N * V + tm;
     return {wu, wu + e * N * K, 2 * 64 * N * (2 * K + V)};
   }
   if (std::strcmp(phase, "scan") == 0)  // per value tile: gates, W (bf16), k; U read and Δ written (bf16); h (bf16)
@@ -288,7 +292,7 @@ void check_full_tiles(const Shape& s) {
 }
 
 /// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs (bf16
-/// q, k, v); the backward reads the 𝒯 its forward saved.
+/// q, k, v); the backward reads the 𝒯, h and Δ its forward saved.
 void gdn_phases(const Shape& s, int iters) {
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   check_full_tiles(s);
@@ -300,9 +304,10 @@ void gdn_phases(const Shape& s, int iters) {
   float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
-  float* tinv = random_buffer(llmt::cuda::gdn_tinv_floats(s.B, s.T, s.H, C), 19, 0.f, 0.f);
+  float* tinv = random_buffer(llmt::cuda::gdn_saved_floats<P>(s.B, s.T, s.H, s.K, s.V, C), 19, 0.f, 0.f);
   void* scratch = nullptr;
-  BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C),
+  BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C,
+                                                                                       true),
                                             llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C,
                                                                                        true))));
   BENCH_CHECK(cudaDeviceSynchronize());

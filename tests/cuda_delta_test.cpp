@@ -8,7 +8,8 @@
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice; the GDN, Comba and KDA backwards run first from what their forward saved (Backend::gdn_saved_numel:
-// the chunks' 𝒯; kda_saved_numel: P, 𝒯, Δ and h), then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
+// the chunks' 𝒯, the states h entering them and Δ; kda_saved_numel: P, 𝒯, Δ and h), which they must leave as it
+// was, then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
 // compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
 // y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs;
 // the short conv's y and the L2 norm's y (the GDN / Comba cores' bf16 v, q̂, k̂, p̂): the f32 outputs rounded, bit for
@@ -220,10 +221,19 @@ Pair core_input(const std::vector<float>& host, std::initializer_list<int64_t> d
   return Pair{on_bf16(host, dims), on(cpu(), round_bf16(host), dims)};
 }
 
+/// The floats of the CUDA GDN / Comba cores' saved set (Backend::gdn_saved_numel), counted here: per chunk and
+/// (batch, head) the fp32 64 x 64 𝒯, then the K x V state h, then the chunk's chunk_size x V rows of Δ, h and Δ in
+/// the compute dtype (bf16: two a float), each of the three regions rounded up to whole 16 bytes.
+int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, DType compute) {
+  const int64_t pairs_chunks = B * H * ((T + chunk - 1) / chunk), bytes = compute == DType::bf16 ? 2 : 4;
+  const auto floats = [&](int64_t n) { return (n * bytes + 15) / 16 * 4; };
+  return pairs_chunks * 64 * 64 + floats(pairs_chunks * K * V) + floats(pairs_chunks * chunk * V);
+}
+
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
-// backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, gdn_saved_numel;
-// KDA: P, 𝒯, Δ and h, kda_saved_numel; NaN before the forward) and its first backward reads it; the second runs
-// without it (forming them again).
+// backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, h and Δ,
+// gdn_saved_numel; KDA: P, 𝒯, Δ and h, kda_saved_numel; NaN before the forward) and its first backward reads it (and
+// must leave it bit for bit as the forward wrote it); the second runs without it (forming them again).
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                GdnCore core) {
   const bool kda = core.kda;
@@ -248,11 +258,12 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
   Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
   const int64_t n_saved = kda ? gpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute)
-                              : gpu().gdn_saved_numel(B, T, H, chunk);
+                              : gpu().gdn_saved_numel(B, T, H, K, V, chunk, core.compute);
   const int64_t nc = (T + chunk - 1) / chunk, bhc = B * H * nc;
   const auto pad4 = [](int64_t n) { return (n + 3) / 4 * 4; };  // (KDA's P, 𝒯, Δ, h: each 16-byte aligned)
-  REQUIRE(n_saved == (kda ? 2 * bhc * 64 * 64 + pad4(bhc * chunk * V) + pad4(bhc * K * V) : bhc * 64 * 64));
-  REQUIRE(cpu().gdn_saved_numel(B, T, H, chunk) == 0);
+  REQUIRE(n_saved == (kda ? 2 * bhc * 64 * 64 + pad4(bhc * chunk * V) + pad4(bhc * K * V)
+                          : gdn_saved_floats(B, T, H, K, V, chunk, core.compute)));
+  REQUIRE(cpu().gdn_saved_numel(B, T, H, K, V, chunk, core.compute) == 0);
   REQUIRE(cpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute) == 0);
   const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
   const Tensor none;
@@ -279,7 +290,9 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   fwd(true);
   fwd(false);
   require_close(o, "o " + tag, tol);
+  const std::vector<float> kept = get(gpu(), *saved);
   bwd(true, true);
+  require_bit_identical(kept, get(gpu(), *saved), "saved set after the backward " + tag);
   bwd(false, false);
   require_close(dq, "dq " + tag, tol);
   require_close(dk, "dk " + tag, tol);
@@ -415,7 +428,8 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
   Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
   Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
-  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, chunk);
+  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, K, V, chunk, compute);
+  REQUIRE(n_saved == gdn_saved_floats(B, T, H, K, V, chunk, compute));
   const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
   const Tensor none;
   gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, compute, *o.g, *saved);
@@ -426,8 +440,10 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V}), dp = both(randn(nk, seed + 14), {B, T, H, K});
   Pair dg = both(randn(ng, seed + 11), {B, T, H}), dbeta = both(randn(ng, seed + 12), {B, T, H});
+  const std::vector<float> kept = get(gpu(), *saved);
   gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, *saved, chunk, compute, *dq.g, *dk.g, *dv.g,
                         *dp.g, *dg.g, *dbeta.g);
+  require_bit_identical(kept, get(gpu(), *saved), "comba saved set after the backward " + tag);
   cpu().comba_chunk_bwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, *d_o.c, none, chunk, compute, *dq.c, *dk.c, *dv.c,
                         *dp.c, *dg.c, *dbeta.c);
   require_close(dq, "comba dq " + tag, tol);

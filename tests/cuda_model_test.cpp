@@ -253,11 +253,12 @@ TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradi
   check_model_matches_cpu(m, GENERATE(false, true));
 }
 
-TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯 saved by the forward) match the CPU backend, "
-          "train.recompute bit-identical",
+TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯, h, Δ saved by the forward) match the CPU "
+          "backend, train.recompute bit-identical",
           "[gpu][model][gdn][comba]") {
-  // The CUDA GDN and Comba layers keep the core's 𝒯 from the forward (Backend::gdn_saved_numel, the backward forms
-  // only W and U from it; the CPU backend keeps nothing); under train.recompute the rebuilt forward writes it again.
+  // The CUDA GDN and Comba layers keep the core's 𝒯, h and Δ from the forward (Backend::gdn_saved_numel, the
+  // backward forms only W from 𝒯 and runs no forward scan; the CPU backend keeps nothing); under train.recompute the
+  // rebuilt forward writes them again.
   const bool bf16 = GENERATE(false, true);
   const bool comba = GENERATE(false, true);
   ModelConfig m = small_model();
@@ -269,7 +270,10 @@ TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯 saved 
   m.n_layers = 3;
   m.attn_layers = {1};
   INFO(m.type);
-  REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 64) == 3 * 2 * 2 * 64 * 64);
+  // 3 x 2 (batch, head) pairs x 2 chunks of fp32 𝒯 (64²), h (32 x V) and Δ (64 x V), h and Δ in the compute dtype.
+  const int64_t V = c.value_dim(), pair_chunks = 3 * 2 * 2;
+  REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 32, V, 64, bf16 ? DType::bf16 : DType::f32) ==
+          pair_chunks * (64 * 64 + (32 * V + 64 * V) / (bf16 ? 2 : 1)));
   check_model_matches_cpu(m, bf16);
   const GpuStep kept = gpu_step(m, bf16, false), recomputed = gpu_step(m, bf16, true);
   CHECK(recomputed.loss == kept.loss);

@@ -183,19 +183,26 @@ class Backend {
   /// saved: default-constructed (none), or [gdn_saved_numel] in g's dtype, kept by the layer from this forward to
   /// the gdn_chunk_bwd of the same inputs, chunk_size and compute (layers-delta.md §6.3, the tensors saved for the
   /// backward): the forward writes there what the backward would otherwise recompute, and the backward given the
-  /// same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk, gradients bit-identical to the
-  /// recompute).
+  /// same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk and the forward scan's chunk-entering
+  /// states h and v_new Δ, so that the backward runs neither the inverse nor the forward scan again; gradients
+  /// bit-identical to the recompute).
   virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved);
   virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
                              const Tensor& dbeta);
-  /// The elements of gdn_chunk_fwd's and comba_chunk_fwd's `saved` for a layer of these sizes, or 0 when this
-  /// backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
-  /// reference, which recomputes in double). CUDA: B H ceil(T / chunk_size) 64² floats (16 KiB per chunk and head;
-  /// at B T = 16384 tokens, 16 heads and chunk 64: 64 MiB; 0 for a chunk_size its cores refuse).
-  virtual int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const;
+  /// The elements of gdn_chunk_fwd's and comba_chunk_fwd's `saved` (f32) for a layer of these sizes (key_dim,
+  /// value_dim: per head) and compute dtype, or 0 when this backend keeps nothing from the forward (its backward
+  /// recomputes everything and ignores `saved`: the CPU reference, which recomputes in double). CUDA
+  /// (cuda::gdn_saved_floats): per chunk and (batch, head) the fp32 64² 𝒯, the K x V state h and the chunk's
+  /// chunk_size x V Δ, h and Δ in the compute dtype (bf16: two a float), each region 16-byte aligned. At B T = 16384
+  /// tokens, 16 heads, K = V = 128, chunk 64: 256 MiB for bf16 (64 𝒯 + 128 h + 64 Δ), 448 MiB for f32; at the 400M
+  /// GDN (configs/mdn-paper/400m/gdn.json: 6 heads, K 128, V 256) with 4 x 4096 tokens: 168 MiB a layer for bf16
+  /// (24 + 96 + 48). 0 for a chunk_size its cores refuse; throws llmt::Error for a compute dtype other than f32 and
+  /// bf16.
+  virtual int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                                  int64_t chunk_size, DType compute) const;
   /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):
   /// f, g [rows, H * K]; b, beta [rows, H]; A_log [H]; dt_bias [H * K]; g = -exp(A_log_h) softplus(f + dt_bias),
   /// beta = sigmoid(b). df, db overwritten; dA_log, ddt_bias accumulated.

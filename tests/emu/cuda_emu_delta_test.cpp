@@ -8,16 +8,17 @@
 // V = 34: the backward scan without the ring; GDN with rows that are not 16-byte aligned, K = 61, V = 60; GDN and
 // Comba with bf16 q, k, v, p̂ in memory, compared with the reference on the same bf16-rounded inputs; GDN over 9 chunks,
 // T = 532: the forward scan's rings cycled several times) and fp32 compute (tile::Simt).
-// GDN and Comba: the forward keeps its 𝒯 (tinv, NaN before the forward) and the backward forms W, U from it; KDA:
-// the forward keeps P, 𝒯, Δ and h (NaN before the forward), the backward forms W from 𝒯 and runs no forward scan
-// (KDA also at chunk 13 with V = 33: saved regions of odd sizes). Every output must be
+// GDN and Comba: the forward keeps its 𝒯, h and Δ (the saved set, NaN before the forward; the scratch is NaN again
+// before the backward) and the backward forms W from 𝒯 and reads h and Δ, running no forward scan; KDA: the forward
+// keeps P, 𝒯, Δ and h, the backward forms W from 𝒯 and runs no forward scan (KDA also at chunk 13 with V = 33: saved
+// regions of odd sizes). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
 //     arithmetic): kBf16CoreTol with bf16 compute, kTol with fp32 compute, dg against the scale of dβ
 //     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h);
-// (c) bit-identical to the backward without the saved set (forming A and 𝒯, KDA also P, h and Δ, again; one run;
-//     the scratch is NaN-filled between the forward and the backward);
+// (c) bit-identical to the backward without the saved set (GDN and Comba: forming A, 𝒯, W, U, h and Δ again; KDA:
+//     P, 𝒯, h and Δ; one run), and the saved set bit-identical after the backward to what the forward left there;
 // (d) with bf16 q, k, v, p̂: bit-identical to the run on fp32 inputs holding the same (bf16-rounded) values.
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
@@ -106,9 +107,10 @@ struct Input {
   const E* get() const { return reinterpret_cast<const E*>(b.get()); }
 };
 
-/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN. With
-/// saved_tinv the forward keeps 𝒯 (KDA: P, 𝒯, Δ and h) in a buffer of its own (NaN before) that the backward reads. E: the
-/// element type of q, k, v, p̂ (GDN, Comba; KDA: float).
+/// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN (the
+/// scratch again before the backward). With saved_tinv the forward keeps its saved set (GDN, Comba: 𝒯, h and Δ; KDA:
+/// P, 𝒯, Δ and h) in a buffer of its own (NaN before) that the backward reads and must leave as it was (checked
+/// here). E: the element type of q, k, v, p̂ (GDN, Comba; KDA: float).
 template <typename P, typename E = float>
 Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
   namespace cu = llmt::cuda;
@@ -118,17 +120,17 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
   const Input<E> q(in.q), k(in.k), v(in.v), p(c.comba() ? in.p : std::vector<float>(1));
   const Buffer g(in.g), beta(in.beta), d_o(in.d_o);
   const int64_t nsaved =
-      c.core == Core::kda ? cu::kda_saved_floats(B, T, H, K, V, C) : cu::gdn_tinv_floats(B, T, H, C);
+      c.core == Core::kda ? cu::kda_saved_floats(B, T, H, K, V, C) : cu::gdn_saved_floats<P>(B, T, H, K, V, C);
   const Buffer tinv(saved_tinv ? static_cast<size_t>(nsaved) : 1);
   float* const kept = saved_tinv ? tinv.get() : nullptr;
   size_t scratch_bytes = 0;
   switch (c.core) {
     case Core::gdn:
-      scratch_bytes = std::max(cu::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C),
+      scratch_bytes = std::max(cu::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv),
                                cu::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
       break;
     case Core::comba:
-      scratch_bytes = std::max(cu::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C),
+      scratch_bytes = std::max(cu::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv),
                                cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
       break;
     case Core::kda:
@@ -154,6 +156,7 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
       break;
   }
   std::memset(scratch.get(), 0xff, scratch.n * 4);
+  const std::vector<float> kept_after_fwd = tinv.host();
   const Buffer dq(nk), dk(nk), dv(nv), dp(c.comba() ? nk : 1), dg(ng), dbeta(nb);
   switch (c.core) {
     case Core::gdn:
@@ -170,6 +173,8 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
                              dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
   }
+  INFO("the first float of the saved set that the backward changed");
+  CHECK(first_difference(kept_after_fwd, tinv.host()) == -1);
   Outputs out;
   out.v = {o.host(), dq.host(), dk.host(), dv.host()};
   if (c.comba()) out.v.push_back(dp.host());
@@ -224,8 +229,8 @@ void check_case(const Case& c) {
       [&](size_t i) { return names[i]; });
   const Outputs recomputed = run_emulated(c, in, kConfigs[0], false);
   for (size_t i = 0; i < names.size(); ++i) {
-    INFO(names[i] << ": the first element whose bits differ between the saved and the recomputed 𝒯 (KDA: P, 𝒯, "
-                      "Δ, h)");
+    INFO(names[i] << ": the first element whose bits differ between the backward from the saved set and the "
+                     "recomputing one");
     CHECK(first_difference(first[i], recomputed.v[i]) == -1);
   }
   if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values

@@ -95,12 +95,22 @@ float* mamba2_saved(const Tensor& saved, const cpu::Mamba2Dims& d, const char* o
   return f32(saved, op);
 }
 
-/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' tinv, ops.cuh) as its data, or
-/// nullptr for none; q [B, T, H, K].
-float* gdn_saved(const Tensor& saved, const Tensor& q, int64_t chunk_size, const char* op) {
+/// Floats of the GDN / Comba cores' saved set (cuda::gdn_saved_floats<P>) for compute dtype f32 or bf16 (dispatch).
+int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk_size, DType compute,
+                         const char* op) {
+  int64_t n = 0;
+  dispatch(compute, op, [&](auto zero) { n = cuda::gdn_saved_floats<decltype(zero)>(B, T, H, K, V, chunk_size); });
+  return n;
+}
+
+/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' 𝒯, h and Δ, ops.cuh) for q
+/// [B, T, H, K], v [B, T, H, V] and compute, as its data, or nullptr for none.
+float* gdn_saved(const Tensor& saved, const Tensor& q, const Tensor& v, int64_t chunk_size, DType compute,
+                 const char* op) {
   if (saved.data == nullptr) return nullptr;
-  const int64_t n = cuda::gdn_tinv_floats(q.shape[0], q.shape[1], q.shape[2], chunk_size);
-  check(saved.numel() == n, "{}: saved has {} elements, the core's tinv {}", op, saved.numel(), n);
+  const int64_t n =
+      gdn_saved_floats(q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3], chunk_size, compute, op);
+  check(saved.numel() == n, "{}: saved has {} elements, the core's saved set {}", op, saved.numel(), n);
   return f32(saved, op);
 }
 
@@ -675,13 +685,15 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
-    float* ptinv = gdn_saved(saved, q, chunk_size, op);
+    float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
     // P: the products' operand type (gdn_comba.cu, Precision); E: q, k, v's
     dispatch_gdn({&q, &k, &v}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::gdn_chunk_fwd<P>(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, B, T, H, K, V, chunk_size,
-                             po, ptinv, scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)),
+                             po, psaved,
+                             scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size,
+                                                                          psaved != nullptr)),
                              stream_);
     });
   }
@@ -696,20 +708,21 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
-    const float* ptinv = gdn_saved(saved, q, chunk_size, op);
+    const float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
     dispatch_gdn({&q, &k, &v}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::gdn_chunk_bwd<P>(
-          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, pdo, ptinv, B, T, H, K, V, chunk_size, pdq,
+          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, pdo, psaved, B, T, H, K, V, chunk_size, pdq,
           pdk, pdv, pdg, pdbeta,
-          scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, ptinv != nullptr)), stream_);
+          scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, psaved != nullptr)), stream_);
     });
   }
-  int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size) const override {
+  int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                          int64_t chunk_size, DType compute) const override {
     // 0 for a chunk_size the cores refuse (their forward says so; a layer planned only to decode runs none).
     if (chunk_size < 1 || chunk_size > std::min(cuda::kGdnMaxChunk, cuda::kCombaMaxChunk)) return 0;
-    return cuda::gdn_tinv_floats(batch, seq_len, heads, chunk_size);
+    return gdn_saved_floats(batch, seq_len, heads, key_dim, value_dim, chunk_size, compute, "gdn_saved_numel");
   }
   void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,
                        const Tensor& p) override {
@@ -748,13 +761,15 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
-    float* ptinv = gdn_saved(saved, q, chunk_size, op);
+    float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
     dispatch_gdn({&q, &k, &v, &p}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::comba_chunk_fwd<P>(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, B, T, H,
-                               K, V, chunk_size, po, ptinv,
-                               scratch(cuda::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size)), stream_);
+                               K, V, chunk_size, po, psaved,
+                               scratch(cuda::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size,
+                                                                              psaved != nullptr)),
+                               stream_);
     });
   }
   void comba_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p, const Tensor& g,
@@ -770,14 +785,14 @@ class CudaBackend final : public Backend {
           *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
-    const float* ptinv = gdn_saved(saved, q, chunk_size, op);
+    const float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
     dispatch_gdn({&q, &k, &v, &p}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::comba_chunk_bwd<P>(
-          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, pdo, ptinv, B, T, H, K, V,
+          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, pdo, psaved, B, T, H, K, V,
           chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
-          scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, ptinv != nullptr)), stream_);
+          scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, psaved != nullptr)), stream_);
     });
   }
 

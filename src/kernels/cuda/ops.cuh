@@ -151,55 +151,60 @@ size_t comba_gates_bwd_scratch_bytes(int64_t rows, int64_t heads);
 // q, k [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients overwritten. E, the
 // element type of q, k, v (and Comba's p): float, or __nv_bfloat16 with P = __nv_bfloat16 only (FLA's inputs: the
 // bf16 operand tiles then hold the inputs' own values; instantiated for <P, E> = <float, float>, <__nv_bfloat16,
-// float>, <__nv_bfloat16, __nv_bfloat16>); every other tensor fp32. 1 <= chunk_size <= kGdnMaxChunk. tinv:
-// nullptr, or gdn_tinv_floats of memory kept from a forward to the backward of the same inputs and P
-// (layers-delta.md §6.3, the tensors saved for the backward): the forward writes there the fp32 𝒯 = (I + A)^{-1} of
-// every chunk ([B H, chunks, 64, 64]), and the backward given it forms only W and U from it instead of forming A and
-// inverting it again (gradients bit-identical either way). `scratch` must hold gdn_chunk_fwd_scratch_bytes<P>,
-// gdn_chunk_bwd_scratch_bytes<P> with saved_tinv = (tinv != nullptr) (without tinv the backward's scratch holds 𝒯).
+// float>, <__nv_bfloat16, __nv_bfloat16>); every other tensor fp32. 1 <= chunk_size <= kGdnMaxChunk. saved:
+// nullptr, or gdn_saved_floats<P> of memory kept from a forward to the backward of the same inputs,
+// chunk_size and P (layers-delta.md §6.3, the tensors saved for the backward): the forward writes there the fp32
+// 𝒯 = (I + A)^{-1} of every chunk ([B H, chunks, 64, 64]) and its scan's states h ([B H, chunks, K, V]) and Δ = v_new
+// ([B H, chunks x chunk_size, V]), h and Δ in P (FLA's h and v_new); the backward given it forms only W from 𝒯 and
+// reads h and Δ instead of forming A, inverting it and running the forward scan again (gradients bit-identical
+// either way). `scratch` must hold gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved =
+// (saved != nullptr) (without saved the forward's scratch holds h and Δ, the backward's also 𝒯).
 constexpr int64_t kGdnMaxChunk = 64;
 template <typename P, typename E>
 void gdn_chunk_fwd(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   float* tinv, void* scratch, cudaStream_t stream);
+                   float* saved, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size);
+                                   int64_t value_dim, int64_t chunk_size, bool saved);
 template <typename P, typename E>
 void gdn_chunk_bwd(const E* q, const E* k, const E* v, const float* g, const float* beta,
-                   const float* d_o, const float* tinv, int64_t batch, int64_t seq_len, int64_t heads,
+                   const float* d_o, const float* saved, int64_t batch, int64_t seq_len, int64_t heads,
                    int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
                    float* dbeta, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved_tinv);
-/// Floats of the GDN and Comba cores' tinv: B H ceil(T / chunk_size) 64² (16 KiB per chunk and (batch, head); at
-/// chunk_size 64 and T a multiple of it, as one fp32 [B, T, H, 64] tensor). Throws llmt::Error for a chunk_size
-/// outside [1, kGdnMaxChunk].
-int64_t gdn_tinv_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t chunk_size);
+                                   int64_t value_dim, int64_t chunk_size, bool saved);
+/// Floats of the GDN and Comba cores' `saved` for operand type P: with NC = ceil(T / chunk_size), B H NC (64² fp32
+/// 𝒯 + K V h) + B H NC chunk_size V Δ, h and Δ in P (bf16: two a float), each of the three rounded up to whole 16
+/// bytes. Per chunk and (batch, head) at K = V = 128, chunk_size 64: 16 KiB 𝒯 + 32 KiB h + 16 KiB Δ (bf16; fp32:
+/// 16 + 64 + 32 KiB). Throws llmt::Error for a chunk_size outside [1, kGdnMaxChunk].
+template <typename P>
+int64_t gdn_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
+                         int64_t chunk_size);
 
 // gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), the GDN
 // kernels with Comba's A and W (layers-delta.md §6.2), same P, precision and limits.
 // q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kCombaMaxChunk. E (q, k, v, p), tinv (nullptr, or gdn_tinv_floats) and `scratch`
-// as for the GDN core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
+// overwritten. 1 <= chunk_size <= kCombaMaxChunk. E (q, k, v, p), saved (nullptr, or gdn_saved_floats<P>) and
+// `scratch` as for the GDN core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
 constexpr int64_t kCombaMaxChunk = 64;
 template <typename P, typename E>
 void comba_chunk_fwd(const E* q, const E* k, const E* v, const E* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                     int64_t value_dim, int64_t chunk_size, float* o, float* tinv, void* scratch,
+                     int64_t value_dim, int64_t chunk_size, float* o, float* saved, void* scratch,
                      cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size);
+                                     int64_t value_dim, int64_t chunk_size, bool saved);
 template <typename P, typename E>
 void comba_chunk_bwd(const E* q, const E* k, const E* v, const E* p, const float* g,
-                     const float* beta, const float* d_o, const float* tinv, int64_t batch, int64_t seq_len,
+                     const float* beta, const float* d_o, const float* saved, int64_t batch, int64_t seq_len,
                      int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
                      float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size, bool saved_tinv);
+                                     int64_t value_dim, int64_t chunk_size, bool saved);
 
 // kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32 tensors,
 // chunk-parallel (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile). P is the type the scan /
