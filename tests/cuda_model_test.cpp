@@ -162,12 +162,12 @@ size_t mixer_saved_bytes(const ModelConfig& m, const std::string& type, DType co
 
 TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂), v with compute bf16, KDA fp32",
           "[gpu][model][gdn][comba]") {
-  // Backend::delta_core_bf16_inputs: with compute bf16 the layer's saved q̂, k̂ (Comba: and p̂) [rows, H dk] and
-  // v [rows, H dv] are bf16 (written so by the L2 norms and the short conv), so the saved set shrinks by half
-  // their bytes beyond what the compute dtype already halves: the gated-norm output [rows, H dv] (and KDA's two
-  // low-rank projections' hidden [rows, dv]). KDA's core takes fp32 only: its q̂, k̂, v stay fp32. rows = 201:
-  // every tensor's 256-byte alignment counted. (The loss and gradients, and decoding, with these inputs: the
-  // CPU comparisons below and cuda_decode_test.)
+  // Backend::delta_core_bf16_inputs: with compute bf16 the layer's saved q̂, k̂ (Comba: and p̂) [rows, H dk] and v
+  // [rows, H dv] are bf16 (written so by the L2 norms and the short conv), so the saved set shrinks by half their
+  // bytes beyond what the compute dtype already halves: the gated-norm output [rows, H dv] (and KDA's two low-rank
+  // projections' hidden [rows, dv]). KDA's core takes fp32 only: its q̂, k̂, v stay fp32. rows = 201: every tensor's
+  // 256-byte alignment counted; the core's kept set shrinks as its own numel says. (The loss and gradients, and
+  // decoding, with these inputs: the CPU comparisons below and cuda_decode_test.)
   REQUIRE(make_backend("cuda")->delta_core_bf16_inputs(DType::bf16));
   REQUIRE_FALSE(make_backend("cuda")->delta_core_bf16_inputs(DType::f32));
   REQUIRE_FALSE(make_cpu_backend()->delta_core_bf16_inputs(DType::f32));
@@ -184,6 +184,16 @@ TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂),
     if (type == "gdn") expected += 2 * halved(keys) + halved(values);
     if (type == "comba") expected += 3 * halved(keys) + halved(values);
     if (type == "kda") expected += 2 * halved(rows * c->value_dim());
+    // The core's own saved set (Backend::gdn_saved_numel: h and Δ in the compute dtype; KDA's is fp32 for either).
+    const auto kept = [&](DType compute) {
+      const auto be = make_backend("cuda");
+      const int64_t n = type == "kda" ? be->kda_saved_numel(B, T, c->num_heads, c->head_dim, c->value_dim(),
+                                                            c->chunk_size, compute)
+                                      : be->gdn_saved_numel(B, T, c->num_heads, c->head_dim, c->value_dim(),
+                                                            c->chunk_size, compute);
+      return carved(n, 4);
+    };
+    expected += kept(DType::f32) - kept(DType::bf16);
     INFO(type);
     CHECK(mixer_saved_bytes(m, type, DType::f32, B, T) - mixer_saved_bytes(m, type, DType::bf16, B, T) == expected);
   }
