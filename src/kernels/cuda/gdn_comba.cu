@@ -301,12 +301,12 @@ __global__ void __launch_bounds__(tile::kThreads, kComba ? 1 : 2) gdn_wu_saved_k
   wu_products<L, E, kComba, false>(a, ch, s, sT, sX);
 }
 
-// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows, and U (forward) or q, dO
-// and dΔ (backward) in value columns v0 .. v0 + vc - 1; not the k, W, U rows where k_rows, w_rows, u_rows say so (a
-// scan that copies them with a chunk's notice or more).
+// Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows (unless k_rows, w_rows
+// say otherwise: a scan that copies them a whole chunk ahead), and U (forward) or q, dO and dΔ (backward) in value
+// columns v0 .. v0 + vc - 1.
 template <typename L, typename E>
 __device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t v0, int vc, bool backward,
-                               bool k_rows = true, bool w_rows = true, bool u_rows = true) {
+                               bool k_rows = true, bool w_rows = true) {
   using tile::prefetch_l2;
   const int64_t K = a.K, V = a.V, H = a.H, e = sizeof(E), es = sizeof(typename L::Operand);
   prefetch_l2(a.g + nx.gate(a, 0), 4 * H, nx.n, 4);
@@ -314,7 +314,7 @@ __device__ void prefetch_chunk(const GdnFast<L, E>& a, const Chunk& nx, int64_t 
   if (k_rows) prefetch_l2(nx.in(a, a.k, K, 0), e * H * K, nx.n, e * K);
   if (w_rows) prefetch_l2(nx.rows(a, a.W, K, 0), 0, 1, es * nx.n * K);  // the chunk's W rows are contiguous
   if (!backward) {
-    if (u_rows) prefetch_l2(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
+    prefetch_l2(nx.rows(a, a.U, V, v0), es * V, nx.n, es * vc);
     return;
   }
   prefetch_l2(nx.in(a, a.q, K, 0), e * H * K, nx.n, e * K);
@@ -644,24 +644,15 @@ __device__ void fetch_gate_pair(const A& a, const Chunk& ch, float& g0, float& g
 
 // The most key tiles the launcher gives gdn_scan_mma_kernel (key_dim <= 256; larger key_dim runs gdn_scan_kernel).
 constexpr int kScanMaxKt = 4;
-// The most chunks ahead gdn_scan_mma_kernel copies a chunk's W, k and U (scan_ahead picks it per shape).
-constexpr int kScanMaxAhead = 3;
 
-// Floats of one key tile's k staging tile in gdn_scan_mma_kernel for k of element type E (Staged<E>: stage_async
-// fills an fp32 staging tile, stage_async_h only its first half).
-template <typename E>
-constexpr int kScanStageFloats = sizeof(E) == sizeof(float) ? tile::kStageFloats : tile::kStageFloats / 2;
-
-// Shared memory of gdn_scan_mma_kernel for nkt key tiles, k of element type E and copies `ahead` chunks ahead (the
-// fp32 state itself is in registers): its bf16 copy, ahead + 1 buffers of a chunk's W tiles, the K^g tiles, Δ,
-// `ahead` U tiles (bf16) and `ahead` sets of k staging tiles (nkt each). At ahead = 1, fp32 k: 122.5 KiB at key_dim
-// 128, 226.5 KiB at 256; ahead = 2, fp32 k: 181.5 KiB at 128; ahead = 3, bf16 k: 192.5 KiB at 128.
-template <typename E>
-constexpr size_t scan_mma_smem(int nkt, int ahead) {
-  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (nkt * (ahead + 3) + 1 + ahead) +
-         sizeof(float) * kScanStageFloats<E> * nkt * ahead;
+// Shared memory of gdn_scan_mma_kernel for nkt key tiles (the fp32 state itself is in registers): its bf16 copy, two
+// buffers of the chunk's W tiles (the next chunk's land by cp.async while this one computes), the K^g tiles, Δ and
+// the next chunk's U (bf16), and the fp32 staging tiles (16 KiB per key tile) of the next chunk's k. 122.5 KiB at
+// key_dim 128, 226.5 KiB at 256.
+constexpr size_t scan_mma_smem(int nkt) {
+  return kScanSmallBytes + sizeof(bf16) * kTileHalves * (4 * nkt + 2) + sizeof(float) * tile::kStageFloats * nkt;
 }
-static_assert(scan_mma_smem<float>(kScanMaxKt, 1) <= 227 * 1024, "scan shared memory");
+static_assert(scan_mma_smem(kScanMaxKt) <= 227 * 1024, "scan shared memory");
 
 // Row factors f(r) of the N rows r0 + step i (i < N) that a thread's share of a tile conversion scales (put_h_staged:
 // N = 4, step 16; put_h of a Frag: N = 8, step 8), each computed once and looked up by row (selects, no indexing)
@@ -757,32 +748,21 @@ struct Staged<bf16> {
 //      (gate_pair_cumsum; every read of this chunk's is before the second barrier). The last chunk stops after Δ
 //      (no one reads its final state). h[0] = 0 is stored before the first chunk.
 // Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
-// Loads ahead, by cp.async, kAhead chunks ahead (the launcher's scan_ahead: as deep as the shared memory allows, up to
-// kScanMaxAhead), through rings of kAhead + 1 W buffers, kAhead U tiles and kAhead sets of k staging tiles; chunk c
-// issues chunk c + kAhead's copies as two groups:
-//   - its W tiles (into W buffer (c + kAhead) % (kAhead + 1), whose last readers, chunk c - 1's W S, are before that
-//     chunk's second barrier), raw k tiles (into staging set (c + kAhead) % kAhead = c % kAhead, Staged<E>: each
-//     thread scales its own staged pieces of chunk c into K^g, the arithmetic of load_h, and issues the copies into
-//     them after its own conversions), after chunk c's conversions;
-//   - its U tile (into U tile c % kAhead, whose readers, chunk c's load at the Mma map into registers, are before
-//     chunk c's second barrier), after the second barrier.
-// The first kAhead chunks' groups are issued before the first chunk; chunk c waits for its own two (all but the
-// 2 (kAhead - 1) newest) before its first barrier; groups of chunks past the last are empty (a fixed count). No
-// registers are held for what lands. The gates two chunks ahead in registers (warp 0 fetches chunk c + 2's at the end
-// of chunk c, once chunk c + 1's Γ is formed from the pairs before), one chunk ahead with one key tile (fetched
-// during the update before: registers for two blocks per SM). The L2 is asked kAhead + 1 chunks ahead
-// (prefetch_chunk) for what is read with less notice than a chunk: the gates, U at kAhead = 1 and the k, W, U rows
-// not copied. Where W or U is not 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it is loaded synchronously
-// instead (W by load_h at the same point, kAhead chunks ahead; U by load_acc in the chunk); so is k where its rows are
-// not 16-byte aligned (key_dim % 4 != 0; bf16 k: % 8), one key tile ahead in registers (tile 0 during the first
-// barrier, tile kt + 1 during tile kt's product and conversion). Same arithmetic either way, whatever kAhead. Blocks
-// an SM: two with one key tile (at most 113 KiB of shared memory: kAhead 2, 104.5 KiB with fp32 k, 88.5 with bf16 k;
-// at most 128 registers), else one (up to 255 registers; key_dim 128: kAhead 2 with fp32 k, 181.5 KiB, 3 with bf16
-// k, 192.5 KiB; key_dim 256: kAhead 1, 226.5 / 194.5 KiB).
-template <typename L, typename E, int kNkt, int kAhead>
+// Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
+// before its second barrier) and its raw k tiles (into the staging tiles, Staged<E>; each thread scales its own staged
+// pieces into K^g, the arithmetic of load_h, and issues the next copies into them after its own conversions) as
+// one cp.async group after the first barrier; its U tile (into hU, read back at the Mma map into
+// registers, its readers before the second barrier) as a second group after the second; both waited for before the
+// next chunk's first barrier. The gates a chunk ahead in registers (fetched during the update). The L2 is asked two
+// chunks ahead (prefetch_chunk) for what is read with less notice than a chunk: the gates, U and the k, W rows that
+// are not copied a whole chunk ahead. Where W or U is not 16-byte aligned (key_dim % 8 != 0, value_dim % 8 != 0) it
+// is loaded synchronously instead (W by load_h at the same point, a chunk ahead; U by load_acc in the chunk); so is
+// k where its rows are not 16-byte aligned (key_dim % 4 != 0; bf16 k: % 8), one key tile ahead in registers (tile 0 during the first barrier, tile kt + 1 during
+// tile kt's product and conversion). Same arithmetic either way. Blocks an SM: two with one key tile (70.5 KiB of
+// shared memory, at most 128 registers), else one (the shared memory allows no more; up to 255 registers).
+template <typename L, typename E, int kNkt>
 __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
-  static_assert(kAhead >= 1 && kAhead <= kScanMaxAhead, "ring depth");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   ScanSmall s(cv);
@@ -790,65 +770,47 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
   const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
   constexpr int nkt = kNkt;  // (= ceil(K / 64), the launcher's choice)
-  constexpr int kStage = kScanStageFloats<E>;
-  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>((kAhead + 1) * kTileHalves * nkt),
-       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves),
-       *hU = cv.take<bf16>(kAhead * kTileHalves);
-  float* gK = cv.take<float>(kAhead * nkt * kStage);
-  // Chunk c's W buffer, k staging set and U tile in the rings.
-  const auto w_of = [&](int64_t c) { return hW + static_cast<int>(c) % (kAhead + 1) * nkt * kTileHalves; };
-  const auto k_of = [&](int64_t c) { return gK + static_cast<int>(c) % kAhead * nkt * kStage; };
-  const auto u_of = [&](int64_t c) { return hU + static_cast<int>(c) % kAhead * kTileHalves; };
+  bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>(2 * kTileHalves * nkt),
+       *hK = cv.take<bf16>(kTileHalves * nkt), *hD = cv.take<bf16>(kTileHalves), *hU = cv.take<bf16>(kTileHalves);
+  float* gK = cv.take<float>(nkt * tile::kStageFloats);
   const bool w_async = tile::async_ok_h(a.W, K), u_async = tile::async_ok_h(a.U, V);
   // (Every row of k starts a multiple of K elements after the tensor's start.)
   const bool k_async = Staged<E>::ok(a.k, K);
   const Chunk c0(a, 0, bh);  // (the others: c0.at)
-  // Chunk c's W tiles into its W buffer (cp.async, or load_h) and (k_async) its k tiles into its staging set; one
-  // cp.async group (empty past the last chunk).
+  // Chunk c's W tiles into W buffer c % 2 (cp.async, or load_h) and (k_async) its k tiles into the staging tiles;
+  // one cp.async group.
   const auto issue_wk = [&](int64_t c) {
-    if (c < a.NC) {
-      const Chunk nx = c0.at(a, c);
-      bf16* w = w_of(c);
-      float* g = k_of(c);
-      for (int kt = 0; kt < nkt; ++kt) {
-        const int kc = tile_cols(K, kt * kN);
-        if (w_async)
-          tile::load_h_async(w + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
-        else
-          tile::load_h(w + kt * kTileHalves, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
-        if (k_async) Staged<E>::stage(g + kt * kStage, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
-      }
+    const Chunk nx = c0.at(a, c);
+    for (int kt = 0; kt < nkt; ++kt) {
+      const int kc = tile_cols(K, kt * kN);
+      bf16* w = hW + ((c & 1) * nkt + kt) * kTileHalves;
+      if (w_async)
+        tile::load_h_async(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+      else
+        tile::load_h(w, nx.rows(a, a.W, K, kt * kN), K, nx.n, kc);
+      if (k_async) Staged<E>::stage(gK + kt * tile::kStageFloats, nx.in(a, a.k, K, kt * kN), a.H * K, nx.n, kc);
     }
     tile::cp_async_commit();
   };
-  // Chunk c's U tile into its U tile (u_async); one cp.async group (empty past the last chunk).
+  // Chunk c's U tile into hU (u_async); one cp.async group.
   const auto issue_u = [&](int64_t c) {
-    if (u_async && c < a.NC) {
-      const Chunk nx = c0.at(a, c);
-      tile::load_h_async(u_of(c), nx.rows(a, a.U, V, v0), V, nx.n, vc);
-    }
+    const Chunk nx = c0.at(a, c);
+    if (u_async) tile::load_h_async(hU, nx.rows(a, a.U, V, v0), V, nx.n, vc);
     tile::cp_async_commit();
-  };
-  // The L2 kAhead + 1 chunks ahead for what chunk c reads with less notice than a chunk: the gates, and the k, W, U
-  // rows that are loaded synchronously, or U copied after the second barrier one chunk ahead (kAhead = 1).
-  const auto prefetch = [&](int64_t c) {
-    prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async, !u_async || kAhead == 1);
   };
   const int tid = static_cast<int>(threadIdx.x);
   Acc S[nkt];  // the running state, key tile by key tile
 #pragma unroll
   for (int kt = 0; kt < nkt; ++kt) S[kt].zero();
   tile::clear_h(hS, nkt);
-  // (Warp 0) the gate pairs of a chunk to come: fetched two chunks ahead (at the end of chunk c, chunk c + 2's), but
-  // with one key tile (128 registers) one chunk ahead, during the update before (the SM's other block runs meanwhile).
-  constexpr bool kGates2 = nkt > 1;
-  float g0 = 0.0f, g1 = 0.0f;
+  float g0 = 0.0f, g1 = 0.0f;  // (warp 0) the gate pairs of the chunk to come (fetched one chunk ahead)
   fetch_gate_pair(a, c0, g0, g1);
-  for (int c = 0; c < kAhead; ++c) {
-    issue_wk(c);
-    issue_u(c);
-  }
-  if (kAhead < a.NC) prefetch(kAhead);
+  issue_wk(0);
+  issue_u(0);
+  // The L2 two chunks ahead for what is read with less notice than a chunk: the gates, U (copied during the update)
+  // and the k, W rows that are not copied a whole chunk ahead.
+  const auto prefetch = [&](int64_t c) { prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async); };
+  if (a.NC > 1) prefetch(1);
   {
     Acc zero;
     zero.zero();
@@ -856,20 +818,20 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       tile::store_acc_bf16(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
   }
   gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
-  if (kGates2 && a.NC > 1) fetch_gate_pair(a, c0.at(a, 1), g0, g1);
   Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
     const Chunk ch = c0.at(a, chunk);
-    if (chunk + kAhead + 1 < a.NC) prefetch(chunk + kAhead + 1);
+    const bool more = chunk + 1 < a.NC;
+    if (chunk + 2 < a.NC) prefetch(chunk + 2);
     // Synchronous k: key tile kt of the chunk into x (registers).
     const auto fetch_k = [&](tile::Frag& x, int kt) {
       fetch_in(x, ch.in(a, a.k, K, kt * kN), a.H * K, ch.n, tile_cols(K, kt * kN));
     };
     tile::Frag kx;  // (synchronous k) the next key tile's k, in flight while the tile before is converted
-    if (!k_async) fetch_k(kx, 0);             // (in flight during the barrier)
-    tile::cp_async_wait<2 * (kAhead - 1)>();  // this chunk's W, k, U (the barrier below makes them visible)
-    // Γ, hS (the update before), the chunk's W buffer, staged k and U tile complete; every read of hK, hD by the
-    // update before done
+    if (!k_async) fetch_k(kx, 0);  // (in flight during the barrier)
+    tile::cp_async_wait<0>();      // this chunk's W, k, U (the barrier below makes them visible to every thread)
+    // Γ, hS (the update before), the W buffer, the staged k and hU complete; every read of hK, hD by the update
+    // before done
     __syncthreads();
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
@@ -877,20 +839,19 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
     typename L::Operand* U = ch.rows(a, a.U, V, v0);
     Acc d;
     if (u_async)
-      load_acc<Mma>(d, u_of(chunk), kLdH, ch.n, vc);
+      load_acc<Mma>(d, hU, kLdH, ch.n, vc);
     else
       load_acc<Mma>(d, U, V, ch.n, vc);
     // Per key tile in order: W S's product (acc, the sum over the key tiles) and the K^g tile, so that the products
     // cover the conversions' latencies (synchronous k: the next tile's loads).
     acc.zero();
-    const bf16* hWc = w_of(chunk);
+    const bf16* hWc = hW + (chunk & 1) * nkt * kTileHalves;
     const auto ws = [&](int kt) { Mma::mma<false, false>(hWc + kt * kTileHalves, hS + kt * kTileHalves, acc); };
     if (k_async) {  // the thread's own staged pieces
       const RowFactors<Staged<E>::kRows> ks(tid >> Staged<E>::kRowShift, Staged<E>::kRowStep, kscale);
-      const float* gKc = k_of(chunk);
       for (int kt = 0; kt < nkt; ++kt) {
         ws(kt);
-        Staged<E>::put(hK + kt * kTileHalves, gKc + kt * kStage, ch.n, ks);
+        Staged<E>::put(hK + kt * kTileHalves, gK + kt * tile::kStageFloats, ch.n, ks);
       }
     } else {  // put_h's rows tid / 32 + 8 i
       const RowFactors<8> ks(tid >> 5, 8, kscale);
@@ -901,13 +862,13 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
         tile::put_h(x, hK + kt * kTileHalves, ch.n, ks);
       }
     }
-    issue_wk(chunk + kAhead);  // (after the thread's own reads of the staging set)
+    if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
     tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
-    if (chunk + 1 == a.NC) break;  // (no one reads the final state)
-    __syncthreads();  // hD, hK complete; every read of this chunk's U tile and W buffer, hS and Γ done
-    issue_u(chunk + kAhead);
+    if (!more) break;  // (no one reads the final state)
+    __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
+    issue_u(chunk + 1);
     const Chunk nx = c0.at(a, chunk + 1);
-    if (!kGates2) fetch_gate_pair(a, nx, g0, g1);  // (in flight during F7)
+    fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
 #pragma unroll
     for (int kt = 0; kt < nkt; ++kt) {  // F7: S = e^{Γ_C} S + (K ⊙ e^{Γ_C-Γ})^T Δ
       acc.zero();
@@ -919,8 +880,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
       tile::store_acc_bf16(S[kt], nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
     }
-    gate_pair_cumsum(g0, g1, s.gam);                                                     // the next chunk's Γ
-    if (kGates2 && chunk + 2 < a.NC) fetch_gate_pair(a, c0.at(a, chunk + 2), g0, g1);  // (in flight a chunk)
+    gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
 }
 
@@ -2601,41 +2561,22 @@ struct Scan {
   void run(const GdnFast<L, E>& a, cudaStream_t stream) const { launch(kernel, ceil_div(a.V, kN), smem, stream, a); }
 };
 
-// How many chunks ahead gdn_scan_mma_kernel copies for nkt key tiles and k of element type E: the most, up to
-// kScanMaxAhead, whose shared memory (scan_mma_smem) still runs two blocks per SM with one key tile, one with more.
-// fp32 k: 2 at key_dim <= 128, else 1; bf16 k: 2 at key_dim <= 64, 3 at 128, 2 at 192, 1 at 256.
-template <typename E>
-constexpr int scan_ahead(int nkt) {
-  const size_t room = nkt == 1 ? smem_per_block(2) : kMaxBlockSmem;
-  int d = kScanMaxAhead;
-  while (d > 1 && scan_mma_smem<E>(nkt, d) > room) --d;
-  return d;
-}
-static_assert(scan_ahead<float>(2) == 2 && scan_ahead<bf16>(2) == 3 && scan_ahead<float>(1) == 2 &&
-                  scan_ahead<bf16>(1) == 2 && scan_ahead<float>(4) == 1 && scan_ahead<bf16>(4) == 1,
-              "scan ring depths (the kernel's comment)");
-
-// gdn_scan_mma_kernel for kNkt key tiles with its ring depth and shared memory.
-template <typename L, typename E, int kNkt>
-Scan<L, E> scan_mma() {
-  constexpr int ahead = scan_ahead<E>(kNkt);
-  return {gdn_scan_mma_kernel<L, E, kNkt, ahead>, scan_mma_smem<E>(kNkt, ahead)};
-}
-
 // The forward scan: W, U -> Δ, h (F4, F7). bf16: the Mma scan (one instantiation per key-tile count) needs
-// scan_mma_smem (rings as deep as scan_ahead allows: 181.5 / 192.5 KiB at key_dim 128, 226.5 at 256) and runs up to
+// scan_mma_smem (~52 KiB of shared memory per key tile: 122.5 KiB at key_dim 128, 226.5 at 256) and runs up to
 // key_dim 256 (kScanMaxKt); a larger key_dim runs the tile::Tc scan (same scratch formats).
 template <typename L, typename E>
 Scan<L, E> fwd_scan(const GdnFast<L, E>& a) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
     static_assert(kScanMaxKt == 4, "one instantiation per key-tile count");
-    switch (nkt) {
-      case 1: return scan_mma<L, E, 1>();
-      case 2: return scan_mma<L, E, 2>();
-      case 3: return scan_mma<L, E, 3>();
-      case 4: return scan_mma<L, E, 4>();
-      default: break;
+    if (scan_mma_smem(nkt) <= kMaxBlockSmem) {
+      switch (nkt) {
+        case 1: return {gdn_scan_mma_kernel<L, E, 1>, scan_mma_smem(1)};
+        case 2: return {gdn_scan_mma_kernel<L, E, 2>, scan_mma_smem(2)};
+        case 3: return {gdn_scan_mma_kernel<L, E, 3>, scan_mma_smem(3)};
+        case 4: return {gdn_scan_mma_kernel<L, E, 4>, scan_mma_smem(4)};
+        default: break;
+      }
     }
   }
   return {gdn_scan_kernel<L, E>, smem_for(2 + nkt)};
