@@ -1751,50 +1751,30 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_dv_local_mma_kernel(GdnFas
 // (16 fp32) per thread and key tile; a larger key_dim runs the tile::Tc bwd_scan.
 constexpr int kBwdScanMaxKt = 4;
 
-// Whether gdn_bwd_scan_mma_kernel<kSlots = 0> (k, q or dO not 16-byte aligned: no ring) stages k and q in fp32
-// shared memory (cp.async; 32 KiB per key tile): key_dim <= 128 with k, q 16-byte aligned. Else k, q come through
-// registers, one key tile ahead.
+// Whether gdn_bwd_scan_mma_kernel stages k and q in fp32 shared memory (cp.async; 32 KiB per key tile): key_dim
+// <= 128. A larger key_dim streams them through a ring of staging tiles (kRing) or, where k, q or dO is not 16-byte
+// aligned, loads them through registers, one key tile ahead.
 __host__ __device__ constexpr bool bwd_scan_kq_staged(int nkt) { return nkt <= 2; }
 
 // The row factors of gdn_bwd_scan_mma_kernel (scan_gate_factors): two Q^g sets (this chunk's and the chunk
 // before's, kN + 4 floats each: e^{Γ_C} after the rows) and the K^g set of the chunk before.
 constexpr int kBwdFactorFloats = 3 * kN + 8;
 
-// The ring of fp32 staging tiles of gdn_bwd_scan_mma_kernel<kSlots> (kSlots > 0: k, q, dO 16-byte aligned): q, dO
-// and k stream through it a tile at a time, kSlots - 1 tiles in flight behind the one converted (2 key_dim / 64 + 1
-// tiles a chunk): bwd_scan_ring_slots(nkt), kBwdRingSlotsDeep at 2 key tiles (as many as the shared memory allows
-// there: a tile issued 1.4 chunks before its conversion), else kBwdRingSlots.
-constexpr int kBwdRingSlots = 4, kBwdRingSlotsDeep = 7;
-__host__ __device__ constexpr int bwd_scan_ring_slots(int nkt) {
-  return nkt == 2 ? kBwdRingSlotsDeep : kBwdRingSlots;
-}
-// Whether the ring kernel keeps two W buffers (the chunk before's W landing by cp.async while this chunk computes,
-// as without the ring): up to 3 key tiles; at 4 the shared memory allows one (this chunk's W, issued in the chunk).
-__host__ __device__ constexpr bool bwd_scan_ring_w2(int nkt) { return nkt <= 3; }
-// The ring kernel issues W into the group of the ring tile kSlots after q's first of a chunk (chunk n's first one:
-// two buffers, W of chunk n - 1; else W of chunk n), and needs it complete at the update of that chunk, whose last
-// ring wait (dO's) covers the ring tiles up to 3 nkt + 1 (two buffers; else nkt) after that q.
-constexpr bool bwd_scan_ring_w_waited(int nkt) {
-  return bwd_scan_ring_slots(nkt) <= (bwd_scan_ring_w2(nkt) ? 3 * nkt + 1 : nkt);
-}
-static_assert(bwd_scan_ring_w_waited(1) && bwd_scan_ring_w_waited(2) && bwd_scan_ring_w_waited(3) &&
-                  bwd_scan_ring_w_waited(4),
-              "bwd_scan ring: W waited for by the ring's waits");
+// The ring of fp32 staging tiles of gdn_bwd_scan_mma_kernel<kRing = true> (key_dim > 128 with k, q, dO 16-byte
+// aligned): q, dO and k stream through it a tile at a time, kBwdRingSlots - 1 tiles in flight behind the one converted.
+constexpr int kBwdRingSlots = 4;
 
-// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles (ring: a kSlots > 0 instantiation): the row factors,
-// the bf16 copy of dS (the K^g dS products' operand), K^g of the chunk before and Q^g of this chunk, W tiles (bf16;
-// two buffers, the chunk before's landing by cp.async while this one computes; ring at 4 key tiles: one), dO and dΔ
-// (bf16), then the fp32 staging tiles: dO and (key_dim <= 128) k, q; ring: bwd_scan_ring_slots. Ring: 127.8 KiB at
-// key_dim 64, 220.8 KiB at 128, 217.8 KiB at 192, 226.8 KiB at 256; without: 189 KiB at 128, 214.8 KiB at 256.
+// Shared memory of gdn_bwd_scan_mma_kernel for nkt key tiles (ring: the kRing instantiation): the row factors, the
+// bf16 copy of dS (the K^g dS products' operand), K^g of the chunk before and Q^g of this chunk, W tiles (bf16; two
+// buffers, the chunk before's landing by cp.async while this one computes; ring: one), dO and dΔ (bf16), then the
+// fp32 staging tiles: dO and (key_dim <= 128) k, q; ring: kBwdRingSlots. 189 KiB at key_dim 128, 226.8 KiB at 256
+// (ring; 214.8 KiB without).
 constexpr size_t bwd_scan_mma_smem(int nkt, bool ring) {
-  return sizeof(float) * kBwdFactorFloats +
-         sizeof(bf16) * kTileHalves * ((ring && !bwd_scan_ring_w2(nkt) ? 4 : 5) * nkt + 2) +
+  return sizeof(float) * kBwdFactorFloats + sizeof(bf16) * kTileHalves * ((ring ? 4 : 5) * nkt + 2) +
          sizeof(float) * tile::kStageFloats *
-             (ring ? bwd_scan_ring_slots(nkt) : 1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
+             (ring ? kBwdRingSlots : 1 + (bwd_scan_kq_staged(nkt) ? 2 * nkt : 0));
 }
-static_assert(bwd_scan_mma_smem(1, true) <= 227 * 1024 && bwd_scan_mma_smem(2, true) <= 227 * 1024 &&
-                  bwd_scan_mma_smem(3, true) <= 227 * 1024 && bwd_scan_mma_smem(kBwdScanMaxKt, true) <= 227 * 1024,
-              "bwd_scan shared memory");
+static_assert(bwd_scan_mma_smem(kBwdScanMaxKt, true) <= 227 * 1024, "bwd_scan shared memory");
 
 // The row factors of a chunk of n rows from warp 0's gate pairs (as scan_gate_pair; Γ_C = Γ_{n-1}): fq[r] = e^{Γ_r}
 // (Q^g), fk[r] = e^{Γ_C-Γ_r} (K^g) for rows r < n, else 0, and fq[kN] = e^{Γ_C}: expd of the Γ scan_gate_pair
@@ -1853,33 +1833,27 @@ __device__ __forceinline__ void stage_tile_async(float* g, const bf16* src, int6
 //   B | K^g hS in registers (key tiles in order), Q^g of chunk n into hQ in turn; dO into hO;
 //       dΔ = P^T dO + K^g hS -> dD, hE; row factors of chunk n - 1 |
 //   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
-// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.)
-// kSlots > 0 (the launcher's choice where k, q and dO are 16-byte aligned): k, q and dO stream through a ring of
-// kSlots fp32 staging tiles (bwd_scan_ring_slots: 7 at key_dim 128, else 4) in the order they are converted (per
-// chunk n: q of chunk n key tile by key tile, dO, then in the update k of chunk n - 1; 2 nkt + 1 tiles a chunk),
-// one cp.async group a tile: each thread waits for its own pieces of the tile, converts them (Staged<E>::put,
-// put_h_staged: the same bits) and issues the copies of the tile kSlots on into the slot (no barrier: it reads
-// only the pieces it copied, and with bf16 q, k copies only into them: tile::stage_async_h), so kSlots - 1 tiles
-// are in flight behind the one converted (at key_dim 128: 6 tiles, 1.2 chunks; 96 KiB with fp32 q, k). W: up to
-// key_dim 192 two buffers, the chunk before's tiles issued after the first barrier (every read of the other buffer,
-// by chunk n + 1's update, done) into the group of the ring tile kSlots after q's first, so waited for by the ring
-// waits of the chunk before before its update (bwd_scan_ring_w_waited); at key_dim 256 one buffer (the shared
-// memory allows no more): chunk n's own tiles, issued the same way, waited for by dO's conversion. The L2 is asked
-// for the rows of k, q, W, dO and dΔ of the chunk two before. In registers: the chunk before's dΔ (P^T dO) and the
-// gates of the chunk before that.
-// kSlots = 0 (k, q or dO not 16-byte aligned): by cp.async, the chunk before's W tiles (into the other W buffer,
-// issued after the first barrier), dO and (key_dim <= 128, k and q 16-byte aligned) q (staging tiles, Staged<E>,
-// issued once this chunk's are converted) and k (staging tiles, issued after the update has converted the chunk
-// before's: two chunks ahead); else k, q one key tile ahead in registers (q of key tile 0 from the chunk after's
-// update on), with the L2 asked for their rows of the chunk two before. Where W or dO is not 16-byte aligned
-// (key_dim % 8 != 0, value_dim % 4 != 0) that operand is loaded synchronously (load_h) instead. Same arithmetic
-// every way. Registers (ptxas; fp32 / bf16 inputs): 250 / 255 (kSlots = 0), 241 / 235 (4), 237 / 233 (7); one
-// block an SM.
-template <typename L, typename E, int kSlots>
+// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
+// cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
+// <= 128) q (staging tiles, Staged<E>, issued once this chunk's are converted) and k (staging tiles, issued after the
+// update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
+// gates of the chunk before that; at key_dim > 128 k, q through the ring below (kRing) or, where k, q or dO is not
+// 16-byte aligned, one key tile ahead in registers (q of key tile 0 from the chunk after's update on), with the L2
+// asked for the rows of the chunk two before. Where W or dO is not 16-byte aligned (key_dim % 8 != 0, value_dim % 4
+// != 0) that operand is loaded synchronously (load_h) instead. Same arithmetic either way.
+// kRing (the launcher's choice at key_dim > 128 where k, q and dO are 16-byte aligned): k, q and dO instead stream
+// through a ring of kBwdRingSlots fp32 staging tiles in the order they are converted (per chunk n: q of chunk n key
+// tile by key tile, dO, then in the update k of chunk n - 1), one cp.async group a tile: each thread waits for its
+// own pieces of the tile, converts them (Staged<E>::put, put_h_staged: the same bits) and issues the copies of the
+// tile kBwdRingSlots on into the slot (no barrier: it reads only the pieces it copied, and with bf16 q, k copies
+// only into them: tile::stage_async_h). One W buffer (the shared memory
+// allows no more): chunk n's tiles are issued after its first barrier (every read of chunk n + 1's done), into the
+// group of the tile kBwdRingSlots after q's first (waited for by dO's conversion at key_dim 256, before the
+// barrier that ends B1; at 3 key tiles by a wait before it). The L2 is asked for the rows of k, q, W and dO of the
+// chunk two before. Registers (ptxas): 250 (kRing = false), 234 (kRing); one block an SM either way.
+template <typename L, typename E, bool kRing>
 __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
-  constexpr bool kRing = kSlots > 0;
-  constexpr int kRingSlots = kRing ? kSlots : 1;  // (kSlots; no ring: unused)
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   // The row factors (scan_gate_factors): Q^g of chunk c at fq_of(c) (with e^{Γ_C} at [kN]), K^g of one chunk at fk.
@@ -1890,13 +1864,12 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const int bh = static_cast<int>(a.bh0) + static_cast<int>(blockIdx.y);
   const int vc = tile_cols(V, v0);
   const int nkt = static_cast<int>((K + kN - 1) / kN);
-  const bool w2 = !kRing || bwd_scan_ring_w2(nkt);  // two W buffers
   bf16 *hS = cv.take<bf16>(kTileHalves * nkt), *hK = cv.take<bf16>(kTileHalves * nkt),
-       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>((w2 ? 2 : 1) * kTileHalves * nkt),
+       *hQ = cv.take<bf16>(kTileHalves * nkt), *hW = cv.take<bf16>((kRing ? 1 : 2) * kTileHalves * nkt),
        *hO = cv.take<bf16>(kTileHalves), *hE = cv.take<bf16>(kTileHalves);
   float* gO = kRing ? nullptr : cv.take<float>(tile::kStageFloats);
   // k, q per tile (staged), or the ring
-  float* gKQ = kRing                     ? cv.take<float>(kSlots * tile::kStageFloats)
+  float* gKQ = kRing                     ? cv.take<float>(kBwdRingSlots * tile::kStageFloats)
                : bwd_scan_kq_staged(nkt) ? cv.take<float>(2 * nkt * tile::kStageFloats)
                                          : nullptr;
   const bool w_async = tile::async_ok_h(a.W, K);
@@ -1904,8 +1877,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   const bool o_async = !kRing && tile::async_ok_f(a.d_o, V);
   const bool kq_async = !kRing && bwd_scan_kq_staged(nkt) && Staged<E>::ok(a.k, K) && Staged<E>::ok(a.q, K);
   const bool kq_regs = !kRing && !kq_async;  // k, q one key tile ahead in registers
-  // Chunk c's W buffer (c % 2; one buffer: it).
-  const auto w_of = [&](int64_t c) { return w2 ? hW + (c & 1) * nkt * kTileHalves : hW; };
+  // Chunk c's W buffer (c % 2; ring: the one).
+  const auto w_of = [&](int64_t c) { return kRing ? hW : hW + (c & 1) * nkt * kTileHalves; };
   // The W tiles of chunk nx into its W buffer (cp.async).
   const auto issue_w = [&](const Chunk& nx) {
     bf16* dst = w_of(nx.chunk);
@@ -1927,14 +1900,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
                        tile_cols(K, kt * kN));
   };
   // kRing: ring tile i (in conversion order: per chunk c from the last down to 1, q of key tiles 0 .. nkt - 1 of c,
-  // dO of c, k of key tiles 0 .. nkt - 1 of c - 1) into slot i % kSlots (cp.async), then a commit (an empty
+  // dO of c, k of key tiles 0 .. nkt - 1 of c - 1) into slot i % kBwdRingSlots (cp.async), then a commit (an empty
   // group past the last tile).
   const int per = 2 * nkt + 1;  // ring tiles a chunk
   const auto issue_ring = [&](int64_t i) {
     if (i < (a.NC - 1) * per) {
       const int64_t c = a.NC - 1 - i / per;
       const int r = static_cast<int>(i % per);
-      float* g = gKQ + (i % kRingSlots) * tile::kStageFloats;
+      float* g = gKQ + (i % kBwdRingSlots) * tile::kStageFloats;
       if (r == nkt) {
         const Chunk nx(a, c, bh);
         stage_tile_async(g, nx.in(a, a.d_o, V, v0), a.H * V, nx.n, vc);
@@ -1950,11 +1923,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   // kRing: the thread's pieces of ring tile `ring` (waited for), and after their conversion the next copies into
   // the slot.
   const auto ring_tile = [&]() {
-    tile::cp_async_wait<kRingSlots - 1>();
-    return gKQ + (ring % kRingSlots) * tile::kStageFloats;
+    tile::cp_async_wait<kBwdRingSlots - 1>();
+    return gKQ + (ring % kBwdRingSlots) * tile::kStageFloats;
   };
   const auto ring_next = [&]() {
-    issue_ring(ring + kRingSlots);
+    issue_ring(ring + kBwdRingSlots);
     ++ring;
   };
   // Else key tile kt of p (q or k) of chunk c into x (registers; put_q / put_k convert them).
@@ -1993,9 +1966,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
   {  // The last chunk: dS_C = 0 (dh stored from the zero registers; hS cleared), its Γ and K^g (load_h).
     const Chunk ch(a, a.NC - 1, bh);
-    if (kRing) {  // (two W buffers) this chunk's W in the group of ring tile 0, then the first kSlots ring tiles
-      if (w2 && w_async && ch.chunk > 0) issue_w(ch);
-      for (int i = 0; i < kSlots; ++i) issue_ring(i);
+    if (kRing) {  // the first kBwdRingSlots ring tiles (W: in the chunk)
+      for (int i = 0; i < kBwdRingSlots; ++i) issue_ring(i);
     } else {
       if (ch.chunk > 0) {
         if (w_async) issue_w(ch);
@@ -2033,15 +2005,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       const Chunk nx(a, chunk - 2, bh);
       tile::prefetch_l2(nx.in(a, a.k, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
       tile::prefetch_l2(nx.in(a, a.q, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
-      if (kRing) {  // (and W, dO and dΔ)
+      if (kRing) {  // (and W, dO: copied with less notice than a chunk)
         tile::prefetch_l2(nx.rows(a, a.W, K, 0), sizeof(bf16) * K, nx.n, sizeof(bf16) * K);
-        tile::prefetch_l2(nx.in(a, a.d_o, V, v0), sizeof(float) * a.H * V, nx.n, sizeof(float) * vc);
-        tile::prefetch_l2(nx.rows(a, a.dD, V, v0), sizeof(float) * V, nx.n, sizeof(float) * vc);
+        tile::prefetch_l2(nx.in(a, a.d_o, V, v0), sizeof(E) * a.H * V, nx.n, sizeof(E) * vc);
       }
     }
     __syncthreads();  // the chunk after's update done: hS complete; its reads of hQ, hO, hE, the other W buffer done
-    if (kRing) {  // W of the chunk before (two buffers; else this one's), in the group of q's first tile's ring_next
-      if (w_async && (w2 ? chunk > 1 : upd)) issue_w(Chunk(a, w2 ? chunk - 1 : chunk, bh));
+    if (kRing) {
+      if (w_async && upd) issue_w(ch);  // (into the group of q's first tile's ring_next)
     } else {
       if (w_async && chunk > 1) issue_w(Chunk(a, chunk - 1, bh));
       tile::cp_async_commit();  // (possibly empty: groups W(c - 1) here, q, dO(c - 1) below, k(c - 2) at the end)
@@ -2082,6 +2053,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
     if (!upd) break;
     const Chunk pv(a, chunk - 1, bh);
     load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
+    // kRing: this chunk's W (in the group of ring tile q_0 + kBwdRingSlots, where nkt < kBwdRingSlots after dO's).
+    if (kRing && nkt < kBwdRingSlots) tile::cp_async_wait<kBwdRingSlots - 1>();
     // The chunk before's row factors; the barrier: hE, hQ, hO, this chunk's W complete, the reads of hK above done.
     scan_gate_factors(g0, g1, pv.n, fq_of(chunk - 1), fk);
     if (chunk > 1) fetch_gate_pair(a, Chunk(a, chunk - 2, bh), g0, g1);
@@ -2589,12 +2562,10 @@ Scan<L, E> bwd_scan(const GdnFast<L, E>& a) {
   const int nkt = static_cast<int>(ceil_div(a.K, kN));
   if constexpr (kBf16<typename L::Operand>) {
     if (nkt <= kBwdScanMaxKt) {
-      if (Staged<E>::ok(a.k, a.K) && Staged<E>::ok(a.q, a.K) && tile::async_ok_f(a.d_o, a.V)) {
-        if (bwd_scan_ring_slots(nkt) == kBwdRingSlotsDeep)
-          return {gdn_bwd_scan_mma_kernel<L, E, kBwdRingSlotsDeep>, bwd_scan_mma_smem(nkt, true)};
-        return {gdn_bwd_scan_mma_kernel<L, E, kBwdRingSlots>, bwd_scan_mma_smem(nkt, true)};
-      }
-      return {gdn_bwd_scan_mma_kernel<L, E, 0>, bwd_scan_mma_smem(nkt, false)};
+      if (!bwd_scan_kq_staged(nkt) && Staged<E>::ok(a.k, a.K) && Staged<E>::ok(a.q, a.K) &&
+          tile::async_ok_f(a.d_o, a.V))
+        return {gdn_bwd_scan_mma_kernel<L, E, true>, bwd_scan_mma_smem(nkt, true)};
+      return {gdn_bwd_scan_mma_kernel<L, E, false>, bwd_scan_mma_smem(nkt, false)};
     }
   }
   return {gdn_bwd_scan_kernel<L, E>, smem_for(4 + nkt)};
