@@ -154,8 +154,8 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   // What defines the run must not change under a resume: the model, the optimisation and the
   // data. Eval, checkpoint and log cadences may, and so may the backend and the precision
   // (checkpoints hold the fp32 master weights either way), the shard cache location and
-  // model.mdn.save_residuals and model.mamba3.save_states (memory/speed trades with the same gradients; absent
-  // from older checkpoints).
+  // model.mdn.save_residuals and model.{mamba3,gdn,comba,kda}.save_states (memory/speed trades with the same
+  // gradients; absent from older checkpoints).
   // Compare the flattened key paths.
   const nlohmann::json saved = st.at("config");
   // Keys added to the schema later: a checkpoint written before one existed resumes when the config has the
@@ -168,7 +168,8 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
       std::string dotted = name;
       for (char& ch : dotted) ch = ch == '/' ? '.' : ch;
       if (dotted == "train.backend" || dotted == "train.precision" || dotted == "data.cache_dir" ||
-          dotted == "model.mdn.save_residuals" || dotted == "model.mamba3.save_states")
+          dotted == "model.mdn.save_residuals" || dotted == "model.mamba3.save_states" ||
+          dotted == "model.gdn.save_states" || dotted == "model.comba.save_states" || dotted == "model.kda.save_states")
         continue;  // may change: same run
       const auto later = added_later.find(dotted);
       if (!then.contains(key) && later != added_later.end() && later->second == value) continue;
