@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -161,16 +162,19 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   // Keys added to the schema later: a checkpoint written before one existed resumes when the config has the
   // value that reproduces the old behaviour.
   const std::map<std::string, nlohmann::json> added_later = {{"data.source", "tokens"}};
+  // Keys that may change under a resume (the same run): where it executes and in which precision, and the memory /
+  // recompute trade-offs of the layers (the same gradients either way).
+  static const std::set<std::string> may_change = {
+      "train.backend",          "train.precision",          "data.cache_dir",
+      "model.mdn.save_residuals", "model.mamba2.save_states", "model.mamba3.save_states",
+      "model.gdn.save_states",  "model.comba.save_states",  "model.kda.save_states"};
   for (const char* section : {"model", "train", "data"}) {
     const nlohmann::json now = resolved_config.at(section).flatten(), then = saved.at(section).flatten();
     for (const auto& [key, value] : now.items()) {
       const std::string name = section + key;  // flatten() gives "/a/b"
       std::string dotted = name;
       for (char& ch : dotted) ch = ch == '/' ? '.' : ch;
-      if (dotted == "train.backend" || dotted == "train.precision" || dotted == "data.cache_dir" ||
-          dotted == "model.mdn.save_residuals" || dotted == "model.mamba3.save_states" ||
-          dotted == "model.gdn.save_states" || dotted == "model.comba.save_states" || dotted == "model.kda.save_states")
-        continue;  // may change: same run
+      if (may_change.count(dotted) != 0) continue;  // same run
       const auto later = added_later.find(dotted);
       if (!then.contains(key) && later != added_later.end() && later->second == value) continue;
       check(then.contains(key) && then.at(key) == value,
