@@ -6,7 +6,9 @@
 // q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯, h and Δ for the backward as
 // the layers do (tinv, gdn_saved_floats; column "saved"); KDA
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"), its
-// forward keeping P, 𝒯, Δ and h for the backward (kda_saved_floats; column "saved"). MDN gates:
+// forward keeping P, 𝒯, Δ and h for the backward (kda_saved_floats; column "saved"). The bf16 GDN and Comba (bf16
+// q, k, v) and KDA rows once more with save_states false (labelled "states recomputed": the forward keeps 𝒯, KDA P
+// and 𝒯, and the backward runs the forward scan again for h and Δ). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved") and recomputing Ṽ in
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
@@ -58,11 +60,12 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
 // into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). GDN and Comba: the
-// forward writes 𝒯, h and Δ into a buffer of its own (tinv) that the backward reads; KDA: P and 𝒯 (the same buffer). P: the products' operand type (float:
+// forward writes 𝒯, and with `states` h and Δ, into a buffer of its own (tinv) that the backward reads; KDA: P, 𝒯
+// and with `states` Δ and h (the same buffer). P: the products' operand type (float:
 // exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core. E: the element type of q, k, v, p
 // (__nv_bfloat16: GDN and Comba with P = __nv_bfloat16 only).
 template <typename P, typename E = float>
-void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false) {
+void bench_core(const Shape& s, int iters, Core core, bool save_residuals = false, bool states = true) {
   constexpr bool kF32In = std::is_same_v<E, float>;
   const bool comba = core == Core::kComba, kda = core == Core::kKda, mdn = core == Core::kMdn;
   if (!kF32In && (kda || mdn)) std::abort();  // (bf16 inputs: GDN and Comba only)
@@ -81,55 +84,64 @@ void bench_core(const Shape& s, int iters, Core core, bool save_residuals = fals
   float *dlm = random_buffer(nb, 16, 0.f, 0.f), *deta = random_buffer(nb, 17, 0.f, 0.f);
   float* residuals = save_residuals ? random_buffer(nv, 18, 0.f, 0.f) : nullptr;
   const int64_t ntinv = mdn   ? 0
-                        : kda ? llmt::cuda::kda_saved_floats(s.B, s.T, s.H, s.K, s.V, C)
-                              : llmt::cuda::gdn_saved_floats<P>(s.B, s.T, s.H, s.K, s.V, C);
+                        : kda ? llmt::cuda::kda_saved_floats(s.B, s.T, s.H, s.K, s.V, C, states)
+                              : llmt::cuda::gdn_saved_floats<P>(s.B, s.T, s.H, s.K, s.V, C, states);
   float* tinv = ntinv > 0 ? random_buffer(ntinv, 19, 0.f, 0.f) : nullptr;
   void* scratch = nullptr;
-  const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true),
-                                        llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true))
+  const size_t bytes = kda   ? std::max(llmt::cuda::kda_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true,
+                                                                                 states),
+                                        llmt::cuda::kda_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C, true,
+                                                                                 states))
                        : mdn ? std::max(llmt::cuda::mdn_chunk_fwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
                                                                                 save_residuals),
                                         llmt::cuda::mdn_chunk_bwd_scratch_bytes(s.B, s.T, s.H, s.K, s.V, C,
                                                                                 save_residuals))
-                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true),
-                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true));
+                             : std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true,
+                                                                                   states),
+                                        llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C, true,
+                                                                                   states));
   BENCH_CHECK(cudaMalloc(&scratch, bytes));
   const auto fwd = [&] {
     if (comba)
-      llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
+      llmt::cuda::comba_chunk_fwd<P>(q, k, v, p, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, states, scratch,
+                                     nullptr);
     else if (kda || mdn) {
       if constexpr (kF32In) {
         if (kda)
-          llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
+          llmt::cuda::kda_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, states, scratch,
+                                       nullptr);
         else
           llmt::cuda::mdn_chunk_fwd<P>(q, k, v, g, beta, lm, eta, s.B, s.T, s.H, s.K, s.V, C, o, residuals, scratch,
                                        nullptr);
       }
     } else
-      llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, nullptr);
+      llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, states, scratch, nullptr);
   };
   const auto bwd = [&] {
     if (comba)
-      llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dp, dg,
-                                     db, scratch, nullptr);
+      llmt::cuda::comba_chunk_bwd<P>(q, k, v, p, g, beta, d_o, tinv, states, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
+                                     dp, dg, db, scratch, nullptr);
     else if (kda || mdn) {
       if constexpr (kF32In) {
         if (kda)
-          llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db,
-                                       scratch, nullptr);
+          llmt::cuda::kda_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, states, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv,
+                                       dg, db, scratch, nullptr);
         else
           llmt::cuda::mdn_chunk_bwd<P>(q, k, v, g, beta, lm, eta, d_o, residuals, s.B, s.T, s.H, s.K, s.V, C, dq, dk,
                                        dv, dg, db, dlm, deta, scratch, nullptr);
       }
     } else
-      llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db,
-                                   scratch, nullptr);
+      llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, states, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg,
+                                   db, scratch, nullptr);
   };
   const float f = bench::time_ms(iters, fwd);
   const float fb = bench::time_ms(iters, [&] { fwd(); bwd(); });
   const float fb_cold = bench::median_ms_flushed(30, [&] { fwd(); bwd(); });
   const char* mdn_name = save_residuals ? "MDN save_residuals" : "MDN recompute";
-  const char* name = comba ? "Comba" : kda ? "KDA" : mdn ? mdn_name : "GDN";
+  const char* name = comba ? (states ? "Comba" : "Comba states recomputed")
+                     : kda ? (states ? "KDA" : "KDA states recomputed")
+                     : mdn ? mdn_name
+                           : (states ? "GDN" : "GDN states recomputed");
   const char* products = std::is_same_v<P, float> ? "fp32 chunk-parallel"
                          : kF32In                  ? "bf16 tensor cores, fp32 q, k, v"
                                                    : "bf16 tensor cores";
@@ -304,19 +316,19 @@ void gdn_phases(const Shape& s, int iters) {
   float *beta = random_buffer(nb, 5, 0.1f, 0.9f), *d_o = random_buffer(nv, 6, -1.f, 1.f);
   float *o = random_buffer(nv, 7, 0.f, 0.f), *dq = random_buffer(nk, 8, 0.f, 0.f), *dk = random_buffer(nk, 9, 0.f, 0.f);
   float *dv = random_buffer(nv, 10, 0.f, 0.f), *dg = random_buffer(nb, 11, 0.f, 0.f), *db = random_buffer(nb, 12, 0.f, 0.f);
-  float* tinv = random_buffer(llmt::cuda::gdn_saved_floats<P>(s.B, s.T, s.H, s.K, s.V, C), 19, 0.f, 0.f);
+  float* tinv = random_buffer(llmt::cuda::gdn_saved_floats<P>(s.B, s.T, s.H, s.K, s.V, C, true), 19, 0.f, 0.f);
   void* scratch = nullptr;
   BENCH_CHECK(cudaMalloc(&scratch, std::max(llmt::cuda::gdn_chunk_fwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C,
-                                                                                       true),
+                                                                                       true, true),
                                             llmt::cuda::gdn_chunk_bwd_scratch_bytes<P>(s.B, s.T, s.H, s.K, s.V, C,
-                                                                                       true))));
+                                                                                       true, true))));
   BENCH_CHECK(cudaDeviceSynchronize());
   print_phases(s, iters, false, kGdnTable, [&](cudaStream_t st) {
-    llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, scratch, st);
+    llmt::cuda::gdn_chunk_fwd<P>(q, k, v, g, beta, s.B, s.T, s.H, s.K, s.V, C, o, tinv, true, scratch, st);
   });
   print_phases(s, iters, true, kGdnTable, [&](cudaStream_t st) {
-    llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db, scratch,
-                                 st);
+    llmt::cuda::gdn_chunk_bwd<P>(q, k, v, g, beta, d_o, tinv, true, s.B, s.T, s.H, s.K, s.V, C, dq, dk, dv, dg, db,
+                                 scratch, st);
   });
   for (P* x : {q, k, v}) BENCH_CHECK(cudaFree(x));
   for (float* x : {g, beta, d_o, o, dq, dk, dv, dg, db, tinv}) BENCH_CHECK(cudaFree(x));
@@ -391,9 +403,11 @@ int main(int argc, char** argv) {
       bench_core<float>(s, iters, core);
       if (core == Core::kGdn) bench_core<__nv_bfloat16>(s, iters, core);  // fp32 q, k, v
       bench_core<__nv_bfloat16, __nv_bfloat16>(s, iters, core);
+      bench_core<__nv_bfloat16, __nv_bfloat16>(s, iters, core, false, false);  // states recomputed
     }
   bench_core<float>(a, iters, Core::kKda);
   bench_core<__nv_bfloat16>(a, iters, Core::kKda);
+  bench_core<__nv_bfloat16>(a, iters, Core::kKda, false, false);  // states recomputed
   for (const Shape& s : {a, c})
     for (const bool save_residuals : {true, false}) {
       bench_core<float>(s, iters, Core::kMdn, save_residuals);

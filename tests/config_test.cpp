@@ -473,6 +473,33 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(c.resolved["model"]["kda"]["expand_v"] == 1);
     CHECK(c.model.mixer_of(0) == "kda");
   }
+  SECTION("gdn, comba and kda read save_states (a bool, default true); the mdn has save_residuals instead") {
+    for (const char* type : {"gdn", "comba", "kda"}) {
+      INFO(type);
+      json j = valid_config();
+      j["model"]["type"] = type;
+      j["model"].erase("attn");
+      j["model"][type] = {{"num_heads", 2}, {"head_dim", 64}};
+      const auto states = [&](const llmt::Config& c) {
+        const std::string t = type;
+        return t == "gdn" ? c.model.gdn.save_states : t == "comba" ? c.model.comba.save_states
+                                                                   : c.model.kda.save_states;
+      };
+      const llmt::Config c = llmt::parse_config(j);
+      CHECK(states(c));
+      CHECK(c.resolved["model"][type]["save_states"] == true);
+      j["model"][type]["save_states"] = false;
+      CHECK_FALSE(states(llmt::parse_config(j)));
+      j["model"][type]["save_states"] = "no";
+      CHECK_THAT(parse_error(j),
+                 Contains(std::string("model.") + type + ".save_states") && Contains("true or false"));
+    }
+    json j = valid_config();
+    j["model"]["type"] = "mdn";
+    j["model"].erase("attn");
+    j["model"]["mdn"] = {{"num_heads", 2}, {"head_dim", 64}, {"save_states", false}};
+    CHECK_THAT(parse_error(j), Contains("model.mdn.save_states"));
+  }
   SECTION("an mdn model reads model.mdn with MDN's defaults (mdn.md 2-4, runs.md 4.1)") {
     json j = valid_config();
     j["model"]["type"] = "mdn";

@@ -9,7 +9,8 @@
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice; the GDN, Comba and KDA backwards run first from what their forward saved (Backend::gdn_saved_numel:
 // the chunks' 𝒯, the states h entering them and Δ; kda_saved_numel: P, 𝒯, Δ and h), which they must leave as it
-// was, then without it (recomputing it), bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
+// was, then without it (recomputing it), then from the saved set without h and Δ (save_states false: 𝒯; KDA: P and
+// 𝒯; its forward's o too), all bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
 // compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
 // y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs;
 // the short conv's y and the L2 norm's y (the GDN / Comba cores' bf16 v, q̂, k̂, p̂): the f32 outputs rounded, bit for
@@ -222,18 +223,24 @@ Pair core_input(const std::vector<float>& host, std::initializer_list<int64_t> d
 }
 
 /// The floats of the CUDA GDN / Comba cores' saved set (Backend::gdn_saved_numel), counted here: per chunk and
-/// (batch, head) the fp32 64 x 64 𝒯, then the K x V state h, then the chunk's chunk_size x V rows of Δ, h and Δ in
-/// the compute dtype (bf16: two a float), each of the three regions rounded up to whole 16 bytes.
-int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, DType compute) {
+/// (batch, head) the fp32 64 x 64 𝒯, then with states the K x V state h and the chunk's chunk_size x V rows of Δ, h
+/// and Δ in the compute dtype (bf16: two a float), each region rounded up to whole 16 bytes.
+int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, DType compute,
+                         bool states) {
   const int64_t pairs_chunks = B * H * ((T + chunk - 1) / chunk), bytes = compute == DType::bf16 ? 2 : 4;
   const auto floats = [&](int64_t n) { return (n * bytes + 15) / 16 * 4; };
-  return pairs_chunks * 64 * 64 + floats(pairs_chunks * K * V) + floats(pairs_chunks * chunk * V);
+  return pairs_chunks * 64 * 64 + (states ? floats(pairs_chunks * K * V) + floats(pairs_chunks * chunk * V) : 0);
 }
+
+/// A GPU buffer of n NaNs (a saved set before the forward writes it).
+OwnedTensor nan_buffer(int64_t n) { return on(gpu(), std::vector<float>(n, std::nanf("")), {n}); }
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
 // backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, h and Δ,
 // gdn_saved_numel; KDA: P, 𝒯, Δ and h, kda_saved_numel; NaN before the forward) and its first backward reads it (and
-// must leave it bit for bit as the forward wrote it); the second runs without it (forming them again).
+// must leave it bit for bit as the forward wrote it); the second runs without it (forming them again); then a
+// forward keeping the saved set without h and Δ (GDN: 𝒯; KDA: P and 𝒯) and a backward from it (forming W, U from 𝒯
+// and running the forward scan), o and the gradients bit-identical to the first.
 void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, double g_lo, uint64_t seed,
                GdnCore core) {
   const bool kda = core.kda;
@@ -257,43 +264,49 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
   Pair dq = both(randn(nk, seed + 8), {B, T, H, K}), dk = both(randn(nk, seed + 9), {B, T, H, K});
   Pair dv = both(randn(nv, seed + 10), {B, T, H, V});
   Pair dg = gate_pair(randn(ng, seed + 11)), dbeta = both(randn(nb, seed + 12), {B, T, H});
-  const int64_t n_saved = kda ? gpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute)
-                              : gpu().gdn_saved_numel(B, T, H, K, V, chunk, core.compute);
+  const auto saved_numel = [&](bool states) {
+    return kda ? gpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute, states)
+               : gpu().gdn_saved_numel(B, T, H, K, V, chunk, core.compute, states);
+  };
+  const int64_t n_saved = saved_numel(true), n_tinv = saved_numel(false);
   const int64_t nc = (T + chunk - 1) / chunk, bhc = B * H * nc;
   const auto pad4 = [](int64_t n) { return (n + 3) / 4 * 4; };  // (KDA's P, 𝒯, Δ, h: each 16-byte aligned)
   REQUIRE(n_saved == (kda ? 2 * bhc * 64 * 64 + pad4(bhc * chunk * V) + pad4(bhc * K * V)
-                          : gdn_saved_floats(B, T, H, K, V, chunk, core.compute)));
-  REQUIRE(cpu().gdn_saved_numel(B, T, H, K, V, chunk, core.compute) == 0);
-  REQUIRE(cpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute) == 0);
-  const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
+                          : gdn_saved_floats(B, T, H, K, V, chunk, core.compute, true)));
+  REQUIRE(n_tinv == (kda ? 2 * bhc * 64 * 64 : gdn_saved_floats(B, T, H, K, V, chunk, core.compute, false)));
+  for (const bool states : {true, false}) {
+    REQUIRE(cpu().gdn_saved_numel(B, T, H, K, V, chunk, core.compute, states) == 0);
+    REQUIRE(cpu().kda_saved_numel(B, T, H, K, V, chunk, core.compute, states) == 0);
+  }
+  const OwnedTensor saved = nan_buffer(n_saved), tinv = nan_buffer(n_tinv);
   const Tensor none;
-  // The core's forward / backward on the GPU (on_gpu; with `saved` where with_saved) or the CPU, on that backend's
-  // tensors.
-  const auto fwd = [&](bool on_gpu) {
+  // The core's forward / backward on the GPU (on_gpu, with the saved set kept) or the CPU (kept: none), on that
+  // backend's tensors.
+  const auto fwd = [&](bool on_gpu, const Tensor& kept) {
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
-      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), on_gpu ? *saved : none);
+      be.kda_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), kept);
     else
-      be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), on_gpu ? *saved : none);
+      be.gdn_chunk_fwd(t(q), t(k), t(v), t(g), t(beta), chunk, core.compute, t(o), kept);
   };
-  const auto bwd = [&](bool on_gpu, bool with_saved) {
+  const auto bwd = [&](bool on_gpu, const Tensor& kept) {
     const auto t = [&](const Pair& x) -> const Tensor& { return on_gpu ? *x.g : *x.c; };
     Backend& be = on_gpu ? gpu() : cpu();
     if (kda)
-      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), with_saved ? *saved : none, chunk, core.compute,
-                       t(dq), t(dk), t(dv), t(dg), t(dbeta));
+      be.kda_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), kept, chunk, core.compute, t(dq), t(dk), t(dv),
+                       t(dg), t(dbeta));
     else
-      be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), with_saved ? *saved : none, chunk, core.compute,
-                       t(dq), t(dk), t(dv), t(dg), t(dbeta));
+      be.gdn_chunk_bwd(t(q), t(k), t(v), t(g), t(beta), t(d_o), kept, chunk, core.compute, t(dq), t(dk), t(dv),
+                       t(dg), t(dbeta));
   };
-  fwd(true);
-  fwd(false);
+  fwd(true, *saved);
+  fwd(false, none);
   require_close(o, "o " + tag, tol);
-  const std::vector<float> kept = get(gpu(), *saved);
-  bwd(true, true);
+  const std::vector<float> o_first = get(gpu(), *o.g), kept = get(gpu(), *saved);
+  bwd(true, *saved);
   require_bit_identical(kept, get(gpu(), *saved), "saved set after the backward " + tag);
-  bwd(false, false);
+  bwd(false, none);
   require_close(dq, "dq " + tag, tol);
   require_close(dk, "dk " + tag, tol);
   require_close(dv, "dv " + tag, tol);
@@ -307,13 +320,22 @@ void check_gdn(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t ch
 
   std::vector<std::vector<float>> first;
   for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) first.push_back(get(gpu(), *p->g));
-  bwd(true, false);
   const char* names[] = {"dq", "dk", "dv", "dg", "dbeta"};
-  size_t i = 0;
-  for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) {
-    require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + " " + tag);
-    ++i;
-  }
+  const auto same_as_first = [&](const std::string& how) {
+    size_t i = 0;
+    for (const Pair* p : {&dq, &dk, &dv, &dg, &dbeta}) {
+      require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + " " + how + " " + tag);
+      ++i;
+    }
+  };
+  bwd(true, none);
+  same_as_first("recomputed");
+  fwd(true, *tinv);
+  require_bit_identical(o_first, get(gpu(), *o.g), "o keeping the saved set without h and Δ " + tag);
+  const std::vector<float> kept_tinv = get(gpu(), *tinv);
+  bwd(true, *tinv);
+  require_bit_identical(kept_tinv, get(gpu(), *tinv), "saved set without h and Δ after the backward " + tag);
+  same_as_first("from the saved set without h and Δ");
 }
 
 }  // namespace
@@ -356,6 +378,25 @@ TEST_CASE("cuda delta: GDN core refuses chunk_size above the kernel's limit", "[
   for (const DType compute : {DType::f32, DType::bf16})
     REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 128, compute, *o.g, Tensor()),
                         Catch::Contains("chunk_size"));
+}
+
+TEST_CASE("cuda delta: GDN and KDA cores refuse a saved set of neither size, naming both", "[cuda][delta][gdn][kda]") {
+  // B = 1, T = 8, H = 2, K = V = 4, chunk 64: 2 (batch, head) pairs x 1 chunk.
+  Pair q = both(randn(2 * 8 * 4, 1), {1, 8, 2, 4}), v = both(randn(2 * 8 * 4, 2), {1, 8, 2, 4});
+  Pair g = both(uniform(16, 3, -1.0, 0.0), {1, 8, 2}), gk = both(uniform(64, 3, -1.0, 0.0), {1, 8, 2, 4});
+  Pair beta = both(randn(16, 4), {1, 8, 2}), o = both(randn(2 * 8 * 4, 5), {1, 8, 2, 4});
+  const DType compute = DType::f32;
+  const int64_t gdn_with = gpu().gdn_saved_numel(1, 8, 2, 4, 4, 64, compute, true);
+  const int64_t gdn_without = gpu().gdn_saved_numel(1, 8, 2, 4, 4, 64, compute, false);
+  const int64_t kda_with = gpu().kda_saved_numel(1, 8, 2, 4, 4, 64, compute, true);
+  const int64_t kda_without = gpu().kda_saved_numel(1, 8, 2, 4, 4, 64, compute, false);
+  REQUIRE(gdn_without == 2 * 64 * 64);
+  REQUIRE(kda_without == 2 * 2 * 64 * 64);
+  const OwnedTensor wrong = nan_buffer(gdn_without + 4);
+  REQUIRE_THROWS_WITH(gpu().gdn_chunk_fwd(*q.g, *q.g, *v.g, *g.g, *beta.g, 64, compute, *o.g, *wrong),
+                      Catch::Contains(std::to_string(gdn_with)) && Catch::Contains(std::to_string(gdn_without)));
+  REQUIRE_THROWS_WITH(gpu().kda_chunk_fwd(*q.g, *q.g, *v.g, *gk.g, *beta.g, 64, compute, *o.g, *wrong),
+                      Catch::Contains(std::to_string(kda_with)) && Catch::Contains(std::to_string(kda_without)));
 }
 
 TEST_CASE("cuda delta: Comba gates forward and backward with both, one or none of decay / D", "[cuda][delta][comba]") {
@@ -428,9 +469,11 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
   Pair g = both(uniform(ng, seed + 4, g_lo, 0.0), {B, T, H});
   Pair beta = both(sigmoid_of(randn(ng, seed + 5)), {B, T, H});
   Pair o = both(randn(nv, seed + 6), {B, T, H, V});
-  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, K, V, chunk, compute);
-  REQUIRE(n_saved == gdn_saved_floats(B, T, H, K, V, chunk, compute));
-  const OwnedTensor saved = on(gpu(), std::vector<float>(n_saved, std::nanf("")), {n_saved});
+  const int64_t n_saved = gpu().gdn_saved_numel(B, T, H, K, V, chunk, compute, true);
+  const int64_t n_tinv = gpu().gdn_saved_numel(B, T, H, K, V, chunk, compute, false);
+  REQUIRE(n_saved == gdn_saved_floats(B, T, H, K, V, chunk, compute, true));
+  REQUIRE(n_tinv == gdn_saved_floats(B, T, H, K, V, chunk, compute, false));
+  const OwnedTensor saved = nan_buffer(n_saved), tinv = nan_buffer(n_tinv);
   const Tensor none;
   gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, compute, *o.g, *saved);
   cpu().comba_chunk_fwd(*q.c, *k.c, *v.c, *p.c, *g.c, *beta.c, chunk, compute, *o.c, none);
@@ -459,14 +502,26 @@ void check_comba(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t 
 
   std::vector<std::vector<float>> first;
   for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) first.push_back(get(gpu(), *x->g));
+  const char* names[] = {"dq", "dk", "dv", "dp", "dg", "dbeta"};
+  const auto same_as_first = [&](const std::string& how) {
+    size_t i = 0;
+    for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) {
+      require_bit_identical(first[i], get(gpu(), *x->g), std::string("comba ") + names[i] + " " + how + " " + tag);
+      ++i;
+    }
+  };
   gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, none, chunk, compute, *dq.g, *dk.g, *dv.g,
                         *dp.g, *dg.g, *dbeta.g);
-  const char* names[] = {"dq", "dk", "dv", "dp", "dg", "dbeta"};
-  size_t i = 0;
-  for (const Pair* x : {&dq, &dk, &dv, &dp, &dg, &dbeta}) {
-    require_bit_identical(first[i], get(gpu(), *x->g), std::string("comba ") + names[i] + " " + tag);
-    ++i;
-  }
+  same_as_first("recomputed");
+  // The saved set without h and Δ (save_states false: 𝒯 alone): o and the gradients bit-identical.
+  const std::vector<float> o_first = get(gpu(), *o.g);
+  gpu().comba_chunk_fwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, chunk, compute, *o.g, *tinv);
+  require_bit_identical(o_first, get(gpu(), *o.g), "comba o keeping 𝒯 alone " + tag);
+  const std::vector<float> kept_tinv = get(gpu(), *tinv);
+  gpu().comba_chunk_bwd(*q.g, *k.g, *v.g, *p.g, *g.g, *beta.g, *d_o.g, *tinv, chunk, compute, *dq.g, *dk.g, *dv.g,
+                        *dp.g, *dg.g, *dbeta.g);
+  require_bit_identical(kept_tinv, get(gpu(), *tinv), "comba 𝒯 after the backward " + tag);
+  same_as_first("from 𝒯 alone");
 }
 
 }  // namespace

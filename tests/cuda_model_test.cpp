@@ -184,18 +184,27 @@ TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂),
     if (type == "gdn") expected += 2 * halved(keys) + halved(values);
     if (type == "comba") expected += 3 * halved(keys) + halved(values);
     if (type == "kda") expected += 2 * halved(rows * c->value_dim());
-    // The core's own saved set (Backend::gdn_saved_numel: h and Δ in the compute dtype; KDA's is fp32 for either).
-    const auto kept = [&](DType compute) {
+    // The core's own saved set (Backend::gdn_saved_numel: h and Δ in the compute dtype; KDA's is fp32 for either),
+    // with or without h and Δ (model.<type>.save_states).
+    const auto kept = [&](DType compute, bool states) {
       const auto be = make_backend("cuda");
       const int64_t n = type == "kda" ? be->kda_saved_numel(B, T, c->num_heads, c->head_dim, c->value_dim(),
-                                                            c->chunk_size, compute)
+                                                            c->chunk_size, compute, states)
                                       : be->gdn_saved_numel(B, T, c->num_heads, c->head_dim, c->value_dim(),
-                                                            c->chunk_size, compute);
+                                                            c->chunk_size, compute, states);
       return carved(n, 4);
     };
-    expected += kept(DType::f32) - kept(DType::bf16);
+    expected += kept(DType::f32, true) - kept(DType::bf16, true);
     INFO(type);
     CHECK(mixer_saved_bytes(m, type, DType::f32, B, T) - mixer_saved_bytes(m, type, DType::bf16, B, T) == expected);
+    // save_states false: the layer keeps the core's set without h and Δ (𝒯; KDA: P and 𝒯), all else the same.
+    for (const DType compute : {DType::f32, DType::bf16}) {
+      const size_t with = mixer_saved_bytes(m, type, compute, B, T);
+      c->save_states = false;
+      const size_t without = mixer_saved_bytes(m, type, compute, B, T);
+      c->save_states = true;
+      CHECK(with - without == kept(compute, true) - kept(compute, false));
+    }
   }
 }
 
@@ -257,10 +266,20 @@ TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradi
   m.kda.head_dim = 32;
   m.kda.chunk_size = 64;  // T = 67: a full and a partial chunk
   m.attn_layers = {1};    // layer 0 KDA, layer 1 softmax attention
-  // Per (batch, head) and chunk: P, 𝒯 (2 x 64²), Δ (64 V) and h (K V) floats.
-  REQUIRE(make_backend("cuda")->kda_saved_numel(3, 67, 2, 32, 32, 64, DType::f32) ==
+  // Per (batch, head) and chunk: P, 𝒯 (2 x 64²), Δ (64 V) and h (K V) floats; without states (model.kda.save_states
+  // false) P and 𝒯 alone.
+  REQUIRE(make_backend("cuda")->kda_saved_numel(3, 67, 2, 32, 32, 64, DType::f32, true) ==
           3 * 2 * 2 * (2 * 64 * 64 + 64 * 32 + 32 * 32));
-  check_model_matches_cpu(m, GENERATE(false, true));
+  REQUIRE(make_backend("cuda")->kda_saved_numel(3, 67, 2, 32, 32, 64, DType::f32, false) == 3 * 2 * 2 * 2 * 64 * 64);
+  const bool bf16 = GENERATE(false, true);
+  check_model_matches_cpu(m, bf16);
+  // save_states false: the backward runs the forward scan again; the same loss and gradients bit for bit.
+  const GpuStep kept = gpu_step(m, bf16, false);
+  m.kda.save_states = false;
+  const GpuStep recomputed = gpu_step(m, bf16, false);
+  CHECK(recomputed.loss == kept.loss);
+  CHECK(recomputed.grads == kept.grads);
+  CHECK(recomputed.bytes.saved < kept.bytes.saved);
 }
 
 TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯, h, Δ saved by the forward) match the CPU "
@@ -280,14 +299,23 @@ TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯, h, Δ
   m.n_layers = 3;
   m.attn_layers = {1};
   INFO(m.type);
-  // 3 x 2 (batch, head) pairs x 2 chunks of fp32 𝒯 (64²), h (32 x V) and Δ (64 x V), h and Δ in the compute dtype.
+  // 3 x 2 (batch, head) pairs x 2 chunks of fp32 𝒯 (64²), h (32 x V) and Δ (64 x V), h and Δ in the compute dtype;
+  // without states (save_states false) 𝒯 alone.
   const int64_t V = c.value_dim(), pair_chunks = 3 * 2 * 2;
-  REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 32, V, 64, bf16 ? DType::bf16 : DType::f32) ==
+  const DType compute = bf16 ? DType::bf16 : DType::f32;
+  REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 32, V, 64, compute, true) ==
           pair_chunks * (64 * 64 + (32 * V + 64 * V) / (bf16 ? 2 : 1)));
+  REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 32, V, 64, compute, false) == pair_chunks * 64 * 64);
   check_model_matches_cpu(m, bf16);
   const GpuStep kept = gpu_step(m, bf16, false), recomputed = gpu_step(m, bf16, true);
   CHECK(recomputed.loss == kept.loss);
   CHECK(recomputed.grads == kept.grads);
+  // save_states false: the backward runs the forward scan again; the same loss and gradients bit for bit.
+  c.save_states = false;
+  const GpuStep states_recomputed = gpu_step(m, bf16, false);
+  CHECK(states_recomputed.loss == kept.loss);
+  CHECK(states_recomputed.grads == kept.grads);
+  CHECK(states_recomputed.bytes.saved < kept.bytes.saved);
 }
 
 TEST_CASE("cuda model: the tiny Mamba2's loss and every parameter gradient match the CPU backend",

@@ -50,7 +50,9 @@ void Backend::gdn_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const T
                             const Tensor&, const Tensor&) {
   missing(*this, "gdn_chunk_bwd");
 }
-int64_t Backend::gdn_saved_numel(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, DType) const { return 0; }
+int64_t Backend::gdn_saved_numel(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, DType, bool) const {
+  return 0;
+}
 void Backend::kda_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
   missing(*this, "kda_gates_fwd");
@@ -68,7 +70,9 @@ void Backend::kda_chunk_bwd(const Tensor&, const Tensor&, const Tensor&, const T
                             const Tensor&, const Tensor&) {
   missing(*this, "kda_chunk_bwd");
 }
-int64_t Backend::kda_saved_numel(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, DType) const { return 0; }
+int64_t Backend::kda_saved_numel(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, DType, bool) const {
+  return 0;
+}
 void Backend::comba_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const Tensor&) {
   missing(*this, "comba_gates_fwd");

@@ -180,12 +180,14 @@ class Backend {
   /// only, q, k, v bf16 (FLA's inputs: the tile products' bf16 operands are then their own values) with every other
   /// tensor (g, beta, d_o, o, the gradients, saved) f32. Anything else throws llmt::Error naming the op and the dtypes
   /// (q, k, v neither all f32 nor all bf16; bf16 q, k, v with compute f32; bf16 q, k, v on the CPU backend).
-  /// saved: default-constructed (none), or [gdn_saved_numel] in g's dtype, kept by the layer from this forward to
-  /// the gdn_chunk_bwd of the same inputs, chunk_size and compute (layers-delta.md §6.3, the tensors saved for the
-  /// backward): the forward writes there what the backward would otherwise recompute, and the backward given the
-  /// same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk and the forward scan's chunk-entering
-  /// states h and v_new Δ, so that the backward runs neither the inverse nor the forward scan again; gradients
-  /// bit-identical to the recompute).
+  /// saved: default-constructed (none), or [gdn_saved_numel] in g's dtype (states true or false), kept by the layer
+  /// from this forward to the gdn_chunk_bwd of the same inputs, chunk_size and compute (layers-delta.md §6.3, the
+  /// tensors saved for the backward): the forward writes there what the backward would otherwise recompute, and the
+  /// backward given the same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk, so that the backward
+  /// does not invert again, and with states (model.gdn / model.comba save_states) the forward scan's chunk-entering
+  /// states h and v_new Δ, so that it runs no forward scan either; without them, FLA's design, it recomputes h and Δ.
+  /// The CUDA backend tells the two sets apart by saved's size and throws llmt::Error for any other, naming both
+  /// sizes. Gradients bit-identical to the recompute either way).
   virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved);
   virtual void gdn_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
@@ -193,16 +195,17 @@ class Backend {
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
                              const Tensor& dbeta);
   /// The elements of gdn_chunk_fwd's and comba_chunk_fwd's `saved` (f32) for a layer of these sizes (key_dim,
-  /// value_dim: per head) and compute dtype, or 0 when this backend keeps nothing from the forward (its backward
-  /// recomputes everything and ignores `saved`: the CPU reference, which recomputes in double). CUDA
-  /// (cuda::gdn_saved_floats): per chunk and (batch, head) the fp32 64² 𝒯, the K x V state h and the chunk's
-  /// chunk_size x V Δ, h and Δ in the compute dtype (bf16: two a float), each region 16-byte aligned. At B T = 16384
-  /// tokens, 16 heads, K = V = 128, chunk 64: 256 MiB for bf16 (64 𝒯 + 128 h + 64 Δ), 448 MiB for f32; at the 400M
-  /// GDN (configs/mdn-paper/400m/gdn.json: 6 heads, K 128, V 256) with 4 x 4096 tokens: 168 MiB a layer for bf16
-  /// (24 + 96 + 48). 0 for a chunk_size its cores refuse; throws llmt::Error for a compute dtype other than f32 and
-  /// bf16.
+  /// value_dim: per head), compute dtype and states (whether the set holds the forward scan's h and Δ: the layer's
+  /// save_states), or 0 when this backend keeps nothing from the forward (its backward recomputes everything and
+  /// ignores `saved`: the CPU reference, which recomputes in double). CUDA (cuda::gdn_saved_floats): per chunk and
+  /// (batch, head) the fp32 64² 𝒯, and with states the K x V state h and the chunk's chunk_size x V Δ, h and Δ in the
+  /// compute dtype (bf16: two a float), each region 16-byte aligned. At B T = 16384 tokens, 16 heads, K = V = 128,
+  /// chunk 64: 256 MiB for bf16 (64 𝒯 + 128 h + 64 Δ), 448 MiB for f32, 64 MiB without states; at the 400M GDN
+  /// (configs/mdn-paper/400m/gdn.json: 6 heads, K 128, V 256) with 4 x 4096 tokens: 168 MiB a layer for bf16
+  /// (24 + 96 + 48), 24 MiB without states. 0 for a chunk_size its cores refuse; throws llmt::Error for a compute
+  /// dtype other than f32 and bf16.
   virtual int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                                  int64_t chunk_size, DType compute) const;
+                                  int64_t chunk_size, DType compute, bool states) const;
   /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):
   /// f, g [rows, H * K]; b, beta [rows, H]; A_log [H]; dt_bias [H * K]; g = -exp(A_log_h) softplus(f + dt_bias),
   /// beta = sigmoid(b). df, db overwritten; dA_log, ddt_bias accumulated.
@@ -216,10 +219,11 @@ class Backend {
   /// δ_t = β_t (v_t - S̄_t^T k̂_t), S_t = S̄_t + k̂_t δ_t^T, o_t = S_t^T q̂_t. Gradients dq, dk, dv, dg, dbeta overwritten.
   /// `compute` as for gdn_chunk_fwd: the CUDA backend runs the forward's tile products and the backward's scans
   /// on the tensor cores for bf16 and everything in exact fp32 for f32 (kernels/cuda/kda.cu, "Precision").
-  /// saved: default-constructed (none), or [kda_saved_numel] in g's dtype, kept by the layer from this forward to
-  /// the kda_chunk_bwd of the same inputs, chunk_size and compute (as gdn_chunk_fwd's; CUDA: the fp32 P and
-  /// 𝒯 = (I + A)^{-1} of every chunk, Δ (v_new) and the states entering the chunks h, so that the backward runs
-  /// neither A's inverse nor the forward scan again; gradients bit-identical to the recompute).
+  /// saved: default-constructed (none), or [kda_saved_numel] in g's dtype (states true or false), kept by the layer
+  /// from this forward to the kda_chunk_bwd of the same inputs, chunk_size and compute (as gdn_chunk_fwd's; CUDA:
+  /// the fp32 P and 𝒯 = (I + A)^{-1} of every chunk, so that the backward forms neither A, P nor the inverse again,
+  /// and with states (model.kda.save_states) Δ (v_new) and the states entering the chunks h, so that it runs no
+  /// forward scan either; told apart by size as gdn_chunk_fwd's; gradients bit-identical to the recompute).
   virtual void kda_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              int64_t chunk_size, DType compute, const Tensor& o, const Tensor& saved);
   virtual void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
@@ -227,14 +231,15 @@ class Backend {
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
                              const Tensor& dbeta);
   /// The elements of kda_chunk_fwd's `saved` for a layer of these sizes (key_dim K, value_dim V per head; compute
-  /// as kda_chunk_fwd's), or 0 when this backend keeps nothing from the forward (as gdn_saved_numel; the CPU
-  /// backend: 0). CUDA, fp32 for either compute dtype (kernels/cuda/ops.cuh kda_saved_floats): per chunk and head
-  /// 2 x 64² (P, 𝒯), chunk_size V (Δ) and K V (h) floats, each of the four tensors padded to 16 bytes: 128 KiB per
-  /// chunk and head at K = V = 128 and chunk 64; at B T = 16384 tokens (B = 4, T = 4096), 16 heads: 512 MiB; the
-  /// 400M KDA (configs/mdn-paper/400m/kda.json: 8 heads, micro_batch 4, seq_len 4096): 256 MiB per layer, 6 GiB
-  /// over its 24 layers. 0 for a chunk_size its core refuses.
+  /// as kda_chunk_fwd's) and states (as gdn_saved_numel's), or 0 when this backend keeps nothing from the forward
+  /// (as gdn_saved_numel; the CPU backend: 0). CUDA, fp32 for either compute dtype (kernels/cuda/ops.cuh
+  /// kda_saved_floats): per chunk and head 2 x 64² (P, 𝒯), and with states chunk_size V (Δ) and K V (h) floats,
+  /// each tensor padded to 16 bytes: 128 KiB per chunk and head at K = V = 128 and chunk 64 (32 KiB without states);
+  /// at B T = 16384 tokens (B = 4, T = 4096), 16 heads: 512 MiB (128 MiB without); the 400M KDA
+  /// (configs/mdn-paper/400m/kda.json: 8 heads, micro_batch 4, seq_len 4096): 256 MiB per layer, 6 GiB over its 24
+  /// layers (64 MiB, 1.5 GiB without). 0 for a chunk_size its core refuses.
   virtual int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                                  int64_t chunk_size, DType compute) const;
+                                  int64_t chunk_size, DType compute, bool states) const;
   /// Comba inner decay + output correction before the L2 norm (layers-delta.md §4.2 steps 2-3), per head h:
   /// s = sigmoid(decay_h), p = s k, q_out = q - D_h s k. q, k, q_out, p [rows, H * K]; decay, D [H], or a
   /// default-constructed Tensor (data == nullptr) when the inner decay (s = 1) / output correction (q_out = q)

@@ -25,7 +25,7 @@ void CombaMixer::plan_core(int64_t rows, ScratchCarver& saved) {
     for (Tensor* t : {&qcor_, &p_}) *t = saved.take(dt, {rows, key_dim_});
   for (Tensor* t : {&rq_, &rk_, &rp_}) *t = saved.take(dt, {rows, c_.num_heads});
   const int64_t kept = store_.backend().gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.head_dim, c_.value_dim(),
-                                                        c_.chunk_size, store_.compute_dtype());
+                                                        c_.chunk_size, store_.compute_dtype(), c_.save_states);
   kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 

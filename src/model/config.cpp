@@ -231,6 +231,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
     c.conv_size = g.positive("conv_size", dflt(c.conv_size));
     c.chunk_size = g.positive("chunk_size", dflt(c.chunk_size));
     c.output_gate = g.choice("output_gate", {"swish", "sigmoid"}, dflt(c.output_gate));
+    if (!mdn) c.save_states = g.boolean("save_states", c.save_states);
     if (comba) {
       auto& cc = static_cast<CombaConfig&>(c);
       cc.output_correction = g.boolean("output_correction", true);

@@ -6,12 +6,9 @@ void GdnMixer::plan_core(int64_t rows, ScratchCarver& saved) {
   for (Tensor* t : {&qhat_, &khat_}) *t = saved.take(core_input_dtype(), {rows, key_dim_});
   for (Tensor* t : {&rq_, &rk_}) *t = saved.take(store_.dtype(), {rows, c_.num_heads});
   const Backend& be = store_.backend();
-  const int64_t kept = gates_ == Gates::scalar ? be.gdn_saved_numel(batch_, seq_len_, c_.num_heads, c_.head_dim,
-                                                                     c_.value_dim(), c_.chunk_size,
-                                                                     store_.compute_dtype())
-                                               : be.kda_saved_numel(batch_, seq_len_, c_.num_heads, c_.head_dim,
-                                                                    c_.value_dim(), c_.chunk_size,
-                                                                    store_.compute_dtype());
+  const auto numel = gates_ == Gates::scalar ? &Backend::gdn_saved_numel : &Backend::kda_saved_numel;
+  const int64_t kept = (be.*numel)(batch_, seq_len_, c_.num_heads, c_.head_dim, c_.value_dim(), c_.chunk_size,
+                                   store_.compute_dtype(), c_.save_states);
   kept_ = kept > 0 ? saved.take(store_.dtype(), {kept}) : Tensor();
 }
 

@@ -155,8 +155,8 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   // What defines the run must not change under a resume: the model, the optimisation and the
   // data. Eval, checkpoint and log cadences may, and so may the backend and the precision
   // (checkpoints hold the fp32 master weights either way), the shard cache location and
-  // model.mdn.save_residuals and model.mamba3.save_states (memory/speed trades with the same gradients; absent
-  // from older checkpoints).
+  // model.mdn.save_residuals and model.{mamba3,gdn,comba,kda}.save_states (memory/speed trades with the same
+  // gradients; absent from older checkpoints).
   // Compare the flattened key paths.
   const nlohmann::json saved = st.at("config");
   // Keys added to the schema later: a checkpoint written before one existed resumes when the config has the
@@ -164,9 +164,10 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
   const std::map<std::string, nlohmann::json> added_later = {{"data.source", "tokens"}};
   // Keys that may change under a resume (the same run): where it executes and in which precision, and the memory /
   // recompute trade-offs of the layers (the same gradients either way).
-  static const std::set<std::string> may_change = {"train.backend",           "train.precision",
-                                                   "data.cache_dir",          "model.mdn.save_residuals",
-                                                   "model.mamba2.save_states", "model.mamba3.save_states"};
+  static const std::set<std::string> may_change = {
+      "train.backend",          "train.precision",          "data.cache_dir",
+      "model.mdn.save_residuals", "model.mamba2.save_states", "model.mamba3.save_states",
+      "model.gdn.save_states",  "model.comba.save_states",  "model.kda.save_states"};
   for (const char* section : {"model", "train", "data"}) {
     const nlohmann::json now = resolved_config.at(section).flatten(), then = saved.at(section).flatten();
     for (const auto& [key, value] : now.items()) {

@@ -16,7 +16,10 @@
 //     arithmetic): kBf16CoreTol with bf16 compute, kTol with fp32 compute, dg against the scale of dβ
 //     (tests/cuda_delta_test.cpp check_gdn, check_comba; cuda_test_host.h);
 // (c) bit-identical to the backward without the saved set (GDN and Comba: forming A, 𝒯, W, U, h and Δ again; KDA:
-//     P, 𝒯, h and Δ; one run), and the saved set bit-identical after the backward to what the forward left there;
+//     P, 𝒯, h and Δ; one run) and, in a few small cases (every kernel variant it runs: bf16 and fp32 compute, bf16
+//     inputs, KDA's odd-sized regions), to the backward from the saved set without h and Δ (save_states false: 𝒯
+//     alone, KDA P and 𝒯; W and U formed from 𝒯, the forward scan run again; one run), and each saved set
+//     bit-identical after the backward to what the forward left there;
 // (d) with bf16 q, k, v, p̂: bit-identical to the run on fp32 inputs holding the same (bf16-rounded) values.
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
@@ -105,52 +108,57 @@ struct Input {
   const E* get() const { return reinterpret_cast<const E*>(b.get()); }
 };
 
+/// What the forward keeps for the backward: nothing, its saved set without h and Δ (GDN, Comba: 𝒯; KDA: P and 𝒯;
+/// save_states false), or with them (GDN, Comba: 𝒯, h and Δ; KDA: P, 𝒯, Δ and h).
+enum class Kept { none, tinv, states };
+
 /// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN (the
-/// scratch again before the backward). With saved_tinv the forward keeps its saved set (GDN, Comba: 𝒯, h and Δ; KDA:
-/// P, 𝒯, Δ and h) in a buffer of its own (NaN before) that the backward reads and must leave as it was (checked
-/// here). E: the element type of q, k, v, p̂ (GDN, Comba; KDA: float).
+/// scratch again before the backward). Unless kept is none the forward keeps its saved set in a buffer of its own
+/// (NaN before) that the backward reads and must leave as it was (checked here). E: the element type of q, k, v, p̂
+/// (GDN, Comba; KDA: float).
 template <typename P, typename E = float>
-Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
+Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, Kept kept_set) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const int64_t B = c.B, T = c.T, H = c.H, K = c.K, V = c.V, C = c.C;
   const size_t nk = B * T * H * K, nv = B * T * H * V, nb = B * T * H, ng = in.g.size();
   const Input<E> q(in.q), k(in.k), v(in.v), p(c.comba() ? in.p : std::vector<float>(1));
   const Buffer g(in.g), beta(in.beta), d_o(in.d_o);
-  const int64_t nsaved =
-      c.core == Core::kda ? cu::kda_saved_floats(B, T, H, K, V, C) : cu::gdn_saved_floats<P>(B, T, H, K, V, C);
-  const Buffer tinv(saved_tinv ? static_cast<size_t>(nsaved) : 1);
-  float* const kept = saved_tinv ? tinv.get() : nullptr;
+  const bool saved = kept_set != Kept::none, states = kept_set == Kept::states;
+  const int64_t nsaved = c.core == Core::kda ? cu::kda_saved_floats(B, T, H, K, V, C, states)
+                                             : cu::gdn_saved_floats<P>(B, T, H, K, V, C, states);
+  const Buffer tinv(saved ? static_cast<size_t>(nsaved) : 1);
+  float* const kept = saved ? tinv.get() : nullptr;
   size_t scratch_bytes = 0;
   switch (c.core) {
     case Core::gdn:
-      scratch_bytes = std::max(cu::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv),
-                               cu::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
+      scratch_bytes = std::max(cu::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C, saved, states),
+                               cu::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved, states));
       break;
     case Core::comba:
-      scratch_bytes = std::max(cu::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv),
-                               cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved_tinv));
+      scratch_bytes = std::max(cu::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, C, saved, states),
+                               cu::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, C, saved, states));
       break;
     case Core::kda:
-      scratch_bytes = std::max(cu::kda_chunk_fwd_scratch_bytes(B, T, H, K, V, C, saved_tinv),
-                               cu::kda_chunk_bwd_scratch_bytes(B, T, H, K, V, C, saved_tinv));
+      scratch_bytes = std::max(cu::kda_chunk_fwd_scratch_bytes(B, T, H, K, V, C, saved, states),
+                               cu::kda_chunk_bwd_scratch_bytes(B, T, H, K, V, C, saved, states));
       break;
   }
   Buffer scratch(scratch_bytes / 4 + 1);
   const Buffer o(nv);
   switch (c.core) {
     case Core::gdn:
-      cu::gdn_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), kept,
+      cu::gdn_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), kept, states,
                            scratch.get(), nullptr);
       break;
     case Core::comba:
       cu::comba_chunk_fwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(),
-                             kept, scratch.get(), nullptr);
+                             kept, states, scratch.get(), nullptr);
       break;
     case Core::kda:
       if constexpr (std::is_same_v<E, float>)
         cu::kda_chunk_fwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), B, T, H, K, V, C, o.get(), kept,
-                             scratch.get(), nullptr);
+                             states, scratch.get(), nullptr);
       break;
   }
   std::memset(scratch.get(), 0xff, scratch.n * 4);
@@ -158,17 +166,18 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
   const Buffer dq(nk), dk(nk), dv(nv), dp(c.comba() ? nk : 1), dg(ng), dbeta(nb);
   switch (c.core) {
     case Core::gdn:
-      cu::gdn_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), kept, B, T, H, K, V, C,
-                           dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      cu::gdn_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), kept, states, B, T, H, K, V,
+                           C, dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
     case Core::comba:
-      cu::comba_chunk_bwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), d_o.get(), kept, B, T, H, K, V,
-                             C, dq.get(), dk.get(), dv.get(), dp.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+      cu::comba_chunk_bwd<P>(q.get(), k.get(), v.get(), p.get(), g.get(), beta.get(), d_o.get(), kept, states, B, T,
+                             H, K, V, C, dq.get(), dk.get(), dv.get(), dp.get(), dg.get(), dbeta.get(), scratch.get(),
+                             nullptr);
       break;
     case Core::kda:
       if constexpr (std::is_same_v<E, float>)
-        cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), kept, B, T, H, K, V, C,
-                             dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
+        cu::kda_chunk_bwd<P>(q.get(), k.get(), v.get(), g.get(), beta.get(), d_o.get(), kept, states, B, T, H, K, V,
+                             C, dq.get(), dk.get(), dv.get(), dg.get(), dbeta.get(), scratch.get(), nullptr);
       break;
   }
   INFO("the first float of the saved set that the backward changed");
@@ -180,11 +189,10 @@ Outputs run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg, bool s
   out.v.push_back(dbeta.host());
   return out;
 }
-Outputs run_emulated(const Case& c, const Inputs& in, emu::Config cfg, bool saved_tinv) {
+Outputs run_emulated(const Case& c, const Inputs& in, emu::Config cfg, Kept kept) {
   REQUIRE((!c.bf16_in || (c.bf16 && c.core != Core::kda)));  // (bf16 inputs: GDN, Comba with bf16 compute)
-  if (c.bf16_in) return run_emulated_as<__nv_bfloat16, __nv_bfloat16>(c, in, cfg, saved_tinv);
-  return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg, saved_tinv)
-                : run_emulated_as<float>(c, in, cfg, saved_tinv);
+  if (c.bf16_in) return run_emulated_as<__nv_bfloat16, __nv_bfloat16>(c, in, cfg, kept);
+  return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg, kept) : run_emulated_as<float>(c, in, cfg, kept);
 }
 
 /// The CPU reference (the CPU backend's: cpu::*_chunk_fwd / bwd<float>, double arithmetic inside).
@@ -218,21 +226,31 @@ Outputs run_cpu(const Case& c, const Inputs& in) {
   return out;
 }
 
-void check_case(const Case& c) {
+/// Checks (a)-(d) of the header on case c; the backward from the saved set without h and Δ only with tinv_alone (a
+/// few small cases: every kernel it instantiates, at one emulator run each).
+void check_case(const Case& c, bool tinv_alone = false) {
   INFO(c.tag());
   const Inputs in(c);
   const std::vector<std::string> names = output_names(c);
   const std::vector<std::vector<float>> first = outputs_under_every_config(
-      [&](emu::Config cfg) { return run_emulated(c, in, cfg, true).v; }, names.size(),
+      [&](emu::Config cfg) { return run_emulated(c, in, cfg, Kept::states).v; }, names.size(),
       [&](size_t i) { return names[i]; });
-  const Outputs recomputed = run_emulated(c, in, kConfigs[0], false);
+  const Outputs recomputed = run_emulated(c, in, kConfigs[0], Kept::none);
   for (size_t i = 0; i < names.size(); ++i) {
     INFO(names[i] << ": the first element whose bits differ between the backward from the saved set and the "
                      "recomputing one");
     CHECK(first_difference(first[i], recomputed.v[i]) == -1);
   }
+  if (tinv_alone) {
+    const Outputs from_tinv = run_emulated(c, in, kConfigs[0], Kept::tinv);
+    for (size_t i = 0; i < names.size(); ++i) {
+      INFO(names[i] << ": the first element whose bits differ between the backward from the saved set and the one "
+                       "from the saved set without h and Δ");
+      CHECK(first_difference(first[i], from_tinv.v[i]) == -1);
+    }
+  }
   if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values
-    const Outputs f32_in = run_emulated_as<__nv_bfloat16, float>(c, in, kConfigs[0], true);
+    const Outputs f32_in = run_emulated_as<__nv_bfloat16, float>(c, in, kConfigs[0], Kept::states);
     for (size_t i = 0; i < names.size(); ++i) {
       INFO(names[i] << ": the first element whose bits differ between bf16 and fp32 inputs of the same values");
       CHECK(first_difference(first[i], f32_in.v[i]) == -1);
@@ -250,7 +268,7 @@ void check_case(const Case& c) {
 
 TEST_CASE("cuda emu: bf16 GDN core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
           "[emu][gdn]") {
-  check_case({Core::gdn, true, 1, 130, 2, 64, 64, 64, -0.05, 100});
+  check_case({Core::gdn, true, 1, 130, 2, 64, 64, 64, -0.05, 100}, true);
   check_case({Core::gdn, true, 1, 130, 2, 100, 96, 64, -1.0, 200});
 }
 
@@ -267,13 +285,13 @@ TEST_CASE("cuda emu: bf16 GDN core, K = 192, V = 64 (three key tiles: the backwa
 
 TEST_CASE("cuda emu: bf16 Comba core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
           "[emu][comba]") {
-  check_case({Core::comba, true, 1, 130, 2, 64, 64, 64, -1.0, 300});
+  check_case({Core::comba, true, 1, 130, 2, 64, 64, 64, -1.0, 300}, true);
   check_case({Core::comba, true, 1, 130, 2, 100, 96, 64, -0.05, 400});
 }
 
 TEST_CASE("cuda emu: bf16 KDA core, K = V = 64 and partial key / value tiles (K = 100, V = 96), ragged last chunk",
           "[emu][kda]") {
-  check_case({Core::kda, true, 1, 130, 2, 64, 64, 64, -0.05, 500});
+  check_case({Core::kda, true, 1, 130, 2, 64, 64, 64, -0.05, 500}, true);
   check_case({Core::kda, true, 1, 130, 2, 100, 96, 64, -1.0, 600});
 }
 
@@ -287,15 +305,15 @@ TEST_CASE("cuda emu: bf16 KDA core at the model's head size, K = V = 128, modera
 TEST_CASE("cuda emu: KDA core with chunk 13, K = 40, V = 33, three heads (the saved Δ of 3 x 130 x 33 floats: h's "
           "region after it padded to 16 bytes), bf16 and fp32 compute",
           "[emu][kda]") {
-  check_case({Core::kda, true, 1, 130, 3, 40, 33, 13, -2.0, 670});
-  check_case({Core::kda, false, 1, 130, 3, 40, 33, 13, -2.0, 680});
+  check_case({Core::kda, true, 1, 130, 3, 40, 33, 13, -2.0, 670}, true);
+  check_case({Core::kda, false, 1, 130, 3, 40, 33, 13, -2.0, 680}, true);
 }
 
 TEST_CASE("cuda emu: fp32 GDN, Comba and KDA cores (tile::Simt), K = 100, V = 96, ragged last chunk",
           "[emu][gdn][comba][kda]") {
-  check_case({Core::gdn, false, 1, 130, 2, 100, 96, 64, -1.0, 700});
-  check_case({Core::comba, false, 1, 130, 2, 100, 96, 64, -0.05, 800});
-  check_case({Core::kda, false, 1, 130, 2, 100, 96, 64, -1.0, 900});
+  check_case({Core::gdn, false, 1, 130, 2, 100, 96, 64, -1.0, 700}, true);
+  check_case({Core::comba, false, 1, 130, 2, 100, 96, 64, -0.05, 800}, true);
+  check_case({Core::kda, false, 1, 130, 2, 100, 96, 64, -1.0, 900}, true);
 }
 
 TEST_CASE("cuda emu: bf16 GDN and Comba cores with a key_dim beyond the Mma scans (K = 320: the tile::Tc scans)",
@@ -323,8 +341,8 @@ TEST_CASE("cuda emu: bf16 GDN core with rows that are not 16-byte aligned (K = 6
 TEST_CASE("cuda emu: bf16 GDN and Comba cores with bf16 q, k, v, p̂: K = V = 64, and K = 100, V = 96 (rows not "
           "16-byte aligned in bf16: the synchronous loads), ragged last chunk",
           "[emu][gdn][comba][bf16_in]") {
-  check_case({Core::gdn, true, 1, 130, 1, 64, 64, 64, -0.05, 1800, true});
-  check_case({Core::comba, true, 1, 130, 1, 64, 64, 64, -1.0, 1810, true});
+  check_case({Core::gdn, true, 1, 130, 1, 64, 64, 64, -0.05, 1800, true}, true);
+  check_case({Core::comba, true, 1, 130, 1, 64, 64, 64, -1.0, 1810, true}, true);
   check_case({Core::gdn, true, 1, 130, 1, 100, 96, 64, -1.0, 1820, true});
   check_case({Core::comba, true, 1, 130, 1, 100, 96, 64, -0.05, 1830, true});
 }

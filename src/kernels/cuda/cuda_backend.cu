@@ -95,32 +95,54 @@ float* mamba2_saved(const Tensor& saved, const cpu::Mamba2Dims& d, const char* o
   return f32(saved, op);
 }
 
-/// Floats of the GDN / Comba cores' saved set (cuda::gdn_saved_floats<P>) for compute dtype f32 or bf16 (dispatch).
-int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk_size, DType compute,
-                         const char* op) {
+/// Floats of the GDN / Comba cores' saved set (cuda::gdn_saved_floats<P>, with or without h and Δ: states) for
+/// compute dtype f32 or bf16 (dispatch).
+int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk_size, bool states,
+                         DType compute, const char* op) {
   int64_t n = 0;
-  dispatch(compute, op, [&](auto zero) { n = cuda::gdn_saved_floats<decltype(zero)>(B, T, H, K, V, chunk_size); });
+  dispatch(compute, op,
+           [&](auto zero) { n = cuda::gdn_saved_floats<decltype(zero)>(B, T, H, K, V, chunk_size, states); });
   return n;
 }
 
-/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' 𝒯, h and Δ, ops.cuh) for q
-/// [B, T, H, K], v [B, T, H, V] and compute, as its data, or nullptr for none.
-float* gdn_saved(const Tensor& saved, const Tensor& q, const Tensor& v, int64_t chunk_size, DType compute,
-                 const char* op) {
-  if (saved.data == nullptr) return nullptr;
-  const int64_t n =
-      gdn_saved_floats(q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3], chunk_size, compute, op);
-  check(saved.numel() == n, "{}: saved has {} elements, the core's saved set {}", op, saved.numel(), n);
-  return f32(saved, op);
+/// A delta core's `saved` as its data (nullptr for none) and whether it holds the forward scan's h and Δ too
+/// (states; ops.cuh).
+struct DeltaSaved {
+  float* data;
+  bool states;
+};
+
+/// `saved` (none, or [with] or [without] f32: a delta core's saved set with or without h and Δ, the layer's
+/// save_states) as a DeltaSaved, its size telling the two apart; `what` names the set without h and Δ. Throws
+/// llmt::Error for any other size, naming both.
+DeltaSaved delta_saved(const Tensor& saved, int64_t with, int64_t without, const char* what, const char* op) {
+  if (saved.data == nullptr) return {nullptr, false};
+  check(saved.numel() == with || saved.numel() == without,
+        "{}: saved has {} elements, the core's saved set {} (with h and Δ) or {} ({} alone)", op, saved.numel(), with,
+        without, what);
+  return {f32(saved, op), saved.numel() == with};
 }
 
-/// kda_chunk_*'s `saved` (none, or [kda_saved_numel] f32: the core's P, 𝒯, Δ and h, ops.cuh) as its data, or nullptr
-/// for none; d the core call's sizes.
-float* kda_saved(const Tensor& saved, const DeltaCoreDims& d, int64_t chunk_size, const char* op) {
-  if (saved.data == nullptr) return nullptr;
-  const int64_t n = cuda::kda_saved_floats(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size);
-  check(saved.numel() == n, "{}: saved has {} elements, the core's P, 𝒯, Δ and h {}", op, saved.numel(), n);
-  return f32(saved, op);
+/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' 𝒯, and h and Δ or not,
+/// ops.cuh) for q [B, T, H, K], v [B, T, H, V] and compute (delta_saved).
+DeltaSaved gdn_saved(const Tensor& saved, const Tensor& q, const Tensor& v, int64_t chunk_size, DType compute,
+                     const char* op) {
+  if (saved.data == nullptr) return {nullptr, false};
+  const auto floats = [&](bool states) {
+    return gdn_saved_floats(q.shape[0], q.shape[1], q.shape[2], q.shape[3], v.shape[3], chunk_size, states, compute,
+                            op);
+  };
+  return delta_saved(saved, floats(true), floats(false), "𝒯", op);
+}
+
+/// kda_chunk_*'s `saved` (none, or [kda_saved_numel] f32: the core's P, 𝒯, and Δ and h or not, ops.cuh)
+/// (delta_saved); d the core call's sizes.
+DeltaSaved kda_saved(const Tensor& saved, const DeltaCoreDims& d, int64_t chunk_size, const char* op) {
+  if (saved.data == nullptr) return {nullptr, false};
+  const auto floats = [&](bool states) {
+    return cuda::kda_saved_floats(d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size, states);
+  };
+  return delta_saved(saved, floats(true), floats(false), "P and 𝒯", op);
 }
 
 /// "q, k, v, p" (Comba: four inputs) or "q, k, v": the names of a GDN / Comba core call's inputs `in`.
@@ -685,15 +707,15 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
-    float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
+    const DeltaSaved sv = gdn_saved(saved, q, v, chunk_size, compute, op);
     // P: the products' operand type (gdn_comba.cu, Precision); E: q, k, v's
     dispatch_gdn({&q, &k, &v}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::gdn_chunk_fwd<P>(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, B, T, H, K, V, chunk_size,
-                             po, psaved,
+                             po, sv.data, sv.states,
                              scratch(cuda::gdn_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size,
-                                                                          psaved != nullptr)),
+                                                                          sv.data != nullptr, sv.states)),
                              stream_);
     });
   }
@@ -708,21 +730,23 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kGdnMaxChunk,
           "gdn_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kGdnMaxChunk, chunk_size);
-    const float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
+    const DeltaSaved sv = gdn_saved(saved, q, v, chunk_size, compute, op);
     dispatch_gdn({&q, &k, &v}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::gdn_chunk_bwd<P>(
-          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, pdo, psaved, B, T, H, K, V, chunk_size, pdq,
-          pdk, pdv, pdg, pdbeta,
-          scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, psaved != nullptr)), stream_);
+          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), pg, pbeta, pdo, sv.data, sv.states, B, T, H, K, V,
+          chunk_size, pdq, pdk, pdv, pdg, pdbeta,
+          scratch(cuda::gdn_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, sv.data != nullptr, sv.states)),
+          stream_);
     });
   }
   int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                          int64_t chunk_size, DType compute) const override {
+                          int64_t chunk_size, DType compute, bool states) const override {
     // 0 for a chunk_size the cores refuse (their forward says so; a layer planned only to decode runs none).
     if (chunk_size < 1 || chunk_size > std::min(cuda::kGdnMaxChunk, cuda::kCombaMaxChunk)) return 0;
-    return gdn_saved_floats(batch, seq_len, heads, key_dim, value_dim, chunk_size, compute, "gdn_saved_numel");
+    return gdn_saved_floats(batch, seq_len, heads, key_dim, value_dim, chunk_size, states, compute,
+                            "gdn_saved_numel");
   }
   void comba_gates_fwd(const Tensor& q, const Tensor& k, const Tensor& decay, const Tensor& D, const Tensor& q_out,
                        const Tensor& p) override {
@@ -761,14 +785,14 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
-    float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
+    const DeltaSaved sv = gdn_saved(saved, q, v, chunk_size, compute, op);
     dispatch_gdn({&q, &k, &v, &p}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::comba_chunk_fwd<P>(ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, B, T, H,
-                               K, V, chunk_size, po, psaved,
+                               K, V, chunk_size, po, sv.data, sv.states,
                                scratch(cuda::comba_chunk_fwd_scratch_bytes<P>(B, T, H, K, V, chunk_size,
-                                                                              psaved != nullptr)),
+                                                                              sv.data != nullptr, sv.states)),
                                stream_);
     });
   }
@@ -785,14 +809,15 @@ class CudaBackend final : public Backend {
           *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kCombaMaxChunk,
           "comba_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kCombaMaxChunk, chunk_size);
-    const float* psaved = gdn_saved(saved, q, v, chunk_size, compute, op);
+    const DeltaSaved sv = gdn_saved(saved, q, v, chunk_size, compute, op);
     dispatch_gdn({&q, &k, &v, &p}, compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       cuda::comba_chunk_bwd<P>(
-          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, pdo, psaved, B, T, H, K, V,
-          chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
-          scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, psaved != nullptr)), stream_);
+          ptr<const E>(q), ptr<const E>(k), ptr<const E>(v), ptr<const E>(p), pg, pbeta, pdo, sv.data, sv.states, B,
+          T, H, K, V, chunk_size, pdq, pdk, pdv, pdp, pdg, pdbeta,
+          scratch(cuda::comba_chunk_bwd_scratch_bytes<P>(B, T, H, K, V, chunk_size, sv.data != nullptr, sv.states)),
+          stream_);
     });
   }
 
@@ -804,20 +829,21 @@ class CudaBackend final : public Backend {
     float* po = f32(o, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_fwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
-    float* psaved = kda_saved(saved, d, chunk_size, op);
+    const DeltaSaved sv = kda_saved(saved, d, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {  // the products' operand type (kda.cu, Precision)
       using P = decltype(zero);
       cuda::kda_chunk_fwd<P>(pq, pk, pv, pg, pbeta, d.batch, d.seq_len, d.heads, d.key_dim, d.value_dim, chunk_size,
-                             po, psaved,
+                             po, sv.data, sv.states,
                              scratch(cuda::kda_chunk_fwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim,
-                                                                       d.value_dim, chunk_size, psaved != nullptr)),
+                                                                       d.value_dim, chunk_size, sv.data != nullptr,
+                                                                       sv.states)),
                              stream_);
     });
   }
   int64_t kda_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                          int64_t chunk_size, DType /*compute*/) const override {
+                          int64_t chunk_size, DType /*compute*/, bool states) const override {
     if (chunk_size < 1 || chunk_size > cuda::kKdaMaxChunk) return 0;  // (as gdn_saved_numel)
-    return cuda::kda_saved_floats(batch, seq_len, heads, key_dim, value_dim, chunk_size);  // (fp32 for either)
+    return cuda::kda_saved_floats(batch, seq_len, heads, key_dim, value_dim, chunk_size, states);  // (fp32 for either)
   }
   void kda_chunk_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const Tensor& d_o, const Tensor& saved, int64_t chunk_size, DType compute, const Tensor& dq,
@@ -829,13 +855,14 @@ class CudaBackend final : public Backend {
     float *pdq = f32(dq, op), *pdk = f32(dk, op), *pdv = f32(dv, op), *pdg = f32(dg, op), *pdbeta = f32(dbeta, op);
     check(chunk_size >= 1 && chunk_size <= cuda::kKdaMaxChunk,
           "kda_chunk_bwd: the cuda backend needs chunk_size in [1, {}], got {}", cuda::kKdaMaxChunk, chunk_size);
-    const float* psaved = kda_saved(saved, d, chunk_size, op);
+    const DeltaSaved sv = kda_saved(saved, d, chunk_size, op);
     dispatch(compute, op, [&](auto zero) {
       using P = decltype(zero);
-      cuda::kda_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, psaved, d.batch, d.seq_len, d.heads, d.key_dim,
+      cuda::kda_chunk_bwd<P>(pq, pk, pv, pg, pbeta, pdo, sv.data, sv.states, d.batch, d.seq_len, d.heads, d.key_dim,
                              d.value_dim, chunk_size, pdq, pdk, pdv, pdg, pdbeta,
                              scratch(cuda::kda_chunk_bwd_scratch_bytes(d.batch, d.seq_len, d.heads, d.key_dim,
-                                                                       d.value_dim, chunk_size, psaved != nullptr)),
+                                                                       d.value_dim, chunk_size, sv.data != nullptr,
+                                                                       sv.states)),
                              stream_);
     });
   }

@@ -30,26 +30,27 @@
 //             scan  (per value tile)     h[n] = S entering chunk n; Δ = U - W S; S update  (F4, F7)
 //                                        (h, Δ to saved)
 //             out   (per chunk, v tile)  O = (Q ⊙ e^Γ) h[n] + P Δ                          (F5, F6)
-//   backward: wu (W alone from the forward's saved 𝒯; without `saved` A, 𝒯, W, U again, 𝒯 kept in scratch, and
-//             the scan recomputes h and Δ), then
+//   backward: wu (W alone from the forward's saved 𝒯, h and Δ; from a saved 𝒯 alone W and U, and the scan
+//             recomputes h and Δ; without `saved` A, 𝒯, W, U again, 𝒯 kept in scratch, and the scan), then
 //             dv_local (per chunk, v tile)  dΔ = P^T dO                                    (B1, intra)
 //             bwd_scan (per value tile)     dh[n] = dS_C of chunk n; dΔ += K^g dS_C; dS_0  (B1, B2)
 //             dqk      (per chunk, k tile)  dQ, dK (P and state parts), dW, dΓ (i)–(iv)    (B3, B4, B8)
 //             wy       (per chunk)          dV, dβ, dK (WY and A parts), dΓ (v)–(vi), dg   (B5–B7, B9)
 // Launch order: wu over every (batch, head) pair, then per group of pairs the forward's scan and out, or the
-// backward's scan (without `saved`), dv_local, bwd_scan, dqk and wy. Pairs form one group unless a scan's value-tile
-// blocks span more than one wave of the GPU but not a whole number of waves (shape B = 4, H = 6, key_dim 256,
-// value_dim 512: 24 pairs x 8 value tiles, one scan block per SM): then the last wave's pairs run as a second group
-// on a side stream (by_waves, by_waves.cuh), and the first group's per-chunk kernels fill the SMs the last wave of
-// scans leaves idle.
+// backward's scan (unless `saved` holds h and Δ), dv_local, bwd_scan, dqk and wy. Pairs form one group unless a
+// scan's value-tile blocks span more than one wave of the GPU but not a whole number of waves (shape B = 4, H = 6,
+// key_dim 256, value_dim 512: 24 pairs x 8 value tiles, one scan block per SM): then the last wave's pairs run as a
+// second group on a side stream (by_waves, by_waves.cuh), and the first group's per-chunk kernels fill the SMs the
+// last wave of scans leaves idle.
 // Every kernel takes the first pair of its launch (bh0) in its arguments.
 // Chunks of chunk_size <= 64 tokens fill the rows of one tile (rows past the chunk's end are zero).
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
 // chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [key tiles, B H, T'] (dqk's terms per key tile, added in
 // order by wy). The caller's `saved` (GdnSaved; kept from the forward to the backward of the same inputs) holds 𝒯,
-// h and U/Δ instead of the scratch: the forward's wu and scan write them there, the backward reads them (its wu
-// forms W alone) and runs no forward scan. Without it the forward keeps nothing and the backward forms everything
-// again. Fixed summation orders and no atomics: deterministic.
+// and with `states` (model.gdn / model.comba save_states) h and U/Δ, instead of the scratch: the forward's wu and
+// scan write them there, the backward reads them (its wu forms W alone, or W and U from 𝒯 alone) and runs no forward
+// scan when it has h and Δ. Without it the forward keeps nothing and the backward forms everything again. Fixed
+// summation orders and no atomics: deterministic.
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -94,20 +95,20 @@ struct GdnFast {
   S *W, *U, *dW, *h, *dh;
 };
 
-/// Scratch layout in floats: W, then unless `saved` (the caller keeps 𝒯, h and Δ: GdnSaved) U/Δ and h, and in the
-/// backward (and without `saved`: 𝒯) dΔ, dh, dW, dΓ; W, U, h, dh, dW have elements of `stored` bytes (4: fp32; 2:
-/// bf16, two per float).
+/// Scratch layout in floats: W, then unless `saved` with `states` (the caller keeps 𝒯, h and Δ: GdnSaved) U/Δ and h,
+/// and in the backward (and without `saved`: 𝒯) dΔ, dh, dW, dΓ; W, U, h, dh, dW have elements of `stored` bytes (4:
+/// fp32; 2: bf16, two per float).
 struct GdnScratch {
   int64_t W, U, h, Tm, dD, dh, dW, dgam, total;
   GdnScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, int64_t stored,
-             bool saved) {
+             bool saved, bool states) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
     const auto take_s = [&](int64_t n) { return take((n * stored + 3) / 4); };  // floats that hold n elements
     W = take_s(BH * Tp * K);
     U = h = Tm = dD = dh = dW = dgam = 0;
-    if (!saved) U = take_s(BH * Tp * V), h = take_s(BH * NC * K * V);
+    if (!(saved && states)) U = take_s(BH * Tp * V), h = take_s(BH * NC * K * V);
     if (backward) {
       if (!saved) Tm = take(BH * NC * kN * kN);
       dD = take(BH * Tp * V), dh = take_s(BH * NC * K * V), dW = take_s(BH * Tp * K);
@@ -118,12 +119,12 @@ struct GdnScratch {
 };
 
 /// Layout in floats of the caller's `saved` (kept from the forward to the backward): fp32 𝒯 [B H, chunks, 64, 64],
-/// h [B H, chunks, K, V] and Δ [B H, T', V] (T' = chunks x chunk_size), h and Δ with elements of `stored` bytes as
-/// the scratch; each region starts a multiple of 16 bytes after the start (the 16-byte alignment the kernels'
-/// cp.async copies ask of a tensor).
+/// then with `states` h [B H, chunks, K, V] and Δ [B H, T', V] (T' = chunks x chunk_size; without: h = D = 0), h
+/// and Δ with elements of `stored` bytes as the scratch; each region starts a multiple of 16 bytes after the start
+/// (the 16-byte alignment the kernels' cp.async copies ask of a tensor).
 struct GdnSaved {
   int64_t Tm, h, D, total;
-  GdnSaved(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, int64_t stored) {
+  GdnSaved(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, int64_t stored, bool states) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n, int64_t bytes) {  // whole 16-byte pieces that hold n elements of `bytes` bytes
@@ -131,7 +132,8 @@ struct GdnSaved {
       at += ceil_div(n * bytes, 16) * 4;
       return r;
     };
-    Tm = take(BH * NC * kN * kN, 4), h = take(BH * NC * K * V, stored), D = take(BH * Tp * V, stored);
+    Tm = take(BH * NC * kN * kN, 4), h = D = 0;
+    if (states) h = take(BH * NC * K * V, stored), D = take(BH * Tp * V, stored);
     total = at;
   }
 };
@@ -285,11 +287,11 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a)
   wu_products<L, E, kComba, true>(a, ch, s, sT, sX);  // F3
 }
 
-// F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm): W as
-// gdn_wu_kernel forms it (the same bits), without A or its inverse and without U (the backward's wu from the
-// forward's saved set: U's only reader, the scan, is not run again; its Δ is kept there). GDN: at most 128
+// F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm): W and, with
+// kU, U as gdn_wu_kernel forms them (the same bits), without A or its inverse (the backward's wu from the forward's
+// saved set; without kU its Δ is kept there: U's only reader, the scan, is not run again). GDN: at most 128
 // registers (128, no spills), two blocks an SM (unbounded the compiler takes 158: one); Comba: one (168 registers).
-template <typename L, typename E, bool kComba>
+template <typename L, typename E, bool kComba, bool kU>
 __global__ void __launch_bounds__(tile::kThreads, kComba ? 1 : 2) gdn_wu_saved_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(tile::kThreads, kComba ? 1 : 2) gdn_wu_saved_k
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);
-  wu_products<L, E, kComba, false>(a, ch, s, sT, sX);
+  wu_products<L, E, kComba, kU>(a, ch, s, sT, sX);
 }
 
 // Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows (unless k_rows, w_rows
@@ -602,11 +604,12 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
 }
 
 // F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm), as
-// gdn_wu_mma_kernel forms W (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse and without U
-// (the backward's wu from the forward's saved set, as gdn_wu_saved_kernel). The chunk's x (k, Comba p̂) rows are
-// asked of the L2 first; 𝒯 and F3's first operand tile are fetched into registers while the gates are loaded. At
-// most 64 registers (no spills): four blocks an SM (36.9 KiB of shared memory each), for more loads in flight.
-template <typename L, typename E, bool kComba>
+// gdn_wu_mma_kernel forms W and, with kU, U (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse
+// (the backward's wu from the forward's saved set, as gdn_wu_saved_kernel). The chunk's x (k, Comba p̂) rows (and
+// with kU its v rows) are asked of the L2 first; 𝒯 and F3's first operand tile are fetched into registers while the
+// gates are loaded. At most 64 registers (no spills): four blocks an SM (36.9 KiB of shared memory each), for more
+// loads in flight.
+template <typename L, typename E, bool kComba, bool kU>
 __global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
@@ -616,12 +619,13 @@ __global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(Gdn
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K;
   tile::prefetch_l2(ch.in(a, kComba ? a.p : a.k, K, 0), sizeof(E) * a.H * K, ch.n, sizeof(E) * K);
+  if constexpr (kU) tile::prefetch_l2(ch.in(a, a.v, a.V, 0), sizeof(E) * a.H * a.V, ch.n, sizeof(E) * a.V);
   tile::Frag ft, fa;
   tile::fetch_h(ft, ch.square(a, a.Tm), kN, kN, kN);
   wu_fetch<kComba>(a, ch, static_cast<int>((K + kN - 1) / kN), 0, fa);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::put_h(ft, hT, kN, [](int) { return 1.0f; });
-  wu_products_mma<kComba, false>(a, ch, s, hT, hX, hK, fa);  // F3 (W only)
+  wu_products_mma<kComba, kU>(a, ch, s, hT, hX, hK, fa);  // F3 (without kU W only)
 }
 
 // The small array of the Mma scans: Γ of the chunk (double; scan_gate_pair).
@@ -2471,25 +2475,26 @@ template <typename P>
 using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Tc>;
 
 /// The arguments of a core call over every pair, its scratch carved (GdnScratch). Where `saved` is given (the caller's
-/// GdnSaved: the forward stores 𝒯 there and its scan h and Δ, the backward reads them) a.Tm, a.h, a.U point into it;
-/// else h and U/Δ are scratch, and 𝒯 the backward's scratch (the forward's a.Tm is null: 𝒯 not kept).
+/// GdnSaved: the forward stores 𝒯 there and with `states` its scan's h and Δ, the backward reads them) a.Tm and with
+/// `states` a.h, a.U point into it; else h and U/Δ are scratch, and 𝒯 the backward's scratch (the forward's a.Tm is
+/// null: 𝒯 not kept).
 template <typename L, typename E>
 GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
                         int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward,
-                        float* saved) {
+                        float* saved, bool states) {
   using S = typename L::Operand;
   GdnFast<L, E> a{};
   a.q = q, a.k = k, a.v = v, a.p = p, a.g = g, a.beta = beta;
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C), a.bh0 = 0, a.nbh = B * H;
-  const GdnScratch l(B, T, H, K, V, C, backward, sizeof(S), saved != nullptr);
+  const GdnScratch l(B, T, H, K, V, C, backward, sizeof(S), saved != nullptr, states);
   float* base = static_cast<float*>(scratch);
   const auto stored = [](float* at) { return reinterpret_cast<S*>(at); };
   a.W = stored(base + l.W);
+  a.Tm = backward ? base + l.Tm : nullptr, a.h = stored(base + l.h), a.U = stored(base + l.U);  // (unless saved)
   if (saved != nullptr) {
-    const GdnSaved sv(B, T, H, K, V, C, sizeof(S));
-    a.Tm = saved + sv.Tm, a.h = stored(saved + sv.h), a.U = stored(saved + sv.D);
-  } else {
-    a.Tm = backward ? base + l.Tm : nullptr, a.h = stored(base + l.h), a.U = stored(base + l.U);
+    const GdnSaved sv(B, T, H, K, V, C, sizeof(S), states);
+    a.Tm = saved + sv.Tm;
+    if (states) a.h = stored(saved + sv.h), a.U = stored(saved + sv.D);
   }
   if (backward) a.dD = base + l.dD, a.dh = stored(base + l.dh), a.dW = stored(base + l.dW), a.dgam = base + l.dgam;
   return a;
@@ -2512,14 +2517,14 @@ void run_wu(const GdnFast<L, E>& a, cudaStream_t stream) {
     launch(gdn_wu_kernel<L, E, kComba>, a.NC, smem_for(4), stream, a);
 }
 
-// The backward's wu from the 𝒯 its forward stored (a.Tm): W of every chunk of a's pairs (F3 only, without U: the
-// forward's Δ is kept).
-template <bool kComba, typename L, typename E>
+// The backward's wu from the 𝒯 its forward stored (a.Tm): W of every chunk of a's pairs (F3 only), and with kU
+// U (without: the forward's Δ is kept).
+template <bool kComba, bool kU, typename L, typename E>
 void run_wu_saved(const GdnFast<L, E>& a, cudaStream_t stream) {
   if constexpr (kBf16<typename L::Operand>)
-    launch(gdn_wu_saved_mma_kernel<L, E, kComba>, a.NC, kWuSavedMmaSmem, stream, a);
+    launch(gdn_wu_saved_mma_kernel<L, E, kComba, kU>, a.NC, kWuSavedMmaSmem, stream, a);
   else
-    launch(gdn_wu_saved_kernel<L, E, kComba>, a.NC, smem_for(2), stream, a);
+    launch(gdn_wu_saved_kernel<L, E, kComba, kU>, a.NC, smem_for(2), stream, a);
 }
 
 /// A scan kernel (one block per value tile and pair) with its dynamic shared memory, chosen for a launcher's shape
@@ -2571,19 +2576,19 @@ Scan<L, E> bwd_scan(const GdnFast<L, E>& a) {
   return {gdn_bwd_scan_kernel<L, E>, smem_for(4 + nkt)};
 }
 
-// Forward (F1–F7): o [B, T, H, V]; where `saved` is given (GdnSaved), 𝒯 and the scan's h and Δ there. wu over every
-// pair, then per group of pairs (by_waves: two groups on two streams where the scan's value-tile blocks span more
-// than one wave of the GPU but not a whole number of waves) the scan and out.
+// Forward (F1–F7): o [B, T, H, V]; where `saved` is given (GdnSaved), 𝒯 and with `states` the scan's h and Δ
+// there. wu over every pair, then per group of pairs (by_waves: two groups on two streams where the scan's
+// value-tile blocks span more than one wave of the GPU but not a whole number of waves) the scan and out.
 template <bool kComba, typename P, typename E>
 void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t batch,
               int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-              float* saved, void* scratch, cudaStream_t stream) {
+              float* saved, bool states, void* scratch, cudaStream_t stream) {
   static_assert(std::is_same_v<E, float> || kBf16<P>, "bf16 inputs need bf16 compute");
   using L = Layout<P>;
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  GdnFast<L, E> a =
-      make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch, false, saved);
+  GdnFast<L, E> a = make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch,
+                                  false, saved, states);
   a.o = o;
   run_wu<kComba>(a, stream);
   const Scan<L, E> scan = fwd_scan(a);
@@ -2598,19 +2603,20 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
 }
 
 // Backward (B1–B9): gradients overwritten (dp: Comba only). Where `saved` is given (the forward's GdnSaved): wu forms
-// W from its 𝒯 (run_wu_saved), and h and Δ are read from there; else wu forms A, 𝒯 (kept in scratch), W and U again,
-// and each group's forward scan forms h and Δ. Then per group of pairs (by_waves, as the forward) dv_local (dΔ's
+// W from its 𝒯 (run_wu_saved), and with `states` h and Δ are read from there; without `states` wu forms W and U
+// from 𝒯 and each group's forward scan forms h and Δ; without `saved` wu forms A, 𝒯 (kept in scratch), W and U
+// again, and the scan runs as there. Then per group of pairs (by_waves, as the forward) dv_local (dΔ's
 // intra-chunk part), the backward scan (reads W and dΔ, not h or Δ; completes dΔ, stores dh), dqk (reads h, Δ, dh,
 // dΔ; stores dW) and wy (reads 𝒯, dΔ, dW). No kernel after the forward scan writes h or Δ.
 // The groups follow the smaller of the two scans' waves (the one with fewer blocks per SM: a partial last wave
-// leaves SMs idle for a whole scan there; with `saved`, the backward scan's alone): the backward scan's at every
-// shape today (one block per SM; the forward scan takes two at key_dim <= 64 with bf16), which is also the longer of
-// the two.
+// leaves SMs idle for a whole scan there; with h and Δ saved, the backward scan's alone): the backward scan's at
+// every shape today (one block per SM; the forward scan takes two at key_dim <= 64 with bf16), which is also the
+// longer of the two.
 template <bool kComba, typename P, typename E>
 void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, const float* d_o,
-              const float* saved, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-              int64_t chunk_size, float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch,
-              cudaStream_t stream) {
+              const float* saved, bool states, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+              int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dp, float* dg,
+              float* dbeta, void* scratch, cudaStream_t stream) {
   static_assert(std::is_same_v<E, float> || kBf16<P>, "bf16 inputs need bf16 compute");
   using L = Layout<P>;
   check_chunk(chunk_size);
@@ -2623,12 +2629,14 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
     return;
   }
   GdnFast<L, E> a = make_args<L>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, scratch,
-                                  true, const_cast<float*>(saved));  // only read here
+                                  true, const_cast<float*>(saved), states);  // only read here
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
-  const bool kept = saved != nullptr;
+  const bool kept = saved != nullptr && states;  // h and Δ the forward's
   if (kept)
-    run_wu_saved<kComba>(a, stream);
+    run_wu_saved<kComba, false>(a, stream);
+  else if (saved != nullptr)
+    run_wu_saved<kComba, true>(a, stream);
   else
     run_wu<kComba>(a, stream);
   const Scan<L, E> scan = fwd_scan(a), bscan = bwd_scan(a);
@@ -2655,89 +2663,90 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
 
 template <typename P>
 int64_t gdn_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                         int64_t chunk_size) {
+                         int64_t chunk_size, bool states) {
   check_chunk(chunk_size);
-  return GdnSaved(batch, seq_len, heads, key_dim, value_dim, chunk_size, sizeof(P)).total;
+  return GdnSaved(batch, seq_len, heads, key_dim, value_dim, chunk_size, sizeof(P), states).total;
 }
 
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved) {
-  const GdnScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, sizeof(P), saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states) {
+  const GdnScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, sizeof(P), saved, states);
   return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved) {
-  const GdnScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, sizeof(P), saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states) {
+  const GdnScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, sizeof(P), saved, states);
   return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size, bool saved) {
-  return gdn_chunk_fwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved);
+                                     int64_t value_dim, int64_t chunk_size, bool saved, bool states) {
+  return gdn_chunk_fwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, states);
 }
 
 template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size, bool saved) {
-  return gdn_chunk_bwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved);
+                                     int64_t value_dim, int64_t chunk_size, bool saved, bool states) {
+  return gdn_chunk_bwd_scratch_bytes<P>(batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, states);
 }
 
 template <typename P, typename E>
 void gdn_chunk_fwd(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   float* saved, void* scratch, cudaStream_t stream) {
+                   float* saved, bool states, void* scratch, cudaStream_t stream) {
   core_fwd<false, P, E>(q, k, v, nullptr, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, saved,
-                        scratch, stream);
+                        states, scratch, stream);
 }
 
 template <typename P, typename E>
 void gdn_chunk_bwd(const E* q, const E* k, const E* v, const float* g, const float* beta, const float* d_o,
-                   const float* saved, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
+                   const float* saved, bool states, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                    int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg, float* dbeta,
                    void* scratch, cudaStream_t stream) {
-  core_bwd<false, P, E>(q, k, v, nullptr, g, beta, d_o, saved, batch, seq_len, heads, key_dim, value_dim, chunk_size,
-                        dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
+  core_bwd<false, P, E>(q, k, v, nullptr, g, beta, d_o, saved, states, batch, seq_len, heads, key_dim, value_dim,
+                        chunk_size, dq, dk, dv, nullptr, dg, dbeta, scratch, stream);
 }
 
 template <typename P, typename E>
 void comba_chunk_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta,
                      int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                     int64_t chunk_size, float* o, float* saved, void* scratch, cudaStream_t stream) {
-  core_fwd<true, P, E>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, saved, scratch,
-                       stream);
+                     int64_t chunk_size, float* o, float* saved, bool states, void* scratch, cudaStream_t stream) {
+  core_fwd<true, P, E>(q, k, v, p, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, o, saved, states,
+                       scratch, stream);
 }
 
 template <typename P, typename E>
 void comba_chunk_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta,
-                     const float* d_o, const float* saved, int64_t batch, int64_t seq_len, int64_t heads,
-                     int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv,
-                     float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
-  core_bwd<true, P, E>(q, k, v, p, g, beta, d_o, saved, batch, seq_len, heads, key_dim, value_dim, chunk_size, dq, dk,
-                       dv, dp, dg, dbeta, scratch, stream);
+                     const float* d_o, const float* saved, bool states, int64_t batch, int64_t seq_len,
+                     int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
+                     float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream) {
+  core_bwd<true, P, E>(q, k, v, p, g, beta, d_o, saved, states, batch, seq_len, heads, key_dim, value_dim, chunk_size,
+                       dq, dk, dv, dp, dg, dbeta, scratch, stream);
 }
 
 #define LLMT_INSTANTIATE_GDN_COMBA_SCRATCH(P)                                                                   \
-  template int64_t gdn_saved_floats<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);                  \
-  template size_t gdn_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);   \
-  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);   \
-  template size_t comba_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool); \
-  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+  template int64_t gdn_saved_floats<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);                 \
+  template size_t gdn_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool);   \
+  template size_t gdn_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool);   \
+  template size_t comba_chunk_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool); \
+  template size_t comba_chunk_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool);
 #define LLMT_INSTANTIATE_GDN_COMBA(P, E)                                                                          \
   template void gdn_chunk_fwd<P, E>(const E*, const E*, const E*, const float*, const float*, int64_t, int64_t,   \
-                                    int64_t, int64_t, int64_t, int64_t, float*, float*, void*, cudaStream_t);     \
+                                    int64_t, int64_t, int64_t, int64_t, float*, float*, bool, void*,             \
+                                    cudaStream_t);                                                                \
   template void gdn_chunk_bwd<P, E>(const E*, const E*, const E*, const float*, const float*, const float*,       \
-                                    const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,   \
-                                    float*, float*, float*, float*, void*, cudaStream_t);                         \
+                                    const float*, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,     \
+                                    float*, float*, float*, float*, float*, void*, cudaStream_t);                 \
   template void comba_chunk_fwd<P, E>(const E*, const E*, const E*, const E*, const float*, const float*,         \
-                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*,       \
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, bool, \
                                       void*, cudaStream_t);                                                       \
   template void comba_chunk_bwd<P, E>(const E*, const E*, const E*, const E*, const float*, const float*,         \
-                                      const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,    \
-                                      int64_t, float*, float*, float*, float*, float*, float*, void*,             \
+                                      const float*, const float*, bool, int64_t, int64_t, int64_t, int64_t,       \
+                                      int64_t, int64_t, float*, float*, float*, float*, float*, float*, void*,    \
                                       cudaStream_t);
 LLMT_INSTANTIATE_GDN_COMBA_SCRATCH(float)
 LLMT_INSTANTIATE_GDN_COMBA_SCRATCH(__nv_bfloat16)

@@ -5,8 +5,9 @@
 //                                        K^g = K ⊙ e^{Γ_C-Γ}, e^{Γ_C} for the later phases   (F1–F3, F5)
 //             scan  (per value tile)     h[n]; Δ = U - W S; S = Diag(e^{Γ_C}) S + K^gT Δ      (F4, F7)
 //             out   (per chunk, v tile)  O = Q^g h[n] + P Δ                                   (F6)
-//   backward: without the forward's saved set, wu (keeping 𝒯) and scan recompute h and Δ; given it (P, 𝒯, h,
-//             Δ), wu forms only Γ, Q^g, K^g, e^{Γ_C}, W and no scan runs; then
+//   backward: without the forward's saved set, wu (keeping 𝒯) and scan recompute h and Δ; given its P and 𝒯,
+//             wu forms only Γ, Q^g, K^g, e^{Γ_C}, W, U and the scan recomputes h and Δ; given also h and Δ
+//             (states), wu forms only Γ, Q^g, K^g, e^{Γ_C}, W and no scan runs; then
 //             dv_local (per chunk, v tile)  dΔ = P^T dO                                       (B1, intra)
 //             bwd_scan (per value tile)     dh[n] = dS_C; dΔ += K^g dS_C; dS_0                (B1, B2)
 //             dqk      (per chunk)          dQ, dK (P and state parts), dW, dΓ (i)–(iv)       (B3, B4, B8)
@@ -21,9 +22,9 @@
 // plain sums of pre-scaled rows off the diagonal 16 x 16 sub-blocks, one exponential per term on them;
 // everything else is a tile product of rows scaled on load.
 // Scratch (global, fp32): W, Q^g, K^g, dW, dΓ [B H, T', K], U/Δ, dΔ [B H, T', V] (T' = chunks x chunk_size),
-// e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]; P, 𝒯, U/Δ and h in the
-// caller's saved buffer instead when it keeps them from the forward for the backward (ops.cuh kda_saved_floats,
-// KdaSaved). Fixed summation orders, no atomics: deterministic.
+// e^{Γ_C} [B H, chunks, K], P, 𝒯 [B H, chunks, 64, 64], h, dh [B H, chunks, K, V]; P, 𝒯 (and with `states`,
+// model.kda.save_states, U/Δ and h) in the caller's saved buffer instead when it keeps them from the forward for
+// the backward (ops.cuh kda_saved_floats, KdaSaved). Fixed summation orders, no atomics: deterministic.
 // Precision: the launchers' P (the layer's compute dtype) picks the layout of the plain tile products.
 // P = float (fp32 models): every phase in exact fp32 on the CUDA cores (tile::Simt); the CPU's results up to
 // fp32 rounding.
@@ -92,17 +93,18 @@ struct KdaFast {
   float *W, *U, *h, *Qg, *Kg, *aC, *P, *Tm, *dD, *dh, *dW, *dgam;
 };
 
-/// Scratch layout in floats (forward: W, U, h, Qg, Kg, aC, P; backward: all), P, 𝒯, U/Δ and h not in it when the
-/// caller keeps them (saved: the kda_saved_floats buffer, KdaSaved).
+/// Scratch layout in floats (forward: W, U, h, Qg, Kg, aC, P; backward: all), P and 𝒯 not in it when the caller
+/// keeps them (saved: the kda_saved_floats buffer, KdaSaved), U/Δ and h not when it keeps them too (states).
 struct KdaScratch {
   int64_t W, U, h, Qg, Kg, aC, P, Tm, dD, dh, dW, dgam, total;
-  KdaScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, bool saved) {
+  KdaScratch(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool backward, bool saved,
+             bool states) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
     W = take(BH * Tp * K);
-    U = saved ? 0 : take(BH * Tp * V);
-    h = saved ? 0 : take(BH * NC * K * V);
+    U = saved && states ? 0 : take(BH * Tp * V);
+    h = saved && states ? 0 : take(BH * NC * K * V);
     Qg = take(BH * Tp * K), Kg = take(BH * Tp * K), aC = take(BH * NC * K);
     P = saved ? 0 : take(BH * NC * kN * kN);
     Tm = dD = dh = dW = dgam = 0;
@@ -115,15 +117,17 @@ struct KdaScratch {
 };
 
 /// Layout in floats of the caller's saved buffer (kda_saved_floats), written by the forward and read by the
-/// backward: P, 𝒯 [B H, chunks, 64, 64], Δ (the scan's U/Δ rows) [B H, T', V] and h [B H, chunks, K, V] (the
-/// fp32 states entering the chunks), each region 16-byte aligned (its offset a multiple of 4 floats).
+/// backward: P, 𝒯 [B H, chunks, 64, 64], and with `states` Δ (the scan's U/Δ rows) [B H, T', V] and h [B H,
+/// chunks, K, V] (the fp32 states entering the chunks; without: U = h = 0), each region 16-byte aligned (its offset
+/// a multiple of 4 floats).
 struct KdaSaved {
   int64_t P, Tm, U, h, total;
-  KdaSaved(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C) {
+  KdaSaved(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, bool states) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += ceil_div(n, 4) * 4; return r; };
-    P = take(BH * NC * kN * kN), Tm = take(BH * NC * kN * kN), U = take(BH * Tp * V), h = take(BH * NC * K * V);
+    P = take(BH * NC * kN * kN), Tm = take(BH * NC * kN * kN), U = h = 0;
+    if (states) U = take(BH * Tp * V), h = take(BH * NC * K * V);
     total = at;
   }
 };
@@ -339,10 +343,12 @@ __device__ void decayed_right(const float* M, const float* Y, const float* Yw, c
 
 // F1–F3 and F5 for chunk blockIdx.x of head blockIdx.y: A and P (element-wise decayed sums over the key
 // tiles), 𝒯 (kept in a.Tm when keep_T), W, U, P, and per key tile Q^g, K^g, e^{Γ_C} for the later phases.
-// kSaved (the backward's wu with the forward's saved set): per key tile only Γ, Q^g, K^g, e^{Γ_C}, then W from
-// the 𝒯 in a.Tm (the same bits), without A, P, the inverse or U (Δ is saved; keep_T unused).
-template <typename L, bool kSaved>
+// kSaved (the backward's wu with the forward's saved set): per key tile only Γ, Q^g, K^g, e^{Γ_C}, then W and,
+// with kU, U from the 𝒯 in a.Tm (the same bits), without A, P or the inverse (keep_T unused; without kU Δ is
+// saved). kU is true without kSaved.
+template <typename L, bool kSaved, bool kU>
 __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool keep_T) {
+  static_assert(kSaved || kU, "wu without a saved set forms U");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   Small s(cv);
@@ -411,7 +417,7 @@ __global__ void __launch_bounds__(tile::kThreads) kda_wu_kernel(KdaFast a, bool 
     store_acc<L>(acc, ch.rows(a, a.W, K, k0), K, ch.n, kc, Same{});
     __syncthreads();
   }
-  if constexpr (kSaved) return;
+  if constexpr (!kU) return;
   for (int64_t v0 = 0; v0 < V; v0 += kN) {  // F3: U = 𝒯 diag(β) V
     tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
     __syncthreads();
@@ -1079,9 +1085,11 @@ __device__ __forceinline__ void load3(float* const (&s)[3], const float* const (
 // kSaved (the backward's wu with the forward's saved set, 𝒯 in a.Tm): 𝒯 read from a.Tm into a bf16 tile first
 // (rounded as here), then per key tile only Γ, Q^g, K^g, e^{Γ_C} and W's operand, which goes straight into a bf16
 // tile (the value the other path writes to the W rows and reads back, rounded once as it is there) for that key
-// tile's W product. The same bits of W; no A/P operands, A, P, inverse or U (Δ is saved; keep_T unused).
-template <bool kSaved>
+// tile's W product; then with kU U's steps as here (without kU Δ is saved). The same bits of W, U; no A/P operands,
+// A, P or inverse (keep_T unused). kU is true without kSaved.
+template <bool kSaved, bool kU>
 __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a, bool keep_T) {
+  static_assert(kSaved || kU, "wu without a saved set forms U");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
   float* beta = cv.take<float>(kN);
@@ -1150,42 +1158,48 @@ __global__ void __launch_bounds__(tile::kThreads, 2) kda_wu_mma_kernel(KdaFast a
       offdiag_gram_mma(hXr, hZv, qk);
     }
   }
-  if constexpr (kSaved) return;
-  __syncthreads();  // every read of sX (diag_grams) and of Γ done: sX takes P, Γ's tiles A and 𝒯
+  if constexpr (!kU) return;
+  __syncthreads();  // every read of sX (diag_grams), of Γ and of hZr done: sX takes P, Γ's tiles A and 𝒯
   float *sP = sX, *sA = G.hi, *sT = G.lo;
+  if constexpr (!kSaved) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
-      const int r = Mma::row(i), c = Mma::col(j);
-      sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
-      if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
-      sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
-      sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
+      for (int j = 0; j < 4; ++j) {  // F1: A_rj = β_r Σ_c k_rc k_jc E_rj,c (j < r); F5: P (j <= r); off the diagonal blocks
+        const int r = Mma::row(i), c = Mma::col(j);
+        sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
+        if ((r >> 4) == (c >> 4) && c <= r) continue;  // (the diagonal blocks' upper triangles: 0)
+        sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * kk.v[i][j] : 0.0f;
+        sP[r * kLd + c] = c < r && r < ch.n ? qk.v[i][j] : 0.0f;
+      }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {  // the diagonal blocks' lower triangles
+      const int r = de.r, c = de.c0 + e;
+      sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * dkk[e] : 0.0f;
+      sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
     }
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {  // the diagonal blocks' lower triangles
-    const int r = de.r, c = de.c0 + e;
-    sA[r * kLd + c] = c < r && r < ch.n ? beta[r] * dkk[e] : 0.0f;
-    sP[r * kLd + c] = r < ch.n ? dqk[e] : 0.0f;
+    if (de.extra >= 0) {
+      sA[de.extra * kLd + de.extra] = 0.0f;
+      sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
+    }
   }
-  if (de.extra >= 0) {
-    sA[de.extra * kLd + de.extra] = 0.0f;
-    sP[de.extra * kLd + de.extra] = de.extra < ch.n ? dqk[2] : 0.0f;
-  }
-  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β).
+  // F3 step j's operand: the W rows of key tile j (β e^Γ k), or value tile j - nkt of v (its rows scaled by β); from
+  // a saved 𝒯 the value tiles' steps only (j >= j0).
   const auto src = [&](int j) { return j < nkt ? ch.rows(a, a.W, K, j * kN) : ch.in(a, a.v, V, (j - nkt) * kN); };
   const auto stride = [&](int j) { return j < nkt ? K : a.H * V; };
   const auto cols = [&](int j) { return j < nkt ? tile_cols(K, j * kN) : tile_cols(V, (j - nkt) * kN); };
+  const int j0 = kSaved ? nkt : 0;
   tile::HRegs x;
-  tile::fetch_h(x, src(0), stride(0), ch.n, cols(0));  // (the W rows' writers passed the last barrier)
+  tile::fetch_h(x, src(j0), stride(j0), ch.n, cols(j0));  // (the W rows' writers passed the last barrier)
   bf16* const hY = hZr;
-  __syncthreads();
-  tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
-  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
-  if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
-  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  for (int j = 0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
+  if constexpr (!kSaved) {
+    __syncthreads();
+    tile::store(sP, ch.square(a, a.P), kN, kN, kN);  // F5: P (j <= r < n, else 0)
+    tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier; clobbers A's upper triangle, not read after)
+    if (keep_T) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
+    tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
+  }
+  for (int j = j0; j < nsteps; ++j) {  // F3: W = 𝒯 (diag(β) (K ⊙ e^Γ)), U = 𝒯 diag(β) V
     const bool w = j < nkt;
     tile::put_h(hY, x, ch.n, [&](int r) { return w ? 1.0f : beta[r]; });
     if (j + 1 < nsteps) tile::fetch_h(x, src(j + 1), stride(j + 1), ch.n, cols(j + 1));
@@ -1796,24 +1810,26 @@ void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Kd
   tile::launch("kda chunk", a.K, kernel, grid, smem, stream, a, extra...);
 }
 
-/// The arguments of one core call; P, 𝒯, U/Δ and h in `saved` (kda_saved_floats, KdaSaved) when not nullptr, else
-/// in the scratch (𝒯 in the backward's only).
+/// The arguments of one core call; P, 𝒯 and with `states` U/Δ and h in `saved` (kda_saved_floats, KdaSaved) when
+/// not nullptr, else in the scratch (𝒯 in the backward's only).
 KdaFast make_args(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
-                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, const float* saved, void* scratch,
-                  bool backward) {
+                  int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, const float* saved, bool states,
+                  void* scratch, bool backward) {
   KdaFast a{};
   a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta;
   a.B = B, a.T = T, a.H = H, a.K = K, a.V = V, a.C = C, a.NC = ceil_div(T, C);
-  const KdaScratch l(B, T, H, K, V, C, backward, saved != nullptr);
+  const KdaScratch l(B, T, H, K, V, C, backward, saved != nullptr, states);
   float* base = static_cast<float*>(scratch);
   a.W = base + l.W, a.Qg = base + l.Qg, a.Kg = base + l.Kg, a.aC = base + l.aC;
   if (backward) a.dD = base + l.dD, a.dh = base + l.dh, a.dW = base + l.dW, a.dgam = base + l.dgam;
+  a.U = base + l.U, a.h = base + l.h;  // (unless saved with states)
   if (saved != nullptr) {  // (the backward only reads it)
-    const KdaSaved sv(B, T, H, K, V, C);
+    const KdaSaved sv(B, T, H, K, V, C, states);
     float* const p = const_cast<float*>(saved);
-    a.P = p + sv.P, a.Tm = p + sv.Tm, a.U = p + sv.U, a.h = p + sv.h;
+    a.P = p + sv.P, a.Tm = p + sv.Tm;
+    if (states) a.U = p + sv.U, a.h = p + sv.h;
   } else {
-    a.P = base + l.P, a.U = base + l.U, a.h = base + l.h;
+    a.P = base + l.P;
     if (backward) a.Tm = base + l.Tm;
   }
   return a;
@@ -1827,19 +1843,23 @@ constexpr bool kBf16 = std::is_same_v<P, __nv_bfloat16>;
 bool fits(size_t smem) { return smem <= 227 * 1024; }
 
 // wu: W, U, P, Q^g, K^g, e^{Γ_C} (and 𝒯 when keep_T); with from_saved (the backward given the forward's saved
-// set) only W, Q^g, K^g, e^{Γ_C}, from the 𝒯 in a.Tm. bf16 on tile::Mma.
+// set) only W, Q^g, K^g, e^{Γ_C} and, with form_U (h and Δ not saved), U, from the 𝒯 in a.Tm. bf16 on tile::Mma.
 template <typename P>
-void wu(const KdaFast& a, bool keep_T, bool from_saved, cudaStream_t stream) {
-  using L = Layout;
+void wu(const KdaFast& a, bool keep_T, bool from_saved, bool form_U, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.NC), static_cast<unsigned>(a.B * a.H));
-  if (kBf16<P> && from_saved)
-    launch(kda_wu_mma_kernel<true>, grid, kWuMmaSmem<true>, stream, a, keep_T);
-  else if (kBf16<P>)
-    launch(kda_wu_mma_kernel<false>, grid, kWuMmaSmem<false>, stream, a, keep_T);
-  else if (from_saved)
-    launch(kda_wu_kernel<L, true>, grid, smem_for(10, true), stream, a, keep_T);
+  const auto run = [&](auto saved_c, auto u_c) {
+    constexpr bool kSaved = decltype(saved_c)::value, kU = decltype(u_c)::value;
+    if (kBf16<P>)
+      launch(kda_wu_mma_kernel<kSaved, kU>, grid, kWuMmaSmem<kSaved>, stream, a, keep_T);
+    else
+      launch(kda_wu_kernel<Layout, kSaved, kU>, grid, smem_for(10, true), stream, a, keep_T);
+  };
+  if (!from_saved)
+    run(std::false_type{}, std::true_type{});
+  else if (form_U)
+    run(std::true_type{}, std::true_type{});
   else
-    launch(kda_wu_kernel<L, false>, grid, smem_for(10, true), stream, a, keep_T);
+    run(std::true_type{}, std::false_type{});
 }
 
 // scan: W, U, K^g, e^{Γ_C} -> Δ (over U), h. bf16 on tile::Mma (16 + 27 KiB of shared memory per key tile and
@@ -1862,33 +1882,33 @@ void scan(const KdaFast& a, cudaStream_t stream) {
 }  // namespace
 
 size_t kda_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved) {
-  const KdaScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states) {
+  const KdaScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, false, saved, states);
   return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved) {
-  const KdaScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states) {
+  const KdaScratch l(batch, seq_len, heads, key_dim, value_dim, chunk_size, true, saved, states);
   return sizeof(float) * static_cast<size_t>(l.total);
 }
 
 int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                         int64_t chunk_size) {
+                         int64_t chunk_size, bool states) {
   check_chunk(chunk_size);
-  return KdaSaved(batch, seq_len, heads, key_dim, value_dim, chunk_size).total;
+  return KdaSaved(batch, seq_len, heads, key_dim, value_dim, chunk_size, states).total;
 }
 
 template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   float* saved, void* scratch, cudaStream_t stream) {
+                   float* saved, bool states, void* scratch, cudaStream_t stream) {
   check_chunk(chunk_size);
   if (batch * heads == 0 || seq_len == 0 || value_dim == 0) return;
-  KdaFast a =
-      make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, scratch, false);
+  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, states,
+                        scratch, false);
   a.o = o;
-  wu<P>(a, saved != nullptr, false, stream);
+  wu<P>(a, saved != nullptr, false, true, stream);
   scan<P>(a, stream);
   const unsigned NC = static_cast<unsigned>(a.NC), BH = static_cast<unsigned>(batch * heads);
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
@@ -1901,7 +1921,7 @@ void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* 
 
 template <typename P>
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   const float* d_o, const float* saved, int64_t batch, int64_t seq_len, int64_t heads,
+                   const float* d_o, const float* saved, bool states, int64_t batch, int64_t seq_len, int64_t heads,
                    int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
                    float* dbeta, void* scratch, cudaStream_t stream) {
   using L = Layout;
@@ -1913,11 +1933,13 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
     LLMT_CUDA_CHECK(cudaMemsetAsync(dbeta, 0, sizeof(float) * rows, stream));
     return;
   }
-  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, scratch, true);
+  KdaFast a = make_args(q, k, v, g, beta, batch, seq_len, heads, key_dim, value_dim, chunk_size, saved, states,
+                        scratch, true);
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta;
-  wu<P>(a, saved == nullptr, saved != nullptr, stream);
-  if (saved == nullptr) scan<P>(a, stream);  // (else h and Δ are the forward's, in saved)
+  const bool kept = saved != nullptr && states;  // h and Δ the forward's, in saved
+  wu<P>(a, saved == nullptr, saved != nullptr, !kept, stream);
+  if (!kept) scan<P>(a, stream);
   const unsigned BH = static_cast<unsigned>(batch * heads), NC = static_cast<unsigned>(a.NC);
   const unsigned nvt = static_cast<unsigned>(ceil_div(value_dim, kN));
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
@@ -1941,10 +1963,11 @@ void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* 
 
 #define LLMT_KDA_INSTANTIATE(P)                                                                                     \
   template void kda_chunk_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,     \
-                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, void*, cudaStream_t);  \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, bool, void*,          \
+                                 cudaStream_t);                                                                     \
   template void kda_chunk_bwd<P>(const float*, const float*, const float*, const float*, const float*, const float*, \
-                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, \
-                                 float*, float*, float*, void*, cudaStream_t);
+                                 const float*, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*,   \
+                                 float*, float*, float*, float*, void*, cudaStream_t);
 LLMT_KDA_INSTANTIATE(float)
 LLMT_KDA_INSTANTIATE(__nv_bfloat16)
 #undef LLMT_KDA_INSTANTIATE

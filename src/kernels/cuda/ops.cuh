@@ -152,59 +152,62 @@ size_t comba_gates_bwd_scratch_bytes(int64_t rows, int64_t heads);
 // element type of q, k, v (and Comba's p): float, or __nv_bfloat16 with P = __nv_bfloat16 only (FLA's inputs: the
 // bf16 operand tiles then hold the inputs' own values; instantiated for <P, E> = <float, float>, <__nv_bfloat16,
 // float>, <__nv_bfloat16, __nv_bfloat16>); every other tensor fp32. 1 <= chunk_size <= kGdnMaxChunk. saved:
-// nullptr, or gdn_saved_floats<P> of memory kept from a forward to the backward of the same inputs,
-// chunk_size and P (layers-delta.md §6.3, the tensors saved for the backward): the forward writes there the fp32
-// 𝒯 = (I + A)^{-1} of every chunk ([B H, chunks, 64, 64]) and its scan's states h ([B H, chunks, K, V]) and Δ = v_new
-// ([B H, chunks x chunk_size, V]), h and Δ in P (FLA's h and v_new); the backward given it forms only W from 𝒯 and
-// reads h and Δ instead of forming A, inverting it and running the forward scan again (gradients bit-identical
-// either way). `scratch` must hold gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved =
-// (saved != nullptr) (without saved the forward's scratch holds h and Δ, the backward's also 𝒯).
+// nullptr, or gdn_saved_floats<P>(…, states) of memory kept from a forward to the backward of the same inputs,
+// chunk_size, P and states (layers-delta.md §6.3, the tensors saved for the backward): the forward writes there the
+// fp32 𝒯 = (I + A)^{-1} of every chunk ([B H, chunks, 64, 64]) and with `states` its scan's states h ([B H, chunks,
+// K, V]) and Δ = v_new ([B H, chunks x chunk_size, V]), h and Δ in P (FLA's h and v_new); the backward given it
+// forms W (without `states` also U) from 𝒯 instead of forming A and inverting it, and with `states` reads h and Δ
+// instead of running the forward scan again (without: FLA's design, the scan recomputes them; gradients
+// bit-identical in all three cases). `states` is ignored without saved. `scratch` must hold
+// gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved = (saved != nullptr) and the same
+// states (the scratch holds h and Δ unless saved with states, the backward's also 𝒯 without saved).
 constexpr int64_t kGdnMaxChunk = 64;
 template <typename P, typename E>
 void gdn_chunk_fwd(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   float* saved, void* scratch, cudaStream_t stream);
+                   float* saved, bool states, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states);
 template <typename P, typename E>
 void gdn_chunk_bwd(const E* q, const E* k, const E* v, const float* g, const float* beta,
-                   const float* d_o, const float* saved, int64_t batch, int64_t seq_len, int64_t heads,
-                   int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
-                   float* dbeta, void* scratch, cudaStream_t stream);
+                   const float* d_o, const float* saved, bool states, int64_t batch, int64_t seq_len,
+                   int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
+                   float* dv, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved);
-/// Floats of the GDN and Comba cores' `saved` for operand type P: with NC = ceil(T / chunk_size), B H NC (64² fp32
-/// 𝒯 + K V h) + B H NC chunk_size V Δ, h and Δ in P (bf16: two a float), each of the three rounded up to whole 16
-/// bytes. Per chunk and (batch, head) at K = V = 128, chunk_size 64: 16 KiB 𝒯 + 32 KiB h + 16 KiB Δ (bf16; fp32:
-/// 16 + 64 + 32 KiB). Throws llmt::Error for a chunk_size outside [1, kGdnMaxChunk].
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states);
+/// Floats of the GDN and Comba cores' `saved` for operand type P: with NC = ceil(T / chunk_size), B H NC 64² fp32 𝒯,
+/// and with `states` + B H NC K V h + B H NC chunk_size V Δ, h and Δ in P (bf16: two a float), each region rounded
+/// up to whole 16 bytes. Per chunk and (batch, head) at K = V = 128, chunk_size 64: 16 KiB 𝒯 (+ 32 KiB h + 16 KiB Δ
+/// with states; bf16, fp32: + 64 + 32 KiB). Throws llmt::Error for a chunk_size outside [1, kGdnMaxChunk].
 template <typename P>
 int64_t gdn_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                         int64_t chunk_size);
+                         int64_t chunk_size, bool states);
 
 // gdn_comba.cu: the chunked Comba core (semantics: src/kernels/cpu/comba.h, zero initial state), the GDN
 // kernels with Comba's A and W (layers-delta.md §6.2), same P, precision and limits.
 // q, k, p, dq, dk, dp [B, T, H, K]; v, o, d_o, dv [B, T, H, V]; g, beta, dg, dbeta [B, T, H]; gradients
-// overwritten. 1 <= chunk_size <= kCombaMaxChunk. E (q, k, v, p), saved (nullptr, or gdn_saved_floats<P>) and
-// `scratch` as for the GDN core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
+// overwritten. 1 <= chunk_size <= kCombaMaxChunk. E (q, k, v, p), saved (nullptr, or gdn_saved_floats<P>), states
+// and `scratch` as for the GDN core (comba_chunk_{fwd,bwd}_scratch_bytes<P>).
 constexpr int64_t kCombaMaxChunk = 64;
 template <typename P, typename E>
 void comba_chunk_fwd(const E* q, const E* k, const E* v, const E* p, const float* g,
                      const float* beta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                     int64_t value_dim, int64_t chunk_size, float* o, float* saved, void* scratch,
+                     int64_t value_dim, int64_t chunk_size, float* o, float* saved, bool states, void* scratch,
                      cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size, bool saved);
+                                     int64_t value_dim, int64_t chunk_size, bool saved, bool states);
 template <typename P, typename E>
 void comba_chunk_bwd(const E* q, const E* k, const E* v, const E* p, const float* g,
-                     const float* beta, const float* d_o, const float* saved, int64_t batch, int64_t seq_len,
-                     int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk,
-                     float* dv, float* dp, float* dg, float* dbeta, void* scratch, cudaStream_t stream);
+                     const float* beta, const float* d_o, const float* saved, bool states, int64_t batch,
+                     int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size,
+                     float* dq, float* dk, float* dv, float* dp, float* dg, float* dbeta, void* scratch,
+                     cudaStream_t stream);
 template <typename P>
 size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                     int64_t value_dim, int64_t chunk_size, bool saved);
+                                     int64_t value_dim, int64_t chunk_size, bool saved, bool states);
 
 // kda.cu: the chunked KDA core (semantics: src/kernels/cpu/kda.h, zero initial state), fp32 tensors,
 // chunk-parallel (the phases of gdn_comba.cu, chunk_size <= 64 tokens per tile). P is the type the scan /
@@ -215,33 +218,35 @@ size_t comba_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t hea
 //                  accumulation; bf16 models, ~1e-2 of the fp32 result); the diagonal sub-blocks and the
 //                  backward's dqk / wy phases stay fp32. The scratch is fp32 either way.
 // q, k, g, dq, dk, dg [B, T, H, K] (g: per-channel log-decay); v, o, d_o, dv [B, T, H, V]; beta, dbeta [B, T, H];
-// gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. saved: nullptr, or kda_saved_floats of memory kept from a
-// forward to the backward of the same inputs, chunk_size and P (layers-delta.md §6.3, the tensors saved for the
-// backward): the forward writes there the fp32 P and 𝒯 = (I + A)^{-1} of every chunk (each [B H, chunks, 64, 64]),
-// Δ (v_new, [B H, chunks x chunk_size, V]) and the states entering the chunks h ([B H, chunks, K, V]), in that order,
-// each region 16-byte aligned; the backward given it forms only W, Q^g, K^g, e^{Γ_C} (𝒯 from there) and reads h
-// and Δ, instead of forming A and P, inverting A and running the forward scan again (gradients bit-identical either
-// way). `scratch` must hold kda_chunk_{fwd,bwd}_scratch_bytes with saved = (saved != nullptr) (without it the
-// scratch holds h, Δ and P, the backward's also 𝒯).
+// gradients overwritten. 1 <= chunk_size <= kKdaMaxChunk. saved: nullptr, or kda_saved_floats(…, states) of memory
+// kept from a forward to the backward of the same inputs, chunk_size, P and states (layers-delta.md §6.3, the tensors
+// saved for the backward): the forward writes there the fp32 P and 𝒯 = (I + A)^{-1} of every chunk (each [B H,
+// chunks, 64, 64]) and with `states` Δ (v_new, [B H, chunks x chunk_size, V]) and the states entering the chunks h
+// ([B H, chunks, K, V]), in that order, each region 16-byte aligned; the backward given it forms only W, Q^g, K^g,
+// e^{Γ_C} (without `states` also U; 𝒯 from there) instead of forming A and P and inverting A, and with `states`
+// reads h and Δ instead of running the forward scan again (without: FLA's design, the scan recomputes them;
+// gradients bit-identical in all three cases). `states` is ignored without saved. `scratch` must hold
+// kda_chunk_{fwd,bwd}_scratch_bytes with saved = (saved != nullptr) and the same states (the scratch holds P
+// without saved, h and Δ unless saved with states, the backward's also 𝒯 without saved).
 constexpr int64_t kKdaMaxChunk = 64;
 template <typename P>
 void kda_chunk_fwd(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t batch,
                    int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* o,
-                   float* saved, void* scratch, cudaStream_t stream);
+                   float* saved, bool states, void* scratch, cudaStream_t stream);
 size_t kda_chunk_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states);
 template <typename P>
 void kda_chunk_bwd(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                   const float* d_o, const float* saved, int64_t batch, int64_t seq_len, int64_t heads,
+                   const float* d_o, const float* saved, bool states, int64_t batch, int64_t seq_len, int64_t heads,
                    int64_t key_dim, int64_t value_dim, int64_t chunk_size, float* dq, float* dk, float* dv, float* dg,
                    float* dbeta, void* scratch, cudaStream_t stream);
 size_t kda_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
-                                   int64_t value_dim, int64_t chunk_size, bool saved);
+                                   int64_t value_dim, int64_t chunk_size, bool saved, bool states);
 /// Floats of the KDA core's `saved` (all fp32, whichever P): per (batch, head) and chunk 2 x 64² (P and 𝒯, 32 KiB),
-/// chunk_size x value_dim (Δ) and key_dim x value_dim (h), each of the four regions rounded up to a multiple of 4
-/// floats. Throws llmt::Error for a chunk_size outside [1, kKdaMaxChunk].
+/// and with `states` chunk_size x value_dim (Δ) and key_dim x value_dim (h), each region rounded up to a multiple of
+/// 4 floats. Throws llmt::Error for a chunk_size outside [1, kKdaMaxChunk].
 int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
-                         int64_t chunk_size);
+                         int64_t chunk_size, bool states);
 
 // mamba2.cu: Mamba2's SSD step (semantics: src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd, zero initial
 // state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors. P is the type the tile products read their operands as,
