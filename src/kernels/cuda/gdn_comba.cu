@@ -2011,7 +2011,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::prefetch_l2(nx.in(a, a.q, K, 0), sizeof(E) * a.H * K, nx.n, sizeof(E) * K);
       if (kRing) {  // (and W, dO: copied with less notice than a chunk)
         tile::prefetch_l2(nx.rows(a, a.W, K, 0), sizeof(bf16) * K, nx.n, sizeof(bf16) * K);
-        tile::prefetch_l2(nx.in(a, a.d_o, V, v0), sizeof(E) * a.H * V, nx.n, sizeof(E) * vc);
+        tile::prefetch_l2(nx.in(a, a.d_o, V, v0), sizeof(float) * a.H * V, nx.n, sizeof(float) * vc);
       }
     }
     __syncthreads();  // the chunk after's update done: hS complete; its reads of hQ, hO, hE, the other W buffer done
