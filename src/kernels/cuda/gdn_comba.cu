@@ -742,15 +742,16 @@ struct Staged<bf16> {
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
 // and Δ = U - W h[n] (over U). Per chunk, two barriers:
-//   1. (after the first) key tile by key tile in order, W S's product (summed over the key tiles in registers; S as
-//      its bf16 copy hS, which the chunk before's update wrote) and the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors
-//      e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the products cover the conversions' latencies; then
-//      Δ = U - W S (registers -> U and the bf16 tile hD);
-//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in registers (the thread's 16
-//      elements of each of the kNkt key tiles: one instantiation per key-tile count), then from the registers
-//      h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same bits), and warp 0 forms the next chunk's Γ
-//      (gate_pair_cumsum; every read of this chunk's is before the second barrier). The last chunk stops after Δ
-//      (no one reads its final state). h[0] = 0 is stored before the first chunk.
+//   1. (after the first) h[n] = hS to global (store_h: 16-byte pieces, rows contiguous, where value_dim % 8 == 0,
+//      else element by element; h[0] = 0 from the cleared hS); key tile by key tile in order, W S's product
+//      (summed over the key tiles in registers; S as its bf16 copy hS, which the chunk before's update wrote) and
+//      the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the
+//      products cover the conversions' latencies; then Δ = U - W S (registers -> the bf16 tile hD);
+//   2. (after the second) Δ = hD over U (store_h as h); per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in
+//      registers (the thread's 16 elements of each of the kNkt key tiles: one instantiation per key-tile count),
+//      then from the registers hS = bf16(S) (store_acc_h: h[n+1]'s bits, stored by the next chunk), and warp 0
+//      forms the next chunk's Γ (gate_pair_cumsum; every read of this chunk's is before the second barrier). The
+//      last chunk stops after Δ's store (no one reads its final state).
 // Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
 // Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
 // before its second barrier) and its raw k tiles (into the staging tiles, Staged<E>; each thread scales its own staged
@@ -815,12 +816,6 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
   // and the k, W rows that are not copied a whole chunk ahead.
   const auto prefetch = [&](int64_t c) { prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async); };
   if (a.NC > 1) prefetch(1);
-  {
-    Acc zero;
-    zero.zero();
-    for (int kt = 0; kt < nkt; ++kt)  // h[0] = 0
-      tile::store_acc_bf16(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-  }
   gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
   Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
@@ -837,6 +832,8 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
     // Γ, hS (the update before), the W buffer, the staged k and hU complete; every read of hK, hD by the update
     // before done
     __syncthreads();
+    for (int kt = 0; kt < nkt; ++kt)  // h[n] = bf16(S) from its copy hS (h[0] = 0: the cleared hS)
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
@@ -867,9 +864,10 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       }
     }
     if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
-    tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
+    tile::delta_h<false>(d, acc, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk) into hD
+    __syncthreads();  // hD, hK complete; every read of U, hU, hS, this chunk's W buffer and Γ done
+    tile::store_h(hD, U, V, ch.n, vc);  // Δ over U
     if (!more) break;  // (no one reads the final state)
-    __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
     issue_u(chunk + 1);
     const Chunk nx = c0.at(a, chunk + 1);
     fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
@@ -881,8 +879,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) S[kt].v[i][j] = aC * S[kt].v[i][j] + acc.v[i][j];
-      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
-      tile::store_acc_bf16(S[kt], nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
+      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand (and h[n+1])
     }
     gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
