@@ -1827,14 +1827,16 @@ __device__ __forceinline__ void stage_tile_async(float* g, const bf16* src, int6
 // registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
 // the thread's elements of the Mma map); no dS after chunk 0 (no one reads the initial state's gradient).
 // key_dim <= 64 kBwdScanMaxKt (launcher). Software-pipelined by a chunk: chunk n's state update stores each key
-// tile's new dS (= dS_C of chunk n - 1) straight from its registers to dh[n - 1] and as bf16 to hS, and forms
-// K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed once, by warp 0 with
-// its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier after which K^g hS
-// (B1 of chunk n - 1) is read. Per chunk n (2 barriers):
+// tile's new dS (= dS_C of chunk n - 1) from its registers as bf16 to hS (chunk n - 1 copies it to dh[n - 1] after
+// its dΔ, before its second barrier: store_h, 16-byte pieces, rows contiguous, where value_dim % 8 == 0, else element
+// by element; the bits of a bf16 store from the registers; there, not right after the first barrier, it spills no
+// register), and forms K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed
+// once, by warp 0 with its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier
+// after which K^g hS (B1 of chunk n - 1) and dh[n - 1] read hS. Per chunk n (2 barriers):
 //   B | K^g hS in registers (key tiles in order), Q^g of chunk n into hQ in turn; dO into hO;
-//       dΔ = P^T dO + K^g hS -> dD, hE; row factors of chunk n - 1 |
-//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
-// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
+//       dΔ = P^T dO + K^g hS -> dD, hE; dh[n] <- hS; row factors of chunk n - 1 |
+//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); hS <- dS.
+// (The last chunk: dS_C = 0, hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
 // cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
 // <= 128) q (staging tiles, Staged<E>, issued once this chunk's are converted) and k (staging tiles, issued after the
 // update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
@@ -1965,7 +1967,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   Acc dS[kBwdScanMaxKt];       // tiles >= nkt unused
 #pragma unroll
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
-  {  // The last chunk: dS_C = 0 (dh stored from the zero registers; hS cleared), its Γ and K^g (load_h).
+  {  // The last chunk: dS_C = 0 (hS cleared: dh stored from it in the loop), its Γ and K^g (load_h).
     const Chunk ch(a, a.NC - 1, bh);
     if (kRing) {  // the first kBwdRingSlots ring tiles (W: in the chunk)
       for (int i = 0; i < kBwdRingSlots; ++i) issue_ring(i);
@@ -1977,11 +1979,6 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::cp_async_commit();
     }
     fetch_gate_pair(a, ch, g0, g1);
-#pragma unroll
-    for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {
-      if (kt >= nkt) break;
-      tile::store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-    }
     tile::clear_h(hS, nkt);
     scan_gate_factors(g0, g1, ch.n, fq_of(ch.chunk), fk);
     for (int kt = 0; kt < nkt; ++kt)
@@ -2051,6 +2048,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::cp_async_commit();
     }
     tile::delta_out<true>(dd, acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, hE);  // dΔ = P^T dO + K^g dS_C
+    for (int kt = 0; kt < nkt; ++kt)  // dh[n] = bf16(dS_C) from its copy hS (the last chunk's: the cleared hS)
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     if (!upd) break;
     const Chunk pv(a, chunk - 1, bh);
     load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
@@ -2080,8 +2079,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
-      tile::store_acc_bf16(dS[kt], pv.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // dh[n - 1]
-      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
+      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});  // (and dh[n - 1], stored by chunk n - 1)
     }
     if (kq_async && chunk > 1) issue_k(Chunk(a, chunk - 2, bh));
     if (!kRing) tile::cp_async_commit();
