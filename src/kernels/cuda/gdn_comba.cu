@@ -739,15 +739,16 @@ struct Staged<bf16> {
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
 // and Δ = U - W h[n] (over U). Per chunk, two barriers:
-//   1. (after the first) key tile by key tile in order, W S's product (summed over the key tiles in registers; S as
-//      its bf16 copy hS, which the chunk before's update wrote) and the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors
-//      e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the products cover the conversions' latencies; then
-//      Δ = U - W S (registers -> U and the bf16 tile hD);
-//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in registers (the thread's 16
-//      elements of each of the kNkt key tiles: one instantiation per key-tile count), then from the registers
-//      h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same bits), and warp 0 forms the next chunk's Γ
-//      (gate_pair_cumsum; every read of this chunk's is before the second barrier). The last chunk stops after Δ
-//      (no one reads its final state). h[0] = 0 is stored before the first chunk.
+//   1. (after the first) h[n] = hS to global (store_h: 16-byte pieces, rows contiguous, where value_dim % 8 == 0,
+//      else element by element; h[0] = 0 from the cleared hS); key tile by key tile in order, W S's product
+//      (summed over the key tiles in registers; S as its bf16 copy hS, which the chunk before's update wrote) and
+//      the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the
+//      products cover the conversions' latencies; then Δ = U - W S (registers -> the bf16 tile hD);
+//   2. (after the second) Δ = hD over U (store_h as h); per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in
+//      registers (the thread's 16 elements of each of the kNkt key tiles: one instantiation per key-tile count),
+//      then from the registers hS = bf16(S) (store_acc_h: h[n+1]'s bits, stored by the next chunk), and warp 0
+//      forms the next chunk's Γ (gate_pair_cumsum; every read of this chunk's is before the second barrier). The
+//      last chunk stops after Δ's store (no one reads its final state).
 // Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
 // Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
 // before its second barrier) and its raw k tiles (into the staging tiles, Staged<E>; each thread scales its own staged
@@ -812,12 +813,6 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
   // and the k, W rows that are not copied a whole chunk ahead.
   const auto prefetch = [&](int64_t c) { prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async); };
   if (a.NC > 1) prefetch(1);
-  {
-    Acc zero;
-    zero.zero();
-    for (int kt = 0; kt < nkt; ++kt)  // h[0] = 0
-      tile::store_acc_bf16(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-  }
   gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
   Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
@@ -834,6 +829,8 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
     // Γ, hS (the update before), the W buffer, the staged k and hU complete; every read of hK, hD by the update
     // before done
     __syncthreads();
+    for (int kt = 0; kt < nkt; ++kt)  // h[n] = bf16(S) from its copy hS (h[0] = 0: the cleared hS)
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
@@ -864,9 +861,10 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       }
     }
     if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
-    tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
+    tile::delta_h<false>(d, acc, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk) into hD
+    __syncthreads();  // hD, hK complete; every read of U, hU, hS, this chunk's W buffer and Γ done
+    tile::store_h(hD, U, V, ch.n, vc);  // Δ over U
     if (!more) break;  // (no one reads the final state)
-    __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
     issue_u(chunk + 1);
     const Chunk nx = c0.at(a, chunk + 1);
     fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
@@ -878,8 +876,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) S[kt].v[i][j] = aC * S[kt].v[i][j] + acc.v[i][j];
-      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
-      tile::store_acc_bf16(S[kt], nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
+      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand (and h[n+1])
     }
     gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
@@ -1827,14 +1824,16 @@ __device__ __forceinline__ void stage_tile_async(float* g, const bf16* src, int6
 // registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
 // the thread's elements of the Mma map); no dS after chunk 0 (no one reads the initial state's gradient).
 // key_dim <= 64 kBwdScanMaxKt (launcher). Software-pipelined by a chunk: chunk n's state update stores each key
-// tile's new dS (= dS_C of chunk n - 1) straight from its registers to dh[n - 1] and as bf16 to hS, and forms
-// K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed once, by warp 0 with
-// its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier after which K^g hS
-// (B1 of chunk n - 1) is read. Per chunk n (2 barriers):
+// tile's new dS (= dS_C of chunk n - 1) from its registers as bf16 to hS (chunk n - 1 copies it to dh[n - 1] after
+// its dΔ, before its second barrier: store_h, 16-byte pieces, rows contiguous, where value_dim % 8 == 0, else element
+// by element; the bits of a bf16 store from the registers; there, not right after the first barrier, it spills no
+// register), and forms K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed
+// once, by warp 0 with its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier
+// after which K^g hS (B1 of chunk n - 1) and dh[n - 1] read hS. Per chunk n (2 barriers):
 //   B | K^g hS in registers (key tiles in order), Q^g of chunk n into hQ in turn; dO into hO;
-//       dΔ = P^T dO + K^g hS -> dD, hE; row factors of chunk n - 1 |
-//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
-// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
+//       dΔ = P^T dO + K^g hS -> dD, hE; dh[n] <- hS; row factors of chunk n - 1 |
+//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); hS <- dS.
+// (The last chunk: dS_C = 0, hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
 // cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
 // <= 128) q (staging tiles, Staged<E>, issued once this chunk's are converted) and k (staging tiles, issued after the
 // update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
@@ -1965,7 +1964,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   Acc dS[kBwdScanMaxKt];       // tiles >= nkt unused
 #pragma unroll
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
-  {  // The last chunk: dS_C = 0 (dh stored from the zero registers; hS cleared), its Γ and K^g (load_h).
+  {  // The last chunk: dS_C = 0 (hS cleared: dh stored from it in the loop), its Γ and K^g (load_h).
     const Chunk ch(a, a.NC - 1, bh);
     if (kRing) {  // the first kBwdRingSlots ring tiles (W: in the chunk)
       for (int i = 0; i < kBwdRingSlots; ++i) issue_ring(i);
@@ -1977,11 +1976,6 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::cp_async_commit();
     }
     fetch_gate_pair(a, ch, g0, g1);
-#pragma unroll
-    for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {
-      if (kt >= nkt) break;
-      tile::store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-    }
     tile::clear_h(hS, nkt);
     scan_gate_factors(g0, g1, ch.n, fq_of(ch.chunk), fk);
     for (int kt = 0; kt < nkt; ++kt)
@@ -2051,6 +2045,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::cp_async_commit();
     }
     tile::delta_out<true>(dd, acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, hE);  // dΔ = P^T dO + K^g dS_C
+    for (int kt = 0; kt < nkt; ++kt)  // dh[n] = bf16(dS_C) from its copy hS (the last chunk's: the cleared hS)
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     if (!upd) break;
     const Chunk pv(a, chunk - 1, bh);
     load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
@@ -2080,8 +2076,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
-      tile::store_acc_bf16(dS[kt], pv.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // dh[n - 1]
-      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
+      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});  // (and dh[n - 1], stored by chunk n - 1)
     }
     if (kq_async && chunk > 1) issue_k(Chunk(a, chunk - 2, bh));
     if (!kRing) tile::cp_async_commit();
