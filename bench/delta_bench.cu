@@ -3,12 +3,12 @@
 // B=4, T=4096, H=6, K=256, V=512 (KDA: shape (a) only, g per key channel); chunk 64, fp32 inputs but for the bf16
 // GDN and Comba rows' q, k, v, p (bf16, as FLA's kernels take them). GDN and Comba twice: fp32 products (the fp32
 // models' core) and bf16 operands on the tensor cores (the bf16 models'), GDN a third time with bf16 products on fp32
-// q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯, h and Δ for the backward as
+// q, k, v (labelled "fp32 q, k, v": what bf16 inputs save), their forward keeping 𝒯, h, Δ and W for the backward as
 // the layers do (tinv, gdn_saved_floats; column "saved"); KDA
 // twice: fp32 products and bf16 compute (its forward and the backward's scans on tile::Mma, kda.cu "Precision"), its
 // forward keeping P, 𝒯, Δ and h for the backward (kda_saved_floats; column "saved"). The bf16 GDN and Comba (bf16
 // q, k, v) and KDA rows once more with save_states false (labelled "states recomputed": the forward keeps 𝒯, KDA P
-// and 𝒯, and the backward runs the forward scan again for h and Δ). MDN gates:
+// and 𝒯, and the backward runs the forward scan again for h and Δ, GDN and Comba their wu for W and U). MDN gates:
 // log α in [-0.1, -0.001], log μ in [-3, -0.5], η in [0.5, 1.5), β in [0.1, 0.9). MDN runs twice: with
 // save_residuals (the forward keeps Ṽ [B, T, H, V] fp32 for the backward, column "saved") and recomputing Ṽ in
 // the backward, each with fp32 products and with bf16 operands on the mma.sync tiles (tile::Mma). Forward and
@@ -60,7 +60,7 @@ enum class Core { kGdn, kComba, kKda, kMdn };
 // kComba: the Comba core with p = k scaled by 0.9 (Comba's inner decay s = 0.9). kKda: g and dg per key channel
 // [B, T, H, K]. kMdn: g is log α; log μ, η and their gradients are added; save_residuals: the forward writes Ṽ
 // into a buffer of its own that the backward reads (else the backward recomputes Ṽ; MDN only). GDN and Comba: the
-// forward writes 𝒯, and with `states` h and Δ, into a buffer of its own (tinv) that the backward reads; KDA: P, 𝒯
+// forward writes 𝒯, and with `states` h, Δ and W, into a buffer of its own (tinv) that the backward reads; KDA: P, 𝒯
 // and with `states` Δ and h (the same buffer). P: the products' operand type (float:
 // exact fp32; __nv_bfloat16: bf16 operands on the tensor cores) of every core. E: the element type of q, k, v, p
 // (__nv_bfloat16: GDN and Comba with P = __nv_bfloat16 only).
@@ -168,24 +168,19 @@ using PhaseTable = bench::PhaseTable<Shape>;
 
 // Bytes and tile-product FLOPs of one phase of the bf16 GDN core (gdn_comba.cu's *_mma_kernel, and the Tc scans,
 // which move the same data), as bench::Cost counts them: issued includes the re-reads per value or key tile; flops
-// counts the tile products only (the CUDA-core work is not counted). The forward's wu stores 𝒯 and its scan h and
-// Δ; the backward's wu (gdn_wu_saved_mma_kernel) reads 𝒯 and forms W only, and the backward runs no forward scan.
+// counts the tile products only (the CUDA-core work is not counted). The forward's wu stores 𝒯 and W and its scan h
+// and Δ; the backward runs neither wu nor the forward scan (wu and scan are forward phases).
 
-/// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s; zeros
-/// for another name.
-Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
+/// The Cost of phase `phase` (wu, scan, out, dv_local, bwd_scan, dqk, wy) of the bf16 GDN core at shape s (the same
+/// in the forward and the backward call: each phase runs in one of them); zeros for another name.
+Cost gdn_bf16_cost(const char* phase, const Shape& s, bool) {
   const double N = static_cast<double>(s.B * s.T * s.H), K = static_cast<double>(s.K), V = static_cast<double>(s.V);
   const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
   const double e = 2;                                             // bytes of a q, k, v element (bf16)
-  if (std::strcmp(phase, "wu") == 0) {  // forward: k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x
-                                        // 64 a chunk) written. backward: 𝒯, k read; W
-    const double tm = 4 * 64 * N;
-    if (backward) {
-      const double w = gates + e * N * K + 2 * N * K + tm;
-      return {w, w, 2 * 64 * N * K};
-    }
-    const double wu = gates + e * N * K + e * N * V + 2 * N * K + 2 * N * V + tm;
+  if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a
+                                        // chunk) written
+    const double wu = gates + e * N * K + e * N * V + 2 * N * K + 2 * N * V + 4 * 64 * N;
     return {wu, wu + e * N * K, 2 * 64 * N * (2 * K + V)};
   }
   if (std::strcmp(phase, "scan") == 0)  // per value tile: gates, W (bf16), k; U read and Δ written (bf16); h (bf16)
@@ -218,8 +213,7 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool backward) {
 
 // The phase of each GDN kernel (gdn_comba.cu), by the kernel's name.
 constexpr PhaseKernel kPhaseKernels[] = {
-    {"gdn_wu_mma_kernel", "wu"},           {"gdn_wu_saved_mma_kernel", "wu"},
-    {"gdn_scan_mma_kernel", "scan"},
+    {"gdn_wu_mma_kernel", "wu"},           {"gdn_scan_mma_kernel", "scan"},
     {"gdn_scan_kernel", "scan"},           {"gdn_out_mma_kernel", "out"},
     {"gdn_dv_local_mma_kernel", "dv_local"}, {"gdn_bwd_scan_mma_kernel", "bwd_scan"},
     {"gdn_bwd_scan_kernel", "bwd_scan"},   {"gdn_bwd_dqk_mma_kernel", "dqk"},
@@ -304,7 +298,7 @@ void check_full_tiles(const Shape& s) {
 }
 
 /// The bf16 GDN core's forward and backward at shape s, phase by phase (print_phases), on bench_core's inputs (bf16
-/// q, k, v); the backward reads the 𝒯, h and Δ its forward saved.
+/// q, k, v); the backward reads the 𝒯, W, h and Δ its forward saved.
 void gdn_phases(const Shape& s, int iters) {
   const int64_t nk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, nb = s.B * s.T * s.H, C = 64;
   check_full_tiles(s);

@@ -8,8 +8,8 @@
 // shared memory also through the WMMA scans), on fresh inputs each. The ops that reduce (dw,
 // dA_log, ddt_bias, ddecay, dD, and the GDN, Comba and KDA backwards) must give bit-identical results when
 // run twice; the GDN, Comba and KDA backwards run first from what their forward saved (Backend::gdn_saved_numel:
-// the chunks' 𝒯, the states h entering them and Δ; kda_saved_numel: P, 𝒯, Δ and h), which they must leave as it
-// was, then without it (recomputing it), then from the saved set without h and Δ (save_states false: 𝒯; KDA: P and
+// the chunks' 𝒯, the states h entering them, Δ and W; kda_saved_numel: P, 𝒯, Δ and h), which they must leave as it
+// was, then without it (recomputing it), then from the saved set without the states (save_states false: 𝒯; KDA: P and
 // 𝒯; its forward's o too), all bit-identical. GDN and Comba also take bf16 q, k, v (p̂) with bf16
 // compute, compared with the reference on the same bf16-rounded inputs. The short conv's dx and the gated RMSNorm's
 // y and dz, which the layers write in bf16 under bf16 compute, also run so: within half a bf16 ulp of the f32 outputs;
@@ -223,20 +223,23 @@ Pair core_input(const std::vector<float>& host, std::initializer_list<int64_t> d
 }
 
 /// The floats of the CUDA GDN / Comba cores' saved set (Backend::gdn_saved_numel), counted here: per chunk and
-/// (batch, head) the fp32 64 x 64 𝒯, then with states the K x V state h and the chunk's chunk_size x V rows of Δ, h
-/// and Δ in the compute dtype (bf16: two a float), each region rounded up to whole 16 bytes.
+/// (batch, head) the fp32 64 x 64 𝒯, then with states the K x V state h, the chunk's chunk_size x V rows of Δ and its
+/// chunk_size x K rows of W, h, Δ and W in the compute dtype (bf16: two a float), each region rounded up to whole 16
+/// bytes.
 int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk, DType compute,
                          bool states) {
   const int64_t pairs_chunks = B * H * ((T + chunk - 1) / chunk), bytes = compute == DType::bf16 ? 2 : 4;
   const auto floats = [&](int64_t n) { return (n * bytes + 15) / 16 * 4; };
-  return pairs_chunks * 64 * 64 + (states ? floats(pairs_chunks * K * V) + floats(pairs_chunks * chunk * V) : 0);
+  return pairs_chunks * 64 * 64 +
+         (states ? floats(pairs_chunks * K * V) + floats(pairs_chunks * chunk * V) + floats(pairs_chunks * chunk * K)
+                 : 0);
 }
 
 /// A GPU buffer of n NaNs (a saved set before the forward writes it).
 OwnedTensor nan_buffer(int64_t n) { return on(gpu(), std::vector<float>(n, std::nanf("")), {n}); }
 
 // One GDN or KDA core case: forward o and backward dq, dk, dv, dg, dbeta against the CPU reference, then the
-// backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, h and Δ,
+// backward once more on the GPU, bit-identical. The GPU's forward keeps its saved set (GDN: 𝒯, h, Δ and W,
 // gdn_saved_numel; KDA: P, 𝒯, Δ and h, kda_saved_numel; NaN before the forward) and its first backward reads it (and
 // must leave it bit for bit as the forward wrote it); the second runs without it (forming them again); then a
 // forward keeping the saved set without h and Δ (GDN: 𝒯; KDA: P and 𝒯) and a backward from it (forming W, U from 𝒯

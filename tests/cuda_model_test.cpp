@@ -184,8 +184,8 @@ TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂),
     if (type == "gdn") expected += 2 * halved(keys) + halved(values);
     if (type == "comba") expected += 3 * halved(keys) + halved(values);
     if (type == "kda") expected += 2 * halved(rows * c->value_dim());
-    // The core's own saved set (Backend::gdn_saved_numel: h and Δ in the compute dtype; KDA's is fp32 for either),
-    // with or without h and Δ (model.<type>.save_states).
+    // The core's own saved set (Backend::gdn_saved_numel: h, Δ and W in the compute dtype; KDA's is fp32 for
+    // either), with or without the states (model.<type>.save_states).
     const auto kept = [&](DType compute, bool states) {
       const auto be = make_backend("cuda");
       const int64_t n = type == "kda" ? be->kda_saved_numel(B, T, c->num_heads, c->head_dim, c->value_dim(),
@@ -282,12 +282,12 @@ TEST_CASE("cuda model: a KDA / attention hybrid's loss and every parameter gradi
   CHECK(recomputed.bytes.saved < kept.bytes.saved);
 }
 
-TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯, h, Δ saved by the forward) match the CPU "
+TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯, h, Δ, W saved by the forward) match the CPU "
           "backend, train.recompute bit-identical",
           "[gpu][model][gdn][comba]") {
-  // The CUDA GDN and Comba layers keep the core's 𝒯, h and Δ from the forward (Backend::gdn_saved_numel, the
-  // backward forms only W from 𝒯 and runs no forward scan; the CPU backend keeps nothing); under train.recompute the
-  // rebuilt forward writes them again.
+  // The CUDA GDN and Comba layers keep the core's 𝒯, h, Δ and W from the forward (Backend::gdn_saved_numel, the
+  // backward runs neither wu nor the forward scan; the CPU backend keeps nothing); under train.recompute the rebuilt
+  // forward writes them again.
   const bool bf16 = GENERATE(false, true);
   const bool comba = GENERATE(false, true);
   ModelConfig m = small_model();
@@ -299,12 +299,12 @@ TEST_CASE("cuda model: GDN and Comba / attention hybrids (the core's 𝒯, h, Δ
   m.n_layers = 3;
   m.attn_layers = {1};
   INFO(m.type);
-  // 3 x 2 (batch, head) pairs x 2 chunks of fp32 𝒯 (64²), h (32 x V) and Δ (64 x V), h and Δ in the compute dtype;
-  // without states (save_states false) 𝒯 alone.
+  // 3 x 2 (batch, head) pairs x 2 chunks of fp32 𝒯 (64²), h (32 x V), Δ (64 x V) and W (64 x 32), h, Δ and W in
+  // the compute dtype; without states (save_states false) 𝒯 alone.
   const int64_t V = c.value_dim(), pair_chunks = 3 * 2 * 2;
   const DType compute = bf16 ? DType::bf16 : DType::f32;
   REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 32, V, 64, compute, true) ==
-          pair_chunks * (64 * 64 + (32 * V + 64 * V) / (bf16 ? 2 : 1)));
+          pair_chunks * (64 * 64 + (32 * V + 64 * V + 64 * 32) / (bf16 ? 2 : 1)));
   REQUIRE(make_backend("cuda")->gdn_saved_numel(3, 67, 2, 32, V, 64, compute, false) == pair_chunks * 64 * 64);
   check_model_matches_cpu(m, bf16);
   const GpuStep kept = gpu_step(m, bf16, false), recomputed = gpu_step(m, bf16, true);

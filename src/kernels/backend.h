@@ -184,8 +184,9 @@ class Backend {
   /// from this forward to the gdn_chunk_bwd of the same inputs, chunk_size and compute (layers-delta.md §6.3, the
   /// tensors saved for the backward): the forward writes there what the backward would otherwise recompute, and the
   /// backward given the same tensor reads it (CUDA: the fp32 𝒯 = (I + A)^{-1} of every chunk, so that the backward
-  /// does not invert again, and with states (model.gdn / model.comba save_states) the forward scan's chunk-entering
-  /// states h and v_new Δ, so that it runs no forward scan either; without them, FLA's design, it recomputes h and Δ.
+  /// does not invert again, and with states (model.gdn / model.comba save_states) the forward's W and its scan's
+  /// chunk-entering states h and v_new Δ, so that it runs neither wu nor the forward scan; without them, FLA's design,
+  /// it forms W and U from 𝒯 and recomputes h and Δ.
   /// The CUDA backend tells the two sets apart by saved's size and throws llmt::Error for any other, naming both
   /// sizes. Gradients bit-identical to the recompute either way).
   virtual void gdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
@@ -195,15 +196,15 @@ class Backend {
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dg,
                              const Tensor& dbeta);
   /// The elements of gdn_chunk_fwd's and comba_chunk_fwd's `saved` (f32) for a layer of these sizes (key_dim,
-  /// value_dim: per head), compute dtype and states (whether the set holds the forward scan's h and Δ: the layer's
-  /// save_states), or 0 when this backend keeps nothing from the forward (its backward recomputes everything and
-  /// ignores `saved`: the CPU reference, which recomputes in double). CUDA (cuda::gdn_saved_floats): per chunk and
-  /// (batch, head) the fp32 64² 𝒯, and with states the K x V state h and the chunk's chunk_size x V Δ, h and Δ in the
-  /// compute dtype (bf16: two a float), each region 16-byte aligned. At B T = 16384 tokens, 16 heads, K = V = 128,
-  /// chunk 64: 256 MiB for bf16 (64 𝒯 + 128 h + 64 Δ), 448 MiB for f32, 64 MiB without states; at the 400M GDN
-  /// (configs/mdn-paper/400m/gdn.json: 6 heads, K 128, V 256) with 4 x 4096 tokens: 168 MiB a layer for bf16
-  /// (24 + 96 + 48), 24 MiB without states. 0 for a chunk_size its cores refuse; throws llmt::Error for a compute
-  /// dtype other than f32 and bf16.
+  /// value_dim: per head), compute dtype and states (whether the set holds the forward's W and its scan's h and Δ:
+  /// the layer's save_states), or 0 when this backend keeps nothing from the forward (its backward recomputes
+  /// everything and ignores `saved`: the CPU reference, which recomputes in double). CUDA (cuda::gdn_saved_floats):
+  /// per chunk and (batch, head) the fp32 64² 𝒯, and with states the K x V state h, the chunk's chunk_size x V Δ and
+  /// its chunk_size x K W, h, Δ and W in the compute dtype (bf16: two a float), each region 16-byte aligned. At B T =
+  /// 16384 tokens, 16 heads, K = V = 128, chunk 64: 320 MiB for bf16 (64 𝒯 + 128 h + 64 Δ + 64 W), 576 MiB for f32,
+  /// 64 MiB without states; at the 400M GDN (configs/mdn-paper/400m/gdn.json: 6 heads, K 128, V 256) with 4 x 4096
+  /// tokens: 192 MiB a layer for bf16 (24 + 96 + 48 + 24), 24 MiB without states. 0 for a chunk_size its cores
+  /// refuse; throws llmt::Error for a compute dtype other than f32 and bf16.
   virtual int64_t gdn_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
                                   int64_t chunk_size, DType compute, bool states) const;
   /// KDA channel-wise gates (layers-delta.md §4.3 steps 2-3, §5; cpu/delta_gates.h with dim = K):

@@ -5,7 +5,7 @@
 //   q^ = l2norm(q') / sqrt(d_k), k^ = l2norm(k), p^ = l2norm(p)                    (4.2 step 5, 2.2)
 //   o = Comba core (chunked, section 6.2) of (q^, k^, v, p^, g, beta)
 //       (the layer keeps what the backend's core saves for its backward, Backend::gdn_saved_numel; CUDA: the
-//       chunks' 𝒯 = (I + A)^{-1} and with model.comba.save_states the states h entering them and v_new Δ,
+//       chunks' 𝒯 = (I + A)^{-1} and with model.comba.save_states the states h entering them, v_new Δ and W,
 //       section 6.3)
 // p is normalised separately from k (bit-faithful to FLA; p^ = k^ up to the 1e-6 eps), so decay
 // reaches the loss essentially only through the output correction (sections 4.2, 10.1).

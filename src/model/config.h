@@ -28,11 +28,11 @@ struct GdnConfig {
   double A_min = 0, A_max = 16;                        ///< A_log = log U(A_min, A_max)
   double dt_min = 1e-3, dt_max = 0.1, dt_floor = 1e-4;  ///< dt_bias = softplus^-1(dt)
   /// GDN, Comba and KDA (model.{gdn,comba,kda}.save_states; not read for the MDN, whose switch is save_residuals):
-  /// keep the core's forward scan outputs, the chunk-entering states h and Δ = v_new, besides 𝒯 (KDA: P and 𝒯)
-  /// from the forward for the backward (CUDA: Backend::gdn_saved_numel / kda_saved_numel with states), or (false)
-  /// keep only 𝒯 (KDA: P and 𝒯) and recompute h and Δ with the forward scan in the backward (FLA's design,
-  /// layers-delta.md section 6.3). Same gradients either way; at the 400M GDN (6 heads, K 128, V 256, bf16, 16384
-  /// tokens per micro-batch) 144 MiB more saved activations per layer.
+  /// keep the core's forward scan outputs, the chunk-entering states h and Δ = v_new (GDN, Comba: and its W),
+  /// besides 𝒯 (KDA: P and 𝒯) from the forward for the backward (CUDA: Backend::gdn_saved_numel / kda_saved_numel
+  /// with states), or (false) keep only 𝒯 (KDA: P and 𝒯) and recompute h and Δ with the forward scan in the backward
+  /// (FLA's design, layers-delta.md section 6.3). Same gradients either way; at the 400M GDN (6 heads, K 128, V 256,
+  /// bf16, 16384 tokens per micro-batch) 168 MiB more saved activations per layer.
   bool save_states = true;
   int64_t value_dim() const { return head_dim * expand_v; }
 };

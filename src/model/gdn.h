@@ -3,7 +3,7 @@
 //   q^ = l2norm(q) / sqrt(d_k), k^ = l2norm(k)              (section 2.2)
 //   o = GDN core (chunked, section 6) of (q^, k^, v, g, beta)
 //       (the layer keeps what the backend's core saves for its backward, Backend::gdn_saved_numel; CUDA: the
-//       chunks' 𝒯 = (I + A)^{-1} and with model.gdn.save_states the states h entering them and v_new Δ,
+//       chunks' 𝒯 = (I + A)^{-1} and with model.gdn.save_states the states h entering them, v_new Δ and W,
 //       section 6.3; KDA: Backend::kda_saved_numel, CUDA: P, 𝒯 and with model.kda.save_states Δ and h)
 // Output gate silu ("swish") by default. No parameters beyond the shared ones.
 // q^, k^ and v reach the GDN core in bf16 where the backend's core takes them so (DeltaLayer::core_input_dtype:

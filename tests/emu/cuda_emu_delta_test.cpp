@@ -6,10 +6,10 @@
 // beyond the Mma scans, K = 320: the tile::Tc scans; GDN with three key tiles, K = 192, V = 64: the backward scan's
 // staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60; GDN and Comba with bf16
 // q, k, v, p̂ in memory, compared with the reference on the same bf16-rounded inputs) and fp32 compute (tile::Simt).
-// GDN and Comba: the forward keeps its 𝒯, h and Δ (the saved set, NaN before the forward; the scratch is NaN again
-// before the backward) and the backward forms W from 𝒯 and reads h and Δ, running no forward scan; KDA: the forward
-// keeps P, 𝒯, Δ and h, the backward forms W from 𝒯 and runs no forward scan (KDA also at chunk 13 with V = 33: saved
-// regions of odd sizes). Every output must be
+// GDN and Comba: the forward keeps its 𝒯, h, Δ and W (the saved set, NaN before the forward; the scratch is NaN
+// again before the backward) and the backward reads W, h and Δ, running neither wu nor the forward scan; KDA: the
+// forward keeps P, 𝒯, Δ and h, the backward forms W from 𝒯 and runs no forward scan (KDA also at chunk 13 with
+// V = 33: saved regions of odd sizes). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) within the GPU tests' tolerance of the CPU reference (cpu::{gdn,comba,kda}_chunk_fwd / bwd, double
@@ -109,7 +109,7 @@ struct Input {
 };
 
 /// What the forward keeps for the backward: nothing, its saved set without h and Δ (GDN, Comba: 𝒯; KDA: P and 𝒯;
-/// save_states false), or with them (GDN, Comba: 𝒯, h and Δ; KDA: P, 𝒯, Δ and h).
+/// save_states false), or with them (GDN, Comba: 𝒯, h, Δ and W; KDA: P, 𝒯, Δ and h).
 enum class Kept { none, tinv, states };
 
 /// The forward, then the backward, in the emulator under `cfg`; every output and the scratch start as NaN (the

@@ -95,7 +95,7 @@ float* mamba2_saved(const Tensor& saved, const cpu::Mamba2Dims& d, const char* o
   return f32(saved, op);
 }
 
-/// Floats of the GDN / Comba cores' saved set (cuda::gdn_saved_floats<P>, with or without h and Δ: states) for
+/// Floats of the GDN / Comba cores' saved set (cuda::gdn_saved_floats<P>, with or without h, Δ and W: states) for
 /// compute dtype f32 or bf16 (dispatch).
 int64_t gdn_saved_floats(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t chunk_size, bool states,
                          DType compute, const char* op) {
@@ -123,7 +123,7 @@ DeltaSaved delta_saved(const Tensor& saved, int64_t with, int64_t without, const
   return {f32(saved, op), saved.numel() == with};
 }
 
-/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' 𝒯, and h and Δ or not,
+/// gdn_chunk_* / comba_chunk_*'s `saved` (none, or [gdn_saved_numel] f32: the cores' 𝒯, and h, Δ and W or not,
 /// ops.cuh) for q [B, T, H, K], v [B, T, H, V] and compute (delta_saved).
 DeltaSaved gdn_saved(const Tensor& saved, const Tensor& q, const Tensor& v, int64_t chunk_size, DType compute,
                      const char* op) {

@@ -186,11 +186,11 @@ __device__ __forceinline__ void clear_state(float* S, __nv_bfloat16* hS, int nkt
 }
 
 /// An Mma scan's Δ = U - W S (kAdd = false) or dΔ = P^T dO + K^g dS (kAdd = true) at the thread's elements: d
-/// (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside; stored back to dst (rows
-/// stride apart) and, as the next products' operand, to the bf16 tile h.
-template <bool kAdd, typename E>
-__device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_t stride, int rows, int cols,
-                                          __nv_bfloat16* h) {
+/// (loaded from dst) minus or plus the product acc in the first rows × cols, 0 outside; as the next products'
+/// operand to the bf16 tile h only (a bf16 dst may then take h's tile by store_h once a barrier completes it: the
+/// bits of delta_out's store).
+template <bool kAdd>
+__device__ __forceinline__ void delta_h(Acc& d, const Acc& acc, int rows, int cols, __nv_bfloat16* h) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -198,8 +198,15 @@ __device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_
       const int r = Mma::row(i), c = Mma::col(j);
       d.v[i][j] = r < rows && c < cols ? (kAdd ? d.v[i][j] + acc.v[i][j] : d.v[i][j] - acc.v[i][j]) : 0.0f;
     }
-  store_acc<Mma>(d, dst, stride, rows, cols, Same{});
   store_acc_h(d, h, Same{});
+}
+
+/// delta_h, and d stored back to dst (rows stride apart) from the registers.
+template <bool kAdd, typename E>
+__device__ __forceinline__ void delta_out(Acc& d, const Acc& acc, E* dst, int64_t stride, int rows, int cols,
+                                          __nv_bfloat16* h) {
+  delta_h<kAdd>(d, acc, rows, cols, h);
+  store_acc<Mma>(d, dst, stride, rows, cols, Same{});
 }
 
 /// Asks the L2 cache for `rows` rows of `row_bytes` bytes each, `stride_bytes` apart, starting at p

@@ -27,10 +27,11 @@
 // backward (wy phase: dP̂, dΓ^ex); every other phase is shared. Chunk-parallel design (the kernel order of
 // FLA, §6.3), every phase built from 64 x 64 shared-memory tile products (delta_tile.cuh):
 //   forward:  wu    (per chunk)          A, 𝒯 = (I + A)^{-1} (to saved), W, U              (F1–F3)
+//                                        (W to saved with the states)
 //             scan  (per value tile)     h[n] = S entering chunk n; Δ = U - W S; S update  (F4, F7)
 //                                        (h, Δ to saved)
 //             out   (per chunk, v tile)  O = (Q ⊙ e^Γ) h[n] + P Δ                          (F5, F6)
-//   backward: wu (W alone from the forward's saved 𝒯, h and Δ; from a saved 𝒯 alone W and U, and the scan
+//   backward: wu (none with the forward's saved 𝒯, W, h and Δ; from a saved 𝒯 alone W and U, and the scan
 //             recomputes h and Δ; without `saved` A, 𝒯, W, U again, 𝒯 kept in scratch, and the scan), then
 //             dv_local (per chunk, v tile)  dΔ = P^T dO                                    (B1, intra)
 //             bwd_scan (per value tile)     dh[n] = dS_C of chunk n; dΔ += K^g dS_C; dS_0  (B1, B2)
@@ -47,10 +48,10 @@
 // Scratch (global): P W, U/Δ, dW and fp32 dΔ [B H, T', *] (T' = chunks x chunk_size); fp32 𝒯 [B H,
 // chunks, 64, 64]; P h, dh [B H, chunks, K, V]; fp32 dΓ [key tiles, B H, T'] (dqk's terms per key tile, added in
 // order by wy). The caller's `saved` (GdnSaved; kept from the forward to the backward of the same inputs) holds 𝒯,
-// and with `states` (model.gdn / model.comba save_states) h and U/Δ, instead of the scratch: the forward's wu and
-// scan write them there, the backward reads them (its wu forms W alone, or W and U from 𝒯 alone) and runs no forward
-// scan when it has h and Δ. Without it the forward keeps nothing and the backward forms everything again. Fixed
-// summation orders and no atomics: deterministic.
+// and with `states` (model.gdn / model.comba save_states) h, U/Δ and W, instead of the scratch: the forward's wu and
+// scan write them there, the backward reads them and runs neither wu nor the forward scan when it has W, h and Δ
+// (from 𝒯 alone its wu forms W and U). Without it the forward keeps nothing and the backward forms everything again.
+// Fixed summation orders and no atomics: deterministic.
 #include <algorithm>
 #include <initializer_list>
 #include <type_traits>
@@ -95,7 +96,7 @@ struct GdnFast {
   S *W, *U, *dW, *h, *dh;
 };
 
-/// Scratch layout in floats: W, then unless `saved` with `states` (the caller keeps 𝒯, h and Δ: GdnSaved) U/Δ and h,
+/// Scratch layout in floats: unless `saved` with `states` (the caller keeps 𝒯, h, Δ and W: GdnSaved) W, U/Δ and h,
 /// and in the backward (and without `saved`: 𝒯) dΔ, dh, dW, dΓ; W, U, h, dh, dW have elements of `stored` bytes (4:
 /// fp32; 2: bf16, two per float).
 struct GdnScratch {
@@ -106,9 +107,8 @@ struct GdnScratch {
     int64_t at = 0;
     const auto take = [&](int64_t n) { const int64_t r = at; at += n; return r; };
     const auto take_s = [&](int64_t n) { return take((n * stored + 3) / 4); };  // floats that hold n elements
-    W = take_s(BH * Tp * K);
-    U = h = Tm = dD = dh = dW = dgam = 0;
-    if (!(saved && states)) U = take_s(BH * Tp * V), h = take_s(BH * NC * K * V);
+    W = U = h = Tm = dD = dh = dW = dgam = 0;
+    if (!(saved && states)) W = take_s(BH * Tp * K), U = take_s(BH * Tp * V), h = take_s(BH * NC * K * V);
     if (backward) {
       if (!saved) Tm = take(BH * NC * kN * kN);
       dD = take(BH * Tp * V), dh = take_s(BH * NC * K * V), dW = take_s(BH * Tp * K);
@@ -119,11 +119,11 @@ struct GdnScratch {
 };
 
 /// Layout in floats of the caller's `saved` (kept from the forward to the backward): fp32 𝒯 [B H, chunks, 64, 64],
-/// then with `states` h [B H, chunks, K, V] and Δ [B H, T', V] (T' = chunks x chunk_size; without: h = D = 0), h
-/// and Δ with elements of `stored` bytes as the scratch; each region starts a multiple of 16 bytes after the start
-/// (the 16-byte alignment the kernels' cp.async copies ask of a tensor).
+/// then with `states` h [B H, chunks, K, V], Δ [B H, T', V] and W [B H, T', K] (T' = chunks x chunk_size; without:
+/// h = D = W = 0), h, Δ and W with elements of `stored` bytes as the scratch; each region starts a multiple of 16
+/// bytes after the start (the 16-byte alignment the kernels' cp.async copies ask of a tensor).
 struct GdnSaved {
-  int64_t Tm, h, D, total;
+  int64_t Tm, h, D, W, total;
   GdnSaved(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, int64_t stored, bool states) {
     const int64_t BH = B * H, NC = ceil_div(T, C), Tp = NC * C;
     int64_t at = 0;
@@ -132,8 +132,8 @@ struct GdnSaved {
       at += ceil_div(n * bytes, 16) * 4;
       return r;
     };
-    Tm = take(BH * NC * kN * kN, 4), h = D = 0;
-    if (states) h = take(BH * NC * K * V, stored), D = take(BH * Tp * V, stored);
+    Tm = take(BH * NC * kN * kN, 4), h = D = W = 0;
+    if (states) h = take(BH * NC * K * V, stored), D = take(BH * Tp * V, stored), W = take(BH * Tp * K, stored);
     total = at;
   }
 };
@@ -221,10 +221,9 @@ constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 // ---- forward phases on layout L (fp32 models: L = Simt; the bf16 scan's large-key_dim fallback: L = Tc) ----
 
 // F3 (Comba: F3') of chunk ch from 𝒯 in the shared tile sT and the gates in s (both written before the call,
-// ordered by its first barrier): W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}) and, with kU, U = 𝒯 diag(β) V (each
-// tile of W its own product: the same bits without U), through the shared operand tile sX (free at the call). Ends
-// with a barrier.
-template <typename L, typename E, bool kComba, bool kU>
+// ordered by its first barrier): W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}) and U = 𝒯 diag(β) V (each tile its own
+// product), through the shared operand tile sX (free at the call). Ends with a barrier.
+template <typename L, typename E, bool kComba>
 __device__ void wu_products(const GdnFast<L, E>& a, const Chunk& ch, const Small& s, const float* sT, float* sX) {
   const int64_t K = a.K, V = a.V;
   const E* x = kComba ? a.p : a.k;
@@ -239,15 +238,13 @@ __device__ void wu_products(const GdnFast<L, E>& a, const Chunk& ch, const Small
     store_acc<L>(acc, ch.rows(a, a.W, K, k0), K, ch.n, tile_cols(K, k0), id);
     __syncthreads();
   }
-  if constexpr (kU) {
-    for (int64_t v0 = 0; v0 < V; v0 += kN) {  // U
-      tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
-      __syncthreads();
-      acc.zero();
-      L::template mma<false, false>(sT, sX, acc);
-      store_acc<L>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
-      __syncthreads();
-    }
+  for (int64_t v0 = 0; v0 < V; v0 += kN) {  // U
+    tile::load(sX, ch.in(a, a.v, V, v0), a.H * V, ch.n, tile_cols(V, v0), [&](int r) { return s.beta[r]; });
+    __syncthreads();
+    acc.zero();
+    L::template mma<false, false>(sT, sX, acc);
+    store_acc<L>(acc, ch.rows(a, a.U, V, v0), V, ch.n, tile_cols(V, v0), id);
+    __syncthreads();
   }
 }
 
@@ -284,14 +281,14 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_wu_kernel(GdnFast<L, E> a)
   __syncthreads();
   tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (clobbers A's upper triangle: not read after)
   if (a.Tm != nullptr) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
-  wu_products<L, E, kComba, true>(a, ch, s, sT, sX);  // F3
+  wu_products<L, E, kComba>(a, ch, s, sT, sX);  // F3
 }
 
-// F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm): W and, with
-// kU, U as gdn_wu_kernel forms them (the same bits), without A or its inverse (the backward's wu from the forward's
-// saved set; without kU its Δ is kept there: U's only reader, the scan, is not run again). GDN: at most 128
-// registers (128, no spills), two blocks an SM (unbounded the compiler takes 158: one); Comba: one (168 registers).
-template <typename L, typename E, bool kComba, bool kU>
+// F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm): W and U as
+// gdn_wu_kernel forms them (the same bits), without A or its inverse (the backward's wu from a saved set without the
+// states; with them the forward's W is kept there and no wu runs). GDN: at most 128 registers (127, no spills), two
+// blocks an SM (unbounded the compiler takes 158: one); Comba: one (167 registers).
+template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, kComba ? 1 : 2) gdn_wu_saved_kernel(GdnFast<L, E> a) {
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
@@ -300,7 +297,7 @@ __global__ void __launch_bounds__(tile::kThreads, kComba ? 1 : 2) gdn_wu_saved_k
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::load(sT, ch.square(a, a.Tm), kN, kN, kN);
-  wu_products<L, E, kComba, kU>(a, ch, s, sT, sX);
+  wu_products<L, E, kComba>(a, ch, s, sT, sX);
 }
 
 // Prefetches (L2) what a scan reads of chunk nx besides the states: the gates, k and W rows (unless k_rows, w_rows
@@ -500,17 +497,17 @@ __device__ __forceinline__ void wu_fetch(const GdnFast<L, E>& a, const Chunk& ch
     fetch_in(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
 }
 
-// F3 (Comba: F3') of chunk ch on the tensor cores: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}) and, with kU,
-// U = 𝒯 diag(β) V (each tile its own product: W's bits the same without U), from the bf16 𝒯 in hT and the gates in
+// F3 (Comba: F3') of chunk ch on the tensor cores: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}) and
+// U = 𝒯 diag(β) V (each tile its own product), from the bf16 𝒯 in hT and the gates in
 // s (both written before the call, ordered by its first barrier), with operand tile 0 in flight in f (wu_fetch). The
 // operand tiles (W's, then U's: wu_fetch's order) go through the bf16 tiles hX, hK by turns (free at the call); tile
 // t: f (tile t) scaled into its buffer (the product that last read it came before the previous barrier), the fetch
 // of tile t + 1 into f, a barrier, the product and its store.
-template <bool kComba, bool kU, typename L, typename E>
+template <bool kComba, typename L, typename E>
 __device__ __forceinline__ void wu_products_mma(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
                                                 const bf16* hT, bf16* hX, bf16* hK, tile::Frag& f) {
   const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN), nt = nkt + (kU ? static_cast<int>((V + kN - 1) / kN) : 0);
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nt = nkt + static_cast<int>((V + kN - 1) / kN);
   const auto id = [](int, int, float v) { return v; };
   Acc acc;
   for (int t = 0; t < nt; ++t) {
@@ -600,16 +597,16 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
   if (kComba) wu_fetch<kComba>(a, ch, nkt, 0, fa);
   if (a.Tm != nullptr) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
   tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  wu_products_mma<kComba, true>(a, ch, s, hT, hX, hK, fa);  // F3
+  wu_products_mma<kComba>(a, ch, s, hT, hX, hK, fa);  // F3
 }
 
 // F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm), as
-// gdn_wu_mma_kernel forms W and, with kU, U (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse
-// (the backward's wu from the forward's saved set, as gdn_wu_saved_kernel). The chunk's x (k, Comba p̂) rows (and
-// with kU its v rows) are asked of the L2 first; 𝒯 and F3's first operand tile are fetched into registers while the
-// gates are loaded. At most 64 registers (no spills): four blocks an SM (36.9 KiB of shared memory each), for more
+// gdn_wu_mma_kernel forms W and U (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse (the
+// backward's wu from a saved set without the states, as gdn_wu_saved_kernel). The chunk's x (k, Comba p̂) and v rows
+// are asked of the L2 first; 𝒯 and F3's first operand tile are fetched into registers while the gates are loaded.
+// At most 64 registers (no spills): four blocks an SM (36.9 KiB of shared memory each), for more
 // loads in flight.
-template <typename L, typename E, bool kComba, bool kU>
+template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
@@ -619,13 +616,13 @@ __global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(Gdn
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K;
   tile::prefetch_l2(ch.in(a, kComba ? a.p : a.k, K, 0), sizeof(E) * a.H * K, ch.n, sizeof(E) * K);
-  if constexpr (kU) tile::prefetch_l2(ch.in(a, a.v, a.V, 0), sizeof(E) * a.H * a.V, ch.n, sizeof(E) * a.V);
+  tile::prefetch_l2(ch.in(a, a.v, a.V, 0), sizeof(E) * a.H * a.V, ch.n, sizeof(E) * a.V);
   tile::Frag ft, fa;
   tile::fetch_h(ft, ch.square(a, a.Tm), kN, kN, kN);
   wu_fetch<kComba>(a, ch, static_cast<int>((K + kN - 1) / kN), 0, fa);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::put_h(ft, hT, kN, [](int) { return 1.0f; });
-  wu_products_mma<kComba, kU>(a, ch, s, hT, hX, hK, fa);  // F3 (without kU W only)
+  wu_products_mma<kComba>(a, ch, s, hT, hX, hK, fa);  // F3
 }
 
 // The small array of the Mma scans: Γ of the chunk (double; scan_gate_pair).
@@ -742,15 +739,16 @@ struct Staged<bf16> {
 
 // F4, F7 for value tile blockIdx.x of pair bh0 + blockIdx.y, chunks in order, as gdn_scan_kernel: stores h[n] (bf16)
 // and Δ = U - W h[n] (over U). Per chunk, two barriers:
-//   1. (after the first) key tile by key tile in order, W S's product (summed over the key tiles in registers; S as
-//      its bf16 copy hS, which the chunk before's update wrote) and the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors
-//      e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the products cover the conversions' latencies; then
-//      Δ = U - W S (registers -> U and the bf16 tile hD);
-//   2. (after the second) per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in registers (the thread's 16
-//      elements of each of the kNkt key tiles: one instantiation per key-tile count), then from the registers
-//      h[n+1] = bf16(S) (store_acc_bf16) and hS (store_acc_h: the same bits), and warp 0 forms the next chunk's Γ
-//      (gate_pair_cumsum; every read of this chunk's is before the second barrier). The last chunk stops after Δ
-//      (no one reads its final state). h[0] = 0 is stored before the first chunk.
+//   1. (after the first) h[n] = hS to global (store_h: 16-byte pieces, rows contiguous, where value_dim % 8 == 0,
+//      else element by element; h[0] = 0 from the cleared hS); key tile by key tile in order, W S's product
+//      (summed over the key tiles in registers; S as its bf16 copy hS, which the chunk before's update wrote) and
+//      the K^g = K ⊙ e^{Γ_C-Γ} tile (the row factors e^{Γ_C-Γ_r} formed once a chunk, RowFactors), so that the
+//      products cover the conversions' latencies; then Δ = U - W S (registers -> the bf16 tile hD);
+//   2. (after the second) Δ = hD over U (store_h as h); per key tile S = e^{Γ_C} S + (K^g)^T Δ with S fp32 in
+//      registers (the thread's 16 elements of each of the kNkt key tiles: one instantiation per key-tile count),
+//      then from the registers hS = bf16(S) (store_acc_h: h[n+1]'s bits, stored by the next chunk), and warp 0
+//      forms the next chunk's Γ (gate_pair_cumsum; every read of this chunk's is before the second barrier). The
+//      last chunk stops after Δ's store (no one reads its final state).
 // Key tiles in order in every sum: the bits of forming W S from a re-read hS after the conversions.
 // Loads ahead: the next chunk's W tiles (into the other W buffer, whose last readers, the chunk before's W S, are
 // before its second barrier) and its raw k tiles (into the staging tiles, Staged<E>; each thread scales its own staged
@@ -815,12 +813,6 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
   // and the k, W rows that are not copied a whole chunk ahead.
   const auto prefetch = [&](int64_t c) { prefetch_chunk(a, c0.at(a, c), v0, vc, false, !k_async, !w_async); };
   if (a.NC > 1) prefetch(1);
-  {
-    Acc zero;
-    zero.zero();
-    for (int kt = 0; kt < nkt; ++kt)  // h[0] = 0
-      tile::store_acc_bf16(zero, c0.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-  }
   gate_pair_cumsum(g0, g1, s.gam);  // chunk 0's Γ
   Acc acc;
   for (int64_t chunk = 0; chunk < a.NC; ++chunk) {
@@ -837,6 +829,8 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
     // Γ, hS (the update before), the W buffer, the staged k and hU complete; every read of hK, hD by the update
     // before done
     __syncthreads();
+    for (int kt = 0; kt < nkt; ++kt)  // h[n] = bf16(S) from its copy hS (h[0] = 0: the cleared hS)
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     const double gC = s.gam[ch.n - 1];
     const float aC = expd(gC);
     const auto kscale = [&](int r) { return expd(gC - s.gam[r]); };
@@ -867,9 +861,10 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       }
     }
     if (more) issue_wk(chunk + 1);  // (after the thread's own reads of the staging tiles)
-    tile::delta_out<false>(d, acc, U, V, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk)
+    tile::delta_h<false>(d, acc, ch.n, vc, hD);  // F4: Δ = U - W S (0 outside the chunk) into hD
+    __syncthreads();  // hD, hK complete; every read of U, hU, hS, this chunk's W buffer and Γ done
+    tile::store_h(hD, U, V, ch.n, vc);  // Δ over U
     if (!more) break;  // (no one reads the final state)
-    __syncthreads();  // hD, hK complete; every read of hU, hS, this chunk's W buffer and Γ done
     issue_u(chunk + 1);
     const Chunk nx = c0.at(a, chunk + 1);
     fetch_gate_pair(a, nx, g0, g1);  // in flight during F7
@@ -881,8 +876,7 @@ __global__ void __launch_bounds__(tile::kThreads, kNkt == 1 ? 2 : 1) gdn_scan_mm
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) S[kt].v[i][j] = aC * S[kt].v[i][j] + acc.v[i][j];
-      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand
-      tile::store_acc_bf16(S[kt], nx.state(a, a.h, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // h[n+1] = bf16(S)
+      tile::store_acc_h(S[kt], hS + kt * kTileHalves, tile::Same{});  // the next W S's operand (and h[n+1])
     }
     gate_pair_cumsum(g0, g1, s.gam);  // the next chunk's Γ
   }
@@ -1830,14 +1824,16 @@ __device__ __forceinline__ void stage_tile_async(float* g, const bf16* src, int6
 // registers), then per key tile dS = e^{Γ_C} dS + (Q ⊙ e^Γ)^T dO - W^T dΔ, dS fp32 in registers (key tile kt at
 // the thread's elements of the Mma map); no dS after chunk 0 (no one reads the initial state's gradient).
 // key_dim <= 64 kBwdScanMaxKt (launcher). Software-pipelined by a chunk: chunk n's state update stores each key
-// tile's new dS (= dS_C of chunk n - 1) straight from its registers to dh[n - 1] and as bf16 to hS, and forms
-// K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed once, by warp 0 with
-// its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier after which K^g hS
-// (B1 of chunk n - 1) is read. Per chunk n (2 barriers):
+// tile's new dS (= dS_C of chunk n - 1) from its registers as bf16 to hS (chunk n - 1 copies it to dh[n - 1] after
+// its dΔ, before its second barrier: store_h, 16-byte pieces, rows contiguous, where value_dim % 8 == 0, else element
+// by element; the bits of a bf16 store from the registers; there, not right after the first barrier, it spills no
+// register), and forms K^g of chunk n - 1 (the row factors e^{Γ_C-Γ_r}, e^Γ_r, e^{Γ_C} of chunk n - 1 are computed
+// once, by warp 0 with its Γ scan, before the update: scan_gate_factors); the next chunk starts with the barrier
+// after which K^g hS (B1 of chunk n - 1) and dh[n - 1] read hS. Per chunk n (2 barriers):
 //   B | K^g hS in registers (key tiles in order), Q^g of chunk n into hQ in turn; dO into hO;
-//       dΔ = P^T dO + K^g hS -> dD, hE; row factors of chunk n - 1 |
-//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); dh[n - 1], hS <- dS.
-// (The last chunk: dS_C = 0, dh and hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
+//       dΔ = P^T dO + K^g hS -> dD, hE; dh[n] <- hS; row factors of chunk n - 1 |
+//   B | per key tile: K^g of chunk n - 1 into hK; dS update (hQ, hO, W, hE); hS <- dS.
+// (The last chunk: dS_C = 0, hS zero, its factors and K^g before the loop.) In flight ahead of their use: by
 // cp.async, the chunk before's W tiles (into the other W buffer, issued after the first barrier), dO and (key_dim
 // <= 128) q (staging tiles, Staged<E>, issued once this chunk's are converted) and k (staging tiles, issued after the
 // update has converted the chunk before's: two chunks ahead); in registers, the chunk before's dΔ (P^T dO) and the
@@ -1968,7 +1964,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
   Acc dS[kBwdScanMaxKt];       // tiles >= nkt unused
 #pragma unroll
   for (int kt = 0; kt < kBwdScanMaxKt; ++kt) dS[kt].zero();
-  {  // The last chunk: dS_C = 0 (dh stored from the zero registers; hS cleared), its Γ and K^g (load_h).
+  {  // The last chunk: dS_C = 0 (hS cleared: dh stored from it in the loop), its Γ and K^g (load_h).
     const Chunk ch(a, a.NC - 1, bh);
     if (kRing) {  // the first kBwdRingSlots ring tiles (W: in the chunk)
       for (int i = 0; i < kBwdRingSlots; ++i) issue_ring(i);
@@ -1980,11 +1976,6 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::cp_async_commit();
     }
     fetch_gate_pair(a, ch, g0, g1);
-#pragma unroll
-    for (int kt = 0; kt < kBwdScanMaxKt; ++kt) {
-      if (kt >= nkt) break;
-      tile::store_acc_bf16(dS[kt], ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
-    }
     tile::clear_h(hS, nkt);
     scan_gate_factors(g0, g1, ch.n, fq_of(ch.chunk), fk);
     for (int kt = 0; kt < nkt; ++kt)
@@ -2054,6 +2045,8 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       tile::cp_async_commit();
     }
     tile::delta_out<true>(dd, acc, ch.rows(a, a.dD, V, v0), V, ch.n, vc, hE);  // dΔ = P^T dO + K^g dS_C
+    for (int kt = 0; kt < nkt; ++kt)  // dh[n] = bf16(dS_C) from its copy hS (the last chunk's: the cleared hS)
+      tile::store_h(hS + kt * kTileHalves, ch.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);
     if (!upd) break;
     const Chunk pv(a, chunk - 1, bh);
     load_acc<Mma>(dd, pv.rows(a, a.dD, V, v0), V, pv.n, vc);  // in flight until the chunk before
@@ -2083,8 +2076,7 @@ __global__ void __launch_bounds__(tile::kThreads) gdn_bwd_scan_mma_kernel(GdnFas
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) dS[kt].v[i][j] = aC * dS[kt].v[i][j] + qd.v[i][j] - wd.v[i][j];
-      tile::store_acc_bf16(dS[kt], pv.state(a, a.dh, kt * kN, v0), V, tile_cols(K, kt * kN), vc);  // dh[n - 1]
-      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});
+      tile::store_acc_h(dS[kt], hS + kt * kTileHalves, tile::Same{});  // (and dh[n - 1], stored by chunk n - 1)
     }
     if (kq_async && chunk > 1) issue_k(Chunk(a, chunk - 2, bh));
     if (!kRing) tile::cp_async_commit();
@@ -2475,9 +2467,9 @@ template <typename P>
 using Layout = std::conditional_t<std::is_same_v<P, float>, tile::Simt, tile::Tc>;
 
 /// The arguments of a core call over every pair, its scratch carved (GdnScratch). Where `saved` is given (the caller's
-/// GdnSaved: the forward stores 𝒯 there and with `states` its scan's h and Δ, the backward reads them) a.Tm and with
-/// `states` a.h, a.U point into it; else h and U/Δ are scratch, and 𝒯 the backward's scratch (the forward's a.Tm is
-/// null: 𝒯 not kept).
+/// GdnSaved: the forward stores 𝒯 there and with `states` its wu's W and its scan's h and Δ, the backward reads them)
+/// a.Tm and with `states` a.h, a.U, a.W point into it; else W, h and U/Δ are scratch, and 𝒯 the backward's scratch
+/// (the forward's a.Tm is null: 𝒯 not kept).
 template <typename L, typename E>
 GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const float* g, const float* beta, int64_t B,
                         int64_t T, int64_t H, int64_t K, int64_t V, int64_t C, void* scratch, bool backward,
@@ -2494,7 +2486,7 @@ GdnFast<L, E> make_args(const E* q, const E* k, const E* v, const E* p, const fl
   if (saved != nullptr) {
     const GdnSaved sv(B, T, H, K, V, C, sizeof(S), states);
     a.Tm = saved + sv.Tm;
-    if (states) a.h = stored(saved + sv.h), a.U = stored(saved + sv.D);
+    if (states) a.h = stored(saved + sv.h), a.U = stored(saved + sv.D), a.W = stored(saved + sv.W);
   }
   if (backward) a.dD = base + l.dD, a.dh = stored(base + l.dh), a.dW = stored(base + l.dW), a.dgam = base + l.dgam;
   return a;
@@ -2517,14 +2509,14 @@ void run_wu(const GdnFast<L, E>& a, cudaStream_t stream) {
     launch(gdn_wu_kernel<L, E, kComba>, a.NC, smem_for(4), stream, a);
 }
 
-// The backward's wu from the 𝒯 its forward stored (a.Tm): W of every chunk of a's pairs (F3 only), and with kU
-// U (without: the forward's Δ is kept).
-template <bool kComba, bool kU, typename L, typename E>
+// The backward's wu from the 𝒯 its forward stored (a.Tm) without its states: W and U of every chunk of a's pairs (F3
+// only).
+template <bool kComba, typename L, typename E>
 void run_wu_saved(const GdnFast<L, E>& a, cudaStream_t stream) {
   if constexpr (kBf16<typename L::Operand>)
-    launch(gdn_wu_saved_mma_kernel<L, E, kComba, kU>, a.NC, kWuSavedMmaSmem, stream, a);
+    launch(gdn_wu_saved_mma_kernel<L, E, kComba>, a.NC, kWuSavedMmaSmem, stream, a);
   else
-    launch(gdn_wu_saved_kernel<L, E, kComba, kU>, a.NC, smem_for(2), stream, a);
+    launch(gdn_wu_saved_kernel<L, E, kComba>, a.NC, smem_for(2), stream, a);
 }
 
 /// A scan kernel (one block per value tile and pair) with its dynamic shared memory, chosen for a launcher's shape
@@ -2602,12 +2594,12 @@ void core_fwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
   });
 }
 
-// Backward (B1–B9): gradients overwritten (dp: Comba only). Where `saved` is given (the forward's GdnSaved): wu forms
-// W from its 𝒯 (run_wu_saved), and with `states` h and Δ are read from there; without `states` wu forms W and U
-// from 𝒯 and each group's forward scan forms h and Δ; without `saved` wu forms A, 𝒯 (kept in scratch), W and U
-// again, and the scan runs as there. Then per group of pairs (by_waves, as the forward) dv_local (dΔ's
+// Backward (B1–B9): gradients overwritten (dp: Comba only). Where `saved` is given (the forward's GdnSaved) with
+// `states`, W, h and Δ are read from there and no wu runs; without `states` wu forms W and U from its 𝒯
+// (run_wu_saved) and each group's forward scan forms h and Δ; without `saved` wu forms A, 𝒯 (kept in scratch), W
+// and U again, and the scan runs as there. Then per group of pairs (by_waves, as the forward) dv_local (dΔ's
 // intra-chunk part), the backward scan (reads W and dΔ, not h or Δ; completes dΔ, stores dh), dqk (reads h, Δ, dh,
-// dΔ; stores dW) and wy (reads 𝒯, dΔ, dW). No kernel after the forward scan writes h or Δ.
+// dΔ; stores dW) and wy (reads 𝒯, dΔ, dW). No kernel after wu writes W, nor after the forward scan h or Δ.
 // The groups follow the smaller of the two scans' waves (the one with fewer blocks per SM: a partial last wave
 // leaves SMs idle for a whole scan there; with h and Δ saved, the backward scan's alone): the backward scan's at
 // every shape today (one block per SM; the forward scan takes two at key_dim <= 64 with bf16), which is also the
@@ -2632,13 +2624,13 @@ void core_bwd(const E* q, const E* k, const E* v, const E* p, const float* g, co
                                   true, const_cast<float*>(saved), states);  // only read here
   a.d_o = d_o;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dp = dp, a.dg = dg, a.dbeta = dbeta;
-  const bool kept = saved != nullptr && states;  // h and Δ the forward's
-  if (kept)
-    run_wu_saved<kComba, false>(a, stream);
-  else if (saved != nullptr)
-    run_wu_saved<kComba, true>(a, stream);
-  else
-    run_wu<kComba>(a, stream);
+  const bool kept = saved != nullptr && states;  // W, h and Δ the forward's: no wu
+  if (!kept) {
+    if (saved != nullptr)
+      run_wu_saved<kComba>(a, stream);
+    else
+      run_wu<kComba>(a, stream);
+  }
   const Scan<L, E> scan = fwd_scan(a), bscan = bwd_scan(a);
   const int nkt = static_cast<int>(ceil_div(key_dim, kN));
   const int64_t wave = kept ? bscan.wave(value_dim) : std::min(scan.wave(value_dim), bscan.wave(value_dim));

@@ -155,12 +155,12 @@ size_t comba_gates_bwd_scratch_bytes(int64_t rows, int64_t heads);
 // nullptr, or gdn_saved_floats<P>(…, states) of memory kept from a forward to the backward of the same inputs,
 // chunk_size, P and states (layers-delta.md §6.3, the tensors saved for the backward): the forward writes there the
 // fp32 𝒯 = (I + A)^{-1} of every chunk ([B H, chunks, 64, 64]) and with `states` its scan's states h ([B H, chunks,
-// K, V]) and Δ = v_new ([B H, chunks x chunk_size, V]), h and Δ in P (FLA's h and v_new); the backward given it
-// forms W (without `states` also U) from 𝒯 instead of forming A and inverting it, and with `states` reads h and Δ
-// instead of running the forward scan again (without: FLA's design, the scan recomputes them; gradients
-// bit-identical in all three cases). `states` is ignored without saved. `scratch` must hold
-// gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved = (saved != nullptr) and the same
-// states (the scratch holds h and Δ unless saved with states, the backward's also 𝒯 without saved).
+// K, V]) and Δ = v_new ([B H, chunks x chunk_size, V]) and its W ([B H, chunks x chunk_size, K]; Comba: from p̂),
+// h, Δ and W in P (FLA's h, v_new and w); the backward given it without `states` forms W and U from 𝒯 instead of
+// forming A and inverting it, and runs the forward scan again (FLA's design), and with `states` reads W, h and Δ
+// and runs neither (gradients bit-identical in all three cases). `states` is ignored without saved. `scratch` must
+// hold gdn_chunk_fwd_scratch_bytes<P>, gdn_chunk_bwd_scratch_bytes<P> with saved = (saved != nullptr) and the same
+// states (the scratch holds W, h and Δ unless saved with states, the backward's also 𝒯 without saved).
 constexpr int64_t kGdnMaxChunk = 64;
 template <typename P, typename E>
 void gdn_chunk_fwd(const E* q, const E* k, const E* v, const float* g, const float* beta, int64_t batch,
@@ -178,9 +178,10 @@ template <typename P>
 size_t gdn_chunk_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                                    int64_t value_dim, int64_t chunk_size, bool saved, bool states);
 /// Floats of the GDN and Comba cores' `saved` for operand type P: with NC = ceil(T / chunk_size), B H NC 64² fp32 𝒯,
-/// and with `states` + B H NC K V h + B H NC chunk_size V Δ, h and Δ in P (bf16: two a float), each region rounded
-/// up to whole 16 bytes. Per chunk and (batch, head) at K = V = 128, chunk_size 64: 16 KiB 𝒯 (+ 32 KiB h + 16 KiB Δ
-/// with states; bf16, fp32: + 64 + 32 KiB). Throws llmt::Error for a chunk_size outside [1, kGdnMaxChunk].
+/// and with `states` + B H NC K V h + B H NC chunk_size V Δ + B H NC chunk_size K W, h, Δ and W in P (bf16: two a
+/// float), each region rounded up to whole 16 bytes. Per chunk and (batch, head) at K = V = 128, chunk_size 64:
+/// 16 KiB 𝒯 (+ 32 KiB h + 16 KiB Δ + 16 KiB W with states; bf16, fp32: + 64 + 32 + 32 KiB). Throws llmt::Error for
+/// a chunk_size outside [1, kGdnMaxChunk].
 template <typename P>
 int64_t gdn_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim, int64_t value_dim,
                          int64_t chunk_size, bool states);
