@@ -5,7 +5,7 @@
 // and forward + backward (mamba2_ssd_fwd then mamba2_ssd_bwd), timed with CUDA events over repeated
 // launches after warm-up; the conv and the projections are not included. As the layer runs them: the forward keeps
 // its chunk states in a saved set (ops.cuh mamba2_ssd_saved_bytes) that the backward reads.
-// With --phases instead: the bf16 op at shape (a) kernel by kernel (mamba2_phases: bench/phases.h's table with the
+// With --phases instead: the bf16 op at shapes (a) and (c) kernel by kernel (mamba2_phases: bench/phases.h's table with the
 // cost model mamba2_bf16_cost), the forward, then the backward (reading the forward's saved states).
 // Usage: mamba2_bench [iterations] [--phases]   (default 20 iterations)
 #include <cuda_runtime.h>
@@ -208,6 +208,7 @@ int main(int argc, char** argv) {
                           {"c", 4, 4096, 64, 64, 128, 1}};
   if (by_phase) {
     mamba2_phases(shapes[0], iters);
+    mamba2_phases(shapes[2], iters);
     return 0;
   }
   std::printf("\n| shape | compute | sizes | GPU ms fwd | GPU ms f+b | scratch MiB | saved MiB |\n"

@@ -4,7 +4,7 @@
 // - the FLA parameter names of layer 0 and a few shapes are the ones written by hand below from FLA's
 //   layer sources (fla/layers/{gated_deltanet,comba,kda,mamba2,attn}.py, MomentumDeltaNet's
 //   fla/layers/momentum_deltanet.py), not produced by our mapping;
-// - config.json of configs/mdn-paper/400m/{gdn,gdn-h-3to1,mdn,mamba2}.json against the values of
+// - config.json of configs/mdn-paper/400m/{gdn,hybrid/gdn-h-3to1,mdn,mamba2}.json against the values of
 //   spec/runs.md and layers-delta.md §3.2 (written by hand here);
 // - bf16 export: each value rounded to nearest even (checked against rounding done here);
 // - Mamba-3 in mamba_ssm's layout: fc1 = [up_proj; gate_proj] checked byte for byte, MambaConfig keys;
@@ -235,7 +235,7 @@ TEST_CASE("config.json of the MDN paper's 400M configs carries the values runs.m
   CHECK_FALSE(gdn.contains("attn"));
 
   // GDN-H 3:1: 24 layers, GDN 8 x 128 expand_v 1, attention at 3,7,...,23 with 8 heads, RoPE 1e4, no bias
-  const json h = hf_config(load_config("configs/mdn-paper/400m/gdn-h-3to1.json").model);
+  const json h = hf_config(load_config("configs/mdn-paper/400m/hybrid/gdn-h-3to1.json").model);
   CHECK(h.at("num_hidden_layers") == 24);
   CHECK(h.at("num_heads") == 8);
   CHECK(h.at("expand_v") == 1);

@@ -10,7 +10,9 @@ expect() {  # config total non_embedding
   grep -qx "total params: $2" <<< "$out" || { echo "FAIL $1: expected total $2"; echo "$out"; exit 1; }
   grep -qx "non-embedding params: $3" <<< "$out" || { echo "FAIL $1: expected non-embedding $3"; echo "$out"; exit 1; }
   echo "ok $1: $2 ($3 non-embedding)"
+  checked+=("$1")
 }
+checked=()
 # 400M: 24 * (4*1024^2 + 3*1024*2816 + 2*1024) + 1024 = 308,331,520; + 2 * 50257 * 1024
 expect configs/mdn-paper/400m/transformer.json 411257856 308331520
 # 1.3B: 24 * (4*2048^2 + 3*2048*5632 + 2*2048) + 2048 = 1,233,225,728; + 2 * 50257 * 2048
@@ -31,9 +33,9 @@ expect configs/mdn-paper/1.3b/comba.json 1462129656 1256276984
 # GDN-H 3:1 400M (runs.md 2.3: 430.7M): 18 GDN layers (8 x 128, expand_v 1: q,k,v,g,o 5*1024^2 + a,b 2*8*1024
 # + A_log,dt_bias 16 + convs 3*1024*4 + o_norm 128 = 5,271,696) + 6 attention layers (4*1024^2) + 24 * (MLP
 # 3*1024*2816 + norms 2*1024) + final norm 1024 = 327,724,576; + 2 * 50257 * 1024 = 430,650,912
-expect configs/mdn-paper/400m/gdn-h-3to1.json 430650912 327724576
+expect configs/mdn-paper/400m/hybrid/gdn-h-3to1.json 430650912 327724576
 # Comba-H 3:1 400M (runs.md 2.3: 430.7M): GDN-H 3:1 plus decay and D (2 * 8) in each of the 18 Comba layers
-expect configs/mdn-paper/400m/comba-h-3to1.json 430651200 327724864
+expect configs/mdn-paper/400m/hybrid/comba-h-3to1.json 430651200 327724864
 # KDA 400M (runs.md 2.1: 424.4M, 321.5M): per layer q,k,v 3*1024^2 + f_proj (128*1024 + 1024*128) + b_proj 8*1024
 # + A_log 8 + dt_bias 1024 + convs 3*1024*4 + g_proj (128*1024 + 1024*128 + bias 1024) + o_norm 128 + o 1024^2
 # = 4,741,256; + MLP 3*1024*2816 + norms 2*1024 = 13,394,056; * 24 + final norm 1024 = 321,458,368;
@@ -45,7 +47,7 @@ expect configs/mdn-paper/400m/kda.json 424384704 321458368
 expect configs/mdn-paper/1.3b/kda.json 1465722240 1259869568
 # KDA-H 3:1 400M (runs.md 2.3: 421.1M): 18 KDA layers (4,741,256 each, as KDA 400M) + 6 attention layers (4*1024^2)
 # + 24 * (MLP 3*1024*2816 + norms 2*1024) + final norm 1024 = 318,176,656; + 2 * 50257 * 1024 = 421,102,992
-expect configs/mdn-paper/400m/kda-h-3to1.json 421102992 318176656
+expect configs/mdn-paper/400m/hybrid/kda-h-3to1.json 421102992 318176656
 # Mamba2 400M (runs.md 2.1: 419.8M, 316.9M; 6.60M per layer): 48 mixer-only blocks, per layer in_proj
 # (2*2048 + 2*128 + 32) * 1024 + conv 2304 * 4 + conv bias 2304 + dt_bias, A_log, D 3*32 + norm 2048
 # + out_proj 1024 * 2048 + attn_norm 1024 = 6,601,056; * 48 + final norm 1024 = 316,851,712;
@@ -64,19 +66,23 @@ expect configs/mdn-paper/400m/mdn.json 417537012 314610676
 expect configs/mdn-paper/1.3b/mdn.json 1462646004 1256793332
 # MDN-H 3:1 400M (runs.md 2.3: 430.9M): GDN-H 3:1 (327,724,576) + per MDN layer m_proj, e_proj 2*8*1024 + 4*8
 # = 16,416, * 18 = 295,488 -> 328,020,064; + 2 * 50257 * 1024 = 430,946,400
-expect configs/mdn-paper/400m/mdn-h-3to1.json 430946400 328020064
+expect configs/mdn-paper/400m/hybrid/mdn-h-3to1.json 430946400 328020064
 # MDN-H 7:1 400M (runs.md 2.3: 434.2M): 21 MDN layers (5,271,696 + 16,416 = 5,288,112 each) + 3 attention layers
 # (4*1024^2) + 24 * (MLP 3*1024*2816 + norms 2*1024) + final norm 1024 = 331,301,488; + 102,926,336 = 434,227,824
-expect configs/mdn-paper/400m/mdn-h-7to1.json 434227824 331301488
+expect configs/mdn-paper/400m/hybrid/mdn-h-7to1.json 434227824 331301488
+# Mamba2-H 3:1 400M (runs.md 2.3 gives no count; our reading: Mamba2 400M with every 4th of its 48 mixer-only layers
+# attention): 36 Mamba2 layers (6,601,056 each with their norm) + 12 attention layers (4*1024^2 + norm 1024 =
+# 4,195,328) + final norm 1024 = 287,982,976; + 2 * 50257 * 1024 = 390,909,312
+expect configs/mdn-paper/400m/hybrid/mamba2-h-3to1.json 390909312 287982976
 # Ablations of the paper's Tables 4 / 6 (400M; runs.md 2.1 gives only MDN 400M's 417.5M, which the floor, no-beta_max
 # and eta = 2 sigmoid variants equal exactly). No output correction: no D_log, -6 per layer (-126; 417.5M).
 # No momentum (GDN + alpha_max / beta_max): no m_proj, e_proj, Mu_log, mu_bias, -12,300 per layer (-258,300):
 # 417,278,712 (417.3M, 0.06% below MDN's 417.5M; = GDN 400M + log_factor, D_log).
 for a in floor-2 floor-1.5 floor-1.357 floor-1 no-beta-max eta-2sigmoid; do
-  expect configs/mdn-paper/400m/ablations/$a.json 417537012 314610676
+  expect configs/mdn-paper/400m/ablations/mdn-$a.json 417537012 314610676
 done
-expect configs/mdn-paper/400m/ablations/no-output-correction.json 417536886 314610550
-expect configs/mdn-paper/400m/ablations/no-momentum.json 417278712 314352376
+expect configs/mdn-paper/400m/ablations/mdn-no-output-correction.json 417536886 314610550
+expect configs/mdn-paper/400m/ablations/mdn-no-momentum.json 417278712 314352376
 # Mamba-3 (runs.md 3.2: SISO 186.8M / 443.0M / 892.8M / 1494.7M; MIMO 1.4947B at 1.5B), tied, vocab 128256, N 128,
 # P 64, H = 2 d / 64, S = 32 angles: per layer in_proj d * (4 d + 2 * 128 R + 3 H + 32) + dt_bias, D 2 H + B_bias,
 # C_bias 2 H R 128 + B_norm, C_norm 2 * 128 + out_proj 2 d^2 (+ mimo_x, mimo_z, mimo_o 3 H R 64 for R = 4)
@@ -92,6 +98,7 @@ for s in 180m 440m 880m 1.5b; do
   mimo=$("$llmtrain" info --config configs/mamba3-paper/$s/mamba3-mimo.json | grep -E '^(total|non-embedding) params')
   [[ "$siso" == "$mimo" ]] || { echo "FAIL $s: MIMO (MLP - 272) differs from SISO"; echo "$siso"; echo "$mimo"; exit 1; }
   echo "ok configs/mamba3-paper/$s/mamba3-mimo.json: equals SISO"
+  checked+=("configs/mamba3-paper/$s/mamba3-mimo.json")
 done
 # Mamba-3 paper baselines at 1.5B (runs.md 3.2, tag A: Transformer 1.4959B, GDN 1.4725B, Mamba-2 1.4871B), tied
 # Llama-3.1 embedding 128256 * 2048 = 262,668,288. Transformer: per layer 4 * 2048^2 + MLP 3 * 2048 * 5632
@@ -104,3 +111,8 @@ expect configs/mamba3-paper/1.5b/gdn.json 1472504384 1209836096
 # Mamba-2 + MLP 4096: the 1.3B Mamba2 mixer block (25,849,280 with its norm) + MLP 3 * 2048 * 4096 + MLP norm 2048
 # = 51,017,152; * 24 + 2048 = 1,224,413,696.
 expect configs/mamba3-paper/1.5b/mamba2.json 1487081984 1224413696
+# Every paper config is checked above (a config added without its count fails here).
+for f in $(find configs/mdn-paper configs/mamba3-paper -name '*.json' | sort); do
+  [[ " ${checked[*]} " == *" $f "* ]] || { echo "FAIL $f: no parameter-count check in $0"; exit 1; }
+done
+echo "ok: all ${#checked[@]} paper configs checked"
