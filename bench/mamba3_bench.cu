@@ -195,10 +195,10 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
   if (is("dy_dz")) return both(20 * E * P);  // dout, z, y; dy, dz
   if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k (bf16), v, dy, S_in (bf16), dS; G (double), σ, γ; dq,
-                     // dk, dv, da, dγ, dσ, dDp (double). Issued: dy 4 times (tile, inter, v·dy, dv), v twice (tile,
-                     // Z). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter Q S_in^T; dk: V dS,
-                     // Adq^T Q; dv: K dS^T, Bdv^T dY
-    return {12 * E * N + 12 * E * P + 6 * St + 28 * E + E / 8, 12 * E * N + 28 * E * P + 6 * St + 28 * E + E / 8,
+                     // dk, dv, da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with v·dy), v twice
+                     // (tile, Z with v·dy). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K; inter
+                     // Q S_in^T; dk: V dS, Adq^T Q; dv: K dS^T, Bdv^T dY
+    return {12 * E * N + 12 * E * P + 6 * St + 28 * E + E / 8, 12 * E * N + 24 * E * P + 6 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
   if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
                              // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,

@@ -213,6 +213,12 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case(1, 70, 2, 10, 16, 1, 1, 4, false, true, 17);
   // bf16 with P = 128: two P tiles of S_in and dS (the cp.async pieces of two tile rows)
   check_case(1, 70, 2, 128, 16, 1, 1, 4, false, true, 18);
+  // bf16 at the benchmark's P = 64, N = 128: the backward chunk kernel's dS swap walks two tiles wide in RowWalk's
+  // short form (a fixed column per thread), 32 elements per thread, all loaded ahead
+  check_case(1, 130, 1, 64, 128, 1, 1, 8, false, true, 19);
+  // bf16 with N = 136: three N tiles, the dS swap's general walk (the column steps and wraps) and loads past the
+  // ones ahead
+  check_case(1, 70, 1, 16, 136, 1, 1, 4, false, true, 20);
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {

@@ -621,15 +621,34 @@ __device__ void copy_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int
     copy_tiles_w<1, 8>(dst, nrt, nct, rows, cols, row);
 }
 
+// Thread x's elements e = x + kThreads m of a row-major matrix of wc columns as (r, c), walked with one division
+// per thread (next: c + dc < 2 wc, at most one carry into r). kCol: wc divides kThreads (dc = 0), so that c stays
+// and next() only steps r (the short form of the walk; the same elements).
+template <bool kCol>
+struct RowWalk {
+  int r, c, dr, dc, wc;
+  __device__ explicit RowWalk(int wc_)
+      : r(static_cast<int>(threadIdx.x) / wc_), c(static_cast<int>(threadIdx.x) - r * wc_),
+        dr(tile::kThreads / wc_), dc(tile::kThreads - dr * wc_), wc(wc_) {}
+  __device__ __forceinline__ void next() {
+    r += dr;
+    if (kCol) return;
+    c += dc;
+    if (c >= wc) c -= wc, ++r;
+  }
+};
+
 // copy_tiles_h by cp.async, where it takes 16-byte pieces (copy_async_ok): thread x issues the pieces of
-// copy_tiles_w<8> (e = x + kThreads m, row-major), those outside rows x cols zero-filled (row(0) their unread
-// source), all in flight together; they land at the thread's cp_async_wait of the group the caller commits, and
-// other threads read them after a barrier. Reached by the whole block of tile::kThreads.
+// copy_tiles_w<8> (e = x + kThreads m, row-major, walked by RowWalk: one division per thread), those outside
+// rows x cols zero-filled (row(0) their unread source), all in flight together; they land at the thread's
+// cp_async_wait of the group the caller commits, and other threads read them after a barrier. Reached by the whole
+// block of tile::kThreads.
 template <typename Row>
 __device__ void copy_tiles_async(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row) {
   const int pr = 8 * nct, total = 64 * nrt * pr;
-  for (int e = threadIdx.x; e < total; e += tile::kThreads) {
-    const int r = e / pr, c = 8 * (e - r * pr);
+  RowWalk<false> w(pr);  // (row, piece)
+  for (int e = threadIdx.x; e < total; e += tile::kThreads, w.next()) {
+    const int r = w.r, c = 8 * w.c;
     const bool in = r < rows && c < cols;
     tile::cp_async16(dst + h_at(r, c, nct), in ? row(r) + c : row(0), in ? 16 : 0);
   }
@@ -1006,50 +1025,60 @@ __device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex
   ex1 = ex0 + x0;
 }
 
-// Thread x's elements e = x + kThreads m of a row-major matrix of wc columns as (r, c), walked with one division
-// per thread (next: c + dc < 2 wc, at most one carry into r).
-struct RowWalk {
-  int r, c, dr, dc, wc;
-  __device__ explicit RowWalk(int wc_)
-      : r(static_cast<int>(threadIdx.x) / wc_), c(static_cast<int>(threadIdx.x) - r * wc_),
-        dr(tile::kThreads / wc_), dc(tile::kThreads - dr * wc_), wc(wc_) {}
-  __device__ __forceinline__ void next() {
-    r += dr;
-    c += dc;
-    if (c >= wc) c -= wc, ++r;
-  }
-};
-
 // Thread x's elements of swap_tiles_dot, from element number e = x + kThreads m and its place w on: v[u] = src
 // element e + u kThreads (row stride cols; 0 outside rows x cols or past total) for u < n, issued together.
-template <int n>
-__device__ __forceinline__ void walk_load(float (&v)[n], int e, RowWalk w, int total, int rows, int cols,
+template <int n, bool kCol>
+__device__ __forceinline__ void walk_load(float (&v)[n], int e, RowWalk<kCol> w, int total, int rows, int cols,
                                           const float* src) {
 #pragma unroll
   for (int u = 0; u < n; ++u, w.next())
     v[u] = e + u * tile::kThreads < total && w.r < rows && w.c < cols ? src[w.r * cols + w.c] : 0.0f;
 }
 
-// The swap of walk_load's n elements (same e, w; w is advanced past them): dot += v[u] X there in element order,
-// then X = bf16(v[u]) (dst nct tiles wide, h_at).
-template <int n>
-__device__ __forceinline__ void walk_swap(const float (&v)[n], int e, RowWalk& w, int total, int nct,
+// The swap of walk_load's n elements (same e, w; w is advanced past them, or left where the elements end): dot +=
+// v[u] X there in element order, then X = bf16(v[u]) (dst nct tiles wide, h_at).
+template <int n, bool kCol>
+__device__ __forceinline__ void walk_swap(const float (&v)[n], int e, RowWalk<kCol>& w, int total, int nct,
                                           __nv_bfloat16* dst, double& dot) {
 #pragma unroll
   for (int u = 0; u < n; ++u, w.next()) {
-    if (e + u * tile::kThreads >= total) continue;
+    if (e + u * tile::kThreads >= total) break;  // (and every later one)
     __nv_bfloat16& x = dst[h_at(w.r, w.c, nct)];
     dot += static_cast<double>(v[u]) * __bfloat162float(x);
     x = __float2bfloat16_rn(v[u]);
   }
 }
 
+// Whether swap_ahead and swap_tiles_dot walk nct tiles wide in RowWalk's short form.
+__device__ __forceinline__ bool col_walk(int nct) { return tile::kThreads % (64 * nct) == 0; }
+
 // The first kAhead of the thread's elements of swap_tiles_dot (same arguments), issued together ahead of the
 // swap (32: all of them at P = 64, N = 128).
 template <int kAhead>
 __device__ __forceinline__ void swap_ahead(float (&v)[kAhead], int nrt, int nct, int rows, int cols,
                                            const float* src) {
-  walk_load(v, static_cast<int>(threadIdx.x), RowWalk(64 * nct), 64 * nrt * 64 * nct, rows, cols, src);
+  const int x = static_cast<int>(threadIdx.x), wc = 64 * nct, total = 64 * nrt * wc;
+  if (col_walk(nct))
+    walk_load(v, x, RowWalk<true>(wc), total, rows, cols, src);
+  else
+    walk_load(v, x, RowWalk<false>(wc), total, rows, cols, src);
+}
+
+// swap_tiles_dot in RowWalk<kCol>'s form.
+template <bool kCol, int kAhead>
+__device__ __forceinline__ double swap_dot_walk(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols,
+                                                const float* src, const float (&ahead)[kAhead]) {
+  constexpr int kBatch = 8;
+  const int wc = 64 * nct, total = 64 * nrt * wc;
+  double dot = 0.0;
+  RowWalk<kCol> w(wc);
+  walk_swap(ahead, static_cast<int>(threadIdx.x), w, total, nct, dst, dot);
+  for (int e0 = threadIdx.x + kAhead * tile::kThreads; e0 < total; e0 += kBatch * tile::kThreads) {
+    float v[kBatch];
+    walk_load(v, e0, w, total, rows, cols, src);
+    walk_swap(v, e0, w, total, nct, dst, dot);
+  }
+  return dot;
 }
 
 // dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
@@ -1060,17 +1089,8 @@ __device__ __forceinline__ void swap_ahead(float (&v)[kAhead], int nrt, int nct,
 template <int kAhead>
 __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src,
                                  const float (&ahead)[kAhead]) {
-  constexpr int kBatch = 8;
-  const int wc = 64 * nct, total = 64 * nrt * wc;
-  double dot = 0.0;
-  RowWalk w(wc);
-  walk_swap(ahead, static_cast<int>(threadIdx.x), w, total, nct, dst, dot);
-  for (int e0 = threadIdx.x + kAhead * tile::kThreads; e0 < total; e0 += kBatch * tile::kThreads) {
-    float v[kBatch];
-    walk_load(v, e0, w, total, rows, cols, src);
-    walk_swap(v, e0, w, total, nct, dst, dot);
-  }
-  return dot;
+  return col_walk(nct) ? swap_dot_walk<true>(dst, nrt, nct, rows, cols, src, ahead)
+                       : swap_dot_walk<false>(dst, nrt, nct, rows, cols, src, ahead);
 }
 
 // bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, S_in (stored
@@ -1080,13 +1100,17 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
 // σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
-// scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for dq
-// and inter, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
+// scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for inter
+// and dq, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
 // q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
-// prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before the
-// barrier that ends the S_in products (swap_ahead), the fp32 v, dy of the per-token sums and of D dy before the
-// products whose results they meet. Grid (nc, H, B) of tile::kThreads, two blocks per SM at P = 64, N = 128;
-// dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows).
+// prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before dq's
+// products, the last ones on S_in (swap_ahead), the fp32 v, dy under the thread's accumulator entries
+// (MmaRows::gather) ahead of the products whose results they meet, the first P tile's across a barrier: dy for
+// inter (and D) before the barrier that ends the coefficient tiles, v and dy once for Z, v·dy and D dy before the
+// one that publishes dS (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in
+// block_reduce's order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
+// two blocks per SM at P = 64, N = 128; dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1:
+// SISO), or 0: s.R (ChunkRows).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const float* dy, const float* D,
@@ -1108,7 +1132,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   // inter / e^{G_i}, Z / f_j, v·dy.
   enum { kDiag, kRowW, kColY, kInter, kZ, kVdy, kParts };
   __shared__ double red[kParts][4 * kRows];
-  __shared__ double Gs[kRows];
+  __shared__ double Gs[kRows], sdw[tile::kThreads / 32];  // sdw: the warps' parts of <dS, S_in>
   __shared__ float sg[kRows], gm[kRows], eg[kRows], fe[kRows];  // σ, γ, e^{G_i}, f_i = e^{Γ - G_i}
   const Chunk k = this_chunk(s);
   const ChunkRows<kR> cr(s, k);
@@ -1117,8 +1141,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const float* dS = dstates + base * s.P * s.N;
   // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
   // registers; q, k, S_in by cp.async (ChunkOperands; where they do not come in 16-byte pieces, copied after the
-  // rest); dS asked into the L2 (read after the S_in products); v and dy in one batch, rounded on their way into
-  // V, DY.
+  // rest); dS asked into the L2 (loaded after inter, ahead of dq's products); v and dy in one batch, rounded on
+  // their way into V, DY.
   const int ti = static_cast<int>(threadIdx.x);
   TokenScalars ts{0.0, 0.0f, 0.0f};
   double gl = 0.0;  // Γ
@@ -1178,6 +1202,14 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     put_row_parts(roww, red[kRowW]);
     put_col_parts(coly, red[kColY]);
   }
+  // The fp32 v, dy under the thread's accumulator entries of P tile pt (MmaRows::gather; the chunk's rows at vc,
+  // dyc): dy for inter, then v and dy for Z, v·dy and D dy, each gathered ahead of the products whose results it
+  // meets (inter's first tile before this barrier; D, for D dy, too).
+  const float* vc = cr.base(v, P);
+  const float* dyc = cr.base(dy, P);
+  float vo[4][4], dyo[4][4];
+  my.gather(dyo, dyc, P, 0);
+  const float Dh = D[k.h];
   __syncthreads();
   auto scale_rows = [&](tile::Acc& acc, const float* w) {  // acc row ρ *= w[i] (0 past nr)
 #pragma unroll
@@ -1191,22 +1223,11 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
     my.store(cr.base(out, width), width, c0, pairs, [&](int a, int c) { return acc.v[a][c]; });
   };
-  // dq per N tile; the inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] and v·dy (fp32 v, dy) per P tile.
-  for (int nt = 0; nt < nN; ++nt) {
-    tile::Acc acc;
-    acc.zero();
-    for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(DY + pt * kT, S + (pt * nN + nt) * kT, acc);
-    scale_rows(acc, eg);
-    Mma::mma<false, false>(Adq, K + nt * kT, acc);
-    store_rows(acc, 64 * nt, N, dq);
-  }
+  // The inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] per P tile.
   {
-    const float* vc = cr.base(v, P);
-    const float* dyc = cr.base(dy, P);
-    double inter[4] = {}, vdy[4] = {};
+    double inter[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
-      float dyo[4][4];  // inter's dy (loaded ahead of the products)
-      my.gather(dyo, dyc, P, 64 * pt);
+      if (pt > 0) my.gather(dyo, dyc, P, 64 * pt);
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, S + (pt * nN + nt) * kT, acc);
@@ -1215,22 +1236,33 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int p = 64 * pt + Mma::col(c);
-          if (my.in(a) && p < P) {
-            inter[a] += dyo[a][c] * acc.v[a][c];
-            vdy[a] += static_cast<double>(vc[my.off(a) * P + p]) * dyo[a][c];
-          }
+          if (my.in(a) && p < P) inter[a] += dyo[a][c] * acc.v[a][c];
         }
     }
     put_row_parts(inter, red[kInter]);
-    put_row_parts(vdy, red[kVdy]);
   }
-  // dS's first elements of the swap, loaded before the barrier (16 in the MIMO kernel: its run-time rank's
+  // dS's first elements of the swap, loaded ahead of dq's products (16 in the MIMO kernel: its run-time rank's
   // registers leave no room for 32).
-  float dS_ahead[kR == 1 ? 32 : 16];
-  swap_ahead(dS_ahead, nP, nN, P, N, dS);
-  __syncthreads();  // S_in's readers are done
-  double sd = swap_tiles_dot(S, nP, nN, P, N, dS, dS_ahead);
-  sd = block_reduce(sd, SumOp{}, 0.0);  // <dS, S_in>; synchronises the block (dS in S)
+  {
+    float dS_ahead[kR == 1 ? 32 : 16];
+    swap_ahead(dS_ahead, nP, nN, P, N, dS);
+    // dq per N tile.
+    for (int nt = 0; nt < nN; ++nt) {
+      tile::Acc acc;
+      acc.zero();
+      for (int pt = 0; pt < nP; ++pt) Mma::mma<false, false>(DY + pt * kT, S + (pt * nN + nt) * kT, acc);
+      scale_rows(acc, eg);
+      Mma::mma<false, false>(Adq, K + nt * kT, acc);
+      store_rows(acc, 64 * nt, N, dq);
+    }
+    __syncthreads();  // S_in's readers are done
+    // <dS, S_in>: each warp's sum into sdw (warp_sum); warp 0 adds them at the end in block_reduce's order.
+    const double sd = warp_sum(swap_tiles_dot(S, nP, nN, P, N, dS, dS_ahead));
+    if (Mma::lane() == 0) sdw[Mma::warp()] = sd;
+  }
+  my.gather(vo, vc, P, 0);  // (ahead of dk's products)
+  my.gather(dyo, dyc, P, 0);
+  __syncthreads();  // dS in S
   // dk per N tile.
   for (int nt = 0; nt < nN; ++nt) {
     tile::Acc acc;
@@ -1245,17 +1277,15 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     Mma::mma<true, false>(Adq, Q + nt * kT, acc);
     store_rows(acc, 64 * nt, N, dk);
   }
-  // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] (fp32 v).
+  // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] and v·dy.
   {
-    const float Dh = D[k.h];
-    const float* vc = cr.base(v, P);  // the chunk's v, dy, dv rows
-    const float* dyc = cr.base(dy, P);
     float* dvc = cr.base(dv, P);
-    double z[4] = {};
+    double z[4] = {}, vdy[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
-      float vo[4][4], dyo[4][4];  // Z's v, D dy's dy (loaded ahead of the products)
-      my.gather(vo, vc, P, 64 * pt);
-      my.gather(dyo, dyc, P, 64 * pt);
+      if (pt > 0) {
+        my.gather(vo, vc, P, 64 * pt);
+        my.gather(dyo, dyc, P, 64 * pt);
+      }
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(K + nt * kT, S + (pt * nN + nt) * kT, acc);
@@ -1265,7 +1295,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int p = 64 * pt + Mma::col(c);
-          if (my.in(a) && p < P) z[a] += vo[a][c] * acc.v[a][c];
+          if (my.in(a) && p < P) {
+            z[a] += vo[a][c] * acc.v[a][c];
+            vdy[a] += static_cast<double>(vo[a][c]) * dyo[a][c];
+          }
           acc.v[a][c] *= x;
         }
       }
@@ -1273,6 +1306,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       my.store(dvc, P, 64 * pt, pairs, [&](int a, int c) { return fmaf(Dh, dyo[a][c], acc.v[a][c]); });
     }
     put_row_parts(z, red[kZ]);
+    put_row_parts(vdy, red[kVdy]);
   }
   __syncthreads();
   if (threadIdx.x >= 32) return;
@@ -1303,6 +1337,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   double ex[2];
   warp_excl_scan2(step[0], step[1], ex[0], ex[1]);
   const double dD = warp_sum(vd[0] + vd[1]);
+  const double sd = warp_sum(lane < tile::kThreads / 32 ? sdw[lane] : 0.0);  // <dS, S_in>
   const double state = exp(Gs[s.Lc - 1]) * sd + warp_sum(inter[0] + inter[1]);
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
@@ -1385,10 +1420,9 @@ void core_check(const Sizes& s, bool bf16) {
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   // The static arrays of bwd_chunk_kernel (and block_reduce's) take 7 64 doubles, 2 64 floats and 32 doubles;
-  // fwd_out_mma_kernel's 64 doubles and 2 64 floats; bwd_chunk_mma_kernel's 25 64 doubles and 4 64 floats
-  // (and block_reduce's 32 doubles).
+  // fwd_out_mma_kernel's 64 doubles and 2 64 floats; bwd_chunk_mma_kernel's 25 64 + 8 doubles and 4 64 floats.
   const size_t need = bf16 ? std::max(fwd_out_mma_smem(s) + 8 * kRows + 4 * 2 * kRows,
-                                      bwd_mma_smem(s) + 8 * (25 * kRows + 32) + 4 * 4 * kRows)
+                                      bwd_mma_smem(s) + 8 * (25 * kRows + 8) + 4 * 4 * kRows)
                            : bwd_smem(s) + 8 * (7 * kRows + 32) + 4 * 2 * kRows;
   check(need <= static_cast<size_t>(optin),
         "mamba3 (cuda): the core needs {} bytes of shared memory per block for head_dim {} and d_state {}, the "
