@@ -219,8 +219,13 @@ class CudaBackend final : public Backend {
     const cudaError_t err = cudaMalloc(&p, bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();  // an allocation failure is not sticky: clear it
-      throw Error(fmt::format("cuda backend: out of memory allocating {} bytes ({})", bytes,
-                              cudaGetErrorString(err)));
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();  // for the message only
+      constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+      throw Error(fmt::format(
+          "cuda backend: out of memory allocating {} bytes ({:.2f} GiB; {}; {:.2f} of {:.2f} GiB free on the device): "
+          "lower train.micro_batch (grad_accum grows to keep train.batch_tokens) or set train.recompute=true",
+          bytes, bytes / kGiB, cudaGetErrorString(err), free_bytes / kGiB, total_bytes / kGiB));
     }
     allocations_.allocated(p, bytes);
     return p;
