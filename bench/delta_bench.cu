@@ -178,10 +178,11 @@ Cost gdn_bf16_cost(const char* phase, const Shape& s, bool) {
   const double nkt = K / 64, nvt = V / 64, S = N / 64 * K * V;  // N (token, head) rows; S elements of h (or dh)
   const double gates = 8 * N;                                     // g, β (fp32)
   const double e = 2;                                             // bytes of a q, k, v element (bf16)
-  if (std::strcmp(phase, "wu") == 0) {  // k (issued twice: X K^T, then W), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a
-                                        // chunk) written
+  if (std::strcmp(phase, "wu") == 0) {  // k (issued twice, X K^T, then W, beyond 4 key tiles; up to 4 X K^T reads
+                                        // F3's k tiles by cp.async), v; W, U (bf16); 𝒯 (fp32, 64 x 64 a chunk)
+                                        // written
     const double wu = gates + e * N * K + e * N * V + 2 * N * K + 2 * N * V + 4 * 64 * N;
-    return {wu, wu + e * N * K, 2 * 64 * N * (2 * K + V)};
+    return {wu, wu + (nkt > 4 ? e * N * K : 0.0), 2 * 64 * N * (2 * K + V)};
   }
   if (std::strcmp(phase, "scan") == 0)  // per value tile: gates, W (bf16), k; U read and Δ written (bf16); h (bf16)
     return {gates + (2 + e) * N * K + 4 * N * V + 2 * S, nvt * (gates + (2 + e) * N * K) + 4 * N * V + 2 * S,

@@ -5,7 +5,8 @@
 // (also with strong decay, g down to -20), GDN and Comba with a key_dim
 // beyond the Mma scans, K = 320: the tile::Tc scans; GDN with three key tiles, K = 192, V = 64: the backward scan's
 // staging ring at 3 key tiles; GDN with rows that are not 16-byte aligned, K = 61, V = 60; GDN and Comba with bf16
-// q, k, v, p̂ in memory, compared with the reference on the same bf16-rounded inputs) and fp32 compute (tile::Simt).
+// q, k, v, p̂ in memory, compared with the reference on the same bf16-rounded inputs, GDN also at K = 320, V = 128:
+// wu's operand tiles by cp.async, more of them than its ring holds) and fp32 compute (tile::Simt).
 // GDN and Comba: the forward keeps its 𝒯, h, Δ and W (the saved set, NaN before the forward; the scratch is NaN
 // again before the backward) and the backward reads W, h and Δ, running neither wu nor the forward scan; KDA: the
 // forward keeps P, 𝒯, Δ and h, the backward forms W from 𝒯 and runs no forward scan (KDA also at chunk 13 with
@@ -361,4 +362,10 @@ TEST_CASE("cuda emu: bf16 GDN and Comba cores with bf16 q, k, v, p̂: K = 192 (t
           "[emu][gdn][comba][bf16_in]") {
   check_case({Core::gdn, true, 1, 130, 1, 192, 64, 64, -1.0, 1880, true});
   check_case({Core::comba, true, 1, 130, 1, 320, 64, 64, -0.05, 1890, true});
+}
+
+TEST_CASE("cuda emu: bf16 GDN core with bf16 q, k, v: K = 320, V = 128 (wu's X K^T beyond the four k tiles of F3's "
+          "cp.async ring; six operand tiles through the ring, also in the backward's wu from a saved 𝒯)",
+          "[emu][gdn][bf16_in]") {
+  check_case({Core::gdn, true, 1, 130, 1, 320, 128, 64, -1.0, 1900, true}, true);
 }

@@ -373,6 +373,28 @@ __device__ __forceinline__ void load_h_async(__nv_bfloat16* s, const __nv_bfloat
   }
 }
 
+/// After the thread's own load_h_async copies into s have landed (its cp_async_wait): s[r][c] = bf16(f x) over
+/// exactly those pieces, in place, with f = scale(r) for r < rows, else 0, x the copied value (0 where zero-filled):
+/// load_h_async then scale_h_async give the elements and rounding of load_h(s, src, stride, rows, cols, scale). The
+/// thread's own pieces only: no barrier between the two (one before other threads read the tile).
+template <typename Scale>
+__device__ __forceinline__ void scale_h_async(__nv_bfloat16* s, int rows, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 3, c = 8 * (idx & 7);
+    uint4* q = reinterpret_cast<uint4*>(s + r * kLdH + c);
+    uint4 x = *q;
+    const float f = r < rows ? scale(r) : 0.0f;
+    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&x);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 y = __bfloat1622float2(p[e]);
+      p[e] = __floats2bfloat162_rn(f * y.x, f * y.y);
+    }
+    *q = x;
+  }
+}
+
 /// The fp32 staging tile of stage_async: 64 x 64 floats, rows 64 apart (16 KiB).
 constexpr int kStageFloats = kN * kN;
 

@@ -204,17 +204,23 @@ __device__ void load_gates(const A& a, const Chunk& ch, double* gam, float* beta
   scan_gates(g_r, b_r, gam, beta, tmp);
 }
 
-// Small per-block arrays at the start of the dynamic shared memory.
-struct Small {
+// The chunk's gates at the start of the dynamic shared memory: Γ, β and g (tmp) by row (load_gates).
+struct Gates {
   double* gam;
-  float *beta, *tmp, *red, *out1, *out2, *out3;
-  __device__ explicit Small(Carve& cv)
-      : gam(cv.take<double>(kN)), beta(cv.take<float>(kN)), tmp(cv.take<float>(kN)),
-        red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)), out2(cv.take<float>(kN)),
-        out3(cv.take<float>(kN)) {}
+  float *beta, *tmp;
+  __device__ explicit Gates(Carve& cv) : gam(cv.take<double>(kN)), beta(cv.take<float>(kN)), tmp(cv.take<float>(kN)) {}
   /// The log-decay that A's rows and W carry: Γ^ex_r (Comba) or Γ_r (GDN).
   template <bool kComba>
   __device__ double row_gam(int r) const { return kComba ? gam[r] - tmp[r] : gam[r]; }
+};
+constexpr size_t kGatesBytes = 8 * kN + 4 * 2 * kN + 3 * 16;
+
+// Small per-block arrays at the start of the dynamic shared memory: the gates, then reduction scratch.
+struct Small : Gates {
+  float *red, *out1, *out2, *out3;
+  __device__ explicit Small(Carve& cv)
+      : Gates(cv), red(cv.take<float>(2 * kN * 16)), out1(cv.take<float>(kN)), out2(cv.take<float>(kN)),
+        out3(cv.take<float>(kN)) {}
 };
 constexpr size_t kSmallBytes = 8 * kN + 4 * (5 * kN + 2 * kN * 16) + 7 * 16;
 
@@ -481,10 +487,25 @@ __device__ __forceinline__ void fetch_in(tile::HRegs& x, const E* src, int64_t s
   tile::fetch_h(x, src, stride, rows, cols);
 }
 
-// Shared memory of gdn_wu_mma_kernel: fp32 A, 𝒯 (forward substitution), bf16 𝒯 and two operand tiles.
-constexpr size_t kWuMmaSmem = kSmallBytes + 2 * sizeof(float) * tile::kTileFloats + 3 * sizeof(bf16) * kTileHalves;
-// Shared memory of gdn_wu_saved_mma_kernel: bf16 𝒯 and two operand tiles.
-constexpr size_t kWuSavedMmaSmem = kSmallBytes + 3 * sizeof(bf16) * kTileHalves;
+// Tiles in F3's ring of bf16 operand tiles (wu_products_mma; gdn_wu_mma_kernel and gdn_wu_saved_mma_kernel).
+constexpr int kWuRing = 4;
+// Shared memory of gdn_wu_mma_kernel: the gates, F3's ring, and an fp32 area of two tiles: X K^T's two bf16
+// operand tiles (where they do not come from the ring), then fp32 A and 𝒯 (the inverse), then two bf16 tiles:
+// 𝒯 (where A was) and F3's product tile (where 𝒯 was).
+constexpr size_t kWuMmaSmem =
+    kGatesBytes + kWuRing * sizeof(bf16) * kTileHalves + 2 * sizeof(float) * tile::kTileFloats;
+// Shared memory of gdn_wu_saved_mma_kernel: the gates, F3's ring, the bf16 𝒯 and F3's product tile.
+constexpr size_t kWuSavedMmaSmem = kGatesBytes + (kWuRing + 2) * sizeof(bf16) * kTileHalves;
+
+// Whether F3's operand tiles (x = k, Comba p̂, and v) come by cp.async (wu_issue): bf16 inputs with every row and
+// 8-column piece 16-byte aligned (tile::async_ok_h); else through registers (wu_fetch, put_h).
+template <bool kComba, typename L, typename E>
+__device__ __forceinline__ bool wu_async(const GdnFast<L, E>& a) {
+  if constexpr (std::is_same_v<E, bf16>)
+    return tile::async_ok_h(kComba ? a.p : a.k, a.K) && tile::async_ok_h(a.v, a.V);
+  else
+    return false;
+}
 
 // F3's operand tile t of chunk ch, unscaled, into f (tile::fetch_h): W's (x = k, Comba p̂: key tile t) for t < nkt,
 // else U's (v: value tile t - nkt).
@@ -497,43 +518,102 @@ __device__ __forceinline__ void wu_fetch(const GdnFast<L, E>& a, const Chunk& ch
     fetch_in(f, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
 }
 
-// F3 (Comba: F3') of chunk ch on the tensor cores: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}) and
-// U = 𝒯 diag(β) V (each tile its own product), from the bf16 𝒯 in hT and the gates in
-// s (both written before the call, ordered by its first barrier), with operand tile 0 in flight in f (wu_fetch). The
-// operand tiles (W's, then U's: wu_fetch's order) go through the bf16 tiles hX, hK by turns (free at the call); tile
-// t: f (tile t) scaled into its buffer (the product that last read it came before the previous barrier), the fetch
-// of tile t + 1 into f, a barrier, the product and its store.
-template <bool kComba, typename L, typename E>
-__device__ __forceinline__ void wu_products_mma(const GdnFast<L, E>& a, const Chunk& ch, const Small& s,
-                                                const bf16* hT, bf16* hX, bf16* hK, tile::Frag& f) {
-  const int64_t K = a.K, V = a.V;
-  const int nkt = static_cast<int>((K + kN - 1) / kN), nt = nkt + static_cast<int>((V + kN - 1) / kN);
-  const auto id = [](int, int, float v) { return v; };
-  Acc acc;
-  for (int t = 0; t < nt; ++t) {
-    bf16* h = (t & 1) ? hK : hX;
-    if (t < nkt)
-      tile::put_h(f, h, ch.n, [&](int r) { return s.beta[r] * expd(s.row_gam<kComba>(r)); });
-    else
-      tile::put_h(f, h, ch.n, [&](int r) { return s.beta[r]; });
-    if (t + 1 < nt) wu_fetch<kComba>(a, ch, nkt, t + 1, f);
-    __syncthreads();
-    acc.zero();
-    Mma::mma<false, false>(hT, h, acc);
-    if (t < nkt)
-      store_acc<Mma>(acc, ch.rows(a, a.W, K, kN * t), K, ch.n, tile_cols(K, kN * t), id);
-    else
-      store_acc<Mma>(acc, ch.rows(a, a.U, V, kN * (t - nkt)), V, ch.n, tile_cols(V, kN * (t - nkt)), id);
+// wu_fetch's tile t (of nt) by cp.async, unscaled, into slot t % kSlots of the ring (tile::load_h_async; only where
+// wu_async), then one commit (an empty group for t >= nt, so that every call commits one).
+template <int kSlots, bool kComba, typename L, typename E>
+__device__ __forceinline__ void wu_issue(const GdnFast<L, E>& a, const Chunk& ch, int nkt, int nt, int t, bf16* ring) {
+  if constexpr (std::is_same_v<E, bf16>) {
+    if (t < nt) {
+      const int64_t K = a.K, V = a.V;
+      bf16* h = ring + (t % kSlots) * kTileHalves;
+      if (t < nkt)
+        tile::load_h_async(h, ch.in(a, kComba ? a.p : a.k, K, kN * t), a.H * K, ch.n, tile_cols(K, kN * t));
+      else
+        tile::load_h_async(h, ch.in(a, a.v, V, kN * (t - nkt)), a.H * V, ch.n, tile_cols(V, kN * (t - nkt)));
+    }
+  }
+  tile::cp_async_commit();
+}
+
+// Waits until at most n (clamped to 0 .. 6) of the thread's cp.async groups are in flight (wu, out, dv_local:
+// their ring depth is known at run time only).
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n < 0 ? 0 : n) {
+    case 0: tile::cp_async_wait<0>(); break;
+    case 1: tile::cp_async_wait<1>(); break;
+    case 2: tile::cp_async_wait<2>(); break;
+    case 3: tile::cp_async_wait<3>(); break;
+    case 4: tile::cp_async_wait<4>(); break;
+    case 5: tile::cp_async_wait<5>(); break;
+    default: tile::cp_async_wait<6>(); break;
   }
 }
 
-// F1–F3 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_wu_kernel (𝒯 stored to a.Tm where given). The same
-// results bit for bit as the plain form (per tile: load_h, barrier, product, barrier), with fewer exposed load
-// latencies and barriers: the chunk's k (Comba: and p) and v rows are asked of the L2 before the gates are loaded;
-// X K^T takes two key tiles a step (GDN: hX, hK, each tile times itself, both loaded together; Comba: p and k of
-// one key tile, one after the other); A is inverted by tile::tril_inverse_fast; F3 (wu_products_mma) runs from 𝒯
-// rounded to bf16 once (hT), its first operand tile fetched into registers during the inverse (GDN; Comba: after
-// it, for want of registers). At most 80 registers: three blocks an SM, as the shared memory allows.
+// F3's product tile t of chunk ch (wu_fetch's order), in the bf16 tile h, to W (t < nkt) or U (as 16-byte pieces
+// where aligned: tile::store_h).
+template <typename L, typename E>
+__device__ __forceinline__ void wu_store(const GdnFast<L, E>& a, const Chunk& ch, int nkt, int t, const bf16* h) {
+  const int64_t K = a.K, V = a.V;
+  if (t < nkt)
+    tile::store_h(h, ch.rows(a, a.W, K, kN * t), K, ch.n, tile_cols(K, kN * t));
+  else
+    tile::store_h(h, ch.rows(a, a.U, V, kN * (t - nkt)), V, ch.n, tile_cols(V, kN * (t - nkt)));
+}
+
+// F3 (Comba: F3') of chunk ch on the tensor cores: W = 𝒯 diag(β) (X ⊙ e^Γ) (Comba: e^{Γ^ex}) and
+// U = 𝒯 diag(β) V (each tile its own product), from the bf16 𝒯 in hT and the gates in s (both written before
+// the call, ordered by its first barrier). The operand tiles t < nt (W's, then U's: wu_fetch's order) pass through
+// slot t % kSlots of the bf16 ring (free at the call, but for what async says), the products through the bf16 tile
+// hO (free at the call) to global (wu_store). Tile t: its slot filled with the scaled tile (the product that last
+// read that slot came before the previous barrier), a barrier, the next issue, the product into hO (the store
+// that last read it came before the barrier), a barrier, the store of hO.
+//   async (wu_async): tiles 0 .. kSlots - 1 were issued before the call (wu_issue, one group each; the slots may
+//     hold them raw already, or any tile of them may still be in flight); tile t is scaled in place by the thread
+//     that copied each piece (tile::scale_h_async) once its group has landed, and after the barrier of tile
+//     t > 0 tile t + kSlots - 1 is issued into the slot tile t - 1 left, so up to kSlots - 1 tiles are in flight
+//     during each product;
+//   else: f holds tile 0 (wu_fetch) at the call; tile t goes from f into its slot scaled (put_h), then tile t + 1
+//     is fetched into f (in flight during the product).
+// Either way the elements and rounding of tile::load_h with the scale: the same products and bits.
+template <int kSlots, bool kComba, typename L, typename E>
+__device__ __forceinline__ void wu_products_mma(const GdnFast<L, E>& a, const Chunk& ch, const Gates& s,
+                                                const bf16* hT, bf16* ring, bf16* hO, bool async, tile::Frag& f) {
+  const int nkt = static_cast<int>((a.K + kN - 1) / kN), nt = nkt + static_cast<int>((a.V + kN - 1) / kN);
+  for (int t = 0; t < nt; ++t) {
+    bf16* h = ring + (t % kSlots) * kTileHalves;
+    const auto scale = [&](int r) { return t < nkt ? s.beta[r] * expd(s.row_gam<kComba>(r)) : s.beta[r]; };
+    if (async) {  // tile t is group t of kSlots + max(t - 1, 0) committed
+      if (t == 0)
+        tile::cp_async_wait<kSlots - 1>();
+      else
+        tile::cp_async_wait<kSlots - 2>();
+      tile::scale_h_async(h, ch.n, scale);
+    } else {
+      tile::put_h(f, h, ch.n, scale);
+      if (t + 1 < nt) wu_fetch<kComba>(a, ch, nkt, t + 1, f);
+    }
+    __syncthreads();
+    if (async && t > 0) wu_issue<kSlots, kComba>(a, ch, nkt, nt, t + kSlots - 1, ring);
+    Acc acc;
+    acc.zero();
+    Mma::mma<false, false>(hT, h, acc);
+    tile::store_acc_h(acc, hO, tile::Same{});
+    __syncthreads();
+    wu_store(a, ch, nkt, t, hO);
+  }
+}
+
+// F1–F3 for chunk blockIdx.x of pair bh0 + blockIdx.y, as gdn_wu_kernel (𝒯 stored to a.Tm where given), with the
+// products of its bf16 rounding points (Precision). Where wu_async, F3's first kWuRing operand tiles are issued
+// by cp.async before the gates are loaded (wu_issue); else k (Comba: and p̂) and v are asked of the L2 first.
+// X K^T: GDN with wu_async and at most kWuRing key tiles reads the raw k tiles F3 keeps in its ring (each tile
+// times itself); else in steps through two bf16 tiles of the fp32 area (GDN: key tiles 2 st, 2 st + 1, each
+// times itself, both loaded together; Comba: p̂ and k of key tile st, one after the other). A is inverted by
+// tile::tril_inverse_fast in the fp32 area, 𝒯 rounded to bf16 once into it (where A was), and F3
+// (wu_products_mma) runs from there, its products through the fp32 area's second tile (where 𝒯 was) to global
+// as 16-byte pieces. Without wu_async F3's first operand tile is fetched into registers during the inverse (GDN;
+// Comba: after it, for want of registers). The same bits either way. At most 80 registers: three blocks an SM, as
+// the shared memory allows (69.5 KiB).
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
@@ -541,46 +621,64 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
   using tile::put_h;
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
+  const Gates s(cv);
+  bf16* ring = cv.take<bf16>(kWuRing * kTileHalves);
   float *sA = cv.tile(), *sT = cv.tile();
-  bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
+  // The fp32 area's bf16 tiles: X K^T's operands hX, hK before F1, then the bf16 𝒯 (hX) and F3's product tile
+  // (hK).
+  bf16 *hX = reinterpret_cast<bf16*>(sA), *hK = reinterpret_cast<bf16*>(sT);
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K, V = a.V, HK = a.H * K;
-  const int nkt = static_cast<int>((K + kN - 1) / kN);
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nt = nkt + static_cast<int>((V + kN - 1) / kN);
   const E* x = kComba ? a.p : a.k;
   const auto one = [](int) { return 1.0f; };
-  // X K^T in steps: GDN (x = k) key tiles 2 st, 2 st + 1 into hX, hK (each tile times itself); Comba p and k of
-  // key tile st.
-  const int nxs = kComba ? nkt : (nkt + 1) / 2;
-  tile::prefetch_l2(ch.in(a, a.k, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
-  if (kComba) tile::prefetch_l2(ch.in(a, x, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
-  tile::prefetch_l2(ch.in(a, a.v, V, 0), sizeof(E) * a.H * V, ch.n, sizeof(E) * V);
-  load_gates(a, ch, s.gam, s.beta, s.tmp);
+  const bool async = wu_async<kComba>(a);
+  const bool resident = async && !kComba && nkt <= kWuRing;  // X K^T from the ring's raw k tiles
+  if (async) {
+    for (int t = 0; t < kWuRing; ++t) wu_issue<kWuRing, kComba>(a, ch, nkt, nt, t, ring);
+  } else {
+    tile::prefetch_l2(ch.in(a, a.v, V, 0), sizeof(E) * a.H * V, ch.n, sizeof(E) * V);
+  }
+  if (!resident) {
+    tile::prefetch_l2(ch.in(a, a.k, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
+    if (kComba) tile::prefetch_l2(ch.in(a, x, K, 0), sizeof(E) * HK, ch.n, sizeof(E) * K);
+  }
+  float g_r = 0.0f, b_r = 0.0f;
+  fetch_gates(a, ch, g_r, b_r);
+  if (resident) cp_async_wait_upto(kWuRing - nkt);  // the k tiles' groups (the first nkt)
+  scan_gates(g_r, b_r, s.gam, s.beta, s.tmp);       // (its first barrier also publishes the landed k tiles)
   Frag fa;
   Acc acc;
   acc.zero();
-  for (int st = 0; st < nxs; ++st) {
-    const int64_t ka = kComba ? kN * st : 2 * kN * st, kb = kComba ? ka : ka + kN;
-    if (kComba) {  // one tile in flight at a time (80 registers)
-      fetch_in(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
-      put_h(fa, hX, ch.n, one);
-      fetch_in(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
-      put_h(fa, hK, ch.n, one);
-    } else {  // both key tiles in flight together
-      Frag fb;
-      fetch_in(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
-      if (kb < K) fetch_in(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
-      put_h(fa, hX, ch.n, one);
-      if (kb < K) put_h(fb, hK, ch.n, one);
+  if (resident) {
+    for (int t = 0; t < nkt; ++t) Mma::mma<false, true>(ring + t * kTileHalves, ring + t * kTileHalves, acc);
+  } else {
+    // X K^T in steps: GDN (x = k) key tiles 2 st, 2 st + 1 into hX, hK (each tile times itself); Comba p and k of
+    // key tile st.
+    const int nxs = kComba ? nkt : (nkt + 1) / 2;
+    for (int st = 0; st < nxs; ++st) {
+      const int64_t ka = kComba ? kN * st : 2 * kN * st, kb = kComba ? ka : ka + kN;
+      if (kComba) {  // one tile in flight at a time (80 registers)
+        fetch_in(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+        put_h(fa, hX, ch.n, one);
+        fetch_in(fa, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+        put_h(fa, hK, ch.n, one);
+      } else {  // both key tiles in flight together
+        Frag fb;
+        fetch_in(fa, ch.in(a, x, K, ka), HK, ch.n, tile_cols(K, ka));
+        if (kb < K) fetch_in(fb, ch.in(a, a.k, K, kb), HK, ch.n, tile_cols(K, kb));
+        put_h(fa, hX, ch.n, one);
+        if (kb < K) put_h(fb, hK, ch.n, one);
+      }
+      __syncthreads();
+      if (kComba) {
+        Mma::mma<false, true>(hX, hK, acc);
+      } else {
+        Mma::mma<false, true>(hX, hX, acc);
+        if (kb < K) Mma::mma<false, true>(hK, hK, acc);
+      }
+      __syncthreads();  // (also: hX, hK are read no more before F1 writes A and 𝒯 over them)
     }
-    __syncthreads();
-    if (kComba) {
-      Mma::mma<false, true>(hX, hK, acc);
-    } else {
-      Mma::mma<false, true>(hX, hX, acc);
-      if (kb < K) Mma::mma<false, true>(hK, hK, acc);
-    }
-    __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -591,38 +689,47 @@ __global__ void __launch_bounds__(tile::kThreads, 3) gdn_wu_mma_kernel(GdnFast<L
           c < r && r < ch.n ? s.beta[r] * expd(s.row_gam<kComba>(r) - s.gam[c]) * acc.v[i][j] : 0.0f;
       sT[r * kLd + c] = r == c ? 1.0f : 0.0f;
     }
-  if (!kComba) wu_fetch<kComba>(a, ch, nkt, 0, fa);  // in flight during the inverse
+  if (!kComba && !async) wu_fetch<kComba>(a, ch, nkt, 0, fa);  // in flight during the inverse
   __syncthreads();
-  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier)
-  if (kComba) wu_fetch<kComba>(a, ch, nkt, 0, fa);
+  tile::tril_inverse_fast(sA, sT, ch.n);  // F2 (ends with a barrier: A is read no more)
+  if (kComba && !async) wu_fetch<kComba>(a, ch, nkt, 0, fa);
   if (a.Tm != nullptr) tile::store(sT, ch.square(a, a.Tm), kN, kN, kN);
-  tile::load_h(hT, sT, kLd, kN, kN);  // 𝒯 in bf16, once (its readers come after the next barrier)
-  wu_products_mma<kComba>(a, ch, s, hT, hX, hK, fa);  // F3
+  tile::load_h(hX, sT, kLd, kN, kN);  // 𝒯 in bf16, once, where A was (its readers, and F3's first write of hK
+                                      // over the fp32 𝒯, come after F3's first barrier)
+  wu_products_mma<kWuRing, kComba>(a, ch, s, hX, ring, hK, async, fa);  // F3
 }
 
 // F3 (Comba: F3') for chunk blockIdx.x of pair bh0 + blockIdx.y from the 𝒯 the forward stored (a.Tm), as
-// gdn_wu_mma_kernel forms W and U (the same bits: 𝒯 rounded to bf16 as there), without A or its inverse (the
-// backward's wu from a saved set without the states, as gdn_wu_saved_kernel). The chunk's x (k, Comba p̂) and v rows
-// are asked of the L2 first; 𝒯 and F3's first operand tile are fetched into registers while the gates are loaded.
-// At most 64 registers (no spills): four blocks an SM (36.9 KiB of shared memory each), for more
-// loads in flight.
+// gdn_wu_mma_kernel forms W and U (the same bits: 𝒯 rounded to bf16 as there, the same wu_products_mma), without A
+// or its inverse (the backward's wu from a saved set without the states, as gdn_wu_saved_kernel). Where wu_async,
+// F3's first kWuRing operand tiles are issued by cp.async first (wu_issue); else the chunk's x (k, Comba p̂) and
+// v rows are asked of the L2 first and F3's first operand tile is fetched into registers; 𝒯 is fetched into
+// registers while the gates are loaded. At most 64 registers (no spills): four blocks an SM (55 KiB of shared
+// memory each), for more loads in flight.
 template <typename L, typename E, bool kComba>
 __global__ void __launch_bounds__(tile::kThreads, 4) gdn_wu_saved_mma_kernel(GdnFast<L, E> a) {
   static_assert(std::is_same_v<typename L::Operand, bf16>, "bf16 scratch");
   extern __shared__ __align__(16) char smem[];
   Carve cv{smem};
-  Small s(cv);
-  bf16 *hT = cv.take<bf16>(kTileHalves), *hX = cv.take<bf16>(kTileHalves), *hK = cv.take<bf16>(kTileHalves);
+  const Gates s(cv);
+  bf16 *ring = cv.take<bf16>(kWuRing * kTileHalves), *hT = cv.take<bf16>(kTileHalves),
+       *hO = cv.take<bf16>(kTileHalves);
   const Chunk ch(a, blockIdx.x, a.bh0 + blockIdx.y);
   const int64_t K = a.K;
-  tile::prefetch_l2(ch.in(a, kComba ? a.p : a.k, K, 0), sizeof(E) * a.H * K, ch.n, sizeof(E) * K);
-  tile::prefetch_l2(ch.in(a, a.v, a.V, 0), sizeof(E) * a.H * a.V, ch.n, sizeof(E) * a.V);
+  const int nkt = static_cast<int>((K + kN - 1) / kN), nt = nkt + static_cast<int>((a.V + kN - 1) / kN);
+  const bool async = wu_async<kComba>(a);
   tile::Frag ft, fa;
+  if (async) {
+    for (int t = 0; t < kWuRing; ++t) wu_issue<kWuRing, kComba>(a, ch, nkt, nt, t, ring);
+  } else {
+    tile::prefetch_l2(ch.in(a, kComba ? a.p : a.k, K, 0), sizeof(E) * a.H * K, ch.n, sizeof(E) * K);
+    tile::prefetch_l2(ch.in(a, a.v, a.V, 0), sizeof(E) * a.H * a.V, ch.n, sizeof(E) * a.V);
+  }
   tile::fetch_h(ft, ch.square(a, a.Tm), kN, kN, kN);
-  wu_fetch<kComba>(a, ch, static_cast<int>((K + kN - 1) / kN), 0, fa);
+  if (!async) wu_fetch<kComba>(a, ch, nkt, 0, fa);
   load_gates(a, ch, s.gam, s.beta, s.tmp);
   tile::put_h(ft, hT, kN, [](int) { return 1.0f; });
-  wu_products_mma<kComba>(a, ch, s, hT, hX, hK, fa);  // F3
+  wu_products_mma<kWuRing, kComba>(a, ch, s, hT, ring, hO, async, fa);  // F3
 }
 
 // The small array of the Mma scans: Γ of the chunk (double; scan_gate_pair).
@@ -896,20 +1003,6 @@ __device__ __forceinline__ void chunk_qk_mma(const GdnFast<L, E>& a, const Chunk
   __syncthreads();
   qk.zero();
   for (int kt = 0; kt < nkt; ++kt) Mma::mma<false, true>(hQ + kt * kTileHalves, hK + kt * kTileHalves, qk);
-}
-
-// Waits until at most n (clamped to 0 .. 6) of the thread's cp.async groups are in flight (out, dv_local: their
-// ring depth is known at run time only).
-__device__ __forceinline__ void cp_async_wait_upto(int n) {
-  switch (n < 0 ? 0 : n) {
-    case 0: tile::cp_async_wait<0>(); break;
-    case 1: tile::cp_async_wait<1>(); break;
-    case 2: tile::cp_async_wait<2>(); break;
-    case 3: tile::cp_async_wait<3>(); break;
-    case 4: tile::cp_async_wait<4>(); break;
-    case 5: tile::cp_async_wait<5>(); break;
-    default: tile::cp_async_wait<6>(); break;
-  }
 }
 
 // Dynamic shared memory a per-chunk block may take and still run `blocks` blocks per SM (sm_90: 228 KiB a
