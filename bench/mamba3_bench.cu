@@ -165,9 +165,8 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {12 * E + 40 * E, 20 * E + 40 * E, 0};
   if (is("theta")) return both(4 * rows * S + 8 * rows * S);  // raw's angles; θ (double)
   if (is("phase"))  // per (b, h, i), T in 16 segments walked three times (the totals; both representatives, every
-                    // segment but the first; φ written): Δ (double, issued per angle), θ (double, issued per two
-                    // heads: a thread's two columns share it where S divides 32)
-    return {8 * E + 8 * rows * S + 4 * E * S, (1 + 15.0 / 16 + 1) * 12 * E * S + 4 * E * S, 0};
+                    // segment but the first; φ written): Δ (double, issued per angle), θ (double, issued per head)
+    return {8 * E + 8 * rows * S + 4 * E * S, (1 + 15.0 / 16 + 1) * 16 * E * S + 4 * E * S, 0};
   if (is("bcnorm"))  // B|C (issued twice: sum of squares, then the scaled copy); n̂_B, n̂_C; their 1 / RMS
     return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
   if (is("qk")) {  // per rotation pair: φ; n̂_B, n̂_C staged per block (rows of qk_rows, kQkThreads kQkPairs = 512

@@ -213,11 +213,11 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case(1, 70, 2, 10, 16, 1, 1, 4, false, true, 17);
   // bf16 with P = 128: two P tiles of S_in and dS (the cp.async pieces of two tile rows)
   check_case(1, 70, 2, 128, 16, 1, 1, 4, false, true, 18);
-  // H S = 64: both columns of every phase_kernel thread in range (S divides 32: their θ loads shared), the
-  // scans' segments of 19 steps (several batches of loads ahead, forward and reverse)
+  // H S = 64: two full blocks of the phase scans (every lane's (h, i) in range), segments of 19 steps (several
+  // batches of steps loaded ahead, the last one partial, forward and reverse)
   check_case(1, 300, 16, 16, 8, 1, 1, 4, false, false, 19);
-  // H S = 70, S = 5: a phase_kernel thread's two columns with different angles (their own θ loads), the second
-  // block's columns partly past H S
+  // H S = 70, S = 5: the phase scans' blocks starting mid-head, the third block's lanes partly past H S; segments
+  // of 10 steps (the last one empty)
   check_case(1, 150, 14, 16, 10, 2, 1, 5, false, false, 20);
 }
 

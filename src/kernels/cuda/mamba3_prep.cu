@@ -75,9 +75,9 @@ __device__ __forceinline__ double mod_2pi(double x) {
   return fmod_2pi(x);
 }
 
-// Steps loaded ahead by the scans along T (phase_kernel: per column; phase_bwd_kernel: kBwdAhead, one float each),
-// so that their loads overlap instead of each step waiting for its own.
-constexpr int kAhead = 8, kBwdAhead = 16;
+// Steps loaded ahead by the scans along T (phase_kernel, phase_bwd_kernel), so that their loads overlap instead
+// of each step waiting for its own.
+constexpr int kAhead = 8;
 
 // The scans along T (phase_kernel, phase_bwd_kernel) run per block on kScanLanes consecutive (h, i) pairs of one
 // batch row (one warp wide: coalesced), with T cut into kScanSegs segments of ceil(T / kScanSegs) steps, one warp
@@ -85,36 +85,21 @@ constexpr int kAhead = 8, kBwdAhead = 16;
 // its segment again from its carry.
 constexpr int kScanLanes = 32, kScanSegs = 16, kScanThreads = kScanLanes * kScanSegs;
 
-// Columns (h, i) per phase_kernel thread, kScanLanes apart (a block: kScanLanes kPhaseCols consecutive columns):
-// the thread's recursions run side by side, and where S divides kScanLanes (every column of the thread then has
-// the same angle i) they share each step's θ load.
-constexpr int kPhaseCols = 2;
-
-// f(t, c, Δ_t θ_t[i_c]) for t = tb, ..., te - 1 in order, each column c < kPhaseCols (rows row0 + t, head h[c],
-// angle i[c]; kSameI: θ_t[i[0]] for every column), kAhead steps of every column loaded at once. The products
-// rounded on their own (__dmul_rn: never contracted into the callers' sums).
-template <bool kSameI, typename F>
+// f(t, Δ_t θ_t[i]) for t = tb, ..., te - 1 in order (rows row0 + t, head h, angle i), kAhead steps loaded at once.
+template <typename F>
 __device__ __forceinline__ void walk_steps(const double* dtd, const double* theta, const Sizes& s, int64_t row0,
-                                           const int (&h)[kPhaseCols], const int (&i)[kPhaseCols], int64_t tb,
-                                           int64_t te, F&& f) {
-  const double* pd = dtd + (row0 + tb) * s.H;
-  const double* pt = theta + (row0 + tb) * s.S;
+                                           int64_t h, int64_t i, int64_t tb, int64_t te, F&& f) {
+  const double* pd = dtd + (row0 + tb) * s.H + h;
+  const double* pt = theta + (row0 + tb) * s.S + i;
   const int H = static_cast<int>(s.H), S = static_cast<int>(s.S);
   for (int64_t t0 = tb; t0 < te; t0 += kAhead, pd += kAhead * s.H, pt += kAhead * s.S) {
-    double step[kAhead][kPhaseCols];
+    double step[kAhead];
 #pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const bool in = t0 + u < te;
-      const double th = in ? pt[u * S + i[0]] : 0.0;
-#pragma unroll
-      for (int c = 0; c < kPhaseCols; ++c)
-        step[u][c] = in ? __dmul_rn(pd[u * H + h[c]], c == 0 || kSameI ? th : pt[u * S + i[c]]) : 0.0;
-    }
+    for (int u = 0; u < kAhead; ++u) step[u] = t0 + u < te ? pd[u * H] * pt[u * S] : 0.0;
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       if (t0 + u >= te) break;
-#pragma unroll
-      for (int c = 0; c < kPhaseCols; ++c) f(t0 + u, c, step[u][c]);
+      f(t0 + u, step[u]);
     }
   }
 }
@@ -126,9 +111,8 @@ __device__ __forceinline__ double rep_pos(double c) { return signbit(c) ? c + 2.
 __device__ __forceinline__ double rep_neg(double c) { return signbit(c) ? c : c - 2.0 * kPi; }
 
 // φ_t[h, i] = (φ_{t-1} + Δ_t θ_t[i]) mod 2π from φ_{-1} = phase0[b, h, i] (0 when phase0 is null), the sequential
-// recursion's values rebuilt in parallel over T (grid (ceil(H S / (kScanLanes kPhaseCols)), B), kScanThreads
-// threads; a warp per segment of T, a lane per kPhaseCols columns (h, i): hi = block's first + lane + c kScanLanes;
-// each column's steps as follows, the columns side by side):
+// recursion's values rebuilt in parallel over T (grid (ceil(H S / kScanLanes), B), kScanThreads threads; a warp per
+// segment of T, a lane per (h, i)):
 //   1. each segment's own recursion from 0 (segment 0: from φ_{-1}, so its end is the exact φ entering segment 1);
 //   2. the carries: c_1 = that end, c_{j+1} = (c_j + total_j) mod 2π (equal to the recursion's φ up to rounding,
 //      and up to the representative: the recursion's value is rep_pos(c_j) or rep_neg(c_j));
@@ -136,85 +120,56 @@ __device__ __forceinline__ double rep_neg(double c) { return signbit(c) ? c : c 
 //   4. the signs chained from segment 0's end pick each segment's representative;
 //   5. each segment walks from it, writing φ.
 // Segments 0 and 1 repeat the sequential recursion's arithmetic exactly; later ones start from a carry that
-// differs from the sequential value by rounding only (a few ulp of 2π in double). Columns past H S walk column 0's
-// steps and write nothing. kSameI: S divides kScanLanes (every column of a thread has the same angle; walk_steps).
-template <bool kSameI>
-__global__ void __launch_bounds__(kScanThreads, 1)
+// differs from the sequential value by rounding only (a few ulp of 2π in double).
+__global__ void __launch_bounds__(kScanThreads, 2)
     phase_kernel(const double* dtd, const double* theta, const float* phase0, Sizes s, float* phi) {
-  constexpr int C = kPhaseCols;
-  __shared__ double carry[kScanSegs][C][kScanLanes];
-  __shared__ unsigned char sgn[kScanSegs][C][kScanLanes];
+  __shared__ double carry[kScanSegs][kScanLanes];
+  __shared__ unsigned char sgn[kScanSegs][kScanLanes];
   const int lane = threadIdx.x % kScanLanes, seg = threadIdx.x / kScanLanes;
-  const int64_t HS = s.H * s.S, b = blockIdx.y, row0 = b * s.T;
-  int64_t hi[C];
-  bool valid[C];
-  int h[C], i[C];
-  double start[C], acc[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    hi[c] = (blockIdx.x * int64_t{C} + c) * kScanLanes + lane;
-    valid[c] = hi[c] < HS;
-    h[c] = valid[c] ? static_cast<int>(hi[c] / s.S) : 0;
-    i[c] = valid[c] ? static_cast<int>(hi[c] % s.S) : 0;
-    start[c] = valid[c] && phase0 != nullptr ? static_cast<double>(phase0[b * HS + hi[c]]) : 0.0;
-    acc[c] = seg == 0 ? start[c] : 0.0;
-  }
+  const int64_t HS = s.H * s.S, hi = blockIdx.x * int64_t{kScanLanes} + lane, b = blockIdx.y, row0 = b * s.T;
+  const bool valid = hi < HS;
+  const int64_t h = valid ? hi / s.S : 0, i = valid ? hi % s.S : 0;
   const int64_t len = (s.T + kScanSegs - 1) / kScanSegs, tb = std::min<int64_t>(s.T, seg * len),
                 te = std::min<int64_t>(s.T, tb + len);
-  walk_steps<kSameI>(dtd, theta, s, row0, h, i, tb, te,
-                     [&](int64_t, int c, double st) { acc[c] = mod_2pi(acc[c] + st); });
-#pragma unroll
-  for (int c = 0; c < C; ++c) carry[seg][c][lane] = acc[c];
+  const double start = valid && phase0 != nullptr ? static_cast<double>(phase0[b * HS + hi]) : 0.0;
+  double acc = seg == 0 ? start : 0.0;
+  if (valid) walk_steps(dtd, theta, s, row0, h, i, tb, te, [&](int64_t, double st) { acc = mod_2pi(acc + st); });
+  carry[seg][lane] = acc;
   __syncthreads();
   if (seg == 0) {  // carry[j] = c_j for j >= 1; carry[0] keeps segment 0's end
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      double cj = carry[0][c][lane];
-      for (int j = 1; j < kScanSegs; ++j) {
-        const double total = carry[j][c][lane];
-        carry[j][c][lane] = cj;
-        cj = mod_2pi(cj + total);
-      }
+    double c = carry[0][lane];
+    for (int j = 1; j < kScanSegs; ++j) {
+      const double total = carry[j][lane];
+      carry[j][lane] = c;
+      c = mod_2pi(c + total);
     }
   }
   __syncthreads();
-  double cs[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) cs[c] = carry[seg][c][lane];
+  const double c = carry[seg][lane];
   if (seg > 0) {  // the end's sign from each representative: bit 0 from rep_pos, bit 1 from rep_neg
-    double from_pos[C], from_neg[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      from_pos[c] = rep_pos(cs[c]);
-      from_neg[c] = rep_neg(cs[c]);
-    }
-    walk_steps<kSameI>(dtd, theta, s, row0, h, i, tb, te, [&](int64_t, int c, double st) {
-      from_pos[c] = mod_2pi(from_pos[c] + st);
-      from_neg[c] = mod_2pi(from_neg[c] + st);
-    });
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-      sgn[seg][c][lane] = static_cast<unsigned char>((signbit(from_pos[c]) ? 1 : 0) | (signbit(from_neg[c]) ? 2 : 0));
+    double from_pos = rep_pos(c), from_neg = rep_neg(c);
+    if (valid)
+      walk_steps(dtd, theta, s, row0, h, i, tb, te, [&](int64_t, double st) {
+        from_pos = mod_2pi(from_pos + st);
+        from_neg = mod_2pi(from_neg + st);
+      });
+    sgn[seg][lane] = static_cast<unsigned char>((signbit(from_pos) ? 1 : 0) | (signbit(from_neg) ? 2 : 0));
   }
   __syncthreads();
   if (seg == 0) {  // sgn[j] = the sign entering segment j (1: negative)
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      unsigned neg = signbit(carry[0][c][lane]) ? 1 : 0;
-      for (int j = 1; j < kScanSegs; ++j) {
-        const unsigned map = sgn[j][c][lane];
-        sgn[j][c][lane] = static_cast<unsigned char>(neg);
-        neg = (map >> neg) & 1u;
-      }
+    unsigned neg = signbit(carry[0][lane]) ? 1 : 0;
+    for (int j = 1; j < kScanSegs; ++j) {
+      const unsigned map = sgn[j][lane];
+      sgn[j][lane] = static_cast<unsigned char>(neg);
+      neg = (map >> neg) & 1u;
     }
   }
   __syncthreads();
-  if (!valid[0]) return;
-#pragma unroll
-  for (int c = 0; c < C; ++c) acc[c] = seg == 0 ? start[c] : sgn[seg][c][lane] != 0 ? rep_neg(cs[c]) : rep_pos(cs[c]);
-  walk_steps<kSameI>(dtd, theta, s, row0, h, i, tb, te, [&](int64_t t, int c, double st) {
-    acc[c] = mod_2pi(acc[c] + st);
-    if (valid[c]) phi[(row0 + t) * HS + hi[c]] = static_cast<float>(acc[c]);
+  if (!valid) return;
+  acc = seg == 0 ? start : sgn[seg][lane] != 0 ? rep_neg(c) : rep_pos(c);
+  walk_steps(dtd, theta, s, row0, h, i, tb, te, [&](int64_t t, double st) {
+    acc = mod_2pi(acc + st);
+    phi[(row0 + t) * HS + hi] = static_cast<float>(acc);
   });
 }
 
@@ -629,10 +584,10 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
   }
 }
 
-// dψ_t = Σ_{s>=t} dφ_s in place (double sums), in parallel over T in phase_kernel's segments (grid (ceil(H S /
-// kScanLanes), B), kScanThreads threads: a lane per (h, i)): each segment's total, the totals of the later segments
-// summed from the last one, then each segment's reverse cumsum from that carry (kBwdAhead steps loaded at once). The
-// last segment repeats the sequential sum exactly; the others group the same double sum differently.
+// dψ_t = Σ_{s>=t} dφ_s in place (double sums), in parallel over T as phase_kernel (grid (ceil(H S /
+// kScanLanes), B), kScanThreads threads): each segment's total, the totals of the later segments summed from the
+// last one, then each segment's reverse cumsum from that carry. The last segment repeats the sequential sum
+// exactly; the others group the same double sum differently.
 __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, float* dphi) {
   __shared__ double carry[kScanSegs][kScanLanes];
   const int lane = threadIdx.x % kScanLanes, seg = threadIdx.x / kScanLanes;
@@ -640,14 +595,14 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
   const bool valid = hi < HS;
   const int64_t len = (s.T + kScanSegs - 1) / kScanSegs, tb = std::min<int64_t>(s.T, seg * len),
                 te = std::min<int64_t>(s.T, tb + len);
-  // f(t, dφ_t) for t = te - 1, ..., tb (kBwdAhead loaded at once)
+  // f(t, dφ_t) for t = te - 1, ..., tb (kAhead loaded at once)
   const auto walk = [&](auto&& f) {
-    for (int64_t t0 = te - 1; t0 >= tb; t0 -= kBwdAhead) {
-      float d[kBwdAhead];
+    for (int64_t t0 = te - 1; t0 >= tb; t0 -= kAhead) {
+      float d[kAhead];
 #pragma unroll
-      for (int u = 0; u < kBwdAhead; ++u) d[u] = t0 - u >= tb ? dphi[(row0 + t0 - u) * HS + hi] : 0.0f;
+      for (int u = 0; u < kAhead; ++u) d[u] = t0 - u >= tb ? dphi[(row0 + t0 - u) * HS + hi] : 0.0f;
 #pragma unroll
-      for (int u = 0; u < kBwdAhead; ++u) {
+      for (int u = 0; u < kAhead; ++u) {
         if (t0 - u < tb) break;
         f(t0 - u, d[u]);
       }
@@ -781,10 +736,8 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
     LLMT_CUDA_CHECK_LAUNCH();
-    const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes * kPhaseCols)),
-                         static_cast<unsigned>(s.B));
-    const auto phase = kScanLanes % s.S == 0 ? phase_kernel<true> : phase_kernel<false>;
-    phase<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
+    const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
+    phase_kernel<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
     LLMT_CUDA_CHECK_LAUNCH();
   }
   if (!bcnorm_saved) {
