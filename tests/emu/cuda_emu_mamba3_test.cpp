@@ -219,6 +219,12 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   // bf16 with N = 136: three N tiles, the dS swap's general walk (the column steps and wraps) and loads past the
   // ones ahead
   check_case(1, 70, 1, 16, 136, 1, 1, 4, false, true, 20);
+  // H S = 64: two full blocks of the phase scans (every lane's (h, i) in range), segments of 19 steps (several
+  // batches of steps loaded ahead, the last one partial, forward and reverse)
+  check_case(1, 300, 16, 16, 8, 1, 1, 4, false, false, 21);
+  // H S = 70, S = 5: the phase scans' blocks starting mid-head, the third block's lanes partly past H S; segments
+  // of 10 steps (the last one empty)
+  check_case(1, 150, 14, 16, 10, 2, 1, 5, false, false, 22);
 }
 
 TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged last chunk", "[emu][mamba3]") {

@@ -131,10 +131,11 @@ __global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Pt
 
 // Reads dout, z, y (with the norm also rs, gmean) once for both outputs: dy [E R P] = dyn, or with the norm
 // dy = rs (u - n mean(u ∘ n)); dz [E P] = Σ_r dzr mimo_z; the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P]
-// (MIMO) and dnorm (c3) [E P] (with the norm).   (kW channels per thread: each_group)
+// (MIMO) and dnorm (c3) [E P] (with the norm).   (kW channels per thread: each_group; at most 64 registers: 4
+// blocks per SM, their loads in flight together)
 template <int kW>
-__global__ void dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf,
-                             float* dz) {
+__global__ void __launch_bounds__(kThreads, 4)
+    dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, float* dz) {
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> dov = load_w<kW>(dout + idx), zv = load_w<kW>(z + idx);
     Floats<kW> dzh = {}, dnorm = {};

@@ -259,6 +259,7 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Si
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
 constexpr int kQkThreads = 256, kQkPairs = 2, kQkSmemFloats = 8192, kQkMaxRows = 32;
 constexpr int kQkAhead = 8;  // rows whose φ a qk_kernel thread loads at once
+constexpr int kQkStage = 8;  // staged elements of n̂_B and of n̂_C a qk_kernel thread loads at once
 
 // Rows per qk_kernel block for R G N channels of n̂_B and of n̂_C per row.
 int64_t qk_rows(int64_t RGN) { return std::clamp<int64_t>(kQkSmemFloats / (2 * RGN), 1, kQkMaxRows); }
@@ -287,8 +288,9 @@ __device__ __forceinline__ void put_qk2(__nv_bfloat16* d, float x, float y) {
 // kQkThreads kQkPairs pairs); a thread owns kQkPairs channel pairs (h, r, u) of every row of its block: channels
 // (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the second channel absent for u = (N - 1) / 2,
 // N odd), rotated by φ[h, u] when u < S. Its weights and biases are loaded once; the block's rows of n̂_B, n̂_C
-// are staged in shared memory (rows R G N floats each), φ is read and its sincos taken once per rotated pair,
-// and k, q are written once into kout, qout (T: float, or bf16 with bf16 products; SISO with even N: as pairs).
+// are staged in shared memory (rows R G N floats each; kQkStage loads of each in flight per thread), φ is read
+// and its sincos taken once per rotated pair, and k, q are written once into kout, qout (T: float, or bf16 with
+// bf16 products; SISO with even N: as pairs).
 template <typename T>
 __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows, T* kout,
                                                         T* qout) {
@@ -300,9 +302,26 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   const int nrows = static_cast<int>(std::min<int64_t>(rows, s.rows - row0));
   float* sb = smem;               // [rows, R G N] n̂_B
   float* sc = smem + rows * RGN;  // [rows, R G N] n̂_C
-  for (int j = threadIdx.x; j < nrows * RGN; j += blockDim.x) {
-    sb[j] = buf.nb[row0 * RGN + j];
-    sc[j] = buf.ncn[row0 * RGN + j];
+  {  // kQkStage elements of each per thread loaded at once, then stored
+    const int n = nrows * RGN;
+    const float *gb = buf.nb + row0 * RGN, *gc = buf.ncn + row0 * RGN;
+    for (int j0 = threadIdx.x; j0 < n; j0 += kQkStage * kQkThreads) {
+      float vb[kQkStage], vc[kQkStage];
+#pragma unroll
+      for (int u = 0; u < kQkStage; ++u) {
+        const int j = j0 + u * kQkThreads;
+        vb[u] = j < n ? gb[j] : 0.0f;
+        vc[u] = j < n ? gc[j] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kQkStage; ++u) {
+        const int j = j0 + u * kQkThreads;
+        if (j < n) {
+          sb[j] = vb[u];
+          sc[j] = vc[u];
+        }
+      }
+    }
   }
   // The owned pairs: channels c0, c1 (-1: none) at offset o within a row of k, q (the (h, r) row's start) and
   // src within a row of n̂; φ offset f within a row of φ (-1: not rotated); weights and biases of c0, c1.
@@ -447,12 +466,17 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
 // [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
 // j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
-// order (the dk, dq pairs and φ of kRotBatch rows loaded at once, in flight together), the dū into shared memory
+// order (the weights and biases of its items held in registers; the dk, dq pairs, φ and n̂_B, n̂_C pairs of the
+// kRotRows rows loaded at once, in flight together, before the rows' dφ stores), the dū into shared memory
 // [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel) adds its dn̂ over the heads there.
-constexpr int kRotRows = 8, kRotItems = 4, kRotBatch = 4;
+// With nbuf = 2 (where two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two
+// buffers: one barrier per group, and the threads that add no dn̂ go on to the next rows' loads while the others
+// add (a buffer is written again only after the next group's barrier, which every reader of it has passed).
+constexpr int kRotRows = 8, kRotItems = 4;
+constexpr size_t kRotDoubleSmem = 64 * 1024;
 
-// Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and its dynamic
-// shared memory.
+// Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and the bytes of
+// one of its dū buffers.
 int64_t rot_pairs(const Sizes& s) {
   return std::clamp<int64_t>(kThreads / (s.H / s.G), 1, (s.N + 1) / 2);
 }
@@ -460,15 +484,15 @@ size_t rot_smem(const Sizes& s) { return sizeof(float) * kRotRows * (s.H / s.G) 
 
 template <int kItems>
 __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul,
-                                                                  int64_t ranges, double* pk, double* pq) {
-  extern __shared__ float smem[];  // dū [kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
+                                                                  int nbuf, int64_t ranges, double* pk, double* pq) {
+  extern __shared__ float smem[];  // dū [nbuf][kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
   const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
   const int g = static_cast<int>(blockIdx.y), u0 = static_cast<int>(blockIdx.x) * ul;
   const int nu = std::min(ul, (N + 1) / 2 - u0), items = hpg * nu, x = static_cast<int>(threadIdx.x);
   const int64_t sp = blockIdx.z, r_begin = s.rows * sp / ranges, r_end = s.rows * (sp + 1) / ranges;
-  // The thread's items: head h, pair u (channels i0, i1; i1 = -1 when alone), whether rotated, biases.
+  // The thread's items: head h, pair u (channels i0, i1; i1 = i0 when alone), their biases and weights.
   int hh[kItems], uu[kItems];
-  float bk[kItems][2], bq[kItems][2];
+  float bk[kItems][2], bq[kItems][2], wk[kItems][2], wq[kItems][2];
   double sum[kItems][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1)
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
@@ -480,58 +504,59 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
     bk[j][1] = p.B_bias[hh[j] * N + i1];
     bq[j][0] = p.C_bias[hh[j] * N + i0];
     bq[j][1] = p.C_bias[hh[j] * N + i1];
+    wk[j][0] = p.B_norm[i0];
+    wk[j][1] = p.B_norm[i1];
+    wq[j][0] = p.C_norm[i0];
+    wq[j][1] = p.C_norm[i1];
   }
-  for (int64_t r0 = r_begin; r0 < r_end; r0 += kRotRows) {
+  const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
+  for (int64_t r0 = r_begin, grp = 0; r0 < r_end; r0 += kRotRows, ++grp) {
     const int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
-    __syncthreads();  // the previous rows' dn̂ readers are done
+    float* du = smem + (nbuf == 2 ? grp % 2 : 0) * (kRotRows * items * 4);
+    if (nbuf == 1) __syncthreads();  // the previous rows' dn̂ readers are done
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int it = x + j * kThreads;
       if (it >= items) break;
       const int u = uu[j], i0 = 2 * u;
       const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
-      // The dk, dq pairs and φ of kRotBatch rows b0 + rr at a time, loaded together (row b0 + rr of the (head,
-      // pair): element offset (b0 + rr) H N of dk, dq, (b0 + rr) H S of φ; of n̂: (b0 + rr) G N)
+      // The nr rows' dk, dq pairs and, where rotated, their φ and n̂_B, n̂_C pairs, loaded together before any
+      // store (row rr of the (head, pair): element offset rr H N of dk, dq, rr H S of φ, rr G N of n̂)
       const int64_t e0 = r0 * s.H + hh[j];
       const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
       float* dphi_r = buf.dphi + e0 * S + u;
       const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
-      const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
-#pragma unroll 1
-      for (int b0 = 0; b0 < nr; b0 += kRotBatch) {
-        float d[kRotBatch][4], ph[kRotBatch];
+      float d[kRotRows][4], ph[kRotRows], nb[kRotRows][2], nc[kRotRows][2];
 #pragma unroll
-        for (int rr = 0; rr < kRotBatch; ++rr) {
-          if (b0 + rr >= nr) break;
-          const int ok = (b0 + rr) * HN;
-          d[rr][0] = dk[ok];
-          d[rr][1] = pair ? dk[ok + 1] : 0.0f;
-          d[rr][2] = dq[ok];
-          d[rr][3] = pair ? dq[ok + 1] : 0.0f;
-          ph[rr] = rot ? phi_r[(b0 + rr) * HS] : 0.0f;
+      for (int rr = 0; rr < kRotRows; ++rr) {
+        if (rr >= nr) break;
+        const int ok = rr * HN, on = rr * GN;
+        d[rr][0] = dk[ok];
+        d[rr][1] = pair ? dk[ok + 1] : 0.0f;
+        d[rr][2] = dq[ok];
+        d[rr][3] = pair ? dq[ok + 1] : 0.0f;
+        ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
+        nb[rr][0] = rot ? nbr[on] : 0.0f;
+        nb[rr][1] = rot ? nbr[on + 1] : 0.0f;
+        nc[rr][0] = rot ? ncr[on] : 0.0f;
+        nc[rr][1] = rot ? ncr[on + 1] : 0.0f;
+      }
+#pragma unroll
+      for (int rr = 0; rr < kRotRows; ++rr) {
+        if (rr >= nr) break;
+        if (rot) {
+          float sn, cs, k0, k1, q0, q1;
+          sincosf(ph[rr], &sn, &cs);
+          rotate_pair(biased(nb[rr][0], wk[j][0], bk[j][0]), biased(nb[rr][1], wk[j][1], bk[j][1]), cs, sn, k0, k1);
+          rotate_pair(biased(nc[rr][0], wq[j][0], bq[j][0]), biased(nc[rr][1], wq[j][1], bq[j][1]), cs, sn, q0, q1);
+          double acc = 0.0;
+          acc += unrotate_pair(k0, k1, d[rr][0], d[rr][1], cs, sn);
+          acc += unrotate_pair(q0, q1, d[rr][2], d[rr][3], cs, sn);
+          dphi_r[rr * HS] = static_cast<float>(acc);
         }
 #pragma unroll
-        for (int rr = 0; rr < kRotBatch; ++rr) {
-          if (b0 + rr >= nr) break;
-          if (rot) {
-            float sn, cs, k0, k1, q0, q1;
-            sincosf(ph[rr], &sn, &cs);
-            const float* nb = nbr + (b0 + rr) * GN;
-            const float* nc = ncr + (b0 + rr) * GN;
-            rotate_pair(biased(nb[0], p.B_norm[i0], bk[j][0]), biased(nb[1], p.B_norm[i0 + 1], bk[j][1]), cs, sn,
-                        k0, k1);
-            rotate_pair(biased(nc[0], p.C_norm[i0], bq[j][0]), biased(nc[1], p.C_norm[i0 + 1], bq[j][1]), cs, sn,
-                        q0, q1);
-            double acc = 0.0;
-            acc += unrotate_pair(k0, k1, d[rr][0], d[rr][1], cs, sn);
-            acc += unrotate_pair(q0, q1, d[rr][2], d[rr][3], cs, sn);
-            dphi_r[(b0 + rr) * HS] = static_cast<float>(acc);
-          }
-#pragma unroll
-          for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
-          *reinterpret_cast<float4*>(smem + ((b0 + rr) * items + it) * 4) =
-              make_float4(d[rr][0], d[rr][1], d[rr][2], d[rr][3]);
-        }
+        for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
+        *reinterpret_cast<float4*>(du + (rr * items + it) * 4) = make_float4(d[rr][0], d[rr][1], d[rr][2], d[rr][3]);
       }
     }
     __syncthreads();
@@ -541,7 +566,7 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
       const int64_t o = ((r0 + rr) * s.G + g) * N + i;
       const float nrm = nhat(buf, v / 2, o);
       double acc = 0.0;
-      for (int h = 0; h < hpg; ++h) acc += smem[(rr * items + h * nu + pl) * 4 + v];
+      for (int h = 0; h < hpg; ++h) acc += du[(rr * items + h * nu + pl) * 4 + v];
       put_dn(buf, v / 2, o, acc, nrm);
     }
   }
@@ -749,14 +774,15 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
     check(s.H / s.G <= kRotItems * kThreads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G,
           kRotItems * kThreads);
     const int64_t ul = rot_pairs(s);
-    const size_t smem = rot_smem(s);
+    const int nbuf = 2 * rot_smem(s) <= kRotDoubleSmem ? 2 : 1;
+    const size_t smem = nbuf * rot_smem(s);
     const auto kernel = s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1> : rot_bcnorm_bwd_kernel<kRotItems>;
     if (smem > 48 * 1024)
       LLMT_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     const dim3 grid(static_cast<unsigned>(ceil_div((s.N + 1) / 2, ul)), static_cast<unsigned>(s.G),
                     static_cast<unsigned>(ranges));
-    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), ranges, buf.partial,
+    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), nbuf, ranges, buf.partial,
                                              buf.partial + ranges * RN);
     LLMT_CUDA_CHECK_LAUNCH();
   } else {
