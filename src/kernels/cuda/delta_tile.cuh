@@ -373,6 +373,17 @@ __device__ __forceinline__ void load_h_async(__nv_bfloat16* s, const __nv_bfloat
   }
 }
 
+/// Eight bf16 values (one 16-byte piece) times f: each bf16(f x), x widened to fp32 (the rounding of load_h).
+__device__ __forceinline__ uint4 scale8_h(uint4 x, float f) {
+  __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&x);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 y = __bfloat1622float2(p[e]);
+    p[e] = __floats2bfloat162_rn(f * y.x, f * y.y);
+  }
+  return x;
+}
+
 /// After the thread's own load_h_async copies into s have landed (its cp_async_wait): s[r][c] = bf16(f x) over
 /// exactly those pieces, in place, with f = scale(r) for r < rows, else 0, x the copied value (0 where zero-filled):
 /// load_h_async then scale_h_async give the elements and rounding of load_h(s, src, stride, rows, cols, scale). The
@@ -383,15 +394,7 @@ __device__ __forceinline__ void scale_h_async(__nv_bfloat16* s, int rows, Scale 
   for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * kThreads, r = idx >> 3, c = 8 * (idx & 7);
     uint4* q = reinterpret_cast<uint4*>(s + r * kLdH + c);
-    uint4 x = *q;
-    const float f = r < rows ? scale(r) : 0.0f;
-    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&x);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 y = __bfloat1622float2(p[e]);
-      p[e] = __floats2bfloat162_rn(f * y.x, f * y.y);
-    }
-    *q = x;
+    *q = scale8_h(*q, r < rows ? scale(r) : 0.0f);
   }
 }
 
@@ -498,15 +501,8 @@ __device__ __forceinline__ void put_h_staged_h(__nv_bfloat16* s, const float* g,
 #pragma unroll
   for (int it = 0; it < kN * kN / 8 / kThreads; ++it) {
     const int idx = t + it * kThreads, r = idx >> 3, c = 8 * (idx & 7);
-    uint4 x = *reinterpret_cast<const uint4*>(g + stage_piece(t, it));
-    const float f = r < rows ? scale(r) : 0.0f;
-    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&x);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 y = __bfloat1622float2(p[e]);
-      p[e] = __floats2bfloat162_rn(f * y.x, f * y.y);
-    }
-    *reinterpret_cast<uint4*>(s + r * kLdH + c) = x;
+    *reinterpret_cast<uint4*>(s + r * kLdH + c) =
+        scale8_h(*reinterpret_cast<const uint4*>(g + stage_piece(t, it)), r < rows ? scale(r) : 0.0f);
   }
 }
 
