@@ -201,6 +201,77 @@ TEST_CASE("config: unknown keys are rejected naming the key path and the allowed
   }
 }
 
+TEST_CASE("config: an unknown key close to an allowed one gets a did-you-mean hint", "[config][errors]") {
+  // `key` set to 1 at the path `where` of valid_config(), or of its gdn variant when `gdn`.
+  const auto error_for = [](const std::vector<std::string>& where, const std::string& key, bool gdn = false) {
+    json j = valid_config();
+    if (gdn) {
+      j["model"]["type"] = "gdn";
+      j["model"].erase("attn");
+      j["model"]["gdn"] = {{"num_heads", 2}, {"head_dim", 64}};
+    }
+    json* node = &j;
+    for (const std::string& w : where) node = &(*node)[w];
+    (*node)[key] = 1;
+    return parse_error(j);
+  };
+  SECTION("misspellings at every level: one edit, a swap, two edits") {
+    CHECK_THAT(error_for({}, "modle"), Contains("unknown key modle (did you mean model?)"));
+    CHECK_THAT(error_for({"train"}, "lrr"), Contains("unknown key train.lrr (did you mean train.lr?)"));
+    CHECK_THAT(error_for({"model"}, "d_modle"), Contains("unknown key model.d_modle (did you mean model.d_model?)"));
+    CHECK_THAT(error_for({"model", "gdn"}, "save_state", true),
+               Contains("unknown key model.gdn.save_state (did you mean model.gdn.save_states?)"));
+    CHECK_THAT(error_for({"model", "gdn", "init"}, "dt_flor", true), Contains("(did you mean model.gdn.init.dt_floor?)"));
+    CHECK_THAT(error_for({"model", "attn"}, "num_head"), Contains("(did you mean model.attn.num_heads?)"));
+    CHECK_THAT(error_for({"data"}, "cahce_dri"), Contains("(did you mean data.cache_dir?)"));
+    CHECK_THAT(error_for({"eval"}, "interval_step"), Contains("(did you mean eval.interval_steps?)"));
+    CHECK_THAT(error_for({"checkpoint"}, "kep"), Contains("(did you mean checkpoint.keep?)"));
+  }
+  SECTION("case, '_' and '-' differences") {
+    CHECK_THAT(error_for({"train"}, "warmupTokens"), Contains("(did you mean train.warmup_tokens?)"));
+    CHECK_THAT(error_for({"train"}, "Seq-Len"), Contains("(did you mean train.seq_len?)"));
+    CHECK_THAT(error_for({"model"}, "VOCABSIZE"), Contains("(did you mean model.vocab_size?)"));
+  }
+  SECTION("names other trainers use, also misspelt") {
+    CHECK_THAT(error_for({"train"}, "learning_rate"), Contains("(did you mean train.lr?)"));
+    CHECK_THAT(error_for({"train"}, "lerning_rate"), Contains("(did you mean train.lr?)"));
+    CHECK_THAT(error_for({"model"}, "hidden_size"), Contains("(did you mean model.d_model?)"));
+  }
+  SECTION("equally close keys are all named") {
+    CHECK_THAT(error_for({"model", "gdn", "init"}, "dt_mix", true),
+               Contains("(did you mean model.gdn.init.dt_max or model.gdn.init.dt_min?)"));
+  }
+  SECTION("no hint for a far-off key; the allowed keys are still listed") {
+    for (const auto& [where, key] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"model", "attn"}, "foo"}, {{"train"}, "xy"}, {{"train"}, "momentum"}, {{}, "optimizer"}}) {
+      const std::string msg = error_for(where, key);
+      CHECK_THAT(msg, Contains("unknown key") && Contains("allowed keys here"));
+      CHECK_THAT(msg, !Contains("did you mean"));
+    }
+  }
+  SECTION("a --set override of a misspelt key") {
+    TempDir dir;
+    const std::string path = dir.write("c.json", valid_config().dump());
+    CHECK_THAT(error_of([&] { llmt::load_config(path, {"train.lrr=1"}); }),
+               Contains("(did you mean train.lr?)") && Contains("--set train.lrr=1"));
+    CHECK_THAT(error_of([&] { llmt::load_config(path, {"modle.d_model=64"}); }), Contains("(did you mean model?)"));
+  }
+  SECTION("a misspelt required key: the given key that may be it is named") {
+    json j = valid_config();
+    j["train"]["lerning_rate"] = j["train"]["lr"];
+    j["train"].erase("lr");
+    CHECK_THAT(parse_error(j), Contains("missing required key train.lr") &&
+                                   Contains("(is train.lerning_rate a misspelling of it?)"));
+    j = valid_config();
+    j["model"]["d_modle"] = j["model"]["d_model"];
+    j["model"].erase("d_model");
+    CHECK_THAT(parse_error(j), Contains("(is model.d_modle a misspelling of it?)"));
+    j = valid_config();
+    j["model"].erase("d_model");
+    CHECK_THAT(parse_error(j), Contains("missing required key model.d_model") && !Contains("misspelling"));
+  }
+}
+
 TEST_CASE("config: wrong types are rejected naming the key path", "[config][errors]") {
   SECTION("model.d_model as a string") {
     json j = valid_config();

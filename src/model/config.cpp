@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -18,6 +19,53 @@ std::string join(const std::vector<std::string>& items) {
   std::string s;
   for (const auto& it : items) s += (s.empty() ? "" : ", ") + it;
   return s;
+}
+
+/// The keys of `candidates` that `key` is most likely a misspelling of, for a "did you mean" hint (empty when none is
+/// close). Both are compared after folding case and dropping '_' and '-' ("D_Model" and "dmodel" match "d_model"),
+/// by optimal-string-alignment distance (insertions, deletions, substitutions and swaps of adjacent characters
+/// count 1); a candidate is close at distance <= 2 (<= 1 for a folded key of up to 3 characters, so "lrr" finds "lr"
+/// and "xy" does not). A few names other trainers use for our keys count as those keys: learning_rate (lr),
+/// hidden_size (d_model), num_hidden_layers (n_layers), max_grad_norm (grad_clip), each also when misspelt. Returns
+/// every candidate at the smallest distance, in the order of `candidates`.
+std::vector<std::string> close_keys(const std::string& key, const std::vector<std::string>& candidates) {
+  const auto fold = [](const std::string& s) {
+    std::string f;
+    for (char ch : s)
+      if (ch != '_' && ch != '-') f += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return f;
+  };
+  const auto distance = [](const std::string& a, const std::string& b) {
+    // d[i][j]: distance between the first i characters of a and the first j of b
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i)
+      for (size_t j = 1; j <= b.size(); ++j) {
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // adjacent swap
+      }
+    return d[a.size()][b.size()];
+  };
+  static const std::vector<std::pair<std::string, std::string>> other_names = {
+      {"learning_rate", "lr"}, {"hidden_size", "d_model"}, {"num_hidden_layers", "n_layers"},
+      {"max_grad_norm", "grad_clip"}};
+  const std::string k = fold(key);
+  const size_t limit = k.size() <= 3 ? 1 : 2;
+  size_t best = limit;
+  std::vector<std::string> found;
+  for (const std::string& c : candidates) {
+    size_t d = distance(k, fold(c));
+    for (const auto& [name, ours] : other_names) {  // either side may be ours, the other the other name
+      if (ours == c) d = std::min(d, distance(k, fold(name)));
+      if (ours == key) d = std::min(d, distance(fold(name), fold(c)));
+    }
+    if (d > best) continue;
+    if (d < best) best = d, found.clear();
+    found.push_back(c);
+  }
+  return found;
 }
 
 std::string type_of(const json& v) {
@@ -129,26 +177,39 @@ class ObjectReader {
   json raw(const std::string& key) const { return j_.contains(key) ? j_.at(key) : json(); }
   /// Whether the object has `key` (without reading it).
   bool has(const std::string& key) const { return j_.contains(key); }
-  /// Throws for the first key that was never read, listing the allowed keys.
+  /// Throws for the first key that was never read, listing the allowed keys and the close ones (close_keys).
   void finish() const {
     for (const auto& [key, value] : j_.items()) {
       if (seen_.count(key)) continue;
-      std::vector<std::string> allowed(seen_.begin(), seen_.end());
-      throw Error(fmt::format("config: unknown key {}; allowed keys here: {}", at(key), join(allowed)));
+      const std::vector<std::string> allowed(seen_.begin(), seen_.end());
+      const std::string close = either(close_keys(key, allowed));
+      throw Error(fmt::format("config: unknown key {}{}; allowed keys here: {}", at(key),
+                              close.empty() ? "" : " (did you mean " + close + "?)", join(allowed)));
     }
   }
   std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
  private:
   std::string display() const { return path_.empty() ? "the top level" : path_; }
+  /// The paths of `keys` joined by " or " ("" for none), for the hints of close_keys.
+  std::string either(const std::vector<std::string>& keys) const {
+    std::string paths;
+    for (const std::string& k : keys) paths += (paths.empty() ? "" : " or ") + at(k);
+    return paths;
+  }
   const json* find(const std::string& key, bool optional) {
     seen_.insert(key);
     if (j_.contains(key) && !j_.at(key).is_null()) return &j_.at(key);
     if (!optional) {
-      std::vector<std::string> given;
-      for (const auto& [k, v] : j_.items()) given.push_back(k);
-      throw Error(fmt::format("config: missing required key {}; keys given in {}: {}", at(key), display(),
-                              given.empty() ? std::string("none") : join(given)));
+      std::vector<std::string> given, unread;  // unread: the given keys that may be a misspelt `key`
+      for (const auto& [k, v] : j_.items()) {
+        given.push_back(k);
+        if (!seen_.count(k)) unread.push_back(k);
+      }
+      const std::string hint = either(close_keys(key, unread));
+      throw Error(fmt::format("config: missing required key {}; keys given in {}: {}{}", at(key), display(),
+                              given.empty() ? std::string("none") : join(given),
+                              hint.empty() ? "" : " (is " + hint + " a misspelling of it?)"));
     }
     return nullptr;
   }

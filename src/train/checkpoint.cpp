@@ -133,32 +133,14 @@ nlohmann::json checkpoint_config(const std::string& dir) {
   return st["config"];
 }
 
-void load_weights(const std::string& dir, ParamStore& params) {
-  std::vector<uint8_t> host(params.flat_params().bytes());
-  read_all(SafetensorsFile((fs::path(dir) / "model.safetensors").string()), params, host, "");
-  params.backend().upload(host.data(), params.flat_params());
-  params.refresh_working();
-}
-
-TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
-                           const nlohmann::json& resolved_config) {
-  const fs::path d(dir);
-  const std::string state_path = (d / "state.json").string();
-  std::ifstream in(state_path);
-  check(in.good(), "cannot open {}", state_path);
-  nlohmann::json st;
-  try {
-    st = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
-  }
+void check_resume_config(const std::string& dir, const nlohmann::json& resolved_config) {
   // What defines the run must not change under a resume: the model, the optimisation and the
   // data. Eval, checkpoint and log cadences may, and so may the backend and the precision
   // (checkpoints hold the fp32 master weights either way), the shard cache location and
   // model.mdn.save_residuals and model.{mamba3,gdn,comba,kda}.save_states (memory/speed trades with the same
   // gradients; absent from older checkpoints).
   // Compare the flattened key paths.
-  const nlohmann::json saved = st.at("config");
+  const nlohmann::json saved = checkpoint_config(dir);
   // Keys added to the schema later: a checkpoint written before one existed resumes when the config has the
   // value that reproduces the old behaviour.
   const std::map<std::string, nlohmann::json> added_later = {{"data.source", "tokens"}};
@@ -183,7 +165,28 @@ TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& op
             dotted, value.dump(), then.contains(key) ? then.at(key).dump() : "absent", dir);
     }
   }
+}
 
+void load_weights(const std::string& dir, ParamStore& params) {
+  std::vector<uint8_t> host(params.flat_params().bytes());
+  read_all(SafetensorsFile((fs::path(dir) / "model.safetensors").string()), params, host, "");
+  params.backend().upload(host.data(), params.flat_params());
+  params.refresh_working();
+}
+
+TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
+                           const nlohmann::json& resolved_config) {
+  const fs::path d(dir);
+  const std::string state_path = (d / "state.json").string();
+  std::ifstream in(state_path);
+  check(in.good(), "cannot open {}", state_path);
+  nlohmann::json st;
+  try {
+    st = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", state_path, e.what()));
+  }
+  check_resume_config(dir, resolved_config);
   load_weights(dir, params);
   Backend& be = params.backend();
   std::vector<uint8_t> host(params.flat_params().bytes());

@@ -47,6 +47,12 @@ std::string resolve_checkpoint(const std::string& path);
 /// The resolved config saved in `dir`/state.json (key "config"); throws naming the file.
 nlohmann::json checkpoint_config(const std::string& dir);
 
+/// Throws llmt::Error naming the key, `dir` and the way out when the model, train or data config saved in
+/// `dir`/state.json differs from `resolved_config`'s (the keys that may change under a resume excepted:
+/// train.backend, train.precision, data.cache_dir and the layers' save_states / save_residuals), or naming
+/// the file when it cannot be read. It reads state.json only, so a refused resume costs no model or data setup.
+void check_resume_config(const std::string& dir, const nlohmann::json& resolved_config);
+
 /// Restores only the weights (`dir`/model.safetensors) into `params`; throws naming the file
 /// and tensor that is missing or mismatching.
 void load_weights(const std::string& dir, ParamStore& params);
@@ -54,7 +60,7 @@ void load_weights(const std::string& dir, ParamStore& params);
 /// Restores weights and moments into `params` / `optimizer` (its shard of the saved moments)
 /// from `dir` and returns the saved state. Throws llmt::Error naming the file (and offset) for a missing, truncated or
 /// mismatching file, and naming the key when the saved model, train or data config differs
-/// from `resolved_config`'s (except train.backend and data.cache_dir).
+/// from `resolved_config`'s (check_resume_config).
 TrainState load_checkpoint(const std::string& dir, ParamStore& params, AdamW& optimizer,
                            const nlohmann::json& resolved_config);
 

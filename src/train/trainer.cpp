@@ -39,6 +39,13 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
     : config_(config), run_dir_(run_dir), comm_(comm), lead_(comm.rank() == 0) {
   const TrainConfig& tc = config_.train;
   const DataConfig& dc = config_.data;
+  // A start the run directory refuses fails here, before any data preparation (tokenizing data.text can take
+  // minutes) and before the model is built: checkpoints without --resume, or a config that is not the run's.
+  const std::string latest = latest_checkpoint(run_dir_);
+  check(resume || latest.empty(),
+        "{} already holds checkpoints (newest: {}); pass --resume to continue it or --out to start elsewhere",
+        run_dir_, latest);
+  if (!latest.empty()) check_resume_config(latest, config_.resolved);
   backend_ = make_backend(tc.backend);
 
   const auto require_path = [](const std::string& key, const std::string& path) {
@@ -86,10 +93,6 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
 
   if (lead_) fs::create_directories(run_dir_);
   comm_.barrier();
-  const std::string latest = latest_checkpoint(run_dir_);
-  check(resume || latest.empty(),
-        "{} already holds checkpoints (newest: {}); pass --resume to continue it or --out to start elsewhere",
-        run_dir_, latest);
   if (!latest.empty()) {
     state_ = load_checkpoint(latest, model_->params(), *optimizer_, config_.resolved);
     if (synthetic_) {

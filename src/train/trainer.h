@@ -35,6 +35,8 @@ class Trainer {
   /// initialises from config.train.seed or, when `resume` is set and run_dir has a
   /// checkpoint, restores the newest one. Writes run_dir/config.json. Every rank of `comm`
   /// constructs its Trainer with the same arguments (run_dir on a file system all ranks see).
+  /// Throws llmt::Error before preparing any data when run_dir holds a checkpoint and `resume`
+  /// is false, or when the newest checkpoint's config is not this run's (check_resume_config).
   Trainer(const Config& config, const std::string& run_dir, bool resume,
           Communicator& comm = single_process_communicator());
   ~Trainer();
