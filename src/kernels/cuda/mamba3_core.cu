@@ -700,8 +700,21 @@ struct MmaRows {
   __device__ __forceinline__ bool in(int a) const { return tile::Mma::row(a) < nr; }
   // x[a][c] = rows[off(a) width + c0 + Mma::col(c)] (rows: the chunk's first row, ChunkRows::base) where in(a)
   // and the column < width, else 0: the fp32 values under the thread's accumulator entries of one column tile,
-  // all 16 loads issued together (ahead of the products whose results they meet).
-  __device__ __forceinline__ void gather(float (&x)[4][4], const float* rows, int width, int c0) const {
+  // all loads issued together (ahead of the products whose results they meet): the column pairs (Mma::col(c),
+  // + 1) of an even c as one 8-byte load where pairs (pairs_ok of rows' tensor), else one float at a time.
+  __device__ __forceinline__ void gather(float (&x)[4][4], const float* rows, int width, int c0, bool pairs) const {
+    if (pairs) {
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; c += 2) {
+          const int col = c0 + tile::Mma::col(c);
+          const float2 f = in(a) && col < width ? *reinterpret_cast<const float2*>(rows + (off(a) * width + col))
+                                                : make_float2(0.0f, 0.0f);
+          x[a][c] = f.x, x[a][c + 1] = f.y;
+        }
+      return;
+    }
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
@@ -965,7 +978,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
   const float* vc = cr.base(v, P);
   float* yc = cr.base(y, P);
-  const bool pairs = pairs_ok(y, P);
+  const bool pairs = pairs_ok(y, P), vpairs = pairs_ok(v, P);
   for (int pt = 0; pt < nP; ++pt) {
     tile::Acc acc;
     acc.zero();
@@ -975,7 +988,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc.v[a][j] *= ei[a];
     float vo[4][4];  // D v's v: loaded during the last product, before the first y store (no load moves past it)
-    my.gather(vo, vc, P, 64 * pt);
+    my.gather(vo, vc, P, 64 * pt, vpairs);
     tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
     my.store(yc, P, 64 * pt, pairs, [&](int a, int j) { return fmaf(Dh, vo[a][j], acc.v[a][j]); });
   }
@@ -1134,11 +1147,11 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
 // prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before dq's
 // products, the last ones on S_in (swap_ahead; 16-byte loads of 4-column pieces, swapped 8 bytes at a time), the
-// fp32 v, dy under the thread's accumulator entries
-// (MmaRows::gather) ahead of the products whose results they meet, the first P tile's across a barrier: dy for
-// inter (and D) before the barrier that ends the coefficient tiles, v and dy once for Z, v·dy and D dy before the
-// one that publishes dS (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in
-// block_reduce's order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
+// fp32 v, dy under the thread's accumulator entries (MmaRows::gather; 8-byte pairs in the SISO kernel) ahead of
+// the products whose results they meet, the first P tile's across a barrier: dy for inter (and D) before the
+// barrier that ends the coefficient tiles, v and dy once for Z, v·dy and D dy before the one that publishes dS
+// (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in block_reduce's
+// order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
 // two blocks per SM at P = 64, N = 128; dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1:
 // SISO), or 0: s.R (ChunkRows).
 template <int kR>
@@ -1239,7 +1252,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const float* dyc = cr.base(dy, P);
   float vo[4][4], dyo[4][4];
   const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
-  my.gather(dyo, dyc, P, 0);
+  // v, dy as pairs (both or neither; SISO only: in the MIMO kernel the pair loads' registers cost spills)
+  const bool vpairs = kR == 1 && pairs_ok(v, P) && pairs_ok(dy, P);
+  my.gather(dyo, dyc, P, 0, vpairs);
   const float Dh = D[k.h];
   __syncthreads();
   auto scale_rows = [&](tile::Acc& acc, const float* w) {  // acc row ρ *= w[i] (0 past nr)
@@ -1257,7 +1272,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   {
     double inter[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
-      if (pt > 0) my.gather(dyo, dyc, P, 64 * pt);
+      if (pt > 0) my.gather(dyo, dyc, P, 64 * pt, vpairs);
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, S + (pt * nN + nt) * kT, acc);
@@ -1290,8 +1305,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const double sd = warp_sum(swap_tiles_dot(S, nP, nN, P, N, dS, dS_ahead));
     if (Mma::lane() == 0) sdw[Mma::warp()] = sd;
   }
-  my.gather(vo, vc, P, 0);  // (ahead of dk's products)
-  my.gather(dyo, dyc, P, 0);
+  my.gather(vo, vc, P, 0, vpairs);  // (ahead of dk's products)
+  my.gather(dyo, dyc, P, 0, vpairs);
   __syncthreads();  // dS in S
   // dk per N tile.
   for (int nt = 0; nt < nN; ++nt) {
@@ -1313,8 +1328,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     double z[4] = {}, vdy[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
       if (pt > 0) {
-        my.gather(vo, vc, P, 64 * pt);
-        my.gather(dyo, dyc, P, 64 * pt);
+        my.gather(vo, vc, P, 64 * pt, vpairs);
+        my.gather(dyo, dyc, P, 64 * pt, vpairs);
       }
       tile::Acc acc;
       acc.zero();
