@@ -199,7 +199,7 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case(1, 70, 2, 64, 64, 1, 1, 8, false, true, 2);
   check_case(1, 70, 4, 16, 11, 2, 1, 3, false, false, 5);  // the lone last channel of N = 11, unrotated
   // bf16 with N = 11: the bf16 q, k and states copied element by element, the state scan's rows loaded without
-  // cp.async, the states stored one by one
+  // cp.async, the states stored one by one, the dS swap's pieces loaded a float at a time
   check_case(2, 37, 4, 16, 11, 2, 1, 5, true, true, 10);
   // 520 rows: the parameter column sums in two row ranges (the bias sums' partials from the rotation backward)
   check_case(2, 260, 2, 16, 16, 1, 1, 4, false, false, 13);
@@ -214,9 +214,9 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   // bf16 with P = 128: two P tiles of S_in and dS (the cp.async pieces of two tile rows)
   check_case(1, 70, 2, 128, 16, 1, 1, 4, false, true, 18);
   // bf16 at the benchmark's P = 64, N = 128: the backward chunk kernel's dS swap walks two tiles wide in RowWalk's
-  // short form (a fixed column per thread), 32 elements per thread, all loaded ahead
+  // short form (a fixed 4-column piece per thread), 8 pieces per thread, all loaded ahead
   check_case(1, 130, 1, 64, 128, 1, 1, 8, false, true, 19);
-  // bf16 with N = 136: three N tiles, the dS swap's general walk (the column steps and wraps) and loads past the
+  // bf16 with N = 136: three N tiles, the dS swap's general walk (the piece steps and wraps) and loads past the
   // ones ahead
   check_case(1, 70, 1, 16, 136, 1, 1, 4, false, true, 20);
   // H S = 64: two full blocks of the phase scans (every lane's (h, i) in range), segments of 19 steps (several

@@ -700,8 +700,21 @@ struct MmaRows {
   __device__ __forceinline__ bool in(int a) const { return tile::Mma::row(a) < nr; }
   // x[a][c] = rows[off(a) width + c0 + Mma::col(c)] (rows: the chunk's first row, ChunkRows::base) where in(a)
   // and the column < width, else 0: the fp32 values under the thread's accumulator entries of one column tile,
-  // all 16 loads issued together (ahead of the products whose results they meet).
-  __device__ __forceinline__ void gather(float (&x)[4][4], const float* rows, int width, int c0) const {
+  // all loads issued together (ahead of the products whose results they meet): the column pairs (Mma::col(c),
+  // + 1) of an even c as one 8-byte load where pairs (pairs_ok of rows' tensor), else one float at a time.
+  __device__ __forceinline__ void gather(float (&x)[4][4], const float* rows, int width, int c0, bool pairs) const {
+    if (pairs) {
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; c += 2) {
+          const int col = c0 + tile::Mma::col(c);
+          const float2 f = in(a) && col < width ? *reinterpret_cast<const float2*>(rows + (off(a) * width + col))
+                                                : make_float2(0.0f, 0.0f);
+          x[a][c] = f.x, x[a][c + 1] = f.y;
+        }
+      return;
+    }
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
@@ -712,23 +725,27 @@ struct MmaRows {
   }
   // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather): the
   // column pairs (Mma::col(c), + 1) of an even c as one 8-byte store where pairs (pairs_ok: width even, rows 8-byte
-  // aligned, so every pair is), else one float at a time.
+  // aligned, so every pair is), else one float at a time. (One row address per a, the columns as offsets from it.)
   template <class F>
   __device__ __forceinline__ void store(float* rows, int width, int c0, bool pairs, F x) const {
+    const int cb = c0 + tile::Mma::col(0);
 #pragma unroll
-    for (int a = 0; a < 4; ++a)
+    for (int a = 0; a < 4; ++a) {
+      if (!in(a)) continue;
+      float* o = rows + (off(a) * width + cb);
 #pragma unroll
       for (int c = 0; c < 4; c += 2) {
-        const int col = c0 + tile::Mma::col(c);
-        if (!in(a) || col >= width) continue;
-        float* o = rows + off(a) * width + col;
+        const int col = cb + 8 * (c >> 1);
+        if (col >= width) continue;
+        float* d = o + 8 * (c >> 1);
         if (pairs) {
-          *reinterpret_cast<float2*>(o) = make_float2(x(a, c), x(a, c + 1));
+          *reinterpret_cast<float2*>(d) = make_float2(x(a, c), x(a, c + 1));
         } else {
-          o[0] = x(a, c);
-          if (col + 1 < width) o[1] = x(a, c + 1);
+          d[0] = x(a, c);
+          if (col + 1 < width) d[1] = x(a, c + 1);
         }
       }
+    }
   }
 };
 
@@ -961,7 +978,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
   const float* vc = cr.base(v, P);
   float* yc = cr.base(y, P);
-  const bool pairs = pairs_ok(y, P);
+  const bool pairs = pairs_ok(y, P), vpairs = pairs_ok(v, P);
   for (int pt = 0; pt < nP; ++pt) {
     tile::Acc acc;
     acc.zero();
@@ -971,7 +988,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc.v[a][j] *= ei[a];
     float vo[4][4];  // D v's v: loaded during the last product, before the first y store (no load moves past it)
-    my.gather(vo, vc, P, 64 * pt);
+    my.gather(vo, vc, P, 64 * pt, vpairs);
     tile::Mma::mma<false, false>(Sc, V + pt * kT, acc);
     my.store(yc, P, 64 * pt, pairs, [&](int a, int j) { return fmaf(Dh, vo[a][j], acc.v[a][j]); });
   }
@@ -1025,72 +1042,97 @@ __device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex
   ex1 = ex0 + x0;
 }
 
-// Thread x's elements of swap_tiles_dot, from element number e = x + kThreads m and its place w on: v[u] = src
-// element e + u kThreads (row stride cols; 0 outside rows x cols or past total) for u < n, issued together.
-template <int n, bool kCol>
-__device__ __forceinline__ void walk_load(float (&v)[n], int e, RowWalk<kCol> w, int total, int rows, int cols,
-                                          const float* src) {
+// swap_tiles_dot's pieces: 4 consecutive columns 4 c .. 4 c + 3 of a row r of the nrt x nct tiles (16 nct pieces
+// a row), numbered row-major; thread x takes pieces e = x + kThreads m, walked by RowWalk (r, c). kVec (cols % 4
+// == 0 and src 16-byte aligned: every piece wholly inside or outside cols, its 4 floats one 16-byte load), else
+// 4 scalar loads a piece.
+// Thread x's pieces from piece number e and its place w on: v[u] = src's piece e + u kThreads (row stride cols;
+// zeros outside rows x cols or past total) for u < n, issued together.
+template <bool kVec, int n, bool kCol>
+__device__ __forceinline__ void piece_load(float4 (&v)[n], int e, RowWalk<kCol> w, int total, int rows, int cols,
+                                           const float* src) {
 #pragma unroll
-  for (int u = 0; u < n; ++u, w.next())
-    v[u] = e + u * tile::kThreads < total && w.r < rows && w.c < cols ? src[w.r * cols + w.c] : 0.0f;
+  for (int u = 0; u < n; ++u, w.next()) {
+    const int c = 4 * w.c;
+    const bool in = e + u * tile::kThreads < total && w.r < rows;
+    const float* p = src + (w.r * cols + c);
+    if constexpr (kVec) {
+      v[u] = in && c < cols ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+      v[u].x = in && c < cols ? p[0] : 0.0f;
+      v[u].y = in && c + 1 < cols ? p[1] : 0.0f;
+      v[u].z = in && c + 2 < cols ? p[2] : 0.0f;
+      v[u].w = in && c + 3 < cols ? p[3] : 0.0f;
+    }
+  }
 }
 
-// The swap of walk_load's n elements (same e, w; w is advanced past them, or left where the elements end): dot +=
-// v[u] X there in element order, then X = bf16(v[u]) (dst nct tiles wide, h_at).
+// The swap of piece_load's n pieces (same e, w; w is advanced past them, or left where the pieces end): dot +=
+// v[u] X there in element order, then X = bf16(v[u]) (dst nct tiles wide, h_at; a piece's 4 bf16 one 8-byte load
+// and store).
 template <int n, bool kCol>
-__device__ __forceinline__ void walk_swap(const float (&v)[n], int e, RowWalk<kCol>& w, int total, int nct,
-                                          __nv_bfloat16* dst, double& dot) {
+__device__ __forceinline__ void piece_swap(const float4 (&v)[n], int e, RowWalk<kCol>& w, int total, int nct,
+                                           __nv_bfloat16* dst, double& dot) {
 #pragma unroll
   for (int u = 0; u < n; ++u, w.next()) {
     if (e + u * tile::kThreads >= total) break;  // (and every later one)
-    __nv_bfloat16& x = dst[h_at(w.r, w.c, nct)];
-    dot += static_cast<double>(v[u]) * __bfloat162float(x);
-    x = __float2bfloat16_rn(v[u]);
+    uint2* x = reinterpret_cast<uint2*>(dst + h_at(w.r, 4 * w.c, nct));
+    uint2 h = *x;
+    __nv_bfloat162* hp = reinterpret_cast<__nv_bfloat162*>(&h);
+    const float2 lo = __bfloat1622float2(hp[0]), hi = __bfloat1622float2(hp[1]);
+    dot += static_cast<double>(v[u].x) * lo.x;
+    dot += static_cast<double>(v[u].y) * lo.y;
+    dot += static_cast<double>(v[u].z) * hi.x;
+    dot += static_cast<double>(v[u].w) * hi.y;
+    hp[0] = __floats2bfloat162_rn(v[u].x, v[u].y);
+    hp[1] = __floats2bfloat162_rn(v[u].z, v[u].w);
+    *x = h;
   }
 }
 
-// Whether swap_ahead and swap_tiles_dot walk nct tiles wide in RowWalk's short form.
-__device__ __forceinline__ bool col_walk(int nct) { return tile::kThreads % (64 * nct) == 0; }
+// Calls f(kCol, kVec) (std::bool_constant) for swap_tiles_dot's walk of nct tiles wide over src [.][cols]: kCol,
+// RowWalk's short form where the 16 nct pieces of a row divide kThreads; kVec as at piece_load.
+template <class F>
+__device__ __forceinline__ auto swap_form(int nct, int cols, const float* src, F f) {
+  const bool col = tile::kThreads % (16 * nct) == 0;
+  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  if (col) return vec ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  return vec ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+}
 
-// The first kAhead of the thread's elements of swap_tiles_dot (same arguments), issued together ahead of the
-// swap (32: all of them at P = 64, N = 128).
+// The first kAhead of the thread's pieces of swap_tiles_dot (same arguments), issued together ahead of the swap
+// (8: all of them at P = 64, N = 128).
 template <int kAhead>
-__device__ __forceinline__ void swap_ahead(float (&v)[kAhead], int nrt, int nct, int rows, int cols,
+__device__ __forceinline__ void swap_ahead(float4 (&v)[kAhead], int nrt, int nct, int rows, int cols,
                                            const float* src) {
-  const int x = static_cast<int>(threadIdx.x), wc = 64 * nct, total = 64 * nrt * wc;
-  if (col_walk(nct))
-    walk_load(v, x, RowWalk<true>(wc), total, rows, cols, src);
-  else
-    walk_load(v, x, RowWalk<false>(wc), total, rows, cols, src);
-}
-
-// swap_tiles_dot in RowWalk<kCol>'s form.
-template <bool kCol, int kAhead>
-__device__ __forceinline__ double swap_dot_walk(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols,
-                                                const float* src, const float (&ahead)[kAhead]) {
-  constexpr int kBatch = 8;
-  const int wc = 64 * nct, total = 64 * nrt * wc;
-  double dot = 0.0;
-  RowWalk<kCol> w(wc);
-  walk_swap(ahead, static_cast<int>(threadIdx.x), w, total, nct, dst, dot);
-  for (int e0 = threadIdx.x + kAhead * tile::kThreads; e0 < total; e0 += kBatch * tile::kThreads) {
-    float v[kBatch];
-    walk_load(v, e0, w, total, rows, cols, src);
-    walk_swap(v, e0, w, total, nct, dst, dot);
-  }
-  return dot;
+  const int total = 64 * nrt * 16 * nct;
+  swap_form(nct, cols, src, [&](auto col, auto vec) {
+    piece_load<decltype(vec)::value>(v, static_cast<int>(threadIdx.x), RowWalk<decltype(col)::value>(16 * nct),
+                                     total, rows, cols, src);
+  });
 }
 
 // dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
-// (row stride cols; 0 outside), the thread's first kAhead elements taken from ahead (swap_ahead), the rest
-// loaded here, kBatch at a time. Returns this thread's Σ src X over the elements it replaced, in element order
-// (each thread reads X only where it then writes, so no barrier is needed before). Reached by the whole block of
-// tile::kThreads.
+// (row stride cols; 0 outside), the thread's first kAhead pieces taken from ahead (swap_ahead), the rest loaded
+// here, kBatch at a time. Returns this thread's Σ src X over the elements it replaced, in element order (its
+// pieces in order, each piece's columns in order; each thread reads X only where it then writes, so no barrier is
+// needed before). Reached by the whole block of tile::kThreads.
 template <int kAhead>
 __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src,
-                                 const float (&ahead)[kAhead]) {
-  return col_walk(nct) ? swap_dot_walk<true>(dst, nrt, nct, rows, cols, src, ahead)
-                       : swap_dot_walk<false>(dst, nrt, nct, rows, cols, src, ahead);
+                                 const float4 (&ahead)[kAhead]) {
+  return swap_form(nct, cols, src, [&](auto col, auto vec) {
+    constexpr int kBatch = 4;
+    const int total = 64 * nrt * 16 * nct;
+    double dot = 0.0;
+    RowWalk<decltype(col)::value> w(16 * nct);
+    piece_swap(ahead, static_cast<int>(threadIdx.x), w, total, nct, dst, dot);
+    for (int e0 = threadIdx.x + kAhead * tile::kThreads; e0 < total; e0 += kBatch * tile::kThreads) {
+      float4 v[kBatch];
+      piece_load<decltype(vec)::value>(v, e0, w, total, rows, cols, src);
+      piece_swap(v, e0, w, total, nct, dst, dot);
+    }
+    return dot;
+  });
 }
 
 // bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, S_in (stored
@@ -1104,11 +1146,12 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // and dq, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
 // q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
 // prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before dq's
-// products, the last ones on S_in (swap_ahead), the fp32 v, dy under the thread's accumulator entries
-// (MmaRows::gather) ahead of the products whose results they meet, the first P tile's across a barrier: dy for
-// inter (and D) before the barrier that ends the coefficient tiles, v and dy once for Z, v·dy and D dy before the
-// one that publishes dS (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in
-// block_reduce's order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
+// products, the last ones on S_in (swap_ahead; 16-byte loads of 4-column pieces, swapped 8 bytes at a time), the
+// fp32 v, dy under the thread's accumulator entries (MmaRows::gather; 8-byte pairs in the SISO kernel) ahead of
+// the products whose results they meet, the first P tile's across a barrier: dy for inter (and D) before the
+// barrier that ends the coefficient tiles, v and dy once for Z, v·dy and D dy before the one that publishes dS
+// (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in block_reduce's
+// order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
 // two blocks per SM at P = 64, N = 128; dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1:
 // SISO), or 0: s.R (ChunkRows).
 template <int kR>
@@ -1208,7 +1251,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const float* vc = cr.base(v, P);
   const float* dyc = cr.base(dy, P);
   float vo[4][4], dyo[4][4];
-  my.gather(dyo, dyc, P, 0);
+  const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
+  // v, dy as pairs (both or neither; SISO only: in the MIMO kernel the pair loads' registers cost spills)
+  const bool vpairs = kR == 1 && pairs_ok(v, P) && pairs_ok(dy, P);
+  my.gather(dyo, dyc, P, 0, vpairs);
   const float Dh = D[k.h];
   __syncthreads();
   auto scale_rows = [&](tile::Acc& acc, const float* w) {  // acc row ρ *= w[i] (0 past nr)
@@ -1219,7 +1265,6 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
   };
-  const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
   auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
     my.store(cr.base(out, width), width, c0, pairs, [&](int a, int c) { return acc.v[a][c]; });
   };
@@ -1227,7 +1272,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   {
     double inter[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
-      if (pt > 0) my.gather(dyo, dyc, P, 64 * pt);
+      if (pt > 0) my.gather(dyo, dyc, P, 64 * pt, vpairs);
       tile::Acc acc;
       acc.zero();
       for (int nt = 0; nt < nN; ++nt) Mma::mma<false, true>(Q + nt * kT, S + (pt * nN + nt) * kT, acc);
@@ -1241,10 +1286,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     }
     put_row_parts(inter, red[kInter]);
   }
-  // dS's first elements of the swap, loaded ahead of dq's products (16 in the MIMO kernel: its run-time rank's
-  // registers leave no room for 32).
+  // dS's first pieces of the swap (4 floats each), loaded ahead of dq's products (4 in the MIMO kernel: its
+  // run-time rank's registers leave no room for 8).
   {
-    float dS_ahead[kR == 1 ? 32 : 16];
+    float4 dS_ahead[kR == 1 ? 8 : 4];
     swap_ahead(dS_ahead, nP, nN, P, N, dS);
     // dq per N tile.
     for (int nt = 0; nt < nN; ++nt) {
@@ -1260,8 +1305,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const double sd = warp_sum(swap_tiles_dot(S, nP, nN, P, N, dS, dS_ahead));
     if (Mma::lane() == 0) sdw[Mma::warp()] = sd;
   }
-  my.gather(vo, vc, P, 0);  // (ahead of dk's products)
-  my.gather(dyo, dyc, P, 0);
+  my.gather(vo, vc, P, 0, vpairs);  // (ahead of dk's products)
+  my.gather(dyo, dyc, P, 0, vpairs);
   __syncthreads();  // dS in S
   // dk per N tile.
   for (int nt = 0; nt < nN; ++nt) {
@@ -1283,8 +1328,8 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     double z[4] = {}, vdy[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
       if (pt > 0) {
-        my.gather(vo, vc, P, 64 * pt);
-        my.gather(dyo, dyc, P, 64 * pt);
+        my.gather(vo, vc, P, 64 * pt, vpairs);
+        my.gather(dyo, dyc, P, 64 * pt, vpairs);
       }
       tile::Acc acc;
       acc.zero();
