@@ -472,7 +472,7 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // With nbuf = 2 (where two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two
 // buffers: one barrier per group, and the threads that add no dn̂ go on to the next rows' loads while the others
 // add (a buffer is written again only after the next group's barrier, which every reader of it has passed).
-constexpr int kRotRows = 8, kRotItems = 4;
+constexpr int kRotRows = 8, kRotItems = 4, kRotSumAhead = 8;
 constexpr size_t kRotDoubleSmem = 64 * 1024;
 
 // Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and the bytes of
@@ -483,7 +483,7 @@ int64_t rot_pairs(const Sizes& s) {
 size_t rot_smem(const Sizes& s) { return sizeof(float) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
 
 template <int kItems>
-__global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul,
+__global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1) rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul,
                                                                   int nbuf, int64_t ranges, double* pk, double* pq) {
   extern __shared__ float smem[];  // dū [nbuf][kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
   const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
@@ -510,41 +510,64 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
     wq[j][1] = p.C_norm[i1];
   }
   const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
-  for (int64_t r0 = r_begin, grp = 0; r0 < r_end; r0 += kRotRows, ++grp) {
-    const int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
+  const bool vec = N % 2 == 0;  // every pair whole and 8-byte aligned in dk, dq, n̂: loaded as float2
+  // One item's nr rows from row r0: its dk, dq pairs and, where rotated, their φ and n̂_B, n̂_C pairs (row rr of the
+  // (head h, pair u): element offset rr H N of dk, dq, rr H S of φ, rr G N of n̂), all loaded before any use.
+  float d[kRotRows][4], ph[kRotRows], nb[kRotRows][2], nc[kRotRows][2];
+  const auto load = [&](int h, int u, int64_t r0, int nr) {
+    const int i0 = 2 * u;
+    const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
+    const int64_t e0 = r0 * s.H + h;
+    const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
+    const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
+#pragma unroll
+    for (int rr = 0; rr < kRotRows; ++rr) {
+      if (rr >= nr) break;
+      const int ok = rr * HN, on = rr * GN;
+      if (vec) {
+        const float2 k2 = *reinterpret_cast<const float2*>(dk + ok), q2 = *reinterpret_cast<const float2*>(dq + ok);
+        d[rr][0] = k2.x;
+        d[rr][1] = k2.y;
+        d[rr][2] = q2.x;
+        d[rr][3] = q2.y;
+      } else {
+        d[rr][0] = dk[ok];
+        d[rr][1] = pair ? dk[ok + 1] : 0.0f;
+        d[rr][2] = dq[ok];
+        d[rr][3] = pair ? dq[ok + 1] : 0.0f;
+      }
+      ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
+      if (rot && vec) {
+        const float2 b2 = *reinterpret_cast<const float2*>(nbr + on), c2 = *reinterpret_cast<const float2*>(ncr + on);
+        nb[rr][0] = b2.x;
+        nb[rr][1] = b2.y;
+        nc[rr][0] = c2.x;
+        nc[rr][1] = c2.y;
+      } else {
+        nb[rr][0] = rot ? nbr[on] : 0.0f;
+        nb[rr][1] = rot ? nbr[on + 1] : 0.0f;
+        nc[rr][0] = rot ? ncr[on] : 0.0f;
+        nc[rr][1] = rot ? ncr[on + 1] : 0.0f;
+      }
+    }
+  };
+  int64_t r0 = r_begin;
+  int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
+  if (r0 < r_end && x < items) load(hh[0], uu[0], r0, nr);
+  for (int64_t grp = 0; r0 < r_end; ++grp) {
     float* du = smem + (nbuf == 2 ? grp % 2 : 0) * (kRotRows * items * 4);
     if (nbuf == 1) __syncthreads();  // the previous rows' dn̂ readers are done
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int it = x + j * kThreads;
       if (it >= items) break;
-      const int u = uu[j], i0 = 2 * u;
-      const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
-      // The nr rows' dk, dq pairs and, where rotated, their φ and n̂_B, n̂_C pairs, loaded together before any
-      // store (row rr of the (head, pair): element offset rr H N of dk, dq, rr H S of φ, rr G N of n̂)
-      const int64_t e0 = r0 * s.H + hh[j];
-      const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
-      float* dphi_r = buf.dphi + e0 * S + u;
-      const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
-      float d[kRotRows][4], ph[kRotRows], nb[kRotRows][2], nc[kRotRows][2];
+      if (j > 0) load(hh[j], uu[j], r0, nr);  // (item 0's rows: loaded during the previous rows' dn̂ sums)
+      const int u = uu[j];
+      float* dphi_r = buf.dphi + (r0 * s.H + hh[j]) * S + u;
 #pragma unroll
       for (int rr = 0; rr < kRotRows; ++rr) {
         if (rr >= nr) break;
-        const int ok = rr * HN, on = rr * GN;
-        d[rr][0] = dk[ok];
-        d[rr][1] = pair ? dk[ok + 1] : 0.0f;
-        d[rr][2] = dq[ok];
-        d[rr][3] = pair ? dq[ok + 1] : 0.0f;
-        ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
-        nb[rr][0] = rot ? nbr[on] : 0.0f;
-        nb[rr][1] = rot ? nbr[on + 1] : 0.0f;
-        nc[rr][0] = rot ? ncr[on] : 0.0f;
-        nc[rr][1] = rot ? ncr[on + 1] : 0.0f;
-      }
-#pragma unroll
-      for (int rr = 0; rr < kRotRows; ++rr) {
-        if (rr >= nr) break;
-        if (rot) {
+        if (u < S) {
           float sn, cs, k0, k1, q0, q1;
           sincosf(ph[rr], &sn, &cs);
           rotate_pair(biased(nb[rr][0], wk[j][0], bk[j][0]), biased(nb[rr][1], wk[j][1], bk[j][1]), cs, sn, k0, k1);
@@ -560,15 +583,31 @@ __global__ void __launch_bounds__(kThreads) rot_bcnorm_bwd_kernel(const Mamba3Pt
       }
     }
     __syncthreads();
+    const int64_t r1 = r0 + kRotRows;
+    const int nr1 = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r1));
+    if (r1 < r_end && x < items) load(hh[0], uu[0], r1, nr1);  // in flight during the dn̂ sums below
     for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
       const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
       if (i >= N) continue;
       const int64_t o = ((r0 + rr) * s.G + g) * N + i;
       const float nrm = nhat(buf, v / 2, o);
+      // Σ over the heads in order, kRotSumAhead terms read from shared memory at once
+      const float* col = du + (rr * items + pl) * 4 + v;
+      const int stride = nu * 4;
       double acc = 0.0;
-      for (int h = 0; h < hpg; ++h) acc += du[(rr * items + h * nu + pl) * 4 + v];
+      int h = 0;
+      for (; h + kRotSumAhead <= hpg; h += kRotSumAhead) {
+        float t[kRotSumAhead];
+#pragma unroll
+        for (int k = 0; k < kRotSumAhead; ++k) t[k] = col[(h + k) * stride];
+#pragma unroll
+        for (int k = 0; k < kRotSumAhead; ++k) acc += t[k];
+      }
+      for (; h < hpg; ++h) acc += col[h * stride];
       put_dn(buf, v / 2, o, acc, nrm);
     }
+    r0 = r1;
+    nr = nr1;
   }
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
