@@ -284,6 +284,31 @@ __device__ __forceinline__ void put_qk2(__nv_bfloat16* d, float x, float y) {
   *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y);
 }
 
+// qk_kernel's staging: the n pieces V (float, or float4 for 16-byte aligned rows) of gb, gc into sb, sc, kQkStage
+// pieces of each per thread loaded at once, then stored.
+template <typename V>
+__device__ __forceinline__ void qk_stage(const float* gb, const float* gc, float* sb, float* sc, int n) {
+  const V *b = reinterpret_cast<const V*>(gb), *c = reinterpret_cast<const V*>(gc);
+  V *db = reinterpret_cast<V*>(sb), *dc = reinterpret_cast<V*>(sc);
+  for (int j0 = threadIdx.x; j0 < n; j0 += kQkStage * kQkThreads) {
+    V vb[kQkStage], vc[kQkStage];
+#pragma unroll
+    for (int u = 0; u < kQkStage; ++u) {
+      const int j = j0 + u * kQkThreads;
+      vb[u] = j < n ? b[j] : V{};
+      vc[u] = j < n ? c[j] : V{};
+    }
+#pragma unroll
+    for (int u = 0; u < kQkStage; ++u) {
+      const int j = j0 + u * kQkThreads;
+      if (j < n) {
+        db[j] = vb[u];
+        dc[j] = vc[u];
+      }
+    }
+  }
+}
+
 // k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C. Grid (row blocks of `rows` rows, column blocks of
 // kQkThreads kQkPairs pairs); a thread owns kQkPairs channel pairs (h, r, u) of every row of its block: channels
 // (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the second channel absent for u = (N - 1) / 2,
@@ -297,32 +322,16 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   extern __shared__ float smem[];
   const int N = static_cast<int>(s.N), R = static_cast<int>(s.R), H = static_cast<int>(s.H);
   const int S = static_cast<int>(s.S), RGN = static_cast<int>(s.R * s.G * s.N), half = N / 2, U = (N + 1) / 2;
-  const int hpg = static_cast<int>(s.H / s.G);
-  const int64_t row0 = blockIdx.x * int64_t{rows};
+  const int hpg = static_cast<int>(s.H / s.G), ncol = (H * R * U + kQkThreads * kQkPairs - 1) / (kQkThreads * kQkPairs);
+  const int col = static_cast<int>(blockIdx.x % ncol);
+  const int64_t row0 = blockIdx.x / ncol * int64_t{rows};
   const int nrows = static_cast<int>(std::min<int64_t>(rows, s.rows - row0));
   float* sb = smem;               // [rows, R G N] n̂_B
   float* sc = smem + rows * RGN;  // [rows, R G N] n̂_C
-  {  // kQkStage elements of each per thread loaded at once, then stored
-    const int n = nrows * RGN;
-    const float *gb = buf.nb + row0 * RGN, *gc = buf.ncn + row0 * RGN;
-    for (int j0 = threadIdx.x; j0 < n; j0 += kQkStage * kQkThreads) {
-      float vb[kQkStage], vc[kQkStage];
-#pragma unroll
-      for (int u = 0; u < kQkStage; ++u) {
-        const int j = j0 + u * kQkThreads;
-        vb[u] = j < n ? gb[j] : 0.0f;
-        vc[u] = j < n ? gc[j] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kQkStage; ++u) {
-        const int j = j0 + u * kQkThreads;
-        if (j < n) {
-          sb[j] = vb[u];
-          sc[j] = vc[u];
-        }
-      }
-    }
-  }
+  if (RGN % 4 == 0)  // (16-byte aligned rows: float4 pieces)
+    qk_stage<float4>(buf.nb + row0 * RGN, buf.ncn + row0 * RGN, sb, sc, nrows * RGN / 4);
+  else
+    qk_stage<float>(buf.nb + row0 * RGN, buf.ncn + row0 * RGN, sb, sc, nrows * RGN);
   // The owned pairs: channels c0, c1 (-1: none) at offset o within a row of k, q (the (h, r) row's start) and
   // src within a row of n̂; φ offset f within a row of φ (-1: not rotated); weights and biases of c0, c1.
   int c0[kQkPairs], c1[kQkPairs], o[kQkPairs], src[kQkPairs], f[kQkPairs];
@@ -330,7 +339,7 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   float bb0[kQkPairs], bb1[kQkPairs], bc0[kQkPairs], bc1[kQkPairs];
 #pragma unroll
   for (int k = 0; k < kQkPairs; ++k) {
-    const int q = (blockIdx.y * kQkPairs + k) * kQkThreads + threadIdx.x;
+    const int q = (col * kQkPairs + k) * kQkThreads + threadIdx.x;
     c0[k] = -1;
     if (q >= H * R * U) continue;
     const int u = q % U, hr = q / U, r = hr % R, h = hr / R, g = h / hpg;
@@ -372,13 +381,29 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
         if (f[k] >= 0) sincosf(ph[u][k], &sn, &cs);
         const float* nb = sb + rr * RGN + src[k];
         const float* nc = sc + rr * RGN + src[k];
-        const float ub = biased(nb[c0[k]], wb0[k], bb0[k]), uc = biased(nc[c0[k]], wc0[k], bc0[k]);
+        float nb0, nb1 = 0.0f, nc0, nc1 = 0.0f;  // n̂_B, n̂_C at c0, c1
+        if (pair2) {  // (adjacent and 8-byte aligned in shared memory too)
+          const float2 b2 = *reinterpret_cast<const float2*>(nb + c0[k]);
+          const float2 c2 = *reinterpret_cast<const float2*>(nc + c0[k]);
+          nb0 = b2.x;
+          nb1 = b2.y;
+          nc0 = c2.x;
+          nc1 = c2.y;
+        } else {
+          nb0 = nb[c0[k]];
+          nc0 = nc[c0[k]];
+          if (c1[k] >= 0) {
+            nb1 = nb[c1[k]];
+            nc1 = nc[c1[k]];
+          }
+        }
+        const float ub = biased(nb0, wb0[k], bb0[k]), uc = biased(nc0, wc0[k], bc0[k]);
         if (c1[k] < 0) {  // a lone unrotated channel
           put_qk(krow + o[k] + c0[k], ub);
           put_qk(qrow + o[k] + c0[k], uc);
           continue;
         }
-        const float ubm = biased(nb[c1[k]], wb1[k], bb1[k]), ucm = biased(nc[c1[k]], wc1[k], bc1[k]);
+        const float ubm = biased(nb1, wb1[k], bb1[k]), ucm = biased(nc1, wc1[k], bc1[k]);
         float k0 = ub, k1 = ubm, q0 = uc, q1 = ucm;
         if (f[k] >= 0) {
           rotate_pair(ub, ubm, cs, sn, k0, k1);
@@ -483,8 +508,9 @@ int64_t rot_pairs(const Sizes& s) {
 size_t rot_smem(const Sizes& s) { return sizeof(float) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
 
 template <int kItems>
-__global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1) rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul,
-                                                                  int nbuf, int64_t ranges, double* pk, double* pq) {
+__global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
+    rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul, int nbuf, int64_t ranges, double* pk,
+                          double* pq) {
   extern __shared__ float smem[];  // dū [nbuf][kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
   const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
   const int g = static_cast<int>(blockIdx.y), u0 = static_cast<int>(blockIdx.x) * ul;
@@ -525,7 +551,8 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1) rot_bcnorm_bwd_
       if (rr >= nr) break;
       const int ok = rr * HN, on = rr * GN;
       if (vec) {
-        const float2 k2 = *reinterpret_cast<const float2*>(dk + ok), q2 = *reinterpret_cast<const float2*>(dq + ok);
+        const float2 k2 = *reinterpret_cast<const float2*>(dk + ok);
+        const float2 q2 = *reinterpret_cast<const float2*>(dq + ok);
         d[rr][0] = k2.x;
         d[rr][1] = k2.y;
         d[rr][2] = q2.x;
@@ -538,7 +565,8 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1) rot_bcnorm_bwd_
       }
       ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
       if (rot && vec) {
-        const float2 b2 = *reinterpret_cast<const float2*>(nbr + on), c2 = *reinterpret_cast<const float2*>(ncr + on);
+        const float2 b2 = *reinterpret_cast<const float2*>(nbr + on);
+        const float2 c2 = *reinterpret_cast<const float2*>(ncr + on);
         nb[rr][0] = b2.x;
         nb[rr][1] = b2.y;
         nc[rr][0] = c2.x;
@@ -785,8 +813,9 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
   }
   const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
   const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
-  const dim3 qk_grid(static_cast<unsigned>(ceil_div(s.rows, qk_r)),
-                     static_cast<unsigned>(ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs)));
+  // (row block, column block), the column blocks of a row block adjacent (they stage the same n̂ rows)
+  const unsigned qk_grid = static_cast<unsigned>(
+      ceil_div(s.rows, qk_r) * ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs));
   const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
     const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
     if (qk_smem > 48 * 1024)
