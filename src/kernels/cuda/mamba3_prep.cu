@@ -498,6 +498,10 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // buffers: one barrier per group, and the threads that add no dn̂ go on to the next rows' loads while the others
 // add (a buffer is written again only after the next group's barrier, which every reader of it has passed).
 constexpr int kRotRows = 8, kRotItems = 4, kRotSumAhead = 8;
+// The most heads per group: at most kRotItems kThreads items, one pair each, whose dū buffer fits a block's 227 KiB.
+constexpr int kRotMaxHeads = 896;
+static_assert(kRotMaxHeads <= kRotItems * kThreads && sizeof(double) * kRotRows * kRotMaxHeads * 4 <= 227 * 1024,
+              "rot_bcnorm_bwd_kernel's heads per group");
 constexpr size_t kRotDoubleSmem = 64 * 1024;
 
 // Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and the bytes of
@@ -505,7 +509,7 @@ constexpr size_t kRotDoubleSmem = 64 * 1024;
 int64_t rot_pairs(const Sizes& s) {
   return std::clamp<int64_t>(kThreads / (s.H / s.G), 1, (s.N + 1) / 2);
 }
-size_t rot_smem(const Sizes& s) { return sizeof(float) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
+size_t rot_smem(const Sizes& s) { return sizeof(double) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
 
 template <int kItems>
 __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
@@ -583,7 +587,7 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
   int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
   if (r0 < r_end && x < items) load(hh[0], uu[0], r0, nr);
   for (int64_t grp = 0; r0 < r_end; ++grp) {
-    float* du = smem + (nbuf == 2 ? grp % 2 : 0) * (kRotRows * items * 4);
+    double* du = reinterpret_cast<double*>(smem) + (nbuf == 2 ? grp % 2 : 0) * (kRotRows * items * 4);
     if (nbuf == 1) __syncthreads();  // the previous rows' dn̂ readers are done
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
@@ -607,7 +611,9 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
         }
 #pragma unroll
         for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
-        *reinterpret_cast<float4*>(du + (rr * items + it) * 4) = make_float4(d[rr][0], d[rr][1], d[rr][2], d[rr][3]);
+        double2* dd = reinterpret_cast<double2*>(du + (rr * items + it) * 4);  // (converted once: the sums' terms)
+        dd[0] = make_double2(d[rr][0], d[rr][1]);
+        dd[1] = make_double2(d[rr][2], d[rr][3]);
       }
     }
     __syncthreads();
@@ -620,12 +626,12 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
       const int64_t o = ((r0 + rr) * s.G + g) * N + i;
       const float nrm = nhat(buf, v / 2, o);
       // Σ over the heads in order, kRotSumAhead terms read from shared memory at once
-      const float* col = du + (rr * items + pl) * 4 + v;
+      const double* col = du + (rr * items + pl) * 4 + v;
       const int stride = nu * 4;
       double acc = 0.0;
       int h = 0;
       for (; h + kRotSumAhead <= hpg; h += kRotSumAhead) {
-        float t[kRotSumAhead];
+        double t[kRotSumAhead];
 #pragma unroll
         for (int k = 0; k < kRotSumAhead; ++k) t[k] = col[(h + k) * stride];
 #pragma unroll
@@ -839,8 +845,7 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   const int64_t bc_all = s.rows * 2 * s.R * s.G;
   const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G, ranges = colsum_ranges(s.rows);
   if (s.R == 1) {  // (dB_bias's and dC_bias's range sums from here: the first two of the colsums below)
-    check(s.H / s.G <= kRotItems * kThreads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G,
-          kRotItems * kThreads);
+    check(s.H / s.G <= kRotMaxHeads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G, kRotMaxHeads);
     const int64_t ul = rot_pairs(s);
     const int nbuf = 2 * rot_smem(s) <= kRotDoubleSmem ? 2 : 1;
     const size_t smem = nbuf * rot_smem(s);
