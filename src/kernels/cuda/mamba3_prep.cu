@@ -309,20 +309,23 @@ __device__ __forceinline__ void qk_stage(const float* gb, const float* gc, float
   }
 }
 
-// k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C. Grid (row blocks of `rows` rows, column blocks of
-// kQkThreads kQkPairs pairs); a thread owns kQkPairs channel pairs (h, r, u) of every row of its block: channels
-// (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the second channel absent for u = (N - 1) / 2,
-// N odd), rotated by φ[h, u] when u < S. Its weights and biases are loaded once; the block's rows of n̂_B, n̂_C
-// are staged in shared memory (rows R G N floats each; kQkStage loads of each in flight per thread), φ is read
-// and its sincos taken once per rotated pair, and k, q are written once into kout, qout (T: float, or bf16 with
-// bf16 products; SISO with even N: as pairs).
+// k = Rot(φ) (n̂_B ∘ w_B + B_bias[h, r]), q likewise with C. One-dimensional grid over (row block of `rows` rows,
+// column block of kQkThreads kQkPairs pairs), the column blocks of a row block consecutive (launched together:
+// they stage the same n̂ rows, so all but the first read them from the L2); a thread owns kQkPairs channel pairs
+// (h, r, u) of every row of its block: channels (2u, 2u + 1) for SISO, (u, u + N/2) for MIMO (u < ceil(N / 2); the
+// second channel absent for u = (N - 1) / 2, N odd), rotated by φ[h, u] when u < S. Its weights and biases are
+// loaded once; the block's rows of n̂_B, n̂_C are staged in shared memory (rows R G N floats each; qk_stage: 16-byte
+// pieces where R G N % 4 == 0), φ is read and its sincos taken once per rotated pair, and k, q are written once
+// into kout, qout (T: float, or bf16 with bf16 products; SISO with even N: the n̂ pairs read and k, q written as
+// pairs; consecutive threads, consecutive pairs).
 template <typename T>
 __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int rows, T* kout,
                                                         T* qout) {
   extern __shared__ float smem[];
   const int N = static_cast<int>(s.N), R = static_cast<int>(s.R), H = static_cast<int>(s.H);
   const int S = static_cast<int>(s.S), RGN = static_cast<int>(s.R * s.G * s.N), half = N / 2, U = (N + 1) / 2;
-  const int hpg = static_cast<int>(s.H / s.G), ncol = (H * R * U + kQkThreads * kQkPairs - 1) / (kQkThreads * kQkPairs);
+  const int hpg = static_cast<int>(s.H / s.G), per_block = kQkThreads * kQkPairs;
+  const int ncol = (H * R * U + per_block - 1) / per_block;  // column blocks per row block
   const int col = static_cast<int>(blockIdx.x % ncol);
   const int64_t row0 = blockIdx.x / ncol * int64_t{rows};
   const int nrows = static_cast<int>(std::min<int64_t>(rows, s.rows - row0));
@@ -492,11 +495,15 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
 // j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
 // order (the weights and biases of its items held in registers; the dk, dq pairs, φ and n̂_B, n̂_C pairs of the
-// kRotRows rows loaded at once, in flight together, before the rows' dφ stores), the dū into shared memory
-// [kRotRows][items][4] (dynamic: rot_smem), then thread (row, u, which, channel) adds its dn̂ over the heads there.
-// With nbuf = 2 (where two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two
-// buffers: one barrier per group, and the threads that add no dn̂ go on to the next rows' loads while the others
-// add (a buffer is written again only after the next group's barrier, which every reader of it has passed).
+// kRotRows rows loaded at once, in flight together, before the rows' dφ stores; the pairs as float2 where N is
+// even: a warp's loads cover 8 heads' whole 32-byte sectors at ul = 4), the dū, converted to double once (the
+// terms of both its sums), into shared memory [kRotRows][items][4] (dynamic: rot_smem), then after the barrier
+// thread (row, u, which, channel) adds its dn̂ over the heads there (kRotSumAhead terms read at once), the first
+// item's loads of the next kRotRows rows issued before those sums (in flight during them). With nbuf = 2 (where
+// two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two buffers: one barrier per
+// group, and the threads that add no dn̂ go on to the next rows while the others add (a buffer is written again
+// only after the next group's barrier, which every reader of it has passed); else a second barrier before the
+// buffer's writes. One item per thread: 2 blocks/SM (128 registers).
 constexpr int kRotRows = 8, kRotItems = 4, kRotSumAhead = 8;
 // The most heads per group: at most kRotItems kThreads items, one pair each, whose dū buffer fits a block's 227 KiB.
 constexpr int kRotMaxHeads = 896;
