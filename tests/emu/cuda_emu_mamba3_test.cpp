@@ -205,6 +205,9 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   check_case(2, 260, 2, 16, 16, 1, 1, 4, false, false, 13);
   // 300 heads in one group: the rotation backward's threads take several (head, pair) items each
   check_case(1, 5, 300, 16, 8, 1, 1, 2, false, false, 14);
+  // 64 heads, N = 16: the rotation backward's blocks of 4 pairs x 64 heads (one item per thread) with one dū buffer,
+  // as at the benchmark's shape; 20 rows: groups of 8, 8 and 4 rows (the next group's loads issued early, partial)
+  check_case(1, 20, 64, 16, 16, 1, 1, 4, false, false, 23);
   // N = 40: BCNorm's per-vector sums (sum_cols) over a full and a partial column chunk; 260 vectors per side: the
   // last block's warps partly and wholly past them
   check_case(1, 130, 2, 16, 40, 1, 1, 4, true, false, 16);
