@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Si
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
 constexpr int kQkThreads = 256, kQkPairs = 2, kQkSmemFloats = 8192, kQkMaxRows = 32;
 constexpr int kQkAhead = 8;  // rows whose φ a qk_kernel thread loads at once
-constexpr int kQkStage = 8;  // staged elements of n̂_B and of n̂_C a qk_kernel thread loads at once
+constexpr int kQkStage = 8;  // staged pieces (qk_stage) of n̂_B and of n̂_C a qk_kernel thread loads at once
 
 // Rows per qk_kernel block for R G N channels of n̂_B and of n̂_C per row.
 int64_t qk_rows(int64_t RGN) { return std::clamp<int64_t>(kQkSmemFloats / (2 * RGN), 1, kQkMaxRows); }
