@@ -73,8 +73,9 @@ size_t attention_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads
 
 // cross_entropy.cu: losses (fp32) and, in place over the float or bf16 logits,
 // grad_scale * (softmax - onehot). Negative targets: loss 0, gradient 0. correct: nullptr, or
-// [rows] fp32 receiving 1 where the target's logit is the row maximum (ties count), else 0.
-// Row r of logits starts at logits + r * ld (ld >= vocab).
+// [rows] fp32 receiving 1 where the target's logit is larger than every other logit of the row (a tie is
+// wrong), else 0. Row r of logits starts at logits + r * ld (ld >= vocab; rows aligned to sizeof(T), read and
+// written in 16-byte pieces where aligned). A target >= vocab gives a NaN loss and gradient row.
 template <typename T>
 void cross_entropy(T* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld, double grad_scale,
                    float* losses, float* correct, cudaStream_t stream);
