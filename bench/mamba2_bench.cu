@@ -109,7 +109,7 @@ using bench::PhaseKernel;
 /// counted from the kernels for fp32 tensors, T a multiple of 64 and P, N multiples of 64 (every chunk and tile
 /// full); zeros for another name. Notation: E = B T H (token, head) pairs, nc = T / 64 chunks, PT = P / 64 and
 /// NT = N / 64 tiles, St = E P N / 64 elements of one set of chunk states [B, H, nc, P, N] (bf16), BC = B T G N
-/// elements of xbc's B (or C) columns. Scratch: Δ fp32, G double, dBh / dCh [B, H, T, N] fp32, the chunk partials
+/// elements of xbc's B (or C) columns. Scratch: Δ fp32, G double, dBh / dCh [B, H, T, N] bf16, the chunk partials
 /// double; the entering states are the saved set's (written by the forward, read by the backward). The tile
 /// products count 2 M N depth each (the masked halves of the intra-chunk products included: the kernels compute
 /// them); the elementwise kernels' arithmetic is not counted.
@@ -156,13 +156,13 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
     // (CB ∘ E)^T dy (64 x 64 x P).
     const bool kept = PT <= 2 && NT <= 2;
     const double issued_per_token =
-        16 + 8 * N + 8 * P + ((kept ? 0 : 4 * P * NT) + 8 * (kept ? N - 64 : N) + 4 * N) +
-        (4 * P * (kept ? 1 : NT) + 4 * (kept ? N - 64 : N) + 4 * N) +
+        16 + 8 * N + 8 * P + ((kept ? 0 : 4 * P * NT) + 8 * (kept ? N - 64 : N) + 2 * N) +
+        (4 * P * (kept ? 1 : NT) + 4 * (kept ? N - 64 : N) + 2 * N) +
         (4 * N * (kept ? 1 : PT) + (kept ? 4 : 12) * P + 4 * P) + 4 + 24.0 / 64;
-    return {8 * E * P + 8 * BC + 4 * St + 16 * E + 4 * E * P + 8 * E * N + 4 * E + 24 * E / 64,
+    return {8 * E * P + 8 * BC + 4 * St + 16 * E + 4 * E * P + 4 * E * N + 4 * E + 24 * E / 64,
             E * issued_per_token + 5 * 2 * St, 2 * E * (3 * 64 * N + 2 * 64 * P + 3 * P * N)};
   }
-  if (is("dBC")) return {8 * E * N + 8 * BC, 8 * E * N + 8 * BC, 0};  // dBh, dCh summed over a group's heads
+  if (is("dBC")) return {4 * E * N + 8 * BC, 4 * E * N + 8 * BC, 0};  // dBh, dCh (bf16) summed over a group's heads
   if (is("dparams"))  // the chunk partials (double x 3) summed per head; ddt_bias, dA_log, dD read and written
     return {24 * E / 64 + 28 * H, 24 * E / 64 + 28 * H, 0};
   return {0, 0, 0};

@@ -171,6 +171,54 @@ __device__ __forceinline__ void store_acc_bf16(const Acc& x, __nv_bfloat16* dst,
   store_acc<Mma>(x, dst, stride, rows, cols, Same{});
 }
 
+/// store_acc_bf16(x, dst, stride, rows, cols) by 16-byte pieces (the same elements and rounding): the 4 lanes of a
+/// quad (lane / 4 alike) hold the column pairs 2 q, + 1 and 8 + 2 q, + 1 (q = lane % 4, relative to the warp's 16
+/// columns) of the same 4 rows; two butterflies over the quad (shuffles with lane ^ 2, then lane ^ 1) hand lane q
+/// the 8 columns 8 (q % 2) .. + 7 of row Mma::row(2 g + q / 2) for g = 0, 1, which it stores where r < rows and the
+/// piece starts before cols: as one 16-byte store where dst is 16-byte aligned and stride and cols are multiples of
+/// 8 (lanes 2 m, 2 m + 1 of a quad then write one row's 32 contiguous bytes), else element by element (c < cols).
+/// Reached by whole warps (the shuffles).
+__device__ __forceinline__ void store_acc_bf16x8(const Acc& x, __nv_bfloat16* dst, int64_t stride, int rows,
+                                                 int cols) {
+  const auto pack = [](float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+    return *reinterpret_cast<const uint32_t*>(&v);
+  };
+  const bool whole = reinterpret_cast<uintptr_t>(dst) % 16 == 0 && stride % 8 == 0 && cols % 8 == 0;
+  const int q = Mma::lane() & 3, hi = q >> 1, lo = q & 1;
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    // u[p]: row Mma::row(2 g + p / 2), the pair at 8 (p % 2) + 2 q. Lane q's piece is p = q, its word m from lane m.
+    uint32_t u[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const int i = 2 * g + (p >> 1), j = 2 * (p & 1);
+      u[p] = pack(x.v[i][j], x.v[i][j + 1]);
+    }
+    // Lanes q, q ^ 2 swap halves: lane q keeps p = 2 hi, 2 hi + 1, its own words (k) and those of q ^ 2 (r).
+    const uint32_t k0 = hi ? u[2] : u[0], k1 = hi ? u[3] : u[1];
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, hi ? u[0] : u[2], 2);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, hi ? u[1] : u[3], 2);
+    // Lanes q, q ^ 1 swap: lane q keeps p = q (own: its word, o2: q ^ 2's) and receives those of q ^ 1 (t0), q ^ 3 (t1).
+    const uint32_t t0 = __shfl_xor_sync(0xffffffffu, lo ? k0 : k1, 1);
+    const uint32_t t1 = __shfl_xor_sync(0xffffffffu, lo ? r0 : r1, 1);
+    const uint32_t own = lo ? k1 : k0, o2 = lo ? r1 : r0;
+    // In lane order: lanes 2 hi, 2 hi + 1 gave (own, t0) (swapped where lo), the other two (o2, t1).
+    const uint32_t a0 = lo ? t0 : own, a1 = lo ? own : t0, b0 = lo ? t1 : o2, b1 = lo ? o2 : t1;
+    const uint32_t w[4] = {hi ? b0 : a0, hi ? b1 : a1, hi ? a0 : b0, hi ? a1 : b1};
+    const int r = Mma::row(2 * g + hi), c = 16 * (Mma::warp() & 3) + 8 * lo;
+    if (r >= rows || c >= cols) continue;
+    if (whole) {
+      *reinterpret_cast<uint4*>(dst + r * stride + c) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+#pragma unroll
+      for (int m = 0; m < 8; ++m)
+        if (c + m < cols)
+          dst[r * stride + c + m] = __ushort_as_bfloat16(static_cast<unsigned short>(w[m >> 1] >> (16 * (m & 1))));
+    }
+  }
+}
+
 /// Zeroes nkt bf16 tiles (kLdH) at hS: the bf16 copy of an Mma scan's running state before its first chunk.
 __device__ __forceinline__ void clear_h(__nv_bfloat16* hS, int nkt) {
   for (int idx = static_cast<int>(threadIdx.x); idx < kTileHalves * nkt; idx += kThreads)

@@ -29,7 +29,10 @@
 // sums), B, C, dy (times e^{G_i} in the adjoint sums), the stored states S_in and adjoints dS (bf16, as
 // the official kernels store them), and the intra-chunk masks M = (C B^T ∘ E) Δ, CB ∘ E and dcb. The running
 // states of state_scan are fp32 registers (rounded only when stored). Apart from the products they feed, the
-// rounded C, x and the stored S_in, dS enter the dot products of dΔ and dA (inter, z, x·v̄, <dS, S_in>).
+// rounded C, x and the stored S_in, dS enter the dot products of dΔ and dA (inter, z, x·v̄, <dS, S_in>). The
+// per-head dB, dC of a chunk (dBh, dCh) are stored as bf16, each rounded once from its fp32 accumulator, and
+// summed over a group's heads in fp32 (so dB, dC carry one bf16 rounding per head's term; P = float: fp32
+// partials summed in double).
 // Everything else is fp32 or double as for P = float: the decays e^{G}, every element-wise and reduction step,
 // the D skip (read in fp32 from xbc, dy) and dcb ∘ CB of the intra-chunk da.
 #include <type_traits>
@@ -90,15 +93,16 @@ Sizes make_sizes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim
 // states [B, H, nc, P, N] of element type S (fp32: the chunk contributions, then the entering states; bf16:
 // the entering states; not carved with `saved`: the caller's saved set holds them, states_bytes); backward only:
 // dstates (the adjoints of the states leaving each chunk, same type), dBh, dCh [B, H, nc kL, N] (per-head dB,
-// dC), partials [B, H, nc, 3] (ddt_bias, dA, dD).
+// dC; same type: bf16 halves the bytes of the backward's largest writes and their reads by the group sum),
+// partials [B, H, nc, 3] (ddt_bias, dA, dD).
 template <typename S>
 struct Scratch {
   float* dt = nullptr;
   double* G = nullptr;
   S* states = nullptr;
   S* dstates = nullptr;
-  float* dBh = nullptr;
-  float* dCh = nullptr;
+  S* dBh = nullptr;
+  S* dCh = nullptr;
   double* partials = nullptr;
 };
 
@@ -572,6 +576,22 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   }
 }
 
+// A chunk's per-head dB or dC tile (layout L's acc[i][n]) into dst[i N + n] for n < nn, every row (those past T
+// are not read): fp32 element by element; bf16 rounded once, by tile::store_acc_bf16x8 (16-byte pieces where
+// N % 8 == 0: dst is then 16-byte aligned, in a 256-byte aligned array of rows of N, tiles 64 apart).
+template <typename L, typename P>
+__device__ __forceinline__ void store_part(const Acc& acc, P* dst, int64_t N, int nn) {
+  if constexpr (std::is_same_v<P, float>) {
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int i = L::row(a), n = L::col(c);
+        if (n < nn) dst[i * N + n] = acc.v[a][c];
+      }
+  } else {
+    tile::store_acc_bf16x8(acc, dst, N, kL, nn);
+  }
+}
+
 // Sums v over the 16 threads sharing each row of layout L in slot order: out[L::row(a)] = Σ_slot v[a].
 // Reached by the whole block; red is a [kL][17] shared scratch.
 template <typename L>
@@ -623,7 +643,7 @@ template <typename P>
 __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
     const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
     const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep, float* dxbc,
-    float* ddt_raw, float* dBh, float* dCh, double* partials) {
+    float* ddt_raw, P* dBh, P* dCh, double* partials) {
   using L = Layout<P>;
   constexpr int ld = kLdOf<P>;
   extern __shared__ __align__(16) char smem_raw[];
@@ -802,11 +822,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       }
     }
     L::template mma<false, false>(mdcb, b1, acc);  // acc[i][n] += Σ_j dcb_ij B_j[n]
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < 4; ++c) {
-        const int i = L::row(a), n = L::col(c);
-        if (n < nn) dCh[(bh * s.nc * kL + c0 + i) * s.N + n0 + n] = acc.v[a][c];
-      }
+    store_part<L>(acc, dCh + (bh * s.nc * kL + c0) * s.N + n0, s.N, nn);
     __syncthreads();
   }
   row_sum16<L>(gi, red, inter);
@@ -843,11 +859,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     if (!kept || n0 < (s.NT - 1) * kL) load_tile(b0, cs + n0, s.W, nv, nn);  // (kept: the last one's still there)
     __syncthreads();
     L::template mma<true, false>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < 4; ++c) {
-        const int j = L::row(a), n = L::col(c);
-        if (n < nn) dBh[(bh * s.nc * kL + c0 + j) * s.N + n0 + n] = acc.v[a][c];
-      }
+    store_part<L>(acc, dBh + (bh * s.nc * kL + c0) * s.N + n0, s.N, nn);
     __syncthreads();
   }
 
@@ -977,21 +989,52 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   }
 }
 
-// dxbc[b, t, XD + g N + n] = Σ_{h of group g} dBh[b, h, t, n] and the same for C at XD + GN + g N + n,
-// heads in order.   (one thread per (b, t, g, n))
-__global__ void ssd_group_sum_kernel(const float* dBh, const float* dCh, Sizes s, float* dxbc) {
-  const int64_t n = s.B * s.T * s.G * s.N, hpg = s.H / s.G, rows = s.nc * kL;
+// The kV elements at p as float: one element, or (kV = 8, bf16, p 16-byte aligned) one 16-byte load.
+template <int kV, typename E>
+__device__ __forceinline__ void load_part(const E* p, float (&v)[kV]) {
+  if constexpr (kV == 1) {
+    v[0] = to_f32(*p);
+  } else {
+    static_assert(kV == 8 && std::is_same_v<E, __nv_bfloat16>, "load_part: 8 bf16 in one piece");
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(h[e]);
+      v[2 * e] = f.x;
+      v[2 * e + 1] = f.y;
+    }
+  }
+}
+
+// dxbc[b, t, XD + g N + n] = Σ_{h of group g} dBh[b, h, t, n] and the same for C at XD + GN + g N + n, heads in
+// order; summed in double for fp32 partials (E = float), in fp32 for bf16 ones (their own rounding, 2^-9, dwarfs
+// the sum's). Each thread sums kV adjacent n: 8 (bf16 with N % 8 == 0: one 16-byte load per head and array) or 1.
+// (one thread per (b, t, g, kV columns))
+template <typename E, int kV>
+__global__ void ssd_group_sum_kernel(const E* dBh, const E* dCh, Sizes s, float* dxbc) {
+  using Sum = std::conditional_t<std::is_same_v<E, float>, double, float>;
+  const int64_t nv = s.N / kV, n = s.B * s.T * s.G * nv, hpg = s.H / s.G, rows = s.nc * kL;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = idx % s.N, g = (idx / s.N) % s.G, t = (idx / (s.N * s.G)) % s.T, b = idx / (s.N * s.G * s.T);
-    double sb = 0.0, sc = 0.0;
+    const int64_t m = idx % nv * kV, g = (idx / nv) % s.G, t = (idx / (nv * s.G)) % s.T, b = idx / (nv * s.G * s.T);
+    Sum sb[kV] = {}, sc[kV] = {};
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       const int64_t j = ((b * s.H + h) * rows + t) * s.N + m;
-      sb += dBh[j];
-      sc += dCh[j];
+      float vb[kV], vc[kV];
+      load_part(dBh + j, vb);
+      load_part(dCh + j, vc);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        sb[e] += vb[e];
+        sc[e] += vc[e];
+      }
     }
     float* out = dxbc + (b * s.T + t) * s.W + s.XD + g * s.N + m;
-    out[0] = static_cast<float>(sb);
-    out[s.GN] = static_cast<float>(sc);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      out[e] = static_cast<float>(sb[e]);
+      out[s.GN + e] = static_cast<float>(sc[e]);
+    }
   }
 }
 
@@ -1163,7 +1206,11 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
   launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt,
          sc.G, states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
-  launch(ssd_group_sum_kernel, grid_for(s.B * s.T * s.G * s.N), 0, stream, sc.dBh, sc.dCh, s, dxbc);
+  // (bf16: 8 columns a thread where N % 8 == 0; dBh and dCh are 256-byte aligned, rows of N)
+  constexpr int kV = std::is_same_v<P, __nv_bfloat16> ? 8 : 1;
+  const int v = s.N % kV == 0 ? kV : 1;
+  launch(v == kV ? ssd_group_sum_kernel<P, kV> : ssd_group_sum_kernel<P, 1>, grid_for(s.B * s.T * s.G * s.N / v), 0,
+         stream, sc.dBh, sc.dCh, s, dxbc);
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
 
