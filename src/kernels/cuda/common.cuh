@@ -31,6 +31,11 @@ constexpr int kThreads = 256;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// The last step of a deterministic parameter-gradient reduction (partials.cu): out[c] += Σ_k partial[k, c] for
+/// c < n, over the `chunks` rows of partial [chunks, n] (double, each row one fixed range's sum) in a fixed order,
+/// in double; out fp32 [n]. Nothing for n == 0.
+void add_partials(const double* partial, int64_t chunks, int64_t n, float* out, cudaStream_t stream);
+
 /// Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than n needs.
 inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(n, threads), 1, 8192));

@@ -903,7 +903,8 @@ class CudaBackend final : public Backend {
                         f32(z_beta, op), mut(z_mu), mut(z_eta), f32(p.A_log, op), f32(p.dt_bias, op), mut(p.Mu_log),
                         mut(p.mu_bias), f32(p.log_factor, op), z_alpha.shape[0], heads, opt, f32(dz_alpha, op),
                         f32(dz_beta, op), mut(dz_mu), mut(dz_eta), f32(dp.A_log, op), f32(dp.dt_bias, op),
-                        mut(dp.Mu_log), mut(dp.mu_bias), f32(dp.log_factor, op), stream_);
+                        mut(dp.Mu_log), mut(dp.mu_bias), f32(dp.log_factor, op),
+                        scratch(cuda::mdn_gates_bwd_scratch_bytes(z_alpha.shape[0], heads)), stream_);
   }
   void mdn_correction_fwd(const Tensor& q, const Tensor& k, const Tensor& D_log, const Tensor& q_out) override {
     const char* op = "mdn_correction_fwd";
@@ -920,8 +921,9 @@ class CudaBackend final : public Backend {
     check_same(k, dq_out, op);
     check_same(k, dk, op);
     check_same(D_log, dD_log, op);
+    void* scr = scratch(cuda::mdn_correction_bwd_scratch_bytes(k.shape[0], heads));
     cuda::mdn_correction_bwd(f32(dq_out, op), f32(k, op), f32(D_log, op), k.shape[0], heads, k.shape[1] / heads,
-                             f32(dk, op), f32(dD_log, op), stream_);
+                             f32(dk, op), f32(dD_log, op), scr, stream_);
   }
   void mdn_chunk_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_alpha, const Tensor& beta,
                      const Tensor& log_mu, const Tensor& eta, int64_t chunk_size, DType compute, const Tensor& o,

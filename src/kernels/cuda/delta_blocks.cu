@@ -22,35 +22,6 @@ __device__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 // σ(x) in fp32, the quotient by __fdividef: within 2 ulp, and 0 once e^{-x} passes 2^126 (where σ < 2^-126)
 __device__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
 
-// The parameter gradients' sums: each kernel writes fixed-order partial sums (in double) of fixed row ranges,
-// one row of `partial` per range ("chunk"); add_partials_kernel adds them up: a block covers kCols columns (its
-// lanes, coalesced), its kRowThreads warps interleaved chunks.
-constexpr int kCols = 32, kRowThreads = 8;
-static_assert(kCols * kRowThreads == kThreads, "add_partials_kernel: a block is kRowThreads warps");
-
-// out[c] += Σ_k partial[k, c] over k = 0..chunks-1: block x takes columns c = 32 x + lane, warp s the chunks
-// k ≡ s (mod 8) in ascending order, then lane's warp 0 adds the 8 warps' sums in warp order (all in double).
-__global__ void add_partials_kernel(const double* partial, int64_t chunks, int64_t n, float* out) {
-  __shared__ double sums[kRowThreads][kCols];
-  const int lane = static_cast<int>(threadIdx.x % kCols), s = static_cast<int>(threadIdx.x / kCols);
-  const int64_t c = int64_t{blockIdx.x} * kCols + lane;
-  double v = 0.0;
-  if (c < n)
-#pragma unroll 4
-    for (int64_t k = s; k < chunks; k += kRowThreads) v += partial[k * n + c];
-  sums[s][lane] = v;
-  __syncthreads();
-  if (s > 0 || c >= n) return;
-  for (int k = 1; k < kRowThreads; ++k) v += sums[k][lane];
-  out[c] = static_cast<float>(out[c] + v);
-}
-
-// out[c] += Σ_k partial[k, c] (add_partials_kernel), n > 0.
-void add_partials(const double* partial, int64_t chunks, int64_t n, float* out, cudaStream_t stream) {
-  add_partials_kernel<<<static_cast<unsigned>(ceil_div(n, kCols)), kThreads, 0, stream>>>(partial, chunks, n, out);
-  LLMT_CUDA_CHECK_LAUNCH();
-}
-
 // ---- short convolution + SiLU forward (§2.1): arithmetic in double ----
 // A thread walks one channel c through a run of kConvRun tokens of one sequence (grid x: (batch, run), grid y:
 // blocks of kThreads channels), so the element index needs no division and a warp's loads of a token row are

@@ -339,7 +339,8 @@ void mamba3_decode(const float* x, const float* z, const float* bc, const float*
 // double. z_*, log_alpha, beta, log_mu, eta, dz_* [rows, heads]; A_log, dt_bias, Mu_log, mu_bias, log_factor and
 // their gradients [heads]. Without momentum (opt.momentum false) z_mu, z_eta, d_log_mu, d_eta, dz_mu, dz_eta,
 // Mu_log, mu_bias and their gradients are nullptr; log_mu is -inf and eta 1. The backward OVERWRITES dz_* and
-// ACCUMULATES the parameter gradients (one block per head, fixed-order reductions, no atomics).
+// ACCUMULATES the parameter gradients (fixed-order reductions, no atomics) and needs `scratch` of
+// mdn_gates_bwd_scratch_bytes (per-(row range, head) partial sums).
 void mdn_gates_fwd(const float* z_alpha, const float* z_beta, const float* z_mu, const float* z_eta,
                    const float* A_log, const float* dt_bias, const float* Mu_log, const float* mu_bias,
                    const float* log_factor, int64_t rows, int64_t heads, const MdnGateOptions& opt, float* log_alpha,
@@ -349,13 +350,16 @@ void mdn_gates_bwd(const float* d_log_alpha, const float* d_beta, const float* d
                    const float* A_log, const float* dt_bias, const float* Mu_log, const float* mu_bias,
                    const float* log_factor, int64_t rows, int64_t heads, const MdnGateOptions& opt, float* dz_alpha,
                    float* dz_beta, float* dz_mu, float* dz_eta, float* dA_log, float* ddt_bias, float* dMu_log,
-                   float* dmu_bias, float* dlog_factor, cudaStream_t stream);
+                   float* dmu_bias, float* dlog_factor, void* scratch, cudaStream_t stream);
+size_t mdn_gates_bwd_scratch_bytes(int64_t rows, int64_t heads);
 /// Output correction: q, k, q_out, dq_out, dk [rows, heads * dim]; D_log, dD_log [heads]. q_out = q - e^{D_log} k;
-/// backward dk += -e^{D_log} dq_out, dD_log += -e^{D_log} Σ dq_out ⊙ k (both ACCUMULATED, fixed order).
+/// backward dk += -e^{D_log} dq_out, dD_log += -e^{D_log} Σ dq_out ⊙ k (both ACCUMULATED, fixed order; `scratch` of
+/// mdn_correction_bwd_scratch_bytes).
 void mdn_correction_fwd(const float* q, const float* k, const float* D_log, int64_t rows, int64_t heads,
                         int64_t dim, float* q_out, cudaStream_t stream);
 void mdn_correction_bwd(const float* dq_out, const float* k, const float* D_log, int64_t rows, int64_t heads,
-                        int64_t dim, float* dk, float* dD_log, cudaStream_t stream);
+                        int64_t dim, float* dk, float* dD_log, void* scratch, cudaStream_t stream);
+size_t mdn_correction_bwd_scratch_bytes(int64_t rows, int64_t heads);
 
 // mdn.cu: the chunked MDN core (semantics: src/kernels/cpu/mdn.h mdn_chunk_fwd / mdn_chunk_bwd, zero initial
 // states), fp32 tensors. P is the type the tile products read their operands as, from the layer's compute dtype
