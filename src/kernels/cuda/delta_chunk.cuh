@@ -199,7 +199,7 @@ __device__ __forceinline__ void store_acc_bf16x8(const Acc& x, __nv_bfloat16* ds
     const uint32_t k0 = hi ? u[2] : u[0], k1 = hi ? u[3] : u[1];
     const uint32_t r0 = __shfl_xor_sync(0xffffffffu, hi ? u[0] : u[2], 2);
     const uint32_t r1 = __shfl_xor_sync(0xffffffffu, hi ? u[1] : u[3], 2);
-    // Lanes q, q ^ 1 swap: lane q keeps p = q (own: its word, o2: q ^ 2's) and receives those of q ^ 1 (t0), q ^ 3 (t1).
+    // Lanes q, q ^ 1 swap: lane q keeps p = q (own: its word, o2: q ^ 2's), receives q ^ 1's (t0) and q ^ 3's (t1).
     const uint32_t t0 = __shfl_xor_sync(0xffffffffu, lo ? k0 : k1, 1);
     const uint32_t t1 = __shfl_xor_sync(0xffffffffu, lo ? r0 : r1, 1);
     const uint32_t own = lo ? k1 : k0, o2 = lo ? r1 : r0;

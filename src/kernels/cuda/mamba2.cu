@@ -224,8 +224,8 @@ __device__ __forceinline__ float decay(double gi, double gj) {
 constexpr int kStateRing = 3;
 
 // (async) Copies step t's tile (src: its first element, rows x cols; null past the last step) into its ring
-// slot, then closes a cp.async group (always: step t's group is then the kStateRing-th newest when
-// state_take(t) waits). The caller's barriers guarantee that the slot's previous reader (the product
+// slot, then closes a cp.async group (always: one group a step, so that state_take(t) knows how many groups are
+// newer than step t's). The caller's barriers guarantee that the slot's previous reader (the product
 // kStateRing steps before) is done.
 template <typename P>
 __device__ __forceinline__ void state_issue(bool async, P* ring, int t, const P* src, int64_t stride, int rows,
@@ -239,13 +239,14 @@ __device__ __forceinline__ void state_issue(bool async, P* ring, int t, const P*
 }
 
 // The state operand of step t (src: its first element, rows x cols): (async) its ring slot once the thread's
-// own copies of it have landed, else the tile loaded into fallback (load_tile). Complete for the block after
-// the caller's next barrier.
-template <typename P>
+// own copies of it have landed (kNewer: the groups issued after step t's by then; kStateRing - 1 where each step
+// issues before it takes, kStateRing - 2 where it issues after), else the tile loaded into fallback (load_tile).
+// Complete for the block after the caller's next barrier.
+template <int kNewer = kStateRing - 1, typename P>
 __device__ __forceinline__ const P* state_take(bool async, P* ring, P* fallback, int t, const P* src,
                                                int64_t stride, int rows, int cols) {
   if (async) {
-    tile::cp_async_wait<kStateRing - 1>();
+    tile::cp_async_wait<kNewer>();
     return ring + (t % kStateRing) * kTileOf<P>;
   }
   load_tile(fallback, src, stride, rows, cols);
@@ -683,8 +684,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // (kept) the kept tile of P tile t0 / kL (< 2), after the ring: dy's, from DX to the end of v̄
   const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
   // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end; dB
-  // kept: N tile NT - 1 - in). Each product step first issues the step kStateRing - 1 ahead; its own step is then
-  // iss - kStateRing.
+  // kept: N tile NT - 1 - in). Each product step takes its own tile (step iss - (kStateRing - 1)), waits at the
+  // barrier that completes it, runs its product, then issues the step kStateRing - 1 ahead into the slot of the
+  // step before (whose product every thread finished before that barrier): where nothing else in shared memory
+  // changes from one step to the next (kept), that barrier is the step's only one.
   int iss = 0, iph = 0, ip = 0, in = 0;
   const auto issue = [&] {
     const int64_t p0 = int64_t{ip} * kL, n0 = (kept && iph == 1 ? s.NT - 1 - in : int64_t{in}) * kL;
@@ -701,6 +704,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     }
   };
   for (int t = 0; t < kStateRing - 1; ++t) issue();
+  // The state tile of the step at hand (src: its first element, rows x cols).
+  const auto take = [&](const P* src, int rows, int cols) {
+    return state_take<kStateRing - 2>(async, ring, b1, iss - (kStateRing - 1), src, s.N, rows, cols);
+  };
 
   // (kept) fetch2: tiles 0 and 1 of operand a (a + t kL, rows sa apart, dim columns in all; a missing tile 1 all
   // zeros) into t0, t1 (tile::fetch_h: loads issued, nothing waits); put: such a tile into a bf16 tile (put_h, scale
@@ -801,18 +808,18 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
-      issue();
       if (!kept) load_tile(b0, dys + p0, s.XD, nv, np);
-      const P* sv = state_take(async, ring, b1, iss - kStateRing, sin + p0 * s.N + n0, s.N, np, nn);
+      const P* sv = take(sin + p0 * s.N + n0, np, nn);
       __syncthreads();
       L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
-      __syncthreads();
+      issue();
+      if (!kept) __syncthreads();
     }
-    if (!kept || n0 > 0) {  // (kept: N tile 0's still there from CB)
+    if (!kept || n0 > 0) {  // (kept: N tile 0's still there from CB; b0, b1 last read before this tile's step barrier)
       load_tile(b0, cs + n0, s.W, nv, nn);
       load_tile(b1, bs + n0, s.W, nv, nn);
+      __syncthreads();
     }
-    __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int i = L::row(a);
       const float ei = expf(static_cast<float>(Gs[i]));
@@ -823,7 +830,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     }
     L::template mma<false, false>(mdcb, b1, acc);  // acc[i][n] += Σ_j dcb_ij B_j[n]
     store_part<L>(acc, dCh + (bh * s.nc * kL + c0) * s.N + n0, s.N, nn);
-    __syncthreads();
+    if (!kept) __syncthreads();  // (kept: b0, b1 next written after the next tile's step barrier)
   }
   row_sum16<L>(gi, red, inter);
 
@@ -844,23 +851,26 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
-      issue();
       if (!kept) load_tile(b0, xs + p0, s.W, nv, np);
-      const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
+      const P* sv = take(dS + p0 * s.N + n0, np, nn);
       __syncthreads();
       L::template mma<false, false>(kept ? xk(p0) : b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
-      __syncthreads();
+      issue();
+      if (!kept) __syncthreads();
     }
     for (int a = 0; a < 4; ++a) {
       const int j = L::row(a);
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j])) * dts[j];
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= f;
     }
-    if (!kept || n0 < (s.NT - 1) * kL) load_tile(b0, cs + n0, s.W, nv, nn);  // (kept: the last one's still there)
-    __syncthreads();
+    // (kept: the last one's still there; b0 last read before this tile's step barrier)
+    if (!kept || n0 < (s.NT - 1) * kL) {
+      load_tile(b0, cs + n0, s.W, nv, nn);
+      __syncthreads();
+    }
     L::template mma<true, false>(mdcb, b0, acc);  // acc[j][n] += Σ_i dcb_ij C_i[n]
     store_part<L>(acc, dBh + (bh * s.nc * kL + c0) * s.N + n0, s.N, nn);
-    __syncthreads();
+    if (!kept || ni == s.NT - 1) __syncthreads();  // (kept: else b0 next written after the next tile's step barrier)
   }
 
   // v̄ and dx per P tile, with z_j and x_j·v̄_j.
@@ -881,20 +891,20 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     acc.zero();
     for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
       const int nn = imin(kL, s.N - n0);
-      issue();
       if (!kept) load_tile(b0, bs + n0, s.W, nv, nn);
-      const P* sv = state_take(async, ring, b1, iss - kStateRing, dS + p0 * s.N + n0, s.N, np, nn);
+      const P* sv = take(dS + p0 * s.N + n0, np, nn);
       __syncthreads();
       L::template mma<false, true>(kept && n0 > 0 ? mdcb : b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
-      __syncthreads();
+      issue();
+      if (!kept) __syncthreads();
     }
     P* const xt = kept ? xk(p0) : b0;
     P* const dyt = kept ? kt(p0) : b1;
     if (!kept) {
       load_tile(xt, xs + p0, s.W, nv, np);
       load_tile(dyt, dys + p0, s.XD, nv, np);
+      __syncthreads();
     }
-    __syncthreads();
     for (int a = 0; a < 4; ++a) {
       const int j = L::row(a);
       const float f = expf(static_cast<float>(Gs[kL - 1] - Gs[j]));
@@ -919,7 +929,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
         if (j < nv && p < np)
           dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dyd[a][c];
       }
-    __syncthreads();
+    if (!kept) __syncthreads();  // (kept: no tile read here is written before the next tile's step barrier)
   }
   row_sum16<L>(zp, red, zz);
   row_sum16<L>(xvp, red, xv);
