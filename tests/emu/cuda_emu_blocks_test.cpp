@@ -3,7 +3,7 @@
 // kernels take, 8, and an odd one, 3; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a
 // partial last run, one and several blocks of 8 runs; one and several blocks of channels, four or one a thread),
 // the L2 norm forward and backward, the gated RMSNorm forward and backward (one and several blocks of rows, the
-// last partial; widths below and above a warp's 32 lanes), the decay gates backward (GDN: dim 1; KDA: dim d_k)
+// last partial; widths below and above a warp's 32 lanes), the decay gates backward (GDN: dim 1, KDA: dim d_k)
 // and the Comba gates backward (several 64-row blocks, a partial last one). Every output must be
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
 // (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, delta_gates_bwd,
@@ -218,7 +218,7 @@ TEST_CASE("cuda emu: gated RMSNorm backward (dw over blocks of 8 warps x 32 rows
   }
 }
 
-TEST_CASE("cuda emu: decay gates (GDN: dim 1; KDA: dim d_k) and Comba gates (64-row blocks) backward",
+TEST_CASE("cuda emu: decay gates (GDN: dim 1, KDA: dim d_k) and Comba gates (64-row blocks) backward",
           "[emu][blocks]") {
   for (const auto& [rows, H, dim] : {std::tuple<int64_t, int64_t, int64_t>{600, 3, 1}, {130, 2, 40}, {5, 2, 3}}) {
     INFO("decay gates rows=" << rows << " heads=" << H << " dim=" << dim);

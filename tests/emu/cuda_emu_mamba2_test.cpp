@@ -152,7 +152,7 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD, P = N = 128, ragged last chunk (CPU chunk 
   check_case({true, 1, 130, 2, 128, 128, 1, 256, kMild[0], kMild[1], 100});
 }
 
-TEST_CASE("cuda emu: bf16 Mamba2 SSD, partial P / N tiles (P = 80, N = 72; P = 16, N = 70), chunk 64",
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, partial P / N tiles (P = 80, N = 72 and P = 16, N = 70), chunk 64",
           "[emu][mamba2]") {
   check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 200});
   check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 310});
