@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       ->required();
   d->add_option("--tokenizer,-t", prep.tokenizer, "gpt2, llama3 (alias llama3.1), or a path: tokenizer.json, a directory with encoder.json + vocab.bpe, a SentencePiece .model");
   d->add_option("--out,-o", prep.out, "output directory")->required();
-  d->add_option("--val-fraction", prep.val_fraction, "share of documents held out for validation, in [0, 1); default 0 (training needs some)")
+  d->add_option("--val-fraction", prep.val_fraction, "share of documents held out for validation, in [0, 1); default 0.0005 (training needs some; a .txt file is one document)")
       ->check(CLI::Range(0.0, 1.0));
   d->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")->check(CLI::PositiveNumber);
   d->add_option("--doc-separator", prep.doc_separator, "token before each document")
