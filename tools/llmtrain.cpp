@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -45,17 +46,17 @@ int main(int argc, char** argv) {
   p->add_option("--out", probe.out, "write y, dx, grad.<param> and the inputs used to this safetensors file");
   p->add_option("--dtype", probe.dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   p->add_flag("--selftest", probe.selftest, "float64 finite-difference check of every gradient; non-zero exit on failure");
-  p->add_option("--batch", probe.batch, "B when x is random")->check(CLI::PositiveNumber);
-  p->add_option("--seq-len", probe.seq_len, "T when x is random")->check(CLI::PositiveNumber);
+  p->add_option("--batch", probe.batch, "B when x is random")->check(llmt::positive_number());
+  p->add_option("--seq-len", probe.seq_len, "T when x is random")->check(llmt::positive_number());
 
   llmt::cli::BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "time training steps of a config on random tokens");
   b->add_option("--config,-c", bench.config, "run config (JSON)")->required()->check(CLI::ExistingFile);
   b->add_option("--set", bench.set, "override a config key (repeatable)");
-  b->add_option("--steps", bench.steps, "timed steps")->check(CLI::PositiveNumber);
-  b->add_option("--warmup", bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  b->add_option("--steps", bench.steps, "timed steps")->check(llmt::positive_number());
+  b->add_option("--warmup", bench.warmup, "untimed steps first")->check(llmt::non_negative_number());
   b->add_option("--peak-tflops", bench.peak_tflops,
-                "device peak for MFU, e.g. 989.4 (H100/H200 SXM dense bf16)")->check(CLI::NonNegativeNumber);
+                "device peak for MFU, e.g. 989.4 (H100/H200 SXM dense bf16)")->check(llmt::non_negative_number());
 
   llmt::cli::PrepareDataArgs prep;
   CLI::App* d = app.add_subcommand("prepare-data", "tokenize corpus files into token shards + dataset.json");
@@ -65,11 +66,11 @@ int main(int argc, char** argv) {
   d->add_option("--out,-o", prep.out, "output directory")->required();
   d->add_option("--val-fraction", prep.val_fraction, "share of documents held out for validation, in [0, 1); default 0.0005 (training needs some; a .txt file is one document)")
       ->check(CLI::Range(0.0, 1.0));
-  d->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")->check(CLI::PositiveNumber);
+  d->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")->check(llmt::positive_number());
   d->add_option("--doc-separator", prep.doc_separator, "token before each document")
       ->check(CLI::IsMember({"none", "eos", "bos"}));
   d->add_option("--threads", prep.threads, "tokenizer threads (0 = all cores); the output does not depend on it")
-      ->check(CLI::NonNegativeNumber);
+      ->check(llmt::non_negative_number());
   d->add_option("--include-set", prep.include_sets, "keep only documents of this meta.redpajama_set_name (repeatable)");
   d->add_option("--exclude-set", prep.exclude_sets, "drop documents of this meta.redpajama_set_name (repeatable)");
   CLI::Option* score = d->add_option("--min-int-score", prep.min_int_score, "drop documents whose int_score is lower");
@@ -94,11 +95,11 @@ int main(int argc, char** argv) {
   edata->excludes(etext);
   e->add_option("--split", ev.split, "stream of --data")->check(CLI::IsMember({"val", "train"}))->needs(edata);
   e->add_option("--tokenizer,-t", ev.tokenizer, "tokenizer of --text (default: the checkpoint's data.tokenizer)");
-  e->add_option("--seq-len", ev.seq_len, "window length (default: the checkpoint's train.seq_len)")->check(CLI::PositiveNumber);
+  e->add_option("--seq-len", ev.seq_len, "window length (default: the checkpoint's train.seq_len)")->check(llmt::positive_number());
   e->add_option("--stride", ev.stride, "window stride, <= seq-len (default: seq-len, non-overlapping); later windows score only tokens not scored before")
-      ->check(CLI::PositiveNumber);
-  e->add_option("--batch", ev.batch, "windows per forward (default: the checkpoint's train.micro_batch)")->check(CLI::PositiveNumber);
-  e->add_option("--max-tokens", ev.max_tokens, "score only the first N tokens (the trainer's eval.tokens)")->check(CLI::PositiveNumber);
+      ->check(llmt::positive_number());
+  e->add_option("--batch", ev.batch, "windows per forward (default: the checkpoint's train.micro_batch)")->check(llmt::positive_number());
+  e->add_option("--max-tokens", ev.max_tokens, "score only the first N tokens (the trainer's eval.tokens)")->check(llmt::positive_number());
   e->add_option("--backend", ev.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   e->add_flag("--json", ev.json, "print one JSON object");
   e->add_option("--dump-logits", ev.dump_logits,
