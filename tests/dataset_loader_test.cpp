@@ -208,3 +208,19 @@ TEST_CASE("dataset loader errors name the file and what is wrong", "[dataset_loa
   DatasetLoader val(ds, "val", kSeq, 0, true);
   CHECK_THROWS_WITH(val.set_state({0, 1000}), Catch::Contains("exceeds"));
 }
+
+TEST_CASE("a stream without a window says what to change", "[dataset_loader]") {
+  TempDir dir;
+  const std::string ds = make_dataset(dir, {200});
+  // prepare-data of one .txt file: every token in train, none in val.
+  json meta = json::parse(llmt::test::read_bytes(dir.file("dataset.json")));
+  meta["val"]["shards"] = json::array();
+  dir.write("dataset.json", meta.dump());
+  CHECK_THROWS_WITH(DatasetLoader(ds, "val", kSeq, 0, false),
+                    Catch::Contains("val stream") && Catch::Contains("0 tokens") &&
+                        Catch::Contains("--val-fraction") && Catch::Contains("data.text"));
+  // Shards shorter than one window: the window length is what to change.
+  CHECK_THROWS_WITH(DatasetLoader(ds, "train", 300, 0, true),
+                    Catch::Contains("train stream") && Catch::Contains("seq_len + 1 = 301") &&
+                        Catch::Contains("lower train.seq_len"));
+}

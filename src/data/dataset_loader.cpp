@@ -82,8 +82,15 @@ DatasetLoader::DatasetLoader(const std::string& dir, const std::string& stream, 
     first_window_.push_back(total_windows_);
     shards_.push_back(std::move(reader));
   }
-  check(total_windows_ > 0, "loader: the {} stream of {} ({} tokens in {} shards) has no window of seq_len + 1 = {}",
-        stream, dir, total_tokens_, shards_.size(), seq_len + 1);
+  // What to do about it: an empty validation stream comes from prepare-data's per-document split.
+  const std::string remedy =
+      stream == "val" && total_tokens_ == 0
+          ? "prepare-data holds out whole documents for validation (--val-fraction, default 0.0005; a .txt file is "
+            "one document): prepare it again from more documents or with a larger --val-fraction, or give a "
+            "single text file as data.text instead"
+          : "lower train.seq_len or add data";
+  check(total_windows_ > 0, "loader: the {} stream of {} ({} tokens in {} shards) has no window of seq_len + 1 = {}; {}",
+        stream, dir, total_tokens_, shards_.size(), seq_len + 1, remedy);
   perm_ = std::make_unique<IndexPermutation>(total_windows_, seed_, state_.epoch);
 }
 

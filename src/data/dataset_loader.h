@@ -49,7 +49,8 @@ class DatasetLoader {
   /// (when non-empty; compared with tokenizer.name, and the aliases llama3 / llama3.1 are
   /// equal), a shard whose header token count differs from dataset.json's, and (from
   /// ShardReader) a missing, truncated or corrupt shard, wrong magic or version. Throws when the
-  /// stream has no window of seq_len + 1 tokens.
+  /// stream has no window of seq_len + 1 tokens, saying what to change (an empty val stream:
+  /// prepare-data's --val-fraction or data.text; else train.seq_len or more data).
   DatasetLoader(const std::string& dir, const std::string& stream, int64_t seq_len, uint64_t seed, bool shuffle,
                 const std::string& expected_tokenizer = "");
 
