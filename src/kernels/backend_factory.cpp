@@ -23,7 +23,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (cuda_device_count() > 0) return cuda::make_cuda_backend();
     check(name == "auto", "backend cuda: no CUDA device is visible");
 #else
-    check(name == "auto", "backend cuda: this build has no CUDA backend (no CUDA toolkit was found at configure time)");
+    check(name == "auto", "backend cuda: this build has no CUDA backend (configured with LLMT_CUDA=OFF, or no CUDA "
+          "compiler was found); reconfigure with the CUDA toolkit installed (cmake -DLLMT_CUDA=ON fails when it is "
+          "not found) to use a GPU, or choose the cpu backend");
 #endif
     return make_cpu_backend();
   }
