@@ -18,7 +18,7 @@ int train(const TrainArgs& args) {
   try {
     spdlog::info("run {} -> {}", config.run_name, out);
     Trainer trainer(config, out, args.resume, *comm);
-    if (trainer.run() == Trainer::RunEnd::preempted) return kPreemptedExitCode;
+    if (trainer.run() == Trainer::RunEnd::preempted) return preempted_exit_code();
     spdlog::info("done: {} steps, {} tokens; metrics in {}/metrics.jsonl", trainer.state().step,
                  trainer.state().tokens, out);
   } catch (const std::exception& e) {

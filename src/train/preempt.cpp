@@ -44,8 +44,15 @@ void install_preemption_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction old = {};
+  sigaction(SIGINT, nullptr, &old);
+  if (old.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
 }
 
 bool preemption_requested() { return g_signal.load() != 0; }
+
+int preemption_signal() { return g_signal.load(); }
+
+int preempted_exit_code() { return preemption_signal() == SIGINT ? kInterruptedExitCode : kPreemptedExitCode; }
 
 }  // namespace llmt

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -253,8 +254,8 @@ Trainer::RunEnd Trainer::run(int64_t stop_at_step) {
       comm_.barrier();
       if (preempted) {
         if (lead_)
-          spdlog::warn("preempted: stopped after step {} with checkpoint {}; continue with --resume", state_.step,
-                       dir);
+          spdlog::warn("{}: stopped after step {} with checkpoint {}; continue with --resume",
+                       preemption_signal() == SIGINT ? "interrupted (Ctrl-C)" : "preempted", state_.step, dir);
         return RunEnd::preempted;
       }
     }

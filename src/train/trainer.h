@@ -46,8 +46,8 @@ class Trainer {
 
   /// Trains to the configured number of steps or, when stop_at_step > 0, until that step
   /// (then writes a checkpoint there, as a clean stop that a resume continues from). When a
-  /// preemption signal has arrived (train/preempt.h) it finishes the current step, writes a
-  /// checkpoint and returns RunEnd::preempted.
+  /// preemption signal (SIGTERM, SIGUSR1 or SIGINT: train/preempt.h) has arrived it finishes the
+  /// current step, writes a checkpoint and returns RunEnd::preempted.
   RunEnd run(int64_t stop_at_step = -1);
 
   /// The evaluation metrics (a collective call). Token streams: {"val_loss": mean loss over the first

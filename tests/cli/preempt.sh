@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Preemption (docs/PREEMPTION.md): SIGUSR1 or SIGTERM makes a training run finish its step,
-# write a checkpoint at that step and exit 75; resuming then gives per-step losses, gradient
+# write a checkpoint at that step and exit 75 (SIGINT: 130); resuming then gives per-step losses, gradient
 # norms and validation losses identical to an uninterrupted run. A second signal ends the
 # run at once with 128 + a signal number; the same signal twice at once counts as one.
 # Usage: preempt.sh path/to/llmtrain   (run from the repository root)
@@ -30,6 +30,22 @@ for sig in USR1 TERM; do
     echo "FAIL: no checkpoint at step $last after SIG$sig"; ls "$tmp/preempted/checkpoints"; exit 1; }
   preempts=$((preempts + 1))
 done
+# Ctrl-C (SIGINT): the same stop with a checkpoint, exit 130. (set -m: a background job of a script would
+# otherwise start with SIGINT ignored, which the trainer leaves so.)
+set -m
+"$llmtrain" train "${common[@]}" --out "$tmp/preempted" --resume >> "$tmp/preempted.log" 2>&1 &
+pid=$!
+set +m
+wait_lines "$tmp/preempted" $((10 + 15 * preempts))
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[ $rc -eq 130 ] || { echo "FAIL: SIGINT exit code $rc, expected 130"; tail "$tmp/preempted.log"; exit 1; }
+last=$(tail -1 "$tmp/preempted/metrics.jsonl" | jq .step)
+[ -f "$(printf '%s/preempted/checkpoints/step_%08d/state.json' "$tmp" "$last")" ] || {
+  echo "FAIL: no checkpoint at step $last after SIGINT"; ls "$tmp/preempted/checkpoints"; exit 1; }
+grep -q "interrupted (Ctrl-C): stopped after step $last" "$tmp/preempted.log" || {
+  echo "FAIL: no 'interrupted (Ctrl-C)' line after SIGINT"; tail "$tmp/preempted.log"; exit 1; }
+preempts=$((preempts + 1))
 "$llmtrain" train "${common[@]}" --out "$tmp/preempted" --resume >> "$tmp/preempted.log" 2>&1
 
 strip() { sed -E 's/,"tokens_per_s":[^,}]*//' "$1"; }
@@ -60,4 +76,4 @@ last=$(tail -1 "$tmp/dup/metrics.jsonl" | jq .step)
 [ -f "$(printf '%s/dup/checkpoints/step_%08d/state.json' "$tmp" "$last")" ] || {
   echo "FAIL: SIGTERM twice at once: no checkpoint at step $last"; exit 1; }
 
-echo "preempt: $preempts preemptions (exit 75) resumed to metrics identical to the uninterrupted run; second signal exits $rc; the same signal twice at once: one checkpoint, exit 75"
+echo "preempt: $preempts preemptions (exit 75, SIGINT 130) resumed to metrics identical to the uninterrupted run; second signal exits $rc; the same signal twice at once: one checkpoint, exit 75"
