@@ -232,6 +232,17 @@ TEST_CASE("config: an unknown key close to an allowed one gets a did-you-mean hi
     CHECK_THAT(error_for({"train"}, "Seq-Len"), Contains("(did you mean train.seq_len?)"));
     CHECK_THAT(error_for({"model"}, "VOCABSIZE"), Contains("(did you mean model.vocab_size?)"));
   }
+  SECTION("a key of a section given in another place: the section's key with its path") {
+    CHECK_THAT(error_for({}, "lr"), Contains("unknown key lr (did you mean train.lr?)"));
+    CHECK_THAT(error_for({}, "learning_rate"), Contains("unknown key learning_rate (did you mean train.lr?)"));
+    CHECK_THAT(error_for({}, "d_model"), Contains("unknown key d_model (did you mean model.d_model?)"));
+    CHECK_THAT(error_for({}, "d_modle"), Contains("unknown key d_modle (did you mean model?)"));  // closer here
+    CHECK_THAT(error_for({}, "Seq-Len"), Contains("(did you mean train.seq_len?)"));
+    CHECK_THAT(error_for({}, "interval_steps"),
+               Contains("(did you mean checkpoint.interval_steps or eval.interval_steps or log.interval_steps?)"));
+    CHECK_THAT(error_for({"model"}, "num_heads"), Contains("(did you mean model.attn.num_heads?)"));
+    CHECK_THAT(error_for({}, "zzzz"), !Contains("did you mean"));
+  }
   SECTION("names other trainers use, also misspelt") {
     CHECK_THAT(error_for({"train"}, "learning_rate"), Contains("(did you mean train.lr?)"));
     CHECK_THAT(error_for({"train"}, "lerning_rate"), Contains("(did you mean train.lr?)"));

@@ -28,13 +28,16 @@ std::string join(const std::vector<std::string>& items) {
 /// and "xy" does not). A few names other trainers use for our keys count as those keys: learning_rate (lr),
 /// hidden_size (d_model), num_hidden_layers (n_layers), max_grad_norm (grad_clip), each also when misspelt. Returns
 /// every candidate at the smallest distance, in the order of `candidates`.
+/// A key folded for comparison: lower case, without '_' and '-'.
+std::string fold_key(const std::string& s) {
+  std::string f;
+  for (char ch : s)
+    if (ch != '_' && ch != '-') f += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return f;
+}
+
 std::vector<std::string> close_keys(const std::string& key, const std::vector<std::string>& candidates) {
-  const auto fold = [](const std::string& s) {
-    std::string f;
-    for (char ch : s)
-      if (ch != '_' && ch != '-') f += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return f;
-  };
+  const auto fold = fold_key;
   const auto distance = [](const std::string& a, const std::string& b) {
     // d[i][j]: distance between the first i characters of a and the first j of b
     std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
@@ -177,12 +180,16 @@ class ObjectReader {
   json raw(const std::string& key) const { return j_.contains(key) ? j_.at(key) : json(); }
   /// Whether the object has `key` (without reading it).
   bool has(const std::string& key) const { return j_.contains(key); }
-  /// Throws for the first key that was never read, listing the allowed keys and the close ones (close_keys).
+  /// Throws for the first key that was never read, listing the allowed keys and a hint: the keys of the sections
+  /// below that it names exactly (up to case, '_' and '-'; `lr` at the top level: "did you mean train.lr?"), else
+  /// the close keys here (close_keys), else the close keys of the sections below.
   void finish() const {
     for (const auto& [key, value] : j_.items()) {
       if (seen_.count(key)) continue;
       const std::vector<std::string> allowed(seen_.begin(), seen_.end());
-      const std::string close = either(close_keys(key, allowed));
+      std::string close = in_sections(key, true);
+      if (close.empty()) close = either(close_keys(key, allowed));
+      if (close.empty()) close = in_sections(key, false);
       throw Error(fmt::format("config: unknown key {}{}; allowed keys here: {}", at(key),
                               close.empty() ? "" : " (did you mean " + close + "?)", join(allowed)));
     }
@@ -195,6 +202,28 @@ class ObjectReader {
   std::string either(const std::vector<std::string>& keys) const {
     std::string paths;
     for (const std::string& k : keys) paths += (paths.empty() ? "" : " or ") + at(k);
+    return paths;
+  }
+  /// The paths of the keys close to `key` (close_keys; `exact`: equal to it after fold_key) in the sections below
+  /// this object that are resolved already (out_: every key read, defaults included), from the nearest level of
+  /// sections that has any, joined by " or " ("" for none).
+  std::string in_sections(const std::string& key, bool exact) const {
+    std::string paths;
+    std::vector<std::pair<std::string, const json*>> level = {{path_, &out_}};
+    while (!level.empty() && paths.empty()) {
+      std::vector<std::pair<std::string, const json*>> next;
+      for (const auto& [path, obj] : level)
+        for (const auto& [name, value] : obj->items()) {
+          if (!value.is_object()) continue;
+          const std::string sub = path.empty() ? name : path + "." + name;
+          std::vector<std::string> keys;
+          for (const auto& [k, v] : value.items()) keys.push_back(k);
+          for (const std::string& k : close_keys(key, keys))
+            if (!exact || fold_key(k) == fold_key(key)) paths += (paths.empty() ? "" : " or ") + sub + "." + k;
+          next.emplace_back(sub, &value);
+        }
+      level = std::move(next);
+    }
     return paths;
   }
   const json* find(const std::string& key, bool optional) {
