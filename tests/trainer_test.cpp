@@ -132,7 +132,8 @@ TEST_CASE("trainer: run directories and checkpoints fail loudly and lose nothing
     const fs::path f = ckpt / "model.safetensors";
     fs::resize_file(f, fs::file_size(f) - 100);
     CHECK_THROWS_WITH(Trainer(config, run.string(), true),
-                      Contains("model.safetensors") && Contains("truncated"));
+                      Contains("model.safetensors") && Contains("truncated") &&
+                          Contains("move step_00000005 out of " + run.string() + "/checkpoints"));
   }
   SECTION("a different model config is refused on resume, naming the key") {
     Config other = config;

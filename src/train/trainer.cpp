@@ -95,7 +95,12 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
   if (lead_) fs::create_directories(run_dir_);
   comm_.barrier();
   if (!latest.empty()) {
-    state_ = load_checkpoint(latest, model_->params(), *optimizer_, config_.resolved);
+    try {
+      state_ = load_checkpoint(latest, model_->params(), *optimizer_, config_.resolved);
+    } catch (const Error& e) {  // (checkpoints are written atomically: a damaged one was damaged afterwards)
+      throw Error(fmt::format("{}\n--resume reads the newest checkpoint; to continue from the one before it, move {} "
+                              "out of {}/checkpoints", e.what(), fs::path(latest).filename().string(), run_dir_));
+    }
     if (synthetic_) {
       synthetic_->set_state(state_.loader);
     } else if (dataset_) {
@@ -104,6 +109,8 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
       loader_->set_state(state_.loader);
     }
     if (lead_) spdlog::info("resumed from {} at step {}", latest, state_.step);
+    if (lead_ && state_.step >= tc.steps())
+      spdlog::info("the run had finished: its newest checkpoint is at its last step, {}; nothing to train", state_.step);
   } else {
     if (resume && lead_) spdlog::warn("--resume: no checkpoint in {}; starting from step 0", run_dir_);
     model_->params().initialize(tc.seed);
