@@ -22,8 +22,9 @@ int info(const InfoArgs& args) {
              m.tie_embeddings ? "tied" : "untied");
   fmt::print("total params: {}\n", c.total);
   fmt::print("non-embedding params: {}\n", c.non_embedding);
-  fmt::print("training FLOPs per token: {} (6N + 12 L d_attn T; N = non-embedding + LM head params; T = seq_len {})\n",
-             flops, config.train.seq_len);
+  fmt::print("training FLOPs per token: {} (6N + 12 L d_attn T; N = non-embedding + LM head params; T = seq_len {}{})\n",
+             flops, config.train.seq_len,
+             m.type == "transformer" ? "" : fmt::format("; the {} cores' own FLOPs not counted", m.type));
   fmt::print("steps: {} of {} tokens (grad_accum {})\n", config.train.steps(), config.train.batch_tokens,
              config.train.grad_accum());
   return 0;

@@ -116,3 +116,8 @@ for f in $(find configs/mdn-paper configs/mamba3-paper -name '*.json' | sort); d
   [[ " ${checked[*]} " == *" $f "* ]] || { echo "FAIL $f: no parameter-count check in $0"; exit 1; }
 done
 echo "ok: all ${#checked[@]} paper configs checked"
+# The FLOPs line says which FLOPs it leaves out: the recurrent cores' (none for a Transformer).
+"$llmtrain" info --config configs/tiny/gdn.json | grep -q "the gdn cores' own FLOPs not counted" ||
+  { echo "FAIL: no FLOPs caveat for gdn"; exit 1; }
+! "$llmtrain" info --config configs/tiny/transformer.json | grep -q "not counted" ||
+  { echo "FAIL: a FLOPs caveat for the transformer"; exit 1; }
