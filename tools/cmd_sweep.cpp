@@ -24,8 +24,10 @@ int sweep(const SweepArgs& args) {
   const std::string llmtrain = fs::read_symlink("/proc/self/exe").string();
   // Every point's config, loaded as the trainer will, before anything is written: --emit-slurm refuses a bad
   // point (its script would only fail on the cluster); a local run reports it and runs the others.
+  // A local run with no point that loads (a misspelt grid key) is refused the same way: nothing would run, and a
+  // DIR written now would refuse the corrected sweep as a different one.
   const std::vector<std::string> errors = sweep_config_errors(base, args.set, points);
-  if (args.emit_slurm && !errors.empty()) {
+  if (!errors.empty() && (args.emit_slurm || (!args.collect && errors.size() == points.size()))) {
     for (const std::string& e : errors) spdlog::error("sweep: {}", e);
     spdlog::error("sweep: {} of {} points have config errors; nothing written", errors.size(), points.size());
     return 2;

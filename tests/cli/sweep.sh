@@ -47,6 +47,12 @@ grep -q 'point train.seq_len=32__data.synthetic.max_length=6: train.lr: 0.01 -> 
   || { cat "$tmp/changed.log"; fail "the refusal names the point and the changed key"; }
 grep -q 'new --out' "$tmp/changed.log" || fail "the refusal suggests a new --out"
 ! grep -q 'running' "$tmp/changed.log" || fail "a refused sweep ran a point"
+# A grid key that no point can load (misspelt) is refused before anything is written or run, naming the key.
+set +e; "$llmtrain" sweep --base tests/configs/parity_tiny.json --grid train.lrr=1e-3,1e-2 --out "$tmp/typo" \
+  > "$tmp/typo.log" 2>&1; rc=$?; set -e
+[ "$rc" = 2 ] || { cat "$tmp/typo.log"; fail "a sweep whose points all fail to load exits $rc, not 2"; }
+grep -q 'did you mean train.lr' "$tmp/typo.log" || { cat "$tmp/typo.log"; fail "the refusal names the key"; }
+[ ! -e "$tmp/typo" ] || fail "a refused sweep wrote its directory"
 # Same point name, different overrides ("a b" and "a_b" both name the point run_name=_a_b_); a changed --set.
 echo '{"points": [{"run_name": "a b"}]}' > "$tmp/p1.json"
 echo '{"points": [{"run_name": "a_b"}]}' > "$tmp/p2.json"
