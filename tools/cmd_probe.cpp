@@ -1,5 +1,5 @@
 // llmtrain probe: one mixer layer, forward and backward, on the CPU backend; its
-// parameters are named as in ../shared/spec (flash-linear-attention names without the
+// parameters are named as in docs/spec (flash-linear-attention names without the
 // model.layers.N.attn. prefix).
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // Tensor views: a pointer, an element type and a shape (row-major, contiguous).
 // A Tensor never owns memory; buffers (parameters, gradients, activations) own it and
-// hand out views. DESIGN.md "Parameters, gradients and optimizer moments each live in one
-// flat buffer; layers hold views into them."
+// hand out views: parameters, gradients and optimizer moments each live in one flat buffer, and layers hold
+// views into them (docs/ARCHITECTURE.md "Parameters").
 #pragma once
 #include <array>
 #include <cstddef>
@@ -16,7 +16,7 @@ namespace llmt {
 /// Element types of tensors. f64 is used by the CPU reference in tests; f32 is the CPU
 /// training type, the master-weight and gradient type, and the residual stream's type;
 /// bf16 (bfloat16: 8 exponent, 7 mantissa bits) is the CUDA backend's compute type for
-/// matrix-product operands and most activations (DESIGN.md "mixed precision"); i32 holds
+/// matrix-product operands and most activations (docs/ARCHITECTURE.md "Mixed precision"); i32 holds
 /// token ids.
 enum class DType : uint8_t { f32, f64, i32, bf16 };
 

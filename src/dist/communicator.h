@@ -1,4 +1,4 @@
-// The communicator of data-parallel training (DESIGN.md "Distributed"; issue 8): one process per
+// The communicator of data-parallel training (docs/ARCHITECTURE.md "Data parallelism", docs/DISTRIBUTED.md): one process per
 // rank, started by an existing launcher (mpirun, srun). The trainer reduces its gradients, agrees
 // on scalars (loss, non-finite skip, gradient norm) and synchronises checkpoints through it.
 //

@@ -1,5 +1,5 @@
 // Central finite-difference gradient checks in float64 on the CPU backend (the project's
-// standard for every hand-written backward: DEVELOPERS.md "Correct first").
+// standard for every hand-written backward: docs/ARCHITECTURE.md "Verification").
 #pragma once
 #include <cstdint>
 #include <functional>

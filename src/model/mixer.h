@@ -1,5 +1,5 @@
 // A sequence mixer: the layer of a block that mixes information across positions
-// (attention, and later mamba2, mamba3, gdn, comba, kda, mdn). Each type implements this
+// (attention, mamba2, mamba3, gdn, comba, kda, mdn). Each type implements this
 // interface in its own file pair; the block and the model never branch on the type.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The language model (runs.md section 2; DESIGN.md data flow): token embedding -> n_layers
+// The language model (runs.md section 2; docs/ARCHITECTURE.md "The model"): token embedding -> n_layers
 // pre-norm blocks -> final RMSNorm -> LM head (untied, or tied to the embedding) -> softmax
 // cross-entropy. The LM head and the loss run over row chunks, so the full
 // [tokens x vocab] logits are never stored.

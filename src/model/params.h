@@ -1,5 +1,5 @@
 // The parameter registry: every parameter of a model is a named slice of one flat buffer,
-// and its gradient the same slice of a second flat buffer (DESIGN.md, llm.c style). Layers
+// and its gradient the same slice of a second flat buffer (docs/ARCHITECTURE.md "Parameters", llm.c style). Layers
 // register their parameters at construction and read views after allocate().
 #pragma once
 #include <cstdint>
@@ -55,8 +55,8 @@ class ParamStore {
 
   /// Allocates the flat master-parameter and gradient buffers (dtype f32 or f64) on
   /// `backend`. With compute_dtype bf16 (dtype must then be f32) it also allocates the
-  /// working copy: every parameter rounded to bf16, what matrix products read (DESIGN.md
-  /// mixed precision); compute_dtype == dtype means no copy. The parameter and gradient
+  /// working copy: every parameter rounded to bf16, what matrix products read (docs/ARCHITECTURE.md
+  /// "Mixed precision"); compute_dtype == dtype means no copy. The parameter and gradient
   /// buffers are padded with zeros to padded_total() = total() rounded up to a multiple of
   /// `pad_multiple` (> 0) elements (ZeRO-1 cuts them into equal segments per rank).
   void allocate(Backend& backend, DType dtype, DType compute_dtype, int64_t pad_multiple = 1);

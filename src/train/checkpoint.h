@@ -1,4 +1,4 @@
-// Checkpoints (DESIGN.md "Checkpoints"): a directory <run>/checkpoints/step_XXXXXXXX holding
+// Checkpoints (docs/ARCHITECTURE.md "Training loop and state"): a directory <run>/checkpoints/step_XXXXXXXX holding
 //   model.safetensors      master weights, names as flash-linear-attention's HF layout
 //   optimizer.safetensors  AdamW moments: "exp_avg.<name>", "exp_avg_sq.<name>"
 //   state.json             step, optimizer updates, tokens, loader position, seed, resolved

@@ -1,4 +1,4 @@
-// The training loop (runs.md section 1; DESIGN.md data flow): per optimizer step,
+// The training loop (runs.md section 1; docs/ARCHITECTURE.md "Training loop and state"): per optimizer step,
 // grad_accum micro-batches of forward + backward, the global gradient norm, skip on a
 // non-finite norm, clipping, AdamW with the scheduled LR, metrics, evaluation and
 // checkpoints at their intervals.
