@@ -117,7 +117,7 @@ TEST_CASE("model: float64 finite-difference gradients of every parameter", "[mod
       const auto reports = finite_difference_check(loss, checks, 1e-5, 1e-6, 1e-8, 48);
       REQUIRE(reports.size() == (tie ? 20u : 21u));
       for (const auto& r : reports) {
-        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        INFO(describe(r));
         CHECK(r.ok);
         CHECK(r.checked > 0);
       }
@@ -134,7 +134,7 @@ TEST_CASE("model: float64 finite-difference gradients of a Gated DeltaNet model"
   const auto reports = model_gradient_check(m);
   REQUIRE(reports.size() == 3 + 2 * (2 + 13 + 3));  // embedding, head, final norm; per layer 2 norms, 13 mixer, 3 MLP
   for (const auto& r : reports) {
-    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    INFO(describe(r));
     CHECK(r.ok);
   }
 }
@@ -151,7 +151,7 @@ TEST_CASE("model: float64 finite-difference gradients of a GDN / attention hybri
   REQUIRE(reports.size() == 3 + (2 + 13 + 3) + (2 + 4 + 3));
   bool attention_seen = false;
   for (const auto& r : reports) {
-    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    INFO(describe(r));
     CHECK(r.ok);
     attention_seen = attention_seen || r.name == "model.layers.1.attn.q_proj.weight";
   }
@@ -175,7 +175,7 @@ TEST_CASE("model: float64 finite-difference gradients of a Comba model", "[model
   REQUIRE(reports.size() == 3 + 2 * (2 + 15 + 3));
   int seen_comba = 0;
   for (const auto& r : reports) {
-    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    INFO(describe(r));
     CHECK(r.ok);
     const auto ends_with = [&](const std::string& s) {
       return r.name.size() >= s.size() && r.name.compare(r.name.size() - s.size(), s.size(), s) == 0;
@@ -264,7 +264,7 @@ TEST_CASE("model: float64 finite-difference gradients of a KDA model and a KDA /
       REQUIRE(reports.size() == 3 + (2 + 16 + 3) + (hybrid ? 2 + 4 + 3 : 2 + 16 + 3));
       int seen_kda = 0;
       for (const auto& r : reports) {
-        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        INFO(describe(r));
         CHECK(r.ok);
         CHECK(r.checked > 0);
         for (const char* name : {"model.layers.0.attn.f_proj.0.weight", "model.layers.0.attn.f_proj.1.weight",
@@ -340,7 +340,7 @@ TEST_CASE("model: float64 finite-difference gradients of a Mamba2 model with mix
   // embedding, head, final norm; per layer attn_norm + 8 mixer parameters (no mlp_norm, no MLP)
   REQUIRE(reports.size() == 3 + 2 * (1 + 8));
   for (const auto& r : reports) {
-    INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+    INFO(describe(r));
     CHECK(r.ok);
   }
 }
@@ -476,7 +476,7 @@ TEST_CASE("model: float64 finite-difference gradients of MDN models (with the ab
       REQUIRE(reports.size() ==
               static_cast<size_t>(3 + (2 + v.mixer_params + 3) + (hybrid ? 2 + 4 + 3 : 2 + v.mixer_params + 3)));
       for (const auto& r : reports) {
-        INFO(r.name << ": max rel err " << r.max_rel_error << ", max abs err " << r.max_abs_error);
+        INFO(describe(r));
         CHECK(r.ok);
         CHECK(r.checked > 0);
       }

@@ -125,6 +125,7 @@ int selftest(const std::string& type) {
   for (const auto& rep : reports) {
     fmt::print("{:<24} {:>5} elements  max abs err {:.3e}  max rel err {:.3e}  {}\n", rep.name, rep.checked,
                rep.max_abs_error, rep.max_rel_error, rep.ok ? "ok" : "FAIL");
+    if (!rep.ok) fmt::print("  {}\n", describe(rep));
     ok = ok && rep.ok;
   }
   fmt::print("probe --mixer {} --selftest: {}\n", type, ok ? "passed" : "FAILED");

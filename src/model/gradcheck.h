@@ -24,7 +24,16 @@ struct GradCheckReport {
   double max_abs_error = 0;
   double max_rel_error = 0;  ///< |fd - analytic| / max(|fd|, |analytic|)
   bool ok = true;
+  /// (failed only) The failing element with the largest error, and |fd - analytic| there at h and at h / √10.
+  /// Their ratio tells the causes apart: ~0.1 is the O(h²) truncation of a strongly curved loss (a smaller h
+  /// passes), ~1 an analytic gradient that is wrong (or, for a tiny h, rounding noise: eps |loss| / h).
+  int64_t worst_index = -1;
+  double worst_error = 0, worst_error_smaller_h = 0;
 };
+
+/// One line for a report: "name: max rel err .., max abs err ..", and for a failed one the worst element's errors at
+/// h and h / √10 with what their ratio suggests (truncation or a wrong gradient).
+std::string describe(const GradCheckReport& r);
 
 /// For each input, checks up to `max_elements` elements (all when the tensor is smaller;
 /// otherwise a seeded random subset): fd = (loss(x + h) - loss(x - h)) / (2h). An element
