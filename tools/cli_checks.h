@@ -17,9 +17,8 @@ inline CLI::Validator lower_bound_check(double bound, bool strict, const std::st
   return CLI::Validator(
       [bound, strict, rule](std::string& input) -> std::string {
         double v = 0;
-        if (!CLI::detail::lexical_cast(input, v)) return "must be a number " + rule + ", got " + input;
-        if (strict ? v > bound : v >= bound) return std::string();
-        return "must be a number " + rule + ", got " + input;
+        const bool ok = CLI::detail::lexical_cast(input, v) && (strict ? v > bound : v >= bound);
+        return ok ? std::string() : "must be a number " + rule + ", got " + input;
       },
       name, name);
 }

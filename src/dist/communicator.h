@@ -1,6 +1,6 @@
-// The communicator of data-parallel training (docs/ARCHITECTURE.md "Data parallelism", docs/DISTRIBUTED.md): one process per
-// rank, started by an existing launcher (mpirun, srun). The trainer reduces its gradients, agrees
-// on scalars (loss, non-finite skip, gradient norm) and synchronises checkpoints through it.
+// The communicator of data-parallel training (docs/ARCHITECTURE.md "Data parallelism", docs/DISTRIBUTED.md): one
+// process per rank, started by an existing launcher (mpirun, srun). The trainer reduces its gradients, agrees on
+// scalars (loss, non-finite skip, gradient norm) and synchronises checkpoints through it.
 //
 // Implementations:
 //   SingleProcessCommunicator  world size 1, no dependency: every collective is the identity.

@@ -1,7 +1,7 @@
-// The op interface (docs/ARCHITECTURE.md "Ops and backends", in the manner of ggml / llama.cpp: an op is declared once and implemented per
-// backend; layers call ops and never branch on the device). Every op takes Tensor views; the
-// backend checks shapes and dtypes and dispatches to its kernels. The CPU backend
-// (cpu_backend.cpp) is the reference; a CUDA backend implements the same interface.
+// The op interface (docs/ARCHITECTURE.md "Ops and backends", in the manner of ggml / llama.cpp: an op is declared
+// once and implemented per backend; layers call ops and never branch on the device). Every op takes Tensor views;
+// the backend checks shapes and dtypes and dispatches to its kernels. The CPU backend (cpu_backend.cpp) is the
+// reference; a CUDA backend implements the same interface.
 //
 // Conventions: matrices are row-major; a Linear weight is [out, in] and y = x W^T;
 // activations are [batch * seq_len, features]; parameter gradients always ACCUMULATE

@@ -21,13 +21,6 @@ std::string join(const std::vector<std::string>& items) {
   return s;
 }
 
-/// The keys of `candidates` that `key` is most likely a misspelling of, for a "did you mean" hint (empty when none is
-/// close). Both are compared after folding case and dropping '_' and '-' ("D_Model" and "dmodel" match "d_model"),
-/// by optimal-string-alignment distance (insertions, deletions, substitutions and swaps of adjacent characters
-/// count 1); a candidate is close at distance <= 2 (<= 1 for a folded key of up to 3 characters, so "lrr" finds "lr"
-/// and "xy" does not). A few names other trainers use for our keys count as those keys: learning_rate (lr),
-/// hidden_size (d_model), num_hidden_layers (n_layers), max_grad_norm (grad_clip), each also when misspelt. Returns
-/// every candidate at the smallest distance, in the order of `candidates`.
 /// A key folded for comparison: lower case, without '_' and '-'.
 std::string fold_key(const std::string& s) {
   std::string f;
@@ -36,8 +29,14 @@ std::string fold_key(const std::string& s) {
   return f;
 }
 
+/// The keys of `candidates` that `key` is most likely a misspelling of, for a "did you mean" hint (empty when none is
+/// close). Both are compared after folding case and dropping '_' and '-' ("D_Model" and "dmodel" match "d_model"),
+/// by optimal-string-alignment distance (insertions, deletions, substitutions and swaps of adjacent characters
+/// count 1); a candidate is close at distance <= 2 (<= 1 for a folded key of up to 3 characters, so "lrr" finds "lr"
+/// and "xy" does not). A few names other trainers use for our keys count as those keys: learning_rate (lr),
+/// hidden_size (d_model), num_hidden_layers (n_layers), max_grad_norm (grad_clip), each also when misspelt. Returns
+/// every candidate at the smallest distance, in the order of `candidates`.
 std::vector<std::string> close_keys(const std::string& key, const std::vector<std::string>& candidates) {
-  const auto fold = fold_key;
   const auto distance = [](const std::string& a, const std::string& b) {
     // d[i][j]: distance between the first i characters of a and the first j of b
     std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
@@ -54,15 +53,15 @@ std::vector<std::string> close_keys(const std::string& key, const std::vector<st
   static const std::vector<std::pair<std::string, std::string>> other_names = {
       {"learning_rate", "lr"}, {"hidden_size", "d_model"}, {"num_hidden_layers", "n_layers"},
       {"max_grad_norm", "grad_clip"}};
-  const std::string k = fold(key);
+  const std::string k = fold_key(key);
   const size_t limit = k.size() <= 3 ? 1 : 2;
   size_t best = limit;
   std::vector<std::string> found;
   for (const std::string& c : candidates) {
-    size_t d = distance(k, fold(c));
+    size_t d = distance(k, fold_key(c));
     for (const auto& [name, ours] : other_names) {  // either side may be ours, the other the other name
-      if (ours == c) d = std::min(d, distance(k, fold(name)));
-      if (ours == key) d = std::min(d, distance(fold(name), fold(c)));
+      if (ours == c) d = std::min(d, distance(k, fold_key(name)));
+      if (ours == key) d = std::min(d, distance(fold_key(name), fold_key(c)));
     }
     if (d > best) continue;
     if (d < best) best = d, found.clear();

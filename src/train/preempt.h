@@ -25,8 +25,9 @@ bool preemption_requested();
 /// The first such signal received (SIGTERM, SIGUSR1 or SIGINT), 0 if none.
 int preemption_signal();
 
-/// The exit code of a run that stopped with a checkpoint after preemption_signal() (0 where another rank was
-/// signalled): kInterruptedExitCode for SIGINT, else kPreemptedExitCode.
+/// The exit code of a run that stopped with a checkpoint on a preemption signal: kInterruptedExitCode where this
+/// process's first signal was SIGINT, else kPreemptedExitCode (also on a rank that stopped because another was
+/// signalled).
 int preempted_exit_code();
 
 }  // namespace llmt

@@ -1,8 +1,8 @@
 #include "train/trainer.h"
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -110,7 +110,8 @@ Trainer::Trainer(const Config& config, const std::string& run_dir, bool resume, 
     }
     if (lead_) spdlog::info("resumed from {} at step {}", latest, state_.step);
     if (lead_ && state_.step >= tc.steps())
-      spdlog::info("the run had finished: its newest checkpoint is at its last step, {}; nothing to train", state_.step);
+      spdlog::info("the run had finished: its newest checkpoint is at its last step, {}; nothing to train",
+                   state_.step);
   } else {
     if (resume && lead_) spdlog::warn("--resume: no checkpoint in {}; starting from step 0", run_dir_);
     model_->params().initialize(tc.seed);
