@@ -1,6 +1,6 @@
-// The CUDA backend's delta-rule ops (short conv + SiLU, L2 norm, gated RMSNorm, GDN and KDA gates, the
-// chunked GDN core, the Comba gates, the chunked Comba core and the chunked KDA core) against the CPU reference
-// backend: each op runs through make_backend("cuda") and make_cpu_backend() on the same fresh
+// The CUDA backend's delta-rule ops (short conv + SiLU, L2 norm, gated RMSNorm (also Mamba2's, the gate first), GDN
+// and KDA gates, the chunked GDN core, the Comba gates, the chunked Comba core and the chunked KDA core) against the
+// CPU reference backend: each op runs through make_backend("cuda") and make_cpu_backend() on the same fresh
 // Philox inputs (never zeros; outputs that are overwritten start from random garbage, accumulated
 // ones from random values), and the results must agree to max|gpu - cpu| / max|cpu| <= kTol with every output
 // finite. The GDN, Comba and KDA cores run each case with fp32 compute (exact fp32 products, kTol) and with bf16
@@ -113,41 +113,74 @@ TEST_CASE("cuda delta: l2norm forward (y in f32 or bf16) and backward (from x) w
   require_close(dx, "l2norm dx");
 }
 
-TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates, deterministic dw, y and dz in f32 or bf16",
+namespace {
+
+// The gated RMSNorm's variants: the gate after the norm (gated_rmsnorm_*, silu or sigmoid; the delta-rule layers) or
+// Mamba2's silu gate first (gate_rmsnorm_*).
+enum class NormGate { silu_after, sigmoid_after, silu_first };
+
+// One gated-RMSNorm case, rows x dim: forward and backward against the CPU, the backward again (dw bit-identical),
+// then y and dz in bf16.
+void check_gated_norm(int64_t rows, int64_t dim, NormGate gate) {
+  const bool sig = gate == NormGate::sigmoid_after, first = gate == NormGate::silu_first;
+  const std::string tag = std::string(first ? "silu first" : sig ? "sigmoid after" : "silu after") +
+                          " dim=" + std::to_string(dim);
+  INFO(tag);
+  const auto fwd = [&](Backend& be, const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& y,
+                       const Tensor& rstd) {
+    if (first)
+      be.gate_rmsnorm_fwd(o, z, w, 1e-5, y, rstd);
+    else
+      be.gated_rmsnorm_fwd(o, z, w, 1e-5, sig, y, rstd);
+  };
+  const auto bwd = [&](Backend& be, const Tensor& dy, const Tensor& o, const Tensor& z, const Tensor& w,
+                       const Tensor& rstd, const Tensor& d_o, const Tensor& dz, const Tensor& dw) {
+    if (first)
+      be.gate_rmsnorm_bwd(dy, o, z, w, rstd, d_o, dz, dw);
+    else
+      be.gated_rmsnorm_bwd(dy, o, z, w, rstd, sig, d_o, dz, dw);
+  };
+  Pair o = both(randn(rows * dim, 21), {rows, dim}), z = both(randn(rows * dim, 22, 2.0), {rows, dim});
+  Pair w = both(randn(dim, 23), {dim}), y = both(randn(rows * dim, 24), {rows, dim});
+  Pair rstd = both(randn(rows, 25), {rows});
+  fwd(gpu(), *o.g, *z.g, *w.g, *y.g, *rstd.g);
+  fwd(cpu(), *o.c, *z.c, *w.c, *y.c, *rstd.c);
+  require_close(y, "gated rmsnorm y " + tag);
+  require_close(rstd, "gated rmsnorm rstd " + tag);
+  Pair dy = both(randn(rows * dim, 26), {rows, dim}), d_o = both(randn(rows * dim, 27), {rows, dim});
+  Pair dz = both(randn(rows * dim, 28), {rows, dim});
+  const auto dw0 = randn(dim, 29);
+  Pair dw = both(dw0, {dim});
+  bwd(gpu(), *dy.g, *o.g, *z.g, *w.g, *rstd.g, *d_o.g, *dz.g, *dw.g);
+  bwd(cpu(), *dy.c, *o.c, *z.c, *w.c, *rstd.c, *d_o.c, *dz.c, *dw.c);
+  require_close(d_o, "gated rmsnorm d_o " + tag);
+  require_close(dz, "gated rmsnorm dz " + tag);
+  require_close(dw, "gated rmsnorm dw " + tag);
+  const auto first_dw = get(gpu(), *dw.g);
+  gpu().upload(dw0.data(), *dw.g);
+  bwd(gpu(), *dy.g, *o.g, *z.g, *w.g, *rstd.g, *d_o.g, *dz.g, *dw.g);
+  require_bit_identical(first_dw, get(gpu(), *dw.g), "gated rmsnorm dw " + tag);
+  // y and dz in bf16 (the output and gate / in_proj projections' operands): the f32 ones rounded (within half an
+  // ulp).
+  OwnedTensor yh(gpu(), DType::bf16, {rows, dim}), dzh(gpu(), DType::bf16, {rows, dim});
+  fwd(gpu(), *o.g, *z.g, *w.g, *yh, *rstd.g);
+  require_close(get_bf16(*yh), get(gpu(), *y.g), "gated rmsnorm y in bf16 " + tag, 1.0 / 256);
+  gpu().upload(dw0.data(), *dw.g);
+  bwd(gpu(), *dy.g, *o.g, *z.g, *w.g, *rstd.g, *d_o.g, *dzh, *dw.g);
+  require_close(get_bf16(*dzh), get(gpu(), *dz.g), "gated rmsnorm dz in bf16 " + tag, 1.0 / 256);
+  require_close(d_o, "gated rmsnorm d_o with dz in bf16 " + tag);
+  require_close(dw, "gated rmsnorm dw with dz in bf16 " + tag);
+}
+
+}  // namespace
+
+TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates after the norm and Mamba2's gate first, "
+          "deterministic dw, y and dz in f32 or bf16",
           "[cuda][delta]") {
-  for (const bool sig : {false, true}) {
-    const std::string tag = sig ? "sigmoid" : "silu";
-    const int64_t rows = 2 * 300 * 3, dim = 128;  // eight 256-row dw blocks, the last partial
-    Pair o = both(randn(rows * dim, 21), {rows, dim}), z = both(randn(rows * dim, 22, 2.0), {rows, dim});
-    Pair w = both(randn(dim, 23), {dim}), y = both(randn(rows * dim, 24), {rows, dim});
-    Pair rstd = both(randn(rows, 25), {rows});
-    gpu().gated_rmsnorm_fwd(*o.g, *z.g, *w.g, 1e-5, sig, *y.g, *rstd.g);
-    cpu().gated_rmsnorm_fwd(*o.c, *z.c, *w.c, 1e-5, sig, *y.c, *rstd.c);
-    require_close(y, "gated rmsnorm y " + tag);
-    require_close(rstd, "gated rmsnorm rstd " + tag);
-    Pair dy = both(randn(rows * dim, 26), {rows, dim}), d_o = both(randn(rows * dim, 27), {rows, dim});
-    Pair dz = both(randn(rows * dim, 28), {rows, dim});
-    const auto dw0 = randn(dim, 29);
-    Pair dw = both(dw0, {dim});
-    gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dz.g, *dw.g);
-    cpu().gated_rmsnorm_bwd(*dy.c, *o.c, *z.c, *w.c, *rstd.c, sig, *d_o.c, *dz.c, *dw.c);
-    require_close(d_o, "gated rmsnorm d_o " + tag);
-    require_close(dz, "gated rmsnorm dz " + tag);
-    require_close(dw, "gated rmsnorm dw " + tag);
-    const auto first = get(gpu(), *dw.g);
-    gpu().upload(dw0.data(), *dw.g);
-    gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dz.g, *dw.g);
-    require_bit_identical(first, get(gpu(), *dw.g), "gated rmsnorm dw " + tag);
-    // y and dz in bf16 (the output and gate projections' operands): the f32 ones rounded (within half an ulp).
-    OwnedTensor yh(gpu(), DType::bf16, {rows, dim}), dzh(gpu(), DType::bf16, {rows, dim});
-    gpu().gated_rmsnorm_fwd(*o.g, *z.g, *w.g, 1e-5, sig, *yh, *rstd.g);
-    require_close(get_bf16(*yh), get(gpu(), *y.g), "gated rmsnorm y in bf16 " + tag, 1.0 / 256);
-    gpu().upload(dw0.data(), *dw.g);
-    gpu().gated_rmsnorm_bwd(*dy.g, *o.g, *z.g, *w.g, *rstd.g, sig, *d_o.g, *dzh, *dw.g);
-    require_close(get_bf16(*dzh), get(gpu(), *dz.g), "gated rmsnorm dz in bf16 " + tag, 1.0 / 256);
-    require_close(d_o, "gated rmsnorm d_o with dz in bf16 " + tag);
-    require_close(dw, "gated rmsnorm dw with dz in bf16 " + tag);
-  }
+  for (const NormGate gate : {NormGate::silu_after, NormGate::sigmoid_after, NormGate::silu_first})
+    check_gated_norm(2 * 300 * 3, 128, gate);  // eight 256-row dw blocks, the last partial
+  // Mamba2's one group per token at the 400M configs' Di = 2048: 64 KiB of dw run sums a block (above 48 KiB).
+  check_gated_norm(2 * 300, 2048, NormGate::silu_first);
 }
 
 namespace {

@@ -1,7 +1,8 @@
-// Building blocks of the Gated DeltaNet / Comba / KDA / MDN layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3, §4.3 step 2):
+// Building blocks of the Gated DeltaNet / Comba / KDA / MDN layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3,
+// §4.3 step 2) and Mamba2's conv bias and gated RMSNorm with the gate first (layers-ssm-attn.md §1.2, §1.4):
 // hand-computed forwards, float64 central finite-difference checks of every gradient (scalar loss
 // L = sum(out * R) with a fixed random R), overwrite / accumulate semantics, short-conv causality,
-// softplus at large |a|, and float-vs-double agreement.
+// softplus at large |a|, float-vs-double agreement, and the gate-first norm against swiglu then rmsnorm.
 #include <catch2/catch.hpp>
 
 #include "vec_util.h"
@@ -17,7 +18,9 @@
 #include "kernels/cpu/delta_gates.h"
 #include "kernels/cpu/gated_rmsnorm.h"
 #include "kernels/cpu/l2norm.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/short_conv.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace {
 
@@ -99,6 +102,28 @@ GatedGrads gated_bwd(const Vec& dy, const Vec& o, const Vec& z, const Vec& w, co
   llmt::cpu::gated_rmsnorm_bwd(dyt.data(), ot.data(), zt.data(), wt.data(), rt.data(), rows, dim, sigmoid_gate,
                                d_o.data(), dz.data(), dw.data());
   return {widen(d_o), widen(dz), widen(dw)};
+}
+
+// Mamba2's gate-first norm (gate_rmsnorm_*): y is the SSD output, z the gate.
+template <typename T>
+NormOut gate_first_fwd(const Vec& y, const Vec& z, const Vec& w, int64_t rows, int64_t dim, double eps) {
+  auto yt = cast<T>(y), zt = cast<T>(z), wt = cast<T>(w);
+  std::vector<T> out(y.size()), rstd(static_cast<size_t>(rows));
+  llmt::cpu::gate_rmsnorm_fwd(yt.data(), zt.data(), wt.data(), rows, dim, eps, out.data(), rstd.data());
+  return {widen(out), widen(rstd)};
+}
+struct GateFirstGrads {
+  Vec dy, dz, dw;
+};
+// dy, dz start filled with random values (overwritten); dw starts at dw_in (accumulated).
+template <typename T>
+GateFirstGrads gate_first_bwd(const Vec& dout, const Vec& y, const Vec& z, const Vec& w, const Vec& rstd, int64_t rows,
+                              int64_t dim, const Vec& dw_in) {
+  auto dt = cast<T>(dout), yt = cast<T>(y), zt = cast<T>(z), wt = cast<T>(w), rt = cast<T>(rstd);
+  auto dy = cast<T>(randn(y.size(), 906)), dz = cast<T>(randn(y.size(), 907)), dw = cast<T>(dw_in);
+  llmt::cpu::gate_rmsnorm_bwd(dt.data(), yt.data(), zt.data(), wt.data(), rt.data(), rows, dim, dy.data(), dz.data(),
+                              dw.data());
+  return {widen(dy), widen(dz), widen(dw)};
 }
 
 struct GatesIn {
@@ -318,6 +343,62 @@ TEST_CASE("gated_rmsnorm: finite-difference gradients, both gates; d_o, dz overw
 }
 
 // ---------------------------------------------------------------- GDN gates
+
+// ---------------------------------------------------------------- Mamba2 gated RMSNorm, the gate first
+
+TEST_CASE("gate_rmsnorm: equals swiglu then rmsnorm, forward and backward, in double", "[delta_blocks][gate_rmsnorm]") {
+  // The composition the Mamba2 layer ran before (layers-ssm-attn.md §1.2): u = swiglu(z, y), rmsnorm(u); backward
+  // rmsnorm_bwd into du = 0, then swiglu_bwd. Two rows of Di = 48 (one group).
+  const int64_t rows = 2, dim = 48, n = rows * dim;
+  const double eps = 1e-5;
+  const Vec y = randn(n, 60), z = randn(n, 61), w = randn(dim, 62), R = randn(n, 63), dw0 = randn(dim, 64);
+  const size_t ne = static_cast<size_t>(n);
+  Vec u(ne), out(ne), rstd(static_cast<size_t>(rows)), du(ne, 0.0), dy(ne), dz(ne), dw = dw0;
+  llmt::cpu::swiglu_fwd(z.data(), y.data(), n, u.data());
+  llmt::cpu::rmsnorm_fwd(u.data(), w.data(), rows, dim, eps, out.data(), rstd.data());
+  llmt::cpu::rmsnorm_bwd(R.data(), u.data(), w.data(), rstd.data(), rows, dim, du.data(), dw.data());
+  llmt::cpu::swiglu_bwd(z.data(), y.data(), du.data(), n, dz.data(), dy.data());
+
+  const NormOut f = gate_first_fwd<double>(y, z, w, rows, dim, eps);
+  const GateFirstGrads g = gate_first_bwd<double>(R, y, z, w, f.stat, rows, dim, dw0);
+  const double eo = rel_err(f.y, out), er = rel_err(f.stat, rstd), ey = rel_err(g.dy, dy), ez = rel_err(g.dz, dz),
+               ew = rel_err(g.dw, dw);
+  std::printf("gate_rmsnorm vs swiglu + rmsnorm: out %.3g rstd %.3g dy %.3g dz %.3g dw %.3g\n", eo, er, ey, ez, ew);
+  CHECK(eo < 1e-12);
+  CHECK(er < 1e-12);
+  CHECK(ey < 1e-12);
+  CHECK(ez < 1e-12);
+  CHECK(ew < 1e-12);
+}
+
+TEST_CASE("gate_rmsnorm: finite-difference gradients; dy, dz overwritten, dw accumulated; float",
+          "[delta_blocks][gate_rmsnorm]") {
+  const int64_t rows = 6, dim = 5;
+  const double eps = 0.1;
+  const Vec y = randn(rows * dim, 70), z = randn(rows * dim, 71), w = randn(dim, 72), R = randn(rows * dim, 73);
+  const Vec dw0 = randn(dim, 74);
+  const NormOut f = gate_first_fwd<double>(y, z, w, rows, dim, eps);
+  const GateFirstGrads g = gate_first_bwd<double>(R, y, z, w, f.stat, rows, dim, dw0);
+  auto loss = [&](const Vec& yy, const Vec& zz, const Vec& ww) {
+    return dot(gate_first_fwd<double>(yy, zz, ww, rows, dim, eps).y, R);
+  };
+  const Vec fd_y = fd_grad([&](const Vec& v) { return loss(v, z, w); }, y);
+  const Vec fd_z = fd_grad([&](const Vec& v) { return loss(y, v, w); }, z);
+  const Vec fd_w = fd_grad([&](const Vec& v) { return loss(y, z, v); }, w);
+  const double ey = rel_err(g.dy, fd_y), ez = rel_err(g.dz, fd_z), ew = rel_err(minus(g.dw, dw0), fd_w);
+  std::printf("gate_rmsnorm fd: dy %.3g dz %.3g dw %.3g\n", ey, ez, ew);
+  CHECK(ey < kFdTol);
+  CHECK(ez < kFdTol);
+  CHECK(ew < kFdTol);
+
+  const NormOut ff = gate_first_fwd<float>(y, z, w, rows, dim, eps);
+  CHECK(rel_err(ff.y, f.y) < kF32Tol);
+  CHECK(rel_err(ff.stat, f.stat) < kF32Tol);
+  const GateFirstGrads gf = gate_first_bwd<float>(R, y, z, w, ff.stat, rows, dim, dw0);
+  CHECK(rel_err(gf.dy, g.dy) < kF32Tol);
+  CHECK(rel_err(gf.dz, g.dz) < kF32Tol);
+  CHECK(rel_err(gf.dw, g.dw) < kF32Tol);
+}
 
 TEST_CASE("gdn_gates: hand-computed gates", "[delta_blocks][gdn_gates]") {
   // Head 0: A_log = ln 2, dt_bias = 0.5, a = ln 3 - 0.5: u = ln 3, softplus(u) = ln 4, g = -2 ln 4;

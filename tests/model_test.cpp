@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
 #include <vector>
 
 #include "core/rng.h"
 #include "kernels/backend.h"
 #include "model/gradcheck.h"
+#include "model/mixer.h"
 #include "model/model.h"
 
 using namespace llmt;
@@ -388,6 +390,28 @@ TEST_CASE("model: Mamba2 parameter names, shapes and the fla_mdn init (layers-ss
   CHECK(largest <= bound);
   CHECK(largest > 0.9 * bound);
   for (const auto& info : infos) CHECK(info.name.find("mlp") == std::string::npos);
+}
+
+TEST_CASE("model: a Mamba2 layer saves z, y, xBC, its conv pre-activation and output, dt_raw, the gated norm's rstd "
+          "and output (not u = y silu(z))",
+          "[model][mamba2]") {
+  // The fused gated norm (Backend::gate_rmsnorm_*) recomputes u in its backward. Di = 16, H = 4, G N = 2 * 3: conv
+  // channels 16 + 2 * 6 = 28; rows = 2 * 37 = 74, each tensor 256-byte aligned; the CPU backend keeps no SSD set.
+  ModelConfig m = tiny(false);
+  m.type = "mamba2";
+  m.mamba2.expand = 2;
+  m.mamba2.head_dim = 4;
+  m.mamba2.d_state = 3;
+  m.mamba2.n_groups = 2;
+  auto be = make_cpu_backend();
+  ParamStore store;
+  const std::unique_ptr<Mixer> mixer = make_mixer("mamba2", m, store, "mixer.");
+  store.allocate(*be, DType::f64, DType::f64);
+  ScratchCarver saved(nullptr);
+  const int64_t rows = 2 * 37;
+  mixer->plan(2, 37, saved);
+  const auto carved = [](int64_t n) { return (static_cast<size_t>(n) * 8 + 255) / 256 * 256; };
+  CHECK(saved.used() == 3 * carved(rows * 16) + 3 * carved(rows * 28) + carved(rows * 4) + carved(rows));
 }
 
 TEST_CASE("model: Mamba2 init styles mamba_ssm and zeros_like_skipped (layers-ssm-attn.md 2.3.2-2.3.3)", "[model][mamba2]") {

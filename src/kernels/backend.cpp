@@ -98,6 +98,13 @@ void Backend::conv_bias_silu_bwd(const Tensor&, const Tensor&, const Tensor&, co
                                  const Tensor&, const Tensor&) {
   missing(*this, "conv_bias_silu_bwd");
 }
+void Backend::gate_rmsnorm_fwd(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&) {
+  missing(*this, "gate_rmsnorm_fwd");
+}
+void Backend::gate_rmsnorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, const Tensor&, const Tensor&) {
+  missing(*this, "gate_rmsnorm_bwd");
+}
 void Backend::mamba2_ssd_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
                              int64_t, int64_t, DType, const Tensor&, const Tensor&) {
   missing(*this, "mamba2_ssd_fwd");

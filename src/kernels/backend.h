@@ -263,13 +263,26 @@ class Backend {
                                DType compute, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dp,
                                const Tensor& dg, const Tensor& dbeta);
 
-  // ---- Mamba2 (layers-ssm-attn.md §1.4, §2; semantics: src/kernels/cpu/{short_conv,mamba2}.h) ----
+  // ---- Mamba2 (layers-ssm-attn.md §1.2, §1.4, §2) ----
+  // Semantics: src/kernels/cpu/{short_conv,gated_rmsnorm,mamba2}.h.
   /// Depthwise causal conv with a per-channel bias + SiLU (§1.4): x, pre, y [B, T, C]; w [C, 1, W]; bias [C].
   /// dx overwritten; dw, dbias accumulated.
   virtual void conv_bias_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& pre,
                                   const Tensor& y);
   virtual void conv_bias_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                   const Tensor& dx, const Tensor& dw, const Tensor& dbias);
+  /// Mamba2's gated RMSNorm, the gate first (norm_before_gate = False; §1.2, §2.2 step 6, one group per row of
+  /// w.numel() = Di): u = y ∘ silu(z), out = u (mean_c(u_c^2) + eps)^(-1/2) ∘ w; rstd [rows] receives the
+  /// (mean + eps)^(-1/2). y, z [rows, Di] and w [Di] in the master dtype; out [rows, Di] in it too, or bf16 where the
+  /// backend computes in bf16 (CUDA: rounded from its fp32 result, out_proj's operand). Equal to swiglu_fwd(z, y, u)
+  /// then rmsnorm_fwd(u, w, eps, out, rstd) without storing u (cpu::gate_rmsnorm_fwd).
+  virtual void gate_rmsnorm_fwd(const Tensor& y, const Tensor& z, const Tensor& w, double eps, const Tensor& out,
+                                const Tensor& rstd);
+  /// Backward of gate_rmsnorm_fwd from its y, z and rstd (u recomputed; cpu::gate_rmsnorm_bwd): dout, dy [rows, Di]
+  /// in the master dtype; dz [rows, Di] in it too, or bf16 where the backend computes in bf16 (CUDA: rounded from
+  /// its fp32 result, in_proj's operand). dy, dz overwritten; dw [Di] accumulated.
+  virtual void gate_rmsnorm_bwd(const Tensor& dout, const Tensor& y, const Tensor& z, const Tensor& w,
+                                const Tensor& rstd, const Tensor& dy, const Tensor& dz, const Tensor& dw);
   /// Mamba2's SSD step (§2.2 steps 3–5, chunked §2.5, zero initial state): xbc [B, T, H P + 2 G N] (rows
   /// [x | B | C], the conv output), dt_raw [B, T, H], dt_bias, A_log, D [H], y [B, T, H P];
   /// Δ = softplus(dt_raw + dt_bias), A = -exp(A_log), y = SSD(x, Δ, A, B, C) + D x. H is dt_raw's last

@@ -40,6 +40,16 @@ inline GemmDims matmul_dims(const Tensor& a, bool trans_a, const Tensor& b, bool
   return {M, N, K};
 }
 
+/// The rows of a gate_rmsnorm_* call (Mamba2's gated RMSNorm): y, z [rows, dim] of one dtype, w [dim], rstd [rows].
+/// Throws llmt::Error naming `op` and the shapes otherwise.
+inline int64_t gate_norm_rows(const Tensor& y, const Tensor& z, const Tensor& w, const Tensor& rstd, const char* op) {
+  const int64_t dim = w.numel(), rows = dim > 0 ? y.numel() / dim : 0;
+  check(dim > 0 && rows * dim == y.numel() && rstd.numel() == rows, "{}: y {} w {} rstd {}", op, y.shape_str(),
+        w.shape_str(), rstd.shape_str());
+  check_same(y, z, op);
+  return rows;
+}
+
 /// The sizes of a decay-gate call (gdn_gates_*, kda_gates_*; cpu/delta_gates.h): a [rows, H * dim],
 /// b [rows, H], A_log [H], dt_bias [H * dim], one dtype; g must match a and beta must match b.
 /// Throws llmt::Error naming `op` and the shapes otherwise.

@@ -309,6 +309,26 @@ class CpuBackend final : public Backend {
                                   w.shape[2], dx.as<T>(), dw.as<T>(), dbias.as<T>());
     });
   }
+  void gate_rmsnorm_fwd(const Tensor& y, const Tensor& z, const Tensor& w, double eps, const Tensor& out,
+                        const Tensor& rstd) override {
+    const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_fwd");
+    check_same(y, out, "gate_rmsnorm_fwd");
+    dispatch(y, "gate_rmsnorm_fwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::gate_rmsnorm_fwd<T>(y.as<T>(), z.as<T>(), w.as<T>(), rows, dim, eps, out.as<T>(), rstd.as<T>());
+    });
+  }
+  void gate_rmsnorm_bwd(const Tensor& dout, const Tensor& y, const Tensor& z, const Tensor& w, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dz, const Tensor& dw) override {
+    const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_bwd");
+    for (const Tensor* t : {&dout, &dy, &dz}) check_same(y, *t, "gate_rmsnorm_bwd");
+    check_same(w, dw, "gate_rmsnorm_bwd");
+    dispatch(y, "gate_rmsnorm_bwd", [&](auto zero) {
+      using T = decltype(zero);
+      cpu::gate_rmsnorm_bwd<T>(dout.as<T>(), y.as<T>(), z.as<T>(), w.as<T>(), rstd.as<T>(), rows, dim, dy.as<T>(),
+                               dz.as<T>(), dw.as<T>());
+    });
+  }
   // `saved` is ignored: this backend keeps nothing from the forward (mamba2_saved_numel 0; the backward recomputes
   // in double).
   void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,

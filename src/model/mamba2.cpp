@@ -64,13 +64,13 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len;
   const DType dt = store_.dtype();
-  for (Tensor* t : {&z_, &y_, &u_, &yn_}) *t = saved.take(dt, {rows, inner_});
+  for (Tensor* t : {&z_, &y_}) *t = saved.take(dt, {rows, inner_});
   for (Tensor* t : {&xbc_, &pre_, &xbc_c_}) *t = saved.take(dt, {rows, conv_dim_});
   dtr_ = saved.take(dt, {rows, heads_});
   rstd_ = saved.take(dt, {rows});
-  // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which
-  // meets out_proj, is also kept rounded to the compute dtype when that differs.
-  yn_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
+  // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which meets out_proj (and
+  // dW_out in the backward), only in the compute dtype (the norm writes it so).
+  yn_ = saved.take(store_.compute_dtype(), {rows, inner_});
   const int64_t kept = c_.save_states ? store_.backend().mamba2_saved_numel(batch, seq_len, heads_, c_.head_dim,
                                                                            c_.d_state, store_.compute_dtype())
                                       : 0;
@@ -80,7 +80,8 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
 void Mamba2Mixer::bind_scratch(ScratchCarver& s) {
   const int64_t rows = batch_ * seq_len_;
   const DType dt = store_.dtype();
-  for (Tensor* t : {&dyn_, &du_, &dz_, &dy_ssd_}) *t = s.take(dt, {rows, inner_});
+  for (Tensor* t : {&dyn_, &dy_ssd_}) *t = s.take(dt, {rows, inner_});
+  dz_ = s.take(store_.compute_dtype(), {rows, inner_});  // written so by the norm's backward: in_proj's operand
   for (Tensor* t : {&dxbc_c_, &dxbc_}) *t = s.take(dt, {rows, conv_dim_});
   ddtr_ = s.take(dt, {rows, heads_});
   if (store_.compute_dtype() != dt) cvt_ = s.take(store_.compute_dtype(), {rows * conv_dim_});
@@ -120,20 +121,18 @@ void Mamba2Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state)
     be.mamba2_ssd_fwd(seq3(xbc_c_), seq3(dtr_), dt_bias, A_log, D, c_.head_dim, c_.n_groups, c_.chunk_size,
                       store_.compute_dtype(), seq3(y_), kept_);
   }
-  // Gated RMSNorm, norm_before_gate = False: u = y ∘ silu(z), yn = rmsnorm(u) ∘ w (step 6); out_proj (step 7).
-  be.swiglu_fwd(z_, y_, u_);
-  be.rmsnorm_fwd(u_, store_.master(norm_), norm_eps_, yn_, rstd_);
-  be.matmul(yn_c_.data ? converted(be, yn_, yn_c_) : yn_, false, store_.param(w_out_), true, y, false);
+  // Gated RMSNorm, norm_before_gate = False: u = y ∘ silu(z), yn = rmsnorm(u) ∘ w in one op, u not stored
+  // (step 6); out_proj (step 7).
+  be.gate_rmsnorm_fwd(y_, z_, store_.master(norm_), norm_eps_, yn_, rstd_);
+  be.matmul(yn_, false, store_.param(w_out_), true, y, false);
 }
 
 void Mamba2Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   Backend& be = store_.backend();
   // out_proj and the gated norm (section 2.6.2 steps 1-2).
-  be.matmul(dy, false, store_.param(w_out_), false, dyn_, false);                          // dyn = dy W_out
-  be.matmul(dy, true, yn_c_.data ? yn_c_ : yn_, false, store_.grad(w_out_), true);      // dW_out += dy^T yn
-  be.fill_zero(du_);
-  be.rmsnorm_bwd(dyn_, u_, store_.master(norm_), rstd_, du_, store_.grad(norm_));
-  be.swiglu_bwd(z_, y_, du_, dz_, dy_ssd_);
+  be.matmul(dy, false, store_.param(w_out_), false, dyn_, false);  // dyn = dy W_out
+  be.matmul(dy, true, yn_, false, store_.grad(w_out_), true);      // dW_out += dy^T yn
+  be.gate_rmsnorm_bwd(dyn_, y_, z_, store_.master(norm_), rstd_, dy_ssd_, dz_, store_.grad(norm_));
   // SSD, discretisation (steps 3-4) and the conv (step 5).
   be.mamba2_ssd_bwd(seq3(dy_ssd_), seq3(xbc_c_), seq3(dtr_), store_.master(dt_bias_), store_.master(A_log_),
                     store_.master(D_), kept_, c_.head_dim, c_.n_groups, c_.chunk_size, store_.compute_dtype(),
@@ -144,7 +143,8 @@ void Mamba2Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   else
     be.short_conv_silu_bwd(seq3(dxbc_c_), seq3(xbc_), store_.master(conv_w_), seq3(pre_), seq3(dxbc_),
                            store_.grad(conv_w_));
-  // in_proj (step 6): dx = [dz | dxBC | ddt_raw] W_in, dW_in += [...]^T x, part by part.
+  // in_proj (step 6): dx = [dz | dxBC | ddt_raw] W_in, dW_in += [...]^T x, part by part (dz already in the compute
+  // dtype; the others rounded to it through cvt_).
   const Tensor w_in = store_.param(w_in_), g_in = store_.grad(w_in_);
   const std::pair<const Tensor*, int64_t> parts[] = {{&dz_, 0}, {&dxbc_, inner_}, {&ddtr_, inner_ + conv_dim_}};
   bool first = true;

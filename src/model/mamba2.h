@@ -9,7 +9,10 @@
 // mamba_ssm (2.3.3) PyTorch-default U(±1/sqrt(fan_in)) for in_proj, out_proj, conv weight and bias and
 // A_log = log U(1, 16); zeros_like_skipped (2.3.2) fla_mdn with A_log = dt_bias = 0. With
 // model.init.residual_rescale "kaiming_div_sqrt", out_proj is U(±1/sqrt(Di)) / sqrt(residual_rescale_n).
-// The layer keeps what the backend's SSD forward saves for its backward (Backend::mamba2_saved_numel; CUDA: the
+// The gated norm is one op, gate_rmsnorm_fwd / bwd (u = y ∘ silu(z) is not stored; the backward recomputes it).
+// Saved per token: z, y (Di each), xBC, its conv pre-activation and output (Di + 2 G N each), dt_raw (H) and the
+// norm's rstd (1) in the master dtype, and the normed output (Di) in the compute dtype.
+// The layer also keeps what the backend's SSD forward saves for its backward (Backend::mamba2_saved_numel; CUDA: the
 // states entering each 64-token chunk, in the compute dtype: 128 MiB per layer with bf16 compute at micro_batch 4,
 // seq_len 4096 for configs/mdn-paper/400m/mamba2.json; none on the CPU).
 #pragma once
@@ -44,11 +47,11 @@ class Mamba2Mixer : public Mixer {
   int w_in_, conv_w_, conv_b_ = -1, dt_bias_, A_log_, D_, norm_, w_out_;
   int64_t batch_ = 0, seq_len_ = 0;
   Tensor z_, xbc_, dtr_, pre_, xbc_c_;  // in_proj parts, conv pre-activation and output
-  Tensor y_, u_, rstd_, yn_;            // SSD output, y ∘ silu(z), norm rstd [rows], normed output
-  Tensor yn_c_;                         // yn_ in the compute dtype (only when that differs)
-  Tensor cvt_;                               // scratch for gradients rounded to the compute dtype (ditto)
-  Tensor kept_;  // the SSD core's saved forward intermediates (none where the backend keeps nothing)
-  Tensor dyn_, du_, dz_, dy_ssd_, dxbc_c_, dxbc_, ddtr_;  // backward temporaries (shared scratch)
+  Tensor y_, rstd_;  // SSD output, gated-norm rstd [rows]
+  Tensor yn_;        // gated-norm output (out_proj's operand), in the compute dtype
+  Tensor cvt_;       // scratch for gradients rounded to the compute dtype (only when that differs from the master's)
+  Tensor kept_;      // the SSD core's saved forward intermediates (none where the backend keeps nothing)
+  Tensor dyn_, dz_, dy_ssd_, dxbc_c_, dxbc_, ddtr_;  // backward temporaries (shared scratch; dz_ in the compute dtype)
 };
 
 }  // namespace llmt

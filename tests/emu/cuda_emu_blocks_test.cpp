@@ -2,12 +2,13 @@
 // through their own launchers, no GPU: the short conv + SiLU forward and backward (widths 1, 4 and the largest the
 // kernels take, 8, and an odd one, 3; with and without Mamba2's bias; sequences cut into runs of 32 tokens with a
 // partial last run, one and several blocks of 8 runs; one and several blocks of channels, four or one a thread),
-// the L2 norm forward and backward, the gated RMSNorm forward and backward (one and several blocks of rows, the
-// last partial; widths below and above a warp's 32 lanes), the decay gates backward (GDN: dim 1, KDA: dim d_k)
+// the L2 norm forward and backward, the gated RMSNorm forward and backward, the gate after the norm (delta-rule layers)
+// and first (Mamba2's gate_rmsnorm_*; one and several blocks of rows, the last partial; widths below and above a
+// warp's 32 lanes), the decay gates backward (GDN: dim 1, KDA: dim d_k)
 // and the Comba gates backward (several 64-row blocks, a partial last one). Every output must be
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
-// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, delta_gates_bwd,
-//     comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU;
+// (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, gate_rmsnorm_*,
+//     delta_gates_bwd, comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU;
 // (c) for the short conv's y and dx, the L2 norm's y and the gated RMSNorm's y and dz written in bf16: the f32
 //     outputs rounded, bit for bit (the other outputs of those runs bit-identical to the f32 runs').
 // Run with `ctest -L emu`.
@@ -116,6 +117,83 @@ void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t 
   if (bias) require_close(out[4], narrow(db), "dbias");
 }
 
+// The gated RMSNorm's variants: the gate after the norm (gated_rmsnorm_*, silu or sigmoid) or Mamba2's silu gate
+// first (gate_rmsnorm_*).
+enum class NormGate { silu_after, sigmoid_after, silu_first };
+
+// The variant's forward (o: the normed input, Mamba2's y) and backward (dy: the output's gradient, d_o: o's) on
+// device-like memory, y and dz float or bf16; then the CPU reference in double.
+template <typename TY>
+void norm_fwd(NormGate g, const float* o, const float* z, const float* w, int64_t rows, int64_t dim, TY* y,
+              float* rstd) {
+  if (g == NormGate::silu_first)
+    llmt::cuda::gate_rmsnorm_fwd(o, z, w, rows, dim, 1e-5, y, rstd, nullptr);
+  else
+    llmt::cuda::gated_rmsnorm_fwd(o, z, w, rows, dim, 1e-5, g == NormGate::sigmoid_after, y, rstd, nullptr);
+}
+template <typename TZ>
+void norm_bwd(NormGate g, const float* dy, const float* o, const float* z, const float* w, const float* rstd,
+              int64_t rows, int64_t dim, float* d_o, TZ* dz, float* dw, void* scratch) {
+  if (g == NormGate::silu_first)
+    llmt::cuda::gate_rmsnorm_bwd(dy, o, z, w, rstd, rows, dim, d_o, dz, dw, scratch, nullptr);
+  else
+    llmt::cuda::gated_rmsnorm_bwd(dy, o, z, w, rstd, rows, dim, g == NormGate::sigmoid_after, d_o, dz, dw, scratch,
+                                  nullptr);
+}
+void norm_ref(NormGate g, const double* dy, const double* o, const double* z, const double* w, const double* rstd_in,
+              int64_t rows, int64_t dim, double* y, double* rstd, double* d_o, double* dz, double* dw) {
+  const bool sig = g == NormGate::sigmoid_after;
+  if (g == NormGate::silu_first) {
+    llmt::cpu::gate_rmsnorm_fwd(o, z, w, rows, dim, 1e-5, y, rstd);
+    llmt::cpu::gate_rmsnorm_bwd(dy, o, z, w, rstd_in, rows, dim, d_o, dz, dw);
+  } else {
+    llmt::cpu::gated_rmsnorm_fwd(o, z, w, rows, dim, 1e-5, sig, y, rstd);
+    llmt::cpu::gated_rmsnorm_bwd(dy, o, z, w, rstd_in, rows, dim, sig, d_o, dz, dw);
+  }
+}
+const char* gate_name(NormGate g) {
+  if (g == NormGate::silu_first) return "silu first (Mamba2)";
+  return g == NormGate::sigmoid_after ? "sigmoid after" : "silu after";
+}
+
+void check_gated_norm(int64_t rows, int64_t dim, NormGate g) {
+  INFO("gated rmsnorm rows=" << rows << " dim=" << dim << " gate " << gate_name(g));
+  const size_t n = static_cast<size_t>(rows * dim);
+  const auto o = randn(n, 500), z = randn(n, 501, 2.0), wn = randn(static_cast<size_t>(dim), 502), dy = randn(n, 503),
+             dw0 = randn(static_cast<size_t>(dim), 504);
+  const auto out = under_every_config(
+      [&] {
+        Buffer bo(o), bz(z), bw(wn), bdy(dy), y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw(dw0);
+        Buffer scratch(llmt::cuda::gated_rmsnorm_bwd_scratch_bytes(rows, dim) / sizeof(float) + 1);
+        norm_fwd(g, bo.get(), bz.get(), bw.get(), rows, dim, y.get(), rstd.get());
+        norm_bwd(g, bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, d_o.get(), dz.get(), dw.get(),
+                 scratch.get());
+        // Again with y and dz in bf16 (the output and gate / in_proj projections' operands).
+        Bf16Buffer yh(n), dzh(n);
+        Buffer rstd2(static_cast<size_t>(rows)), d_o2(n), dw2(dw0);
+        norm_fwd(g, bo.get(), bz.get(), bw.get(), rows, dim, yh.get(), rstd2.get());
+        norm_bwd(g, bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, d_o2.get(), dzh.get(), dw2.get(),
+                 scratch.get());
+        return std::vector<std::vector<float>>{rstd.host(), d_o.host(), dz.host(),    dw.host(),   y.host(),
+                                               yh.host(),   dzh.host(), rstd2.host(), d_o2.host(), dw2.host()};
+      },
+      {"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)", "d_o (bf16 dz)", "dw (bf16 dz)"});
+  require_rounded(out[5], out[4], "y");
+  require_rounded(out[6], out[2], "dz");
+  for (const auto& [a, b] : {std::pair<size_t, size_t>{7, 0}, {8, 1}, {9, 3}})
+    CHECK(first_difference(out[a], out[b]) == -1);
+  // The reference: the forward, and the backward from the kernels' rstd (as tests/cuda_delta_test.cpp does).
+  std::vector<double> y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw = wide(dw0);
+  const std::vector<double> od = wide(o), zd = wide(z), wd = wide(wn), dyd = wide(dy), rs = wide(out[0]);
+  norm_ref(g, dyd.data(), od.data(), zd.data(), wd.data(), rs.data(), rows, dim, y.data(), rstd.data(),
+                   d_o.data(), dz.data(), dw.data());
+  require_close(out[4], narrow(y), "y");
+  require_close(out[0], narrow(rstd), "rstd");
+  require_close(out[1], narrow(d_o), "d_o");
+  require_close(out[2], narrow(dz), "dz");
+  require_close(out[3], narrow(dw), "dw");
+}
+
 }  // namespace
 
 TEST_CASE("cuda emu: short conv + SiLU, widths 1, 3, 4, 8, with and without a bias, runs of 32 tokens, dx in f32 "
@@ -172,50 +250,14 @@ TEST_CASE("cuda emu: L2 norm forward (y in f32 and bf16) and backward (from x), 
   }
 }
 
-TEST_CASE("cuda emu: gated RMSNorm backward (dw over blocks of 8 warps x 32 rows), y and dz in f32 and bf16",
+TEST_CASE("cuda emu: gated RMSNorm, the gate after the norm and Mamba2's gate first, forward and backward (dw over "
+          "blocks of 8 warps x 32 rows), y and dz in f32 and bf16",
           "[emu][blocks]") {
   // One partial block; three blocks, the last partial (warps without rows); an odd width below a warp's 32 lanes;
   // a width of several lanes' columns, not a multiple of 32.
-  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{75, 80}, {600, 40}, {130, 7}, {140, 200}}) {
-    for (const bool sig : {false, true}) {
-      INFO("gated rmsnorm rows=" << rows << " dim=" << dim << (sig ? " sigmoid" : " silu"));
-      const size_t n = static_cast<size_t>(rows * dim);
-      const auto o = randn(n, 500), z = randn(n, 501, 2.0), wn = randn(static_cast<size_t>(dim), 502),
-                 dy = randn(n, 503), dw0 = randn(static_cast<size_t>(dim), 504);
-      const auto out = under_every_config(
-          [&] {
-            Buffer bo(o), bz(z), bw(wn), bdy(dy), y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw(dw0);
-            Buffer scratch(llmt::cuda::gated_rmsnorm_bwd_scratch_bytes(rows, dim) / sizeof(float) + 1);
-            llmt::cuda::gated_rmsnorm_fwd(bo.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, y.get(), rstd.get(),
-                                          nullptr);
-            llmt::cuda::gated_rmsnorm_bwd(bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, sig,
-                                          d_o.get(), dz.get(), dw.get(), scratch.get(), nullptr);
-            // Again with y and dz in bf16 (the output and gate projections' operands).
-            Bf16Buffer yh(n), dzh(n);
-            Buffer rstd2(static_cast<size_t>(rows)), d_o2(n), dw2(dw0);
-            llmt::cuda::gated_rmsnorm_fwd(bo.get(), bz.get(), bw.get(), rows, dim, 1e-5, sig, yh.get(), rstd2.get(),
-                                          nullptr);
-            llmt::cuda::gated_rmsnorm_bwd(bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, sig,
-                                          d_o2.get(), dzh.get(), dw2.get(), scratch.get(), nullptr);
-            return std::vector<std::vector<float>>{rstd.host(), d_o.host(), dz.host(),    dw.host(),   y.host(),
-                                                   yh.host(),   dzh.host(), rstd2.host(), d_o2.host(), dw2.host()};
-          },
-          {"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)", "d_o (bf16 dz)",
-           "dw (bf16 dz)"});
-      require_rounded(out[5], out[4], "y");
-      require_rounded(out[6], out[2], "dz");
-      for (const auto& [a, b] : {std::pair<size_t, size_t>{7, 0}, {8, 1}, {9, 3}})
-        CHECK(first_difference(out[a], out[b]) == -1);
-      // The reference backward from the kernels' rstd (as tests/cuda_delta_test.cpp does).
-      std::vector<double> d_o(n), dz(n), dw = wide(dw0);
-      const std::vector<double> od = wide(o), zd = wide(z), wd = wide(wn), dyd = wide(dy), rs = wide(out[0]);
-      llmt::cpu::gated_rmsnorm_bwd<double>(dyd.data(), od.data(), zd.data(), wd.data(), rs.data(), rows, dim, sig,
-                                           d_o.data(), dz.data(), dw.data());
-      require_close(out[1], narrow(d_o), "d_o");
-      require_close(out[2], narrow(dz), "dz");
-      require_close(out[3], narrow(dw), "dw");
-    }
-  }
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{75, 80}, {600, 40}, {130, 7}, {140, 200}})
+    for (const NormGate g : {NormGate::silu_after, NormGate::sigmoid_after, NormGate::silu_first})
+      check_gated_norm(rows, dim, g);
 }
 
 TEST_CASE("cuda emu: decay gates (GDN: dim 1, KDA: dim d_k) and Comba gates (64-row blocks) backward",

@@ -1,4 +1,5 @@
-// FusedRMSNormGated forward and backward (layers-delta.md §2.3), statistics in double.
+// FusedRMSNormGated forward and backward (layers-delta.md §2.3; the gate after the norm) and Mamba2's gated RMSNorm
+// (layers-ssm-attn.md §1.2; the gate first), statistics in double.
 #include "kernels/cpu/gated_rmsnorm.h"
 
 #include <cmath>
@@ -69,6 +70,60 @@ void gated_rmsnorm_bwd(const T* dy, const T* o, const T* z, const T* w, const T*
   for (int64_t j = 0; j < dim; ++j) dw[j] = static_cast<T>(dw[j] + dw_acc[static_cast<size_t>(j)]);
 }
 
+// u = y silu(z);  rho = (mean_c(u_c^2) + eps)^(-1/2);  out = u rho ∘ w   (layers-ssm-attn.md §1.2, Mamba2)
+template <typename T>
+void gate_rmsnorm_fwd(const T* y, const T* z, const T* w, int64_t rows, int64_t dim, double eps, T* out, T* rstd) {
+  std::vector<double> u(static_cast<size_t>(dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0.0;
+    for (int64_t j = 0; j < dim; ++j) {
+      const size_t e = static_cast<size_t>(r * dim + j);
+      u[static_cast<size_t>(j)] = static_cast<double>(y[e]) * gate(z[e], false).phi;
+      ss += u[static_cast<size_t>(j)] * u[static_cast<size_t>(j)];
+    }
+    const double rho = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+    for (int64_t j = 0; j < dim; ++j) out[r * dim + j] = static_cast<T>(u[static_cast<size_t>(j)] * rho * w[j]);
+    rstd[r] = static_cast<T>(rho);
+  }
+}
+
+// û = u rho, dû = dout ∘ w;  du = rho (dû - û (1/dim) Σ_c dû_c û_c);  dy = du silu(z);  dz = du y silu'(z);
+// dw += Σ_rows dout ∘ û   (layers-ssm-attn.md §1.1 on u, then §1.2)
+template <typename T>
+void gate_rmsnorm_bwd(const T* dout, const T* y, const T* z, const T* w, const T* rstd, int64_t rows, int64_t dim,
+                      T* dy, T* dz, T* dw) {
+  std::vector<double> dw_acc(static_cast<size_t>(dim), 0.0), uhat(static_cast<size_t>(dim)),
+      duhat(static_cast<size_t>(dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double rho = rstd[r];
+    double proj = 0.0;  // Σ_c dû_c û_c
+    for (int64_t j = 0; j < dim; ++j) {
+      const size_t e = static_cast<size_t>(r * dim + j), c = static_cast<size_t>(j);
+      uhat[c] = static_cast<double>(y[e]) * gate(z[e], false).phi * rho;
+      duhat[c] = static_cast<double>(dout[e]) * w[j];
+      dw_acc[c] += static_cast<double>(dout[e]) * uhat[c];
+      proj += duhat[c] * uhat[c];
+    }
+    const double mean_proj = proj / static_cast<double>(dim);
+    for (int64_t j = 0; j < dim; ++j) {
+      const size_t e = static_cast<size_t>(r * dim + j), c = static_cast<size_t>(j);
+      const double du = rho * (duhat[c] - uhat[c] * mean_proj);
+      const Gate gt = gate(z[e], false);
+      dy[e] = static_cast<T>(du * gt.phi);
+      dz[e] = static_cast<T>(du * static_cast<double>(y[e]) * gt.dphi);
+    }
+  }
+  for (int64_t j = 0; j < dim; ++j) dw[j] = static_cast<T>(dw[j] + dw_acc[static_cast<size_t>(j)]);
+}
+
+template void gate_rmsnorm_fwd<float>(const float*, const float*, const float*, int64_t, int64_t, double, float*,
+                                      float*);
+template void gate_rmsnorm_fwd<double>(const double*, const double*, const double*, int64_t, int64_t, double,
+                                       double*, double*);
+template void gate_rmsnorm_bwd<float>(const float*, const float*, const float*, const float*, const float*, int64_t,
+                                      int64_t, float*, float*, float*);
+template void gate_rmsnorm_bwd<double>(const double*, const double*, const double*, const double*, const double*,
+                                       int64_t, int64_t, double*, double*, double*);
 template void gated_rmsnorm_fwd<float>(const float*, const float*, const float*, int64_t, int64_t, double, bool,
                                        float*, float*);
 template void gated_rmsnorm_fwd<double>(const double*, const double*, const double*, int64_t, int64_t, double, bool,

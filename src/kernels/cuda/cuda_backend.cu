@@ -551,6 +551,30 @@ class CudaBackend final : public Backend {
     cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw, pdb,
                               scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
   }
+  void gate_rmsnorm_fwd(const Tensor& y, const Tensor& z, const Tensor& w, double eps, const Tensor& out,
+                        const Tensor& rstd) override {
+    const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_fwd");
+    check(out.numel() == y.numel(), "gate_rmsnorm_fwd: out {} for y {}", out.shape_str(), y.shape_str());
+    const char* op = "gate_rmsnorm_fwd";
+    dispatch(out, op, [&](auto t) {  // out in f32, or rounded to bf16 for out_proj's products
+      cuda::gate_rmsnorm_fwd(f32(y, op), f32(z, op), f32(w, op), rows, dim, eps, ptr<decltype(t)>(out),
+                             f32(rstd, op), stream_);
+    });
+  }
+  void gate_rmsnorm_bwd(const Tensor& dout, const Tensor& y, const Tensor& z, const Tensor& w, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dz, const Tensor& dw) override {
+    const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_bwd");
+    for (const Tensor* t : {&dout, &dy}) check_same(y, *t, "gate_rmsnorm_bwd");
+    check(dz.numel() == y.numel(), "gate_rmsnorm_bwd: dz {} for y {}", dz.shape_str(), y.shape_str());
+    check_same(w, dw, "gate_rmsnorm_bwd");
+    const char* op = "gate_rmsnorm_bwd";
+    const float *pdout = f32(dout, op), *py = f32(y, op), *pz = f32(z, op), *pw = f32(w, op), *prstd = f32(rstd, op);
+    float *pdy = f32(dy, op), *pdw = f32(dw, op);
+    dispatch(dz, op, [&](auto t) {  // dz in f32, or rounded to bf16 for in_proj's products
+      cuda::gate_rmsnorm_bwd(pdout, py, pz, pw, prstd, rows, dim, pdy, ptr<decltype(t)>(dz), pdw,
+                             scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+    });
+  }
   int64_t mamba2_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t d_state,
                              DType compute) const override {
     int64_t n = 0;

@@ -1,11 +1,12 @@
 // The small blocks of the delta-rule layers (layers-delta.md §2.1-2.3, §4.1 steps 2-3, §5):
 // short convolution + SiLU (also Mamba2's conv with its per-channel bias, layers-ssm-attn.md §1.4),
-// L2 norm, gated RMSNorm, the decay gates (GDN/Comba per head, KDA per key channel, §4.3 steps 2-3)
-// and the Comba gates (§4.2 steps 2-3), forward and backward. Semantics: src/kernels/cpu/{short_conv,
-// l2norm,gated_rmsnorm,delta_gates,comba_gates}.h. Arithmetic in double like the CPU reference, except the
-// short conv backward and the gated RMSNorm, whose per-element arithmetic is fp32 (their row sums and the
-// parameter gradients' sums beyond a thread's run stay double). Parameter gradients (dw, dbias, dA_log,
-// ddt_bias, ddecay, dD) are reduced deterministically: fixed-order partial sums, never atomics.
+// L2 norm, gated RMSNorm (also Mamba2's with the gate first, layers-ssm-attn.md §1.2), the decay gates
+// (GDN/Comba per head, KDA per key channel, §4.3 steps 2-3) and the Comba gates (§4.2 steps 2-3), forward and
+// backward. Semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,comba_gates}.h. Arithmetic
+// in double like the CPU reference, except the short conv backward and the gated RMSNorm, whose per-element
+// arithmetic is fp32 (their row sums and the parameter gradients' sums beyond a thread's run stay double).
+// Parameter gradients (dw, dbias, dA_log, ddt_bias, ddecay, dD) are reduced deterministically: fixed-order partial
+// sums, never atomics.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -333,7 +334,8 @@ __global__ void l2norm_bwd_kernel(const float* __restrict__ dy, const float* __r
   }
 }
 
-// ---- gated RMSNorm (§2.3): fp32 per element, the row sums in double ----
+// ---- gated RMSNorm: the gate after the norm (§2.3; kGateFirst false) or before it (Mamba2's, kGateFirst true,
+// layers-ssm-attn.md §1.2, phi = silu): fp32 per element, the row sums in double ----
 
 struct Gate {
   float phi, dphi;
@@ -345,22 +347,31 @@ __device__ Gate gate(float z, bool sigmoid_gate) {
   return {z * sig, sig * (1.0f + z * (1.0f - sig))};
 }
 
-// rho = (mean_c(o_c^2) + eps)^(-1/2) (in double);  y = o rho ∘ w ∘ phi(z) (fp32, stored as TY: float or bf16)
-template <typename TY>
+// Gate after: rho = (mean_c(o_c^2) + eps)^(-1/2) (in double);  y = o rho ∘ w ∘ phi(z).
+// Gate first: u = o ∘ silu(z) (recomputed in each pass);  rho = (mean_c(u_c^2) + eps)^(-1/2);  y = u rho ∘ w.
+// y stored as TY: float or bf16.
+template <bool kGateFirst, typename TY>
 __global__ void gated_rmsnorm_fwd_kernel(const float* __restrict__ o, const float* __restrict__ z,
                                          const float* __restrict__ w, int64_t rows, int64_t dim, double eps,
                                          bool sigmoid_gate, TY* __restrict__ y, float* __restrict__ rstd) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const float* orow = o + r * dim;
+    const float* zrow = z + r * dim;
     double ss = 0.0;
 #pragma unroll 4
-    for (int64_t j = lane; j < dim; j += 32) ss += static_cast<double>(orow[j]) * orow[j];
+    for (int64_t j = lane; j < dim; j += 32) {
+      const float x = kGateFirst ? orow[j] * gate(zrow[j], false).phi : orow[j];
+      ss += static_cast<double>(x) * x;
+    }
     ss = warp_sum(ss);
     const float rho = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
 #pragma unroll 4
-    for (int64_t j = lane; j < dim; j += 32)
-      y[r * dim + j] = from_f32<TY>(orow[j] * rho * w[j] * gate(z[r * dim + j], sigmoid_gate).phi);
+    for (int64_t j = lane; j < dim; j += 32) {
+      const float v = kGateFirst ? orow[j] * gate(zrow[j], false).phi * rho * w[j]
+                                 : orow[j] * rho * w[j] * gate(zrow[j], sigmoid_gate).phi;
+      y[r * dim + j] = from_f32<TY>(v);
+    }
     if (lane == 0) rstd[r] = rho;
   }
 }
@@ -372,14 +383,17 @@ constexpr int64_t kMaxNormSmem = 227 * 1024;  // the most dynamic shared memory 
 // Floats of a gated_rmsnorm_bwd_kernel block's dynamic shared memory: each warp's run sums of dw.
 int64_t gated_rmsnorm_bwd_smem_floats(int64_t dim) { return kWarpRows * dim; }
 
-// dz = dy ô w phi'(z) (stored as TZ: float or bf16);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c);
+// Gate after: dz = dy ô w phi'(z) (pass 1);  dô = dy w phi(z);  do = rho (dô - ô (1/d) Σ_c dô_c ô_c) (pass 2);
 // the dw partial sums of dy ô phi(z).
+// Gate first (dy: the output's gradient, d_o: the gradient of the norm's input o, i.e. of Mamba2's SSD output y):
+// û = o silu(z) rho, dû = dy w;  du = rho (dû - û (1/d) Σ_c dû_c û_c);  d_o = du silu(z), dz = du o silu'(z) (pass
+// 2); the dw partial sums of dy û.
 // Block x takes rows [kNormBlockRows x, + kNormBlockRows), warp w the run of kNormRun rows from kNormBlockRows x +
-// kNormRun w, its lanes columns j = lane + 32 k. A row: dz and the lane's part of Σ dô ô (double) with the warp's
-// dw run sums acc[w][j] += dy ô phi (fp32, shared memory owned by lane j % 32: no barrier); the butterfly sum; then
-// dy, o, z again (the warp's own row: L1) and do. Then the block adds its warps' run sums in warp order in double:
-// partial[x, j].
-template <typename TZ>
+// kNormRun w, its lanes columns j = lane + 32 k. A row: the lane's part of Σ dô ô (double) with the warp's
+// dw run sums acc[w][j] (fp32, shared memory owned by lane j % 32: no barrier); the butterfly sum; then
+// dy, o, z again (the warp's own row: L1) and do (dz too with the gate first). Then the block adds its warps' run
+// sums in warp order in double: partial[x, j]. dz stored as TZ: float or bf16.
+template <bool kGateFirst, typename TZ>
 __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ o,
                                          const float* __restrict__ z, const float* __restrict__ w,
                                          const float* __restrict__ rstd, int64_t rows, int64_t dim, bool sigmoid_gate,
@@ -398,18 +412,32 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
       const int64_t e = r * dim + j;
-      const float ohat = o[e] * rho, d = dy[e];
-      const Gate gt = gate(z[e], sigmoid_gate);
-      dz[e] = from_f32<TZ>(d * ohat * w[j] * gt.dphi);
-      proj += static_cast<double>(d * w[j] * gt.phi) * ohat;
-      mine[j] += d * ohat * gt.phi;
+      const float d = dy[e];
+      if constexpr (kGateFirst) {
+        const float uhat = o[e] * gate(z[e], false).phi * rho;
+        proj += static_cast<double>(d * w[j]) * uhat;
+        mine[j] += d * uhat;
+      } else {
+        const float ohat = o[e] * rho;
+        const Gate gt = gate(z[e], sigmoid_gate);
+        dz[e] = from_f32<TZ>(d * ohat * w[j] * gt.dphi);
+        proj += static_cast<double>(d * w[j] * gt.phi) * ohat;
+        mine[j] += d * ohat * gt.phi;
+      }
     }
     const float mean_proj = static_cast<float>(warp_sum(proj) / static_cast<double>(dim));
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
       const int64_t e = r * dim + j;
-      const float dohat = dy[e] * w[j] * gate(z[e], sigmoid_gate).phi;
-      d_o[e] = rho * (dohat - o[e] * rho * mean_proj);
+      const Gate gt = gate(z[e], kGateFirst ? false : sigmoid_gate);
+      if constexpr (kGateFirst) {
+        const float du = rho * (dy[e] * w[j] - o[e] * gt.phi * rho * mean_proj);
+        d_o[e] = du * gt.phi;
+        dz[e] = from_f32<TZ>(du * o[e] * gt.dphi);
+      } else {
+        const float dohat = dy[e] * w[j] * gt.phi;
+        d_o[e] = rho * (dohat - o[e] * rho * mean_proj);
+      }
     }
   }
   __syncthreads();
@@ -418,6 +446,33 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
     for (int k = 0; k < kWarpRows; ++k) s += acc[k * dim + j];
     partial[int64_t{blockIdx.x} * dim + j] = s;
   }
+}
+
+// The launches of gated_rmsnorm_{fwd,bwd}_kernel: the gate after the norm (gated_rmsnorm_*) or first (gate_rmsnorm_*).
+template <bool kGateFirst, typename TY>
+void norm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
+              bool sigmoid_gate, TY* y, float* rstd, cudaStream_t stream) {
+  if (rows == 0) return;
+  gated_rmsnorm_fwd_kernel<kGateFirst, TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps,
+                                                                                          sigmoid_gate, y, rstd);
+  LLMT_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kGateFirst, typename TZ>
+void norm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd, int64_t rows,
+              int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
+  if (rows == 0 || dim == 0) return;
+  const int64_t blocks = ceil_div(rows, kNormBlockRows), smem = sizeof(float) * gated_rmsnorm_bwd_smem_floats(dim);
+  check(smem <= kMaxNormSmem, "{} (cuda): dim {} exceeds the kernel's limit of {}",
+        kGateFirst ? "gate_rmsnorm_bwd" : "gated_rmsnorm_bwd", dim, kMaxNormSmem / (sizeof(float) * kWarpRows));
+  const auto kernel = gated_rmsnorm_bwd_kernel<kGateFirst, TZ>;
+  if (smem > 48 * 1024)
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  auto* partial = static_cast<double*>(scratch);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(smem), stream>>>(
+      dy, o, z, w, rstd, rows, dim, sigmoid_gate, d_o, dz, partial);
+  LLMT_CUDA_CHECK_LAUNCH();
+  add_partials(partial, blocks, dim, dw, stream);
 }
 
 // ---- Decay gates: GDN / Comba (dim 1, §4.1 steps 2-3) and KDA (dim d_k, §4.3 steps 2-3); §5 ----
@@ -634,10 +689,7 @@ void l2norm_bwd(const float* dy, const float* x, const float* rinv, int64_t rows
 template <typename TY>
 void gated_rmsnorm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
                        bool sigmoid_gate, TY* y, float* rstd, cudaStream_t stream) {
-  if (rows == 0) return;
-  gated_rmsnorm_fwd_kernel<TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps, sigmoid_gate,
-                                                                              y, rstd);
-  LLMT_CUDA_CHECK_LAUNCH();
+  norm_fwd<false>(o, z, w, rows, dim, eps, sigmoid_gate, y, rstd, stream);
 }
 template void gated_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, bool, float*,
                                 float*, cudaStream_t);
@@ -652,23 +704,32 @@ template <typename TZ>
 void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd,
                        int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch,
                        cudaStream_t stream) {
-  if (rows == 0 || dim == 0) return;
-  const int64_t blocks = ceil_div(rows, kNormBlockRows), smem = sizeof(float) * gated_rmsnorm_bwd_smem_floats(dim);
-  check(smem <= kMaxNormSmem, "gated_rmsnorm_bwd (cuda): dim {} exceeds the kernel's limit of {}", dim,
-        kMaxNormSmem / (sizeof(float) * kWarpRows));
-  if (smem > 48 * 1024)
-    LLMT_CUDA_CHECK(cudaFuncSetAttribute(gated_rmsnorm_bwd_kernel<TZ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  auto* partial = static_cast<double*>(scratch);
-  gated_rmsnorm_bwd_kernel<TZ><<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(smem), stream>>>(
-      dy, o, z, w, rstd, rows, dim, sigmoid_gate, d_o, dz, partial);
-  LLMT_CUDA_CHECK_LAUNCH();
-  add_partials(partial, blocks, dim, dw, stream);
+  norm_bwd<false>(dy, o, z, w, rstd, rows, dim, sigmoid_gate, d_o, dz, dw, scratch, stream);
 }
 template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
                                 bool, float*, float*, float*, void*, cudaStream_t);
 template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
                                 bool, float*, __nv_bfloat16*, float*, void*, cudaStream_t);
+
+template <typename TY>
+void gate_rmsnorm_fwd(const float* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
+                      float* rstd, cudaStream_t stream) {
+  norm_fwd<true>(y, z, w, rows, dim, eps, false, out, rstd, stream);
+}
+template void gate_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, float*, float*,
+                               cudaStream_t);
+template void gate_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, __nv_bfloat16*,
+                               float*, cudaStream_t);
+
+template <typename TZ>
+void gate_rmsnorm_bwd(const float* dout, const float* y, const float* z, const float* w, const float* rstd,
+                      int64_t rows, int64_t dim, float* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
+  norm_bwd<true>(dout, y, z, w, rstd, rows, dim, false, dy, dz, dw, scratch, stream);
+}
+template void gate_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                               float*, float*, float*, void*, cudaStream_t);
+template void gate_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                               float*, __nv_bfloat16*, float*, void*, cudaStream_t);
 
 void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
                      int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream) {

@@ -87,7 +87,7 @@ void adamw_step(float* params, const float* grads, float* m, float* v, int64_t n
                 __nv_bfloat16* working, cudaStream_t stream);
 
 // delta_blocks.cu (semantics: src/kernels/cpu/{short_conv,l2norm,gated_rmsnorm,delta_gates,comba_gates}.h).
-// Overwritten: pre, y, dx, rinv, rstd, d_o, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order
+// Overwritten: pre, y, out, dx, rinv, rstd, d_o, dy, dz, g, beta, da, db, q_out, p. Accumulated (fixed-order
 // reductions, no atomics): dw, dbias, dA_log, ddt_bias, and the Comba gates' dk, ddecay, dD. The
 // *_scratch_bytes functions size `scratch`.
 /// The widest short convolution the CUDA kernels take (their taps and windows live in registers).
@@ -123,6 +123,16 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
                        int64_t rows, int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch,
                        cudaStream_t stream);
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
+/// Mamba2's gated RMSNorm with the gate first (cpu::gate_rmsnorm_*, layers-ssm-attn.md §1.2): u = y silu(z),
+/// out = u rstd ∘ w. y, z, out, dout, dy, dz [rows, dim]; w, dw [dim]; rstd [rows]. out and dz are float or
+/// __nv_bfloat16 (rounded from the fp32 result); the backward recomputes u from y, z. Scratch and dim limit as
+/// gated_rmsnorm_bwd's (gated_rmsnorm_bwd_scratch_bytes).
+template <typename TY>
+void gate_rmsnorm_fwd(const float* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
+                      float* rstd, cudaStream_t stream);
+template <typename TZ>
+void gate_rmsnorm_bwd(const float* dout, const float* y, const float* z, const float* w, const float* rstd,
+                      int64_t rows, int64_t dim, float* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream);
 /// Decay gates (gdn_gates_*: dim 1; kda_gates_*: dim d_k): a, g, da [rows, heads * dim]; b, beta, db
 /// [rows, heads]; A_log, dA_log [heads]; dt_bias, ddt_bias [heads * dim]. The backward needs `scratch` of
 /// decay_gates_bwd_scratch_bytes (per-channel partial sums of dA_log and ddt_bias over blocks of 64 rows).
