@@ -120,7 +120,7 @@ namespace {
 enum class NormGate { silu_after, sigmoid_after, silu_first };
 
 // One gated-RMSNorm case, rows x dim: forward and backward against the CPU, the backward again (dw bit-identical),
-// then y and dz in bf16.
+// then y and dz in bf16 (the gate first: then d_o too).
 void check_gated_norm(int64_t rows, int64_t dim, NormGate gate) {
   const bool sig = gate == NormGate::sigmoid_after, first = gate == NormGate::silu_first;
   const std::string tag = std::string(first ? "silu first" : sig ? "sigmoid after" : "silu after") +
@@ -170,12 +170,20 @@ void check_gated_norm(int64_t rows, int64_t dim, NormGate gate) {
   require_close(get_bf16(*dzh), get(gpu(), *dz.g), "gated rmsnorm dz in bf16 " + tag, 1.0 / 256);
   require_close(d_o, "gated rmsnorm d_o with dz in bf16 " + tag);
   require_close(dw, "gated rmsnorm dw with dz in bf16 " + tag);
+  if (first) {  // d_o in bf16 too (Mamba2's SSD dy, Backend::mamba2_bf16_inputs): the f32 d_o rounded
+    OwnedTensor d_oh(gpu(), DType::bf16, {rows, dim});
+    gpu().upload(dw0.data(), *dw.g);
+    bwd(gpu(), *dy.g, *o.g, *z.g, *w.g, *rstd.g, *d_oh, *dzh, *dw.g);
+    require_close(get_bf16(*d_oh), get(gpu(), *d_o.g), "gated rmsnorm d_o in bf16 " + tag, 1.0 / 256);
+    require_close(get_bf16(*dzh), get(gpu(), *dz.g), "gated rmsnorm dz in bf16 with d_o in bf16 " + tag, 1.0 / 256);
+    require_close(dw, "gated rmsnorm dw with d_o in bf16 " + tag);
+  }
 }
 
 }  // namespace
 
 TEST_CASE("cuda delta: gated rmsnorm forward and backward, both gates after the norm and Mamba2's gate first, "
-          "deterministic dw, y and dz in f32 or bf16",
+          "deterministic dw, y and dz (the gate first: and d_o) in f32 or bf16",
           "[cuda][delta]") {
   for (const NormGate gate : {NormGate::silu_after, NormGate::sigmoid_after, NormGate::silu_first})
     check_gated_norm(2 * 300 * 3, 128, gate);  // eight 256-row dw blocks, the last partial

@@ -7,9 +7,10 @@
 // operands on the tensor cores, kernels/cuda/mamba2.cu "Precision") at kBf16CoreTol (2e-2; the per-head
 // parameter sums against a floor, head_sum_scales), against the CPU reference (double arithmetic inside).
 // The passes run twice and must give bit-identical results, and once more with a saved set (the forward's
-// chunk states kept for the backward: Backend::mamba2_saved_numel), bit-identical to the recompute. A NaN in
-// an input must reach the same outputs as on the CPU (the kernels never mask one). main() (catch_main_gpu.cpp)
-// skips without a GPU.
+// chunk states kept for the backward: Backend::mamba2_saved_numel), bit-identical to the recompute. With bf16
+// compute also on bf16 xbc and dy (the official kernels' inputs), against the CPU on the same bf16-rounded values.
+// A NaN in an input must reach the same outputs as on the CPU (the kernels never mask one). main()
+// (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -50,8 +51,10 @@ struct SsdCase {
   double a_lo, a_hi, bias_lo, bias_hi;
   uint64_t seed;
   llmt::DType compute = llmt::DType::f32;  // the core's compute dtype (mamba2.cu, Precision)
+  bool bf16_in = false;                    // (compute bf16) xbc and dy bf16 on the GPU
   std::string tag() const {
-    return std::string("(") + llmt::dtype_name(compute) + " compute) B=" + std::to_string(B) +
+    return std::string("(") + llmt::dtype_name(compute) + " compute" + (bf16_in ? ", bf16 xbc, dy" : "") +
+           ") B=" + std::to_string(B) +
            " T=" + std::to_string(T) + " H=" + std::to_string(H) +
            " P=" + std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) +
            " chunk=" + std::to_string(chunk) + " -A in [" + std::to_string(a_lo) + ", " + std::to_string(a_hi) +
@@ -83,8 +86,22 @@ SsdCase with(SsdCase c, llmt::DType compute) {
   return c;
 }
 
+// c with compute bf16 and bf16 xbc, dy.
+SsdCase bf16_inputs(SsdCase c) {
+  c.compute = llmt::DType::bf16;
+  c.bf16_in = true;
+  return c;
+}
+
 // The compute dtypes every SSD case runs with.
 constexpr llmt::DType kComputes[2] = {llmt::DType::f32, llmt::DType::bf16};
+
+// xbc or dy of case c: both(host, dims), or with c.bf16_in a bf16 GPU tensor and on the CPU the same bf16-rounded
+// values in f32 (the reference run on the core's own inputs).
+Pair ssd_input(const SsdCase& c, const std::vector<float>& host, std::initializer_list<int64_t> dims) {
+  if (!c.bf16_in) return both(host, dims);
+  return Pair{on_bf16(host, dims), on(cpu(), round_bf16(host), dims)};
+}
 
 // The SSD's inputs on both backends.
 struct SsdInputs {
@@ -93,7 +110,7 @@ struct SsdInputs {
 
 SsdInputs ssd_inputs(const SsdCase& c) {
   const int64_t W = c.H * c.P + 2 * c.G * c.N;
-  return {both(randn(c.B * c.T * W, c.seed + 1), {c.B, c.T, W}),
+  return {ssd_input(c, randn(c.B * c.T * W, c.seed + 1), {c.B, c.T, W}),
           both(randn(c.B * c.T * c.H, c.seed + 2), {c.B, c.T, c.H}),
           both(uniform(c.H, c.seed + 3, c.bias_lo, c.bias_hi), {c.H}),
           both(log_of(uniform(c.H, c.seed + 4, c.a_lo, c.a_hi)), {c.H}),
@@ -120,7 +137,7 @@ void check_ssd(const SsdCase& c) {
                        *y.g, llmt::Tensor());
   require_bit_identical(y_first, get(gpu(), *y.g), "y " + tag);
 
-  Pair dy = both(randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
+  Pair dy = ssd_input(c, randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
   Pair dxbc = both(randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
   Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
   const auto acc0 = randn(3 * c.H, c.seed + 10);
@@ -217,6 +234,12 @@ TEST_CASE("cuda mamba2: conv + bias + SiLU forward and backward (dw, dbias accum
       gpu().conv_bias_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dx.g, *dw.g, *dbias.g);
       require_bit_identical(dw_first, get(gpu(), *dw.g), "conv dw " + tag);
       require_bit_identical(db_first, get(gpu(), *dbias.g), "conv dbias " + tag);
+      // y in bf16 (the SSD's xbc with mamba2_bf16_inputs): the f32 y rounded, the same pre
+      const llmt::OwnedTensor yh = on_bf16(randn(B * T * C, seed + 10), {B, T, C});
+      const llmt::OwnedTensor pre_h = on(gpu(), randn(B * T * C, seed + 11), {B, T, C});
+      gpu().conv_bias_silu_fwd(*x.g, *w.g, *bias.g, *pre_h, *yh);
+      CHECK(get_bf16(*yh) == round_bf16(get(gpu(), *y.g)));
+      CHECK(get(gpu(), *pre_h) == get(gpu(), *pre.g));
       seed += 10;
     }
 }
@@ -262,6 +285,50 @@ TEST_CASE("cuda mamba2: SSD, long sequence T = 4096", "[cuda][mamba2]") {
     check_ssd(with(strong(1, 4096, 2, 64, 128, 2, 256, 4100), compute));
     check_ssd(with(weak(1, 4096, 2, 64, 128, 1, 256, 4200), compute));
   }
+}
+
+// bf16 xbc and dy (compute bf16): the operand tiles copied by cp.async as they are where P, N are multiples of 8
+// (P = 16, N = 8; P = 80, N = 72; the 1.3B heads; the benchmark's 16 heads x 128), else the synchronous loads (P = 5,
+// N = 3; N = 70; P = 20); at T = 4096 also the weak decay (the <dS, S_in> term).
+TEST_CASE("cuda mamba2: SSD with bf16 xbc and dy (compute bf16), small shapes, the 1.3B heads, T = 4096",
+          "[cuda][mamba2]") {
+  uint64_t seed = 7000;
+  for (const int64_t T : {1, 65, 200})
+    for (const bool strong_decay : {false, true}) {
+      const auto make = strong_decay ? strong : mild;
+      check_ssd(bf16_inputs(make(8, T, 4, 16, 8, 2, 64, seed)));
+      check_ssd(bf16_inputs(make(4, T, 3, 5, 3, 3, 16, seed + 20)));
+      check_ssd(bf16_inputs(make(8, T, 2, 80, 70, 1, 256, seed + 40)));
+      check_ssd(bf16_inputs(make(4, T, 2, 80, 72, 2, 64, seed + 60)));
+      check_ssd(bf16_inputs(make(4, T, 2, 20, 64, 1, 64, seed + 80)));
+      seed += 100;
+    }
+  check_ssd(bf16_inputs(mild(1, 300, 64, 64, 128, 1, 256, 8000)));
+  check_ssd(bf16_inputs(strong(2, 130, 64, 64, 128, 1, 256, 8100)));
+  check_ssd(bf16_inputs(mild(1, 4096, 16, 128, 128, 1, 256, 8200)));
+  check_ssd(bf16_inputs(strong(1, 4096, 2, 64, 128, 2, 256, 8300)));
+  check_ssd(bf16_inputs(weak(1, 4096, 2, 64, 128, 1, 256, 8400)));
+}
+
+TEST_CASE("cuda mamba2: SSD refuses bf16 xbc / dy with compute f32 and mixed input dtypes", "[cuda][mamba2]") {
+  const int64_t B = 1, T = 8, H = 2, P = 8, N = 8, W = H * P + 2 * N;
+  const llmt::OwnedTensor xh = on_bf16(randn(B * T * W, 1), {B, T, W});
+  const llmt::OwnedTensor dyh = on_bf16(randn(B * T * H * P, 2), {B, T, H * P});
+  const llmt::OwnedTensor dyf = on(gpu(), randn(B * T * H * P, 3), {B, T, H * P});
+  const llmt::OwnedTensor dtr = on(gpu(), randn(B * T * H, 4), {B, T, H}), par = on(gpu(), randn(H, 5), {H});
+  const llmt::OwnedTensor y = on(gpu(), randn(B * T * H * P, 6), {B, T, H * P});
+  const llmt::OwnedTensor dxbc = on(gpu(), randn(B * T * W, 7), {B, T, W});
+  const llmt::OwnedTensor ddtr = on(gpu(), randn(B * T * H, 8), {B, T, H});
+  const llmt::OwnedTensor dpar = on(gpu(), randn(H, 9), {H});
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_fwd(*xh, *dtr, *par, *par, *par, P, 1, 64, llmt::DType::f32, *y, llmt::Tensor()),
+                      Catch::Contains("mamba2_ssd_fwd") && Catch::Contains("bf16 xbc need compute bf16"));
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_bwd(*dyf, *xh, *dtr, *par, *par, *par, llmt::Tensor(), P, 1, 64,
+                                           llmt::DType::bf16, *dxbc, *ddtr, *dpar, *dpar, *dpar),
+                      Catch::Contains("mamba2_ssd_bwd") &&
+                          Catch::Contains("dy, xbc must be all f32 or all bf16, got f32, bf16"));
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_bwd(*dyh, *xh, *dtr, *par, *par, *par, llmt::Tensor(), P, 1, 64,
+                                           llmt::DType::f32, *dxbc, *ddtr, *dpar, *dpar, *dpar),
+                      Catch::Contains("mamba2_ssd_bwd") && Catch::Contains("bf16 dy, xbc need compute bf16"));
 }
 
 TEST_CASE("cuda mamba2: a NaN in dt_raw reaches the same outputs as on the CPU", "[cuda][mamba2]") {

@@ -1,7 +1,8 @@
 // The whole model on the CUDA backend against the CPU backend (fp32): loss and every parameter
 // gradient at small dims (a Transformer, a KDA / attention hybrid, an MDN / attention hybrid, the tiny Mamba2 and
 // the tiny Mamba-3, SISO and MIMO), with the GPU in fp32 and
-// in bf16 (train.precision); the dtype of the GDN and Comba layers' core inputs (their saved sets' bytes);
+// in bf16 (train.precision); the dtype of the GDN and Comba layers' core inputs and the Mamba2 layer's SSD inputs
+// (their saved sets' bytes);
 // 50 training steps in either precision track the CPU loss curve; a
 // resumed bf16 GPU run reproduces the uninterrupted one bit for bit; train.recompute and
 // model.mdn.save_residuals give the same loss and gradients bit for bit on the GPU. Label "gpu".
@@ -206,6 +207,28 @@ TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂),
       CHECK(with - without == kept(compute, true) - kept(compute, false));
     }
   }
+}
+
+TEST_CASE("cuda model: a Mamba2 layer hands its SSD bf16 xBC_c and dy with compute bf16", "[gpu][model][mamba2]") {
+  // Backend::mamba2_bf16_inputs: with compute bf16 the layer's saved conv output xBC_c [rows, Di + 2 G N] is bf16
+  // (written so by the conv; the SSD's dy, scratch, by the gated norm's backward), so the saved set shrinks by half
+  // its bytes beyond what the compute dtype already halves: the normed output [rows, Di] and the SSD's own saved set
+  // (Backend::mamba2_saved_numel). rows = 201: every tensor's 256-byte alignment counted. (The loss and gradients,
+  // and decoding, with these inputs: the CPU comparison below and cuda_decode_test.)
+  REQUIRE(make_backend("cuda")->mamba2_bf16_inputs(DType::bf16));
+  REQUIRE_FALSE(make_backend("cuda")->mamba2_bf16_inputs(DType::f32));
+  REQUIRE_FALSE(make_cpu_backend()->mamba2_bf16_inputs(DType::f32));
+  const ModelConfig m = load_config("configs/tiny/mamba2.json").model;
+  const Mamba2Config& c = m.mamba2;
+  const int64_t B = 3, T = 67, rows = B * T, Di = c.inner_dim(m.d_model), H = c.num_heads(m.d_model);
+  const int64_t conv = Di + 2 * c.n_groups * c.d_state;
+  const auto halved = [](int64_t n) { return carved(n, 4) - carved(n, 2); };
+  const auto kept = [&](DType compute) {
+    return c.save_states ? carved(make_backend("cuda")->mamba2_saved_numel(B, T, H, c.head_dim, c.d_state, compute), 4)
+                         : 0;
+  };
+  CHECK(mixer_saved_bytes(m, "mamba2", DType::f32, B, T) - mixer_saved_bytes(m, "mamba2", DType::bf16, B, T) ==
+        halved(rows * Di) + halved(rows * conv) + kept(DType::f32) - kept(DType::bf16));
 }
 
 TEST_CASE("cuda model: train.recompute gives bit-identical loss and gradients, fp32 and bf16", "[gpu][model]") {

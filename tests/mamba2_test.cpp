@@ -1,6 +1,7 @@
 // Mamba2 SSD core (layers-ssm-attn.md §2.4–2.6): hand-computed recurrence, chunked form vs. the
 // token-by-token oracle (forward and backward, float64), central finite differences of both
-// backwards for every input, causality, and float vs. double. Loss for gradients:
+// backwards for every input, causality, float vs. double, and the CPU backend's refusal of bf16 inputs (the CUDA
+// backend's with compute bf16). Loss for gradients:
 // L = sum(y * R) + sum(S_T * R_S).
 #include <catch2/catch.hpp>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/mamba2.h"
 #include "vec_util.h"
 
@@ -228,6 +230,25 @@ TEST_CASE("mamba2: invalid chunk size and group count are rejected", "[kernels][
   CHECK_THROWS_AS(forward<double>(p, -1), llmt::Error);
   const Problem q = make_problem({1, 3, 3, 2, 2, 2}, 0.5, 2.0, false, 601);
   CHECK_THROWS_AS(forward<double>(q, 0), llmt::Error);
+}
+
+TEST_CASE("mamba2_ssd: the CPU backend refuses bf16 xbc, dy naming the op", "[kernels][mamba2]") {
+  using llmt::DType;
+  using llmt::OwnedTensor;
+  auto be = llmt::make_cpu_backend();
+  const int64_t B = 1, T = 4, H = 2, P = 2, N = 2, W = H * P + 2 * N;
+  const auto t = [&](DType d, std::initializer_list<int64_t> dims) { return OwnedTensor(*be, d, dims); };
+  const OwnedTensor xbc = t(DType::bf16, {B, T, W}), dy = t(DType::bf16, {B, T, H * P});
+  const OwnedTensor dtr = t(DType::f32, {B, T, H}), dtb = t(DType::f32, {H}), alog = t(DType::f32, {H});
+  const OwnedTensor D = t(DType::f32, {H}), y = t(DType::f32, {B, T, H * P}), dxbc = t(DType::f32, {B, T, W});
+  const OwnedTensor ddtr = t(DType::f32, {B, T, H}), ddtb = t(DType::f32, {H}), dalog = t(DType::f32, {H});
+  const OwnedTensor dD = t(DType::f32, {H});
+  const llmt::Tensor none;
+  CHECK_THROWS_WITH(be->mamba2_ssd_fwd(*xbc, *dtr, *dtb, *alog, *D, P, 1, 4, DType::bf16, *y, none),
+                    Catch::StartsWith("mamba2_ssd_fwd: the cpu backend takes xbc") && Catch::Contains("got bf16"));
+  CHECK_THROWS_WITH(be->mamba2_ssd_bwd(*dy, *xbc, *dtr, *dtb, *alog, *D, none, P, 1, 4, DType::bf16, *dxbc, *ddtr,
+                                       *ddtb, *dalog, *dD),
+                    Catch::StartsWith("mamba2_ssd_bwd: the cpu backend takes dy, xbc") && Catch::Contains("got bf16"));
 }
 
 TEST_CASE("mamba2_ssd (packed layer inputs): split, softplus, A = -exp(A_log) and their gradients", "[kernels][mamba2]") {

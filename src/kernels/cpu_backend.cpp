@@ -43,12 +43,16 @@ decltype(auto) dispatch(const Tensor& t, const char* op, F&& f) {
   return f(float{});
 }
 
-/// The GDN / Comba cores here take q, k, v (p) in f32 or f64 only: bf16 inputs (the CUDA backend's, with compute
-/// bf16) throw naming the op.
-void refuse_bf16_inputs(std::initializer_list<const Tensor*> in, const char* op) {
+/// The cores here take their inputs `in` (named `names`) in f32 or f64 only: bf16 inputs (the CUDA backend's, with
+/// compute bf16) throw naming the op.
+void refuse_bf16(std::initializer_list<const Tensor*> in, const char* names, const char* op) {
   for (const Tensor* t : in)
-    check(t->dtype != DType::bf16, "{}: the cpu backend takes q, k, v{} in f32 or f64, got bf16 (bf16 inputs need the "
-          "cuda backend with compute bf16)", op, in.size() == 4 ? ", p" : "");
+    check(t->dtype != DType::bf16, "{}: the cpu backend takes {} in f32 or f64, got bf16 (bf16 inputs need the "
+          "cuda backend with compute bf16)", op, names);
+}
+/// refuse_bf16 of the GDN / Comba cores' q, k, v (p).
+void refuse_bf16_inputs(std::initializer_list<const Tensor*> in, const char* op) {
+  refuse_bf16(in, in.size() == 4 ? "q, k, v, p" : "q, k, v", op);
 }
 
 /// The typed pointers of a Mamba3Params (nullptr for the absent ones) as Out = cpu::Mamba3LayerParams<T>
@@ -334,6 +338,7 @@ class CpuBackend final : public Backend {
   void mamba2_ssd_fwd(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
                       const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType, const Tensor& y,
                       const Tensor&) override {
+    refuse_bf16({&xbc}, "xbc", "mamba2_ssd_fwd");
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_fwd");
     dispatch(xbc, "mamba2_ssd_fwd", [&](auto zero) {
       using T = decltype(zero);
@@ -345,6 +350,7 @@ class CpuBackend final : public Backend {
                       const Tensor& A_log, const Tensor& D, const Tensor&, int64_t head_dim, int64_t n_groups,
                       int64_t chunk_size, DType, const Tensor& dxbc, const Tensor& ddt_raw, const Tensor& ddt_bias,
                       const Tensor& dA_log, const Tensor& dD) override {
+    refuse_bf16({&dy, &xbc}, "dy, xbc", "mamba2_ssd_bwd");
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, "mamba2_ssd_bwd");
     check_same(xbc, dxbc, "mamba2_ssd_bwd");
     check_same(dt_raw, ddt_raw, "mamba2_ssd_bwd");
@@ -723,6 +729,7 @@ class CpuBackend final : public Backend {
   void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
                          const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, const Tensor& state,
                          const Tensor& y) override {
+    refuse_bf16({&xbc}, "xbc", "mamba2_ssd_decode");
     const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, "mamba2_ssd_decode");
     check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, xbc.dtype, "mamba2_ssd_decode",
                        "state [B, H, P, N]");

@@ -65,7 +65,9 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   const int64_t rows = batch * seq_len;
   const DType dt = store_.dtype();
   for (Tensor* t : {&z_, &y_}) *t = saved.take(dt, {rows, inner_});
-  for (Tensor* t : {&xbc_, &pre_, &xbc_c_}) *t = saved.take(dt, {rows, conv_dim_});
+  for (Tensor* t : {&xbc_, &pre_}) *t = saved.take(dt, {rows, conv_dim_});
+  // The conv output feeds only the SSD (the conv's backward reads xbc_ and pre_): bf16 where the SSD takes it so.
+  xbc_c_ = saved.take(ssd_input_dtype(), {rows, conv_dim_});
   dtr_ = saved.take(dt, {rows, heads_});
   rstd_ = saved.take(dt, {rows});
   // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which meets out_proj (and
@@ -77,10 +79,15 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 
+DType Mamba2Mixer::ssd_input_dtype() const {
+  return store_.backend().mamba2_bf16_inputs(store_.compute_dtype()) ? DType::bf16 : store_.dtype();
+}
+
 void Mamba2Mixer::bind_scratch(ScratchCarver& s) {
   const int64_t rows = batch_ * seq_len_;
   const DType dt = store_.dtype();
-  for (Tensor* t : {&dyn_, &dy_ssd_}) *t = s.take(dt, {rows, inner_});
+  dyn_ = s.take(dt, {rows, inner_});
+  dy_ssd_ = s.take(ssd_input_dtype(), {rows, inner_});  // written so by the norm's backward: the SSD's dy
   dz_ = s.take(store_.compute_dtype(), {rows, inner_});  // written so by the norm's backward: in_proj's operand
   for (Tensor* t : {&dxbc_c_, &dxbc_}) *t = s.take(dt, {rows, conv_dim_});
   ddtr_ = s.take(dt, {rows, heads_});
@@ -105,7 +112,8 @@ void Mamba2Mixer::mix(const Tensor& x, const Tensor& y, const MixerState* state)
   be.matmul(x, false, in_rows(w_in, 0, inner_), true, z_, false);
   be.matmul(x, false, in_rows(w_in, inner_, conv_dim_), true, xbc_, false);
   be.matmul(x, false, in_rows(w_in, inner_ + conv_dim_, heads_), true, dtr_, false);
-  // Conv + SiLU on x, B, C (step 2); discretisation and SSD with the D skip (steps 3-5).
+  // Conv + SiLU on x, B, C (step 2; xbc_c_ written in the SSD's input dtype); discretisation and SSD with the D skip
+  // (steps 3-5).
   const Tensor dt_bias = store_.master(dt_bias_), A_log = store_.master(A_log_), D = store_.master(D_);
   if (state != nullptr) {  // continuing the carried conv window and SSM state (section 2.8)
     be.short_conv_silu_decode(seq3(xbc_), store_.master(conv_w_), c_.conv_bias ? store_.master(conv_b_) : Tensor(),
@@ -132,6 +140,7 @@ void Mamba2Mixer::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   // out_proj and the gated norm (section 2.6.2 steps 1-2).
   be.matmul(dy, false, store_.param(w_out_), false, dyn_, false);  // dyn = dy W_out
   be.matmul(dy, true, yn_, false, store_.grad(w_out_), true);      // dW_out += dy^T yn
+  // dy_ssd_ (the SSD's dy) written in the SSD's input dtype
   be.gate_rmsnorm_bwd(dyn_, y_, z_, store_.master(norm_), rstd_, dy_ssd_, dz_, store_.grad(norm_));
   // SSD, discretisation (steps 3-4) and the conv (step 5).
   be.mamba2_ssd_bwd(seq3(dy_ssd_), seq3(xbc_c_), seq3(dtr_), store_.master(dt_bias_), store_.master(A_log_),

@@ -9,8 +9,9 @@
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
 // (b) within kTol of the CPU reference in double (cpu::short_conv_*, l2norm_*, gated_rmsnorm_*, gate_rmsnorm_*,
 //     delta_gates_bwd, comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU;
-// (c) for the short conv's y and dx, the L2 norm's y and the gated RMSNorm's y and dz written in bf16: the f32
-//     outputs rounded, bit for bit (the other outputs of those runs bit-identical to the f32 runs').
+// (c) for the short conv's y and dx, the L2 norm's y and the gated RMSNorm's y and dz (Mamba2's gate first: and d_o,
+//     the SSD's dy) written in bf16: the f32 outputs rounded, bit for bit (the other outputs of those runs
+//     bit-identical to the f32 runs').
 // Run with `ctest -L emu`.
 #include <catch2/catch.hpp>
 
@@ -174,14 +175,32 @@ void check_gated_norm(int64_t rows, int64_t dim, NormGate g) {
         norm_fwd(g, bo.get(), bz.get(), bw.get(), rows, dim, yh.get(), rstd2.get());
         norm_bwd(g, bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, d_o2.get(), dzh.get(), dw2.get(),
                  scratch.get());
-        return std::vector<std::vector<float>>{rstd.host(), d_o.host(), dz.host(),    dw.host(),   y.host(),
-                                               yh.host(),   dzh.host(), rstd2.host(), d_o2.host(), dw2.host()};
+        std::vector<std::vector<float>> outs{rstd.host(), d_o.host(), dz.host(),    dw.host(),   y.host(),
+                                             yh.host(),   dzh.host(), rstd2.host(), d_o2.host(), dw2.host()};
+        if (g == NormGate::silu_first) {  // and with d_o in bf16 too (Mamba2's SSD dy: Backend::mamba2_bf16_inputs)
+          Bf16Buffer d_oh(n), dzh2(n);
+          Buffer dw3(dw0);
+          llmt::cuda::gate_rmsnorm_bwd(bdy.get(), bo.get(), bz.get(), bw.get(), rstd.get(), rows, dim, d_oh.get(),
+                                       dzh2.get(), dw3.get(), scratch.get(), nullptr);
+          for (auto* b : {&d_oh, &dzh2}) outs.push_back(b->host());
+          outs.push_back(dw3.host());
+        }
+        return outs;
       },
-      {"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)", "d_o (bf16 dz)", "dw (bf16 dz)"});
+      g == NormGate::silu_first
+          ? std::vector<std::string>{"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)",
+                                     "d_o (bf16 dz)", "dw (bf16 dz)", "d_o (bf16)", "dz (bf16 d_o)", "dw (bf16 d_o)"}
+          : std::vector<std::string>{"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)",
+                                     "d_o (bf16 dz)", "dw (bf16 dz)"});
   require_rounded(out[5], out[4], "y");
   require_rounded(out[6], out[2], "dz");
   for (const auto& [a, b] : {std::pair<size_t, size_t>{7, 0}, {8, 1}, {9, 3}})
     CHECK(first_difference(out[a], out[b]) == -1);
+  if (g == NormGate::silu_first) {
+    require_rounded(out[10], out[1], "d_o");
+    require_rounded(out[11], out[2], "dz (with d_o bf16)");
+    CHECK(first_difference(out[12], out[3]) == -1);
+  }
   // The reference: the forward, and the backward from the kernels' rstd (as tests/cuda_delta_test.cpp does).
   std::vector<double> y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw = wide(dw0);
   const std::vector<double> od = wide(o), zd = wide(z), wd = wide(wn), dyd = wide(dy), rs = wide(out[0]);
@@ -251,7 +270,7 @@ TEST_CASE("cuda emu: L2 norm forward (y in f32 and bf16) and backward (from x), 
 }
 
 TEST_CASE("cuda emu: gated RMSNorm, the gate after the norm and Mamba2's gate first, forward and backward (dw over "
-          "blocks of 8 warps x 32 rows), y and dz in f32 and bf16",
+          "blocks of 8 warps x 32 rows), y and dz (the gate first: and d_o) in f32 and bf16",
           "[emu][blocks]") {
   // One partial block; three blocks, the last partial (warps without rows); an odd width below a warp's 32 lanes;
   // a width of several lanes' columns, not a multiple of 32.

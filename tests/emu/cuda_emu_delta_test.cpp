@@ -94,21 +94,6 @@ std::vector<std::string> output_names(const Case& c) {
   return {"o", "dq", "dk", "dv", "dg", "dbeta"};
 }
 
-/// x as the core's input of element type E: a Buffer holding x (float), or x's bf16 bits (x already rounded).
-template <typename E>
-struct Input {
-  Buffer b;
-  explicit Input(const std::vector<float>& x) : b(std::is_same_v<E, float> ? x.size() : x.size() / 2 + 1) {
-    if constexpr (std::is_same_v<E, float>) {
-      std::memcpy(b.get(), x.data(), 4 * x.size());
-    } else {
-      uint16_t* h = reinterpret_cast<uint16_t*>(b.get());
-      for (size_t i = 0; i < x.size(); ++i) h[i] = bf16_bits(x[i]);
-    }
-  }
-  const E* get() const { return reinterpret_cast<const E*>(b.get()); }
-};
-
 /// What the forward keeps for the backward: nothing, its saved set without h and Δ (GDN, Comba: 𝒯; KDA: P and 𝒯;
 /// save_states false), or with them (GDN, Comba: 𝒯, h, Δ and W; KDA: P, 𝒯, Δ and h).
 enum class Kept { none, tinv, states };

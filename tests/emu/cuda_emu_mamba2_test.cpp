@@ -5,14 +5,19 @@
 // (the output kernel's heads a block). bf16 compute (tile::Mma:
 // ldmatrix / mma.sync; cp.async for the state scan's staged u, v tiles, the output kernel's staged C, B tiles and the
 // S_in / dS rings, and the synchronous loads where rows are not 16-byte aligned, N = 70) and fp32 compute
-// (tile::Simt: the chunk contributions and their scan). Every output must be
+// (tile::Simt: the chunk contributions and their scan); bf16 compute also with bf16 xbc and dy in memory (the
+// official kernels' inputs: rounded copies of the fp32 draws, the reference run on the same rounded values): the
+// operand tiles copied by cp.async as they are (the state scan's two tile pairs, u scaled in place; the output
+// kernel's C, B and x tiles; the backward chunk kernel's kept operands) where P, N are multiples of 8, else the
+// synchronous loads (N = 70; P = 20: kept operands loaded through registers). Every output must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) with the saved set bit-identical to the recompute;
 // (c) within the GPU test's tolerance of the CPU reference (cpu::mamba2_ssd_fwd / bwd<float>, double arithmetic,
 //     at the layer's chunk_size: the model's 256 or 64; the kernels chunk by 64 whatever it is): kBf16CoreTol with
 //     bf16 compute, the per-head sums ddt_bias, dA_log, dD against head_sum_scales; kTol with fp32 compute
-//     (tests/cuda_mamba2_test.cpp check_ssd; cuda_test_host.h).
+//     (tests/cuda_mamba2_test.cpp check_ssd; cuda_test_host.h);
+// (d) with bf16 xbc, dy: bit-identical to the run on fp32 inputs holding the same (bf16-rounded) values.
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
 
@@ -46,10 +51,12 @@ struct Case {
   int64_t chunk;            // the CPU reference's chunk_size
   double bias_lo, bias_hi;  // dt_bias uniform in [bias_lo, bias_hi)
   uint64_t seed;
+  bool bf16_in = false;  // (bf16 compute) xbc and dy given to the core in bf16
   int64_t XD() const { return H * P; }
   int64_t W() const { return H * P + 2 * G * N; }
   std::string tag() const {
-    return std::string(bf16 ? "(bf16" : "(fp32") + " compute) B=" + std::to_string(B) + " T=" + std::to_string(T) +
+    return std::string(bf16 ? "(bf16" : "(fp32") + " compute" + (bf16_in ? ", bf16 xbc, dy" : "") +
+           ") B=" + std::to_string(B) + " T=" + std::to_string(T) +
            " H=" + std::to_string(H) + " P=" + std::to_string(P) + " N=" + std::to_string(N) +
            " G=" + std::to_string(G) + " chunk=" + std::to_string(chunk) + " dt_bias in [" +
            std::to_string(bias_lo) + ", " + std::to_string(bias_hi) + ")";
@@ -63,7 +70,8 @@ constexpr double kMild[2] = {-5.0, -3.0}, kStrong[2] = {0.5, 1.5}, kWeak[2] = {-
 
 /// Inputs distributed as check_ssd's (the same streams; the uniform draws from cuda_test_host.h's generator): xbc,
 /// dt_raw, D, dy normal; dt_bias uniform in the case's range; -A = exp(A_log) uniform in [1, 16); the accumulated
-/// gradients ddt_bias, dA_log, dD start from normal values.
+/// gradients ddt_bias, dA_log, dD start from normal values. With c.bf16_in, xbc and dy rounded to bf16 (the core's
+/// inputs and the reference's alike).
 struct Inputs {
   std::vector<float> xbc, dt_raw, dt_bias, A_log, D, dy, acc0;
   explicit Inputs(const Case& c) {
@@ -76,6 +84,8 @@ struct Inputs {
     D = randn(c.H, c.seed + 5);
     dy = randn(rows * c.XD(), c.seed + 7);
     acc0 = randn(3 * c.H, c.seed + 10);
+    if (c.bf16_in)
+      for (std::vector<float>* x : {&xbc, &dy}) *x = round_bf16(*x);
   }
   std::vector<float> acc(int i, int64_t H) const {  // the initial ddt_bias (0), dA_log (1), dD (2)
     return std::vector<float>(acc0.begin() + i * H, acc0.begin() + (i + 1) * H);
@@ -84,13 +94,15 @@ struct Inputs {
 
 /// The forward, then the backward, in the emulator under `cfg`, twice: without a saved set (the backward recomputes
 /// the chunk states), then with one (kept from the forward); y, dxbc, ddt_raw, the scratch and the saved set start
-/// as NaN, the scratch again before each call. The outputs of both passes, in that order.
-template <typename P>
+/// as NaN, the scratch again before each call. The outputs of both passes, in that order. E: the element type of xbc
+/// and dy.
+template <typename P, typename E = float>
 std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const size_t rows = c.B * c.T;
-  const Buffer xbc(in.xbc), dt_raw(in.dt_raw), dt_bias(in.dt_bias), A_log(in.A_log), D(in.D), dy(in.dy);
+  const Input<E> xbc(in.xbc), dy(in.dy);
+  const Buffer dt_raw(in.dt_raw), dt_bias(in.dt_bias), A_log(in.A_log), D(in.D);
   Buffer scratch(std::max(cu::mamba2_ssd_fwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false),
                           cu::mamba2_ssd_bwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false)) / 4 + 1);
   const Buffer saved(cu::mamba2_ssd_saved_bytes<P>(c.B, c.T, c.H, c.P, c.N) / 4 + 1);
@@ -127,15 +139,24 @@ std::vector<std::vector<float>> run_cpu(const Case& c, const Inputs& in) {
 
 void check_case(const Case& c) {
   INFO(c.tag());
+  REQUIRE((!c.bf16_in || c.bf16));  // (bf16 inputs: bf16 compute only)
   const Inputs in(c);
   const std::vector<std::vector<float>> first = outputs_under_every_config(
       [&](emu::Config cfg) {
+        if (c.bf16_in) return run_emulated_as<__nv_bfloat16, __nv_bfloat16>(c, in, cfg);
         return c.bf16 ? run_emulated_as<__nv_bfloat16>(c, in, cfg) : run_emulated_as<float>(c, in, cfg);
       },
       2 * kOutputs, [](size_t i) { return kNames[i]; });
   for (size_t i = 0; i < kOutputs; ++i) {
     INFO(kNames[kOutputs + i] << ": the first element whose bits differ from the recompute's");
     CHECK(first_difference(first[i], first[kOutputs + i]) == -1);
+  }
+  if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values
+    const std::vector<std::vector<float>> f32_in = run_emulated_as<__nv_bfloat16>(c, in, kConfigs[0]);
+    for (size_t i = 0; i < 2 * kOutputs; ++i) {
+      INFO(kNames[i] << ": the first element whose bits differ between bf16 and fp32 inputs of the same values");
+      CHECK(first_difference(first[i], f32_in[i]) == -1);
+    }
   }
   const std::vector<std::vector<float>> ref = run_cpu(c, in);
   const double tol = c.bf16 ? kBf16CoreTol : kTol;
@@ -170,4 +191,26 @@ TEST_CASE("cuda emu: fp32 Mamba2 SSD (tile::Simt), P = 80, N = 72, ragged last c
 TEST_CASE("cuda emu: Mamba2 SSD with weak decay (the chunk-to-chunk state term), bf16 and fp32", "[emu][mamba2]") {
   check_case({true, 1, 200, 2, 64, 128, 1, 64, kWeak[0], kWeak[1], 600});
   check_case({false, 1, 200, 2, 80, 72, 2, 256, kWeak[0], kWeak[1], 700});
+}
+
+// bf16 xbc and dy in memory (the official kernels' inputs), against the reference on the same bf16-rounded values.
+TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: P = N = 128, ragged last chunk (CPU chunk 256)",
+          "[emu][mamba2][bf16_in]") {
+  check_case({true, 1, 130, 2, 128, 128, 1, 256, kMild[0], kMild[1], 1200, true});
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: partial P / N tiles (P = 80, N = 72), 4 heads a group at "
+          "P = 64 (one P tile), P = N = 64 (one tile each; T = 200: the state scan's tile pairs each used twice), "
+          "chunk 64",
+          "[emu][mamba2][bf16_in]") {
+  check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 1300, true});
+  check_case({true, 1, 130, 4, 64, 128, 1, 64, kMild[0], kMild[1], 1400, true});
+  check_case({true, 1, 200, 2, 64, 64, 1, 64, kStrong[0], kStrong[1], 1500, true});
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy whose rows are not 16-byte aligned (N = 70; P = 20): the "
+          "synchronous loads",
+          "[emu][mamba2][bf16_in]") {
+  check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 1600, true});
+  check_case({true, 1, 130, 2, 20, 64, 1, 64, kMild[0], kMild[1], 1700, true});
 }

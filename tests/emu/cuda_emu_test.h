@@ -1,5 +1,5 @@
-// Helpers of the CPU emulator's tests (tests/emu/*_test.cpp): device-like buffers, the four emulator configurations
-// every test runs under, and bit comparison.
+// Helpers of the CPU emulator's tests (tests/emu/*_test.cpp): device-like buffers (also of bf16 inputs), the four
+// emulator configurations every test runs under, and bit comparison.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -9,9 +9,11 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../cuda_test_host.h"
 #include "cuda_emu.h"
 
 namespace llmt::test::emu_test {
@@ -28,6 +30,22 @@ struct Buffer {
   explicit Buffer(const std::vector<float>& x) : Buffer(x.size()) { std::memcpy(p.get(), x.data(), x.size() * 4); }
   float* get() const { return p.get(); }
   std::vector<float> host() const { return std::vector<float>(p.get(), p.get() + n); }
+};
+
+/// x as a kernel's input of element type E (float or __nv_bfloat16): a Buffer holding x (float), or x's bf16 bits (x
+/// already rounded: bf16_bits).
+template <typename E>
+struct Input {
+  Buffer b;
+  explicit Input(const std::vector<float>& x) : b(std::is_same_v<E, float> ? x.size() : x.size() / 2 + 1) {
+    if constexpr (std::is_same_v<E, float>) {
+      std::memcpy(b.get(), x.data(), 4 * x.size());
+    } else {
+      uint16_t* h = reinterpret_cast<uint16_t*>(b.get());
+      for (size_t i = 0; i < x.size(); ++i) h[i] = bf16_bits(x[i]);
+    }
+  }
+  const E* get() const { return reinterpret_cast<const E*>(b.get()); }
 };
 
 /// The configurations a test runs its kernels under: the reference run first (round robin, cp.async at issue);

@@ -150,9 +150,9 @@ const char* gdn_input_names(std::initializer_list<const Tensor*> in) {
   return in.size() == 4 ? "q, k, v, p" : "q, k, v";
 }
 
-/// The one dtype of a GDN / Comba core or decode call's inputs `in` (q, k, v; Comba: and p): f32 or bf16. Throws
-/// llmt::Error naming the op and the dtypes unless they are all f32 or all bf16.
-DType gdn_input_dtype(std::initializer_list<const Tensor*> in, const char* op) {
+/// The one dtype of a core call's inputs `in` that may be bf16 (named `names`: GDN / Comba q, k, v and p, Mamba2 dy
+/// and xbc): f32 or bf16. Throws llmt::Error naming the op and the dtypes unless they are all f32 or all bf16.
+DType input_dtype(std::initializer_list<const Tensor*> in, const char* names, const char* op) {
   const DType t = (*in.begin())->dtype;
   std::string got;
   bool same = true;
@@ -160,33 +160,43 @@ DType gdn_input_dtype(std::initializer_list<const Tensor*> in, const char* op) {
     got += fmt::format("{}{}", got.empty() ? "" : ", ", dtype_name(x->dtype));
     same = same && x->dtype == t;
   }
-  check(same && (t == DType::f32 || t == DType::bf16), "{}: {} must be all f32 or all bf16, got {}", op,
-        gdn_input_names(in), got);
+  check(same && (t == DType::f32 || t == DType::bf16), "{}: {} must be all f32 or all bf16, got {}", op, names, got);
   return t;
 }
 
-/// Calls f(P{}, E{}) for a GDN / Comba core call (gdn_comba.cu): P the products' operand type from `compute` (as
-/// dispatch), E the element type of `in` (q, k, v; Comba: and p): float, or __nv_bfloat16 (FLA's inputs) with
-/// compute bf16 only. Throws llmt::Error naming the op and the dtypes unless `in` are all f32 or all bf16, and for
-/// bf16 inputs with another compute dtype.
+/// Calls f(P{}, E{}) for a core call whose inputs `in` (named `names`) may be bf16: P the products' operand type from
+/// `compute` (as dispatch), E the element type of `in`: float, or __nv_bfloat16 with compute bf16 only. Throws
+/// llmt::Error naming the op and the dtypes unless `in` are all f32 or all bf16, and for bf16 inputs with another
+/// compute dtype.
 template <typename F>
-void dispatch_gdn(std::initializer_list<const Tensor*> in, DType compute, const char* op, F&& f) {
-  if (gdn_input_dtype(in, op) == DType::f32) return dispatch(compute, op, [&](auto zero) { f(zero, float{}); });
-  check(compute == DType::bf16, "{}: bf16 {} need compute bf16, got compute {}", op, gdn_input_names(in),
-        dtype_name(compute));
+void dispatch_inputs(std::initializer_list<const Tensor*> in, const char* names, DType compute, const char* op,
+                     F&& f) {
+  if (input_dtype(in, names, op) == DType::f32) return dispatch(compute, op, [&](auto zero) { f(zero, float{}); });
+  check(compute == DType::bf16, "{}: bf16 {} need compute bf16, got compute {}", op, names, dtype_name(compute));
   f(__nv_bfloat16{}, __nv_bfloat16{});
 }
-
-/// Calls f(E{}) with E the element type of a GDN / Comba decode call's inputs `in` (gdn_input_dtype: float or
-/// __nv_bfloat16).
+/// dispatch_inputs for a GDN / Comba core call (gdn_comba.cu): `in` q, k, v (Comba: and p), bf16 FLA's inputs.
 template <typename F>
-void with_gdn_inputs(std::initializer_list<const Tensor*> in, const char* op, F&& f) {
-  if (gdn_input_dtype(in, op) == DType::f32) return f(float{});
-  f(__nv_bfloat16{});
+void dispatch_gdn(std::initializer_list<const Tensor*> in, DType compute, const char* op, F&& f) {
+  dispatch_inputs(in, gdn_input_names(in), compute, op, std::forward<F>(f));
 }
 
-/// t viewed as f32: the shape checks (delta_fwd_dims, delta_bwd_dims, delta_decode_dims, short_conv_decode_width) of a
-/// call whose GDN / Comba q, k, v (p) may be bf16 (dispatch_gdn, gdn_input_dtype) or whose output may be bf16.
+/// Calls f(E{}) with E the element type of a decode call's inputs `in` that may be bf16 (named `names`; input_dtype:
+/// float or __nv_bfloat16).
+template <typename F>
+void with_inputs(std::initializer_list<const Tensor*> in, const char* names, const char* op, F&& f) {
+  if (input_dtype(in, names, op) == DType::f32) return f(float{});
+  f(__nv_bfloat16{});
+}
+/// with_inputs of a GDN / Comba decode call's inputs `in` (q, k, v; Comba: and p).
+template <typename F>
+void with_gdn_inputs(std::initializer_list<const Tensor*> in, const char* op, F&& f) {
+  with_inputs(in, gdn_input_names(in), op, std::forward<F>(f));
+}
+
+/// t viewed as f32: the shape checks (delta_fwd_dims, delta_bwd_dims, delta_decode_dims, short_conv_decode_width,
+/// mamba2_dims) of a call whose GDN / Comba q, k, v (p) or Mamba2 xbc, dy may be bf16 (dispatch_inputs,
+/// input_dtype) or whose output may be bf16.
 Tensor f32_view(const Tensor& t) {
   Tensor v = t;
   v.dtype = DType::f32;
@@ -501,7 +511,7 @@ class CudaBackend final : public Backend {
     const char* op = "short_conv_silu_fwd";
     const float *px = f32(x, op), *pw = f32(w, op);
     float* ppre = f32(pre, op);
-    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for a GDN / Comba core's bf16 v
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for a GDN / Comba core's bf16 v (or Mamba2's xbc)
       cuda::short_conv_silu_fwd(px, pw, nullptr, x.shape[0], x.shape[1], x.shape[2], w.shape[2], ppre,
                                 ptr<decltype(t)>(y), stream_);
     });
@@ -531,11 +541,15 @@ class CudaBackend final : public Backend {
           "conv_bias_silu_fwd: x must be [B, T, C], w [C, 1, W] and bias [C], got {}, {} and {}", x.shape_str(),
           w.shape_str(), bias.shape_str());
     check_same(x, pre, "conv_bias_silu_fwd");
-    check_same(x, y, "conv_bias_silu_fwd");
+    check(y.numel() == x.numel(), "conv_bias_silu_fwd: y {} for x {}", y.shape_str(), x.shape_str());
     check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
     const char* op = "conv_bias_silu_fwd";
-    cuda::short_conv_silu_fwd(f32(x, op), f32(w, op), f32(bias, op), x.shape[0], x.shape[1], x.shape[2], w.shape[2],
-                              f32(pre, op), f32(y, op), stream_);
+    const float *px = f32(x, op), *pw = f32(w, op), *pbias = f32(bias, op);
+    float* ppre = f32(pre, op);
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for the SSD's bf16 xbc (mamba2_bf16_inputs)
+      cuda::short_conv_silu_fwd(px, pw, pbias, x.shape[0], x.shape[1], x.shape[2], w.shape[2], ppre,
+                                ptr<decltype(t)>(y), stream_);
+    });
   }
   void conv_bias_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& dx,
                           const Tensor& dw, const Tensor& dbias) override {
@@ -564,17 +578,23 @@ class CudaBackend final : public Backend {
   void gate_rmsnorm_bwd(const Tensor& dout, const Tensor& y, const Tensor& z, const Tensor& w, const Tensor& rstd,
                         const Tensor& dy, const Tensor& dz, const Tensor& dw) override {
     const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_bwd");
-    for (const Tensor* t : {&dout, &dy}) check_same(y, *t, "gate_rmsnorm_bwd");
-    check(dz.numel() == y.numel(), "gate_rmsnorm_bwd: dz {} for y {}", dz.shape_str(), y.shape_str());
+    check_same(y, dout, "gate_rmsnorm_bwd");
+    for (const Tensor* t : {&dy, &dz})
+      check(t->numel() == y.numel(), "gate_rmsnorm_bwd: dy {} and dz {} for y {}", dy.shape_str(), dz.shape_str(),
+            y.shape_str());
     check_same(w, dw, "gate_rmsnorm_bwd");
     const char* op = "gate_rmsnorm_bwd";
     const float *pdout = f32(dout, op), *py = f32(y, op), *pz = f32(z, op), *pw = f32(w, op), *prstd = f32(rstd, op);
-    float *pdy = f32(dy, op), *pdw = f32(dw, op);
-    dispatch(dz, op, [&](auto t) {  // dz in f32, or rounded to bf16 for in_proj's products
-      cuda::gate_rmsnorm_bwd(pdout, py, pz, pw, prstd, rows, dim, pdy, ptr<decltype(t)>(dz), pdw,
-                             scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+    float* pdw = f32(dw, op);
+    // dy in f32, or rounded to bf16 for the Mamba2 SSD's bf16 dy; dz in f32, or rounded to bf16 for in_proj's products
+    dispatch(dy, op, [&](auto d) {
+      dispatch(dz, op, [&](auto t) {
+        cuda::gate_rmsnorm_bwd(pdout, py, pz, pw, prstd, rows, dim, ptr<decltype(d)>(dy), ptr<decltype(t)>(dz), pdw,
+                               scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+      });
     });
   }
+  bool mamba2_bf16_inputs(DType compute) const override { return compute == DType::bf16; }
   int64_t mamba2_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t d_state,
                              DType compute) const override {
     int64_t n = 0;
@@ -587,16 +607,17 @@ class CudaBackend final : public Backend {
                       const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType compute,
                       const Tensor& y, const Tensor& saved) override {
     const char* op = "mamba2_ssd_fwd";
-    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
+    const cpu::Mamba2Dims d = mamba2_dims(f32_view(xbc), dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
-    const float *pxbc = f32(xbc, op), *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op), *pA = f32(A_log, op),
-                *pD = f32(D, op);
+    const float *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op), *pA = f32(A_log, op), *pD = f32(D, op);
     float* py = f32(y, op);
-    dispatch(compute, op, [&](auto zero) {  // the products' operand type (mamba2.cu, Precision)
+    // P: the products' operand type (mamba2.cu, Precision); E: xbc's
+    dispatch_inputs({&xbc}, "xbc", compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
+      using E = decltype(e);
       float* sv = mamba2_saved<P>(saved, d, op);
-      cuda::mamba2_ssd_fwd<P>(pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim,
-                              d.groups, py, sv,
+      cuda::mamba2_ssd_fwd<P>(ptr<const E>(xbc), pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim,
+                              d.state_dim, d.groups, py, sv,
                               scratch(cuda::mamba2_ssd_fwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim,
                                                                             d.state_dim, sv != nullptr)),
                               stream_);
@@ -607,20 +628,21 @@ class CudaBackend final : public Backend {
                       int64_t chunk_size, DType compute, const Tensor& dxbc, const Tensor& ddt_raw,
                       const Tensor& ddt_bias, const Tensor& dA_log, const Tensor& dD) override {
     const char* op = "mamba2_ssd_bwd";
-    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, dy, op);
-    check_same(xbc, dxbc, op);
+    const Tensor fxbc = f32_view(xbc);
+    const cpu::Mamba2Dims d = mamba2_dims(fxbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, f32_view(dy), op);
+    check_same(fxbc, dxbc, op);
     check_same(dt_raw, ddt_raw, op);
     for (const Tensor* t : {&ddt_bias, &dA_log, &dD}) check_same(D, *t, op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
-    const float *pdy = f32(dy, op), *pxbc = f32(xbc, op), *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op),
-                *pA = f32(A_log, op), *pD = f32(D, op);
+    const float *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op), *pA = f32(A_log, op), *pD = f32(D, op);
     float *pdxbc = f32(dxbc, op), *pddt = f32(ddt_raw, op), *pdbias = f32(ddt_bias, op), *pdA = f32(dA_log, op),
           *pdD = f32(dD, op);
-    dispatch(compute, op, [&](auto zero) {
+    dispatch_inputs({&dy, &xbc}, "dy, xbc", compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
+      using E = decltype(e);
       const float* sv = mamba2_saved<P>(saved, d, op);
-      cuda::mamba2_ssd_bwd<P>(pdy, pxbc, pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim,
-                              d.groups, sv, pdxbc, pddt, pdbias, pdA, pdD,
+      cuda::mamba2_ssd_bwd<P>(ptr<const E>(dy), ptr<const E>(xbc), pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads,
+                              d.head_dim, d.state_dim, d.groups, sv, pdxbc, pddt, pdbias, pdA, pdD,
                               scratch(cuda::mamba2_ssd_bwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim,
                                                                             d.state_dim, sv != nullptr)),
                               stream_);
@@ -1020,7 +1042,8 @@ class CudaBackend final : public Backend {
     const int64_t W = short_conv_decode_width(x, w, bias, window, f32_view(y));
     const float *px = f32(x, op), *pw = f32(w, op), *pbias = optional_f32(bias, op);
     float* pwindow = window.numel() ? f32(window, op) : nullptr;
-    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for gdn_decode / comba_decode's bf16 v
+    dispatch(y, op, [&](auto t) {  // y in f32, or rounded to bf16 for gdn_decode / comba_decode's bf16 v (or
+                                   // mamba2_ssd_decode's xbc)
       cuda::short_conv_silu_decode(px, pw, pbias, x.shape[0], x.shape[1], x.shape[2], W, pwindow, ptr<decltype(t)>(y),
                                    stream_);
     });
@@ -1076,11 +1099,14 @@ class CudaBackend final : public Backend {
                          const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t, const Tensor& state,
                          const Tensor& y) override {
     const char* op = "mamba2_ssd_decode";
-    const cpu::Mamba2Dims d = mamba2_dims(xbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
-    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, xbc.dtype, op, "state [B, H, P, N]");
-    cuda::mamba2_ssd_decode(f32(xbc, op), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op), d.batch,
-                            d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(state, op), f32(y, op),
-                            stream_);
+    const cpu::Mamba2Dims d = mamba2_dims(f32_view(xbc), dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
+    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, y.dtype, op, "state [B, H, P, N]");
+    with_inputs({&xbc}, "xbc", op, [&](auto e) {  // xbc f32, or bf16 (mamba2_bf16_inputs)
+      using E = decltype(e);
+      cuda::mamba2_ssd_decode(ptr<const E>(xbc), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op),
+                              d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(state, op),
+                              f32(y, op), stream_);
+    });
   }
   void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
                      const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {

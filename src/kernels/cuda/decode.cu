@@ -145,8 +145,10 @@ void delta_decode(const DeltaArgs<E>& a, cudaStream_t stream) {
 // ---- Mamba2 SSD (cpu::mamba2_ssd_fwd with a state; layers-ssm-attn.md §2.2, §2.8) ----
 
 // One block per (b, h); the state [P, N] in global memory, element (p, n) owned by one thread. Per token:
-// Δ = softplus(dt_raw + dt_bias), α = exp(Δ A), A = -exp(A_log); S = α S + Δ x B^T; y = S C + D x.
-__global__ void mamba2_decode_kernel(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
+// Δ = softplus(dt_raw + dt_bias), α = exp(Δ A), A = -exp(A_log); S = α S + Δ x B^T; y = S C + D x. xbc fp32 or bf16
+// (E; read as fp32).
+template <typename E>
+__global__ void mamba2_decode_kernel(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                                      const float* D, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G,
                                      float* state, float* y) {
   extern __shared__ float smem[];
@@ -156,11 +158,11 @@ __global__ void mamba2_decode_kernel(const float* xbc, const float* dt_raw, cons
   const float A = -expf(A_log[h]), Dh = D[h];
   for (int64_t t = 0; t < T; ++t) {
     const int64_t row = b * T + t;
-    const float* u = xbc + row * width;
-    for (int64_t i = threadIdx.x; i < P; i += blockDim.x) xs[i] = u[h * P + i];
+    const E* u = xbc + row * width;
+    for (int64_t i = threadIdx.x; i < P; i += blockDim.x) xs[i] = to_f32(u[h * P + i]);
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-      bs[i] = u[XD + g * N + i];
-      cs[i] = u[XD + G * N + g * N + i];
+      bs[i] = to_f32(u[XD + g * N + i]);
+      cs[i] = to_f32(u[XD + G * N + g * N + i]);
     }
     const float v = dt_raw[row * H + h] + dt_bias[h];
     const float dt = v > 20.0f ? v : log1pf(expf(v)), alpha = expf(dt * A);
@@ -235,18 +237,24 @@ void mdn_decode(const float* q, const float* k, const float* v, const float* log
                                   stream);
 }
 
-void mamba2_ssd_decode(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
-                       const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                       int64_t state_dim, int64_t groups, float* state, float* y, cudaStream_t stream) {
+template <typename E>
+void mamba2_ssd_decode(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+                       int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
+                       int64_t groups, float* state, float* y, cudaStream_t stream) {
   check(groups >= 1 && heads % groups == 0, "mamba2: n_groups ({}) must divide the number of heads ({})", groups,
         heads);
   if (batch * heads == 0) return;
   const size_t smem = sizeof(float) * static_cast<size_t>(head_dim + 2 * state_dim);
   check(smem <= 48 * 1024, "mamba2_ssd_decode: head_dim {} and d_state {} need {} bytes of shared memory", head_dim,
         state_dim, smem);
-  mamba2_decode_kernel<<<dim3(static_cast<unsigned>(heads), static_cast<unsigned>(batch)), kThreads, smem, stream>>>(
-      xbc, dt_raw, dt_bias, A_log, D, seq_len, heads, head_dim, state_dim, groups, state, y);
+  mamba2_decode_kernel<E><<<dim3(static_cast<unsigned>(heads), static_cast<unsigned>(batch)), kThreads, smem,
+                             stream>>>(xbc, dt_raw, dt_bias, A_log, D, seq_len, heads, head_dim, state_dim, groups,
+                                       state, y);
   LLMT_CUDA_CHECK_LAUNCH();
 }
+template void mamba2_ssd_decode(const float*, const float*, const float*, const float*, const float*, int64_t,
+                                int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
+template void mamba2_ssd_decode(const __nv_bfloat16*, const float*, const float*, const float*, const float*,
+                                int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
 
 }  // namespace llmt::cuda

@@ -392,12 +392,13 @@ int64_t gated_rmsnorm_bwd_smem_floats(int64_t dim) { return kWarpRows * dim; }
 // kNormRun w, its lanes columns j = lane + 32 k. A row: the lane's part of Σ dô ô (double) with the warp's
 // dw run sums acc[w][j] (fp32, shared memory owned by lane j % 32: no barrier); the butterfly sum; then
 // dy, o, z again (the warp's own row: L1) and do (dz too with the gate first). Then the block adds its warps' run
-// sums in warp order in double: partial[x, j]. dz stored as TZ: float or bf16.
-template <bool kGateFirst, typename TZ>
+// sums in warp order in double: partial[x, j]. d_o stored as TO, dz as TZ: float or bf16 (TO bf16: the gate first
+// only, Mamba2's SSD dy).
+template <bool kGateFirst, typename TO, typename TZ>
 __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ o,
                                          const float* __restrict__ z, const float* __restrict__ w,
                                          const float* __restrict__ rstd, int64_t rows, int64_t dim, bool sigmoid_gate,
-                                         float* __restrict__ d_o, TZ* __restrict__ dz,
+                                         TO* __restrict__ d_o, TZ* __restrict__ dz,
                                          double* __restrict__ partial) {
   extern __shared__ __align__(16) char smem[];
   float* acc = reinterpret_cast<float*>(smem);
@@ -432,11 +433,11 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
       const Gate gt = gate(z[e], kGateFirst ? false : sigmoid_gate);
       if constexpr (kGateFirst) {
         const float du = rho * (dy[e] * w[j] - o[e] * gt.phi * rho * mean_proj);
-        d_o[e] = du * gt.phi;
+        d_o[e] = from_f32<TO>(du * gt.phi);
         dz[e] = from_f32<TZ>(du * o[e] * gt.dphi);
       } else {
         const float dohat = dy[e] * w[j] * gt.phi;
-        d_o[e] = rho * (dohat - o[e] * rho * mean_proj);
+        d_o[e] = from_f32<TO>(rho * (dohat - o[e] * rho * mean_proj));
       }
     }
   }
@@ -458,14 +459,14 @@ void norm_fwd(const float* o, const float* z, const float* w, int64_t rows, int6
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kGateFirst, typename TZ>
+template <bool kGateFirst, typename TO, typename TZ>
 void norm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd, int64_t rows,
-              int64_t dim, bool sigmoid_gate, float* d_o, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
+              int64_t dim, bool sigmoid_gate, TO* d_o, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
   if (rows == 0 || dim == 0) return;
   const int64_t blocks = ceil_div(rows, kNormBlockRows), smem = sizeof(float) * gated_rmsnorm_bwd_smem_floats(dim);
   check(smem <= kMaxNormSmem, "{} (cuda): dim {} exceeds the kernel's limit of {}",
         kGateFirst ? "gate_rmsnorm_bwd" : "gated_rmsnorm_bwd", dim, kMaxNormSmem / (sizeof(float) * kWarpRows));
-  const auto kernel = gated_rmsnorm_bwd_kernel<kGateFirst, TZ>;
+  const auto kernel = gated_rmsnorm_bwd_kernel<kGateFirst, TO, TZ>;
   if (smem > 48 * 1024)
     LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   auto* partial = static_cast<double*>(scratch);
@@ -721,15 +722,18 @@ template void gate_rmsnorm_fwd(const float*, const float*, const float*, int64_t
 template void gate_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, __nv_bfloat16*,
                                float*, cudaStream_t);
 
-template <typename TZ>
+template <typename TD, typename TZ>
 void gate_rmsnorm_bwd(const float* dout, const float* y, const float* z, const float* w, const float* rstd,
-                      int64_t rows, int64_t dim, float* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
+                      int64_t rows, int64_t dim, TD* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
   norm_bwd<true>(dout, y, z, w, rstd, rows, dim, false, dy, dz, dw, scratch, stream);
 }
-template void gate_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
-                               float*, float*, float*, void*, cudaStream_t);
-template void gate_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
-                               float*, __nv_bfloat16*, float*, void*, cudaStream_t);
+#define LLMT_INSTANTIATE_GATE_RMSNORM_BWD(TD, TZ)                                                                  \
+  template void gate_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t,   \
+                                 int64_t, TD*, TZ*, float*, void*, cudaStream_t);
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, __nv_bfloat16)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, __nv_bfloat16)
 
 void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
                      int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream) {

@@ -347,6 +347,20 @@ __device__ __forceinline__ void cp_async_wait() {
   ::emu::cp_async_wait(N);
 #endif
 }
+/// cp_async_wait with a run-time count: waits until at most n of the thread's committed groups are still in flight
+/// (n < 0 as 0; n > 7 as 7, which waits for more).
+__device__ __forceinline__ void cp_async_wait_n(int n) {
+  switch (n < 0 ? 0 : n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+  }
+}
 
 /// Whether load_h_async can read tiles of a bf16 tensor starting at p whose rows all start a multiple of `dim`
 /// elements after p (and whose tiles start at multiples of 64 columns): every row and 8-column piece 16-byte

@@ -34,7 +34,15 @@
 // summed over a group's heads in fp32 (so dB, dC carry one bf16 rounding per head's term; P = float: fp32
 // partials summed in double).
 // Everything else is fp32 or double as for P = float: the decays e^{G}, every element-wise and reduction step,
-// the D skip (read in fp32 from xbc, dy) and dcb ∘ CB of the intra-chunk da.
+// the D skip (read from xbc, dy) and dcb ∘ CB of the intra-chunk da.
+// Inputs (E): xbc and dy fp32, or with P = bf16 also bf16 (the official kernels' inputs; E = __nv_bfloat16). bf16
+// operand tiles are then copied by cp.async straight into the bf16 shared tiles, 16-byte pieces, no conversion, where
+// every row is 16-byte aligned (P, N multiples of 8, xbc and dy 16-byte aligned; else the synchronous loads, as from
+// fp32): the state scan's u, v (two tile pairs by turns; the weighted u rows w_i u_i scaled in place after the copy,
+// tile::scale_h_async: the rounding of load_h's bf16(w_i u_i)), the output kernel's C, B (every N tile, kept for all
+// its heads) and x, and the backward chunk kernel's kept operands (C, B, x, dy; its in-place loads stay
+// synchronous). The D skip reads the bf16 x, dy (in the backward from dy's operand tile). Every tile and value is
+// then that of fp32 inputs holding the same (bf16) values: the same bits.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -308,20 +316,23 @@ __global__ void ssd_scan_kernel(float* st, const double* G, Sizes s, bool revers
   }
 }
 
-// Dynamic shared memory of ssd_state_scan_kernel: the bf16 operand tiles and (staged) the fp32 staging tiles of a
-// chunk's u and v rows (50 KiB).
+// Dynamic shared memory of ssd_state_scan_kernel with inputs of type E: the bf16 operand tiles and (staged) the fp32
+// staging tiles of a chunk's u and v rows (50 KiB); bf16 inputs staged: two pairs of operand tiles (36 KiB).
+template <typename E>
 constexpr size_t state_scan_smem(bool staged) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    return sizeof(__nv_bfloat16) * (staged ? 4 : 2) * tile::kTileHalves;
   return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves + (staged ? sizeof(float) * 2 * tile::kStageFloats : 0);
 }
 
-// One scan over the chunks (S: the element type of out): out[b, h, k] = the states entering the chunks (forward,
-// reverse = false: u = x, v = B, u_row = W) or the adjoints of the states leaving them (reverse: u = dy, v = C,
-// u_row = XD); u, v, u_row as in ssd_chunk_outer_kernel.
-template <typename S>
+// One scan over the chunks (S: the element type of out; E: the inputs'): out[b, h, k] = the states entering the
+// chunks (forward, reverse = false: u = x, v = B, u_row = W) or the adjoints of the states leaving them (reverse:
+// u = dy, v = C, u_row = XD); u, v, u_row as in ssd_chunk_outer_kernel.
+template <typename S, typename E>
 struct ScanJob {
-  const float* u;
+  const E* u;
   int64_t u_row;
-  const float* v;
+  const E* v;
   bool reverse;
   S* out;
 };
@@ -338,25 +349,30 @@ constexpr int kScanAhead = 2;
 // aligned), and its G, Δ loaded into registers, during the current chunk's product, and the rows of the chunk
 // kScanAhead after that (u, v, G, Δ) are prefetched into the L2 (tile::prefetch_l2), so that the copies wait for
 // the L2, not for memory; each chunk then converts its staged tiles into the bf16 tiles (the thread's own pieces:
-// tile::put_h_staged). Otherwise the tiles are loaded synchronously (tile::load_h); the same bf16 tiles either
+// tile::put_h_staged). bf16 inputs (E) staged: no staging tiles; the next chunk's u, v are copied by cp.async
+// straight into the other of two pairs of operand tiles (tile::load_h_async), issued as soon as the product that
+// read that pair (two chunks before) is done, and the copying thread scales its own pieces of u in place
+// (tile::scale_h_async). Otherwise the tiles are loaded synchronously (tile::load_h); the same bf16 tiles every
 // way. Grid (jobs B H, PT, NT): blocks x < B H scan `first`, the others `second` (the backward's two scans in one
-// launch: 512 blocks at shape (a), one wave at 4 blocks per SM); state_scan_smem(kStaged) of dynamic shared
+// launch: 512 blocks at shape (a), one wave at 4 blocks per SM); state_scan_smem<E>(kStaged) of dynamic shared
 // memory; two barriers per chunk.
-template <bool kStaged>
+template <bool kStaged, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 blocks per SM (<= 64 registers)
-    ssd_state_scan_kernel(ScanJob<__nv_bfloat16> first, ScanJob<__nv_bfloat16> second, const float* dt,
+    ssd_state_scan_kernel(ScanJob<__nv_bfloat16, E> first, ScanJob<__nv_bfloat16, E> second, const float* dt,
                           const double* G, Sizes s) {
   using L = tile::Mma;
+  constexpr bool kDirect = kStaged && std::is_same_v<E, __nv_bfloat16>;  // bf16 rows straight into the tiles
   extern __shared__ __align__(16) char smem_raw[];
-  __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* bu = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (kDirect: chunk q's pair at 2 (q % 2) tiles)
   __nv_bfloat16* bv = bu + tile::kTileHalves;
-  float* gu = reinterpret_cast<float*>(bv + tile::kTileHalves);  // (kStaged) staged u, v of the next chunk
+  float* gu = reinterpret_cast<float*>(bv + tile::kTileHalves);  // (kStaged, fp32) staged u, v of the next chunk
   float* gv = gu + tile::kStageFloats;
+  const auto pair = [&](int64_t q) { return bu + 2 * (q & 1) * tile::kTileHalves; };  // (kDirect) u; v after it
   __shared__ float w[kL];
   __shared__ float gam;
   const int64_t BH = s.B * s.H;
   const bool is_second = blockIdx.x >= BH;
-  const ScanJob<__nv_bfloat16> job = is_second ? second : first;
+  const ScanJob<__nv_bfloat16, E> job = is_second ? second : first;
   const bool reverse = job.reverse;
   const int64_t bh = is_second ? blockIdx.x - BH : blockIdx.x, pt = blockIdx.y, nt = blockIdx.z;
   const int64_t b = bh / s.H, h = bh % s.H, g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
@@ -369,7 +385,11 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
   double Gi = 0.0, last = 0.0;  // chunk q's G_i, Γ, Δ_i (threads < kL), loaded during chunk q - 1
   float di = 0.0f;
   const auto fetch = [&](int64_t q) {
-    if (kStaged) {
+    if constexpr (kDirect) {
+      tile::load_h_async(pair(q), u_at(q), job.u_row, tokens(q), np);
+      tile::load_h_async(pair(q) + tile::kTileHalves, v_at(q), s.W, tokens(q), nn);
+      tile::cp_async_commit();
+    } else if constexpr (kStaged) {
       tile::stage_async(gu, u_at(q), job.u_row, tokens(q), np);
       tile::stage_async(gv, v_at(q), s.W, tokens(q), nn);
       tile::cp_async_commit();
@@ -383,8 +403,9 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
   };
   const auto prefetch = [&](int64_t q) {
     const int64_t bhk = bh * s.nc + chunk(q);
-    tile::prefetch_l2(u_at(q), 4 * job.u_row, tokens(q), 4 * np);
-    tile::prefetch_l2(v_at(q), 4 * s.W, tokens(q), 4 * nn);
+    constexpr int kEs = sizeof(E);
+    tile::prefetch_l2(u_at(q), kEs * job.u_row, tokens(q), kEs * np);
+    tile::prefetch_l2(v_at(q), kEs * s.W, tokens(q), kEs * nn);
     tile::prefetch_l2(G + bhk * kL, 0, 1, sizeof(double) * kL);
     tile::prefetch_l2(dt + bhk * kL, 0, 1, sizeof(float) * kL);
   };
@@ -403,7 +424,11 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
     if (kStaged) tile::cp_async_wait<0>();  // this chunk's staged tiles (the thread's own pieces)
     __syncthreads();  // w, gam written; the previous chunk's mma (reading bu, bv) is done
     const auto scale = [&](int r) { return w[r]; };
-    if (kStaged) {
+    if constexpr (kDirect) {
+      if (q + 1 < s.nc - 1) fetch(q + 1);  // into the other pair (its reader, chunk q - 1's product, is done)
+      if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
+      tile::scale_h_async(pair(q), tokens(q), scale);  // w_i u_i, the thread's own pieces (landed: the wait above)
+    } else if (kStaged) {
       tile::put_h_staged(bu, gu, tokens(q), scale);
       tile::put_h_staged(bv, gv, tokens(q));
     } else {
@@ -413,10 +438,15 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
     const float e = gam;
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
-    __syncthreads();  // bu, bv complete; every read of the staging tiles done
-    if (q + 1 < s.nc - 1) fetch(q + 1);
-    if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
-    L::mma<true, false>(bu, bv, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
+    __syncthreads();  // bu, bv (kDirect: chunk q's pair) complete; every read of the staging tiles done
+    if constexpr (!kDirect) {
+      if (q + 1 < s.nc - 1) fetch(q + 1);
+      if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
+    }
+    if constexpr (kDirect)
+      L::mma<true, false>(pair(q), pair(q) + tile::kTileHalves, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
+    else
+      L::mma<true, false>(bu, bv, R);
   }
 }
 
@@ -439,21 +469,25 @@ __device__ __forceinline__ void form_m(const Acc& m, Acc& acc, const double* Gs,
 // other, §2.5: y_i = Σ_{j<=i} (C_i·B_j) e^{G_i-G_j} Δ_j x_j + e^{G_i} S_in C_i + D x_i, products in the layout L of
 // the compute dtype P (Precision); states [B, H, nc, P, N] the entering states. C B^T (the group's) is formed by the
 // first head's steps and kept (registers) for the others, whose steps read only C and S_in. Grid (nc, H / kHeads,
-// B PT); dynamic shared memory fwd_out_smem<P>(staged): the C, B tiles and the S_in tiles (bf16: a ring of
+// B PT); dynamic shared memory fwd_out_smem<P, E>(staged, kHeads): the C, B tiles and the S_in tiles (bf16: a ring of
 // kStateRing, step = (head, N tile), copied ahead by cp.async where N % 8 == 0, across the heads; fp32: one, loaded
 // in place), and where `staged` (bf16, at most kFwdOutStaged N tiles, every x, B and C row 16-byte aligned) the fp32
 // staging tiles of every N tile's C and B rows: all copied by cp.async at the start, in one group ahead of the S_in
 // ring's (so the ring's waits cover them), and converted by each thread from its own pieces (tile::put_h_staged:
 // load_tile's bf16 tiles) at each head's steps (B: the first head's only); else C (and B: the first head) are
-// loaded at their step.
+// loaded at their step. bf16 inputs (E) staged: every N tile's C and B and every head's x copied as they are into
+// bf16 tiles of their own at the start (the same group), which the heads' products read (no staging tiles, nothing
+// converted): bc, the x tiles (bb: the first head's), the ring, the C tiles, the B tiles.
 // The x tile of M x: staged, copied into N tile 0's B staging tile once every thread has converted that (during the
 // head's first products), the operand converted from it and x_i of D x (fp32, the thread's output elements) read
-// from it; else fetched into registers before M is formed (its latency overlaps that work), with x_i of D x loaded
-// then too: loads between the y stores would each wait for the store before them (y may alias xbc). A barrier
-// between the heads (the next head's tiles and Gs, dts overwrite what the last one read).
+// from it (bf16 inputs: from the head's x tile); else fetched into registers before M is formed (its latency overlaps
+// that work), with x_i of D x loaded then too: loads between the y stores would each wait for the store before them
+// (y may alias xbc). A barrier between the heads (the next head's tiles and Gs, dts overwrite what the last one read).
 constexpr int kFwdOutStaged = 2;
-template <typename P>
-constexpr size_t fwd_out_smem(bool staged) {
+template <typename P, typename E>
+constexpr size_t fwd_out_smem(bool staged, int heads) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    return sizeof(P) * kTileOf<P> * (2 + kStateRing + (staged ? heads - 1 + 2 * kFwdOutStaged : 0));
   return sizeof(P) * kTileOf<P> * (std::is_same_v<P, float> ? 3 : 2 + kStateRing) +
          (staged ? sizeof(float) * 2 * kFwdOutStaged * tile::kStageFloats : 0);
 }
@@ -461,17 +495,19 @@ constexpr size_t fwd_out_smem(bool staged) {
 // 128 registers, 2; with kHeads > 1, 16 bytes spilled and reloaded once per head).
 template <typename P>
 constexpr int kFwdOutBlocks = std::is_same_v<P, float> ? 4 : 2;
-template <typename P, int kHeads>
+template <typename P, int kHeads, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
-    ssd_fwd_out_kernel(const float* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
+    ssd_fwd_out_kernel(const E* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
                        bool staged, float* y) {
   using L = Layout<P>;
+  constexpr bool kIn16 = std::is_same_v<E, __nv_bfloat16>;  // bf16 inputs
+  static_assert(!kIn16 || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   extern __shared__ __align__(16) char smem_raw[];
   P* bc = reinterpret_cast<P*>(smem_raw);
   P* bb = bc + kTileOf<P>;
   P* bs = bc + 2 * kTileOf<P>;  // S_in (bf16: the ring)
   float* stg = reinterpret_cast<float*>(bs + kStateRing * kTileOf<P>);  // (stage) C, B of N tile t: 2 t, 2 t + 1
-  float* const xstg = stg + tile::kStageFloats;                         // (stage) x: N tile 0's B tile
+  float* const xstg = stg + tile::kStageFloats;                         // (stage) x: N tile 0's B staging tile
   __shared__ double Gs[kL];
   __shared__ float dts[kL];
   const int64_t k = blockIdx.x, h0 = int64_t{blockIdx.y} * kHeads, b = blockIdx.z / s.PT, pt = blockIdx.z % s.PT;
@@ -479,7 +515,12 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   const int nv = imin(kL, s.T - c0), np = imin(kL, s.P - p0);
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N);
   const bool stage = staged && async;
-  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  // (stage, bf16 inputs) x of head hl at bb + hl tiles, then the ring, then C of N tile t at cbt + t tiles, B at
+  // cbt + kFwdOutStaged + t tiles
+  if constexpr (kIn16)
+    if (stage) bs += (kHeads - 1) * kTileOf<P>;
+  P* const cbt = bs + kStateRing * kTileOf<P>;
+  const E* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
   const auto c_at = [&](int64_t n0) { return row + s.XD + s.GN + g * s.N + n0; };
   const auto b_at = [&](int64_t n0) { return row + s.XD + g * s.N + n0; };
   const auto bhk = [&](int hl) { return (b * s.H + h0 + hl) * s.nc + k; };  // head h0 + hl's chunk
@@ -487,8 +528,16 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     for (int t = 0; t < s.NT; ++t) {
       const int64_t n0 = int64_t{t} * kL;
       const int nn = imin(kL, s.N - n0);
-      tile::stage_async(stg + 2 * t * tile::kStageFloats, c_at(n0), s.W, nv, nn);
-      tile::stage_async(stg + (2 * t + 1) * tile::kStageFloats, b_at(n0), s.W, nv, nn);
+      if constexpr (kIn16) {
+        tile::load_h_async(cbt + t * kTileOf<P>, c_at(n0), s.W, nv, nn);
+        tile::load_h_async(cbt + (kFwdOutStaged + t) * kTileOf<P>, b_at(n0), s.W, nv, nn);
+        if (t == 0)
+          for (int hl = 0; hl < kHeads; ++hl)
+            tile::load_h_async(bb + hl * kTileOf<P>, row + (h0 + hl) * s.P + p0, s.W, nv, np);
+      } else {
+        tile::stage_async(stg + 2 * t * tile::kStageFloats, c_at(n0), s.W, nv, nn);
+        tile::stage_async(stg + (2 * t + 1) * tile::kStageFloats, b_at(n0), s.W, nv, nn);
+      }
     }
     tile::cp_async_commit();
   }
@@ -505,11 +554,12 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
   for (int hl = 0; hl < kHeads; ++hl) {
     const int64_t h = h0 + hl;
     const P* sin = states + bhk(hl) * s.P * s.N + p0 * s.N;
-    const float* xs = row + h * s.P + p0;
+    const E* xs = row + h * s.P + p0;
     if (threadIdx.x < kL) {
       Gs[threadIdx.x] = G[bhk(hl) * kL + threadIdx.x];
       dts[threadIdx.x] = dt[bhk(hl) * kL + threadIdx.x];
     }
+    P* const xt = kIn16 && stage ? bb + hl * kTileOf<P> : bb;  // x's operand tile
     Acc acc;
     acc.zero();
     for (int t = 0; t < s.NT; ++t) {
@@ -518,9 +568,14 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
       const int u = hl * static_cast<int>(s.NT) + t;
       issue(u + kStateRing - 1);
       const P* st;
+      const P* ct = bc;  // the C and B operands
+      const P* bt = bb;
       if (stage) {
         st = state_take(async, bs, bs, u, sin + n0, s.N, np, nn);  // (its wait covers the older staging group)
-        if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+        if constexpr (kIn16) {
+          ct = cbt + t * kTileOf<P>;
+          bt = cbt + (kFwdOutStaged + t) * kTileOf<P>;
+        } else if constexpr (std::is_same_v<P, __nv_bfloat16>) {
           tile::put_h_staged(bc, stg + 2 * t * tile::kStageFloats, nv);
           if (hl == 0) tile::put_h_staged(bb, stg + (2 * t + 1) * tile::kStageFloats, nv);
         }
@@ -530,30 +585,35 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
         st = state_take(async, bs, bs, u, sin + n0, s.N, np, nn);
       }
       __syncthreads();
-      L::template mma<false, true>(bc, st, acc);     // acc[i][p] = Σ_n C_i[n] S_in[p][n]
-      if (hl == 0) L::template mma<false, true>(bc, bb, m);  // m[i][j] = C_i·B_j
-      if (stage && t == 0) {  // x into N tile 0's B staging tile (every thread's reads of it done: the barrier above)
-        tile::stage_async(xstg, xs, s.W, nv, np);
-        tile::cp_async_commit();
+      L::template mma<false, true>(ct, st, acc);     // acc[i][p] = Σ_n C_i[n] S_in[p][n]
+      if (hl == 0) L::template mma<false, true>(ct, bt, m);  // m[i][j] = C_i·B_j
+      if constexpr (!kIn16) {
+        if (stage && t == 0) {  // x into N tile 0's B staging tile (every thread's reads of it done: the barrier above)
+          tile::stage_async(xstg, xs, s.W, nv, np);
+          tile::cp_async_commit();
+        }
       }
       __syncthreads();
     }
     float xd[4][4];  // x_i[p] of the thread's outputs (D x)
     if (stage) {
-      tile::cp_async_wait<0>();  // the thread's pieces of x
-      if constexpr (std::is_same_v<P, __nv_bfloat16>) tile::put_h_staged(bb, xstg, nv);
+      if constexpr (!kIn16) tile::cp_async_wait<0>();  // the thread's pieces of x (bf16 inputs: the first step's wait)
+      if constexpr (std::is_same_v<P, __nv_bfloat16> && !kIn16) tile::put_h_staged(bb, xstg, nv);
       form_m<L>(m, acc, Gs, dts, bc);
       __syncthreads();  // bc, bb complete; every piece of x landed
       for (int a = 0; a < 4; ++a)
         for (int c = 0; c < 4; ++c) {
           const int i = L::row(a), p = L::col(c);
-          xd[a][c] = xstg[i * kL + p];  // (0 outside nv x np)
+          if constexpr (kIn16)
+            xd[a][c] = to_f32(xt[i * kLdOf<P> + p]);  // (0 outside nv x np)
+          else
+            xd[a][c] = xstg[i * kL + p];  // (0 outside nv x np)
         }
     } else {
       for (int a = 0; a < 4; ++a)
         for (int c = 0; c < 4; ++c) {
           const int i = L::row(a), p = L::col(c);
-          xd[a][c] = i < nv && p < np ? xs[i * s.W + p] : 0.0f;
+          xd[a][c] = i < nv && p < np ? to_f32(xs[i * s.W + p]) : 0.0f;
         }
       if constexpr (std::is_same_v<P, __nv_bfloat16>) {
         tile::HRegs xr;
@@ -566,7 +626,7 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
       }
       __syncthreads();
     }
-    L::template mma<false, false>(bc, bb, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
+    L::template mma<false, false>(bc, xt, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
     const float Dh = D[h];
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
@@ -631,6 +691,14 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // tiles kt(p0), through the dC products and the v̄ step (x·v̄, z, (CB ∘ E)^T dy); x's P tiles, loaded into b1 and
 // cprod's tile (xk(p0)) before the dB products, through the v̄ step; B's N tiles, loaded into b0 and mdcb's tile
 // before the v̄ products. The same bf16 tiles as loaded in place.
+// bf16 inputs (E) kept, with `stage_in` (every x, B, C and dy row 16-byte aligned): those operands are copied by
+// cp.async straight into the same tiles (tile::load_h_async), in groups of their own: CB's and DX's at the start,
+// ahead of the ring's first copies; the C, B of dC's and the C of dB's later N tiles right after the barrier of that
+// N tile's first state step (the previous N tile's last reads of b0, b1 are before it); x's and B's P / N tiles (one
+// group each) right after the phase before dB / v̄. Each thread waits for its own copies of a group
+// (cp_async_wait_n: the later groups stay in flight) just before the barrier ahead of their first product; the
+// ring's waits, which count groups, are then a step stricter after an input group. bf16 inputs: D dy of dx from
+// dy's operand tile (the same values). The in-place loads (not kept) stay synchronous.
 template <typename P>
 constexpr size_t bwd_chunk_smem(bool keep) {
   return std::is_same_v<P, float>
@@ -640,13 +708,15 @@ constexpr size_t bwd_chunk_smem(bool keep) {
 // Blocks per SM its registers are bounded for: fp32 3 (80 registers), bf16 2 (128 registers).
 template <typename P>
 constexpr int kBwdChunkBlocks = std::is_same_v<P, float> ? 3 : 2;
-template <typename P>
+template <typename P, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
-    const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
-    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep, float* dxbc,
-    float* ddt_raw, P* dBh, P* dCh, double* partials) {
+    const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep, bool stage_in,
+    float* dxbc, float* ddt_raw, P* dBh, P* dCh, double* partials) {
   using L = Layout<P>;
   constexpr int ld = kLdOf<P>;
+  constexpr bool kIn16 = std::is_same_v<E, __nv_bfloat16>;  // bf16 inputs
+  static_assert(!kIn16 || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   extern __shared__ __align__(16) char smem_raw[];
   P* mdcb = reinterpret_cast<P*>(smem_raw);  // dcb[i][j]
   P* mw = mdcb + kTileOf<P>;                 // CB_ij E_ij
@@ -670,19 +740,35 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // The tail's global inputs: loads issued now, stored to dtr / hpar after the CB loop (latency hidden).
   const float dt_raw_t = tid < nv ? dt_raw[(b * s.T + c0 + tid) * s.H + h] : 0.0f;
   const float hpar_t = tid == 0 ? A_log[h] : tid == 1 ? dt_bias[h] : 0.0f;
-  const float* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
-  const float* xs = row + h * s.P;
-  const float* bs = row + s.XD + g * s.N;
-  const float* cs = row + s.XD + s.GN + g * s.N;
-  const float* dys = dy + (b * s.T + c0) * s.XD + h * s.P;
+  const E* row = xbc + (b * s.T + c0) * s.W;  // token c0's row [x | B | C]
+  const E* xs = row + h * s.P;
+  const E* bs = row + s.XD + g * s.N;
+  const E* cs = row + s.XD + s.GN + g * s.N;
+  const E* dys = dy + (b * s.T + c0) * s.XD + h * s.P;
   const P* sin = states + bhk * s.P * s.N;
   const P* dS = dstates + bhk * s.P * s.N;
   P* ring = reinterpret_cast<P*>(cprod + kTile);  // (bf16) the S_in / dS ring
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N) &&
                      tile::async_ok_h(dstates, s.N);
   const bool kept = keep && async;
+  const bool kin = kIn16 && kept && stage_in;  // (bf16 inputs) the kept operands copied by cp.async
   // (kept) the kept tile of P tile t0 / kL (< 2), after the ring: dy's, from DX to the end of v̄
   const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
+  P* const x0 = ring + (kStateRing - 1) * kTileOf<P>;  // (kept) DX's x tiles: the ring's last slot, cprod's tile
+  P* const x1 = reinterpret_cast<P*>(cprod);
+  // (kin) grp counts the thread's committed cp.async groups (the ring's and the inputs'); in_copy copies the tile of
+  // an input operand at src (rows stride apart, cols columns from there; none past kL, all zeros where none) into dst;
+  // in_group commits the copies since the last commit as a group and returns its index; in_wait(gi) waits until group
+  // gi has landed (the later ones may stay in flight).
+  int grp = 0;
+  const auto in_copy = [&](auto* dst, const auto* src, int64_t stride, int64_t cols) {
+    tile::load_h_async(dst, src, stride, nv, imin(kL, cols));
+  };
+  const auto in_group = [&] {
+    tile::cp_async_commit();
+    return grp++;
+  };
+  const auto in_wait = [&](int gi) { tile::cp_async_wait_n(grp - 1 - gi); };
   // The next state step to issue, iss, at tile (ip, in) of phase iph (0: dC, 1: dB, 2: v̄, 3: past the end; dB
   // kept: N tile NT - 1 - in). Each product step takes its own tile (step iss - (kStateRing - 1)), waits at the
   // barrier that completes it, runs its product, then issues the step kStateRing - 1 ahead into the slot of the
@@ -693,6 +779,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
     const int64_t p0 = int64_t{ip} * kL, n0 = (kept && iph == 1 ? s.NT - 1 - in : int64_t{in}) * kL;
     state_issue(async, ring, iss++, iph < 3 ? (iph == 0 ? sin : dS) + p0 * s.N + n0 : nullptr, s.N,
                 imin(kL, s.P - p0), imin(kL, s.N - n0));
+    ++grp;  // (read with kin only: async)
     if (iph < 2) {  // dC, dB: p inner
       if (++ip == s.PT) {
         ip = 0;
@@ -703,6 +790,25 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       if (++ip == s.PT) ip = 0, ++iph;
     }
   };
+  int g_cb = 0, g_dx = 0;  // (kin) the groups of CB's and DX's operands
+  if constexpr (kIn16) {
+    if (kin) {  // the kept path's first round, ahead of the ring's first copies
+      in_copy(b0, cs, s.W, s.N);
+      in_copy(b1, bs, s.W, s.N);
+      if (s.NT > 1) {
+        in_copy(mdcb, cs + kL, s.W, s.N - kL);
+        in_copy(mw, bs + kL, s.W, s.N - kL);
+      }
+      g_cb = in_group();
+      in_copy(kt(0), dys, s.XD, s.P);
+      in_copy(x0, xs, s.W, s.P);
+      if (s.PT > 1) {
+        in_copy(kt(kL), dys + kL, s.XD, s.P - kL);
+        in_copy(x1, xs + kL, s.W, s.P - kL);
+      }
+      g_dx = in_group();
+    }
+  }
   for (int t = 0; t < kStateRing - 1; ++t) issue();
   // The state tile of the step at hand (src: its first element, rows x cols).
   const auto take = [&](const P* src, int rows, int cols) {
@@ -712,7 +818,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // (kept) fetch2: tiles 0 and 1 of operand a (a + t kL, rows sa apart, dim columns in all; a missing tile 1 all
   // zeros) into t0, t1 (tile::fetch_h: loads issued, nothing waits); put: such a tile into a bf16 tile (put_h, scale
   // 1: load_tile's tile). Every fetch2 of a round before its puts: the round's loads all in flight at once.
-  const auto fetch2 = [&](tile::HRegs& t0, tile::HRegs& t1, const float* a, int64_t sa, int64_t dim) {
+  const auto fetch2 = [&](tile::HRegs& t0, tile::HRegs& t1, const E* a, int64_t sa, int64_t dim) {
     tile::fetch_h(t0, a, sa, nv, imin(kL, dim));
     tile::fetch_h(t1, a + kL, sa, nv, imin(kL, dim - kL));
   };
@@ -721,12 +827,25 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // CB_ij and DX_ij = dy_i·x_j over the whole N and P. Kept operands: each product's tiles loaded in one round,
   // DX's loads issued before the CB products: C, B of N tile t into b0, b1 (t = 0: they stay there for dC's first
   // N tile) or mdcb, mw (t = 1); dy of P tile t into kt(t kL), where it stays for dC; x into the ring's last slot
-  // (its first copy is issued by dC's first step) and cprod's tile (both written only after DX).
+  // (its first copy is issued by dC's first step) and cprod's tile (both written only after DX). kin: the same tiles,
+  // copied at the start.
   Acc cb, dx;
   cb.zero();
   dx.zero();
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    if (kept) {
+    if (kin) {
+      if (tid < kL) dtr[tid] = dt_raw_t;
+      if (tid < 2) hpar[tid] = hpar_t;
+      in_wait(g_cb);
+      __syncthreads();
+      L::template mma<false, true>(b0, b1, cb);
+      if (s.NT > 1) L::template mma<false, true>(mdcb, mw, cb);
+      in_wait(g_dx);
+      __syncthreads();
+      L::template mma<false, true>(kt(0), x0, dx);
+      if (s.PT > 1) L::template mma<false, true>(kt(kL), x1, dx);
+      __syncthreads();
+    } else if (kept) {
       tile::HRegs r[4];
       fetch2(r[0], r[2], cs, s.W, s.N);
       fetch2(r[1], r[3], bs, s.W, s.N);
@@ -742,8 +861,6 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       L::template mma<false, true>(b0, b1, cb);
       if (s.NT > 1) L::template mma<false, true>(mdcb, mw, cb);
       __syncthreads();
-      P* const x0 = ring + (kStateRing - 1) * kTileOf<P>;
-      P* const x1 = reinterpret_cast<P*>(cprod);
       put(kt(0), r[0]);
       put(x0, r[1]);
       put(kt(kL), r[2]);
@@ -779,10 +896,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       const int i = L::row(a), j = L::col(c);
       if (i == j) diag[i] = dx.v[a][c];
       const bool on = j <= i;  // masked entries exactly 0 (a NaN elsewhere does not leak into them)
-      const float E = on ? decay(Gs[i], Gs[j]) : 0.0f;
-      const float dcb = on ? dx.v[a][c] * dts[j] * E : 0.0f;
+      const float eij = on ? decay(Gs[i], Gs[j]) : 0.0f;  // E_ij
+      const float dcb = on ? dx.v[a][c] * dts[j] * eij : 0.0f;
       mdcb[i * ld + j] = from_f32<P>(dcb);
-      mw[i * ld + j] = from_f32<P>(on ? cb.v[a][c] * E : 0.0f);
+      mw[i * ld + j] = from_f32<P>(on ? cb.v[a][c] * eij : 0.0f);
       cprod[i * kPad + j] = dcb * cb.v[a][c];
     }
   __syncthreads();
@@ -804,6 +921,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   float gi[4] = {};
   for (int64_t n0 = 0; n0 < s.N; n0 += kL) {
     const int nn = imin(kL, s.N - n0);
+    int g_c = 0;  // (kin, n0 > 0) the group of this N tile's C, B
     Acc acc;
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
@@ -811,11 +929,23 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       if (!kept) load_tile(b0, dys + p0, s.XD, nv, np);
       const P* sv = take(sin + p0 * s.N + n0, np, nn);
       __syncthreads();
+      if constexpr (kIn16) {
+        if (kin && n0 > 0 && p0 == 0) {  // into b0, b1 (their last readers, the previous N tile's, are done: the
+                                         // barrier above)
+          in_copy(b0, cs + n0, s.W, nn);
+          in_copy(b1, bs + n0, s.W, nn);
+          g_c = in_group();
+        }
+      }
       L::template mma<false, false>(kept ? kt(p0) : b0, sv, acc);  // acc[i][n] = Σ_p dy_i[p] S_in[p][n]
       issue();
       if (!kept) __syncthreads();
     }
-    if (!kept || n0 > 0) {  // (kept: N tile 0's still there from CB; b0, b1 last read before this tile's step barrier)
+    if (kin && n0 > 0) {
+      in_wait(g_c);
+      __syncthreads();
+    } else if (!kept || n0 > 0) {  // (kept: N tile 0's still there from CB; b0, b1 last read before this tile's
+                                   // step barrier)
       load_tile(b0, cs + n0, s.W, nv, nn);
       load_tile(b1, bs + n0, s.W, nv, nn);
       __syncthreads();
@@ -836,8 +966,18 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
 
   // dB per N tile. (kept: x's P tiles into b1 and cprod's tile, xk(p0), until the end of v̄)
   const auto xk = [&](int64_t p0) { return p0 == 0 ? b1 : reinterpret_cast<P*>(cprod); };
+  int g_x0 = 0, g_x1 = 0;  // (kin) the groups of x's P tiles
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    if (kept) {
+    if (kin) {
+      if constexpr (kIn16) {
+        in_copy(xk(0), xs, s.W, s.P);
+        g_x0 = in_group();
+        if (s.PT > 1) {
+          in_copy(xk(kL), xs + kL, s.W, s.P - kL);
+          g_x1 = in_group();
+        }
+      }
+    } else if (kept) {
       tile::HRegs r[2];
       fetch2(r[0], r[1], xs, s.W, s.P);
       put(xk(0), r[0]);
@@ -847,13 +987,21 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   for (int64_t ni = 0; ni < s.NT; ++ni) {
     const int64_t n0 = (kept ? s.NT - 1 - ni : ni) * kL;  // (kept: from the last N tile, whose C is dC's last)
     const int nn = imin(kL, s.N - n0);
+    int g_c = 0;  // (kin, ni > 0) the group of this N tile's C
     Acc acc;
     acc.zero();
     for (int64_t p0 = 0; p0 < s.P; p0 += kL) {
       const int np = imin(kL, s.P - p0);
       if (!kept) load_tile(b0, xs + p0, s.W, nv, np);
       const P* sv = take(dS + p0 * s.N + n0, np, nn);
+      if (kin && ni == 0) in_wait(p0 == 0 ? g_x0 : g_x1);
       __syncthreads();
+      if constexpr (kIn16) {
+        if (kin && ni > 0 && p0 == 0) {  // into b0 (its last reader, the previous N tile's, is done: the barrier above)
+          in_copy(b0, cs + n0, s.W, nn);
+          g_c = in_group();
+        }
+      }
       L::template mma<false, false>(kept ? xk(p0) : b0, sv, acc);  // acc[j][n] = Σ_p x_j[p] dS[p][n]
       issue();
       if (!kept) __syncthreads();
@@ -864,7 +1012,10 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= f;
     }
     // (kept: the last one's still there; b0 last read before this tile's step barrier)
-    if (!kept || n0 < (s.NT - 1) * kL) {
+    if (kin && ni > 0) {
+      in_wait(g_c);
+      __syncthreads();
+    } else if (!kept || n0 < (s.NT - 1) * kL) {
       load_tile(b0, cs + n0, s.W, nv, nn);
       __syncthreads();
     }
@@ -877,8 +1028,18 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   // (kept: B's N tiles into b0 and mdcb's tile; x_p in xk(p0); dy_p in kt(p0) since DX)
   float zp[4] = {}, xvp[4] = {};
   const float Dh = D[h];
+  int g_b0 = 0, g_b1 = 0;  // (kin) the groups of B's N tiles
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
-    if (kept) {
+    if (kin) {
+      if constexpr (kIn16) {
+        in_copy(b0, bs, s.W, s.N);
+        g_b0 = in_group();
+        if (s.NT > 1) {
+          in_copy(mdcb, bs + kL, s.W, s.N - kL);
+          g_b1 = in_group();
+        }
+      }
+    } else if (kept) {
       tile::HRegs r[2];
       fetch2(r[0], r[1], bs, s.W, s.N);
       put(b0, r[0]);
@@ -893,6 +1054,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       const int nn = imin(kL, s.N - n0);
       if (!kept) load_tile(b0, bs + n0, s.W, nv, nn);
       const P* sv = take(dS + p0 * s.N + n0, np, nn);
+      if (kin && p0 == 0) in_wait(n0 == 0 ? g_b0 : g_b1);
       __syncthreads();
       L::template mma<false, true>(kept && n0 > 0 ? mdcb : b0, sv, acc);  // acc[j][p] = Σ_n B_j[n] dS[p][n]
       issue();
@@ -914,12 +1076,15 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       }
     }
     // dy_j[p] of D dy, loaded before the product: loads between the dxbc stores would each wait for the store
-    // before them (dxbc may alias dy).
+    // before them (dxbc may alias dy). bf16 inputs: from dy's operand tile (its values; 0 outside nv x np).
     float dyd[4][4];
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < 4; ++c) {
         const int j = L::row(a), p = L::col(c);
-        dyd[a][c] = j < nv && p < np ? dys[j * s.XD + p0 + p] : 0.0f;
+        if constexpr (kIn16)
+          dyd[a][c] = to_f32(dyt[j * ld + p]);
+        else
+          dyd[a][c] = j < nv && p < np ? dys[j * s.XD + p0 + p] : 0.0f;
       }
     L::template mma<true, false>(mw, dyt, acc);  // acc[j][p] += Σ_i CB_ij E_ij dy_i[p]
     for (int a = 0; a < 4; ++a)
@@ -1112,38 +1277,49 @@ constexpr size_t tiles_bytes(int tiles) {
   return sizeof(P) * kTileOf<P> * tiles;
 }
 
+// Elements of type E in a 16-byte piece of a cp.async copy (fp32 4, bf16 8).
+template <typename E>
+constexpr int kPiece = static_cast<int>(16 / sizeof(E));
+
+// Whether the tiles of an E tensor at p whose rows start multiples of dim elements after p can be copied by cp.async
+// (tile::async_ok_f for fp32: stage_async; tile::async_ok_h for bf16: load_h_async).
+template <typename E>
+bool async_ok(const E* p, int64_t dim) {
+  return std::is_same_v<E, float> ? tile::async_ok_f(p, dim) : tile::async_ok_h(p, dim);
+}
+
 // The forward scan's job: the states entering each chunk into `out`, from x, B.
-template <typename P>
-ScanJob<P> states_job(const float* xbc, const Sizes& s, P* out) {
+template <typename P, typename E>
+ScanJob<P, E> states_job(const E* xbc, const Sizes& s, P* out) {
   return {xbc, s.W, xbc + s.XD, false, out};
 }
 
 // Δ and G (prep), then the n (1 or 2) scans of `jobs`: the forward's (states_job) and / or the backward's adjoints
 // into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks' contributions
 // (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel, both scans in
-// one launch, staged where every row of every u and v is 16-byte aligned.
-template <typename P>
-void chunk_states(const ScanJob<P>* jobs, int n, const float* dt_raw, const float* dt_bias, const float* A_log,
+// one launch, staged where every row of every u and v is 16-byte aligned. E: the inputs' type (bf16: P = bf16 only).
+template <typename P, typename E>
+void chunk_states(const ScanJob<P, E>* jobs, int n, const float* dt_raw, const float* dt_bias, const float* A_log,
                   const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
   const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
                   static_cast<unsigned>(s.B));
   launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
   if constexpr (std::is_same_v<P, float>) {
+    static_assert(std::is_same_v<E, float>, "fp32 models take fp32 inputs");
     const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B * s.PT * s.NT));
     for (int i = 0; i < n; ++i) {
-      const ScanJob<P>& j = jobs[i];
+      const ScanJob<P, E>& j = jobs[i];
       launch(ssd_chunk_outer_kernel, grid, tiles_bytes<float>(2), stream, j.u, j.u_row, j.v, sc.dt, sc.G, s,
              !j.reverse, j.out);
       launch(ssd_scan_kernel, grid_for(s.B * s.H * s.P * s.N), 0, stream, j.out, sc.G, s, j.reverse);
     }
   } else {
     // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
-    bool staged = s.P % 4 == 0 && s.N % 4 == 0;
-    for (int i = 0; i < n; ++i)
-      staged = staged && tile::async_ok_f(jobs[i].u, jobs[i].u_row) && tile::async_ok_f(jobs[i].v, s.W);
-    const auto kernel = staged ? ssd_state_scan_kernel<true> : ssd_state_scan_kernel<false>;
+    bool staged = s.P % kPiece<E> == 0 && s.N % kPiece<E> == 0;
+    for (int i = 0; i < n; ++i) staged = staged && async_ok(jobs[i].u, jobs[i].u_row) && async_ok(jobs[i].v, s.W);
+    const auto kernel = staged ? ssd_state_scan_kernel<true, E> : ssd_state_scan_kernel<false, E>;
     const dim3 grid(static_cast<unsigned>(n * s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-    launch(kernel, grid, state_scan_smem(staged), stream, jobs[0], jobs[n - 1], sc.dt, sc.G, s);
+    launch(kernel, grid, state_scan_smem<E>(staged), stream, jobs[0], jobs[n - 1], sc.dt, sc.G, s);
   }
 }
 
@@ -1166,56 +1342,62 @@ size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t head
   return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, saved, nullptr, nullptr);
 }
 
-template <typename P>
-void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+template <typename P, typename E>
+void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
                     int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream) {
+  static_assert(std::is_same_v<E, float> || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
   carve(s, false, saved != nullptr, scratch, &sc);
   P* const states = saved != nullptr ? static_cast<P*>(saved) : sc.states;  // the entering states
-  const ScanJob<P> job = states_job(xbc, s, states);
-  chunk_states<P>(&job, 1, dt_raw, dt_bias, A_log, s, sc, stream);
+  const ScanJob<P, E> job = states_job(xbc, s, states);
+  chunk_states<P, E>(&job, 1, dt_raw, dt_bias, A_log, s, sc, stream);
   // Heads per ssd_fwd_out_kernel block: bf16 4 or 2 of a group where they divide its heads (fp32: 1, its 64
   // registers do not hold the kept C B^T).
   const int64_t hpg = s.H / s.G;
   int hpb = 1;
-  auto kernel = ssd_fwd_out_kernel<P, 1>;
+  auto kernel = ssd_fwd_out_kernel<P, 1, E>;
   if constexpr (std::is_same_v<P, __nv_bfloat16>) {
     if (hpg % 4 == 0)
-      hpb = 4, kernel = ssd_fwd_out_kernel<P, 4>;
+      hpb = 4, kernel = ssd_fwd_out_kernel<P, 4, E>;
     else if (hpg % 2 == 0)
-      hpb = 2, kernel = ssd_fwd_out_kernel<P, 2>;
+      hpb = 2, kernel = ssd_fwd_out_kernel<P, 2, E>;
   }
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H / hpb),
                   static_cast<unsigned>(s.B * s.PT));
   // (x's rows start h P + a multiple of W after xbc, C's and B's g N + a multiple of W after xbc + XD and GN after
   // one another)
-  const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 && s.P % 4 == 0 &&
-                      tile::async_ok_f(xbc, s.W);
-  launch(kernel, grid, fwd_out_smem<P>(staged), stream, xbc, D, sc.dt, sc.G, states, s, staged, y);
+  const bool staged = std::is_same_v<P, __nv_bfloat16> && s.NT <= kFwdOutStaged && s.N % 8 == 0 &&
+                      s.P % kPiece<E> == 0 && async_ok(xbc, s.W);
+  launch(kernel, grid, fwd_out_smem<P, E>(staged, hpb), stream, xbc, D, sc.dt, sc.G, states, s, staged, y);
 }
 
-template <typename P>
-void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
+template <typename P, typename E>
+void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                     int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
                     float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream) {
+  static_assert(std::is_same_v<E, float> || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
   Scratch<P> sc;
   carve(s, true, saved != nullptr, scratch, &sc);
   // The adjoints' scan, after the forward's (recomputing the entering states) unless the forward saved them.
-  const ScanJob<P> jobs[2] = {states_job(xbc, s, sc.states), {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
-  chunk_states<P>(saved != nullptr ? jobs + 1 : jobs, saved != nullptr ? 1 : 2, dt_raw, dt_bias, A_log, s, sc, stream);
+  const ScanJob<P, E> jobs[2] = {states_job(xbc, s, sc.states), {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
+  chunk_states<P, E>(saved != nullptr ? jobs + 1 : jobs, saved != nullptr ? 1 : 2, dt_raw, dt_bias, A_log, s, sc,
+                     stream);
   const P* const states = saved != nullptr ? static_cast<const P*>(saved) : sc.states;
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
   const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
-  launch(ssd_bwd_chunk_kernel<P>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D, sc.dt,
-         sc.G, states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+  // (bf16 inputs: every x, B, C and dy row 16-byte aligned, as in the forward)
+  const bool stage_in = std::is_same_v<E, __nv_bfloat16> && s.P % 8 == 0 && s.N % 8 == 0 &&
+                        async_ok(xbc, s.W) && async_ok(dy, s.XD);
+  launch(ssd_bwd_chunk_kernel<P, E>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D,
+         sc.dt, sc.G, states, sc.dstates, s, keep, stage_in, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   // (bf16: 8 columns a thread where N % 8 == 0; dBh and dCh are 256-byte aligned, rows of N)
   constexpr int kV = std::is_same_v<P, __nv_bfloat16> ? 8 : 1;
   const int v = s.N % kV == 0 ? kV : 1;
@@ -1224,16 +1406,21 @@ void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, cons
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
 
-#define LLMT_INSTANTIATE_MAMBA2(P)                                                                                  \
+#define LLMT_INSTANTIATE_MAMBA2_SIZES(P)                                                                            \
   template size_t mamba2_ssd_saved_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                          \
   template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
-  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
-  template void mamba2_ssd_fwd<P>(const float*, const float*, const float*, const float*, const float*, int64_t,    \
-                                  int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, void*, cudaStream_t); \
-  template void mamba2_ssd_bwd<P>(const float*, const float*, const float*, const float*, const float*,             \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*,  \
-                                  float*, float*, float*, float*, float*, void*, cudaStream_t);
-LLMT_INSTANTIATE_MAMBA2(float)
-LLMT_INSTANTIATE_MAMBA2(__nv_bfloat16)
+  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+#define LLMT_INSTANTIATE_MAMBA2(P, E)                                                                               \
+  template void mamba2_ssd_fwd<P, E>(const E*, const float*, const float*, const float*, const float*, int64_t,    \
+                                     int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, void*,             \
+                                     cudaStream_t);                                                                 \
+  template void mamba2_ssd_bwd<P, E>(const E*, const E*, const float*, const float*, const float*, const float*,   \
+                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*, float*,     \
+                                     float*, float*, float*, float*, void*, cudaStream_t);
+LLMT_INSTANTIATE_MAMBA2_SIZES(float)
+LLMT_INSTANTIATE_MAMBA2_SIZES(__nv_bfloat16)
+LLMT_INSTANTIATE_MAMBA2(float, float)
+LLMT_INSTANTIATE_MAMBA2(__nv_bfloat16, float)
+LLMT_INSTANTIATE_MAMBA2(__nv_bfloat16, __nv_bfloat16)
 
 }  // namespace llmt::cuda

@@ -124,15 +124,15 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
                        cudaStream_t stream);
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
 /// Mamba2's gated RMSNorm with the gate first (cpu::gate_rmsnorm_*, layers-ssm-attn.md §1.2): u = y silu(z),
-/// out = u rstd ∘ w. y, z, out, dout, dy, dz [rows, dim]; w, dw [dim]; rstd [rows]. out and dz are float or
+/// out = u rstd ∘ w. y, z, out, dout, dy, dz [rows, dim]; w, dw [dim]; rstd [rows]. out, dy and dz are float or
 /// __nv_bfloat16 (rounded from the fp32 result); the backward recomputes u from y, z. Scratch and dim limit as
 /// gated_rmsnorm_bwd's (gated_rmsnorm_bwd_scratch_bytes).
 template <typename TY>
 void gate_rmsnorm_fwd(const float* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
                       float* rstd, cudaStream_t stream);
-template <typename TZ>
+template <typename TD, typename TZ>
 void gate_rmsnorm_bwd(const float* dout, const float* y, const float* z, const float* w, const float* rstd,
-                      int64_t rows, int64_t dim, float* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream);
+                      int64_t rows, int64_t dim, TD* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream);
 /// Decay gates (gdn_gates_*: dim 1; kda_gates_*: dim d_k): a, g, da [rows, heads * dim]; b, beta, db
 /// [rows, heads]; A_log, dA_log [heads]; dt_bias, ddt_bias [heads * dim]. The backward needs `scratch` of
 /// decay_gates_bwd_scratch_bytes (per-channel partial sums of dA_log and ddt_bias over blocks of 64 rows).
@@ -261,8 +261,8 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
                          int64_t chunk_size, bool states);
 
 // mamba2.cu: Mamba2's SSD step (semantics: src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd, zero initial
-// state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors. P is the type the tile products read their operands as,
-// from the layer's compute dtype (mamba2.cu "Precision"; instantiated for both):
+// state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors (xbc, dy: E below). P is the type the tile products read
+// their operands as, from the layer's compute dtype (mamba2.cu "Precision"; instantiated for both):
 //   float          exact fp32 products on the CUDA cores, fp32 stored states (fp32 models; ~1e-6 of the CPU);
 //   __nv_bfloat16  the tensor cores (tile::Mma) with bf16 operands and fp32 accumulation, bf16 stored states and
 //                  state adjoints (bf16 models; ~1e-2 of the fp32 result).
@@ -277,15 +277,19 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
 // writes the states entering each chunk [B, H, ceil(T / 64), P, N] (element type P) there instead of into its
 // scratch, and the backward reads them instead of recomputing them (it scans only the state adjoints): the same
 // kernels' values, so the gradients are bit-identical to the backward without saved.
-template <typename P>
-void mamba2_ssd_fwd(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+// E: the element type of xbc and dy: float, or __nv_bfloat16 with P = __nv_bfloat16 only (the official kernels'
+// inputs; instantiated: <float, float>, <bf16, float>, <bf16, bf16>): the bf16 operand tiles are then copied as they
+// are (cp.async where every row is 16-byte aligned) and the D skip reads the bf16 x, dy; the results are
+// bit-identical to fp32 inputs holding the same values. Every other tensor fp32 either way.
+template <typename P, typename E>
+void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
                     int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream);
 template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim, bool saved);
-template <typename P>
-void mamba2_ssd_bwd(const float* dy, const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
+template <typename P, typename E>
+void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                     int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
                     float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream);
@@ -431,11 +435,12 @@ void comba_decode(const E* q, const E* k, const E* v, const E* p, const float* g
 void mdn_decode(const float* q, const float* k, const float* v, const float* log_alpha, const float* beta,
                 const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                 int64_t value_dim, float* state, float* momentum, float* o, cudaStream_t stream);
-/// cpu::mamba2_ssd_fwd with a state: xbc [B, T, H P + 2 G N]; dt_raw [B, T, H]; dt_bias, A_log, D [H];
-/// state [B, H, P, N]; y [B, T, H P].
-void mamba2_ssd_decode(const float* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
-                       const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                       int64_t state_dim, int64_t groups, float* state, float* y, cudaStream_t stream);
+/// cpu::mamba2_ssd_fwd with a state: xbc [B, T, H P + 2 G N] (E: float, or __nv_bfloat16 as mamba2_ssd_fwd's bf16
+/// inputs, read as fp32); dt_raw [B, T, H]; dt_bias, A_log, D [H]; state [B, H, P, N]; y [B, T, H P].
+template <typename E>
+void mamba2_ssd_decode(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
+                       int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
+                       int64_t groups, float* state, float* y, cudaStream_t stream);
 /// cpu::rope_fwd_at: rope_fwd of x [B, T, H, Dh] at positions position .. position + T - 1 (rope.cu).
 template <typename T>
 void rope_fwd_at(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
