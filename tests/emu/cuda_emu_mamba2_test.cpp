@@ -200,7 +200,7 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: P = N = 128, ragged last
 }
 
 TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: partial P / N tiles (P = 80, N = 72), 4 heads a group at "
-          "P = 64 (one P tile), P = N = 64 (one tile each; T = 200: the state scan's tile pairs each used twice), "
+          "P = 64 (one P tile), P = N = 64 (one tile each, T = 200: the state scan's tile pairs each used twice), "
           "chunk 64",
           "[emu][mamba2][bf16_in]") {
   check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 1300, true});
@@ -208,7 +208,7 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: partial P / N tiles (P =
   check_case({true, 1, 200, 2, 64, 64, 1, 64, kStrong[0], kStrong[1], 1500, true});
 }
 
-TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy whose rows are not 16-byte aligned (N = 70; P = 20): the "
+TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy whose rows are not 16-byte aligned (N = 70, P = 20): the "
           "synchronous loads",
           "[emu][mamba2][bf16_in]") {
   check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 1600, true});

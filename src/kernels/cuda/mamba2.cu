@@ -683,22 +683,23 @@ __device__ void row_sum16(const float (&v)[4], float (*red)[17], float* out) {
 // operands of the dC, dB and v̄ products (steps t = 0 .. 3 PT NT - 1 in the order they run: dC S_in[p, n] over n,
 // p; dB dS[p, n] over n (kept: descending), p; v̄ dS[p, n] over p, n) are, for bf16 with N % 8 == 0, copied by cp.async
 // into the ring kStateRing - 1 steps ahead (the first ones at the start, behind the CB and DX products); else
-// loaded into b1 in place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2 and the
-// ring copied; b1 is then free): the CB and DX products each load all their tiles in one round (DX's issued before
-// the CB products), and the operands that do not change with a loop's inner index stay in shared memory instead
-// of being loaded again at every step: C, B of N tile 0 from CB through dC's first N tile (b0, b1), C of dC's last
-// N tile through dB's first (b0; dB walks the N tiles from the last); dy's P tiles, loaded for DX into the kept
-// tiles kt(p0), through the dC products and the v̄ step (x·v̄, z, (CB ∘ E)^T dy); x's P tiles, loaded into b1 and
-// cprod's tile (xk(p0)) before the dB products, through the v̄ step; B's N tiles, loaded into b0 and mdcb's tile
-// before the v̄ products. The same bf16 tiles as loaded in place.
-// bf16 inputs (E) kept, with `stage_in` (every x, B, C and dy row 16-byte aligned): those operands are copied by
-// cp.async straight into the same tiles (tile::load_h_async), in groups of their own: CB's and DX's at the start,
-// ahead of the ring's first copies; the C, B of dC's and the C of dB's later N tiles right after the barrier of that
-// N tile's first state step (the previous N tile's last reads of b0, b1 are before it); x's and B's P / N tiles (one
-// group each) right after the phase before dB / v̄. Each thread waits for its own copies of a group
-// (cp_async_wait_n: the later groups stay in flight) just before the barrier ahead of their first product; the
-// ring's waits, which count groups, are then a step stricter after an input group. bf16 inputs: D dy of dx from
-// dy's operand tile (the same values). The in-place loads (not kept) stay synchronous.
+// loaded into b1 in place (the ring's shared memory unused). Kept operands (`keep`: bf16, PT, NT <= 2, for bf16 inputs
+// every x, B, C and dy row 16-byte aligned, and the ring copied; b1 is then free): the CB and DX products each load all
+// their tiles in one round (DX's issued before the CB products), and the operands that do not change with a loop's
+// inner index stay in shared memory instead of being loaded again at every step: C, B of N tile 0 from CB through dC's
+// first N tile (b0, b1), C of dC's last N tile through dB's first (b0; dB walks the N tiles from the last); dy's P
+// tiles, loaded for DX into the kept tiles kt(p0), through the dC products and the v̄ step (x·v̄, z, (CB ∘ E)^T dy);
+// x's P tiles, loaded into b1 and cprod's tile (xk(p0)) before the dB products, through the v̄ step; B's N tiles,
+// loaded into b0 and mdcb's tile before the v̄ products. The same bf16 tiles as loaded in place.
+// bf16 inputs (E) kept: those operands are copied by cp.async straight into the same tiles (tile::load_h_async), in
+// groups of their own: CB's and DX's at the start, ahead of the ring's first copies; the C, B of dC's and the C of dB's
+// later N tiles right after the barrier of that N tile's first state step (the previous N tile's last reads of b0, b1
+// are before it); x's and B's P / N tiles (one group each) right after the phase before dB / v̄. Each thread waits for
+// its own copies of a group (cp_async_wait_n: the later groups stay in flight) just before the barrier ahead of their
+// first product; the ring's waits, which count groups, are then a step stricter after an input group. bf16 inputs: D dy
+// of dx from dy's operand tile (the same values). The in-place loads (not kept) stay synchronous. (bf16 inputs whose
+// rows cannot be copied by cp.async are not kept: the synchronous kept loads, four tiles in registers at once, would
+// raise the kernel's register peak past its 128 and spill.)
 template <typename P>
 constexpr size_t bwd_chunk_smem(bool keep) {
   return std::is_same_v<P, float>
@@ -711,7 +712,7 @@ constexpr int kBwdChunkBlocks = std::is_same_v<P, float> ? 3 : 2;
 template <typename P, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
     const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
-    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep, bool stage_in,
+    const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep,
     float* dxbc, float* ddt_raw, P* dBh, P* dCh, double* partials) {
   using L = Layout<P>;
   constexpr int ld = kLdOf<P>;
@@ -751,7 +752,7 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
   const bool async = std::is_same_v<P, __nv_bfloat16> && tile::async_ok_h(states, s.N) &&
                      tile::async_ok_h(dstates, s.N);
   const bool kept = keep && async;
-  const bool kin = kIn16 && kept && stage_in;  // (bf16 inputs) the kept operands copied by cp.async
+  const bool kin = kIn16 && kept;  // (bf16 inputs, which are kept only so) the kept operands copied by cp.async
   // (kept) the kept tile of P tile t0 / kL (< 2), after the ring: dy's, from DX to the end of v̄
   const auto kt = [&](int64_t t0) { return ring + (kStateRing + t0 / kL) * kTileOf<P>; };
   P* const x0 = ring + (kStateRing - 1) * kTileOf<P>;  // (kept) DX's x tiles: the ring's last slot, cprod's tile
@@ -1392,12 +1393,12 @@ void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float*
                      stream);
   const P* const states = saved != nullptr ? static_cast<const P*>(saved) : sc.states;
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
-  const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0;
-  // (bf16 inputs: every x, B, C and dy row 16-byte aligned, as in the forward)
-  const bool stage_in = std::is_same_v<E, __nv_bfloat16> && s.P % 8 == 0 && s.N % 8 == 0 &&
-                        async_ok(xbc, s.W) && async_ok(dy, s.XD);
+  // (bf16 inputs kept only where every x, B, C and dy row is 16-byte aligned, as in the forward: copied by cp.async)
+  const bool rows16 = s.P % 8 == 0 && s.N % 8 == 0 && async_ok(xbc, s.W) && async_ok(dy, s.XD);
+  const bool keep = std::is_same_v<P, __nv_bfloat16> && s.PT <= 2 && s.NT <= 2 && s.N % 8 == 0 &&
+                    (std::is_same_v<E, float> || rows16);
   launch(ssd_bwd_chunk_kernel<P, E>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D,
-         sc.dt, sc.G, states, sc.dstates, s, keep, stage_in, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
+         sc.dt, sc.G, states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
   // (bf16: 8 columns a thread where N % 8 == 0; dBh and dCh are 256-byte aligned, rows of N)
   constexpr int kV = std::is_same_v<P, __nv_bfloat16> ? 8 : 1;
   const int v = s.N % kV == 0 ? kV : 1;
