@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t off = idx % nv * kV, j = (idx / nv) % m + 1, x = idx / (nv * m);
     const bool is_second = x >= BH;
-    const ScanJob<__nv_bfloat16, E>& job = is_second ? second : first;
+    const ScanJob<__nv_bfloat16, E> job = is_second ? second : first;  // (a copy: no local-memory frame)
     const int64_t bh = is_second ? x - BH : x;
     float r[kV] = {};  // R_j
     for (int64_t i = 0; i < j; ++i) {
