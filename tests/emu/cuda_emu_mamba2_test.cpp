@@ -52,6 +52,7 @@ struct Case {
   double bias_lo, bias_hi;  // dt_bias uniform in [bias_lo, bias_hi)
   uint64_t seed;
   bool bf16_in = false;  // (bf16 compute) xbc and dy given to the core in bf16
+  int segments = 0;      // the cores' scan_segments (0: their choice from the emulated device's 132 SMs)
   int64_t XD() const { return H * P; }
   int64_t W() const { return H * P + 2 * G * N; }
   std::string tag() const {
@@ -59,7 +60,7 @@ struct Case {
            ") B=" + std::to_string(B) + " T=" + std::to_string(T) +
            " H=" + std::to_string(H) + " P=" + std::to_string(P) + " N=" + std::to_string(N) +
            " G=" + std::to_string(G) + " chunk=" + std::to_string(chunk) + " dt_bias in [" +
-           std::to_string(bias_lo) + ", " + std::to_string(bias_hi) + ")";
+           std::to_string(bias_lo) + ", " + std::to_string(bias_hi) + ") scan_segments=" + std::to_string(segments);
   }
 };
 // check_ssd's decay regimes: Mamba's init (Δ around 0.02) and strong decays (Δ around 1.3: a token's decay down to
@@ -94,30 +95,41 @@ struct Inputs {
 
 /// The forward, then the backward, in the emulator under `cfg`, twice: without a saved set (the backward recomputes
 /// the chunk states), then with one (kept from the forward); y, dxbc, ddt_raw, the scratch and the saved set start
-/// as NaN, the scratch again before each call. The outputs of both passes, in that order. E: the element type of xbc
-/// and dy.
+/// as NaN, the scratch again before each call. The outputs of both passes, in that order; with `states`, also the
+/// saved set's chunk states after the forward (P = bf16: as floats). E: the element type of xbc and dy.
 template <typename P, typename E = float>
-std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg) {
+std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg,
+                                                std::vector<float>* states = nullptr) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const size_t rows = c.B * c.T;
   const Input<E> xbc(in.xbc), dy(in.dy);
   const Buffer dt_raw(in.dt_raw), dt_bias(in.dt_bias), A_log(in.A_log), D(in.D);
-  Buffer scratch(std::max(cu::mamba2_ssd_fwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false),
-                          cu::mamba2_ssd_bwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false)) / 4 + 1);
-  const Buffer saved(cu::mamba2_ssd_saved_bytes<P>(c.B, c.T, c.H, c.P, c.N) / 4 + 1);
+  Buffer scratch(std::max(cu::mamba2_ssd_fwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false, c.segments),
+                          cu::mamba2_ssd_bwd_scratch_bytes<P>(c.B, c.T, c.H, c.P, c.N, false, c.segments)) / 4 + 1);
+  const size_t saved_bytes = cu::mamba2_ssd_saved_bytes<P>(c.B, c.T, c.H, c.P, c.N);
+  const Buffer saved(saved_bytes / 4 + 1);
   std::vector<std::vector<float>> out;
   for (float* sv : {static_cast<float*>(nullptr), saved.get()}) {
     const Buffer y(rows * c.XD());
     std::memset(scratch.get(), 0xff, scratch.n * 4);
     cu::mamba2_ssd_fwd<P>(xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P, c.N,
-                          c.G, y.get(), sv, scratch.get(), nullptr);
+                          c.G, y.get(), sv, scratch.get(), nullptr, c.segments);
+    if (sv != nullptr && states != nullptr) {
+      states->resize(saved_bytes / sizeof(P));
+      for (size_t i = 0; i < states->size(); ++i) {
+        if constexpr (std::is_same_v<P, float>)
+          (*states)[i] = sv[i];
+        else
+          (*states)[i] = bf16_value(reinterpret_cast<const uint16_t*>(sv)[i]);
+      }
+    }
     std::memset(scratch.get(), 0xff, scratch.n * 4);
     const Buffer dxbc(rows * c.W()), ddt_raw(rows * c.H), ddt_bias(in.acc(0, c.H)), dA_log(in.acc(1, c.H)),
         dD(in.acc(2, c.H));
     cu::mamba2_ssd_bwd<P>(dy.get(), xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H,
                           c.P, c.N, c.G, sv, dxbc.get(), ddt_raw.get(), ddt_bias.get(), dA_log.get(), dD.get(),
-                          scratch.get(), nullptr);
+                          scratch.get(), nullptr, c.segments);
     for (const Buffer* b : {&y, &dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) out.push_back(b->host());
   }
   return out;
@@ -167,6 +179,30 @@ void check_case(const Case& c) {
   for (size_t i = 0; i < kOutputs; ++i) require_close(first[i], ref[i], kNames[i], tol, floors[i]);
 }
 
+// A bf16 case with segmented state scans (c.segments > 1, or 0 where the emulated device picks more than one)
+// checked as check_case does, then against the same case scanned in one walk (scan_segments = 1), on the reference
+// configuration: y, dxbc, ddt_raw within the CPU tolerance of the one walk's, and the forward's chunk states (the
+// saved set) within 2^-6 of their largest magnitude M: a state's part from within its segment is rounded to bf16 by
+// the scan and the sum once more by the fix-up (half an ulp, at most 2^-8 relative, of values up to 2 M and M), the
+// one walk's once (M 2^-8): 4 x 2^-8 in all.
+void check_segmented(const Case& c) {
+  REQUIRE((c.bf16 && c.segments != 1));
+  check_case(c);
+  INFO(c.tag());
+  const Inputs in(c);
+  Case one = c;
+  one.segments = 1;
+  const auto run = [&](const Case& k, std::vector<float>* states) {
+    return k.bf16_in ? run_emulated_as<__nv_bfloat16, __nv_bfloat16>(k, in, kConfigs[0], states)
+                     : run_emulated_as<__nv_bfloat16>(k, in, kConfigs[0], states);
+  };
+  std::vector<float> states, states_one;
+  const std::vector<std::vector<float>> seg = run(c, &states), whole = run(one, &states_one);
+  for (size_t i = 0; i < 3; ++i)
+    require_close(seg[i], whole[i], std::string(kNames[i]) + ": segmented vs one walk", kBf16CoreTol);
+  require_close(states, states_one, "the forward's chunk states: segmented vs one walk", 0x1p-6);
+}
+
 }  // namespace
 
 TEST_CASE("cuda emu: bf16 Mamba2 SSD, P = N = 128, ragged last chunk (CPU chunk 256)", "[emu][mamba2]") {
@@ -213,4 +249,29 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy whose rows are not 16-byt
           "[emu][mamba2][bf16_in]") {
   check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 1600, true});
   check_case({true, 1, 130, 2, 20, 64, 1, 64, kMild[0], kMild[1], 1700, true});
+}
+
+// Long sequences with few scan blocks: the state scans walk segments of the chunks in parallel, then a fix-up adds the
+// states entering them (two-level scan). T = 1538: 25 chunks, the last of 2 tokens; B H PT NT = 2 scan blocks, so the
+// emulated device's 132 SMs pick 3 segments (of 9, 9 and 7 chunks: at least 8 each); forced: 4 (7, 7, 7, 4) and 25 (a
+// segment per chunk); weak decay (e^Γ ≈ 0.7-1 a chunk: the entering states matter across whole segments) and strong.
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans: the SM count's choice (3 segments), bf16 xbc, dy",
+          "[emu][mamba2][segments]") {
+  namespace cu = llmt::cuda;
+  const Case c{true, 1, 1538, 2, 64, 64, 1, 64, kWeak[0], kWeak[1], 1800, true};
+  for (const bool saved : {false, true}) {  // (the automatic choice is 3: its scratch is that of 3 forced)
+    const size_t fwd = cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved);
+    const size_t bwd = cu::mamba2_ssd_bwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved);
+    CHECK(fwd == cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 3));
+    CHECK(bwd == cu::mamba2_ssd_bwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 3));
+    CHECK(fwd > cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 1));
+  }
+  check_segmented(c);
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans forced: 4 segments (partial tiles P = 80, N = 72, fp32 "
+          "xbc, dy; strong decay) and 25 (a segment per chunk, N = 70: one element a fix-up thread)",
+          "[emu][mamba2][segments]") {
+  check_segmented({true, 1, 1538, 1, 80, 72, 1, 64, kStrong[0], kStrong[1], 1900, false, 4});
+  check_segmented({true, 1, 1538, 1, 16, 70, 1, 64, kWeak[0], kWeak[1], 2000, false, 25});
 }

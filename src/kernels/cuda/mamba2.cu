@@ -10,7 +10,10 @@
 //           fp32: outer  each chunk's contribution Σ_i w_i u_i v_i^T    (blocks over b, h, chunk, P/N tiles)
 //                 scan   the running sum over the chunks                (one thread per state element)
 //           bf16: state_scan  both at once, the state in registers     (blocks over b, h, P/N tiles; the
-//                             backward's two scans in one launch)
+//                             backward's two scans in one launch; where those are few and T long, over
+//                             segments of the chunks too, each from a zero state)
+//                 segment_fix (segmented) each segment's entering state, its decayed part added to the
+//                             segment's states                            (one thread per state elements)
 //   fwd:    y from the intra-chunk mask and the entering state          (blocks over b, chunk, P tile, 1-4 heads)
 //   bwd:    every gradient of one chunk from S_in and dS_out            (blocks over b, h, chunk)
 // then fixed-order sums of dB, dC over a group's heads and of dA_log, ddt_bias, dD over (b, chunk).
@@ -49,6 +52,7 @@
 #include "kernels/cuda/delta_chunk.cuh"
 #include "kernels/cuda/delta_tile.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/side_stream.cuh"
 
 namespace llmt::cuda {
 namespace {
@@ -96,13 +100,47 @@ Sizes make_sizes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim
           groups * state_dim};
 }
 
+// A bf16 scan's chunks (in scan order q: chunk k = q forward, nc - 1 - q reverse) cut into n segments of len chunks
+// (the last one possibly shorter, none empty), scanned in parallel (two-level scan: ssd_state_scan_kernel, then
+// ssd_segment_fix_kernel). n = 1: the whole sequence in one block's walk, no fix-up.
+struct Segments {
+  int64_t n, len;
+};
+
+// Blocks of ssd_state_scan_kernel an SM holds (staged) and the fewest chunks an automatic segment walks.
+constexpr int64_t kScanBlocksPerSm = 4, kMinSegmentChunks = 8;
+
+// The segments of a call's scans: fp32 compute (P = float) 1; bf16 `forced` (> 0: tests, benchmarks) or, by default
+// (0), more than one only where one scan's blocks (B H PT NT) fit one block an SM (the walk's latency, not the
+// SMs, bounds the scan): then as many as fill kScanBlocksPerSm blocks an SM, each at least kMinSegmentChunks
+// chunks long (shape (b) on 132 SMs: 8 of 32 chunks). At most nc, lengths rounded up (so n may drop). The same for
+// every scan of a call and for the forward and the backward: the backward's recomputed states are the forward's bits.
+template <typename P>
+Segments choose_segments(const Sizes& s, int forced) {
+  int64_t n = 1;
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    const int64_t blocks = s.B * s.H * s.PT * s.NT;
+    if (forced > 0) {
+      n = forced;
+    } else if (blocks > 0) {
+      const int64_t sms = sm_count();
+      if (blocks <= sms) n = std::min(kScanBlocksPerSm * sms / blocks, s.nc / kMinSegmentChunks);
+    }
+  }
+  n = std::max<int64_t>(1, std::min(n, s.nc));
+  const int64_t len = std::max<int64_t>(1, ceil_div(s.nc, n));
+  return {std::max<int64_t>(1, ceil_div(s.nc, len)), len};
+}
+
 // The scratch carved into its arrays (256-byte aligned), or only sized when base is null.
 // dt [B, H, nc kL] (Δ, 0 past T); G [B, H, nc kL] (chunk-local inclusive cumsum of Δ A, flat past T);
 // states [B, H, nc, P, N] of element type S (fp32: the chunk contributions, then the entering states; bf16:
 // the entering states; not carved with `saved`: the caller's saved set holds them, states_bytes); backward only:
 // dstates (the adjoints of the states leaving each chunk, same type), dBh, dCh [B, H, nc kL, N] (per-head dB,
 // dC; same type: bf16 halves the bytes of the backward's largest writes and their reads by the group sum),
-// partials [B, H, nc, 3] (ddt_bias, dA, dD).
+// partials [B, H, nc, 3] (ddt_bias, dA, dD); segmented scans (segs.n > 1, bf16), per scan job of the call (the
+// backward's two without `saved`, else one): ends [B, H, segs.n - 1, P, N] (fp32) and gam [B, H, segs.n - 1]
+// (ScanJob), the jobs' arrays one after the other.
 template <typename S>
 struct Scratch {
   float* dt = nullptr;
@@ -112,6 +150,8 @@ struct Scratch {
   S* dBh = nullptr;
   S* dCh = nullptr;
   double* partials = nullptr;
+  float* ends = nullptr;
+  double* gam = nullptr;
 };
 
 template <typename S>
@@ -120,7 +160,7 @@ size_t states_bytes(const Sizes& s) {
 }
 
 template <typename S>
-size_t carve(const Sizes& s, bool backward, bool saved, void* base, Scratch<S>* out) {
+size_t carve(const Sizes& s, bool backward, bool saved, Segments segs, void* base, Scratch<S>* out) {
   size_t off = 0;
   auto take = [&](auto*& p, int64_t n) {
     using T = std::remove_reference_t<decltype(*p)>;
@@ -137,6 +177,11 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* base, Scratch<S>* 
     take(sc.dBh, rows * s.N);
     take(sc.dCh, rows * s.N);
     take(sc.partials, bh * s.nc * 3);
+  }
+  if (segs.n > 1) {
+    const int64_t ends = (backward && !saved ? 2 : 1) * bh * (segs.n - 1);
+    take(sc.ends, ends * s.P * s.N);
+    take(sc.gam, ends);
   }
   if (out != nullptr) *out = sc;
   return off;
@@ -328,6 +373,8 @@ constexpr size_t state_scan_smem(bool staged) {
 // One scan over the chunks (S: the element type of out; E: the inputs'): out[b, h, k] = the states entering the
 // chunks (forward, reverse = false: u = x, v = B, u_row = W) or the adjoints of the states leaving them (reverse:
 // u = dy, v = C, u_row = XD); u, v, u_row as in ssd_chunk_outer_kernel.
+// Segmented (bf16, Segments::n > 1): ends [B, H, n - 1, P, N] and gam [B, H, n - 1], the end states and total
+// log-decays of the job's segments but the last (ssd_state_scan_kernel, read by ssd_segment_fix_kernel).
 template <typename S, typename E>
 struct ScanJob {
   const E* u;
@@ -335,6 +382,8 @@ struct ScanJob {
   const E* v;
   bool reverse;
   S* out;
+  float* ends = nullptr;
+  double* gam = nullptr;
 };
 
 // How far ssd_state_scan_kernel's L2 prefetch runs ahead: during chunk q's product the block copies chunk q + 1's
@@ -353,13 +402,16 @@ constexpr int kScanAhead = 2;
 // straight into the other of two pairs of operand tiles (tile::load_h_async), issued as soon as the product that
 // read that pair (two chunks before) is done, and the copying thread scales its own pieces of u in place
 // (tile::scale_h_async). Otherwise the tiles are loaded synchronously (tile::load_h); the same bf16 tiles every
-// way. Grid (jobs B H, PT, NT): blocks x < B H scan `first`, the others `second` (the backward's two scans in one
-// launch: 512 blocks at shape (a), one wave at 4 blocks per SM); state_scan_smem<E>(kStaged) of dynamic shared
-// memory; two barriers per chunk.
+// way. Segmented (segs.n > 1; Segments): the block walks only its segment's chunks, from R = 0: out gets the states
+// of the segment alone, and each segment but the last stores its end state R (fp32, job.ends) and its total log-decay
+// Σ Γ_k (double, job.gam, from the blocks of P, N tile 0) for ssd_segment_fix_kernel, which adds the entering state's
+// part. Grid (jobs B H segs.n, PT, NT): x / segs.n < B H scan `first`, the others `second` (the backward's two scans in
+// one launch: 512 blocks at shape (a), one wave at 4 blocks per SM), segment x % segs.n; state_scan_smem<E>(kStaged) of
+// dynamic shared memory; two barriers per chunk.
 template <bool kStaged, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 blocks per SM (<= 64 registers)
     ssd_state_scan_kernel(ScanJob<__nv_bfloat16, E> first, ScanJob<__nv_bfloat16, E> second, const float* dt,
-                          const double* G, Sizes s) {
+                          const double* G, Sizes s, Segments segs) {
   using L = tile::Mma;
   constexpr bool kDirect = kStaged && std::is_same_v<E, __nv_bfloat16>;  // bf16 rows straight into the tiles
   extern __shared__ __align__(16) char smem_raw[];
@@ -370,11 +422,13 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
   const auto pair = [&](int64_t q) { return bu + 2 * (q & 1) * tile::kTileHalves; };  // (kDirect) u; v after it
   __shared__ float w[kL];
   __shared__ float gam;
-  const int64_t BH = s.B * s.H;
-  const bool is_second = blockIdx.x >= BH;
+  const int64_t BH = s.B * s.H, x = blockIdx.x / segs.n, seg = blockIdx.x % segs.n;
+  const bool is_second = x >= BH;
   const ScanJob<__nv_bfloat16, E> job = is_second ? second : first;
   const bool reverse = job.reverse;
-  const int64_t bh = is_second ? blockIdx.x - BH : blockIdx.x, pt = blockIdx.y, nt = blockIdx.z;
+  const int64_t bh = is_second ? x - BH : x, pt = blockIdx.y, nt = blockIdx.z;
+  // The segment's steps q0 .. q1 - 1; those before qr are read (the state past the last chunk is not needed).
+  const int64_t q0 = seg * segs.len, q1 = q0 + segs.len < s.nc ? q0 + segs.len : s.nc, qr = q1 < s.nc ? q1 : s.nc - 1;
   const int64_t b = bh / s.H, h = bh % s.H, g = h / (s.H / s.G), p0 = pt * kL, n0 = nt * kL;
   const int np = imin(kL, s.P - p0), nn = imin(kL, s.N - n0);
   const auto chunk = [&](int64_t q) { return reverse ? s.nc - 1 - q : q; };
@@ -409,24 +463,24 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
     tile::prefetch_l2(G + bhk * kL, 0, 1, sizeof(double) * kL);
     tile::prefetch_l2(dt + bhk * kL, 0, 1, sizeof(float) * kL);
   };
-  // Chunks 0 .. nc - 2 are read (the state past the last chunk is not needed).
-  if (s.nc > 1) fetch(0);
-  for (int64_t q = 1; q <= kScanAhead && q < s.nc - 1; ++q) prefetch(q);
+  if (q0 < qr) fetch(q0);
+  for (int64_t q = q0 + 1; q <= q0 + kScanAhead && q < qr; ++q) prefetch(q);
   Acc R;
   R.zero();
-  for (int64_t q = 0; q < s.nc; ++q) {
+  double gsum = 0.0;  // (thread 0) Σ Γ over the steps so far
+  for (int64_t q = q0; q < q1; ++q) {
     tile::store_acc_bf16(R, job.out + (bh * s.nc + chunk(q)) * s.P * s.N + p0 * s.N + n0, s.N, np, nn);
     if (q == s.nc - 1) break;
     if (threadIdx.x < kL) {
       w[threadIdx.x] = reverse ? expf(static_cast<float>(Gi)) : expf(static_cast<float>(last - Gi)) * di;
-      if (threadIdx.x == 0) gam = expf(static_cast<float>(last));
+      if (threadIdx.x == 0) gam = expf(static_cast<float>(last)), gsum += last;
     }
     if (kStaged) tile::cp_async_wait<0>();  // this chunk's staged tiles (the thread's own pieces)
     __syncthreads();  // w, gam written; the previous chunk's mma (reading bu, bv) is done
     const auto scale = [&](int r) { return w[r]; };
     if constexpr (kDirect) {
-      if (q + 1 < s.nc - 1) fetch(q + 1);  // into the other pair (its reader, chunk q - 1's product, is done)
-      if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
+      if (q + 1 < qr) fetch(q + 1);  // into the other pair (its reader, chunk q - 1's product, is done)
+      if (q + 1 + kScanAhead < qr) prefetch(q + 1 + kScanAhead);
       tile::scale_h_async(pair(q), tokens(q), scale);  // w_i u_i, the thread's own pieces (landed: the wait above)
     } else if (kStaged) {
       tile::put_h_staged(bu, gu, tokens(q), scale);
@@ -440,13 +494,98 @@ __global__ void __launch_bounds__(kSsdThreads, kStaged ? 4 : 2)  // staged: 4 bl
       for (int c = 0; c < 4; ++c) R.v[a][c] *= e;
     __syncthreads();  // bu, bv (kDirect: chunk q's pair) complete; every read of the staging tiles done
     if constexpr (!kDirect) {
-      if (q + 1 < s.nc - 1) fetch(q + 1);
-      if (q + 1 + kScanAhead < s.nc - 1) prefetch(q + 1 + kScanAhead);
+      if (q + 1 < qr) fetch(q + 1);
+      if (q + 1 + kScanAhead < qr) prefetch(q + 1 + kScanAhead);
     }
     if constexpr (kDirect)
       L::mma<true, false>(pair(q), pair(q) + tile::kTileHalves, R);  // R[p][n] += Σ_i (w_i u_i[p]) v_i[n]
     else
       L::mma<true, false>(bu, bv, R);
+  }
+  if (seg < segs.n - 1) {  // the segment's end state and log-decay
+    const int64_t e = bh * (segs.n - 1) + seg;
+    float* o = job.ends + e * s.P * s.N + p0 * s.N + n0;
+    for (int a = 0; a < 4; ++a)
+      for (int c = 0; c < 4; ++c) {
+        const int p = L::row(a), n = L::col(c);
+        if (p < np && n < nn) o[p * s.N + n] = R.v[a][c];
+      }
+    if (threadIdx.x == 0 && pt == 0 && nt == 0) job.gam[e] = gsum;
+  }
+}
+
+// (defined with ssd_group_sum_kernel) The kV elements at p as float.
+template <int kV, typename E>
+__device__ __forceinline__ void load_part(const E* p, float (&v)[kV]);
+
+// The kV floats v rounded to bf16 at p: one element, or (kV = 8, p 16-byte aligned) one 16-byte store.
+template <int kV>
+__device__ __forceinline__ void store_part_bf16(__nv_bfloat16* p, const float (&v)[kV]) {
+  if constexpr (kV == 1) {
+    *p = __float2bfloat16_rn(v[0]);
+  } else {
+    static_assert(kV == 8, "store_part_bf16: 1 or 8 elements");
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) h[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+}
+
+// How many chunks ssd_segment_fix_kernel's threads load before they store any (loads in flight together).
+constexpr int kFixAhead = 4;
+
+// (bf16 models, segmented scans: Segments) The second level of ssd_state_scan_kernel's two-level scan: segment
+// j >= 1 of a job enters with the true state R_j = e^{γ_{j-1}} R_{j-1} + E_{j-1} (R_0 = 0; E_i, γ_i segment i's end
+// state from R = 0 and its total log-decay: job.ends, job.gam; fp32, each exponent rounded from double as in the
+// scan), and each of its outputs (the segment's own states, bf16) becomes out[k] = bf16(out[k] + e^{c_k} R_j), c_k
+// the sum (double) of Γ over the segment's steps before chunk k's (scan order q: reverse jobs mirrored as in the
+// scan). So out holds the states of the whole sequence, their part from within the segment rounded to bf16 twice
+// (by the scan, then with the sum here), the first chunk's (out = 0 + R_j) and every state of segment 0 once. Each
+// thread does kV adjacent elements of P N (8: N % 8 == 0 and every out 16-byte aligned, one 16-byte access a chunk;
+// else 1), kFixAhead chunks' loads before their stores. `jobs` (1, 2): first, second as in ssd_state_scan_kernel.
+// (one thread per (job, b, h, segment >= 1, kV elements))
+template <int kV, typename E>
+__global__ void __launch_bounds__(kThreads)
+    ssd_segment_fix_kernel(ScanJob<__nv_bfloat16, E> first, ScanJob<__nv_bfloat16, E> second, int jobs,
+                           const double* G, Sizes s, Segments segs) {
+  const int64_t PN = s.P * s.N, nv = PN / kV, BH = s.B * s.H, m = segs.n - 1, n = jobs * BH * m * nv;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t off = idx % nv * kV, j = (idx / nv) % m + 1, x = idx / (nv * m);
+    const bool is_second = x >= BH;
+    const ScanJob<__nv_bfloat16, E> job = is_second ? second : first;  // (a copy: no local-memory frame)
+    const int64_t bh = is_second ? x - BH : x;
+    float r[kV] = {};  // R_j
+    for (int64_t i = 0; i < j; ++i) {
+      const int64_t e = bh * m + i;
+      const float d = expf(static_cast<float>(job.gam[e]));
+      const float* src = job.ends + e * PN + off;
+#pragma unroll
+      for (int v = 0; v < kV; ++v) r[v] = d * r[v] + src[v];
+    }
+    const int64_t q0 = j * segs.len, q1 = q0 + segs.len < s.nc ? q0 + segs.len : s.nc;
+    const auto at = [&](int64_t q) { return (bh * s.nc + (job.reverse ? s.nc - 1 - q : q)); };  // (b, h, chunk)
+    double c = 0.0;
+    for (int64_t qb = q0; qb < q1; qb += kFixAhead) {
+      float o[kFixAhead][kV];
+      double g[kFixAhead];
+#pragma unroll
+      for (int a = 0; a < kFixAhead; ++a)
+        if (qb + a < q1) {
+          load_part(job.out + at(qb + a) * PN + off, o[a]);
+          g[a] = G[at(qb + a) * kL + kL - 1];
+        }
+#pragma unroll
+      for (int a = 0; a < kFixAhead; ++a)
+        if (qb + a < q1) {
+          const float f = expf(static_cast<float>(c));
+#pragma unroll
+          for (int v = 0; v < kV; ++v) o[a][v] += f * r[v];
+          store_part_bf16(job.out + at(qb + a) * PN + off, o[a]);
+          c += g[a];
+        }
+    }
   }
 }
 
@@ -1298,10 +1437,11 @@ ScanJob<P, E> states_job(const E* xbc, const Sizes& s, P* out) {
 // Δ and G (prep), then the n (1 or 2) scans of `jobs`: the forward's (states_job) and / or the backward's adjoints
 // into sc.dstates (the reverse scan: from dy, C). P = float: per scan the chunks' contributions
 // (ssd_chunk_outer_kernel), then the scan over them (ssd_scan_kernel); bf16: ssd_state_scan_kernel, both scans in
-// one launch, staged where every row of every u and v is 16-byte aligned. E: the inputs' type (bf16: P = bf16 only).
+// one launch, staged where every row of every u and v is 16-byte aligned, over segs (choose_segments; sc carved for
+// them) and where segs.n > 1 then ssd_segment_fix_kernel. E: the inputs' type (bf16: P = bf16 only).
 template <typename P, typename E>
 void chunk_states(const ScanJob<P, E>* jobs, int n, const float* dt_raw, const float* dt_bias, const float* A_log,
-                  const Sizes& s, const Scratch<P>& sc, cudaStream_t stream) {
+                  const Sizes& s, Segments segs, const Scratch<P>& sc, cudaStream_t stream) {
   const dim3 prep(static_cast<unsigned>(s.nc), static_cast<unsigned>(ceil_div(s.H, kPrepHeads)),
                   static_cast<unsigned>(s.B));
   launch(ssd_prep_kernel, prep, 0, stream, dt_raw, dt_bias, A_log, s, sc.dt, sc.G);
@@ -1318,9 +1458,21 @@ void chunk_states(const ScanJob<P, E>* jobs, int n, const float* dt_raw, const f
     // (u's rows start h P + a multiple of u_row elements after u, v's g N + a multiple of W after v)
     bool staged = s.P % kPiece<E> == 0 && s.N % kPiece<E> == 0;
     for (int i = 0; i < n; ++i) staged = staged && async_ok(jobs[i].u, jobs[i].u_row) && async_ok(jobs[i].v, s.W);
+    ScanJob<P, E> js[2] = {jobs[0], jobs[n - 1]};
+    const int64_t ends = s.B * s.H * (segs.n - 1);  // each job's segment ends (segs.n > 1)
+    for (int i = 0; i < n && segs.n > 1; ++i) js[i].ends = sc.ends + i * ends * s.P * s.N, js[i].gam = sc.gam + i * ends;
     const auto kernel = staged ? ssd_state_scan_kernel<true, E> : ssd_state_scan_kernel<false, E>;
-    const dim3 grid(static_cast<unsigned>(n * s.B * s.H), static_cast<unsigned>(s.PT), static_cast<unsigned>(s.NT));
-    launch(kernel, grid, state_scan_smem<E>(staged), stream, jobs[0], jobs[n - 1], sc.dt, sc.G, s);
+    const dim3 grid(static_cast<unsigned>(n * s.B * s.H * segs.n), static_cast<unsigned>(s.PT),
+                    static_cast<unsigned>(s.NT));
+    launch(kernel, grid, state_scan_smem<E>(staged), stream, js[0], js[n - 1], sc.dt, sc.G, s, segs);
+    if (segs.n > 1) {
+      // (8 elements a thread where every out is 16-byte aligned: states, dstates and saved sets hold whole P N rows)
+      bool wide = s.N % 8 == 0;
+      for (int i = 0; i < n; ++i) wide = wide && reinterpret_cast<uintptr_t>(js[i].out) % 16 == 0;
+      const int v = wide ? 8 : 1;
+      launch(wide ? ssd_segment_fix_kernel<8, E> : ssd_segment_fix_kernel<1, E>,
+             grid_for(n * ends * s.P * s.N / v), 0, stream, js[0], js[n - 1], n, sc.G, s, segs);
+    }
   }
 }
 
@@ -1333,29 +1485,32 @@ size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int
 
 template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim, bool saved) {
-  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), false, saved, nullptr, nullptr);
+                                    int64_t state_dim, bool saved, int scan_segments) {
+  const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, 1);
+  return carve<P>(s, false, saved, choose_segments<P>(s, scan_segments), nullptr, nullptr);
 }
 
 template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim, bool saved) {
-  return carve<P>(make_sizes(batch, seq_len, heads, head_dim, state_dim, 1), true, saved, nullptr, nullptr);
+                                    int64_t state_dim, bool saved, int scan_segments) {
+  const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, 1);
+  return carve<P>(s, true, saved, choose_segments<P>(s, scan_segments), nullptr, nullptr);
 }
 
 template <typename P, typename E>
 void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream) {
+                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream, int scan_segments) {
   static_assert(std::is_same_v<E, float> || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
+  const Segments segs = choose_segments<P>(s, scan_segments);
   Scratch<P> sc;
-  carve(s, false, saved != nullptr, scratch, &sc);
+  carve(s, false, saved != nullptr, segs, scratch, &sc);
   P* const states = saved != nullptr ? static_cast<P*>(saved) : sc.states;  // the entering states
   const ScanJob<P, E> job = states_job(xbc, s, states);
-  chunk_states<P, E>(&job, 1, dt_raw, dt_bias, A_log, s, sc, stream);
+  chunk_states<P, E>(&job, 1, dt_raw, dt_bias, A_log, s, segs, sc, stream);
   // Heads per ssd_fwd_out_kernel block: bf16 4 or 2 of a group where they divide its heads (fp32: 1, its 64
   // registers do not hold the kept C B^T).
   const int64_t hpg = s.H / s.G;
@@ -1380,17 +1535,19 @@ template <typename P, typename E>
 void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                     int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
-                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream) {
+                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream,
+                    int scan_segments) {
   static_assert(std::is_same_v<E, float> || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
   if (s.B * s.T * s.H == 0) return;
+  const Segments segs = choose_segments<P>(s, scan_segments);
   Scratch<P> sc;
-  carve(s, true, saved != nullptr, scratch, &sc);
+  carve(s, true, saved != nullptr, segs, scratch, &sc);
   // The adjoints' scan, after the forward's (recomputing the entering states) unless the forward saved them.
   const ScanJob<P, E> jobs[2] = {states_job(xbc, s, sc.states), {dy, s.XD, xbc + s.XD + s.GN, true, sc.dstates}};
-  chunk_states<P, E>(saved != nullptr ? jobs + 1 : jobs, saved != nullptr ? 1 : 2, dt_raw, dt_bias, A_log, s, sc,
-                     stream);
+  chunk_states<P, E>(saved != nullptr ? jobs + 1 : jobs, saved != nullptr ? 1 : 2, dt_raw, dt_bias, A_log, s, segs,
+                     sc, stream);
   const P* const states = saved != nullptr ? static_cast<const P*>(saved) : sc.states;
   const dim3 grid(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
   // (bf16 inputs kept only where every x, B, C and dy row is 16-byte aligned, as in the forward: copied by cp.async)
@@ -1409,15 +1566,15 @@ void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float*
 
 #define LLMT_INSTANTIATE_MAMBA2_SIZES(P)                                                                            \
   template size_t mamba2_ssd_saved_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t);                          \
-  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);               \
-  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+  template size_t mamba2_ssd_fwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool, int);          \
+  template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool, int);
 #define LLMT_INSTANTIATE_MAMBA2(P, E)                                                                               \
   template void mamba2_ssd_fwd<P, E>(const E*, const float*, const float*, const float*, const float*, int64_t,    \
                                      int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, void*,             \
-                                     cudaStream_t);                                                                 \
+                                     cudaStream_t, int);                                                            \
   template void mamba2_ssd_bwd<P, E>(const E*, const E*, const float*, const float*, const float*, const float*,   \
                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*, float*,     \
-                                     float*, float*, float*, float*, void*, cudaStream_t);
+                                     float*, float*, float*, float*, void*, cudaStream_t, int);
 LLMT_INSTANTIATE_MAMBA2_SIZES(float)
 LLMT_INSTANTIATE_MAMBA2_SIZES(__nv_bfloat16)
 LLMT_INSTANTIATE_MAMBA2(float, float)

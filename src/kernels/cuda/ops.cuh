@@ -270,8 +270,8 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
 // dA_log, dD [H]; y, dy [B, T, H P]. Overwritten: y, dxbc, ddt_raw; accumulated (fixed-order sums, no
 // atomics): ddt_bias, dA_log, dD. The kernels chunk the sequence into 64 tokens whatever the layer's
 // chunk_size (the result does not depend on it beyond rounding). G must divide H. `scratch` must hold
-// mamba2_ssd_{fwd,bwd}_scratch_bytes<P>(..., saved != nullptr) (O(B H (T/64) P N) elements of P: the chunk
-// states; without saved, the entering states among them).
+// mamba2_ssd_{fwd,bwd}_scratch_bytes<P>(..., saved != nullptr, scan_segments) (O(B H (T/64) P N) elements of P: the
+// chunk states; without saved, the entering states among them; with segmented scans also fp32 segment end states).
 // saved: nullptr, or mamba2_ssd_saved_bytes<P> of memory (16-byte aligned for the bf16 kernels' cp.async copies,
 // else they load synchronously) kept from a mamba2_ssd_fwd to the mamba2_ssd_bwd of the same inputs: the forward
 // writes the states entering each chunk [B, H, ceil(T / 64), P, N] (element type P) there instead of into its
@@ -281,21 +281,28 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
 // inputs; instantiated: <float, float>, <bf16, float>, <bf16, bf16>): the bf16 operand tiles are then copied as they
 // are (cp.async where every row is 16-byte aligned) and the D skip reads the bf16 x, dy; the results are
 // bit-identical to fp32 inputs holding the same values. Every other tensor fp32 either way.
+// scan_segments (bf16 compute; ignored with fp32): how many segments of the sequence each chunk-state scan walks in
+// parallel before a fix-up adds the states entering them (mamba2.cu Segments): 0 (the default) picks it from the
+// SM count and the shape (more than 1 only where B H ceil(P / 64) ceil(N / 64) <= SMs and ceil(T / 64) >= 16);
+// > 0 forces it (tests, benchmarks; at most ceil(T / 64)). It changes the stored states' rounding, not the math: pass
+// the same value to the scratch sizes and to the forward and backward of one step (the saved set's states are then
+// the recompute's bits).
 template <typename P, typename E>
 void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream);
+                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream, int scan_segments = 0);
 template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim, bool saved);
+                                    int64_t state_dim, bool saved, int scan_segments = 0);
 template <typename P, typename E>
 void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                     int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
-                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream);
+                    float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream,
+                    int scan_segments = 0);
 template <typename P>
 size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                                    int64_t state_dim, bool saved);
+                                    int64_t state_dim, bool saved, int scan_segments = 0);
 /// Bytes of mamba2_ssd_fwd / mamba2_ssd_bwd's saved set: sizeof(P) B H ceil(T / 64) P N (bf16 at B = 4, T = 4096,
 /// H = 16, P = N = 128: 128 MiB; fp32 twice that).
 template <typename P>
