@@ -270,7 +270,7 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans: the SM count's choi
 }
 
 TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans forced: 4 segments (partial tiles P = 80, N = 72, fp32 "
-          "xbc, dy; strong decay) and 25 (a segment per chunk, N = 70: one element a fix-up thread)",
+          "xbc, dy, strong decay) and 25 (a segment per chunk, N = 70: one element a fix-up thread)",
           "[emu][mamba2][segments]") {
   check_segmented({true, 1, 1538, 1, 80, 72, 1, 64, kStrong[0], kStrong[1], 1900, false, 4});
   check_segmented({true, 1, 1538, 1, 16, 70, 1, 64, kWeak[0], kWeak[1], 2000, false, 25});
