@@ -244,34 +244,33 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: partial P / N tiles (P =
   check_case({true, 1, 200, 2, 64, 64, 1, 64, kStrong[0], kStrong[1], 1500, true});
 }
 
-TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy whose rows are not 16-byte aligned (N = 70, P = 20): the "
-          "synchronous loads",
-          "[emu][mamba2][bf16_in]") {
-  check_case({true, 1, 130, 2, 16, 70, 1, 64, kMild[0], kMild[1], 1600, true});
-  check_case({true, 1, 130, 2, 20, 64, 1, 64, kMild[0], kMild[1], 1700, true});
-}
-
 // Long sequences with few scan blocks: the state scans walk segments of the chunks in parallel, then a fix-up adds the
-// states entering them (two-level scan). T = 1538: 25 chunks, the last of 2 tokens; B H PT NT = 2 scan blocks, so the
-// emulated device's 132 SMs pick 3 segments (of 9, 9 and 7 chunks: at least 8 each); forced: 4 (7, 7, 7, 4) and 25 (a
-// segment per chunk); weak decay (e^Γ ≈ 0.7-1 a chunk: the entering states matter across whole segments) and strong.
-TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans: the SM count's choice (3 segments), bf16 xbc, dy",
+// states entering them (two-level scan). T = 1026: 17 chunks, the last of 2 tokens; B H PT NT = 2 scan blocks, so the
+// emulated device's 132 SMs pick 2 segments (of 9 and 8 chunks: at least 8 each); forced, at T = 642 (11 chunks): 4
+// (3, 3, 3, 2) and 11 (a segment per chunk); weak decay (e^Γ ≈ 0.7-1 a chunk: the entering states matter across whole
+// segments) and strong.
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans: the SM count's choice (2 segments), bf16 xbc, dy",
           "[emu][mamba2][segments]") {
   namespace cu = llmt::cuda;
-  const Case c{true, 1, 1538, 2, 64, 64, 1, 64, kWeak[0], kWeak[1], 1800, true};
-  for (const bool saved : {false, true}) {  // (the automatic choice is 3: its scratch is that of 3 forced)
+  const Case c{true, 1, 1026, 2, 64, 64, 1, 64, kWeak[0], kWeak[1], 1800, true};
+  for (const bool saved : {false, true}) {  // (the automatic choice is 2: its scratch is that of 2 forced)
     const size_t fwd = cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved);
     const size_t bwd = cu::mamba2_ssd_bwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved);
-    CHECK(fwd == cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 3));
-    CHECK(bwd == cu::mamba2_ssd_bwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 3));
+    CHECK(fwd == cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 2));
+    CHECK(bwd == cu::mamba2_ssd_bwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 2));
     CHECK(fwd > cu::mamba2_ssd_fwd_scratch_bytes<__nv_bfloat16>(c.B, c.T, c.H, c.P, c.N, saved, 1));
   }
   check_segmented(c);
 }
 
-TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans forced: 4 segments (partial tiles P = 80, N = 72, fp32 "
-          "xbc, dy, strong decay) and 25 (a segment per chunk, N = 70: one element a fix-up thread)",
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans forced to 4 segments: partial tiles P = 80, N = 72, fp32 "
+          "xbc, dy, strong decay",
           "[emu][mamba2][segments]") {
-  check_segmented({true, 1, 1538, 1, 80, 72, 1, 64, kStrong[0], kStrong[1], 1900, false, 4});
-  check_segmented({true, 1, 1538, 1, 16, 70, 1, 64, kWeak[0], kWeak[1], 2000, false, 25});
+  check_segmented({true, 1, 642, 1, 80, 72, 1, 64, kStrong[0], kStrong[1], 1900, false, 4});
+}
+
+TEST_CASE("cuda emu: bf16 Mamba2 SSD, segmented state scans forced to a segment per chunk: N = 70, one element a "
+          "fix-up thread, weak decay",
+          "[emu][mamba2][segments]") {
+  check_segmented({true, 1, 642, 1, 16, 70, 1, 64, kWeak[0], kWeak[1], 2000, false, 11});
 }
