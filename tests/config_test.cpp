@@ -594,6 +594,7 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(mc.min_log_mu == -2.0);
     CHECK(mc.tau_factor == 1.0);
     CHECK(mc.output_correction);
+    CHECK(mc.alpha_max);
     CHECK(mc.beta_max);
     CHECK(mc.eta == "tanh");
     CHECK(mc.momentum);
@@ -606,6 +607,7 @@ TEST_CASE("config: mixer blocks", "[config]") {
     CHECK(c.resolved["model"]["mdn"]["save_residuals"] == true);
     CHECK(c.resolved["model"]["mdn"]["init"]["mu_A_range"] == json::array({0.0, 16.0}));
     CHECK(c.resolved["model"]["mdn"]["min_log_mu"] == -2.0);
+    CHECK(c.resolved["model"]["mdn"]["alpha_max"] == true);
     CHECK(c.model.mixer_of(0) == "mdn");
   }
   SECTION("model.mdn ablation switches and init choices are read and checked") {
@@ -613,12 +615,14 @@ TEST_CASE("config: mixer blocks", "[config]") {
     j["model"]["type"] = "mdn";
     j["model"].erase("attn");
     j["model"]["mdn"] = {{"num_heads", 6},        {"head_dim", 128},      {"min_log_mu", -1.357},
-                         {"tau_factor", 8},       {"beta_max", false},    {"eta", "two_sigmoid"},
-                         {"momentum", false},     {"output_correction", false}, {"save_residuals", false},
+                         {"tau_factor", 8},       {"alpha_max", false},   {"beta_max", false},
+                         {"eta", "two_sigmoid"},  {"momentum", false},    {"output_correction", false},
+                         {"save_residuals", false},
                          {"init", {{"log_factor", "zero"}, {"D_log", "zero"}, {"mu_bias", "independent"}}}};
     const llmt::MdnConfig mc = llmt::parse_config(j).model.mdn;
     CHECK(mc.min_log_mu == -1.357);
     CHECK(mc.tau_factor == 8.0);
+    CHECK_FALSE(mc.alpha_max);
     CHECK_FALSE(mc.beta_max);
     CHECK(mc.eta == "two_sigmoid");
     CHECK_FALSE(mc.momentum);
@@ -630,6 +634,11 @@ TEST_CASE("config: mixer blocks", "[config]") {
     j["model"]["mdn"]["save_residuals"] = "yes";
     CHECK_THAT(parse_error(j), Contains("model.mdn.save_residuals") && Contains("true or false"));
     j["model"]["mdn"]["save_residuals"] = true;
+    for (const json& bad : {json("false"), json(0)}) {  // a string, a number: not booleans
+      j["model"]["mdn"]["alpha_max"] = bad;
+      CHECK_THAT(parse_error(j), Contains("model.mdn.alpha_max") && Contains("true or false"));
+    }
+    j["model"]["mdn"]["alpha_max"] = false;
     j["model"]["mdn"]["min_log_mu"] = 0.5;
     CHECK_THAT(parse_error(j), Contains("model.mdn.min_log_mu"));
     j["model"]["mdn"]["min_log_mu"] = -1.0;

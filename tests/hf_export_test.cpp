@@ -364,6 +364,8 @@ TEST_CASE("export refuses what FLA has no class for, naming the mixer or key") {
                     Contains("model.comba.inner_decay"));
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/mdn.json", {"model.mdn.momentum=false"})),
                     Contains("model.mdn.momentum"));
+  CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/mdn.json", {"model.mdn.alpha_max=false"})),
+                    Contains("model.mdn.alpha_max"));
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/mamba2.json", {"model.mamba2.n_groups=2"})),
                     Contains("model.mamba2.n_groups"));
   CHECK_THROWS_WITH(hf_config(model_of("configs/tiny/transformer.json", {"model.attn.head_dim=16"})),

@@ -1,6 +1,6 @@
 // The MDN gates and output correction (mdn.md §4.2, §4.4, §7.4; kernels/cpu/mdn_gates.h): hand-computed
 // forwards, float64 central finite-difference checks of every gradient (loss L = Σ out ⊙ R with fixed random
-// R) in every option (floor clamping, no β_max, η = 2σ, no momentum), overwrite / accumulate semantics.
+// R) in every option (floor clamping, no α_max, no β_max, η = 2σ, no momentum), overwrite / accumulate semantics.
 #include <catch2/catch.hpp>
 
 #include "vec_util.h"
@@ -81,6 +81,13 @@ TEST_CASE("mdn gates: hand-computed values") {
   CHECK(o.beta[0] == Approx(0.75).epsilon(1e-13));
   CHECK(o.eta[0] == Approx(eta2).epsilon(1e-13));
   CHECK(o.log_alpha[0] == Approx(-3.0 - std::log(1.0 + x * x)).epsilon(1e-13));
+  // No α_max: log α = -3 (the decay alone), β unchanged.
+  opt.alpha_max = false;
+  o = gates_fwd(in, 1, 1, opt);
+  CHECK(o.log_alpha[0] == Approx(-3.0).epsilon(1e-13));
+  CHECK(o.beta[0] == Approx(0.75).epsilon(1e-13));
+  opt.beta_max = true;
+  CHECK(gates_fwd(in, 1, 1, opt).beta[0] == Approx(0.75 * x * x / (1.0 + x * x)).epsilon(1e-13));
   // No momentum: μ = 0 (log μ = -inf), η = 1, x = s = 2: α_max = 1/5, β_max = 4/5.
   opt = MdnGateOptions{};
   opt.tau = 32.0;
@@ -123,12 +130,18 @@ TEST_CASE("mdn gates: finite-difference gradients in every option") {
   base.min_log_mu = -1.0;  // clamps some tokens of this draw (checked below)
   struct Case {
     const char* name;
-    bool beta_max, two_sigmoid, momentum;
+    bool alpha_max, beta_max, two_sigmoid, momentum;
   };
-  for (const Case c : {Case{"default", true, false, true}, Case{"no beta_max", false, false, true},
-                       Case{"eta = 2 sigmoid", true, true, true}, Case{"no momentum", true, false, false}}) {
+  // No α_max drops log α's dependence on x = s η: with β_max, log_factor and z_η still get β's gradient; without
+  // either, x feeds nothing (dlog_factor = 0, dz_η = d_η dη/dz_η only).
+  for (const Case c : {Case{"default", true, true, false, true}, Case{"no alpha_max", false, true, false, true},
+                       Case{"no beta_max", true, false, false, true},
+                       Case{"no alpha_max, no beta_max", false, false, false, true},
+                       Case{"eta = 2 sigmoid", true, true, true, true}, Case{"no momentum", true, true, false, false},
+                       Case{"no momentum, no alpha_max", false, true, false, false}}) {
     SECTION(c.name) {
       MdnGateOptions opt = base;
+      opt.alpha_max = c.alpha_max;
       opt.beta_max = c.beta_max;
       opt.eta_two_sigmoid = c.two_sigmoid;
       opt.momentum = c.momentum;

@@ -485,6 +485,7 @@ TEST_CASE("model: float64 finite-difference gradients of MDN models (with the ab
   const Variant variants[] = {
       {"mdn", [](ModelConfig&) {}, 19},
       {"no output correction", [](ModelConfig& m) { m.mdn.output_correction = false; }, 18},
+      {"no alpha_max", [](ModelConfig& m) { m.mdn.alpha_max = false; }, 19},
       {"no beta_max", [](ModelConfig& m) { m.mdn.beta_max = false; }, 19},
       {"eta = 2 sigmoid", [](ModelConfig& m) { m.mdn.eta = "two_sigmoid"; }, 19},
       {"no momentum", [](ModelConfig& m) { m.mdn.momentum = false; }, 15},

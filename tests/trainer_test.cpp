@@ -199,6 +199,21 @@ TEST_CASE("trainer: resume refuses a changed schedule but accepts another log ca
                     Contains("data.source is \"parity\" in the config but absent in the checkpoint"));
 }
 
+TEST_CASE("trainer: an MDN checkpoint from before model.mdn.alpha_max resumes only with alpha_max true",
+          "[trainer][mdn]") {
+  // check_resume_config reads only state.json: a hand-written one with the resolved config minus the new key.
+  const TempDir tmp;
+  const Config config = load_config("configs/tiny/mdn.json");
+  nlohmann::json saved = config.resolved;
+  REQUIRE(saved["model"]["mdn"]["alpha_max"] == true);
+  saved["model"]["mdn"].erase("alpha_max");
+  std::ofstream(tmp.path / "state.json") << nlohmann::json{{"config", saved}}.dump();
+  CHECK_NOTHROW(check_resume_config(tmp.path.string(), config.resolved));
+  const Config ablation = load_config("configs/tiny/mdn.json", {"model.mdn.alpha_max=false"});
+  CHECK_THROWS_WITH(check_resume_config(tmp.path.string(), ablation.resolved),
+                    Contains("model.mdn.alpha_max is false in the config but absent in the checkpoint"));
+}
+
 TEST_CASE("trainer: a Gated DeltaNet model trains on the bundled text", "[trainer][gdn]") {
   const TempDir tmp;
   nlohmann::json j = tiny_config(tmp.path / "cache").resolved;

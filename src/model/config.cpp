@@ -332,6 +332,7 @@ void parse_model(ObjectReader r, ModelConfig& m) {
       mc.min_log_mu = g.number("min_log_mu", dflt(mc.min_log_mu));
       mc.tau_factor = g.number("tau_factor", dflt(mc.tau_factor));
       mc.output_correction = g.boolean("output_correction", true);
+      mc.alpha_max = g.boolean("alpha_max", true);
       mc.beta_max = g.boolean("beta_max", true);
       mc.eta = g.choice("eta", {"tanh", "two_sigmoid"}, dflt(mc.eta));
       mc.momentum = g.boolean("momentum", true);

@@ -127,6 +127,7 @@ struct MdnConfig : GdnConfig {
   double min_log_mu = -2.0;        ///< floor of log mu (FLA min_log_mu)
   double tau_factor = 1.0;         ///< tau = sqrt(d_model / tau_factor)
   bool output_correction = true;   ///< q <- q - exp(D_log) k before the L2 norm (parameter D_log)
+  bool alpha_max = true;           ///< log alpha = -A softplus + log alpha_max (false: the "no alpha_max" ablation)
   bool beta_max = true;            ///< beta = sigmoid(z_beta) * beta_max (false: the "no beta_max" ablation)
   std::string eta = "tanh";        ///< "tanh": eta = 1 + tanh(z/tau); "two_sigmoid": eta = 2 sigmoid(z/tau)
   bool momentum = true;            ///< false: the "no momentum" proxy (mu = 0, eta = 1: GDN + alpha_max/beta_max)

@@ -9,6 +9,7 @@ MdnMixer::MdnMixer(const ModelConfig& config, ParamStore& store, const std::stri
   const int64_t H = mc_.num_heads, D = config.d_model;
   opt_.tau = std::sqrt(static_cast<double>(D) / mc_.tau_factor);
   opt_.min_log_mu = mc_.min_log_mu;
+  opt_.alpha_max = mc_.alpha_max;
   opt_.beta_max = mc_.beta_max;
   opt_.eta_two_sigmoid = mc_.eta == "two_sigmoid";
   opt_.momentum = mc_.momentum;

@@ -4,7 +4,8 @@
 //   q' = q - exp(D_log) k   (output correction, before the L2 norm; q' = q when off)     (§4.2)
 //   q^ = l2norm(q') / sqrt(d_k), k_n = l2norm(k)                                          (§4.3)
 //   log α, β, log μ, η from a_proj, b_proj, m_proj, e_proj and A_log, dt_bias, Mu_log,
-//   mu_bias, log_factor (τ = sqrt(d_model / tau_factor), floor min_log_mu)              (§4.4)
+//   mu_bias, log_factor (τ = sqrt(d_model / tau_factor), floor min_log_mu; the ablation switches alpha_max,
+//   beta_max, eta, momentum)                                                              (§4.4)
 //   o = MDN core (chunked, §6) of (q^, k_n, v, log α, β, log μ, η)                        (§4.5)
 //       (with model.mdn.save_residuals the core's corrected values Ṽ [rows, H dv] are saved for the backward, §7.1)
 //   y = o_proj(rmsnorm_per_head(o) * o_norm.weight * sigmoid(g_proj x))                   (§4.6)

@@ -143,7 +143,8 @@ void check_resume_config(const std::string& dir, const nlohmann::json& resolved_
   const nlohmann::json saved = checkpoint_config(dir);
   // Keys added to the schema later: a checkpoint written before one existed resumes when the config has the
   // value that reproduces the old behaviour.
-  const std::map<std::string, nlohmann::json> added_later = {{"data.source", "tokens"}};
+  const std::map<std::string, nlohmann::json> added_later = {{"data.source", "tokens"},
+                                                              {"model.mdn.alpha_max", true}};
   // Keys that may change under a resume (the same run): where it executes and in which precision, and the memory /
   // recompute trade-offs of the layers (the same gradients either way).
   static const std::set<std::string> may_change = {

@@ -83,6 +83,7 @@ json transformer_config(const ModelConfig& m) {
 json mdn_config(const ModelConfig& m) {
   const MdnConfig& d = m.mdn;
   check(d.momentum, "export: mixer mdn: model.mdn.momentum = false (the no-momentum ablation) has no FLA class");
+  check(d.alpha_max, "export: mixer mdn: model.mdn.alpha_max = false (an ablation) has no FLA config key");
   check(d.beta_max, "export: mixer mdn: model.mdn.beta_max = false (an ablation) has no FLA config key");
   check(d.eta == "tanh", "export: mixer mdn: model.mdn.eta = {} (an ablation) has no FLA config key", d.eta);
   check(d.tau_factor == std::floor(d.tau_factor),

@@ -25,7 +25,7 @@ namespace llmt {
 /// qkv_bias, window_size, rope_theta}.
 /// Throws llmt::Error naming the mixer and the config key when the model has no FLA counterpart:
 /// GDN with a sigmoid output gate, Comba/KDA/MDN with a
-/// swish one, the MDN ablations (momentum false, beta_max false, eta two_sigmoid, non-integer
+/// swish one, the MDN ablations (momentum false, alpha_max false, beta_max false, eta two_sigmoid, non-integer
 /// tau_factor), attention whose head_dim is not d_model / num_heads (FLA derives it), a delta-rule or
 /// attention model without an MLP, Mamba2 with an MLP, hybrid attention layers or n_groups > 1 (FLA
 /// normalises per group, we over the whole inner width).

@@ -75,10 +75,11 @@ expect configs/mdn-paper/400m/hybrid/mdn-h-7to1.json 434227824 331301488
 # 4,195,328) + final norm 1024 = 287,982,976; + 2 * 50257 * 1024 = 390,909,312
 expect configs/mdn-paper/400m/hybrid/mamba2-h-3to1.json 390909312 287982976
 # Ablations of the paper's Tables 4 / 6 (400M; runs.md 2.1 gives only MDN 400M's 417.5M, which the floor, no-floor,
-# no-beta_max and eta = 2 sigmoid variants equal exactly). No output correction: no D_log, -6 per layer (-126; 417.5M).
+# no-alpha_max, no-beta_max and eta = 2 sigmoid variants equal exactly). No output correction: no D_log, -6 per layer
+# (-126; 417.5M).
 # No momentum (GDN + alpha_max / beta_max): no m_proj, e_proj, Mu_log, mu_bias, -12,300 per layer (-258,300):
 # 417,278,712 (417.3M, 0.06% below MDN's 417.5M; = GDN 400M + log_factor, D_log).
-for a in floor-2 floor-1.5 floor-1.357 floor-1 no-momentum-floor no-beta-max eta-2sigmoid; do
+for a in floor-2 floor-1.5 floor-1.357 floor-1 no-momentum-floor no-alpha-max no-beta-max eta-2sigmoid; do
   expect configs/mdn-paper/400m/ablations/mdn-$a.json 417537012 314610676
 done
 expect configs/mdn-paper/400m/ablations/mdn-no-output-correction.json 417536886 314610550

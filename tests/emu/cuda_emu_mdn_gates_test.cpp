@@ -1,10 +1,11 @@
-// The MDN gates' and output correction's backward kernels (src/kernels/cuda/mdn_gates.cu, with partials.cu's
-// add_partials) run by the CPU emulator (cuda_emu.h) through their own launchers, no GPU: with and without momentum
-// and β_max, a floor that clamps some tokens' log μ, row counts that leave the last block of rows partial (and a
-// single partial block), several heads. Every output must be
+// The MDN gates' forward and backward and the output correction's backward kernels (src/kernels/cuda/mdn_gates.cu,
+// with partials.cu's add_partials) run by the CPU emulator (cuda_emu.h) through their own launchers, no GPU: with
+// and without momentum, α_max and β_max, a floor that clamps some tokens' log μ, row counts that leave the last
+// block of rows partial (and a single partial block), several heads. Every output must be
 // (a) finite and bit-identical under every schedule of the emulator (tests/emu/cuda_emu_test.h);
-// (b) within kTol of the CPU reference (cpu::mdn_gates_bwd / mdn_correction_bwd<float>, double arithmetic): the
-//     per-token gradients (overwritten) and the per-head parameter gradients (accumulated onto random values).
+// (b) within kTol of the CPU reference (cpu::mdn_gates_fwd / mdn_gates_bwd / mdn_correction_bwd<float>, double
+//     arithmetic): the gates, the per-token gradients (overwritten) and the per-head parameter gradients
+//     (accumulated onto random values).
 // Run with `ctest -L emu`.
 #include <catch2/catch.hpp>
 
@@ -76,14 +77,49 @@ std::vector<std::vector<float>> gates_cpu(const GateInputs& in, int64_t rows, in
 }
 
 void check_gates(int64_t rows, int64_t heads, const llmt::MdnGateOptions& opt, uint64_t seed) {
-  INFO("rows " << rows << " heads " << heads << " momentum " << opt.momentum << " beta_max " << opt.beta_max
-               << " min_log_mu " << opt.min_log_mu);
+  INFO("rows " << rows << " heads " << heads << " momentum " << opt.momentum << " alpha_max " << opt.alpha_max
+               << " beta_max " << opt.beta_max << " min_log_mu " << opt.min_log_mu);
   const GateInputs in(rows, heads, seed);
   const auto emu_out = outputs_under_every_config(
       [&](emu::Config cfg) { return gates_emulated(in, rows, heads, opt, cfg); }, 9,
       [](size_t i) { return kGateNames[i]; });
   const auto ref = gates_cpu(in, rows, heads, opt);
   for (size_t i = 0; i < 9; ++i) require_close(emu_out[i], ref[i], kGateNames[i]);
+}
+
+/// The forward (log α, β, η and, with momentum, log μ; without momentum log μ = -inf is not compared) of `rows` tokens
+/// and `heads` heads under `opt`, emulated against cpu::mdn_gates_fwd<float>.
+void check_gates_fwd(int64_t rows, int64_t heads, const llmt::MdnGateOptions& opt, uint64_t seed) {
+  INFO("forward: rows " << rows << " heads " << heads << " momentum " << opt.momentum << " alpha_max "
+                        << opt.alpha_max << " beta_max " << opt.beta_max << " eta_two_sigmoid "
+                        << opt.eta_two_sigmoid << " min_log_mu " << opt.min_log_mu);
+  const GateInputs in(rows, heads, seed);
+  const auto n = static_cast<size_t>(rows * heads);
+  const size_t count = opt.momentum ? 4 : 3;
+  const char* const names[] = {"log_alpha", "beta", "eta", "log_mu"};
+  const auto run = [&](emu::Config cfg) {
+    emu::config = cfg;
+    std::vector<Buffer> t, p, out;
+    for (int i = 0; i < 4; ++i) t.emplace_back(in.tok[i]);
+    for (const auto& v : in.param) p.emplace_back(v);
+    for (int i = 0; i < 4; ++i) out.emplace_back(n);
+    const auto m = [&](const Buffer& b) { return opt.momentum ? b.get() : nullptr; };
+    llmt::cuda::mdn_gates_fwd(t[0].get(), t[1].get(), m(t[2]), m(t[3]), p[0].get(), p[1].get(), m(p[2]), m(p[3]),
+                              p[4].get(), rows, heads, opt, out[0].get(), out[1].get(), out[3].get(), out[2].get(),
+                              nullptr);
+    std::vector<std::vector<float>> r;
+    for (size_t i = 0; i < count; ++i) r.push_back(out[i].host());
+    return r;
+  };
+  const auto emu_out = outputs_under_every_config(run, count, [&](size_t i) { return names[i]; });
+  std::vector<std::vector<float>> ref(4, std::vector<float>(n));
+  const auto& t = in.tok;
+  const auto& p = in.param;
+  const auto m = [&](const std::vector<float>& v) { return opt.momentum ? v.data() : nullptr; };
+  llmt::cpu::mdn_gates_fwd<float>(t[0].data(), t[1].data(), m(t[2]), m(t[3]), p[0].data(), p[1].data(), m(p[2]),
+                                  m(p[3]), p[4].data(), rows, heads, opt, ref[0].data(), ref[1].data(), ref[3].data(),
+                                  ref[2].data());
+  for (size_t i = 0; i < count; ++i) require_close(emu_out[i], ref[i], names[i]);
 }
 
 void check_correction(int64_t rows, int64_t heads, int64_t dim, uint64_t seed) {
@@ -120,6 +156,32 @@ TEST_CASE("cuda emu: MDN gates backward, row blocks and their partial sums", "[e
   check_gates(100, 2, opt, 300);  // one partial block
   opt.momentum = false;
   check_gates(513, 4, opt, 400);
+  // No α_max (log α without -log(1 + x²), so dx has only β's term), with and without momentum and β_max.
+  opt = llmt::MdnGateOptions{};
+  opt.tau = 3.0;
+  opt.alpha_max = false;
+  check_gates(600, 3, opt, 700);
+  opt.min_log_mu = -0.7;
+  opt.momentum = false;
+  check_gates(300, 2, opt, 800);
+  opt.momentum = true;
+  opt.beta_max = false;
+  check_gates(100, 2, opt, 900);
+}
+
+TEST_CASE("cuda emu: MDN gates forward with and without each ablation switch", "[emu][mdn]") {
+  llmt::MdnGateOptions opt;
+  opt.tau = 3.0;
+  opt.min_log_mu = -0.7;  // the floor clamps a good share of the tokens
+  for (const bool alpha_max : {true, false})
+    for (const bool beta_max : {true, false})
+      for (const bool momentum : {true, false}) {
+        opt.alpha_max = alpha_max;
+        opt.beta_max = beta_max;
+        opt.momentum = momentum;
+        opt.eta_two_sigmoid = !beta_max;
+        check_gates_fwd(300, 3, opt, 1000);
+      }
 }
 
 TEST_CASE("cuda emu: MDN output correction backward, row blocks and their partial sums", "[emu][mdn]") {

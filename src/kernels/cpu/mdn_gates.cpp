@@ -40,9 +40,9 @@ void mdn_gates_fwd(const T* z_alpha, const T* z_beta, const T* z_mu, const T* z_
       const int64_t j = r * heads + h;
       const double e = opt.momentum ? eta_of(z_eta[j], opt).value : 1.0;
       const double x = std::exp(static_cast<double>(log_factor[h])) * e, q = 1.0 + x * x;
-      log_alpha[j] = static_cast<T>(-std::exp(static_cast<double>(A_log[h])) *
-                                        softplus(static_cast<double>(z_alpha[j]) + dt_bias[h]) -
-                                    std::log1p(x * x));
+      const double decay =
+          -std::exp(static_cast<double>(A_log[h])) * softplus(static_cast<double>(z_alpha[j]) + dt_bias[h]);
+      log_alpha[j] = static_cast<T>(opt.alpha_max ? decay - std::log1p(x * x) : decay);
       beta[j] = static_cast<T>(sigmoid(z_beta[j]) * (opt.beta_max ? x * x / q : 1.0));
       if (opt.momentum) {
         const double m = -std::exp(static_cast<double>(Mu_log[h])) * softplus(static_cast<double>(z_mu[j]) + mu_bias[h]);
@@ -55,7 +55,8 @@ void mdn_gates_fwd(const T* z_alpha, const T* z_beta, const T* z_mu, const T* z_
   }
 }
 
-// x = s η, q = 1 + x²: ∂log α/∂x = -2x/q, ∂β/∂x = σ(z_β) 2x/q², ∂x/∂log_factor = x, ∂x/∂η = s (mdn.md §7.4).
+// x = s η, q = 1 + x²: ∂log α/∂x = -2x/q (0 without alpha_max), ∂β/∂x = σ(z_β) 2x/q², ∂x/∂log_factor = x,
+// ∂x/∂η = s (mdn.md §7.4).
 template <typename T>
 void mdn_gates_bwd(const T* d_log_alpha, const T* d_beta, const T* d_log_mu, const T* d_eta, const T* z_alpha,
                    const T* z_beta, const T* z_mu, const T* z_eta, const T* A_log, const T* dt_bias, const T* Mu_log,
@@ -71,7 +72,7 @@ void mdn_gates_bwd(const T* d_log_alpha, const T* d_beta, const T* d_log_mu, con
       const Eta e = opt.momentum ? eta_of(z_eta[j], opt) : Eta{1.0, 0.0};
       const double s = std::exp(static_cast<double>(log_factor[h])), x = s * e.value, q = 1.0 + x * x;
       const double dla = d_log_alpha[j], db = d_beta[j], sb = sigmoid(z_beta[j]);
-      // α: log α = -A softplus(u) + log α_max(x).
+      // α: log α = -A softplus(u) + log α_max(x) (or -A softplus(u)).
       const double A = std::exp(static_cast<double>(A_log[h])), u = static_cast<double>(z_alpha[j]) + dt_bias[h];
       const double dza = dla * (-A * sigmoid(u));
       dz_alpha[j] = static_cast<T>(dza);
@@ -80,7 +81,8 @@ void mdn_gates_bwd(const T* d_log_alpha, const T* d_beta, const T* d_log_mu, con
       // β = σ(z_β) β_max(x) (or σ(z_β)).
       const double bmax = opt.beta_max ? x * x / q : 1.0;
       dz_beta[j] = static_cast<T>(db * bmax * sb * (1.0 - sb));
-      double dx = dla * (-2.0 * x / q);
+      double dx = 0.0;
+      if (opt.alpha_max) dx += dla * (-2.0 * x / q);
       if (opt.beta_max) dx += db * sb * 2.0 * x / (q * q);
       dlf[hh] += x * dx;
       if (!opt.momentum) continue;

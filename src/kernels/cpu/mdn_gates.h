@@ -3,7 +3,7 @@
 // per-head parameters A_log, dt_bias, Mu_log, mu_bias, log_factor:
 //   η      = 1 + tanh(z_η / τ)                 (eta_form tanh; eta_form two_sigmoid: η = 2 σ(z_η / τ))
 //   s      = exp(log_factor),  x = s η,  α_max = 1 / (1 + x²) = cos² arctan x,  β_max = x² / (1 + x²) = sin² arctan x
-//   log α  = -exp(A_log) softplus(z_α + dt_bias) + log α_max
+//   log α  = -exp(A_log) softplus(z_α + dt_bias) + log α_max   (alpha_max off: no + log α_max)
 //   β      = σ(z_β) β_max                      (beta_max off: β = σ(z_β))
 //   log μ  = max(-exp(Mu_log) softplus(z_μ + mu_bias), min_log_mu)
 // Without momentum (the paper's "no momentum" proxy, Table 4: GDN with the α_max / β_max constraints)

@@ -38,7 +38,8 @@ struct GateArgs {
   MdnGateOptions opt;
 };
 
-// x = s η, α_max = 1/(1 + x²), β_max = x²/(1 + x²):  log α = -e^{A_log} softplus(z_α + dt_bias) - log(1 + x²);
+// x = s η, α_max = 1/(1 + x²), β_max = x²/(1 + x²):  log α = -e^{A_log} softplus(z_α + dt_bias) - log(1 + x²)
+// (no - log(1 + x²) without alpha_max);
 // β = σ(z_β) β_max (σ(z_β) without beta_max);  log μ = max(-e^{Mu_log} softplus(z_μ + mu_bias), floor)
 // (-inf without momentum).  (one thread per element of [rows, heads])
 __global__ void mdn_gates_fwd_kernel(GateArgs g, float* log_alpha, float* beta, float* log_mu, float* eta) {
@@ -47,9 +48,9 @@ __global__ void mdn_gates_fwd_kernel(GateArgs g, float* log_alpha, float* beta, 
     const int64_t h = j % g.heads;
     const double e = g.opt.momentum ? eta_of(g.z_eta[j], g.opt).value : 1.0;
     const double x = exp(static_cast<double>(g.log_factor[h])) * e, q = 1.0 + x * x;
-    log_alpha[j] = static_cast<float>(-exp(static_cast<double>(g.A_log[h])) *
-                                          softplus_d(static_cast<double>(g.z_alpha[j]) + g.dt_bias[h]) -
-                                      log1p(x * x));
+    const double decay =
+        -exp(static_cast<double>(g.A_log[h])) * softplus_d(static_cast<double>(g.z_alpha[j]) + g.dt_bias[h]);
+    log_alpha[j] = static_cast<float>(g.opt.alpha_max ? decay - log1p(x * x) : decay);
     beta[j] = static_cast<float>(sigmoid_d(g.z_beta[j]) * (g.opt.beta_max ? x * x / q : 1.0));
     if (g.opt.momentum) {
       const double m =
@@ -70,9 +71,9 @@ constexpr int kGateGrads = 5;
 constexpr int64_t kGateRows = kThreads, kCorrectionRows = 32;
 
 // Block (x, h): rows r = kGateRows x + thread of head h: dz_α, dz_β, dz_μ, dz_η per row (mdn.md §7.4, x = s η,
-// q = 1 + x²: ∂log α/∂x = -2x/q, ∂β/∂x = σ(z_β) 2x/q², ∂x/∂log_factor = x, ∂x/∂η = s; no μ gradient where the floor
-// clamps), and the rows' sums of the head's parameter gradients by a fixed-tree block reduction: partial
-// [kGateGrads][gridDim.x][heads] (kGateGrads' order), summed over x by add_partials.
+// q = 1 + x²: ∂log α/∂x = -2x/q (0 without alpha_max), ∂β/∂x = σ(z_β) 2x/q², ∂x/∂log_factor = x, ∂x/∂η = s;
+// no μ gradient where the floor clamps), and the rows' sums of the head's parameter gradients by a fixed-tree block
+// reduction: partial [kGateGrads][gridDim.x][heads] (kGateGrads' order), summed over x by add_partials.
 __global__ void mdn_gates_bwd_kernel(GateArgs g, const float* d_log_alpha, const float* d_beta,
                                      const float* d_log_mu, const float* d_eta, float* dz_alpha, float* dz_beta,
                                      float* dz_mu, float* dz_eta, double* partial) {
@@ -94,7 +95,8 @@ __global__ void mdn_gates_bwd_kernel(GateArgs g, const float* d_log_alpha, const
     dA = dla * (-A * softplus_d(u));
     const double bmax = opt.beta_max ? x * x / q : 1.0;
     dz_beta[j] = static_cast<float>(db * bmax * sb * (1.0 - sb));
-    double dx = dla * (-2.0 * x / q);
+    double dx = 0.0;
+    if (opt.alpha_max) dx += dla * (-2.0 * x / q);
     if (opt.beta_max) dx += db * sb * 2.0 * x / (q * q);
     dlf = x * dx;
     if (opt.momentum) {
