@@ -1,5 +1,6 @@
 // llmtrain eval: loss, perplexity and bits per byte of a checkpoint over held-out text
-// (train/evaluate.h defines the windows).
+// (train/evaluate.h defines the windows), or its accuracy on the evaluation points of the synthetic task
+// it was trained on (train/synthetic_eval.h).
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -11,12 +12,15 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "data/dataset_loader.h"
+#include "data/synthetic_source.h"
+#include "dist/communicator.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "tools/commands.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/synthetic_eval.h"
 #ifdef LLMT_HAVE_PCRE2
 #include "data/tokenizer.h"
 #endif
@@ -67,11 +71,48 @@ void dump_logits(Model& model, const std::vector<int32_t>& tokens, int64_t T, co
   write_safetensors(path, {{"input_ids", DType::i32, {n}, tokens.data()}, {"logits", DType::f32, {n, V}, logits.data()}});
 }
 
+/// The synthetic-task evaluation of `model` (allocated, weights loaded) on the evaluation sets of `config`'s
+/// data source, printed as the trainer's record (--json) or a table of the points.
+int eval_synthetic(Model& model, const Config& config, const std::string& dir, int64_t batch, bool json) {
+  const DataConfig& dc = config.data;
+  const SyntheticSource source(dc.source, dc.synthetic, dc.shuffle_seed, config.train.seq_len);
+  nlohmann::json r = evaluate_synthetic(model, source, batch, config.train.seq_len, config.train.recompute,
+                                        single_process_communicator());
+  if (json) {
+    r["checkpoint"] = dir;
+    r["task"] = dc.source;
+    fmt::print("{}\n", r.dump());
+    return 0;
+  }
+  const bool scaled = r.contains("val_scaled_acc");  // parity, modarith: the Mamba-3 paper's scaled accuracy
+  fmt::print("{}: {} ({} evaluation points)\n{:<14} {:>8} {:>10} {:>8} {:>12}{}\n", dir, dc.source,
+             r["eval_points"].size(), "point", "tokens", "loss", "acc", "example_acc", scaled ? "   scaled_acc" : "");
+  const auto row = [scaled](const std::string& name, const std::string& tokens, const nlohmann::json& loss,
+                            const nlohmann::json& acc, const nlohmann::json& example_acc, const nlohmann::json& sacc) {
+    fmt::print("{:<14} {:>8} {:>10.4f} {:>8.4f} {:>12.4f}{}\n", name, tokens, loss.get<double>(), acc.get<double>(),
+               example_acc.get<double>(), scaled ? fmt::format(" {:>12.4f}", sacc.get<double>()) : "");
+  };
+  for (const auto& p : r["eval_points"])
+    row(p["name"].get<std::string>(), std::to_string(p["seq_len"].get<int64_t>()), p["loss"], p["acc"],
+        p["example_acc"], scaled ? p["scaled_acc"] : nlohmann::json(0.0));
+  row("all", "", r["val_loss"], r["val_acc"], r["val_example_acc"], scaled ? r["val_scaled_acc"] : nlohmann::json(0.0));
+  return 0;
+}
+
 }  // namespace
 
 int eval(const EvalArgs& args) {
   const std::string dir = resolve_checkpoint(args.checkpoint);
   const Config config = parse_config(checkpoint_config(dir));
+  const bool synthetic = args.data.empty() && args.text.empty();
+  check(!synthetic || config.data.source != "tokens",
+        "eval: give the held-out text with --data DATASET_DIR or --text FILE ({} was trained on tokens; without "
+        "either, eval scores the evaluation points of a synthetic task)", dir);
+  check(!synthetic || (args.seq_len == 0 && args.stride == 0 && args.max_tokens == 0 && args.dump_logits.empty()),
+        "eval: --seq-len, --stride, --max-tokens and --dump-logits apply to text (--data or --text); the evaluation "
+        "points of the synthetic task {} fix their own lengths (data.synthetic in the checkpoint's config)",
+        config.data.source);
+  const std::string precision = args.precision.empty() ? config.train.precision : args.precision;
   const int64_t T = args.seq_len > 0 ? args.seq_len : config.train.seq_len;
   const int64_t stride = args.stride > 0 ? args.stride : T;
   const int64_t batch = args.batch > 0 ? args.batch : config.train.micro_batch;
@@ -79,7 +120,7 @@ int eval(const EvalArgs& args) {
   std::string source, tokenizer;
   std::vector<int32_t> text_tokens;
   int64_t rows = batch;
-  if (args.data.empty()) {
+  if (!args.text.empty()) {
     tokenizer = args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer;
     text_tokens = tokenize_file(args.text, tokenizer);
     check(text_tokens.size() >= 2, "eval: {} gives {} tokens; at least 2 are needed", args.text, text_tokens.size());
@@ -90,9 +131,10 @@ int eval(const EvalArgs& args) {
 
   const auto backend = make_backend(args.backend);
   Model model(config.model);
-  model.allocate(*backend, DType::f32, compute_dtype_for(config.train.precision, *backend));
+  model.allocate(*backend, DType::f32, compute_dtype_for(precision, *backend));
   model.plan(rows, T);
   load_weights(dir, model.params());
+  if (synthetic) return eval_synthetic(model, config, dir, batch, args.json);
 
   EvalTotals totals;
   std::vector<int32_t> first_window;  // the stream's first tokens, for --dump-logits

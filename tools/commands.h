@@ -90,11 +90,14 @@ struct EvalArgs {
   int64_t batch = 0;          ///< windows per forward; 0 = the checkpoint's train.micro_batch
   int64_t max_tokens = 0;     ///< score only the first N targets (the trainer's eval.tokens); 0 = all
   std::string backend = "auto";
+  std::string precision;    ///< compute precision: auto, fp32 or bf16; empty = the checkpoint's train.precision
   bool json = false;
   std::string dump_logits;  ///< also write the first window's input_ids and logits to this safetensors file
 };
-/// Prints the token-weighted mean loss, perplexity and bits per byte of a checkpoint over the
-/// windows of train/evaluate.h.
+/// Text (--data or --text): prints the token-weighted mean loss, perplexity and bits per byte of a checkpoint
+/// over the windows of train/evaluate.h. Neither given and the checkpoint's data.source a synthetic task:
+/// prints the accuracy per evaluation point (train/synthetic_eval.h, the trainer's evaluation record).
+/// Throws llmt::Error when neither is given for a checkpoint trained on tokens.
 int eval(const EvalArgs& args);
 
 struct ExportArgs {

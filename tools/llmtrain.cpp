@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   k->add_flag("--decode", tokz.decode, "the input is token ids (whitespace or comma separated, [ ] allowed); print their text");
 
   llmt::cli::EvalArgs ev;
-  CLI::App* e = app.add_subcommand("eval", "loss, perplexity and bits per byte of a checkpoint over held-out text");
+  CLI::App* e = app.add_subcommand("eval", "loss, perplexity and bits per byte of a checkpoint over held-out text, "
+                                   "or its accuracy on a synthetic task's evaluation points");
   e->add_option("--checkpoint", ev.checkpoint, "checkpoint directory, or a run directory (its newest checkpoint)")
       ->required()->check(CLI::ExistingDirectory);
   CLI::Option* edata = e->add_option("--data", ev.data, "prepare-data directory (dataset.json)")->check(CLI::ExistingDirectory);
@@ -101,6 +102,8 @@ int main(int argc, char** argv) {
   e->add_option("--batch", ev.batch, "windows per forward (default: the checkpoint's train.micro_batch)")->check(llmt::positive_number());
   e->add_option("--max-tokens", ev.max_tokens, "score only the first N tokens (the trainer's eval.tokens)")->check(llmt::positive_number());
   e->add_option("--backend", ev.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  e->add_option("--precision", ev.precision, "compute precision auto, fp32 or bf16 (default: the checkpoint's train.precision)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   e->add_flag("--json", ev.json, "print one JSON object");
   e->add_option("--dump-logits", ev.dump_logits,
                 "also write the first window's input_ids and logits (f32 [seq_len, vocab]) to this safetensors file");
@@ -146,10 +149,6 @@ int main(int argc, char** argv) {
     // --help prints and exits 0; a usage error (unknown flag, missing file, bad value) is printed by
     // CLI11 and exits 2, the code of every other bad-input error (docs/PREEMPTION.md).
     return app.exit(err) == 0 ? 0 : 2;
-  }
-  if (e->parsed() && edata->count() + etext->count() == 0) {
-    spdlog::error("eval: give the held-out text with --data DATASET_DIR or --text FILE");
-    return 2;
   }
   if (k->parsed() && ktext->count() + kfile->count() == 0) {
     spdlog::error("tokenize: give the input with --text or --file");

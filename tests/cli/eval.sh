@@ -85,4 +85,8 @@ if "$llmtrain" eval --checkpoint "$tmp/run" --text "$tmp/held.txt" --split train
   echo "FAIL: --split without --data accepted"; exit 1
 fi
 grep -q -- "--split requires --data" "$tmp/err.txt"
+if "$llmtrain" eval --checkpoint "$tmp/run" > "$tmp/err.txt" 2>&1; then
+  echo "FAIL: eval of a text checkpoint without --data or --text accepted"; exit 1
+fi
+grep -q -- "give the held-out text with --data DATASET_DIR or --text FILE" "$tmp/err.txt"
 echo "eval: matches the trainer's val_loss at steps 5 and 10; $((n - 1)) tokens / $bytes bytes scored at strides 32 and 5"

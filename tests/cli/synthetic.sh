@@ -20,6 +20,21 @@ jq -e -s 'map(select(.val_acc != null)) | all(.val_acc >= 0 and .val_acc <= 1 an
   and (.val_loss | isnormal) and (has("val_scaled_acc") | not))' "$m" > /dev/null || fail "mqar: accuracy fields"
 grep -q "val_acc" "$tmp/mqar.log" || fail "mqar: the log line reports the accuracy"
 
+# llmtrain eval on the final checkpoint scores the same evaluation points as the trainer did at step 6 (the same
+# per-point losses and accuracies, to 1e-12); --precision fp32 is the CPU's own precision (the same numbers);
+# text-only options are refused with their names.
+pick='[.val_loss, .val_acc, .val_example_acc, (.eval_points[] | .name, .loss, .acc, .example_acc)]'
+jq -c "select(.step == 6 and .val_acc != null) | $pick" "$m" > "$tmp/want.json"
+for prec in "" fp32; do
+  "$llmtrain" eval --checkpoint "$tmp/mqar" ${prec:+--precision $prec} --json > "$tmp/eval.json" || fail "eval of the mqar run"
+  jq -e --slurpfile w "$tmp/want.json" "$pick as \$g | [\$g, \$w[0]] | transpose |
+    all(if (.[0] | type) == \"number\" then (.[0] - .[1] | fabs) < 1e-12 else .[0] == .[1] end)" "$tmp/eval.json" > /dev/null \
+    || fail "eval ${prec:-default}: $(jq -c "$pick" "$tmp/eval.json") vs the trainer's $(cat "$tmp/want.json")"
+done
+"$llmtrain" eval --checkpoint "$tmp/mqar" | grep -q "^L64_kv8 " || fail "eval: the table lists the point L64_kv8"
+if "$llmtrain" eval --checkpoint "$tmp/mqar" --max-tokens 10 > "$tmp/err.txt" 2>&1; then fail "eval --max-tokens accepted"; fi
+grep -q "max-tokens .* apply to text" "$tmp/err.txt" || { cat "$tmp/err.txt"; fail "eval --max-tokens message"; }
+
 # Resume: stop at step 3 (checkpoint), resume, compare with the uninterrupted run's step records.
 cp -r "$tmp/mqar" "$tmp/full"
 rm -rf "$tmp/mqar/checkpoints/step_00000006"
