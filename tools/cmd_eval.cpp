@@ -73,7 +73,8 @@ void dump_logits(Model& model, const std::vector<int32_t>& tokens, int64_t T, co
 
 /// The synthetic-task evaluation of `model` (allocated, weights loaded) on the evaluation sets of `config`'s
 /// data source, printed as the trainer's record (--json) or a table of the points.
-int eval_synthetic(Model& model, const Config& config, const std::string& dir, int64_t batch, bool json) {
+int eval_synthetic(Model& model, const Config& config, const std::string& dir, int64_t batch, bool json,
+                   const std::string& precision_used) {
   const DataConfig& dc = config.data;
   const SyntheticSource source(dc.source, dc.synthetic, dc.shuffle_seed, config.train.seq_len);
   nlohmann::json r = evaluate_synthetic(model, source, batch, config.train.seq_len, config.train.recompute,
@@ -81,12 +82,14 @@ int eval_synthetic(Model& model, const Config& config, const std::string& dir, i
   if (json) {
     r["checkpoint"] = dir;
     r["task"] = dc.source;
+    r["compute"] = precision_used;
     fmt::print("{}\n", r.dump());
     return 0;
   }
   const bool scaled = r.contains("val_scaled_acc");  // parity, modarith: the Mamba-3 paper's scaled accuracy
-  fmt::print("{}: {} ({} evaluation points)\n{:<14} {:>8} {:>10} {:>8} {:>12}{}\n", dir, dc.source,
-             r["eval_points"].size(), "point", "tokens", "loss", "acc", "example_acc", scaled ? "   scaled_acc" : "");
+  fmt::print("{}: {} ({} evaluation points, {})\n{:<14} {:>8} {:>10} {:>8} {:>12}{}\n", dir, dc.source,
+             r["eval_points"].size(), precision_used, "point", "seq_len", "loss", "acc", "example_acc",
+             scaled ? "   scaled_acc" : "");
   const auto row = [scaled](const std::string& name, const std::string& tokens, const nlohmann::json& loss,
                             const nlohmann::json& acc, const nlohmann::json& example_acc, const nlohmann::json& sacc) {
     fmt::print("{:<14} {:>8} {:>10.4f} {:>8.4f} {:>12.4f}{}\n", name, tokens, loss.get<double>(), acc.get<double>(),
@@ -108,10 +111,14 @@ int eval(const EvalArgs& args) {
   check(!synthetic || config.data.source != "tokens",
         "eval: give the held-out text with --data DATASET_DIR or --text FILE ({} was trained on tokens; without "
         "either, eval scores the evaluation points of a synthetic task)", dir);
-  check(!synthetic || (args.seq_len == 0 && args.stride == 0 && args.max_tokens == 0 && args.dump_logits.empty()),
-        "eval: --seq-len, --stride, --max-tokens and --dump-logits apply to text (--data or --text); the evaluation "
-        "points of the synthetic task {} fix their own lengths (data.synthetic in the checkpoint's config)",
+  check(!synthetic || (args.seq_len == 0 && args.stride == 0 && args.max_tokens == 0 && args.dump_logits.empty() &&
+                      args.tokenizer.empty()),
+        "eval: --seq-len, --stride, --max-tokens, --tokenizer and --dump-logits apply to text (--data or --text); the "
+        "evaluation points of the synthetic task {} fix their own lengths (data.synthetic in the checkpoint's config)",
         config.data.source);
+  check(synthetic || config.data.source == "tokens",
+        "eval: {} was trained on the synthetic task {}, not on text; drop --data / --text to score its evaluation "
+        "points", dir, config.data.source);
   const std::string precision = args.precision.empty() ? config.train.precision : args.precision;
   const int64_t T = args.seq_len > 0 ? args.seq_len : config.train.seq_len;
   const int64_t stride = args.stride > 0 ? args.stride : T;
@@ -130,11 +137,17 @@ int eval(const EvalArgs& args) {
   }
 
   const auto backend = make_backend(args.backend);
+  check(precision != "bf16" || backend->name() == "cuda",
+        "eval: --precision bf16 (or the checkpoint's train.precision bf16) needs the cuda backend, not {} (it computes "
+        "in fp32); use --precision fp32 or auto", backend->name());
+  const DType compute = compute_dtype_for(precision, *backend);
   Model model(config.model);
-  model.allocate(*backend, DType::f32, compute_dtype_for(precision, *backend));
+  model.allocate(*backend, DType::f32, compute);
   model.plan(rows, T);
   load_weights(dir, model.params());
-  if (synthetic) return eval_synthetic(model, config, dir, batch, args.json);
+  if (synthetic)
+    return eval_synthetic(model, config, dir, batch, args.json,
+                          fmt::format("{} {}", backend->name(), dtype_name(compute)));
 
   EvalTotals totals;
   std::vector<int32_t> first_window;  // the stream's first tokens, for --dump-logits
