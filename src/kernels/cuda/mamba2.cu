@@ -1043,19 +1043,33 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       cprod[i * kPad + j] = dcb * cb.v[a][c];
     }
   __syncthreads();
-  // Intra-chunk part of da_k: the entries of dcb ∘ CB with i >= k > j, by the 4 lanes 4k + q of one warp
-  // (balanced: each lane sums rows i = k + q, k + q + 4, ... (columns in order), at most ~280 terms), the
-  // lanes' sums added as (q0 + q1) + (q2 + q3).
+  // Intra-chunk part of da_k: cross_k = Σ_{i>=k} Σ_{j<k} c_ij over c = dcb ∘ CB, from the recurrence
+  // cross_0 = 0, cross_{k+1} = cross_k + d_k, d_k = Σ_{i>k} c_ik - Σ_{j<k} c_kj (O(kL²) terms where the direct sums
+  // take O(kL³)). d_k by the 4 lanes 4k + q of one warp (lane q: rows i = k + 1 + q, k + 5 + q, ... of column k, and
+  // columns j = q, q + 4, ... < k of row k, each in order; the lanes' sums added as (q0 + q1) + (q2 + q3)), in
+  // double; then warp 0 scans d (lane l: d_{2l}, d_{2l+1}) into the exclusive prefix sums. Read as da's first term
+  // after the dC and dB phases (their barriers make cross visible).
   {
     const int kk = tid >> 2, q = tid & 3;
     double t = 0.0;
-    for (int i = kk + q; i < kL; i += 4)
-      for (int j = 0; j < kk; ++j) t += cprod[i * kPad + j];
+    for (int i = kk + 1 + q; i < kL; i += 4) t += cprod[i * kPad + kk];
+    for (int j = q; j < kk; j += 4) t -= cprod[kk * kPad + j];
     t += __shfl_xor_sync(0xffffffffu, t, 1);
     t += __shfl_xor_sync(0xffffffffu, t, 2);
-    if (q == 0) cross[kk] = static_cast<float>(t);
+    if (q == 0) das[kk] = t;  // (das: free until the tail writes da_k)
   }
   __syncthreads();
+  if (tid < 32) {
+    const double d0 = das[2 * tid], d1 = das[2 * tid + 1];
+    double incl = d0 + d1;  // this lane's pair, then the inclusive sum over lanes <= tid
+    for (int off = 1; off < 32; off <<= 1) {
+      const double up = __shfl_up_sync(0xffffffffu, incl, off);
+      if (tid >= off) incl += up;
+    }
+    const double excl = incl - (d0 + d1);
+    cross[2 * tid] = static_cast<float>(excl);
+    cross[2 * tid + 1] = static_cast<float>(excl + d0);
+  }
 
   // dC per N tile, with inter_i = C_i·(e^{G_i} S_in^T dy_i).
   float gi[4] = {};
