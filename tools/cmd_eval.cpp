@@ -90,15 +90,16 @@ int eval_synthetic(Model& model, const Config& config, const std::string& dir, i
   fmt::print("{}: {} ({} evaluation points, {})\n{:<14} {:>8} {:>10} {:>8} {:>12}{}\n", dir, dc.source,
              r["eval_points"].size(), precision_used, "point", "seq_len", "loss", "acc", "example_acc",
              scaled ? "   scaled_acc" : "");
-  const auto row = [scaled](const std::string& name, const std::string& tokens, const nlohmann::json& loss,
-                            const nlohmann::json& acc, const nlohmann::json& example_acc, const nlohmann::json& sacc) {
-    fmt::print("{:<14} {:>8} {:>10.4f} {:>8.4f} {:>12.4f}{}\n", name, tokens, loss.get<double>(), acc.get<double>(),
-               example_acc.get<double>(), scaled ? fmt::format(" {:>12.4f}", sacc.get<double>()) : "");
+  // one table row from a point's record ("loss", "acc", ...) or the totals ("val_loss", "val_acc", ...)
+  const auto row = [scaled](const std::string& name, const std::string& seq_len, const nlohmann::json& m,
+                            const std::string& prefix) {
+    const auto get = [&](const char* key) { return m.at(prefix + key).get<double>(); };
+    fmt::print("{:<14} {:>8} {:>10.4f} {:>8.4f} {:>12.4f}{}\n", name, seq_len, get("loss"), get("acc"),
+               get("example_acc"), scaled ? fmt::format(" {:>12.4f}", get("scaled_acc")) : "");
   };
   for (const auto& p : r["eval_points"])
-    row(p["name"].get<std::string>(), std::to_string(p["seq_len"].get<int64_t>()), p["loss"], p["acc"],
-        p["example_acc"], scaled ? p["scaled_acc"] : nlohmann::json(0.0));
-  row("all", "", r["val_loss"], r["val_acc"], r["val_example_acc"], scaled ? r["val_scaled_acc"] : nlohmann::json(0.0));
+    row(p["name"].get<std::string>(), std::to_string(p["seq_len"].get<int64_t>()), p, "");
+  row("all", "", r, "val_");
   return 0;
 }
 
@@ -137,10 +138,8 @@ int eval(const EvalArgs& args) {
   }
 
   const auto backend = make_backend(args.backend);
-  check(precision != "bf16" || backend->name() == "cuda",
-        "eval: --precision bf16 (or the checkpoint's train.precision bf16) needs the cuda backend, not {} (it computes "
-        "in fp32); use --precision fp32 or auto", backend->name());
-  const DType compute = compute_dtype_for(precision, *backend);
+  const DType compute =
+      compute_dtype_for(precision, *backend, args.precision.empty() ? "train.precision" : "--precision");
   Model model(config.model);
   model.allocate(*backend, DType::f32, compute);
   model.plan(rows, T);

@@ -459,10 +459,13 @@ std::unique_ptr<Backend> make_cpu_backend();
 /// build has no CUDA backend or no GPU is visible, and for an unknown name.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
-/// The compute dtype that train.precision names on `backend`: "auto" = bf16 on cuda and f32
-/// on cpu; "fp32" = f32; "bf16" = bf16, which only the cuda backend has (llmt::Error on cpu,
-/// naming the key and what to use instead). Throws for an unknown name.
-DType compute_dtype_for(const std::string& precision, const Backend& backend);
+/// The compute dtype that a precision name ("auto", "fp32", "bf16") means on `backend`: "auto" =
+/// bf16 on cuda and f32 on cpu; "fp32" = f32; "bf16" = bf16, which only the cuda backend has
+/// (llmt::Error on cpu, naming `key` and what to use instead). Throws for an unknown name.
+/// `key` is where the name came from, for the message: a config key ("train.precision") or a
+/// command-line option ("--precision").
+DType compute_dtype_for(const std::string& precision, const Backend& backend,
+                        const std::string& key = "train.precision");
 
 /// Number of visible CUDA devices; 0 in a build without the CUDA backend.
 int cuda_device_count();

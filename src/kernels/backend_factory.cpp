@@ -32,16 +32,18 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   throw Error(fmt::format("unknown backend \"{}\"; allowed: auto, cpu, cuda", name));
 }
 
-DType compute_dtype_for(const std::string& precision, const Backend& backend) {
+DType compute_dtype_for(const std::string& precision, const Backend& backend, const std::string& key) {
   const bool cuda = backend.name() == "cuda";
+  // a command-line option reads "--precision fp32", a config key "train.precision = fp32"
+  const std::string set = key.rfind("--", 0) == 0 ? key + " " : key + " = ";
   if (precision == "auto") return cuda ? DType::bf16 : DType::f32;
   if (precision == "fp32") return DType::f32;
   if (precision == "bf16") {
-    check(cuda, "train.precision = bf16 needs the cuda backend (the {} backend computes in fp32); use "
-          "train.precision = fp32 or auto", backend.name());
+    check(cuda, "{}bf16 needs the cuda backend (the {} backend computes in fp32); use {}fp32 or auto", set,
+          backend.name(), set);
     return DType::bf16;
   }
-  throw Error(fmt::format("train.precision: unknown value \"{}\"; allowed: auto, fp32, bf16", precision));
+  throw Error(fmt::format("{}: unknown value \"{}\"; allowed: auto, fp32, bf16", key, precision));
 }
 
 }  // namespace llmt
