@@ -31,7 +31,13 @@ for prec in "" fp32; do
     all(if (.[0] | type) == \"number\" then (.[0] - .[1] | fabs) < 1e-12 else .[0] == .[1] end)" "$tmp/eval.json" > /dev/null \
     || fail "eval ${prec:-default}: $(jq -c "$pick" "$tmp/eval.json") vs the trainer's $(cat "$tmp/want.json")"
 done
-"$llmtrain" eval --checkpoint "$tmp/mqar" | grep -q "^L64_kv8 " || fail "eval: the table lists the point L64_kv8"
+"$llmtrain" eval --checkpoint "$tmp/mqar" > "$tmp/table.txt" || fail "eval table"
+grep -q "^L64_kv8 " "$tmp/table.txt" || fail "eval: the table lists the point L64_kv8"
+# the table's "all" row holds the totals of --json (val_loss, val_acc, val_example_acc), printed to 4 decimals
+read -r _ t_loss t_acc t_ex < <(grep "^all " "$tmp/table.txt")
+jq -e --argjson l "$t_loss" --argjson a "$t_acc" --argjson e "$t_ex" '((.val_loss - $l) | fabs) < 6e-5 and
+  ((.val_acc - $a) | fabs) < 6e-5 and ((.val_example_acc - $e) | fabs) < 6e-5' "$tmp/eval.json" > /dev/null \
+  || fail "eval table's all row ($t_loss $t_acc $t_ex) vs --json $(jq -c '[.val_loss, .val_acc, .val_example_acc]' "$tmp/eval.json")"
 if "$llmtrain" eval --checkpoint "$tmp/mqar" --max-tokens 10 > "$tmp/err.txt" 2>&1; then fail "eval --max-tokens accepted"; fi
 grep -q -- "--max-tokens.* apply to text" "$tmp/err.txt" || { cat "$tmp/err.txt"; fail "eval --max-tokens message"; }
 printf 'some text' > "$tmp/held.txt"
