@@ -82,8 +82,8 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
-// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k and the
-// states in bf16 (Buffers). Returns false when there is nothing to compute.
+// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k, the
+// states, the adjoint states and (SISO) dq, dk in bf16 (Buffers). Returns false when there is nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
            float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
@@ -107,7 +107,13 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
     buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
     buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
     buf.states_h = reinterpret_cast<__nv_bfloat16*>(buf.states);
-    buf.q = buf.k = buf.states = nullptr;
+    buf.dstates_h = reinterpret_cast<__nv_bfloat16*>(buf.dstates);
+    buf.q = buf.k = buf.states = buf.dstates = nullptr;
+    if (s.R == 1) {
+      buf.dqh = reinterpret_cast<__nv_bfloat16*>(buf.dq);
+      buf.dkh = reinterpret_cast<__nv_bfloat16*>(buf.dk);
+      buf.dq = buf.dk = nullptr;
+    }
   }
   return true;
 }

@@ -41,12 +41,14 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
 /// bf16 products (the chunked core on the tensor cores, not decoding): q, k and the states are kept in bf16 (qh,
 /// kh, states_h, in the fp32 arrays' places, whose pointers are then null): the core's kernels read them only as
-/// bf16 operands, and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair).
+/// bf16 operands, and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair). So are
+/// the adjoint states (dstates_h: the backward chunk kernel rounds them to bf16 for its products anyway) and, for
+/// SISO, dq and dk (dqh, dkh: rounded once from the chunk kernel's fp32 sums, read by rot_bcnorm_bwd_kernel only).
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
-  __nv_bfloat16 *qh, *kh, *states_h;
+  __nv_bfloat16 *qh, *kh, *states_h, *dstates_h, *dqh, *dkh;
   float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };

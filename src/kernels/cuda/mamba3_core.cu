@@ -15,8 +15,9 @@
 // and the masked score / coefficient tiles rounded to bf16 once into shared bf16 tiles, fp32 accumulation in
 // registers; the per-token sums in double from the fp32 accumulators); G is the fp32 path's. There q, k and the
 // chunk-entering states are stored in bf16 (Buffers; the same bits as rounding fp32 ones on loading: they have no
-// other readers in the core), the adjoint states in fp32 (the backward's <dS, S_in> reads them unrounded).
-// Otherwise every product is exact fp32.
+// other readers in the core), and so are the adjoint states (the backward's <dS, S_in> then reads the bf16 values
+// its products use) and, for SISO, the chunk kernel's dq, dk (rounded once from its fp32 sums; their one reader,
+// the rotation / BCNorm backward, works on them in fp32 and double). Otherwise every product is exact fp32.
 #include <type_traits>
 
 #include "kernels/cuda/delta_chunk.cuh"
@@ -723,35 +724,40 @@ struct MmaRows {
         x[a][c] = in(a) && col < width ? rows[off(a) * width + col] : 0.0f;
       }
   }
-  // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather): the
-  // column pairs (Mma::col(c), + 1) of an even c as one 8-byte store where pairs (pairs_ok: width even, rows 8-byte
-  // aligned, so every pair is), else one float at a time. (One row address per a, the columns as offsets from it.)
-  template <class F>
-  __device__ __forceinline__ void store(float* rows, int width, int c0, bool pairs, F x) const {
+  // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather; T float,
+  // or bf16: x(a, c) rounded once): the column pairs (Mma::col(c), + 1) of an even c as one store (8 bytes fp32, 4
+  // bf16) where pairs (pairs_ok: width even, rows aligned to a pair, so every pair is), else one element at a time.
+  // (One row address per a, the columns as offsets from it.)
+  template <typename T, class F>
+  __device__ __forceinline__ void store(T* rows, int width, int c0, bool pairs, F x) const {
     const int cb = c0 + tile::Mma::col(0);
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
       if (!in(a)) continue;
-      float* o = rows + (off(a) * width + cb);
+      T* o = rows + (off(a) * width + cb);
 #pragma unroll
       for (int c = 0; c < 4; c += 2) {
         const int col = cb + 8 * (c >> 1);
         if (col >= width) continue;
-        float* d = o + 8 * (c >> 1);
+        T* d = o + 8 * (c >> 1);
         if (pairs) {
-          *reinterpret_cast<float2*>(d) = make_float2(x(a, c), x(a, c + 1));
+          if constexpr (std::is_same_v<T, float>)
+            *reinterpret_cast<float2*>(d) = make_float2(x(a, c), x(a, c + 1));
+          else
+            *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x(a, c), x(a, c + 1));
         } else {
-          d[0] = x(a, c);
-          if (col + 1 < width) d[1] = x(a, c + 1);
+          d[0] = from_f32<T>(x(a, c));
+          if (col + 1 < width) d[1] = from_f32<T>(x(a, c + 1));
         }
       }
     }
   }
 };
 
-// Whether MmaRows::store may store pairs into a tensor of rows width floats apart starting at p.
-__host__ __device__ __forceinline__ bool pairs_ok(const float* p, int64_t width) {
-  return width % 2 == 0 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+// Whether MmaRows::store may store pairs into a tensor of rows width elements apart starting at p.
+template <typename T>
+__host__ __device__ __forceinline__ bool pairs_ok(const T* p, int64_t width) {
+  return width % 2 == 0 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T)) == 0;
 }
 
 // A chunk's q, k rows (bf16, width N) and its state tiles (P x N at st, bf16) into the bf16 tiles Q, K (1 x nN
@@ -1044,25 +1050,30 @@ __device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex
 
 // swap_tiles_dot's pieces: 4 consecutive columns 4 c .. 4 c + 3 of a row r of the nrt x nct tiles (16 nct pieces
 // a row), numbered row-major; thread x takes pieces e = x + kThreads m, walked by RowWalk (r, c). kVec (cols % 4
-// == 0 and src 16-byte aligned: every piece wholly inside or outside cols, its 4 floats one 16-byte load), else
-// 4 scalar loads a piece.
+// == 0 and src aligned to a piece: every piece wholly inside or outside cols, its 4 elements one load of 16 bytes
+// (fp32 src) or 8 (bf16)), else 4 scalar loads a piece.
 // Thread x's pieces from piece number e and its place w on: v[u] = src's piece e + u kThreads (row stride cols;
-// zeros outside rows x cols or past total) for u < n, issued together.
-template <bool kVec, int n, bool kCol>
+// zeros outside rows x cols or past total) for u < n, issued together, as floats.
+template <bool kVec, int n, bool kCol, typename T>
 __device__ __forceinline__ void piece_load(float4 (&v)[n], int e, RowWalk<kCol> w, int total, int rows, int cols,
-                                           const float* src) {
+                                           const T* src) {
 #pragma unroll
   for (int u = 0; u < n; ++u, w.next()) {
     const int c = 4 * w.c;
     const bool in = e + u * tile::kThreads < total && w.r < rows;
-    const float* p = src + (w.r * cols + c);
-    if constexpr (kVec) {
+    const T* p = src + (w.r * cols + c);
+    if constexpr (kVec && std::is_same_v<T, float>) {
       v[u] = in && c < cols ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else if constexpr (kVec) {
+      const uint2 h = in && c < cols ? *reinterpret_cast<const uint2*>(p) : make_uint2(0u, 0u);
+      const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h.x));
+      const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h.y));
+      v[u] = make_float4(lo.x, lo.y, hi.x, hi.y);
     } else {
-      v[u].x = in && c < cols ? p[0] : 0.0f;
-      v[u].y = in && c + 1 < cols ? p[1] : 0.0f;
-      v[u].z = in && c + 2 < cols ? p[2] : 0.0f;
-      v[u].w = in && c + 3 < cols ? p[3] : 0.0f;
+      v[u].x = in && c < cols ? to_f32(p[0]) : 0.0f;
+      v[u].y = in && c + 1 < cols ? to_f32(p[1]) : 0.0f;
+      v[u].z = in && c + 2 < cols ? to_f32(p[2]) : 0.0f;
+      v[u].w = in && c + 3 < cols ? to_f32(p[3]) : 0.0f;
     }
   }
 }
@@ -1092,19 +1103,19 @@ __device__ __forceinline__ void piece_swap(const float4 (&v)[n], int e, RowWalk<
 
 // Calls f(kCol, kVec) (std::bool_constant) for swap_tiles_dot's walk of nct tiles wide over src [.][cols]: kCol,
 // RowWalk's short form where the 16 nct pieces of a row divide kThreads; kVec as at piece_load.
-template <class F>
-__device__ __forceinline__ auto swap_form(int nct, int cols, const float* src, F f) {
+template <typename T, class F>
+__device__ __forceinline__ auto swap_form(int nct, int cols, const T* src, F f) {
   const bool col = tile::kThreads % (16 * nct) == 0;
-  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % (4 * sizeof(T)) == 0;
   if (col) return vec ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
   return vec ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
 }
 
 // The first kAhead of the thread's pieces of swap_tiles_dot (same arguments), issued together ahead of the swap
 // (8: all of them at P = 64, N = 128).
-template <int kAhead>
+template <int kAhead, typename T>
 __device__ __forceinline__ void swap_ahead(float4 (&v)[kAhead], int nrt, int nct, int rows, int cols,
-                                           const float* src) {
+                                           const T* src) {
   const int total = 64 * nrt * 16 * nct;
   swap_form(nct, cols, src, [&](auto col, auto vec) {
     piece_load<decltype(vec)::value>(v, static_cast<int>(threadIdx.x), RowWalk<decltype(col)::value>(16 * nct),
@@ -1112,13 +1123,13 @@ __device__ __forceinline__ void swap_ahead(float4 (&v)[kAhead], int nrt, int nct
   });
 }
 
-// dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols]
-// (row stride cols; 0 outside), the thread's first kAhead pieces taken from ahead (swap_ahead), the rest loaded
+// dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols] (fp32 or
+// bf16; row stride cols; 0 outside), the thread's first kAhead pieces taken from ahead (swap_ahead), the rest loaded
 // here, kBatch at a time. Returns this thread's Σ src X over the elements it replaced, in element order (its
 // pieces in order, each piece's columns in order; each thread reads X only where it then writes, so no barrier is
 // needed before). Reached by the whole block of tile::kThreads.
-template <int kAhead>
-__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const float* src,
+template <int kAhead, typename T>
+__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const T* src,
                                  const float4 (&ahead)[kAhead]) {
   return swap_form(nct, cols, src, [&](auto col, auto vec) {
     constexpr int kBatch = 4;
@@ -1142,7 +1153,7 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
 // σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
-// scan in double. <dS, S_in> from fp32 dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for inter
+// scan in double. <dS, S_in> from dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for inter
 // and dq, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
 // q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
 // prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before dq's
@@ -1153,12 +1164,13 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in block_reduce's
 // order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
 // two blocks per SM at P = 64, N = 128; dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1:
-// SISO), or 0: s.R (ChunkRows).
-template <int kR>
+// SISO), or 0: s.R (ChunkRows). DQ: the element type dq, dk are stored in (float, or bf16: rounded once from the
+// fp32 sums); DS: dS's (the dstates scan's output: float or bf16).
+template <int kR, typename DQ, typename DS>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const float* dy, const float* D,
-    const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const float* dstates, Sizes s,
-    float* dq, float* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+    const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const DS* dstates, Sizes s,
+    DQ* dq, DQ* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
   constexpr int kT = tile::kTileHalves;
@@ -1181,7 +1193,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const ChunkRows<kR> cr(s, k);
   const int64_t base = k.bh * s.nc + k.c;
   const __nv_bfloat16* sin = states + base * s.P * s.N;
-  const float* dS = dstates + base * s.P * s.N;
+  const DS* dS = dstates + base * s.P * s.N;
   // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
   // registers; q, k, S_in by cp.async (ChunkOperands; where they do not come in 16-byte pieces, copied after the
   // rest); dS asked into the L2 (loaded after inter, ahead of dq's products); v and dy in one batch, rounded on
@@ -1195,7 +1207,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   }
   ChunkOperands<kR> ops{Q, K, S, q, kk, sin, cr, k.nr, P, N};
   ops.issue();
-  tile::prefetch_l2(dS, 4 * s.N, P, 4 * s.N);
+  tile::prefetch_l2(dS, sizeof(DS) * s.N, P, sizeof(DS) * s.N);
   {
     __nv_bfloat16* const vd[2] = {V, DY};
     const decltype(cr.rows(v, P, 0)) vdrows[2] = {cr.rows(v, P, 0), cr.rows(dy, P, 0)};
@@ -1265,7 +1277,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
   };
-  auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
+  auto store_rows = [&](const tile::Acc& acc, int c0, int width, DQ* out) {  // out row ρ, columns c0 + col
     my.store(cr.base(out, width), width, c0, pairs, [&](int a, int c) { return acc.v[a][c]; });
   };
   // The inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] per P tile.
@@ -1422,7 +1434,7 @@ dim3 chunk_grid(const Sizes& s) {
 // The chunk states: to_end (u = v, w = k) the states entering each chunk, else (u = dy, w = q) the adjoints of the
 // states leaving each chunk, into out. fp32: each chunk's contribution (outer_kernel), then scan_kernel (w: buf.k
 // or buf.q); bf16 products: both in state_scan_mma_kernel (w: buf.kh or buf.qh; the entering states into
-// buf.states_h, the adjoints into out).
+// buf.states_h, the adjoints into buf.dstates_h, both bf16; out unused).
 void chunk_states(const float* u, bool to_end, float* out, const Sizes& s, const Buffers& buf, bool bf16,
                   cudaStream_t stream) {
   if (bf16) {
@@ -1440,7 +1452,7 @@ void chunk_states(const float* u, bool to_end, float* out, const Sizes& s, const
     if (to_end)
       launch(buf.states_h);
     else
-      launch(out);
+      launch(buf.dstates_h);
     return;
   }
   const float* w = to_end ? buf.k : buf.q;
@@ -1499,10 +1511,15 @@ void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
   // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
   chunk_states(buf.dy, false, buf.dstates, s, buf, bf16, stream);
   if (bf16) {
-    const auto kernel = s.R == 1 ? bwd_chunk_mma_kernel<1> : bwd_chunk_mma_kernel<0>;
-    kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
-        buf.qh, buf.kh, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates, s, buf.dq, buf.dk,
-        buf.dv, buf.da, buf.dgam, buf.dsig, buf.dDp);
+    const auto launch = [&](auto kernel, auto* dq, auto* dk) {
+      kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
+          buf.qh, buf.kh, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, dq, dk, buf.dv,
+          buf.da, buf.dgam, buf.dsig, buf.dDp);
+    };
+    if (s.R == 1)  // (SISO: dq, dk in bf16, Buffers)
+      launch(bwd_chunk_mma_kernel<1, __nv_bfloat16, __nv_bfloat16>, buf.dqh, buf.dkh);
+    else
+      launch(bwd_chunk_mma_kernel<0, float, __nv_bfloat16>, buf.dq, buf.dk);
   } else {
     bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,
