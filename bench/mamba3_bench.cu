@@ -3,9 +3,9 @@
 // SISO and MIMO (R = 4), without the output norm (as the configs); each with the core's products in fp32 and on
 // the tensor cores (Mamba3Options::bf16_products, the path of bf16 models). Forward (mamba3_fwd) and forward + backward
 // (mamba3_fwd then mamba3_bwd) in both modes of model.mamba3.save_states: "recompute" (no saved set: the backward
-// recomputes the core's forward) and "saved" (the forward writes G, the chunk-entering states and y into the saved
-// set, the backward reads them), timed with CUDA events over repeated launches after warm-up; the projections are not
-// included.
+// recomputes the core's forward) and "saved" (the forward writes G, the chunk-entering states, y, BCNorm's outputs,
+// φ and q, k into the saved set, the backward reads them), timed with CUDA events over repeated launches after
+// warm-up; the projections are not included.
 // With --phases instead: the SISO op with bf16 products kernel by kernel (mamba3_phases: bench/phases.h's table with
 // the cost model mamba3_siso_cost): the forward writing the saved set, the backward reading it, and the backward
 // without it (recomputing the core's forward).
@@ -94,7 +94,7 @@ struct Op {
     opt.bf16_products = s.bf16;
     scratch_bytes = std::max(mamba3_fwd_scratch_bytes(d, opt, false), mamba3_bwd_scratch_bytes(d, opt, false));
     BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
-    saved_bytes = mamba3_saved_bytes(d);
+    saved_bytes = mamba3_saved_bytes(d, opt);
     BENCH_CHECK(cudaMalloc(&saved, saved_bytes));
   }
   Op(const Op&) = delete;
@@ -159,7 +159,8 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   const double splits = std::clamp<double>(std::floor(rows / 256), 1, 128);  // mamba3.cu colsum's row ranges
   const auto is = [&](const char* name) { return std::strcmp(phase, name) == 0; };
   const auto both = [](double b) { return Cost{b, b, 0}; };
-  // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward (bcnorm only without the saved set)
+  // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward (phase, bcnorm, qk only without the
+  // saved set)
   if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the next token's ε); Δ, λ, A, clamp,
                     // a, γ, ε, σ written (fp32) and Δ (double)
     return {12 * E + 40 * E, 20 * E + 40 * E, 0};

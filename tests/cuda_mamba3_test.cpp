@@ -10,8 +10,8 @@
 // bound is kBf16Tol (2e-2) against the same fp32 CPU reference (d dt_bias, a sum over tokens that cancels, against
 // the root-sum-square of its terms; check_mamba3). Every case also runs the forward with a saved set
 // (model.mamba3.save_states: Backend::mamba3_saved_numel) and the backward reading it instead of recomputing the
-// core's forward: out and every gradient bit-identical to the recompute. main() (catch_main_gpu.cpp) skips without
-// a GPU.
+// core's forward, BCNorm, φ and q, k: out and every gradient bit-identical to the recompute. main()
+// (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -99,9 +99,10 @@ void check_mamba3(const Case& c) {
   run(gpu(), true);
   for (size_t i = 0; i < all.size(); ++i) require_bit_identical(first[i], get(gpu(), *all[i].first->g), all[i].second);
 
-  // model.mamba3.save_states: the forward writes G, the chunk-entering states, y and BCNorm's outputs into `saved`
-  // (from garbage), the backward reads them instead of recomputing the core's forward and BCNorm.
-  const int64_t n_saved = gpu().mamba3_saved_numel(c.B, c.T, c.H, c.N, opt);
+  // model.mamba3.save_states: the forward writes G, the chunk-entering states, y, BCNorm's outputs, φ and q, k into
+  // `saved` (from garbage), the backward reads them instead of recomputing the core's forward, BCNorm, the phases
+  // and q, k.
+  const int64_t n_saved = gpu().mamba3_saved_numel(c.B, c.T, c.H, c.N, c.S, opt);
   REQUIRE(n_saved > 0);
   const OwnedTensor saved(gpu(), llmt::DType::f32, {n_saved});
   gpu().upload(randn(static_cast<size_t>(n_saved), s + 50).data(), *saved);

@@ -163,7 +163,7 @@ TEST_CASE("model.mamba3.save_states: the CPU backend keeps nothing, the same los
   m.type = "mamba3";
   m.attn_layers = {1};
   auto be = make_cpu_backend();
-  CHECK(be->mamba3_saved_numel(2, 6, 4, m.mamba3.d_state, Mamba3Options{}) == 0);
+  CHECK(be->mamba3_saved_numel(2, 6, 4, m.mamba3.d_state, m.mamba3.num_angles(), Mamba3Options{}) == 0);
   const Run saved = train_step(m, false);
   m.mamba3.save_states = false;
   const Run recomputed = train_step(m, false);

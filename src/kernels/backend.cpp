@@ -124,7 +124,9 @@ void Backend::mamba3_bwd(const Tensor&, const Tensor&, const Tensor&, const Tens
                          const Tensor&, const Mamba3Params&) {
   missing(*this, "mamba3_bwd");
 }
-int64_t Backend::mamba3_saved_numel(int64_t, int64_t, int64_t, int64_t, const Mamba3Options&) const { return 0; }
+int64_t Backend::mamba3_saved_numel(int64_t, int64_t, int64_t, int64_t, int64_t, const Mamba3Options&) const {
+  return 0;
+}
 void Backend::mdn_gates_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const MdnGateParams&,
                             const MdnGateOptions&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing(*this, "mdn_gates_fwd");

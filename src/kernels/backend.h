@@ -338,8 +338,8 @@ class Backend {
   /// saved: default-constructed (none), or [mamba3_saved_numel] in x's dtype, kept by the layer from this forward
   /// to the mamba3_bwd of the same inputs (model.mamba3.save_states): the forward writes the intermediates the
   /// backward would otherwise recompute there, and the backward given the same tensor reads them (CUDA: the
-  /// core's G, chunk-entering states and y, BCNorm's normalised B, C and 1 / RMS, kernels/cuda/mamba3.cu;
-  /// gradients bit-identical to the recompute).
+  /// core's G, chunk-entering states and y, BCNorm's normalised B, C and 1 / RMS, the phases φ and the rotated
+  /// q, k, kernels/cuda/mamba3.cu; gradients bit-identical to the recompute).
   virtual void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
                           const Mamba3Params& params, const Mamba3Options& opt, const Tensor& out,
                           const Tensor& saved);
@@ -350,13 +350,14 @@ class Backend {
                           const Tensor& saved, const Mamba3Params& params, const Mamba3Options& opt,
                           const Tensor& dx, const Tensor& dz, const Tensor& dbc, const Tensor& draw,
                           const Mamba3Params& dparams);
-  /// The elements of mamba3_fwd's `saved` for a layer of these sizes (B, T, H, N and opt), or 0 when this
-  /// backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
+  /// The elements of mamba3_fwd's `saved` for a layer of these sizes (B, T, H, N, S = angles and opt), or 0 when
+  /// this backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
   /// reference, which recomputes in double). CUDA: 2 B H nc Lc + B H nc P N + B T H R P + 2 B T R G N + 2 B T R G
-  /// floats (and 256-byte alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128, SISO,
-  /// B T = 16384 tokens 792 MiB.
+  /// + B T H S floats and q, k's 2 B T H R N values (bf16 with opt.bf16_products, else fp32) (and 256-byte
+  /// alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128, 32 angles, SISO, B T = 16384
+  /// tokens 1432 MiB with bf16 products (fp32: 1944 MiB).
   virtual int64_t mamba3_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t d_state,
-                                     const Mamba3Options& opt) const;
+                                     int64_t angles, const Mamba3Options& opt) const;
   /// The per-head parameters of the MDN gates (mdn.md §3, §4.4), each [H]; Mu_log and mu_bias are
   /// default-constructed (data == nullptr) without momentum. The same struct carries their gradients.
   struct MdnGateParams {

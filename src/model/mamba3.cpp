@@ -94,7 +94,9 @@ void Mamba3Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   // As Mamba2Mixer: activations in the master dtype; the output meeting out_proj also in the compute dtype.
   o_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
   const int64_t kept =
-      c_.save_states ? store_.backend().mamba3_saved_numel(batch, seq_len, heads_, c_.d_state, layer_options()) : 0;
+      c_.save_states
+          ? store_.backend().mamba3_saved_numel(batch, seq_len, heads_, c_.d_state, c_.num_angles(), layer_options())
+          : 0;
   kept_ = kept > 0 ? saved.take(dt, {kept}) : Tensor();
 }
 

@@ -7,8 +7,8 @@
 //   optional output norm before the gate (model.mamba3.outproj_norm)  norm.weight [Di]
 //   out = o W_out^T                                                     out_proj.weight [D, Di] (no bias)
 // With model.mamba3.save_states the layer keeps what the backend's forward saves for its backward
-// (Backend::mamba3_saved_numel; CUDA: the core's G, chunk-entering states and y, BCNorm's normalised B and C), so
-// the backward does not recompute the core's forward.
+// (Backend::mamba3_saved_numel; CUDA: the core's G, chunk-entering states and y, BCNorm's normalised B and C, the
+// phases φ and the rotated q, k), so the backward does not recompute the core's forward, BCNorm, φ or q, k.
 // Initialisation (section 4.2, 4.8): dt_bias from log-uniform dt, B_bias = C_bias = bc_bias_init (1), norms 1,
 // D = 1, mimo_x = mimo_o = 1/R, mimo_z = 1; in_proj and out_proj U(±1/sqrt(fan_in)) (init_style "mamba_ssm")
 // or N(0, std^2) ("fla"); with model.init.residual_rescale "kaiming_div_sqrt", out_proj is

@@ -109,7 +109,7 @@ std::vector<std::vector<float>> run_emulated(const Case& c, const Inputs& in, bo
   const size_t scratch_bytes =
       std::max(cu::mamba3_fwd_scratch_bytes(d, opt, saved), cu::mamba3_bwd_scratch_bytes(d, opt, saved));
   Buffer scratch(scratch_bytes / 4 + 1);
-  Buffer keep(saved ? cu::mamba3_saved_bytes(d) / 4 + 1 : 1);
+  Buffer keep(saved ? cu::mamba3_saved_bytes(d, opt) / 4 + 1 : 1);
   float* kept = saved ? keep.get() : nullptr;
   const Buffer out(in.x.size());
   cu::mamba3_fwd(x.get(), z.get(), bc.get(), raw.get(), P, d, opt, out.get(), kept, scratch.get(), nullptr);

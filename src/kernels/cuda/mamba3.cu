@@ -1,9 +1,9 @@
 // The Mamba-3 layer op on the GPU (ops.cuh mamba3_fwd/bwd/decode; layers-ssm-attn.md §4.3–4.6): the scratch, the
 // fixed-order column sums of the parameter gradients, and the order of the phases: prep (mamba3_prep.cu), the
 // chunked core (mamba3_core.cu) or the decode recurrence (mamba3_decode.cu), the gate (mamba3_gate.cu). The
-// backward recomputes the prep, and the core's forward, unless the forward saved its G, chunk-entering states and y
-// and BCNorm's n̂_B, n̂_C, 1 / RMS (`saved`, model.mamba3.save_states): then the same kernels' values are read
-// instead of computed twice (the rest of the prep is still recomputed).
+// backward recomputes the prep, and the core's forward, unless the forward saved its G, chunk-entering states and y,
+// BCNorm's n̂_B, n̂_C, 1 / RMS, φ and q, k (`saved`, model.mamba3.save_states): then the same kernels' values are
+// read instead of computed twice (the per-token scalars, θ and MIMO's v are still recomputed).
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda {
@@ -25,9 +25,10 @@ struct Carver {
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
 // each chunk (fp32, or bf16 in the first half of their place with bf16 products), y; BCNorm's n̂_B, n̂_C and their
-// 1 / RMS.
-void take_saved(const Sizes& s, Carver& c, Buffers& b) {
-  const int64_t RG = s.rows * s.R * s.G;
+// 1 / RMS; φ; q, k (fp32, or with bf16 the core's bf16 qh, kh: carve passes bf16 products for the saved set only,
+// the scratch's q, k keeping fp32 places, as decoding reads fp32 q, k whatever the products).
+void take_saved(const Sizes& s, bool bf16, Carver& c, Buffers& b) {
+  const int64_t RG = s.rows * s.R * s.G, RN = s.E * s.R * s.N;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
   c.take(b.states, s.B * s.H * s.nc * s.P * s.N);
   c.take(b.y, s.E * s.R * s.P);
@@ -35,25 +36,33 @@ void take_saved(const Sizes& s, Carver& c, Buffers& b) {
   c.take(b.ncn, RG * s.N);
   c.take(b.rb, RG);
   c.take(b.rc, RG);
+  c.take(b.phi, s.E * s.S);
+  if (bf16) {
+    c.take(b.qh, RN);
+    c.take(b.kh, RN);
+  } else {
+    c.take(b.q, RN);
+    c.take(b.k, RN);
+  }
 }
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
-// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. SISO has no v, dv in the scratch
-// (they are x, dx: begin).
-size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* base, Buffers* out) {
+// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch, q and k there in bf16 (qh, kh) when
+// bf16 (bf16 products). SISO has no v, dv in the scratch (they are x, dx: begin).
+size_t carve(const Sizes& s, bool backward, bool saved, bool bf16, void* saved_base, void* base, Buffers* out) {
   Carver c{static_cast<char*>(base)};
   Buffers b{};
   const int64_t E = s.E, RGN = s.rows * s.R * s.G * s.N, states = s.B * s.H * s.nc * s.P * s.N;
   for (float** p : {&b.dt, &b.lam, &b.A, &b.clamped, &b.a, &b.gam, &b.eps, &b.sig}) c.take(*p, E);
   c.take(b.dtd, E);
   c.take(b.theta, s.rows * s.S);
-  c.take(b.phi, E * s.S);
-  c.take(b.q, E * s.R * s.N);
-  c.take(b.k, E * s.R * s.N);
   if (s.R > 1) c.take(b.v, E * s.R * s.P);
   c.take(b.rs, E * s.R);
   Carver kept{static_cast<char*>(saved_base)};
-  take_saved(s, saved ? kept : c, b);
+  if (saved)
+    take_saved(s, bf16, kept, b);
+  else
+    take_saved(s, false, c, b);
   if (backward) {
     if (s.R > 1) c.take(b.dv, E * s.R * s.P);
     for (float** p : {&b.dy, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
@@ -83,7 +92,8 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
 // (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k, the
-// states, the adjoint states and (SISO) dq, dk in bf16 (Buffers). Returns false when there is nothing to compute.
+// states, the adjoint states and (SISO) dq, dk in bf16 (Buffers; q, k carved so in the saved set, the others aliased
+// onto their fp32 places in the scratch). Returns false when there is nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
            float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
@@ -98,14 +108,17 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
   if (s.E == 0) return false;
   // The saved set and x are written by no kernel of the backward (Buffers has no const pointers).
-  carve(s, dx != nullptr, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
+  const bool bf16 = chunked && opt.bf16_products;
+  carve(s, dx != nullptr, saved != nullptr, bf16, const_cast<float*>(saved), scratch, &buf);
   if (s.R == 1) {
     buf.v = const_cast<float*>(x);
     buf.dv = dx;
   }
-  if (chunked && opt.bf16_products) {
-    buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
-    buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
+  if (bf16) {
+    if (saved == nullptr) {
+      buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
+      buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
+    }
     buf.states_h = reinterpret_cast<__nv_bfloat16*>(buf.states);
     buf.dstates_h = reinterpret_cast<__nv_bfloat16*>(buf.dstates);
     buf.q = buf.k = buf.states = buf.dstates = nullptr;
@@ -220,19 +233,19 @@ void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffe
 
 }  // namespace m3
 
-size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims) {
+size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt) {
   Buffers b{};
   Carver c{nullptr};
-  take_saved(m3::make_sizes(dims), c, b);
+  take_saved(m3::make_sizes(dims), opt.bf16_products, c, b);
   return c.off;
 }
 
-size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
-  return carve(m3::make_sizes(dims), false, saved, nullptr, nullptr, nullptr);
+size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved) {
+  return carve(m3::make_sizes(dims), false, saved, opt.bf16_products, nullptr, nullptr, nullptr);
 }
 
-size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
-  return carve(m3::make_sizes(dims), true, saved, nullptr, nullptr, nullptr);
+size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved) {
+  return carve(m3::make_sizes(dims), true, saved, opt.bf16_products, nullptr, nullptr, nullptr);
 }
 
 void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,

@@ -32,8 +32,8 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
 /// q, k [E R N]; v, y [E R P] (SISO: v is the input x itself); rs (output-norm reciprocal RMS) [E R]; G (chunk-local
 /// cumsum of a, double) [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states, y, nb, ncn,
-/// rb and rc (the saved set) lie in the caller's `saved` memory when mamba3_fwd / mamba3_bwd are given one, else in
-/// the scratch.
+/// rb, rc, phi, q and k (the saved set) lie in the caller's `saved` memory when mamba3_fwd / mamba3_bwd are given
+/// one (with bf16 products q, k there only as qh, kh, half the fp32 bytes), else in the scratch.
 /// Backward: dy, dv [E R P] (SISO: dv is the output dx itself); dq, dk [E R N] (MIMO: then un-rotated in place); da,
 /// dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double)
 /// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
@@ -82,11 +82,12 @@ void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffe
 
 // mamba3_prep.cu
 /// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x (MIMO; SISO's v is x). phase0:
-/// [B, H, S], the phases carried into the first token (decoding, §4.6), or nullptr for 0. bcnorm_saved: buf's
-/// n̂_B, n̂_C, rb, rc hold the forward's (the backward reading the saved set), not recomputed.
+/// [B, H, S], the phases carried into the first token (decoding, §4.6), or nullptr for 0. saved: buf's φ, n̂_B,
+/// n̂_C, rb, rc and q, k (or qh, kh) hold the forward's (the backward reading the saved set), not recomputed: only
+/// the per-token scalars, θ and v are.
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
               const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0 = nullptr,
-              bool bcnorm_saved = false);
+              bool saved = false);
 /// §4.5 steps 3–6 from buf.dq, dk, da, dgam, dsig: dbc, draw overwritten, the prep parameter gradients and
 /// dD (from buf.dDp) accumulated.
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,

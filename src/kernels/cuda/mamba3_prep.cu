@@ -828,38 +828,39 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
 }  // namespace
 
 void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
-              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0,
-              bool bcnorm_saved) {
+              const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0, bool saved) {
   token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
     LLMT_CUDA_CHECK_LAUNCH();
-    const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
-    phase_kernel<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
-    LLMT_CUDA_CHECK_LAUNCH();
+    if (!saved) {
+      const dim3 scan_grid(static_cast<unsigned>(ceil_div(s.H * s.S, kScanLanes)), static_cast<unsigned>(s.B));
+      phase_kernel<<<scan_grid, kScanThreads, 0, stream>>>(buf.dtd, buf.theta, phase0, s, buf.phi);
+      LLMT_CUDA_CHECK_LAUNCH();
+    }
   }
-  if (!bcnorm_saved) {
+  if (!saved) {
     bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kColThreads), kColThreads, 0, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
+    const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
+    const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
+    // (row block, column block), the column blocks of a row block adjacent (they stage the same n̂ rows)
+    const unsigned qk_grid = static_cast<unsigned>(
+        ceil_div(s.rows, qk_r) * ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs));
+    const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
+      const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
+      if (qk_smem > 48 * 1024)
+        LLMT_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qk_smem)));
+      kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r), kout, qout);
+      LLMT_CUDA_CHECK_LAUNCH();
+    };
+    if (buf.kh != nullptr)
+      qk(buf.kh, buf.qh);
+    else
+      qk(buf.k, buf.q);
   }
-  const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
-  const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
-  // (row block, column block), the column blocks of a row block adjacent (they stage the same n̂ rows)
-  const unsigned qk_grid = static_cast<unsigned>(
-      ceil_div(s.rows, qk_r) * ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs));
-  const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
-    const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
-    if (qk_smem > 48 * 1024)
-      LLMT_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qk_smem)));
-    kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r), kout, qout);
-    LLMT_CUDA_CHECK_LAUNCH();
-  };
-  if (buf.kh != nullptr)
-    qk(buf.kh, buf.qh);
-  else
-    qk(buf.k, buf.q);
   if (p.mimo_x != nullptr) {
     up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
     LLMT_CUDA_CHECK_LAUNCH();
