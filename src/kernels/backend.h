@@ -353,8 +353,9 @@ class Backend {
   /// The elements of mamba3_fwd's `saved` for a layer of these sizes (B, T, H, N and opt), or 0 when this
   /// backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
   /// reference, which recomputes in double). CUDA: 2 B H nc Lc + B H nc P N + B T H R P + 2 B T R G N + 2 B T R G
-  /// floats (and 256-byte alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128, SISO,
-  /// B T = 16384 tokens 792 MiB.
+  /// floats (and 256-byte alignment; y's B T H R P halved with opt.bf16_products, where it is bf16), Lc = 64 / R,
+  /// nc = ceil(T / Lc): at 64 heads x 64, d_state 128, SISO, B T = 16384 tokens 792 MiB (664 MiB with bf16
+  /// products).
   virtual int64_t mamba3_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t d_state,
                                      const Mamba3Options& opt) const;
   /// The per-head parameters of the MDN gates (mdn.md §3, §4.4), each [H]; Mu_log and mu_bias are

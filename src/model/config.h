@@ -101,9 +101,10 @@ struct Mamba3Config {
   /// (N(0, model.init.std^2) for both).
   std::string init_style = "mamba_ssm";
   /// Keep the core's forward intermediates for the backward (CUDA: the chunk-local cumsum G, the states entering
-  /// each chunk, the core output y and BCNorm's normalised B, C, fp32; Backend::mamba3_saved_numel), or (false)
-  /// recompute them in the backward. Same gradients either way; 792 MiB more saved activations per layer at 64
-  /// heads x 64, d_state 128, SISO and 16384 tokens per micro-batch.
+  /// each chunk, the core output y and BCNorm's normalised B, C, fp32, y bf16 for a bf16 compute dtype;
+  /// Backend::mamba3_saved_numel), or (false) recompute them in the backward. Same gradients either way; 792 MiB
+  /// (bf16: 664 MiB) more saved activations per layer at 64 heads x 64, d_state 128, SISO and 16384 tokens per
+  /// micro-batch.
   bool save_states = true;
   int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }

@@ -66,14 +66,14 @@ Mamba3Ptrs mamba3_ptrs(const Backend::Mamba3Params& p, const char* op) {
 }
 
 /// Floats of the CUDA Mamba-3 op's saved set (cuda::mamba3_saved_bytes, rounded up).
-int64_t mamba3_saved_floats(const cpu::Mamba3LayerDims& d) {
-  return static_cast<int64_t>((cuda::mamba3_saved_bytes(d) + sizeof(float) - 1) / sizeof(float));
+int64_t mamba3_saved_floats(const cpu::Mamba3LayerDims& d, const Mamba3Options& opt) {
+  return static_cast<int64_t>((cuda::mamba3_saved_bytes(d, opt) + sizeof(float) - 1) / sizeof(float));
 }
 
 /// mamba3_fwd / mamba3_bwd's `saved` (none, or [mamba3_saved_numel] f32) as its data, or nullptr for none.
-float* mamba3_saved(const Tensor& saved, const cpu::Mamba3LayerDims& d, const char* op) {
+float* mamba3_saved(const Tensor& saved, const cpu::Mamba3LayerDims& d, const Mamba3Options& opt, const char* op) {
   if (saved.data == nullptr) return nullptr;
-  const int64_t n = mamba3_saved_floats(d);
+  const int64_t n = mamba3_saved_floats(d, opt);
   check(saved.numel() == n, "{}: saved has {} elements, the layer's saved set {}", op, saved.numel(), n);
   return f32(saved, op);
 }
@@ -651,13 +651,13 @@ class CudaBackend final : public Backend {
   // ---- Mamba-3 (checks as the CPU backend's; f32 as Mamba2) ----
   int64_t mamba3_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t d_state,
                              const Mamba3Options& opt) const override {
-    return mamba3_saved_floats({batch, seq_len, heads, opt.head_dim, d_state, opt.n_groups, opt.rank, 0});
+    return mamba3_saved_floats({batch, seq_len, heads, opt.head_dim, d_state, opt.n_groups, opt.rank, 0}, opt);
   }
   void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
                   const Mamba3Options& opt, const Tensor& out, const Tensor& saved) override {
     const char* op = "mamba3_fwd";
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
-    float* sv = mamba3_saved(saved, d, op);
+    float* sv = mamba3_saved(saved, d, opt, op);
     cuda::mamba3_fwd(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, f32(out, op),
                      sv, scratch(mamba3_fwd_scratch_bytes(d, opt, sv != nullptr)), stream_);
   }
@@ -668,7 +668,7 @@ class CudaBackend final : public Backend {
     const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, op);
     mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
     const Mamba3Ptrs p = mamba3_ptrs(params, op);
-    const float* sv = mamba3_saved(saved, d, op);
+    const float* sv = mamba3_saved(saved, d, opt, op);
     const auto g = [&](const Tensor& t) { return t.data ? f32(t, op) : nullptr; };
     const Mamba3GradPtrs gp{g(dparams.dt_bias), g(dparams.B_bias), g(dparams.C_bias), g(dparams.B_norm),
                             g(dparams.C_norm),  g(dparams.D),      g(dparams.mimo_x), g(dparams.mimo_z),

@@ -24,13 +24,16 @@ struct Carver {
 };
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
-// each chunk (fp32, or bf16 in the first half of their place with bf16 products), y; BCNorm's n̂_B, n̂_C and their
-// 1 / RMS.
-void take_saved(const Sizes& s, Carver& c, Buffers& b) {
+// each chunk (fp32, or bf16 in the first half of their place with bf16 products), y (fp32, or with half bf16:
+// y_h); BCNorm's n̂_B, n̂_C and their 1 / RMS.
+void take_saved(const Sizes& s, bool half, Carver& c, Buffers& b) {
   const int64_t RG = s.rows * s.R * s.G;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
   c.take(b.states, s.B * s.H * s.nc * s.P * s.N);
-  c.take(b.y, s.E * s.R * s.P);
+  if (half)
+    c.take(b.y_h, s.E * s.R * s.P);
+  else
+    c.take(b.y, s.E * s.R * s.P);
   c.take(b.nb, RG * s.N);
   c.take(b.ncn, RG * s.N);
   c.take(b.rb, RG);
@@ -38,9 +41,10 @@ void take_saved(const Sizes& s, Carver& c, Buffers& b) {
 }
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
-// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. SISO has no v, dv in the scratch
-// (they are x, dx: begin).
-size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* base, Buffers* out) {
+// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. half (chunked with bf16 products):
+// y and dy in bf16 (y_h, dy_h; their places half the size). SISO has no v, dv in the scratch (they are x, dx:
+// begin).
+size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_base, void* base, Buffers* out) {
   Carver c{static_cast<char*>(base)};
   Buffers b{};
   const int64_t E = s.E, RGN = s.rows * s.R * s.G * s.N, states = s.B * s.H * s.nc * s.P * s.N;
@@ -53,10 +57,14 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
   if (s.R > 1) c.take(b.v, E * s.R * s.P);
   c.take(b.rs, E * s.R);
   Carver kept{static_cast<char*>(saved_base)};
-  take_saved(s, saved ? kept : c, b);
+  take_saved(s, half, saved ? kept : c, b);
   if (backward) {
     if (s.R > 1) c.take(b.dv, E * s.R * s.P);
-    for (float** p : {&b.dy, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
+    if (half)
+      c.take(b.dy_h, E * s.R * s.P);
+    else
+      c.take(b.dy, E * s.R * s.P);
+    for (float** p : {&b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
     c.take(b.dq, E * s.R * s.N);
     c.take(b.dk, E * s.R * s.N);
     for (float** p : {&b.da, &b.dgam, &b.dsig}) c.take(*p, E);
@@ -82,8 +90,8 @@ size_t carve(const Sizes& s, bool backward, bool saved, void* saved_base, void* 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
-// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k and the
-// states in bf16 (Buffers). Returns false when there is nothing to compute.
+// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k, the
+// states, y and dy in bf16 (Buffers). Returns false when there is nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
            float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
@@ -98,12 +106,13 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
   if (s.E == 0) return false;
   // The saved set and x are written by no kernel of the backward (Buffers has no const pointers).
-  carve(s, dx != nullptr, saved != nullptr, const_cast<float*>(saved), scratch, &buf);
+  const bool half = chunked && opt.bf16_products;
+  carve(s, dx != nullptr, saved != nullptr, half, const_cast<float*>(saved), scratch, &buf);
   if (s.R == 1) {
     buf.v = const_cast<float*>(x);
     buf.dv = dx;
   }
-  if (chunked && opt.bf16_products) {
+  if (half) {
     buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
     buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
     buf.states_h = reinterpret_cast<__nv_bfloat16*>(buf.states);
@@ -214,19 +223,21 @@ void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffe
 
 }  // namespace m3
 
-size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims) {
+size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt) {
   Buffers b{};
   Carver c{nullptr};
-  take_saved(m3::make_sizes(dims), c, b);
+  take_saved(m3::make_sizes(dims), opt.bf16_products, c, b);
   return c.off;
 }
 
+// y sized in fp32 whatever the products: mamba3_decode takes this scratch and writes y in fp32 (the chunked forward
+// with bf16 products carves a bf16 y, which fits).
 size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
-  return carve(m3::make_sizes(dims), false, saved, nullptr, nullptr, nullptr);
+  return carve(m3::make_sizes(dims), false, saved, false, nullptr, nullptr, nullptr);
 }
 
-size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
-  return carve(m3::make_sizes(dims), true, saved, nullptr, nullptr, nullptr);
+size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved) {
+  return carve(m3::make_sizes(dims), true, saved, opt.bf16_products, nullptr, nullptr, nullptr);
 }
 
 void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,

@@ -320,8 +320,9 @@ size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int
 // 4 (2 (N + 1) + 4 (P + 1) + 3 65) 64 bytes in the backward) exceeds the device's.
 // saved (model.mamba3.save_states), nullptr or mamba3_saved_bytes of memory (64-byte aligned) kept from a
 // mamba3_fwd to the mamba3_bwd of the same inputs: the forward writes its chunk-local cumsum G [B H nc 64/R]
-// (double), the states entering each chunk [B H nc P N], the core output y [B T H R P] and BCNorm's normalised B, C
-// [B T R G N] and their reciprocal RMS [B T R G] (fp32) there instead of into the scratch, and the backward reads
+// (double), the states entering each chunk [B H nc P N], the core output y [B T H R P] (both bf16 with
+// opt.bf16_products, the states in an fp32-sized place) and BCNorm's normalised B, C [B T R G N] and their
+// reciprocal RMS [B T R G] (fp32) there instead of into the scratch, and the backward reads
 // them instead of recomputing them (it still recomputes the rest of the prep): the same kernels' values, so the
 // gradients are bit-identical to the backward without `saved`. With saved the
 // scratch is mamba3_{fwd,bwd}_scratch_bytes(..., true), smaller by the saved set.
@@ -340,9 +341,10 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 const Mamba3Options& opt, float* dx, float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads,
                 void* scratch, cudaStream_t stream);
 size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved);
-/// Bytes of mamba3_fwd / mamba3_bwd's saved set: 8 B H nc Lc + 4 B H nc P N + 4 B T H R P + 2 x 4 B T R G N +
-/// 2 x 4 B T R G (each rounded up to 256), Lc = 64 / R (at least 1), nc = ceil(T / Lc).
-size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims);
+/// Bytes of mamba3_fwd / mamba3_bwd's saved set: 8 B H nc Lc + 4 B H nc P N + 4 B T H R P (y; 2 B T H R P with
+/// opt.bf16_products) + 2 x 4 B T R G N + 2 x 4 B T R G (each rounded up to 256), Lc = 64 / R (at least 1),
+/// nc = ceil(T / Lc).
+size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt);
 /// The Mamba-3 carry between decode steps (Backend::Mamba3Carry): state [B, H, P, N], k_prev [B, H, R, N],
 /// v_prev [B, H, R, P], phase [B, H, S] (nullptr when S = 0).
 struct Mamba3CarryPtrs {
