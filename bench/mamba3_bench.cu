@@ -148,8 +148,9 @@ using bench::PhaseKernel;
 /// s, counted from the kernels for fp32 tensors, R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
 /// P, N multiples of 64 (every chunk and tile full); zeros for another name. Notation: E = B T H (token, head)
 /// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N]. Scratch scalars fp32
-/// except Δ (dtd), θ, G and dDp (double); q, k, the chunk-entering states, their adjoints and the core's dq, dk bf16
-/// (bf16 products: m3::Buffers). An array read and written in place counts twice. The
+/// except Δ (dtd), θ, G and dDp (double); q, k, the chunk-entering states, their adjoints, the core output y, its
+/// gradient dy and the core's dq, dk bf16 (bf16 products: m3::Buffers). An array read and written in place counts
+/// twice. The
 /// tile products (state_scan_mma, fwd_out_mma, bwd_chunk_mma) count 2 M N depth each; the elementwise kernels'
 /// arithmetic is not counted (they are bound by memory or by their serial chains, not FLOPs).
 Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
@@ -180,25 +181,26 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   // core (mamba3_core.cu core_fwd), in the forward and again in the backward
   if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
   if (is("states") || is("dstates")) {
-    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, or dy) per N tile, w (k, or q; bf16) per P tile;
-    // per token G_i and Γ (double) and (forward) σ per (P, N) tile; the states or their adjoints (bf16) written
+    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, fp32, or dy, bf16) per N tile, w (k, or q; bf16)
+    // per P tile; per token G_i and Γ (double) and (forward) σ per (P, N) tile; the states or their adjoints (bf16)
+    // written
     const bool fwd = is("states");
-    const double sig = fwd ? 4 * E : 0, out = 2 * St;
-    return {4 * E * P + 2 * E * N + 8 * E + sig + out,
-            nN * 4 * E * P + nP * 2 * E * N + nP * nN * (16 * E + sig) + out, 2 * E * P * N};
+    const double u = (fwd ? 4 : 2) * E * P, sig = fwd ? 4 * E : 0, out = 2 * St;
+    return {u + 2 * E * N + 8 * E + sig + out, nN * u + nP * 2 * E * N + nP * nN * (16 * E + sig) + out,
+            2 * E * P * N};
   }
   if (is("y"))  // fwd_out_mma_kernel per chunk: q, k (bf16), v (v again for D v), S_in (bf16); G (double), σ, γ;
-                // y written. Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
-    return {4 * E * N + 8 * E * P + 2 * St + 16 * E, 4 * E * N + 12 * E * P + 2 * St + 16 * E,
+                // y written (bf16). Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
+    return {4 * E * N + 6 * E * P + 2 * St + 16 * E, 4 * E * N + 10 * E * P + 2 * St + 16 * E,
             2 * E * (64 * N + P * N + 64 * P)};
-  if (is("gate")) return both(12 * E * P);  // out_kernel: y, z; out
+  if (is("gate")) return both(10 * E * P);  // out_kernel: y (bf16), z; out
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
-  if (is("dy_dz")) return both(20 * E * P);  // dout, z, y; dy, dz
-  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS (q, k, S_in, dS bf16); G (double), σ,
-                     // γ; dq, dk (bf16), dv, da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with
-                     // v·dy), v twice (tile, Z with v·dy). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in,
-                     // Adq K; inter Q S_in^T; dk: V dS, Adq^T Q; dv: K dS^T, Bdv^T dY
-    return {8 * E * N + 12 * E * P + 4 * St + 28 * E + E / 8, 8 * E * N + 24 * E * P + 4 * St + 28 * E + E / 8,
+  if (is("dy_dz")) return both(16 * E * P);  // dout, z, y (bf16); dy (bf16), dz
+  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS (all but v bf16); G (double), σ, γ;
+                     // dq, dk (bf16), dv, da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with v·dy),
+                     // v twice (tile, Z with v·dy). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K;
+                     // inter Q S_in^T; dk: V dS, Adq^T Q; dv: K dS^T, Bdv^T dY
+    return {8 * E * N + 10 * E * P + 4 * St + 28 * E + E / 8, 8 * E * N + 18 * E * P + 4 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
   if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq (bf16) read; where rotated, φ read (k, q
                              // recomputed from n̂, issued per head and pair, the weights and the biases), dφ written;

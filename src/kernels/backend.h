@@ -353,9 +353,9 @@ class Backend {
   /// The elements of mamba3_fwd's `saved` for a layer of these sizes (B, T, H, N, S = angles and opt), or 0 when
   /// this backend keeps nothing from the forward (its backward recomputes everything and ignores `saved`: the CPU
   /// reference, which recomputes in double). CUDA: 2 B H nc Lc + B H nc P N + B T H R P + 2 B T R G N + 2 B T R G
-  /// + B T H S floats and q, k's 2 B T H R N values (bf16 with opt.bf16_products, else fp32) (and 256-byte
-  /// alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128, 32 angles, SISO, B T = 16384
-  /// tokens 1432 MiB with bf16 products (fp32: 1944 MiB).
+  /// + B T H S floats and q, k's 2 B T H R N, each of the states, y, q, k in bf16 (half the bytes) with
+  /// opt.bf16_products (and 256-byte alignment), Lc = 64 / R, nc = ceil(T / Lc): at 64 heads x 64, d_state 128,
+  /// 32 angles, SISO, B T = 16384 tokens 1048 MiB with bf16 products (fp32: 1944 MiB).
   virtual int64_t mamba3_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t d_state,
                                      int64_t angles, const Mamba3Options& opt) const;
   /// The per-head parameters of the MDN gates (mdn.md §3, §4.4), each [H]; Mu_log and mu_bias are

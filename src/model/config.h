@@ -101,10 +101,10 @@ struct Mamba3Config {
   /// (N(0, model.init.std^2) for both).
   std::string init_style = "mamba_ssm";
   /// Keep the core's forward intermediates for the backward (CUDA: the chunk-local cumsum G, the states entering
-  /// each chunk, the core output y, BCNorm's normalised B, C and the phases φ, fp32, and the rotated q, k in the
-  /// core's operand type; Backend::mamba3_saved_numel), or (false) recompute them in the backward. Same gradients
-  /// either way; 1432 MiB more saved activations per layer at 64 heads x 64, d_state 128, 32 angles, SISO, bf16
-  /// products and 16384 tokens per micro-batch (fp32 products: 1944 MiB).
+  /// each chunk, the core output y, BCNorm's normalised B, C, the phases φ and the rotated q, k; fp32, the states,
+  /// y, q, k bf16 for a bf16 compute dtype; Backend::mamba3_saved_numel), or (false) recompute them in the backward.
+  /// Same gradients either way; 1048 MiB more saved activations per layer at 64 heads x 64, d_state 128, 32 angles,
+  /// SISO, bf16 and 16384 tokens per micro-batch (fp32: 1944 MiB).
   bool save_states = true;
   int64_t inner_dim(int64_t d_model) const { return expand * d_model; }
   int64_t num_heads(int64_t d_model) const { return inner_dim(d_model) / head_dim; }

@@ -211,8 +211,9 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   // N = 40: BCNorm's per-vector sums (sum_cols) over a full and a partial column chunk; 260 vectors per side: the
   // last block's warps partly and wholly past them
   check_case(1, 130, 2, 16, 40, 1, 1, 4, true, false, 16);
-  // bf16 with P = 10: the backward chunk kernel's v, dy rows loaded a float at a time (both matrices in one batch)
-  // while q, k, S_in come by cp.async
+  // bf16 with P = 10: the backward chunk kernel's v rows loaded a float at a time and the bf16 dy rows copied
+  // element by element (no 16-byte pieces) while q, k, S_in come by cp.async; the gate one channel per thread, the
+  // dS scan's bf16 dy rows loaded without cp.async
   check_case(1, 70, 2, 10, 16, 1, 1, 4, false, true, 17);
   // bf16 with P = 128: two P tiles of S_in and dS (the cp.async pieces of two tile rows)
   check_case(1, 70, 2, 128, 16, 1, 1, 4, false, true, 18);

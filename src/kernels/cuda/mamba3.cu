@@ -24,20 +24,25 @@ struct Carver {
 };
 
 // The forward values the backward can read instead of recomputing them (the saved set): G, the states entering
-// each chunk (fp32, or bf16 in the first half of their place with bf16 products), y; BCNorm's n̂_B, n̂_C and their
-// 1 / RMS; φ; q, k (fp32, or with bf16 the core's bf16 qh, kh: carve passes bf16 products for the saved set only,
-// the scratch's q, k keeping fp32 places, as decoding reads fp32 q, k whatever the products).
-void take_saved(const Sizes& s, bool bf16, Carver& c, Buffers& b) {
-  const int64_t RG = s.rows * s.R * s.G, RN = s.E * s.R * s.N;
+// each chunk, y; BCNorm's n̂_B, n̂_C and their 1 / RMS; φ; q, k. half (the chunked core with bf16 products): the
+// states, y, q and k in bf16 (states_h, y_h, qh, kh, places of bf16 size; their fp32 pointers null), the types the
+// core's kernels read and write; else all fp32.
+void take_saved(const Sizes& s, bool half, Carver& c, Buffers& b) {
+  const int64_t RG = s.rows * s.R * s.G, RN = s.E * s.R * s.N, states = s.B * s.H * s.nc * s.P * s.N;
   c.take(b.G, s.B * s.H * s.nc * s.Lc);
-  c.take(b.states, s.B * s.H * s.nc * s.P * s.N);
-  c.take(b.y, s.E * s.R * s.P);
+  if (half) {
+    c.take(b.states_h, states);
+    c.take(b.y_h, s.E * s.R * s.P);
+  } else {
+    c.take(b.states, states);
+    c.take(b.y, s.E * s.R * s.P);
+  }
   c.take(b.nb, RG * s.N);
   c.take(b.ncn, RG * s.N);
   c.take(b.rb, RG);
   c.take(b.rc, RG);
   c.take(b.phi, s.E * s.S);
-  if (bf16) {
+  if (half) {
     c.take(b.qh, RN);
     c.take(b.kh, RN);
   } else {
@@ -47,9 +52,11 @@ void take_saved(const Sizes& s, bool bf16, Carver& c, Buffers& b) {
 }
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
-// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch, q and k there in bf16 (qh, kh) when
-// bf16 (bf16 products). SISO has no v, dv in the scratch (they are x, dx: begin).
-size_t carve(const Sizes& s, bool backward, bool saved, bool bf16, void* saved_base, void* base, Buffers* out) {
+// saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. half (the chunked core with bf16
+// products): take_saved's arrays, dy, the adjoint states and (SISO) dq, dk in bf16 (dy_h, dstates_h, dqh, dkh;
+// places of bf16 size); else fp32 (decoding: its fp32 y, q, k fit a scratch sized with half false). SISO has no v,
+// dv in the scratch (they are x, dx: begin).
+size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_base, void* base, Buffers* out) {
   Carver c{static_cast<char*>(base)};
   Buffers b{};
   const int64_t E = s.E, RGN = s.rows * s.R * s.G * s.N, states = s.B * s.H * s.nc * s.P * s.N;
@@ -59,17 +66,26 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool bf16, void* saved_b
   if (s.R > 1) c.take(b.v, E * s.R * s.P);
   c.take(b.rs, E * s.R);
   Carver kept{static_cast<char*>(saved_base)};
-  if (saved)
-    take_saved(s, bf16, kept, b);
-  else
-    take_saved(s, false, c, b);
+  take_saved(s, half, saved ? kept : c, b);
   if (backward) {
     if (s.R > 1) c.take(b.dv, E * s.R * s.P);
-    for (float** p : {&b.dy, &b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
-    c.take(b.dq, E * s.R * s.N);
-    c.take(b.dk, E * s.R * s.N);
+    if (half)
+      c.take(b.dy_h, E * s.R * s.P);
+    else
+      c.take(b.dy, E * s.R * s.P);
+    for (float** p : {&b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
+    if (half && s.R == 1) {
+      c.take(b.dqh, E * s.N);
+      c.take(b.dkh, E * s.N);
+    } else {
+      c.take(b.dq, E * s.R * s.N);
+      c.take(b.dk, E * s.R * s.N);
+    }
     for (float** p : {&b.da, &b.dgam, &b.dsig}) c.take(*p, E);
-    c.take(b.dstates, states);
+    if (half)
+      c.take(b.dstates_h, states);
+    else
+      c.take(b.dstates, states);
     c.take(b.dphi, E * s.S);
     c.take(b.c3, E * s.P);
     c.take(b.cbn, RGN);
@@ -91,9 +107,9 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool bf16, void* saved_b
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
-// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) q, k, the
-// states, the adjoint states and (SISO) dq, dk in bf16 (Buffers; q, k carved so in the saved set, the others aliased
-// onto their fp32 places in the scratch). Returns false when there is nothing to compute.
+// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) the states,
+// y, q, k, their gradients dy, the adjoint states and (SISO) dq, dk in bf16 (carve). Returns false when there is
+// nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
            float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);
@@ -108,25 +124,11 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
         "mamba3: the output-norm weight must be given exactly with outproj_norm");
   if (s.E == 0) return false;
   // The saved set and x are written by no kernel of the backward (Buffers has no const pointers).
-  const bool bf16 = chunked && opt.bf16_products;
-  carve(s, dx != nullptr, saved != nullptr, bf16, const_cast<float*>(saved), scratch, &buf);
+  const bool half = chunked && opt.bf16_products;
+  carve(s, dx != nullptr, saved != nullptr, half, const_cast<float*>(saved), scratch, &buf);
   if (s.R == 1) {
     buf.v = const_cast<float*>(x);
     buf.dv = dx;
-  }
-  if (bf16) {
-    if (saved == nullptr) {
-      buf.qh = reinterpret_cast<__nv_bfloat16*>(buf.q);
-      buf.kh = reinterpret_cast<__nv_bfloat16*>(buf.k);
-    }
-    buf.states_h = reinterpret_cast<__nv_bfloat16*>(buf.states);
-    buf.dstates_h = reinterpret_cast<__nv_bfloat16*>(buf.dstates);
-    buf.q = buf.k = buf.states = buf.dstates = nullptr;
-    if (s.R == 1) {
-      buf.dqh = reinterpret_cast<__nv_bfloat16*>(buf.dq);
-      buf.dkh = reinterpret_cast<__nv_bfloat16*>(buf.dk);
-      buf.dq = buf.dk = nullptr;
-    }
   }
   return true;
 }
@@ -240,8 +242,10 @@ size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&
   return c.off;
 }
 
-size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved) {
-  return carve(m3::make_sizes(dims), false, saved, opt.bf16_products, nullptr, nullptr, nullptr);
+// Sized with fp32 places whatever the products: mamba3_decode takes this scratch and writes fp32 y, q, k (the chunked
+// forward with bf16 products carves bf16 ones, which fit).
+size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options&, bool saved) {
+  return carve(m3::make_sizes(dims), false, saved, false, nullptr, nullptr, nullptr);
 }
 
 size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved) {

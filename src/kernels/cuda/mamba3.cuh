@@ -39,16 +39,19 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
 /// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
 /// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
-/// bf16 products (the chunked core on the tensor cores, not decoding): q, k and the states are kept in bf16 (qh,
-/// kh, states_h, in the fp32 arrays' places, whose pointers are then null): the core's kernels read them only as
-/// bf16 operands, and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair). So are
-/// the adjoint states (dstates_h: the backward chunk kernel rounds them to bf16 for its products anyway) and, for
-/// SISO, dq and dk (dqh, dkh: rounded once from the chunk kernel's fp32 sums, read by rot_bcnorm_bwd_kernel only).
+/// bf16 products (the chunked core on the tensor cores, not decoding): q, k, the states, y, dy, the adjoint states
+/// and, for SISO, dq and dk are kept in bf16 (qh, kh, states_h, y_h, dy_h, dstates_h, dqh, dkh: places of bf16 size,
+/// mamba3.cu carve; the fp32 pointers then null). The core's kernels read q, k and the states only as bf16 operands,
+/// and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair); the tensor-core kernels
+/// round y, dy and the adjoint states to bf16 for their products anyway, and the gate, the v·dy, D dy and inter terms
+/// of the chunk gradients, <dS, S_in> and the dS_in scan read the rounded values; dq, dk are rounded once from the
+/// chunk kernel's fp32 sums (their one reader: rot_bcnorm_bwd_kernel). Otherwise (and decoding) all of them fp32,
+/// the bf16 pointers null.
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
-  __nv_bfloat16 *qh, *kh, *states_h, *dstates_h, *dqh, *dkh;
+  __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h, *dqh, *dkh;
   float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };
@@ -94,10 +97,12 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream);
 
 // mamba3_gate.cu
-/// §4.3.4: optional per-head RMSNorm_P of y, the gate, the MIMO down-projection into out.
+/// §4.3.4: optional per-head RMSNorm_P of y (buf.y_h where set, else buf.y), the gate, the MIMO down-projection
+/// into out.
 void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* out, cudaStream_t stream);
-/// §4.5 step 1: dy (into buf.dy) and dz from dout; the gate's parameter gradients accumulated into g.
+/// §4.5 step 1: dy (into buf.dy_h, bf16, where set, else buf.dy) and dz from dout and y (as gate_fwd); the gate's
+/// parameter gradients accumulated into g.
 void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
               const Buffers& buf, float* dz, const Mamba3GradPtrs& g, cudaStream_t stream);
 /// MIMO: dx = Σ_r dv ∘ mimo_x, dmimo_x accumulated (SISO: nothing to do, core_bwd wrote dv = dx).
@@ -106,10 +111,10 @@ void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& 
 
 // mamba3_core.cu
 /// Chunked core forward (§4.4): G, the entering states, y. bf16: Mamba3Options::bf16_products (mamba3_core.cu
-/// "Precision").
+/// "Precision"; then the states and y in bf16: buf.states_h, buf.y_h).
 void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream);
-/// Chunked core backward (§4.5 step 2) after core_fwd: dq, dk (rotated, σ split included), dv, da, dgam
-/// (diagonal + dσ), dsig (dσ, for ε_{t+1}), dDp.
+/// Chunked core backward (§4.5 step 2) after core_fwd, from dy (bf16: buf.dy_h): dq, dk (rotated, σ split
+/// included), dv, da, dgam (diagonal + dσ), dsig (dσ, for ε_{t+1}), dDp.
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream);
 /// Throws llmt::Error unless the core's shared memory and grids fit the device (with bf16: its kernels too).
 void core_check(const Sizes& s, bool bf16);

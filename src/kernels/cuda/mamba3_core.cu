@@ -16,8 +16,10 @@
 // registers; the per-token sums in double from the fp32 accumulators); G is the fp32 path's. There q, k and the
 // chunk-entering states are stored in bf16 (Buffers; the same bits as rounding fp32 ones on loading: they have no
 // other readers in the core), and so are the adjoint states (the backward's <dS, S_in> then reads the bf16 values
-// its products use) and, for SISO, the chunk kernel's dq, dk (rounded once from its fp32 sums; their one reader,
-// the rotation / BCNorm backward, works on them in fp32 and double). Otherwise every product is exact fp32.
+// its products use), for SISO the chunk kernel's dq, dk (rounded once from its fp32 sums; their one reader, the
+// rotation / BCNorm backward, works on them in fp32 and double), and y and dy (Buffers y_h, dy_h): the gate reads
+// the rounded y, and the backward's fp32 uses of dy (inter, v·dy, D dy) and the dS_in scan (which rounds
+// e^{G_i} dy once more) read the rounded dy. Otherwise every product is exact fp32.
 #include <type_traits>
 
 #include "kernels/cuda/delta_chunk.cuh"
@@ -499,87 +501,77 @@ __device__ __forceinline__ int h_at(int r, int c, int nct) {
   return ((r >> 6) * nct + (c >> 6)) * tile::kTileHalves + (r & 63) * tile::kLdH + (c & 63);
 }
 
-// load_tiles_hm with kW-wide loads (4: float4, every row 16-byte aligned and cols % 4 == 0; 1: scalar). Thread x
-// takes columns kW (x % (64 / kW)) .. + kW - 1 of every 64-column tile and rows x / (64 / kW) + kStep j of every
-// 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) of each of the kM matrices are walked kTiles at
-// a time, and each thread issues its kBatch loads in each of them (kM kTiles kBatch: 8 float4 loads) before their
-// stores.
-template <int kW, int kM, typename Row, typename Scale>
-__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* const (&dst)[kM], int nrt, int nct, int rows, int cols,
-                                             const Row (&row)[kM], Scale scale) {
+// load_tiles_h with kW-wide loads (4: one 16-byte float4, or one 8-byte load of 4 bf16; every row aligned to it and
+// cols % 4 == 0; 1: scalar). Thread x takes columns kW (x % (64 / kW)) .. + kW - 1 of every 64-column tile and rows
+// x / (64 / kW) + kStep j of every 64-row tile; the tiles t = rt nct + ct (stored at t kTileHalves) are walked
+// kTiles at a time, and each thread issues its kBatch loads in each of them (kTiles kBatch: 8 vector loads) before
+// their stores.
+template <int kW, typename Row, typename Scale>
+__device__ __forceinline__ void load_tiles_w(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row,
+                                             Scale scale) {
+  using E = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;  // float or __nv_bfloat16
   constexpr int kPerRow = 64 / kW, kStep = tile::kThreads / kPerRow, kBatch = kW == 4 ? 4 : 8;
-  constexpr int kTiles = kW == 4 ? 2 / kM : 1;
-  static_assert(64 % (kStep * kBatch) == 0 && kTiles >= 1, "whole batches per tile");
+  constexpr int kTiles = kW == 4 ? 2 : 1;
+  static_assert(64 % (kStep * kBatch) == 0, "whole batches per tile");
   const int x = static_cast<int>(threadIdx.x), c_in = kW * (x % kPerRow), r_in = x / kPerRow, nt = nrt * nct;
 #pragma unroll 1
   for (int t0 = 0; t0 < nt; t0 += kTiles)
 #pragma unroll 1
     for (int j0 = 0; j0 < 64 / kStep; j0 += kBatch) {
-      float v[kM][kTiles][kBatch][kW];
+      float v[kTiles][kBatch][kW];
       int r0[kTiles];  // the tile's first row of this thread (rows past nrt tiles when t >= nt: nothing loaded)
 #pragma unroll
       for (int g = 0; g < kTiles; ++g) {
         const int t = t0 + g, rt = t / nct, c = 64 * (t - rt * nct) + c_in;
         r0[g] = 64 * rt + r_in + kStep * j0;
 #pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            const int r = r0[g] + kStep * u;
-            const bool in = t < nt && r < rows && c < cols;
-            if constexpr (kW == 4) {
-              const float4 f =
-                  in ? *reinterpret_cast<const float4*>(row[m](r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-              v[m][g][u][0] = f.x, v[m][g][u][1] = f.y, v[m][g][u][2] = f.z, v[m][g][u][3] = f.w;
-            } else {
-              v[m][g][u][0] = in ? row[m](r)[c] : 0.0f;
-            }
+        for (int u = 0; u < kBatch; ++u) {
+          const int r = r0[g] + kStep * u;
+          const bool in = t < nt && r < rows && c < cols;
+          if constexpr (kW == 4 && std::is_same_v<E, float>) {
+            const float4 f = in ? *reinterpret_cast<const float4*>(row(r) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[g][u][0] = f.x, v[g][u][1] = f.y, v[g][u][2] = f.z, v[g][u][3] = f.w;
+          } else if constexpr (kW == 4) {
+            const uint2 h = in ? *reinterpret_cast<const uint2*>(row(r) + c) : make_uint2(0u, 0u);
+            const __nv_bfloat162* hp = reinterpret_cast<const __nv_bfloat162*>(&h);
+            const float2 lo = __bfloat1622float2(hp[0]), hi = __bfloat1622float2(hp[1]);
+            v[g][u][0] = lo.x, v[g][u][1] = lo.y, v[g][u][2] = hi.x, v[g][u][3] = hi.y;
+          } else {
+            v[g][u][0] = in ? to_f32(row(r)[c]) : 0.0f;
           }
+        }
       }
 #pragma unroll
       for (int g = 0; g < kTiles; ++g) {
         if (t0 + g >= nt) break;
+        __nv_bfloat16* d = dst + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          __nv_bfloat16* d = dst[m] + (t0 + g) * tile::kTileHalves + r_in * tile::kLdH + c_in;
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            const int r = r0[g] + kStep * u;
-            const float f = r < rows ? scale(r) : 0.0f;
-            __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
-            if constexpr (kW == 4) {
-              reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[m][g][u][0], f * v[m][g][u][1]);
-              reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[m][g][u][2], f * v[m][g][u][3]);
-            } else {
-              *o = __float2bfloat16_rn(f * v[m][g][u][0]);
-            }
+        for (int u = 0; u < kBatch; ++u) {
+          const int r = r0[g] + kStep * u;
+          const float f = r < rows ? scale(r) : 0.0f;
+          __nv_bfloat16* o = d + kStep * (j0 + u) * tile::kLdH;
+          if constexpr (kW == 4) {
+            reinterpret_cast<__nv_bfloat162*>(o)[0] = __floats2bfloat162_rn(f * v[g][u][0], f * v[g][u][1]);
+            reinterpret_cast<__nv_bfloat162*>(o)[1] = __floats2bfloat162_rn(f * v[g][u][2], f * v[g][u][3]);
+          } else {
+            *o = __float2bfloat16_rn(f * v[g][u][0]);
           }
         }
       }
     }
 }
 
-// dst[m] (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row[m](r)[c]) for r < rows, c < cols, else 0, m < kM (1 or
-// 2: two matrices of the same shape, both loads in flight together); row[m](r) is a float pointer with
-// row[m](r) - row[m](0) a multiple of cols floats (so every row is 16-byte aligned when row[m](0) is and
-// cols % 4 == 0: then float4 loads, else scalar ones). Reached by the whole block of tile::kThreads.
-template <int kM, typename Row, typename Scale>
-__device__ void load_tiles_hm(__nv_bfloat16* const (&dst)[kM], int nrt, int nct, int rows, int cols,
-                              const Row (&row)[kM], Scale scale) {
-  bool aligned = cols % 4 == 0;
-#pragma unroll
-  for (int m = 0; m < kM; ++m) aligned = aligned && reinterpret_cast<uintptr_t>(row[m](0)) % 16 == 0;
-  if (aligned)
+// dst (nrt x nct bf16 tiles, h_at) = bf16(scale(r) row(r)[c]) for r < rows, c < cols, else 0; row(r) is a float or
+// bf16 pointer with row(r) - row(0) a multiple of 4 elements where cols is (rows cols, or P with cols = P - p0,
+// apart), so that every row is aligned as row(0) is: then 4-element vector loads (load_tiles_w), else scalar ones.
+// Reached by the whole block of tile::kThreads.
+template <typename Row, typename Scale>
+__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
+  using E = std::remove_cv_t<std::remove_pointer_t<decltype(row(0))>>;
+  if (cols % 4 == 0 && reinterpret_cast<uintptr_t>(row(0)) % (4 * sizeof(E)) == 0)
     load_tiles_w<4>(dst, nrt, nct, rows, cols, row, scale);
   else
     load_tiles_w<1>(dst, nrt, nct, rows, cols, row, scale);
-}
-// load_tiles_hm of one matrix.
-template <typename Row, typename Scale>
-__device__ void load_tiles_h(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, Row row, Scale scale) {
-  __nv_bfloat16* const d[1] = {dst};
-  const Row r[1] = {row};
-  load_tiles_hm(d, nrt, nct, rows, cols, r, scale);
 }
 
 // copy_tiles_h with kW-element pieces (8: 16 bytes; 1: one element): thread x takes pieces e = x + kThreads m of
@@ -699,19 +691,26 @@ struct MmaRows {
   __device__ __forceinline__ int off(int a) const { return off_[a]; }
   __device__ __forceinline__ int tok(int a) const { return cr.token(tile::Mma::row(a)); }
   __device__ __forceinline__ bool in(int a) const { return tile::Mma::row(a) < nr; }
-  // x[a][c] = rows[off(a) width + c0 + Mma::col(c)] (rows: the chunk's first row, ChunkRows::base) where in(a)
-  // and the column < width, else 0: the fp32 values under the thread's accumulator entries of one column tile,
-  // all loads issued together (ahead of the products whose results they meet): the column pairs (Mma::col(c),
-  // + 1) of an even c as one 8-byte load where pairs (pairs_ok of rows' tensor), else one float at a time.
-  __device__ __forceinline__ void gather(float (&x)[4][4], const float* rows, int width, int c0, bool pairs) const {
+  // x[a][c] = rows[off(a) width + c0 + Mma::col(c)] (rows: the chunk's first row, ChunkRows::base; fp32 or bf16)
+  // where in(a) and the column < width, else 0: the values under the thread's accumulator entries of one column
+  // tile as fp32, all loads issued together (ahead of the products whose results they meet): the column pairs
+  // (Mma::col(c), + 1) of an even c as one load (8 bytes fp32, 4 bytes bf16) where pairs (pairs_ok of rows'
+  // tensor), else one element at a time.
+  template <typename T>
+  __device__ __forceinline__ void gather(float (&x)[4][4], const T* rows, int width, int c0, bool pairs) const {
     if (pairs) {
 #pragma unroll
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int c = 0; c < 4; c += 2) {
           const int col = c0 + tile::Mma::col(c);
-          const float2 f = in(a) && col < width ? *reinterpret_cast<const float2*>(rows + (off(a) * width + col))
-                                                : make_float2(0.0f, 0.0f);
+          const bool ok = in(a) && col < width;
+          const int o = off(a) * width + col;
+          float2 f;
+          if constexpr (std::is_same_v<T, float>)
+            f = ok ? *reinterpret_cast<const float2*>(rows + o) : make_float2(0.0f, 0.0f);
+          else
+            f = ok ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(rows + o)) : make_float2(0.0f, 0.0f);
           x[a][c] = f.x, x[a][c + 1] = f.y;
         }
       return;
@@ -721,13 +720,13 @@ struct MmaRows {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = c0 + tile::Mma::col(c);
-        x[a][c] = in(a) && col < width ? rows[off(a) * width + col] : 0.0f;
+        x[a][c] = in(a) && col < width ? to_f32(rows[off(a) * width + col]) : 0.0f;
       }
   }
-  // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather; T float,
-  // or bf16: x(a, c) rounded once): the column pairs (Mma::col(c), + 1) of an even c as one store (8 bytes fp32, 4
-  // bf16) where pairs (pairs_ok: width even, rows aligned to a pair, so every pair is), else one element at a time.
-  // (One row address per a, the columns as offsets from it.)
+  // rows[off(a) width + c0 + Mma::col(c)] = x(a, c) where in(a) and the column < width (rows as in gather; fp32, or
+  // bf16 rounded to nearest even): the column pairs (Mma::col(c), + 1) of an even c as one store (8 bytes fp32, 4
+  // bytes bf16) where pairs (pairs_ok: width even, rows aligned to a pair, so every pair is), else one element at a
+  // time. (One row address per a, the columns as offsets from it.)
   template <typename T, class F>
   __device__ __forceinline__ void store(T* rows, int width, int c0, bool pairs, F x) const {
     const int cb = c0 + tile::Mma::col(0);
@@ -754,7 +753,8 @@ struct MmaRows {
   }
 };
 
-// Whether MmaRows::store may store pairs into a tensor of rows width elements apart starting at p.
+// Whether MmaRows::gather and store may take pairs of a tensor of T (float or bf16), rows width elements apart,
+// starting at p.
 template <typename T>
 __host__ __device__ __forceinline__ bool pairs_ok(const T* p, int64_t width) {
   return width % 2 == 0 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T)) == 0;
@@ -801,12 +801,12 @@ struct ChunkOperands {
   }
 };
 
-// state_scan_mma_kernel's staging of a chunk's w rows (bf16): a bf16 tile (64 rows kLdH apart) that
-// stage_h_async fills by cp.async with rows row(r) (a bf16 pointer to the tile's first column) for r < rows,
-// columns < cols (a multiple of 8; every row 16-byte aligned), zeros elsewhere: thread t copies the 16-byte pieces
-// idx = t + it kThreads (it < 2), row idx / 8, columns 8 (idx % 8) ..; put_staged_h copies exactly these pieces
-// into a bf16 tile (so the thread's own cp_async_wait suffices; no barrier between). row is called for r < rows
-// and for r = 0 (the unread source of the zero-filled pieces).
+// state_scan_mma_kernel's staging of a chunk's w rows, and of its u rows where u is bf16 (dy): a bf16 tile (64 rows
+// kLdH apart) that stage_h_async fills by cp.async with rows row(r) (a bf16 pointer to the tile's first column) for
+// r < rows, columns < cols (a multiple of 8; every row 16-byte aligned), zeros elsewhere: thread t copies the 16-byte
+// pieces idx = t + it kThreads (it < 2), row idx / 8, columns 8 (idx % 8) ..; put_staged_h copies exactly these
+// pieces into a bf16 tile, as they are or scaled (so the thread's own cp_async_wait suffices; no barrier between).
+// row is called for r < rows and for r = 0 (the unread source of the zero-filled pieces).
 constexpr int kStagePieces = 64 * 8 / tile::kThreads;
 template <typename Row>
 __device__ __forceinline__ void stage_h_async(__nv_bfloat16* g, Row row, int rows, int cols) {
@@ -824,39 +824,62 @@ __device__ __forceinline__ void put_staged_h(__nv_bfloat16* s, const __nv_bfloat
     *reinterpret_cast<uint4*>(s + o) = *reinterpret_cast<const uint4*>(g + o);
   }
 }
-
-// Dynamic shared memory of state_scan_mma_kernel: the bf16 operand tiles U, W and (staged) the fp32 staging tile
-// of a chunk's u rows and the bf16 one of its w rows (43 KiB: 4 blocks per SM).
-constexpr size_t state_scan_smem(bool staged) {
-  return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves +
-         (staged ? sizeof(float) * tile::kStageFloats + sizeof(__nv_bfloat16) * tile::kTileHalves : 0);
+// put_staged_h with row r's pieces times f = scale(r) for r < rows, else 0: s = bf16(f x) (the rounding of
+// load_tiles_h).
+template <typename Scale>
+__device__ __forceinline__ void put_staged_h(__nv_bfloat16* s, const __nv_bfloat16* g, int rows, Scale scale) {
+#pragma unroll
+  for (int it = 0; it < kStagePieces; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * tile::kThreads, r = idx >> 3;
+    const int o = r * tile::kLdH + 8 * (idx & 7);
+    const float f = r < rows ? scale(r) : 0.0f;
+    *reinterpret_cast<uint4*>(s + o) = tile::scale8_h(*reinterpret_cast<const uint4*>(g + o), f);
+  }
 }
 
-// Whether state_scan_mma_kernel can stage u (fp32, width P) and w (bf16, width N) by cp.async: every row and
-// piece 16-byte aligned.
-bool state_scan_staged(const float* u, const __nv_bfloat16* w, const Sizes& s) {
-  return tile::async_ok_f(u, s.P) && reinterpret_cast<uintptr_t>(w) % 16 == 0 && s.N % 8 == 0;
+// Bytes of state_scan_mma_kernel's staging tile of a chunk's u rows (UT: fp32, tile::stage_async's 64 x 64 floats;
+// bf16, stage_h_async's bf16 tile).
+template <typename UT>
+constexpr size_t kStageU = std::is_same_v<UT, float> ? sizeof(float) * tile::kStageFloats
+                                                     : sizeof(__nv_bfloat16) * tile::kTileHalves;
+
+// Dynamic shared memory of state_scan_mma_kernel with u of type UT: the bf16 operand tiles U, W and (staged) the
+// staging tiles of a chunk's u rows and w rows (43 KiB with fp32 u, 36 KiB with bf16 u: 4 blocks per SM).
+template <typename UT>
+constexpr size_t state_scan_smem(bool staged) {
+  return sizeof(__nv_bfloat16) * 2 * tile::kTileHalves +
+         (staged ? kStageU<UT> + sizeof(__nv_bfloat16) * tile::kTileHalves : 0);
+}
+
+// Whether state_scan_mma_kernel can stage u (fp32 or bf16, width P) and w (bf16, width N) by cp.async: every row
+// and piece 16-byte aligned.
+template <typename UT>
+bool state_scan_staged(const UT* u, const __nv_bfloat16* w, const Sizes& s) {
+  const bool u_ok = std::is_same_v<UT, float> ? tile::async_ok_f(u, s.P) : tile::async_ok_h(u, s.P);
+  return u_ok && reinterpret_cast<uintptr_t>(w) % 16 == 0 && s.N % 8 == 0;
 }
 
 // outer_kernel and scan_kernel in one pass on the tensor cores (bf16 models): the block of one (b, h, P tile,
 // N tile) walks the chunks (backward: from the last) with the running state S (64 x 64 fp32, in registers):
 // out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) w_ρ^T (tile::Mma; the weights of outer_weight; w is
-// bf16 already). to_end (u = v, w = k): out = the states entering the chunks (O = bf16: rounded once); else (u =
-// dy, w = q): the adjoints of the states leaving them (O = float). The next chunk's rows are copied into staging
-// tiles by cp.async (u fp32, w bf16), and its G_i, Γ, σ_i loaded into registers (thread i), during the current
-// chunk's product; each chunk then puts its staged rows into the bf16 tiles (the thread's own pieces:
-// tile::put_h_staged, put_staged_h). Where u or w is not 16-byte aligned row by row (state_scan_staged) the rows are
-// loaded synchronously (load_tiles_h, copy_tiles_h) instead; the same bf16 tiles either way. Grid (B H, P tiles,
-// N tiles) of tile::kThreads; state_scan_smem(kStaged) of dynamic shared memory; two barriers per chunk.
-template <bool kStaged, typename O>
-__global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const float* u, const __nv_bfloat16* w,
+// bf16 already). to_end (u = v, fp32, w = k): out = the states entering the chunks (O = bf16: rounded once); else
+// (u = dy, bf16, w = q): the adjoints of the states leaving them (O = float). The next chunk's rows are copied into
+// staging tiles by cp.async (u fp32: tile::stage_async, or bf16: stage_h_async; w bf16), and its G_i, Γ, σ_i
+// loaded into registers (thread i), during the current chunk's product; each chunk then puts its staged rows into
+// the bf16 tiles (the thread's own pieces: tile::put_h_staged or put_staged_h scaled, put_staged_h). Where u or w is
+// not 16-byte aligned row by row (state_scan_staged) the rows are loaded synchronously (load_tiles_h, copy_tiles_h)
+// instead; the same bf16 tiles either way. Grid (B H, P tiles, N tiles) of tile::kThreads; state_scan_smem<UT>
+// (kStaged) of dynamic shared memory; two barriers per chunk.
+template <bool kStaged, typename UT, typename O>
+__global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const UT* u, const __nv_bfloat16* w,
                                                                           const double* G, const float* sig,
                                                                           Sizes s, bool to_end, O* out) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   __nv_bfloat16* U = reinterpret_cast<__nv_bfloat16*>(smem);  // rows ρ, columns p
   __nv_bfloat16* W = U + tile::kTileHalves;                    // rows ρ, columns n
-  float* gU = reinterpret_cast<float*>(W + tile::kTileHalves);  // (kStaged) staged u: rows ρ, columns p0 ..
-  __nv_bfloat16* gW = reinterpret_cast<__nv_bfloat16*>(gU + tile::kStageFloats);  // (kStaged) staged w: columns n0 ..
+  UT* gU = reinterpret_cast<UT*>(W + tile::kTileHalves);       // (kStaged) staged u: rows ρ, columns p0 ..
+  __nv_bfloat16* gW =
+      reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(gU) + kStageU<UT>);  // (kStaged) staged w: columns n0 ..
   __shared__ float scale[kRows];
   __shared__ float decay_c;
   const int H = static_cast<int>(s.H), b = static_cast<int>(blockIdx.x) / H, h = static_cast<int>(blockIdx.x) % H;
@@ -868,7 +891,10 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
   const auto fetch = [&](const Chunk& k) {
     if (kStaged) {
       const ChunkRows<0> cr(s, k);
-      tile::stage_async(gU, cr.rows(u, P, p0), k.nr, P - p0);
+      if constexpr (std::is_same_v<UT, float>)
+        tile::stage_async(gU, cr.rows(u, P, p0), k.nr, P - p0);
+      else
+        stage_h_async(gU, cr.rows(u, P, p0), k.nr, P - p0);
       stage_h_async(gW, cr.rows(w, N, n0), k.nr, N - n0);
       tile::cp_async_commit();
     }
@@ -911,7 +937,10 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
     __syncthreads();  // scale, decay_c written; the previous chunk's product (reading U, W) is done
     const auto row_scale = [&](int r) { return scale[r / R]; };
     if (kStaged) {
-      tile::put_h_staged(U, gU, k.nr, row_scale);
+      if constexpr (std::is_same_v<UT, float>)
+        tile::put_h_staged(U, gU, k.nr, row_scale);
+      else
+        put_staged_h(U, gU, k.nr, row_scale);
       put_staged_h(W, gW);
     } else {
       const ChunkRows<0> cr(s, k);
@@ -931,17 +960,18 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
 // + D v_ρ[p] with bf16 q, k, S_in (stored so), v and Sc (the masked, scaled scores of fwd_out_kernel, rounded
-// once), fp32 sums; D v in fp32. Every operand load is in flight before anything waits (the token scalars into
-// registers, q, k, S_in by cp.async: ChunkOperands, the v rows). kR: R as a compile-time constant (1: SISO), or
-// 0: s.R (ChunkRows). Grid (nc, H, B) of tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64,
-// N = 128: three blocks per SM, which __launch_bounds__ states, so that ptxas does not trade spills for a register
-// count the shared memory rules out).
+// once), fp32 sums; D v in fp32; y stored in bf16 (rounded once, as column pairs where they are aligned). Every
+// operand load is in flight before anything waits (the token scalars into registers, q, k, S_in by cp.async:
+// ChunkOperands, the v rows). kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
+// tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64, N = 128: three blocks per SM, which
+// __launch_bounds__ states, so that ptxas does not trade spills for a register count the shared memory rules out).
 template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __nv_bfloat16* q,
                                                                      const __nv_bfloat16* kk, const float* v,
                                                                      const float* D, const double* G,
                                                                      const float* sig, const float* gam,
-                                                                     const __nv_bfloat16* states, Sizes s, float* y) {
+                                                                     const __nv_bfloat16* states, Sizes s,
+                                                                     __nv_bfloat16* y) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
   constexpr int kT = tile::kTileHalves;
@@ -983,7 +1013,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
 #pragma unroll
   for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
   const float* vc = cr.base(v, P);
-  float* yc = cr.base(y, P);
+  __nv_bfloat16* yc = cr.base(y, P);
   const bool pairs = pairs_ok(y, P), vpairs = pairs_ok(v, P);
   for (int pt = 0; pt < nP; ++pt) {
     tile::Acc acc;
@@ -1146,19 +1176,20 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
   });
 }
 
-// bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, S_in (stored
-// in bf16), v, dy, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every product on
-// tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (inter, Z and v·dy
-// with fp32 dy, v) as per-row / per-column double partials in a fixed order, so no fp32 S1, S2, Yb tiles: with
+// bwd_chunk_kernel on the tensor cores (bf16 models): the same gradients (formulas there) with q, k, S_in, dy
+// (stored in bf16), v, dS and the coefficient tiles Adq, Bdv rounded to bf16 once into shared bf16 tiles, every
+// product on tile::Mma (fp32 sums in registers). The per-token sums come from the fp32 accumulators (inter, Z and
+// v·dy with fp32 v and the bf16 dy's values) as per-row / per-column double partials in a fixed order, so no fp32
+// S1, S2, Yb tiles: with
 // W_ρρ' = σ_j Yb_ρρ' (j < i), the quadrant Σ_{i>=t, j<t} W is the exclusive token prefix of
 // σ_t colY_t - rowW_t (colY_t = Σ_{i>t} Yb over token t's columns = dσ_t - Z_t, rowW_t = Σ_{j<t} W over
 // token t's rows), so da_t = e^Γ <dS, S_in> + Σ_i inter_i + Σ_{u<t} (σ_u dσ_u - rowW_u - inter_u), one warp
 // scan in double. <dS, S_in> from dS and the bf16 S_in. S_in and dS share one set of tiles (S_in for inter
 // and dq, then dS for dk, dv). In flight at the start, before anything waits: the token scalars (registers),
-// q, k, S_in by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest), an L2
-// prefetch of dS and the v, dy rows (one batch of loads, load_tiles_hm); dS's own loads are issued before dq's
-// products, the last ones on S_in (swap_ahead; 16-byte loads of 4-column pieces, swapped 8 bytes at a time), the
-// fp32 v, dy under the thread's accumulator entries (MmaRows::gather; 8-byte pairs in the SISO kernel) ahead of
+// q, k, S_in and dy by cp.async (copy_tiles_async; where a row is not 16-byte pieces, copy_tiles_h after the rest),
+// an L2 prefetch of dS and the v rows (load_tiles_h); dS's own loads are issued before dq's products, the last
+// ones on S_in (swap_ahead; 16-byte loads of 4-column pieces, swapped 8 bytes at a time), v and dy under the
+// thread's accumulator entries as fp32 (MmaRows::gather; pairs of 8 and 4 bytes in the SISO kernel) ahead of
 // the products whose results they meet, the first P tile's across a barrier: dy for inter (and D) before the
 // barrier that ends the coefficient tiles, v and dy once for Z, v·dy and D dy before the one that publishes dS
 // (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in block_reduce's
@@ -1168,7 +1199,7 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // fp32 sums); DS: dS's (the dstates scan's output: float or bf16).
 template <int kR, typename DQ, typename DS>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
-    const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const float* dy, const float* D,
+    const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const __nv_bfloat16* dy, const float* D,
     const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const DS* dstates, Sizes s,
     DQ* dq, DQ* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
@@ -1195,9 +1226,9 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const __nv_bfloat16* sin = states + base * s.P * s.N;
   const DS* dS = dstates + base * s.P * s.N;
   // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
-  // registers; q, k, S_in by cp.async (ChunkOperands; where they do not come in 16-byte pieces, copied after the
-  // rest); dS asked into the L2 (loaded after inter, ahead of dq's products); v and dy in one batch, rounded on
-  // their way into V, DY.
+  // registers; q, k, S_in and dy by cp.async (ChunkOperands, then dy's own group; where they do not come in 16-byte
+  // pieces, copied after the rest); dS asked into the L2 (loaded after inter, ahead of dq's products); v rounded on
+  // its way into V.
   const int ti = static_cast<int>(threadIdx.x);
   TokenScalars ts{0.0, 0.0f, 0.0f};
   double gl = 0.0;  // Γ
@@ -1207,18 +1238,23 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   }
   ChunkOperands<kR> ops{Q, K, S, q, kk, sin, cr, k.nr, P, N};
   ops.issue();
-  tile::prefetch_l2(dS, sizeof(DS) * s.N, P, sizeof(DS) * s.N);
-  {
-    __nv_bfloat16* const vd[2] = {V, DY};
-    const decltype(cr.rows(v, P, 0)) vdrows[2] = {cr.rows(v, P, 0), cr.rows(dy, P, 0)};
-    load_tiles_hm(vd, 1, nP, k.nr, P, vdrows, [](int) { return 1.0f; });
+  const bool dy_async = copy_async_ok(cr.rows(dy, P, 0)(0), P, P);
+  if (dy_async) {
+    copy_tiles_async(DY, 1, nP, k.nr, P, cr.rows(dy, P, 0));
+    tile::cp_async_commit();
   }
+  tile::prefetch_l2(dS, sizeof(DS) * s.N, P, sizeof(DS) * s.N);
+  load_tiles_h(V, 1, nP, k.nr, P, cr.rows(v, P, 0), [](int) { return 1.0f; });
   if (ti < s.Lc) {
     ts.put(ti, Gs, sg, gm);
     eg[ti] = expf(static_cast<float>(ts.G));
     fe[ti] = expf(static_cast<float>(gl - ts.G));
   }
   ops.template finish<8>();
+  if (dy_async)
+    tile::cp_async_wait<0>();
+  else
+    copy_tiles_h<8>(DY, 1, nP, k.nr, P, P, cr.rows(dy, P, 0));
   const MmaRows<kR> my(cr, k.nr);
   __syncthreads();
   // Sqk, Sdv -> the coefficient tiles (in the accumulators' places) and the Yb partials.
@@ -1257,11 +1293,11 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     put_row_parts(roww, red[kRowW]);
     put_col_parts(coly, red[kColY]);
   }
-  // The fp32 v, dy under the thread's accumulator entries of P tile pt (MmaRows::gather; the chunk's rows at vc,
-  // dyc): dy for inter, then v and dy for Z, v·dy and D dy, each gathered ahead of the products whose results it
-  // meets (inter's first tile before this barrier; D, for D dy, too).
+  // v (fp32) and dy (bf16) as fp32 under the thread's accumulator entries of P tile pt (MmaRows::gather; the
+  // chunk's rows at vc, dyc): dy for inter, then v and dy for Z, v·dy and D dy, each gathered ahead of the products
+  // whose results it meets (inter's first tile before this barrier; D, for D dy, too).
   const float* vc = cr.base(v, P);
-  const float* dyc = cr.base(dy, P);
+  const __nv_bfloat16* dyc = cr.base(dy, P);
   float vo[4][4], dyo[4][4];
   const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
   // v, dy as pairs (both or neither; SISO only: in the MIMO kernel the pair loads' registers cost spills)
@@ -1431,30 +1467,32 @@ dim3 chunk_grid(const Sizes& s) {
   return dim3(static_cast<unsigned>(s.nc), static_cast<unsigned>(s.H), static_cast<unsigned>(s.B));
 }
 
-// The chunk states: to_end (u = v, w = k) the states entering each chunk, else (u = dy, w = q) the adjoints of the
-// states leaving each chunk, into out. fp32: each chunk's contribution (outer_kernel), then scan_kernel (w: buf.k
-// or buf.q); bf16 products: both in state_scan_mma_kernel (w: buf.kh or buf.qh; the entering states into
-// buf.states_h, the adjoints into buf.dstates_h, both bf16; out unused).
-void chunk_states(const float* u, bool to_end, float* out, const Sizes& s, const Buffers& buf, bool bf16,
-                  cudaStream_t stream) {
+// The chunk states: to_end (u = v, w = k) the states entering each chunk (into buf.states), else (u = dy, w = q)
+// the adjoints of the states leaving each chunk (into buf.dstates). fp32: each chunk's contribution (outer_kernel),
+// then scan_kernel (u: buf.v or buf.dy; w: buf.k or buf.q); bf16 products: both in state_scan_mma_kernel (u: buf.v
+// or buf.dy_h; w: buf.kh or buf.qh; into buf.states_h or buf.dstates_h).
+void chunk_states(bool to_end, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   if (bf16) {
     const __nv_bfloat16* w = to_end ? buf.kh : buf.qh;
     const dim3 grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles64(s.P)),
                     static_cast<unsigned>(tiles64(s.N)));
-    const bool staged = state_scan_staged(u, w, s);
-    const auto launch = [&](auto* o) {
+    const auto launch = [&](const auto* u, auto* o) {
+      using UT = std::remove_cv_t<std::remove_pointer_t<decltype(u)>>;
       using O = std::remove_pointer_t<decltype(o)>;
-      const auto kernel = staged ? state_scan_mma_kernel<true, O> : state_scan_mma_kernel<false, O>;
-      kernel<<<grid, tile::kThreads, smem_for(kernel, state_scan_smem(staged)), stream>>>(u, w, buf.G, buf.sig, s,
-                                                                                         to_end, o);
+      const bool staged = state_scan_staged(u, w, s);
+      const auto kernel = staged ? state_scan_mma_kernel<true, UT, O> : state_scan_mma_kernel<false, UT, O>;
+      kernel<<<grid, tile::kThreads, smem_for(kernel, state_scan_smem<UT>(staged)), stream>>>(u, w, buf.G, buf.sig,
+                                                                                             s, to_end, o);
       LLMT_CUDA_CHECK_LAUNCH();
     };
     if (to_end)
-      launch(buf.states_h);
+      launch(static_cast<const float*>(buf.v), buf.states_h);
     else
-      launch(buf.dstates_h);
+      launch(static_cast<const __nv_bfloat16*>(buf.dy_h), buf.dstates_h);
     return;
   }
+  const float* u = to_end ? buf.v : buf.dy;
+  float* out = to_end ? buf.states : buf.dstates;
   const float* w = to_end ? buf.k : buf.q;
   outer_kernel<<<chunk_grid(s), kCoreThreads, smem_for(outer_kernel, outer_smem(s)), stream>>>(u, w, buf.G, buf.sig, s,
                                                                                                to_end, out);
@@ -1467,7 +1505,7 @@ void chunk_states(const float* u, bool to_end, float* out, const Sizes& s, const
 void forward_states(const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
   LLMT_CUDA_CHECK_LAUNCH();
-  chunk_states(buf.v, true, buf.states, s, buf, bf16, stream);
+  chunk_states(true, s, buf, bf16, stream);
 }
 
 }  // namespace
@@ -1499,7 +1537,7 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
   if (bf16) {
     const auto kernel = s.R == 1 ? fwd_out_mma_kernel<1> : fwd_out_mma_kernel<0>;
     kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, fwd_out_mma_smem(s)), stream>>>(
-        buf.qh, buf.kh, buf.v, D, buf.G, buf.sig, buf.gam, buf.states_h, s, buf.y);
+        buf.qh, buf.kh, buf.v, D, buf.G, buf.sig, buf.gam, buf.states_h, s, buf.y_h);
   } else {
     fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
@@ -1509,12 +1547,12 @@ void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
 
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
-  chunk_states(buf.dy, false, buf.dstates, s, buf, bf16, stream);
+  chunk_states(false, s, buf, bf16, stream);
   if (bf16) {
     const auto launch = [&](auto kernel, auto* dq, auto* dk) {
       kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
-          buf.qh, buf.kh, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, dq, dk, buf.dv,
-          buf.da, buf.dgam, buf.dsig, buf.dDp);
+          buf.qh, buf.kh, buf.v, buf.dy_h, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, dq, dk,
+          buf.dv, buf.da, buf.dgam, buf.dsig, buf.dDp);
     };
     if (s.R == 1)  // (SISO: dq, dk in bf16, Buffers)
       launch(bwd_chunk_mma_kernel<1, __nv_bfloat16, __nv_bfloat16>, buf.dqh, buf.dkh);

@@ -2,8 +2,11 @@
 // mamba3_layer.cpp): per (token, head, rank) the optional RMSNorm_P of y with weight norm, the gate
 // g = yn ∘ SiLU(z ∘ mimo_z) and the down-projection o = Σ_r mimo_o ∘ g (SISO: o = g), and their backward,
 // including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four channels per thread
-// where the tensors allow float4 loads: each_group); the parameter gradients are per-row terms summed by colsum
-// (mamba3.cu).
+// where the tensors allow vector loads: each_group); the parameter gradients are per-row terms summed by colsum
+// (mamba3.cu). y and dy are fp32 or (bf16 products: Buffers y_h, dy_h) bf16, the kernels templates on their type Y;
+// the arithmetic is fp32 either way.
+#include <type_traits>
+
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda::m3 {
@@ -26,53 +29,71 @@ __device__ __forceinline__ GateAt gate_of(const Mamba3Ptrs& p, const Sizes& s, f
   return g;
 }
 
-__device__ GateAt gate_at(const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, const float* z, int64_t e,
-                          int64_t r, int64_t c) {
+// y (fp32 or bf16 [E R P]) at (token e, rank r, channel c).
+template <typename Y>
+__device__ GateAt gate_at(const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, const Y* y, const float* z,
+                          int64_t e, int64_t r, int64_t c) {
   const float rs = p.norm != nullptr ? buf.rs[e * s.R + r] : 1.0f;
-  return gate_of(p, s, buf.y[(e * s.R + r) * s.P + c], z[e * s.P + c], rs, e % s.H, r, c);
+  return gate_of(p, s, to_f32(y[(e * s.R + r) * s.P + c]), z[e * s.P + c], rs, e % s.H, r, c);
 }
 
-// rs = 1 / sqrt(mean_P(y^2) + eps) per (token, head, rank).
-__global__ void rs_kernel(Sizes s, double eps, Buffers buf) {
+// rs = 1 / sqrt(mean_P(y^2) + eps) per (token, head, rank), y fp32 or bf16.
+template <typename Y>
+__global__ void rs_kernel(Sizes s, double eps, const Y* y, Buffers buf) {
   const int64_t n = s.E * s.R;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const float* y = buf.y + idx * s.P;
+    const Y* yr = y + idx * s.P;
     double ss = 0.0;
-    for (int64_t c = 0; c < s.P; ++c) ss += static_cast<double>(y[c]) * y[c];
+    for (int64_t c = 0; c < s.P; ++c) {
+      const double v = to_f32(yr[c]);
+      ss += v * v;
+    }
     buf.rs[idx] = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(s.P) + eps));
   }
 }
 
-// kW consecutive floats at p (kW = 4: one float4, p 16-byte aligned), loaded or stored together.
+// kW consecutive values at p (float or bf16) as floats, loaded or stored together: kW = 4 one 16-byte float4 or one
+// 8-byte load / store of 4 bf16 (p aligned to it); bf16 stores round to nearest even.
 template <int kW>
 struct Floats {
   float v[kW];
 };
-template <int kW>
-__device__ __forceinline__ Floats<kW> load_w(const float* p) {
-  if constexpr (kW == 4) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    return {{f.x, f.y, f.z, f.w}};
+template <int kW, typename T>
+__device__ __forceinline__ Floats<kW> load_w(const T* p) {
+  Floats<kW> f;
+  if constexpr (kW == 4 && std::is_same_v<T, float>) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    f = {{x.x, x.y, x.z, x.w}};
+  } else if constexpr (kW == 4) {
+    const uint2 x = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&x);
+    const float2 lo = __bfloat1622float2(h[0]), hi = __bfloat1622float2(h[1]);
+    f = {{lo.x, lo.y, hi.x, hi.y}};
   } else {
-    Floats<kW> f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) f.v[w] = p[w];
-    return f;
+    for (int w = 0; w < kW; ++w) f.v[w] = to_f32(p[w]);
   }
+  return f;
 }
-template <int kW>
-__device__ __forceinline__ void store_w(float* p, const Floats<kW>& f) {
-  if constexpr (kW == 4) {
+template <int kW, typename T>
+__device__ __forceinline__ void store_w(T* p, const Floats<kW>& f) {
+  if constexpr (kW == 4 && std::is_same_v<T, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
+  } else if constexpr (kW == 4) {
+    uint2 x;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&x);
+    h[0] = __floats2bfloat162_rn(f.v[0], f.v[1]);
+    h[1] = __floats2bfloat162_rn(f.v[2], f.v[3]);
+    *reinterpret_cast<uint2*>(p) = x;
   } else {
 #pragma unroll
-    for (int w = 0; w < kW; ++w) p[w] = f.v[w];
+    for (int w = 0; w < kW; ++w) p[w] = from_f32<T>(f.v[w]);
   }
 }
 
 // The elementwise gate kernels' element groups: kW consecutive channels c .. c + kW - 1 of one (token, head) e
 // (P % kW == 0), as many loads in flight per thread; 4 where P % 4 == 0 and every tensor they touch is 16-byte
-// aligned (gate_width), else 1.
+// aligned (gate_width; 8-byte for bf16 would do), else 1.
 template <int kW, typename F>
 __device__ __forceinline__ void each_group(const Sizes& s, F f) {
   const int64_t n = s.E * s.P / kW;
@@ -88,14 +109,14 @@ bool aligned16(std::initializer_list<const void*> ps) {
 }
 int gate_width(const Sizes& s, std::initializer_list<const void*> ps) { return s.P % 4 == 0 && aligned16(ps) ? 4 : 1; }
 
-// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr).   (kW channels per thread: each_group)
-template <int kW>
-__global__ void out_kernel(const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, float* out) {
+// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr), y fp32 or bf16.   (kW channels per thread: each_group)
+template <int kW, typename Y>
+__global__ void out_kernel(const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, float* out) {
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> zv = load_w<kW>(z + idx);
     Floats<kW> acc = {};
     for (int64_t r = 0; r < s.R; ++r) {
-      const Floats<kW> yv = load_w<kW>(buf.y + (e * s.R + r) * s.P + c);
+      const Floats<kW> yv = load_w<kW>(y + (e * s.R + r) * s.P + c);
       const float rs = p.norm != nullptr ? buf.rs[e * s.R + r] : 1.0f;
 #pragma unroll
       for (int w = 0; w < kW; ++w) {
@@ -115,14 +136,16 @@ __device__ __forceinline__ float dyn_of(float dop, const Mamba3Ptrs& p, const Si
   return dop * mo * g.zr * sigmoidf_(g.zr);
 }
 
-// With the output norm: mean_P(u ∘ n), u = dyn ∘ w, per (token, head, rank) into buf.gmean.
-__global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf) {
+// With the output norm: mean_P(u ∘ n), u = dyn ∘ w, per (token, head, rank) into buf.gmean (y fp32 or bf16).
+template <typename Y>
+__global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf,
+                               const Y* y) {
   const int64_t n = s.E * s.R;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = idx % s.R, e = idx / s.R, h = e % s.H;
     double m = 0.0;
     for (int64_t c = 0; c < s.P; ++c) {
-      const GateAt g = gate_at(p, s, buf, z, e, r, c);
+      const GateAt g = gate_at(p, s, buf, y, z, e, r, c);
       m += static_cast<double>(dyn_of(dout[e * s.P + c], p, s, h, r, c, g)) * p.norm[h * s.P + c] * g.n;
     }
     buf.gmean[idx] = static_cast<float>(m / static_cast<double>(s.P));
@@ -131,17 +154,17 @@ __global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Pt
 
 // Reads dout, z, y (with the norm also rs, gmean) once for both outputs: dy [E R P] = dyn, or with the norm
 // dy = rs (u - n mean(u ∘ n)); dz [E P] = Σ_r dzr mimo_z; the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P]
-// (MIMO) and dnorm (c3) [E P] (with the norm).   (kW channels per thread: each_group; at most 64 registers: 4
-// blocks per SM, their loads in flight together)
-template <int kW>
-__global__ void __launch_bounds__(kThreads, 4)
-    dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, float* dz) {
+// (MIMO) and dnorm (c3) [E P] (with the norm). y, dy fp32 or bf16 (Y; dy rounded on its store).   (kW channels
+// per thread: each_group; at most 64 registers: 4 blocks per SM, their loads in flight together)
+template <int kW, typename Y>
+__global__ void __launch_bounds__(kThreads, 4) dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p,
+                                                            Sizes s, Buffers buf, const Y* y, Y* dy_out, float* dz) {
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> dov = load_w<kW>(dout + idx), zv = load_w<kW>(z + idx);
     Floats<kW> dzh = {}, dnorm = {};
     for (int64_t r = 0; r < s.R; ++r) {
       const int64_t er = (e * s.R + r) * s.P + c, ern = e * s.R + r;
-      const Floats<kW> yv = load_w<kW>(buf.y + er);
+      const Floats<kW> yv = load_w<kW>(y + er);
       const float rs = p.norm != nullptr ? buf.rs[ern] : 1.0f;
       Floats<kW> dy, c1, c2;
 #pragma unroll
@@ -159,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 4)
         c2.v[w] = dzr * zv.v[w];
         dnorm.v[w] = fmaf(dg * silu, g.n, dnorm.v[w]);
       }
-      store_w<kW>(buf.dy + er, dy);
+      store_w<kW>(dy_out + er, dy);
       if (p.mimo_o != nullptr) {
         store_w<kW>(buf.c1 + er, c1);
         store_w<kW>(buf.c2 + er, c2);
@@ -187,33 +210,46 @@ __global__ void dx_kernel(const float* x, const float* mimo_x, Sizes s, Buffers 
   }
 }
 
+// f(y, dy) with buf's core output and its gradient: bf16 (y_h, dy_h) where y_h is set, else fp32 (y, dy).
+template <class F>
+void with_y(const Buffers& buf, F f) {
+  if (buf.y_h != nullptr)
+    f(buf.y_h, buf.dy_h);
+  else
+    f(buf.y, buf.dy);
+}
+
 }  // namespace
 
 void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* out, cudaStream_t stream) {
-  if (p.norm != nullptr) {
-    rs_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, buf);
+  with_y(buf, [&](auto* y, auto*) {
+    using Y = std::remove_pointer_t<decltype(y)>;
+    if (p.norm != nullptr) {
+      rs_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, y, buf);
+      LLMT_CUDA_CHECK_LAUNCH();
+    }
+    const auto kernel = gate_width(s, {z, y, out}) == 4 ? out_kernel<4, Y> : out_kernel<1, Y>;
+    kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, y, out);
     LLMT_CUDA_CHECK_LAUNCH();
-  }
-  const auto kernel = gate_width(s, {z, buf.y, out}) == 4 ? out_kernel<4> : out_kernel<1>;
-  kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, out);
-  LLMT_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
               const Buffers& buf, float* dz, const Mamba3GradPtrs& g, cudaStream_t stream) {
-  if (p.norm != nullptr) {
-    rs_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, buf);
+  with_y(buf, [&](auto* y, auto* dy) {
+    using Y = std::remove_pointer_t<decltype(y)>;
+    if (p.norm != nullptr) {
+      rs_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, y, buf);
+      LLMT_CUDA_CHECK_LAUNCH();
+      dy_mean_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf, y);
+      LLMT_CUDA_CHECK_LAUNCH();
+    }
+    const auto kernel =
+        gate_width(s, {dout, z, y, dy, dz, buf.c1, buf.c2, buf.c3}) == 4 ? dy_dz_kernel<4, Y> : dy_dz_kernel<1, Y>;
+    kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, y, dy, dz);
     LLMT_CUDA_CHECK_LAUNCH();
-  }
-  if (p.norm != nullptr) {
-    dy_mean_kernel<<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf);
-    LLMT_CUDA_CHECK_LAUNCH();
-  }
-  const auto kernel =
-      gate_width(s, {dout, z, buf.y, buf.dy, dz, buf.c1, buf.c2, buf.c3}) == 4 ? dy_dz_kernel<4> : dy_dz_kernel<1>;
-  kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, dz);
-  LLMT_CUDA_CHECK_LAUNCH();
+  });
   const int64_t RP = s.H * s.R * s.P;
   if (p.mimo_o != nullptr) {
     colsum(buf.c1, s.rows, RP, RP, buf, g.mimo_o, stream);

@@ -321,11 +321,11 @@ size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int
 // saved (model.mamba3.save_states), nullptr or mamba3_saved_bytes of memory (64-byte aligned) kept from a
 // mamba3_fwd to the mamba3_bwd of the same inputs: the forward writes its chunk-local cumsum G [B H nc 64/R]
 // (double), the states entering each chunk [B H nc P N], the core output y [B T H R P], BCNorm's normalised B, C
-// [B T R G N] and their reciprocal RMS [B T R G], the phases φ [B T H S] (fp32) and the rotated q, k [B T H R N]
-// (fp32, or bf16 with opt.bf16_products: the core's operands) there instead of into the scratch, and the backward
-// reads them instead of recomputing them (it still recomputes the per-token scalars, θ and MIMO's v): the same
-// kernels' values, so the gradients are bit-identical to the backward without `saved`. With saved the scratch is
-// mamba3_{fwd,bwd}_scratch_bytes(..., true), smaller by the saved set's arrays (q, k by their fp32 bytes either way).
+// [B T R G N] and their reciprocal RMS [B T R G], the phases φ [B T H S] and the rotated q, k [B T H R N] (fp32;
+// the states, y, q, k bf16 with opt.bf16_products: the core's operand types) there instead of into the scratch, and
+// the backward reads them instead of recomputing them (it still recomputes the per-token scalars, θ and MIMO's v):
+// the same kernels' values, so the gradients are bit-identical to the backward without `saved`. With saved the
+// scratch is mamba3_{fwd,bwd}_scratch_bytes(..., true), smaller by the saved set's arrays.
 struct Mamba3Ptrs {
   const float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
 };
@@ -342,7 +342,7 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
                 void* scratch, cudaStream_t stream);
 size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved);
 /// Bytes of mamba3_fwd / mamba3_bwd's saved set for these sizes (S included) and opt.bf16_products: 8 B H nc Lc +
-/// 4 B H nc P N + 4 B T H R P + 2 x 4 B T R G N + 2 x 4 B T R G + 4 B T H S + 2 x e B T H R N (each rounded up to
+/// e B H nc P N + e B T H R P + 2 x 4 B T R G N + 2 x 4 B T R G + 4 B T H S + 2 x e B T H R N (each rounded up to
 /// 256), e = 2 with bf16 products, else 4; Lc = 64 / R (at least 1), nc = ceil(T / Lc).
 size_t mamba3_saved_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt);
 /// The Mamba-3 carry between decode steps (Backend::Mamba3Carry): state [B, H, P, N], k_prev [B, H, R, N],
