@@ -148,9 +148,8 @@ using bench::PhaseKernel;
 /// s, counted from the kernels for fp32 tensors, R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
 /// P, N multiples of 64 (every chunk and tile full); zeros for another name. Notation: E = B T H (token, head)
 /// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N]. Scratch scalars fp32
-/// except Δ (dtd), θ, G and dDp (double); q, k, the chunk-entering states, their adjoints, the core output y, its
-/// gradient dy and the core's dq, dk bf16 (bf16 products: m3::Buffers). An array read and written in place counts
-/// twice. The
+/// except Δ (dtd), θ, G and dDp (double); q, k, the chunk-entering states, their adjoints, the core output y and
+/// its gradient dy bf16 (bf16 products: m3::Buffers). An array read and written in place counts twice. The
 /// tile products (state_scan_mma, fwd_out_mma, bwd_chunk_mma) count 2 M N depth each; the elementwise kernels'
 /// arithmetic is not counted (they are bound by memory or by their serial chains, not FLOPs).
 Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
@@ -197,17 +196,16 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
   if (is("dy_dz")) return both(16 * E * P);  // dout, z, y (bf16); dy (bf16), dz
   if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS (all but v bf16); G (double), σ, γ;
-                     // dq, dk (bf16), dv, da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with v·dy),
+                     // dq, dk, dv, da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with v·dy),
                      // v twice (tile, Z with v·dy). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K;
                      // inter Q S_in^T; dk: V dS, Adq^T Q; dv: K dS^T, Bdv^T dY
-    return {8 * E * N + 10 * E * P + 4 * St + 28 * E + E / 8, 8 * E * N + 18 * E * P + 4 * St + 28 * E + E / 8,
+    return {12 * E * N + 10 * E * P + 4 * St + 28 * E + E / 8, 12 * E * N + 18 * E * P + 4 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
-  if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq (bf16) read; where rotated, φ read (k, q
-                             // recomputed from n̂, issued per head and pair, the weights and the biases), dφ written;
-                             // per (row, pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range sums
-                             // (double)
-    return {4 * E * N + 8 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N + 8 * N,
-            4 * E * N + 8 * E * S + 32 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
+  if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
+                             // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,
+                             // pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range sums (double)
+    return {8 * E * N + 8 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N + 8 * N,
+            8 * E * N + 8 * E * S + 32 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle

@@ -53,9 +53,9 @@ void take_saved(const Sizes& s, bool half, Carver& c, Buffers& b) {
 
 // Carves the scratch into buf, or only sizes it when base is null. With saved, the saved set lies in
 // saved_base (mamba3_saved_bytes; sizing: may be null) instead of the scratch. half (the chunked core with bf16
-// products): take_saved's arrays, dy, the adjoint states and (SISO) dq, dk in bf16 (dy_h, dstates_h, dqh, dkh;
-// places of bf16 size); else fp32 (decoding: its fp32 y, q, k fit a scratch sized with half false). SISO has no v,
-// dv in the scratch (they are x, dx: begin).
+// products): take_saved's arrays, dy and the adjoint states in bf16 (dy_h, dstates_h; places of bf16 size); else
+// fp32 (decoding: its fp32 y, q, k fit a scratch sized with half false). SISO has no v, dv in the scratch (they are
+// x, dx: begin).
 size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_base, void* base, Buffers* out) {
   Carver c{static_cast<char*>(base)};
   Buffers b{};
@@ -74,13 +74,8 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_b
     else
       c.take(b.dy, E * s.R * s.P);
     for (float** p : {&b.c1, &b.c2}) c.take(*p, E * s.R * s.P);
-    if (half && s.R == 1) {
-      c.take(b.dqh, E * s.N);
-      c.take(b.dkh, E * s.N);
-    } else {
-      c.take(b.dq, E * s.R * s.N);
-      c.take(b.dk, E * s.R * s.N);
-    }
+    c.take(b.dq, E * s.R * s.N);
+    c.take(b.dk, E * s.R * s.N);
     for (float** p : {&b.da, &b.dgam, &b.dsig}) c.take(*p, E);
     if (half)
       c.take(b.dstates_h, states);
@@ -108,8 +103,7 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_b
 // checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
 // carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
 // (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) the states,
-// y, q, k, their gradients dy, the adjoint states and (SISO) dq, dk in bf16 (carve). Returns false when there is
-// nothing to compute.
+// y, q, k, the gradient dy and the adjoint states in bf16 (carve). Returns false when there is nothing to compute.
 bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
            float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
   s = m3::make_sizes(dims);

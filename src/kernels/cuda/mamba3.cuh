@@ -39,19 +39,18 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
 /// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
 /// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
-/// bf16 products (the chunked core on the tensor cores, not decoding): q, k, the states, y, dy, the adjoint states
-/// and, for SISO, dq and dk are kept in bf16 (qh, kh, states_h, y_h, dy_h, dstates_h, dqh, dkh: places of bf16 size,
-/// mamba3.cu carve; the fp32 pointers then null). The core's kernels read q, k and the states only as bf16 operands,
-/// and the rotation backward recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair); the tensor-core kernels
-/// round y, dy and the adjoint states to bf16 for their products anyway, and the gate, the v·dy, D dy and inter terms
-/// of the chunk gradients, <dS, S_in> and the dS_in scan read the rounded values; dq, dk are rounded once from the
-/// chunk kernel's fp32 sums (their one reader: rot_bcnorm_bwd_kernel). Otherwise (and decoding) all of them fp32,
-/// the bf16 pointers null.
+/// bf16 products (the chunked core on the tensor cores, not decoding): q, k, the states, y, dy and the adjoint
+/// states are kept in bf16 (qh, kh, states_h, y_h, dy_h, dstates_h: places of bf16 size, mamba3.cu carve; the fp32
+/// pointers then null). The core's kernels read q, k and the states only as bf16 operands, and the rotation backward
+/// recomputes the fp32 q, k it needs (mamba3_prep.cu rotate_pair); the tensor-core kernels round y, dy and the
+/// adjoint states to bf16 for their products anyway, and the gate, the v·dy, D dy and inter terms of the chunk
+/// gradients, <dS, S_in> and the dS_in scan read the rounded values. Otherwise (and decoding) all of them fp32, the
+/// bf16 pointers null.
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
-  __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h, *dqh, *dkh;
+  __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h;
   float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };

@@ -16,10 +16,8 @@
 // registers; the per-token sums in double from the fp32 accumulators); G is the fp32 path's. There q, k and the
 // chunk-entering states are stored in bf16 (Buffers; the same bits as rounding fp32 ones on loading: they have no
 // other readers in the core), and so are the adjoint states (the backward's <dS, S_in> then reads the bf16 values
-// its products use), for SISO the chunk kernel's dq, dk (rounded once from its fp32 sums; their one reader, the
-// rotation / BCNorm backward, works on them in fp32 and double), and y and dy (Buffers y_h, dy_h): the gate reads
-// the rounded y, and the backward's fp32 uses of dy (inter, v·dy, D dy) and the dS_in scan (which rounds
-// e^{G_i} dy once more) read the rounded dy. Otherwise every product is exact fp32.
+// its products use) and y and dy (Buffers y_h, dy_h): the gate reads the rounded y, and the backward's fp32 uses of
+// dy (inter, v·dy, D dy) and the dS_in scan (which rounds e^{G_i} dy once more) read the rounded dy. Otherwise every product is exact fp32.
 #include <type_traits>
 
 #include "kernels/cuda/delta_chunk.cuh"
@@ -1080,21 +1078,19 @@ __device__ __forceinline__ void warp_excl_scan2(double x0, double x1, double& ex
 
 // swap_tiles_dot's pieces: 4 consecutive columns 4 c .. 4 c + 3 of a row r of the nrt x nct tiles (16 nct pieces
 // a row), numbered row-major; thread x takes pieces e = x + kThreads m, walked by RowWalk (r, c). kVec (cols % 4
-// == 0 and src aligned to a piece: every piece wholly inside or outside cols, its 4 elements one load of 16 bytes
-// (fp32 src) or 8 (bf16)), else 4 scalar loads a piece.
+// == 0 and src 8-byte aligned: every piece wholly inside or outside cols, its 4 bf16 one 8-byte load), else 4
+// scalar loads a piece.
 // Thread x's pieces from piece number e and its place w on: v[u] = src's piece e + u kThreads (row stride cols;
 // zeros outside rows x cols or past total) for u < n, issued together, as floats.
-template <bool kVec, int n, bool kCol, typename T>
+template <bool kVec, int n, bool kCol>
 __device__ __forceinline__ void piece_load(float4 (&v)[n], int e, RowWalk<kCol> w, int total, int rows, int cols,
-                                           const T* src) {
+                                           const __nv_bfloat16* src) {
 #pragma unroll
   for (int u = 0; u < n; ++u, w.next()) {
     const int c = 4 * w.c;
     const bool in = e + u * tile::kThreads < total && w.r < rows;
-    const T* p = src + (w.r * cols + c);
-    if constexpr (kVec && std::is_same_v<T, float>) {
-      v[u] = in && c < cols ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else if constexpr (kVec) {
+    const __nv_bfloat16* p = src + (w.r * cols + c);
+    if constexpr (kVec) {
       const uint2 h = in && c < cols ? *reinterpret_cast<const uint2*>(p) : make_uint2(0u, 0u);
       const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h.x));
       const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h.y));
@@ -1133,19 +1129,19 @@ __device__ __forceinline__ void piece_swap(const float4 (&v)[n], int e, RowWalk<
 
 // Calls f(kCol, kVec) (std::bool_constant) for swap_tiles_dot's walk of nct tiles wide over src [.][cols]: kCol,
 // RowWalk's short form where the 16 nct pieces of a row divide kThreads; kVec as at piece_load.
-template <typename T, class F>
-__device__ __forceinline__ auto swap_form(int nct, int cols, const T* src, F f) {
+template <class F>
+__device__ __forceinline__ auto swap_form(int nct, int cols, const __nv_bfloat16* src, F f) {
   const bool col = tile::kThreads % (16 * nct) == 0;
-  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % (4 * sizeof(T)) == 0;
+  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 8 == 0;
   if (col) return vec ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
   return vec ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
 }
 
 // The first kAhead of the thread's pieces of swap_tiles_dot (same arguments), issued together ahead of the swap
 // (8: all of them at P = 64, N = 128).
-template <int kAhead, typename T>
+template <int kAhead>
 __device__ __forceinline__ void swap_ahead(float4 (&v)[kAhead], int nrt, int nct, int rows, int cols,
-                                           const T* src) {
+                                           const __nv_bfloat16* src) {
   const int total = 64 * nrt * 16 * nct;
   swap_form(nct, cols, src, [&](auto col, auto vec) {
     piece_load<decltype(vec)::value>(v, static_cast<int>(threadIdx.x), RowWalk<decltype(col)::value>(16 * nct),
@@ -1153,13 +1149,13 @@ __device__ __forceinline__ void swap_ahead(float4 (&v)[kAhead], int nrt, int nct
   });
 }
 
-// dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes bf16(src) with src [rows][cols] (fp32 or
-// bf16; row stride cols; 0 outside), the thread's first kAhead pieces taken from ahead (swap_ahead), the rest loaded
+// dst (nrt x nct bf16 tiles, h_at) holds bf16 matrix X on entry; becomes src [rows][cols] (bf16; row stride cols; 0
+// outside), the thread's first kAhead pieces taken from ahead (swap_ahead), the rest loaded
 // here, kBatch at a time. Returns this thread's Σ src X over the elements it replaced, in element order (its
 // pieces in order, each piece's columns in order; each thread reads X only where it then writes, so no barrier is
 // needed before). Reached by the whole block of tile::kThreads.
-template <int kAhead, typename T>
-__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const T* src,
+template <int kAhead>
+__device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows, int cols, const __nv_bfloat16* src,
                                  const float4 (&ahead)[kAhead]) {
   return swap_form(nct, cols, src, [&](auto col, auto vec) {
     constexpr int kBatch = 4;
@@ -1195,13 +1191,13 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in block_reduce's
 // order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
 // two blocks per SM at P = 64, N = 128; dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1:
-// SISO), or 0: s.R (ChunkRows). DQ: the element type dq, dk are stored in (float, or bf16: rounded once from the
-// fp32 sums); DS: dS's (the dstates scan's output: float or bf16).
-template <int kR, typename DQ, typename DS>
+// SISO), or 0: s.R (ChunkRows).
+template <int kR>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const __nv_bfloat16* dy, const float* D,
-    const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const DS* dstates, Sizes s,
-    DQ* dq, DQ* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+    const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const __nv_bfloat16* dstates,
+    Sizes s,
+    float* dq, float* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
   constexpr int kT = tile::kTileHalves;
@@ -1224,7 +1220,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   const ChunkRows<kR> cr(s, k);
   const int64_t base = k.bh * s.nc + k.c;
   const __nv_bfloat16* sin = states + base * s.P * s.N;
-  const DS* dS = dstates + base * s.P * s.N;
+  const __nv_bfloat16* dS = dstates + base * s.P * s.N;
   // Every load of the operands in flight at once: token threadIdx.x's scalars (Lc <= kRows threads) into
   // registers; q, k, S_in and dy by cp.async (ChunkOperands, then dy's own group; where they do not come in 16-byte
   // pieces, copied after the rest); dS asked into the L2 (loaded after inter, ahead of dq's products); v rounded on
@@ -1243,7 +1239,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     copy_tiles_async(DY, 1, nP, k.nr, P, cr.rows(dy, P, 0));
     tile::cp_async_commit();
   }
-  tile::prefetch_l2(dS, sizeof(DS) * s.N, P, sizeof(DS) * s.N);
+  tile::prefetch_l2(dS, 2 * s.N, P, 2 * s.N);
   load_tiles_h(V, 1, nP, k.nr, P, cr.rows(v, P, 0), [](int) { return 1.0f; });
   if (ti < s.Lc) {
     ts.put(ti, Gs, sg, gm);
@@ -1313,7 +1309,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
       for (int c = 0; c < 4; ++c) acc.v[a][c] *= x;
     }
   };
-  auto store_rows = [&](const tile::Acc& acc, int c0, int width, DQ* out) {  // out row ρ, columns c0 + col
+  auto store_rows = [&](const tile::Acc& acc, int c0, int width, float* out) {  // out row ρ, columns c0 + col
     my.store(cr.base(out, width), width, c0, pairs, [&](int a, int c) { return acc.v[a][c]; });
   };
   // The inter partials Σ_p dy_ρ[p] (S_in q_ρ)[p] per P tile.
@@ -1549,15 +1545,11 @@ void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
   // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
   chunk_states(false, s, buf, bf16, stream);
   if (bf16) {
-    const auto launch = [&](auto kernel, auto* dq, auto* dk) {
-      kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
-          buf.qh, buf.kh, buf.v, buf.dy_h, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, dq, dk,
-          buf.dv, buf.da, buf.dgam, buf.dsig, buf.dDp);
-    };
-    if (s.R == 1)  // (SISO: dq, dk in bf16, Buffers)
-      launch(bwd_chunk_mma_kernel<1, __nv_bfloat16, __nv_bfloat16>, buf.dqh, buf.dkh);
-    else
-      launch(bwd_chunk_mma_kernel<0, float, __nv_bfloat16>, buf.dq, buf.dk);
+    const auto kernel =
+        s.R == 1 ? bwd_chunk_mma_kernel<1> : bwd_chunk_mma_kernel<0>;
+    kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
+        buf.qh, buf.kh, buf.v, buf.dy_h, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, buf.dq, buf.dk,
+        buf.dv, buf.da, buf.dgam, buf.dsig, buf.dDp);
   } else {
     bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,

@@ -495,17 +495,15 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
 // j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
 // order (the weights and biases of its items held in registers; the dk, dq pairs, φ and n̂_B, n̂_C pairs of the
-// kRotRows rows loaded at once, in flight together, before the rows' dφ stores; the pairs as one 8-byte (fp32) or
-// 4-byte (bf16 dk, dq) load where N is even: a warp's loads cover 8 heads' whole sectors at ul = 4), the dū,
-// converted to double once (the
+// kRotRows rows loaded at once, in flight together, before the rows' dφ stores; the pairs as float2 where N is
+// even: a warp's loads cover 8 heads' whole 32-byte sectors at ul = 4), the dū, converted to double once (the
 // terms of both its sums), into shared memory [kRotRows][items][4] (dynamic: rot_smem), then after the barrier
 // thread (row, u, which, channel) adds its dn̂ over the heads there (kRotSumAhead terms read at once), the first
 // item's loads of the next kRotRows rows issued before those sums (in flight during them). With nbuf = 2 (where
 // two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two buffers: one barrier per
 // group, and the threads that add no dn̂ go on to the next rows while the others add (a buffer is written again
 // only after the next group's barrier, which every reader of it has passed); else a second barrier before the
-// buffer's writes. One item per thread: 2 blocks/SM (128 registers). T: the element type of dk, dq (float: buf.dk,
-// buf.dq; bf16: buf.dkh, buf.dqh, with bf16 products).
+// buffer's writes. One item per thread: 2 blocks/SM (128 registers).
 constexpr int kRotRows = 8, kRotItems = 4, kRotSumAhead = 8;
 // The most heads per group: at most kRotItems kThreads items, one pair each, whose dū buffer fits a block's 227 KiB.
 constexpr int kRotMaxHeads = 896;
@@ -520,21 +518,7 @@ int64_t rot_pairs(const Sizes& s) {
 }
 size_t rot_smem(const Sizes& s) { return sizeof(double) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
 
-// dk (which 0) or dq (1) in element type T (Buffers: fp32 dk, dq or their bf16 dkh, dqh).
-template <typename T>
-__device__ __forceinline__ const T* grads_of(const Buffers& buf, int which) {
-  if constexpr (std::is_same_v<T, float>)
-    return which == 0 ? buf.dk : buf.dq;
-  else
-    return which == 0 ? buf.dkh : buf.dqh;
-}
-// The aligned pair at p as floats (one 8-byte or 4-byte load).
-__device__ __forceinline__ float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-}
-
-template <int kItems, typename T>
+template <int kItems>
 __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
     rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul, int nbuf, int64_t ranges, double* pk,
                           double* pq) {
@@ -563,9 +547,7 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
     wq[j][1] = p.C_norm[i1];
   }
   const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
-  const bool vec = N % 2 == 0;  // every pair whole and aligned in dk, dq, n̂: loaded as one piece
-  const T* const dk_all = grads_of<T>(buf, 0);
-  const T* const dq_all = grads_of<T>(buf, 1);
+  const bool vec = N % 2 == 0;  // every pair whole and 8-byte aligned in dk, dq, n̂: loaded as float2
   // One item's nr rows from row r0: its dk, dq pairs and, where rotated, their φ and n̂_B, n̂_C pairs (row rr of the
   // (head h, pair u): element offset rr H N of dk, dq, rr H S of φ, rr G N of n̂), all loaded before any use.
   float d[kRotRows][4], ph[kRotRows], nb[kRotRows][2], nc[kRotRows][2];
@@ -573,25 +555,24 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
     const int i0 = 2 * u;
     const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
     const int64_t e0 = r0 * s.H + h;
-    const T* dk = dk_all + e0 * N + i0;
-    const T* dq = dq_all + e0 * N + i0;
-    const float* phi_r = buf.phi + e0 * S + u;
+    const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
     const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
 #pragma unroll
     for (int rr = 0; rr < kRotRows; ++rr) {
       if (rr >= nr) break;
       const int ok = rr * HN, on = rr * GN;
       if (vec) {
-        const float2 k2 = load_pair(dk + ok), q2 = load_pair(dq + ok);
+        const float2 k2 = *reinterpret_cast<const float2*>(dk + ok);
+        const float2 q2 = *reinterpret_cast<const float2*>(dq + ok);
         d[rr][0] = k2.x;
         d[rr][1] = k2.y;
         d[rr][2] = q2.x;
         d[rr][3] = q2.y;
       } else {
-        d[rr][0] = to_f32(dk[ok]);
-        d[rr][1] = pair ? to_f32(dk[ok + 1]) : 0.0f;
-        d[rr][2] = to_f32(dq[ok]);
-        d[rr][3] = pair ? to_f32(dq[ok + 1]) : 0.0f;
+        d[rr][0] = dk[ok];
+        d[rr][1] = pair ? dk[ok + 1] : 0.0f;
+        d[rr][2] = dq[ok];
+        d[rr][3] = pair ? dq[ok + 1] : 0.0f;
       }
       ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
       if (rot && vec) {
@@ -876,23 +857,15 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
     const int64_t ul = rot_pairs(s);
     const int nbuf = 2 * rot_smem(s) <= kRotDoubleSmem ? 2 : 1;
     const size_t smem = nbuf * rot_smem(s);
+    const auto kernel = s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1> : rot_bcnorm_bwd_kernel<kRotItems>;
+    if (smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     const dim3 grid(static_cast<unsigned>(ceil_div((s.N + 1) / 2, ul)), static_cast<unsigned>(s.G),
                     static_cast<unsigned>(ranges));
-    const auto launch = [&](auto* grads) {  // (grads: buf's dk or dkh, the element type)
-      using T = std::remove_const_t<std::remove_pointer_t<decltype(grads)>>;
-      const auto kernel =
-          s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1, T> : rot_bcnorm_bwd_kernel<kRotItems, T>;
-      if (smem > 48 * 1024)
-        LLMT_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), nbuf, ranges, buf.partial,
-                                               buf.partial + ranges * RN);
-      LLMT_CUDA_CHECK_LAUNCH();
-    };
-    if (buf.dkh != nullptr)
-      launch(buf.dkh);
-    else
-      launch(buf.dk);
+    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), nbuf, ranges, buf.partial,
+                                             buf.partial + ranges * RN);
+    LLMT_CUDA_CHECK_LAUNCH();
   } else {
     if (s.S > 0) {
       rot_bwd_kernel<<<grid_for(s.E * s.S), kThreads, 0, stream>>>(p, s, buf);
