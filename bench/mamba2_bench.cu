@@ -6,7 +6,8 @@
 // launches after warm-up; the conv and the projections are not included. As the layer runs them: the forward keeps
 // its chunk states in a saved set (ops.cuh mamba2_ssd_saved_bytes) that the backward reads. Each compute dtype on fp32
 // xbc and dy, then the bf16 op once more on bf16 xbc and dy (the "inputs" column: how FLA's kernels are fed, and how
-// the Mamba2 layer feeds the CUDA op with compute bf16, Backend::mamba2_bf16_inputs).
+// the Mamba2 layer feeds the CUDA op with compute bf16, Backend::mamba2_bf16_inputs), which then writes y and dxbc in
+// bf16 too (as FLA's kernels write o and dq / dk / dv, and as the layer keeps them).
 // With --phases instead: the bf16 op at shapes (a) and (c) kernel by kernel (mamba2_phases: bench/phases.h's table
 // with the cost model mamba2_bf16_cost), the forward, then the backward (reading the forward's saved states); on fp32
 // xbc, dy, or with --bf16-inputs on bf16 xbc, dy.
@@ -32,26 +33,26 @@ struct Shape {
   int64_t B, T, H, P, N, G;
 };
 
-/// One shape's tensors and scratch on the GPU with compute dtype P (float or __nv_bfloat16) and xbc, dy of type E
-/// (float, or __nv_bfloat16 with P = __nv_bfloat16), filled as the model's: x, B, C ~ U(-1, 1); Δ = softplus(dt_raw +
+/// One shape's tensors and scratch on the GPU with compute dtype P (float or __nv_bfloat16) and xbc, dy and the outputs
+/// y, dxbc of type E (float, or __nv_bfloat16 with P = __nv_bfloat16), filled as the model's: x, B, C ~ U(-1, 1); Δ = softplus(dt_raw +
 /// dt_bias) around 0.02; -A = exp(A_log) in [1, 16). fwd / bwd launch mamba2_ssd_fwd / mamba2_ssd_bwd on a stream with
 /// the saved set `saved` (the forward writes the chunk states there, the backward reads them; the backward
 /// accumulates into dparams = ddt_bias | dA_log | dD).
 template <typename P, typename E>
 struct Op {
   Shape s;
-  E *xbc, *dy;
-  float *dt_raw, *dt_bias, *A_log, *D, *y, *dxbc, *ddt_raw, *dparams;
+  E *xbc, *dy, *y, *dxbc;
+  float *dt_raw, *dt_bias, *A_log, *D, *ddt_raw, *dparams;
   void *scratch, *saved;
   size_t scratch_bytes, saved_bytes;
   explicit Op(const Shape& shape) : s(shape) {
     using namespace llmt::cuda;
     const int64_t XD = s.H * s.P, W = XD + 2 * s.G * s.N, rows = s.B * s.T;
     BENCH_CHECK(cudaMalloc(&xbc, rows * W * sizeof(E)));
-    BENCH_CHECK(cudaMalloc(&dxbc, rows * W * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&dxbc, rows * W * sizeof(E)));
     BENCH_CHECK(cudaMalloc(&dt_raw, rows * s.H * sizeof(float)));
     BENCH_CHECK(cudaMalloc(&ddt_raw, rows * s.H * sizeof(float)));
-    BENCH_CHECK(cudaMalloc(&y, rows * XD * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&y, rows * XD * sizeof(E)));
     BENCH_CHECK(cudaMalloc(&dy, rows * XD * sizeof(E)));
     for (float** p : {&dt_bias, &A_log, &D}) BENCH_CHECK(cudaMalloc(p, s.H * sizeof(float)));
     BENCH_CHECK(cudaMalloc(&dparams, 3 * s.H * sizeof(float)));
@@ -71,8 +72,8 @@ struct Op {
     BENCH_CHECK(cudaDeviceSynchronize());
   }
   ~Op() {
-    for (E* p : {xbc, dy}) BENCH_CHECK(cudaFree(p));
-    for (float* p : {dt_raw, dt_bias, A_log, D, y, dxbc, ddt_raw, dparams}) BENCH_CHECK(cudaFree(p));
+    for (E* p : {xbc, dy, y, dxbc}) BENCH_CHECK(cudaFree(p));
+    for (float* p : {dt_raw, dt_bias, A_log, D, ddt_raw, dparams}) BENCH_CHECK(cudaFree(p));
     BENCH_CHECK(cudaFree(scratch));
     BENCH_CHECK(cudaFree(saved));
   }
@@ -112,8 +113,8 @@ using bench::PhaseKernel;
 
 /// The Cost (bench/phases.h: bytes unique and issued, tensor-core FLOPs) of phase `phase` of the Mamba2 SSD op's
 /// forward or (backward) backward call with bf16 compute (src/kernels/cuda/mamba2.cu, P = __nv_bfloat16; the phase
-/// names of kMamba2Kernels) at shape s, counted from the kernels for xbc, dy of kXb bytes an element (4: fp32, 2:
-/// bf16; every other tensor fp32), T a multiple of 64 and P, N multiples of 64 (every chunk and tile full); zeros for
+/// names of kMamba2Kernels) at shape s, counted from the kernels for xbc, dy and the outputs y, dxbc of kXb bytes an
+/// element (4: fp32, 2: bf16: the op writes its outputs in its inputs' dtype; every other tensor fp32), T a multiple of 64 and P, N multiples of 64 (every chunk and tile full); zeros for
 /// another name. Notation: E = B T H (token, head) pairs, nc = T / 64 chunks, PT = P / 64 and
 /// NT = N / 64 tiles, St = E P N / 64 elements of one set of chunk states [B, H, nc, P, N] (bf16), BC = B T G N
 /// elements of xbc's B (or C) columns. Scratch: Δ fp32, G double, dBh / dCh [B, H, T, N] bf16, the chunk partials
@@ -126,7 +127,7 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
   const double P = static_cast<double>(s.P), N = static_cast<double>(s.N), G = static_cast<double>(s.G);
   const double E = B * T * H, nc = T / 64, PT = P / 64, NT = N / 64, St = E * P * N / 64, BC = B * T * G * N;
   const double f = (nc - 1) / nc;  // the state scans read every chunk but the last
-  constexpr double Xb = kXb;       // bytes of an xbc or dy element
+  constexpr double Xb = kXb;       // bytes of an xbc, dy, y or dxbc element
   const auto is = [&](const char* name) { return std::strcmp(phase, name) == 0; };
   if (is("prep"))  // blocks over (b, chunk, 16 heads): dt_raw (the chunk's rows, coalesced), dt_bias and A_log
                    // (once per (b, chunk, head)); Δ (fp32) and G (double) written
@@ -145,12 +146,12 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
                   // where they divide its heads, else 1: per block C and B [64, N] (every N tile; N <= 128:
                   // all copied by cp.async at the start), per head S_in [64, N] (its P tile, bf16, cp.async), x
                   // [64, 64] (N <= 128: copied once for the M x operand and D x; else loaded twice), G (double),
-                  // Δ; y [64, 64] written (fp32). Per head C S_in^T (64 x 64 x N) and M x (64 x 64 x 64), per
-                  // block C B^T (64 x 64 x N: again for every P tile)
+                  // Δ; y [64, 64] written (Xb: bf16 inputs write bf16 y, 16-byte pieces). Per head C S_in^T
+                  // (64 x 64 x N) and M x (64 x 64 x 64), per block C B^T (64 x 64 x N: again for every P tile)
     const int64_t hpg = s.H / s.G;
     const double hb = hpg % 4 == 0 ? 4 : hpg % 2 == 0 ? 2 : 1;
-    return {2 * Xb * BC + Xb * E * P + 2 * St + 12 * E + 4 * E * P,
-            PT * E * 2 * Xb * N / hb + 2 * St + (N <= 128 ? 1 : 2) * Xb * E * P + PT * 12 * E + 4 * E * P,
+    return {2 * Xb * BC + Xb * E * P + 2 * St + 12 * E + Xb * E * P,
+            PT * E * 2 * Xb * N / hb + 2 * St + (N <= 128 ? 1 : 2) * Xb * E * P + PT * 12 * E + Xb * E * P,
             2 * E * P * (N + N / hb + 64)};
   }
   if (is("dchunk")) {
@@ -158,7 +159,7 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
     // token below): G (double), Δ, dt_raw; CB: C, B over N; DX: dy, x over P; dC: dy per (N, P) tile pair,
     // S_in, then C, B per N tile, dCh written; dB: x per (N, P) tile pair, dS, then C per N tile, dBh written;
     // v̄ / dx: B per (P, N) tile pair, dS, then x, dy per P tile and dy again for D dy (bf16 inputs: D dy from dy's
-    // tile), dx written; <dS, S_in> reads
+    // tile), dx written (Xb: bf16 inputs write bf16 dx, 16-byte pieces); <dS, S_in> reads
     // both states again (S_in issued twice, dS three times in all); ddt_raw and the partials written. With kept
     // operands (P, N <= 128): dy's tiles not reloaded in dC or v̄ (kept from DX), nor C, B of dC's first N tile
     // (kept from CB) and C of dB's first (kept from dC); x once before dB (not in v̄), B once before v̄. Products:
@@ -169,11 +170,12 @@ Cost mamba2_bf16_cost(const char* phase, const Shape& s, bool backward) {
     const double issued_per_token =
         16 + 2 * Xb * N + 2 * Xb * P + ((kept ? 0 : Xb * P * NT) + 2 * Xb * (kept ? N - 64 : N) + 2 * N) +
         (Xb * P * (kept ? 1 : NT) + Xb * (kept ? N - 64 : N) + 2 * N) +
-        (Xb * N * (kept ? 1 : PT) + (kept ? 0 : 2 * Xb) * P + dyd * P + 4 * P) + 4 + 24.0 / 64;
-    return {2 * Xb * E * P + 2 * Xb * BC + 4 * St + 16 * E + 4 * E * P + 4 * E * N + 4 * E + 24 * E / 64,
+        (Xb * N * (kept ? 1 : PT) + (kept ? 0 : 2 * Xb) * P + dyd * P + Xb * P) + 4 + 24.0 / 64;
+    return {2 * Xb * E * P + 2 * Xb * BC + 4 * St + 16 * E + Xb * E * P + 4 * E * N + 4 * E + 24 * E / 64,
             E * issued_per_token + 5 * 2 * St, 2 * E * (3 * 64 * N + 2 * 64 * P + 3 * P * N)};
   }
-  if (is("dBC")) return {4 * E * N + 8 * BC, 4 * E * N + 8 * BC, 0};  // dBh, dCh (bf16) summed over a group's heads
+  if (is("dBC"))  // dBh, dCh (bf16) summed over a group's heads; dxbc's B, C columns written (Xb: bf16 with bf16 inputs)
+    return {4 * E * N + 2 * Xb * BC, 4 * E * N + 2 * Xb * BC, 0};
   if (is("dparams"))  // the chunk partials (double x 3) summed per head; ddt_bias, dA_log, dD read and written
     return {24 * E / 64 + 28 * H, 24 * E / 64 + 28 * H, 0};
   return {0, 0, 0};

@@ -221,9 +221,11 @@ TEST_CASE("cuda decode: mamba2_ssd_decode continues its state", "[gpu][decode]")
   require_close(state, "state");
 }
 
-TEST_CASE("cuda decode: mamba2_ssd_decode takes bf16 xbc: the f32 decode of the same values, bit for bit",
+TEST_CASE("cuda decode: mamba2_ssd_decode takes bf16 xbc and writes bf16 y: the f32 decode of the same values, bit "
+          "for bit (y rounded once)",
           "[gpu][decode]") {
-  // What the Mamba2 layer hands its decode with compute bf16 (mamba2_bf16_inputs); the kernel reads xbc as fp32.
+  // What the Mamba2 layer hands its decode with compute bf16 (mamba2_bf16_inputs); the kernel reads xbc as fp32 and
+  // writes y in xbc's dtype (the layer's y, as the SSD forward's), rounded from the fp32 result; the state fp32.
   const int64_t T = GENERATE(1, 7);
   INFO("T " << T);
   const int64_t B = 2, H = 4, P = 16, N = 24, G = 2, width = H * P + 2 * G * N;
@@ -232,11 +234,15 @@ TEST_CASE("cuda decode: mamba2_ssd_decode takes bf16 xbc: the f32 decode of the 
   OwnedTensor dt_raw = on(gpu(), randn(B * T * H, 2), {B, T, H}), dt_bias = on(gpu(), uniform(H, 3, -3.0, -1.0), {H});
   OwnedTensor A_log = on(gpu(), randn(H, 4, 0.5), {H}), D = on(gpu(), randn(H, 5), {H});
   OwnedTensor sf = on(gpu(), s0, {B, H, P, N}), sh = on(gpu(), s0, {B, H, P, N});
-  OwnedTensor yf(gpu(), DType::f32, {B, T, H * P}), yh(gpu(), DType::f32, {B, T, H * P});
+  OwnedTensor yf(gpu(), DType::f32, {B, T, H * P}), yh(gpu(), DType::bf16, {B, T, H * P});
   gpu().mamba2_ssd_decode(*xf, *dt_raw, *dt_bias, *A_log, *D, P, G, 8, *sf, *yf);
   gpu().mamba2_ssd_decode(*xh, *dt_raw, *dt_bias, *A_log, *D, P, G, 8, *sh, *yh);
-  CHECK(get(gpu(), *yh) == get(gpu(), *yf));
+  CHECK(get_bf16(*yh) == round_bf16(get(gpu(), *yf)));
   CHECK(get(gpu(), *sh) == get(gpu(), *sf));
+  // xbc and y in one dtype: a clear error otherwise
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_decode(*xh, *dt_raw, *dt_bias, *A_log, *D, P, G, 8, *sh, *yf),
+                      Catch::Contains("mamba2_ssd_decode") &&
+                          Catch::Contains("xbc, y must be all f32 or all bf16, got bf16, f32"));
 }
 
 TEST_CASE("cuda decode: mamba3_decode continues its carry", "[gpu][decode]") {

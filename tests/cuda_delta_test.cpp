@@ -84,6 +84,23 @@ TEST_CASE("cuda delta: short conv + SiLU forward and backward (dw accumulates), 
     gpu().short_conv_silu_bwd(*dy.g, *x.g, *w.g, *pre.g, *dxh, *dw.g);
     require_close(get_bf16(*dxh), get(gpu(), *dx.g), "conv dx in bf16 " + tag, 1.0 / 256);
     require_close(dw, "conv dw with dx in bf16 " + tag);
+    // dy in bf16 (Mamba2's dxbc from its SSD with bf16 inputs, the conv without a bias): the same bits as from f32 dy
+    // holding the rounded values, dx in f32 and in bf16.
+    const std::vector<float> dyr = round_bf16(get(gpu(), *dy.g));
+    const OwnedTensor dyh = on_bf16(dyr, {B, T, C}), dyf = on(gpu(), dyr, {B, T, C});
+    for (const bool dx16 : {false, true}) {
+      OwnedTensor dx_f(gpu(), dx16 ? DType::bf16 : DType::f32, {B, T, C}),
+          dx_h(gpu(), dx16 ? DType::bf16 : DType::f32, {B, T, C});
+      const OwnedTensor dw_f = on(gpu(), dw0, {C, 1, W}), dw_h = on(gpu(), dw0, {C, 1, W});
+      gpu().short_conv_silu_bwd(*dyf, *x.g, *w.g, *pre.g, *dx_f, *dw_f);
+      gpu().short_conv_silu_bwd(*dyh, *x.g, *w.g, *pre.g, *dx_h, *dw_h);
+      const std::string what = std::string(" from bf16 dy (dx in ") + (dx16 ? "bf16) " : "f32) ") + tag;
+      if (dx16)
+        require_bit_identical(get_bf16(*dx_h), get_bf16(*dx_f), "conv dx" + what);
+      else
+        require_bit_identical(get(gpu(), *dx_h), get(gpu(), *dx_f), "conv dx" + what);
+      require_bit_identical(get(gpu(), *dw_h), get(gpu(), *dw_f), "conv dw" + what);
+    }
   }
   // Wider than the kernels take: a clear error naming the limit.
   const int64_t B = 1, T = 5, C = 8, W = llmt::cuda::kConvMaxWidth + 1;
@@ -177,6 +194,23 @@ void check_gated_norm(int64_t rows, int64_t dim, NormGate gate) {
     require_close(get_bf16(*d_oh), get(gpu(), *d_o.g), "gated rmsnorm d_o in bf16 " + tag, 1.0 / 256);
     require_close(get_bf16(*dzh), get(gpu(), *dz.g), "gated rmsnorm dz in bf16 with d_o in bf16 " + tag, 1.0 / 256);
     require_close(dw, "gated rmsnorm dw with d_o in bf16 " + tag);
+    // o (Mamba2's SSD output y) in bf16 too (the SSD with bf16 inputs; the layer's bf16 out, d_o, dz): every output the
+    // same bits as from f32 o holding the rounded values.
+    const std::vector<float> orr = round_bf16(get(gpu(), *o.g));
+    const OwnedTensor oh = on_bf16(orr, {rows, dim}), of = on(gpu(), orr, {rows, dim});
+    std::vector<std::vector<float>> outs[2];
+    for (const bool half : {false, true}) {
+      const Tensor& oi = half ? *oh : *of;
+      OwnedTensor yo(gpu(), DType::bf16, {rows, dim}), rs(gpu(), DType::f32, {rows}),
+          d_o2(gpu(), DType::bf16, {rows, dim}), dz2(gpu(), DType::bf16, {rows, dim});
+      const OwnedTensor dw2 = on(gpu(), dw0, {dim});
+      gpu().gate_rmsnorm_fwd(oi, *z.g, *w.g, 1e-5, *yo, *rs);
+      gpu().gate_rmsnorm_bwd(*dy.g, oi, *z.g, *w.g, *rs, *d_o2, *dz2, *dw2);
+      outs[half] = {get_bf16(*yo), get(gpu(), *rs), get_bf16(*d_o2), get_bf16(*dz2), get(gpu(), *dw2)};
+    }
+    const char* names[] = {"y", "rstd", "d_o", "dz", "dw"};
+    for (size_t i = 0; i < 5; ++i)
+      require_bit_identical(outs[1][i], outs[0][i], std::string("gated rmsnorm ") + names[i] + " from bf16 o " + tag);
   }
 }
 

@@ -8,7 +8,9 @@
 // parameter sums against a floor, head_sum_scales), against the CPU reference (double arithmetic inside).
 // The passes run twice and must give bit-identical results, and once more with a saved set (the forward's
 // chunk states kept for the backward: Backend::mamba2_saved_numel), bit-identical to the recompute. With bf16
-// compute also on bf16 xbc and dy (the official kernels' inputs), against the CPU on the same bf16-rounded values.
+// compute also on bf16 xbc and dy (the official kernels' inputs), writing bf16 y and dxbc (the official kernels'
+// outputs), against the CPU on the same bf16-rounded values, and y, dxbc against the GPU's run on f32 inputs holding
+// those values: its f32 y, dxbc rounded to bf16 once (every other output bit-identical).
 // A NaN in an input must reach the same outputs as on the CPU (the kernels never mask one). main()
 // (catch_main_gpu.cpp) skips without a GPU.
 #include <catch2/catch.hpp>
@@ -103,6 +105,18 @@ Pair ssd_input(const SsdCase& c, const std::vector<float>& host, std::initialize
   return Pair{on_bf16(host, dims), on(cpu(), round_bf16(host), dims)};
 }
 
+// y or dxbc of case c (garbage to overwrite): both(host, dims), or with c.bf16_in a bf16 GPU tensor (the core writes
+// its outputs in its inputs' dtype) and an f32 CPU one.
+Pair ssd_output(const SsdCase& c, const std::vector<float>& host, std::initializer_list<int64_t> dims) {
+  if (!c.bf16_in) return both(host, dims);
+  return Pair{on_bf16(host, dims), on(cpu(), host, dims)};
+}
+
+// A GPU tensor's values (f32, or bf16 as floats).
+std::vector<float> values(const llmt::Tensor& t) {
+  return t.dtype == llmt::DType::bf16 ? get_bf16(t) : get(gpu(), t);
+}
+
 // The SSD's inputs on both backends.
 struct SsdInputs {
   Pair xbc, dt_raw, dt_bias, A_log, D;
@@ -126,19 +140,19 @@ void check_ssd(const SsdCase& c) {
   const double tol = c.compute == llmt::DType::bf16 ? kBf16CoreTol : kTol;
   const int64_t W = c.H * c.P + 2 * c.G * c.N, XD = c.H * c.P;
   SsdInputs in = ssd_inputs(c);
-  Pair y = both(randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
+  Pair y = ssd_output(c, randn(c.B * c.T * XD, c.seed + 6), {c.B, c.T, XD});
   gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
                        *y.g, llmt::Tensor());
   cpu().mamba2_ssd_fwd(*in.xbc.c, *in.dt_raw.c, *in.dt_bias.c, *in.A_log.c, *in.D.c, c.P, c.G, c.chunk, c.compute,
                        *y.c, llmt::Tensor());
-  require_close(y, "y " + tag, tol);
-  const auto y_first = get(gpu(), *y.g);
+  require_close(values(*y.g), get(cpu(), *y.c), "y " + tag, tol);
+  const auto y_first = values(*y.g);
   gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
                        *y.g, llmt::Tensor());
-  require_bit_identical(y_first, get(gpu(), *y.g), "y " + tag);
+  require_bit_identical(y_first, values(*y.g), "y " + tag);
 
   Pair dy = ssd_input(c, randn(c.B * c.T * XD, c.seed + 7), {c.B, c.T, XD});
-  Pair dxbc = both(randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
+  Pair dxbc = ssd_output(c, randn(c.B * c.T * W, c.seed + 8), {c.B, c.T, W});
   Pair ddt_raw = both(randn(c.B * c.T * c.H, c.seed + 9), {c.B, c.T, c.H});
   const auto acc0 = randn(3 * c.H, c.seed + 10);
   const std::vector<float> db0(acc0.begin(), acc0.begin() + c.H), da0(acc0.begin() + c.H, acc0.begin() + 2 * c.H),
@@ -151,7 +165,7 @@ void check_ssd(const SsdCase& c) {
   };
   run(gpu(), true);
   run(cpu(), false);
-  require_close(dxbc, "dxbc " + tag, tol);
+  require_close(values(*dxbc.g), get(cpu(), *dxbc.c), "dxbc " + tag, tol);
   require_close(ddt_raw, "ddt_raw " + tag, tol);
   const HeadSumScales floor =
       c.compute == llmt::DType::bf16
@@ -164,7 +178,7 @@ void check_ssd(const SsdCase& c) {
   require_close(dD, "dD " + tag, tol, floor.D);
 
   std::vector<std::vector<float>> first;
-  for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) first.push_back(get(gpu(), *p->g));
+  for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) first.push_back(values(*p->g));
   gpu().upload(db0.data(), *ddt_bias.g);
   gpu().upload(da0.data(), *dA_log.g);
   gpu().upload(dd0.data(), *dD.g);
@@ -173,7 +187,7 @@ void check_ssd(const SsdCase& c) {
   const auto same_as_first = [&](const std::string& what) {
     size_t i = 0;
     for (const Pair* p : {&dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) {
-      require_bit_identical(first[i], get(gpu(), *p->g), std::string(names[i]) + what + " " + tag);
+      require_bit_identical(first[i], values(*p->g), std::string(names[i]) + what + " " + tag);
       ++i;
     }
   };
@@ -187,12 +201,34 @@ void check_ssd(const SsdCase& c) {
   gpu().upload(randn(static_cast<size_t>(n_saved), c.seed + 11).data(), *saved);
   gpu().mamba2_ssd_fwd(*in.xbc.g, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute,
                        *y.g, *saved);
-  require_bit_identical(y_first, get(gpu(), *y.g), "y (saved) " + tag);
+  require_bit_identical(y_first, values(*y.g), "y (saved) " + tag);
   gpu().upload(db0.data(), *ddt_bias.g);
   gpu().upload(da0.data(), *dA_log.g);
   gpu().upload(dd0.data(), *dD.g);
   run(gpu(), true, *saved);
   same_as_first(" (saved vs recompute)");
+  if (!c.bf16_in) return;
+
+  // bf16 inputs: the GPU run on f32 xbc, dy holding the same (rounded) values (f32 y, dxbc): y and dxbc rounded to
+  // bf16 once are the bf16 run's, every other output the same bits.
+  const int64_t rows = c.B * c.T;
+  const llmt::OwnedTensor xf = on(gpu(), get(cpu(), *in.xbc.c), {c.B, c.T, W});
+  const llmt::OwnedTensor dyf = on(gpu(), get(cpu(), *dy.c), {c.B, c.T, XD});
+  const llmt::OwnedTensor yf(gpu(), llmt::DType::f32, {c.B, c.T, XD}), dxf(gpu(), llmt::DType::f32, {c.B, c.T, W});
+  const llmt::OwnedTensor ddtf(gpu(), llmt::DType::f32, {c.B, c.T, c.H});
+  const llmt::OwnedTensor dbf = on(gpu(), db0, {c.H}), daf = on(gpu(), da0, {c.H}), ddf = on(gpu(), dd0, {c.H});
+  gpu().mamba2_ssd_fwd(*xf, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, c.P, c.G, c.chunk, c.compute, *yf,
+                       llmt::Tensor());
+  gpu().mamba2_ssd_bwd(*dyf, *xf, *in.dt_raw.g, *in.dt_bias.g, *in.A_log.g, *in.D.g, llmt::Tensor(), c.P, c.G,
+                       c.chunk, c.compute, *dxf, *ddtf, *dbf, *daf, *ddf);
+  REQUIRE(rows * XD == static_cast<int64_t>(y_first.size()));
+  require_bit_identical(y_first, round_bf16(get(gpu(), *yf)), "y (bf16) vs f32 inputs' y rounded " + tag);
+  require_bit_identical(first[0], round_bf16(get(gpu(), *dxf)), "dxbc (bf16) vs f32 inputs' dxbc rounded " + tag);
+  size_t i = 1;
+  for (const llmt::OwnedTensor* t : {&ddtf, &dbf, &daf, &ddf}) {
+    require_bit_identical(first[i], get(gpu(), **t), std::string(names[i]) + " (bf16 vs f32 inputs) " + tag);
+    ++i;
+  }
 }
 
 // The positions of the non-finite values of a host array.
@@ -240,6 +276,18 @@ TEST_CASE("cuda mamba2: conv + bias + SiLU forward and backward (dw, dbias accum
       gpu().conv_bias_silu_fwd(*x.g, *w.g, *bias.g, *pre_h, *yh);
       CHECK(get_bf16(*yh) == round_bf16(get(gpu(), *y.g)));
       CHECK(get(gpu(), *pre_h) == get(gpu(), *pre.g));
+      // dy in bf16 (the SSD's dxbc with mamba2_bf16_inputs): dx, dw, dbias the same bits as from f32 dy holding the
+      // rounded values
+      const std::vector<float> dyr = round_bf16(get(gpu(), *dy.g));
+      const llmt::OwnedTensor dyh = on_bf16(dyr, {B, T, C}), dyf = on(gpu(), dyr, {B, T, C});
+      llmt::OwnedTensor dx_f(gpu(), llmt::DType::f32, {B, T, C}), dx_h(gpu(), llmt::DType::f32, {B, T, C});
+      const llmt::OwnedTensor dw_f = on(gpu(), dw0, {C, 1, W}), dw_h = on(gpu(), dw0, {C, 1, W});
+      const llmt::OwnedTensor db_f = on(gpu(), db0, {C}), db_h = on(gpu(), db0, {C});
+      gpu().conv_bias_silu_bwd(*dyf, *x.g, *w.g, *pre.g, *dx_f, *dw_f, *db_f);
+      gpu().conv_bias_silu_bwd(*dyh, *x.g, *w.g, *pre.g, *dx_h, *dw_h, *db_h);
+      require_bit_identical(get(gpu(), *dx_h), get(gpu(), *dx_f), "conv dx from bf16 dy " + tag);
+      require_bit_identical(get(gpu(), *dw_h), get(gpu(), *dw_f), "conv dw from bf16 dy " + tag);
+      require_bit_identical(get(gpu(), *db_h), get(gpu(), *db_f), "conv dbias from bf16 dy " + tag);
       seed += 10;
     }
 }
@@ -317,18 +365,30 @@ TEST_CASE("cuda mamba2: SSD refuses bf16 xbc / dy with compute f32 and mixed inp
   const llmt::OwnedTensor dyf = on(gpu(), randn(B * T * H * P, 3), {B, T, H * P});
   const llmt::OwnedTensor dtr = on(gpu(), randn(B * T * H, 4), {B, T, H}), par = on(gpu(), randn(H, 5), {H});
   const llmt::OwnedTensor y = on(gpu(), randn(B * T * H * P, 6), {B, T, H * P});
+  const llmt::OwnedTensor yh = on_bf16(randn(B * T * H * P, 6), {B, T, H * P});
   const llmt::OwnedTensor dxbc = on(gpu(), randn(B * T * W, 7), {B, T, W});
+  const llmt::OwnedTensor dxbch = on_bf16(randn(B * T * W, 7), {B, T, W});
   const llmt::OwnedTensor ddtr = on(gpu(), randn(B * T * H, 8), {B, T, H});
   const llmt::OwnedTensor dpar = on(gpu(), randn(H, 9), {H});
-  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_fwd(*xh, *dtr, *par, *par, *par, P, 1, 64, llmt::DType::f32, *y, llmt::Tensor()),
-                      Catch::Contains("mamba2_ssd_fwd") && Catch::Contains("bf16 xbc need compute bf16"));
-  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_bwd(*dyf, *xh, *dtr, *par, *par, *par, llmt::Tensor(), P, 1, 64,
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_fwd(*xh, *dtr, *par, *par, *par, P, 1, 64, llmt::DType::f32, *yh,
+                                           llmt::Tensor()),
+                      Catch::Contains("mamba2_ssd_fwd") && Catch::Contains("bf16 xbc, y need compute bf16"));
+  // y and dxbc in the inputs' dtype (bf16 inputs: bf16 outputs)
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_fwd(*xh, *dtr, *par, *par, *par, P, 1, 64, llmt::DType::bf16, *y,
+                                           llmt::Tensor()),
+                      Catch::Contains("mamba2_ssd_fwd") &&
+                          Catch::Contains("xbc, y must be all f32 or all bf16, got bf16, f32"));
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_bwd(*dyh, *xh, *dtr, *par, *par, *par, llmt::Tensor(), P, 1, 64,
                                            llmt::DType::bf16, *dxbc, *ddtr, *dpar, *dpar, *dpar),
                       Catch::Contains("mamba2_ssd_bwd") &&
-                          Catch::Contains("dy, xbc must be all f32 or all bf16, got f32, bf16"));
+                          Catch::Contains("dy, xbc, dxbc must be all f32 or all bf16, got bf16, bf16, f32"));
+  REQUIRE_THROWS_WITH(gpu().mamba2_ssd_bwd(*dyf, *xh, *dtr, *par, *par, *par, llmt::Tensor(), P, 1, 64,
+                                           llmt::DType::bf16, *dxbch, *ddtr, *dpar, *dpar, *dpar),
+                      Catch::Contains("mamba2_ssd_bwd") &&
+                          Catch::Contains("dy, xbc, dxbc must be all f32 or all bf16, got f32, bf16, bf16"));
   REQUIRE_THROWS_WITH(gpu().mamba2_ssd_bwd(*dyh, *xh, *dtr, *par, *par, *par, llmt::Tensor(), P, 1, 64,
-                                           llmt::DType::f32, *dxbc, *ddtr, *dpar, *dpar, *dpar),
-                      Catch::Contains("mamba2_ssd_bwd") && Catch::Contains("bf16 dy, xbc need compute bf16"));
+                                           llmt::DType::f32, *dxbch, *ddtr, *dpar, *dpar, *dpar),
+                      Catch::Contains("mamba2_ssd_bwd") && Catch::Contains("bf16 dy, xbc, dxbc need compute bf16"));
 }
 
 TEST_CASE("cuda mamba2: a NaN in dt_raw reaches the same outputs as on the CPU", "[cuda][mamba2]") {

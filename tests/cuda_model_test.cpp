@@ -209,10 +209,12 @@ TEST_CASE("cuda model: GDN and Comba layers hand their core bf16 q̂, k̂ (p̂),
   }
 }
 
-TEST_CASE("cuda model: a Mamba2 layer hands its SSD bf16 xBC_c and dy with compute bf16", "[gpu][model][mamba2]") {
-  // Backend::mamba2_bf16_inputs: with compute bf16 the layer's saved conv output xBC_c [rows, Di + 2 G N] is bf16
-  // (written so by the conv; the SSD's dy, scratch, by the gated norm's backward), so the saved set shrinks by half
-  // its bytes beyond what the compute dtype already halves: the normed output [rows, Di] and the SSD's own saved set
+TEST_CASE("cuda model: a Mamba2 layer hands its SSD bf16 xBC_c and dy with compute bf16 (and keeps its bf16 y)",
+          "[gpu][model][mamba2]") {
+  // Backend::mamba2_bf16_inputs: with compute bf16 the layer's saved conv output xBC_c [rows, Di + 2 G N] and SSD
+  // output y [rows, Di] are bf16 (written so by the conv and the SSD; the SSD's dy and dxBC_c, scratch, by the gated
+  // norm's backward and the SSD's backward), so the saved set shrinks by half their bytes beyond what the compute
+  // dtype already halves: the normed output [rows, Di] and the SSD's own saved set
   // (Backend::mamba2_saved_numel). rows = 201: every tensor's 256-byte alignment counted. (The loss and gradients,
   // and decoding, with these inputs: the CPU comparison below and cuda_decode_test.)
   REQUIRE(make_backend("cuda")->mamba2_bf16_inputs(DType::bf16));
@@ -228,7 +230,7 @@ TEST_CASE("cuda model: a Mamba2 layer hands its SSD bf16 xBC_c and dy with compu
                          : 0;
   };
   CHECK(mixer_saved_bytes(m, "mamba2", DType::f32, B, T) - mixer_saved_bytes(m, "mamba2", DType::bf16, B, T) ==
-        halved(rows * Di) + halved(rows * conv) + kept(DType::f32) - kept(DType::bf16));
+        2 * halved(rows * Di) + halved(rows * conv) + kept(DType::f32) - kept(DType::bf16));
 }
 
 TEST_CASE("cuda model: train.recompute gives bit-identical loss and gradients, fp32 and bf16", "[gpu][model]") {

@@ -141,7 +141,8 @@ class Backend {
   /// Depthwise causal conv + SiLU: x, pre, y [B, T, C]; w [C, 1, W]. dx overwritten, dw accumulated. dx may be
   /// bf16 where the backend computes in bf16 (CUDA: rounded from its fp32 result, for a bf16 matrix product); y may
   /// be bf16 where delta_core_bf16_inputs (rounded from the fp32 result: a GDN / Comba core's v) or
-  /// mamba2_bf16_inputs (a Mamba2 SSD's xbc).
+  /// mamba2_bf16_inputs (a Mamba2 SSD's xbc); dy may be bf16 where mamba2_bf16_inputs (the SSD's dxbc; read as
+  /// fp32).
   virtual void short_conv_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& pre, const Tensor& y);
   virtual void short_conv_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                    const Tensor& dx, const Tensor& dw);
@@ -268,28 +269,32 @@ class Backend {
   // Semantics: src/kernels/cpu/{short_conv,gated_rmsnorm,mamba2}.h.
   /// Depthwise causal conv with a per-channel bias + SiLU (§1.4): x, pre, y [B, T, C]; w [C, 1, W]; bias [C].
   /// dx overwritten; dw, dbias accumulated. y may be bf16 where mamba2_bf16_inputs (rounded from the fp32 result:
-  /// the SSD's xbc); the backward reads x and pre, never y.
+  /// the SSD's xbc), and so may dy (the SSD's dxbc, read as fp32); the backward reads x and pre, never y.
   virtual void conv_bias_silu_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& pre,
                                   const Tensor& y);
   virtual void conv_bias_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& pre,
                                   const Tensor& dx, const Tensor& dw, const Tensor& dbias);
   /// Mamba2's gated RMSNorm, the gate first (norm_before_gate = False; §1.2, §2.2 step 6, one group per row of
   /// w.numel() = Di): u = y ∘ silu(z), out = u (mean_c(u_c^2) + eps)^(-1/2) ∘ w; rstd [rows] receives the
-  /// (mean + eps)^(-1/2). y, z [rows, Di] and w [Di] in the master dtype; out [rows, Di] in it too, or bf16 where the
+  /// (mean + eps)^(-1/2). z [rows, Di] and w [Di] in the master dtype; y [rows, Di] in it too, or bf16 where
+  /// mamba2_bf16_inputs (the SSD's output, read as fp32); out [rows, Di] in the master dtype, or bf16 where the
   /// backend computes in bf16 (CUDA: rounded from its fp32 result, out_proj's operand). Equal to swiglu_fwd(z, y, u)
   /// then rmsnorm_fwd(u, w, eps, out, rstd) without storing u (cpu::gate_rmsnorm_fwd).
   virtual void gate_rmsnorm_fwd(const Tensor& y, const Tensor& z, const Tensor& w, double eps, const Tensor& out,
                                 const Tensor& rstd);
-  /// Backward of gate_rmsnorm_fwd from its y, z and rstd (u recomputed; cpu::gate_rmsnorm_bwd): dout [rows, Di] in
-  /// the master dtype; dy [rows, Di] in it too, or bf16 where mamba2_bf16_inputs (CUDA: rounded from its fp32 result,
+  /// Backward of gate_rmsnorm_fwd from its y (as the forward's: bf16 where mamba2_bf16_inputs), z and rstd (u
+  /// recomputed; cpu::gate_rmsnorm_bwd): dout [rows, Di] in the master dtype; dy [rows, Di] in it too, or bf16 where
+  /// mamba2_bf16_inputs (CUDA: rounded from its fp32 result,
   /// the SSD's dy); dz [rows, Di] in the master dtype, or bf16 where the backend computes in bf16 (CUDA: rounded from
   /// its fp32 result, in_proj's operand). dy, dz overwritten; dw [Di] accumulated.
   virtual void gate_rmsnorm_bwd(const Tensor& dout, const Tensor& y, const Tensor& z, const Tensor& w,
                                 const Tensor& rstd, const Tensor& dy, const Tensor& dz, const Tensor& dw);
   /// Whether this backend's Mamba2 SSD (mamba2_ssd_fwd / bwd, mamba2_ssd_decode) takes bf16 xbc and dy at the
   /// layer's compute dtype `compute`, so that the layer hands it the conv output written in bf16 (short_conv_silu_fwd,
-  /// conv_bias_silu_fwd, short_conv_silu_decode) and its dy written in bf16 (gate_rmsnorm_bwd); the SSD's gradients
-  /// stay in the master dtype. Default false (the CPU backend); CUDA: true for compute bf16.
+  /// conv_bias_silu_fwd, short_conv_silu_decode) and its dy written in bf16 (gate_rmsnorm_bwd); the SSD then writes
+  /// its output y (read by gate_rmsnorm_fwd / bwd) and its gradient dxbc (read by the conv's backward) in bf16 too
+  /// (the official kernels' outputs); its other gradients stay in the master dtype. Default false (the CPU backend);
+  /// CUDA: true for compute bf16.
   virtual bool mamba2_bf16_inputs(DType /*compute*/) const { return false; }
   /// Mamba2's SSD step (§2.2 steps 3–5, chunked §2.5, zero initial state): xbc [B, T, H P + 2 G N] (rows
   /// [x | B | C], the conv output), dt_raw [B, T, H], dt_bias, A_log, D [H], y [B, T, H P];
@@ -299,11 +304,13 @@ class Backend {
   /// core's tile products in exact fp32 for f32 and on the tensor cores with bf16 operands and fp32
   /// accumulation for bf16 (kernels/cuda/mamba2.cu, "Precision"); the CPU backend computes in the tensors'
   /// dtype for either.
-  /// Input dtypes: every tensor in one dtype (CPU: f32 or f64; CUDA: f32), or on the CUDA backend with compute bf16
-  /// only, xbc (and the backward's dy) bf16 (the official kernels' inputs: the tile products' bf16 operands are then
-  /// their own values, copied as they are; the D skip reads them too) with every other tensor (dt_raw, the
-  /// parameters, y, the gradients dxbc, ddt_raw, ..., saved) f32. Anything else throws llmt::Error naming the op and
-  /// the dtypes (dy and xbc neither both f32 nor both bf16; bf16 xbc or dy with compute f32, or on the CPU backend).
+  /// Dtypes: every tensor in one dtype (CPU: f32 or f64; CUDA: f32), or on the CUDA backend with compute bf16 only,
+  /// xbc (and the backward's dy) bf16 (the official kernels' inputs: the tile products' bf16 operands are then their
+  /// own values, copied as they are; the D skip reads them too) with y and dxbc bf16 too (the official kernels'
+  /// outputs: each rounded once from the fp32 value the f32 inputs of the same values give) and every other tensor
+  /// (dt_raw, the parameters, the gradients ddt_raw, ..., saved) f32. Anything else throws llmt::Error naming the op
+  /// and the dtypes (xbc, y or dy, xbc, dxbc neither all f32 nor all bf16; bf16 ones with compute f32, or on the CPU
+  /// backend).
   /// saved: default-constructed (none), or [mamba2_saved_numel] in dt_raw's dtype, kept by the layer from this forward
   /// to the mamba2_ssd_bwd of the same inputs and compute: the forward writes there what the backward would
   /// otherwise recompute, and the backward given the same tensor reads it (CUDA: the states entering every 64-token
@@ -436,7 +443,8 @@ class Backend {
                           const Tensor& beta, const Tensor& log_mu, const Tensor& eta, int64_t chunk_size,
                           const Tensor& state, const Tensor& momentum, const Tensor& o);
   /// mamba2_ssd_fwd continuing from state [B, H, P, N] (layers-ssm-attn.md §2.8; cpu::mamba2_ssd_fwd with a state).
-  /// xbc may be bf16 where mamba2_bf16_inputs (read as fp32); every other tensor in the master dtype.
+  /// xbc and y may be bf16 (both or neither) where mamba2_bf16_inputs (xbc read as fp32, y rounded from the fp32
+  /// result); every other tensor (the state too) in the master dtype.
   virtual void mamba2_ssd_decode(const Tensor& xbc, const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& A_log,
                                  const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size,
                                  const Tensor& state, const Tensor& y);

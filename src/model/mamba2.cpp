@@ -64,10 +64,12 @@ void Mamba2Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len;
   const DType dt = store_.dtype();
-  for (Tensor* t : {&z_, &y_}) *t = saved.take(dt, {rows, inner_});
+  z_ = saved.take(dt, {rows, inner_});
   for (Tensor* t : {&xbc_, &pre_}) *t = saved.take(dt, {rows, conv_dim_});
-  // The conv output feeds only the SSD (the conv's backward reads xbc_ and pre_): bf16 where the SSD takes it so.
+  // The conv output feeds only the SSD (the conv's backward reads xbc_ and pre_): bf16 where the SSD takes it so. The
+  // SSD then writes its output y_ (read by the gated norm's forward and backward only) in bf16 too.
   xbc_c_ = saved.take(ssd_input_dtype(), {rows, conv_dim_});
+  y_ = saved.take(ssd_input_dtype(), {rows, inner_});
   dtr_ = saved.take(dt, {rows, heads_});
   rstd_ = saved.take(dt, {rows});
   // As DeltaLayer: the layer's activations stay in the master dtype; the normed output, which meets out_proj (and
@@ -89,7 +91,9 @@ void Mamba2Mixer::bind_scratch(ScratchCarver& s) {
   dyn_ = s.take(dt, {rows, inner_});
   dy_ssd_ = s.take(ssd_input_dtype(), {rows, inner_});  // written so by the norm's backward: the SSD's dy
   dz_ = s.take(store_.compute_dtype(), {rows, inner_});  // written so by the norm's backward: in_proj's operand
-  for (Tensor* t : {&dxbc_c_, &dxbc_}) *t = s.take(dt, {rows, conv_dim_});
+  // the SSD's dxbc (read by the conv's backward only) in ssd_input_dtype(), as the SSD writes it
+  dxbc_c_ = s.take(ssd_input_dtype(), {rows, conv_dim_});
+  dxbc_ = s.take(dt, {rows, conv_dim_});
   ddtr_ = s.take(dt, {rows, heads_});
   if (store_.compute_dtype() != dt) cvt_ = s.take(store_.compute_dtype(), {rows * conv_dim_});
 }

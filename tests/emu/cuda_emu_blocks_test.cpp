@@ -11,7 +11,9 @@
 //     delta_gates_bwd, comba_gates_bwd), as tests/cuda_delta_test.cpp checks them on the GPU;
 // (c) for the short conv's y and dx, the L2 norm's y and the gated RMSNorm's y and dz (Mamba2's gate first: and d_o,
 //     the SSD's dy) written in bf16: the f32 outputs rounded, bit for bit (the other outputs of those runs
-//     bit-identical to the f32 runs').
+//     bit-identical to the f32 runs');
+// (d) for the short conv backward's dy and Mamba2's gated norm's y read in bf16 (the SSD's dxbc and y with bf16
+//     inputs): every output bit-identical to the run on f32 inputs holding the same (bf16-rounded) values.
 // Run with `ctest -L emu`.
 #include <catch2/catch.hpp>
 
@@ -96,15 +98,31 @@ void check_conv(int64_t B, int64_t T, int64_t C, int64_t W, bool bias, uint64_t 
         Buffer pre2(n);
         llmt::cuda::short_conv_silu_fwd(bx.get(), bw.get(), bias ? bb.get() : nullptr, B, T, C, W, pre2.get(),
                                         yh.get(), nullptr);
-        return std::vector<std::vector<float>>{pre.host(), y.host(), dx.host(), dw.host(), db.host(), dxh.host(),
-                                               dw2.host(), db2.host(), yh.host(), pre2.host()};
+        // And the backward from dy rounded to bf16, given as f32 and as bf16 (Mamba2's dxbc from its bf16 SSD).
+        const std::vector<float> dyr = round_bf16(dy);
+        const Buffer bdyr(dyr);
+        const Input<__nv_bfloat16> bdyh(dyr);
+        Buffer dx3(n), dw3(dw0), db3(db0), dx4(n), dw4(dw0), db4(db0);
+        llmt::cuda::short_conv_silu_bwd(bdyr.get(), bx.get(), bw.get(), pre.get(), B, T, C, W, dx3.get(), dw3.get(),
+                                        bias ? db3.get() : nullptr, scratch.get(), nullptr);
+        llmt::cuda::short_conv_silu_bwd(bdyh.get(), bx.get(), bw.get(), pre.get(), B, T, C, W, dx4.get(), dw4.get(),
+                                        bias ? db4.get() : nullptr, scratch.get(), nullptr);
+        return std::vector<std::vector<float>>{pre.host(), y.host(),  dx.host(),   dw.host(),  db.host(),
+                                               dxh.host(), dw2.host(), db2.host(), yh.host(),  pre2.host(),
+                                               dx3.host(), dw3.host(), db3.host(), dx4.host(), dw4.host(),
+                                               db4.host()};
       },
-      {"pre", "y", "dx", "dw", "dbias", "dx (bf16)", "dw (bf16 dx)", "dbias (bf16 dx)", "y (bf16)", "pre (bf16 y)"});
+      {"pre", "y", "dx", "dw", "dbias", "dx (bf16)", "dw (bf16 dx)", "dbias (bf16 dx)", "y (bf16)", "pre (bf16 y)",
+       "dx (rounded dy)", "dw (rounded dy)", "dbias (rounded dy)", "dx (bf16 dy)", "dw (bf16 dy)", "dbias (bf16 dy)"});
   require_rounded(out[5], out[2], "dx");
   CHECK(first_difference(out[6], out[3]) == -1);
   CHECK(first_difference(out[7], out[4]) == -1);
   require_rounded(out[8], out[1], "y");
   CHECK(first_difference(out[9], out[0]) == -1);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO((i == 0 ? "dx" : i == 1 ? "dw" : "dbias") << " from bf16 dy: the f32 run's on the same values");
+    CHECK(first_difference(out[13 + i], out[10 + i]) == -1);
+  }
   // The reference: the CPU's conv in double (its bias variant through the Mamba2 path's pre = conv + bias).
   std::vector<double> pre(n), y(n), dx(n), dw = wide(dw0), db = wide(db0);
   const std::vector<double> xd = wide(x), wd = wide(w), dyd = wide(dy), bd = wide(b);
@@ -184,12 +202,37 @@ void check_gated_norm(int64_t rows, int64_t dim, NormGate g) {
                                        dzh2.get(), dw3.get(), scratch.get(), nullptr);
           for (auto* b : {&d_oh, &dzh2}) outs.push_back(b->host());
           outs.push_back(dw3.host());
+          // and with y (o) rounded to bf16, given as f32 and as bf16 (the SSD's output with bf16 inputs; Mamba2's
+          // bf16 layer: out, d_o and dz bf16 too)
+          const std::vector<float> orr = round_bf16(o);
+          const Buffer bor(orr);
+          const Input<__nv_bfloat16> boh(orr);
+          for (const bool half : {false, true}) {
+            Bf16Buffer yo(n), d_o4(n), dz4(n);
+            Buffer rstd4(static_cast<size_t>(rows)), dw4(dw0);
+            if (half) {
+              llmt::cuda::gate_rmsnorm_fwd(boh.get(), bz.get(), bw.get(), rows, dim, 1e-5, yo.get(), rstd4.get(),
+                                           nullptr);
+              llmt::cuda::gate_rmsnorm_bwd(bdy.get(), boh.get(), bz.get(), bw.get(), rstd4.get(), rows, dim,
+                                           d_o4.get(), dz4.get(), dw4.get(), scratch.get(), nullptr);
+            } else {
+              llmt::cuda::gate_rmsnorm_fwd(bor.get(), bz.get(), bw.get(), rows, dim, 1e-5, yo.get(), rstd4.get(),
+                                           nullptr);
+              llmt::cuda::gate_rmsnorm_bwd(bdy.get(), bor.get(), bz.get(), bw.get(), rstd4.get(), rows, dim,
+                                           d_o4.get(), dz4.get(), dw4.get(), scratch.get(), nullptr);
+            }
+            for (auto* b : {&yo, &d_o4, &dz4}) outs.push_back(b->host());
+            for (auto* b : {&rstd4, &dw4}) outs.push_back(b->host());
+          }
         }
         return outs;
       },
       g == NormGate::silu_first
           ? std::vector<std::string>{"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)",
-                                     "d_o (bf16 dz)", "dw (bf16 dz)", "d_o (bf16)", "dz (bf16 d_o)", "dw (bf16 d_o)"}
+                                     "d_o (bf16 dz)", "dw (bf16 dz)", "d_o (bf16)", "dz (bf16 d_o)", "dw (bf16 d_o)",
+                                     "y (rounded o)", "d_o (rounded o)", "dz (rounded o)", "rstd (rounded o)",
+                                     "dw (rounded o)", "y (bf16 o)", "d_o (bf16 o)", "dz (bf16 o)", "rstd (bf16 o)",
+                                     "dw (bf16 o)"}
           : std::vector<std::string>{"rstd", "d_o", "dz", "dw", "y", "y (bf16)", "dz (bf16)", "rstd (bf16 y)",
                                      "d_o (bf16 dz)", "dw (bf16 dz)"});
   require_rounded(out[5], out[4], "y");
@@ -200,6 +243,10 @@ void check_gated_norm(int64_t rows, int64_t dim, NormGate g) {
     require_rounded(out[10], out[1], "d_o");
     require_rounded(out[11], out[2], "dz (with d_o bf16)");
     CHECK(first_difference(out[12], out[3]) == -1);
+    for (size_t i = 0; i < 5; ++i) {
+      INFO("output " << i << " of the bf16 layer's norm from bf16 o: the f32 run's on the same values");
+      CHECK(first_difference(out[18 + i], out[13 + i]) == -1);
+    }
   }
   // The reference: the forward, and the backward from the kernels' rstd (as tests/cuda_delta_test.cpp does).
   std::vector<double> y(n), rstd(static_cast<size_t>(rows)), d_o(n), dz(n), dw = wide(dw0);

@@ -17,7 +17,8 @@
 //     at the layer's chunk_size: the model's 256 or 64; the kernels chunk by 64 whatever it is): kBf16CoreTol with
 //     bf16 compute, the per-head sums ddt_bias, dA_log, dD against head_sum_scales; kTol with fp32 compute
 //     (tests/cuda_mamba2_test.cpp check_ssd; cuda_test_host.h);
-// (d) with bf16 xbc, dy: bit-identical to the run on fp32 inputs holding the same (bf16-rounded) values.
+// (d) with bf16 xbc, dy (and so bf16 y, dxbc): y and dxbc the run's on fp32 inputs holding the same (bf16-rounded)
+//     values rounded to bf16 once, every other output bit-identical to that run's.
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
 
@@ -93,10 +94,27 @@ struct Inputs {
   }
 };
 
+/// An output of element type E (float, or __nv_bfloat16: the core's y and dxbc with bf16 inputs) of n elements: a
+/// Buffer (NaN-filled) and its values as floats.
+template <typename E>
+struct Output {
+  Buffer b;
+  size_t n;
+  explicit Output(size_t count) : b(std::is_same_v<E, float> ? count : count / 2 + 1), n(count) {}
+  E* get() const { return reinterpret_cast<E*>(b.get()); }
+  std::vector<float> host() const {
+    if constexpr (std::is_same_v<E, float>) return b.host();
+    std::vector<float> v(n);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(b.get());
+    for (size_t i = 0; i < n; ++i) v[i] = bf16_value(h[i]);
+    return v;
+  }
+};
+
 /// The forward, then the backward, in the emulator under `cfg`, twice: without a saved set (the backward recomputes
 /// the chunk states), then with one (kept from the forward); y, dxbc, ddt_raw, the scratch and the saved set start
 /// as NaN, the scratch again before each call. The outputs of both passes, in that order; with `states`, also the
-/// saved set's chunk states after the forward (P = bf16: as floats). E: the element type of xbc and dy.
+/// saved set's chunk states after the forward (P = bf16: as floats). E: the element type of xbc and dy, y and dxbc.
 template <typename P, typename E = float>
 std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in, emu::Config cfg,
                                                 std::vector<float>* states = nullptr) {
@@ -111,7 +129,7 @@ std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in,
   const Buffer saved(saved_bytes / 4 + 1);
   std::vector<std::vector<float>> out;
   for (float* sv : {static_cast<float*>(nullptr), saved.get()}) {
-    const Buffer y(rows * c.XD());
+    const Output<E> y(rows * c.XD());
     std::memset(scratch.get(), 0xff, scratch.n * 4);
     cu::mamba2_ssd_fwd<P>(xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H, c.P, c.N,
                           c.G, y.get(), sv, scratch.get(), nullptr, c.segments);
@@ -125,12 +143,14 @@ std::vector<std::vector<float>> run_emulated_as(const Case& c, const Inputs& in,
       }
     }
     std::memset(scratch.get(), 0xff, scratch.n * 4);
-    const Buffer dxbc(rows * c.W()), ddt_raw(rows * c.H), ddt_bias(in.acc(0, c.H)), dA_log(in.acc(1, c.H)),
-        dD(in.acc(2, c.H));
+    const Output<E> dxbc(rows * c.W());
+    const Buffer ddt_raw(rows * c.H), ddt_bias(in.acc(0, c.H)), dA_log(in.acc(1, c.H)), dD(in.acc(2, c.H));
     cu::mamba2_ssd_bwd<P>(dy.get(), xbc.get(), dt_raw.get(), dt_bias.get(), A_log.get(), D.get(), c.B, c.T, c.H,
                           c.P, c.N, c.G, sv, dxbc.get(), ddt_raw.get(), ddt_bias.get(), dA_log.get(), dD.get(),
                           scratch.get(), nullptr, c.segments);
-    for (const Buffer* b : {&y, &dxbc, &ddt_raw, &ddt_bias, &dA_log, &dD}) out.push_back(b->host());
+    out.push_back(y.host());
+    out.push_back(dxbc.host());
+    for (const Buffer* b : {&ddt_raw, &ddt_bias, &dA_log, &dD}) out.push_back(b->host());
   }
   return out;
 }
@@ -163,11 +183,14 @@ void check_case(const Case& c) {
     INFO(kNames[kOutputs + i] << ": the first element whose bits differ from the recompute's");
     CHECK(first_difference(first[i], first[kOutputs + i]) == -1);
   }
-  if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values
+  if (c.bf16_in) {  // the bf16 operand tiles hold the same values as from fp32 inputs of the rounded values; y and
+                    // dxbc (bf16) are those fp32 runs' values rounded once
     const std::vector<std::vector<float>> f32_in = run_emulated_as<__nv_bfloat16>(c, in, kConfigs[0]);
     for (size_t i = 0; i < 2 * kOutputs; ++i) {
-      INFO(kNames[i] << ": the first element whose bits differ between bf16 and fp32 inputs of the same values");
-      CHECK(first_difference(first[i], f32_in[i]) == -1);
+      const bool rounded = i % kOutputs < 2;  // y, dxbc
+      INFO(kNames[i] << ": the first element whose bits differ between bf16 and fp32 inputs of the same values"
+                     << (rounded ? " (the fp32 run's rounded to bf16)" : ""));
+      CHECK(first_difference(first[i], rounded ? round_bf16(f32_in[i]) : f32_in[i]) == -1);
     }
   }
   const std::vector<std::vector<float>> ref = run_cpu(c, in);
@@ -242,6 +265,14 @@ TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: partial P / N tiles (P =
   check_case({true, 1, 130, 2, 80, 72, 2, 64, kStrong[0], kStrong[1], 1300, true});
   check_case({true, 1, 130, 4, 64, 128, 1, 64, kMild[0], kMild[1], 1400, true});
   check_case({true, 1, 200, 2, 64, 64, 1, 64, kStrong[0], kStrong[1], 1500, true});
+}
+
+// Rows that are not 16-byte aligned (P = 20, N = 70: W = 180): the synchronous loads of the bf16 inputs, and y, dx
+// and the dB, dC sums stored element by element in bf16 (no 16-byte pieces).
+TEST_CASE("cuda emu: bf16 Mamba2 SSD with bf16 xbc, dy: rows not 16-byte aligned (P = 20, N = 70), bf16 y, dxbc "
+          "element by element",
+          "[emu][mamba2][bf16_in]") {
+  check_case({true, 1, 130, 2, 20, 70, 1, 64, kMild[0], kMild[1], 1600, true});
 }
 
 // Long sequences with few scan blocks: the state scans walk segments of the chunks in parallel, then a fix-up adds the

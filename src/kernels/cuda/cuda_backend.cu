@@ -520,17 +520,22 @@ class CudaBackend final : public Backend {
                            const Tensor& dw) override {
     check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2], "short_conv_silu_bwd: x {} w {}", x.shape_str(),
           w.shape_str());
-    for (const Tensor* t : {&dy, &pre}) check_same(x, *t, "short_conv_silu_bwd");
+    check_same(x, pre, "short_conv_silu_bwd");
+    check(dy.numel() == x.numel(), "short_conv_silu_bwd: dy {} for x {}", dy.shape_str(), x.shape_str());
     check(dx.numel() == x.numel(), "short_conv_silu_bwd: dx {} for x {}", dx.shape_str(), x.shape_str());
     check_same(w, dw, "short_conv_silu_bwd");
     check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
     const char* op = "short_conv_silu_bwd";
     const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], W = w.shape[2];
-    const float *pdy = f32(dy, op), *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
+    const float *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
     float* pdw = f32(dw, op);
-    dispatch(dx, op, [&](auto t) {  // dx in f32, or rounded to bf16 for the projections' products
-      cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, ptr<decltype(t)>(dx), pdw, nullptr,
-                                scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+    // dy in f32, or bf16 (Mamba2's dxbc from its SSD with bf16 inputs); dx in f32, or rounded to bf16 for the
+    // projections' products
+    dispatch(dy, op, [&](auto d) {
+      dispatch(dx, op, [&](auto t) {
+        cuda::short_conv_silu_bwd(ptr<const decltype(d)>(dy), px, pw, ppre, B, T, C, W, ptr<decltype(t)>(dx), pdw,
+                                  nullptr, scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+      });
     });
   }
 
@@ -555,42 +560,54 @@ class CudaBackend final : public Backend {
                           const Tensor& dw, const Tensor& dbias) override {
     check(x.ndim == 3 && w.ndim == 3 && w.shape[0] == x.shape[2] && dbias.numel() == x.shape[2],
           "conv_bias_silu_bwd: x {} w {} dbias {}", x.shape_str(), w.shape_str(), dbias.shape_str());
-    for (const Tensor* t : {&dy, &pre, &dx}) check_same(x, *t, "conv_bias_silu_bwd");
+    for (const Tensor* t : {&pre, &dx}) check_same(x, *t, "conv_bias_silu_bwd");
+    check(dy.numel() == x.numel(), "conv_bias_silu_bwd: dy {} for x {}", dy.shape_str(), x.shape_str());
     check_same(w, dw, "conv_bias_silu_bwd");
     check(w.shape[2] >= 1, "short_conv: width must be >= 1, got {}", w.shape[2]);
     const char* op = "conv_bias_silu_bwd";
     const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], W = w.shape[2];
-    const float *pdy = f32(dy, op), *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
+    const float *px = f32(x, op), *pw = f32(w, op), *ppre = f32(pre, op);
     float *pdx = f32(dx, op), *pdw = f32(dw, op), *pdb = f32(dbias, op);
-    cuda::short_conv_silu_bwd(pdy, px, pw, ppre, B, T, C, W, pdx, pdw, pdb,
-                              scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+    dispatch(dy, op, [&](auto d) {  // dy in f32, or bf16: the SSD's dxbc with bf16 inputs (mamba2_bf16_inputs)
+      cuda::short_conv_silu_bwd(ptr<const decltype(d)>(dy), px, pw, ppre, B, T, C, W, pdx, pdw, pdb,
+                                scratch(short_conv_silu_bwd_scratch_bytes(B, T, C, W)), stream_);
+    });
   }
   void gate_rmsnorm_fwd(const Tensor& y, const Tensor& z, const Tensor& w, double eps, const Tensor& out,
                         const Tensor& rstd) override {
-    const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_fwd");
+    // (y f32, or bf16: the SSD's output with bf16 inputs, mamba2_bf16_inputs; z f32)
+    const int64_t dim = w.numel(), rows = gate_norm_rows(f32_view(y), z, w, rstd, "gate_rmsnorm_fwd");
     check(out.numel() == y.numel(), "gate_rmsnorm_fwd: out {} for y {}", out.shape_str(), y.shape_str());
     const char* op = "gate_rmsnorm_fwd";
-    dispatch(out, op, [&](auto t) {  // out in f32, or rounded to bf16 for out_proj's products
-      cuda::gate_rmsnorm_fwd(f32(y, op), f32(z, op), f32(w, op), rows, dim, eps, ptr<decltype(t)>(out),
-                             f32(rstd, op), stream_);
+    const float *pz = f32(z, op), *pw = f32(w, op);
+    float* prstd = f32(rstd, op);
+    dispatch(y, op, [&](auto i) {
+      dispatch(out, op, [&](auto t) {  // out in f32, or rounded to bf16 for out_proj's products
+        cuda::gate_rmsnorm_fwd(ptr<const decltype(i)>(y), pz, pw, rows, dim, eps, ptr<decltype(t)>(out), prstd,
+                               stream_);
+      });
     });
   }
   void gate_rmsnorm_bwd(const Tensor& dout, const Tensor& y, const Tensor& z, const Tensor& w, const Tensor& rstd,
                         const Tensor& dy, const Tensor& dz, const Tensor& dw) override {
-    const int64_t dim = w.numel(), rows = gate_norm_rows(y, z, w, rstd, "gate_rmsnorm_bwd");
-    check_same(y, dout, "gate_rmsnorm_bwd");
+    // (y f32, or bf16: the SSD's output with bf16 inputs, mamba2_bf16_inputs; z, dout f32)
+    const int64_t dim = w.numel(), rows = gate_norm_rows(f32_view(y), z, w, rstd, "gate_rmsnorm_bwd");
+    check_same(f32_view(y), dout, "gate_rmsnorm_bwd");
     for (const Tensor* t : {&dy, &dz})
       check(t->numel() == y.numel(), "gate_rmsnorm_bwd: dy {} and dz {} for y {}", dy.shape_str(), dz.shape_str(),
             y.shape_str());
     check_same(w, dw, "gate_rmsnorm_bwd");
     const char* op = "gate_rmsnorm_bwd";
-    const float *pdout = f32(dout, op), *py = f32(y, op), *pz = f32(z, op), *pw = f32(w, op), *prstd = f32(rstd, op);
+    const float *pdout = f32(dout, op), *pz = f32(z, op), *pw = f32(w, op), *prstd = f32(rstd, op);
     float* pdw = f32(dw, op);
     // dy in f32, or rounded to bf16 for the Mamba2 SSD's bf16 dy; dz in f32, or rounded to bf16 for in_proj's products
-    dispatch(dy, op, [&](auto d) {
-      dispatch(dz, op, [&](auto t) {
-        cuda::gate_rmsnorm_bwd(pdout, py, pz, pw, prstd, rows, dim, ptr<decltype(d)>(dy), ptr<decltype(t)>(dz), pdw,
-                               scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)), stream_);
+    dispatch(y, op, [&](auto i) {
+      dispatch(dy, op, [&](auto d) {
+        dispatch(dz, op, [&](auto t) {
+          cuda::gate_rmsnorm_bwd(pdout, ptr<const decltype(i)>(y), pz, pw, prstd, rows, dim, ptr<decltype(d)>(dy),
+                                 ptr<decltype(t)>(dz), pdw, scratch(gated_rmsnorm_bwd_scratch_bytes(rows, dim)),
+                                 stream_);
+        });
       });
     });
   }
@@ -607,17 +624,17 @@ class CudaBackend final : public Backend {
                       const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t chunk_size, DType compute,
                       const Tensor& y, const Tensor& saved) override {
     const char* op = "mamba2_ssd_fwd";
-    const cpu::Mamba2Dims d = mamba2_dims(f32_view(xbc), dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
+    const cpu::Mamba2Dims d =
+        mamba2_dims(f32_view(xbc), dt_raw, dt_bias, A_log, D, head_dim, n_groups, f32_view(y), op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
     const float *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op), *pA = f32(A_log, op), *pD = f32(D, op);
-    float* py = f32(y, op);
-    // P: the products' operand type (mamba2.cu, Precision); E: xbc's
-    dispatch_inputs({&xbc}, "xbc", compute, op, [&](auto zero, auto e) {
+    // P: the products' operand type (mamba2.cu, Precision); E: xbc's, and y's (bf16 rounded once from fp32)
+    dispatch_inputs({&xbc, &y}, "xbc, y", compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       float* sv = mamba2_saved<P>(saved, d, op);
       cuda::mamba2_ssd_fwd<P>(ptr<const E>(xbc), pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads, d.head_dim,
-                              d.state_dim, d.groups, py, sv,
+                              d.state_dim, d.groups, ptr<E>(y), sv,
                               scratch(cuda::mamba2_ssd_fwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim,
                                                                             d.state_dim, sv != nullptr)),
                               stream_);
@@ -630,19 +647,19 @@ class CudaBackend final : public Backend {
     const char* op = "mamba2_ssd_bwd";
     const Tensor fxbc = f32_view(xbc);
     const cpu::Mamba2Dims d = mamba2_dims(fxbc, dt_raw, dt_bias, A_log, D, head_dim, n_groups, f32_view(dy), op);
-    check_same(fxbc, dxbc, op);
+    check_same(fxbc, f32_view(dxbc), op);
     check_same(dt_raw, ddt_raw, op);
     for (const Tensor* t : {&ddt_bias, &dA_log, &dD}) check_same(D, *t, op);
     check(chunk_size >= 1, "mamba2 chunk: chunk_size must be >= 1, got {}", chunk_size);
     const float *pdt = f32(dt_raw, op), *pbias = f32(dt_bias, op), *pA = f32(A_log, op), *pD = f32(D, op);
-    float *pdxbc = f32(dxbc, op), *pddt = f32(ddt_raw, op), *pdbias = f32(ddt_bias, op), *pdA = f32(dA_log, op),
-          *pdD = f32(dD, op);
-    dispatch_inputs({&dy, &xbc}, "dy, xbc", compute, op, [&](auto zero, auto e) {
+    float *pddt = f32(ddt_raw, op), *pdbias = f32(ddt_bias, op), *pdA = f32(dA_log, op), *pdD = f32(dD, op);
+    // E: dy's, xbc's and dxbc's (bf16 rounded once from fp32)
+    dispatch_inputs({&dy, &xbc, &dxbc}, "dy, xbc, dxbc", compute, op, [&](auto zero, auto e) {
       using P = decltype(zero);
       using E = decltype(e);
       const float* sv = mamba2_saved<P>(saved, d, op);
       cuda::mamba2_ssd_bwd<P>(ptr<const E>(dy), ptr<const E>(xbc), pdt, pbias, pA, pD, d.batch, d.seq_len, d.heads,
-                              d.head_dim, d.state_dim, d.groups, sv, pdxbc, pddt, pdbias, pdA, pdD,
+                              d.head_dim, d.state_dim, d.groups, sv, ptr<E>(dxbc), pddt, pdbias, pdA, pdD,
                               scratch(cuda::mamba2_ssd_bwd_scratch_bytes<P>(d.batch, d.seq_len, d.heads, d.head_dim,
                                                                             d.state_dim, sv != nullptr)),
                               stream_);
@@ -1099,13 +1116,14 @@ class CudaBackend final : public Backend {
                          const Tensor& D, int64_t head_dim, int64_t n_groups, int64_t, const Tensor& state,
                          const Tensor& y) override {
     const char* op = "mamba2_ssd_decode";
-    const cpu::Mamba2Dims d = mamba2_dims(f32_view(xbc), dt_raw, dt_bias, A_log, D, head_dim, n_groups, y, op);
-    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, y.dtype, op, "state [B, H, P, N]");
-    with_inputs({&xbc}, "xbc", op, [&](auto e) {  // xbc f32, or bf16 (mamba2_bf16_inputs)
+    const cpu::Mamba2Dims d =
+        mamba2_dims(f32_view(xbc), dt_raw, dt_bias, A_log, D, head_dim, n_groups, f32_view(y), op);
+    check_decode_state(state, d.batch * d.heads * d.head_dim * d.state_dim, dt_raw.dtype, op, "state [B, H, P, N]");
+    with_inputs({&xbc, &y}, "xbc, y", op, [&](auto e) {  // xbc and y f32, or bf16 (mamba2_bf16_inputs)
       using E = decltype(e);
       cuda::mamba2_ssd_decode(ptr<const E>(xbc), f32(dt_raw, op), f32(dt_bias, op), f32(A_log, op), f32(D, op),
                               d.batch, d.seq_len, d.heads, d.head_dim, d.state_dim, d.groups, f32(state, op),
-                              f32(y, op), stream_);
+                              ptr<E>(y), stream_);
     });
   }
   void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,

@@ -145,12 +145,12 @@ void delta_decode(const DeltaArgs<E>& a, cudaStream_t stream) {
 // ---- Mamba2 SSD (cpu::mamba2_ssd_fwd with a state; layers-ssm-attn.md §2.2, §2.8) ----
 
 // One block per (b, h); the state [P, N] in global memory, element (p, n) owned by one thread. Per token:
-// Δ = softplus(dt_raw + dt_bias), α = exp(Δ A), A = -exp(A_log); S = α S + Δ x B^T; y = S C + D x. xbc fp32 or bf16
-// (E; read as fp32).
+// Δ = softplus(dt_raw + dt_bias), α = exp(Δ A), A = -exp(A_log); S = α S + Δ x B^T; y = S C + D x. xbc and y fp32 or
+// bf16 (E; xbc read as fp32, y rounded once from the fp32 sum; the state fp32).
 template <typename E>
 __global__ void mamba2_decode_kernel(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                                      const float* D, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G,
-                                     float* state, float* y) {
+                                     float* state, E* y) {
   extern __shared__ float smem[];
   float *xs = smem, *bs = xs + P, *cs = bs + N;
   const int64_t h = blockIdx.x, b = blockIdx.y, g = h / (H / G), XD = H * P, width = XD + 2 * G * N;
@@ -172,7 +172,7 @@ __global__ void mamba2_decode_kernel(const E* xbc, const float* dt_raw, const fl
     for (int64_t p = threadIdx.x; p < P; p += blockDim.x) {
       float acc = Dh * xs[p];
       for (int64_t n = 0; n < N; ++n) acc += S[p * N + n] * cs[n];
-      y[row * XD + h * P + p] = acc;
+      y[row * XD + h * P + p] = from_f32<E>(acc);
     }
     __syncthreads();
   }
@@ -240,7 +240,7 @@ void mdn_decode(const float* q, const float* k, const float* v, const float* log
 template <typename E>
 void mamba2_ssd_decode(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                        int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                       int64_t groups, float* state, float* y, cudaStream_t stream) {
+                       int64_t groups, float* state, E* y, cudaStream_t stream) {
   check(groups >= 1 && heads % groups == 0, "mamba2: n_groups ({}) must divide the number of heads ({})", groups,
         heads);
   if (batch * heads == 0) return;
@@ -255,6 +255,7 @@ void mamba2_ssd_decode(const E* xbc, const float* dt_raw, const float* dt_bias, 
 template void mamba2_ssd_decode(const float*, const float*, const float*, const float*, const float*, int64_t,
                                 int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
 template void mamba2_ssd_decode(const __nv_bfloat16*, const float*, const float*, const float*, const float*,
-                                int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, cudaStream_t);
+                                int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float*, __nv_bfloat16*,
+                                cudaStream_t);
 
 }  // namespace llmt::cuda

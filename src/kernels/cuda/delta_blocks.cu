@@ -102,7 +102,8 @@ __global__ void short_conv_fwd_kernel(const float* __restrict__ x, const float* 
 // adds the blocks' sums in its fixed order.
 constexpr int kConvWarps = kThreads / 32;
 
-// V consecutive floats at p (16-byte aligned when V = 4: one float4).
+// V consecutive floats at p (16-byte aligned when V = 4: one float4), or V bf16 as floats (8-byte aligned when
+// V = 4: one 8-byte load).
 template <int V>
 __device__ void load_vec(const float* __restrict__ p, float (&v)[V]) {
   if constexpr (V == 4) {
@@ -111,6 +112,18 @@ __device__ void load_vec(const float* __restrict__ p, float (&v)[V]) {
   } else {
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = p[i];
+  }
+}
+template <int V>
+__device__ void load_vec(const __nv_bfloat16* __restrict__ p, float (&v)[V]) {
+  if constexpr (V == 4) {
+    const uint2 q = *reinterpret_cast<const uint2*>(p);
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&q.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&q.y));
+    v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = __bfloat162float(p[i]);
   }
 }
 // v rounded to T at p (16-byte aligned float, 8-byte aligned bf16 when V = 4: one store).
@@ -167,10 +180,11 @@ struct ConvBwdRun {
 // at t = τ + W - 1 (yr[i] = ȳ_{τ+W-1-i}); xr[j] = x_{t-j} and dwr[j] the sum of tap W-1-j, for t < t1. Token t + 2's dy, pre and x are loaded before token t's
 // arithmetic (a two-token ring in registers). Then the block's sums over its warps (runs), in warp order in
 // double, go to partial[x, c * W + i] and (bias_partial given) bias_partial[x, c]: the threads' run sums wait in
-// shared memory, red[thread][v * (W + 1) + i] (i = W: dbias), across the one barrier.
-template <int W, int V, typename TX>
+// shared memory, red[thread][v * (W + 1) + i] (i = W: dbias), across the one barrier. dy of type TD: float, or bf16
+// (Mamba2's dxbc from its SSD with bf16 inputs; read as fp32).
+template <int W, int V, typename TD, typename TX>
 __global__ void __launch_bounds__(kThreads, 2) short_conv_bwd_kernel(
-    const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ w,
+    const TD* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ w,
     const float* __restrict__ pre, int64_t batch, int64_t seq_len, int64_t channels, TX* __restrict__ dx,
     double* __restrict__ partial, double* __restrict__ bias_partial) {
   extern __shared__ __align__(16) char smem[];
@@ -196,7 +210,8 @@ __global__ void __launch_bounds__(kThreads, 2) short_conv_bwd_kernel(
     const int n = static_cast<int>(run.t1 - run.t0), step = static_cast<int>(channels);
     const int u_end = static_cast<int>((run.t1 + W - 1 < seq_len ? run.t1 + W - 1 : seq_len) - run.t0);
     const int64_t first = run.seq + run.t0 * channels;
-    const float *pdy = dy + first, *ppre = pre + first, *px = x + first;
+    const TD* pdy = dy + first;
+    const float *ppre = pre + first, *px = x + first;
     TX* pdx = dx + first;
     // Token u's dy, pre, x in slot u % 2 of a two-token ring, loaded two tokens ahead of its arithmetic.
     float rd[2][V] = {}, rz[2][V] = {}, rx[2][V] = {};
@@ -349,27 +364,28 @@ __device__ Gate gate(float z, bool sigmoid_gate) {
 
 // Gate after: rho = (mean_c(o_c^2) + eps)^(-1/2) (in double);  y = o rho ∘ w ∘ phi(z).
 // Gate first: u = o ∘ silu(z) (recomputed in each pass);  rho = (mean_c(u_c^2) + eps)^(-1/2);  y = u rho ∘ w.
-// y stored as TY: float or bf16.
-template <bool kGateFirst, typename TY>
-__global__ void gated_rmsnorm_fwd_kernel(const float* __restrict__ o, const float* __restrict__ z,
+// o of type TI (float; with the gate first also bf16: Mamba2's SSD output y with bf16 inputs, read as fp32); y stored
+// as TY: float or bf16.
+template <bool kGateFirst, typename TI, typename TY>
+__global__ void gated_rmsnorm_fwd_kernel(const TI* __restrict__ o, const float* __restrict__ z,
                                          const float* __restrict__ w, int64_t rows, int64_t dim, double eps,
                                          bool sigmoid_gate, TY* __restrict__ y, float* __restrict__ rstd) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
-    const float* orow = o + r * dim;
+    const TI* orow = o + r * dim;
     const float* zrow = z + r * dim;
     double ss = 0.0;
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
-      const float x = kGateFirst ? orow[j] * gate(zrow[j], false).phi : orow[j];
+      const float x = kGateFirst ? to_f32(orow[j]) * gate(zrow[j], false).phi : to_f32(orow[j]);
       ss += static_cast<double>(x) * x;
     }
     ss = warp_sum(ss);
     const float rho = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
 #pragma unroll 4
     for (int64_t j = lane; j < dim; j += 32) {
-      const float v = kGateFirst ? orow[j] * gate(zrow[j], false).phi * rho * w[j]
-                                 : orow[j] * rho * w[j] * gate(zrow[j], sigmoid_gate).phi;
+      const float v = kGateFirst ? to_f32(orow[j]) * gate(zrow[j], false).phi * rho * w[j]
+                                 : to_f32(orow[j]) * rho * w[j] * gate(zrow[j], sigmoid_gate).phi;
       y[r * dim + j] = from_f32<TY>(v);
     }
     if (lane == 0) rstd[r] = rho;
@@ -393,9 +409,9 @@ int64_t gated_rmsnorm_bwd_smem_floats(int64_t dim) { return kWarpRows * dim; }
 // dw run sums acc[w][j] (fp32, shared memory owned by lane j % 32: no barrier); the butterfly sum; then
 // dy, o, z again (the warp's own row: L1) and do (dz too with the gate first). Then the block adds its warps' run
 // sums in warp order in double: partial[x, j]. d_o stored as TO, dz as TZ: float or bf16 (TO bf16: the gate first
-// only, Mamba2's SSD dy).
-template <bool kGateFirst, typename TO, typename TZ>
-__global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ o,
+// only, Mamba2's SSD dy); o read as TI (float; bf16 with the gate first only, Mamba2's SSD output y).
+template <bool kGateFirst, typename TI, typename TO, typename TZ>
+__global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const TI* __restrict__ o,
                                          const float* __restrict__ z, const float* __restrict__ w,
                                          const float* __restrict__ rstd, int64_t rows, int64_t dim, bool sigmoid_gate,
                                          TO* __restrict__ d_o, TZ* __restrict__ dz,
@@ -415,11 +431,11 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
       const int64_t e = r * dim + j;
       const float d = dy[e];
       if constexpr (kGateFirst) {
-        const float uhat = o[e] * gate(z[e], false).phi * rho;
+        const float uhat = to_f32(o[e]) * gate(z[e], false).phi * rho;
         proj += static_cast<double>(d * w[j]) * uhat;
         mine[j] += d * uhat;
       } else {
-        const float ohat = o[e] * rho;
+        const float ohat = to_f32(o[e]) * rho;
         const Gate gt = gate(z[e], sigmoid_gate);
         dz[e] = from_f32<TZ>(d * ohat * w[j] * gt.dphi);
         proj += static_cast<double>(d * w[j] * gt.phi) * ohat;
@@ -432,12 +448,13 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
       const int64_t e = r * dim + j;
       const Gate gt = gate(z[e], kGateFirst ? false : sigmoid_gate);
       if constexpr (kGateFirst) {
-        const float du = rho * (dy[e] * w[j] - o[e] * gt.phi * rho * mean_proj);
+        const float oe = to_f32(o[e]);
+        const float du = rho * (dy[e] * w[j] - oe * gt.phi * rho * mean_proj);
         d_o[e] = from_f32<TO>(du * gt.phi);
-        dz[e] = from_f32<TZ>(du * o[e] * gt.dphi);
+        dz[e] = from_f32<TZ>(du * oe * gt.dphi);
       } else {
         const float dohat = dy[e] * w[j] * gt.phi;
-        d_o[e] = from_f32<TO>(rho * (dohat - o[e] * rho * mean_proj));
+        d_o[e] = from_f32<TO>(rho * (dohat - to_f32(o[e]) * rho * mean_proj));
       }
     }
   }
@@ -450,23 +467,23 @@ __global__ void gated_rmsnorm_bwd_kernel(const float* __restrict__ dy, const flo
 }
 
 // The launches of gated_rmsnorm_{fwd,bwd}_kernel: the gate after the norm (gated_rmsnorm_*) or first (gate_rmsnorm_*).
-template <bool kGateFirst, typename TY>
-void norm_fwd(const float* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
+template <bool kGateFirst, typename TI, typename TY>
+void norm_fwd(const TI* o, const float* z, const float* w, int64_t rows, int64_t dim, double eps,
               bool sigmoid_gate, TY* y, float* rstd, cudaStream_t stream) {
   if (rows == 0) return;
-  gated_rmsnorm_fwd_kernel<kGateFirst, TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps,
+  gated_rmsnorm_fwd_kernel<kGateFirst, TI, TY><<<warp_row_blocks(rows), kThreads, 0, stream>>>(o, z, w, rows, dim, eps,
                                                                                           sigmoid_gate, y, rstd);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kGateFirst, typename TO, typename TZ>
-void norm_bwd(const float* dy, const float* o, const float* z, const float* w, const float* rstd, int64_t rows,
+template <bool kGateFirst, typename TI, typename TO, typename TZ>
+void norm_bwd(const float* dy, const TI* o, const float* z, const float* w, const float* rstd, int64_t rows,
               int64_t dim, bool sigmoid_gate, TO* d_o, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
   if (rows == 0 || dim == 0) return;
   const int64_t blocks = ceil_div(rows, kNormBlockRows), smem = sizeof(float) * gated_rmsnorm_bwd_smem_floats(dim);
   check(smem <= kMaxNormSmem, "{} (cuda): dim {} exceeds the kernel's limit of {}",
         kGateFirst ? "gate_rmsnorm_bwd" : "gated_rmsnorm_bwd", dim, kMaxNormSmem / (sizeof(float) * kWarpRows));
-  const auto kernel = gated_rmsnorm_bwd_kernel<kGateFirst, TO, TZ>;
+  const auto kernel = gated_rmsnorm_bwd_kernel<kGateFirst, TI, TO, TZ>;
   if (smem > 48 * 1024)
     LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   auto* partial = static_cast<double*>(scratch);
@@ -637,8 +654,8 @@ size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t
   return sizeof(double) * static_cast<size_t>(conv_bwd_blocks(batch, seq_len) * channels * (width + 1));
 }
 
-template <typename TX>
-void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
+template <typename TD, typename TX>
+void short_conv_silu_bwd(const TD* dy, const float* x, const float* w, const float* pre, int64_t batch,
                          int64_t seq_len, int64_t channels, int64_t width, TX* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream) {
   check(width >= 1 && width <= kConvMaxWidth, "short_conv (cuda): width (conv_size) must be in [1, {}], got {}",
@@ -647,8 +664,8 @@ void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const 
   const int64_t blocks = conv_bwd_blocks(batch, seq_len);
   auto* partial = static_cast<double*>(scratch);
   double* bias_partial = dbias != nullptr ? partial + blocks * channels * width : nullptr;
-  // Four channels a thread (float4) where the rows allow it and the taps fit the registers.
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // Four channels a thread (float4; 8-byte pieces of bf16) where the rows allow it and the taps fit the registers.
+  const auto aligned = [](const auto* p) { return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(*p)) == 0; };
   const bool vec4 = width <= 4 && channels % 4 == 0 && aligned(dy) && aligned(x) && aligned(pre) && aligned(dx);
   with_width(width, [&](auto Wc) {
     constexpr int W = decltype(Wc)::value;
@@ -658,17 +675,20 @@ void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const 
           dy, x, w, pre, batch, seq_len, channels, dx, partial, bias_partial);
     };
     if constexpr (W <= 4)
-      if (vec4) return launch(&short_conv_bwd_kernel<W, 4, TX>, 4);
-    launch(&short_conv_bwd_kernel<W, 1, TX>, 1);
+      if (vec4) return launch(&short_conv_bwd_kernel<W, 4, TD, TX>, 4);
+    launch(&short_conv_bwd_kernel<W, 1, TD, TX>, 1);
   });
   LLMT_CUDA_CHECK_LAUNCH();
   add_partials(partial, blocks, channels * width, dw, stream);
   if (dbias != nullptr) add_partials(bias_partial, blocks, channels, dbias, stream);
 }
-template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                                  int64_t, float*, float*, float*, void*, cudaStream_t);
-template void short_conv_silu_bwd(const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                                  int64_t, __nv_bfloat16*, float*, float*, void*, cudaStream_t);
+#define LLMT_INSTANTIATE_SHORT_CONV_BWD(TD, TX)                                                                   \
+  template void short_conv_silu_bwd(const TD*, const float*, const float*, const float*, int64_t, int64_t, int64_t, \
+                                    int64_t, TX*, float*, float*, void*, cudaStream_t);
+LLMT_INSTANTIATE_SHORT_CONV_BWD(float, float)
+LLMT_INSTANTIATE_SHORT_CONV_BWD(float, __nv_bfloat16)
+LLMT_INSTANTIATE_SHORT_CONV_BWD(__nv_bfloat16, float)
+LLMT_INSTANTIATE_SHORT_CONV_BWD(__nv_bfloat16, __nv_bfloat16)
 
 template <typename TY>
 void l2norm_fwd(const float* x, int64_t rows, int64_t dim, double eps, double scale, TY* y, float* rinv,
@@ -712,28 +732,35 @@ template void gated_rmsnorm_bwd(const float*, const float*, const float*, const 
 template void gated_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
                                 bool, float*, __nv_bfloat16*, float*, void*, cudaStream_t);
 
-template <typename TY>
-void gate_rmsnorm_fwd(const float* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
+template <typename TI, typename TY>
+void gate_rmsnorm_fwd(const TI* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
                       float* rstd, cudaStream_t stream) {
   norm_fwd<true>(y, z, w, rows, dim, eps, false, out, rstd, stream);
 }
-template void gate_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, float*, float*,
-                               cudaStream_t);
-template void gate_rmsnorm_fwd(const float*, const float*, const float*, int64_t, int64_t, double, __nv_bfloat16*,
-                               float*, cudaStream_t);
+#define LLMT_INSTANTIATE_GATE_RMSNORM_FWD(TI, TY)                                                                  \
+  template void gate_rmsnorm_fwd(const TI*, const float*, const float*, int64_t, int64_t, double, TY*, float*,     \
+                                 cudaStream_t);
+LLMT_INSTANTIATE_GATE_RMSNORM_FWD(float, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_FWD(float, __nv_bfloat16)
+LLMT_INSTANTIATE_GATE_RMSNORM_FWD(__nv_bfloat16, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_FWD(__nv_bfloat16, __nv_bfloat16)
 
-template <typename TD, typename TZ>
-void gate_rmsnorm_bwd(const float* dout, const float* y, const float* z, const float* w, const float* rstd,
+template <typename TI, typename TD, typename TZ>
+void gate_rmsnorm_bwd(const float* dout, const TI* y, const float* z, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, TD* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream) {
   norm_bwd<true>(dout, y, z, w, rstd, rows, dim, false, dy, dz, dw, scratch, stream);
 }
-#define LLMT_INSTANTIATE_GATE_RMSNORM_BWD(TD, TZ)                                                                  \
-  template void gate_rmsnorm_bwd(const float*, const float*, const float*, const float*, const float*, int64_t,   \
+#define LLMT_INSTANTIATE_GATE_RMSNORM_BWD(TI, TD, TZ)                                                              \
+  template void gate_rmsnorm_bwd(const float*, const TI*, const float*, const float*, const float*, int64_t,      \
                                  int64_t, TD*, TZ*, float*, void*, cudaStream_t);
-LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, float)
-LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, __nv_bfloat16)
-LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, float)
-LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, __nv_bfloat16)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, float, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, float, __nv_bfloat16)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, __nv_bfloat16, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(float, __nv_bfloat16, __nv_bfloat16)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, float, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, float, __nv_bfloat16)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, __nv_bfloat16, float)
+LLMT_INSTANTIATE_GATE_RMSNORM_BWD(__nv_bfloat16, __nv_bfloat16, __nv_bfloat16)
 
 void decay_gates_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, int64_t rows,
                      int64_t heads, int64_t dim, float* g, float* beta, cudaStream_t stream) {

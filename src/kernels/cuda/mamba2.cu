@@ -45,7 +45,11 @@
 // tile::scale_h_async: the rounding of load_h's bf16(w_i u_i)), the output kernel's C, B (every N tile, kept for all
 // its heads) and x, and the backward chunk kernel's kept operands (C, B, x, dy; its in-place loads stay
 // synchronous). The D skip reads the bf16 x, dy (in the backward from dy's operand tile). Every tile and value is
-// then that of fp32 inputs holding the same (bf16) values: the same bits.
+// then that of fp32 inputs holding the same (bf16) values: the same bits. Outputs: with bf16 inputs the op writes y and
+// dxbc in bf16 too (the official kernels' outputs), each element rounded once from the fp32 value fp32 inputs give:
+// y (ssd_fwd_out_kernel) and dx (ssd_bwd_chunk_kernel) from the accumulators' column pairs by tile::store_acc_bf16x8
+// (16-byte stores where the rows allow), dB, dC from ssd_group_sum_kernel's fp32 sums (16-byte stores where aligned);
+// fp32 inputs: fp32 outputs, as before.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -637,7 +641,7 @@ constexpr int kFwdOutBlocks = std::is_same_v<P, float> ? 4 : 2;
 template <typename P, int kHeads, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     ssd_fwd_out_kernel(const E* xbc, const float* D, const float* dt, const double* G, const P* states, Sizes s,
-                       bool staged, float* y) {
+                       bool staged, E* y) {
   using L = Layout<P>;
   constexpr bool kIn16 = std::is_same_v<E, __nv_bfloat16>;  // bf16 inputs
   static_assert(!kIn16 || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
@@ -767,11 +771,17 @@ __global__ void __launch_bounds__(kSsdThreads, kFwdOutBlocks<P>)
     }
     L::template mma<false, false>(bc, xt, acc);  // acc[i][p] += Σ_j M[i][j] x_j[p]
     const float Dh = D[h];
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < 4; ++c) {
-        const int i = L::row(a), p = L::col(c);
-        if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * xd[a][c];
-      }
+    if constexpr (kIn16) {  // y = bf16(acc + D x), rounded once: column pairs, 16-byte pieces where aligned
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 4; ++c) acc.v[a][c] = acc.v[a][c] + Dh * xd[a][c];
+      tile::store_acc_bf16x8(acc, y + (b * s.T + c0) * s.XD + h * s.P + p0, s.XD, nv, np);
+    } else {
+      for (int a = 0; a < 4; ++a)
+        for (int c = 0; c < 4; ++c) {
+          const int i = L::row(a), p = L::col(c);
+          if (i < nv && p < np) y[(b * s.T + c0 + i) * s.XD + h * s.P + p0 + p] = acc.v[a][c] + Dh * xd[a][c];
+        }
+    }
     if (hl + 1 < kHeads) __syncthreads();  // every read of bc, bb, Gs, dts and x's staging tile done
   }
 }
@@ -852,7 +862,7 @@ template <typename P, typename E>
 __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk_kernel(
     const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
     const float* dt, const double* G, const P* states, const P* dstates, Sizes s, bool keep,
-    float* dxbc, float* ddt_raw, P* dBh, P* dCh, double* partials) {
+    E* dxbc, float* ddt_raw, P* dBh, P* dCh, double* partials) {
   using L = Layout<P>;
   constexpr int ld = kLdOf<P>;
   constexpr bool kIn16 = std::is_same_v<E, __nv_bfloat16>;  // bf16 inputs
@@ -1245,9 +1255,13 @@ __global__ void __launch_bounds__(kSsdThreads, kBwdChunkBlocks<P>) ssd_bwd_chunk
       for (int c = 0; c < 4; ++c) {
         const int j = L::row(a), p = L::col(c);
         xvp[a] += to_f32(xt[j * ld + p]) * acc.v[a][c];
-        if (j < nv && p < np)
+        if constexpr (kIn16)  // (dx in place, stored below)
+          acc.v[a][c] = dts[j] * acc.v[a][c] + Dh * dyd[a][c];
+        else if (j < nv && p < np)
           dxbc[(b * s.T + c0 + j) * s.W + h * s.P + p0 + p] = dts[j] * acc.v[a][c] + Dh * dyd[a][c];
       }
+    // bf16 inputs: dx = bf16(Δ_j v̄_j + D dy_j), rounded once: column pairs, 16-byte pieces where aligned
+    if constexpr (kIn16) tile::store_acc_bf16x8(acc, dxbc + (b * s.T + c0) * s.W + h * s.P + p0, s.W, nv, np);
     if (!kept) __syncthreads();  // (kept: no tile read here is written before the next tile's step barrier)
   }
   row_sum16<L>(zp, red, zz);
@@ -1339,9 +1353,11 @@ __device__ __forceinline__ void load_part(const E* p, float (&v)[kV]) {
 // dxbc[b, t, XD + g N + n] = Σ_{h of group g} dBh[b, h, t, n] and the same for C at XD + GN + g N + n, heads in
 // order; summed in double for fp32 partials (E = float), in fp32 for bf16 ones (their own rounding, 2^-9, dwarfs
 // the sum's). Each thread sums kV adjacent n: 8 (bf16 with N % 8 == 0: one 16-byte load per head and array) or 1.
+// dxbc of type O: float, or (bf16 inputs) bf16 rounded once from the fp32 sum, by one 16-byte store per array where
+// `wide` (kV = 8 and every row's B and C parts 16-byte aligned), else element by element.
 // (one thread per (b, t, g, kV columns))
-template <typename E, int kV>
-__global__ void ssd_group_sum_kernel(const E* dBh, const E* dCh, Sizes s, float* dxbc) {
+template <typename E, int kV, typename O>
+__global__ void ssd_group_sum_kernel(const E* dBh, const E* dCh, Sizes s, bool wide, O* dxbc) {
   using Sum = std::conditional_t<std::is_same_v<E, float>, double, float>;
   const int64_t nv = s.N / kV, n = s.B * s.T * s.G * nv, hpg = s.H / s.G, rows = s.nc * kL;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
@@ -1358,11 +1374,18 @@ __global__ void ssd_group_sum_kernel(const E* dBh, const E* dCh, Sizes s, float*
         sc[e] += vc[e];
       }
     }
-    float* out = dxbc + (b * s.T + t) * s.W + s.XD + g * s.N + m;
+    O* out = dxbc + (b * s.T + t) * s.W + s.XD + g * s.N + m;
+    if constexpr (std::is_same_v<O, __nv_bfloat16> && kV == 8) {
+      if (wide) {
+        store_part_bf16<kV>(out, sb);
+        store_part_bf16<kV>(out + s.GN, sc);
+        continue;
+      }
+    }
 #pragma unroll
     for (int e = 0; e < kV; ++e) {
-      out[e] = static_cast<float>(sb[e]);
-      out[s.GN + e] = static_cast<float>(sc[e]);
+      out[e] = from_f32<O>(static_cast<float>(sb[e]));
+      out[s.GN + e] = from_f32<O>(static_cast<float>(sc[e]));
     }
   }
 }
@@ -1514,7 +1537,7 @@ size_t mamba2_ssd_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t head
 template <typename P, typename E>
 void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream, int scan_segments) {
+                    int64_t groups, E* y, void* saved, void* scratch, cudaStream_t stream, int scan_segments) {
   static_assert(std::is_same_v<E, float> || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
   const Sizes s = make_sizes(batch, seq_len, heads, head_dim, state_dim, groups);
   check_grid(s);
@@ -1548,7 +1571,7 @@ void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, con
 template <typename P, typename E>
 void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                    int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
+                    int64_t state_dim, int64_t groups, const void* saved, E* dxbc, float* ddt_raw,
                     float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream,
                     int scan_segments) {
   static_assert(std::is_same_v<E, float> || std::is_same_v<P, __nv_bfloat16>, "bf16 inputs need bf16 compute");
@@ -1570,11 +1593,13 @@ void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float*
                     (std::is_same_v<E, float> || rows16);
   launch(ssd_bwd_chunk_kernel<P, E>, grid, bwd_chunk_smem<P>(keep), stream, dy, xbc, dt_raw, dt_bias, A_log, D,
          sc.dt, sc.G, states, sc.dstates, s, keep, dxbc, ddt_raw, sc.dBh, sc.dCh, sc.partials);
-  // (bf16: 8 columns a thread where N % 8 == 0; dBh and dCh are 256-byte aligned, rows of N)
+  // (bf16: 8 columns a thread where N % 8 == 0; dBh and dCh are 256-byte aligned, rows of N; bf16 dxbc by 16-byte
+  // stores where its rows' B and C parts start 16-byte aligned: W, XD multiples of 8)
   constexpr int kV = std::is_same_v<P, __nv_bfloat16> ? 8 : 1;
   const int v = s.N % kV == 0 ? kV : 1;
-  launch(v == kV ? ssd_group_sum_kernel<P, kV> : ssd_group_sum_kernel<P, 1>, grid_for(s.B * s.T * s.G * s.N / v), 0,
-         stream, sc.dBh, sc.dCh, s, dxbc);
+  const bool wide = v == 8 && s.W % 8 == 0 && s.XD % 8 == 0 && reinterpret_cast<uintptr_t>(dxbc) % 16 == 0;
+  launch(v == kV ? ssd_group_sum_kernel<P, kV, E> : ssd_group_sum_kernel<P, 1, E>,
+         grid_for(s.B * s.T * s.G * s.N / v), 0, stream, sc.dBh, sc.dCh, s, wide, dxbc);
   launch(ssd_params_kernel, static_cast<unsigned>(s.H), 0, stream, sc.partials, A_log, s, ddt_bias, dA_log, dD);
 }
 
@@ -1584,10 +1609,10 @@ void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float*
   template size_t mamba2_ssd_bwd_scratch_bytes<P>(int64_t, int64_t, int64_t, int64_t, int64_t, bool, int);
 #define LLMT_INSTANTIATE_MAMBA2(P, E)                                                                               \
   template void mamba2_ssd_fwd<P, E>(const E*, const float*, const float*, const float*, const float*, int64_t,    \
-                                     int64_t, int64_t, int64_t, int64_t, int64_t, float*, void*, void*,             \
+                                     int64_t, int64_t, int64_t, int64_t, int64_t, E*, void*, void*,                 \
                                      cudaStream_t, int);                                                            \
   template void mamba2_ssd_bwd<P, E>(const E*, const E*, const float*, const float*, const float*, const float*,   \
-                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*, float*,     \
+                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const void*, E*,         \
                                      float*, float*, float*, float*, void*, cudaStream_t, int);
 LLMT_INSTANTIATE_MAMBA2_SIZES(float)
 LLMT_INSTANTIATE_MAMBA2_SIZES(__nv_bfloat16)

@@ -95,13 +95,14 @@ constexpr int64_t kConvMaxWidth = 8;
 /// Short conv + SiLU: x, pre, y, dy, dx [batch, seq_len, channels]; w, dw [channels, width]; bias, dbias
 /// [channels] or nullptr (the delta-rule layers' conv has no bias, Mamba2's has, layers-ssm-attn.md §1.4).
 /// y is float or __nv_bfloat16 (the fp32 result rounded: the bf16 v a GDN / Comba core takes); dx is float or
-/// __nv_bfloat16 (rounded from the fp32 result: what a bf16 matrix product reads).
+/// __nv_bfloat16 (rounded from the fp32 result: what a bf16 matrix product reads); dy is float or __nv_bfloat16
+/// (read as fp32: Mamba2's dxbc from its SSD with bf16 inputs).
 /// Throws llmt::Error unless 1 <= width <= kConvMaxWidth.
 template <typename TY>
 void short_conv_silu_fwd(const float* x, const float* w, const float* bias, int64_t batch, int64_t seq_len,
                          int64_t channels, int64_t width, float* pre, TY* y, cudaStream_t stream);
-template <typename TX>
-void short_conv_silu_bwd(const float* dy, const float* x, const float* w, const float* pre, int64_t batch,
+template <typename TD, typename TX>
+void short_conv_silu_bwd(const TD* dy, const float* x, const float* w, const float* pre, int64_t batch,
                          int64_t seq_len, int64_t channels, int64_t width, TX* dx, float* dw, float* dbias,
                          void* scratch, cudaStream_t stream);
 size_t short_conv_silu_bwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels, int64_t width);
@@ -125,13 +126,14 @@ void gated_rmsnorm_bwd(const float* dy, const float* o, const float* z, const fl
 size_t gated_rmsnorm_bwd_scratch_bytes(int64_t rows, int64_t dim);
 /// Mamba2's gated RMSNorm with the gate first (cpu::gate_rmsnorm_*, layers-ssm-attn.md §1.2): u = y silu(z),
 /// out = u rstd ∘ w. y, z, out, dout, dy, dz [rows, dim]; w, dw [dim]; rstd [rows]. out, dy and dz are float or
-/// __nv_bfloat16 (rounded from the fp32 result); the backward recomputes u from y, z. Scratch and dim limit as
-/// gated_rmsnorm_bwd's (gated_rmsnorm_bwd_scratch_bytes).
-template <typename TY>
-void gate_rmsnorm_fwd(const float* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
+/// __nv_bfloat16 (rounded from the fp32 result); y is float or __nv_bfloat16 (TI, read as fp32: the SSD's output with
+/// bf16 inputs); the backward recomputes u from y, z. Scratch and dim limit as gated_rmsnorm_bwd's
+/// (gated_rmsnorm_bwd_scratch_bytes).
+template <typename TI, typename TY>
+void gate_rmsnorm_fwd(const TI* y, const float* z, const float* w, int64_t rows, int64_t dim, double eps, TY* out,
                       float* rstd, cudaStream_t stream);
-template <typename TD, typename TZ>
-void gate_rmsnorm_bwd(const float* dout, const float* y, const float* z, const float* w, const float* rstd,
+template <typename TI, typename TD, typename TZ>
+void gate_rmsnorm_bwd(const float* dout, const TI* y, const float* z, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, TD* dy, TZ* dz, float* dw, void* scratch, cudaStream_t stream);
 /// Decay gates (gdn_gates_*: dim 1; kda_gates_*: dim d_k): a, g, da [rows, heads * dim]; b, beta, db
 /// [rows, heads]; A_log, dA_log [heads]; dt_bias, ddt_bias [heads * dim]. The backward needs `scratch` of
@@ -261,7 +263,7 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
                          int64_t chunk_size, bool states);
 
 // mamba2.cu: Mamba2's SSD step (semantics: src/kernels/cpu/mamba2.h mamba2_ssd_fwd/bwd, zero initial
-// state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors (xbc, dy: E below). P is the type the tile products read
+// state; layers-ssm-attn.md §2.5, §2.6), fp32 tensors (xbc, dy, y, dxbc: E below). P is the type the tile products read
 // their operands as, from the layer's compute dtype (mamba2.cu "Precision"; instantiated for both):
 //   float          exact fp32 products on the CUDA cores, fp32 stored states (fp32 models; ~1e-6 of the CPU);
 //   __nv_bfloat16  the tensor cores (tile::Mma) with bf16 operands and fp32 accumulation, bf16 stored states and
@@ -277,10 +279,14 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
 // writes the states entering each chunk [B, H, ceil(T / 64), P, N] (element type P) there instead of into its
 // scratch, and the backward reads them instead of recomputing them (it scans only the state adjoints): the same
 // kernels' values, so the gradients are bit-identical to the backward without saved.
-// E: the element type of xbc and dy: float, or __nv_bfloat16 with P = __nv_bfloat16 only (the official kernels'
-// inputs; instantiated: <float, float>, <bf16, float>, <bf16, bf16>): the bf16 operand tiles are then copied as they
-// are (cp.async where every row is 16-byte aligned) and the D skip reads the bf16 x, dy; the results are
-// bit-identical to fp32 inputs holding the same values. Every other tensor fp32 either way.
+// E: the element type of xbc and dy, and of the outputs y and dxbc: float, or __nv_bfloat16 with P = __nv_bfloat16
+// only (the official kernels' inputs and outputs, FLA's bf16 o and dq / dk / dv; instantiated: <float, float>,
+// <bf16, float>, <bf16, bf16>): the bf16 operand tiles are then copied as they are (cp.async where every row is
+// 16-byte aligned) and the D skip reads the bf16 x, dy; y and dxbc are each rounded once from the fp32 values the
+// kernels form (y and dx as column pairs of the tile accumulators, 16-byte pieces where the rows allow; dB, dC from
+// the fp32 group sums), so they are the fp32 outputs of fp32 inputs holding the same values, rounded to bf16 once
+// (every other output bit-identical to those). Every other tensor (dt_raw, the parameters, ddt_raw, the parameter
+// gradients) fp32 either way.
 // scan_segments (bf16 compute; ignored with fp32): how many segments of the sequence each chunk-state scan walks in
 // parallel before a fix-up adds the states entering them (mamba2.cu Segments): 0 (the default) picks it from the
 // SM count and the shape (more than 1 only where B H ceil(P / 64) ceil(N / 64) <= SMs and ceil(T / 64) >= 16);
@@ -290,14 +296,14 @@ int64_t kda_saved_floats(int64_t batch, int64_t seq_len, int64_t heads, int64_t 
 template <typename P, typename E>
 void mamba2_ssd_fwd(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                     int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                    int64_t groups, float* y, void* saved, void* scratch, cudaStream_t stream, int scan_segments = 0);
+                    int64_t groups, E* y, void* saved, void* scratch, cudaStream_t stream, int scan_segments = 0);
 template <typename P>
 size_t mamba2_ssd_fwd_scratch_bytes(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                                     int64_t state_dim, bool saved, int scan_segments = 0);
 template <typename P, typename E>
 void mamba2_ssd_bwd(const E* dy, const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log,
                     const float* D, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                    int64_t state_dim, int64_t groups, const void* saved, float* dxbc, float* ddt_raw,
+                    int64_t state_dim, int64_t groups, const void* saved, E* dxbc, float* ddt_raw,
                     float* ddt_bias, float* dA_log, float* dD, void* scratch, cudaStream_t stream,
                     int scan_segments = 0);
 template <typename P>
@@ -445,11 +451,12 @@ void mdn_decode(const float* q, const float* k, const float* v, const float* log
                 const float* log_mu, const float* eta, int64_t batch, int64_t seq_len, int64_t heads, int64_t key_dim,
                 int64_t value_dim, float* state, float* momentum, float* o, cudaStream_t stream);
 /// cpu::mamba2_ssd_fwd with a state: xbc [B, T, H P + 2 G N] (E: float, or __nv_bfloat16 as mamba2_ssd_fwd's bf16
-/// inputs, read as fp32); dt_raw [B, T, H]; dt_bias, A_log, D [H]; state [B, H, P, N]; y [B, T, H P].
+/// inputs, read as fp32); dt_raw [B, T, H]; dt_bias, A_log, D [H]; state [B, H, P, N] (fp32); y [B, T, H P] (E, as
+/// mamba2_ssd_fwd's: bf16 rounded once from the fp32 result).
 template <typename E>
 void mamba2_ssd_decode(const E* xbc, const float* dt_raw, const float* dt_bias, const float* A_log, const float* D,
                        int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t state_dim,
-                       int64_t groups, float* state, float* y, cudaStream_t stream);
+                       int64_t groups, float* state, E* y, cudaStream_t stream);
 /// cpu::rope_fwd_at: rope_fwd of x [B, T, H, Dh] at positions position .. position + T - 1 (rope.cu).
 template <typename T>
 void rope_fwd_at(T* x, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, double theta,
