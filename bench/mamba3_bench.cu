@@ -1,14 +1,16 @@
-// GPU time of the CUDA Mamba-3 layer op (src/kernels/cuda/mamba3*.cu, fp32: prep, chunked core, gate) at the
+// GPU time of the CUDA Mamba-3 layer op (src/kernels/cuda/mamba3*.cu: prep, chunked core, gate) at the
 // 1.5B heads of configs/mamba3-paper/1.5b (64 heads x 64, d_state 128, 32 angles, one group), B = 4, T = 4096,
 // SISO and MIMO (R = 4), without the output norm (as the configs); each with the core's products in fp32 and on
-// the tensor cores (Mamba3Options::bf16_products, the path of bf16 models). Forward (mamba3_fwd) and forward + backward
+// the tensor cores (Mamba3Options::bf16_products), the latter with fp32 and with bf16 activations x, z, out, dout,
+// dx, dz (ops.cuh mamba3_fwd<__nv_bfloat16>: what bf16 models run, Backend::mamba3_bf16_activations; bc, raw and
+// their gradients fp32 either way). Forward (mamba3_fwd) and forward + backward
 // (mamba3_fwd then mamba3_bwd) in both modes of model.mamba3.save_states: "recompute" (no saved set: the backward
 // recomputes the core's forward) and "saved" (the forward writes G, the chunk-entering states, y, BCNorm's outputs,
 // φ and q, k into the saved set, the backward reads them), timed with CUDA events over repeated launches after
 // warm-up; the projections are not included.
-// With --phases instead: the SISO op with bf16 products kernel by kernel (mamba3_phases: bench/phases.h's table with
-// the cost model mamba3_siso_cost): the forward writing the saved set, the backward reading it, and the backward
-// without it (recomputing the core's forward).
+// With --phases instead: the SISO op with bf16 products and bf16 activations kernel by kernel (mamba3_phases:
+// bench/phases.h's table with the cost model mamba3_siso_cost): the forward writing the saved set, the backward
+// reading it, and the backward without it (recomputing the core's forward).
 // Usage: mamba3_bench [iterations] [--phases]   (default 10 iterations)
 #include <cuda_runtime.h>
 
@@ -31,6 +33,7 @@ struct Shape {
   const char* name;
   int64_t B, T, H, P, N, G, R, S;
   bool bf16;  // Mamba3Options::bf16_products
+  bool acts;  // bf16 activations x, z, out, dout, dx, dz (with bf16 only)
 };
 
 float* alloc(int64_t n) {
@@ -39,13 +42,16 @@ float* alloc(int64_t n) {
   return p;
 }
 
-/// The device buffers of one Mamba-3 op call at shape s (fp32 tensors: x, z, B|C, raw scalars, dout and their
-/// gradients; the parameters and their gradients; the scratch of the larger of the forward and the backward without
-/// a saved set; the saved set) with bench_shape's inputs, and the op's forward and backward on a given stream, with
-/// or without the saved set. Frees them on destruction.
+/// The device buffers of one Mamba-3 op call at shape s (x, z, dout and their gradients and out in the activation
+/// type: fp32, or bf16 with s.acts; B|C, raw scalars and their gradients fp32; the parameters and their gradients;
+/// the scratch of the larger of the forward and the backward without a saved set; the saved set) with bench_shape's
+/// inputs, and the op's forward and backward on a given stream, with or without the saved set. Frees them on
+/// destruction.
 struct Op {
   std::vector<float*> owned;
-  float *x, *z, *bc, *raw, *out, *dout, *dx, *dz, *dbc, *draw;
+  bool acts = false;
+  void *x, *z, *out, *dout, *dx, *dz;  // float or __nv_bfloat16 (acts)
+  float *bc, *raw, *dbc, *draw;
   llmt::cuda::Mamba3Ptrs p{};
   llmt::cuda::Mamba3GradPtrs g{};
   llmt::cpu::Mamba3LayerDims d{};
@@ -59,8 +65,10 @@ struct Op {
     const int64_t rows = s.B * s.T, HP = s.H * s.P, BC = 2 * s.R * s.G * s.N, W = 3 * s.H + s.S;
     const int64_t RN = s.H * s.R * s.N, RP = s.H * s.R * s.P;
     auto take = [&](int64_t n) { return owned.emplace_back(alloc(n)); };
-    x = take(rows * HP), z = take(rows * HP), bc = take(rows * BC), raw = take(rows * W);
-    out = take(rows * HP), dout = take(rows * HP), dx = take(rows * HP), dz = take(rows * HP);
+    acts = s.acts;
+    const int64_t act_floats = acts ? (rows * HP + 1) / 2 : rows * HP;  // (bf16: half the bytes)
+    x = take(act_floats), z = take(act_floats), bc = take(rows * BC), raw = take(rows * W);
+    out = take(act_floats), dout = take(act_floats), dx = take(act_floats), dz = take(act_floats);
     dbc = take(rows * BC), draw = take(rows * W);
     const int64_t sizes[] = {s.H, RN, RN, s.N, s.N, s.H, RP, RP, RP};
     float* prm[9];
@@ -78,11 +86,14 @@ struct Op {
                        mimo ? grd[6] : nullptr, mimo ? grd[7] : nullptr, mimo ? grd[8] : nullptr, nullptr};
     // x, z, B, C, dout ~ U(-1, 1); dd_dt in [-1, 1) with dt_bias in [-5, -3) (Δ around 0.02); dd_A, trap, angles
     // in [-1, 1).
-    bench::fill_uniform(x, rows * HP, 1, -1.f, 1.f);
-    bench::fill_uniform(z, rows * HP, 2, -1.f, 1.f);
+    with_acts([&](auto zero) {
+      using A = decltype(zero);
+      bench::fill_uniform(static_cast<A*>(x), rows * HP, 1, -1.f, 1.f);
+      bench::fill_uniform(static_cast<A*>(z), rows * HP, 2, -1.f, 1.f);
+      bench::fill_uniform(static_cast<A*>(dout), rows * HP, 5, -1.f, 1.f);
+    });
     bench::fill_uniform(bc, rows * BC, 3, -1.f, 1.f);
     bench::fill_uniform(raw, rows * W, 4, -1.f, 1.f);
-    bench::fill_uniform(dout, rows * HP, 5, -1.f, 1.f);
     bench::fill_uniform(prm[0], s.H, 6, -5.f, -3.f);
     BENCH_CHECK(cudaDeviceSynchronize());
 
@@ -104,15 +115,31 @@ struct Op {
     BENCH_CHECK(cudaFree(scratch));
     BENCH_CHECK(cudaFree(saved));
   }
+  /// f(A{}) with A the activations' type: float, or __nv_bfloat16 (acts).
+  template <typename F>
+  void with_acts(F f) const {
+    if (acts)
+      f(__nv_bfloat16{});
+    else
+      f(float{});
+  }
   /// mamba3_fwd on stream; with save, writing the saved set.
   void fwd(cudaStream_t stream, bool save) {
-    llmt::cuda::mamba3_fwd(x, z, bc, raw, p, d, opt, out, save ? saved : nullptr, scratch, stream);
+    with_acts([&](auto zero) {
+      using A = decltype(zero);
+      llmt::cuda::mamba3_fwd<A>(static_cast<const A*>(x), static_cast<const A*>(z), bc, raw, p, d, opt,
+                                static_cast<A*>(out), save ? saved : nullptr, scratch, stream);
+    });
   }
   /// mamba3_bwd on stream: with from_saved reading the saved set of the last fwd(save = true), else recomputing
   /// the core's forward.
   void bwd(cudaStream_t stream, bool from_saved) {
-    llmt::cuda::mamba3_bwd(dout, x, z, bc, raw, from_saved ? saved : nullptr, p, d, opt, dx, dz, dbc, draw, g,
-                           scratch, stream);
+    with_acts([&](auto zero) {
+      using A = decltype(zero);
+      llmt::cuda::mamba3_bwd<A>(static_cast<const A*>(dout), static_cast<const A*>(x), static_cast<const A*>(z), bc,
+                                raw, from_saved ? saved : nullptr, p, d, opt, static_cast<A*>(dx),
+                                static_cast<A*>(dz), dbc, draw, g, scratch, stream);
+    });
   }
 };
 
@@ -129,9 +156,9 @@ void bench_shape(const Shape& s, int iters) {
   const float ms_fwd = bench::time_ms(iters, fwd), ms_recompute = bench::time_ms(iters, fwd_bwd(false)),
               ms_saved = bench::time_ms(iters, fwd_bwd(true));
   BENCH_CHECK(cudaGetLastError());
-  std::printf("| %-4s | %s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %8.3f | %6.0f "
-              "| %6.0f |\n",
-              s.name, s.bf16 ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
+  std::printf("| %-4s | %s | %s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %8.3f "
+              "| %6.0f | %6.0f |\n",
+              s.name, s.bf16 ? "bf16" : "fp32", s.acts ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
               static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
               static_cast<long long>(s.G), static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd,
               ms_recompute, ms_saved, static_cast<double>(op.scratch_bytes) / (1 << 20),
@@ -145,7 +172,8 @@ using bench::PhaseKernel;
 
 /// The Cost (bench/phases.h: bytes unique and issued, tensor-core FLOPs) of phase `phase` of the Mamba-3 SISO op
 /// with bf16 products (src/kernels/cuda/mamba3{,_prep,_gate,_core}.cu; the phase names of kMamba3Kernels) at shape
-/// s, counted from the kernels for fp32 tensors, R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
+/// s, counted from the kernels for bf16 activations (x = v, z, out, dout, dx = dv, dz: 2 bytes an element; bc, raw
+/// and their gradients fp32), R = 1, G = 1, no output norm, S > 0 angles, T a multiple of 64 and
 /// P, N multiples of 64 (every chunk and tile full); zeros for another name. Notation: E = B T H (token, head)
 /// pairs, rows = B T, St = E P N / 64 elements of one set of chunk states [B, H, T/64, P, N]. Scratch scalars fp32
 /// except Δ (dtd), θ, G and dDp (double); q, k, the chunk-entering states, their adjoints, the core output y and
@@ -180,26 +208,26 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   // core (mamba3_core.cu core_fwd), in the forward and again in the backward
   if (is("cumsum")) return both(4 * E + 8 * E);  // a; G (double)
   if (is("states") || is("dstates")) {
-    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v, fp32, or dy, bf16) per N tile, w (k, or q; bf16)
+    // state_scan_mma_kernel, grid (B H, P / 64, N / 64): u (v = x, or dy; bf16) per N tile, w (k, or q; bf16)
     // per P tile; per token G_i and Γ (double) and (forward) σ per (P, N) tile; the states or their adjoints (bf16)
     // written
     const bool fwd = is("states");
-    const double u = (fwd ? 4 : 2) * E * P, sig = fwd ? 4 * E : 0, out = 2 * St;
+    const double u = 2 * E * P, sig = fwd ? 4 * E : 0, out = 2 * St;
     return {u + 2 * E * N + 8 * E + sig + out, nN * u + nP * 2 * E * N + nP * nN * (16 * E + sig) + out,
             2 * E * P * N};
   }
-  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k (bf16), v (v again for D v), S_in (bf16); G (double), σ, γ;
-                // y written (bf16). Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
-    return {4 * E * N + 6 * E * P + 2 * St + 16 * E, 4 * E * N + 10 * E * P + 2 * St + 16 * E,
+  if (is("y"))  // fwd_out_mma_kernel per chunk: q, k (bf16), v (bf16; v again for D v), S_in (bf16); G (double), σ,
+                // γ; y written (bf16). Q K^T (64 x 64 x N), Q S_in^T (64 x P x N), Sc V (64 x 64 x P)
+    return {4 * E * N + 4 * E * P + 2 * St + 16 * E, 4 * E * N + 6 * E * P + 2 * St + 16 * E,
             2 * E * (64 * N + P * N + 64 * P)};
-  if (is("gate")) return both(10 * E * P);  // out_kernel: y (bf16), z; out
+  if (is("gate")) return both(6 * E * P);  // out_kernel: y, z (bf16); out (bf16)
   // backward (gate_bwd, core_bwd, up_bwd, prep_bwd)
-  if (is("dy_dz")) return both(16 * E * P);  // dout, z, y (bf16); dy (bf16), dz
-  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS (all but v bf16); G (double), σ, γ;
-                     // dq, dk, dv, da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with v·dy),
+  if (is("dy_dz")) return both(10 * E * P);  // dout, z, y (bf16); dy, dz (bf16)
+  if (is("dchunk"))  // bwd_chunk_mma_kernel per chunk: q, k, v, dy, S_in, dS (bf16); G (double), σ, γ;
+                     // dq, dk, dv (bf16), da, dγ, dσ, dDp (double). Issued: dy 3 times (tile, inter, dv with v·dy),
                      // v twice (tile, Z with v·dy). Products: Q K^T, dY V^T (64 x 64 x N, P); dq: dY S_in, Adq K;
                      // inter Q S_in^T; dk: V dS, Adq^T Q; dv: K dS^T, Bdv^T dY
-    return {12 * E * N + 10 * E * P + 4 * St + 28 * E + E / 8, 12 * E * N + 18 * E * P + 4 * St + 28 * E + E / 8,
+    return {12 * E * N + 6 * E * P + 4 * St + 28 * E + E / 8, 12 * E * N + 12 * E * P + 4 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
   if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
                              // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,
@@ -258,9 +286,9 @@ constexpr bench::PhaseTable<Shape> kMamba3Table{"Mamba-3 SISO bf16 op", std::beg
 /// backward recomputing the core's forward (mamba3_bwd) at shape s, kernel by kernel (bench::print_phases), on
 /// bench_shape's inputs. Exits unless s is what mamba3_siso_cost counts.
 void mamba3_phases(const Shape& s, int iters) {
-  if (s.R != 1 || s.G != 1 || !s.bf16 || s.S <= 0 || s.T % 64 != 0 || s.P % 64 != 0 || s.N % 64 != 0) {
-    std::fprintf(stderr, "mamba3_bench --phases: the cost model counts SISO, one group, bf16 products, S > 0, T a "
-                         "multiple of 64 and P, N multiples of 64\n");
+  if (s.R != 1 || s.G != 1 || !s.bf16 || !s.acts || s.S <= 0 || s.T % 64 != 0 || s.P % 64 != 0 || s.N % 64 != 0) {
+    std::fprintf(stderr, "mamba3_bench --phases: the cost model counts SISO, one group, bf16 products and "
+                         "activations, S > 0, T a multiple of 64 and P, N multiples of 64\n");
     std::exit(1);
   }
   Op op(s);
@@ -291,18 +319,21 @@ int main(int argc, char** argv) {
   const bool by_phase = args.phases;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("Mamba-3 layer op (fp32 tensors, src/kernels/cuda/mamba3*.cu) on %s, mean of %d runs\n\n", prop.name,
+  std::printf("Mamba-3 layer op (src/kernels/cuda/mamba3*.cu; bc, raw fp32) on %s, mean of %d runs\n\n", prop.name,
               iters);
-  const Shape shapes[] = {{"siso", 4, 4096, 64, 64, 128, 1, 1, 32, false},
-                          {"siso", 4, 4096, 64, 64, 128, 1, 1, 32, true},
-                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, false},
-                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true}};
+  // bf16 products with bf16 activations: what bf16 models run (the layer's Backend::mamba3_bf16_activations).
+  const Shape shapes[] = {{"siso", 4, 4096, 64, 64, 128, 1, 1, 32, false, false},
+                          {"siso", 4, 4096, 64, 64, 128, 1, 1, 32, true, false},
+                          {"siso", 4, 4096, 64, 64, 128, 1, 1, 32, true, true},
+                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, false, false},
+                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true, false},
+                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true, true}};
   if (by_phase) {
-    mamba3_phases(shapes[1], iters);
+    mamba3_phases(shapes[2], iters);
     return 0;
   }
-  std::printf("| mode | products | sizes | GPU ms fwd | GPU ms f+b recompute | GPU ms f+b saved | scratch MiB | saved "
-              "MiB |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("| mode | products | activations | sizes | GPU ms fwd | GPU ms f+b recompute | GPU ms f+b saved | "
+              "scratch MiB | saved MiB |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, iters);
   return 0;
 }

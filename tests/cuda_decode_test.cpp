@@ -273,6 +273,48 @@ TEST_CASE("cuda decode: mamba3_decode continues its carry", "[gpu][decode]") {
   if (c.S > 0) require_close(phase, "phase");
 }
 
+TEST_CASE("cuda decode: mamba3_decode with bf16 activations (x, z, out) matches f32 ones holding the same values",
+          "[gpu][decode]") {
+  // Backend::mamba3_bf16_activations: the layer of a bf16 model decodes with its bf16 x, z, out (and f32 bc, raw,
+  // carry), with bf16 products set (the layer's options) or not (decoding has no products to round): the recurrence
+  // reads the bf16 x as its fp32 values, so out is the f32 call's on the rounded x, z, rounded once, and the carry
+  // bit-identical; and out within the bf16 tolerance (2e-2, cuda_mamba3_test.cpp) of the CPU reference.
+  const int64_t T = GENERATE(1, 6);
+  const bool products = GENERATE(false, true);
+  Case c = GENERATE_COPY(Case{2, T, 4, 16, 32, 2, 1, 8, false},         // SISO: the step reads the bf16 x as v
+                         Case{1, T, 2, 32, 64, 1, 2, 16, true, true},   // MIMO rank 2, norm, heavy tail
+                         Case{2, T, 3, 8, 16, 1, 4, 0, true});          // MIMO rank 4, no rotation
+  c.bf16 = products;
+  const std::string tag = c.tag();
+  INFO(tag);
+  const Mamba3Options opt = c.options();
+  const int64_t HP = c.H * c.P, BC = 2 * c.R * c.G * c.N, W = 3 * c.H + c.S, BT = c.B * c.T, BH = c.B * c.H;
+  const std::vector<float> xv = round_bf16(randn(BT * HP, 1)), zv = round_bf16(randn(BT * HP, 2));
+  Pair x = both(xv, {c.B, c.T, HP}), z = both(zv, {c.B, c.T, HP});
+  const OwnedTensor xh = on_bf16(xv, {c.B, c.T, HP}), zh = on_bf16(zv, {c.B, c.T, HP});
+  Pair bc = both(randn(BT * BC, 3), {c.B, c.T, BC}), raw = both(randn(BT * W, 4), {c.B, c.T, W});
+  const Params prm = make_params(c, 10, false);
+  const auto carry = [&]() {
+    std::vector<Pair> k;
+    k.push_back(both(randn(BH * c.P * c.N, 20, 0.5), {c.B, c.H, c.P, c.N}));
+    k.push_back(both(randn(BH * c.R * c.N, 21, 0.5), {c.B, c.H, c.R, c.N}));
+    k.push_back(both(randn(BH * c.R * c.P, 22, 0.5), {c.B, c.H, c.R, c.P}));
+    k.push_back(both(uniform(BH * c.S, 23, 0.0, 6.28), {c.B, c.H, c.S}));
+    return k;
+  };
+  std::vector<Pair> kf = carry(), kh = carry();
+  Pair out = both(randn(BT * HP, 5), {c.B, c.T, HP});
+  const OwnedTensor outh = on_bf16(randn(BT * HP, 6), {c.B, c.T, HP});
+  gpu().mamba3_decode(*x.g, *z.g, *bc.g, *raw.g, prm.on(true), opt, {*kf[0].g, *kf[1].g, *kf[2].g, *kf[3].g},
+                      *out.g);
+  gpu().mamba3_decode(*xh, *zh, *bc.g, *raw.g, prm.on(true), opt, {*kh[0].g, *kh[1].g, *kh[2].g, *kh[3].g}, *outh);
+  CHECK(get_bf16(*outh) == round_bf16(get(gpu(), *out.g)));
+  for (size_t i = 0; i < kf.size(); ++i) CHECK(get(gpu(), *kh[i].g) == get(gpu(), *kf[i].g));
+  cpu().mamba3_decode(*x.c, *z.c, *bc.c, *raw.c, prm.on(false), opt, {*kf[0].c, *kf[1].c, *kf[2].c, *kf[3].c},
+                      *out.c);
+  require_close(get_bf16(*outh), get(cpu(), *out.c), "out (bf16) " + tag, 2e-2);
+}
+
 // ---- the model ----
 
 constexpr int64_t kVocab = kDecodeVocab, kBatch = 2, kLen = 20;

@@ -4,11 +4,13 @@
 // Each call runs through make_backend("cuda") and make_cpu_backend() on the same fresh Philox inputs (overwritten
 // outputs start from random garbage, accumulated parameter gradients from random values), and every output must
 // agree to max|gpu - cpu| / max|cpu| <= kTol (1e-5) over the whole tensor with every value finite on both sides
-// (a NaN never passes). Both passes run twice on the GPU and must give bit-identical results. The op is f32 on
-// the GPU (as Mamba2's: the model keeps these activations in the master dtype); a bf16 input is refused. With
+// (a NaN never passes). Both passes run twice on the GPU and must give bit-identical results. With
 // Mamba3Options::bf16_products (bf16 models: the core's products on the tensor cores with bf16 operands) the
 // bound is kBf16Tol (2e-2) against the same fp32 CPU reference (d dt_bias, a sum over tokens that cancels, against
-// the root-sum-square of its terms; check_mamba3). Every case also runs the forward with a saved set
+// the root-sum-square of its terms; check_mamba3). With bf16 products the activations x, z, dout, out, dx, dz may
+// also be bf16 on the GPU (Backend::mamba3_bf16_activations: what bf16 models run), against the CPU reference on the
+// same bf16-rounded x, z, dout at kBf16Tol; bf16 activations without bf16 products, and bf16 bc, raw or parameters,
+// are refused with an error naming the op. Every case also runs the forward with a saved set
 // (model.mamba3.save_states: Backend::mamba3_saved_numel) and the backward reading it instead of recomputing the
 // core's forward, BCNorm, φ and q, k: out and every gradient bit-identical to the recompute. main()
 // (catch_main_gpu.cpp) skips without a GPU.
@@ -41,6 +43,18 @@ Case mild(Case c) {  // Mamba's init: Δ around 0.01 to 0.05
   return c;
 }
 
+// An activation (x, z, out, dout, dx, dz [B, T, H P]) of case c from host values: both(host, dims), or with
+// c.bf16_acts a bf16 GPU tensor and on the CPU the same bf16-rounded values.
+Pair act(const Case& c, const std::vector<float>& host, std::initializer_list<int64_t> dims) {
+  if (!c.bf16_acts) return both(host, dims);
+  return Pair{on_bf16(host, dims), on(cpu(), round_bf16(host), dims)};
+}
+
+// A GPU tensor's values as floats (f32, or bf16 widened).
+std::vector<float> values(const llmt::Tensor& t) {
+  return t.dtype == llmt::DType::bf16 ? get_bf16(t) : get(gpu(), t);
+}
+
 // Forward out and backward dx, dz, dbc, draw and every parameter gradient against the CPU reference, then both
 // passes once more on the GPU, bit-identical; then both with a saved set, bit-identical to the recompute.
 void check_mamba3(const Case& c) {
@@ -50,21 +64,24 @@ void check_mamba3(const Case& c) {
   const Mamba3Options opt = c.options();
   const int64_t HP = c.H * c.P, BC = 2 * c.R * c.G * c.N, W = 3 * c.H + c.S, BT = c.B * c.T;
   const uint64_t s = c.seed * 100;
-  Pair x = both(randn(BT * HP, s + 1), {c.B, c.T, HP}), z = both(randn(BT * HP, s + 2), {c.B, c.T, HP});
+  const auto close = [&](const Pair& p, const std::string& what, double floor = 1e-30) {
+    require_close(values(*p.g), get(cpu(), *p.c), what, tol, floor);
+  };
+  Pair x = act(c, randn(BT * HP, s + 1), {c.B, c.T, HP}), z = act(c, randn(BT * HP, s + 2), {c.B, c.T, HP});
   Pair bc = both(randn(BT * BC, s + 3), {c.B, c.T, BC}), raw = both(randn(BT * W, s + 4), {c.B, c.T, W});
   const Params prm = make_params(c, s + 10, false);
   const Backend::Mamba3Params pg = prm.on(true), pc = prm.on(false);
 
-  Pair out = both(randn(BT * HP, s + 5), {c.B, c.T, HP});
+  Pair out = act(c, randn(BT * HP, s + 5), {c.B, c.T, HP});
   gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g, llmt::Tensor());
   cpu().mamba3_fwd(*x.c, *z.c, *bc.c, *raw.c, pc, opt, *out.c, llmt::Tensor());
-  require_close(out, "out " + tag, tol);
-  const auto out_first = get(gpu(), *out.g);
+  close(out, "out " + tag);
+  const auto out_first = values(*out.g);
   gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g, llmt::Tensor());
-  require_bit_identical(out_first, get(gpu(), *out.g), "out " + tag);
+  require_bit_identical(out_first, values(*out.g), "out " + tag);
 
-  Pair dout = both(randn(BT * HP, s + 6), {c.B, c.T, HP});
-  Pair dx = both(randn(BT * HP, s + 7), {c.B, c.T, HP}), dz = both(randn(BT * HP, s + 8), {c.B, c.T, HP});
+  Pair dout = act(c, randn(BT * HP, s + 6), {c.B, c.T, HP});
+  Pair dx = act(c, randn(BT * HP, s + 7), {c.B, c.T, HP}), dz = act(c, randn(BT * HP, s + 8), {c.B, c.T, HP});
   Pair dbc = both(randn(BT * BC, s + 9), {c.B, c.T, BC}), draw = both(randn(BT * W, s + 30), {c.B, c.T, W});
   Params grads = make_params(c, s + 40, true);
   std::vector<std::vector<float>> start;
@@ -91,13 +108,13 @@ void check_mamba3(const Case& c) {
       dt_bias_scale = std::max(dt_bias_scale, std::sqrt(ss));
     }
   }
-  for (const auto& [p, name] : all) require_close(*p, name + " " + tag, tol, name == "ddt_bias" ? dt_bias_scale : 1e-30);
+  for (const auto& [p, name] : all) close(*p, name + " " + tag, name == "ddt_bias" ? dt_bias_scale : 1e-30);
 
   std::vector<std::vector<float>> first;
-  for (const auto& [p, name] : all) first.push_back(get(gpu(), *p->g));
+  for (const auto& [p, name] : all) first.push_back(values(*p->g));
   for (size_t i = 0; i < grads.pairs.size(); ++i) gpu().upload(start[i].data(), *grads.pairs[i].g);
   run(gpu(), true);
-  for (size_t i = 0; i < all.size(); ++i) require_bit_identical(first[i], get(gpu(), *all[i].first->g), all[i].second);
+  for (size_t i = 0; i < all.size(); ++i) require_bit_identical(first[i], values(*all[i].first->g), all[i].second);
 
   // model.mamba3.save_states: the forward writes G, the chunk-entering states, y, BCNorm's outputs, φ and q, k into
   // `saved` (from garbage), the backward reads them instead of recomputing the core's forward, BCNorm, the phases
@@ -107,11 +124,11 @@ void check_mamba3(const Case& c) {
   const OwnedTensor saved(gpu(), llmt::DType::f32, {n_saved});
   gpu().upload(randn(static_cast<size_t>(n_saved), s + 50).data(), *saved);
   gpu().mamba3_fwd(*x.g, *z.g, *bc.g, *raw.g, pg, opt, *out.g, *saved);
-  require_bit_identical(out_first, get(gpu(), *out.g), "out (save_states) " + tag);
+  require_bit_identical(out_first, values(*out.g), "out (save_states) " + tag);
   for (size_t i = 0; i < grads.pairs.size(); ++i) gpu().upload(start[i].data(), *grads.pairs[i].g);
   run(gpu(), true, *saved);
   for (size_t i = 0; i < all.size(); ++i)
-    require_bit_identical(first[i], get(gpu(), *all[i].first->g), all[i].second + " (save_states vs recompute)");
+    require_bit_identical(first[i], values(*all[i].first->g), all[i].second + " (save_states vs recompute)");
 }
 
 }  // namespace
@@ -198,16 +215,58 @@ TEST_CASE("cuda mamba3: bf16 products (tensor cores), SISO and MIMO (R = 2, 4), 
   check_mamba3(bf16({1, 70, 2, 160, 32, 1, 2, 16, true, false, 1e-4, -1.5, -0.5, 251}));
 }
 
-TEST_CASE("cuda mamba3: bf16 activations are refused with an error naming the op", "[cuda][mamba3]") {
+Case bf16_acts(Case c) {
+  c.bf16 = true;
+  c.bf16_acts = true;
+  return c;
+}
+
+TEST_CASE("cuda mamba3: bf16 activations (x, z, out, dout, dx, dz) with bf16 products, SISO and MIMO (R = 2, 4)",
+          "[cuda][mamba3]") {
+  // The layer's bf16 runs (Backend::mamba3_bf16_activations): the bench shape's heads at T = 4096 (the bf16 x rows
+  // staged by cp.async into the state scan, copied into the core's operand tiles, dx stored as bf16 pairs), a
+  // ragged T, and P = 80, N = 70 (rows not 16-byte aligned: loaded element by element; P tiles across 64).
+  for (const int64_t R : {1, 2, 4}) {
+    const uint64_t seed = 300 + 10 * static_cast<uint64_t>(R);
+    check_mamba3(bf16_acts(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
+    check_mamba3(bf16_acts({2, 1001, 2, 64, 128, 1, R, 32, R != 2, false, 1e-4, -1.5, -0.5, seed + 1}));
+    check_mamba3(bf16_acts({1, 150, 3, 80, 70, 1, R, 17, false, true, 0.5, -1.5, -0.5, seed + 2}));
+  }
+  check_mamba3(bf16_acts({2, 5, 4, 10, 8, 2, 1, 2, true, false, 1e-4, -1.5, -0.5, 340}));  // P = 10: odd pairs
+}
+
+TEST_CASE("cuda mamba3: bf16 activations without bf16 products, and bf16 bc / raw / parameters, are refused with an "
+          "error naming the op",
+          "[cuda][mamba3]") {
   const int64_t B = 1, T = 4, H = 2, P = 8, N = 4, W = 3 * H + 1;
-  OwnedTensor x(gpu(), llmt::DType::bf16, {B, T, H * P}), z(gpu(), llmt::DType::bf16, {B, T, H * P});
-  OwnedTensor bc(gpu(), llmt::DType::bf16, {B, T, 2 * N}), raw(gpu(), llmt::DType::bf16, {B, T, W});
-  OwnedTensor out(gpu(), llmt::DType::bf16, {B, T, H * P});
-  std::vector<OwnedTensor> p;
-  for (const int64_t n : {H, H * N, H * N, N, N, H}) p.push_back(OwnedTensor(gpu(), llmt::DType::bf16, {n}));
+  const auto t = [&](llmt::DType d, std::initializer_list<int64_t> dims) { return OwnedTensor(gpu(), d, dims); };
+  const llmt::DType bf = llmt::DType::bf16, f = llmt::DType::f32;
+  OwnedTensor x = t(bf, {B, T, H * P}), z = t(bf, {B, T, H * P}), out = t(bf, {B, T, H * P});
+  OwnedTensor bc = t(f, {B, T, 2 * N}), raw = t(f, {B, T, W}), bc_h = t(bf, {B, T, 2 * N}), raw_h = t(bf, {B, T, W});
+  std::vector<OwnedTensor> p, ph;
+  for (const int64_t n : {H, H * N, H * N, N, N, H}) {
+    p.push_back(t(f, {n}));
+    ph.push_back(t(bf, {n}));
+  }
   const Backend::Mamba3Params prm{*p[0], *p[1], *p[2], *p[3], *p[4], *p[5], {}, {}, {}, {}};
+  const Backend::Mamba3Params prm_h{*ph[0], *ph[1], *ph[2], *ph[3], *ph[4], *ph[5], {}, {}, {}, {}};
   Mamba3Options opt;
   opt.head_dim = P;
+  REQUIRE(gpu().mamba3_bf16_activations(llmt::DType::bf16));
+  REQUIRE_FALSE(gpu().mamba3_bf16_activations(llmt::DType::f32));
+  REQUIRE_FALSE(cpu().mamba3_bf16_activations(llmt::DType::bf16));
+  // bf16 activations need bf16 products in the chunked op
   REQUIRE_THROWS_WITH(gpu().mamba3_fwd(*x, *z, *bc, *raw, prm, opt, *out, llmt::Tensor()),
+                      Catch::Contains("mamba3_fwd") && Catch::Contains("bf16_products"));
+  OwnedTensor dx = t(bf, {B, T, H * P}), dz = t(bf, {B, T, H * P}), dbc = t(f, {B, T, 2 * N}), draw = t(f, {B, T, W});
+  REQUIRE_THROWS_WITH(gpu().mamba3_bwd(*out, *x, *z, *bc, *raw, llmt::Tensor(), prm, opt, *dx, *dz, *dbc, *draw, prm),
+                      Catch::Contains("mamba3_bwd") && Catch::Contains("bf16_products"));
+  // bc, raw and the parameters stay f32
+  opt.bf16_products = true;
+  REQUIRE_THROWS_WITH(gpu().mamba3_fwd(*x, *z, *bc_h, *raw_h, prm_h, opt, *out, llmt::Tensor()),
                       Catch::Contains("mamba3_fwd") && Catch::Contains("f32"));
+  // x, z, out in one dtype
+  OwnedTensor out_f = t(f, {B, T, H * P});
+  REQUIRE_THROWS_WITH(gpu().mamba3_fwd(*x, *z, *bc, *raw, prm, opt, *out_f, llmt::Tensor()),
+                      Catch::Contains("mamba3_fwd") && Catch::Contains("dtype"));
 }

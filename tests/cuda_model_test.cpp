@@ -233,6 +233,32 @@ TEST_CASE("cuda model: a Mamba2 layer hands its SSD bf16 xBC_c and dy with compu
         2 * halved(rows * Di) + halved(rows * conv) + kept(DType::f32) - kept(DType::bf16));
 }
 
+TEST_CASE("cuda model: a Mamba-3 layer keeps its op's activations in bf16 with compute bf16", "[gpu][model][mamba3]") {
+  // Backend::mamba3_bf16_activations: with compute bf16 the layer's z, x and the op's output o [rows, Di] are bf16
+  // (in_proj writes z, x so, out_proj reads o as it is: no o in the compute dtype besides), bc and raw stay f32; so
+  // the saved set shrinks by half of those three beyond the op's own saved set (Backend::mamba3_saved_numel).
+  // rows = 201: every tensor's 256-byte alignment counted. (The loss and gradients with them: the CPU comparison of
+  // the tiny Mamba-3; decoding: cuda_decode_test.)
+  REQUIRE(make_backend("cuda")->mamba3_bf16_activations(DType::bf16));
+  REQUIRE_FALSE(make_backend("cuda")->mamba3_bf16_activations(DType::f32));
+  REQUIRE_FALSE(make_cpu_backend()->mamba3_bf16_activations(DType::bf16));
+  const ModelConfig m = load_config("configs/tiny/mamba3.json").model;
+  const Mamba3Config& c = m.mamba3;
+  const int64_t B = 3, T = 67, rows = B * T, Di = c.inner_dim(m.d_model), H = c.num_heads(m.d_model);
+  const auto halved = [](int64_t n) { return carved(n, 4) - carved(n, 2); };
+  const auto kept = [&](DType compute) {
+    Mamba3Options opt;
+    opt.head_dim = c.head_dim;
+    opt.n_groups = c.n_groups;
+    opt.rank = c.mimo_rank;
+    opt.bf16_products = compute == DType::bf16;
+    return c.save_states ? carved(make_backend("cuda")->mamba3_saved_numel(B, T, H, c.d_state, c.num_angles(), opt), 4)
+                         : 0;
+  };
+  CHECK(mixer_saved_bytes(m, "mamba3", DType::f32, B, T) - mixer_saved_bytes(m, "mamba3", DType::bf16, B, T) ==
+        3 * halved(rows * Di) + kept(DType::f32) - kept(DType::bf16));
+}
+
 TEST_CASE("cuda model: train.recompute gives bit-identical loss and gradients, fp32 and bf16", "[gpu][model]") {
   // The GPU forward is deterministic (no float atomics), so the rebuilt activations are the same bits.
   const bool bf16 = GENERATE(false, true);

@@ -17,6 +17,9 @@ struct Case {
   double A_floor = 1e-4, bias_lo = -1.5, bias_hi = -0.5;
   uint64_t seed = 1;
   bool bf16 = false;  ///< Mamba3Options::bf16_products (the CUDA core's tensor-core path of bf16 models)
+  /// (GPU tests) x, z, out, dout, dx, dz in bf16 on the GPU (Backend::mamba3_bf16_activations), the CPU reference on
+  /// the same bf16-rounded inputs; with bf16 only (the CUDA op refuses them otherwise).
+  bool bf16_acts = false;
   /// The layer options of this case (chunk 64 / rank, as the model sets it).
   Mamba3Options options() const {
     Mamba3Options opt;
@@ -35,7 +38,7 @@ struct Case {
            std::to_string(P) + " N=" + std::to_string(N) + " G=" + std::to_string(G) + " R=" + std::to_string(R) +
            " S=" + std::to_string(S) + (norm ? " outproj_norm" : "") + (heavy_tail ? " heavy_tail" : "") +
            " A_floor=" + std::to_string(A_floor) + " dt_bias in [" + std::to_string(bias_lo) + ", " +
-           std::to_string(bias_hi) + ")" + (bf16 ? " bf16 products" : "");
+           std::to_string(bias_hi) + ")" + (bf16 ? " bf16 products" : "") + (bf16_acts ? " bf16 activations" : "");
   }
 };
 

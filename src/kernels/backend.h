@@ -338,10 +338,17 @@ class Backend {
   struct Mamba3Params {
     Tensor dt_bias, B_bias, C_bias, B_norm, C_norm, D, mimo_x, mimo_z, mimo_o, norm;
   };
+  /// Whether this backend's Mamba-3 op (mamba3_fwd / mamba3_bwd / mamba3_decode) takes bf16 activations x, z, dout
+  /// and writes bf16 out, dx, dz at the layer's compute dtype `compute` (with bc, raw, dbc, draw, the parameters and
+  /// the carry in the master dtype f32), so that the layer keeps them in bf16: in_proj writes z, x in bf16 and
+  /// out_proj reads out as it is. Default false (the CPU backend); CUDA: true for compute bf16 (its chunked op then
+  /// needs opt.bf16_products, which the layer sets for bf16 compute).
+  virtual bool mamba3_bf16_activations(DType /*compute*/) const { return false; }
   /// The Mamba-3 layer between in_proj and out_proj (§4.3.1–4.3.4, chunked core §4.4, zero initial state):
   /// x, z, out [B, T, H P]; bc [B, T, 2 R G N] ([B | C], column r G N + g N + n); raw [B, T, 3 H + S]
   /// ([dd_dt | dd_A | trap | angles]). H = x's width / opt.head_dim, N from bc's width, S from raw's width;
-  /// all tensors in one dtype. Throws llmt::Error for inconsistent shapes.
+  /// all tensors in one dtype, except that x, z, out (and in the backward dout, dx, dz) may be bf16 with everything
+  /// else f32 where mamba3_bf16_activations. Throws llmt::Error for inconsistent shapes or dtypes.
   /// saved: default-constructed (none), or [mamba3_saved_numel] in x's dtype, kept by the layer from this forward
   /// to the mamba3_bwd of the same inputs (model.mamba3.save_states): the forward writes the intermediates the
   /// backward would otherwise recompute there, and the backward given the same tensor reads them (CUDA: the
@@ -454,7 +461,7 @@ class Backend {
     Tensor state, k_prev, v_prev, phase;
   };
   /// mamba3_fwd continuing from `carry` by the recurrence (cpu::mamba3_layer_step; no chunked form with a
-  /// carried state yet): the same tensors.
+  /// carried state yet): the same tensors (x, z, out bf16 where mamba3_bf16_activations; the carry in bc's dtype).
   virtual void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
                              const Mamba3Params& params, const Mamba3Options& opt, const Mamba3Carry& carry,
                              const Tensor& out);

@@ -198,10 +198,12 @@ inline cpu::Mamba2Dims mamba2_dims(const Tensor& xbc, const Tensor& dt_raw, cons
   return {B, T, H, head_dim, rest / (2 * n_groups), n_groups};
 }
 
-/// The Mamba-3 layer sizes of mamba3_fwd/bwd's tensors (backend.h), after checking their shapes and dtypes.
+/// The Mamba-3 layer sizes of mamba3_fwd/bwd's tensors (backend.h), after checking their shapes and dtypes: bc, raw
+/// and the parameters in one dtype; x, z and out in one dtype, bc's, or with bf16_activations (a backend taking them:
+/// Backend::mamba3_bf16_activations) also bf16 where bc is f32.
 inline cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
                                         const Backend::Mamba3Params& p, const Mamba3Options& opt,
-                                        const Tensor& out, const char* op) {
+                                        const Tensor& out, const char* op, bool bf16_activations = false) {
   check(x.ndim == 3 && bc.ndim == 3 && raw.ndim == 3 && opt.head_dim > 0 && opt.n_groups > 0 && opt.rank > 0 &&
             x.shape[2] % opt.head_dim == 0,
         "{}: x {} bc {} raw {} (head_dim {})", op, x.shape_str(), bc.shape_str(), raw.shape_str(), opt.head_dim);
@@ -212,10 +214,14 @@ inline cpu::Mamba3LayerDims mamba3_dims(const Tensor& x, const Tensor& z, const 
         "{}: bc {} must be [B, T, 2 R G N] and raw {} [B, T, 3 H + S] for x {} (H = {}, R = {}, G = {})", op,
         bc.shape_str(), raw.shape_str(), x.shape_str(), H, R, opt.n_groups);
   for (const Tensor* t : {&z, &out}) check_same(x, *t, op);
-  check(bc.dtype == x.dtype && raw.dtype == x.dtype, "{}: x, bc and raw must share one dtype", op);
+  check(raw.dtype == bc.dtype &&
+            (x.dtype == bc.dtype || (bf16_activations && x.dtype == DType::bf16 && bc.dtype == DType::f32)),
+        "{}: bc and raw must share one dtype, and x, z, out have it{} (x {}, bc {}, raw {})", op,
+        bf16_activations ? " or be bf16 with f32 bc" : "", dtype_name(x.dtype), dtype_name(bc.dtype),
+        dtype_name(raw.dtype));
   const auto param = [&](const Tensor& t, int64_t n, const char* name, bool present) {
-    check(present ? t.data != nullptr && t.numel() == n && t.dtype == x.dtype : t.data == nullptr,
-          "{}: {} must be {} of {} elements in {}", op, name, present ? "given" : "absent", n, dtype_name(x.dtype));
+    check(present ? t.data != nullptr && t.numel() == n && t.dtype == bc.dtype : t.data == nullptr,
+          "{}: {} must be {} of {} elements in {}", op, name, present ? "given" : "absent", n, dtype_name(bc.dtype));
   };
   param(p.dt_bias, H, "dt_bias", true);
   param(p.D, H, "D", true);
@@ -281,7 +287,7 @@ inline DeltaCoreDims delta_decode_dims(const Tensor& q, const Tensor& v, const T
   return d;
 }
 
-/// mamba3_decode's carry for the layer sizes d, in x's dtype.
+/// mamba3_decode's carry for the layer sizes d, in `dtype` (bc's: the master dtype).
 inline void check_mamba3_carry(const Backend::Mamba3Carry& carry, const cpu::Mamba3LayerDims& d, DType dtype) {
   const int64_t BH = d.batch * d.heads;
   const char* op = "mamba3_decode";

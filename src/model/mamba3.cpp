@@ -87,12 +87,13 @@ void Mamba3Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
   batch_ = batch;
   seq_len_ = seq_len;
   const int64_t rows = batch * seq_len;
-  const DType dt = store_.dtype();
-  for (Tensor* t : {&z_, &xs_, &o_}) *t = saved.take(dt, {rows, inner_});
+  const DType dt = store_.dtype(), act = act_dtype();
+  for (Tensor* t : {&z_, &xs_, &o_}) *t = saved.take(act, {rows, inner_});
   bc_ = saved.take(dt, {rows, bc_dim_});
   raw_ = saved.take(dt, {rows, raw_dim_});
-  // As Mamba2Mixer: activations in the master dtype; the output meeting out_proj also in the compute dtype.
-  o_c_ = store_.compute_dtype() != dt ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
+  // bc_, raw_ in the master dtype; z_, xs_, o_ in the compute dtype where the backend's op takes them so (in_proj
+  // writes them, out_proj reads o_ directly), else in the master dtype with o_ also in the compute dtype for out_proj.
+  o_c_ = store_.compute_dtype() != act ? saved.take(store_.compute_dtype(), {rows, inner_}) : Tensor();
   const int64_t kept =
       c_.save_states
           ? store_.backend().mamba3_saved_numel(batch, seq_len, heads_, c_.d_state, c_.num_angles(), layer_options())
@@ -102,12 +103,14 @@ void Mamba3Mixer::plan(int64_t batch, int64_t seq_len, ScratchCarver& saved) {
 
 void Mamba3Mixer::bind_scratch(ScratchCarver& s) {
   const int64_t rows = batch_ * seq_len_;
-  const DType dt = store_.dtype();
-  for (Tensor* t : {&do_, &dz_, &dxs_}) *t = s.take(dt, {rows, inner_});
+  const DType dt = store_.dtype(), act = act_dtype(), compute = store_.compute_dtype();
+  for (Tensor* t : {&do_, &dz_, &dxs_}) *t = s.take(act, {rows, inner_});
   dbc_ = s.take(dt, {rows, bc_dim_});
   draw_ = s.take(dt, {rows, raw_dim_});
-  if (store_.compute_dtype() != dt)
-    cvt_ = s.take(store_.compute_dtype(), {rows * std::max({inner_, bc_dim_, raw_dim_})});
+  // The gradients rounded to the compute dtype for in_proj's backward: dbc_, draw_, and dz_, dxs_ unless the op wrote
+  // them in it.
+  if (compute != dt)
+    cvt_ = s.take(compute, {rows * std::max({act != compute ? inner_ : int64_t{0}, bc_dim_, raw_dim_})});
 }
 
 void Mamba3Mixer::forward(const Tensor& x, const Tensor& y) { mix(x, y, nullptr); }
@@ -121,6 +124,10 @@ MixerState Mamba3Mixer::decode_state(int64_t batch, int64_t) const {
                     {batch, heads_, R, c_.d_state}, {batch, heads_, R, c_.head_dim}, {batch, heads_, c_.num_angles()}})
     s.add(store_.backend(), store_.dtype(), dims);
   return s;
+}
+
+DType Mamba3Mixer::act_dtype() const {
+  return store_.backend().mamba3_bf16_activations(store_.compute_dtype()) ? store_.compute_dtype() : store_.dtype();
 }
 
 Mamba3Options Mamba3Mixer::layer_options() const {

@@ -41,6 +41,10 @@ class Mamba3Mixer : public Mixer {
   Backend::Mamba3Params params(bool grads) const;
   /// opt_ for the store's compute dtype: bf16 products in the CUDA core for bf16 (Mamba3Options::bf16_products).
   Mamba3Options layer_options() const;
+  /// The dtype of the layer op's activations x, z, out and dout, dx, dz: the compute dtype where the backend takes
+  /// them so (Backend::mamba3_bf16_activations: CUDA with bf16 compute; in_proj then writes z, x in it and out_proj
+  /// reads out as it is), else the master dtype.
+  DType act_dtype() const;
 
   ParamStore& store_;
   const Mamba3Config c_;
@@ -49,11 +53,12 @@ class Mamba3Mixer : public Mixer {
   int w_in_, dt_bias_, B_bias_, C_bias_, B_norm_, C_norm_, D_, mimo_x_ = -1, mimo_z_ = -1, mimo_o_ = -1, norm_ = -1,
       w_out_;
   int64_t batch_ = 0, seq_len_ = 0;
-  Tensor z_, xs_, bc_, raw_, o_;  // in_proj parts and the layer op's output (saved, carved by plan)
+  Tensor z_, xs_, bc_, raw_, o_;  // in_proj parts and the layer op's output (saved, carved by plan; z_, xs_, o_ in
+                                  // act_dtype, bc_, raw_ in the master dtype)
   Tensor kept_;                   // the layer op's saved forward intermediates (save_states; else none)
-  Tensor o_c_;                    // o_ in the compute dtype (only when that differs)
-  Tensor cvt_;                         // scratch for gradients rounded to the compute dtype (ditto)
-  Tensor do_, dz_, dxs_, dbc_, draw_;  // backward temporaries (shared scratch)
+  Tensor o_c_;                    // o_ in the compute dtype (only when act_dtype differs from it)
+  Tensor cvt_;                         // scratch for gradients rounded to the compute dtype (when the master differs)
+  Tensor do_, dz_, dxs_, dbc_, draw_;  // backward temporaries (shared scratch; do_, dz_, dxs_ in act_dtype)
 };
 
 }  // namespace llmt

@@ -2,14 +2,18 @@
 // CPU emulator (cuda_emu.h) through its own launchers (mamba3_fwd, mamba3_bwd), no GPU: the forward, then the
 // backward recomputing the core's forward, then the forward writing the saved set (model.mamba3.save_states) and the
 // backward reading it; small shapes with a ragged last chunk (T not a multiple of 64 / R), SISO and MIMO (R = 2, 4),
-// with and without the output norm, one and two B/C groups, bf16 products (the tensor-core kernels) and fp32. Every output (out, dx, dz,
-// dbc, draw and every parameter gradient) must be
+// with and without the output norm, one and two B/C groups, bf16 products (the tensor-core kernels) and fp32, and
+// bf16 activations (x, z, dout in, out, dx, dz out: ops.cuh mamba3_fwd<__nv_bfloat16>, with bf16 products). Every
+// output (out, dx, dz, dbc, draw and every parameter gradient) must be
 // (a) finite and bit-identical under every schedule and cp.async mode of the emulator (a race, a missing barrier
 //     or a missing cp.async wait changes bits under some schedule or mode);
 // (b) bit-identical between the backward that recomputes the core's forward and the one reading the saved set;
 // (c) within the GPU test's tolerance of the CPU reference (cpu::mamba3_layer_fwd / bwd, double arithmetic):
 //     kTol with fp32 products, 2e-2 with bf16 products, d dt_bias then against the root-sum-square of its per-token
-//     terms (tests/cuda_mamba3_test.cpp check_mamba3).
+//     terms (tests/cuda_mamba3_test.cpp check_mamba3);
+// (d) with bf16 activations (inputs x, z, dout rounded to bf16 first, on both sides): out, dx, dz the fp32-activation
+//     run's on the same rounded values, rounded to bf16, and every other output bit-identical to it (the kernels
+//     read the bf16 values as the fp32 ones and round the fp32 results once on their store).
 // Run with `ctest -L emu`; docs/ARCHITECTURE.md (Verification) says what this can and cannot catch.
 #include <catch2/catch.hpp>
 
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../cuda_test_host.h"
@@ -84,15 +89,38 @@ std::vector<std::string> output_names(const Inputs& in) {
   return n;
 }
 
+/// An output of element type A (float or __nv_bfloat16) of n elements: a Buffer filled with 0xff bytes (NaN), read back
+/// as floats.
+template <typename A>
+struct Output {
+  Buffer b;
+  size_t n;
+  explicit Output(size_t count) : b(std::is_same_v<A, float> ? count : count / 2 + 1), n(count) {}
+  A* get() const { return reinterpret_cast<A*>(b.get()); }
+  std::vector<float> host() const {
+    if constexpr (std::is_same_v<A, float>) {
+      return b.host();
+    } else {
+      std::vector<float> x(n);
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(b.get());
+      for (size_t i = 0; i < n; ++i) x[i] = bf16_value(h[i]);
+      return x;
+    }
+  }
+};
+
 /// out, dx, dz, dbc, draw, the parameter gradients: the forward and the backward in the emulator under `cfg`,
 /// with the saved set (saved: the forward writes it, the backward reads it) or without (the backward recomputes
-/// the core's forward); overwritten outputs and the scratch start as NaN.
+/// the core's forward); overwritten outputs and the scratch start as NaN. A: the activations' element type (x, z,
+/// dout as Input<A>: bf16 ones hold in's values rounded; out, dx, dz written in A).
+template <typename A = float>
 std::vector<std::vector<float>> run_emulated(const Case& c, const Inputs& in, bool saved, emu::Config cfg) {
   namespace cu = llmt::cuda;
   emu::config = cfg;
   const llmt::cpu::Mamba3LayerDims d = dims(c);
   const llmt::Mamba3Options opt = c.options();
-  const Buffer x(in.x), z(in.z), bc(in.bc), raw(in.raw), dout(in.dout);
+  const Input<A> x(in.x), z(in.z), dout(in.dout);
+  const Buffer bc(in.bc), raw(in.raw);
   std::vector<Buffer> prm, grd;
   for (const auto& p : in.params) prm.emplace_back(p);
   for (const auto& g : in.grads) grd.emplace_back(g);
@@ -111,12 +139,13 @@ std::vector<std::vector<float>> run_emulated(const Case& c, const Inputs& in, bo
   Buffer scratch(scratch_bytes / 4 + 1);
   Buffer keep(saved ? cu::mamba3_saved_bytes(d, opt) / 4 + 1 : 1);
   float* kept = saved ? keep.get() : nullptr;
-  const Buffer out(in.x.size());
-  cu::mamba3_fwd(x.get(), z.get(), bc.get(), raw.get(), P, d, opt, out.get(), kept, scratch.get(), nullptr);
+  const Output<A> out(in.x.size());
+  cu::mamba3_fwd<A>(x.get(), z.get(), bc.get(), raw.get(), P, d, opt, out.get(), kept, scratch.get(), nullptr);
   std::memset(scratch.get(), 0xff, scratch.n * 4);
-  const Buffer dx(in.x.size()), dz(in.z.size()), dbc(in.bc.size()), draw(in.raw.size());
-  cu::mamba3_bwd(dout.get(), x.get(), z.get(), bc.get(), raw.get(), kept, P, d, opt, dx.get(), dz.get(), dbc.get(),
-                 draw.get(), Gr, scratch.get(), nullptr);
+  const Output<A> dx(in.x.size()), dz(in.z.size());
+  const Buffer dbc(in.bc.size()), draw(in.raw.size());
+  cu::mamba3_bwd<A>(dout.get(), x.get(), z.get(), bc.get(), raw.get(), kept, P, d, opt, dx.get(), dz.get(),
+                    dbc.get(), draw.get(), Gr, scratch.get(), nullptr);
   std::vector<std::vector<float>> o = {out.host(), dx.host(), dz.host(), dbc.host(), draw.host()};
   for (const Buffer& g : grd) o.push_back(g.host());
   return o;
@@ -154,20 +183,34 @@ std::vector<std::vector<float>> run_cpu(const Case& c, const Inputs& in) {
   return o;
 }
 
-/// Checks (a)-(c) for sizes B..S, the output norm, bf16 products and the inputs' seed.
+/// Checks (a)-(c) for sizes B..S, the output norm, bf16 products and the inputs' seed; with bf16_acts (bf16 products
+/// only) the activations in bf16 and (d).
 void check_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t G, int64_t R, int64_t S, bool norm,
-                bool bf16, uint64_t seed) {
+                bool bf16, uint64_t seed, bool bf16_acts = false) {
   Case c{B, T, H, P, N, G, R, S, norm};
   c.bf16 = bf16;
   c.seed = seed;
-  INFO(c.tag());
-  const Inputs in(c);
+  INFO(c.tag() << (bf16_acts ? " bf16 activations" : ""));
+  Inputs in(c);
+  if (bf16_acts)
+    for (std::vector<float>* v : {&in.x, &in.z, &in.dout}) *v = round_bf16(*v);
   const std::vector<std::string> names = output_names(in);
-  const auto first = outputs_under_every_config([&](emu::Config cfg) { return run_emulated(c, in, false, cfg); },
-                                                names.size(), [&](size_t i) { return names[i]; });
+  const auto run = [&](bool saved, emu::Config cfg) {
+    return bf16_acts ? run_emulated<__nv_bfloat16>(c, in, saved, cfg) : run_emulated<float>(c, in, saved, cfg);
+  };
+  const auto first = outputs_under_every_config([&](emu::Config cfg) { return run(false, cfg); }, names.size(),
+                                                [&](size_t i) { return names[i]; });
+  if (bf16_acts) {
+    INFO("bf16 activations against fp32 ones holding the same values (out, dx, dz: rounded)");
+    const auto f32 = run_emulated<float>(c, in, false, kConfigs[0]);
+    for (size_t i = 0; i < names.size(); ++i) {
+      INFO(names[i]);
+      CHECK(first_difference(first[i], i < 3 ? round_bf16(f32[i]) : f32[i]) == -1);
+    }
+  }
   {
     INFO("the backward reading the saved set against the one recomputing the core's forward");
-    const auto with_saved = run_emulated(c, in, true, kConfigs[0]);
+    const auto with_saved = run(true, kConfigs[0]);
     for (size_t i = 0; i < names.size(); ++i) {
       INFO(names[i]);
       CHECK(first_difference(first[i], with_saved[i]) == -1);
@@ -236,4 +279,15 @@ TEST_CASE("cuda emu: Mamba-3 MIMO (R = 2, 4), fp32 and bf16 products, ragged las
   check_case(1, 20, 2, 32, 32, 1, 4, 8, true, true, 4);
   check_case(1, 25, 3, 24, 12, 1, 2, 6, true, true, 12);  // bf16 with N % 8 = 4: q, k rows without 16-byte pieces
   check_case(1, 20, 2, 6, 8, 1, 2, 2, true, false, 15);     // P = 6: the gate kernels one channel per thread
+}
+
+TEST_CASE("cuda emu: Mamba-3 bf16 activations (bf16 products), SISO and MIMO, against fp32 activations of the same "
+          "values",
+          "[emu][mamba3]") {
+  // SISO at the benchmark's P = 64, N = 128: the bf16 x rows staged by cp.async into the state scan and copied into
+  // the core's V tiles, dx stored as bf16 pairs; P = 10: the x rows not 16-byte aligned (loaded element-wise), the
+  // gate one channel per thread; MIMO: up_kernel and dx_kernel on bf16 x, dx.
+  check_case(1, 130, 1, 64, 128, 1, 1, 8, true, true, 30, true);
+  check_case(1, 70, 2, 10, 16, 1, 1, 4, false, true, 31, true);
+  check_case(1, 20, 2, 32, 32, 1, 4, 8, true, true, 32, true);
 }

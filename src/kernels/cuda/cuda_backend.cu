@@ -612,6 +612,7 @@ class CudaBackend final : public Backend {
     });
   }
   bool mamba2_bf16_inputs(DType compute) const override { return compute == DType::bf16; }
+  bool mamba3_bf16_activations(DType compute) const override { return compute == DType::bf16; }
   int64_t mamba2_saved_numel(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, int64_t d_state,
                              DType compute) const override {
     int64_t n = 0;
@@ -670,29 +671,41 @@ class CudaBackend final : public Backend {
                              const Mamba3Options& opt) const override {
     return mamba3_saved_floats({batch, seq_len, heads, opt.head_dim, d_state, opt.n_groups, opt.rank, angles}, opt);
   }
+  // x, z, out (dout, dx, dz) f32, or bf16 (mamba3_bf16_activations; dispatch on x's dtype, mamba3_dims checks the
+  // others against it); bc, raw, the parameters and the saved set f32.
   void mamba3_fwd(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
                   const Mamba3Options& opt, const Tensor& out, const Tensor& saved) override {
     const char* op = "mamba3_fwd";
-    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op, true);
     float* sv = mamba3_saved(saved, d, opt, op);
-    cuda::mamba3_fwd(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, f32(out, op),
-                     sv, scratch(mamba3_fwd_scratch_bytes(d, opt, sv != nullptr)), stream_);
+    const float *b = f32(bc, op), *r = f32(raw, op);
+    dispatch(x, op, [&](auto zero) {
+      using A = decltype(zero);
+      cuda::mamba3_fwd<A>(ptr<const A>(x), ptr<const A>(z), b, r, mamba3_ptrs(params, op), d, opt, ptr<A>(out), sv,
+                          scratch(mamba3_fwd_scratch_bytes(d, opt, sv != nullptr)), stream_);
+    });
   }
   void mamba3_bwd(const Tensor& dout, const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw,
                   const Tensor& saved, const Mamba3Params& params, const Mamba3Options& opt, const Tensor& dx,
                   const Tensor& dz, const Tensor& dbc, const Tensor& draw, const Mamba3Params& dparams) override {
     const char* op = "mamba3_bwd";
-    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, op);
-    mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)");
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, dout, op, true);
+    mamba3_dims(dx, dz, dbc, draw, dparams, opt, dout, "mamba3_bwd (gradients)", true);
+    check(bc.dtype == dbc.dtype, "{}: bc and dbc dtype mismatch ({} vs {})", op, dtype_name(bc.dtype),
+          dtype_name(dbc.dtype));
     const Mamba3Ptrs p = mamba3_ptrs(params, op);
     const float* sv = mamba3_saved(saved, d, opt, op);
     const auto g = [&](const Tensor& t) { return t.data ? f32(t, op) : nullptr; };
     const Mamba3GradPtrs gp{g(dparams.dt_bias), g(dparams.B_bias), g(dparams.C_bias), g(dparams.B_norm),
                             g(dparams.C_norm),  g(dparams.D),      g(dparams.mimo_x), g(dparams.mimo_z),
                             g(dparams.mimo_o),  g(dparams.norm)};
-    cuda::mamba3_bwd(f32(dout, op), f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), sv, p, d, opt, f32(dx, op),
-                     f32(dz, op), f32(dbc, op), f32(draw, op), gp,
-                     scratch(mamba3_bwd_scratch_bytes(d, opt, sv != nullptr)), stream_);
+    const float *b = f32(bc, op), *r = f32(raw, op);
+    float *db = f32(dbc, op), *dr = f32(draw, op);
+    dispatch(x, op, [&](auto zero) {
+      using A = decltype(zero);
+      cuda::mamba3_bwd<A>(ptr<const A>(dout), ptr<const A>(x), ptr<const A>(z), b, r, sv, p, d, opt, ptr<A>(dx),
+                          ptr<A>(dz), db, dr, gp, scratch(mamba3_bwd_scratch_bytes(d, opt, sv != nullptr)), stream_);
+    });
   }
   void l2norm_fwd(const Tensor& x, int64_t dim, double eps, double scale, const Tensor& y,
                   const Tensor& rinv) override {
@@ -1129,12 +1142,16 @@ class CudaBackend final : public Backend {
   void mamba3_decode(const Tensor& x, const Tensor& z, const Tensor& bc, const Tensor& raw, const Mamba3Params& params,
                      const Mamba3Options& opt, const Mamba3Carry& carry, const Tensor& out) override {
     const char* op = "mamba3_decode";
-    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op);
-    check_mamba3_carry(carry, d, x.dtype);
+    const cpu::Mamba3LayerDims d = mamba3_dims(x, z, bc, raw, params, opt, out, op, true);
+    check_mamba3_carry(carry, d, bc.dtype);
     const cuda::Mamba3CarryPtrs c{f32(carry.state, op), f32(carry.k_prev, op), f32(carry.v_prev, op),
                                   carry.phase.numel() ? f32(carry.phase, op) : nullptr};
-    cuda::mamba3_decode(f32(x, op), f32(z, op), f32(bc, op), f32(raw, op), mamba3_ptrs(params, op), d, opt, c,
-                        f32(out, op), scratch(mamba3_fwd_scratch_bytes(d, opt, false)), stream_);
+    const float *b = f32(bc, op), *r = f32(raw, op);
+    dispatch(x, op, [&](auto zero) {  // x, z, out f32 or bf16 (mamba3_bf16_activations)
+      using A = decltype(zero);
+      cuda::mamba3_decode<A>(ptr<const A>(x), ptr<const A>(z), b, r, mamba3_ptrs(params, op), d, opt, c, ptr<A>(out),
+                             scratch(mamba3_fwd_scratch_bytes(d, opt, false)), stream_);
+    });
   }
 
  private:

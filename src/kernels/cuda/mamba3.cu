@@ -4,6 +4,8 @@
 // backward recomputes the prep, and the core's forward, unless the forward saved its G, chunk-entering states and y,
 // BCNorm's n̂_B, n̂_C, 1 / RMS, φ and q, k (`saved`, model.mamba3.save_states): then the same kernels' values are
 // read instead of computed twice (the per-token scalars, θ and MIMO's v are still recomputed).
+#include <type_traits>
+
 #include "kernels/cuda/mamba3.cuh"
 
 namespace llmt::cuda {
@@ -100,12 +102,18 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_b
 }
 
 // The entry points' common start: s = the layer's sizes, checked against the kernels' limits, and the pointer set
-// checked against the rank and options (throws naming the mismatch); then, when there is work (E > 0), the scratch
-// carved into buf for the forward or the backward (the saved set in `saved` when given), and for SISO v = x and
-// (backward) dv = dx: the core reads x and writes dx itself; with bf16 products (chunked: not decoding) the states,
-// y, q, k, the gradient dy and the adjoint states in bf16 (carve). Returns false when there is nothing to compute.
-bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const float* x,
-           float* dx, const float* saved, void* scratch, bool chunked, Sizes& s, Buffers& buf) {
+// checked against the rank and options (throws naming the mismatch; bf16 activations A in the chunked op only with
+// bf16 products: the fp32 core reads fp32 v); then, when there is work (E > 0), the scratch carved into buf for the
+// forward or the backward (the saved set in `saved` when given), and for SISO v = x and (backward) dv = dx (buf.v,
+// buf.dv; bf16 A: buf.vh, buf.dvh): the core reads x and writes dx itself; with bf16 products (chunked: not
+// decoding) the states, y, q, k, the gradient dy and the adjoint states in bf16 (carve). Returns false when there
+// is nothing to compute.
+template <typename A>
+bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const A* x, A* dx,
+           const float* saved, void* scratch, bool chunked, const char* op, Sizes& s, Buffers& buf) {
+  constexpr bool kBf16 = std::is_same_v<A, __nv_bfloat16>;
+  check(!kBf16 || !chunked || opt.bf16_products,
+        "{} (cuda): bf16 activations (x, z, out, dout, dx, dz) need bf16 products (Mamba3Options::bf16_products)", op);
   s = m3::make_sizes(dims);
   check(s.G >= 1 && s.H % s.G == 0, "mamba3: n_groups ({}) must divide the number of heads ({})", s.G, s.H);
   check(s.S >= 0 && 2 * s.S <= s.N && (s.R == 1 || s.N % 2 == 0), "mamba3: {} rotation angles do not fit d_state {}",
@@ -121,8 +129,13 @@ bool begin(const Mamba3Ptrs& p, const cpu::Mamba3LayerDims& dims, const Mamba3Op
   const bool half = chunked && opt.bf16_products;
   carve(s, dx != nullptr, saved != nullptr, half, const_cast<float*>(saved), scratch, &buf);
   if (s.R == 1) {
-    buf.v = const_cast<float*>(x);
-    buf.dv = dx;
+    if constexpr (kBf16) {
+      buf.vh = const_cast<__nv_bfloat16*>(x);
+      buf.dvh = dx;
+    } else {
+      buf.v = const_cast<float*>(x);
+      buf.dv = dx;
+    }
   }
   return true;
 }
@@ -246,37 +259,39 @@ size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Op
   return carve(m3::make_sizes(dims), true, saved, opt.bf16_products, nullptr, nullptr, nullptr);
 }
 
-void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
-                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, float* saved, void* scratch,
+template <typename A>
+void mamba3_fwd(const A* x, const A* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, A* out, float* saved, void* scratch,
                 cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, nullptr, saved, scratch, true, s, buf)) return;
+  if (!begin<A>(params, dims, opt, x, nullptr, saved, scratch, true, "mamba3_fwd", s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream);
   m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
   m3::gate_fwd(z, p, s, opt, buf, out, stream);
 }
 
-void mamba3_decode(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
-                   const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, float* out,
+template <typename A>
+void mamba3_decode(const A* x, const A* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                   const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, A* out,
                    void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, nullptr, nullptr, scratch, false, s, buf)) return;
+  if (!begin<A>(params, dims, opt, x, nullptr, nullptr, scratch, false, "mamba3_decode", s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, carry.phase);
   m3::step_fwd(p.D, s, buf, carry.state, carry.k_prev, carry.v_prev, carry.phase, stream);
   m3::gate_fwd(z, p, s, opt, buf, out, stream);
 }
 
-void mamba3_bwd(const float* dout, const float* x, const float* z, const float* bc, const float* raw,
-                const float* saved, const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims,
-                const Mamba3Options& opt, float* dx, float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads,
-                void* scratch, cudaStream_t stream) {
+template <typename A>
+void mamba3_bwd(const A* dout, const A* x, const A* z, const float* bc, const float* raw, const float* saved,
+                const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, A* dx, A* dz,
+                float* dbc, float* draw, const Mamba3GradPtrs& grads, void* scratch, cudaStream_t stream) {
   Sizes s;
   Buffers buf;
-  if (!begin(params, dims, opt, x, dx, saved, scratch, true, s, buf)) return;
+  if (!begin<A>(params, dims, opt, x, dx, saved, scratch, true, "mamba3_bwd", s, buf)) return;
   const Mamba3Ptrs& p = params;
   m3::prep_fwd(x, bc, raw, p, s, opt, buf, stream, nullptr, saved != nullptr);
   if (saved == nullptr) m3::core_fwd(p.D, s, buf, opt.bf16_products, stream);
@@ -285,5 +300,18 @@ void mamba3_bwd(const float* dout, const float* x, const float* z, const float* 
   m3::up_bwd(x, p, s, buf, dx, grads, stream);
   m3::prep_bwd(raw, p, s, opt, buf, dbc, draw, grads, stream);
 }
+
+#define LLMT_MAMBA3_INSTANTIATE(A)                                                                                  \
+  template void mamba3_fwd<A>(const A*, const A*, const float*, const float*, const Mamba3Ptrs&,                    \
+                              const cpu::Mamba3LayerDims&, const Mamba3Options&, A*, float*, void*, cudaStream_t);  \
+  template void mamba3_decode<A>(const A*, const A*, const float*, const float*, const Mamba3Ptrs&,                 \
+                                 const cpu::Mamba3LayerDims&, const Mamba3Options&, const Mamba3CarryPtrs&, A*,     \
+                                 void*, cudaStream_t);                                                              \
+  template void mamba3_bwd<A>(const A*, const A*, const A*, const float*, const float*, const float*,               \
+                              const Mamba3Ptrs&, const cpu::Mamba3LayerDims&, const Mamba3Options&, A*, A*, float*, \
+                              float*, const Mamba3GradPtrs&, void*, cudaStream_t);
+LLMT_MAMBA3_INSTANTIATE(float)
+LLMT_MAMBA3_INSTANTIATE(__nv_bfloat16)
+#undef LLMT_MAMBA3_INSTANTIATE
 
 }  // namespace llmt::cuda

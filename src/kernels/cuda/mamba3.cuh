@@ -30,11 +30,11 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// A, clamped (1 where the A_floor clamp is active), a = A Δ, gam = γ, eps = ε, sig = σ (γ_t + ε_{t+1}) [E];
 /// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised
 /// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
-/// q, k [E R N]; v, y [E R P] (SISO: v is the input x itself); rs (output-norm reciprocal RMS) [E R]; G (chunk-local
+/// q, k [E R N]; v, y [E R P] (SISO: v is the input x itself: v, or vh with bf16 activations); rs (output-norm reciprocal RMS) [E R]; G (chunk-local
 /// cumsum of a, double) [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states, y, nb, ncn,
 /// rb, rc, phi, q and k (the saved set) lie in the caller's `saved` memory when mamba3_fwd / mamba3_bwd are given
 /// one (with bf16 products q, k there only as qh, kh, half the fp32 bytes), else in the scratch.
-/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself); dq, dk [E R N] (MIMO: then un-rotated in place); da,
+/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself: dv, or dvh with bf16 activations); dq, dk [E R N] (MIMO: then un-rotated in place); da,
 /// dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double)
 /// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
 /// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
@@ -46,11 +46,14 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// adjoint states to bf16 for their products anyway, and the gate, the v·dy, D dy and inter terms of the chunk
 /// gradients, <dS, S_in> and the dS_in scan read the rounded values. Otherwise (and decoding) all of them fp32, the
 /// bf16 pointers null.
+/// bf16 activations (ops.cuh mamba3_fwd<A> with A = __nv_bfloat16; SISO): vh, dvh are the bf16 input x and output dx
+/// as the core's v and dv (v, dv then null); the chunked core reads v only in its tensor-core kernels (bf16 products)
+/// and decoding as fp32 values. Otherwise (fp32 activations, and MIMO, whose v, dv are fp32 scratch) both null.
 struct Buffers {
   float *dt, *lam, *A, *clamped, *a, *gam, *eps, *sig, *phi, *nb, *ncn, *rb, *rc, *q, *k, *v, *y, *rs;
   double *dtd, *theta, *G;
   float* states;
-  __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h;
+  __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h, *vh, *dvh;
   float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
   double *dDp, *partial;
 };
@@ -82,12 +85,17 @@ void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream,
 void colsum(const float* in, int64_t rows, int64_t cols, int64_t ld, const Buffers& buf, float* out,
             cudaStream_t stream);
 
+// The functions below that take activations (x, z, out, dout, dx, dz [B, T, H P]) are templates on their element
+// type A (float or __nv_bfloat16: ops.cuh mamba3_fwd<A>), instantiated for both; the arithmetic is fp32 either way
+// and bf16 outputs are rounded to nearest even on their store.
+
 // mamba3_prep.cu
-/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x (MIMO; SISO's v is x). phase0:
+/// §4.3.1: scalars, phases, BCNorm, biased rotated q and k, v = x ∘ mimo_x (MIMO, fp32 v; SISO's v is x). phase0:
 /// [B, H, S], the phases carried into the first token (decoding, §4.6), or nullptr for 0. saved: buf's φ, n̂_B,
 /// n̂_C, rb, rc and q, k (or qh, kh) hold the forward's (the backward reading the saved set), not recomputed: only
-/// the per-token scalars, θ and v are.
-void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
+/// the per-token scalars, θ and v are. x: A (fp32 or bf16).
+template <typename A>
+void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
               const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0 = nullptr,
               bool saved = false);
 /// §4.5 steps 3–6 from buf.dq, dk, da, dgam, dsig: dbc, draw overwritten, the prep parameter gradients and
@@ -97,30 +105,37 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
 
 // mamba3_gate.cu
 /// §4.3.4: optional per-head RMSNorm_P of y (buf.y_h where set, else buf.y), the gate, the MIMO down-projection
-/// into out.
-void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
-              float* out, cudaStream_t stream);
+/// into out. z, out: A (fp32 or bf16).
+template <typename A>
+void gate_fwd(const A* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
+              A* out, cudaStream_t stream);
 /// §4.5 step 1: dy (into buf.dy_h, bf16, where set, else buf.dy) and dz from dout and y (as gate_fwd); the gate's
-/// parameter gradients accumulated into g.
-void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
-              const Buffers& buf, float* dz, const Mamba3GradPtrs& g, cudaStream_t stream);
-/// MIMO: dx = Σ_r dv ∘ mimo_x, dmimo_x accumulated (SISO: nothing to do, core_bwd wrote dv = dx).
-void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, float* dx,
-            const Mamba3GradPtrs& g, cudaStream_t stream);
+/// parameter gradients accumulated into g. dout, z, dz: A (fp32 or bf16).
+template <typename A>
+void gate_bwd(const A* dout, const A* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
+              const Buffers& buf, A* dz, const Mamba3GradPtrs& g, cudaStream_t stream);
+/// MIMO: dx = Σ_r dv ∘ mimo_x (dv fp32), dmimo_x accumulated (SISO: nothing to do, core_bwd wrote dv = dx). x, dx:
+/// A (fp32 or bf16).
+template <typename A>
+void up_bwd(const A* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, A* dx, const Mamba3GradPtrs& g,
+            cudaStream_t stream);
 
 // mamba3_core.cu
 /// Chunked core forward (§4.4): G, the entering states, y. bf16: Mamba3Options::bf16_products (mamba3_core.cu
-/// "Precision"; then the states and y in bf16: buf.states_h, buf.y_h).
+/// "Precision"; then the states and y in bf16: buf.states_h, buf.y_h). v: buf.vh (bf16; bf16 products only) where
+/// set, else buf.v.
 void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream);
 /// Chunked core backward (§4.5 step 2) after core_fwd, from dy (bf16: buf.dy_h): dq, dk (rotated, σ split
-/// included), dv, da, dgam (diagonal + dσ), dsig (dσ, for ε_{t+1}), dDp.
+/// included), dv (buf.dvh, bf16, where set: bf16 products only; else buf.dv), da, dgam (diagonal + dσ), dsig (dσ,
+/// for ε_{t+1}), dDp.
 void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream);
 /// Throws llmt::Error unless the core's shared memory and grids fit the device (with bf16: its kernels too).
 void core_check(const Sizes& s, bool bf16);
 
 // mamba3_decode.cu
 /// The recurrence of §4.6 over the prepped tokens (cpu::mamba3_layer_step's core), continuing `carry`:
-/// per token H = α H + ε α W_prev + γ W, y_r = H q_r + D v_r into buf.y; then k, v, φ are carried.
+/// per token H = α H + ε α W_prev + γ W, y_r = H q_r + D v_r into buf.y (v: buf.vh, bf16, where set, else buf.v;
+/// as fp32 values); then k, v, φ are carried (fp32).
 /// carry: state [B, H, P, N], k_prev [B, H, R, N], v_prev [B, H, R, P], phase [B, H, S] (null when S = 0).
 void step_fwd(const float* D, const Sizes& s, const Buffers& buf, float* state, float* k_prev, float* v_prev,
               float* phase, cudaStream_t stream);

@@ -18,6 +18,9 @@
 // other readers in the core), and so are the adjoint states (the backward's <dS, S_in> then reads the bf16 values
 // its products use) and y and dy (Buffers y_h, dy_h): the gate reads the rounded y, and the backward's fp32 uses of
 // dy (inter, v·dy, D dy) and the dS_in scan (which rounds e^{G_i} dy once more) read the rounded dy. Otherwise every product is exact fp32.
+// SISO's v and dv are the layer's x and dx: fp32, or with bf16 activations (Buffers vh, dvh; bf16 products only)
+// bf16, the tensor-core kernels templates on their type VT (v's bf16 rows copied into the operand tiles as they are,
+// the gathers reading the same values; dv rounded once on its store).
 #include <type_traits>
 
 #include "kernels/cuda/delta_chunk.cuh"
@@ -860,7 +863,8 @@ bool state_scan_staged(const UT* u, const __nv_bfloat16* w, const Sizes& s) {
 // outer_kernel and scan_kernel in one pass on the tensor cores (bf16 models): the block of one (b, h, P tile,
 // N tile) walks the chunks (backward: from the last) with the running state S (64 x 64 fp32, in registers):
 // out[b, h, c] = S, then S = e^{Γ_c} S + Σ_ρ bf16(w_i u_ρ) w_ρ^T (tile::Mma; the weights of outer_weight; w is
-// bf16 already). to_end (u = v, fp32, w = k): out = the states entering the chunks (O = bf16: rounded once); else
+// bf16 already). to_end (u = v, fp32 or, SISO with bf16 activations, bf16; w = k): out = the states entering the
+// chunks (O = bf16: rounded once); else
 // (u = dy, bf16, w = q): the adjoints of the states leaving them (O = float). The next chunk's rows are copied into
 // staging tiles by cp.async (u fp32: tile::stage_async, or bf16: stage_h_async; w bf16), and its G_i, Γ, σ_i
 // loaded into registers (thread i), during the current chunk's product; each chunk then puts its staged rows into
@@ -958,14 +962,15 @@ __global__ void __launch_bounds__(tile::kThreads, 4) state_scan_mma_kernel(const
 
 // fwd_out_kernel on the tensor cores (bf16 models): y_ρ[p] = e^{G_i} Σ_n q_ρ[n] S_in[p][n] + Σ_ρ' Sc[ρ][ρ'] v_ρ'[p]
 // + D v_ρ[p] with bf16 q, k, S_in (stored so), v and Sc (the masked, scaled scores of fwd_out_kernel, rounded
-// once), fp32 sums; D v in fp32; y stored in bf16 (rounded once, as column pairs where they are aligned). Every
+// once), fp32 sums; D v in fp32 (v of type VT: fp32, or bf16 with bf16 activations); y stored in bf16 (rounded once,
+// as column pairs where they are aligned). Every
 // operand load is in flight before anything waits (the token scalars into registers, q, k, S_in by cp.async:
 // ChunkOperands, the v rows). kR: R as a compile-time constant (1: SISO), or 0: s.R (ChunkRows). Grid (nc, H, B) of
 // tile::kThreads; dynamic shared memory fwd_out_mma_smem (72 KiB at P = 64, N = 128: three blocks per SM, which
 // __launch_bounds__ states, so that ptxas does not trade spills for a register count the shared memory rules out).
-template <int kR>
+template <int kR, typename VT>
 __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __nv_bfloat16* q,
-                                                                     const __nv_bfloat16* kk, const float* v,
+                                                                     const __nv_bfloat16* kk, const VT* v,
                                                                      const float* D, const double* G,
                                                                      const float* sig, const float* gam,
                                                                      const __nv_bfloat16* states, Sizes s,
@@ -1010,7 +1015,7 @@ __global__ void __launch_bounds__(tile::kThreads, 3) fwd_out_mma_kernel(const __
   float ei[4];  // e^{G_i} of the thread's rows (0 past nr)
 #pragma unroll
   for (int a = 0; a < 4; ++a) ei[a] = my.in(a) ? expf(static_cast<float>(Gs[my.tok(a)])) : 0.0f;
-  const float* vc = cr.base(v, P);
+  const VT* vc = cr.base(v, P);
   __nv_bfloat16* yc = cr.base(y, P);
   const bool pairs = pairs_ok(y, P), vpairs = pairs_ok(v, P);
   for (int pt = 0; pt < nP; ++pt) {
@@ -1191,13 +1196,14 @@ __device__ double swap_tiles_dot(__nv_bfloat16* dst, int nrt, int nct, int rows,
 // (v·dy beside Z: no loads of its own). <dS, S_in>: per-warp sums that warp 0 adds at the end in block_reduce's
 // order (no block-wide reduction in between). Five barriers. Grid (nc, H, B) of tile::kThreads,
 // two blocks per SM at P = 64, N = 128; dynamic shared memory bwd_mma_smem. kR: R as a compile-time constant (1:
-// SISO), or 0: s.R (ChunkRows).
-template <int kR>
+// SISO), or 0: s.R (ChunkRows). VT: the type of v and dv (fp32, or bf16 with bf16 activations: dv rounded once on its
+// store).
+template <int kR, typename VT>
 __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
-    const __nv_bfloat16* q, const __nv_bfloat16* kk, const float* v, const __nv_bfloat16* dy, const float* D,
+    const __nv_bfloat16* q, const __nv_bfloat16* kk, const VT* v, const __nv_bfloat16* dy, const float* D,
     const double* G, const float* sig, const float* gam, const __nv_bfloat16* states, const __nv_bfloat16* dstates,
     Sizes s,
-    float* dq, float* dk, float* dv, float* da, float* dgam, float* dsig, double* dDp) {
+    float* dq, float* dk, VT* dv, float* da, float* dgam, float* dsig, double* dDp) {
   extern __shared__ float smem[];  // (the dynamic shared memory starts 16-byte aligned)
   const int P = static_cast<int>(s.P), N = static_cast<int>(s.N), nP = (P + 63) / 64, nN = (N + 63) / 64;
   constexpr int kT = tile::kTileHalves;
@@ -1289,10 +1295,10 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
     put_row_parts(roww, red[kRowW]);
     put_col_parts(coly, red[kColY]);
   }
-  // v (fp32) and dy (bf16) as fp32 under the thread's accumulator entries of P tile pt (MmaRows::gather; the
+  // v (VT) and dy (bf16) as fp32 under the thread's accumulator entries of P tile pt (MmaRows::gather; the
   // chunk's rows at vc, dyc): dy for inter, then v and dy for Z, v·dy and D dy, each gathered ahead of the products
   // whose results it meets (inter's first tile before this barrier; D, for D dy, too).
-  const float* vc = cr.base(v, P);
+  const VT* vc = cr.base(v, P);
   const __nv_bfloat16* dyc = cr.base(dy, P);
   float vo[4][4], dyo[4][4];
   const bool pairs = pairs_ok(dq, N) && pairs_ok(dk, N) && pairs_ok(dv, P);  // (all or none: one flag)
@@ -1368,7 +1374,7 @@ __global__ void __launch_bounds__(tile::kThreads, 2) bwd_chunk_mma_kernel(
   }
   // dv per P tile, with the Z partials Σ_p v_ρ[p] (dS k_ρ)[p] and v·dy.
   {
-    float* dvc = cr.base(dv, P);
+    VT* dvc = cr.base(dv, P);
     double z[4] = {}, vdy[4] = {};
     for (int pt = 0; pt < nP; ++pt) {
       if (pt > 0) {
@@ -1465,8 +1471,8 @@ dim3 chunk_grid(const Sizes& s) {
 
 // The chunk states: to_end (u = v, w = k) the states entering each chunk (into buf.states), else (u = dy, w = q)
 // the adjoints of the states leaving each chunk (into buf.dstates). fp32: each chunk's contribution (outer_kernel),
-// then scan_kernel (u: buf.v or buf.dy; w: buf.k or buf.q); bf16 products: both in state_scan_mma_kernel (u: buf.v
-// or buf.dy_h; w: buf.kh or buf.qh; into buf.states_h or buf.dstates_h).
+// then scan_kernel (u: buf.v or buf.dy; w: buf.k or buf.q); bf16 products: both in state_scan_mma_kernel (u: buf.v,
+// or buf.vh with bf16 activations, or buf.dy_h; w: buf.kh or buf.qh; into buf.states_h or buf.dstates_h).
 void chunk_states(bool to_end, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   if (bf16) {
     const __nv_bfloat16* w = to_end ? buf.kh : buf.qh;
@@ -1481,7 +1487,9 @@ void chunk_states(bool to_end, const Sizes& s, const Buffers& buf, bool bf16, cu
                                                                                              s, to_end, o);
       LLMT_CUDA_CHECK_LAUNCH();
     };
-    if (to_end)
+    if (to_end && buf.vh != nullptr)
+      launch(static_cast<const __nv_bfloat16*>(buf.vh), buf.states_h);
+    else if (to_end)
       launch(static_cast<const float*>(buf.v), buf.states_h);
     else
       launch(static_cast<const __nv_bfloat16*>(buf.dy_h), buf.dstates_h);
@@ -1531,9 +1539,16 @@ void core_check(const Sizes& s, bool bf16) {
 void core_fwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
   forward_states(s, buf, bf16, stream);
   if (bf16) {
-    const auto kernel = s.R == 1 ? fwd_out_mma_kernel<1> : fwd_out_mma_kernel<0>;
-    kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, fwd_out_mma_smem(s)), stream>>>(
-        buf.qh, buf.kh, buf.v, D, buf.G, buf.sig, buf.gam, buf.states_h, s, buf.y_h);
+    const auto launch = [&](const auto* v) {  // v fp32 (buf.v) or bf16 (buf.vh: SISO with bf16 activations)
+      using V = std::remove_cv_t<std::remove_pointer_t<decltype(v)>>;
+      const auto kernel = s.R == 1 ? fwd_out_mma_kernel<1, V> : fwd_out_mma_kernel<0, V>;
+      kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, fwd_out_mma_smem(s)), stream>>>(
+          buf.qh, buf.kh, v, D, buf.G, buf.sig, buf.gam, buf.states_h, s, buf.y_h);
+    };
+    if (buf.vh != nullptr)
+      launch(static_cast<const __nv_bfloat16*>(buf.vh));
+    else
+      launch(static_cast<const float*>(buf.v));
   } else {
     fwd_out_kernel<<<chunk_grid(s), kCoreThreads, smem_for(fwd_out_kernel, out_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, D, buf.G, buf.sig, buf.gam, buf.states, s, buf.y);
@@ -1545,11 +1560,17 @@ void core_bwd(const float* D, const Sizes& s, const Buffers& buf, bool bf16, cud
   // Each chunk's dS_out from the dS_in contributions Σ_i e^{G_i} dy_ρ q_ρ^T.
   chunk_states(false, s, buf, bf16, stream);
   if (bf16) {
-    const auto kernel =
-        s.R == 1 ? bwd_chunk_mma_kernel<1> : bwd_chunk_mma_kernel<0>;
-    kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
-        buf.qh, buf.kh, buf.v, buf.dy_h, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, buf.dq, buf.dk,
-        buf.dv, buf.da, buf.dgam, buf.dsig, buf.dDp);
+    const auto launch = [&](const auto* v, auto* dv) {  // v, dv fp32 (buf.v, dv) or bf16 (buf.vh, dvh)
+      using V = std::remove_pointer_t<decltype(dv)>;
+      const auto kernel = s.R == 1 ? bwd_chunk_mma_kernel<1, V> : bwd_chunk_mma_kernel<0, V>;
+      kernel<<<chunk_grid(s), tile::kThreads, smem_for(kernel, bwd_mma_smem(s)), stream>>>(
+          buf.qh, buf.kh, v, buf.dy_h, D, buf.G, buf.sig, buf.gam, buf.states_h, buf.dstates_h, s, buf.dq, buf.dk, dv,
+          buf.da, buf.dgam, buf.dsig, buf.dDp);
+    };
+    if (buf.vh != nullptr)
+      launch(static_cast<const __nv_bfloat16*>(buf.vh), buf.dvh);
+    else
+      launch(static_cast<const float*>(buf.v), buf.dv);
   } else {
     bwd_chunk_kernel<<<chunk_grid(s), kBwdThreads, smem_for(bwd_chunk_kernel, bwd_smem(s)), stream>>>(
         buf.q, buf.k, buf.v, buf.dy, D, buf.G, buf.sig, buf.gam, buf.states, buf.dstates, s, buf.dq, buf.dk, buf.dv,

@@ -10,7 +10,8 @@ LLMT_CUDA_EMU_DYNAMIC_SMEM_OF(float, smem);  // the kernels' `extern __shared__ 
 #endif
 
 // One block per (b, h); the state [P, N] in global memory, element (p, n) owned by one thread; the carried and
-// the current k [R, N], v [R, P] in shared memory. Per token e: α = exp(a), β = ε α,
+// the current k [R, N], v [R, P] (fp32; v from buf.vh, the bf16 x, where set, else buf.v) in shared memory. Per
+// token e: α = exp(a), β = ε α,
 // H[p, n] = α H + β Σ_r v_prev[r, p] k_prev[r, n] + γ Σ_r v[r, p] k[r, n];  y[r, p] = D v[r, p] + Σ_n H[p, n] q[r, n].
 __global__ void step_kernel(const float* D, Sizes s, Buffers buf, float* state, float* k_prev, float* v_prev,
                             float* phase) {
@@ -24,7 +25,10 @@ __global__ void step_kernel(const float* D, Sizes s, Buffers buf, float* state, 
   for (int64_t t = 0; t < s.T; ++t) {
     const int64_t e = (b * s.T + t) * s.H + h;
     for (int64_t i = threadIdx.x; i < R * N; i += blockDim.x) kc[i] = buf.k[e * R * N + i];
-    for (int64_t i = threadIdx.x; i < R * P; i += blockDim.x) vc[i] = buf.v[e * R * P + i];
+    if (buf.vh != nullptr)  // (SISO with bf16 activations: v is the bf16 x)
+      for (int64_t i = threadIdx.x; i < R * P; i += blockDim.x) vc[i] = to_f32(buf.vh[e * R * P + i]);
+    else
+      for (int64_t i = threadIdx.x; i < R * P; i += blockDim.x) vc[i] = buf.v[e * R * P + i];
     __syncthreads();
     const float alpha = expf(buf.a[e]), beta = buf.eps[e] * alpha, gamma = buf.gam[e];
     for (int64_t i = threadIdx.x; i < P * N; i += blockDim.x) {

@@ -4,7 +4,8 @@
 // including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four channels per thread
 // where the tensors allow vector loads: each_group); the parameter gradients are per-row terms summed by colsum
 // (mamba3.cu). y and dy are fp32 or (bf16 products: Buffers y_h, dy_h) bf16, the kernels templates on their type Y;
-// the arithmetic is fp32 either way.
+// the activations z, out, dout, dz, x, dx fp32 or bf16 (ops.cuh mamba3_fwd<A>), the kernels templates on their type
+// A (bf16 stores rounded to nearest even); the arithmetic is fp32 either way.
 #include <type_traits>
 
 #include "kernels/cuda/mamba3.cuh"
@@ -29,12 +30,12 @@ __device__ __forceinline__ GateAt gate_of(const Mamba3Ptrs& p, const Sizes& s, f
   return g;
 }
 
-// y (fp32 or bf16 [E R P]) at (token e, rank r, channel c).
-template <typename Y>
-__device__ GateAt gate_at(const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, const Y* y, const float* z,
+// y (fp32 or bf16 [E R P]) at (token e, rank r, channel c); z fp32 or bf16 (A).
+template <typename Y, typename A>
+__device__ GateAt gate_at(const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, const Y* y, const A* z,
                           int64_t e, int64_t r, int64_t c) {
   const float rs = p.norm != nullptr ? buf.rs[e * s.R + r] : 1.0f;
-  return gate_of(p, s, to_f32(y[(e * s.R + r) * s.P + c]), z[e * s.P + c], rs, e % s.H, r, c);
+  return gate_of(p, s, to_f32(y[(e * s.R + r) * s.P + c]), to_f32(z[e * s.P + c]), rs, e % s.H, r, c);
 }
 
 // rs = 1 / sqrt(mean_P(y^2) + eps) per (token, head, rank), y fp32 or bf16.
@@ -109,9 +110,10 @@ bool aligned16(std::initializer_list<const void*> ps) {
 }
 int gate_width(const Sizes& s, std::initializer_list<const void*> ps) { return s.P % 4 == 0 && aligned16(ps) ? 4 : 1; }
 
-// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr), y fp32 or bf16.   (kW channels per thread: each_group)
-template <int kW, typename Y>
-__global__ void out_kernel(const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, float* out) {
+// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr), y fp32 or bf16 (Y), z, out fp32 or bf16 (A).   (kW channels per
+// thread: each_group)
+template <int kW, typename Y, typename A>
+__global__ void out_kernel(const A* z, const Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, A* out) {
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> zv = load_w<kW>(z + idx);
     Floats<kW> acc = {};
@@ -136,17 +138,17 @@ __device__ __forceinline__ float dyn_of(float dop, const Mamba3Ptrs& p, const Si
   return dop * mo * g.zr * sigmoidf_(g.zr);
 }
 
-// With the output norm: mean_P(u ∘ n), u = dyn ∘ w, per (token, head, rank) into buf.gmean (y fp32 or bf16).
-template <typename Y>
-__global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Ptrs p, Sizes s, Buffers buf,
-                               const Y* y) {
+// With the output norm: mean_P(u ∘ n), u = dyn ∘ w, per (token, head, rank) into buf.gmean (y fp32 or bf16; dout,
+// z fp32 or bf16: A).
+template <typename Y, typename A>
+__global__ void dy_mean_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y) {
   const int64_t n = s.E * s.R;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = idx % s.R, e = idx / s.R, h = e % s.H;
     double m = 0.0;
     for (int64_t c = 0; c < s.P; ++c) {
       const GateAt g = gate_at(p, s, buf, y, z, e, r, c);
-      m += static_cast<double>(dyn_of(dout[e * s.P + c], p, s, h, r, c, g)) * p.norm[h * s.P + c] * g.n;
+      m += static_cast<double>(dyn_of(to_f32(dout[e * s.P + c]), p, s, h, r, c, g)) * p.norm[h * s.P + c] * g.n;
     }
     buf.gmean[idx] = static_cast<float>(m / static_cast<double>(s.P));
   }
@@ -154,11 +156,12 @@ __global__ void dy_mean_kernel(const float* dout, const float* z, const Mamba3Pt
 
 // Reads dout, z, y (with the norm also rs, gmean) once for both outputs: dy [E R P] = dyn, or with the norm
 // dy = rs (u - n mean(u ∘ n)); dz [E P] = Σ_r dzr mimo_z; the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P]
-// (MIMO) and dnorm (c3) [E P] (with the norm). y, dy fp32 or bf16 (Y; dy rounded on its store).   (kW channels
-// per thread: each_group; at most 64 registers: 4 blocks per SM, their loads in flight together)
-template <int kW, typename Y>
-__global__ void __launch_bounds__(kThreads, 4) dy_dz_kernel(const float* dout, const float* z, const Mamba3Ptrs p,
-                                                            Sizes s, Buffers buf, const Y* y, Y* dy_out, float* dz) {
+// (MIMO) and dnorm (c3) [E P] (with the norm). y, dy fp32 or bf16 (Y; dy rounded on its store); dout, z, dz fp32 or
+// bf16 (A; dz rounded on its store).   (kW channels per thread: each_group; at most 64 registers: 4 blocks per SM,
+// their loads in flight together)
+template <int kW, typename Y, typename A>
+__global__ void __launch_bounds__(kThreads, 4) dy_dz_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Sizes s,
+                                                            Buffers buf, const Y* y, Y* dy_out, A* dz) {
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> dov = load_w<kW>(dout + idx), zv = load_w<kW>(z + idx);
     Floats<kW> dzh = {}, dnorm = {};
@@ -193,20 +196,22 @@ __global__ void __launch_bounds__(kThreads, 4) dy_dz_kernel(const float* dout, c
   });
 }
 
-// MIMO: dx = Σ_r dv mimo_x and the per-row term of dmimo_x, dv x, into c1.   (one thread per (e, p); SISO's core
-// writes dx itself)
-__global__ void dx_kernel(const float* x, const float* mimo_x, Sizes s, Buffers buf, float* dx) {
+// MIMO: dx = Σ_r dv mimo_x and the per-row term of dmimo_x, dv x, into c1; x, dx fp32 or bf16 (A; dx rounded on its
+// store).   (one thread per (e, p); SISO's core writes dx itself)
+template <typename A>
+__global__ void dx_kernel(const A* x, const float* mimo_x, Sizes s, Buffers buf, A* dx) {
   const int64_t n = s.E * s.P;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = idx % s.P, e = idx / s.P, h = e % s.H;
+    const float xv = to_f32(x[idx]);
     float acc = 0.0f;
     for (int64_t r = 0; r < s.R; ++r) {
       const int64_t er = (e * s.R + r) * s.P + c;
       const float dv = buf.dv[er];
       acc = fmaf(dv, mimo_x[(h * s.R + r) * s.P + c], acc);
-      buf.c1[er] = dv * x[idx];
+      buf.c1[er] = dv * xv;
     }
-    dx[idx] = acc;
+    dx[idx] = from_f32<A>(acc);
   }
 }
 
@@ -221,32 +226,35 @@ void with_y(const Buffers& buf, F f) {
 
 }  // namespace
 
-void gate_fwd(const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
-              float* out, cudaStream_t stream) {
+template <typename A>
+void gate_fwd(const A* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf, A* out,
+              cudaStream_t stream) {
   with_y(buf, [&](auto* y, auto*) {
     using Y = std::remove_pointer_t<decltype(y)>;
     if (p.norm != nullptr) {
       rs_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, y, buf);
       LLMT_CUDA_CHECK_LAUNCH();
     }
-    const auto kernel = gate_width(s, {z, y, out}) == 4 ? out_kernel<4, Y> : out_kernel<1, Y>;
+    const auto kernel = gate_width(s, {z, y, out}) == 4 ? out_kernel<4, Y, A> : out_kernel<1, Y, A>;
     kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, y, out);
     LLMT_CUDA_CHECK_LAUNCH();
   });
 }
 
-void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
-              const Buffers& buf, float* dz, const Mamba3GradPtrs& g, cudaStream_t stream) {
+template <typename A>
+void gate_bwd(const A* dout, const A* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt,
+              const Buffers& buf, A* dz, const Mamba3GradPtrs& g, cudaStream_t stream) {
   with_y(buf, [&](auto* y, auto* dy) {
     using Y = std::remove_pointer_t<decltype(y)>;
     if (p.norm != nullptr) {
       rs_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, y, buf);
       LLMT_CUDA_CHECK_LAUNCH();
-      dy_mean_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf, y);
+      dy_mean_kernel<Y, A><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf, y);
       LLMT_CUDA_CHECK_LAUNCH();
     }
     const auto kernel =
-        gate_width(s, {dout, z, y, dy, dz, buf.c1, buf.c2, buf.c3}) == 4 ? dy_dz_kernel<4, Y> : dy_dz_kernel<1, Y>;
+        gate_width(s, {dout, z, y, dy, dz, buf.c1, buf.c2, buf.c3}) == 4 ? dy_dz_kernel<4, Y, A>
+                                                                         : dy_dz_kernel<1, Y, A>;
     kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, y, dy, dz);
     LLMT_CUDA_CHECK_LAUNCH();
   });
@@ -258,12 +266,24 @@ void gate_bwd(const float* dout, const float* z, const Mamba3Ptrs& p, const Size
   if (p.norm != nullptr) colsum(buf.c3, s.rows, s.H * s.P, s.H * s.P, buf, g.norm, stream);
 }
 
-void up_bwd(const float* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, float* dx,
-            const Mamba3GradPtrs& g, cudaStream_t stream) {
+template <typename A>
+void up_bwd(const A* x, const Mamba3Ptrs& p, const Sizes& s, const Buffers& buf, A* dx, const Mamba3GradPtrs& g,
+            cudaStream_t stream) {
   if (p.mimo_x == nullptr) return;  // SISO: the core wrote dx (dv)
-  dx_kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf, dx);
+  dx_kernel<A><<<grid_for(s.E * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf, dx);
   LLMT_CUDA_CHECK_LAUNCH();
   colsum(buf.c1, s.rows, s.H * s.R * s.P, s.H * s.R * s.P, buf, g.mimo_x, stream);
 }
+
+#define LLMT_MAMBA3_GATE_INSTANTIATE(A)                                                                              \
+  template void gate_fwd<A>(const A*, const Mamba3Ptrs&, const Sizes&, const Mamba3Options&, const Buffers&, A*,    \
+                            cudaStream_t);                                                                          \
+  template void gate_bwd<A>(const A*, const A*, const Mamba3Ptrs&, const Sizes&, const Mamba3Options&,              \
+                            const Buffers&, A*, const Mamba3GradPtrs&, cudaStream_t);                               \
+  template void up_bwd<A>(const A*, const Mamba3Ptrs&, const Sizes&, const Buffers&, A*, const Mamba3GradPtrs&,     \
+                          cudaStream_t);
+LLMT_MAMBA3_GATE_INSTANTIATE(float)
+LLMT_MAMBA3_GATE_INSTANTIATE(__nv_bfloat16)
+#undef LLMT_MAMBA3_GATE_INSTANTIATE
 
 }  // namespace llmt::cuda::m3

@@ -426,12 +426,14 @@ __global__ void __launch_bounds__(kQkThreads) qk_kernel(const Mamba3Ptrs p, Size
   }
 }
 
-// MIMO: v[e, r, p] = x[e, p] mimo_x[h, r, p].   (one thread per (token, head, r, p); SISO's v is x itself)
-__global__ void up_kernel(const float* x, const float* mimo_x, Sizes s, float* v) {
+// MIMO: v[e, r, p] = x[e, p] mimo_x[h, r, p], x fp32 or bf16 (A), v fp32.   (one thread per (token, head, r, p);
+// SISO's v is x itself)
+template <typename A>
+__global__ void up_kernel(const A* x, const float* mimo_x, Sizes s, float* v) {
   const int64_t n = s.E * s.R * s.P;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = idx % s.P, r = (idx / s.P) % s.R, e = idx / (s.P * s.R);
-    v[idx] = x[e * s.P + p] * mimo_x[((e % s.H) * s.R + r) * s.P + p];
+    v[idx] = to_f32(x[e * s.P + p]) * mimo_x[((e % s.H) * s.R + r) * s.P + p];
   }
 }
 
@@ -808,7 +810,8 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
 
 }  // namespace
 
-void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
+template <typename A>
+void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
               const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0, bool saved) {
   token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
@@ -843,7 +846,7 @@ void prep_fwd(const float* x, const float* bc, const float* raw, const Mamba3Ptr
       qk(buf.k, buf.q);
   }
   if (p.mimo_x != nullptr) {
-    up_kernel<<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
+    up_kernel<A><<<grid_for(s.E * s.R * s.P), kThreads, 0, stream>>>(x, p.mimo_x, s, buf.v);
     LLMT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -895,5 +898,11 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
                          {draw, s.rows, s.H, s.W, g.dt_bias}};
   colsums(sums, 5, buf, stream, &s, buf.dDp, g.D);
 }
+
+template void prep_fwd<float>(const float*, const float*, const float*, const Mamba3Ptrs&, const Sizes&,
+                              const Mamba3Options&, const Buffers&, cudaStream_t, const float*, bool);
+template void prep_fwd<__nv_bfloat16>(const __nv_bfloat16*, const float*, const float*, const Mamba3Ptrs&,
+                                      const Sizes&, const Mamba3Options&, const Buffers&, cudaStream_t, const float*,
+                                      bool);
 
 }  // namespace llmt::cuda::m3

@@ -316,8 +316,14 @@ size_t mamba2_ssd_saved_bytes(int64_t batch, int64_t seq_len, int64_t heads, int
 
 // mamba3.cu, mamba3_prep.cu, mamba3_core.cu: the Mamba-3 layer op between in_proj and out_proj (semantics:
 // src/kernels/cpu/mamba3_layer.h mamba3_layer_fwd/bwd; layers-ssm-attn.md §4.3–4.5), zero initial state, fp32
-// storage, fp32 state and products (Δ, the phases, the chunk-local cumsum and the parameter sums in double).
-// x, z, out, dout, dx, dz [B, T, H P]; bc, dbc [B, T, 2 R G N]; raw, draw [B, T, 3 H + S]; the parameters as
+// state and products (Δ, the phases, the chunk-local cumsum and the parameter sums in double).
+// x, z, out, dout, dx, dz [B, T, H P] of element type A (the activations); bc, dbc [B, T, 2 R G N]; raw, draw
+// [B, T, 3 H + S] and the parameters fp32. A: float, or __nv_bfloat16 (the official kernels' activations; bf16
+// models: Backend::mamba3_bf16_activations), instantiated for both: bf16 x, z, dout are read as their fp32 values
+// (SISO's core copies the bf16 x rows into its operand tiles as they are), out, dx, dz rounded to bf16 once on their
+// store from the same fp32 results, so that every other output is bit-identical to fp32 activations holding the same
+// values. bf16 activations need opt.bf16_products in mamba3_fwd / mamba3_bwd (the fp32 core reads fp32 v only; throws
+// llmt::Error naming the op otherwise); mamba3_decode takes either whatever the products. The parameters as
 // Backend::Mamba3Params (mimo_* nullptr for R = 1, norm nullptr without opt.outproj_norm). The backward
 // OVERWRITES dx, dz, dbc, draw and ACCUMULATES the parameter gradients (fixed-order sums, no atomics). The core
 // is chunked in 64 / R tokens whatever opt.chunk_size. `scratch` must hold mamba3_{fwd,bwd}_scratch_bytes
@@ -338,14 +344,18 @@ struct Mamba3Ptrs {
 struct Mamba3GradPtrs {
   float *dt_bias, *B_bias, *C_bias, *B_norm, *C_norm, *D, *mimo_x, *mimo_z, *mimo_o, *norm;
 };
-void mamba3_fwd(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
-                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, float* out, float* saved, void* scratch,
+/// The forward: out (A) overwritten from x, z (A), bc, raw (fp32).
+template <typename A>
+void mamba3_fwd(const A* x, const A* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, A* out, float* saved, void* scratch,
                 cudaStream_t stream);
 size_t mamba3_fwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved);
-void mamba3_bwd(const float* dout, const float* x, const float* z, const float* bc, const float* raw,
-                const float* saved, const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims,
-                const Mamba3Options& opt, float* dx, float* dz, float* dbc, float* draw, const Mamba3GradPtrs& grads,
-                void* scratch, cudaStream_t stream);
+/// The backward: dx, dz (A), dbc, draw (fp32) overwritten from dout, x, z (A), bc, raw (fp32); the parameter
+/// gradients (fp32) accumulated.
+template <typename A>
+void mamba3_bwd(const A* dout, const A* x, const A* z, const float* bc, const float* raw, const float* saved,
+                const Mamba3Ptrs& params, const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, A* dx, A* dz,
+                float* dbc, float* draw, const Mamba3GradPtrs& grads, void* scratch, cudaStream_t stream);
 size_t mamba3_bwd_scratch_bytes(const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, bool saved);
 /// Bytes of mamba3_fwd / mamba3_bwd's saved set for these sizes (S included) and opt.bf16_products: 8 B H nc Lc +
 /// e B H nc P N + e B T H R P + 2 x 4 B T R G N + 2 x 4 B T R G + 4 B T H S + 2 x e B T H R N (each rounded up to
@@ -359,9 +369,11 @@ struct Mamba3CarryPtrs {
 /// mamba3_fwd continuing `carry` by the recurrence of §4.6 (semantics: cpu::mamba3_layer_step; the prep from the
 /// carried phases, the step kernel of mamba3_decode.cu token by token, the gate), the carry updated in place.
 /// `scratch` must hold mamba3_fwd_scratch_bytes. Throws as mamba3_fwd, and when 2 R (N + P) floats exceed
-/// 48 KiB of shared memory.
-void mamba3_decode(const float* x, const float* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
-                   const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, float* out,
+/// 48 KiB of shared memory. x, z, out: A (fp32 or bf16, with or without opt.bf16_products); bc, raw and the carry
+/// fp32 (a bf16 x is carried as its fp32 values).
+template <typename A>
+void mamba3_decode(const A* x, const A* z, const float* bc, const float* raw, const Mamba3Ptrs& params,
+                   const cpu::Mamba3LayerDims& dims, const Mamba3Options& opt, const Mamba3CarryPtrs& carry, A* out,
                    void* scratch, cudaStream_t stream);
 
 // mdn_gates.cu (semantics: src/kernels/cpu/mdn_gates.h, mdn.md §4.2, §4.4, §7.4), fp32 storage, arithmetic in
