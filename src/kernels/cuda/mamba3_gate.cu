@@ -255,7 +255,9 @@ void gate_fwd(const A* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Optio
       LLMT_CUDA_CHECK_LAUNCH();
     }
     const int w = gate_width(s, all_bf16<Y, A>, {z, y, out});
-    const auto kernel = w == 8 ? out_kernel<8, Y, A> : w == 4 ? out_kernel<4, Y, A> : out_kernel<1, Y, A>;
+    auto kernel = w == 4 ? out_kernel<4, Y, A> : out_kernel<1, Y, A>;
+    if constexpr (all_bf16<Y, A>)
+      if (w == 8) kernel = out_kernel<8, Y, A>;
     kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, y, out);
     LLMT_CUDA_CHECK_LAUNCH();
   });
@@ -273,7 +275,9 @@ void gate_bwd(const A* dout, const A* z, const Mamba3Ptrs& p, const Sizes& s, co
       LLMT_CUDA_CHECK_LAUNCH();
     }
     const int w = gate_width(s, all_bf16<Y, A>, {dout, z, y, dy, dz, buf.c1, buf.c2, buf.c3});
-    const auto kernel = w == 8 ? dy_dz_kernel<8, Y, A> : w == 4 ? dy_dz_kernel<4, Y, A> : dy_dz_kernel<1, Y, A>;
+    auto kernel = w == 4 ? dy_dz_kernel<4, Y, A> : dy_dz_kernel<1, Y, A>;
+    if constexpr (all_bf16<Y, A>)
+      if (w == 8) kernel = dy_dz_kernel<8, Y, A>;
     kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, y, dy, dz);
     LLMT_CUDA_CHECK_LAUNCH();
   });
