@@ -1,8 +1,8 @@
 // The Mamba-3 output side on the GPU (layers-ssm-attn.md §4.3.4, §4.5 step 1; semantics: src/kernels/cpu/
 // mamba3_layer.cpp): per (token, head, rank) the optional RMSNorm_P of y with weight norm, the gate
 // g = yn ∘ SiLU(z ∘ mimo_z) and the down-projection o = Σ_r mimo_o ∘ g (SISO: o = g), and their backward,
-// including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four channels per thread
-// where the tensors allow vector loads: each_group); the parameter gradients are per-row terms summed by colsum
+// including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four or eight channels per
+// thread where the tensors allow vector loads: each_group); the parameter gradients are per-row terms summed by colsum
 // (mamba3.cu). y and dy are fp32 or (bf16 products: Buffers y_h, dy_h) bf16, the kernels templates on their type Y;
 // the activations z, out, dout, dz, x, dx fp32 or bf16 (ops.cuh mamba3_fwd<A>), the kernels templates on their type
 // A (bf16 stores rounded to nearest even); the arithmetic is fp32 either way.
