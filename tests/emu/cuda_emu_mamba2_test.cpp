@@ -94,23 +94,6 @@ struct Inputs {
   }
 };
 
-/// An output of element type E (float, or __nv_bfloat16: the core's y and dxbc with bf16 inputs) of n elements: a
-/// Buffer (NaN-filled) and its values as floats.
-template <typename E>
-struct Output {
-  Buffer b;
-  size_t n;
-  explicit Output(size_t count) : b(std::is_same_v<E, float> ? count : count / 2 + 1), n(count) {}
-  E* get() const { return reinterpret_cast<E*>(b.get()); }
-  std::vector<float> host() const {
-    if constexpr (std::is_same_v<E, float>) return b.host();
-    std::vector<float> v(n);
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(b.get());
-    for (size_t i = 0; i < n; ++i) v[i] = bf16_value(h[i]);
-    return v;
-  }
-};
-
 /// The forward, then the backward, in the emulator under `cfg`, twice: without a saved set (the backward recomputes
 /// the chunk states), then with one (kept from the forward); y, dxbc, ddt_raw, the scratch and the saved set start
 /// as NaN, the scratch again before each call. The outputs of both passes, in that order; with `states`, also the

@@ -89,26 +89,6 @@ std::vector<std::string> output_names(const Inputs& in) {
   return n;
 }
 
-/// An output of element type A (float or __nv_bfloat16) of n elements: a Buffer filled with 0xff bytes (NaN), read back
-/// as floats.
-template <typename A>
-struct Output {
-  Buffer b;
-  size_t n;
-  explicit Output(size_t count) : b(std::is_same_v<A, float> ? count : count / 2 + 1), n(count) {}
-  A* get() const { return reinterpret_cast<A*>(b.get()); }
-  std::vector<float> host() const {
-    if constexpr (std::is_same_v<A, float>) {
-      return b.host();
-    } else {
-      std::vector<float> x(n);
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(b.get());
-      for (size_t i = 0; i < n; ++i) x[i] = bf16_value(h[i]);
-      return x;
-    }
-  }
-};
-
 /// out, dx, dz, dbc, draw, the parameter gradients: the forward and the backward in the emulator under `cfg`,
 /// with the saved set (saved: the forward writes it, the backward reads it) or without (the backward recomputes
 /// the core's forward); overwritten outputs and the scratch start as NaN. A: the activations' element type (x, z,

@@ -1,5 +1,5 @@
-// Helpers of the CPU emulator's tests (tests/emu/*_test.cpp): device-like buffers (also of bf16 inputs), the four
-// emulator configurations every test runs under, and bit comparison.
+// Helpers of the CPU emulator's tests (tests/emu/*_test.cpp): device-like buffers (also bf16 inputs and outputs),
+// the emulator configurations every test runs under, and bit comparison.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -46,6 +46,26 @@ struct Input {
     }
   }
   const E* get() const { return reinterpret_cast<const E*>(b.get()); }
+};
+
+/// An output of element type E (float or __nv_bfloat16) of n elements: a Buffer filled with 0xff bytes (NaN), read
+/// back as floats.
+template <typename E>
+struct Output {
+  Buffer b;
+  size_t n;
+  explicit Output(size_t count) : b(std::is_same_v<E, float> ? count : count / 2 + 1), n(count) {}
+  E* get() const { return reinterpret_cast<E*>(b.get()); }
+  std::vector<float> host() const {
+    if constexpr (std::is_same_v<E, float>) {
+      return b.host();
+    } else {
+      std::vector<float> x(n);
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(b.get());
+      for (size_t i = 0; i < n; ++i) x[i] = bf16_value(h[i]);
+      return x;
+    }
+  }
 };
 
 /// The configurations a test runs its kernels under: the reference run first (round robin, cp.async at issue);
