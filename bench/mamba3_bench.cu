@@ -158,9 +158,10 @@ void bench_shape(const Shape& s, int iters) {
   BENCH_CHECK(cudaGetLastError());
   std::printf("| %-4s | %s | %s | B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld R=%lld S=%lld | %8.3f | %8.3f | %8.3f "
               "| %6.0f | %6.0f |\n",
-              s.name, s.bf16 ? "bf16" : "fp32", s.acts ? "bf16" : "fp32", static_cast<long long>(s.B), static_cast<long long>(s.T),
-              static_cast<long long>(s.H), static_cast<long long>(s.P), static_cast<long long>(s.N),
-              static_cast<long long>(s.G), static_cast<long long>(s.R), static_cast<long long>(s.S), ms_fwd,
+              s.name, s.bf16 ? "bf16" : "fp32", s.acts ? "bf16" : "fp32", static_cast<long long>(s.B),
+              static_cast<long long>(s.T), static_cast<long long>(s.H), static_cast<long long>(s.P),
+              static_cast<long long>(s.N), static_cast<long long>(s.G), static_cast<long long>(s.R),
+              static_cast<long long>(s.S), ms_fwd,
               ms_recompute, ms_saved, static_cast<double>(op.scratch_bytes) / (1 << 20),
               static_cast<double>(op.saved_bytes) / (1 << 20));
 }

@@ -30,15 +30,17 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// A, clamped (1 where the A_floor clamp is active), a = A Δ, gam = γ, eps = ε, sig = σ (γ_t + ε_{t+1}) [E];
 /// dtd (Δ in double) [E]; theta (θ = π tanh(angles), double) [rows S]; phi [E S]; nb, ncn (normalised
 /// pre-weight B, C) [rows R G N]; rb, rc (their reciprocal RMS) [rows R G];
-/// q, k [E R N]; v, y [E R P] (SISO: v is the input x itself: v, or vh with bf16 activations); rs (output-norm reciprocal RMS) [E R]; G (chunk-local
-/// cumsum of a, double) [B H nc Lc]; states (the state entering each chunk) [B H nc P N]. G, states, y, nb, ncn,
-/// rb, rc, phi, q and k (the saved set) lie in the caller's `saved` memory when mamba3_fwd / mamba3_bwd are given
-/// one (with bf16 products q, k there only as qh, kh, half the fp32 bytes), else in the scratch.
-/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself: dv, or dvh with bf16 activations); dq, dk [E R N] (MIMO: then un-rotated in place); da,
-/// dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk) [B H nc P N]; dDp (per-chunk dD, double)
-/// [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P], c3 [E P], cbn, ccn [rows R G N]: per-row
-/// parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the normalised B, C) and mb [rows 2 R G]
-/// (BCNorm backward means); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
+/// q, k [E R N]; v, y [E R P] (SISO: v is the input x itself: v, or vh with bf16 activations); rs (output-norm
+/// reciprocal RMS) [E R]; G (chunk-local cumsum of a, double) [B H nc Lc]; states (the state entering each chunk)
+/// [B H nc P N]. G, states, y, nb, ncn, rb, rc, phi, q and k (the saved set) lie in the caller's `saved` memory when
+/// mamba3_fwd / mamba3_bwd are given one (with bf16 products the states, y, q, k there in bf16, below), else in the
+/// scratch.
+/// Backward: dy, dv [E R P] (SISO: dv is the output dx itself: dv, or dvh with bf16 activations); dq, dk [E R N]
+/// (MIMO: then un-rotated in place); da, dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk)
+/// [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P],
+/// c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the
+/// normalised B, C) and mb [rows 2 R G] (BCNorm backward means); gmean [E R] (output-norm backward means); partial
+/// (double): the column sums' partials.
 /// bf16 products (the chunked core on the tensor cores, not decoding): q, k, the states, y, dy and the adjoint
 /// states are kept in bf16 (qh, kh, states_h, y_h, dy_h, dstates_h: places of bf16 size, mamba3.cu carve; the fp32
 /// pointers then null). The core's kernels read q, k and the states only as bf16 operands, and the rotation backward

@@ -17,7 +17,8 @@
 // chunk-entering states are stored in bf16 (Buffers; the same bits as rounding fp32 ones on loading: they have no
 // other readers in the core), and so are the adjoint states (the backward's <dS, S_in> then reads the bf16 values
 // its products use) and y and dy (Buffers y_h, dy_h): the gate reads the rounded y, and the backward's fp32 uses of
-// dy (inter, v·dy, D dy) and the dS_in scan (which rounds e^{G_i} dy once more) read the rounded dy. Otherwise every product is exact fp32.
+// dy (inter, v·dy, D dy) and the dS_in scan (which rounds e^{G_i} dy once more) read the rounded dy. Otherwise
+// every product is exact fp32.
 // SISO's v and dv are the layer's x and dx: fp32, or with bf16 activations (Buffers vh, dvh; bf16 products only)
 // bf16, the tensor-core kernels templates on their type VT (v's bf16 rows copied into the operand tiles as they are,
 // the gathers reading the same values; dv rounded once on its store).

@@ -179,8 +179,8 @@ __global__ void dy_mean_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Si
 // bf16 (A; dz rounded on its store).   (kW channels per thread: each_group; at most 64 registers, 4 blocks per SM,
 // their loads in flight together; at kW = 8 at most 128, 2 blocks per SM: the 8 channels' dy, c1, c2, dz, dnorm)
 template <int kW, typename Y, typename A>
-__global__ void __launch_bounds__(kThreads, kW == 8 ? 2 : 4) dy_dz_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Sizes s,
-                                                            Buffers buf, const Y* y, Y* dy_out, A* dz) {
+__global__ void __launch_bounds__(kThreads, kW == 8 ? 2 : 4)
+    dy_dz_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, Y* dy_out, A* dz) {
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> dov = load_w<kW>(dout + idx), zv = load_w<kW>(z + idx);
     Floats<kW> dzh = {}, dnorm = {};
