@@ -197,17 +197,23 @@ Case bf16(Case c) {
   return c;
 }
 
+// R = 1, 2, 4 at the 1.5B head shape with T = 4096, a ragged T = 1001 and P = 80, N = 70, each case made by `mode`
+// (bf16 products, or bf16 activations too), seeds from seed0 + 10 R.
+void check_bf16_shapes(Case (*mode)(Case), uint64_t seed0) {
+  for (const int64_t R : {1, 2, 4}) {
+    const uint64_t seed = seed0 + 10 * static_cast<uint64_t>(R);
+    check_mamba3(mode(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
+    check_mamba3(mode({2, 1001, 2, 64, 128, 1, R, 32, R != 2, false, 1e-4, -1.5, -0.5, seed + 1}));
+    check_mamba3(mode({1, 150, 3, 80, 70, 1, R, 17, false, true, 0.5, -1.5, -0.5, seed + 2}));
+  }
+}
+
 TEST_CASE("cuda mamba3: bf16 products (tensor cores), SISO and MIMO (R = 2, 4), T = 4096 and ragged T",
           "[cuda][mamba3]") {
   // Fresh inputs (seeds unused above); the 1.5B head shape, the long sequence, a T that is no multiple of the
   // chunk, with and without the norm; P and N across the 64-wide tiles. The state scan stages the chunks' rows by
   // cp.async at N = 128 and loads them synchronously at N = 70 (rows not 16-byte aligned).
-  for (const int64_t R : {1, 2, 4}) {
-    const uint64_t seed = 200 + 10 * static_cast<uint64_t>(R);
-    check_mamba3(bf16(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
-    check_mamba3(bf16({2, 1001, 2, 64, 128, 1, R, 32, R != 2, false, 1e-4, -1.5, -0.5, seed + 1}));
-    check_mamba3(bf16({1, 150, 3, 80, 70, 1, R, 17, false, true, 0.5, -1.5, -0.5, seed + 2}));
-  }
+  check_bf16_shapes(bf16, 200);
   // Three 64-wide tiles of N, then of P: the backward's <dS, S_in> walks rows of 192 columns with 256 threads and
   // loads 48 elements per thread, past the 32 it loads ahead (SISO; MIMO loads 16 ahead: N = 128 above goes past
   // them); the tile loads take two tiles per batch: odd tile counts, and pairs that cross a row of tiles (P = 160).
@@ -226,12 +232,7 @@ TEST_CASE("cuda mamba3: bf16 activations (x, z, out, dout, dx, dz) with bf16 pro
   // The layer's bf16 runs (Backend::mamba3_bf16_activations): the bench shape's heads at T = 4096 (the bf16 x rows
   // staged by cp.async into the state scan, copied into the core's operand tiles, dx stored as bf16 pairs), a
   // ragged T, and P = 80, N = 70 (rows not 16-byte aligned: loaded element by element; P tiles across 64).
-  for (const int64_t R : {1, 2, 4}) {
-    const uint64_t seed = 300 + 10 * static_cast<uint64_t>(R);
-    check_mamba3(bf16_acts(mild({1, 4096, 2, 64, 128, 1, R, 32, R == 2, false, 1e-4, 0, 0, seed})));
-    check_mamba3(bf16_acts({2, 1001, 2, 64, 128, 1, R, 32, R != 2, false, 1e-4, -1.5, -0.5, seed + 1}));
-    check_mamba3(bf16_acts({1, 150, 3, 80, 70, 1, R, 17, false, true, 0.5, -1.5, -0.5, seed + 2}));
-  }
+  check_bf16_shapes(bf16_acts, 300);
   check_mamba3(bf16_acts({2, 5, 4, 10, 8, 2, 1, 2, true, false, 1e-4, -1.5, -0.5, 340}));  // P = 10: odd pairs
 }
 

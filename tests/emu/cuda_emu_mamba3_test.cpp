@@ -265,9 +265,8 @@ TEST_CASE("cuda emu: Mamba-3 bf16 activations (bf16 products), SISO and MIMO, ag
           "values",
           "[emu][mamba3]") {
   // SISO at the benchmark's P = 64, N = 128: the bf16 x rows staged by cp.async into the state scan and copied into
-  // the core's V tiles, dx stored as bf16 pairs, the gate kernels 8 channels per thread (16-byte bf16 pieces); P =
-  // 10: the x rows not 16-byte aligned (loaded element-wise), the gate one channel per thread; MIMO (P = 32): up_kernel
-  // and dx_kernel on bf16 x, dx, the gate 8 channels per thread with its fp32 c1, c2 as two float4 each.
+  // the core's V tiles, dx stored as bf16 pairs; P = 10: the x rows not 16-byte aligned (loaded element-wise), the
+  // gate one channel per thread; MIMO: up_kernel and dx_kernel on bf16 x, dx.
   check_case(1, 130, 1, 64, 128, 1, 1, 8, true, true, 30, true);
   check_case(1, 70, 2, 10, 16, 1, 1, 4, false, true, 31, true);
   check_case(1, 20, 2, 32, 32, 1, 4, 8, true, true, 32, true);
