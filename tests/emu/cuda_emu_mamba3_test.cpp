@@ -265,8 +265,11 @@ TEST_CASE("cuda emu: Mamba-3 bf16 activations (bf16 products), SISO and MIMO, ag
           "values",
           "[emu][mamba3]") {
   // SISO at the benchmark's P = 64, N = 128: the bf16 x rows staged by cp.async into the state scan and copied into
-  // the core's V tiles, dx stored as bf16 pairs; P = 10: the x rows not 16-byte aligned (loaded element-wise), the
-  // gate one channel per thread; MIMO: up_kernel and dx_kernel on bf16 x, dx.
+  // the core's V tiles, dx stored as bf16 pairs; without the norm (as the configs) the gate kernels' plain form 8
+  // channels per thread (16-byte bf16 pieces), with it their general form 4 channels per thread; P = 10: the x rows
+  // not 16-byte aligned (loaded element-wise), the gate one channel per thread; MIMO: up_kernel and dx_kernel on bf16
+  // x, dx.
+  check_case(1, 130, 1, 64, 128, 1, 1, 8, false, true, 33, true);
   check_case(1, 130, 1, 64, 128, 1, 1, 8, true, true, 30, true);
   check_case(1, 70, 2, 10, 16, 1, 1, 4, false, true, 31, true);
   check_case(1, 20, 2, 32, 32, 1, 4, 8, true, true, 32, true);

@@ -1,8 +1,8 @@
 // The Mamba-3 output side on the GPU (layers-ssm-attn.md §4.3.4, §4.5 step 1; semantics: src/kernels/cpu/
 // mamba3_layer.cpp): per (token, head, rank) the optional RMSNorm_P of y with weight norm, the gate
 // g = yn ∘ SiLU(z ∘ mimo_z) and the down-projection o = Σ_r mimo_o ∘ g (SISO: o = g), and their backward,
-// including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four channels per thread
-// where the tensors allow vector loads: each_group); the parameter gradients are per-row terms summed by colsum
+// including the MIMO up-projection's dx. Elementwise kernels (the gate and its backward four or eight channels per
+// thread where the tensors allow vector loads: each_group); the parameter gradients are per-row terms summed by colsum
 // (mamba3.cu). y and dy are fp32 or (bf16 products: Buffers y_h, dy_h) bf16, the kernels templates on their type Y;
 // the activations z, out, dout, dz, x, dx fp32 or bf16 (ops.cuh mamba3_fwd<A>), the kernels templates on their type
 // A (bf16 stores rounded to nearest even); the arithmetic is fp32 either way.
@@ -53,8 +53,9 @@ __global__ void rs_kernel(Sizes s, double eps, const Y* y, Buffers buf) {
   }
 }
 
-// kW consecutive values at p (float or bf16) as floats, loaded or stored together: kW = 4 one 16-byte float4 or one
-// 8-byte load / store of 4 bf16 (p aligned to it); bf16 stores round to nearest even.
+// kW consecutive values at p (float or bf16) as floats, loaded or stored together (p aligned to the pieces): kW = 4
+// one 16-byte float4 or one 8-byte piece of 4 bf16; kW = 8 two float4 or one 16-byte piece of 8 bf16; bf16 stores
+// round to nearest even.
 template <int kW>
 struct Floats {
   float v[kW];
@@ -62,14 +63,21 @@ struct Floats {
 template <int kW, typename T>
 __device__ __forceinline__ Floats<kW> load_w(const T* p) {
   Floats<kW> f;
-  if constexpr (kW == 4 && std::is_same_v<T, float>) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    f = {{x.x, x.y, x.z, x.w}};
-  } else if constexpr (kW == 4) {
-    const uint2 x = *reinterpret_cast<const uint2*>(p);
+  if constexpr ((kW == 4 || kW == 8) && std::is_same_v<T, float>) {
+#pragma unroll
+    for (int q = 0; q < kW / 4; ++q) {
+      const float4 x = reinterpret_cast<const float4*>(p)[q];
+      f.v[4 * q] = x.x, f.v[4 * q + 1] = x.y, f.v[4 * q + 2] = x.z, f.v[4 * q + 3] = x.w;
+    }
+  } else if constexpr (kW == 4 || kW == 8) {
+    using Piece = std::conditional_t<kW == 4, uint2, uint4>;
+    const Piece x = *reinterpret_cast<const Piece*>(p);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&x);
-    const float2 lo = __bfloat1622float2(h[0]), hi = __bfloat1622float2(h[1]);
-    f = {{lo.x, lo.y, hi.x, hi.y}};
+#pragma unroll
+    for (int q = 0; q < kW / 2; ++q) {
+      const float2 t = __bfloat1622float2(h[q]);
+      f.v[2 * q] = t.x, f.v[2 * q + 1] = t.y;
+    }
   } else {
 #pragma unroll
     for (int w = 0; w < kW; ++w) f.v[w] = to_f32(p[w]);
@@ -78,14 +86,17 @@ __device__ __forceinline__ Floats<kW> load_w(const T* p) {
 }
 template <int kW, typename T>
 __device__ __forceinline__ void store_w(T* p, const Floats<kW>& f) {
-  if constexpr (kW == 4 && std::is_same_v<T, float>) {
-    *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
-  } else if constexpr (kW == 4) {
-    uint2 x;
+  if constexpr ((kW == 4 || kW == 8) && std::is_same_v<T, float>) {
+#pragma unroll
+    for (int q = 0; q < kW / 4; ++q)
+      reinterpret_cast<float4*>(p)[q] = make_float4(f.v[4 * q], f.v[4 * q + 1], f.v[4 * q + 2], f.v[4 * q + 3]);
+  } else if constexpr (kW == 4 || kW == 8) {
+    using Piece = std::conditional_t<kW == 4, uint2, uint4>;
+    Piece x;
     __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&x);
-    h[0] = __floats2bfloat162_rn(f.v[0], f.v[1]);
-    h[1] = __floats2bfloat162_rn(f.v[2], f.v[3]);
-    *reinterpret_cast<uint2*>(p) = x;
+#pragma unroll
+    for (int q = 0; q < kW / 2; ++q) h[q] = __floats2bfloat162_rn(f.v[2 * q], f.v[2 * q + 1]);
+    *reinterpret_cast<Piece*>(p) = x;
   } else {
 #pragma unroll
     for (int w = 0; w < kW; ++w) p[w] = from_f32<T>(f.v[w]);
@@ -93,8 +104,10 @@ __device__ __forceinline__ void store_w(T* p, const Floats<kW>& f) {
 }
 
 // The elementwise gate kernels' element groups: kW consecutive channels c .. c + kW - 1 of one (token, head) e
-// (P % kW == 0), as many loads in flight per thread; 4 where P % 4 == 0 and every tensor they touch is 16-byte
-// aligned (gate_width; 8-byte for bf16 would do), else 1.
+// (P % kW == 0), as many loads in flight per thread (gate_width): 8 for SISO without the norm (is_plain) where the
+// activations and y, dy are bf16 (so that a thread's loads are 16 bytes each, as fp32's at 4: half the bytes in
+// flight otherwise, and the kernels wait on latency), P % 8 == 0 and every tensor they touch is 16-byte aligned;
+// else 4 where P % 4 == 0 and they are 16-byte aligned; else 1.
 template <int kW, typename F>
 __device__ __forceinline__ void each_group(const Sizes& s, F f) {
   const int64_t n = s.E * s.P / kW;
@@ -108,12 +121,34 @@ bool aligned16(std::initializer_list<const void*> ps) {
     if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;
 }
-int gate_width(const Sizes& s, std::initializer_list<const void*> ps) { return s.P % 4 == 0 && aligned16(ps) ? 4 : 1; }
+// SISO without the output norm (every shipped config): Mamba3Ptrs and Sizes with the norm and the MIMO projections
+// absent and R = 1 as compile-time facts where kPlain, so that the gate kernels' branches for them compile away.
+template <bool kPlain>
+__device__ __forceinline__ void make_plain(Mamba3Ptrs& p, Sizes& s) {
+  if constexpr (kPlain) {
+    p.norm = nullptr;
+    p.mimo_z = nullptr;
+    p.mimo_o = nullptr;
+    s.R = 1;
+  }
+}
+bool is_plain(const Mamba3Ptrs& p, const Sizes& s) {
+  return p.norm == nullptr && p.mimo_z == nullptr && p.mimo_o == nullptr && s.R == 1;
+}
 
-// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr), y fp32 or bf16 (Y), z, out fp32 or bf16 (A).   (kW channels per
-// thread: each_group)
-template <int kW, typename Y, typename A>
-__global__ void out_kernel(const A* z, const Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, A* out) {
+// wide: SISO without the norm with bf16 activations and y, dy (is_plain and all_bf16).
+int gate_width(const Sizes& s, bool wide, std::initializer_list<const void*> ps) {
+  if (!aligned16(ps)) return 1;
+  return wide && s.P % 8 == 0 ? 8 : s.P % 4 == 0 ? 4 : 1;
+}
+template <typename Y, typename A>
+constexpr bool all_bf16 = std::is_same_v<Y, __nv_bfloat16> && std::is_same_v<A, __nv_bfloat16>;
+
+// out[e, p] = Σ_r mimo_o[h, r, p] yn SiLU(zr), y fp32 or bf16 (Y), z, out fp32 or bf16 (A). kPlain: SISO without
+// the norm (is_plain; make_plain).   (kW channels per thread: each_group)
+template <int kW, bool kPlain, typename Y, typename A>
+__global__ void out_kernel(const A* z, Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, A* out) {
+  make_plain<kPlain>(p, s);
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> zv = load_w<kW>(z + idx);
     Floats<kW> acc = {};
@@ -157,11 +192,12 @@ __global__ void dy_mean_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Si
 // Reads dout, z, y (with the norm also rs, gmean) once for both outputs: dy [E R P] = dyn, or with the norm
 // dy = rs (u - n mean(u ∘ n)); dz [E P] = Σ_r dzr mimo_z; the per-row terms of dmimo_o (c1), dmimo_z (c2) [E R P]
 // (MIMO) and dnorm (c3) [E P] (with the norm). y, dy fp32 or bf16 (Y; dy rounded on its store); dout, z, dz fp32 or
-// bf16 (A; dz rounded on its store).   (kW channels per thread: each_group; at most 64 registers: 4 blocks per SM,
-// their loads in flight together)
-template <int kW, typename Y, typename A>
-__global__ void __launch_bounds__(kThreads, 4) dy_dz_kernel(const A* dout, const A* z, const Mamba3Ptrs p, Sizes s,
-                                                            Buffers buf, const Y* y, Y* dy_out, A* dz) {
+// bf16 (A; dz rounded on its store). kPlain: SISO without the norm (is_plain; make_plain). (kW channels per thread:
+// each_group; at most 64 registers, 4 blocks per SM, their loads in flight together)
+template <int kW, bool kPlain, typename Y, typename A>
+__global__ void __launch_bounds__(kThreads, 4)
+    dy_dz_kernel(const A* dout, const A* z, Mamba3Ptrs p, Sizes s, Buffers buf, const Y* y, Y* dy_out, A* dz) {
+  make_plain<kPlain>(p, s);
   each_group<kW>(s, [&](int64_t idx, int64_t e, int64_t h, int64_t c) {
     const Floats<kW> dov = load_w<kW>(dout + idx), zv = load_w<kW>(z + idx);
     Floats<kW> dzh = {}, dnorm = {};
@@ -235,7 +271,12 @@ void gate_fwd(const A* z, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Optio
       rs_kernel<Y><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(s, opt.eps, y, buf);
       LLMT_CUDA_CHECK_LAUNCH();
     }
-    const auto kernel = gate_width(s, {z, y, out}) == 4 ? out_kernel<4, Y, A> : out_kernel<1, Y, A>;
+    const bool plain = is_plain(p, s);
+    const int w = gate_width(s, plain && all_bf16<Y, A>, {z, y, out});
+    auto kernel = w == 4 ? (plain ? out_kernel<4, true, Y, A> : out_kernel<4, false, Y, A>)
+                         : (plain ? out_kernel<1, true, Y, A> : out_kernel<1, false, Y, A>);
+    if constexpr (all_bf16<Y, A>)
+      if (w == 8) kernel = out_kernel<8, true, Y, A>;
     kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(z, p, s, buf, y, out);
     LLMT_CUDA_CHECK_LAUNCH();
   });
@@ -252,9 +293,12 @@ void gate_bwd(const A* dout, const A* z, const Mamba3Ptrs& p, const Sizes& s, co
       dy_mean_kernel<Y, A><<<grid_for(s.E * s.R), kThreads, 0, stream>>>(dout, z, p, s, buf, y);
       LLMT_CUDA_CHECK_LAUNCH();
     }
-    const auto kernel =
-        gate_width(s, {dout, z, y, dy, dz, buf.c1, buf.c2, buf.c3}) == 4 ? dy_dz_kernel<4, Y, A>
-                                                                         : dy_dz_kernel<1, Y, A>;
+    const bool plain = is_plain(p, s);
+    const int w = gate_width(s, plain && all_bf16<Y, A>, {dout, z, y, dy, dz, buf.c1, buf.c2, buf.c3});
+    auto kernel = w == 4 ? (plain ? dy_dz_kernel<4, true, Y, A> : dy_dz_kernel<4, false, Y, A>)
+                         : (plain ? dy_dz_kernel<1, true, Y, A> : dy_dz_kernel<1, false, Y, A>);
+    if constexpr (all_bf16<Y, A>)
+      if (w == 8) kernel = dy_dz_kernel<8, true, Y, A>;
     kernel<<<grid_for(s.E * s.P), kThreads, 0, stream>>>(dout, z, p, s, buf, y, dy, dz);
     LLMT_CUDA_CHECK_LAUNCH();
   });
