@@ -7,7 +7,8 @@
 // (mamba3_fwd then mamba3_bwd) in both modes of model.mamba3.save_states: "recompute" (no saved set: the backward
 // recomputes the core's forward) and "saved" (the forward writes G, the chunk-entering states, y, BCNorm's outputs,
 // φ and q, k into the saved set, the backward reads them), timed with CUDA events over repeated launches after
-// warm-up; the projections are not included.
+// warm-up; the projections are not included. Last, SISO with bf16 products and activations at perf-anchors.md's shapes
+// (a) B = 4, T = 4096 and (b) B = 1, T = 16384 with 16 heads of 128, d_state 128 (32 angles, as at 1.5B).
 // With --phases instead: the SISO op with bf16 products and bf16 activations kernel by kernel (mamba3_phases:
 // bench/phases.h's table with the cost model mamba3_siso_cost): the forward writing the saved set, the backward
 // reading it, and the backward without it (recomputing the core's forward).
@@ -328,7 +329,9 @@ int main(int argc, char** argv) {
                           {"siso", 4, 4096, 64, 64, 128, 1, 1, 32, true, true},
                           {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, false, false},
                           {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true, false},
-                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true, true}};
+                          {"mimo", 4, 4096, 64, 64, 128, 1, 4, 32, true, true},
+                          {"siso", 4, 4096, 16, 128, 128, 1, 1, 32, true, true},
+                          {"siso", 1, 16384, 16, 128, 128, 1, 1, 32, true, true}};
   if (by_phase) {
     mamba3_phases(shapes[2], iters);
     return 0;
