@@ -232,10 +232,11 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {12 * E * N + 6 * E * P + 4 * St + 28 * E + E / 8, 12 * E * N + 12 * E * P + 4 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
   if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
-                             // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,
-                             // pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range sums (double)
+                             // from n̂, issued per 4-head slice and pair, the weights and the biases), dφ written;
+                             // per (row, pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range
+                             // sums (double)
     return {8 * E * N + 8 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N + 8 * N,
-            8 * E * N + 8 * E * S + 32 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
+            8 * E * N + 8 * E * S + 4 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle

@@ -486,97 +486,119 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
   }
 }
 
-// SISO's rotation backward, BCNorm backward step 1 and the row-range sums of the B, C bias gradients in one pass
-// over dk, dq (rot_bwd_kernel's, bcnorm_dn_kernel's and colsums' arithmetic for R = 1). Channel pair u = (2u,
-// 2u + 1) (the last channel alone when N is odd). Per (row, head h, u): where u < S, dφ[row, h, u] = Σ_{k,q} (du_0
-// (-u_1) + du_1 u_0) with the rotated pair u of k, q recomputed as qk_kernel (from n̂, the weights, the head's
-// biases and φ) and the pair of dk, dq un-rotated (dū; not stored). Per (row, g, u): dn̂ = Σ_{h of group g} dū in
-// head order; dnb, dnc, cbn, ccn of the pair (put_dn). Per (h, channel): the sum of dū over the rows of this
-// block's row range in row order into pk (k) and pq (q) [ranges, H N] (colsums' partials of dB_bias, dC_bias).
-// Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
-// [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
-// j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
-// order (the weights and biases of its items held in registers; the dk, dq pairs, φ and n̂_B, n̂_C pairs of the
-// kRotRows rows loaded at once, in flight together, before the rows' dφ stores; the pairs as float2 where N is
-// even: a warp's loads cover 8 heads' whole 32-byte sectors at ul = 4), the dū, converted to double once (the
-// terms of both its sums), into shared memory [kRotRows][items][4] (dynamic: rot_smem), then after the barrier
-// thread (row, u, which, channel) adds its dn̂ over the heads there (kRotSumAhead terms read at once), the first
-// item's loads of the next kRotRows rows issued before those sums (in flight during them). With nbuf = 2 (where
-// two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two buffers: one barrier per
-// group, and the threads that add no dn̂ go on to the next rows while the others add (a buffer is written again
-// only after the next group's barrier, which every reader of it has passed); else a second barrier before the
-// buffer's writes. One item per thread: 2 blocks/SM (128 registers).
-constexpr int kRotRows = 8, kRotItems = 4, kRotSumAhead = 8;
-// The most heads per group: at most kRotItems kThreads items, one pair each, whose dū buffer fits a block's 227 KiB.
-constexpr int kRotMaxHeads = 896;
-static_assert(kRotMaxHeads <= kRotItems * kThreads && sizeof(double) * kRotRows * kRotMaxHeads * 4 <= 227 * 1024,
-              "rot_bcnorm_bwd_kernel's heads per group");
-constexpr size_t kRotDoubleSmem = 64 * 1024;
+// SISO's rotation backward, BCNorm backward step 1 and the row-range sums of the B, C bias gradients in one pass over
+// dk, dq (rot_bwd_kernel's, bcnorm_dn_kernel's and colsums' arithmetic for R = 1). Channel pair u = (2u, 2u + 1) (the
+// last channel alone when N is odd). Per (row, head h, u): where u < S, dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1
+// u_0) with the rotated pair u of k, q recomputed as qk_kernel (from n̂, the weights, the head's biases and φ) and the
+// pair of dk, dq un-rotated (dū; not stored). Per (row, g, u): dn̂ = Σ_{h of group g} dū as the sum over the group's
+// slices of kRotHeads consecutive heads in slice order of each slice's sum in head order; dnb, dnc, cbn, ccn of the
+// pair (put_dn). Per (h, channel): the sum of dū over the rows of this block's row range in row order into pk (k) and
+// pq (q) [ranges, H N] (colsums' partials of dB_bias, dC_bias). Grid (rs.blocks pair blocks, G, ranges), block
+// rs.threads() threads; block (b, g, sp): rows [rows sp / ranges, rows (sp + 1) / ranges) of group g, pairs in
+// rs.chunks chunks of rs.width consecutive pairs, its chunk c the pairs (c rs.blocks + b) rs.width + l (l < rs.width;
+// past (N + 1) / 2: none), so that the rotated pairs (u < S, the first chunks) spread over the blocks (at the
+// benchmark's shape one rotated chunk per block). Thread x = (c rs.slices + slice) rs.width + l takes pair l of chunk c
+// for the slice's heads (a warp: rs.width consecutive pairs of 32 / rs.width slices; at the benchmark's shape 8 pairs x
+// 4 slices, 64-byte pieces of dk, dq per head) and walks the rows kRotRows at a time: the dk, dq pairs of its heads, φ
+// and the n̂_B, n̂_C pairs of the kRotRows rows loaded at once, in flight together (the next rows' issued before the
+// dn̂ sums of the current ones: in flight during them); per row its dφ stored, the dū added into its row-range sums
+// (double, in registers) and its slice's sums of dū (double) stored into shared memory [kRotRows][slices][which][pair]
+// as (channel 2u, 2u + 1) pieces; after the barrier, thread (row, which, pair, channel) adds its dn̂ over the slices
+// (kRotSumAhead terms read at once). The rows' groups alternate between two such buffers: one barrier per group (a
+// buffer is written again only after the next group's barrier, which every reader of it has passed). The pair's weights
+// in registers, its heads' biases in shared memory (read back by the thread only): 128 registers, 2 blocks/SM. At the
+// benchmark's shape (H = 64, G = 1, N = 128, S = 32): blocks of 16 slices x 2 chunks, grid (4, 1, 64): 256 blocks, one
+// wave on 132 SMs.
+constexpr int kRotRows = 2, kRotSumAhead = 4;
+// Heads per thread (a slice), and the most pairs of one chunk (8 pairs: a 64-byte piece of a dk, dq row).
+constexpr int kRotHeads = 4, kRotWidth = 8;
+// The most heads per group: at most kThreads slices of kRotHeads heads.
+constexpr int kRotMaxHeads = kRotHeads * kThreads;
 
-// Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and the bytes of
-// one of its dū buffers.
-int64_t rot_pairs(const Sizes& s) {
-  return std::clamp<int64_t>(kThreads / (s.H / s.G), 1, (s.N + 1) / 2);
+// rot_bcnorm_bwd_kernel's layout: slices of kRotHeads heads per group, pairs per chunk, chunks per block, pair
+// blocks.
+struct RotShape {
+  int slices, width, chunks, blocks;
+  // the threads with a (chunk, slice, pair), and the block's threads (whole warps)
+  __host__ __device__ int items() const { return chunks * slices * width; }
+  int threads() const { return (items() + 31) / 32 * 32; }
+  // the bytes of its two dū buffers and its biases (at most 48 KiB: slices chunks width <= kThreads)
+  size_t smem() const { return (sizeof(double) * 2 * kRotRows * 4 + sizeof(float4) * kRotHeads) * items(); }
+};
+RotShape rot_shape(const Sizes& s) {
+  const int hpg = static_cast<int>(s.H / s.G), U = static_cast<int>((s.N + 1) / 2);
+  const int slices = static_cast<int>(ceil_div(hpg, kRotHeads));
+  const int width = std::max(1, std::min({kRotWidth, kThreads / slices, U}));
+  const int all = static_cast<int>(ceil_div(U, width)), chunks = std::clamp(kThreads / (slices * width), 1, all);
+  return {slices, width, chunks, static_cast<int>(ceil_div(all, chunks))};
 }
-size_t rot_smem(const Sizes& s) { return sizeof(double) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
 
-template <int kItems>
-__global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
-    rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul, int nbuf, int64_t ranges, double* pk,
+__global__ void __launch_bounds__(kThreads, 2)
+    rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, RotShape rs, int64_t ranges, double* pk,
                           double* pq) {
-  extern __shared__ float smem[];  // dū [nbuf][kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
-  const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
-  const int g = static_cast<int>(blockIdx.y), u0 = static_cast<int>(blockIdx.x) * ul;
-  const int nu = std::min(ul, (N + 1) / 2 - u0), items = hpg * nu, x = static_cast<int>(threadIdx.x);
+  // dū sums [2][kRotRows][slices][which][PU] double2 (channels 2u, 2u + 1), then the biases [slices][kRotHeads][PU]
+  extern __shared__ float smem[];
+  const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), H = static_cast<int>(s.H), U = (N + 1) / 2;
+  const int hpg = H / static_cast<int>(s.G), g = static_cast<int>(blockIdx.y), x = static_cast<int>(threadIdx.x);
+  const int W = rs.width, PU = rs.chunks * W, nblk = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int l = x % W, sl = x / W % rs.slices, pl = x / (W * rs.slices) * W + l;  // pair l of chunk pl / W
+  const int u = (pl / W * nblk + b) * W + l, h0 = g * hpg + sl * kRotHeads;
+  const int left = hpg - sl * kRotHeads, nh = left < kRotHeads ? left : kRotHeads;  // heads h0 .. h0 + nh - 1
+  // (2 S <= N: a lone channel is never rotated)
+  const bool live = x < rs.items() && u < U, pair = 2 * u + 1 < N, rot = live && u < S;
   const int64_t sp = blockIdx.z, r_begin = s.rows * sp / ranges, r_end = s.rows * (sp + 1) / ranges;
-  // The thread's items: head h, pair u (channels i0, i1; i1 = i0 when alone), their biases and weights.
-  int hh[kItems], uu[kItems];
-  float bk[kItems][2], bq[kItems][2], wk[kItems][2], wq[kItems][2];
-  double sum[kItems][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1)
+  const int i0 = live ? 2 * u : 0, i1 = pair ? i0 + 1 : i0;
+  // The weights of the pair in registers and the biases of its heads (B i0, B i1, C i0, C i1) in shared memory,
+  // read back by this thread only (rotated pairs only: the recomputed k, q)
+  float4* bias = reinterpret_cast<float4*>(reinterpret_cast<double*>(smem) + 2 * kRotRows * rs.slices * 4 * PU) +
+                 sl * kRotHeads * PU + pl;
+  float wk[2] = {}, wq[2] = {};
+  if (rot) {
+    wk[0] = p.B_norm[i0];
+    wk[1] = p.B_norm[i1];
+    wq[0] = p.C_norm[i0];
+    wq[1] = p.C_norm[i1];
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int it = x + j * kThreads;
-    hh[j] = g * hpg + (it < items ? it / nu : 0);
-    uu[j] = u0 + (it < items ? it % nu : 0);
-    const int i0 = 2 * uu[j], i1 = i0 + 1 < N ? i0 + 1 : i0;
-    bk[j][0] = p.B_bias[hh[j] * N + i0];
-    bk[j][1] = p.B_bias[hh[j] * N + i1];
-    bq[j][0] = p.C_bias[hh[j] * N + i0];
-    bq[j][1] = p.C_bias[hh[j] * N + i1];
-    wk[j][0] = p.B_norm[i0];
-    wk[j][1] = p.B_norm[i1];
-    wq[j][0] = p.C_norm[i0];
-    wq[j][1] = p.C_norm[i1];
+    for (int j = 0; j < kRotHeads; ++j) {
+      if (j >= nh) break;
+      const int o = (h0 + j) * N;
+      bias[j * PU] = make_float4(p.B_bias[o + i0], p.B_bias[o + i1], p.C_bias[o + i0], p.C_bias[o + i1]);
+    }
   }
-  const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
+  double sum[kRotHeads][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1) per head
+  const int HN = H * N, HS = H * S, GN = static_cast<int>(s.G) * N;
   const bool vec = N % 2 == 0;  // every pair whole and 8-byte aligned in dk, dq, n̂: loaded as float2
-  // One item's nr rows from row r0: its dk, dq pairs and, where rotated, their φ and n̂_B, n̂_C pairs (row rr of the
-  // (head h, pair u): element offset rr H N of dk, dq, rr H S of φ, rr G N of n̂), all loaded before any use.
-  float d[kRotRows][4], ph[kRotRows], nb[kRotRows][2], nc[kRotRows][2];
-  const auto load = [&](int h, int u, int64_t r0, int nr) {
-    const int i0 = 2 * u;
-    const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
-    const int64_t e0 = r0 * s.H + h;
+  // The nr rows from row r0: the dk, dq pairs of the slice's heads and, where rotated, their φ and the n̂_B, n̂_C
+  // pairs (row rr, head h0 + j: element offset rr H N + j N of dk, dq, rr H S + j S of φ, rr G N of n̂), all
+  // loaded before any use.
+  float d[kRotRows][kRotHeads][4], ph[kRotRows][kRotHeads], nb[kRotRows][2], nc[kRotRows][2];
+  const auto load = [&](int64_t r0, int nr) {
+    const int64_t e0 = r0 * H + h0;
     const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
     const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
 #pragma unroll
     for (int rr = 0; rr < kRotRows; ++rr) {
       if (rr >= nr) break;
-      const int ok = rr * HN, on = rr * GN;
-      if (vec) {
-        const float2 k2 = *reinterpret_cast<const float2*>(dk + ok);
-        const float2 q2 = *reinterpret_cast<const float2*>(dq + ok);
-        d[rr][0] = k2.x;
-        d[rr][1] = k2.y;
-        d[rr][2] = q2.x;
-        d[rr][3] = q2.y;
-      } else {
-        d[rr][0] = dk[ok];
-        d[rr][1] = pair ? dk[ok + 1] : 0.0f;
-        d[rr][2] = dq[ok];
-        d[rr][3] = pair ? dq[ok + 1] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kRotHeads; ++j) {
+        if (j >= nh) break;
+        const int ok = rr * HN + j * N;
+        if (vec) {
+          const float2 k2 = *reinterpret_cast<const float2*>(dk + ok);
+          const float2 q2 = *reinterpret_cast<const float2*>(dq + ok);
+          d[rr][j][0] = k2.x;
+          d[rr][j][1] = k2.y;
+          d[rr][j][2] = q2.x;
+          d[rr][j][3] = q2.y;
+        } else {
+          d[rr][j][0] = dk[ok];
+          d[rr][j][1] = pair ? dk[ok + 1] : 0.0f;
+          d[rr][j][2] = dq[ok];
+          d[rr][j][3] = pair ? dq[ok + 1] : 0.0f;
+        }
+        ph[rr][j] = rot ? phi_r[rr * HS + j * S] : 0.0f;
       }
-      ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
+      const int on = rr * GN;
       if (rot && vec) {
         const float2 b2 = *reinterpret_cast<const float2*>(nbr + on);
         const float2 c2 = *reinterpret_cast<const float2*>(ncr + on);
@@ -594,72 +616,77 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
   };
   int64_t r0 = r_begin;
   int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
-  if (r0 < r_end && x < items) load(hh[0], uu[0], r0, nr);
+  if (r0 < r_end && live) load(r0, nr);
   for (int64_t grp = 0; r0 < r_end; ++grp) {
-    double* du = reinterpret_cast<double*>(smem) + (nbuf == 2 ? grp % 2 : 0) * (kRotRows * items * 4);
-    if (nbuf == 1) __syncthreads();  // the previous rows' dn̂ readers are done
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int it = x + j * kThreads;
-      if (it >= items) break;
-      if (j > 0) load(hh[j], uu[j], r0, nr);  // (item 0's rows: loaded during the previous rows' dn̂ sums)
-      const int u = uu[j];
-      float* dphi_r = buf.dphi + (r0 * s.H + hh[j]) * S + u;
+    double* du = reinterpret_cast<double*>(smem) + grp % 2 * (kRotRows * rs.slices * 2 * PU * 2);
+    if (live) {
+      float* dphi_r = buf.dphi + (r0 * H + h0) * S + u;
 #pragma unroll
       for (int rr = 0; rr < kRotRows; ++rr) {
         if (rr >= nr) break;
-        if (u < S) {
-          float sn, cs, k0, k1, q0, q1;
-          sincosf(ph[rr], &sn, &cs);
-          rotate_pair(biased(nb[rr][0], wk[j][0], bk[j][0]), biased(nb[rr][1], wk[j][1], bk[j][1]), cs, sn, k0, k1);
-          rotate_pair(biased(nc[rr][0], wq[j][0], bq[j][0]), biased(nc[rr][1], wq[j][1], bq[j][1]), cs, sn, q0, q1);
-          double acc = 0.0;
-          acc += unrotate_pair(k0, k1, d[rr][0], d[rr][1], cs, sn);
-          acc += unrotate_pair(q0, q1, d[rr][2], d[rr][3], cs, sn);
-          dphi_r[rr * HS] = static_cast<float>(acc);
-        }
+        double part[4] = {};  // the slice's sums of dū, in head order
 #pragma unroll
-        for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
-        double2* dd = reinterpret_cast<double2*>(du + (rr * items + it) * 4);  // (converted once: the sums' terms)
-        dd[0] = make_double2(d[rr][0], d[rr][1]);
-        dd[1] = make_double2(d[rr][2], d[rr][3]);
+        for (int j = 0; j < kRotHeads; ++j) {
+          if (j >= nh) break;
+          if (rot) {
+            float sn, cs, k0, k1, q0, q1;
+            sincosf(ph[rr][j], &sn, &cs);
+            const float4 bj = bias[j * PU];
+            rotate_pair(biased(nb[rr][0], wk[0], bj.x), biased(nb[rr][1], wk[1], bj.y), cs, sn, k0, k1);
+            rotate_pair(biased(nc[rr][0], wq[0], bj.z), biased(nc[rr][1], wq[1], bj.w), cs, sn, q0, q1);
+            double acc = 0.0;
+            acc += unrotate_pair(k0, k1, d[rr][j][0], d[rr][j][1], cs, sn);
+            acc += unrotate_pair(q0, q1, d[rr][j][2], d[rr][j][3], cs, sn);
+            dphi_r[rr * HS + j * S] = static_cast<float>(acc);
+          }
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const double t = d[rr][j][v];  // (converted once: the terms of both sums)
+            sum[j][v] += t;
+            part[v] += t;
+          }
+        }
+        double2* dd = reinterpret_cast<double2*>(du) + (rr * rs.slices + sl) * 2 * PU + pl;
+        dd[0] = make_double2(part[0], part[1]);
+        dd[PU] = make_double2(part[2], part[3]);
       }
     }
     __syncthreads();
     const int64_t r1 = r0 + kRotRows;
     const int nr1 = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r1));
-    if (r1 < r_end && x < items) load(hh[0], uu[0], r1, nr1);  // in flight during the dn̂ sums below
-    for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
-      const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
+    if (r1 < r_end && live) load(r1, nr1);  // in flight during the dn̂ sums below
+    for (int q = x; q < nr * 4 * PU; q += static_cast<int>(blockDim.x)) {  // (row rr, which, pair, channel)
+      const int ch = q % 2, qp = q / 2 % PU, which = q / (2 * PU) % 2, rr = q / (4 * PU);
+      const int i = 2 * ((qp / W * nblk + b) * W + qp % W) + ch;
       if (i >= N) continue;
       const int64_t o = ((r0 + rr) * s.G + g) * N + i;
-      const float nrm = nhat(buf, v / 2, o);
-      // Σ over the heads in order, kRotSumAhead terms read from shared memory at once
-      const double* col = du + (rr * items + pl) * 4 + v;
-      const int stride = nu * 4;
+      const float nrm = nhat(buf, which, o);
+      // Σ over the slices in order, kRotSumAhead terms read from shared memory at once
+      const double* col = du + ((rr * rs.slices * 2 + which) * PU + qp) * 2 + ch;
+      const int stride = 4 * PU;
       double acc = 0.0;
-      int h = 0;
-      for (; h + kRotSumAhead <= hpg; h += kRotSumAhead) {
+      int c0 = 0;
+      for (; c0 + kRotSumAhead <= rs.slices; c0 += kRotSumAhead) {
         double t[kRotSumAhead];
 #pragma unroll
-        for (int k = 0; k < kRotSumAhead; ++k) t[k] = col[(h + k) * stride];
+        for (int k = 0; k < kRotSumAhead; ++k) t[k] = col[(c0 + k) * stride];
 #pragma unroll
         for (int k = 0; k < kRotSumAhead; ++k) acc += t[k];
       }
-      for (; h < hpg; ++h) acc += col[h * stride];
-      put_dn(buf, v / 2, o, acc, nrm);
+      for (; c0 < rs.slices; ++c0) acc += col[c0 * stride];
+      put_dn(buf, which, o, acc, nrm);
     }
     r0 = r1;
     nr = nr1;
   }
+  if (!live) return;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int it = x + j * kThreads;
-    if (it >= items) break;
-    const int64_t c = static_cast<int64_t>(hh[j]) * N + 2 * uu[j], o = sp * s.H * N + c;
+  for (int j = 0; j < kRotHeads; ++j) {
+    if (j >= nh) break;
+    const int64_t o = sp * s.H * N + (h0 + j) * N + i0;
     pk[o] = sum[j][0];
     pq[o] = sum[j][2];
-    if (2 * uu[j] + 1 < N) {
+    if (pair) {
       pk[o + 1] = sum[j][1];
       pq[o + 1] = sum[j][3];
     }
@@ -857,17 +884,10 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G, ranges = colsum_ranges(s.rows);
   if (s.R == 1) {  // (dB_bias's and dC_bias's range sums from here: the first two of the colsums below)
     check(s.H / s.G <= kRotMaxHeads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G, kRotMaxHeads);
-    const int64_t ul = rot_pairs(s);
-    const int nbuf = 2 * rot_smem(s) <= kRotDoubleSmem ? 2 : 1;
-    const size_t smem = nbuf * rot_smem(s);
-    const auto kernel = s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1> : rot_bcnorm_bwd_kernel<kRotItems>;
-    if (smem > 48 * 1024)
-      LLMT_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    const dim3 grid(static_cast<unsigned>(ceil_div((s.N + 1) / 2, ul)), static_cast<unsigned>(s.G),
-                    static_cast<unsigned>(ranges));
-    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), nbuf, ranges, buf.partial,
-                                             buf.partial + ranges * RN);
+    const RotShape rs = rot_shape(s);
+    const dim3 grid(static_cast<unsigned>(rs.blocks), static_cast<unsigned>(s.G), static_cast<unsigned>(ranges));
+    rot_bcnorm_bwd_kernel<<<grid, rs.threads(), rs.smem(), stream>>>(p, s, buf, rs, ranges, buf.partial,
+                                                                     buf.partial + ranges * RN);
     LLMT_CUDA_CHECK_LAUNCH();
   } else {
     if (s.S > 0) {
