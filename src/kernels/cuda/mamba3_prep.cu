@@ -173,9 +173,9 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel, scalar_bwd_kernel); elements
-// per bcnorm_kernel thread whose x its output pass loads at once.
-constexpr int kColThreads = 128, kBcAhead = 8;
+// Threads (= vectors) per block of sum_cols' kernels (bcnorm_mean_kernel, scalar_bwd_kernel), and bcnorm_kernel's
+// threads; the vectors a bcnorm_kernel block stages at a time.
+constexpr int kColThreads = 128, kBnVecs = 32;
 
 // The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
 // thread x summing vector x in element order: 32 columns c0 .. c0 + 31 at a time, each warp loading its own 32
@@ -216,23 +216,31 @@ __device__ __forceinline__ void sum_cols(float (*tile)[kColThreads][33], const f
   }
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes
-// kColThreads consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous
-// in bc): Σ x^2 (sum_cols), then n written coalesced (x read again).
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kBnVecs
+// consecutive vectors v = (row, which, r G + g) at a time (contiguous in bc): all its threads stage their x in shared
+// memory, xs[j][c] (rows padded: no bank conflicts), a vector row at a time (coalesced; kColThreads columns at once,
+// the kBnVecs rows' loads issued together), thread x < kBnVecs adds Σ x^2 of vector v0 + x in element order (double),
+// then all of them write n coalesced from the staged x. Dynamic shared memory: bcnorm_smem(N).
 __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  __shared__ float xs[1][kColThreads][33];
-  __shared__ double rs[kColThreads];
-  __shared__ float* outs[kColThreads];  // n̂'s row of each vector
+  extern __shared__ float smem[];  // xs [kBnVecs][N + 1]
+  __shared__ double rs[kBnVecs];
+  __shared__ float* outs[kBnVecs];  // n̂'s row of each vector
   const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
-  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t v0 = blockIdx.x * int64_t{kColThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kColThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kColThreads, nv - v0));
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N), ld = N + 1;
+  for (int64_t v0 = blockIdx.x * int64_t{kBnVecs}; v0 < nv; v0 += int64_t{gridDim.x} * kBnVecs) {
+    const int n = static_cast<int>(std::min<int64_t>(kBnVecs, nv - v0));
     const float* src = bc + v0 * s.N;
-    double ss = 0.0;
-    sum_cols<1>(xs, &src, n, N, [&](int c0, int m) {
-      for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[0][x][c]) * xs[0][x][c];
-    });
+    for (int c = x; c < N; c += kColThreads) {
+      float xv[kBnVecs];
+#pragma unroll
+      for (int j = 0; j < kBnVecs; ++j) xv[j] = j < n ? src[j * N + c] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBnVecs; ++j) smem[j * ld + c] = xv[j];
+    }
+    __syncthreads();
     if (x < n) {
+      double ss = 0.0;
+      for (int c = 0; c < N; ++c) ss += static_cast<double>(smem[x * ld + c]) * smem[x * ld + c];
       const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
       const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
       rs[x] = r;
@@ -240,20 +248,20 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Si
       (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
     }
     __syncthreads();
-    // (vector j / N, element j % N): consecutive threads, one vector; kBcAhead elements' x loaded at once (the
-    // stores through outs could alias src: each load would wait for the previous element's store)
-    for (int j0 = x; j0 < n * N; j0 += kBcAhead * kColThreads) {
-      float xv[kBcAhead];
+    for (int c = x; c < N; c += kColThreads) {
+      float o[kBnVecs];  // (all computed before the stores: a store through outs could alias the staged x)
 #pragma unroll
-      for (int k = 0; k < kBcAhead; ++k) xv[k] = j0 + k * kColThreads < n * N ? src[j0 + k * kColThreads] : 0.0f;
+      for (int j = 0; j < kBnVecs; ++j) o[j] = static_cast<float>(smem[j * ld + c] * rs[j]);
 #pragma unroll
-      for (int k = 0; k < kBcAhead; ++k) {
-        const int j = j0 + k * kColThreads, r = j / N;
-        if (j < n * N) outs[r][j - r * N] = static_cast<float>(xv[k] * rs[r]);
-      }
+      for (int j = 0; j < kBnVecs; ++j)
+        if (j < n) outs[j][c] = o[j];
     }
+    __syncthreads();  // (before the next vectors' staging)
   }
 }
+
+// bcnorm_kernel's dynamic shared memory for N channels.
+size_t bcnorm_smem(int64_t N) { return sizeof(float) * kBnVecs * (N + 1); }
 
 // qk_kernel: threads per block, rotation pairs per thread and row, and the rows per block (as many as fit
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
@@ -825,7 +833,11 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
     }
   }
   if (!saved) {
-    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kColThreads), kColThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    const size_t bn_smem = bcnorm_smem(s.N);
+    if (bn_smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(bcnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bn_smem)));
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kBnVecs), kColThreads, bn_smem, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
     const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
     const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
