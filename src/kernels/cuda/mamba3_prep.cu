@@ -28,30 +28,45 @@ __device__ double delta(const float* rw, int64_t h, const float* dt_bias) {
   return softplus_d(static_cast<double>(rw[h]) + dt_bias[h]);
 }
 
-// ε = (1 - λ) Δ of head h in raw row rw (H heads).
-__device__ double eps_of(const float* rw, int64_t H, int64_t h, const float* dt_bias) {
-  return (1.0 - sigmoid_d(static_cast<double>(rw[2 * H + h]))) * delta(rw, h, dt_bias);
-}
+// Consecutive tokens of one (batch, head) per token_kernel thread.
+constexpr int kTokRun = 8;
 
-// Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1}.
+// Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1} (ε_T := 0), all
+// [B, T, H] (Δ in double too). One thread per (batch, run of kTokRun tokens, head), heads fastest (coalesced), walking
+// its tokens in order: the next token's Δ, λ, ε (for σ) are carried into its next step, so each token's Δ and λ
+// (double exp, log1p and division, the kernel's cost) are evaluated once, plus once more for the token after a run.
 __global__ void token_kernel(const float* raw, const float* dt_bias, Sizes s, Mamba3Options opt, Buffers buf) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < s.E; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = e / s.H, h = e % s.H, t = row % s.T;
-    const float* rw = raw + row * s.W;
-    const double dt = delta(rw, h, dt_bias), x = rw[s.H + h];
-    const double f = opt.heavy_tail ? (x >= 0 ? 1.0 + x : 1.0 / (1.0 - x)) : softplus_d(x);
-    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h]));
-    const bool clamped = -f > -opt.A_floor;
-    const double A = clamped ? -opt.A_floor : -f;
-    buf.dt[e] = static_cast<float>(dt);
-    buf.dtd[e] = dt;
-    buf.lam[e] = static_cast<float>(lam);
-    buf.A[e] = static_cast<float>(A);
-    buf.clamped[e] = clamped ? 1.0f : 0.0f;
-    buf.a[e] = static_cast<float>(A * dt);
-    buf.gam[e] = static_cast<float>(lam * dt);
-    buf.eps[e] = static_cast<float>((1.0 - lam) * dt);
-    buf.sig[e] = static_cast<float>(lam * dt + (t + 1 < s.T ? eps_of(rw + s.W, s.H, h, dt_bias) : 0.0));
+  const int64_t runs = (s.T + kTokRun - 1) / kTokRun, n = s.B * runs * s.H;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t h = idx % s.H, run = idx / s.H, b = run / runs, t0 = (run % runs) * kTokRun;
+    const int64_t t1 = std::min(s.T, t0 + kTokRun);
+    const float* rw = raw + (b * s.T + t0) * s.W;
+    double dt = delta(rw, h, dt_bias), lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), eps = (1.0 - lam) * dt;
+    for (int64_t t = t0; t < t1; ++t, rw += s.W) {
+      const int64_t e = (b * s.T + t) * s.H + h;
+      const double x = rw[s.H + h];
+      const double f = opt.heavy_tail ? (x >= 0 ? 1.0 + x : 1.0 / (1.0 - x)) : softplus_d(x);
+      const bool clamped = -f > -opt.A_floor;
+      const double A = clamped ? -opt.A_floor : -f;
+      double dt1 = 0.0, lam1 = 0.0, eps1 = 0.0;  // token t + 1's
+      if (t + 1 < s.T) {
+        dt1 = delta(rw + s.W, h, dt_bias);
+        lam1 = sigmoid_d(static_cast<double>(rw[s.W + 2 * s.H + h]));
+        eps1 = (1.0 - lam1) * dt1;
+      }
+      buf.dt[e] = static_cast<float>(dt);
+      buf.dtd[e] = dt;
+      buf.lam[e] = static_cast<float>(lam);
+      buf.A[e] = static_cast<float>(A);
+      buf.clamped[e] = clamped ? 1.0f : 0.0f;
+      buf.a[e] = static_cast<float>(A * dt);
+      buf.gam[e] = static_cast<float>(lam * dt);
+      buf.eps[e] = static_cast<float>(eps);
+      buf.sig[e] = static_cast<float>(lam * dt + eps1);
+      dt = dt1;
+      lam = lam1;
+      eps = eps1;
+    }
   }
 }
 
@@ -821,7 +836,7 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
 template <typename A>
 void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
               const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0, bool saved) {
-  token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
+  token_kernel<<<grid_for(s.B * ceil_div(s.T, kTokRun) * s.H), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
