@@ -89,7 +89,6 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_b
     c.take(b.ccn, RGN);
     c.take(b.dnb, RGN);
     c.take(b.dnc, RGN);
-    c.take(b.mb, 2 * s.rows * s.R * s.G);
     c.take(b.gmean, E * s.R);
     c.take(b.dDp, s.B * s.H * s.nc);
     // The columns of the widest colsums call: prep_bwd's (dB_bias, dC_bias, dB_norm, dC_norm, ddt_bias), or one

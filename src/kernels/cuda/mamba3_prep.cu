@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// Threads (= vectors) per block of sum_cols' kernels (bcnorm_mean_kernel, scalar_bwd_kernel), and bcnorm_kernel's
-// threads; the vectors a bcnorm_kernel block stages at a time.
+// Threads (= vectors) per block of sum_cols' kernel (scalar_bwd_kernel), and bcnorm_kernel's and bcnorm_bwd_kernel's
+// threads; the vectors their blocks stage at a time.
 constexpr int kColThreads = 128, kBnVecs = 32;
 
 // The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
@@ -794,40 +794,61 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kColThreads consecutive
-// vectors j = row R G + r G + g of one side (B: dnb, nb; C: dnc, ncn) at a time (thread x: vector j0 + x), their dn̂
-// and n̂ through shared memory (sum_cols).
-__global__ void __launch_bounds__(kColThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  __shared__ float ts[2][kColThreads][33];  // dn̂, n̂
-  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kColThreads - 1) / kColThreads;
-  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+// Vector rows of dn̂ and of n̂ a bcnorm_bwd_kernel thread loads at once.
+constexpr int kBnLoad = 16;
+
+// Steps 2 and 3 per (row, which, r G + g): m = mean(u ∘ n̂) with u = dn̂ ∘ w (double, in element order, then
+// rounded to fp32), dbc = r (u - n̂ m) (fp32). A block takes kBnVecs consecutive vectors j = row R G + r G + g of one
+// side (B: dnb, nb, rb, B_norm; C: dnc, ncn, rc, C_norm) at a time: all its threads stage their dn̂ and n̂ in shared
+// memory (as bcnorm_kernel: a vector row at a time, coalesced, kBnLoad rows of each loaded at once; rows padded),
+// thread x < kBnVecs adds vector j0 + x's m, then all of them write dbc a vector row at a time (coalesced) from the
+// staged values. Dynamic shared memory: 2 bcnorm_smem(N).
+__global__ void __launch_bounds__(kColThreads) bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
+  extern __shared__ float smem[];  // dn̂ [kBnVecs][N + 1], then n̂ [kBnVecs][N + 1]
+  __shared__ float ms[kBnVecs], rs[kBnVecs];  // each vector's m and r
+  __shared__ int64_t vs[kBnVecs];             // and its vector (row, which, r G + g) of dbc
+  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kBnVecs - 1) / kBnVecs;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N), ld = N + 1;
+  float* dn = smem;
+  float* nn = smem + kBnVecs * ld;
   for (int64_t u = blockIdx.x; u < 2 * nb; u += gridDim.x) {
     const int which = static_cast<int>(u / nb);
-    const int64_t j0 = (u % nb) * kColThreads;
-    const int n = static_cast<int>(std::min<int64_t>(kColThreads, J - j0));
+    const int64_t j0 = (u % nb) * kBnVecs;
+    const int n = static_cast<int>(std::min<int64_t>(kBnVecs, J - j0));
+    const float* gd = (which == 0 ? buf.dnb : buf.dnc) + j0 * s.N;
+    const float* gn = (which == 0 ? buf.nb : buf.ncn) + j0 * s.N;
     const float* w = which == 0 ? p.B_norm : p.C_norm;
-    const float* src[2] = {(which == 0 ? buf.dnb : buf.dnc) + j0 * s.N, (which == 0 ? buf.nb : buf.ncn) + j0 * s.N};
-    double m = 0.0;
-    sum_cols<2>(ts, src, n, N, [&](int c0, int mc) {
-      for (int c = 0; c < mc; ++c) m += static_cast<double>(ts[0][x][c]) * w[c0 + c] * ts[1][x][c];
-    });
+    for (int c = x; c < N; c += kColThreads)
+#pragma unroll 1
+      for (int i0 = 0; i0 < kBnVecs; i0 += kBnLoad) {
+        float vd[kBnLoad], vn[kBnLoad];
+#pragma unroll
+        for (int k = 0; k < kBnLoad; ++k) {
+          vd[k] = i0 + k < n ? gd[(i0 + k) * N + c] : 0.0f;
+          vn[k] = i0 + k < n ? gn[(i0 + k) * N + c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kBnLoad; ++k) {
+          dn[(i0 + k) * ld + c] = vd[k];
+          nn[(i0 + k) * ld + c] = vn[k];
+        }
+      }
+    __syncthreads();
     if (x < n) {
       const int64_t j = j0 + x;
-      buf.mb[(j / RG * 2 + which) * RG + j % RG] = static_cast<float>(m / static_cast<double>(s.N));
+      double m = 0.0;
+      for (int c = 0; c < N; ++c) m += static_cast<double>(dn[x * ld + c]) * w[c] * nn[x * ld + c];
+      ms[x] = static_cast<float>(m / static_cast<double>(s.N));
+      rs[x] = (which == 0 ? buf.rb : buf.rc)[j];
+      vs[x] = (j / RG * 2 + which) * RG + j % RG;
     }
-  }
-}
-
-// Step 3 per (row, which, r G + g, n): dbc = r (u - n mean(u ∘ n)).
-__global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
-  const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN), n = j % s.N, rg = j / s.N;
-    const int64_t o = row * RGN + j, orow = row * s.R * s.G + rg;
-    const float dn = (which == 0 ? buf.dnb : buf.dnc)[o], nrm = (which == 0 ? buf.nb : buf.ncn)[o];
-    const float rs = (which == 0 ? buf.rb : buf.rc)[orow], w = (which == 0 ? p.B_norm : p.C_norm)[n];
-    dbc[idx] = rs * (dn * w - nrm * buf.mb[(row * 2 + which) * s.R * s.G + rg]);
+    __syncthreads();
+    for (int i = 0; i < n; ++i) {
+      float* out = dbc + vs[i] * s.N;
+      const float r = rs[i], m = ms[i];
+      for (int c = x; c < N; c += kColThreads) out[c] = r * (dn[i * ld + c] * w[c] - nn[i * ld + c] * m);
+    }
+    __syncthreads();  // (before the next vectors' staging)
   }
 }
 
@@ -913,9 +934,12 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   }
   scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_mean_kernel<<<grid_for(2 * ceil_div(RG, int64_t{kColThreads}), 1), kColThreads, 0, stream>>>(p, s, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
+  const size_t bn_smem = 2 * bcnorm_smem(s.N);
+  if (bn_smem > 48 * 1024)
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(bcnorm_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bn_smem)));
+  const unsigned bn_grid = grid_for(2 * ceil_div(RG, int64_t{kBnVecs}), 1);  // (side, kBnVecs vectors)
+  bcnorm_bwd_kernel<<<bn_grid, kColThreads, bn_smem, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
   const bool siso = s.R == 1;
   const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias},
