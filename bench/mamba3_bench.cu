@@ -190,15 +190,14 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   const auto both = [](double b) { return Cost{b, b, 0}; };
   // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward (phase, bcnorm, qk only without the
   // saved set)
-  if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the next token's ε); Δ, λ, A, clamp,
-                    // a, γ, ε, σ written (fp32) and Δ (double)
-    return {12 * E + 40 * E, 20 * E + 40 * E, 0};
+  if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the token after each run of 8); Δ, λ,
+                    // A, clamp, a, γ, ε, σ written (fp32) and Δ (double)
+    return {12 * E + 40 * E, 13 * E + 40 * E, 0};
   if (is("theta")) return both(4 * rows * S + 8 * rows * S);  // raw's angles; θ (double)
   if (is("phase"))  // per (b, h, i), T in 16 segments walked three times (the totals; both representatives, every
                     // segment but the first; φ written): Δ (double, issued per angle), θ (double, issued per head)
     return {8 * E + 8 * rows * S + 4 * E * S, (1 + 15.0 / 16 + 1) * 16 * E * S + 4 * E * S, 0};
-  if (is("bcnorm"))  // B|C (issued twice: sum of squares, then the scaled copy); n̂_B, n̂_C; their 1 / RMS
-    return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
+  if (is("bcnorm")) return both(8 * rows * N + 8 * rows * N + 8 * rows);  // B|C; n̂_B, n̂_C; their 1 / RMS
   if (is("qk")) {  // per rotation pair: φ; n̂_B, n̂_C staged per block (rows of qk_rows, kQkThreads kQkPairs = 512
                    // pairs of the row's H N / 2): issued once per column block; weights and biases per row block;
                    // k, q written (bf16)
