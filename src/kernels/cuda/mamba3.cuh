@@ -39,8 +39,7 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// (MIMO: then un-rotated in place); da, dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk)
 /// [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P],
 /// c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the
-/// normalised B, C) and mb [rows 2 R G] (BCNorm backward means); gmean [E R] (output-norm backward means); partial
-/// (double): the column sums' partials.
+/// normalised B, C); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
 /// bf16 products (the chunked core on the tensor cores, not decoding): q, k, the states, y, dy and the adjoint
 /// states are kept in bf16 (qh, kh, states_h, y_h, dy_h, dstates_h: places of bf16 size, mamba3.cu carve; the fp32
 /// pointers then null). The core's kernels read q, k and the states only as bf16 operands, and the rotation backward
@@ -56,7 +55,7 @@ struct Buffers {
   double *dtd, *theta, *G;
   float* states;
   __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h, *vh, *dvh;
-  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
+  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *gmean;
   double *dDp, *partial;
 };
 

@@ -28,30 +28,45 @@ __device__ double delta(const float* rw, int64_t h, const float* dt_bias) {
   return softplus_d(static_cast<double>(rw[h]) + dt_bias[h]);
 }
 
-// ε = (1 - λ) Δ of head h in raw row rw (H heads).
-__device__ double eps_of(const float* rw, int64_t H, int64_t h, const float* dt_bias) {
-  return (1.0 - sigmoid_d(static_cast<double>(rw[2 * H + h]))) * delta(rw, h, dt_bias);
-}
+// Consecutive tokens of one (batch, head) per token_kernel thread.
+constexpr int kTokRun = 8;
 
-// Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1}.
+// Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1} (ε_T := 0), all
+// [B, T, H] (Δ in double too). One thread per (batch, run of kTokRun tokens, head), heads fastest (coalesced), walking
+// its tokens in order: the next token's Δ, λ, ε (for σ) are carried into its next step, so each token's Δ and λ
+// (double exp, log1p and division, the kernel's cost) are evaluated once, plus once more for the token after a run.
 __global__ void token_kernel(const float* raw, const float* dt_bias, Sizes s, Mamba3Options opt, Buffers buf) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < s.E; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = e / s.H, h = e % s.H, t = row % s.T;
-    const float* rw = raw + row * s.W;
-    const double dt = delta(rw, h, dt_bias), x = rw[s.H + h];
-    const double f = opt.heavy_tail ? (x >= 0 ? 1.0 + x : 1.0 / (1.0 - x)) : softplus_d(x);
-    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h]));
-    const bool clamped = -f > -opt.A_floor;
-    const double A = clamped ? -opt.A_floor : -f;
-    buf.dt[e] = static_cast<float>(dt);
-    buf.dtd[e] = dt;
-    buf.lam[e] = static_cast<float>(lam);
-    buf.A[e] = static_cast<float>(A);
-    buf.clamped[e] = clamped ? 1.0f : 0.0f;
-    buf.a[e] = static_cast<float>(A * dt);
-    buf.gam[e] = static_cast<float>(lam * dt);
-    buf.eps[e] = static_cast<float>((1.0 - lam) * dt);
-    buf.sig[e] = static_cast<float>(lam * dt + (t + 1 < s.T ? eps_of(rw + s.W, s.H, h, dt_bias) : 0.0));
+  const int64_t runs = (s.T + kTokRun - 1) / kTokRun, n = s.B * runs * s.H;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t h = idx % s.H, run = idx / s.H, b = run / runs, t0 = (run % runs) * kTokRun;
+    const int64_t t1 = std::min(s.T, t0 + kTokRun);
+    const float* rw = raw + (b * s.T + t0) * s.W;
+    double dt = delta(rw, h, dt_bias), lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), eps = (1.0 - lam) * dt;
+    for (int64_t t = t0; t < t1; ++t, rw += s.W) {
+      const int64_t e = (b * s.T + t) * s.H + h;
+      const double x = rw[s.H + h];
+      const double f = opt.heavy_tail ? (x >= 0 ? 1.0 + x : 1.0 / (1.0 - x)) : softplus_d(x);
+      const bool clamped = -f > -opt.A_floor;
+      const double A = clamped ? -opt.A_floor : -f;
+      double dt1 = 0.0, lam1 = 0.0, eps1 = 0.0;  // token t + 1's
+      if (t + 1 < s.T) {
+        dt1 = delta(rw + s.W, h, dt_bias);
+        lam1 = sigmoid_d(static_cast<double>(rw[s.W + 2 * s.H + h]));
+        eps1 = (1.0 - lam1) * dt1;
+      }
+      buf.dt[e] = static_cast<float>(dt);
+      buf.dtd[e] = dt;
+      buf.lam[e] = static_cast<float>(lam);
+      buf.A[e] = static_cast<float>(A);
+      buf.clamped[e] = clamped ? 1.0f : 0.0f;
+      buf.a[e] = static_cast<float>(A * dt);
+      buf.gam[e] = static_cast<float>(lam * dt);
+      buf.eps[e] = static_cast<float>(eps);
+      buf.sig[e] = static_cast<float>(lam * dt + eps1);
+      dt = dt1;
+      lam = lam1;
+      eps = eps1;
+    }
   }
 }
 
@@ -173,9 +188,9 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel, scalar_bwd_kernel); elements
-// per bcnorm_kernel thread whose x its output pass loads at once.
-constexpr int kColThreads = 128, kBcAhead = 8;
+// Threads (= vectors) per block of sum_cols' kernel (scalar_bwd_kernel), and bcnorm_kernel's and bcnorm_bwd_kernel's
+// threads; the vectors their blocks stage at a time.
+constexpr int kColThreads = 128, kBnVecs = 32;
 
 // The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
 // thread x summing vector x in element order: 32 columns c0 .. c0 + 31 at a time, each warp loading its own 32
@@ -216,23 +231,31 @@ __device__ __forceinline__ void sum_cols(float (*tile)[kColThreads][33], const f
   }
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes
-// kColThreads consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous
-// in bc): Σ x^2 (sum_cols), then n written coalesced (x read again).
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kBnVecs
+// consecutive vectors v = (row, which, r G + g) at a time (contiguous in bc): all its threads stage their x in shared
+// memory, xs[j][c] (rows padded: no bank conflicts), a vector row at a time (coalesced; kColThreads columns at once,
+// the kBnVecs rows' loads issued together), thread x < kBnVecs adds Σ x^2 of vector v0 + x in element order (double),
+// then all of them write n coalesced from the staged x. Dynamic shared memory: bcnorm_smem(N).
 __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  __shared__ float xs[1][kColThreads][33];
-  __shared__ double rs[kColThreads];
-  __shared__ float* outs[kColThreads];  // n̂'s row of each vector
+  extern __shared__ float smem[];  // xs [kBnVecs][N + 1]
+  __shared__ double rs[kBnVecs];
+  __shared__ float* outs[kBnVecs];  // n̂'s row of each vector
   const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
-  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t v0 = blockIdx.x * int64_t{kColThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kColThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kColThreads, nv - v0));
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N), ld = N + 1;
+  for (int64_t v0 = blockIdx.x * int64_t{kBnVecs}; v0 < nv; v0 += int64_t{gridDim.x} * kBnVecs) {
+    const int n = static_cast<int>(std::min<int64_t>(kBnVecs, nv - v0));
     const float* src = bc + v0 * s.N;
-    double ss = 0.0;
-    sum_cols<1>(xs, &src, n, N, [&](int c0, int m) {
-      for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[0][x][c]) * xs[0][x][c];
-    });
+    for (int c = x; c < N; c += kColThreads) {
+      float xv[kBnVecs];
+#pragma unroll
+      for (int j = 0; j < kBnVecs; ++j) xv[j] = j < n ? src[j * N + c] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBnVecs; ++j) smem[j * ld + c] = xv[j];
+    }
+    __syncthreads();
     if (x < n) {
+      double ss = 0.0;
+      for (int c = 0; c < N; ++c) ss += static_cast<double>(smem[x * ld + c]) * smem[x * ld + c];
       const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
       const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
       rs[x] = r;
@@ -240,20 +263,20 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Si
       (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
     }
     __syncthreads();
-    // (vector j / N, element j % N): consecutive threads, one vector; kBcAhead elements' x loaded at once (the
-    // stores through outs could alias src: each load would wait for the previous element's store)
-    for (int j0 = x; j0 < n * N; j0 += kBcAhead * kColThreads) {
-      float xv[kBcAhead];
+    for (int c = x; c < N; c += kColThreads) {
+      float o[kBnVecs];  // (all computed before the stores: a store through outs could alias the staged x)
 #pragma unroll
-      for (int k = 0; k < kBcAhead; ++k) xv[k] = j0 + k * kColThreads < n * N ? src[j0 + k * kColThreads] : 0.0f;
+      for (int j = 0; j < kBnVecs; ++j) o[j] = static_cast<float>(smem[j * ld + c] * rs[j]);
 #pragma unroll
-      for (int k = 0; k < kBcAhead; ++k) {
-        const int j = j0 + k * kColThreads, r = j / N;
-        if (j < n * N) outs[r][j - r * N] = static_cast<float>(xv[k] * rs[r]);
-      }
+      for (int j = 0; j < kBnVecs; ++j)
+        if (j < n) outs[j][c] = o[j];
     }
+    __syncthreads();  // (before the next vectors' staging)
   }
 }
+
+// bcnorm_kernel's dynamic shared memory for N channels.
+size_t bcnorm_smem(int64_t N) { return sizeof(float) * kBnVecs * (N + 1); }
 
 // qk_kernel: threads per block, rotation pairs per thread and row, and the rows per block (as many as fit
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
@@ -741,7 +764,8 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
 // dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kColThreads consecutive pairs at a
 // time (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (sum_cols), so that
-// each thread's Σ_i θ_i dψ_i still runs in angle order.
+// each thread's Σ_i θ_i dψ_i still runs in angle order. Each thread loads its pair's other inputs before the sum (in
+// flight with the dψ loads).
 __global__ void __launch_bounds__(kColThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
                                                                  Mamba3Options opt, Buffers buf, float* draw) {
   __shared__ float dpsi[1][kColThreads][33];  // [pair - e0][angle - i0]
@@ -749,24 +773,30 @@ __global__ void __launch_bounds__(kColThreads) scalar_bwd_kernel(const float* ra
   for (int64_t e0 = blockIdx.x * int64_t{kColThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kColThreads) {
     const int64_t e = e0 + x, row = e / s.H, h = e % s.H, t = row % s.T;
     const int n = static_cast<int>(std::min<int64_t>(kColThreads, s.E - e0));
+    const bool in = x < n;
+    const float* rw = raw + row * s.W;
+    const float r_dt = in ? rw[h] : 0.0f, r_a = in ? rw[s.H + h] : 0.0f, r_trap = in ? rw[2 * s.H + h] : 0.0f;
+    const float bias = in ? dt_bias[h] : 0.0f, dsig = in && t > 0 ? buf.dsig[e - s.H] : 0.0f;
+    const float dgam_f = in ? buf.dgam[e] : 0.0f, da_f = in ? buf.da[e] : 0.0f, A = in ? buf.A[e] : 0.0f;
+    const float clamped = in ? buf.clamped[e] : 0.0f;
+    const double dt = in ? buf.dtd[e] : 0.0;
     const float* src = buf.dphi + e0 * s.S;
     double ddt = 0.0;
     sum_cols<1>(dpsi, &src, n, static_cast<int>(s.S), [&](int i0, int m) {
-      if (x < n)
+      if (in)
         for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[0][x][c];
     });
-    if (x >= n) continue;
-    const float* rw = raw + row * s.W;
-    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
-    const double dgam = buf.dgam[e], deps = t > 0 ? static_cast<double>(buf.dsig[e - s.H]) : 0.0;
-    const double da = buf.da[e];
-    ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(buf.A[e]) * da;
+    if (!in) continue;
+    const double lam = sigmoid_d(static_cast<double>(r_trap));
+    const double dgam = dgam_f, deps = t > 0 ? static_cast<double>(dsig) : 0.0;
+    const double da = da_f;
+    ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(A) * da;
     float* drw = draw + row * s.W;
     drw[2 * s.H + h] = static_cast<float>(dt * (dgam - deps) * lam * (1.0 - lam));
-    const double xa = rw[s.H + h];
+    const double xa = r_a;
     const double fgrad = opt.heavy_tail ? (xa >= 0 ? 1.0 : 1.0 / ((1.0 - xa) * (1.0 - xa))) : softplus_grad_d(xa);
-    drw[s.H + h] = static_cast<float>(buf.clamped[e] != 0.0f ? 0.0 : -dt * da * fgrad);
-    drw[h] = static_cast<float>(ddt * softplus_grad_d(static_cast<double>(rw[h]) + dt_bias[h]));
+    drw[s.H + h] = static_cast<float>(clamped != 0.0f ? 0.0 : -dt * da * fgrad);
+    drw[h] = static_cast<float>(ddt * softplus_grad_d(static_cast<double>(r_dt) + bias));
   }
 }
 
@@ -798,40 +828,61 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kColThreads consecutive
-// vectors j = row R G + r G + g of one side (B: dnb, nb; C: dnc, ncn) at a time (thread x: vector j0 + x), their dn̂
-// and n̂ through shared memory (sum_cols).
-__global__ void __launch_bounds__(kColThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  __shared__ float ts[2][kColThreads][33];  // dn̂, n̂
-  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kColThreads - 1) / kColThreads;
-  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+// Vector rows of dn̂ and of n̂ a bcnorm_bwd_kernel thread loads at once.
+constexpr int kBnLoad = 16;
+
+// Steps 2 and 3 per (row, which, r G + g): m = mean(u ∘ n̂) with u = dn̂ ∘ w (double, in element order, then
+// rounded to fp32), dbc = r (u - n̂ m) (fp32). A block takes kBnVecs consecutive vectors j = row R G + r G + g of one
+// side (B: dnb, nb, rb, B_norm; C: dnc, ncn, rc, C_norm) at a time: all its threads stage their dn̂ and n̂ in shared
+// memory (as bcnorm_kernel: a vector row at a time, coalesced, kBnLoad rows of each loaded at once; rows padded),
+// thread x < kBnVecs adds vector j0 + x's m, then all of them write dbc a vector row at a time (coalesced) from the
+// staged values. Dynamic shared memory: 2 bcnorm_smem(N).
+__global__ void __launch_bounds__(kColThreads) bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
+  extern __shared__ float smem[];  // dn̂ [kBnVecs][N + 1], then n̂ [kBnVecs][N + 1]
+  __shared__ float ms[kBnVecs], rs[kBnVecs];  // each vector's m and r
+  __shared__ int64_t vs[kBnVecs];             // and its vector (row, which, r G + g) of dbc
+  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kBnVecs - 1) / kBnVecs;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N), ld = N + 1;
+  float* dn = smem;
+  float* nn = smem + kBnVecs * ld;
   for (int64_t u = blockIdx.x; u < 2 * nb; u += gridDim.x) {
     const int which = static_cast<int>(u / nb);
-    const int64_t j0 = (u % nb) * kColThreads;
-    const int n = static_cast<int>(std::min<int64_t>(kColThreads, J - j0));
+    const int64_t j0 = (u % nb) * kBnVecs;
+    const int n = static_cast<int>(std::min<int64_t>(kBnVecs, J - j0));
+    const float* gd = (which == 0 ? buf.dnb : buf.dnc) + j0 * s.N;
+    const float* gn = (which == 0 ? buf.nb : buf.ncn) + j0 * s.N;
     const float* w = which == 0 ? p.B_norm : p.C_norm;
-    const float* src[2] = {(which == 0 ? buf.dnb : buf.dnc) + j0 * s.N, (which == 0 ? buf.nb : buf.ncn) + j0 * s.N};
-    double m = 0.0;
-    sum_cols<2>(ts, src, n, N, [&](int c0, int mc) {
-      for (int c = 0; c < mc; ++c) m += static_cast<double>(ts[0][x][c]) * w[c0 + c] * ts[1][x][c];
-    });
+    for (int c = x; c < N; c += kColThreads)
+#pragma unroll 1
+      for (int i0 = 0; i0 < kBnVecs; i0 += kBnLoad) {
+        float vd[kBnLoad], vn[kBnLoad];
+#pragma unroll
+        for (int k = 0; k < kBnLoad; ++k) {
+          vd[k] = i0 + k < n ? gd[(i0 + k) * N + c] : 0.0f;
+          vn[k] = i0 + k < n ? gn[(i0 + k) * N + c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kBnLoad; ++k) {
+          dn[(i0 + k) * ld + c] = vd[k];
+          nn[(i0 + k) * ld + c] = vn[k];
+        }
+      }
+    __syncthreads();
     if (x < n) {
       const int64_t j = j0 + x;
-      buf.mb[(j / RG * 2 + which) * RG + j % RG] = static_cast<float>(m / static_cast<double>(s.N));
+      double m = 0.0;
+      for (int c = 0; c < N; ++c) m += static_cast<double>(dn[x * ld + c]) * w[c] * nn[x * ld + c];
+      ms[x] = static_cast<float>(m / static_cast<double>(s.N));
+      rs[x] = (which == 0 ? buf.rb : buf.rc)[j];
+      vs[x] = (j / RG * 2 + which) * RG + j % RG;
     }
-  }
-}
-
-// Step 3 per (row, which, r G + g, n): dbc = r (u - n mean(u ∘ n)).
-__global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
-  const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN), n = j % s.N, rg = j / s.N;
-    const int64_t o = row * RGN + j, orow = row * s.R * s.G + rg;
-    const float dn = (which == 0 ? buf.dnb : buf.dnc)[o], nrm = (which == 0 ? buf.nb : buf.ncn)[o];
-    const float rs = (which == 0 ? buf.rb : buf.rc)[orow], w = (which == 0 ? p.B_norm : p.C_norm)[n];
-    dbc[idx] = rs * (dn * w - nrm * buf.mb[(row * 2 + which) * s.R * s.G + rg]);
+    __syncthreads();
+    for (int i = 0; i < n; ++i) {
+      float* out = dbc + vs[i] * s.N;
+      const float r = rs[i], m = ms[i];
+      for (int c = x; c < N; c += kColThreads) out[c] = r * (dn[i * ld + c] * w[c] - nn[i * ld + c] * m);
+    }
+    __syncthreads();  // (before the next vectors' staging)
   }
 }
 
@@ -840,7 +891,7 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
 template <typename A>
 void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
               const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0, bool saved) {
-  token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
+  token_kernel<<<grid_for(s.B * ceil_div(s.T, kTokRun) * s.H), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
@@ -852,7 +903,11 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
     }
   }
   if (!saved) {
-    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kColThreads), kColThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    const size_t bn_smem = bcnorm_smem(s.N);
+    if (bn_smem > 48 * 1024)
+      LLMT_CUDA_CHECK(
+          cudaFuncSetAttribute(bcnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bn_smem)));
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kBnVecs), kColThreads, bn_smem, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
     const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
     const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
@@ -906,9 +961,12 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   }
   scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_mean_kernel<<<grid_for(2 * ceil_div(RG, int64_t{kColThreads}), 1), kColThreads, 0, stream>>>(p, s, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
+  const size_t bn_smem = 2 * bcnorm_smem(s.N);
+  if (bn_smem > 48 * 1024)
+    LLMT_CUDA_CHECK(cudaFuncSetAttribute(bcnorm_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bn_smem)));
+  const unsigned bn_grid = grid_for(2 * ceil_div(RG, int64_t{kBnVecs}), 1);  // (side, kBnVecs vectors)
+  bcnorm_bwd_kernel<<<bn_grid, kColThreads, bn_smem, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
   const bool siso = s.R == 1;
   const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias},
