@@ -886,6 +886,20 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_bwd_kernel(const Mamba3Ptr
   }
 }
 
+// Lets kernel take smem bytes of dynamic shared memory (opting in above the default 48 KiB); a clear error where the
+// device has less (the BCNorm kernels stage 32 vectors of N floats, qk_kernel rows of R G N: large d_state or rank).
+template <typename K>
+void allow_smem(K kernel, size_t smem, const Sizes& s, const char* name) {
+  if (smem <= 48 * 1024) return;
+  int dev = 0, optin = 0;
+  LLMT_CUDA_CHECK(cudaGetDevice(&dev));
+  LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  check(smem <= static_cast<size_t>(optin),
+        "mamba3 (cuda): {} needs {} bytes of shared memory per block for d_state {} and mimo_rank {}, the device has {}",
+        name, smem, s.N, s.R, optin);
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+}
+
 }  // namespace
 
 template <typename A>
@@ -904,9 +918,7 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
   }
   if (!saved) {
     const size_t bn_smem = bcnorm_smem(s.N);
-    if (bn_smem > 48 * 1024)
-      LLMT_CUDA_CHECK(
-          cudaFuncSetAttribute(bcnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bn_smem)));
+    allow_smem(bcnorm_kernel, bn_smem, s, "bcnorm_kernel");
     bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kBnVecs), kColThreads, bn_smem, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
     const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
@@ -916,9 +928,7 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
         ceil_div(s.rows, qk_r) * ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs));
     const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
       const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
-      if (qk_smem > 48 * 1024)
-        LLMT_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qk_smem)));
+      allow_smem(kernel, qk_smem, s, "qk_kernel");
       kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r), kout, qout);
       LLMT_CUDA_CHECK_LAUNCH();
     };
@@ -962,9 +972,7 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
   const size_t bn_smem = 2 * bcnorm_smem(s.N);
-  if (bn_smem > 48 * 1024)
-    LLMT_CUDA_CHECK(cudaFuncSetAttribute(bcnorm_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(bn_smem)));
+  allow_smem(bcnorm_bwd_kernel, bn_smem, s, "bcnorm_bwd_kernel");
   const unsigned bn_grid = grid_for(2 * ceil_div(RG, int64_t{kBnVecs}), 1);  // (side, kBnVecs vectors)
   bcnorm_bwd_kernel<<<bn_grid, kColThreads, bn_smem, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
