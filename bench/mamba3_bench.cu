@@ -244,7 +244,7 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
                          // dγ, dσ, da, A, clamp; draw's 3 columns
     return {8 * rows * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E,
             8 * E * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E, 0};
-  if (is("bcnorm_bwd"))  // dn̂, n̂, 1 / RMS (the weight issued per row twice: the means, dB|C); dB|C
+  if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS (the weight issued per row twice: the means, dB|C); dB|C
     return {24 * rows * N + 8 * rows, 40 * rows * N + 8 * rows, 0};
   // colsums (mamba3.cu), one call for dB_bias, dC_bias (their range sums from rot_bcnorm_bwd), dB_norm, dC_norm
   // (dn̂ ∘ n̂ [rows, N]) and ddt_bias (draw's dd_dt columns): partial: rows x cols read, splits x cols doubles
@@ -274,7 +274,7 @@ constexpr PhaseKernel kMamba3Kernels[] = {
     {"phase_bwd_kernel", "phase_bwd"},
     {"angle_bwd_kernel", "angle_bwd"},
     {"scalar_bwd_kernel", "scalar_bwd"},
-    {"bcnorm_bwd_kernel", "bcnorm_bwd"},
+    {"bcnorm_dx_kernel", "bcnorm_dx"},
     {"colsum_partial_kernel", "sums"},
     {"colsum_final_kernel", "sums final"}};
 

@@ -238,7 +238,8 @@ void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream,
   int64_t most = 1, part = 0;
   for (int j = 0; j < n; ++j) {
     set.sum[j] = sums[j];
-    set.splits[j] = colsum_ranges(sums[j].rows);
+    set.splits[j] = sums[j].splits > 0 ? sums[j].splits : colsum_ranges(sums[j].rows);
+    check(set.splits[j] <= kSplits, "mamba3: a column sum in {} row ranges (at most {})", set.splits[j], kSplits);
     set.part[j] = part;
     part += set.splits[j] * sums[j].cols;
     set.block0[j + 1] = set.block0[j] + (sums[j].in != nullptr ? ceil_div(sums[j].cols, kThreads) : 0);

@@ -68,6 +68,7 @@ struct ColSum {
   const float* in;
   int64_t rows, cols, ld;
   float* out;
+  int64_t splits = 0;  // its row ranges (<= kSplits); 0: colsum_ranges(rows)
 };
 /// The most column sums of one colsums call.
 constexpr int kMaxSums = 5;
@@ -75,10 +76,11 @@ constexpr int kMaxSums = 5;
 inline int64_t colsum_ranges(int64_t rows) { return std::clamp<int64_t>(rows / 256, 1, kSplits); }
 
 // mamba3.cu
-/// Each column sum of sums[0 .. n) (n <= kMaxSums) as a double sum in a fixed order: the rows cut into
-/// colsum_ranges(rows) ranges [rows r / ranges, rows (r + 1) / ranges), each range's sum in row order, then the
+/// Each column sum of sums[0 .. n) (n <= kMaxSums) as a double sum in a fixed order: the rows cut into its splits
+/// (or colsum_ranges(rows)) ranges [rows r / ranges, rows (r + 1) / ranges), each range's sum in row order, then the
 /// ranges' sums in order; all of them in two launches. The ranges' sums lie in buf.partial, sum j's [ranges, cols]
-/// after those of the sums before it (a sum with in null: written there by the caller beforehand). With dDp (and dD): also
+/// after those of the sums before it (a sum with in null: written there by the caller beforehand, in as many ranges
+/// as it says: rot_bcnorm_bwd_kernel's, a number that fills the GPU). Errors: more than kSplits ranges. With dDp (and dD): also
 /// dD[h] += Σ_{b, chunk} dDp[b, h, chunk] in (b, chunk) order (s.B, s.H, s.nc), in the second launch.
 void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream, const Sizes* s = nullptr,
              const double* dDp = nullptr, float* dD = nullptr);

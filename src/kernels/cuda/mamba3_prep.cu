@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/mamba3.cuh"
+#include "kernels/cuda/side_stream.cuh"
 
 namespace llmt::cuda::m3 {
 namespace {
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// Threads (= vectors) per block of sum_cols' kernel (scalar_bwd_kernel), and bcnorm_kernel's and bcnorm_bwd_kernel's
+// Threads (= vectors) per block of sum_cols' kernel (scalar_bwd_kernel), and bcnorm_kernel's and bcnorm_dx_kernel's
 // threads; the vectors their blocks stage at a time.
 constexpr int kColThreads = 128, kBnVecs = 32;
 
@@ -530,8 +531,8 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
 // (kRotSumAhead terms read at once). The rows' groups alternate between two such buffers: one barrier per group (a
 // buffer is written again only after the next group's barrier, which every reader of it has passed). The pair's weights
 // in registers, its heads' biases in shared memory (read back by the thread only): 128 registers, 2 blocks/SM. At the
-// benchmark's shape (H = 64, G = 1, N = 128, S = 32): blocks of 16 slices x 2 chunks, grid (4, 1, 64): 256 blocks, one
-// wave on 132 SMs.
+// benchmark's shape (H = 64, G = 1, N = 128, S = 32): blocks of 16 slices x 2 chunks, grid (4, 1, 66) (rot_ranges):
+// 264 blocks, one wave on 132 SMs.
 constexpr int kRotRows = 2, kRotSumAhead = 4;
 // Heads per thread (a slice), and the most pairs of one chunk (8 pairs: a 64-byte piece of a dk, dq row).
 constexpr int kRotHeads = 4, kRotWidth = 8;
@@ -716,6 +717,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// rot_bcnorm_bwd_kernel's row ranges: enough for its blocks (rs.blocks G per range) to fill one wave of the GPU
+// (its blocks per SM x the SMs; at most kSplits, at most one per row): at the benchmark's shape 66 (264 blocks at 2
+// per SM on 132 SMs), at 440M's (32 heads, rows 8192) 128 (256 blocks; colsum_ranges would give 32: 64 blocks).
+int64_t rot_ranges(const Sizes& s, const RotShape& rs) {
+  int per_sm = 0;
+  LLMT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rot_bcnorm_bwd_kernel, rs.threads(), rs.smem()));
+  const int64_t wave = static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
+  return std::clamp<int64_t>(ceil_div(wave, rs.blocks * s.G), 1, std::min<int64_t>(kSplits, s.rows));
+}
+
 // dψ_t = Σ_{s>=t} dφ_s in place (double sums), in parallel over T as phase_kernel (grid (ceil(H S /
 // kScanLanes), B), kScanThreads threads): each segment's total, the totals of the later segments summed from the
 // last one, then each segment's reverse cumsum from that carry. The last segment repeats the sequential sum
@@ -828,7 +840,7 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Vector rows of dn̂ and of n̂ a bcnorm_bwd_kernel thread loads at once.
+// Vector rows of dn̂ and of n̂ a bcnorm_dx_kernel thread loads at once.
 constexpr int kBnLoad = 16;
 
 // Steps 2 and 3 per (row, which, r G + g): m = mean(u ∘ n̂) with u = dn̂ ∘ w (double, in element order, then
@@ -837,7 +849,7 @@ constexpr int kBnLoad = 16;
 // memory (as bcnorm_kernel: a vector row at a time, coalesced, kBnLoad rows of each loaded at once; rows padded),
 // thread x < kBnVecs adds vector j0 + x's m, then all of them write dbc a vector row at a time (coalesced) from the
 // staged values. Dynamic shared memory: 2 bcnorm_smem(N).
-__global__ void __launch_bounds__(kColThreads) bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
+__global__ void __launch_bounds__(kColThreads) bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
   extern __shared__ float smem[];  // dn̂ [kBnVecs][N + 1], then n̂ [kBnVecs][N + 1]
   __shared__ float ms[kBnVecs], rs[kBnVecs];  // each vector's m and r
   __shared__ int64_t vs[kBnVecs];             // and its vector (row, which, r G + g) of dbc
@@ -946,10 +958,12 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
   const int64_t bc_all = s.rows * 2 * s.R * s.G;
-  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G, ranges = colsum_ranges(s.rows);
+  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G;
+  int64_t ranges = 0;  // SISO: the row ranges of dB_bias's and dC_bias's sums (rot_bcnorm_bwd_kernel's)
   if (s.R == 1) {  // (dB_bias's and dC_bias's range sums from here: the first two of the colsums below)
     check(s.H / s.G <= kRotMaxHeads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G, kRotMaxHeads);
     const RotShape rs = rot_shape(s);
+    ranges = rot_ranges(s, rs);
     const dim3 grid(static_cast<unsigned>(rs.blocks), static_cast<unsigned>(s.G), static_cast<unsigned>(ranges));
     rot_bcnorm_bwd_kernel<<<grid, rs.threads(), rs.smem(), stream>>>(p, s, buf, rs, ranges, buf.partial,
                                                                      buf.partial + ranges * RN);
@@ -972,13 +986,13 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
   const size_t bn_smem = 2 * bcnorm_smem(s.N);
-  allow_smem(bcnorm_bwd_kernel, bn_smem, s, "bcnorm_bwd_kernel");
+  allow_smem(bcnorm_dx_kernel, bn_smem, s, "bcnorm_dx_kernel");
   const unsigned bn_grid = grid_for(2 * ceil_div(RG, int64_t{kBnVecs}), 1);  // (side, kBnVecs vectors)
-  bcnorm_bwd_kernel<<<bn_grid, kColThreads, bn_smem, stream>>>(p, s, buf, dbc);
+  bcnorm_dx_kernel<<<bn_grid, kColThreads, bn_smem, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
   const bool siso = s.R == 1;
-  const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias},
-                         {siso ? nullptr : buf.dq, s.rows, RN, RN, g.C_bias},
+  const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias, ranges},
+                         {siso ? nullptr : buf.dq, s.rows, RN, RN, g.C_bias, ranges},
                          {buf.cbn, RG, s.N, s.N, g.B_norm},
                          {buf.ccn, RG, s.N, s.N, g.C_norm},
                          {draw, s.rows, s.H, s.W, g.dt_bias}};
