@@ -776,8 +776,7 @@ __global__ void __launch_bounds__(kScanThreads, 2) phase_bwd_kernel(Sizes s, flo
 // Scalars backward (§4.5 steps 4–6) per (token, head): dΔ = Σ_i θ_i dψ_i + λ dγ + (1 - λ) dε + A da with dε_t =
 // dσ_{t-1}; draw's dd_dt, dd_A (0 where clamped) and trap columns. A block takes kColThreads consecutive pairs at a
 // time (thread x: pair e0 + x); their dψ rows pass through shared memory 32 angles at a time (sum_cols), so that
-// each thread's Σ_i θ_i dψ_i still runs in angle order. Each thread loads its pair's other inputs before the sum (in
-// flight with the dψ loads).
+// each thread's Σ_i θ_i dψ_i still runs in angle order.
 __global__ void __launch_bounds__(kColThreads) scalar_bwd_kernel(const float* raw, const float* dt_bias, Sizes s,
                                                                  Mamba3Options opt, Buffers buf, float* draw) {
   __shared__ float dpsi[1][kColThreads][33];  // [pair - e0][angle - i0]
@@ -785,30 +784,24 @@ __global__ void __launch_bounds__(kColThreads) scalar_bwd_kernel(const float* ra
   for (int64_t e0 = blockIdx.x * int64_t{kColThreads}; e0 < s.E; e0 += int64_t{gridDim.x} * kColThreads) {
     const int64_t e = e0 + x, row = e / s.H, h = e % s.H, t = row % s.T;
     const int n = static_cast<int>(std::min<int64_t>(kColThreads, s.E - e0));
-    const bool in = x < n;
-    const float* rw = raw + row * s.W;
-    const float r_dt = in ? rw[h] : 0.0f, r_a = in ? rw[s.H + h] : 0.0f, r_trap = in ? rw[2 * s.H + h] : 0.0f;
-    const float bias = in ? dt_bias[h] : 0.0f, dsig = in && t > 0 ? buf.dsig[e - s.H] : 0.0f;
-    const float dgam_f = in ? buf.dgam[e] : 0.0f, da_f = in ? buf.da[e] : 0.0f, A = in ? buf.A[e] : 0.0f;
-    const float clamped = in ? buf.clamped[e] : 0.0f;
-    const double dt = in ? buf.dtd[e] : 0.0;
     const float* src = buf.dphi + e0 * s.S;
     double ddt = 0.0;
     sum_cols<1>(dpsi, &src, n, static_cast<int>(s.S), [&](int i0, int m) {
-      if (in)
+      if (x < n)
         for (int c = 0; c < m; ++c) ddt += buf.theta[row * s.S + i0 + c] * dpsi[0][x][c];
     });
-    if (!in) continue;
-    const double lam = sigmoid_d(static_cast<double>(r_trap));
-    const double dgam = dgam_f, deps = t > 0 ? static_cast<double>(dsig) : 0.0;
-    const double da = da_f;
-    ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(A) * da;
+    if (x >= n) continue;
+    const float* rw = raw + row * s.W;
+    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), dt = buf.dtd[e];
+    const double dgam = buf.dgam[e], deps = t > 0 ? static_cast<double>(buf.dsig[e - s.H]) : 0.0;
+    const double da = buf.da[e];
+    ddt += lam * dgam + (1.0 - lam) * deps + static_cast<double>(buf.A[e]) * da;
     float* drw = draw + row * s.W;
     drw[2 * s.H + h] = static_cast<float>(dt * (dgam - deps) * lam * (1.0 - lam));
-    const double xa = r_a;
+    const double xa = rw[s.H + h];
     const double fgrad = opt.heavy_tail ? (xa >= 0 ? 1.0 : 1.0 / ((1.0 - xa) * (1.0 - xa))) : softplus_grad_d(xa);
-    drw[s.H + h] = static_cast<float>(clamped != 0.0f ? 0.0 : -dt * da * fgrad);
-    drw[h] = static_cast<float>(ddt * softplus_grad_d(static_cast<double>(r_dt) + bias));
+    drw[s.H + h] = static_cast<float>(buf.clamped[e] != 0.0f ? 0.0 : -dt * da * fgrad);
+    drw[h] = static_cast<float>(ddt * softplus_grad_d(static_cast<double>(rw[h]) + dt_bias[h]));
   }
 }
 
