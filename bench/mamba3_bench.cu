@@ -191,15 +191,14 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
   const auto both = [](double b) { return Cost{b, b, 0}; };
   // prep (mamba3_prep.cu prep_fwd), in the forward and again in the backward (phase, bcnorm, qk only without the
   // saved set)
-  if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the next token's ε); Δ, λ, A, clamp,
-                    // a, γ, ε, σ written (fp32) and Δ (double)
-    return {12 * E + 40 * E, 20 * E + 40 * E, 0};
+  if (is("token"))  // raw's dd_dt, dd_A, trap (dd_dt, trap issued again for the token after each run of 8); Δ, λ,
+                    // A, clamp, a, γ, ε, σ written (fp32) and Δ (double)
+    return {12 * E + 40 * E, 13 * E + 40 * E, 0};
   if (is("theta")) return both(4 * rows * S + 8 * rows * S);  // raw's angles; θ (double)
   if (is("phase"))  // per (b, h, i), T in 16 segments walked three times (the totals; both representatives, every
                     // segment but the first; φ written): Δ (double, issued per angle), θ (double, issued per head)
     return {8 * E + 8 * rows * S + 4 * E * S, (1 + 15.0 / 16 + 1) * 16 * E * S + 4 * E * S, 0};
-  if (is("bcnorm"))  // B|C (issued twice: sum of squares, then the scaled copy); n̂_B, n̂_C; their 1 / RMS
-    return {8 * rows * N + 8 * rows * N + 8 * rows, 16 * rows * N + 8 * rows * N + 8 * rows, 0};
+  if (is("bcnorm")) return both(8 * rows * N + 8 * rows * N + 8 * rows);  // B|C; n̂_B, n̂_C; their 1 / RMS
   if (is("qk")) {  // per rotation pair: φ; n̂_B, n̂_C staged per block (rows of qk_rows, kQkThreads kQkPairs = 512
                    // pairs of the row's H N / 2): issued once per column block; weights and biases per row block;
                    // k, q written (bf16)
@@ -232,10 +231,11 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
     return {12 * E * N + 6 * E * P + 4 * St + 28 * E + E / 8, 12 * E * N + 12 * E * P + 4 * St + 28 * E + E / 8,
             2 * E * (192 * N + 128 * P + 4 * P * N)};
   if (is("rot_bcnorm_bwd"))  // per (row, head, channel pair): dk, dq read; where rotated, φ read (k, q recomputed
-                             // from n̂, issued per head and pair, the weights and the biases), dφ written; per (row,
-                             // pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range sums (double)
+                             // from n̂, issued per 4-head slice and pair, the weights and the biases), dφ written;
+                             // per (row, pair): dn̂ and dn̂ ∘ n̂ written (n̂ read); the dB_bias, dC_bias range
+                             // sums (double)
     return {8 * E * N + 8 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N + 8 * N,
-            8 * E * N + 8 * E * S + 32 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
+            8 * E * N + 8 * E * S + 4 * E * S + 24 * rows * N + 16 * splits * H * N + 8 * H * N, 0};
   if (is("phase_bwd"))  // dφ read twice (the segment totals, the segment cumsums) and written in place
     return {8 * E * S, 12 * E * S, 0};
   if (is("angle_bwd"))  // per (row, angle): Δ (double, issued per angle), dψ; raw's angle; draw's angle
@@ -244,10 +244,8 @@ Cost mamba3_siso_cost(const char* phase, const Shape& s, bool) {
                          // dγ, dσ, da, A, clamp; draw's 3 columns
     return {8 * rows * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E,
             8 * E * S + 4 * E * S + 12 * E + 8 * E + 20 * E + 12 * E, 0};
-  if (is("bcnorm_mean"))  // dn̂, n̂ (the weight issued per row); the means
-    return {16 * rows * N + 8 * rows, 24 * rows * N + 8 * rows, 0};
-  if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS and the means (issued per element), the weight (issued per row); dB|C
-    return {24 * rows * N + 16 * rows, 48 * rows * N, 0};
+  if (is("bcnorm_dx"))  // dn̂, n̂, 1 / RMS (the weight issued per row twice: the means, dB|C); dB|C
+    return {24 * rows * N + 8 * rows, 40 * rows * N + 8 * rows, 0};
   // colsums (mamba3.cu), one call for dB_bias, dC_bias (their range sums from rot_bcnorm_bwd), dB_norm, dC_norm
   // (dn̂ ∘ n̂ [rows, N]) and ddt_bias (draw's dd_dt columns): partial: rows x cols read, splits x cols doubles
   // written; final: every sum's partials read, out += sum; and dD: dDp (double, per chunk), dD read and written
@@ -276,7 +274,6 @@ constexpr PhaseKernel kMamba3Kernels[] = {
     {"phase_bwd_kernel", "phase_bwd"},
     {"angle_bwd_kernel", "angle_bwd"},
     {"scalar_bwd_kernel", "scalar_bwd"},
-    {"bcnorm_mean_kernel", "bcnorm_mean"},
     {"bcnorm_dx_kernel", "bcnorm_dx"},
     {"colsum_partial_kernel", "sums"},
     {"colsum_final_kernel", "sums final"}};

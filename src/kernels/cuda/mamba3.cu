@@ -89,7 +89,6 @@ size_t carve(const Sizes& s, bool backward, bool saved, bool half, void* saved_b
     c.take(b.ccn, RGN);
     c.take(b.dnb, RGN);
     c.take(b.dnc, RGN);
-    c.take(b.mb, 2 * s.rows * s.R * s.G);
     c.take(b.gmean, E * s.R);
     c.take(b.dDp, s.B * s.H * s.nc);
     // The columns of the widest colsums call: prep_bwd's (dB_bias, dC_bias, dB_norm, dC_norm, ddt_bias), or one
@@ -173,27 +172,55 @@ __global__ void colsum_partial_kernel(SumSet set, double* partial) {
   partial[set.part[j] + sp * q.cols + c] = acc;
 }
 
-// out[c] += Σ_sp partial[sp cols + c] in order, for every column of every sum; then (dD) dD[h] += Σ_{b, chunk}
-// dDp in order, one thread per head.
-__global__ void colsum_final_kernel(SumSet set, const double* partial) {
-  const int64_t cols = set.col0[set.n], total = cols + (set.dD != nullptr ? set.H : 0);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    if (i >= cols) {
-      const int64_t h = i - cols;
-      double acc = 0.0;
-      for (int64_t b = 0; b < set.B; ++b) {
-        const double* d = set.dDp + (b * set.H + h) * set.nc;
-#pragma unroll 8
-        for (int64_t c = 0; c < set.nc; ++c) acc += d[c];
+// colsum_final_kernel's threads per block, and the terms each of its threads loads at once.
+constexpr int kFinalThreads = 64, kFinalAhead = 32;
+
+// With dD, blocks [0, H) first: dD[h] += Σ_{b, chunk} dDp in order, head blockIdx.x (the block loads kFinalThreads
+// kFinalAhead terms at a time into shared memory, consecutive threads taking consecutive chunks; thread 0 adds them
+// in order). The other blocks (grid-stride): out[c] += Σ_sp partial[sp cols + c] in order, one thread per column of
+// every sum, kFinalAhead ranges' partials loaded at once.
+__global__ void __launch_bounds__(kFinalThreads) colsum_final_kernel(SumSet set, const double* partial) {
+  const int x = static_cast<int>(threadIdx.x);
+  const int64_t heads = set.dD != nullptr ? set.H : 0;
+  if (blockIdx.x < heads) {
+    constexpr int kBatch = kFinalThreads * kFinalAhead;
+    __shared__ double terms[kBatch];
+    const int64_t h = blockIdx.x, m = set.B * set.nc;
+    double acc = 0.0;
+    for (int64_t k0 = 0; k0 < m; k0 += kBatch) {
+      double v[kFinalAhead];
+#pragma unroll
+      for (int u = 0; u < kFinalAhead; ++u) {
+        const int64_t k = k0 + u * kFinalThreads + x;
+        v[u] = k < m ? set.dDp[((k / set.nc) * set.H + h) * set.nc + k % set.nc] : 0.0;
       }
-      set.dD[h] = static_cast<float>(set.dD[h] + acc);
-      continue;
+#pragma unroll
+      for (int u = 0; u < kFinalAhead; ++u) terms[u * kFinalThreads + x] = v[u];
+      __syncthreads();
+      if (x == 0) {
+        const int cnt = static_cast<int>(std::min<int64_t>(kBatch, m - k0));
+        for (int j = 0; j < cnt; ++j) acc += terms[j];
+      }
+      __syncthreads();  // (before the next batch's writes)
     }
+    if (x == 0) set.dD[h] = static_cast<float>(set.dD[h] + acc);
+    return;
+  }
+  const int64_t cols = set.col0[set.n];
+  for (int64_t i = (blockIdx.x - heads) * int64_t{kFinalThreads} + x; i < cols;
+       i += (gridDim.x - heads) * int64_t{kFinalThreads}) {
     const int j = sum_of(set.col0, set.n, i);
-    const int64_t c = i - set.col0[j], n = set.sum[j].cols;
+    const int64_t c = i - set.col0[j], n = set.sum[j].cols, splits = set.splits[j];
     const double* p = partial + set.part[j] + c;
     double acc = 0.0;
-    for (int64_t sp = 0; sp < set.splits[j]; ++sp) acc += p[sp * n];
+    for (int64_t sp0 = 0; sp0 < splits; sp0 += kFinalAhead) {
+      double v[kFinalAhead];
+#pragma unroll
+      for (int u = 0; u < kFinalAhead; ++u) v[u] = sp0 + u < splits ? p[(sp0 + u) * n] : 0.0;
+#pragma unroll
+      for (int u = 0; u < kFinalAhead; ++u)
+        if (sp0 + u < splits) acc += v[u];
+    }
     float* out = set.sum[j].out;
     out[c] = static_cast<float>(out[c] + acc);
   }
@@ -211,7 +238,8 @@ void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream,
   int64_t most = 1, part = 0;
   for (int j = 0; j < n; ++j) {
     set.sum[j] = sums[j];
-    set.splits[j] = colsum_ranges(sums[j].rows);
+    set.splits[j] = sums[j].splits > 0 ? sums[j].splits : colsum_ranges(sums[j].rows);
+    check(set.splits[j] <= kSplits, "mamba3: a column sum in {} row ranges (at most {})", set.splits[j], kSplits);
     set.part[j] = part;
     part += set.splits[j] * sums[j].cols;
     set.block0[j + 1] = set.block0[j] + (sums[j].in != nullptr ? ceil_div(sums[j].cols, kThreads) : 0);
@@ -230,7 +258,8 @@ void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream,
     colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(set, buf.partial);
     LLMT_CUDA_CHECK_LAUNCH();
   }
-  colsum_final_kernel<<<grid_for(set.col0[n] + set.H), kThreads, 0, stream>>>(set, buf.partial);
+  const unsigned grid = static_cast<unsigned>(set.H) + grid_for(set.col0[n], kFinalThreads);
+  colsum_final_kernel<<<grid, kFinalThreads, 0, stream>>>(set, buf.partial);
   LLMT_CUDA_CHECK_LAUNCH();
 }
 

@@ -39,8 +39,7 @@ inline Sizes make_sizes(const cpu::Mamba3LayerDims& d) {
 /// (MIMO: then un-rotated in place); da, dgam, dsig [E]; dstates (the adjoint of the state leaving each chunk)
 /// [B H nc P N]; dDp (per-chunk dD, double) [B H nc]; dphi [E S] (then the reverse cumsum dψ); c1, c2 [E R P],
 /// c3 [E P], cbn, ccn [rows R G N]: per-row parameter-gradient terms; dnb, dnc [rows R G N] (the gradients of the
-/// normalised B, C) and mb [rows 2 R G] (BCNorm backward means); gmean [E R] (output-norm backward means); partial
-/// (double): the column sums' partials.
+/// normalised B, C); gmean [E R] (output-norm backward means); partial (double): the column sums' partials.
 /// bf16 products (the chunked core on the tensor cores, not decoding): q, k, the states, y, dy and the adjoint
 /// states are kept in bf16 (qh, kh, states_h, y_h, dy_h, dstates_h: places of bf16 size, mamba3.cu carve; the fp32
 /// pointers then null). The core's kernels read q, k and the states only as bf16 operands, and the rotation backward
@@ -56,7 +55,7 @@ struct Buffers {
   double *dtd, *theta, *G;
   float* states;
   __nv_bfloat16 *qh, *kh, *states_h, *y_h, *dy_h, *dstates_h, *vh, *dvh;
-  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *mb, *gmean;
+  float *dy, *dv, *dq, *dk, *da, *dgam, *dsig, *dstates, *dphi, *c1, *c2, *c3, *cbn, *ccn, *dnb, *dnc, *gmean;
   double *dDp, *partial;
 };
 
@@ -69,6 +68,7 @@ struct ColSum {
   const float* in;
   int64_t rows, cols, ld;
   float* out;
+  int64_t splits = 0;  // its row ranges (<= kSplits); 0: colsum_ranges(rows)
 };
 /// The most column sums of one colsums call.
 constexpr int kMaxSums = 5;
@@ -76,10 +76,11 @@ constexpr int kMaxSums = 5;
 inline int64_t colsum_ranges(int64_t rows) { return std::clamp<int64_t>(rows / 256, 1, kSplits); }
 
 // mamba3.cu
-/// Each column sum of sums[0 .. n) (n <= kMaxSums) as a double sum in a fixed order: the rows cut into
-/// colsum_ranges(rows) ranges [rows r / ranges, rows (r + 1) / ranges), each range's sum in row order, then the
+/// Each column sum of sums[0 .. n) (n <= kMaxSums) as a double sum in a fixed order: the rows cut into its splits
+/// (or colsum_ranges(rows)) ranges [rows r / ranges, rows (r + 1) / ranges), each range's sum in row order, then the
 /// ranges' sums in order; all of them in two launches. The ranges' sums lie in buf.partial, sum j's [ranges, cols]
-/// after those of the sums before it (a sum with in null: written there by the caller beforehand). With dDp (and dD): also
+/// after those of the sums before it (a sum with in null: written there by the caller beforehand, in as many ranges
+/// as it says: rot_bcnorm_bwd_kernel's, a number that fills the GPU). Errors: more than kSplits ranges. With dDp (and dD): also
 /// dD[h] += Σ_{b, chunk} dDp[b, h, chunk] in (b, chunk) order (s.B, s.H, s.nc), in the second launch.
 void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream, const Sizes* s = nullptr,
              const double* dDp = nullptr, float* dD = nullptr);

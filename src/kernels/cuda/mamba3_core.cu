@@ -41,26 +41,42 @@ constexpr int kSq = kRows + 1;  // row stride of the [kRows][kRows] score tiles
 constexpr int kGroups = kBwdThreads / kRows;  // bwd_chunk_kernel's threads per token in its per-token sums
 constexpr int kTokenSums = 6;                 // ... and how many sums per token
 
-// Chunk-local inclusive cumsum of a: G[(bh nc + c) Lc + i], flat past T.   (one thread per (b, h, chunk); kAhead
-// tokens' a loaded at once, so that the loads overlap)
-__global__ void cumsum_kernel(const float* a, Sizes s, double* G) {
-  constexpr int kAhead = 8;
-  const int64_t n = s.B * s.H * s.nc;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = idx % s.nc, h = (idx / s.nc) % s.H, b = idx / (s.nc * s.H);
-    const int64_t len = std::min(s.Lc, s.T - c * s.Lc);  // the chunk's tokens
+// cumsum_kernel's threads per block and tokens per staged store piece.
+constexpr int kCumThreads = 64, kCumPiece = 16;
+
+// Chunk-local inclusive cumsum of a [B, T, H] (fp32) into G [B, H, nc, Lc] (double, flat past T): one thread per
+// (b, chunk, head), heads fastest (a warp's loads of a token: consecutive heads, coalesced), summing its chunk's
+// tokens in order. It loads its chunk's a at once (Lc <= kRows); the sums go to G through shared memory a piece of
+// kCumPiece tokens at a time, each thread then storing kCumPiece consecutive G of some thread's chunk (coalesced).
+__global__ void __launch_bounds__(kCumThreads) cumsum_kernel(const float* a, Sizes s, double* G) {
+  __shared__ double st[kCumThreads][kCumPiece + 1];  // [thread][token in piece] (rows padded)
+  __shared__ int64_t g0[kCumThreads];                // each thread's chunk's start in G
+  const int x = static_cast<int>(threadIdx.x), Lc = static_cast<int>(s.Lc);
+  const int64_t n = s.B * s.nc * s.H;
+  for (int64_t t0 = blockIdx.x * int64_t{kCumThreads}; t0 < n; t0 += int64_t{gridDim.x} * kCumThreads) {
+    const int64_t idx = t0 + x, h = idx % s.H, c = (idx / s.H) % s.nc, b = idx / (s.H * s.nc);
+    const int len = idx < n ? static_cast<int>(std::min(s.Lc, s.T - c * s.Lc)) : 0;  // the chunk's tokens
     const float* ac = a + (b * s.T + c * s.Lc) * s.H + h;
+    float v[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) v[i] = i < len ? ac[i * s.H] : 0.0f;
+    g0[x] = ((b * s.H + h) * s.nc + c) * s.Lc;
     double acc = 0.0;
-    for (int64_t i0 = 0; i0 < s.Lc; i0 += kAhead) {
-      float v[kAhead];
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) v[u] = i0 + u < len ? ac[(i0 + u) * s.H] : 0.0f;
+    for (int i0 = 0; i0 < kRows; i0 += kCumPiece) {
+      if (i0 >= Lc) break;
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        if (i0 + u >= s.Lc) break;
-        if (i0 + u < len) acc += v[u];
-        G[idx * s.Lc + i0 + u] = acc;
+      for (int u = 0; u < kCumPiece; ++u) {
+        if (i0 + u < len) acc += v[i0 + u];
+        st[x][u] = acc;
       }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kCumPiece; ++k) {
+        const int f = k * kCumThreads + x, row = f / kCumPiece, col = f % kCumPiece;
+        if (i0 + col < Lc && t0 + row < n) G[g0[row] + i0 + col] = st[row][col];
+      }
+      __syncthreads();  // (before the next piece's, or tile's, writes of st and g0)
     }
   }
 }
@@ -1508,7 +1524,7 @@ void chunk_states(bool to_end, const Sizes& s, const Buffers& buf, bool bf16, cu
 
 // G and the states entering each chunk.
 void forward_states(const Sizes& s, const Buffers& buf, bool bf16, cudaStream_t stream) {
-  cumsum_kernel<<<grid_for(s.B * s.H * s.nc), kThreads, 0, stream>>>(buf.a, s, buf.G);
+  cumsum_kernel<<<grid_for(s.B * s.H * s.nc, kCumThreads), kCumThreads, 0, stream>>>(buf.a, s, buf.G);
   LLMT_CUDA_CHECK_LAUNCH();
   chunk_states(true, s, buf, bf16, stream);
 }

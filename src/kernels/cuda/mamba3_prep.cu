@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/mamba3.cuh"
+#include "kernels/cuda/side_stream.cuh"
 
 namespace llmt::cuda::m3 {
 namespace {
@@ -28,30 +29,45 @@ __device__ double delta(const float* rw, int64_t h, const float* dt_bias) {
   return softplus_d(static_cast<double>(rw[h]) + dt_bias[h]);
 }
 
-// ε = (1 - λ) Δ of head h in raw row rw (H heads).
-__device__ double eps_of(const float* rw, int64_t H, int64_t h, const float* dt_bias) {
-  return (1.0 - sigmoid_d(static_cast<double>(rw[2 * H + h]))) * delta(rw, h, dt_bias);
-}
+// Consecutive tokens of one (batch, head) per token_kernel thread.
+constexpr int kTokRun = 8;
 
-// Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1}.
+// Per (token, head): Δ, λ, A, the clamp mask, a = A Δ, γ = λ Δ, ε = (1 - λ) Δ and σ = γ + ε_{t+1} (ε_T := 0), all
+// [B, T, H] (Δ in double too). One thread per (batch, run of kTokRun tokens, head), heads fastest (coalesced), walking
+// its tokens in order: the next token's Δ, λ, ε (for σ) are carried into its next step, so each token's Δ and λ
+// (double exp, log1p and division, the kernel's cost) are evaluated once, plus once more for the token after a run.
 __global__ void token_kernel(const float* raw, const float* dt_bias, Sizes s, Mamba3Options opt, Buffers buf) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < s.E; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = e / s.H, h = e % s.H, t = row % s.T;
-    const float* rw = raw + row * s.W;
-    const double dt = delta(rw, h, dt_bias), x = rw[s.H + h];
-    const double f = opt.heavy_tail ? (x >= 0 ? 1.0 + x : 1.0 / (1.0 - x)) : softplus_d(x);
-    const double lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h]));
-    const bool clamped = -f > -opt.A_floor;
-    const double A = clamped ? -opt.A_floor : -f;
-    buf.dt[e] = static_cast<float>(dt);
-    buf.dtd[e] = dt;
-    buf.lam[e] = static_cast<float>(lam);
-    buf.A[e] = static_cast<float>(A);
-    buf.clamped[e] = clamped ? 1.0f : 0.0f;
-    buf.a[e] = static_cast<float>(A * dt);
-    buf.gam[e] = static_cast<float>(lam * dt);
-    buf.eps[e] = static_cast<float>((1.0 - lam) * dt);
-    buf.sig[e] = static_cast<float>(lam * dt + (t + 1 < s.T ? eps_of(rw + s.W, s.H, h, dt_bias) : 0.0));
+  const int64_t runs = (s.T + kTokRun - 1) / kTokRun, n = s.B * runs * s.H;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t h = idx % s.H, run = idx / s.H, b = run / runs, t0 = (run % runs) * kTokRun;
+    const int64_t t1 = std::min(s.T, t0 + kTokRun);
+    const float* rw = raw + (b * s.T + t0) * s.W;
+    double dt = delta(rw, h, dt_bias), lam = sigmoid_d(static_cast<double>(rw[2 * s.H + h])), eps = (1.0 - lam) * dt;
+    for (int64_t t = t0; t < t1; ++t, rw += s.W) {
+      const int64_t e = (b * s.T + t) * s.H + h;
+      const double x = rw[s.H + h];
+      const double f = opt.heavy_tail ? (x >= 0 ? 1.0 + x : 1.0 / (1.0 - x)) : softplus_d(x);
+      const bool clamped = -f > -opt.A_floor;
+      const double A = clamped ? -opt.A_floor : -f;
+      double dt1 = 0.0, lam1 = 0.0, eps1 = 0.0;  // token t + 1's
+      if (t + 1 < s.T) {
+        dt1 = delta(rw + s.W, h, dt_bias);
+        lam1 = sigmoid_d(static_cast<double>(rw[s.W + 2 * s.H + h]));
+        eps1 = (1.0 - lam1) * dt1;
+      }
+      buf.dt[e] = static_cast<float>(dt);
+      buf.dtd[e] = dt;
+      buf.lam[e] = static_cast<float>(lam);
+      buf.A[e] = static_cast<float>(A);
+      buf.clamped[e] = clamped ? 1.0f : 0.0f;
+      buf.a[e] = static_cast<float>(A * dt);
+      buf.gam[e] = static_cast<float>(lam * dt);
+      buf.eps[e] = static_cast<float>(eps);
+      buf.sig[e] = static_cast<float>(lam * dt + eps1);
+      dt = dt1;
+      lam = lam1;
+      eps = eps1;
+    }
   }
 }
 
@@ -173,9 +189,9 @@ __global__ void __launch_bounds__(kScanThreads, 2)
   });
 }
 
-// Threads (= vectors) per block of sum_cols' kernels (bcnorm_kernel, bcnorm_mean_kernel, scalar_bwd_kernel); elements
-// per bcnorm_kernel thread whose x its output pass loads at once.
-constexpr int kColThreads = 128, kBcAhead = 8;
+// Threads (= vectors) per block of sum_cols' kernel (scalar_bwd_kernel), and bcnorm_kernel's and bcnorm_dx_kernel's
+// threads; the vectors their blocks stage at a time.
+constexpr int kColThreads = 128, kBnVecs = 32;
 
 // The per-vector sums of a block over n <= kColThreads vectors of N floats each (vector i of array a at src[a] + i N),
 // thread x summing vector x in element order: 32 columns c0 .. c0 + 31 at a time, each warp loading its own 32
@@ -216,23 +232,31 @@ __device__ __forceinline__ void sum_cols(float (*tile)[kColThreads][33], const f
   }
 }
 
-// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes
-// kColThreads consecutive vectors v = (row, which, r G + g) at a time (thread x: vector v0 + x; they are contiguous
-// in bc): Σ x^2 (sum_cols), then n written coalesced (x read again).
+// RMSNorm_N without weight of each B and C vector: n = x r, r = 1 / sqrt(mean(x^2) + eps). A block takes kBnVecs
+// consecutive vectors v = (row, which, r G + g) at a time (contiguous in bc): all its threads stage their x in shared
+// memory, xs[j][c] (rows padded: no bank conflicts), a vector row at a time (coalesced; kColThreads columns at once,
+// the kBnVecs rows' loads issued together), thread x < kBnVecs adds Σ x^2 of vector v0 + x in element order (double),
+// then all of them write n coalesced from the staged x. Dynamic shared memory: bcnorm_smem(N).
 __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Sizes s, double eps, Buffers buf) {
-  __shared__ float xs[1][kColThreads][33];
-  __shared__ double rs[kColThreads];
-  __shared__ float* outs[kColThreads];  // n̂'s row of each vector
+  extern __shared__ float smem[];  // xs [kBnVecs][N + 1]
+  __shared__ double rs[kBnVecs];
+  __shared__ float* outs[kBnVecs];  // n̂'s row of each vector
   const int64_t RG = s.R * s.G, nv = s.rows * 2 * RG;
-  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
-  for (int64_t v0 = blockIdx.x * int64_t{kColThreads}; v0 < nv; v0 += int64_t{gridDim.x} * kColThreads) {
-    const int n = static_cast<int>(std::min<int64_t>(kColThreads, nv - v0));
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N), ld = N + 1;
+  for (int64_t v0 = blockIdx.x * int64_t{kBnVecs}; v0 < nv; v0 += int64_t{gridDim.x} * kBnVecs) {
+    const int n = static_cast<int>(std::min<int64_t>(kBnVecs, nv - v0));
     const float* src = bc + v0 * s.N;
-    double ss = 0.0;
-    sum_cols<1>(xs, &src, n, N, [&](int c0, int m) {
-      for (int c = 0; c < m; ++c) ss += static_cast<double>(xs[0][x][c]) * xs[0][x][c];
-    });
+    for (int c = x; c < N; c += kColThreads) {
+      float xv[kBnVecs];
+#pragma unroll
+      for (int j = 0; j < kBnVecs; ++j) xv[j] = j < n ? src[j * N + c] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBnVecs; ++j) smem[j * ld + c] = xv[j];
+    }
+    __syncthreads();
     if (x < n) {
+      double ss = 0.0;
+      for (int c = 0; c < N; ++c) ss += static_cast<double>(smem[x * ld + c]) * smem[x * ld + c];
       const int64_t idx = v0 + x, rg = idx % RG, which = (idx / RG) % 2, row = idx / (2 * RG);
       const double r = 1.0 / sqrt(ss / static_cast<double>(s.N) + eps);
       rs[x] = r;
@@ -240,20 +264,20 @@ __global__ void __launch_bounds__(kColThreads) bcnorm_kernel(const float* bc, Si
       (which == 0 ? buf.rb : buf.rc)[row * RG + rg] = static_cast<float>(r);
     }
     __syncthreads();
-    // (vector j / N, element j % N): consecutive threads, one vector; kBcAhead elements' x loaded at once (the
-    // stores through outs could alias src: each load would wait for the previous element's store)
-    for (int j0 = x; j0 < n * N; j0 += kBcAhead * kColThreads) {
-      float xv[kBcAhead];
+    for (int c = x; c < N; c += kColThreads) {
+      float o[kBnVecs];  // (all computed before the stores: a store through outs could alias the staged x)
 #pragma unroll
-      for (int k = 0; k < kBcAhead; ++k) xv[k] = j0 + k * kColThreads < n * N ? src[j0 + k * kColThreads] : 0.0f;
+      for (int j = 0; j < kBnVecs; ++j) o[j] = static_cast<float>(smem[j * ld + c] * rs[j]);
 #pragma unroll
-      for (int k = 0; k < kBcAhead; ++k) {
-        const int j = j0 + k * kColThreads, r = j / N;
-        if (j < n * N) outs[r][j - r * N] = static_cast<float>(xv[k] * rs[r]);
-      }
+      for (int j = 0; j < kBnVecs; ++j)
+        if (j < n) outs[j][c] = o[j];
     }
+    __syncthreads();  // (before the next vectors' staging)
   }
 }
+
+// bcnorm_kernel's dynamic shared memory for N channels.
+size_t bcnorm_smem(int64_t N) { return sizeof(float) * kBnVecs * (N + 1); }
 
 // qk_kernel: threads per block, rotation pairs per thread and row, and the rows per block (as many as fit
 // kQkSmemFloats floats of staged n̂_B, n̂_C, at most kQkMaxRows).
@@ -486,97 +510,119 @@ __global__ void rot_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
   }
 }
 
-// SISO's rotation backward, BCNorm backward step 1 and the row-range sums of the B, C bias gradients in one pass
-// over dk, dq (rot_bwd_kernel's, bcnorm_dn_kernel's and colsums' arithmetic for R = 1). Channel pair u = (2u,
-// 2u + 1) (the last channel alone when N is odd). Per (row, head h, u): where u < S, dφ[row, h, u] = Σ_{k,q} (du_0
-// (-u_1) + du_1 u_0) with the rotated pair u of k, q recomputed as qk_kernel (from n̂, the weights, the head's
-// biases and φ) and the pair of dk, dq un-rotated (dū; not stored). Per (row, g, u): dn̂ = Σ_{h of group g} dū in
-// head order; dnb, dnc, cbn, ccn of the pair (put_dn). Per (h, channel): the sum of dū over the rows of this
-// block's row range in row order into pk (k) and pq (q) [ranges, H N] (colsums' partials of dB_bias, dC_bias).
-// Grid (ceil(U / ul) pair blocks, G, ranges); block (b, g, sp): pairs u0 = b ul .. of group g, rows
-// [rows sp / ranges, rows (sp + 1) / ranges), walked kRotRows at a time: thread x takes items (h, u) = x + kThreads
-// j (u fastest; hpg ul items, at most kItems per thread: 1 where hpg <= kThreads, else kRotItems), their rows in
-// order (the weights and biases of its items held in registers; the dk, dq pairs, φ and n̂_B, n̂_C pairs of the
-// kRotRows rows loaded at once, in flight together, before the rows' dφ stores; the pairs as float2 where N is
-// even: a warp's loads cover 8 heads' whole 32-byte sectors at ul = 4), the dū, converted to double once (the
-// terms of both its sums), into shared memory [kRotRows][items][4] (dynamic: rot_smem), then after the barrier
-// thread (row, u, which, channel) adds its dn̂ over the heads there (kRotSumAhead terms read at once), the first
-// item's loads of the next kRotRows rows issued before those sums (in flight during them). With nbuf = 2 (where
-// two such buffers take at most kRotDoubleSmem bytes) the row groups alternate between two buffers: one barrier per
-// group, and the threads that add no dn̂ go on to the next rows while the others add (a buffer is written again
-// only after the next group's barrier, which every reader of it has passed); else a second barrier before the
-// buffer's writes. One item per thread: 2 blocks/SM (128 registers).
-constexpr int kRotRows = 8, kRotItems = 4, kRotSumAhead = 8;
-// The most heads per group: at most kRotItems kThreads items, one pair each, whose dū buffer fits a block's 227 KiB.
-constexpr int kRotMaxHeads = 896;
-static_assert(kRotMaxHeads <= kRotItems * kThreads && sizeof(double) * kRotRows * kRotMaxHeads * 4 <= 227 * 1024,
-              "rot_bcnorm_bwd_kernel's heads per group");
-constexpr size_t kRotDoubleSmem = 64 * 1024;
+// SISO's rotation backward, BCNorm backward step 1 and the row-range sums of the B, C bias gradients in one pass over
+// dk, dq (rot_bwd_kernel's, bcnorm_dn_kernel's and colsums' arithmetic for R = 1). Channel pair u = (2u, 2u + 1) (the
+// last channel alone when N is odd). Per (row, head h, u): where u < S, dφ[row, h, u] = Σ_{k,q} (du_0 (-u_1) + du_1
+// u_0) with the rotated pair u of k, q recomputed as qk_kernel (from n̂, the weights, the head's biases and φ) and the
+// pair of dk, dq un-rotated (dū; not stored). Per (row, g, u): dn̂ = Σ_{h of group g} dū as the sum over the group's
+// slices of kRotHeads consecutive heads in slice order of each slice's sum in head order; dnb, dnc, cbn, ccn of the
+// pair (put_dn). Per (h, channel): the sum of dū over the rows of this block's row range in row order into pk (k) and
+// pq (q) [ranges, H N] (colsums' partials of dB_bias, dC_bias). Grid (rs.blocks pair blocks, G, ranges), block
+// rs.threads() threads; block (b, g, sp): rows [rows sp / ranges, rows (sp + 1) / ranges) of group g, pairs in
+// rs.chunks chunks of rs.width consecutive pairs, its chunk c the pairs (c rs.blocks + b) rs.width + l (l < rs.width;
+// past (N + 1) / 2: none), so that the rotated pairs (u < S, the first chunks) spread over the blocks (at the
+// benchmark's shape one rotated chunk per block). Thread x = (c rs.slices + slice) rs.width + l takes pair l of chunk c
+// for the slice's heads (a warp: rs.width consecutive pairs of 32 / rs.width slices; at the benchmark's shape 8 pairs x
+// 4 slices, 64-byte pieces of dk, dq per head) and walks the rows kRotRows at a time: the dk, dq pairs of its heads, φ
+// and the n̂_B, n̂_C pairs of the kRotRows rows loaded at once, in flight together (the next rows' issued before the
+// dn̂ sums of the current ones: in flight during them); per row its dφ stored, the dū added into its row-range sums
+// (double, in registers) and its slice's sums of dū (double) stored into shared memory [kRotRows][slices][which][pair]
+// as (channel 2u, 2u + 1) pieces; after the barrier, thread (row, which, pair, channel) adds its dn̂ over the slices
+// (kRotSumAhead terms read at once). The rows' groups alternate between two such buffers: one barrier per group (a
+// buffer is written again only after the next group's barrier, which every reader of it has passed). The pair's weights
+// in registers, its heads' biases in shared memory (read back by the thread only): 128 registers, 2 blocks/SM. At the
+// benchmark's shape (H = 64, G = 1, N = 128, S = 32): blocks of 16 slices x 2 chunks, grid (4, 1, 66) (rot_ranges):
+// 264 blocks, one wave on 132 SMs.
+constexpr int kRotRows = 2, kRotSumAhead = 4;
+// Heads per thread (a slice), and the most pairs of one chunk (8 pairs: a 64-byte piece of a dk, dq row).
+constexpr int kRotHeads = 4, kRotWidth = 8;
+// The most heads per group: at most kThreads slices of kRotHeads heads.
+constexpr int kRotMaxHeads = kRotHeads * kThreads;
 
-// Pairs per rot_bcnorm_bwd_kernel block for hpg heads per group (hpg ul <= kThreads where possible) and the bytes of
-// one of its dū buffers.
-int64_t rot_pairs(const Sizes& s) {
-  return std::clamp<int64_t>(kThreads / (s.H / s.G), 1, (s.N + 1) / 2);
+// rot_bcnorm_bwd_kernel's layout: slices of kRotHeads heads per group, pairs per chunk, chunks per block, pair
+// blocks.
+struct RotShape {
+  int slices, width, chunks, blocks;
+  // the threads with a (chunk, slice, pair), and the block's threads (whole warps)
+  __host__ __device__ int items() const { return chunks * slices * width; }
+  int threads() const { return (items() + 31) / 32 * 32; }
+  // the bytes of its two dū buffers and its biases (at most 48 KiB: slices chunks width <= kThreads)
+  size_t smem() const { return (sizeof(double) * 2 * kRotRows * 4 + sizeof(float4) * kRotHeads) * items(); }
+};
+RotShape rot_shape(const Sizes& s) {
+  const int hpg = static_cast<int>(s.H / s.G), U = static_cast<int>((s.N + 1) / 2);
+  const int slices = static_cast<int>(ceil_div(hpg, kRotHeads));
+  const int width = std::max(1, std::min({kRotWidth, kThreads / slices, U}));
+  const int all = static_cast<int>(ceil_div(U, width)), chunks = std::clamp(kThreads / (slices * width), 1, all);
+  return {slices, width, chunks, static_cast<int>(ceil_div(all, chunks))};
 }
-size_t rot_smem(const Sizes& s) { return sizeof(double) * kRotRows * (s.H / s.G) * rot_pairs(s) * 4; }
 
-template <int kItems>
-__global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
-    rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, int ul, int nbuf, int64_t ranges, double* pk,
+__global__ void __launch_bounds__(kThreads, 2)
+    rot_bcnorm_bwd_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, RotShape rs, int64_t ranges, double* pk,
                           double* pq) {
-  extern __shared__ float smem[];  // dū [nbuf][kRotRows][items][4]: (k 2u, k 2u + 1, q 2u, q 2u + 1)
-  const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), hpg = static_cast<int>(s.H / s.G);
-  const int g = static_cast<int>(blockIdx.y), u0 = static_cast<int>(blockIdx.x) * ul;
-  const int nu = std::min(ul, (N + 1) / 2 - u0), items = hpg * nu, x = static_cast<int>(threadIdx.x);
+  // dū sums [2][kRotRows][slices][which][PU] double2 (channels 2u, 2u + 1), then the biases [slices][kRotHeads][PU]
+  extern __shared__ float smem[];
+  const int N = static_cast<int>(s.N), S = static_cast<int>(s.S), H = static_cast<int>(s.H), U = (N + 1) / 2;
+  const int hpg = H / static_cast<int>(s.G), g = static_cast<int>(blockIdx.y), x = static_cast<int>(threadIdx.x);
+  const int W = rs.width, PU = rs.chunks * W, nblk = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int l = x % W, sl = x / W % rs.slices, pl = x / (W * rs.slices) * W + l;  // pair l of chunk pl / W
+  const int u = (pl / W * nblk + b) * W + l, h0 = g * hpg + sl * kRotHeads;
+  const int left = hpg - sl * kRotHeads, nh = left < kRotHeads ? left : kRotHeads;  // heads h0 .. h0 + nh - 1
+  // (2 S <= N: a lone channel is never rotated)
+  const bool live = x < rs.items() && u < U, pair = 2 * u + 1 < N, rot = live && u < S;
   const int64_t sp = blockIdx.z, r_begin = s.rows * sp / ranges, r_end = s.rows * (sp + 1) / ranges;
-  // The thread's items: head h, pair u (channels i0, i1; i1 = i0 when alone), their biases and weights.
-  int hh[kItems], uu[kItems];
-  float bk[kItems][2], bq[kItems][2], wk[kItems][2], wq[kItems][2];
-  double sum[kItems][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1)
+  const int i0 = live ? 2 * u : 0, i1 = pair ? i0 + 1 : i0;
+  // The weights of the pair in registers and the biases of its heads (B i0, B i1, C i0, C i1) in shared memory,
+  // read back by this thread only (rotated pairs only: the recomputed k, q)
+  float4* bias = reinterpret_cast<float4*>(reinterpret_cast<double*>(smem) + 2 * kRotRows * rs.slices * 4 * PU) +
+                 sl * kRotHeads * PU + pl;
+  float wk[2] = {}, wq[2] = {};
+  if (rot) {
+    wk[0] = p.B_norm[i0];
+    wk[1] = p.B_norm[i1];
+    wq[0] = p.C_norm[i0];
+    wq[1] = p.C_norm[i1];
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int it = x + j * kThreads;
-    hh[j] = g * hpg + (it < items ? it / nu : 0);
-    uu[j] = u0 + (it < items ? it % nu : 0);
-    const int i0 = 2 * uu[j], i1 = i0 + 1 < N ? i0 + 1 : i0;
-    bk[j][0] = p.B_bias[hh[j] * N + i0];
-    bk[j][1] = p.B_bias[hh[j] * N + i1];
-    bq[j][0] = p.C_bias[hh[j] * N + i0];
-    bq[j][1] = p.C_bias[hh[j] * N + i1];
-    wk[j][0] = p.B_norm[i0];
-    wk[j][1] = p.B_norm[i1];
-    wq[j][0] = p.C_norm[i0];
-    wq[j][1] = p.C_norm[i1];
+    for (int j = 0; j < kRotHeads; ++j) {
+      if (j >= nh) break;
+      const int o = (h0 + j) * N;
+      bias[j * PU] = make_float4(p.B_bias[o + i0], p.B_bias[o + i1], p.C_bias[o + i0], p.C_bias[o + i1]);
+    }
   }
-  const int HN = static_cast<int>(s.H) * N, HS = static_cast<int>(s.H) * S, GN = static_cast<int>(s.G) * N;
+  double sum[kRotHeads][4] = {};  // the row-range sums of dū (k i0, k i1, q i0, q i1) per head
+  const int HN = H * N, HS = H * S, GN = static_cast<int>(s.G) * N;
   const bool vec = N % 2 == 0;  // every pair whole and 8-byte aligned in dk, dq, n̂: loaded as float2
-  // One item's nr rows from row r0: its dk, dq pairs and, where rotated, their φ and n̂_B, n̂_C pairs (row rr of the
-  // (head h, pair u): element offset rr H N of dk, dq, rr H S of φ, rr G N of n̂), all loaded before any use.
-  float d[kRotRows][4], ph[kRotRows], nb[kRotRows][2], nc[kRotRows][2];
-  const auto load = [&](int h, int u, int64_t r0, int nr) {
-    const int i0 = 2 * u;
-    const bool pair = i0 + 1 < N, rot = u < S;  // (2 S <= N: a lone channel is never rotated)
-    const int64_t e0 = r0 * s.H + h;
+  // The nr rows from row r0: the dk, dq pairs of the slice's heads and, where rotated, their φ and the n̂_B, n̂_C
+  // pairs (row rr, head h0 + j: element offset rr H N + j N of dk, dq, rr H S + j S of φ, rr G N of n̂), all
+  // loaded before any use.
+  float d[kRotRows][kRotHeads][4], ph[kRotRows][kRotHeads], nb[kRotRows][2], nc[kRotRows][2];
+  const auto load = [&](int64_t r0, int nr) {
+    const int64_t e0 = r0 * H + h0;
     const float *dk = buf.dk + e0 * N + i0, *dq = buf.dq + e0 * N + i0, *phi_r = buf.phi + e0 * S + u;
     const float *nbr = buf.nb + (r0 * s.G + g) * N + i0, *ncr = buf.ncn + (r0 * s.G + g) * N + i0;
 #pragma unroll
     for (int rr = 0; rr < kRotRows; ++rr) {
       if (rr >= nr) break;
-      const int ok = rr * HN, on = rr * GN;
-      if (vec) {
-        const float2 k2 = *reinterpret_cast<const float2*>(dk + ok);
-        const float2 q2 = *reinterpret_cast<const float2*>(dq + ok);
-        d[rr][0] = k2.x;
-        d[rr][1] = k2.y;
-        d[rr][2] = q2.x;
-        d[rr][3] = q2.y;
-      } else {
-        d[rr][0] = dk[ok];
-        d[rr][1] = pair ? dk[ok + 1] : 0.0f;
-        d[rr][2] = dq[ok];
-        d[rr][3] = pair ? dq[ok + 1] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kRotHeads; ++j) {
+        if (j >= nh) break;
+        const int ok = rr * HN + j * N;
+        if (vec) {
+          const float2 k2 = *reinterpret_cast<const float2*>(dk + ok);
+          const float2 q2 = *reinterpret_cast<const float2*>(dq + ok);
+          d[rr][j][0] = k2.x;
+          d[rr][j][1] = k2.y;
+          d[rr][j][2] = q2.x;
+          d[rr][j][3] = q2.y;
+        } else {
+          d[rr][j][0] = dk[ok];
+          d[rr][j][1] = pair ? dk[ok + 1] : 0.0f;
+          d[rr][j][2] = dq[ok];
+          d[rr][j][3] = pair ? dq[ok + 1] : 0.0f;
+        }
+        ph[rr][j] = rot ? phi_r[rr * HS + j * S] : 0.0f;
       }
-      ph[rr] = rot ? phi_r[rr * HS] : 0.0f;
+      const int on = rr * GN;
       if (rot && vec) {
         const float2 b2 = *reinterpret_cast<const float2*>(nbr + on);
         const float2 c2 = *reinterpret_cast<const float2*>(ncr + on);
@@ -594,76 +640,92 @@ __global__ void __launch_bounds__(kThreads, kItems == 1 ? 2 : 1)
   };
   int64_t r0 = r_begin;
   int nr = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r0));
-  if (r0 < r_end && x < items) load(hh[0], uu[0], r0, nr);
+  if (r0 < r_end && live) load(r0, nr);
   for (int64_t grp = 0; r0 < r_end; ++grp) {
-    double* du = reinterpret_cast<double*>(smem) + (nbuf == 2 ? grp % 2 : 0) * (kRotRows * items * 4);
-    if (nbuf == 1) __syncthreads();  // the previous rows' dn̂ readers are done
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int it = x + j * kThreads;
-      if (it >= items) break;
-      if (j > 0) load(hh[j], uu[j], r0, nr);  // (item 0's rows: loaded during the previous rows' dn̂ sums)
-      const int u = uu[j];
-      float* dphi_r = buf.dphi + (r0 * s.H + hh[j]) * S + u;
+    double* du = reinterpret_cast<double*>(smem) + grp % 2 * (kRotRows * rs.slices * 2 * PU * 2);
+    if (live) {
+      float* dphi_r = buf.dphi + (r0 * H + h0) * S + u;
 #pragma unroll
       for (int rr = 0; rr < kRotRows; ++rr) {
         if (rr >= nr) break;
-        if (u < S) {
-          float sn, cs, k0, k1, q0, q1;
-          sincosf(ph[rr], &sn, &cs);
-          rotate_pair(biased(nb[rr][0], wk[j][0], bk[j][0]), biased(nb[rr][1], wk[j][1], bk[j][1]), cs, sn, k0, k1);
-          rotate_pair(biased(nc[rr][0], wq[j][0], bq[j][0]), biased(nc[rr][1], wq[j][1], bq[j][1]), cs, sn, q0, q1);
-          double acc = 0.0;
-          acc += unrotate_pair(k0, k1, d[rr][0], d[rr][1], cs, sn);
-          acc += unrotate_pair(q0, q1, d[rr][2], d[rr][3], cs, sn);
-          dphi_r[rr * HS] = static_cast<float>(acc);
-        }
+        double part[4] = {};  // the slice's sums of dū, in head order
 #pragma unroll
-        for (int v = 0; v < 4; ++v) sum[j][v] += d[rr][v];
-        double2* dd = reinterpret_cast<double2*>(du + (rr * items + it) * 4);  // (converted once: the sums' terms)
-        dd[0] = make_double2(d[rr][0], d[rr][1]);
-        dd[1] = make_double2(d[rr][2], d[rr][3]);
+        for (int j = 0; j < kRotHeads; ++j) {
+          if (j >= nh) break;
+          if (rot) {
+            float sn, cs, k0, k1, q0, q1;
+            sincosf(ph[rr][j], &sn, &cs);
+            const float4 bj = bias[j * PU];
+            rotate_pair(biased(nb[rr][0], wk[0], bj.x), biased(nb[rr][1], wk[1], bj.y), cs, sn, k0, k1);
+            rotate_pair(biased(nc[rr][0], wq[0], bj.z), biased(nc[rr][1], wq[1], bj.w), cs, sn, q0, q1);
+            double acc = 0.0;
+            acc += unrotate_pair(k0, k1, d[rr][j][0], d[rr][j][1], cs, sn);
+            acc += unrotate_pair(q0, q1, d[rr][j][2], d[rr][j][3], cs, sn);
+            dphi_r[rr * HS + j * S] = static_cast<float>(acc);
+          }
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const double t = d[rr][j][v];  // (converted once: the terms of both sums)
+            sum[j][v] += t;
+            part[v] += t;
+          }
+        }
+        double2* dd = reinterpret_cast<double2*>(du) + (rr * rs.slices + sl) * 2 * PU + pl;
+        dd[0] = make_double2(part[0], part[1]);
+        dd[PU] = make_double2(part[2], part[3]);
       }
     }
     __syncthreads();
     const int64_t r1 = r0 + kRotRows;
     const int nr1 = static_cast<int>(std::min<int64_t>(kRotRows, r_end - r1));
-    if (r1 < r_end && x < items) load(hh[0], uu[0], r1, nr1);  // in flight during the dn̂ sums below
-    for (int q = x; q < nr * nu * 4; q += kThreads) {  // (row rr, pair ul, which, channel)
-      const int rr = q / (nu * 4), pl = q / 4 % nu, v = q % 4, i = 2 * (u0 + pl) + v % 2;
+    if (r1 < r_end && live) load(r1, nr1);  // in flight during the dn̂ sums below
+    for (int q = x; q < nr * 4 * PU; q += static_cast<int>(blockDim.x)) {  // (row rr, which, pair, channel)
+      const int ch = q % 2, qp = q / 2 % PU, which = q / (2 * PU) % 2, rr = q / (4 * PU);
+      const int i = 2 * ((qp / W * nblk + b) * W + qp % W) + ch;
       if (i >= N) continue;
       const int64_t o = ((r0 + rr) * s.G + g) * N + i;
-      const float nrm = nhat(buf, v / 2, o);
-      // Σ over the heads in order, kRotSumAhead terms read from shared memory at once
-      const double* col = du + (rr * items + pl) * 4 + v;
-      const int stride = nu * 4;
+      const float nrm = nhat(buf, which, o);
+      // Σ over the slices in order, kRotSumAhead terms read from shared memory at once
+      const double* col = du + ((rr * rs.slices * 2 + which) * PU + qp) * 2 + ch;
+      const int stride = 4 * PU;
       double acc = 0.0;
-      int h = 0;
-      for (; h + kRotSumAhead <= hpg; h += kRotSumAhead) {
+      int c0 = 0;
+      for (; c0 + kRotSumAhead <= rs.slices; c0 += kRotSumAhead) {
         double t[kRotSumAhead];
 #pragma unroll
-        for (int k = 0; k < kRotSumAhead; ++k) t[k] = col[(h + k) * stride];
+        for (int k = 0; k < kRotSumAhead; ++k) t[k] = col[(c0 + k) * stride];
 #pragma unroll
         for (int k = 0; k < kRotSumAhead; ++k) acc += t[k];
       }
-      for (; h < hpg; ++h) acc += col[h * stride];
-      put_dn(buf, v / 2, o, acc, nrm);
+      for (; c0 < rs.slices; ++c0) acc += col[c0 * stride];
+      put_dn(buf, which, o, acc, nrm);
     }
     r0 = r1;
     nr = nr1;
   }
+  if (!live) return;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int it = x + j * kThreads;
-    if (it >= items) break;
-    const int64_t c = static_cast<int64_t>(hh[j]) * N + 2 * uu[j], o = sp * s.H * N + c;
+  for (int j = 0; j < kRotHeads; ++j) {
+    if (j >= nh) break;
+    const int64_t o = sp * s.H * N + (h0 + j) * N + i0;
     pk[o] = sum[j][0];
     pq[o] = sum[j][2];
-    if (2 * uu[j] + 1 < N) {
+    if (pair) {
       pk[o + 1] = sum[j][1];
       pq[o + 1] = sum[j][3];
     }
   }
+}
+
+// rot_bcnorm_bwd_kernel's row ranges: enough for its blocks (rs.blocks G per range) to fill one wave of the GPU
+// (its blocks per SM x the SMs; at most kSplits, at most one per row): at the benchmark's shape 66 (264 blocks at 2
+// per SM on 132 SMs), at 440M's (32 heads, rows 8192) 128 (256 blocks; colsum_ranges would give 32: 64 blocks).
+int64_t rot_ranges(const Sizes& s, const RotShape& rs) {
+  int per_sm = 0;
+  LLMT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rot_bcnorm_bwd_kernel, rs.threads(), rs.smem()));
+  const int64_t wave = static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
+  return std::clamp<int64_t>(ceil_div(wave, rs.blocks * s.G), 1, std::min<int64_t>(kSplits, s.rows));
 }
 
 // dψ_t = Σ_{s>=t} dφ_s in place (double sums), in parallel over T as phase_kernel (grid (ceil(H S /
@@ -771,41 +833,76 @@ __global__ void bcnorm_dn_kernel(Sizes s, Buffers buf) {
   }
 }
 
-// Step 2 per (row, which, r G + g): mean(u ∘ n) with u = dn̂ ∘ w, into mb. A block takes kColThreads consecutive
-// vectors j = row R G + r G + g of one side (B: dnb, nb; C: dnc, ncn) at a time (thread x: vector j0 + x), their dn̂
-// and n̂ through shared memory (sum_cols).
-__global__ void __launch_bounds__(kColThreads) bcnorm_mean_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf) {
-  __shared__ float ts[2][kColThreads][33];  // dn̂, n̂
-  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kColThreads - 1) / kColThreads;
-  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N);
+// Vector rows of dn̂ and of n̂ a bcnorm_dx_kernel thread loads at once.
+constexpr int kBnLoad = 16;
+
+// Steps 2 and 3 per (row, which, r G + g): m = mean(u ∘ n̂) with u = dn̂ ∘ w (double, in element order, then
+// rounded to fp32), dbc = r (u - n̂ m) (fp32). A block takes kBnVecs consecutive vectors j = row R G + r G + g of one
+// side (B: dnb, nb, rb, B_norm; C: dnc, ncn, rc, C_norm) at a time: all its threads stage their dn̂ and n̂ in shared
+// memory (as bcnorm_kernel: a vector row at a time, coalesced, kBnLoad rows of each loaded at once; rows padded),
+// thread x < kBnVecs adds vector j0 + x's m, then all of them write dbc a vector row at a time (coalesced) from the
+// staged values. Dynamic shared memory: 2 bcnorm_smem(N).
+__global__ void __launch_bounds__(kColThreads) bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
+  extern __shared__ float smem[];  // dn̂ [kBnVecs][N + 1], then n̂ [kBnVecs][N + 1]
+  __shared__ float ms[kBnVecs], rs[kBnVecs];  // each vector's m and r
+  __shared__ int64_t vs[kBnVecs];             // and its vector (row, which, r G + g) of dbc
+  const int64_t RG = s.R * s.G, J = s.rows * RG, nb = (J + kBnVecs - 1) / kBnVecs;
+  const int x = static_cast<int>(threadIdx.x), N = static_cast<int>(s.N), ld = N + 1;
+  float* dn = smem;
+  float* nn = smem + kBnVecs * ld;
   for (int64_t u = blockIdx.x; u < 2 * nb; u += gridDim.x) {
     const int which = static_cast<int>(u / nb);
-    const int64_t j0 = (u % nb) * kColThreads;
-    const int n = static_cast<int>(std::min<int64_t>(kColThreads, J - j0));
+    const int64_t j0 = (u % nb) * kBnVecs;
+    const int n = static_cast<int>(std::min<int64_t>(kBnVecs, J - j0));
+    const float* gd = (which == 0 ? buf.dnb : buf.dnc) + j0 * s.N;
+    const float* gn = (which == 0 ? buf.nb : buf.ncn) + j0 * s.N;
     const float* w = which == 0 ? p.B_norm : p.C_norm;
-    const float* src[2] = {(which == 0 ? buf.dnb : buf.dnc) + j0 * s.N, (which == 0 ? buf.nb : buf.ncn) + j0 * s.N};
-    double m = 0.0;
-    sum_cols<2>(ts, src, n, N, [&](int c0, int mc) {
-      for (int c = 0; c < mc; ++c) m += static_cast<double>(ts[0][x][c]) * w[c0 + c] * ts[1][x][c];
-    });
+    for (int c = x; c < N; c += kColThreads)
+#pragma unroll 1
+      for (int i0 = 0; i0 < kBnVecs; i0 += kBnLoad) {
+        float vd[kBnLoad], vn[kBnLoad];
+#pragma unroll
+        for (int k = 0; k < kBnLoad; ++k) {
+          vd[k] = i0 + k < n ? gd[(i0 + k) * N + c] : 0.0f;
+          vn[k] = i0 + k < n ? gn[(i0 + k) * N + c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kBnLoad; ++k) {
+          dn[(i0 + k) * ld + c] = vd[k];
+          nn[(i0 + k) * ld + c] = vn[k];
+        }
+      }
+    __syncthreads();
     if (x < n) {
       const int64_t j = j0 + x;
-      buf.mb[(j / RG * 2 + which) * RG + j % RG] = static_cast<float>(m / static_cast<double>(s.N));
+      double m = 0.0;
+      for (int c = 0; c < N; ++c) m += static_cast<double>(dn[x * ld + c]) * w[c] * nn[x * ld + c];
+      ms[x] = static_cast<float>(m / static_cast<double>(s.N));
+      rs[x] = (which == 0 ? buf.rb : buf.rc)[j];
+      vs[x] = (j / RG * 2 + which) * RG + j % RG;
     }
+    __syncthreads();
+    for (int i = 0; i < n; ++i) {
+      float* out = dbc + vs[i] * s.N;
+      const float r = rs[i], m = ms[i];
+      for (int c = x; c < N; c += kColThreads) out[c] = r * (dn[i * ld + c] * w[c] - nn[i * ld + c] * m);
+    }
+    __syncthreads();  // (before the next vectors' staging)
   }
 }
 
-// Step 3 per (row, which, r G + g, n): dbc = r (u - n mean(u ∘ n)).
-__global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float* dbc) {
-  const int64_t RGN = s.R * s.G * s.N, n_all = s.rows * 2 * RGN;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n_all;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t j = idx % RGN, which = (idx / RGN) % 2, row = idx / (2 * RGN), n = j % s.N, rg = j / s.N;
-    const int64_t o = row * RGN + j, orow = row * s.R * s.G + rg;
-    const float dn = (which == 0 ? buf.dnb : buf.dnc)[o], nrm = (which == 0 ? buf.nb : buf.ncn)[o];
-    const float rs = (which == 0 ? buf.rb : buf.rc)[orow], w = (which == 0 ? p.B_norm : p.C_norm)[n];
-    dbc[idx] = rs * (dn * w - nrm * buf.mb[(row * 2 + which) * s.R * s.G + rg]);
-  }
+// Lets kernel take smem bytes of dynamic shared memory (opting in above the default 48 KiB); a clear error where the
+// device has less (the BCNorm kernels stage 32 vectors of N floats, qk_kernel rows of R G N: large d_state or rank).
+template <typename K>
+void allow_smem(K kernel, size_t smem, const Sizes& s, const char* name) {
+  if (smem <= 48 * 1024) return;
+  int dev = 0, optin = 0;
+  LLMT_CUDA_CHECK(cudaGetDevice(&dev));
+  LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  check(smem <= static_cast<size_t>(optin),
+        "mamba3 (cuda): {} needs {} bytes of shared memory per block for d_state {} and mimo_rank {}, the device has {}",
+        name, smem, s.N, s.R, optin);
+  LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
 }
 
 }  // namespace
@@ -813,7 +910,7 @@ __global__ void bcnorm_dx_kernel(const Mamba3Ptrs p, Sizes s, Buffers buf, float
 template <typename A>
 void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p, const Sizes& s,
               const Mamba3Options& opt, const Buffers& buf, cudaStream_t stream, const float* phase0, bool saved) {
-  token_kernel<<<grid_for(s.E), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
+  token_kernel<<<grid_for(s.B * ceil_div(s.T, kTokRun) * s.H), kThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf);
   LLMT_CUDA_CHECK_LAUNCH();
   if (s.S > 0) {
     theta_kernel<<<grid_for(s.rows * s.S), kThreads, 0, stream>>>(raw, s, buf.theta);
@@ -825,7 +922,9 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
     }
   }
   if (!saved) {
-    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kColThreads), kColThreads, 0, stream>>>(bc, s, opt.eps, buf);
+    const size_t bn_smem = bcnorm_smem(s.N);
+    allow_smem(bcnorm_kernel, bn_smem, s, "bcnorm_kernel");
+    bcnorm_kernel<<<grid_for(s.rows * 2 * s.R * s.G, kBnVecs), kColThreads, bn_smem, stream>>>(bc, s, opt.eps, buf);
     LLMT_CUDA_CHECK_LAUNCH();
     const int64_t RGN = s.R * s.G * s.N, qk_r = qk_rows(RGN);
     const size_t qk_smem = static_cast<size_t>(2 * qk_r * RGN) * sizeof(float);
@@ -834,9 +933,7 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
         ceil_div(s.rows, qk_r) * ceil_div(s.H * s.R * ((s.N + 1) / 2), kQkThreads * kQkPairs));
     const auto qk = [&](auto* kout, auto* qout) {  // k, q into kout, qout (fp32 or bf16: Buffers)
       const auto kernel = qk_kernel<std::remove_pointer_t<decltype(kout)>>;
-      if (qk_smem > 48 * 1024)
-        LLMT_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qk_smem)));
+      allow_smem(kernel, qk_smem, s, "qk_kernel");
       kernel<<<qk_grid, kQkThreads, qk_smem, stream>>>(p, s, buf, static_cast<int>(qk_r), kout, qout);
       LLMT_CUDA_CHECK_LAUNCH();
     };
@@ -854,20 +951,15 @@ void prep_fwd(const A* x, const float* bc, const float* raw, const Mamba3Ptrs& p
 void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba3Options& opt, const Buffers& buf,
               float* dbc, float* draw, const Mamba3GradPtrs& g, cudaStream_t stream) {
   const int64_t bc_all = s.rows * 2 * s.R * s.G;
-  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G, ranges = colsum_ranges(s.rows);
+  const int64_t RN = s.H * s.R * s.N, RG = s.rows * s.R * s.G;
+  int64_t ranges = 0;  // SISO: the row ranges of dB_bias's and dC_bias's sums (rot_bcnorm_bwd_kernel's)
   if (s.R == 1) {  // (dB_bias's and dC_bias's range sums from here: the first two of the colsums below)
     check(s.H / s.G <= kRotMaxHeads, "mamba3 (cuda): {} heads per group (at most {})", s.H / s.G, kRotMaxHeads);
-    const int64_t ul = rot_pairs(s);
-    const int nbuf = 2 * rot_smem(s) <= kRotDoubleSmem ? 2 : 1;
-    const size_t smem = nbuf * rot_smem(s);
-    const auto kernel = s.H / s.G * ul <= kThreads ? rot_bcnorm_bwd_kernel<1> : rot_bcnorm_bwd_kernel<kRotItems>;
-    if (smem > 48 * 1024)
-      LLMT_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    const dim3 grid(static_cast<unsigned>(ceil_div((s.N + 1) / 2, ul)), static_cast<unsigned>(s.G),
-                    static_cast<unsigned>(ranges));
-    kernel<<<grid, kThreads, smem, stream>>>(p, s, buf, static_cast<int>(ul), nbuf, ranges, buf.partial,
-                                             buf.partial + ranges * RN);
+    const RotShape rs = rot_shape(s);
+    ranges = rot_ranges(s, rs);
+    const dim3 grid(static_cast<unsigned>(rs.blocks), static_cast<unsigned>(s.G), static_cast<unsigned>(ranges));
+    rot_bcnorm_bwd_kernel<<<grid, rs.threads(), rs.smem(), stream>>>(p, s, buf, rs, ranges, buf.partial,
+                                                                     buf.partial + ranges * RN);
     LLMT_CUDA_CHECK_LAUNCH();
   } else {
     if (s.S > 0) {
@@ -886,13 +978,14 @@ void prep_bwd(const float* raw, const Mamba3Ptrs& p, const Sizes& s, const Mamba
   }
   scalar_bwd_kernel<<<grid_for(s.E, kColThreads), kColThreads, 0, stream>>>(raw, p.dt_bias, s, opt, buf, draw);
   LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_mean_kernel<<<grid_for(2 * ceil_div(RG, int64_t{kColThreads}), 1), kColThreads, 0, stream>>>(p, s, buf);
-  LLMT_CUDA_CHECK_LAUNCH();
-  bcnorm_dx_kernel<<<grid_for(bc_all * s.N), kThreads, 0, stream>>>(p, s, buf, dbc);
+  const size_t bn_smem = 2 * bcnorm_smem(s.N);
+  allow_smem(bcnorm_dx_kernel, bn_smem, s, "bcnorm_dx_kernel");
+  const unsigned bn_grid = grid_for(2 * ceil_div(RG, int64_t{kBnVecs}), 1);  // (side, kBnVecs vectors)
+  bcnorm_dx_kernel<<<bn_grid, kColThreads, bn_smem, stream>>>(p, s, buf, dbc);
   LLMT_CUDA_CHECK_LAUNCH();
   const bool siso = s.R == 1;
-  const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias},
-                         {siso ? nullptr : buf.dq, s.rows, RN, RN, g.C_bias},
+  const ColSum sums[] = {{siso ? nullptr : buf.dk, s.rows, RN, RN, g.B_bias, ranges},
+                         {siso ? nullptr : buf.dq, s.rows, RN, RN, g.C_bias, ranges},
                          {buf.cbn, RG, s.N, s.N, g.B_norm},
                          {buf.ccn, RG, s.N, s.N, g.C_norm},
                          {draw, s.rows, s.H, s.W, g.dt_bias}};
