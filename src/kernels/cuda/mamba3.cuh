@@ -80,8 +80,8 @@ inline int64_t colsum_ranges(int64_t rows) { return std::clamp<int64_t>(rows / 2
 /// (or colsum_ranges(rows)) ranges [rows r / ranges, rows (r + 1) / ranges), each range's sum in row order, then the
 /// ranges' sums in order; all of them in two launches. The ranges' sums lie in buf.partial, sum j's [ranges, cols]
 /// after those of the sums before it (a sum with in null: written there by the caller beforehand, in as many ranges
-/// as it says: rot_bcnorm_bwd_kernel's, a number that fills the GPU). Errors: more than kSplits ranges. With dDp (and dD): also
-/// dD[h] += Σ_{b, chunk} dDp[b, h, chunk] in (b, chunk) order (s.B, s.H, s.nc), in the second launch.
+/// as it says: rot_bcnorm_bwd_kernel's, a number that fills the GPU). With dDp (and dD): also dD[h] += Σ_{b, chunk}
+/// dDp[b, h, chunk] in (b, chunk) order (s.B, s.H, s.nc), in the second launch. Errors: more than kSplits ranges.
 void colsums(const ColSum* sums, int n, const Buffers& buf, cudaStream_t stream, const Sizes* s = nullptr,
              const double* dDp = nullptr, float* dD = nullptr);
 /// colsums of the one column sum {in, rows, cols, ld, out}.

@@ -900,7 +900,8 @@ void allow_smem(K kernel, size_t smem, const Sizes& s, const char* name) {
   LLMT_CUDA_CHECK(cudaGetDevice(&dev));
   LLMT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   check(smem <= static_cast<size_t>(optin),
-        "mamba3 (cuda): {} needs {} bytes of shared memory per block for d_state {} and mimo_rank {}, the device has {}",
+        "mamba3 (cuda): {} needs {} bytes of shared memory per block for d_state {} and mimo_rank {}; the device "
+        "has {}",
         name, smem, s.N, s.R, optin);
   LLMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
 }
