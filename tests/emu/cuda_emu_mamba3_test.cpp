@@ -224,20 +224,22 @@ TEST_CASE("cuda emu: Mamba-3 SISO, fp32 and bf16 products, with and without the 
   // bf16 with N = 11: the bf16 q, k and states copied element by element, the state scan's rows loaded without
   // cp.async, the states stored one by one, the dS swap's pieces loaded a float at a time
   check_case(2, 37, 4, 16, 11, 2, 1, 5, true, true, 10);
-  // 520 rows: the parameter column sums in two row ranges (the bias sums' partials from the rotation backward)
+  // 520 rows: the parameter column sums in two row ranges, the bias sums' partials from the rotation backward in 65
+  // (rot_ranges: one per 8 rows here; colsums takes each sum's own count)
   check_case(2, 260, 2, 16, 16, 1, 1, 4, false, false, 13);
   // 300 heads in one group: the rotation backward's blocks of 75 slices x 3 pairs (225 of 256 threads: the last warp
-  // partly idle), 2 pair blocks (the second's pairs partly past N / 2); 5 rows: the last group of 2 rows partial
+  // partly idle), 2 pair blocks (the second's pairs partly past N / 2); 5 rows: one row range, the last group of 2 rows
+  // partial
   check_case(1, 5, 300, 16, 8, 1, 1, 2, false, false, 14);
   // 64 heads, N = 16: the rotation backward's blocks of 16 slices of 4 heads x 8 pairs, as at the benchmark's shape
-  // (there 2 chunks of 8 pairs); 20 rows: 10 groups of 2 rows, the two dū buffers alternating
+  // (there 2 chunks of 8 pairs); 20 rows: two row ranges of 5 groups of 2 rows, the two dū buffers alternating
   check_case(1, 20, 64, 16, 16, 1, 1, 4, false, false, 23);
   // 63 heads per group, N = 49, S = 10: the rotation backward's 16 slices of 4 heads (the last one of 3) x 2 chunks
   // of 8 pairs per block, 2 pair blocks (block 1's second chunk: the lone unrotated channel 48 and pairs past it),
-  // chunks partly rotated; 21 rows: 11 groups of 2 rows (the last one partial)
+  // chunks partly rotated; 21 rows: two row ranges of 10 and 11 rows (5 and 6 groups of 2 rows, the last one partial)
   check_case(1, 21, 126, 16, 49, 2, 1, 10, false, false, 24);
-  // N = 40: BCNorm's per-vector sums (sum_cols) over a full and a partial column chunk; 260 vectors per side: the
-  // last block's warps partly and wholly past them
+  // N = 40: the BCNorm kernels' staged vectors narrower than their 128 threads; 260 vectors (130 per side): the last
+  // block of 32 holds 4 in the forward (bcnorm_kernel), 2 in the backward (bcnorm_dx_kernel, one side a block)
   check_case(1, 130, 2, 16, 40, 1, 1, 4, true, false, 16);
   // bf16 with P = 10: the backward chunk kernel's v rows loaded a float at a time and the bf16 dy rows copied
   // element by element (no 16-byte pieces) while q, k, S_in come by cp.async; the gate one channel per thread, the

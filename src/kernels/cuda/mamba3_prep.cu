@@ -718,14 +718,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // rot_bcnorm_bwd_kernel's row ranges: enough for its blocks (rs.blocks G per range) to fill one wave of the GPU
-// (its blocks per SM x the SMs; at most kSplits, at most one per row): at the benchmark's shape 66 (264 blocks at 2
+// (its blocks per SM x the SMs), at most kSplits and at most one per kRotMinRows rows (each range writes H N partials
+// of each side, and walks kRotMinRows / kRotRows row groups at least): at the benchmark's shape 66 (264 blocks at 2
 // per SM on 132 SMs), at 440M's (32 heads, rows 8192) 128 (256 blocks; colsum_ranges would give 32: 64 blocks).
+constexpr int64_t kRotMinRows = 8;
 int64_t rot_ranges(const Sizes& s, const RotShape& rs) {
   int per_sm = 0;
   LLMT_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rot_bcnorm_bwd_kernel, rs.threads(), rs.smem()));
   const int64_t wave = static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
-  return std::clamp<int64_t>(ceil_div(wave, rs.blocks * s.G), 1, std::min<int64_t>(kSplits, s.rows));
+  return std::clamp<int64_t>(ceil_div(wave, rs.blocks * s.G), 1,
+                             std::min<int64_t>(kSplits, std::max<int64_t>(1, s.rows / kRotMinRows)));
 }
 
 // dψ_t = Σ_{s>=t} dφ_s in place (double sums), in parallel over T as phase_kernel (grid (ceil(H S /
